@@ -1,0 +1,16 @@
+//! vrdma-backend: the vhost-user daemon and RoCEv2 engine behind the vrdma virtio device (ID 42).
+//!
+//! See `backend/ARCHITECTURE.md` for the module map and `device-spec/virtio-rdma.md` for the
+//! normative device behaviour; comments cite its sections as §N.
+
+pub mod cli;
+pub mod device;
+pub mod guest;
+pub mod memory;
+pub mod objects;
+pub mod port;
+pub mod qp;
+pub mod transport;
+pub mod uplink;
+pub mod vhost_user;
+pub mod wire;

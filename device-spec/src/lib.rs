@@ -1,0 +1,1 @@
+//! vrdma device ABI (placeholder until the spec crate lands).
