@@ -583,6 +583,12 @@ static void test_cq(void)
 		struct vrdma_cqe *c = (void *)(dev + STUB_CQ2_OFF +
 					       VRDMA_PAGE_SIZE);
 
+		/* same depth: no new ring, polling continues on the old */
+		CHECK(vrdma_resize_cq(cq, STUB_DEPTH) == 0);
+		device_cqe(3, 0x98, VRDMA_WC_SEND, VRDMA_WC_SUCCESS, 0, 0);
+		cc->producer = htole32(4);
+		CHECK(vrdma_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 0x98);
+
 		nc->consumer = 0;
 		c->wr_id = htole64(0x99);
 		nc->producer = htole32(1);

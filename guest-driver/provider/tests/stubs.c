@@ -119,6 +119,9 @@ int ibv_cmd_resize_cq(struct ibv_cq *cq, int cqe, struct ibv_resize_cq *cmd,
 {
 	struct uvrdma_resize_cq_resp *r = (void *)resp;
 
+	if (cqe == STUB_DEPTH)
+		return 0;	/* unchanged depth: no udata written */
+
 	/* the "kernel" moved the unpolled CQEs to a new ring at SRQ_OFF+ */
 	r->drv_payload.depth = 2 * STUB_DEPTH;
 	r->drv_payload.mmap_offset = STUB_CQ2_OFF;
