@@ -23,4 +23,5 @@ provider-build:
 
 provider-test:
 	so=$$("$(PROVIDER_DIR)/build.sh" 2>/dev/null | tail -n1); \
+	"$(PROVIDER_DIR)/tests/check-symbols.sh" "$$so"; \
 	$(MAKE) -C "$(PROVIDER_DIR)/tests" RDMA_TREE="$${so%/build/lib/*}"
