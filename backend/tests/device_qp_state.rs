@@ -38,6 +38,8 @@ fn full_attr(cur: QpState, next: QpState) -> VrdmaQpAttr {
     }
 }
 
+type AttrFn = Box<dyn Fn(&mut VrdmaQpAttr)>;
+
 const TYPES: [(u32, QpType); 4] = [
     (VRDMA_QPT_RC, QpType::Rc),
     (VRDMA_QPT_UC, QpType::Uc),
@@ -253,7 +255,7 @@ fn rc_to_rts_and_query() {
 fn attribute_range_checks() {
     let mut f = fixture();
     let (req, _) = masks(QpState::Init, QpState::Rtr, QpType::Rc).unwrap();
-    let bad: Vec<(&str, Box<dyn Fn(&mut VrdmaQpAttr)>)> = vec![
+    let bad: Vec<(&str, AttrFn)> = vec![
         ("mtu 0", Box::new(|a| a.path_mtu = 0)),
         ("mtu 6", Box::new(|a| a.path_mtu = 6)),
         (
@@ -294,7 +296,7 @@ fn attribute_range_checks() {
     }
     // RTR -> RTS ranges.
     let (req, _) = masks(QpState::Rtr, QpState::Rts, QpType::Rc).unwrap();
-    let bad2: Vec<Box<dyn Fn(&mut VrdmaQpAttr)>> = vec![
+    let bad2: Vec<AttrFn> = vec![
         Box::new(|a| a.timeout = 32),
         Box::new(|a| a.retry_cnt = 8),
         Box::new(|a| a.rnr_retry = 8),
@@ -316,7 +318,7 @@ fn attribute_range_checks() {
     }
     // RESET -> INIT: port and pkey index, access flags, unknown mask bits, unknown state.
     let (req, _) = masks(QpState::Reset, QpState::Init, QpType::Rc).unwrap();
-    let bad3: Vec<(u32, Box<dyn Fn(&mut VrdmaQpAttr)>)> = vec![
+    let bad3: Vec<(u32, AttrFn)> = vec![
         (0, Box::new(|a| a.port_num = 2)),
         (0, Box::new(|a| a.pkey_index = 1)),
         (0, Box::new(|a| a.qp_access_flags = 1 << 6)),
