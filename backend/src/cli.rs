@@ -1,1 +1,412 @@
-//! (being written)
+//! Command line of `vrdma-backend`: clap-derive [`Args`] -> validated [`Config`] (`TryFrom`),
+//! which `main.rs` hands to [`crate::vhost_user::start_backend`].
+//!
+//! Every option is documented in `--help`; the test-only `--impair` option says so there.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use thiserror::Error;
+
+/// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
+pub const DEFAULT_MAX_QP: u32 = 16384;
+/// Default CQ limit.
+pub const DEFAULT_MAX_CQ: u32 = 16384;
+/// Default MR limit (MR key index has 24 bits, §12.1).
+pub const DEFAULT_MAX_MR: u32 = 65536;
+/// Default PD limit.
+pub const DEFAULT_MAX_PD: u32 = 16384;
+/// Default SRQ limit.
+pub const DEFAULT_MAX_SRQ: u32 = 4096;
+/// Default AH limit.
+pub const DEFAULT_MAX_AH: u32 = 65536;
+/// Default ODP chunk: 1 << 21 = 2 MiB (§10).
+pub const DEFAULT_ODP_CHUNK_SHIFT: u32 = 21;
+/// Default budget of resident ODP chunks (4 GiB of 2 MiB chunks).
+pub const DEFAULT_ODP_RESIDENT_CHUNKS: u32 = 2048;
+/// Default Ethernet (IP) MTU.
+pub const DEFAULT_MTU: u16 = 1500;
+/// Smallest accepted MTU (IPv4 minimum datagram).
+pub const MIN_MTU: u16 = 576;
+/// Largest accepted MTU (jumbo frames).
+pub const MAX_MTU: u16 = 9000;
+
+/// Errors found while turning the command line into a [`Config`]. Each one is printed as a
+/// single line by `main.rs`, which then exits non-zero.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CliError {
+    #[error("invalid --mac {0:?}: expected six hex octets like 52:54:00:12:34:56")]
+    BadMac(String),
+    #[error("invalid --mac {0}: must be a unicast address (lowest bit of the first octet clear)")]
+    MulticastMac(String),
+    #[error("invalid --mac {0}: the all-zero address is not usable")]
+    ZeroMac(String),
+    #[error("invalid --socket-path {path}: {reason}")]
+    BadSocketPath { path: String, reason: String },
+    #[error("invalid --uplink {spec:?}: {reason}")]
+    BadUplink { spec: String, reason: String },
+    #[error("invalid --mtu {0}: must be between {MIN_MTU} and {MAX_MTU}")]
+    BadMtu(u16),
+    #[error("invalid --{name} {value}: must be between 1 and {max}")]
+    BadLimit {
+        name: &'static str,
+        value: u32,
+        max: u32,
+    },
+    #[error("invalid --odp-chunk-shift {0}: must be between 12 (4 KiB) and 30 (1 GiB)")]
+    BadChunkShift(u32),
+    #[error("invalid --odp-resident-chunks {0}: must be at least 1")]
+    BadResidentChunks(u32),
+    #[error("invalid --impair {spec:?}: {reason}")]
+    BadImpair { spec: String, reason: String },
+}
+
+/// vhost-user back end of the vrdma virtual RDMA (RoCEv2) device, virtio ID 42.
+///
+/// Listens on a unix socket for QEMU's vhost-user-rdma-pci device, serves one QEMU connection at
+/// a time and keeps listening for the next one after a disconnect (each connection starts with a
+/// freshly reset device). RoCEv2 traffic goes out on the uplink. Logging honours RUST_LOG
+/// (default "info"). SIGINT/SIGTERM stop the daemon cleanly with exit status 0.
+#[derive(Parser, Debug, Clone, PartialEq, Eq)]
+#[command(name = "vrdma-backend", version, about, long_about)]
+pub struct Args {
+    /// Unix socket to listen on for the vhost-user connection (created; a stale socket there is
+    /// replaced, any other kind of file is an error).
+    #[arg(long, value_name = "PATH")]
+    pub socket_path: PathBuf,
+
+    /// MAC address of the device's Ethernet port, e.g. 52:54:00:12:34:56 (unicast, not zero).
+    #[arg(long, value_name = "MAC")]
+    pub mac: String,
+
+    /// Uplink carrying the Ethernet frames: `udp:local=ADDR:PORT,remote=ADDR:PORT` (frames
+    /// tunnelled in UDP datagrams, like QEMU's -netdev dgram) or `tap:NAME` (a TAP interface).
+    /// Without it frames sent by the guest are dropped and nothing is received.
+    #[arg(long, value_name = "SPEC")]
+    pub uplink: Option<String>,
+
+    /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
+    pub mtu: u16,
+
+    /// Maximum number of queue pairs.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_QP)]
+    pub max_qp: u32,
+
+    /// Maximum number of completion queues.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CQ)]
+    pub max_cq: u32,
+
+    /// Maximum number of memory regions.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_MR)]
+    pub max_mr: u32,
+
+    /// Maximum number of protection domains.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PD)]
+    pub max_pd: u32,
+
+    /// Maximum number of shared receive queues.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SRQ)]
+    pub max_srq: u32,
+
+    /// Maximum number of address handles.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_AH)]
+    pub max_ah: u32,
+
+    /// log2 of the on-demand-paging chunk size (12..=30; 21 = 2 MiB).
+    #[arg(long, value_name = "SHIFT", default_value_t = DEFAULT_ODP_CHUNK_SHIFT)]
+    pub odp_chunk_shift: u32,
+
+    /// Budget of resident ODP chunks; beyond it the least recently used chunks are reclaimed.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_ODP_RESIDENT_CHUNKS)]
+    pub odp_resident_chunks: u32,
+
+    /// Do not offer on-demand paging (VIRTIO_RDMA_F_ODP / _ODP_IMPLICIT are not advertised).
+    #[arg(long)]
+    pub no_odp: bool,
+
+    /// TEST ONLY: impair the uplink, `drop=F,dup=F,reorder=F,seed=N` (F = probability 0..1
+    /// per frame, N = PRNG seed; every key optional).
+    #[arg(long, value_name = "SPEC")]
+    pub impair: Option<String>,
+
+    /// Append log lines to this file instead of standard error.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+}
+
+/// Object limits advertised in `vrdma_config` (§2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_srq: u32,
+    pub max_ah: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_qp: DEFAULT_MAX_QP,
+            max_cq: DEFAULT_MAX_CQ,
+            max_mr: DEFAULT_MAX_MR,
+            max_pd: DEFAULT_MAX_PD,
+            max_srq: DEFAULT_MAX_SRQ,
+            max_ah: DEFAULT_MAX_AH,
+        }
+    }
+}
+
+/// On-demand paging settings (§10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OdpSettings {
+    pub enabled: bool,
+    pub chunk_shift: u32,
+    pub resident_chunks: u32,
+}
+
+impl Default for OdpSettings {
+    fn default() -> Self {
+        OdpSettings {
+            enabled: true,
+            chunk_shift: DEFAULT_ODP_CHUNK_SHIFT,
+            resident_chunks: DEFAULT_ODP_RESIDENT_CHUNKS,
+        }
+    }
+}
+
+/// Test-only uplink impairment (`--impair`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Impairment {
+    pub drop: f64,
+    pub dup: f64,
+    pub reorder: f64,
+    pub seed: u64,
+}
+
+/// Uplink selected by `--uplink` (syntax checked here; the uplink module opens it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UplinkChoice {
+    /// No uplink: transmitted frames are dropped.
+    None,
+    /// `udp:local=A:P,remote=A:P` or `tap:NAME`, kept verbatim for `uplink::UplinkSpec`.
+    Spec(String),
+}
+
+/// The validated daemon configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub socket_path: PathBuf,
+    pub mac: [u8; 6],
+    pub uplink: UplinkChoice,
+    pub mtu: u16,
+    pub limits: Limits,
+    pub odp: OdpSettings,
+    pub impair: Option<Impairment>,
+    pub log_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// A configuration with defaults for everything but the socket and MAC (used by tests).
+    pub fn new(socket_path: PathBuf, mac: [u8; 6]) -> Self {
+        Config {
+            socket_path,
+            mac,
+            uplink: UplinkChoice::None,
+            mtu: DEFAULT_MTU,
+            limits: Limits::default(),
+            odp: OdpSettings::default(),
+            impair: None,
+            log_file: None,
+        }
+    }
+}
+
+impl TryFrom<Args> for Config {
+    type Error = CliError;
+
+    fn try_from(args: Args) -> Result<Self, Self::Error> {
+        let mac = parse_mac(&args.mac)?;
+        check_socket_path(&args.socket_path)?;
+        let uplink = match args.uplink {
+            None => UplinkChoice::None,
+            Some(s) => {
+                check_uplink(&s)?;
+                UplinkChoice::Spec(s)
+            }
+        };
+        if !(MIN_MTU..=MAX_MTU).contains(&args.mtu) {
+            return Err(CliError::BadMtu(args.mtu));
+        }
+        let limits = Limits {
+            max_qp: check_limit("max-qp", args.max_qp, 1 << 24)?,
+            max_cq: check_limit("max-cq", args.max_cq, 1 << 24)?,
+            max_mr: check_limit("max-mr", args.max_mr, 1 << 24)?,
+            max_pd: check_limit("max-pd", args.max_pd, 1 << 24)?,
+            max_srq: check_limit("max-srq", args.max_srq, 1 << 24)?,
+            max_ah: check_limit("max-ah", args.max_ah, 1 << 24)?,
+        };
+        if !(12..=30).contains(&args.odp_chunk_shift) {
+            return Err(CliError::BadChunkShift(args.odp_chunk_shift));
+        }
+        if args.odp_resident_chunks == 0 {
+            return Err(CliError::BadResidentChunks(0));
+        }
+        let impair = args.impair.as_deref().map(parse_impair).transpose()?;
+        Ok(Config {
+            socket_path: args.socket_path,
+            mac,
+            uplink,
+            mtu: args.mtu,
+            limits,
+            odp: OdpSettings {
+                enabled: !args.no_odp,
+                chunk_shift: args.odp_chunk_shift,
+                resident_chunks: args.odp_resident_chunks,
+            },
+            impair,
+            log_file: args.log_file,
+        })
+    }
+}
+
+fn check_limit(name: &'static str, value: u32, max: u32) -> Result<u32, CliError> {
+    if value == 0 || value > max {
+        return Err(CliError::BadLimit { name, value, max });
+    }
+    Ok(value)
+}
+
+/// Parse `aa:bb:cc:dd:ee:ff` (also accepts `-` separators). Rejects multicast and all-zero.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], CliError> {
+    let bad = || CliError::BadMac(s.to_string());
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        if part.len() != 2 {
+            return Err(bad());
+        }
+        *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+    }
+    if mac == [0; 6] {
+        return Err(CliError::ZeroMac(s.to_string()));
+    }
+    if mac[0] & 1 != 0 {
+        return Err(CliError::MulticastMac(s.to_string()));
+    }
+    Ok(mac)
+}
+
+/// The socket is created by the daemon: its directory must exist and the path must not name
+/// something other than a (stale) socket, which the listener would otherwise delete.
+pub fn check_socket_path(path: &Path) -> Result<(), CliError> {
+    use std::os::unix::fs::FileTypeExt;
+    let bad = |reason: &str| CliError::BadSocketPath {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    };
+    if path.as_os_str().is_empty() {
+        return Err(bad("empty path"));
+    }
+    // sun_path holds 108 bytes including the terminating NUL.
+    if path.as_os_str().len() > 107 {
+        return Err(bad("longer than 107 bytes (unix socket path limit)"));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(bad("its directory does not exist"));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_socket() => Ok(()),
+        Ok(_) => Err(bad("exists and is not a socket (refusing to replace it)")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(bad(&e.to_string())),
+    }
+}
+
+/// Syntax check of `--uplink`; opening it (bind, TAP) happens at start-up.
+pub fn check_uplink(spec: &str) -> Result<(), CliError> {
+    let bad = |reason: &str| CliError::BadUplink {
+        spec: spec.to_string(),
+        reason: reason.to_string(),
+    };
+    if let Some(name) = spec.strip_prefix("tap:") {
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', ',']) {
+            return Err(bad(
+                "TAP name must be 1..15 characters without '/', ' ' or ','",
+            ));
+        }
+        return Ok(());
+    }
+    let Some(rest) = spec.strip_prefix("udp:") else {
+        return Err(bad(
+            "expected udp:local=ADDR:PORT,remote=ADDR:PORT or tap:NAME",
+        ));
+    };
+    let (mut local, mut remote) = (None, None);
+    for kv in rest.split(',') {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| bad("expected key=value pairs"))?;
+        let addr: std::net::SocketAddr = v
+            .parse()
+            .map_err(|_| bad(&format!("{k}={v} is not ADDR:PORT")))?;
+        match k {
+            "local" if local.is_none() => local = Some(addr),
+            "remote" if remote.is_none() => remote = Some(addr),
+            _ => return Err(bad(&format!("unexpected or repeated key {k:?}"))),
+        }
+    }
+    match (local, remote) {
+        (Some(l), Some(r)) if l.is_ipv4() == r.is_ipv4() => Ok(()),
+        (Some(_), Some(_)) => Err(bad("local and remote must be the same address family")),
+        _ => Err(bad("both local= and remote= are required")),
+    }
+}
+
+/// Parse `drop=F,dup=F,reorder=F,seed=N`; every key optional, probabilities in [0, 1].
+pub fn parse_impair(spec: &str) -> Result<Impairment, CliError> {
+    let bad = |reason: String| CliError::BadImpair {
+        spec: spec.to_string(),
+        reason,
+    };
+    let mut imp = Impairment {
+        drop: 0.0,
+        dup: 0.0,
+        reorder: 0.0,
+        seed: 1,
+    };
+    for kv in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{kv:?} is not key=value")))?;
+        let prob = |v: &str| -> Result<f64, CliError> {
+            match v.parse::<f64>() {
+                Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+                _ => Err(bad(format!(
+                    "{k}={v}: expected a probability between 0 and 1"
+                ))),
+            }
+        };
+        match k {
+            "drop" => imp.drop = prob(v)?,
+            "dup" => imp.dup = prob(v)?,
+            "reorder" => imp.reorder = prob(v)?,
+            "seed" => {
+                imp.seed = v
+                    .parse()
+                    .map_err(|_| bad(format!("seed={v}: expected an unsigned integer")))?
+            }
+            _ => return Err(bad(format!("unknown key {k:?}"))),
+        }
+    }
+    Ok(imp)
+}

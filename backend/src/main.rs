@@ -1,1 +1,93 @@
-fn main() {}
+//! `vrdma-backend`: parse the command line, set up logging and signals, run the daemon.
+
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use log::{error, info};
+
+use vrdma_backend::cli::{Args, Config};
+use vrdma_backend::vhost_user::start_backend;
+
+fn init_logging(config: &Config) -> Result<(), String> {
+    let mut builder =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    if let Some(path) = &config.log_file {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot open --log-file {}: {e}", path.display()))?;
+        builder.target(env_logger::Target::Pipe(Box::new(file)));
+    }
+    builder.init();
+    Ok(())
+}
+
+/// Block SIGINT and SIGTERM in every thread (called before any thread is spawned) and wait for
+/// them on a dedicated thread, which removes the socket and exits with status 0.
+fn install_signal_thread(socket: PathBuf) -> Result<(), String> {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it before use and
+    // pthread_sigmask only reads it. No other thread exists yet, so every thread spawned later
+    // inherits the blocked mask.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(format!(
+                "pthread_sigmask: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+        set
+    };
+    std::thread::Builder::new()
+        .name("signals".to_string())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is an initialised sigset_t owned by this closure and `sig` a valid
+            // out-pointer; sigwait does not retain either.
+            let rc = unsafe { libc::sigwait(&set, &mut sig) };
+            if rc == 0 {
+                info!("signal {sig} received, exiting");
+                let _ = std::fs::remove_file(&socket);
+                std::process::exit(0);
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match Config::try_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vrdma-backend: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = init_logging(&config) {
+        eprintln!("vrdma-backend: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = install_signal_thread(config.socket_path.clone()) {
+        eprintln!("vrdma-backend: {e}");
+        return ExitCode::FAILURE;
+    }
+    let logs_to_file = config.log_file.is_some();
+    match start_backend(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if logs_to_file {
+                error!("{e}");
+            }
+            eprintln!("vrdma-backend: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,122 @@
-//! (being written)
+//! The vhost-user face of the vrdma device (spec §3): a [`VhostUserBackend`] serving the six
+//! virtqueues, the 256-byte config space and the guest memory table, plus the daemon loop that
+//! accepts one QEMU connection after another.
+//!
+//! - `backend.rs`: [`VhostUserRdma`], the `VhostUserBackend` impl (features, config space,
+//!   memory table, queue dispatch, reset).
+//! - `controlq.rs`: control chains -> [`RdmaDevice::handle_command`] -> response (§11).
+//! - `output.rs`: [`VirtqOutput`], device -> driver records on the event, pagereq and eth rx
+//!   queues, queued internally while the driver has posted no buffer.
+//! - `inputq.rs`: doorbell records -> [`DoorbellSink`], eth tx frames -> [`FrameSink`].
+//! - `daemon.rs`: the accept loop ([`serve`]); `start.rs`: [`start_backend`] wiring.
+//!
+//! Lock order: device mutex -> output queue mutex -> vring lock. Nothing here takes the device
+//! mutex while holding a vring lock, and no vhost-user thread waits for the network or a timer.
+//!
+//! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
+
+mod backend;
+pub mod chain;
+pub mod controlq;
+pub mod daemon;
+pub mod inputq;
+pub mod output;
+mod start;
+
+use std::io;
+
+use thiserror::Error;
+use vhost_user_backend::VringRwLock;
+
+pub use backend::VhostUserRdma;
+pub use daemon::{serve, DaemonError, ServeParts};
+pub use output::VirtqOutput;
+pub use start::{config_space, start_backend, PlaceholderDevice, StartError};
+
+/// Guest memory as mapped from the vhost-user memory table.
+pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
+/// The swappable guest memory shared by the vrings and the device (SET_MEM_TABLE, ADD_MEM_REG
+/// and REM_MEM_REG replace its contents).
+pub type GuestMemoryAtomic = vm_memory::GuestMemoryAtomic<GuestMemoryMmap>;
+/// One virtqueue as handed out by vhost-user-backend (Send + Sync, usable from any thread).
+pub type Vring = VringRwLock<GuestMemoryAtomic>;
+
+/// Virtqueue indices (spec §3, `VRDMA_VQ_*`).
+pub const VQ_CONTROL: u16 = 0;
+pub const VQ_EVENT: u16 = 1;
+pub const VQ_DOORBELL: u16 = 2;
+pub const VQ_PAGEREQ: u16 = 3;
+pub const VQ_ETH_RX: u16 = 4;
+pub const VQ_ETH_TX: u16 = 5;
+/// Number of virtqueues (`VRDMA_NUM_VQS`).
+pub const NUM_QUEUES: usize = 6;
+/// Largest virtqueue size offered to the frontend.
+pub const MAX_QUEUE_SIZE: usize = 1024;
+/// Size of `struct vrdma_config` (§2.2).
+pub const CONFIG_SIZE: usize = 256;
+
+/// Device feature bits (spec §2, `VIRTIO_RDMA_F_*`).
+pub const VIRTIO_RDMA_F_ODP: u64 = 1 << 0;
+pub const VIRTIO_RDMA_F_ODP_IMPLICIT: u64 = 1 << 1;
+pub const VIRTIO_RDMA_F_ETH: u64 = 1 << 2;
+
+/// What the virtqueue plumbing needs from the device model. `device::Device` implements it;
+/// tests may substitute a mock. All calls happen under the device mutex.
+pub trait RdmaDevice: Send + 'static {
+    /// Execute one control command (§11). `req` is the readable part after the 8-byte
+    /// `vrdma_cmd_hdr`; the response body (without `vrdma_cmd_resp_hdr`) is appended to `resp`.
+    /// Returns a `VRDMA_STATUS_*`.
+    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32;
+    /// Back to the power-on state: every object destroyed, engine state for them dropped.
+    fn reset(&mut self);
+    /// The frontend installed a new memory table (the atomic is the one the vrings use).
+    fn set_guest_memory(&mut self, mem: GuestMemoryAtomic);
+}
+
+/// Where doorbell records (§8) go: the engine thread. Must not block.
+pub trait DoorbellSink: Send + Sync {
+    /// One `vrdma_doorbell` record: `kind` is `VRDMA_DB_*`, `id` a qpn, srqn or cqn.
+    fn doorbell(&self, kind: u32, id: u32);
+}
+
+/// Where the guest's eth tx frames go: the uplink. Must not block.
+pub trait FrameSink: Send + Sync {
+    /// Send one raw Ethernet frame (no virtio-net header).
+    fn send_frame(&self, frame: &[u8]) -> io::Result<()>;
+}
+
+/// A [`FrameSink`] / [`DoorbellSink`] that drops everything (no uplink, no engine).
+#[derive(Debug, Default)]
+pub struct NullSink;
+
+impl FrameSink for NullSink {
+    fn send_frame(&self, _frame: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl DoorbellSink for NullSink {
+    fn doorbell(&self, _kind: u32, _id: u32) {}
+}
+
+/// Errors of the virtqueue plumbing. Converted to `io::Error` only at the vhost-user trait
+/// boundary; most are logged and the offending chain returned, never a panic.
+#[derive(Debug, Error)]
+pub enum VhostUserRdmaError {
+    #[error("queue {0}: reading the available ring failed: {1}")]
+    AvailRing(u16, virtio_queue::Error),
+    #[error("queue {0}: adding a used element failed: {1}")]
+    AddUsed(u16, virtio_queue::Error),
+    #[error("queue {0}: notification state update failed: {1}")]
+    Notification(u16, virtio_queue::Error),
+    #[error("queue {0}: signalling the frontend failed: {1}")]
+    Signal(u16, io::Error),
+    #[error("event {0} is not a queue of this device")]
+    UnknownEvent(u16),
+}
+
+impl From<VhostUserRdmaError> for io::Error {
+    fn from(e: VhostUserRdmaError) -> Self {
+        io::Error::other(e)
+    }
+}

@@ -1,0 +1,229 @@
+//! [`VhostUserRdma`]: the `VhostUserBackend` for one frontend connection.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use log::{debug, info, warn};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::VhostUserBackend;
+use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::bindings::virtio_ring::{
+    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+use super::controlq::{self, MAX_REQUEST_BYTES};
+use super::inputq::{self, drain_queue, ETH_OVERHEAD, MAX_DOORBELL_BYTES};
+use super::{
+    DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VhostUserRdmaError, VirtqOutput, Vring,
+    CONFIG_SIZE, MAX_QUEUE_SIZE, NUM_QUEUES, VIRTIO_RDMA_F_ETH, VIRTIO_RDMA_F_ODP,
+    VIRTIO_RDMA_F_ODP_IMPLICIT, VQ_CONTROL, VQ_DOORBELL, VQ_ETH_RX, VQ_ETH_TX, VQ_EVENT,
+    VQ_PAGEREQ,
+};
+
+/// The vrdma device as a vhost-user backend, for one connection. Created per connection by
+/// the daemon loop; the device, its outputs and the sinks outlive it.
+pub struct VhostUserRdma<D: RdmaDevice> {
+    device: Arc<Mutex<D>>,
+    out: Arc<VirtqOutput>,
+    doorbells: Arc<dyn DoorbellSink>,
+    eth_tx: Arc<dyn FrameSink>,
+    config: [u8; CONFIG_SIZE],
+    features: u64,
+    max_frame: usize,
+    mem: GuestMemoryAtomic,
+    event_idx: AtomicBool,
+    attached: AtomicBool,
+}
+
+impl<D: RdmaDevice> VhostUserRdma<D> {
+    /// `config` is the `vrdma_config` served by GET_CONFIG; `odp` adds the ODP feature bits;
+    /// `mtu` bounds eth tx frames; `mem` must be the atomic given to the `VhostUserDaemon`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        device: Arc<Mutex<D>>,
+        out: Arc<VirtqOutput>,
+        doorbells: Arc<dyn DoorbellSink>,
+        eth_tx: Arc<dyn FrameSink>,
+        config: [u8; CONFIG_SIZE],
+        odp: bool,
+        mtu: u16,
+        mem: GuestMemoryAtomic,
+    ) -> Self {
+        let mut features = 1u64 << VIRTIO_F_VERSION_1
+            | 1u64 << VIRTIO_RING_F_INDIRECT_DESC
+            | 1u64 << VIRTIO_RING_F_EVENT_IDX
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VIRTIO_RDMA_F_ETH;
+        if odp {
+            features |= VIRTIO_RDMA_F_ODP | VIRTIO_RDMA_F_ODP_IMPLICIT;
+        }
+        VhostUserRdma {
+            device,
+            out,
+            doorbells,
+            eth_tx,
+            config,
+            features,
+            max_frame: usize::from(mtu) + ETH_OVERHEAD,
+            mem,
+            event_idx: AtomicBool::new(false),
+            attached: AtomicBool::new(false),
+        }
+    }
+
+    fn lock_device(&self) -> std::sync::MutexGuard<'_, D> {
+        self.device.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reset the device model and drop pending device -> driver records. Called on
+    /// RESET_DEVICE / RESET_OWNER, when the frontend stops the control queue (QEMU does on a
+    /// virtio reset of the guest) and when the connection ends.
+    pub fn reset_state(&self, why: &str) {
+        info!("device reset ({why})");
+        self.lock_device().reset();
+        self.out.clear_pending();
+    }
+
+    fn dispatch(&self, index: u16, vrings: &[Vring]) -> Result<(), VhostUserRdmaError> {
+        let Some(vring) = vrings.get(usize::from(index)) else {
+            return Err(VhostUserRdmaError::UnknownEvent(index));
+        };
+        let event_idx = self.event_idx.load(Ordering::Acquire);
+        match index {
+            VQ_CONTROL => {
+                let device = &*self.device;
+                drain_queue(index, vring, &self.mem, event_idx, MAX_REQUEST_BYTES, |c| {
+                    let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
+                    controlq::run_command(device, &*mem, c)
+                })
+            }
+            VQ_DOORBELL => drain_queue(
+                index,
+                vring,
+                &self.mem,
+                event_idx,
+                MAX_DOORBELL_BYTES,
+                |c| inputq::doorbells(c, &*self.doorbells),
+            ),
+            VQ_ETH_TX => drain_queue(index, vring, &self.mem, event_idx, self.max_frame, |c| {
+                inputq::eth_tx(c, &*self.eth_tx, self.max_frame)
+            }),
+            VQ_EVENT | VQ_PAGEREQ | VQ_ETH_RX => {
+                if let Some(q) = self.out.queue(index) {
+                    q.flush();
+                }
+                Ok(())
+            }
+            _ => Err(VhostUserRdmaError::UnknownEvent(index)),
+        }
+    }
+}
+
+impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        NUM_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        self.features
+    }
+
+    fn acked_features(&self, features: u64) {
+        debug!("features acked: {features:#x}");
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn reset_device(&self) {
+        self.reset_state("frontend RESET_DEVICE");
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(enabled, Ordering::Release);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let start = offset as usize;
+        match start.checked_add(size as usize) {
+            Some(end) if end <= CONFIG_SIZE && size > 0 => self.config[start..end].to_vec(),
+            _ => {
+                warn!(
+                    "GET_CONFIG offset {offset} size {size} outside the {CONFIG_SIZE}-byte config"
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
+        warn!(
+            "SET_CONFIG offset {offset} size {} refused: config is read-only",
+            buf.len()
+        );
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "vrdma config space is read-only",
+        ))
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic) -> io::Result<()> {
+        debug!("guest memory table updated");
+        self.lock_device().set_guest_memory(mem);
+        Ok(())
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC)
+            .map_err(|e| warn!("cannot create exit event: {e}"))
+            .ok()
+    }
+
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        if queue_index == u32::from(VQ_CONTROL) {
+            // QEMU stops every ring on a virtio reset / driver unload: the next driver instance
+            // must find a power-on device.
+            self.reset_state("control queue stopped");
+        }
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[Vring],
+        _thread_id: usize,
+    ) -> io::Result<()> {
+        if evset != EventSet::IN {
+            warn!("queue {device_event}: unexpected epoll events {evset:?}");
+            return Ok(());
+        }
+        if !self.attached.swap(true, Ordering::AcqRel) {
+            self.out.attach(vrings, &self.mem);
+        }
+        // A failing queue is logged, not propagated: an error here would end the vring worker
+        // thread and silence every queue of the device.
+        if let Err(e) = self.dispatch(device_event, vrings) {
+            warn!("{e}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,101 @@
+//! Descriptor chains as byte streams: the readable part gathered into one buffer (bounded), the
+//! writable part as a list of guest ranges to scatter a response into. Every address comes from
+//! the guest and is checked against the memory table; nothing here panics on a bad chain.
+
+use std::ops::Deref;
+
+use thiserror::Error;
+use virtio_queue::DescriptorChain;
+use vm_memory::{Bytes, GuestAddress, GuestMemory};
+
+/// Why a chain could not be used as the device expected.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ChainError {
+    #[error("readable part of {len} bytes exceeds the {max}-byte limit")]
+    TooLarge { len: u64, max: usize },
+    #[error("descriptor at {addr:#x} (+{len}) is outside guest memory")]
+    BadAddress { addr: u64, len: u32 },
+}
+
+/// One chain split into its readable bytes and writable ranges.
+#[derive(Debug)]
+pub struct SplitChain {
+    /// Head index, for `add_used`.
+    pub head: u16,
+    /// The device-readable bytes, in chain order (empty when `read_error` is set).
+    pub readable: Vec<u8>,
+    /// Set when the readable part could not be gathered.
+    pub read_error: Option<ChainError>,
+    /// The device-writable descriptors, in chain order.
+    pub writable: Vec<(GuestAddress, u32)>,
+}
+
+impl SplitChain {
+    /// Walk `chain`, gathering at most `max_readable` readable bytes.
+    pub fn gather<M>(chain: DescriptorChain<M>, max_readable: usize) -> SplitChain
+    where
+        M: Deref + Clone,
+        M::Target: GuestMemory,
+    {
+        let head = chain.head_index();
+        let mem = chain.memory();
+        let mut readable_descs = Vec::new();
+        let mut writable = Vec::new();
+        let mut readable_len: u64 = 0;
+        for desc in chain.clone() {
+            if desc.is_write_only() {
+                writable.push((desc.addr(), desc.len()));
+            } else {
+                readable_len += u64::from(desc.len());
+                readable_descs.push((desc.addr(), desc.len()));
+            }
+        }
+        let mut out = SplitChain {
+            head,
+            readable: Vec::new(),
+            read_error: None,
+            writable,
+        };
+        if readable_len > max_readable as u64 {
+            out.read_error = Some(ChainError::TooLarge {
+                len: readable_len,
+                max: max_readable,
+            });
+            return out;
+        }
+        // readable_len <= max_readable, so it fits in usize.
+        let mut buf = vec![0u8; readable_len as usize];
+        let mut off = 0usize;
+        for (addr, len) in readable_descs {
+            let end = off + len as usize;
+            if mem.read_slice(&mut buf[off..end], addr).is_err() {
+                out.read_error = Some(ChainError::BadAddress { addr: addr.0, len });
+                return out;
+            }
+            off = end;
+        }
+        out.readable = buf;
+        out
+    }
+
+    /// Total capacity of the writable part.
+    pub fn writable_len(&self) -> u64 {
+        self.writable.iter().map(|(_, l)| u64::from(*l)).sum()
+    }
+
+    /// Scatter `data` over the writable descriptors. Returns the bytes written, or the first
+    /// descriptor that is not in guest memory. `data` longer than the capacity is truncated.
+    pub fn scatter<M: GuestMemory>(&self, mem: &M, data: &[u8]) -> Result<usize, ChainError> {
+        let mut off = 0usize;
+        for &(addr, len) in &self.writable {
+            if off >= data.len() {
+                break;
+            }
+            let n = (len as usize).min(data.len() - off);
+            mem.write_slice(&data[off..off + n], addr)
+                .map_err(|_| ChainError::BadAddress { addr: addr.0, len })?;
+            off += n;
+        }
+        Ok(off)
+    }
+}

@@ -1,0 +1,116 @@
+//! The daemon loop: listen on the socket, serve one frontend connection, reset, serve the next.
+//!
+//! The socket stays bound for the daemon's lifetime (a reconnecting QEMU always finds it). Each
+//! connection gets a fresh `VhostUserDaemon` (new vrings and worker thread) over the same device;
+//! when it ends, the device is reset, pending records dropped and the guest memory unmapped.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use log::{info, warn};
+use thiserror::Error;
+use vhost::vhost_user::Listener;
+use vhost_user_backend::VhostUserDaemon;
+
+use super::{
+    DoorbellSink, FrameSink, GuestMemoryAtomic, GuestMemoryMmap, RdmaDevice, VhostUserRdma,
+    VirtqOutput, CONFIG_SIZE,
+};
+
+/// Errors that end the daemon.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("cannot listen on {path}: {source}")]
+    Listen {
+        path: String,
+        source: vhost::vhost_user::Error,
+    },
+    #[error("cannot set up the vhost-user handler: {0}")]
+    NewDaemon(String),
+    #[error("accepting a vhost-user connection failed: {0}")]
+    Accept(String),
+}
+
+/// Everything a connection's backend is built from.
+pub struct ServeParts<D: RdmaDevice> {
+    pub device: Arc<Mutex<D>>,
+    pub out: Arc<VirtqOutput>,
+    pub doorbells: Arc<dyn DoorbellSink>,
+    pub eth_tx: Arc<dyn FrameSink>,
+    /// The 256-byte `vrdma_config` (§2.2).
+    pub config: [u8; CONFIG_SIZE],
+    /// Offer VIRTIO_RDMA_F_ODP / _ODP_IMPLICIT.
+    pub odp: bool,
+    pub mtu: u16,
+}
+
+/// Bind the vhost-user socket (replacing a stale one).
+pub fn listen(path: &Path) -> Result<Listener, DaemonError> {
+    Listener::new(path, true).map_err(|source| DaemonError::Listen {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Serve connections on `listener` one after another; returns after `max_connections` (tests)
+/// or on an accept error, never on a connection's own failure.
+pub fn serve<D: RdmaDevice>(
+    listener: &mut Listener,
+    parts: &ServeParts<D>,
+    max_connections: Option<usize>,
+) -> Result<(), DaemonError> {
+    let mut served = 0usize;
+    loop {
+        if matches!(max_connections, Some(m) if served >= m) {
+            return Ok(());
+        }
+        serve_one(listener, parts)?;
+        served += 1;
+    }
+}
+
+fn serve_one<D: RdmaDevice>(
+    listener: &mut Listener,
+    parts: &ServeParts<D>,
+) -> Result<(), DaemonError> {
+    let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    lock(&parts.device).set_guest_memory(mem.clone());
+    let backend = Arc::new(VhostUserRdma::new(
+        parts.device.clone(),
+        parts.out.clone(),
+        parts.doorbells.clone(),
+        parts.eth_tx.clone(),
+        parts.config,
+        parts.odp,
+        parts.mtu,
+        mem.clone(),
+    ));
+    let mut daemon = VhostUserDaemon::new("vrdma-vhost-user".to_string(), backend.clone(), mem)
+        .map_err(|e| DaemonError::NewDaemon(e.to_string()))?;
+    let started = daemon.start(listener);
+    if let Err(e) = started {
+        stop_workers(&daemon);
+        return Err(DaemonError::Accept(e.to_string()));
+    }
+    info!("vhost-user frontend connected");
+    match daemon.wait() {
+        Ok(()) => info!("vhost-user frontend disconnected"),
+        Err(e) => warn!("vhost-user connection ended: {e}"),
+    }
+    stop_workers(&daemon);
+    parts.out.detach();
+    backend.reset_state("frontend disconnected");
+    // Unmap the old guest memory; the next connection brings its own table.
+    lock(&parts.device).set_guest_memory(GuestMemoryAtomic::new(GuestMemoryMmap::new()));
+    Ok(())
+}
+
+fn stop_workers<D: RdmaDevice>(daemon: &VhostUserDaemon<Arc<VhostUserRdma<D>>>) {
+    for handler in daemon.get_epoll_handlers() {
+        handler.send_exit_event();
+    }
+}
+
+fn lock<D>(m: &Mutex<D>) -> std::sync::MutexGuard<'_, D> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,121 @@
+//! Driver -> device queues other than control: doorbells (§8) and eth tx frames, plus the
+//! drain loop every input queue shares (pop all chains, handle each, return them, signal once,
+//! EVENT_IDX-aware so no kick is lost).
+
+use log::{debug, warn};
+use vhost_user_backend::VringT;
+use virtio_queue::QueueOwnedT;
+use vm_memory::GuestAddressSpace;
+
+use super::chain::SplitChain;
+use super::{DoorbellSink, FrameSink, GuestMemoryAtomic, VhostUserRdmaError, Vring};
+
+/// `sizeof(struct vrdma_doorbell)`.
+pub const DOORBELL_LEN: usize = 8;
+/// Bound of one doorbell buffer (8192 records).
+pub const MAX_DOORBELL_BYTES: usize = 64 << 10;
+/// Ethernet header (14) + FCS-less slack for one 802.1Q tag (4): a frame may be MTU + 18.
+pub const ETH_OVERHEAD: usize = 18;
+/// Smallest frame accepted from the guest (an Ethernet header).
+pub const ETH_MIN_FRAME: usize = 14;
+
+/// Pop every available chain of `vring`, hand each to `handle` (which returns the used `len`),
+/// return them and signal the frontend if needed. `handle` runs without the vring lock held.
+pub fn drain_queue<F>(
+    index: u16,
+    vring: &Vring,
+    mem: &GuestMemoryAtomic,
+    event_idx: bool,
+    max_readable: usize,
+    mut handle: F,
+) -> Result<(), VhostUserRdmaError>
+where
+    F: FnMut(&SplitChain) -> u32,
+{
+    loop {
+        if event_idx {
+            vring
+                .disable_notification()
+                .map_err(|e| VhostUserRdmaError::Notification(index, e))?;
+        }
+        // Gather under the vring lock, handle without it (handlers may take the device lock).
+        let chains: Vec<SplitChain> = {
+            let guard = mem.memory();
+            let mut state = vring.get_mut();
+            let queue = state.get_queue_mut();
+            let iter = queue
+                .iter(&*guard)
+                .map_err(|e| VhostUserRdmaError::AvailRing(index, e))?;
+            iter.map(|c| SplitChain::gather(c, max_readable)).collect()
+        };
+        let mut any = false;
+        for chain in &chains {
+            let len = handle(chain);
+            vring
+                .add_used(chain.head, len)
+                .map_err(|e| VhostUserRdmaError::AddUsed(index, e))?;
+            any = true;
+        }
+        if any
+            && vring
+                .needs_notification()
+                .map_err(|e| VhostUserRdmaError::Notification(index, e))?
+        {
+            vring
+                .signal_used_queue()
+                .map_err(|e| VhostUserRdmaError::Signal(index, e))?;
+        }
+        if !event_idx {
+            return Ok(());
+        }
+        if !vring
+            .enable_notification()
+            .map_err(|e| VhostUserRdmaError::Notification(index, e))?
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// Forward every `vrdma_doorbell` record in a doorbell buffer. Returns the used `len` (0: the
+/// device writes nothing).
+pub fn doorbells(chain: &SplitChain, sink: &dyn DoorbellSink) -> u32 {
+    if let Some(e) = &chain.read_error {
+        warn!("doorbellq: buffer {}: {e}; ignored", chain.head);
+        return 0;
+    }
+    let recs = chain.readable.chunks_exact(DOORBELL_LEN);
+    if !recs.remainder().is_empty() {
+        warn!(
+            "doorbellq: buffer {}: {} trailing bytes ignored",
+            chain.head,
+            recs.remainder().len()
+        );
+    }
+    for r in recs {
+        let kind = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+        let id = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
+        sink.doorbell(kind, id);
+    }
+    0
+}
+
+/// Send the frame in an eth tx buffer to the uplink if its length is sane.
+pub fn eth_tx(chain: &SplitChain, sink: &dyn FrameSink, max_frame: usize) -> u32 {
+    if let Some(e) = &chain.read_error {
+        warn!("eth txq: buffer {}: {e}; dropped", chain.head);
+        return 0;
+    }
+    let frame = &chain.readable;
+    if frame.len() < ETH_MIN_FRAME || frame.len() > max_frame {
+        debug!(
+            "eth txq: frame of {} bytes outside {ETH_MIN_FRAME}..={max_frame}; dropped",
+            frame.len()
+        );
+        return 0;
+    }
+    if let Err(e) = sink.send_frame(frame) {
+        debug!("eth txq: uplink send failed: {e}; frame dropped");
+    }
+    0
+}

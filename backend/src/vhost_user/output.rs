@@ -1,0 +1,258 @@
+//! Device -> driver queues: event (§9, 16-byte `vrdma_event`), pagereq (§10, 32-byte
+//! `vrdma_page_req`) and eth rx (raw Ethernet frames). The driver posts writable buffers; a
+//! record goes into the next buffer, or waits in a bounded internal queue until the driver
+//! posts one (the queue's kick flushes it). Interrupts are coalesced with EVENT_IDX.
+//!
+//! [`VirtqOutput`] outlives connections: each new connection attaches its vrings and memory,
+//! a disconnect or device reset detaches them and discards what was pending.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use log::{debug, warn};
+use vhost_user_backend::VringT;
+use virtio_queue::QueueT;
+use vm_memory::GuestAddressSpace;
+
+use super::chain::SplitChain;
+use super::{GuestMemoryAtomic, Vring, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
+
+/// `sizeof(struct vrdma_event)`.
+pub const EVENT_LEN: usize = 16;
+/// `sizeof(struct vrdma_page_req)`.
+pub const PAGE_REQ_LEN: usize = 32;
+/// Frames kept while the driver has no eth rx buffer (like a NIC's rx FIFO); more are dropped.
+pub const ETH_RX_BACKLOG: usize = 256;
+/// Page requests kept while the driver has no pagereq buffer.
+pub const PAGE_REQ_BACKLOG: usize = 65536;
+
+/// What happens to a record that does not fit the buffer it was offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TooSmall {
+    /// Return the buffer with len 0 and keep the record for the next buffer.
+    Retry,
+    /// Return the buffer with len 0 and drop the record (frames).
+    Drop,
+}
+
+struct OutState {
+    pending: VecDeque<Vec<u8>>,
+    target: Option<(Vring, GuestMemoryAtomic)>,
+    dropped: u64,
+}
+
+/// One device -> driver virtqueue with its backlog.
+pub struct OutQueue {
+    index: u16,
+    name: &'static str,
+    backlog: usize,
+    too_small: TooSmall,
+    state: Mutex<OutState>,
+}
+
+impl OutQueue {
+    fn new(index: u16, name: &'static str, backlog: usize, too_small: TooSmall) -> Self {
+        OutQueue {
+            index,
+            name,
+            backlog,
+            too_small,
+            state: Mutex::new(OutState {
+                pending: VecDeque::new(),
+                target: None,
+                dropped: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue `record` and deliver whatever fits into posted buffers.
+    pub fn push(&self, record: &[u8]) {
+        let mut st = self.lock();
+        if st.pending.len() >= self.backlog {
+            st.dropped += 1;
+            if st.dropped.is_power_of_two() {
+                warn!(
+                    "{}: backlog of {} full, {} record(s) dropped so far",
+                    self.name, self.backlog, st.dropped
+                );
+            }
+            return;
+        }
+        st.pending.push_back(record.to_vec());
+        self.deliver(&mut st);
+    }
+
+    /// The driver posted buffers (queue kick): deliver the backlog.
+    pub fn flush(&self) {
+        let mut st = self.lock();
+        self.deliver(&mut st);
+    }
+
+    /// Records waiting for a buffer.
+    pub fn pending(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Records dropped because the backlog was full.
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    fn attach(&self, vring: Vring, mem: GuestMemoryAtomic) {
+        let mut st = self.lock();
+        st.target = Some((vring, mem));
+    }
+
+    fn detach(&self) {
+        let mut st = self.lock();
+        st.pending.clear();
+        st.target = None;
+    }
+
+    fn deliver(&self, st: &mut OutState) {
+        if st.pending.is_empty() {
+            return;
+        }
+        let Some((vring, atomic)) = st.target.clone() else {
+            return;
+        };
+        let mem = atomic.memory();
+        let mut state = vring.get_mut();
+        if !state.get_queue().ready() || !state.is_enabled() {
+            return;
+        }
+        let mut used = 0usize;
+        loop {
+            while !st.pending.is_empty() {
+                let Some(chain) = state.get_queue_mut().pop_descriptor_chain(&*mem) else {
+                    break;
+                };
+                let split = SplitChain::gather(chain, 0);
+                let record_len = st.pending.front().map_or(0, Vec::len);
+                let len = if split.writable_len() < record_len as u64 {
+                    debug!(
+                        "{}: buffer {} of {} bytes too small for {record_len}",
+                        self.name,
+                        split.head,
+                        split.writable_len()
+                    );
+                    if self.too_small == TooSmall::Drop {
+                        st.pending.pop_front();
+                        st.dropped += 1;
+                    }
+                    0
+                } else {
+                    let rec = st.pending.pop_front().unwrap_or_default();
+                    match split.scatter(&*mem, &rec) {
+                        Ok(n) => n as u32,
+                        Err(e) => {
+                            warn!("{}: buffer {}: {e}; record dropped", self.name, split.head);
+                            st.dropped += 1;
+                            0
+                        }
+                    }
+                };
+                if let Err(e) = state.add_used(split.head, len) {
+                    warn!("{}: add_used: {e}", self.name);
+                    break;
+                }
+                used += 1;
+            }
+            if st.pending.is_empty() {
+                break;
+            }
+            // Records left and no buffer: re-arm the kick (EVENT_IDX: avail_event =
+            // next_avail) and look once more, so a buffer posted meanwhile is not missed.
+            match state.enable_notification() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    warn!("{}: enable_notification: {e}", self.name);
+                    break;
+                }
+            }
+        }
+        if used > 0 {
+            match state.needs_notification() {
+                Ok(true) => {
+                    if let Err(e) = state.signal_used_queue() {
+                        warn!("{}: signal: {e}", self.name);
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => warn!("{}: needs_notification: {e}", self.name),
+            }
+        }
+    }
+}
+
+/// The device's outputs over the event, pagereq and eth rx virtqueues. Implements the device's
+/// `DeviceOutput` contract (events, page requests, eth rx frames) and is shared with the engine.
+pub struct VirtqOutput {
+    events: OutQueue,
+    page_reqs: OutQueue,
+    eth_rx: OutQueue,
+}
+
+impl VirtqOutput {
+    /// `event_backlog` bounds queued events (DESIGN.md: by the number of objects).
+    pub fn new(event_backlog: usize) -> Self {
+        VirtqOutput {
+            events: OutQueue::new(VQ_EVENT, "eventq", event_backlog.max(1), TooSmall::Retry),
+            page_reqs: OutQueue::new(VQ_PAGEREQ, "pagereqq", PAGE_REQ_BACKLOG, TooSmall::Retry),
+            eth_rx: OutQueue::new(VQ_ETH_RX, "eth rxq", ETH_RX_BACKLOG, TooSmall::Drop),
+        }
+    }
+
+    /// Post a 16-byte `vrdma_event`.
+    pub fn push_event(&self, ev: &[u8; EVENT_LEN]) {
+        self.events.push(ev);
+    }
+
+    /// Post a 32-byte `vrdma_page_req`.
+    pub fn push_page_req(&self, req: &[u8; PAGE_REQ_LEN]) {
+        self.page_reqs.push(req);
+    }
+
+    /// Post a raw Ethernet frame to the guest's netdev.
+    pub fn push_eth_rx(&self, frame: &[u8]) {
+        self.eth_rx.push(frame);
+    }
+
+    /// The queue for a virtqueue index, if it is an output queue.
+    pub fn queue(&self, index: u16) -> Option<&OutQueue> {
+        match index {
+            VQ_EVENT => Some(&self.events),
+            VQ_PAGEREQ => Some(&self.page_reqs),
+            VQ_ETH_RX => Some(&self.eth_rx),
+            _ => None,
+        }
+    }
+
+    /// A connection's vrings became available (`vrings` indexed by queue number).
+    pub fn attach(&self, vrings: &[Vring], mem: &GuestMemoryAtomic) {
+        for q in [&self.events, &self.page_reqs, &self.eth_rx] {
+            if let Some(v) = vrings.get(usize::from(q.index)) {
+                q.attach(v.clone(), mem.clone());
+            }
+        }
+    }
+
+    /// Forget the connection's vrings and every pending record (disconnect or reset).
+    pub fn detach(&self) {
+        for q in [&self.events, &self.page_reqs, &self.eth_rx] {
+            q.detach();
+        }
+    }
+
+    /// Discard pending records but keep the vrings (device reset while connected).
+    pub fn clear_pending(&self) {
+        for q in [&self.events, &self.page_reqs, &self.eth_rx] {
+            q.lock().pending.clear();
+        }
+    }
+}
