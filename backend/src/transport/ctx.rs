@@ -4,8 +4,11 @@
 //! table while they touch guest memory, MRs or CQs.
 
 use super::packet::Path;
+use super::responder::{decode_recv, RecvWqe};
 use super::{RequesterState, ResponderState};
 use crate::device::Device;
+use crate::qp::QpType;
+use vrdma_spec::{VrdmaAv, VrdmaCqe};
 
 /// QP types (spec §13, `VRDMA_QPT_*`).
 pub const QPT_GSI: u32 = 1;
@@ -93,6 +96,239 @@ pub fn mtu_bytes(e: u32) -> u32 {
 /// Why a ring access failed: the QP must go to ERROR with QP_FATAL (spec §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingFault;
+
+/// Build a path from an address vector and its resolved source GID (spec §15).
+fn av_path(dev: &Device, av: &VrdmaAv, sgid: [u8; 16]) -> Path {
+    Path {
+        smac: dev.config.mac,
+        dmac: av.dmac,
+        // VLAN ids 1..=4094 tag the frame; 0xffff (and 0) mean untagged.
+        vlan: (1..0xfff).contains(&av.vlan_id).then_some(av.vlan_id),
+        sgid,
+        dgid: av.dgid,
+        traffic_class: av.traffic_class,
+        // A hop limit of 0 would be dropped by the first IP hop: use 64 (Linux's default TTL).
+        hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
+        flow_label: av.flow_label & 0x000f_ffff,
+    }
+}
+
+/// Snapshot of QP `qpn`, `None` if it does not exist.
+pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
+    let qp = dev.qps.get(qpn)?;
+    let a = &qp.attrs;
+    let path = (a.av_valid && matches!(qp.qp_type, QpType::Rc | QpType::Uc))
+        .then(|| av_path(dev, &a.av, a.sgid));
+    Some(QpCtx {
+        qpn,
+        qp_type: qp.qp_type.as_u32(),
+        state: qp.state.as_u32(),
+        pdn: qp.pd,
+        send_cqn: qp.send_cqn,
+        recv_cqn: qp.recv_cqn,
+        srqn: qp.srqn,
+        mtu: qp.mtu_bytes(),
+        dest_qpn: a.dest_qpn & 0x00ff_ffff,
+        qkey: qp.qkey(),
+        access: a.access_flags,
+        max_rd_atomic: a.max_rd_atomic as u32,
+        max_dest_rd_atomic: a.max_dest_rd_atomic as u32,
+        min_rnr_timer: a.min_rnr_timer,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        sq_sig_all: qp.sq_sig_all,
+        max_send_sge: qp.caps.max_send_sge,
+        max_recv_sge: qp.caps.max_recv_sge,
+        max_inline: qp.caps.max_inline_data,
+        sq_wqe_size: qp.sq.entry_size(),
+        rq_wqe_size: qp.rq.as_ref().map_or(0, |r| r.entry_size()),
+        path,
+    })
+}
+
+/// Take the requester state out of the QP. `None` if the QP does not exist or its state is
+/// already taken (a nested call, e.g. a CQ overflow moving this very QP to ERROR: the outer call
+/// notices the state change and flushes, see `with_req`).
+pub fn take_req(dev: &mut Device, qpn: u32) -> Option<RequesterState> {
+    let qp = dev.qps.get_mut(qpn)?;
+    if qp.req.taken {
+        return None;
+    }
+    let st = std::mem::take(&mut qp.req);
+    qp.req.taken = true;
+    Some(st)
+}
+
+pub fn put_req(dev: &mut Device, qpn: u32, st: RequesterState) {
+    if let Some(qp) = dev.qps.get_mut(qpn) {
+        qp.req = st;
+    }
+}
+
+/// See [`take_req`].
+pub fn take_resp(dev: &mut Device, qpn: u32) -> Option<ResponderState> {
+    let qp = dev.qps.get_mut(qpn)?;
+    if qp.resp.taken {
+        return None;
+    }
+    let st = std::mem::take(&mut qp.resp);
+    qp.resp.taken = true;
+    Some(st)
+}
+
+pub fn put_resp(dev: &mut Device, qpn: u32, st: ResponderState) {
+    if let Some(qp) = dev.qps.get_mut(qpn) {
+        qp.resp = st;
+    }
+}
+
+/// Current IBTA state of a QP.
+pub fn qp_state(dev: &Device, qpn: u32) -> Option<u32> {
+    dev.qps.get(qpn).map(|q| q.state.as_u32())
+}
+
+/// The SQ producer, checked against the ring depth (spec §4: producer − consumer > depth →
+/// ring error INDEX; the caller moves the QP to ERROR + QP_FATAL).
+pub fn sq_producer(dev: &mut Device, qpn: u32) -> Result<u32, RingFault> {
+    let qp = dev.qps.get(qpn).ok_or(RingFault)?;
+    match qp.sq.pending(&dev.mem) {
+        Ok(n) => Ok(qp.sq.dev_index().wrapping_add(n)),
+        Err(e) => {
+            let _ = qp.sq.set_error(&dev.mem, e.ring_error_code());
+            Err(RingFault)
+        }
+    }
+}
+
+/// Read SQ slot `idx` (its first `buf.len()` bytes).
+pub fn sq_read(dev: &Device, qpn: u32, idx: u32, buf: &mut [u8]) -> Result<(), RingFault> {
+    let qp = dev.qps.get(qpn).ok_or(RingFault)?;
+    qp.sq.read_entry(&dev.mem, idx, buf).map_err(|_| RingFault)
+}
+
+/// Publish the SQ consumer (spec §4: advanced when WQEs are completed or flushed).
+pub fn sq_set_consumer(dev: &mut Device, qpn: u32, v: u32) {
+    let Device { qps, mem, .. } = dev;
+    if let Some(qp) = qps.get_mut(qpn) {
+        let _ = qp.sq.set_consumer(mem, v);
+    }
+}
+
+/// Take the next receive WQE from the QP's RQ or SRQ (spec §4: the producer is read when a
+/// receive is needed). `Ok(None)`: none posted. `Err`: ring broken or WQE malformed (the SRQ path
+/// already reported SRQ_ERR; the caller moves the QP to ERROR with QP_FATAL).
+pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault> {
+    if let Some(srqn) = ctx.srqn {
+        let (size, max_sge) = {
+            let srq = dev.srqs.get(srqn).ok_or(RingFault)?;
+            (srq.ring.entry_size() as usize, srq.max_sge)
+        };
+        let mut buf = vec![0u8; size];
+        return match dev.srq_pop(srqn, &mut buf) {
+            Ok(false) => Ok(None),
+            Ok(true) => decode_recv(&buf, max_sge, Some(srqn)).map(Some).ok_or(RingFault),
+            Err(_) => Err(RingFault),
+        };
+    }
+    let Device { qps, mem, .. } = dev;
+    let qp = qps.get_mut(ctx.qpn).ok_or(RingFault)?;
+    let max_sge = qp.caps.max_recv_sge;
+    let rq = qp.rq.as_mut().ok_or(RingFault)?;
+    let n = match rq.pending(mem) {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = rq.set_error(mem, e.ring_error_code());
+            return Err(RingFault);
+        }
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut buf = vec![0u8; rq.entry_size() as usize];
+    let idx = rq.dev_index();
+    rq.read_entry(mem, idx, &mut buf).map_err(|_| RingFault)?;
+    rq.advance_consumer(mem, 1).map_err(|_| RingFault)?;
+    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is a QP error (spec §6.2).
+    decode_recv(&buf, max_sge, None).map(Some).ok_or(RingFault)
+}
+
+/// Take every posted RQ WQE (flush), returning their wr_ids.
+pub fn rq_drain(dev: &mut Device, ctx: &QpCtx) -> Vec<u64> {
+    let mut out = Vec::new();
+    let Device { qps, mem, .. } = dev;
+    let Some(rq) = qps.get_mut(ctx.qpn).and_then(|q| q.rq.as_mut()) else {
+        return out;
+    };
+    let Ok(n) = rq.pending(mem) else { return out };
+    let mut buf = [0u8; 8];
+    for _ in 0..n {
+        let idx = rq.dev_index();
+        let wr_id = if rq.read_entry(mem, idx, &mut buf).is_ok() {
+            u64::from_le_bytes(buf)
+        } else {
+            0
+        };
+        out.push(wr_id);
+        if rq.advance_consumer(mem, 1).is_err() {
+            break;
+        }
+    }
+    out
+}
+
+/// Post a CQE (the core handles overflow: CQ_ERR + QPs to ERROR).
+pub fn post_cqe(dev: &mut Device, cqn: u32, cqe: &Cqe, solicited: bool) {
+    let c = VrdmaCqe {
+        wr_id: cqe.wr_id,
+        qpn: cqe.qpn,
+        opcode: cqe.opcode,
+        status: cqe.status,
+        flags: cqe.flags,
+        network_hdr_type: cqe.network_hdr_type,
+        byte_len: cqe.byte_len,
+        ex: cqe.ex,
+        src_qp: cqe.src_qp,
+        pkey_index: cqe.pkey_index,
+        sl: cqe.sl,
+        reserved0: 0,
+        vendor_err: cqe.vendor_err,
+        smac: cqe.smac,
+        vlan_id: cqe.vlan_id,
+        reserved1: [0; 20],
+    };
+    let _ = dev.post_cqe(cqn, &c, solicited);
+}
+
+/// Move a QP to ERROR through the core (which sends `event` and calls the flush hook).
+pub fn qp_to_error(dev: &mut Device, qpn: u32, event: Option<u32>) {
+    dev.qp_to_error(qpn, event, 0);
+}
+
+/// Send an async event.
+pub fn event(dev: &Device, ty: u32, id: u32, info: u32) {
+    dev.out.event(crate::device::output::event(ty, id, info));
+}
+
+/// The path of UD AH `index` if it exists in PD `pdn` (spec §6.1).
+pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
+    let ah = dev.ahs.lookup_in_pd(index, pdn)?;
+    Some(av_path(dev, &ah.av, ah.sgid))
+}
+
+/// Queue a frame for the uplink.
+pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
+    dev.outbox.push(frame);
+}
+
+/// QPNs whose requester has an armed timer.
+pub fn qpns_with_timers(dev: &Device) -> Vec<u32> {
+    dev.qps
+        .iter()
+        .filter(|q| q.req.retrans_deadline.is_some() || q.req.rnr_deadline.is_some())
+        .map(|q| q.qpn)
+        .collect()
+}
 
 /// A completion queue entry (spec §7, 64 bytes) as the transport builds it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

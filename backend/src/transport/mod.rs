@@ -86,6 +86,10 @@ pub(crate) fn with_req<R>(
     ctx::put_req(dev, qpn, st);
     if let Some(e) = fatal {
         ctx::qp_to_error(dev, qpn, e.event());
+    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
+        // could not see the state then, so flush now.
+        flush(dev, qpn);
     }
     Some(r)
 }
@@ -103,6 +107,10 @@ pub(crate) fn with_resp<R>(
     ctx::put_resp(dev, qpn, st);
     if let Some(e) = fatal {
         ctx::qp_to_error(dev, qpn, e.event());
+    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
+        // could not see the state then, so flush now.
+        flush(dev, qpn);
     }
     Some(r)
 }

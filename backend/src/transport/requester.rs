@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD};
-use super::packet::{opcode_for, Path, TxHdrs};
+use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::device::Device;
 use crate::memory::mr::MrError;
@@ -63,6 +63,8 @@ pub struct RequesterState {
     pub stopped: bool,
     /// Deferred QP-level error to apply once the state is back in the QP (see `with_req`).
     pub fatal: Option<Fatal>,
+    /// Placeholder left in the QP while a transport function holds the real state.
+    pub taken: bool,
     /// SQ_DRAINED was reported for the current SQD period.
     pub drained_reported: bool,
 }

@@ -15,7 +15,7 @@ use super::requester::{sge_copy, Sge, SgeError};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::device::Device;
 use crate::memory::mr::{GuestRange, MrError};
-use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Reth, Syndrome, Transport};
+use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Transport};
 
 /// Send an ACK at least every this many unacknowledged packets even without AckReq.
 const ACK_COALESCE: u32 = 64;
@@ -54,6 +54,8 @@ pub struct ResponderState {
     pub last_wqe_reported: bool,
     /// Deferred QP-level error (see `with_resp`).
     pub fatal: Option<Fatal>,
+    /// Placeholder left in the QP while a transport function holds the real state.
+    pub taken: bool,
 }
 
 /// The kind of multi-packet message in progress.
@@ -874,16 +876,6 @@ fn push_resource(st: &mut ResponderState, ctx: &QpCtx, r: RdAtomicRes) {
 /// Take a receive WQE from the RQ or the SRQ.
 fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, ()> {
     ctx::recv_take(dev, ctx).map_err(|_| ())
-}
-
-fn transport_of(ctx: &QpCtx) -> Transport {
-    if ctx.is_rc() {
-        Transport::Rc
-    } else if ctx.is_uc() {
-        Transport::Uc
-    } else {
-        Transport::Ud
-    }
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
