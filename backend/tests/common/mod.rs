@@ -137,7 +137,7 @@ impl Wqe {
             b[48..56].copy_from_slice(&self.swap.to_le_bytes());
         }
         if let Some(d) = &self.inline {
-            b[9] |= VRDMA_SEND_INLINE as u8;
+            b[9] |= VRDMA_SEND_INLINE;
             b[16..20].copy_from_slice(&(d.len() as u32).to_le_bytes());
             let n = d.len().min(slot - 64);
             b[64..64 + n].copy_from_slice(&d[..n]);
