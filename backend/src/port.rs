@@ -90,3 +90,152 @@ fn roce_dst_gid(ethertype: u16, l3: &[u8]) -> Option<Gid> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::frame::{gid_from_ipv4, udp_src_port, Addressing, PacketBuilder};
+    use crate::wire::{Aeth, Bth, Opcode};
+
+    const OURS: MacAddr = [0x02, 0, 0, 0, 0, 0x01];
+    const PEER: MacAddr = [0x02, 0, 0, 0, 0, 0x02];
+
+    fn our_v4() -> Gid {
+        gid_from_ipv4([10, 0, 0, 1])
+    }
+    fn our_v6() -> Gid {
+        [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+    }
+
+    fn roce(dst_mac: MacAddr, dst_gid: Gid, vlan: Option<u16>) -> Vec<u8> {
+        let v4 = crate::wire::is_ipv4_mapped(&dst_gid);
+        let src_gid = if v4 {
+            gid_from_ipv4([10, 0, 0, 2])
+        } else {
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+        };
+        let mut b = PacketBuilder::new(
+            Addressing {
+                src_mac: PEER,
+                dst_mac,
+                vlan,
+                src_gid,
+                dst_gid,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+                udp_src_port: udp_src_port(1, 2),
+            },
+            Bth::new(Opcode::RcAck, 17, 1),
+        );
+        b.ext.aeth = Some(Aeth::ack(1));
+        let mut f = Vec::new();
+        b.build(&[], &mut f).unwrap();
+        f
+    }
+
+    fn gids() -> Vec<Gid> {
+        vec![our_v6(), our_v4()]
+    }
+
+    #[test]
+    fn roce_for_our_gids_goes_to_the_engine() {
+        let g = gids();
+        for vlan in [None, Some(100)] {
+            assert_eq!(
+                classify(&roce(OURS, our_v4(), vlan), &[OURS], &g, false),
+                Destination::Engine
+            );
+            assert_eq!(
+                classify(&roce(OURS, our_v6(), vlan), &[OURS], &g, false),
+                Destination::Engine
+            );
+        }
+        // Same frames with the predicate form.
+        assert_eq!(
+            classify_with(&roce(OURS, our_v4(), None), &[OURS], false, |x| *x
+                == our_v4()),
+            Destination::Engine
+        );
+    }
+
+    #[test]
+    fn roce_for_other_gids_goes_to_the_guest() {
+        let g = gids();
+        let other = gid_from_ipv4([10, 0, 0, 9]);
+        assert_eq!(
+            classify(&roce(OURS, other, None), &[OURS], &g, false),
+            Destination::Guest
+        );
+        // No GIDs configured yet: everything to the guest.
+        assert_eq!(
+            classify(&roce(OURS, our_v4(), None), &[OURS], &[], false),
+            Destination::Guest
+        );
+    }
+
+    #[test]
+    fn other_traffic_goes_to_the_guest() {
+        let g = gids();
+        // UDP to another port.
+        let mut f = roce(OURS, our_v4(), None);
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Guest);
+        // TCP.
+        let mut f = roce(OURS, our_v4(), None);
+        f[23] = 6;
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Guest);
+        // A non-first IPv4 fragment (bytes where the UDP header would be are data).
+        let mut f = roce(OURS, our_v4(), None);
+        f[20] = 0x00;
+        f[21] = 0x10;
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Guest);
+        // ARP request (broadcast).
+        let mut arp = vec![0xff; 6];
+        arp.extend_from_slice(&PEER);
+        arp.extend_from_slice(&[0x08, 0x06]);
+        arp.extend_from_slice(&[0u8; 28]);
+        assert_eq!(classify(&arp, &[OURS], &g, false), Destination::Guest);
+        // IPv6 neighbour solicitation to a solicited-node multicast MAC.
+        let mut ns = vec![0x33, 0x33, 0xff, 0, 0, 1];
+        ns.extend_from_slice(&PEER);
+        ns.extend_from_slice(&[0x86, 0xdd]);
+        ns.extend_from_slice(&[0x60, 0, 0, 0, 0, 32, 58, 255]);
+        ns.extend_from_slice(&[0u8; 64]);
+        assert_eq!(classify(&ns, &[OURS], &g, false), Destination::Guest);
+        // Multicast RoCE is not handled by the engine.
+        assert_eq!(
+            classify(
+                &roce([0x01, 0, 0x5e, 0, 0, 1], our_v4(), None),
+                &[OURS],
+                &g,
+                false
+            ),
+            Destination::Guest
+        );
+        // Unicast to us, IPv4 header truncated: guest (its stack will drop it).
+        let f = roce(OURS, our_v4(), None);
+        assert_eq!(classify(&f[..20], &[OURS], &g, false), Destination::Guest);
+    }
+
+    #[test]
+    fn foreign_unicast_is_dropped_unless_promiscuous() {
+        let g = gids();
+        let f = roce(PEER, our_v4(), None);
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Drop);
+        assert_eq!(classify(&f, &[OURS], &g, true), Destination::Guest);
+        // Second MAC of the port.
+        assert_eq!(classify(&f, &[OURS, PEER], &g, false), Destination::Engine);
+    }
+
+    #[test]
+    fn runts_are_dropped() {
+        assert_eq!(classify(&[], &[OURS], &[], false), Destination::Drop);
+        assert_eq!(classify(&[0u8; 13], &[OURS], &[], false), Destination::Drop);
+        // Truncated 802.1Q tag.
+        let mut f = OURS.to_vec();
+        f.extend_from_slice(&PEER);
+        f.extend_from_slice(&[0x81, 0x00, 0x00]);
+        assert_eq!(classify(&f, &[OURS], &[], false), Destination::Drop);
+    }
+}

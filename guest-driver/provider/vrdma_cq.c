@@ -281,6 +281,10 @@ int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe)
 	if (ret)
 		goto out;
 
+	/* same depth: the kernel kept the ring and sent no new mapping */
+	if (!resp.drv_payload.mmap_size)
+		goto out;
+
 	old = cq->ring;
 	map.cqn = cq->cqn;
 	map.depth = resp.drv_payload.depth;

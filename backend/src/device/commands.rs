@@ -319,13 +319,7 @@ impl Device {
             resp: Default::default(),
         };
         self.qps.insert(qp);
-        put(
-            resp,
-            &VrdmaRespCreateQp {
-                qpn,
-                reserved: 0,
-            },
-        );
+        put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
         Ok(())
     }
 

@@ -82,7 +82,8 @@ impl GuestMem {
     pub fn from_ranges(ranges: &[(u64, usize)]) -> Result<Self, GuestMemError> {
         let r: Vec<(GuestAddress, usize)> =
             ranges.iter().map(|&(g, l)| (GuestAddress(g), l)).collect();
-        let map = GuestMemoryMap::from_ranges(&r).map_err(|e| GuestMemError::Setup(e.to_string()))?;
+        let map =
+            GuestMemoryMap::from_ranges(&r).map_err(|e| GuestMemError::Setup(e.to_string()))?;
         Ok(Self::new(GuestMemoryAtomic::new(map)))
     }
 
@@ -113,8 +114,8 @@ impl GuestMem {
         &self.inner
     }
 
-    /// Is `[gpa, gpa + len)` entirely inside guest RAM? `len == 0` → true iff `gpa` is in RAM or
-    /// equals the end of a region... kept simple: zero-length ranges are always valid.
+    /// Is `[gpa, gpa + len)` entirely inside guest RAM (contiguous regions allowed)? Zero-length
+    /// ranges are always valid.
     pub fn check_range(&self, gpa: u64, len: u64) -> bool {
         self.check(gpa, len).is_ok()
     }
@@ -201,25 +202,27 @@ impl GuestMem {
     }
 
     fn with_u32<R>(&self, gpa: u64, f: impl FnOnce(&AtomicU32) -> R) -> Result<R, GuestMemError> {
-        if gpa % 4 != 0 {
+        if !gpa.is_multiple_of(4) {
             return Err(GuestMemError::Misaligned { gpa, align: 4 });
         }
         self.check(gpa, 4)?;
         let map = self.inner.memory();
         let oor = GuestMemError::OutOfRange { gpa, len: 4 };
-        let s = GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 4).map_err(|_| oor.clone())?;
+        let s =
+            GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 4).map_err(|_| oor.clone())?;
         let a = s.get_atomic_ref::<AtomicU32>(0).map_err(|_| oor)?;
         Ok(f(a))
     }
 
     fn with_u64<R>(&self, gpa: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, GuestMemError> {
-        if gpa % 8 != 0 {
+        if !gpa.is_multiple_of(8) {
             return Err(GuestMemError::Misaligned { gpa, align: 8 });
         }
         self.check(gpa, 8)?;
         let map = self.inner.memory();
         let oor = GuestMemError::OutOfRange { gpa, len: 8 };
-        let s = GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 8).map_err(|_| oor.clone())?;
+        let s =
+            GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 8).map_err(|_| oor.clone())?;
         let a = s.get_atomic_ref::<AtomicU64>(0).map_err(|_| oor)?;
         Ok(f(a))
     }
@@ -256,11 +259,8 @@ impl GuestMem {
 
     /// Atomic fetch-and-add of a u64 in guest memory (wrapping). Returns the original value.
     pub fn fetch_add_u64(&self, gpa: u64, add: u64) -> Result<u64, GuestMemError> {
-        // On a little-endian host the in-memory representation is the native one, so a native
-        // fetch_add is correct. vm-memory only supports 64-bit targets; we additionally require
-        // little-endian (x86_64/aarch64) for this device.
-        #[cfg(target_endian = "big")]
-        compile_error!("vrdma-backend requires a little-endian host");
+        // The host is little-endian (vrdma-spec refuses big-endian targets), so the in-memory
+        // representation is the native one and a native fetch_add is correct.
         self.with_u64(gpa, |a| a.fetch_add(add, Ordering::SeqCst))
     }
 

@@ -54,7 +54,11 @@ pub enum RingError {
     Access(#[from] GuestMemError),
     /// producer - consumer > depth (guest corrupted an index) → RING_ERR_INDEX.
     #[error("ring index error: producer {producer} consumer {consumer} depth {depth}")]
-    Index { producer: u32, consumer: u32, depth: u32 },
+    Index {
+        producer: u32,
+        consumer: u32,
+        depth: u32,
+    },
     /// CQ full → RING_ERR_OVERFLOW.
     #[error("completion queue overflow")]
     Overflow,

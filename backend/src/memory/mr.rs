@@ -39,7 +39,8 @@ pub const ACCESS_WRITES: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS
 pub const MIN_PAGE_SHIFT: u32 = 12;
 pub const MAX_PAGE_SHIFT: u32 = 30;
 /// `page_size_cap` advertised in the config space: every power of two from 4 KiB to 1 GiB.
-pub const PAGE_SIZE_CAP: u64 = ((1u64 << (MAX_PAGE_SHIFT + 1)) - 1) & !((1u64 << MIN_PAGE_SHIFT) - 1);
+pub const PAGE_SIZE_CAP: u64 =
+    ((1u64 << (MAX_PAGE_SHIFT + 1)) - 1) & !((1u64 << MIN_PAGE_SHIFT) - 1);
 /// Largest MR index (24 bits of key).
 pub const MAX_MR_INDEX: u32 = (1 << 24) - 1;
 
@@ -307,6 +308,7 @@ impl MrTable {
     }
 
     /// REG_MR: a page-list MR. Validates flags, geometry and every page against guest memory.
+    #[allow(clippy::too_many_arguments)]
     pub fn reg_page_list(
         &mut self,
         pd: u32,
@@ -333,7 +335,9 @@ impl MrTable {
         let first_off = iova & (ps - 1);
         let need = (first_off + length).div_ceil(ps);
         if pages.len() as u64 != need {
-            return Err(MrError::Invalid("npages does not match iova/length/page_shift"));
+            return Err(MrError::Invalid(
+                "npages does not match iova/length/page_shift",
+            ));
         }
         self.check_pages(pages, page_shift)?;
         self.alloc(Mr {
@@ -353,7 +357,9 @@ impl MrTable {
         let ps = 1u64 << page_shift;
         for &p in pages {
             if p & (ps - 1) != 0 {
-                return Err(MrError::Invalid("page address not aligned to the page size"));
+                return Err(MrError::Invalid(
+                    "page address not aligned to the page size",
+                ));
             }
             if !self.mem.check_range(p, ps) {
                 return Err(MrError::BadAddress { gpa: p });
@@ -379,7 +385,12 @@ impl MrTable {
     }
 
     /// ALLOC_FAST_REG_MR: empty (invalid) MR with room for `max_pages` pages.
-    pub fn alloc_fast_reg(&mut self, pd: u32, max_pages: u32, max_list: u32) -> Result<u32, MrError> {
+    pub fn alloc_fast_reg(
+        &mut self,
+        pd: u32,
+        max_pages: u32,
+        max_list: u32,
+    ) -> Result<u32, MrError> {
         if max_pages == 0 || max_pages > max_list {
             return Err(MrError::Invalid("max_num_sg"));
         }
@@ -414,7 +425,9 @@ impl MrTable {
         check_access_flags(access)?;
         if implicit {
             if iova != 0 || length != u64::MAX {
-                return Err(MrError::Invalid("implicit MR must be iova 0, length u64::MAX"));
+                return Err(MrError::Invalid(
+                    "implicit MR must be iova 0, length u64::MAX",
+                ));
             }
         } else {
             if length == 0 || length > max_mr_size {
@@ -506,7 +519,9 @@ impl MrTable {
         for i in 0..page_list_len as u64 {
             let a = page_list_addr
                 .checked_add(i * 8)
-                .ok_or(MrError::BadAddress { gpa: page_list_addr })?;
+                .ok_or(MrError::BadAddress {
+                    gpa: page_list_addr,
+                })?;
             let p = self
                 .mem
                 .read_u64(a)
@@ -647,7 +662,10 @@ impl MrTable {
         &self.odp.config
     }
 
-    pub(crate) fn odp_parts(&mut self, key: u32) -> Result<(&mut Mr, &mut OdpState, &GuestMem), MrError> {
+    pub(crate) fn odp_parts(
+        &mut self,
+        key: u32,
+    ) -> Result<(&mut Mr, &mut OdpState, &GuestMem), MrError> {
         let idx = key_index(key) as usize;
         let mr = self
             .slots
@@ -673,7 +691,13 @@ impl MrTable {
 }
 
 /// Translate a range of a page-list MR into coalesced guest ranges. The caller checked bounds.
-fn translate_pages(mr_iova: u64, page_shift: u32, pages: &[u64], iova: u64, len: u64) -> Vec<GuestRange> {
+fn translate_pages(
+    mr_iova: u64,
+    page_shift: u32,
+    pages: &[u64],
+    iova: u64,
+    len: u64,
+) -> Vec<GuestRange> {
     let ps = 1u64 << page_shift;
     let mut off = (mr_iova & (ps - 1)) + (iova - mr_iova);
     let mut left = len;

@@ -39,7 +39,6 @@ use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA
 
 use super::mr::{GuestRange, Mr, MrError, MrKind, MrTable};
 use crate::device::output::DeviceOutput;
-use crate::guest::GuestMem;
 
 /// 4 KiB ODP page.
 pub const ODP_PAGE_SHIFT: u32 = 12;
@@ -145,7 +144,9 @@ fn chunk_range(c: u64, shift: u32, mr_iova: u64, mr_len: u64) -> (u64, u64) {
 /// Page-aligned span `[start_page, end_page)` covering `[s, e)`.
 fn page_span(s: u64, e: u64) -> (u64, u64) {
     let sp = s & !(ODP_PAGE_SIZE - 1);
-    let ep = e.checked_next_multiple_of(ODP_PAGE_SIZE).unwrap_or(u64::MAX & !(ODP_PAGE_SIZE - 1));
+    let ep = e
+        .checked_next_multiple_of(ODP_PAGE_SIZE)
+        .unwrap_or(!(ODP_PAGE_SIZE - 1));
     (sp, ep)
 }
 
@@ -412,9 +413,10 @@ impl MrTable {
             } else {
                 Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
             }
-        } else if iova != sp || pages.len() != npages_need {
-            Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
-        } else if pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0) {
+        } else if iova != sp
+            || pages.len() != npages_need
+            || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
+        {
             Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
         } else if pages.iter().any(|&p| !mem.check_range(p, ODP_PAGE_SIZE)) {
             Err((VRDMA_STATUS_BAD_ADDRESS, VRDMA_STATUS_BAD_ADDRESS))
@@ -553,7 +555,14 @@ impl MrTable {
     }
 
     /// ADVISE_MR (see the module documentation).
-    pub fn odp_advise(&mut self, key: u32, advice: u32, flags: u32, iova: u64, length: u64) -> OdpStatus {
+    pub fn odp_advise(
+        &mut self,
+        key: u32,
+        advice: u32,
+        flags: u32,
+        iova: u64,
+        length: u64,
+    ) -> OdpStatus {
         use vrdma_spec::*;
         let now = Instant::now();
         if flags & !VRDMA_ADVISE_F_FLUSH != 0 {

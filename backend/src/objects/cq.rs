@@ -113,7 +113,8 @@ impl Cq {
         }
         let mut buf = [0u8; CQE_SIZE as usize];
         for i in 0..n {
-            self.ring.read_entry(mem, consumer.wrapping_add(i), &mut buf)?;
+            self.ring
+                .read_entry(mem, consumer.wrapping_add(i), &mut buf)?;
             new.write_entry(mem, i, &buf)?;
         }
         let arm = mem.load_u32_acquire(self.ring.ctrl_gpa() + crate::guest::ring::CTRL_CQ_ARM)?;

@@ -100,10 +100,13 @@ impl GidTable {
 
     /// Index of a RoCEv2 entry with exactly this GID.
     pub fn find_v2(&self, gid: &[u8; 16]) -> Option<u32> {
-        self.entries.iter().position(|e| {
-            e.as_ref()
-                .is_some_and(|e| e.gid_type == GID_TYPE_ROCE_V2 && &e.gid == gid)
-        }).map(|i| i as u32)
+        self.entries
+            .iter()
+            .position(|e| {
+                e.as_ref()
+                    .is_some_and(|e| e.gid_type == GID_TYPE_ROCE_V2 && &e.gid == gid)
+            })
+            .map(|i| i as u32)
     }
 
     /// Is `ip` one of the port's RoCEv2 addresses? (port demux: frames to our GIDs → engine)

@@ -368,7 +368,9 @@ pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
         return Err(QpError::Invalid("source GID is not RoCEv2"));
     }
     if gid_is_ipv4(&e.gid) != gid_is_ipv4(&av.dgid) {
-        return Err(QpError::Invalid("destination GID family differs from the source GID"));
+        return Err(QpError::Invalid(
+            "destination GID family differs from the source GID",
+        ));
     }
     if av.dgid == [0; 16] {
         return Err(QpError::Invalid("destination GID is zero"));

@@ -66,7 +66,10 @@ impl QpState {
 
     /// May incoming requests be accepted?
     pub fn can_receive(self) -> bool {
-        matches!(self, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+        matches!(
+            self,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
     }
 }
 

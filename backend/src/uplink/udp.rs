@@ -28,6 +28,16 @@ impl UdpUplink {
         Ok(UdpUplink { sock, remote })
     }
 
+    /// Use an already bound socket (made non-blocking here), sending to `remote`.
+    pub fn from_socket(sock: UdpSocket, remote: SocketAddr) -> Result<UdpUplink, UplinkError> {
+        let addr = sock
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        sock.set_nonblocking(true)
+            .map_err(|source| UplinkError::Bind { addr, source })?;
+        Ok(UdpUplink { sock, remote })
+    }
+
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.sock.local_addr()
     }
