@@ -172,7 +172,10 @@ fn transfer(p: &mut Pair, link: &mut Link, len: u64, seed: u64) {
     );
     let (ca, _) = wait_cqes(p, link, 1, 0);
     ok(&ca[0], 11, VRDMA_WC_RDMA_WRITE);
-    assert!(p.b.read(b.dst, len as usize) == data2, "WRITE data len {len}");
+    assert!(
+        p.b.read(b.dst, len as usize) == data2,
+        "WRITE data len {len}"
+    );
     // READ back into a fresh buffer on A
     let back = p.a.alloc(len.max(1));
     let kback = p.a.reg_mr(p.pda, back, len.max(1), ACC_ALL);
@@ -230,7 +233,11 @@ fn immediate_and_inline_and_multi_sge() {
     post_recv_b(
         &mut p,
         2,
-        &[(b.dst, 1000, b.kb), (b.dst + 4000, 3000, b.kb), (b.dst + 7000, 1192, b.kb)],
+        &[
+            (b.dst, 1000, b.kb),
+            (b.dst + 4000, 3000, b.kb),
+            (b.dst + 7000, 1192, b.kb),
+        ],
     );
     post(
         &mut p,

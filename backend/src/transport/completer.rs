@@ -24,7 +24,8 @@ pub(crate) fn on_response(
     // Ghost / stale responses (IBTA 9.7.5.1.x): a PSN older than the oldest outstanding one, or
     // one we never sent, is ignored.
     let last_sent = psn_add(st.psn, super::PSN_MASK); // st.psn - 1
-    if psn_diff(psn, last_sent) > 0 || psn_diff(psn, st.una) < -(super::requester::WINDOW as i32 * 2)
+    if psn_diff(psn, last_sent) > 0
+        || psn_diff(psn, st.una) < -(super::requester::WINDOW as i32 * 2)
     {
         return;
     }
@@ -180,7 +181,9 @@ fn on_read_response(
     now: Instant,
 ) {
     let psn = pkt.psn();
-    let Some(i) = implicit_ack_before(st, psn) else { return };
+    let Some(i) = implicit_ack_before(st, psn) else {
+        return;
+    };
     let mtu = ctx.mtu as u64;
     let (expected, first_psn, last_psn, offset, length, is_read) = {
         let w = &st.wqes[i];
@@ -265,8 +268,12 @@ fn on_atomic_ack(
     now: Instant,
 ) {
     let psn = pkt.psn();
-    let Some(orig) = pkt.atomic_ack.map(|a| a.orig) else { return };
-    let Some(i) = implicit_ack_before(st, psn) else { return };
+    let Some(orig) = pkt.atomic_ack.map(|a| a.orig) else {
+        return;
+    };
+    let Some(i) = implicit_ack_before(st, psn) else {
+        return;
+    };
     let w = &st.wqes[i];
     if !w.is_atomic() || w.state != WqeState::Sent || w.first_psn != psn {
         if psn_diff(psn, w.first_psn) > 0 {

@@ -227,7 +227,9 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
         let mut buf = vec![0u8; size];
         return match dev.srq_pop(srqn, &mut buf) {
             Ok(false) => Ok(None),
-            Ok(true) => decode_recv(&buf, max_sge, Some(srqn)).map(Some).ok_or(RingFault),
+            Ok(true) => decode_recv(&buf, max_sge, Some(srqn))
+                .map(Some)
+                .ok_or(RingFault),
             Err(_) => Err(RingFault),
         };
     }

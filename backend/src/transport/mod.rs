@@ -118,11 +118,10 @@ pub(crate) fn with_resp<R>(
 /// A doorbell record from the doorbell virtqueue (spec §8).
 pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
     let now = Instant::now();
-    match db.type_ {
-        ctx::abi::DB_SQ => requester::run(dev, db.id, now),
-        // RQ/SRQ doorbells are hints (spec §8): receives are read when a request needs one, so
-        // there is nothing to do (an RNR'd requester retries on its own timer).
-        _ => {}
+    // RQ/SRQ doorbells are hints (spec §8): receives are read when a request needs one, and an
+    // RNR'd requester retries on its own timer, so only the SQ doorbell does work.
+    if db.type_ == ctx::abi::DB_SQ {
+        requester::run(dev, db.id, now);
     }
 }
 
@@ -132,7 +131,9 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
         return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA C9-xx)
     };
     let qpn = pkt.bth.dest_qp;
-    let Some(c) = ctx::qp_ctx(dev, qpn) else { return };
+    let Some(c) = ctx::qp_ctx(dev, qpn) else {
+        return;
+    };
     // The opcode's transport must match the QP's service type (IBTA 9.6.x): otherwise drop.
     let t = pkt.info.transport;
     let ok = match t {
@@ -157,7 +158,9 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
         if !c.can_receive() {
             return;
         }
-        with_resp(dev, qpn, |dev, c, st| responder::on_request(dev, c, st, &pkt, now));
+        with_resp(dev, qpn, |dev, c, st| {
+            responder::on_request(dev, c, st, &pkt, now)
+        });
     }
 }
 
@@ -182,8 +185,8 @@ pub fn resume_odp(dev: &mut Device, now: Instant) {
 /// outstanding and posted SQ WQEs complete with WR_FLUSH_ERR, RQ WQEs too; SRQ-attached QPs get
 /// LAST_WQE_REACHED (spec §13).
 pub fn flush(dev: &mut Device, qpn: u32) {
-    with_req(dev, qpn, |dev, c, st| requester::flush(dev, c, st));
-    with_resp(dev, qpn, |dev, c, st| responder::flush(dev, c, st));
+    with_req(dev, qpn, requester::flush);
+    with_resp(dev, qpn, responder::flush);
 }
 
 /// Build one frame. `None` only if `wire` rejects the header combination (a transport bug, which
@@ -200,7 +203,9 @@ pub(crate) fn build_frame(
     hdrs: &TxHdrs,
     payload: &[u8],
 ) -> Option<Vec<u8>> {
-    packet::build(path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs, payload)
+    packet::build(
+        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs, payload,
+    )
 }
 
 #[allow(dead_code)]

@@ -312,7 +312,7 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
     }
     if w.is_atomic() {
         // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5 / C9-30).
-        if w.remote_addr % 8 != 0 || w.length < 8 {
+        if !w.remote_addr.is_multiple_of(8) || w.length < 8 {
             w.finish(WC_LOC_QP_OP_ERR, true);
             return w;
         }
@@ -354,11 +354,12 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
     send(dev, ctx, st, now);
     retire(dev, ctx, st);
     arm_timer(ctx, st, now);
-    if ctx.state == QPS_SQD && st.wqes.iter().all(|w| w.state == WqeState::Pending) {
-        if !st.drained_reported {
-            st.drained_reported = true;
-            ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);
-        }
+    if ctx.state == QPS_SQD
+        && !st.drained_reported
+        && st.wqes.iter().all(|w| w.state == WqeState::Pending)
+    {
+        st.drained_reported = true;
+        ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);
     }
 }
 
@@ -396,7 +397,11 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         }
         // Fence (IBTA 10.8.3.3): wait until every earlier READ / atomic has completed.
         if st.wqes[i].flags & SEND_FENCE != 0
-            && st.wqes.iter().take(i).any(|w| w.is_rd_atomic() && w.state != WqeState::Done)
+            && st
+                .wqes
+                .iter()
+                .take(i)
+                .any(|w| w.is_rd_atomic() && w.state != WqeState::Done)
         {
             return;
         }
@@ -463,7 +468,11 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
 
 /// Validate the SGEs of a WQE against the MR table (IBTA C10-xx local protection checks).
 fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
-    let access = if w.is_rd_atomic() { ACCESS_LOCAL_WRITE } else { 0 };
+    let access = if w.is_rd_atomic() {
+        ACCESS_LOCAL_WRITE
+    } else {
+        0
+    };
     for s in &w.sges {
         dev.mrs
             .resolve_for(Some(ctx.qpn), s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
@@ -648,7 +657,15 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     payload.copy_from_slice(&data[o..o + n]);
                 } else if n > 0 {
                     let sges = w.sges.clone();
-                    match sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, w.offset, &mut payload, false) {
+                    match sge_copy(
+                        dev,
+                        Some(ctx.qpn),
+                        ctx.pdn,
+                        &sges,
+                        w.offset,
+                        &mut payload,
+                        false,
+                    ) {
                         Ok(()) => {}
                         Err(SgeError::Fault { key, iova }) => {
                             st.odp_wait = Some(OdpWait { key, iova });
@@ -695,9 +712,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         // AckReq (IBTA 9.2.3): on the last packet of a message, every ACK_EVERY packets, and when
         // the window is about to fill, so ACKs are coalesced but the window keeps moving.
         let ack_req = ctx.is_rc()
-            && (last
-                || psn % ACK_EVERY == 0
-                || psn_diff(next, st.una) >= WINDOW as i32);
+            && (last || psn.is_multiple_of(ACK_EVERY) || psn_diff(next, st.una) >= WINDOW as i32);
         let frame = super::build_frame(
             &path,
             ctx.qpn,
@@ -752,7 +767,11 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
                 qpn: ctx.qpn,
                 opcode: w.wc_opcode(),
                 status: w.status,
-                byte_len: if w.status == WC_SUCCESS { w.length as u32 } else { 0 },
+                byte_len: if w.status == WC_SUCCESS {
+                    w.length as u32
+                } else {
+                    0
+                },
                 ..Default::default()
             };
             ctx::post_cqe(dev, ctx.send_cqn, &cqe, false);
@@ -879,7 +898,11 @@ pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             let cqe = Cqe {
                 wr_id,
                 qpn: ctx.qpn,
-                opcode: if buf.len() > 8 { decode_opcode(buf[8]) } else { WC_SEND },
+                opcode: if buf.len() > 8 {
+                    decode_opcode(buf[8])
+                } else {
+                    WC_SEND
+                },
                 status: WC_WR_FLUSH_ERR,
                 ..Default::default()
             };

@@ -425,16 +425,14 @@ impl Responder<'_, '_> {
                     }
                 }
             }
-            Operation::CompareSwap | Operation::FetchAdd => {
-                // Atomics need an 8-byte aligned VA (IBTA C9-xx): Invalid Request otherwise.
-                if self.pkt.atomic.is_none_or(|a| a.va % 8 != 0) {
-                    return RespStep::ErrInvalidRequest;
-                }
+            // Atomics need an 8-byte aligned VA (IBTA C9-xx): Invalid Request otherwise.
+            Operation::CompareSwap | Operation::FetchAdd
+                if self.pkt.atomic.is_none_or(|a| !a.va.is_multiple_of(8)) =>
+            {
+                return RespStep::ErrInvalidRequest;
             }
-            Operation::ReadRequest => {
-                if self.pkt.reth.is_none_or(|r| r.dma_len > 1 << 31) {
-                    return RespStep::ErrInvalidRequest;
-                }
+            Operation::ReadRequest if self.pkt.reth.is_none_or(|r| r.dma_len > 1 << 31) => {
+                return RespStep::ErrInvalidRequest;
             }
             _ => {}
         }
@@ -459,7 +457,13 @@ impl Responder<'_, '_> {
                         return RespStep::Execute;
                     }
                     // Validate the whole transfer at its first packet.
-                    match self.resolve(dev, reth.rkey, reth.va, reth.dma_len as u64, ACCESS_REMOTE_WRITE) {
+                    match self.resolve(
+                        dev,
+                        reth.rkey,
+                        reth.va,
+                        reth.dma_len as u64,
+                        ACCESS_REMOTE_WRITE,
+                    ) {
                         Ok(_) => {}
                         Err(s) => return s,
                     }
@@ -731,13 +735,13 @@ impl Responder<'_, '_> {
     fn duplicate(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
         let psn = self.pkt.psn();
         match self.pkt.op() {
-            Operation::Send | Operation::Write => {
-                if self.pkt.bth.ack_req {
-                    send_ack(dev, self.ctx, Aeth::ack(st.msn), psn_add(st.epsn, PSN_MASK));
-                }
+            Operation::Send | Operation::Write if self.pkt.bth.ack_req => {
+                send_ack(dev, self.ctx, Aeth::ack(st.msn), psn_add(st.epsn, PSN_MASK));
             }
             Operation::ReadRequest => {
-                let Some(reth) = self.pkt.reth else { return RespStep::Drop };
+                let Some(reth) = self.pkt.reth else {
+                    return RespStep::Drop;
+                };
                 let Some(res) = st.resources.iter().find(|r| {
                     matches!(r.kind, ResKind::Read { .. })
                         && psn_diff(psn, r.first_psn) >= 0
@@ -745,7 +749,9 @@ impl Responder<'_, '_> {
                 }) else {
                     return RespStep::Drop;
                 };
-                let ResKind::Read { va, rkey, len } = res.kind else { return RespStep::Drop };
+                let ResKind::Read { va, rkey, len } = res.kind else {
+                    return RespStep::Drop;
+                };
                 // The re-request must stay inside the original one.
                 let skip = psn_diff(psn, res.first_psn) as u64 * self.ctx.mtu as u64;
                 if reth.rkey != rkey
@@ -757,12 +763,19 @@ impl Responder<'_, '_> {
                 let ranges = if reth.dma_len == 0 {
                     Vec::new()
                 } else {
-                    match dev.mrs.resolve(rkey, self.ctx.pdn, reth.va, reth.dma_len as u64, ACCESS_REMOTE_READ) {
+                    match dev.mrs.resolve(
+                        rkey,
+                        self.ctx.pdn,
+                        reth.va,
+                        reth.dma_len as u64,
+                        ACCESS_REMOTE_READ,
+                    ) {
                         Ok(r) => r,
                         Err(_) => return RespStep::Drop,
                     }
                 };
-                let _ = send_read_responses(dev, self.ctx, st.msn, psn, &ranges, reth.dma_len as u64);
+                let _ =
+                    send_read_responses(dev, self.ctx, st.msn, psn, &ranges, reth.dma_len as u64);
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 if let Some(ResKind::Atomic { orig }) = st
@@ -888,15 +901,30 @@ pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
         aeth: Some(aeth),
         ..Default::default()
     };
-    if let Some(f) = super::build_frame(&path, ctx.qpn, ctx.dest_qpn, op, psn, false, false, &hdrs, &[]) {
+    if let Some(f) = super::build_frame(
+        &path,
+        ctx.qpn,
+        ctx.dest_qpn,
+        op,
+        psn,
+        false,
+        false,
+        &hdrs,
+        &[],
+    ) {
         ctx::send_frame(dev, f);
     }
 }
 
 fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
     let Some(path) = ctx.path else { return };
-    let Some(op) = opcode_for(Transport::Rc, Operation::AtomicAck, Position::Only, false, false)
-    else {
+    let Some(op) = opcode_for(
+        Transport::Rc,
+        Operation::AtomicAck,
+        Position::Only,
+        false,
+        false,
+    ) else {
         return;
     };
     let hdrs = TxHdrs {
@@ -904,7 +932,17 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
         atomic_ack: Some(AtomicAckEth { orig }),
         ..Default::default()
     };
-    if let Some(f) = super::build_frame(&path, ctx.qpn, ctx.dest_qpn, op, psn, false, false, &hdrs, &[]) {
+    if let Some(f) = super::build_frame(
+        &path,
+        ctx.qpn,
+        ctx.dest_qpn,
+        op,
+        psn,
+        false,
+        false,
+        &hdrs,
+        &[],
+    ) {
         ctx::send_frame(dev, f);
     }
 }
@@ -936,7 +974,9 @@ fn send_read_responses(
         buf.resize(chunk, 0);
         let mut p = 0usize;
         while p < chunk {
-            let Some(r) = ranges.get(ri) else { return Err(()) };
+            let Some(r) = ranges.get(ri) else {
+                return Err(());
+            };
             let take = ((r.len - roff) as usize).min(chunk - p);
             dev.mem
                 .read(r.gpa + roff, &mut buf[p..p + take])
@@ -957,7 +997,17 @@ fn send_read_responses(
             return Err(());
         };
         let rpsn = psn_add(psn, k as u32);
-        if let Some(f) = super::build_frame(&path, ctx.qpn, ctx.dest_qpn, op, rpsn, false, false, &hdrs, &buf) {
+        if let Some(f) = super::build_frame(
+            &path,
+            ctx.qpn,
+            ctx.dest_qpn,
+            op,
+            rpsn,
+            false,
+            false,
+            &hdrs,
+            &buf,
+        ) {
             ctx::send_frame(dev, f);
         }
     }
@@ -971,7 +1021,11 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
     }
     let Some(deth) = pkt.deth else { return };
     // Q_Key check (IBTA C10-15 / 10.2.5): mismatch → silently dropped. QP1 uses 0x80010000.
-    let qkey = if ctx.qp_type == QPT_GSI { GSI_QKEY } else { ctx.qkey };
+    let qkey = if ctx.qp_type == QPT_GSI {
+        GSI_QKEY
+    } else {
+        ctx.qkey
+    };
     if deth.qkey != qkey {
         return;
     }
@@ -1044,4 +1098,3 @@ pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState) {
     st.write = None;
     st.resources.clear();
 }
-

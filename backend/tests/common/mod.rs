@@ -257,7 +257,9 @@ impl Node {
     }
 
     pub fn create_pd(&mut self) -> u32 {
-        let r = self.cmd(VRDMA_CMD_CREATE_PD, VrdmaHandle::default().as_bytes()).expect("pd");
+        let r = self
+            .cmd(VRDMA_CMD_CREATE_PD, VrdmaHandle::default().as_bytes())
+            .expect("pd");
         VrdmaHandle::read_from(&r).unwrap().handle
     }
 
@@ -287,7 +289,9 @@ impl Node {
             npages: ring.pages.len() as u32,
         };
         let pages = ring.pages.clone();
-        let r = self.cmd_pages(VRDMA_CMD_CREATE_SRQ, &c, &pages).expect("srq");
+        let r = self
+            .cmd_pages(VRDMA_CMD_CREATE_SRQ, &c, &pages)
+            .expect("srq");
         (VrdmaHandle::read_from(&r).unwrap().handle, ring)
     }
 
@@ -321,7 +325,9 @@ impl Node {
         if let Some(r) = &rq {
             pages.extend_from_slice(&r.pages);
         }
-        let r = self.cmd_pages(VRDMA_CMD_CREATE_QP, &c, &pages).expect("create qp");
+        let r = self
+            .cmd_pages(VRDMA_CMD_CREATE_QP, &c, &pages)
+            .expect("create qp");
         QpH {
             qpn: VrdmaRespCreateQp::read_from(&r).unwrap().qpn,
             qp_type: s.qp_type,
@@ -339,7 +345,7 @@ impl Node {
         self.cmd(VRDMA_CMD_MODIFY_QP, c.as_bytes()).map(|_| ())
     }
 
-    pub fn to_error(&mut self, qpn: u32) {
+    pub fn qp_to_err(&mut self, qpn: u32) {
         let a = VrdmaQpAttr {
             qp_state: VRDMA_QPS_ERR,
             ..Default::default()
@@ -375,7 +381,9 @@ impl Node {
             page_shift: 12,
             npages: np as u32,
         };
-        let r = self.cmd_pages(VRDMA_CMD_REG_MR, &c, &pages).expect("reg mr");
+        let r = self
+            .cmd_pages(VRDMA_CMD_REG_MR, &c, &pages)
+            .expect("reg mr");
         VrdmaRespRegMr::read_from(&r).unwrap().lkey
     }
 
@@ -480,8 +488,12 @@ pub fn connect(
     rnr_retry: u8,
 ) {
     let (ava, avb) = (a.av_to(b), b.av_to(a));
-    rts(a, qa, qb.qpn, ava, mtu, timeout, retry, rnr_retry, 1000, 5000);
-    rts(b, qb, qa.qpn, avb, mtu, timeout, retry, rnr_retry, 5000, 1000);
+    rts(
+        a, qa, qb.qpn, ava, mtu, timeout, retry, rnr_retry, 1000, 5000,
+    );
+    rts(
+        b, qb, qa.qpn, avb, mtu, timeout, retry, rnr_retry, 5000, 1000,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -525,7 +537,8 @@ pub fn rts(
     a.rq_psn = rq_psn;
     a.max_dest_rd_atomic = 16;
     a.min_rnr_timer = 1;
-    let mut m = VRDMA_QP_STATE | VRDMA_QP_AV | VRDMA_QP_PATH_MTU | VRDMA_QP_DEST_QPN | VRDMA_QP_RQ_PSN;
+    let mut m =
+        VRDMA_QP_STATE | VRDMA_QP_AV | VRDMA_QP_PATH_MTU | VRDMA_QP_DEST_QPN | VRDMA_QP_RQ_PSN;
     if rc {
         m |= VRDMA_QP_MAX_DEST_RD_ATOMIC | VRDMA_QP_MIN_RNR_TIMER;
     }
@@ -597,13 +610,16 @@ impl MemPipe {
     }
 }
 
+/// A frame filter: return false to drop the frame.
+pub type Filter = Box<dyn FnMut(&[u8]) -> bool>;
+
 /// Two directions of a cable, each optionally impaired.
 pub struct Link {
     ab: Impaired<MemPipe>,
     ba: Impaired<MemPipe>,
     /// Optional frame filter (a → b): return false to drop.
-    pub filter_ab: Option<Box<dyn FnMut(&[u8]) -> bool>>,
-    pub filter_ba: Option<Box<dyn FnMut(&[u8]) -> bool>>,
+    pub filter_ab: Option<Filter>,
+    pub filter_ba: Option<Filter>,
     /// Frames a → b delivered.
     pub frames_ab: u64,
     pub frames_ba: u64,
@@ -724,7 +740,10 @@ pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
         if moved == 0 {
             return;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "pump_idle: timed out");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "pump_idle: timed out"
+        );
     }
 }
 
