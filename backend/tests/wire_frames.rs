@@ -119,6 +119,15 @@ fn every_opcode_round_trips_v4_v6_vlan() {
                         if ipv6 { IpVersion::V6 } else { IpVersion::V4 }
                     );
                     assert_eq!(p.ip_header.len(), if ipv6 { 40 } else { 20 });
+                    let grh = p.grh();
+                    if ipv6 {
+                        assert_eq!(&grh[..], p.ip_header);
+                        assert_eq!(grh[0] >> 4, 6);
+                    } else {
+                        assert_eq!(&grh[..20], &[0u8; 20]);
+                        assert_eq!(&grh[20..], p.ip_header);
+                        assert_eq!(grh[20], 0x45);
+                    }
                     assert_eq!(
                         p.bth,
                         Bth {
@@ -369,6 +378,7 @@ fn icrc_of_scapy_uc_send_only() {
     f.extend_from_slice(&[0x78, 0xf3, 0x53, 0xf3]);
     let p = RocePacket::parse(&f).expect("scapy's UC SEND ONLY verifies");
     assert_eq!(p.bth.opcode, Opcode::UcSendOnly);
+    assert_eq!(p.bth.opcode.to_string(), "UC_SEND_ONLY");
     assert!(p.bth.mig_req);
     assert_eq!(p.bth.dest_qp, 211);
     assert_eq!(p.bth.psn, 13_571_856);

@@ -355,6 +355,20 @@ impl<'a> RocePacket<'a> {
     }
 }
 
+impl RocePacket<'_> {
+    /// The 40-byte GRH area a UD/GSI receive gets (spec §6, DESIGN "WQEs"): for IPv6 the IPv6
+    /// header; for IPv4 the IPv4 header in bytes 20..39 with bytes 0..19 zero.
+    pub fn grh(&self) -> [u8; 40] {
+        let mut g = [0u8; 40];
+        let h = self.ip_header;
+        match self.ip_version {
+            IpVersion::V6 => g.copy_from_slice(&h[..Ipv6Header::LEN]),
+            IpVersion::V4 => g[20..].copy_from_slice(&h[..Ipv4Header::LEN]),
+        }
+        g
+    }
+}
+
 /// Describes a packet to send. Set `addr`, `bth` (pad count is computed) and the extension headers
 /// the opcode requires, then call one of the `build*` methods.
 ///

@@ -615,6 +615,12 @@ impl Opcode {
     }
 }
 
+impl core::fmt::Display for Opcode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.info().name)
+    }
+}
+
 impl TryFrom<u8> for Opcode {
     type Error = super::WireError;
     fn try_from(v: u8) -> Result<Self, Self::Error> {
