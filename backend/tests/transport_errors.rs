@@ -170,12 +170,18 @@ fn rnr_recovers_when_a_receive_is_posted() {
     let qpn = p.qa.qpn;
     pump_until(&mut p.a, &mut p.b, &mut link, T, |a, _| {
         // The requester got the RNR NAK once it is backing off.
-        a.dev.qps.get(qpn).is_some_and(|q| q.req.rnr_deadline.is_some())
+        a.dev
+            .qps
+            .get(qpn)
+            .is_some_and(|q| q.req.rnr_deadline.is_some())
     });
     recv_b(&mut p, 9, 1000);
     let (ca, cb) = wait(&mut p, &mut link, 1, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
-    assert_eq!((cb[0].wr_id, cb[0].status, cb[0].byte_len), (9, VRDMA_WC_SUCCESS, 300));
+    assert_eq!(
+        (cb[0].wr_id, cb[0].status, cb[0].byte_len),
+        (9, VRDMA_WC_SUCCESS, 300)
+    );
     assert_eq!(p.b.read(p.dst, 300), data);
 }
 
