@@ -171,7 +171,7 @@ impl DeviceConfig {
             odp_rc_caps: rc,
             odp_uc_caps: uc,
             odp_ud_caps: ud,
-            odp_chunk_shift: self.odp.chunk_shift,
+            odp_chunk_shift: self.odp.chunk_shift.clamp(12, 30),
             port_state: if self.port_active {
                 VRDMA_PORT_ACTIVE
             } else {
