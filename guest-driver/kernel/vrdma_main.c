@@ -82,6 +82,7 @@ static void vrdma_ib_init(struct vrdma_dev *dev)
 static void vrdma_reset(struct vrdma_dev *dev)
 {
 	virtio_reset_device(dev->vdev);
+	virtio_synchronize_cbs(dev->vdev);
 	vrdma_cmd_drain(dev);
 	if (dev->odp_wq) {
 		destroy_workqueue(dev->odp_wq);
@@ -125,6 +126,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 	xa_init_flags(&dev->srqs, XA_FLAGS_LOCK_IRQ);
 	xa_init(&dev->odp_mrs);
 	INIT_WORK(&dev->config_work, vrdma_config_work);
+	dev->port_state = VRDMA_PORT_DOWN;
 
 	virtio_cread_bytes(vdev, 0, &dev->cfg, sizeof(dev->cfg));
 	dev->has_odp = virtio_has_feature(vdev, VIRTIO_RDMA_F_ODP) &&
@@ -164,9 +166,8 @@ static int vrdma_probe(struct virtio_device *vdev)
 			err);
 		goto err_reset;
 	}
-	dev->port_state = VRDMA_PORT_DOWN;
-	if (VCFG(dev, port_state) == VRDMA_PORT_ACTIVE)
-		vrdma_port_event(dev, true);
+	/* The config work syncs the carrier; the IB port is not yet there. */
+	schedule_work(&dev->config_work);
 
 	vrdma_ib_init(dev);
 	err = ib_device_set_netdev(&dev->ib, dev->netdev, 1);
