@@ -3,11 +3,13 @@
 #
 #  $VRDMA_CACHE/kernel-$KVER/vmlinuz          bookworm-backports kernel
 #  $VRDMA_CACHE/kernel-$KVER/lib/modules/...  its full module tree
-#  $VRDMA_CACHE/guest-base-<hash>/rootfs/     trixie minbase + rdma-core
-#  $VRDMA_CACHE/guest-base-<hash>/base.cpio   the rootfs as an uncompressed cpio
+#  $VRDMA_CACHE/guest-rootfs-<h>/rootfs/     trixie minbase + rdma-core (guest/mkrootfs.sh)
+#  $VRDMA_CACHE/guest-base-<hash>/modules/    the guest's kernel modules (guest/modules.list)
+#  $VRDMA_CACHE/guest-base-<hash>/base.cpio   both as one uncompressed cpio
 #  $VRDMA_CACHE/guest-base.cpio               stable symlink to it
 #
-# <hash> covers this script, lib.sh and guest/modules.list. The overlay
+# <h> is the hash of guest/mkrootfs.sh, <hash> also covers this script,
+# lib.sh and guest/modules.list. The overlay
 # (build-guest-overlay.sh) adds /init, the agent and our own module/provider.
 LOG_TAG=guest-base
 # shellcheck source=images/lib.sh
@@ -15,12 +17,8 @@ LOG_TAG=guest-base
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap)"
 
-SUITE=trixie
-MIRROR=http://deb.debian.org/debian
-INCLUDE=ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,iproute2,python3,python3-pyverbs,libibverbs1,librdmacm1t64,kmod,busybox,strace,procps,ethtool
-
 kdir="$VRDMA_CACHE/kernel-$KVER"
-key=$(hash_of "$0" "$IMAGES_DIR/lib.sh" "$IMAGES_DIR/guest/modules.list")
+key=$(hash_of "$0" "$IMAGES_DIR/lib.sh" "$IMAGES_DIR/guest/modules.list" "$IMAGES_DIR/guest/mkrootfs.sh")
 out="$VRDMA_CACHE/guest-base-$key"
 
 # ---- kernel -------------------------------------------------------------
@@ -49,54 +47,38 @@ if [ -f "$out/.done" ]; then
 	log "cache hit: $out/base.cpio"
 	exit 0
 fi
-
-# ---- root filesystem ----------------------------------------------------
 rm -rf "$out"
 mkdir -p "$out"
-root="$out/rootfs"
-log "debootstrap $SUITE minbase (+ $INCLUDE), ~1 min"
-t0=$(date +%s)
-run_logged "$out/debootstrap.log" debootstrap --variant=minbase \
-	--include="$INCLUDE" "$SUITE" "$root" "$MIRROR"
-log "debootstrap done in $(($(date +%s) - t0)) s"
 
-# pyverbs tests: keep them (ungzipped) before the docs go away
-tests_src="$root/usr/share/doc/rdma-core/tests"
-[ -d "$tests_src" ] || tests_src="$root/usr/share/doc/python3-pyverbs/tests"
-if [ -d "$tests_src" ]; then
-	mkdir -p "$root/opt/pyverbs-tests"
-	cp -a "$tests_src/." "$root/opt/pyverbs-tests/"
-	find "$root/opt/pyverbs-tests" -name '*.gz' -exec gunzip -f {} +
-	log "pyverbs tests in /opt/pyverbs-tests ($(find "$root/opt/pyverbs-tests" -name 'test_*.py' | wc -l) modules)"
-else
-	die "pyverbs tests not found in the rootfs"
-fi
-
-log "trimming docs, man pages, locales, apt caches"
-rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
-	"$root"/usr/share/locale/* "$root"/usr/share/i18n/* \
-	"$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/log/*
-find "$root/usr/share/zoneinfo" -mindepth 1 -maxdepth 1 ! -name UTC ! -name Etc \
-	-exec rm -rf {} + 2>/dev/null || true
-
-# busybox applets that minbase lacks (ping, vi, ...) without shadowing real tools
-for a in $(chroot "$root" /bin/busybox --list); do
-	for d in bin sbin usr/bin usr/sbin; do
-		[ -e "$root/$d/$a" ] && continue 2
+# ---- root filesystem (cached on its own: modules change more often) -----
+rkey=$(hash_of "$IMAGES_DIR/guest/mkrootfs.sh")
+rdir="$VRDMA_CACHE/guest-rootfs-$rkey"
+root="$rdir/rootfs"
+if [ ! -f "$rdir/.done" ]; then
+	rm -rf "$rdir"
+	mkdir -p "$rdir"
+	log "building the root filesystem (debootstrap, 1-3 min)"
+	t0=$(date +%s)
+	run_logged "$rdir/mkrootfs.log" "$IMAGES_DIR/guest/mkrootfs.sh" "$root"
+	log "root filesystem done in $(($(date +%s) - t0)) s ($(du -sh "$root" | cut -f1))"
+	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) >"$rdir/rootfs.cpio"
+	touch "$rdir/.done"
+	for d in "$VRDMA_CACHE"/guest-rootfs-*/; do
+		[ "${d%/}" = "$rdir" ] || { log "removing stale ${d%/}"; rm -rf "${d%/}"; }
 	done
-	ln -s /bin/busybox "$root/usr/bin/$a"
-done
-
-echo vrdma-guest >"$root/etc/hostname"
-printf '127.0.0.1 localhost\n::1 localhost\n' >"$root/etc/hosts"
-: >"$root/etc/fstab"
-# root without password, for the interactive shell mode
-sed -i 's/^root:[^:]*:/root::/' "$root/etc/shadow"
+else
+	log "cache hit: root filesystem $rdir"
+fi
 
 # ---- kernel modules -----------------------------------------------------
 log "copying kernel modules (with dependencies)"
 mods="$kdir/lib/modules/$KVER"
-python3 - "$mods" "$root/lib/modules/$KVER" "$IMAGES_DIR/guest/modules.list" <<'PY'
+# trixie has a merged /usr (lib -> usr/lib): the archive must put the
+# modules under usr/lib, never replace the lib symlink by a directory
+mroot="$out/modules"
+mkdir -p "$mroot/usr/lib/modules"
+ln -sfn usr/lib "$mroot/lib"
+python3 - "$mods" "$mroot/usr/lib/modules/$KVER" "$IMAGES_DIR/guest/modules.list" <<'PY'
 import fnmatch, os, shutil, sys
 src, dst, listfile = sys.argv[1:4]
 pats = [l.strip() for l in open(listfile) if l.strip() and not l.startswith('#')]
@@ -129,11 +111,14 @@ for f in ('modules.order', 'modules.builtin', 'modules.builtin.modinfo'):
         shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
 print(len(want), 'modules')
 PY
-depmod -b "$root" "$KVER"
+depmod -b "$mroot" "$KVER"
 
 # ---- pack ---------------------------------------------------------------
-log "packing base.cpio"
-(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) >"$out/base.cpio.tmp"
+log "packing base.cpio (root filesystem + modules)"
+{
+	cat "$rdir/rootfs.cpio"
+	(cd "$mroot" && find usr | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0)
+} >"$out/base.cpio.tmp"
 mv "$out/base.cpio.tmp" "$out/base.cpio"
 touch "$out/.done"
 ln -sfn "$out/base.cpio" "$VRDMA_CACHE/guest-base.cpio"

@@ -12,6 +12,9 @@
 //!    → [`Destination::Engine`]. The engine does the full checks (ICRC etc.) and drops bad frames.
 //! 4. Everything else (ARP, ND, other IP traffic, RoCEv2 to other addresses, multicast RoCEv2, which
 //!    vrdma does not support) → [`Destination::Guest`].
+//!
+//! Transmit side: [`tx_destination`] loops RoCEv2 frames addressed to one of our own GIDs back into
+//! the engine instead of the uplink (local QP-to-QP traffic); everything else goes out.
 
 use crate::wire::eth::{is_multicast, EthHeader, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::frame::{gid_from_ipv4, Gid};
@@ -55,6 +58,27 @@ pub fn classify_with(
     match roce_dst_gid(eth.ethertype, l3) {
         Some(gid) if is_our_gid(&gid) => Destination::Engine,
         _ => Destination::Guest,
+    }
+}
+
+/// Where a frame the port transmits (engine output or guest eth tx) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxDestination {
+    /// Loop back into the engine: RoCEv2 to one of our own GIDs (a QP talking to a QP of the same
+    /// device, as pyverbs tests and `ibv_rc_pingpong` to the local GID do). The MAC is not looked at.
+    Engine,
+    /// Out on the uplink.
+    Uplink,
+}
+
+/// Classify an outgoing frame (see [`TxDestination`]).
+pub fn tx_destination(frame: &[u8], is_our_gid: impl Fn(&Gid) -> bool) -> TxDestination {
+    match EthHeader::parse(frame) {
+        Ok((eth, l3)) => match roce_dst_gid(eth.ethertype, l3) {
+            Some(g) if is_our_gid(&g) => TxDestination::Engine,
+            _ => TxDestination::Uplink,
+        },
+        Err(_) => TxDestination::Uplink,
     }
 }
 
@@ -226,6 +250,28 @@ mod tests {
         assert_eq!(classify(&f, &[OURS], &g, true), Destination::Guest);
         // Second MAC of the port.
         assert_eq!(classify(&f, &[OURS, PEER], &g, false), Destination::Engine);
+    }
+
+    #[test]
+    fn transmit_to_our_own_gid_loops_back() {
+        let ours = |g: &Gid| *g == our_v4() || *g == our_v6();
+        assert_eq!(
+            tx_destination(&roce(OURS, our_v4(), None), ours),
+            TxDestination::Engine
+        );
+        assert_eq!(
+            tx_destination(&roce(OURS, our_v6(), Some(3)), ours),
+            TxDestination::Engine
+        );
+        let other = gid_from_ipv4([10, 0, 0, 9]);
+        assert_eq!(
+            tx_destination(&roce(PEER, other, None), ours),
+            TxDestination::Uplink
+        );
+        let mut f = roce(OURS, our_v4(), None);
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(tx_destination(&f, ours), TxDestination::Uplink);
+        assert_eq!(tx_destination(&[1, 2, 3], ours), TxDestination::Uplink);
     }
 
     #[test]

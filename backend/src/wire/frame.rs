@@ -379,8 +379,8 @@ impl RocePacket<'_> {
 ///     src_gid: gid_from_ipv4([10, 0, 0, 1]), dst_gid: gid_from_ipv4([10, 0, 0, 2]),
 ///     hop_limit: 64, traffic_class: 0, flow_label: 0, udp_src_port: udp_src_port(17, 18),
 /// };
-/// let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcWriteOnly, 18, 100));
-/// b.ext.reth = Some(Reth { va: 0x1000, rkey: 0x100, dma_len: 5 });
+/// let b = PacketBuilder::new(addr, Bth::new(Opcode::RcWriteOnly, 18, 100))
+///     .with_reth(Reth { va: 0x1000, rkey: 0x100, dma_len: 5 });
 /// let mut frame = Vec::new();
 /// b.build(&[b"hello"], &mut frame).unwrap();
 /// let p = RocePacket::parse(&frame).unwrap();
@@ -413,6 +413,35 @@ impl PacketBuilder {
             bth,
             ext: ExtHeaders::default(),
         }
+    }
+
+    pub fn with_deth(mut self, h: Deth) -> Self {
+        self.ext.deth = Some(h);
+        self
+    }
+    pub fn with_reth(mut self, h: Reth) -> Self {
+        self.ext.reth = Some(h);
+        self
+    }
+    pub fn with_atomic_eth(mut self, h: AtomicEth) -> Self {
+        self.ext.atomic_eth = Some(h);
+        self
+    }
+    pub fn with_aeth(mut self, h: Aeth) -> Self {
+        self.ext.aeth = Some(h);
+        self
+    }
+    pub fn with_atomic_ack_eth(mut self, h: AtomicAckEth) -> Self {
+        self.ext.atomic_ack_eth = Some(h);
+        self
+    }
+    pub fn with_immdt(mut self, h: ImmDt) -> Self {
+        self.ext.immdt = Some(h);
+        self
+    }
+    pub fn with_ieth(mut self, h: Ieth) -> Self {
+        self.ext.ieth = Some(h);
+        self
     }
 
     /// Length of everything before the payload (Ethernet through extension headers).

@@ -21,6 +21,7 @@ pub mod ieth;
 pub mod immdt;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mtu;
 pub mod opcode;
 pub mod reth;
 pub mod udp;
