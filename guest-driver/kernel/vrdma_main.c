@@ -54,9 +54,14 @@ static int vrdma_check_device(struct vrdma_dev *dev)
 		return -ENOMEM;
 	err = vrdma_cmd(dev, VRDMA_CMD_QUERY_DEVICE, NULL, 0, NULL, 0, q,
 			sizeof(*q));
-	if (err)
+	if (err == -EIO || err == -ETIMEDOUT) {
+		/* No answer at all: the control queue does not work. */
 		dev_err(&dev->vdev->dev, "QUERY_DEVICE failed: %d\n", err);
-	else if (memcmp(q, &dev->cfg, offsetof(struct vrdma_config, port_state)))
+	} else if (err) {
+		/* It answered; the config space is what counts (§2.2). */
+		dev_warn(&dev->vdev->dev, "QUERY_DEVICE: %d\n", err);
+		err = 0;
+	} else if (memcmp(q, &dev->cfg, offsetof(struct vrdma_config, port_state)))
 		dev_warn(&dev->vdev->dev,
 			 "QUERY_DEVICE differs from the config space; using the config space\n");
 	kfree(q);
