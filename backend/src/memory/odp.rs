@@ -151,7 +151,12 @@ fn page_span(s: u64, e: u64) -> (u64, u64) {
 }
 
 impl OdpState {
-    pub fn new(config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
+    /// Budgets below 2 chunks are raised to 2 (one packet may span two chunks); the chunk shift
+    /// is clamped to 12..=30.
+    pub fn new(mut config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
+        config.max_resident = config.max_resident.max(2);
+        config.max_resident_per_mr = config.max_resident_per_mr.max(2);
+        config.chunk_shift = config.chunk_shift.clamp(12, 30);
         OdpState {
             config,
             out,
