@@ -28,8 +28,13 @@ MAKEFLAGS += --no-print-directory
 
 TOP := $(abspath $(dir $(firstword $(MAKEFILE_LIST))))
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-# Shared by worktrees when set in the environment (the team uses /work/cargo-target).
-export CARGO_TARGET_DIR ?= $(TOP)/target
+# One target directory per checkout. A target directory shared by several checkouts of this
+# workspace is not safe: cargo gives a workspace crate the same artifact name in every checkout, so
+# concurrent builds overwrite each other's vrdma_backend/vrdma_spec libraries and tests fail at
+# random. An exported CARGO_TARGET_DIR is therefore ignored here; to force one anyway, pass
+# VRDMA_TARGET_DIR=... (e.g. on a CI cache).
+VRDMA_TARGET_DIR ?= $(TOP)/target
+export CARGO_TARGET_DIR := $(VRDMA_TARGET_DIR)
 CARGO ?= cargo
 RESULTS ?= $(TOP)/results
 
@@ -49,7 +54,7 @@ CHECK_ALL := fmt-check clippy cargo-test abi-test $(CHECK_STEPS)
 TEST_ALL := build $(CHECK_ALL) $(TEST_STEPS)
 
 .PHONY: help test check build host-deps demo vm-test bench images \
-	rust-toolchain cargo-build fmt-check clippy cargo-test abi-test fmt run-steps
+	rust-toolchain cargo-build fmt-check clippy cargo-test abi-test fmt
 
 help:
 	@sed -n '2,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
@@ -100,10 +105,12 @@ cargo-test:
 abi-test:
 	cd "$(TOP)" && $(CARGO) test -p vrdma-spec --test abi_agreement -- --nocapture --test-threads=1
 
-# Runs the targets in STEPS one by one, continues after failures, prints a summary, fails if any did.
-run-steps:
+# $(call run_steps,LABEL,STEPS): runs each step as `$(MAKE) <step>`, continues after failures, logs
+# the summary to $(RESULTS)/summary.log and prints it as the last line of its own output; fails if
+# any step failed.
+define run_steps
 	@pass=0; fail=0; failed=""; mkdir -p "$(RESULTS)"; \
-	for s in $(STEPS); do \
+	for s in $(2); do \
 		echo "=== $$s"; \
 		if $(MAKE) -f "$(firstword $(MAKEFILE_LIST))" $$s; then \
 			pass=$$((pass + 1)); echo "--- PASS $$s"; \
@@ -111,15 +118,17 @@ run-steps:
 			fail=$$((fail + 1)); failed="$$failed $$s"; echo "--- FAIL $$s"; \
 		fi; \
 	done; \
-	echo "$$(date -u +%FT%TZ) $(LABEL): $$pass passed, $$fail failed$${failed:+ (failed:$$failed)}" >> "$(RESULTS)/summary.log"; \
-	echo "$(LABEL): $$pass passed, $$fail failed$${failed:+ (failed:$$failed)}"; \
+	line="$(1): $$pass passed, $$fail failed$${failed:+ (failed:$$failed)}"; \
+	echo "$$(date -u +%FT%TZ) $$line" >> "$(RESULTS)/summary.log"; \
+	echo "$$line"; \
 	[ $$fail -eq 0 ]
+endef
 
 check: rust-toolchain
-	@$(MAKE) -f "$(firstword $(MAKEFILE_LIST))" run-steps STEPS="$(CHECK_ALL)" LABEL="make check"
+	$(call run_steps,make check,$(CHECK_ALL))
 
 test: host-deps
-	@$(MAKE) -f "$(firstword $(MAKEFILE_LIST))" run-steps STEPS="$(TEST_ALL)" LABEL="make test"
+	$(call run_steps,make test,$(TEST_ALL))
 
 # ---- entry points owned by fragments ----------------------------------------------------------
 

@@ -88,6 +88,8 @@ build_kmod() {
 	[ ${#kos[@]} -gt 0 ] || die "the module build produced no .ko"
 	mkdir -p "$stage/usr/lib/modules/$KVER/extra"
 	cp "${kos[@]}" "$stage/usr/lib/modules/$KVER/extra/"
+	# debug info stays in the cache copy ($kb); the guest gets a small module
+	strip --strip-debug "$stage/usr/lib/modules/$KVER/extra/"*.ko
 	log "modules: $(cd "$stage/usr/lib/modules/$KVER/extra" && echo *.ko)"
 }
 
@@ -157,11 +159,20 @@ cp "$mtree/lib/modules/$KVER"/modules.* "$stage/usr/lib/modules/$KVER/"
 rm -rf "$mtree"
 
 # ---- pack -----------------------------------------------------------------
-(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) \
+# fixed timestamps: the same inputs give the same archive
+find "$stage" -mindepth 1 -exec touch -h -d @0 {} +
+(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 --reproducible) \
 	>"$VRDMA_CACHE/guest-overlay.cpio.tmp"
+initrd="$VRDMA_CACHE/guest-initrd.cpio"
+stamp="$base $(sha256sum <"$VRDMA_CACHE/guest-overlay.cpio.tmp" | cut -c1-16)"
+if [ -f "$initrd" ] && [ "$(cat "$initrd.src" 2>/dev/null)" = "$stamp" ]; then
+	rm -f "$VRDMA_CACHE/guest-overlay.cpio.tmp"
+	log "unchanged: $initrd"
+	exit 0
+fi
 mv "$VRDMA_CACHE/guest-overlay.cpio.tmp" "$VRDMA_CACHE/guest-overlay.cpio"
 # QEMU takes one -initrd: concatenated cpio archives are one initramfs
-cat "$base" "$VRDMA_CACHE/guest-overlay.cpio" >"$VRDMA_CACHE/guest-initrd.cpio.tmp"
-mv "$VRDMA_CACHE/guest-initrd.cpio.tmp" "$VRDMA_CACHE/guest-initrd.cpio"
-echo "$with_driver" >"$VRDMA_CACHE/guest-initrd.driver"
-log "done: $VRDMA_CACHE/guest-initrd.cpio ($(du -h "$VRDMA_CACHE/guest-initrd.cpio" | cut -f1))"
+cat "$base" "$VRDMA_CACHE/guest-overlay.cpio" >"$initrd.tmp"
+mv "$initrd.tmp" "$initrd"
+echo "$stamp" >"$initrd.src"
+log "done: $initrd ($(du -h "$initrd" | cut -f1))"

@@ -15,7 +15,7 @@ Stdlib only. Usable from the command line (see --help) and as a module:
 
 Each guest i (0-based) gets
   MAC 52:54:00:76:72:<i+1>, IP 10.0.0.<i+1>/24, hostname vm<i>,
-  kernel command line vrdma.role=<kind> vrdma.ip=<ip> vrdma.hostname=vm<i>,
+  kernel command line vrdmavm.role=<kind> vrdmavm.ip=<ip> vrdmavm.hostname=vm<i>,
   files in the run directory: serial-<i>.log (console), qemu-<i>.log,
   backend-<i>.log (vrdma guests), agent-<i>.sock, qmp-<i>.sock, vu-<i>.sock.
 
@@ -359,11 +359,11 @@ class VM:
     def cmdline(self):
         c = self.cluster
         args = ["console=ttyS0", "panic=-1", "mitigations=off", "8250.nr_uarts=1",
-                "vrdma.role=" + self.kind, "vrdma.hostname=" + self.name]
+                "vrdmavm.role=" + self.kind, "vrdmavm.hostname=" + self.name]
         if self.kind != "none":
-            args.append("vrdma.ip=" + self.cidr)
+            args.append("vrdmavm.ip=" + self.cidr)
         if c.shell == self.index:
-            args.append("vrdma.mode=shell")
+            args.append("vrdmavm.mode=shell")
         if c.append:
             args.append(c.append)
         return " ".join(args)
@@ -486,9 +486,9 @@ class VM:
         stdout/stderr exit: redirect daemons (cmd >/tmp/log 2>&1 &)."""
         if self.agent is None:
             raise VMError("%s is not running" % self.name)
+        h = Handle(self, None, cmd, timeout)
         if merge:
             cmd = "exec 2>&1\n" + cmd
-        h = Handle(self, None, cmd, timeout)
         started = threading.Event()
 
         def cb(msg):

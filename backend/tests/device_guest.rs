@@ -259,3 +259,52 @@ fn cq_push_overflow_and_arm() {
     assert!(r.cq_take_arm(&m, false).unwrap());
     assert!(!r.cq_take_arm(&m, false).unwrap(), "one event per arm");
 }
+
+/// Two independent mappings of one shared file (like QEMU's memfd guest RAM and the daemon's
+/// mapping): writes are visible across them and atomics from both sides are atomic together.
+#[test]
+fn shared_file_mapping_atomics() {
+    use vm_memory::{FileOffset, GuestAddress, GuestRegionMmap};
+    let path = std::env::temp_dir().join(format!("vrdma-guestmem-{}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    file.set_len(1 << 20).unwrap();
+    let file = Arc::new(file);
+    let map = |gpa: u64| {
+        let r = GuestRegionMmap::<()>::from_range(
+            GuestAddress(gpa),
+            1 << 20,
+            Some(FileOffset::from_arc(file.clone(), 0)),
+        )
+        .unwrap();
+        GuestMem::from_regions(vec![r]).unwrap()
+    };
+    // The "guest" sees the file at GPA 0x4000_0000, the device at the same GPA in another mapping.
+    let guest = Arc::new(map(0x4000_0000));
+    let dev = Arc::new(map(0x4000_0000));
+    guest.write(0x4000_1000, b"ring").unwrap();
+    let mut b = [0u8; 4];
+    dev.read(0x4000_1000, &mut b).unwrap();
+    assert_eq!(&b, b"ring");
+    let ts: Vec<_> = [guest.clone(), dev.clone()]
+        .into_iter()
+        .map(|m| {
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    m.fetch_add_u64(0x4000_2000, 1).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in ts {
+        t.join().unwrap();
+    }
+    assert_eq!(guest.read_u64(0x4000_2000).unwrap(), 40_000);
+    assert!(dev.read(0x3fff_fff0, &mut b).is_err());
+}

@@ -333,3 +333,56 @@ fn fast_reg_lifecycle() {
         Err(MrError::InvalidOp(pl))
     );
 }
+
+#[test]
+fn check_access_agrees_with_resolve_and_never_faults() {
+    let mem = GuestMem::from_ranges(&[(0, 64 << 20)]).unwrap();
+    let out = Arc::new(RecordingOutput::new());
+    let cfg = OdpConfig {
+        enabled: true,
+        implicit: true,
+        ..OdpConfig::default()
+    };
+    let mut t = MrTable::new(100, mem, out.clone(), cfg);
+    let pl = t
+        .reg_page_list(1, LW | RR, 0x1000, 0x2000, 12, &[0x200000, 0x201000], MAX)
+        .unwrap();
+    let dma = t.reg_dma(1, LW).unwrap();
+    let fr = t.alloc_fast_reg(1, 4, 512).unwrap();
+    let odp = t.reg_odp(1, LW, 0, 1 << 30, false, MAX).unwrap();
+    let cases: Vec<(u32, u32, u64, u64, u32)> = vec![
+        (pl, 1, 0x1000, 0x2000, RR),
+        (pl, 1, 0x1000, 0x2000, RW),
+        (pl, 2, 0x1000, 1, 0),
+        (pl ^ 3, 1, 0x1000, 1, 0),
+        (pl, 1, 0xfff, 1, 0),
+        (pl, 1, 0x2fff, 2, 0),
+        (pl, 1, u64::MAX, 2, 0),
+        (pl, 1, 0x1800, 0, RA),
+        (dma, 1, 0x1000, 10, LW),
+        (dma, 1, 1 << 40, 10, 0),
+        (dma, 1, 0, 10, RR),
+        (fr, 1, 0, 1, 0),
+        (0, 1, 0, 1, 0),
+        (odp, 1, 1 << 30, 1, 0),
+        (odp, 2, 0, 1, 0),
+        (odp, 1, 0, 1, RW),
+    ];
+    for (key, pd, iova, len, access) in cases {
+        let c = t.check_access(key, pd, iova, len, access);
+        let r = t.resolve(key, pd, iova, len, access).map(|_| ());
+        assert_eq!(
+            c, r,
+            "key {key:#x} pd {pd} iova {iova:#x} len {len:#x} access {access:#x}"
+        );
+    }
+    assert!(out.take_page_requests().is_empty());
+    // On an ODP MR a valid range checks fine without faulting (resolve would fault).
+    assert_eq!(t.check_access(odp, 1, 0, 1 << 30, LW), Ok(()));
+    assert!(out.take_page_requests().is_empty());
+    assert!(matches!(
+        t.resolve(odp, 1, 0, 8, LW),
+        Err(MrError::Fault { .. })
+    ));
+    assert_eq!(out.take_page_requests().len(), 1);
+}

@@ -2,6 +2,26 @@
 //!
 //! `Device` is the façade both threads lock: the vhost-user thread runs control commands
 //! (`handle_command`), the engine thread runs the transport on it. Nothing in here blocks.
+//!
+//! # For `vhost_user/` and `main`
+//! - `Device::new(DeviceConfig, GuestMem::empty(), out)`; `DeviceConfig` carries the CLI limits,
+//!   MAC, MTU and ODP settings (`config.odp.enabled/implicit` decide the ODP caps in the config
+//!   space and `DeviceConfig::odp_feature_bits()`).
+//! - `handle_command(opcode, req, resp)`: `req` = bytes after `vrdma_cmd_hdr`; returns
+//!   VRDMA_STATUS_*; `resp` = response body (empty on error).
+//! - `set_guest_memory(&atomic)` on every SET_MEM_TABLE; `reset()` on device reset;
+//!   `config_space()` = the 256 config bytes; `set_output()` if the output sink changes.
+//!
+//! # For `transport/`
+//! - CQEs: `post_cqe(cqn, &cqe, solicited)` (arming, events and overflow handled here).
+//! - Errors: `qp_to_error(qpn, Some(VRDMA_EV_*), info)`, `qp_ring_error(qpn, on_sq, &err)`; set
+//!   `flush_hook` at start-up: it is called after MODIFY_QP / `qp_to_error` moved a QP to ERR.
+//! - Receive WQEs: `srq_pop(srqn, buf)` (limit / error events handled here), RQ via `qp.rq`.
+//! - Memory: `mrs.resolve_for(Some(qpn), key, pd, iova, len, access)`, `mrs.fast_register`,
+//!   `mrs.local_invalidate`; never keep a `GuestRange` across device-lock releases (ODP
+//!   invalidation relies on it). `take_resumed_qps()` after faults resolve; `odp_tick(now)` from
+//!   the timer tick (page-request timeouts; returns the next deadline).
+//! - Lookups: `ahs.lookup_in_pd(index, pd)`, `gids.get(i)`, `gids.is_local_ip(ip)`.
 
 pub mod commands;
 pub mod config;
@@ -15,7 +35,7 @@ use vrdma_spec::*;
 pub use config::DeviceConfig;
 pub use output::{DeviceOutput, NullOutput, RecordingOutput};
 
-use crate::guest::{GuestMem, RingError};
+use crate::guest::{GuestMem, GuestMemoryMap, RingError};
 use crate::memory::MrTable;
 use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
 use crate::qp::{QpState, QpTable};
@@ -92,6 +112,12 @@ impl Device {
     pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
         self.out = out.clone();
         self.mrs.set_output(out);
+    }
+
+    /// SET_MEM_TABLE: adopt the memory map currently in `atomic` (the vhost-user layer's memory
+    /// object). Every clone of `self.mem` (MR table included) sees the new table.
+    pub fn set_guest_memory(&mut self, atomic: &vm_memory::GuestMemoryAtomic<GuestMemoryMap>) {
+        self.mem.set_from_atomic(atomic);
     }
 
     /// The config space bytes (256).

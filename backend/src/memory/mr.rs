@@ -575,6 +575,49 @@ impl MrTable {
         self.resolve_for(None, key, pd, iova, len, access)
     }
 
+    /// Validate without translating and without ODP faults: key, variant, PD, access rights,
+    /// fast-reg validity and bounds, exactly as `resolve` checks them. Use it to validate whole
+    /// SGEs / RETH ranges up front, then `resolve_for` per packet: resolving a large ODP range at
+    /// once faults in every chunk of it, and a range larger than the resident budget could never
+    /// be resident as a whole.
+    pub fn check_access(
+        &self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), MrError> {
+        let mr = self.get(key)?;
+        if mr.pd != pd {
+            return Err(MrError::WrongPd { key, pd });
+        }
+        let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
+        if need & !mr.access != 0 {
+            return Err(MrError::AccessDenied { key, access });
+        }
+        if let MrKind::FastReg { valid: false, .. } = mr.kind {
+            return Err(MrError::Invalidated(key));
+        }
+        if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
+            return Err(MrError::AccessDenied { key, access });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let oob = MrError::OutOfBounds { key, iova, len };
+        let end = iova.checked_add(len).ok_or(oob.clone())?;
+        if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
+            && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
+        {
+            return Err(oob);
+        }
+        if matches!(mr.kind, MrKind::Dma) && !self.mem.check_range(iova, len) {
+            return Err(MrError::BadAddress { gpa: iova });
+        }
+        Ok(())
+    }
+
     /// Translate `[iova, iova + len)` of the MR named by `key` for `access` (VRDMA_ACCESS_* bits;
     /// local reads need no bit; pass LOCAL_WRITE for local writes, REMOTE_* for incoming requests).
     /// `waiter` is the QPN to resume when an ODP fault is resolved (see `take_resumed`).

@@ -151,7 +151,12 @@ fn page_span(s: u64, e: u64) -> (u64, u64) {
 }
 
 impl OdpState {
-    pub fn new(config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
+    /// Budgets below 2 chunks are raised to 2 (one packet may span two chunks); the chunk shift
+    /// is clamped to 12..=30.
+    pub fn new(mut config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
+        config.max_resident = config.max_resident.max(2);
+        config.max_resident_per_mr = config.max_resident_per_mr.max(2);
+        config.chunk_shift = config.chunk_shift.clamp(12, 30);
         OdpState {
             config,
             out,
@@ -407,12 +412,9 @@ impl MrTable {
         let npages_need = ((ep - sp) >> ODP_PAGE_SHIFT) as usize;
         // Decide the outcome, then update the chunk once.
         let outcome: Result<(), (u32, u32)> = if status != VRDMA_STATUS_OK {
-            // The driver could not map the range: waiters fail with its status.
-            if status == VRDMA_STATUS_ACCESS || status == VRDMA_STATUS_BAD_ADDRESS {
-                Err((status, VRDMA_STATUS_OK))
-            } else {
-                Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
-            }
+            // The driver could not map the range (ACCESS, BAD_ADDRESS, NO_RESOURCES...): the
+            // answer is accepted and the waiters fail with its status.
+            Err((status, VRDMA_STATUS_OK))
         } else if iova != sp
             || pages.len() != npages_need
             || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)

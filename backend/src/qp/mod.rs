@@ -384,10 +384,10 @@ pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
     Ok(e.gid)
 }
 
-/// The QP table: GSI is QPN 1, ordinary QPs get QPNs from 16 up (freed QPNs reused FIFO).
+/// The QP table: GSI is QPN 1, ordinary QPs get QPNs from 16 up (a wrapping cursor: destroyed
+/// QPNs are reused as late as possible).
 pub struct QpTable {
     qps: std::collections::HashMap<u32, Qp>,
-    free: std::collections::VecDeque<u32>,
     next: u32,
     max_qp: u32,
     count: u32,
@@ -407,7 +407,6 @@ impl QpTable {
     pub fn new(max_qp: u32) -> Self {
         QpTable {
             qps: std::collections::HashMap::new(),
-            free: std::collections::VecDeque::new(),
             next: VRDMA_FIRST_QPN,
             max_qp: max_qp.min(MASK24 - VRDMA_FIRST_QPN),
             count: 0,
@@ -422,15 +421,17 @@ impl QpTable {
         if self.count >= self.max_qp {
             return None;
         }
-        if let Some(q) = self.free.pop_front() {
-            return Some(q);
+        // A cursor walks the 24-bit QPN space and wraps, skipping QPNs in use: a destroyed QPN is
+        // reused as late as possible (a late packet for it then finds no QP rather than a new one).
+        // At most `count + 1` steps find a free QPN since count < the size of the space.
+        for _ in 0..=self.count {
+            let q = self.next;
+            self.next = if q >= MASK24 { VRDMA_FIRST_QPN } else { q + 1 };
+            if !self.qps.contains_key(&q) {
+                return Some(q);
+            }
         }
-        if self.next > MASK24 {
-            return None;
-        }
-        let q = self.next;
-        self.next += 1;
-        Some(q)
+        None
     }
 
     /// Insert a QP whose QPN came from `alloc_qpn`.
@@ -453,7 +454,6 @@ impl QpTable {
         let qp = self.qps.remove(&qpn)?;
         if qpn != VRDMA_GSI_QPN {
             self.count -= 1;
-            self.free.push_back(qpn);
         }
         Some(qp)
     }
@@ -483,8 +483,63 @@ impl QpTable {
 
     pub fn clear(&mut self) {
         self.qps.clear();
-        self.free.clear();
         self.next = VRDMA_FIRST_QPN;
         self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qp(mem: &GuestMem, qpn: u32, t: QpType) -> Qp {
+        let sq = Ring::new(mem, &[0, 4096], 16, 6, 6, 16).unwrap();
+        Qp {
+            qpn,
+            qp_type: t,
+            pd: 1,
+            send_cqn: 1,
+            recv_cqn: 1,
+            srqn: None,
+            sq,
+            rq: None,
+            sq_sig_all: false,
+            caps: QpCaps::default(),
+            state: QpState::Reset,
+            attrs: QpAttrs::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+        }
+    }
+
+    #[test]
+    fn qpn_cursor_wraps_and_skips_live_qpns() {
+        let mem = GuestMem::from_ranges(&[(0, 1 << 16)]).unwrap();
+        let mut t = QpTable::new(3);
+        let a = t.alloc_qpn(QpType::Rc).unwrap();
+        assert_eq!(a, VRDMA_FIRST_QPN);
+        t.insert(qp(&mem, a, QpType::Rc));
+        let b = t.alloc_qpn(QpType::Rc).unwrap();
+        assert_eq!(b, 17);
+        t.insert(qp(&mem, b, QpType::Rc));
+        t.remove(a);
+        // A destroyed QPN is not reused right away.
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(18));
+        // Near the end of the 24-bit space the cursor wraps to 16 and skips 17 (in use).
+        t.next = MASK24;
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(MASK24));
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(16));
+        t.insert(qp(&mem, 16, QpType::Rc));
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(18));
+        t.insert(qp(&mem, 18, QpType::Rc));
+        // max_qp = 3 reached.
+        assert_eq!(t.alloc_qpn(QpType::Rc), None);
+        // GSI: QPN 1, one per device, not counted.
+        assert_eq!(t.alloc_qpn(QpType::Gsi), Some(VRDMA_GSI_QPN));
+        t.insert(qp(&mem, 1, QpType::Gsi));
+        assert_eq!(t.alloc_qpn(QpType::Gsi), None);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.qpns(), vec![1, 16, 17, 18]);
     }
 }

@@ -759,3 +759,55 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Two UDP uplinks on loopback sending to each other (4 MiB socket buffers when allowed).
+pub fn udp_pair() -> (
+    vrdma_backend::uplink::UdpUplink,
+    vrdma_backend::uplink::UdpUplink,
+) {
+    use std::net::UdpSocket;
+    use std::os::unix::io::AsRawFd;
+    let sa = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let sb = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    for s in [&sa, &sb] {
+        let v: libc::c_int = 4 << 20;
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            // SAFETY: setsockopt on a valid socket fd with a pointer to a live c_int and its size.
+            unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+        }
+    }
+    let (aa, ab) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+    (
+        vrdma_backend::uplink::UdpUplink::from_socket(sa, ab).expect("uplink a"),
+        vrdma_backend::uplink::UdpUplink::from_socket(sb, aa).expect("uplink b"),
+    )
+}
+
+/// Move a node's device behind a mutex (for the engine thread); the node keeps its guest memory
+/// handle, so rings and buffers stay usable from the test.
+pub fn detach(n: &mut Node) -> Arc<Mutex<Device>> {
+    let placeholder = Device::new(
+        DeviceConfig::default(),
+        GuestMem::empty(),
+        Arc::new(RecordingOutput::new()),
+    );
+    Arc::new(Mutex::new(std::mem::replace(&mut n.dev, placeholder)))
+}
+
+/// Post a send WQE without touching the device (engine tests ring the doorbell via the engine).
+pub fn post_send_mem(mem: &GuestMem, qp: &mut QpH, w: &Wqe) {
+    let slot = 1usize << qp.sq.shift;
+    let ud = qp.qp_type == VRDMA_QPT_UD || qp.qp_type == VRDMA_QPT_GSI;
+    let b = w.bytes(slot, ud);
+    mem.write(qp.sq.entry_gpa(qp.sq.idx), &b).unwrap();
+    qp.sq.idx = qp.sq.idx.wrapping_add(1);
+    mem.store_u32_release(qp.sq.ctrl(), qp.sq.idx).unwrap();
+}
