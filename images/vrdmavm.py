@@ -486,9 +486,9 @@ class VM:
         stdout/stderr exit: redirect daemons (cmd >/tmp/log 2>&1 &)."""
         if self.agent is None:
             raise VMError("%s is not running" % self.name)
+        h = Handle(self, None, cmd, timeout)
         if merge:
             cmd = "exec 2>&1\n" + cmd
-        h = Handle(self, None, cmd, timeout)
         started = threading.Event()
 
         def cb(msg):
