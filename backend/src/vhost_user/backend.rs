@@ -174,14 +174,13 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     }
 
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
+        // The config space is read-only (§2.2): writes are ignored. Not an error, because the
+        // vhost crate ends the whole connection when a handler fails.
         warn!(
-            "SET_CONFIG offset {offset} size {} refused: config is read-only",
+            "SET_CONFIG offset {offset} size {} ignored: config is read-only",
             buf.len()
         );
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "vrdma config space is read-only",
-        ))
+        Ok(())
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic) -> io::Result<()> {

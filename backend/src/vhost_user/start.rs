@@ -9,6 +9,7 @@ use thiserror::Error;
 use super::daemon::{listen, serve, DaemonError, ServeParts};
 use super::{NullSink, RdmaDevice, VirtqOutput, CONFIG_SIZE};
 use crate::cli::{Config, UplinkChoice};
+use vrdma_spec::{Abi, VrdmaConfig};
 
 /// Errors of daemon start-up (each printed as one line by `main`).
 #[derive(Debug, Error)]
@@ -25,7 +26,7 @@ pub struct PlaceholderDevice;
 
 impl RdmaDevice for PlaceholderDevice {
     fn handle_command(&mut self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> u32 {
-        2 // VRDMA_STATUS_NOT_SUPPORTED
+        vrdma_spec::VRDMA_STATUS_NOT_SUPPORTED
     }
     fn reset(&mut self) {}
     fn set_guest_memory(&mut self, _mem: super::GuestMemoryAtomic) {}
@@ -33,18 +34,21 @@ impl RdmaDevice for PlaceholderDevice {
 
 /// `struct vrdma_config` for `config` (§2.2). Placeholder until `device::DeviceConfig` serves it.
 pub fn config_space(config: &Config) -> [u8; CONFIG_SIZE] {
-    let mut c = [0u8; CONFIG_SIZE];
-    let mut put32 = |off: usize, v: u32| c[off..off + 4].copy_from_slice(&v.to_le_bytes());
-    put32(8, config.limits.max_pd);
-    put32(12, config.limits.max_qp);
-    put32(16, config.limits.max_cq);
-    put32(20, config.limits.max_srq);
-    put32(24, config.limits.max_mr);
-    put32(28, config.limits.max_ah);
-    put32(100, config.odp.chunk_shift);
-    c[0..6].copy_from_slice(&config.mac);
-    c[6..8].copy_from_slice(&config.mtu.to_le_bytes());
-    c
+    let c = VrdmaConfig {
+        mac: config.mac,
+        mtu: config.mtu,
+        max_pd: config.limits.max_pd,
+        max_qp: config.limits.max_qp,
+        max_cq: config.limits.max_cq,
+        max_srq: config.limits.max_srq,
+        max_mr: config.limits.max_mr,
+        max_ah: config.limits.max_ah,
+        odp_chunk_shift: config.odp.chunk_shift,
+        ..VrdmaConfig::ZERO
+    };
+    let mut out = [0u8; CONFIG_SIZE];
+    out.copy_from_slice(c.as_bytes());
+    out
 }
 
 /// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
