@@ -1,1 +1,287 @@
-//! (being written)
+//! The integrated Ethernet port's demultiplexer (DESIGN "Ethernet port"): decides for each frame
+//! arriving from the uplink whether the RoCEv2 engine, the guest's netdev (eth rx queue) or nobody
+//! gets it.
+//!
+//! Rules, in order:
+//! 1. Shorter than an Ethernet header → [`Destination::Drop`].
+//! 2. Destination MAC: group (broadcast/multicast) → go on; one of the port's MACs → go on; any
+//!    other unicast MAC → `Drop`, unless `promiscuous`, then `Guest` (never the engine). Like a NIC
+//!    with a unicast MAC filter; the UDP uplink is a point-to-point "cable", a TAP/bridge may flood.
+//! 3. Unicast to our MAC, IPv4 or IPv6 (after at most one 802.1Q tag), not a fragment, UDP
+//!    destination port 4791, destination IP equal to one of the port's GIDs (IPv4 as ::ffff:a.b.c.d)
+//!    → [`Destination::Engine`]. The engine does the full checks (ICRC etc.) and drops bad frames.
+//! 4. Everything else (ARP, ND, other IP traffic, RoCEv2 to other addresses, multicast RoCEv2, which
+//!    vrdma does not support) → [`Destination::Guest`].
+//!
+//! Transmit side: [`tx_destination`] loops RoCEv2 frames addressed to one of our own GIDs back into
+//! the engine instead of the uplink (local QP-to-QP traffic); everything else goes out.
+
+use crate::wire::eth::{is_multicast, EthHeader, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::frame::{gid_from_ipv4, Gid};
+use crate::wire::ipv4::PROTO_UDP;
+use crate::wire::ROCEV2_UDP_PORT;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// A RoCEv2 frame for one of our GIDs: `transport::on_frame`.
+    Engine,
+    /// The guest's network stack (eth rx queue).
+    Guest,
+    Drop,
+}
+
+/// Classify with a GID list.
+pub fn classify(frame: &[u8], macs: &[MacAddr], gids: &[Gid], promiscuous: bool) -> Destination {
+    classify_with(frame, macs, promiscuous, |g| gids.contains(g))
+}
+
+/// Classify with a GID predicate (e.g. a lookup in the device's GID table).
+pub fn classify_with(
+    frame: &[u8],
+    macs: &[MacAddr],
+    promiscuous: bool,
+    is_our_gid: impl Fn(&Gid) -> bool,
+) -> Destination {
+    let Ok((eth, l3)) = EthHeader::parse(frame) else {
+        return Destination::Drop;
+    };
+    if is_multicast(&eth.dst) {
+        return Destination::Guest;
+    }
+    if !macs.contains(&eth.dst) {
+        return if promiscuous {
+            Destination::Guest
+        } else {
+            Destination::Drop
+        };
+    }
+    match roce_dst_gid(eth.ethertype, l3) {
+        Some(gid) if is_our_gid(&gid) => Destination::Engine,
+        _ => Destination::Guest,
+    }
+}
+
+/// Where a frame the port transmits (engine output or guest eth tx) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxDestination {
+    /// Loop back into the engine: RoCEv2 to one of our own GIDs (a QP talking to a QP of the same
+    /// device, as pyverbs tests and `ibv_rc_pingpong` to the local GID do). The MAC is not looked at.
+    Engine,
+    /// Out on the uplink.
+    Uplink,
+}
+
+/// Classify an outgoing frame (see [`TxDestination`]).
+pub fn tx_destination(frame: &[u8], is_our_gid: impl Fn(&Gid) -> bool) -> TxDestination {
+    match EthHeader::parse(frame) {
+        Ok((eth, l3)) => match roce_dst_gid(eth.ethertype, l3) {
+            Some(g) if is_our_gid(&g) => TxDestination::Engine,
+            _ => TxDestination::Uplink,
+        },
+        Err(_) => TxDestination::Uplink,
+    }
+}
+
+/// The destination GID if `l3` looks like a RoCEv2 datagram (UDP to port 4791, unfragmented).
+fn roce_dst_gid(ethertype: u16, l3: &[u8]) -> Option<Gid> {
+    match ethertype {
+        ETHERTYPE_IPV4 => {
+            let ip = l3.get(..20)?;
+            let ihl = usize::from(ip[0] & 0xf) * 4;
+            let frag = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff; // MF + offset
+            if ip[0] >> 4 != 4 || ihl < 20 || ip[9] != PROTO_UDP || frag != 0 {
+                return None;
+            }
+            let udp = l3.get(ihl..ihl + 8)?;
+            if u16::from_be_bytes([udp[2], udp[3]]) != ROCEV2_UDP_PORT {
+                return None;
+            }
+            Some(gid_from_ipv4([ip[16], ip[17], ip[18], ip[19]]))
+        }
+        ETHERTYPE_IPV6 => {
+            let ip = l3.get(..40)?;
+            if ip[0] >> 4 != 6 || ip[6] != PROTO_UDP {
+                return None;
+            }
+            let udp = l3.get(40..48)?;
+            if u16::from_be_bytes([udp[2], udp[3]]) != ROCEV2_UDP_PORT {
+                return None;
+            }
+            let mut g = [0u8; 16];
+            g.copy_from_slice(&ip[24..40]);
+            Some(g)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::frame::{gid_from_ipv4, udp_src_port, Addressing, PacketBuilder};
+    use crate::wire::{Aeth, Bth, Opcode};
+
+    const OURS: MacAddr = [0x02, 0, 0, 0, 0, 0x01];
+    const PEER: MacAddr = [0x02, 0, 0, 0, 0, 0x02];
+
+    fn our_v4() -> Gid {
+        gid_from_ipv4([10, 0, 0, 1])
+    }
+    fn our_v6() -> Gid {
+        [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+    }
+
+    fn roce(dst_mac: MacAddr, dst_gid: Gid, vlan: Option<u16>) -> Vec<u8> {
+        let v4 = crate::wire::is_ipv4_mapped(&dst_gid);
+        let src_gid = if v4 {
+            gid_from_ipv4([10, 0, 0, 2])
+        } else {
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+        };
+        let mut b = PacketBuilder::new(
+            Addressing {
+                src_mac: PEER,
+                dst_mac,
+                vlan,
+                src_gid,
+                dst_gid,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+                udp_src_port: udp_src_port(1, 2),
+            },
+            Bth::new(Opcode::RcAck, 17, 1),
+        );
+        b.ext.aeth = Some(Aeth::ack(1));
+        let mut f = Vec::new();
+        b.build(&[], &mut f).unwrap();
+        f
+    }
+
+    fn gids() -> Vec<Gid> {
+        vec![our_v6(), our_v4()]
+    }
+
+    #[test]
+    fn roce_for_our_gids_goes_to_the_engine() {
+        let g = gids();
+        for vlan in [None, Some(100)] {
+            assert_eq!(
+                classify(&roce(OURS, our_v4(), vlan), &[OURS], &g, false),
+                Destination::Engine
+            );
+            assert_eq!(
+                classify(&roce(OURS, our_v6(), vlan), &[OURS], &g, false),
+                Destination::Engine
+            );
+        }
+        // Same frames with the predicate form.
+        assert_eq!(
+            classify_with(&roce(OURS, our_v4(), None), &[OURS], false, |x| *x
+                == our_v4()),
+            Destination::Engine
+        );
+    }
+
+    #[test]
+    fn roce_for_other_gids_goes_to_the_guest() {
+        let g = gids();
+        let other = gid_from_ipv4([10, 0, 0, 9]);
+        assert_eq!(
+            classify(&roce(OURS, other, None), &[OURS], &g, false),
+            Destination::Guest
+        );
+        // No GIDs configured yet: everything to the guest.
+        assert_eq!(
+            classify(&roce(OURS, our_v4(), None), &[OURS], &[], false),
+            Destination::Guest
+        );
+    }
+
+    #[test]
+    fn other_traffic_goes_to_the_guest() {
+        let g = gids();
+        // UDP to another port.
+        let mut f = roce(OURS, our_v4(), None);
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Guest);
+        // TCP.
+        let mut f = roce(OURS, our_v4(), None);
+        f[23] = 6;
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Guest);
+        // A non-first IPv4 fragment (bytes where the UDP header would be are data).
+        let mut f = roce(OURS, our_v4(), None);
+        f[20] = 0x00;
+        f[21] = 0x10;
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Guest);
+        // ARP request (broadcast).
+        let mut arp = vec![0xff; 6];
+        arp.extend_from_slice(&PEER);
+        arp.extend_from_slice(&[0x08, 0x06]);
+        arp.extend_from_slice(&[0u8; 28]);
+        assert_eq!(classify(&arp, &[OURS], &g, false), Destination::Guest);
+        // IPv6 neighbour solicitation to a solicited-node multicast MAC.
+        let mut ns = vec![0x33, 0x33, 0xff, 0, 0, 1];
+        ns.extend_from_slice(&PEER);
+        ns.extend_from_slice(&[0x86, 0xdd]);
+        ns.extend_from_slice(&[0x60, 0, 0, 0, 0, 32, 58, 255]);
+        ns.extend_from_slice(&[0u8; 64]);
+        assert_eq!(classify(&ns, &[OURS], &g, false), Destination::Guest);
+        // Multicast RoCE is not handled by the engine.
+        assert_eq!(
+            classify(
+                &roce([0x01, 0, 0x5e, 0, 0, 1], our_v4(), None),
+                &[OURS],
+                &g,
+                false
+            ),
+            Destination::Guest
+        );
+        // Unicast to us, IPv4 header truncated: guest (its stack will drop it).
+        let f = roce(OURS, our_v4(), None);
+        assert_eq!(classify(&f[..20], &[OURS], &g, false), Destination::Guest);
+    }
+
+    #[test]
+    fn foreign_unicast_is_dropped_unless_promiscuous() {
+        let g = gids();
+        let f = roce(PEER, our_v4(), None);
+        assert_eq!(classify(&f, &[OURS], &g, false), Destination::Drop);
+        assert_eq!(classify(&f, &[OURS], &g, true), Destination::Guest);
+        // Second MAC of the port.
+        assert_eq!(classify(&f, &[OURS, PEER], &g, false), Destination::Engine);
+    }
+
+    #[test]
+    fn transmit_to_our_own_gid_loops_back() {
+        let ours = |g: &Gid| *g == our_v4() || *g == our_v6();
+        assert_eq!(
+            tx_destination(&roce(OURS, our_v4(), None), ours),
+            TxDestination::Engine
+        );
+        assert_eq!(
+            tx_destination(&roce(OURS, our_v6(), Some(3)), ours),
+            TxDestination::Engine
+        );
+        let other = gid_from_ipv4([10, 0, 0, 9]);
+        assert_eq!(
+            tx_destination(&roce(PEER, other, None), ours),
+            TxDestination::Uplink
+        );
+        let mut f = roce(OURS, our_v4(), None);
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(tx_destination(&f, ours), TxDestination::Uplink);
+        assert_eq!(tx_destination(&[1, 2, 3], ours), TxDestination::Uplink);
+    }
+
+    #[test]
+    fn runts_are_dropped() {
+        assert_eq!(classify(&[], &[OURS], &[], false), Destination::Drop);
+        assert_eq!(classify(&[0u8; 13], &[OURS], &[], false), Destination::Drop);
+        // Truncated 802.1Q tag.
+        let mut f = OURS.to_vec();
+        f.extend_from_slice(&PEER);
+        f.extend_from_slice(&[0x81, 0x00, 0x00]);
+        assert_eq!(classify(&f, &[OURS], &[], false), Destination::Drop);
+    }
+}

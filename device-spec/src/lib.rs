@@ -31,7 +31,10 @@
 //! * **Helpers** (mirroring the C macros and the §4 ring rules): [`vrdma_key_index`],
 //!   [`vrdma_key_variant`], [`vrdma_make_key`], [`ring_npages`], [`ring_slot`],
 //!   [`ring_entry_location`], [`ring_used`], [`sq_max_sge`], [`sq_max_inline`], [`rq_max_sge`],
-//!   [`ib_mtu_to_bytes`], [`odp_chunk_size`].
+//!   [`ib_mtu_to_bytes`], [`odp_chunk_size`]; and Rust-only size constants that the header states
+//!   only in comments (not in [`ABI_CONSTANTS`]): [`VRDMA_SEND_WQE_HDR_SIZE`] (64),
+//!   [`VRDMA_RECV_WQE_HDR_SIZE`] (16), [`VRDMA_SGE_SIZE`] (16), [`VRDMA_CQE_SIZE`] (64),
+//!   [`VRDMA_GRH_SIZE`] (40), [`VRDMA_RING_MIN_ENTRY`] (32), [`VRDMA_RING_MAX_ENTRY`] (4096).
 //! * **Layout tables** for tests and tools: [`ABI_STRUCTS`] (size, alignment and every field's
 //!   offset and size, named as in C; union members appear as `wr.rdma`, `wr.atomic`, ...).
 //!

@@ -342,6 +342,10 @@ fn c_dump(header: &Path, tag: &str) -> (Header, String) {
     );
     let run = Command::new(&bin).output().expect("run abi_dump");
     assert!(run.status.success(), "abi_dump failed");
+    // Keep the generated program for inspection only when asked to.
+    if std::env::var_os("VRDMA_ABI_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     (h, String::from_utf8(run.stdout).expect("utf-8 output"))
 }
 
@@ -571,4 +575,110 @@ fn detects_mismatches_on_the_rust_side() {
         compare(&c, &extra),
         vec!["const VRDMA_RUST_ONLY: on the Rust side, not in the C header".to_string()]
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// The normative text (virtio-rdma.md) against the ABI
+// ------------------------------------------------------------------------------------------
+
+fn spec_text() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("virtio-rdma.md"))
+        .expect("read virtio-rdma.md")
+}
+
+/// `(struct name, stated size, rows of (field, offset, size))` of every "### struct" table.
+type SpecTable = (String, usize, Vec<(String, usize, usize)>);
+
+fn spec_tables(md: &str) -> Vec<SpecTable> {
+    let mut out: Vec<SpecTable> = Vec::new();
+    for line in md.lines() {
+        if let Some(rest) = line.strip_prefix("### struct ") {
+            let (name, size) = rest
+                .split_once(" (")
+                .unwrap_or_else(|| panic!("bad struct heading: {line}"));
+            let size = size
+                .trim_end_matches(" bytes)")
+                .parse()
+                .unwrap_or_else(|_| panic!("bad size in: {line}"));
+            out.push((name.to_string(), size, Vec::new()));
+        } else if line.starts_with("## ") {
+            // A new top-level section ends the last table's scope.
+            if let Some(last) = out.last() {
+                if !last.2.is_empty() {
+                    out.push((String::new(), 0, Vec::new()));
+                }
+            }
+        } else if let Some(cur) = out.last_mut() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // | offset | size | type | `field` | notes |
+            if cells.len() >= 6 && cells[4].starts_with('`') {
+                let off = cells[1].parse().expect("offset");
+                let size = cells[2].parse().expect("size");
+                cur.2
+                    .push((cells[4].trim_matches('`').to_string(), off, size));
+            }
+        }
+    }
+    out.retain(|t| !t.0.is_empty());
+    out
+}
+
+#[test]
+fn spec_layout_tables_match_the_abi() {
+    let tables = spec_tables(&spec_text());
+    assert_eq!(
+        tables.len(),
+        ABI_STRUCTS.len(),
+        "virtio-rdma.md Appendix A must have one table per ABI struct"
+    );
+    for s in ABI_STRUCTS {
+        let t = tables
+            .iter()
+            .find(|t| t.0 == s.c_name)
+            .unwrap_or_else(|| panic!("virtio-rdma.md has no table for struct {}", s.c_name));
+        assert_eq!(t.1, s.size, "stated size of struct {}", s.c_name);
+        let want: Vec<(String, usize, usize)> = s
+            .fields
+            .iter()
+            .map(|f| (f.name.to_string(), f.offset, f.size))
+            .collect();
+        assert_eq!(t.2, want, "rows of the struct {} table", s.c_name);
+    }
+}
+
+/// Every "§N" / "§N.M" cited by the header, DESIGN.md and the Rust mirror is a section of the spec.
+#[test]
+fn cited_sections_exist_in_the_spec() {
+    let md = spec_text();
+    let headings: Vec<String> = md
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| l.split_once('§').map(|(_, r)| r.to_string()))
+        .filter_map(|r| r.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(headings.len() >= 16, "spec headings not found");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for file in ["include/vrdma_abi.h", "DESIGN.md", "src/lib.rs"] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("read cited file");
+        for (_, rest) in text
+            .match_indices('§')
+            .map(|(i, _)| text.split_at(i + '§'.len_utf8()))
+        {
+            let num: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let num = num.trim_end_matches('.');
+            if num.is_empty() {
+                continue;
+            }
+            assert!(
+                headings.iter().any(|h| h == num),
+                "{file} cites §{num}, which virtio-rdma.md does not have"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "too few citations found ({checked})");
 }

@@ -1,1 +1,204 @@
-//! (being written)
+//! The device model (spec §2, §5, §11): every object table, guest memory and the outputs.
+//!
+//! `Device` is the façade both threads lock: the vhost-user thread runs control commands
+//! (`handle_command`), the engine thread runs the transport on it. Nothing in here blocks.
+//!
+//! # For `vhost_user/` and `main`
+//! - `Device::new(DeviceConfig, GuestMem::empty(), out)`; `DeviceConfig` carries the CLI limits,
+//!   MAC, MTU and ODP settings (`config.odp.enabled/implicit` decide the ODP caps in the config
+//!   space and `DeviceConfig::odp_feature_bits()`).
+//! - `handle_command(opcode, req, resp)`: `req` = bytes after `vrdma_cmd_hdr`; returns
+//!   VRDMA_STATUS_*; `resp` = response body (empty on error).
+//! - `set_guest_memory(&atomic)` on every SET_MEM_TABLE; `reset()` on device reset;
+//!   `config_space()` = the 256 config bytes; `set_output()` if the output sink changes.
+//!
+//! # For `transport/`
+//! - CQEs: `post_cqe(cqn, &cqe, solicited)` (arming, events and overflow handled here).
+//! - Errors: `qp_to_error(qpn, Some(VRDMA_EV_*), info)`, `qp_ring_error(qpn, on_sq, &err)`; set
+//!   `flush_hook` at start-up: it is called after MODIFY_QP / `qp_to_error` moved a QP to ERR.
+//! - Receive WQEs: `srq_pop(srqn, buf)` (limit / error events handled here), RQ via `qp.rq`.
+//! - Memory: `mrs.resolve_for(Some(qpn), key, pd, iova, len, access)`, `mrs.fast_register`,
+//!   `mrs.local_invalidate`; never keep a `GuestRange` across device-lock releases (ODP
+//!   invalidation relies on it). `take_resumed_qps()` after faults resolve; `odp_tick(now)` from
+//!   the timer tick (page-request timeouts; returns the next deadline).
+//! - Lookups: `ahs.lookup_in_pd(index, pd)`, `gids.get(i)`, `gids.is_local_ip(ip)`.
+
+pub mod commands;
+pub mod config;
+pub mod output;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use vrdma_spec::*;
+
+pub use config::DeviceConfig;
+pub use output::{DeviceOutput, NullOutput, RecordingOutput};
+
+use crate::guest::{GuestMem, GuestMemoryMap, RingError};
+use crate::memory::MrTable;
+use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
+use crate::qp::{QpState, QpTable};
+
+/// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
+/// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
+pub type FlushHook = fn(&mut Device, u32);
+
+/// The device.
+pub struct Device {
+    pub config: DeviceConfig,
+    pub mem: GuestMem,
+    pub out: Arc<dyn DeviceOutput>,
+    pub pds: PdTable,
+    pub cqs: HandleTable<Cq>,
+    pub srqs: HandleTable<Srq>,
+    pub ahs: AhTable,
+    pub gids: GidTable,
+    pub mrs: MrTable,
+    pub qps: QpTable,
+    /// Frames the transport wants sent; the engine loop flushes it to the uplink.
+    pub outbox: Vec<Vec<u8>>,
+    /// See [`FlushHook`].
+    pub flush_hook: Option<FlushHook>,
+    /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
+    pub needs_reset: bool,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("qps", &self.qps)
+            .field("mrs", &self.mrs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// A device at power-on state.
+    pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
+        Device {
+            pds: PdTable::new(config.max_pd),
+            cqs: HandleTable::new(config.max_cq),
+            srqs: HandleTable::new(config.max_srq),
+            ahs: AhTable::new(config.max_ah),
+            gids: GidTable::new(config.max_gid),
+            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone()),
+            qps: QpTable::new(config.max_qp),
+            outbox: Vec::new(),
+            flush_hook: None,
+            needs_reset: false,
+            config,
+            mem,
+            out,
+        }
+    }
+
+    /// Back to power-on state: every object destroyed, GID table empty. Guest memory and outputs
+    /// are kept (the vhost-user layer replaces them when the frontend does).
+    pub fn reset(&mut self) {
+        self.pds.clear();
+        self.cqs.clear();
+        self.srqs.clear();
+        self.ahs.clear();
+        self.gids.clear();
+        self.mrs.clear();
+        self.qps.clear();
+        self.outbox.clear();
+        self.needs_reset = false;
+    }
+
+    /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's
+    /// ODP page requests follow.
+    pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
+        self.out = out.clone();
+        self.mrs.set_output(out);
+    }
+
+    /// SET_MEM_TABLE: adopt the memory map currently in `atomic` (the vhost-user layer's memory
+    /// object). Every clone of `self.mem` (MR table included) sees the new table.
+    pub fn set_guest_memory(&mut self, atomic: &vm_memory::GuestMemoryAtomic<GuestMemoryMap>) {
+        self.mem.set_from_atomic(atomic);
+    }
+
+    /// The config space bytes (256).
+    pub fn config_space(&self) -> Vec<u8> {
+        self.config.config_space()
+    }
+
+    /// Post a CQE on `cqn`. On overflow the CQ goes to error (CQ_ERR sent) and every QP using it
+    /// is moved to ERR with QP_FATAL (DESIGN.md "Rings"). `solicited`: the completion is solicited
+    /// (a SOLICITED arm fires for it; error completions always count as solicited).
+    pub fn post_cqe(&mut self, cqn: u32, cqe: &VrdmaCqe, solicited: bool) -> Result<(), CqError> {
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            return Err(CqError::Broken);
+        };
+        let r = cq.post_cqe(&self.mem, &*self.out, cqe, solicited);
+        if matches!(r, Err(CqError::Overflow) | Err(CqError::Access(_))) {
+            let victims: Vec<u32> = self
+                .qps
+                .iter()
+                .filter(|q| q.send_cqn == cqn || q.recv_cqn == cqn)
+                .map(|q| q.qpn)
+                .collect();
+            for q in victims {
+                self.qp_to_error(q, Some(VRDMA_EV_QP_FATAL), 0);
+            }
+        }
+        r
+    }
+
+    /// Move a QP to ERR (if it is not in RESET or ERR already), send `event` (VRDMA_EV_* with
+    /// `info`) if given, then call the transport's flush hook.
+    pub fn qp_to_error(&mut self, qpn: u32, event: Option<u32>, info: u32) {
+        let Some(qp) = self.qps.get_mut(qpn) else {
+            return;
+        };
+        if matches!(qp.state, QpState::Err | QpState::Reset) {
+            return;
+        }
+        qp.enter(&self.mem, QpState::Err);
+        if let Some(ev) = event {
+            self.out.event(output::event(ev, qpn, info));
+        }
+        if let Some(h) = self.flush_hook {
+            h(self, qpn);
+        }
+    }
+
+    /// A QP's SQ or RQ ring failed at run time (index error or inaccessible): write the ring's
+    /// error code, move the QP to ERR and send QP_FATAL.
+    pub fn qp_ring_error(&mut self, qpn: u32, on_sq: bool, err: &RingError) {
+        if let Some(qp) = self.qps.get(qpn) {
+            let ring = if on_sq { Some(&qp.sq) } else { qp.rq.as_ref() };
+            if let Some(r) = ring {
+                let _ = r.set_error(&self.mem, err.ring_error_code());
+            }
+        }
+        self.qp_to_error(qpn, Some(VRDMA_EV_QP_FATAL), err.ring_error_code());
+    }
+
+    /// Take the next receive WQE of an SRQ (see [`Srq::pop`]).
+    pub fn srq_pop(&mut self, srqn: u32, buf: &mut [u8]) -> Result<bool, RingError> {
+        let srq = self.srqs.get_mut(srqn).ok_or(RingError::Broken)?;
+        srq.pop(&self.mem, &*self.out, buf)
+    }
+
+    /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or
+    /// timed out).
+    pub fn take_resumed_qps(&mut self) -> Vec<u32> {
+        self.mrs.take_resumed()
+    }
+
+    /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
+    pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
+        self.mrs.odp_tick(now)
+    }
+
+    /// Is the PD referenced by any object?
+    pub fn pd_in_use(&self, pd: u32) -> bool {
+        self.qps.iter().any(|q| q.pd == pd)
+            || self.srqs.iter().any(|(_, s)| s.pd == pd)
+            || self.ahs.iter().any(|(_, a)| a.pd == pd)
+            || self.mrs.pd_in_use(pd)
+    }
+}

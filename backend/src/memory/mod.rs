@@ -1,1 +1,8 @@
-//! (being written)
+//! Memory regions (spec §12): the MR table, keys with variants, access checks, iova → guest-physical
+//! translation, and on-demand paging (§10).
+
+pub mod mr;
+pub mod odp;
+
+pub use mr::{GuestRange, Mr, MrError, MrKind, MrTable};
+pub use odp::OdpConfig;

@@ -1,1 +1,125 @@
-//! (being written)
+//! Device objects other than QPs and MRs: PDs, CQs, SRQs, AHs and the GID table.
+
+pub mod ah;
+pub mod cq;
+pub mod gid;
+pub mod pd;
+pub mod srq;
+
+pub use ah::{Ah, AhTable};
+pub use cq::{Cq, CqError};
+pub use gid::{GidEntry, GidTable};
+pub use pd::{Pd, PdTable};
+pub use srq::Srq;
+
+use std::collections::VecDeque;
+
+/// A handle table: handles are 1..=max (0 is never a valid handle); freed handles are reused in
+/// FIFO order so a just-destroyed handle is not handed out again immediately.
+#[derive(Debug, Clone)]
+pub struct HandleTable<T> {
+    slots: Vec<Option<T>>,
+    free: VecDeque<u32>,
+    max: u32,
+    count: u32,
+}
+
+impl<T> HandleTable<T> {
+    pub fn new(max: u32) -> Self {
+        HandleTable {
+            slots: vec![None],
+            free: VecDeque::new(),
+            max,
+            count: 0,
+        }
+    }
+
+    /// Insert; `None` when the table is full.
+    pub fn insert(&mut self, v: T) -> Option<u32> {
+        if self.count >= self.max {
+            return None;
+        }
+        let h = match self.free.pop_front() {
+            Some(h) => h,
+            None => {
+                let h = u32::try_from(self.slots.len()).ok()?;
+                self.slots.push(None);
+                h
+            }
+        };
+        self.slots[h as usize] = Some(v);
+        self.count += 1;
+        Some(h)
+    }
+
+    /// Insert with a handle chosen by `f(handle)` (to store the handle inside the object).
+    pub fn insert_with(&mut self, f: impl FnOnce(u32) -> T) -> Option<u32> {
+        if self.count >= self.max {
+            return None;
+        }
+        let h = match self.free.pop_front() {
+            Some(h) => h,
+            None => {
+                let h = u32::try_from(self.slots.len()).ok()?;
+                self.slots.push(None);
+                h
+            }
+        };
+        self.slots[h as usize] = Some(f(h));
+        self.count += 1;
+        Some(h)
+    }
+
+    pub fn get(&self, h: u32) -> Option<&T> {
+        self.slots.get(h as usize).and_then(|s| s.as_ref())
+    }
+
+    pub fn get_mut(&mut self, h: u32) -> Option<&mut T> {
+        self.slots.get_mut(h as usize).and_then(|s| s.as_mut())
+    }
+
+    pub fn contains(&self, h: u32) -> bool {
+        self.get(h).is_some()
+    }
+
+    pub fn remove(&mut self, h: u32) -> Option<T> {
+        let v = self.slots.get_mut(h as usize)?.take()?;
+        self.free.push_back(h);
+        self.count -= 1;
+        Some(v)
+    }
+
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
+    /// Every live object with its handle.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|v| (i as u32, v)))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_mut().map(|v| (i as u32, v)))
+    }
+
+    /// Remove everything (device reset); handle numbering starts over.
+    pub fn clear(&mut self) {
+        self.slots = vec![None];
+        self.free.clear();
+        self.count = 0;
+    }
+}

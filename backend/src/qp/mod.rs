@@ -1,1 +1,545 @@
-//! (being written)
+//! Queue pairs (spec §13): the `Qp` object, its attributes and the QP table. The IBTA state machine
+//! and attribute-mask table are in `state.rs`; protocol state (`req`, `resp`) is owned by
+//! `transport/`.
+
+pub mod state;
+
+use thiserror::Error;
+use vrdma_spec::*;
+
+use crate::guest::{GuestMem, Ring};
+use crate::objects::gid::{gid_is_ipv4, GidTable, GID_TYPE_ROCE_V2};
+use crate::transport::{RequesterState, ResponderState};
+pub use state::{QpState, QpType, StateError};
+
+/// Q_Key of the GSI QP (IBTA 13.4.6.1 / DESIGN.md).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+/// 24-bit PSN / QPN mask.
+pub const MASK24: u32 = 0x00ff_ffff;
+
+/// Errors of MODIFY_QP attribute checks.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum QpError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("invalid QP attribute: {0}")]
+    Invalid(&'static str),
+}
+
+impl QpError {
+    /// VRDMA_STATUS_* for the command.
+    pub fn status(&self) -> u32 {
+        match self {
+            QpError::State(StateError::IllegalTransition(..)) => VRDMA_STATUS_BAD_STATE,
+            _ => VRDMA_STATUS_INVALID,
+        }
+    }
+}
+
+/// Capacities fixed at creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// Attributes set by MODIFY_QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttrs {
+    /// IB MTU enum 1..=5 (0 until set).
+    pub path_mtu: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qpn: u32,
+    /// VRDMA_ACCESS_REMOTE_* (+ LOCAL_WRITE) the QP allows incoming requests to use.
+    pub access_flags: u32,
+    pub pkey_index: u16,
+    pub en_sqd_async_notify: bool,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub port_num: u8,
+    /// Primary path (RC/UC); `av_valid` once set.
+    pub av: VrdmaAv,
+    pub av_valid: bool,
+    /// Source GID resolved from `av.sgid_index` when the AV was set.
+    pub sgid: [u8; 16],
+}
+
+impl Default for QpAttrs {
+    fn default() -> Self {
+        QpAttrs {
+            path_mtu: 0,
+            qkey: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            dest_qpn: 0,
+            access_flags: 0,
+            pkey_index: 0,
+            en_sqd_async_notify: false,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+            port_num: 1,
+            av: VrdmaAv::ZERO,
+            av_valid: false,
+            sgid: [0; 16],
+        }
+    }
+}
+
+/// Device limits and port facts MODIFY_QP checks against.
+#[derive(Debug, Clone, Copy)]
+pub struct ModifyLimits {
+    /// Largest IB MTU enum of the port (from the Ethernet MTU).
+    pub port_mtu: u32,
+    /// max_qp_rd_atom (limit of max_rd_atomic, header §2.2).
+    pub max_rd_atomic: u32,
+    /// max_qp_init_rd_atom (limit of max_dest_rd_atomic, header §2.2).
+    pub max_dest_rd_atomic: u32,
+}
+
+/// A queue pair.
+pub struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    /// SRQ attached at creation (then `rq` is `None`).
+    pub srqn: Option<u32>,
+    pub sq: Ring,
+    pub rq: Option<Ring>,
+    pub sq_sig_all: bool,
+    pub caps: QpCaps,
+    pub state: QpState,
+    pub attrs: QpAttrs,
+    /// Set on RTS → SQD; the transport clears it (and sends SQ_DRAINED when
+    /// `attrs.en_sqd_async_notify`) once no request is outstanding.
+    pub sq_draining: bool,
+    /// Requester protocol state (owned by transport/).
+    pub req: RequesterState,
+    /// Responder protocol state (owned by transport/).
+    pub resp: ResponderState,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("type", &self.qp_type)
+            .field("state", &self.state)
+            .field("pd", &self.pd)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a successful MODIFY_QP did (the device performs the side effects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    pub from: QpState,
+    pub to: QpState,
+}
+
+impl Qp {
+    /// Q_Key to use for this QP's datagrams.
+    pub fn qkey(&self) -> u32 {
+        if self.qp_type == QpType::Gsi {
+            GSI_QKEY
+        } else {
+            self.attrs.qkey
+        }
+    }
+
+    /// Path MTU in bytes (256..4096; 256 if unset).
+    pub fn mtu_bytes(&self) -> u32 {
+        ib_mtu_to_bytes(self.attrs.path_mtu).unwrap_or(256)
+    }
+
+    /// Validate and apply a MODIFY_QP. Nothing changes unless the whole request is valid.
+    pub fn modify(
+        &mut self,
+        mem: &GuestMem,
+        gids: &GidTable,
+        limits: &ModifyLimits,
+        mask: u32,
+        a: &VrdmaQpAttr,
+    ) -> Result<Transition, QpError> {
+        if mask & !state::QP_ATTR_ALL != 0 {
+            return Err(QpError::Invalid("unknown attribute mask bits"));
+        }
+        let cur = self.state;
+        if mask & VRDMA_QP_CUR_STATE != 0 {
+            let cs = QpState::from_u32(a.cur_qp_state).ok_or(QpError::Invalid("cur_qp_state"))?;
+            if cs != cur {
+                return Err(QpError::Invalid("cur_qp_state differs from the QP state"));
+            }
+        }
+        let next = if mask & VRDMA_QP_STATE != 0 {
+            QpState::from_u32(a.qp_state).ok_or(QpError::Invalid("qp_state"))?
+        } else {
+            cur
+        };
+        state::check_transition(cur, next, self.qp_type, mask)?;
+
+        // Range checks on everything present.
+        let mut new = self.attrs;
+        if mask & VRDMA_QP_PKEY_INDEX != 0 {
+            if a.pkey_index != 0 {
+                return Err(QpError::Invalid("pkey_index (only index 0 exists)"));
+            }
+            new.pkey_index = 0;
+        }
+        if mask & VRDMA_QP_PORT != 0 {
+            if a.port_num != 1 {
+                return Err(QpError::Invalid("port_num"));
+            }
+            new.port_num = 1;
+        }
+        if mask & VRDMA_QP_QKEY != 0 {
+            new.qkey = a.qkey;
+        }
+        if mask & VRDMA_QP_ACCESS_FLAGS != 0 {
+            let allowed = crate::memory::mr::ACCESS_LOCAL_WRITE | crate::memory::mr::ACCESS_REMOTE;
+            if a.qp_access_flags & !allowed != 0 {
+                return Err(QpError::Invalid("qp_access_flags"));
+            }
+            new.access_flags = a.qp_access_flags;
+        }
+        if mask & VRDMA_QP_PATH_MTU != 0 {
+            if !(1..=5).contains(&a.path_mtu) || a.path_mtu > limits.port_mtu {
+                return Err(QpError::Invalid("path_mtu"));
+            }
+            new.path_mtu = a.path_mtu;
+        }
+        if mask & VRDMA_QP_TIMEOUT != 0 {
+            if a.timeout > 31 {
+                return Err(QpError::Invalid("timeout"));
+            }
+            new.timeout = a.timeout;
+        }
+        if mask & VRDMA_QP_RETRY_CNT != 0 {
+            if a.retry_cnt > 7 {
+                return Err(QpError::Invalid("retry_cnt"));
+            }
+            new.retry_cnt = a.retry_cnt;
+        }
+        if mask & VRDMA_QP_RNR_RETRY != 0 {
+            if a.rnr_retry > 7 {
+                return Err(QpError::Invalid("rnr_retry"));
+            }
+            new.rnr_retry = a.rnr_retry;
+        }
+        if mask & VRDMA_QP_MIN_RNR_TIMER != 0 {
+            if a.min_rnr_timer > 31 {
+                return Err(QpError::Invalid("min_rnr_timer"));
+            }
+            new.min_rnr_timer = a.min_rnr_timer;
+        }
+        if mask & VRDMA_QP_RQ_PSN != 0 {
+            if a.rq_psn > MASK24 {
+                return Err(QpError::Invalid("rq_psn"));
+            }
+            new.rq_psn = a.rq_psn;
+        }
+        if mask & VRDMA_QP_SQ_PSN != 0 {
+            if a.sq_psn > MASK24 {
+                return Err(QpError::Invalid("sq_psn"));
+            }
+            new.sq_psn = a.sq_psn;
+        }
+        if mask & VRDMA_QP_DEST_QPN != 0 {
+            if a.dest_qp_num > MASK24 {
+                return Err(QpError::Invalid("dest_qp_num"));
+            }
+            new.dest_qpn = a.dest_qp_num;
+        }
+        if mask & VRDMA_QP_MAX_QP_RD_ATOMIC != 0 {
+            if a.max_rd_atomic as u32 > limits.max_rd_atomic {
+                return Err(QpError::Invalid("max_rd_atomic"));
+            }
+            new.max_rd_atomic = a.max_rd_atomic;
+        }
+        if mask & VRDMA_QP_MAX_DEST_RD_ATOMIC != 0 {
+            if a.max_dest_rd_atomic as u32 > limits.max_dest_rd_atomic {
+                return Err(QpError::Invalid("max_dest_rd_atomic"));
+            }
+            new.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        }
+        if mask & VRDMA_QP_EN_SQD_ASYNC_NOTIFY != 0 {
+            new.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+        }
+        if mask & VRDMA_QP_AV != 0 {
+            new.sgid = check_av(gids, &a.av)?;
+            new.av = a.av;
+            new.av_valid = true;
+        }
+        // ALT_PATH / PATH_MIG_STATE: accepted where the table allows them, ignored (no APM).
+
+        // Apply.
+        self.attrs = new;
+        if mask & VRDMA_QP_SQ_PSN != 0 {
+            self.req.set_sq_psn(new.sq_psn);
+        }
+        if mask & VRDMA_QP_RQ_PSN != 0 {
+            self.resp.set_rq_psn(new.rq_psn);
+        }
+        if next != cur {
+            self.enter(mem, next);
+        }
+        Ok(Transition {
+            from: cur,
+            to: next,
+        })
+    }
+
+    /// Enter `next` (effects that need no other object; the device does flush hooks / events).
+    pub fn enter(&mut self, mem: &GuestMem, next: QpState) {
+        match next {
+            QpState::Reset => {
+                self.req.reset();
+                self.resp.reset();
+                self.sq.reset_indices(mem);
+                if let Some(rq) = self.rq.as_mut() {
+                    rq.reset_indices(mem);
+                }
+                self.attrs = QpAttrs::default();
+                self.sq_draining = false;
+            }
+            QpState::Sqd => self.sq_draining = true,
+            QpState::Rts => self.sq_draining = false,
+            _ => {}
+        }
+        self.state = next;
+    }
+
+    /// QUERY_QP response.
+    pub fn query(&self) -> VrdmaQpAttr {
+        let a = &self.attrs;
+        VrdmaQpAttr {
+            qp_state: self.state.as_u32(),
+            cur_qp_state: self.state.as_u32(),
+            path_mtu: a.path_mtu,
+            qkey: self.qkey(),
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qpn,
+            qp_access_flags: a.access_flags,
+            pkey_index: a.pkey_index,
+            en_sqd_async_notify: a.en_sqd_async_notify as u8,
+            sq_draining: self.sq_draining as u8,
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            port_num: a.port_num,
+            reserved0: 0,
+            max_send_wr: self.caps.max_send_wr,
+            max_recv_wr: self.caps.max_recv_wr,
+            max_send_sge: self.caps.max_send_sge,
+            max_recv_sge: self.caps.max_recv_sge,
+            max_inline_data: self.caps.max_inline_data,
+            reserved1: 0,
+            av: a.av,
+        }
+    }
+}
+
+/// Validate an address vector against the GID table; returns the source GID.
+/// sgid_index must name a RoCEv2 entry; the destination GID must be of the same IP family as the
+/// source (IPv4-mapped vs IPv6); flow label ≤ 20 bits; VLAN id < 4096 or 0xffff (untagged).
+pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
+    let e = gids
+        .get(av.sgid_index as u32)
+        .ok_or(QpError::Invalid("sgid_index not in the GID table"))?;
+    if e.gid_type != GID_TYPE_ROCE_V2 {
+        return Err(QpError::Invalid("source GID is not RoCEv2"));
+    }
+    if gid_is_ipv4(&e.gid) != gid_is_ipv4(&av.dgid) {
+        return Err(QpError::Invalid(
+            "destination GID family differs from the source GID",
+        ));
+    }
+    if av.dgid == [0; 16] {
+        return Err(QpError::Invalid("destination GID is zero"));
+    }
+    if av.flow_label > 0xf_ffff {
+        return Err(QpError::Invalid("flow_label"));
+    }
+    if av.vlan_id != 0xffff && av.vlan_id >= 4096 {
+        return Err(QpError::Invalid("vlan_id"));
+    }
+    Ok(e.gid)
+}
+
+/// The QP table: GSI is QPN 1, ordinary QPs get QPNs from 16 up (a wrapping cursor: destroyed
+/// QPNs are reused as late as possible).
+pub struct QpTable {
+    qps: std::collections::HashMap<u32, Qp>,
+    next: u32,
+    max_qp: u32,
+    count: u32,
+}
+
+impl std::fmt::Debug for QpTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpTable")
+            .field("count", &self.count)
+            .field("max_qp", &self.max_qp)
+            .finish()
+    }
+}
+
+impl QpTable {
+    /// `max_qp` ordinary QPs (the GSI QP does not count).
+    pub fn new(max_qp: u32) -> Self {
+        QpTable {
+            qps: std::collections::HashMap::new(),
+            next: VRDMA_FIRST_QPN,
+            max_qp: max_qp.min(MASK24 - VRDMA_FIRST_QPN),
+            count: 0,
+        }
+    }
+
+    /// Reserve a QPN for a new QP of type `t`; `None` if none left (or the GSI QP exists).
+    pub fn alloc_qpn(&mut self, t: QpType) -> Option<u32> {
+        if t == QpType::Gsi {
+            return (!self.qps.contains_key(&VRDMA_GSI_QPN)).then_some(VRDMA_GSI_QPN);
+        }
+        if self.count >= self.max_qp {
+            return None;
+        }
+        // A cursor walks the 24-bit QPN space and wraps, skipping QPNs in use: a destroyed QPN is
+        // reused as late as possible (a late packet for it then finds no QP rather than a new one).
+        // At most `count + 1` steps find a free QPN since count < the size of the space.
+        for _ in 0..=self.count {
+            let q = self.next;
+            self.next = if q >= MASK24 { VRDMA_FIRST_QPN } else { q + 1 };
+            if !self.qps.contains_key(&q) {
+                return Some(q);
+            }
+        }
+        None
+    }
+
+    /// Insert a QP whose QPN came from `alloc_qpn`.
+    pub fn insert(&mut self, qp: Qp) {
+        if qp.qpn != VRDMA_GSI_QPN {
+            self.count += 1;
+        }
+        self.qps.insert(qp.qpn, qp);
+    }
+
+    pub fn get(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(&qpn)
+    }
+
+    pub fn get_mut(&mut self, qpn: u32) -> Option<&mut Qp> {
+        self.qps.get_mut(&qpn)
+    }
+
+    pub fn remove(&mut self, qpn: u32) -> Option<Qp> {
+        let qp = self.qps.remove(&qpn)?;
+        if qpn != VRDMA_GSI_QPN {
+            self.count -= 1;
+        }
+        Some(qp)
+    }
+
+    /// Ordinary QPs in use.
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.qps.is_empty()
+    }
+
+    pub fn qpns(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Qp> {
+        self.qps.values()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Qp> {
+        self.qps.values_mut()
+    }
+
+    pub fn clear(&mut self) {
+        self.qps.clear();
+        self.next = VRDMA_FIRST_QPN;
+        self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qp(mem: &GuestMem, qpn: u32, t: QpType) -> Qp {
+        let sq = Ring::new(mem, &[0, 4096], 16, 6, 6, 16).unwrap();
+        Qp {
+            qpn,
+            qp_type: t,
+            pd: 1,
+            send_cqn: 1,
+            recv_cqn: 1,
+            srqn: None,
+            sq,
+            rq: None,
+            sq_sig_all: false,
+            caps: QpCaps::default(),
+            state: QpState::Reset,
+            attrs: QpAttrs::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+        }
+    }
+
+    #[test]
+    fn qpn_cursor_wraps_and_skips_live_qpns() {
+        let mem = GuestMem::from_ranges(&[(0, 1 << 16)]).unwrap();
+        let mut t = QpTable::new(3);
+        let a = t.alloc_qpn(QpType::Rc).unwrap();
+        assert_eq!(a, VRDMA_FIRST_QPN);
+        t.insert(qp(&mem, a, QpType::Rc));
+        let b = t.alloc_qpn(QpType::Rc).unwrap();
+        assert_eq!(b, 17);
+        t.insert(qp(&mem, b, QpType::Rc));
+        t.remove(a);
+        // A destroyed QPN is not reused right away.
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(18));
+        // Near the end of the 24-bit space the cursor wraps to 16 and skips 17 (in use).
+        t.next = MASK24;
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(MASK24));
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(16));
+        t.insert(qp(&mem, 16, QpType::Rc));
+        assert_eq!(t.alloc_qpn(QpType::Rc), Some(18));
+        t.insert(qp(&mem, 18, QpType::Rc));
+        // max_qp = 3 reached.
+        assert_eq!(t.alloc_qpn(QpType::Rc), None);
+        // GSI: QPN 1, one per device, not counted.
+        assert_eq!(t.alloc_qpn(QpType::Gsi), Some(VRDMA_GSI_QPN));
+        t.insert(qp(&mem, 1, QpType::Gsi));
+        assert_eq!(t.alloc_qpn(QpType::Gsi), None);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.qpns(), vec![1, 16, 17, 18]);
+    }
+}

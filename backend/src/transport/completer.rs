@@ -1,1 +1,326 @@
-//! (being written)
+//! Completer (IBTA 9.7.5.1 requester side of responses): ACKs, NAKs, READ responses and atomic
+//! acknowledgements retire send WQEs; NAKs and timeouts drive go-back-N retransmission and RNR
+//! back-off; exceeded retries and remote errors complete the WQE in error and move the QP to ERROR
+//! (the remaining WQEs are then flushed, spec §13).
+
+use std::time::Instant;
+
+use super::ctx::{abi::*, QpCtx};
+use super::packet::RxPkt;
+use super::requester::{restart, sge_copy, OdpWait, RequesterState, SgeError, WqeState};
+use super::{psn_add, psn_diff, timers};
+use crate::device::Device;
+use crate::wire::{NakCode, Operation, Position, Syndrome};
+
+/// A response for `ctx`'s QP arrived (RC only; the caller checked the QP state).
+pub(crate) fn on_response(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    pkt: &RxPkt<'_>,
+    now: Instant,
+) {
+    let psn = pkt.psn();
+    // Ghost / stale responses (IBTA 9.7.5.1.x): a PSN older than the oldest outstanding one, or
+    // one we never sent, is ignored.
+    let last_sent = psn_add(st.psn, super::PSN_MASK); // st.psn - 1
+    if psn_diff(psn, last_sent) > 0
+        || psn_diff(psn, st.una) < -(super::requester::WINDOW as i32 * 2)
+    {
+        return;
+    }
+    match pkt.op() {
+        Operation::Ack => {
+            let Some(aeth) = pkt.aeth else { return };
+            match aeth.syndrome {
+                Syndrome::Ack { .. } => {
+                    if psn_diff(psn, st.una) < -1 {
+                        return; // duplicate of an older ACK
+                    }
+                    ack_upto(ctx, st, psn, now);
+                }
+                Syndrome::RnrNak { timer } => {
+                    ack_upto(ctx, st, psn_add(psn, super::PSN_MASK), now);
+                    on_rnr(ctx, st, timer, now);
+                }
+                Syndrome::Nak(code) => {
+                    ack_upto(ctx, st, psn_add(psn, super::PSN_MASK), now);
+                    on_nak(ctx, st, psn, code);
+                }
+                Syndrome::Reserved(_) => {}
+            }
+        }
+        Operation::ReadResponse => on_read_response(dev, ctx, st, pkt, now),
+        Operation::AtomicAck => on_atomic_ack(dev, ctx, st, pkt, now),
+        _ => {}
+    }
+}
+
+/// Positive acknowledgement of every PSN up to and including `psn` (IBTA 9.7.5.1.1: ACKs are
+/// cumulative). SEND/WRITE WQEs whose last packet is covered complete; a READ/atomic that is
+/// covered but has no response yet means its response was lost: go back to it.
+fn ack_upto(ctx: &QpCtx, st: &mut RequesterState, psn: u32, now: Instant) {
+    let mut progress = false;
+    let mut lost_response = false;
+    for w in st.wqes.iter_mut() {
+        if w.state == WqeState::Done || w.is_local() {
+            continue;
+        }
+        if w.state == WqeState::Pending && w.offset == 0 {
+            break;
+        }
+        if psn_diff(w.last_psn, psn) > 0 {
+            break;
+        }
+        if w.is_rd_atomic() {
+            lost_response = true;
+            break;
+        }
+        if w.state == WqeState::Sent {
+            w.state = WqeState::Done;
+            w.status = WC_SUCCESS;
+            progress = true;
+        } else {
+            break;
+        }
+    }
+    let next = psn_add(psn, 1);
+    if psn_diff(next, st.una) > 0 && psn_diff(next, st.psn) <= 0 {
+        st.una = next;
+        progress = true;
+    }
+    if progress {
+        on_progress(ctx, st, now);
+    }
+    if lost_response {
+        restart(ctx, st);
+    }
+}
+
+/// Forward progress: reload the retry counters (IBTA C9-xx: the counts apply to consecutive
+/// failures) and restart the retransmission timer.
+fn on_progress(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    st.retry_left = ctx.retry_cnt;
+    st.rnr_left = ctx.rnr_retry;
+    st.retrans_deadline = timers::retrans_timeout(ctx.timeout).map(|d| now + d);
+}
+
+/// RNR NAK (IBTA 9.7.5.2.8): wait the responder's RNR timer, then resend from the NAK'd PSN;
+/// after `rnr_retry` consecutive RNR NAKs (7 = infinite) fail with RNR_RETRY_EXC_ERR.
+fn on_rnr(ctx: &QpCtx, st: &mut RequesterState, timer: u8, now: Instant) {
+    if st.rnr_left == 0 {
+        fail_oldest(st, WC_RNR_RETRY_EXC_ERR);
+        return;
+    }
+    if st.rnr_left != 7 {
+        st.rnr_left -= 1;
+    }
+    st.rnr_deadline = Some(now + timers::rnr_timeout(timer));
+    st.retrans_deadline = None;
+    restart(ctx, st);
+}
+
+/// NAK (IBTA 9.7.5.2.x): PSN sequence error → go-back-N; the others are fatal for the WQE at `psn`.
+fn on_nak(ctx: &QpCtx, st: &mut RequesterState, _psn: u32, code: NakCode) {
+    let status = match code {
+        NakCode::PsnSequenceError => {
+            restart(ctx, st);
+            return;
+        }
+        NakCode::InvalidRequest => WC_REM_INV_REQ_ERR,
+        NakCode::RemoteAccessError => WC_REM_ACCESS_ERR,
+        NakCode::RemoteOperationalError => WC_REM_OP_ERR,
+        NakCode::InvalidRdRequest => WC_REM_INV_RD_REQ_ERR,
+        NakCode::Reserved(_) => WC_BAD_RESP_ERR,
+    };
+    fail_oldest(st, status);
+}
+
+/// Complete the oldest incomplete WQE with `status` and stop the QP (it goes to ERROR when that WQE
+/// retires; everything after it is flushed).
+pub(crate) fn fail_oldest(st: &mut RequesterState, status: u8) {
+    if let Some(w) = st
+        .wqes
+        .iter_mut()
+        .find(|w| w.state != WqeState::Done && !w.is_local())
+    {
+        w.state = WqeState::Done;
+        w.status = status;
+        w.fatal = true;
+        st.stopped = true;
+        st.retrans_deadline = None;
+        st.rnr_deadline = None;
+    }
+}
+
+/// Index of the oldest incomplete WQE; WQEs before `limit_psn` that are SEND/WRITE and fully sent
+/// are implicitly acknowledged by a READ response / atomic ACK (IBTA 9.7.5.1.1).
+fn implicit_ack_before(st: &mut RequesterState, psn: u32) -> Option<usize> {
+    for (i, w) in st.wqes.iter_mut().enumerate() {
+        if w.state == WqeState::Done || w.is_local() {
+            continue;
+        }
+        if w.is_rd_atomic() || psn_diff(w.last_psn, psn) >= 0 {
+            return Some(i);
+        }
+        if w.state == WqeState::Sent {
+            w.state = WqeState::Done;
+            w.status = WC_SUCCESS;
+        } else {
+            return Some(i);
+        }
+    }
+    None
+}
+
+fn on_read_response(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    pkt: &RxPkt<'_>,
+    now: Instant,
+) {
+    let psn = pkt.psn();
+    let Some(i) = implicit_ack_before(st, psn) else {
+        return;
+    };
+    let mtu = ctx.mtu as u64;
+    let (expected, first_psn, last_psn, offset, length, is_read) = {
+        let w = &st.wqes[i];
+        (
+            psn_add(w.first_psn, (w.offset / mtu) as u32),
+            w.first_psn,
+            w.last_psn,
+            w.offset,
+            w.length,
+            w.is_read(),
+        )
+    };
+    if !is_read || st.wqes[i].state == WqeState::Pending {
+        // A response for a READ we are not waiting for at this position: an earlier READ/atomic
+        // response is missing.
+        if psn_diff(psn, first_psn) > 0 {
+            restart(ctx, st);
+        }
+        return;
+    }
+    if psn_diff(psn, first_psn) < 0 || psn_diff(psn, last_psn) > 0 {
+        return;
+    }
+    let d = psn_diff(psn, expected);
+    if d < 0 {
+        return; // duplicate response
+    }
+    if d > 0 {
+        // A response packet was lost (IBTA 9.7.5.1.x: implied NAK): ask again for the rest.
+        restart(ctx, st);
+        return;
+    }
+    let remaining = length - offset;
+    let n = pkt.payload.len() as u64;
+    let pos = pkt.pos();
+    let ok_pos = match pos {
+        Position::First | Position::Middle => n == mtu && remaining > mtu,
+        Position::Last | Position::Only => n == remaining,
+    } && (matches!(pos, Position::First | Position::Only) == (offset == 0));
+    if !ok_pos {
+        // Inconsistent response (IBTA C9-xx): BAD_RESP_ERR, QP to ERROR.
+        fail_oldest(st, WC_BAD_RESP_ERR);
+        return;
+    }
+    if n > 0 {
+        let sges = st.wqes[i].sges.clone();
+        let mut buf = pkt.payload.to_vec();
+        match sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, offset, &mut buf, true) {
+            Ok(()) => {}
+            Err(SgeError::Fault { key, iova }) => {
+                // Requester-side ODP fault on the READ target: drop, suspend, and re-request from
+                // here once the chunk is resident (spec §10).
+                st.odp_wait = Some(OdpWait { key, iova });
+                restart(ctx, st);
+                return;
+            }
+            Err(_) => {
+                fail_oldest(st, WC_LOC_PROT_ERR);
+                return;
+            }
+        }
+    }
+    let w = &mut st.wqes[i];
+    w.offset += n;
+    if matches!(pos, Position::Last | Position::Only) {
+        w.state = WqeState::Done;
+        w.status = WC_SUCCESS;
+        st.rd_atomic_outstanding = st.rd_atomic_outstanding.saturating_sub(1);
+    }
+    let next = psn_add(psn, 1);
+    if psn_diff(next, st.una) > 0 {
+        st.una = next;
+    }
+    on_progress(ctx, st, now);
+}
+
+fn on_atomic_ack(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    pkt: &RxPkt<'_>,
+    now: Instant,
+) {
+    let psn = pkt.psn();
+    let Some(orig) = pkt.atomic_ack.map(|a| a.orig) else {
+        return;
+    };
+    let Some(i) = implicit_ack_before(st, psn) else {
+        return;
+    };
+    let w = &st.wqes[i];
+    if !w.is_atomic() || w.state != WqeState::Sent || w.first_psn != psn {
+        if psn_diff(psn, w.first_psn) > 0 {
+            restart(ctx, st);
+        }
+        return;
+    }
+    // The original remote value lands in the local SGE (8 bytes, host order = little-endian).
+    let sges = w.sges.clone();
+    let mut buf = orig.to_le_bytes();
+    match sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, 0, &mut buf, true) {
+        Ok(()) => {}
+        Err(SgeError::Fault { key, iova }) => {
+            // The atomic was executed remotely; a resend is answered from the responder's
+            // resource cache, not re-executed (IBTA 9.7.5.1.x).
+            st.odp_wait = Some(OdpWait { key, iova });
+            restart(ctx, st);
+            return;
+        }
+        Err(_) => {
+            fail_oldest(st, WC_LOC_PROT_ERR);
+            return;
+        }
+    }
+    let w = &mut st.wqes[i];
+    w.state = WqeState::Done;
+    w.status = WC_SUCCESS;
+    st.rd_atomic_outstanding = st.rd_atomic_outstanding.saturating_sub(1);
+    let next = psn_add(psn, 1);
+    if psn_diff(next, st.una) > 0 {
+        st.una = next;
+    }
+    on_progress(ctx, st, now);
+}
+
+/// The retransmission timer expired (IBTA 9.7.6.1.x / C9-140): resend from the oldest
+/// unacknowledged packet, or fail with RETRY_EXC_ERR after `retry_cnt` consecutive timeouts.
+pub(crate) fn on_retrans_timeout(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    st.retrans_deadline = None;
+    if !st.outstanding() {
+        return;
+    }
+    if st.retry_left == 0 {
+        fail_oldest(st, WC_RETRY_EXC_ERR);
+        return;
+    }
+    st.retry_left -= 1;
+    restart(ctx, st);
+    st.retrans_deadline = timers::retrans_timeout(ctx.timeout).map(|d| now + d);
+}

@@ -1,1 +1,291 @@
-//! (being written)
+//! The engine thread (ARCHITECTURE.md "Threads"): one thread per device that waits (epoll) on
+//! - the uplink fd (frames from the network),
+//! - an eventfd kicked by the vhost-user thread (doorbell records queued in [`EngineSender`], or a
+//!   plain kick after a control command that may unblock QPs, e.g. ODP_PAGE_RESP),
+//! - a timerfd programmed with the earliest transport / ODP deadline,
+//!
+//! and then, under the `Mutex<Device>` held once per batch, runs doorbells, received frames and
+//! timers through the transport. Frames the transport queued in `Device::outbox` are sent to the
+//! uplink after the lock is released. RoCEv2 frames for our GIDs go to `transport::on_frame`,
+//! everything else the port demux (`port.rs`) gives the guest goes to `DeviceOutput::eth_rx`.
+//!
+//! The vhost-user thread never blocks on the engine: [`EngineSender::doorbell`] only appends to a
+//! short queue and writes the eventfd.
+
+use std::collections::VecDeque;
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use vmm_sys_util::timerfd::TimerFd;
+use vrdma_spec::VrdmaDoorbell;
+
+use crate::device::Device;
+use crate::port::{classify_with, Destination};
+use crate::uplink::{Uplink, UplinkError, MAX_FRAME};
+
+/// Frames taken from the uplink per batch (bounds the time the device lock is held).
+const RX_BATCH: usize = 256;
+/// Doorbell records queued before the sender starts coalescing (the SQ doorbell is idempotent:
+/// the requester reads the producer, so dropping duplicates of the same QP is harmless).
+const MAX_QUEUED: usize = 65536;
+
+const TOKEN_KICK: u64 = 1;
+const TOKEN_TIMER: u64 = 2;
+const TOKEN_UPLINK: u64 = 3;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("engine: cannot create {what}: {source}")]
+    Setup {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("engine: cannot spawn the thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Handle the vhost-user side uses to feed the engine. Cheap to clone.
+#[derive(Clone)]
+pub struct EngineSender {
+    queue: Arc<Mutex<VecDeque<VrdmaDoorbell>>>,
+    kick: Arc<EventFd>,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for EngineSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineSender").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl EngineSender {
+    /// Queue doorbell records (spec §8) and wake the engine. Never blocks on the network.
+    pub fn doorbells(&self, dbs: &[VrdmaDoorbell]) {
+        {
+            let mut q = lock(&self.queue);
+            for db in dbs {
+                if q.len() >= MAX_QUEUED && q.iter().any(|d| d.type_ == db.type_ && d.id == db.id) {
+                    continue;
+                }
+                q.push_back(*db);
+            }
+        }
+        self.kick();
+    }
+
+    pub fn doorbell(&self, db: VrdmaDoorbell) {
+        self.doorbells(&[db]);
+    }
+
+    /// Wake the engine to re-run timers and resumed QPs (call after control commands that may
+    /// unblock work, e.g. ODP_PAGE_RESP, MODIFY_QP).
+    pub fn kick(&self) {
+        // An eventfd write only fails when the counter would overflow, i.e. the engine has
+        // already been kicked; nothing is lost.
+        let _ = self.kick.write(1);
+    }
+}
+
+/// The running engine thread. Dropping it stops and joins the thread.
+pub struct Engine {
+    sender: EngineSender,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device.
+    pub fn start(dev: Arc<Mutex<Device>>, uplink: Arc<dyn Uplink>) -> Result<Engine, EngineError> {
+        let setup = |what| move |source| EngineError::Setup { what, source };
+        let kick = Arc::new(EventFd::new(EFD_NONBLOCK).map_err(setup("eventfd"))?);
+        let timer = TimerFd::new().map_err(|e| EngineError::Setup {
+            what: "timerfd",
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        })?;
+        let epoll = Epoll::new().map_err(setup("epoll"))?;
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                kick.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, TOKEN_KICK),
+            )
+            .map_err(setup("epoll add eventfd"))?;
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                timer.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, TOKEN_TIMER),
+            )
+            .map_err(setup("epoll add timerfd"))?;
+        let ufd = uplink.as_raw_fd();
+        if ufd >= 0 {
+            epoll
+                .ctl(
+                    ControlOperation::Add,
+                    ufd,
+                    EpollEvent::new(EventSet::IN, TOKEN_UPLINK),
+                )
+                .map_err(setup("epoll add uplink"))?;
+        }
+        lock(&dev).flush_hook = Some(super::flush);
+        let sender = EngineSender {
+            queue: Arc::new(Mutex::new(VecDeque::new())),
+            kick,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let s2 = sender.clone();
+        let thread = std::thread::Builder::new()
+            .name("vrdma-engine".into())
+            .spawn(move || run(dev, uplink, s2, epoll, timer))
+            .map_err(EngineError::Spawn)?;
+        Ok(Engine {
+            sender,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn sender(&self) -> EngineSender {
+        self.sender.clone()
+    }
+
+    /// Stop the thread and wait for it (clean shutdown: the current batch finishes first).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.sender.stop.store(true, Ordering::Release);
+        self.sender.kick();
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                log::error!("engine thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Program `timer` for `deadline` (None: disarm).
+fn arm(timer: &mut TimerFd, deadline: Option<Instant>, now: Instant) {
+    let r = match deadline {
+        // A zero duration would disarm the timerfd: fire "now" as 1 µs.
+        Some(d) => timer.reset(
+            d.saturating_duration_since(now)
+                .max(Duration::from_micros(1)),
+            None,
+        ),
+        None => timer.clear(),
+    };
+    if let Err(e) = r {
+        log::warn!("engine: timerfd: {e}");
+    }
+}
+
+fn run(
+    dev: Arc<Mutex<Device>>,
+    uplink: Arc<dyn Uplink>,
+    sender: EngineSender,
+    epoll: Epoll,
+    mut timer: TimerFd,
+) {
+    let mut events = vec![EpollEvent::default(); 8];
+    let mut buf = vec![0u8; MAX_FRAME];
+    let mut frames: Vec<Vec<u8>> = Vec::with_capacity(RX_BATCH);
+    let mut uplink_more = true;
+    loop {
+        // Wait unless the last batch left frames on the uplink.
+        let timeout = if uplink_more { 0 } else { -1 };
+        let n = match epoll.wait(timeout, &mut events) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log::error!("engine: epoll_wait: {e}");
+                return;
+            }
+        };
+        if sender.stop.load(Ordering::Acquire) {
+            return;
+        }
+        for ev in &events[..n] {
+            match ev.data() {
+                TOKEN_KICK => {
+                    let _ = sender.kick.read();
+                }
+                TOKEN_TIMER => {
+                    // Readable: the read does not block.
+                    let _ = timer.wait();
+                }
+                _ => {}
+            }
+        }
+        let dbs: Vec<VrdmaDoorbell> = lock(&sender.queue).drain(..).collect();
+        frames.clear();
+        uplink_more = false;
+        while frames.len() < RX_BATCH {
+            match uplink.recv(&mut buf) {
+                Ok(Some(len)) => frames.push(buf[..len].to_vec()),
+                Ok(None) => break,
+                Err(UplinkError::Truncated { .. }) => continue,
+                Err(e) => {
+                    log::warn!("engine: uplink receive: {e}");
+                    break;
+                }
+            }
+        }
+        if frames.len() == RX_BATCH {
+            uplink_more = true;
+        }
+        let now = Instant::now();
+        let (out, next) = {
+            let mut d = lock(&dev);
+            for db in dbs {
+                super::on_doorbell(&mut d, db);
+            }
+            for f in &frames {
+                let mac = d.config.mac;
+                let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
+                match dest {
+                    Destination::Engine => super::on_frame(&mut d, f),
+                    Destination::Guest => d.out.eth_rx(f),
+                    Destination::Drop => {}
+                }
+            }
+            let t = super::on_tick(&mut d, now);
+            let o = d.odp_tick(now);
+            let next = match (t, o) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (std::mem::take(&mut d.outbox), next)
+        };
+        for f in &out {
+            match uplink.send(f) {
+                Ok(()) => {}
+                // A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
+                Err(UplinkError::WouldBlock) => {}
+                Err(e) => log::warn!("engine: uplink send: {e}"),
+            }
+        }
+        arm(&mut timer, next, Instant::now());
+    }
+}

@@ -2,23 +2,37 @@
 //! GSI (QP1), plus the engine thread that drives them.
 //!
 //! Files follow the IBTA roles:
-//! - `requester.rs`: SQ WQEs -> request packets (C9-xx requester rules, spec §6.1)
+//! - `requester.rs`: SQ WQEs -> request packets (spec §6.1)
 //! - `responder.rs`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
 //! - `engine.rs`: the engine thread (uplink rx, doorbells, timers)
+//! - `ctx.rs`: the narrow interface to the device (QP attribute snapshot, rings, CQs, AHs)
+//! - `packet.rs`: the transport's view of packets on top of `wire`
 //!
 //! Per-QP protocol state lives in `Qp::req` ([`RequesterState`]) and `Qp::resp`
-//! ([`ResponderState`]); `qp/` owns attributes and the IBTA state machine.
+//! ([`ResponderState`]); `qp/` owns attributes and the IBTA state machine. While a transport
+//! function works on a QP it *takes* that state out of the QP (see [`with_req`]) so it can use the
+//! rest of the `Device` (MRs, guest memory, CQs) freely; QP-level errors found meanwhile are
+//! deferred ([`Fatal`]) and applied once the state is back, through `qp/`'s move-to-ERROR, which
+//! in turn calls [`flush`].
 
 pub mod completer;
+pub mod ctx;
 pub mod engine;
+pub mod packet;
 pub mod requester;
 pub mod responder;
 pub mod timers;
 
+use std::time::Instant;
+
 pub use requester::RequesterState;
 pub use responder::ResponderState;
+
+use crate::device::Device;
+use crate::wire::{Opcode, Transport};
+use packet::{Path, RxPkt, TxHdrs};
 
 /// PSNs are 24-bit (IBTA 9.7.1).
 pub const PSN_MASK: u32 = 0x00ff_ffff;
@@ -26,7 +40,7 @@ pub const PSN_MASK: u32 = 0x00ff_ffff;
 /// `a - b` in the 24-bit PSN space, as a signed distance (IBTA 9.7.1: half the space is "ahead").
 #[inline]
 pub fn psn_diff(a: u32, b: u32) -> i32 {
-    (((a.wrapping_sub(b)) << 8) as i32) >> 8
+    ((a.wrapping_sub(b)) << 8) as i32 >> 8
 }
 
 /// `psn + n` modulo 2^24.
@@ -34,3 +48,165 @@ pub fn psn_diff(a: u32, b: u32) -> i32 {
 pub fn psn_add(psn: u32, n: u32) -> u32 {
     psn.wrapping_add(n) & PSN_MASK
 }
+
+/// A QP-level error found by the transport, applied after the protocol state is put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fatal {
+    /// QP to ERROR, no async event (the error was reported through a completion).
+    Silent,
+    /// QP to ERROR + `VRDMA_EV_QP_FATAL` (ring access failure, spec §4).
+    QpFatal,
+    /// QP to ERROR + `VRDMA_EV_QP_REQ_ERR` (invalid request at the responder, IBTA 11.6.2).
+    ReqErr,
+    /// QP to ERROR + `VRDMA_EV_QP_ACCESS_ERR` (IBTA C9-222.1.1, spec §14).
+    AccessErr,
+}
+
+impl Fatal {
+    fn event(self) -> Option<u32> {
+        match self {
+            Fatal::Silent => None,
+            Fatal::QpFatal => Some(ctx::abi::EV_QP_FATAL),
+            Fatal::ReqErr => Some(ctx::abi::EV_QP_REQ_ERR),
+            Fatal::AccessErr => Some(ctx::abi::EV_QP_ACCESS_ERR),
+        }
+    }
+}
+
+/// Run `f` on QP `qpn`'s requester state (taken out of the QP for the duration).
+pub(crate) fn with_req<R>(
+    dev: &mut Device,
+    qpn: u32,
+    f: impl FnOnce(&mut Device, &ctx::QpCtx, &mut RequesterState) -> R,
+) -> Option<R> {
+    let c = ctx::qp_ctx(dev, qpn)?;
+    let mut st = ctx::take_req(dev, qpn)?;
+    let r = f(dev, &c, &mut st);
+    let fatal = st.fatal.take();
+    ctx::put_req(dev, qpn, st);
+    if let Some(e) = fatal {
+        ctx::qp_to_error(dev, qpn, e.event());
+    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
+        // could not see the state then, so flush now.
+        flush(dev, qpn);
+    }
+    Some(r)
+}
+
+/// Run `f` on QP `qpn`'s responder state (taken out of the QP for the duration).
+pub(crate) fn with_resp<R>(
+    dev: &mut Device,
+    qpn: u32,
+    f: impl FnOnce(&mut Device, &ctx::QpCtx, &mut ResponderState) -> R,
+) -> Option<R> {
+    let c = ctx::qp_ctx(dev, qpn)?;
+    let mut st = ctx::take_resp(dev, qpn)?;
+    let r = f(dev, &c, &mut st);
+    let fatal = st.fatal.take();
+    ctx::put_resp(dev, qpn, st);
+    if let Some(e) = fatal {
+        ctx::qp_to_error(dev, qpn, e.event());
+    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
+        // could not see the state then, so flush now.
+        flush(dev, qpn);
+    }
+    Some(r)
+}
+
+/// A doorbell record from the doorbell virtqueue (spec §8).
+pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
+    let now = Instant::now();
+    // RQ/SRQ doorbells are hints (spec §8): receives are read when a request needs one, and an
+    // RNR'd requester retries on its own timer, so only the SQ doorbell does work.
+    if db.type_ == ctx::abi::DB_SQ {
+        requester::run(dev, db.id, now);
+    }
+}
+
+/// A RoCEv2 frame from the uplink (already classified as ours by `port`).
+pub fn on_frame(dev: &mut Device, frame: &[u8]) {
+    let Some(pkt) = packet::parse(frame) else {
+        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA C9-xx)
+    };
+    let qpn = pkt.bth.dest_qp;
+    let Some(c) = ctx::qp_ctx(dev, qpn) else {
+        return;
+    };
+    // The opcode's transport must match the QP's service type (IBTA 9.6.x): otherwise drop.
+    let t = pkt.info.transport;
+    let ok = match t {
+        Transport::Rc => c.is_rc(),
+        Transport::Uc => c.is_uc(),
+        Transport::Ud => c.is_ud(),
+    };
+    if !ok {
+        return;
+    }
+    let now = Instant::now();
+    if pkt.info.is_response() {
+        if !c.can_send() && c.state != ctx::QPS_SQE {
+            return;
+        }
+        with_req(dev, qpn, |dev, c, st| {
+            completer::on_response(dev, c, st, &pkt, now);
+            // Acknowledgements open the window / complete WQEs: continue sending and retire.
+            requester::process(dev, c, st, now);
+        });
+    } else {
+        if !c.can_receive() {
+            return;
+        }
+        with_resp(dev, qpn, |dev, c, st| {
+            responder::on_request(dev, c, st, &pkt, now)
+        });
+    }
+}
+
+/// Fire expired transport timers and resume QPs whose ODP faults were resolved; returns the next
+/// deadline.
+pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
+    resume_odp(dev, now);
+    timers::on_tick(dev, now)
+}
+
+/// QPs whose requester waited for an ODP page request continue (spec §10).
+pub fn resume_odp(dev: &mut Device, now: Instant) {
+    for qpn in dev.mrs.take_resumed() {
+        with_req(dev, qpn, |dev, c, st| {
+            st.odp_wait = None;
+            requester::process(dev, c, st, now);
+        });
+    }
+}
+
+/// Flush hook called by `qp/` after a QP entered ERROR (from MODIFY_QP or from the transport):
+/// outstanding and posted SQ WQEs complete with WR_FLUSH_ERR, RQ WQEs too; SRQ-attached QPs get
+/// LAST_WQE_REACHED (spec §13).
+pub fn flush(dev: &mut Device, qpn: u32) {
+    with_req(dev, qpn, requester::flush);
+    with_resp(dev, qpn, responder::flush);
+}
+
+/// Build one frame. `None` only if `wire` rejects the header combination (a transport bug, which
+/// is then visible as a missing packet and a retransmission rather than a crash).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_frame(
+    path: &Path,
+    src_qpn: u32,
+    dst_qpn: u32,
+    opcode: Opcode,
+    psn: u32,
+    solicited: bool,
+    ack_req: bool,
+    hdrs: &TxHdrs,
+    payload: &[u8],
+) -> Option<Vec<u8>> {
+    packet::build(
+        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs, payload,
+    )
+}
+
+#[allow(dead_code)]
+fn _assert_types(_: &RxPkt<'_>) {}

@@ -1,8 +1,35 @@
 //! Requester (IBTA 9.7 requester side): takes WQEs from the SQ ring (spec §6.1), validates them,
 //! segments them by path MTU and builds request packets.
+//!
+//! Flow control is a window of [`WINDOW`] outstanding packets (RC); READ and atomic requests are
+//! additionally bounded by `max_rd_atomic` (IBTA 9.5.4 / o9-19). PSNs are assigned in order as
+//! packets are first sent; a go-back-N restart ([`restart`]) re-walks the same WQEs from the oldest
+//! unacknowledged PSN, which regenerates exactly the same PSNs because segmentation is a pure
+//! function of (WQE, offset, MTU).
+//!
+//! Completions are written strictly in SQ order (IBTA C10-xx): a WQE is first marked
+//! [`WqeState::Done`] and retired from the front of the queue by [`retire`].
 
 use std::collections::VecDeque;
 use std::time::Instant;
+
+use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD};
+use super::packet::{opcode_for, TxHdrs};
+use super::{psn_add, psn_diff, Fatal, PSN_MASK};
+use crate::device::Device;
+use crate::memory::mr::MrError;
+use crate::wire::{AtomicEth, Deth, Ieth, ImmDt, Operation, Position, Reth, Transport};
+
+/// Maximum packets outstanding (sent, not acknowledged) per RC QP.
+pub const WINDOW: u32 = 128;
+/// Maximum WQEs held in [`RequesterState::wqes`] (fetched from the ring, not retired).
+const MAX_FETCHED: usize = 512;
+/// Request an ACK at least every this many packets within a long message (ACK coalescing).
+const ACK_EVERY: u32 = 32;
+/// Size of the send WQE header (spec §6.1).
+const WQE_HDR: usize = 64;
+/// Size of one SGE.
+const SGE_SIZE: usize = 16;
 
 /// Requester-side protocol state of one QP, held in `Qp::req`.
 ///
@@ -18,24 +45,28 @@ pub struct RequesterState {
     pub sq_fetch: u32,
     /// WQEs fetched from the SQ and not yet retired, in SQ order.
     pub wqes: VecDeque<SendWqe>,
-    /// Outstanding RDMA READ / atomic requests (bounded by max_rd_atomic).
+    /// Outstanding RDMA READ / atomic requests (bounded by max_rd_atomic); recomputed on restart.
     pub rd_atomic_outstanding: u32,
     /// Remaining transport retries before RETRY_EXC_ERR.
     pub retry_left: u8,
     /// Remaining RNR retries before RNR_RETRY_EXC_ERR (7 = infinite).
     pub rnr_left: u8,
+    /// Retry counters were loaded from the QP attributes.
+    pub counters_loaded: bool,
     /// Retransmission deadline (RC): armed while packets are outstanding.
     pub retrans_deadline: Option<Instant>,
     /// RNR back-off: no (re)transmission before this instant.
     pub rnr_deadline: Option<Instant>,
     /// Set while an ODP fault on a local SGE blocks the QP (spec §10).
     pub odp_wait: Option<OdpWait>,
-    /// Set when the next request must restart from `una` (go-back-N).
-    pub restart: bool,
-    /// The SQ stopped after an error completion; waiting for the QP to leave RTS.
-    pub error: bool,
-    /// Bumped every time anything is acknowledged; used for ghost-ack detection.
-    pub progress: u64,
+    /// An error WQE is queued: send nothing more, the QP goes to ERROR when it retires.
+    pub stopped: bool,
+    /// Deferred QP-level error to apply once the state is back in the QP (see `with_req`).
+    pub fatal: Option<Fatal>,
+    /// Placeholder left in the QP while a transport function holds the real state.
+    pub taken: bool,
+    /// SQ_DRAINED was reported for the current SQD period.
+    pub drained_reported: bool,
 }
 
 /// A suspended requester waits for this ODP chunk to become resident.
@@ -45,7 +76,7 @@ pub struct OdpWait {
     pub iova: u64,
 }
 
-/// One local scatter/gather element after validation.
+/// One local scatter/gather element.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sge {
     pub addr: u64,
@@ -56,14 +87,14 @@ pub struct Sge {
 /// Where a WQE's progress is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WqeState {
-    /// Not a single packet sent yet.
+    /// Not a single packet sent yet (or rewound by a restart).
     #[default]
     Pending,
     /// Some packets sent.
     Sending,
-    /// Every request packet sent; waiting for ACK / response.
+    /// Every request packet sent; waiting for ACK / response (RC).
     Sent,
-    /// Completed (CQE written or suppressed); waiting to be retired in SQ order.
+    /// Completed with `status`; waiting to be retired in SQ order.
     Done,
 }
 
@@ -86,17 +117,75 @@ pub struct SendWqe {
     pub ah_index: u32,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
+    /// REG_MR: the raw registration fields.
+    pub reg: RegWqe,
     pub sges: Vec<Sge>,
     pub inline: Option<Vec<u8>>,
     pub length: u64,
     pub state: WqeState,
-    /// PSN of the first packet and of the last packet of this WQE.
+    /// SGEs were validated (keys, bounds) on first transmission.
+    pub validated: bool,
+    /// PSN of the first packet and of the last packet of this WQE (valid once sent).
     pub first_psn: u32,
     pub last_psn: u32,
     /// Bytes already sent (requests) or received (READ responses).
     pub offset: u64,
     /// Completion status once `state == Done`.
     pub status: u8,
+    /// The error in `status` moves the QP to ERROR when this WQE retires.
+    pub fatal: bool,
+}
+
+/// Fields of a REG_MR WQE (`struct vrdma_wqe_reg`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegWqe {
+    pub iova: u64,
+    pub length: u64,
+    pub key: u32,
+    pub access: u32,
+    pub page_list_len: u32,
+    pub page_shift: u32,
+    pub page_list_addr: u64,
+}
+
+impl SendWqe {
+    pub fn is_read(&self) -> bool {
+        self.opcode == WR_RDMA_READ
+    }
+    pub fn is_atomic(&self) -> bool {
+        matches!(self.opcode, WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD)
+    }
+    pub fn is_rd_atomic(&self) -> bool {
+        self.is_read() || self.is_atomic()
+    }
+    pub fn is_local(&self) -> bool {
+        matches!(self.opcode, WR_LOCAL_INV | WR_REG_MR)
+    }
+    /// Number of PSNs this WQE consumes for a given MTU (READ: one per response packet).
+    pub fn npkts(&self, mtu: u32) -> u32 {
+        if self.is_atomic() {
+            1
+        } else {
+            (self.length.div_ceil(mtu as u64)).max(1) as u32
+        }
+    }
+    /// CQE opcode (spec §7).
+    pub fn wc_opcode(&self) -> u8 {
+        match self.opcode {
+            WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM => WC_RDMA_WRITE,
+            WR_RDMA_READ => WC_RDMA_READ,
+            WR_ATOMIC_CMP_AND_SWP => WC_COMP_SWAP,
+            WR_ATOMIC_FETCH_AND_ADD => WC_FETCH_ADD,
+            WR_LOCAL_INV => WC_LOCAL_INV,
+            WR_REG_MR => WC_REG_MR,
+            _ => WC_SEND,
+        }
+    }
+    fn finish(&mut self, status: u8, fatal: bool) {
+        self.state = WqeState::Done;
+        self.status = status;
+        self.fatal = fatal;
+    }
 }
 
 impl RequesterState {
@@ -107,7 +196,731 @@ impl RequesterState {
 
     /// MODIFY_QP with `VRDMA_QP_SQ_PSN`.
     pub fn set_sq_psn(&mut self, psn: u32) {
-        self.psn = psn & super::PSN_MASK;
+        self.psn = psn & PSN_MASK;
         self.una = self.psn;
     }
+
+    /// Are RC packets outstanding (sent and not acknowledged / answered)?
+    pub fn outstanding(&self) -> bool {
+        self.wqes
+            .iter()
+            .any(|w| matches!(w.state, WqeState::Sending | WqeState::Sent))
+    }
+
+    fn recount_rd_atomic(&mut self) {
+        self.rd_atomic_outstanding = self
+            .wqes
+            .iter()
+            .filter(|w| w.is_rd_atomic() && matches!(w.state, WqeState::Sending | WqeState::Sent))
+            .count() as u32;
+    }
+}
+
+/// Decode a send WQE slot (spec §6.1). Errors are the completion status for the WQE and whether it
+/// is QP-fatal.
+pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
+    let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let le64 = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let mut w = SendWqe {
+        index,
+        wr_id: le64(0),
+        opcode: b[8],
+        flags: b[9],
+        ex: le32(12),
+        ..Default::default()
+    };
+    w.signaled = w.flags & SEND_SIGNALED != 0 || ctx.sq_sig_all;
+    let num_sge = b[10] as usize;
+    let inline_len = le32(16) as usize;
+    match w.opcode {
+        WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ => {
+            w.remote_addr = le64(24);
+            w.rkey = le32(32);
+        }
+        WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => {
+            w.remote_addr = le64(24);
+            w.rkey = le32(32);
+            w.compare_add = le64(40);
+            w.swap = le64(48);
+        }
+        WR_SEND | WR_SEND_WITH_IMM if ctx.is_ud() => {
+            w.ah_index = le32(24);
+            w.remote_qpn = le32(28) & 0x00ff_ffff;
+            w.remote_qkey = le32(32);
+        }
+        WR_REG_MR => {
+            w.reg = RegWqe {
+                iova: le64(24),
+                length: le64(32),
+                key: le32(40),
+                access: le32(44),
+                page_list_len: le32(48),
+                page_shift: le32(52),
+                page_list_addr: le64(56),
+            };
+        }
+        _ => {}
+    }
+    // Opcode allowed for the QP type (IBTA 9.7.x / spec §6.1): an invalid one completes with
+    // LOC_QP_OP_ERR and moves the QP to ERROR.
+    let allowed = match w.opcode {
+        WR_SEND | WR_SEND_WITH_IMM | WR_LOCAL_INV | WR_REG_MR => true,
+        WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM => ctx.is_rc() || ctx.is_uc(),
+        WR_RDMA_READ | WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD | WR_SEND_WITH_INV => {
+            ctx.is_rc()
+        }
+        _ => false,
+    };
+    if !allowed {
+        w.finish(WC_LOC_QP_OP_ERR, true);
+        return w;
+    }
+    if w.is_local() {
+        return w;
+    }
+    if w.flags & SEND_INLINE != 0 && !w.is_rd_atomic() {
+        // Inline data must respect max_inline_data and fit the slot (§6.1) → LOC_LEN_ERR.
+        if inline_len > ctx.max_inline as usize || WQE_HDR + inline_len > b.len() {
+            w.finish(WC_LOC_LEN_ERR, true);
+            return w;
+        }
+        w.inline = Some(b[WQE_HDR..WQE_HDR + inline_len].to_vec());
+        w.length = inline_len as u64;
+    } else {
+        if num_sge > ctx.max_send_sge as usize || WQE_HDR + num_sge * SGE_SIZE > b.len() {
+            w.finish(WC_LOC_QP_OP_ERR, true);
+            return w;
+        }
+        let mut total: u64 = 0;
+        for i in 0..num_sge {
+            let o = WQE_HDR + i * SGE_SIZE;
+            let sge = Sge {
+                addr: le64(o),
+                len: le32(o + 8),
+                lkey: le32(o + 12),
+            };
+            total += sge.len as u64;
+            if sge.len > 0 {
+                w.sges.push(sge);
+            }
+        }
+        w.length = total;
+    }
+    if w.is_atomic() {
+        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5 / C9-30).
+        if !w.remote_addr.is_multiple_of(8) || w.length < 8 {
+            w.finish(WC_LOC_QP_OP_ERR, true);
+            return w;
+        }
+        w.length = 8;
+    }
+    // max_msg_sz is 2^31 (spec §2.2).
+    if w.length > (1u64 << 31) {
+        w.finish(WC_LOC_LEN_ERR, true);
+        return w;
+    }
+    w
+}
+
+/// Entry point: the SQ doorbell, an ODP resume, a timer or a response opened the window.
+pub fn run(dev: &mut Device, qpn: u32, now: Instant) {
+    super::with_req(dev, qpn, |dev, ctx, st| process(dev, ctx, st, now));
+}
+
+pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    if ctx.state == QPS_ERR {
+        flush(dev, ctx, st);
+        return;
+    }
+    if !ctx.can_send() {
+        return;
+    }
+    if !st.counters_loaded {
+        st.retry_left = ctx.retry_cnt;
+        st.rnr_left = ctx.rnr_retry;
+        st.counters_loaded = true;
+    }
+    if ctx.state != QPS_SQD {
+        st.drained_reported = false;
+        if let Err(f) = fetch(dev, ctx, st) {
+            st.fatal = Some(f);
+            return;
+        }
+    }
+    send(dev, ctx, st, now);
+    retire(dev, ctx, st);
+    arm_timer(ctx, st, now);
+    if ctx.state == QPS_SQD
+        && !st.drained_reported
+        && st.wqes.iter().all(|w| w.state == WqeState::Pending)
+    {
+        st.drained_reported = true;
+        ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);
+    }
+}
+
+/// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell).
+fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
+    let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|_| Fatal::QpFatal)?;
+    let mut buf = vec![0u8; ctx.sq_wqe_size as usize];
+    while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
+        let idx = st.sq_fetch;
+        ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|_| Fatal::QpFatal)?;
+        st.wqes.push_back(decode_wqe(ctx, idx, &buf));
+        st.sq_fetch = st.sq_fetch.wrapping_add(1);
+    }
+    Ok(())
+}
+
+/// Transmit as much as the window, max_rd_atomic, fences and RNR back-off allow.
+fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    if st.odp_wait.is_some() || st.stopped {
+        return;
+    }
+    if let Some(d) = st.rnr_deadline {
+        if now < d {
+            return;
+        }
+        st.rnr_deadline = None;
+    }
+    let max_rd = ctx.max_rd_atomic.max(1);
+    let mut i = 0;
+    while i < st.wqes.len() {
+        let state = st.wqes[i].state;
+        if matches!(state, WqeState::Sent | WqeState::Done) {
+            i += 1;
+            continue;
+        }
+        // Fence (IBTA 10.8.3.3): wait until every earlier READ / atomic has completed.
+        if st.wqes[i].flags & SEND_FENCE != 0
+            && st
+                .wqes
+                .iter()
+                .take(i)
+                .any(|w| w.is_rd_atomic() && w.state != WqeState::Done)
+        {
+            return;
+        }
+        if st.wqes[i].is_local() {
+            // Local operations (LOCAL_INV, REG_MR) execute in SQ order against the MR table.
+            // IBTA 10.6.x: they must not overtake earlier operations that use the MR; we
+            // conservatively wait until everything before them has completed.
+            if st.wqes.iter().take(i).any(|w| w.state != WqeState::Done) {
+                return;
+            }
+            exec_local(dev, ctx, &mut st.wqes[i]);
+            if st.wqes[i].fatal {
+                st.stopped = true;
+                return;
+            }
+            i += 1;
+            continue;
+        }
+        if st.wqes[i].is_rd_atomic()
+            && state == WqeState::Pending
+            && st.rd_atomic_outstanding >= max_rd
+        {
+            return;
+        }
+        if ctx.is_rc() && psn_diff(st.psn, st.una) >= WINDOW as i32 {
+            return;
+        }
+        if !send_wqe(dev, ctx, st, i, max_rd) {
+            return;
+        }
+        if st.wqes[i].fatal {
+            st.stopped = true;
+            return;
+        }
+        i += 1;
+    }
+}
+
+/// Execute LOCAL_INV / REG_MR (spec §6.1, §12).
+fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
+    let r = if w.opcode == WR_LOCAL_INV {
+        dev.mrs.local_invalidate(w.ex, ctx.pdn)
+    } else {
+        let g = w.reg;
+        dev.mrs.fast_register(
+            ctx.pdn,
+            g.key,
+            g.access,
+            g.iova,
+            g.length,
+            g.page_shift,
+            g.page_list_addr,
+            g.page_list_len,
+        )
+    };
+    match r {
+        Ok(()) => w.finish(WC_SUCCESS, false),
+        // IBTA 10.6.7: a failed local operation is a local QP/protection error; the QP goes to
+        // ERROR.
+        Err(MrError::Invalid(_)) | Err(MrError::BadAccess(_)) => w.finish(WC_LOC_QP_OP_ERR, true),
+        Err(_) => w.finish(WC_LOC_PROT_ERR, true),
+    }
+}
+
+/// Validate the SGEs of a WQE against the MR table (IBTA C10-xx local protection checks).
+fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
+    let access = if w.is_rd_atomic() {
+        ACCESS_LOCAL_WRITE
+    } else {
+        0
+    };
+    for s in &w.sges {
+        dev.mrs
+            .resolve_for(Some(ctx.qpn), s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+    }
+    Ok(())
+}
+
+/// Outcome of copying between local SGEs and a buffer.
+pub(crate) enum SgeError {
+    Fault { key: u32, iova: u64 },
+    Prot,
+    Len,
+}
+
+/// Copy `buf.len()` bytes at message offset `off` out of (gather) or into (scatter) an SGE list.
+pub(crate) fn sge_copy(
+    dev: &mut Device,
+    waiter: Option<u32>,
+    pdn: u32,
+    sges: &[Sge],
+    off: u64,
+    buf: &mut [u8],
+    scatter: bool,
+) -> Result<(), SgeError> {
+    let mut skip = off;
+    let mut done = 0usize;
+    for s in sges {
+        if done == buf.len() {
+            break;
+        }
+        let slen = s.len as u64;
+        if skip >= slen {
+            skip -= slen;
+            continue;
+        }
+        let n = ((slen - skip) as usize).min(buf.len() - done);
+        let access = if scatter { ACCESS_LOCAL_WRITE } else { 0 };
+        let ranges = dev
+            .mrs
+            .resolve_for(waiter, s.lkey, pdn, s.addr + skip, n as u64, access)
+            .map_err(|e| match e {
+                MrError::Fault { key, iova } => SgeError::Fault { key, iova },
+                _ => SgeError::Prot,
+            })?;
+        let mut p = done;
+        for r in ranges {
+            let l = r.len as usize;
+            let res = if scatter {
+                dev.mem.write(r.gpa, &buf[p..p + l])
+            } else {
+                dev.mem.read(r.gpa, &mut buf[p..p + l])
+            };
+            res.map_err(|_| SgeError::Prot)?;
+            p += l;
+        }
+        done += n;
+        skip = 0;
+    }
+    if done != buf.len() {
+        return Err(SgeError::Len);
+    }
+    Ok(())
+}
+
+/// Send the next packets of WQE `i`. Returns false when the QP must stop for now (window full,
+/// ODP suspension); true when the WQE has nothing more to send right now.
+fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, max_rd: u32) -> bool {
+    let mtu = ctx.mtu;
+    if st.wqes[i].state == WqeState::Pending && st.wqes[i].offset == 0 {
+        if !st.wqes[i].validated {
+            match validate(dev, ctx, &st.wqes[i]) {
+                Ok(()) => st.wqes[i].validated = true,
+                Err(MrError::Fault { key, iova }) => {
+                    st.odp_wait = Some(OdpWait { key, iova });
+                    return false;
+                }
+                Err(_) => {
+                    st.wqes[i].finish(WC_LOC_PROT_ERR, true);
+                    return true;
+                }
+            }
+        }
+        st.wqes[i].first_psn = st.psn;
+        let n = st.wqes[i].npkts(mtu);
+        st.wqes[i].last_psn = psn_add(st.psn, n - 1);
+    }
+    // Destination.
+    let (path, dqpn, deth) = if ctx.is_ud() {
+        let w = &st.wqes[i];
+        let Some(p) = ctx::ah_path(dev, w.ah_index, ctx.pdn) else {
+            // Unknown AH or AH of another PD (spec §6.1): LOC_QP_OP_ERR, the UD QP stays RTS.
+            st.wqes[i].finish(WC_LOC_QP_OP_ERR, false);
+            return true;
+        };
+        if w.length > mtu as u64 {
+            // A UD message is one packet (IBTA 9.8.x).
+            st.wqes[i].finish(WC_LOC_LEN_ERR, false);
+            return true;
+        }
+        // GSI always sends with Q_Key 0x80010000 and source QP 1 (IBTA 13.4.6). Otherwise a
+        // WR Q_Key with the high bit set means "use the QP's Q_Key" (IBTA 10.2.5, C10-15).
+        let qkey = if ctx.qp_type == ctx::QPT_GSI {
+            ctx::GSI_QKEY
+        } else if w.remote_qkey & 0x8000_0000 != 0 {
+            ctx.qkey
+        } else {
+            w.remote_qkey
+        };
+        let d = Deth {
+            qkey,
+            src_qp: ctx.qpn,
+        };
+        (p, w.remote_qpn, Some(d))
+    } else {
+        let Some(p) = ctx.path else {
+            st.wqes[i].finish(WC_LOC_QP_OP_ERR, true);
+            return true;
+        };
+        (p, ctx.dest_qpn, None)
+    };
+    let t = if ctx.is_rc() {
+        Transport::Rc
+    } else if ctx.is_uc() {
+        Transport::Uc
+    } else {
+        Transport::Ud
+    };
+
+    loop {
+        let w = &st.wqes[i];
+        if ctx.is_rc() && psn_diff(st.psn, st.una) >= WINDOW as i32 {
+            return false;
+        }
+        let psn = st.psn;
+        let mut hdrs = TxHdrs {
+            deth,
+            ..Default::default()
+        };
+        let solicited = w.flags & SEND_SOLICITED != 0;
+        let mut payload: Vec<u8> = Vec::new();
+        let (op, pos, npsn, last) = match w.opcode {
+            WR_RDMA_READ => {
+                // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1.x).
+                let remaining = w.length - w.offset;
+                hdrs.reth = Some(Reth {
+                    va: w.remote_addr.wrapping_add(w.offset),
+                    rkey: w.rkey,
+                    dma_len: remaining as u32,
+                });
+                let n = (remaining.div_ceil(mtu as u64)).max(1) as u32;
+                (Operation::ReadRequest, Position::Only, n, true)
+            }
+            WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => {
+                let cmp = w.opcode == WR_ATOMIC_CMP_AND_SWP;
+                hdrs.atomic = Some(AtomicEth {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    swap_add: if cmp { w.swap } else { w.compare_add },
+                    compare: if cmp { w.compare_add } else { 0 },
+                });
+                let o = if cmp {
+                    Operation::CompareSwap
+                } else {
+                    Operation::FetchAdd
+                };
+                (o, Position::Only, 1, true)
+            }
+            _ => {
+                let remaining = w.length - w.offset;
+                let n = remaining.min(mtu as u64) as usize;
+                let first = w.offset == 0;
+                let last = remaining <= mtu as u64;
+                let pos = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, false) => Position::Middle,
+                    (false, true) => Position::Last,
+                };
+                payload.resize(n, 0);
+                if let Some(data) = &w.inline {
+                    let o = w.offset as usize;
+                    payload.copy_from_slice(&data[o..o + n]);
+                } else if n > 0 {
+                    let sges = w.sges.clone();
+                    match sge_copy(
+                        dev,
+                        Some(ctx.qpn),
+                        ctx.pdn,
+                        &sges,
+                        w.offset,
+                        &mut payload,
+                        false,
+                    ) {
+                        Ok(()) => {}
+                        Err(SgeError::Fault { key, iova }) => {
+                            st.odp_wait = Some(OdpWait { key, iova });
+                            return false;
+                        }
+                        Err(_) => {
+                            let w = &mut st.wqes[i];
+                            w.finish(WC_LOC_PROT_ERR, true);
+                            return true;
+                        }
+                    }
+                }
+                let w = &st.wqes[i];
+                let is_write = matches!(w.opcode, WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM);
+                if is_write && first {
+                    hdrs.reth = Some(Reth {
+                        va: w.remote_addr,
+                        rkey: w.rkey,
+                        dma_len: w.length as u32,
+                    });
+                }
+                if last {
+                    match w.opcode {
+                        WR_SEND_WITH_IMM | WR_RDMA_WRITE_WITH_IMM => {
+                            hdrs.imm = Some(ImmDt(u32::from_be_bytes(w.ex.to_le_bytes())))
+                        }
+                        WR_SEND_WITH_INV => hdrs.ieth = Some(Ieth { rkey: w.ex }),
+                        _ => {}
+                    }
+                }
+                let o = if is_write {
+                    Operation::Write
+                } else {
+                    Operation::Send
+                };
+                (o, pos, 1, last)
+            }
+        };
+        let Some(opcode) = opcode_for(t, op, pos, hdrs.imm.is_some(), hdrs.ieth.is_some()) else {
+            st.wqes[i].finish(WC_LOC_QP_OP_ERR, true);
+            return true;
+        };
+        let next = psn_add(psn, npsn);
+        // AckReq (IBTA 9.2.3): on the last packet of a message, every ACK_EVERY packets, and when
+        // the window is about to fill, so ACKs are coalesced but the window keeps moving.
+        let ack_req = ctx.is_rc()
+            && (last || psn.is_multiple_of(ACK_EVERY) || psn_diff(next, st.una) >= WINDOW as i32);
+        let frame = super::build_frame(
+            &path,
+            ctx.qpn,
+            dqpn,
+            opcode,
+            psn,
+            solicited && last,
+            ack_req,
+            &hdrs,
+            &payload,
+        );
+        if let Some(f) = frame {
+            ctx::send_frame(dev, f);
+        }
+        st.psn = next;
+        let w = &mut st.wqes[i];
+        let was_pending = w.state == WqeState::Pending;
+        if w.is_rd_atomic() {
+            if was_pending {
+                st.rd_atomic_outstanding += 1;
+            }
+            let w = &mut st.wqes[i];
+            w.state = WqeState::Sent;
+            return st.rd_atomic_outstanding < max_rd;
+        }
+        w.offset += payload.len() as u64;
+        if last {
+            if ctx.is_rc() {
+                w.state = WqeState::Sent;
+            } else {
+                // UC / UD: complete once handed to the wire (IBTA 9.8.x: no acknowledgement).
+                w.finish(WC_SUCCESS, false);
+            }
+            return true;
+        }
+        w.state = WqeState::Sending;
+    }
+}
+
+/// Retire completed WQEs from the front of the queue in SQ order: write send CQEs (signaled or
+/// error, IBTA 10.7.x / spec §7) and advance the SQ consumer (spec §4).
+pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
+    let mut consumer = None;
+    while let Some(w) = st.wqes.front() {
+        if w.state != WqeState::Done {
+            break;
+        }
+        let Some(w) = st.wqes.pop_front() else { break };
+        if w.signaled || w.status != WC_SUCCESS {
+            let cqe = Cqe {
+                wr_id: w.wr_id,
+                qpn: ctx.qpn,
+                opcode: w.wc_opcode(),
+                status: w.status,
+                byte_len: if w.status == WC_SUCCESS {
+                    w.length as u32
+                } else {
+                    0
+                },
+                ..Default::default()
+            };
+            ctx::post_cqe(dev, ctx.send_cqn, &cqe, false);
+        }
+        consumer = Some(w.index.wrapping_add(1));
+        if w.status != WC_SUCCESS && w.fatal {
+            st.fatal = Some(Fatal::Silent);
+            break;
+        }
+    }
+    if let Some(c) = consumer {
+        ctx::sq_set_consumer(dev, ctx.qpn, c);
+    }
+}
+
+/// Arm or clear the retransmission timer (RC): armed while anything is outstanding.
+fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    if !ctx.is_rc() {
+        return;
+    }
+    if st.outstanding() {
+        if st.retrans_deadline.is_none() {
+            st.retrans_deadline = super::timers::retrans_timeout(ctx.timeout).map(|d| now + d);
+        }
+    } else {
+        st.retrans_deadline = None;
+    }
+}
+
+/// Go-back-N (IBTA 9.7.5.1.x): rewind to the oldest WQE that is not complete and resend from
+/// `una` (SEND/WRITE) or from the first missing response (READ). Later WQEs are resent from the
+/// start and get the same PSNs again.
+pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
+    let mtu = ctx.mtu as u64;
+    let mut restart_psn: Option<u32> = None;
+    let una = st.una;
+    for w in st.wqes.iter_mut() {
+        if w.state == WqeState::Done || w.is_local() {
+            continue;
+        }
+        if w.state == WqeState::Pending && w.offset == 0 {
+            // Never sent: nothing to rewind from here on, but PSNs must restart here.
+            if restart_psn.is_none() {
+                restart_psn = Some(st.psn);
+            }
+            continue;
+        }
+        match restart_psn {
+            None => {
+                if w.is_read() {
+                    // Responses arrive in order: `offset` bytes are in; ask for the rest.
+                    let psn = psn_add(w.first_psn, (w.offset / mtu) as u32);
+                    w.state = if w.offset == 0 {
+                        WqeState::Pending
+                    } else {
+                        WqeState::Sending
+                    };
+                    restart_psn = Some(psn);
+                } else if w.is_atomic() {
+                    w.state = WqeState::Pending;
+                    w.offset = 0;
+                    restart_psn = Some(w.first_psn);
+                } else {
+                    // SEND/WRITE: everything before `una` was acknowledged.
+                    let d = psn_diff(una, w.first_psn);
+                    let k = if d > 0 { d as u64 } else { 0 };
+                    w.offset = (k * mtu).min(w.length);
+                    if w.offset >= w.length && w.length > 0 {
+                        // Fully acknowledged but not yet marked: the ack path marks it Done.
+                        w.offset = 0;
+                        w.state = WqeState::Pending;
+                        restart_psn = Some(w.first_psn);
+                    } else {
+                        w.state = if w.offset == 0 {
+                            WqeState::Pending
+                        } else {
+                            WqeState::Sending
+                        };
+                        restart_psn = Some(psn_add(w.first_psn, (w.offset / mtu) as u32));
+                    }
+                }
+            }
+            Some(_) => {
+                w.state = WqeState::Pending;
+                w.offset = 0;
+            }
+        }
+    }
+    if let Some(p) = restart_psn {
+        st.psn = p;
+    }
+    st.recount_rd_atomic();
+}
+
+/// QP in ERROR (IBTA 10.3.1 / spec §13): complete every outstanding and posted send WQE with
+/// WR_FLUSH_ERR (the WQE that caused the error has its own status), in SQ order.
+pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
+    for w in st.wqes.iter_mut() {
+        if w.state != WqeState::Done {
+            w.state = WqeState::Done;
+            w.status = WC_WR_FLUSH_ERR;
+        }
+        w.fatal = false;
+        // Flushed WQEs always produce a CQE (IBTA C10-xx: error completions are always
+        // generated).
+        if w.status != WC_SUCCESS {
+            w.signaled = true;
+        }
+    }
+    retire(dev, ctx, st);
+    st.fatal = None;
+    // WQEs still in the ring.
+    if let Ok(producer) = ctx::sq_producer(dev, ctx.qpn) {
+        let mut buf = vec![0u8; 16];
+        while st.sq_fetch != producer {
+            let idx = st.sq_fetch;
+            let wr_id = if ctx::sq_read(dev, ctx.qpn, idx, &mut buf).is_ok() {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&buf[0..8]);
+                u64::from_le_bytes(a)
+            } else {
+                0
+            };
+            let cqe = Cqe {
+                wr_id,
+                qpn: ctx.qpn,
+                opcode: if buf.len() > 8 {
+                    decode_opcode(buf[8])
+                } else {
+                    WC_SEND
+                },
+                status: WC_WR_FLUSH_ERR,
+                ..Default::default()
+            };
+            ctx::post_cqe(dev, ctx.send_cqn, &cqe, false);
+            st.sq_fetch = st.sq_fetch.wrapping_add(1);
+            ctx::sq_set_consumer(dev, ctx.qpn, st.sq_fetch);
+        }
+    }
+    st.retrans_deadline = None;
+    st.rnr_deadline = None;
+    st.odp_wait = None;
+    st.rd_atomic_outstanding = 0;
+}
+
+fn decode_opcode(op: u8) -> u8 {
+    SendWqe {
+        opcode: op,
+        ..Default::default()
+    }
+    .wc_opcode()
 }

@@ -1,7 +1,28 @@
 //! Responder (IBTA 9.7 responder side): request packets -> guest memory; ACK/NAK, READ responses
 //! and atomic acknowledgements (spec §14).
+//!
+//! Every packet walks an explicit state machine ([`RespStep`]), like IBTA's responder description
+//! and rxe's `enum resp_states`: checks first (PSN, opcode sequence, opcode validity, resources,
+//! length, R_Key), then execution, completion and acknowledgement. Errors are states too, so each
+//! IBTA rule (e.g. C9-222.1.1 for R_Key violations) is one arm of [`Responder::step`].
 
 use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI};
+use super::packet::{opcode_for, RxPkt, TxHdrs};
+use super::requester::{sge_copy, Sge, SgeError};
+use super::{psn_add, psn_diff, Fatal, PSN_MASK};
+use crate::device::Device;
+use crate::memory::mr::{GuestRange, MrError};
+use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Transport};
+
+/// Send an ACK at least every this many unacknowledged packets even without AckReq.
+const ACK_COALESCE: u32 = 64;
+/// Size of the receive WQE header (spec §6.2).
+const RWQE_HDR: usize = 16;
+/// The GRH area of a UD/GSI receive (spec §6.2).
+pub const GRH_LEN: usize = 40;
 
 /// Responder-side protocol state of one QP, held in `Qp::resp`.
 ///
@@ -13,9 +34,11 @@ pub struct ResponderState {
     pub epsn: u32,
     /// Message sequence number (IBTA 9.7.5.1.2), carried in the AETH.
     pub msn: u32,
-    /// A NAK for a PSN sequence error has been sent and not yet cleared (C9-xx: NAK once).
+    /// A NAK for a PSN sequence error has been sent and not yet cleared (IBTA 9.7.5.2.2: once).
     pub seq_nak_sent: bool,
-    /// Receive WQE consumed by a multi-packet SEND or WRITE_WITH_IMM in progress.
+    /// The message in progress (between FIRST and LAST).
+    pub cur: Option<MsgOp>,
+    /// Receive WQE consumed by a SEND (or WRITE_WITH_IMM) in progress.
     pub recv: Option<RecvWqe>,
     /// RDMA WRITE in progress (from the RETH of its first packet).
     pub write: Option<WriteCtx>,
@@ -23,24 +46,36 @@ pub struct ResponderState {
     pub resources: VecDeque<RdAtomicRes>,
     /// Packets received since the last ACK (ACK coalescing).
     pub unacked: u32,
-    /// An ODP fault RNR-NAKed this PSN; the packet is expected again.
-    pub rnr_psn: Option<u32>,
-    /// UC: the current message is damaged; drop packets until the next FIRST/ONLY.
+    /// UC: the current message is damaged; drop packets until the next FIRST/ONLY (IBTA 9.8.x).
     pub uc_drop: bool,
+    /// COMM_EST was reported (first packet in RTR, IBTA 11.6.3).
+    pub comm_est: bool,
+    /// LAST_WQE_REACHED was reported for the current ERROR period (SRQ-attached QPs).
+    pub last_wqe_reported: bool,
+    /// Deferred QP-level error (see `with_resp`).
+    pub fatal: Option<Fatal>,
+    /// Placeholder left in the QP while a transport function holds the real state.
+    pub taken: bool,
+}
+
+/// The kind of multi-packet message in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MsgOp {
+    Send,
+    Write,
 }
 
 /// A receive WQE taken from the RQ or SRQ.
 #[derive(Debug, Clone, Default)]
 pub struct RecvWqe {
     pub wr_id: u64,
-    /// SGEs as (addr, length, lkey).
-    pub sges: Vec<(u64, u32, u32)>,
+    pub sges: Vec<Sge>,
+    /// Total capacity of the SGEs.
+    pub capacity: u64,
     /// Bytes already scattered.
     pub offset: u64,
     /// The WQE came from this SRQ (None: the QP's RQ).
     pub srqn: Option<u32>,
-    /// Sticky error status (e.g. LOC_LEN_ERR) to report at message end.
-    pub status: u8,
 }
 
 /// An RDMA WRITE being received.
@@ -49,6 +84,7 @@ pub struct WriteCtx {
     pub va: u64,
     pub rkey: u32,
     pub remaining: u64,
+    pub total: u64,
 }
 
 /// Kind of a cached READ / atomic request.
@@ -58,7 +94,7 @@ pub enum ResKind {
     Atomic { orig: u64 },
 }
 
-/// One responder resource (IBTA 9.7.5.1.5 / o9-xx: sized by max_dest_rd_atomic).
+/// One responder resource (IBTA 9.7.5.1.5: sized by max_dest_rd_atomic).
 #[derive(Debug, Clone, Copy)]
 pub struct RdAtomicRes {
     pub first_psn: u32,
@@ -74,6 +110,991 @@ impl ResponderState {
 
     /// MODIFY_QP with `VRDMA_QP_RQ_PSN`.
     pub fn set_rq_psn(&mut self, psn: u32) {
-        self.epsn = psn & super::PSN_MASK;
+        self.epsn = psn & PSN_MASK;
     }
+}
+
+/// Decode a receive WQE (spec §6.2). `None` when malformed (num_sge too large for the slot or the
+/// QP's max_recv_sge): the caller treats it as a QP error.
+pub(crate) fn decode_recv(b: &[u8], max_sge: u32, srqn: Option<u32>) -> Option<RecvWqe> {
+    let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let le64 = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    if b.len() < RWQE_HDR {
+        return None;
+    }
+    let n = le32(8) as usize;
+    if n > max_sge as usize || RWQE_HDR + n * 16 > b.len() {
+        return None;
+    }
+    let mut w = RecvWqe {
+        wr_id: le64(0),
+        srqn,
+        ..Default::default()
+    };
+    for i in 0..n {
+        let o = RWQE_HDR + i * 16;
+        let s = Sge {
+            addr: le64(o),
+            len: le32(o + 8),
+            lkey: le32(o + 12),
+        };
+        w.capacity += s.len as u64;
+        if s.len > 0 {
+            w.sges.push(s);
+        }
+    }
+    Some(w)
+}
+
+/// The responder's per-packet states (IBTA 9.7.5 responder; names follow its checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RespStep {
+    CheckPsn,
+    CheckOpSeq,
+    CheckOpValid,
+    CheckResource,
+    CheckLength,
+    CheckRkey,
+    Execute,
+    ReadReply,
+    AtomicReply,
+    Complete,
+    Acknowledge,
+    Duplicate,
+    Done,
+    /// PSN ahead of the expected one: NAK sequence error once (RC), resync/drop (UC).
+    ErrPsnOutOfSeq,
+    /// No receive WQE, or an ODP fault: RNR NAK (RC), drop (UC/UD).
+    ErrRnr,
+    /// Malformed request / opcode not allowed / bad length: NAK invalid request, QP to ERROR.
+    ErrInvalidRequest,
+    /// The message does not fit the receive WQE: LOC_LEN_ERR completion (+ NAK invalid request).
+    ErrLength,
+    /// R_Key violation (IBTA C9-222.1.1, spec §14).
+    ErrRkeyViolation,
+    /// Local failure executing a valid request (e.g. bad receive SGE): NAK remote operational.
+    ErrRemoteOp,
+    /// Silently drop the packet.
+    Drop,
+}
+
+/// One packet's walk through the responder.
+struct Responder<'p, 'a> {
+    ctx: &'p QpCtx,
+    pkt: &'p RxPkt<'a>,
+    now: Instant,
+    /// Guest ranges of the RETH / AtomicETH target validated by CheckRkey.
+    ranges: Vec<GuestRange>,
+    /// Status for the receive completion on an error path.
+    recv_status: u8,
+    /// An ODP fault caused the RNR (vs. no receive WQE).
+    odp: bool,
+}
+
+/// A request packet for `ctx`'s QP arrived.
+pub(crate) fn on_request(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut ResponderState,
+    pkt: &RxPkt<'_>,
+    now: Instant,
+) {
+    if ctx.state == QPS_RTR && !st.comm_est {
+        // IBTA 11.6.3: first packet received in RTR → Communication Established.
+        st.comm_est = true;
+        ctx::event(dev, EV_COMM_EST, ctx.qpn, 0);
+    }
+    if ctx.is_ud() {
+        ud_receive(dev, ctx, st, pkt);
+        return;
+    }
+    let mut r = Responder {
+        ctx,
+        pkt,
+        now,
+        ranges: Vec::new(),
+        recv_status: WC_SUCCESS,
+        odp: false,
+    };
+    let mut step = RespStep::CheckPsn;
+    // Each state moves strictly forward or to a terminal state; the bound is a belt-and-braces
+    // guarantee that a bug cannot spin the engine thread.
+    for _ in 0..32 {
+        if step == RespStep::Done {
+            break;
+        }
+        step = r.step(dev, st, step);
+    }
+}
+
+impl Responder<'_, '_> {
+    fn step(&mut self, dev: &mut Device, st: &mut ResponderState, step: RespStep) -> RespStep {
+        use RespStep::*;
+        match step {
+            CheckPsn => self.check_psn(st),
+            CheckOpSeq => self.check_op_seq(st),
+            CheckOpValid => self.check_op_valid(),
+            CheckResource => self.check_resource(dev, st),
+            CheckLength => self.check_length(st),
+            CheckRkey => self.check_rkey(dev, st),
+            Execute => self.execute(dev, st),
+            ReadReply => self.read_reply(dev, st),
+            AtomicReply => self.atomic_reply(dev, st),
+            Complete => self.complete(dev, st),
+            Acknowledge => self.acknowledge(dev, st),
+            Duplicate => self.duplicate(dev, st),
+            Done => Done,
+            ErrPsnOutOfSeq => self.err_psn(dev, st),
+            ErrRnr => self.err_rnr(dev, st),
+            ErrInvalidRequest => {
+                if self.ctx.is_rc() {
+                    self.nak(dev, st, NakCode::InvalidRequest, self.pkt.psn());
+                    // IBTA 9.7.5.2.x / 11.6.2: Invalid Request Local Work Queue Error.
+                    st.fatal = Some(Fatal::ReqErr);
+                } else {
+                    self.uc_abort(st);
+                }
+                Done
+            }
+            ErrLength => {
+                // The receive WQE completes with LOC_LEN_ERR (IBTA 9.7.5.2.x / C9-xx).
+                self.recv_status = WC_LOC_LEN_ERR;
+                self.complete_recv_error(dev, st);
+                if self.ctx.is_rc() {
+                    self.nak(dev, st, NakCode::InvalidRequest, self.pkt.psn());
+                    st.fatal = Some(Fatal::Silent);
+                } else {
+                    self.uc_abort(st);
+                }
+                Done
+            }
+            ErrRkeyViolation => self.err_rkey(dev, st),
+            ErrRemoteOp => {
+                if self.recv_status == WC_SUCCESS {
+                    self.recv_status = WC_LOC_PROT_ERR;
+                }
+                self.complete_recv_error(dev, st);
+                if self.ctx.is_rc() {
+                    self.nak(dev, st, NakCode::RemoteOperationalError, self.pkt.psn());
+                    st.fatal = Some(Fatal::Silent);
+                } else {
+                    self.uc_abort(st);
+                }
+                Done
+            }
+            Drop => Done,
+        }
+    }
+
+    // ---- checks -------------------------------------------------------------------------------
+
+    fn check_psn(&mut self, st: &mut ResponderState) -> RespStep {
+        let d = psn_diff(self.pkt.psn(), st.epsn);
+        if self.ctx.is_uc() {
+            // UC (IBTA 9.8.x): no retransmission; a gap aborts the message in progress and the
+            // receiver resynchronises on the packet's PSN; old packets are dropped.
+            if d < 0 {
+                return RespStep::Drop;
+            }
+            if d > 0 {
+                self.uc_abort(st);
+                st.epsn = self.pkt.psn();
+            }
+            return RespStep::CheckOpSeq;
+        }
+        if d > 0 {
+            return RespStep::ErrPsnOutOfSeq;
+        }
+        if d < 0 {
+            return RespStep::Duplicate;
+        }
+        st.seq_nak_sent = false;
+        RespStep::CheckOpSeq
+    }
+
+    fn check_op_seq(&mut self, st: &mut ResponderState) -> RespStep {
+        let info = self.pkt.info;
+        let want = match info.operation {
+            Operation::Send => Some(MsgOp::Send),
+            Operation::Write => Some(MsgOp::Write),
+            _ => None,
+        };
+        let first = matches!(info.position, Position::First | Position::Only);
+        if self.ctx.is_uc() {
+            if first {
+                if st.cur.is_some() {
+                    // A new message starts while one is incomplete: the old one is lost.
+                    self.uc_abort(st);
+                }
+                st.uc_drop = false;
+            } else if st.uc_drop || st.cur != want {
+                st.uc_drop = true;
+                return RespStep::Drop;
+            }
+            return RespStep::CheckOpValid;
+        }
+        // RC (IBTA 9.7.5.2.x, C9-xx): MIDDLE/LAST must continue the same kind of message;
+        // FIRST/ONLY/READ/atomic must not interrupt one.
+        let ok = if first {
+            st.cur.is_none()
+        } else {
+            st.cur.is_some() && st.cur == want
+        };
+        if ok {
+            RespStep::CheckOpValid
+        } else {
+            RespStep::ErrInvalidRequest
+        }
+    }
+
+    fn check_op_valid(&mut self) -> RespStep {
+        let need = match self.pkt.op() {
+            Operation::Write => ACCESS_REMOTE_WRITE,
+            Operation::ReadRequest => ACCESS_REMOTE_READ,
+            Operation::CompareSwap | Operation::FetchAdd => ACCESS_REMOTE_ATOMIC,
+            Operation::Send => 0,
+            _ => return RespStep::Drop,
+        };
+        if self.ctx.access & need != need {
+            // The QP is not enabled for this operation: Invalid Request (IBTA 9.7.5.2.x, as rxe).
+            return RespStep::ErrInvalidRequest;
+        }
+        RespStep::CheckResource
+    }
+
+    fn check_resource(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let info = self.pkt.info;
+        let needs_recv = match info.operation {
+            Operation::Send => matches!(info.position, Position::First | Position::Only),
+            Operation::Write => info.has_imm(),
+            _ => false,
+        };
+        if needs_recv && st.recv.is_none() {
+            match take_recv(dev, self.ctx) {
+                Ok(Some(w)) => st.recv = Some(w),
+                Ok(None) => return RespStep::ErrRnr,
+                Err(()) => {
+                    st.fatal = Some(Fatal::QpFatal);
+                    return RespStep::Drop;
+                }
+            }
+        }
+        RespStep::CheckLength
+    }
+
+    fn check_length(&mut self, st: &mut ResponderState) -> RespStep {
+        let info = self.pkt.info;
+        let n = self.pkt.payload.len() as u64;
+        let mtu = self.ctx.mtu as u64;
+        // IBTA C9-xx: FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one.
+        let ok = match info.operation {
+            Operation::Send | Operation::Write => match info.position {
+                Position::First | Position::Middle => n == mtu,
+                Position::Last | Position::Only => n <= mtu,
+            },
+            _ => true,
+        };
+        if !ok {
+            return RespStep::ErrInvalidRequest;
+        }
+        match info.operation {
+            Operation::Write => {
+                if let Some(reth) = self.pkt.reth {
+                    let total = reth.dma_len as u64;
+                    let bad = match info.position {
+                        Position::Only => n != total,
+                        _ => n >= total,
+                    };
+                    if bad {
+                        return RespStep::ErrInvalidRequest;
+                    }
+                } else {
+                    let Some(w) = st.write else {
+                        return RespStep::ErrInvalidRequest;
+                    };
+                    let bad = match info.position {
+                        Position::Last => n != w.remaining,
+                        _ => n >= w.remaining,
+                    };
+                    if bad {
+                        return RespStep::ErrInvalidRequest;
+                    }
+                }
+            }
+            // Atomics need an 8-byte aligned VA (IBTA C9-xx): Invalid Request otherwise.
+            Operation::CompareSwap | Operation::FetchAdd
+                if self.pkt.atomic.is_none_or(|a| !a.va.is_multiple_of(8)) =>
+            {
+                return RespStep::ErrInvalidRequest;
+            }
+            Operation::ReadRequest if self.pkt.reth.is_none_or(|r| r.dma_len > 1 << 31) => {
+                return RespStep::ErrInvalidRequest;
+            }
+            _ => {}
+        }
+        if info.operation == Operation::Send {
+            if let Some(w) = &st.recv {
+                if w.offset + n > w.capacity {
+                    return RespStep::ErrLength;
+                }
+            }
+        }
+        RespStep::CheckRkey
+    }
+
+    fn check_rkey(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let pkt = self.pkt;
+        let (va, rkey, len, access) = match pkt.op() {
+            Operation::Write => {
+                let n = pkt.payload.len() as u64;
+                if let Some(reth) = pkt.reth {
+                    // A zero-length RDMA WRITE needs no R_Key check (IBTA 9.7.4.1.x).
+                    if reth.dma_len == 0 {
+                        return RespStep::Execute;
+                    }
+                    // Validate the whole transfer at its first packet.
+                    match self.resolve(
+                        dev,
+                        reth.rkey,
+                        reth.va,
+                        reth.dma_len as u64,
+                        ACCESS_REMOTE_WRITE,
+                    ) {
+                        Ok(_) => {}
+                        Err(s) => return s,
+                    }
+                    (reth.va, reth.rkey, n, ACCESS_REMOTE_WRITE)
+                } else {
+                    let Some(w) = st.write else {
+                        return RespStep::ErrInvalidRequest;
+                    };
+                    (w.va, w.rkey, n, ACCESS_REMOTE_WRITE)
+                }
+            }
+            Operation::ReadRequest => {
+                let Some(reth) = pkt.reth else {
+                    return RespStep::ErrInvalidRequest;
+                };
+                if reth.dma_len == 0 {
+                    return RespStep::Execute;
+                }
+                (reth.va, reth.rkey, reth.dma_len as u64, ACCESS_REMOTE_READ)
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let Some(a) = pkt.atomic else {
+                    return RespStep::ErrInvalidRequest;
+                };
+                (a.va, a.rkey, 8, ACCESS_REMOTE_ATOMIC)
+            }
+            _ => return RespStep::Execute,
+        };
+        if len == 0 {
+            return RespStep::Execute;
+        }
+        match self.resolve(dev, rkey, va, len, access) {
+            Ok(r) => {
+                self.ranges = r;
+                RespStep::Execute
+            }
+            Err(s) => s,
+        }
+    }
+
+    /// Resolve an R_Key range; map failures to the responder error states (spec §10, §14).
+    fn resolve(
+        &mut self,
+        dev: &mut Device,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Vec<GuestRange>, RespStep> {
+        match dev.mrs.resolve(rkey, self.ctx.pdn, va, len, access) {
+            Ok(r) => Ok(r),
+            // ODP at the responder: RNR NAK now, the page request is already on its way.
+            Err(MrError::Fault { .. }) => {
+                self.odp = true;
+                Err(RespStep::ErrRnr)
+            }
+            Err(_) => Err(RespStep::ErrRkeyViolation),
+        }
+    }
+
+    // ---- execution ----------------------------------------------------------------------------
+
+    fn execute(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let pkt = self.pkt;
+        match pkt.op() {
+            Operation::Send => {
+                let Some(w) = st.recv.as_mut() else {
+                    return RespStep::ErrInvalidRequest;
+                };
+                let mut buf = pkt.payload.to_vec();
+                if !buf.is_empty() {
+                    let sges = w.sges.clone();
+                    match sge_copy(dev, None, self.ctx.pdn, &sges, w.offset, &mut buf, true) {
+                        Ok(()) => {}
+                        Err(SgeError::Fault { .. }) => {
+                            self.odp = true;
+                            return RespStep::ErrRnr;
+                        }
+                        Err(SgeError::Len) => return RespStep::ErrLength,
+                        Err(SgeError::Prot) => {
+                            self.recv_status = WC_LOC_PROT_ERR;
+                            return RespStep::ErrRemoteOp;
+                        }
+                    }
+                }
+                if let Some(w) = st.recv.as_mut() {
+                    w.offset += buf.len() as u64;
+                }
+                st.cur = Some(MsgOp::Send);
+                RespStep::Complete
+            }
+            Operation::Write => {
+                if let Some(reth) = pkt.reth {
+                    st.write = Some(WriteCtx {
+                        va: reth.va,
+                        rkey: reth.rkey,
+                        remaining: reth.dma_len as u64,
+                        total: reth.dma_len as u64,
+                    });
+                }
+                let n = pkt.payload.len();
+                if n > 0 {
+                    let mut p = 0usize;
+                    for r in &self.ranges {
+                        let l = r.len as usize;
+                        if dev.mem.write(r.gpa, &pkt.payload[p..p + l]).is_err() {
+                            return RespStep::ErrRemoteOp;
+                        }
+                        p += l;
+                    }
+                }
+                if let Some(w) = st.write.as_mut() {
+                    w.va = w.va.wrapping_add(n as u64);
+                    w.remaining -= n as u64;
+                }
+                st.cur = Some(MsgOp::Write);
+                RespStep::Complete
+            }
+            Operation::ReadRequest => RespStep::ReadReply,
+            Operation::CompareSwap | Operation::FetchAdd => RespStep::AtomicReply,
+            _ => RespStep::Drop,
+        }
+    }
+
+    /// Generate READ responses (IBTA 9.7.4.1.4): one per MTU, PSNs from the request's PSN.
+    fn read_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let Some(reth) = self.pkt.reth else {
+            return RespStep::ErrInvalidRequest;
+        };
+        let psn = self.pkt.psn();
+        let n = (reth.dma_len as u64).div_ceil(self.ctx.mtu as u64).max(1) as u32;
+        push_resource(
+            st,
+            self.ctx,
+            RdAtomicRes {
+                first_psn: psn,
+                last_psn: psn_add(psn, n - 1),
+                kind: ResKind::Read {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len: reth.dma_len,
+                },
+            },
+        );
+        st.msn = psn_add(st.msn, 1);
+        st.epsn = psn_add(psn, n);
+        st.unacked = 0;
+        let ranges = std::mem::take(&mut self.ranges);
+        if send_read_responses(dev, self.ctx, st.msn, psn, &ranges, reth.dma_len as u64).is_err() {
+            // Guest memory vanished under a valid MR: remote operational error.
+            return RespStep::ErrRemoteOp;
+        }
+        RespStep::Done
+    }
+
+    /// Execute an atomic with the guest's CPU atomics and reply with an AtomicAckETH (IBTA 9.4.5).
+    fn atomic_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let Some(a) = self.pkt.atomic else {
+            return RespStep::ErrInvalidRequest;
+        };
+        let Some(r) = self.ranges.first().copied() else {
+            return RespStep::ErrRemoteOp;
+        };
+        if r.len != 8 {
+            return RespStep::ErrRemoteOp;
+        }
+        let res = if self.pkt.op() == Operation::CompareSwap {
+            dev.mem.compare_swap_u64(r.gpa, a.compare, a.swap_add)
+        } else {
+            dev.mem.fetch_add_u64(r.gpa, a.swap_add)
+        };
+        let Ok(orig) = res else {
+            return RespStep::ErrRemoteOp;
+        };
+        let psn = self.pkt.psn();
+        push_resource(
+            st,
+            self.ctx,
+            RdAtomicRes {
+                first_psn: psn,
+                last_psn: psn,
+                kind: ResKind::Atomic { orig },
+            },
+        );
+        st.msn = psn_add(st.msn, 1);
+        st.epsn = psn_add(psn, 1);
+        st.unacked = 0;
+        send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+        RespStep::Done
+    }
+
+    /// End of a message: receive completion for SEND / WRITE_WITH_IMM (spec §7).
+    fn complete(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let info = self.pkt.info;
+        if !matches!(info.position, Position::Last | Position::Only) {
+            return RespStep::Acknowledge;
+        }
+        let mut cqe = Cqe {
+            qpn: self.ctx.qpn,
+            ..Default::default()
+        };
+        match info.operation {
+            Operation::Send => {
+                let Some(w) = st.recv.take() else {
+                    return RespStep::ErrInvalidRequest;
+                };
+                cqe.wr_id = w.wr_id;
+                cqe.opcode = WC_RECV;
+                cqe.byte_len = w.offset as u32;
+                if let Some(ieth) = self.pkt.ieth {
+                    // SEND_WITH_INV (IBTA 9.4.4 / 10.6.x): invalidate the named R_Key in our PD.
+                    if dev.mrs.local_invalidate(ieth.rkey, self.ctx.pdn).is_err() {
+                        cqe.status = WC_LOC_PROT_ERR;
+                        st.recv = None;
+                        st.cur = None;
+                        ctx::post_cqe(dev, self.ctx.recv_cqn, &cqe, self.pkt.bth.solicited);
+                        return RespStep::ErrRemoteOp;
+                    }
+                    cqe.flags |= WC_F_INV;
+                    cqe.ex = ieth.rkey;
+                }
+            }
+            Operation::Write => {
+                if info.has_imm() {
+                    let Some(w) = st.recv.take() else {
+                        return RespStep::ErrInvalidRequest;
+                    };
+                    cqe.wr_id = w.wr_id;
+                    cqe.opcode = WC_RECV_RDMA_WITH_IMM;
+                    cqe.byte_len = st.write.map_or(0, |w| w.total as u32);
+                }
+                st.write = None;
+            }
+            _ => {}
+        }
+        if let Some(imm) = self.pkt.imm {
+            cqe.flags |= WC_F_IMM;
+            cqe.ex = u32::from_le_bytes(imm.wire_bytes());
+        }
+        st.cur = None;
+        if self.ctx.is_rc() {
+            st.msn = psn_add(st.msn, 1);
+        }
+        if cqe.opcode != 0 || info.operation == Operation::Send {
+            ctx::post_cqe(dev, self.ctx.recv_cqn, &cqe, self.pkt.bth.solicited);
+        }
+        RespStep::Acknowledge
+    }
+
+    /// Advance the expected PSN and coalesce ACKs (IBTA 9.7.5.1.x: AckReq, message end).
+    fn acknowledge(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        st.epsn = psn_add(self.pkt.psn(), 1);
+        if !self.ctx.is_rc() {
+            return RespStep::Done;
+        }
+        st.unacked += 1;
+        if self.pkt.bth.ack_req || st.unacked >= ACK_COALESCE {
+            send_ack(dev, self.ctx, Aeth::ack(st.msn), self.pkt.psn());
+            st.unacked = 0;
+        }
+        RespStep::Done
+    }
+
+    // ---- duplicates and errors ----------------------------------------------------------------
+
+    /// Duplicate request (IBTA 9.7.5.1.x): SEND/WRITE are re-acknowledged, READ responses are
+    /// regenerated for the requested range and atomics are answered from the resource cache
+    /// without re-execution.
+    fn duplicate(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let psn = self.pkt.psn();
+        match self.pkt.op() {
+            Operation::Send | Operation::Write if self.pkt.bth.ack_req => {
+                send_ack(dev, self.ctx, Aeth::ack(st.msn), psn_add(st.epsn, PSN_MASK));
+            }
+            Operation::ReadRequest => {
+                let Some(reth) = self.pkt.reth else {
+                    return RespStep::Drop;
+                };
+                let Some(res) = st.resources.iter().find(|r| {
+                    matches!(r.kind, ResKind::Read { .. })
+                        && psn_diff(psn, r.first_psn) >= 0
+                        && psn_diff(psn, r.last_psn) <= 0
+                }) else {
+                    return RespStep::Drop;
+                };
+                let ResKind::Read { va, rkey, len } = res.kind else {
+                    return RespStep::Drop;
+                };
+                // The re-request must stay inside the original one.
+                let skip = psn_diff(psn, res.first_psn) as u64 * self.ctx.mtu as u64;
+                if reth.rkey != rkey
+                    || reth.va != va.wrapping_add(skip)
+                    || reth.dma_len as u64 + skip != len as u64
+                {
+                    return RespStep::Drop;
+                }
+                let ranges = if reth.dma_len == 0 {
+                    Vec::new()
+                } else {
+                    match dev.mrs.resolve(
+                        rkey,
+                        self.ctx.pdn,
+                        reth.va,
+                        reth.dma_len as u64,
+                        ACCESS_REMOTE_READ,
+                    ) {
+                        Ok(r) => r,
+                        Err(_) => return RespStep::Drop,
+                    }
+                };
+                let _ =
+                    send_read_responses(dev, self.ctx, st.msn, psn, &ranges, reth.dma_len as u64);
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                if let Some(ResKind::Atomic { orig }) = st
+                    .resources
+                    .iter()
+                    .find(|r| r.first_psn == psn)
+                    .map(|r| r.kind)
+                {
+                    send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+                }
+            }
+            _ => {}
+        }
+        RespStep::Done
+    }
+
+    fn err_psn(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        // IBTA 9.7.5.2.2 / C9-xx: one PSN sequence error NAK per gap, carrying the expected PSN.
+        if !st.seq_nak_sent {
+            st.seq_nak_sent = true;
+            self.nak(dev, st, NakCode::PsnSequenceError, st.epsn);
+        }
+        RespStep::Done
+    }
+
+    fn err_rnr(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        if self.ctx.is_rc() {
+            // IBTA 9.7.5.2.8: RNR NAK with our min_rnr_timer; the requester resends this PSN.
+            let aeth = Aeth {
+                syndrome: Syndrome::RnrNak {
+                    timer: self.ctx.min_rnr_timer,
+                },
+                msn: st.msn,
+            };
+            send_ack(dev, self.ctx, aeth, self.pkt.psn());
+        } else {
+            self.uc_abort(st);
+        }
+        let _ = (self.odp, self.now);
+        RespStep::Done
+    }
+
+    /// IBTA C9-222.1.1 (spec §14).
+    fn err_rkey(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        if !self.ctx.is_rc() {
+            // UC: no NAKs; the damaged message is dropped silently.
+            self.uc_abort(st);
+            return RespStep::Done;
+        }
+        self.nak(dev, st, NakCode::RemoteAccessError, self.pkt.psn());
+        let info = self.pkt.info;
+        if info.operation == Operation::Write && info.has_imm() {
+            // WRITE_WITH_IMM: the violation is tied to the consumed receive WQE, which completes
+            // with LOC_ACCESS_ERR; QP to ERROR, no async event. (A multi-packet WRITE_WITH_IMM's
+            // FIRST packet cannot be tied to a receive WQE yet: it is handled as a plain WRITE.)
+            self.recv_status = WC_LOC_ACCESS_ERR;
+            self.complete_recv_error(dev, st);
+            st.fatal = Some(Fatal::Silent);
+        } else {
+            // WRITE without immediate, READ, atomic: QP to ERROR + VRDMA_EV_QP_ACCESS_ERR.
+            st.fatal = Some(Fatal::AccessErr);
+        }
+        RespStep::Done
+    }
+
+    fn nak(&self, dev: &mut Device, st: &ResponderState, code: NakCode, psn: u32) {
+        let aeth = Aeth {
+            syndrome: Syndrome::Nak(code),
+            msn: st.msn,
+        };
+        send_ack(dev, self.ctx, aeth, psn);
+    }
+
+    /// Complete the consumed receive WQE (if any) with `self.recv_status`.
+    fn complete_recv_error(&mut self, dev: &mut Device, st: &mut ResponderState) {
+        if let Some(w) = st.recv.take() {
+            let cqe = Cqe {
+                wr_id: w.wr_id,
+                qpn: self.ctx.qpn,
+                opcode: WC_RECV,
+                status: self.recv_status,
+                ..Default::default()
+            };
+            ctx::post_cqe(dev, self.ctx.recv_cqn, &cqe, true);
+        }
+        st.cur = None;
+        st.write = None;
+    }
+
+    /// UC: drop the rest of the current message; a consumed receive WQE is kept for the next
+    /// message (IBTA 9.8.x: the damaged message is silently discarded).
+    fn uc_abort(&self, st: &mut ResponderState) {
+        if let Some(w) = st.recv.as_mut() {
+            w.offset = 0;
+        }
+        st.cur = None;
+        st.write = None;
+        st.uc_drop = true;
+    }
+}
+
+/// Remember a READ/atomic (IBTA 9.7.5.1.5): at most max_dest_rd_atomic entries, oldest evicted.
+fn push_resource(st: &mut ResponderState, ctx: &QpCtx, r: RdAtomicRes) {
+    let cap = ctx.max_dest_rd_atomic.max(1) as usize;
+    while st.resources.len() >= cap {
+        st.resources.pop_front();
+    }
+    st.resources.push_back(r);
+}
+
+/// Take a receive WQE from the RQ or the SRQ.
+fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, ()> {
+    ctx::recv_take(dev, ctx).map_err(|_| ())
+}
+
+/// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
+pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
+    let Some(path) = ctx.path else { return };
+    let Some(op) = opcode_for(Transport::Rc, Operation::Ack, Position::Only, false, false) else {
+        return;
+    };
+    let hdrs = TxHdrs {
+        aeth: Some(aeth),
+        ..Default::default()
+    };
+    if let Some(f) = super::build_frame(
+        &path,
+        ctx.qpn,
+        ctx.dest_qpn,
+        op,
+        psn,
+        false,
+        false,
+        &hdrs,
+        &[],
+    ) {
+        ctx::send_frame(dev, f);
+    }
+}
+
+fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
+    let Some(path) = ctx.path else { return };
+    let Some(op) = opcode_for(
+        Transport::Rc,
+        Operation::AtomicAck,
+        Position::Only,
+        false,
+        false,
+    ) else {
+        return;
+    };
+    let hdrs = TxHdrs {
+        aeth: Some(Aeth::ack(msn)),
+        atomic_ack: Some(AtomicAckEth { orig }),
+        ..Default::default()
+    };
+    if let Some(f) = super::build_frame(
+        &path,
+        ctx.qpn,
+        ctx.dest_qpn,
+        op,
+        psn,
+        false,
+        false,
+        &hdrs,
+        &[],
+    ) {
+        ctx::send_frame(dev, f);
+    }
+}
+
+/// READ response packets for `len` bytes in `ranges`, PSNs from `psn`.
+fn send_read_responses(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    msn: u32,
+    psn: u32,
+    ranges: &[GuestRange],
+    len: u64,
+) -> Result<(), ()> {
+    let Some(path) = ctx.path else { return Ok(()) };
+    let mtu = ctx.mtu as u64;
+    let n = len.div_ceil(mtu).max(1);
+    let mut ri = 0usize;
+    let mut roff = 0u64;
+    let mut buf = Vec::with_capacity(mtu as usize);
+    for k in 0..n {
+        let pos = match (k == 0, k + 1 == n) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
+        };
+        let chunk = (len - k * mtu).min(mtu) as usize;
+        buf.clear();
+        buf.resize(chunk, 0);
+        let mut p = 0usize;
+        while p < chunk {
+            let Some(r) = ranges.get(ri) else {
+                return Err(());
+            };
+            let take = ((r.len - roff) as usize).min(chunk - p);
+            dev.mem
+                .read(r.gpa + roff, &mut buf[p..p + take])
+                .map_err(|_| ())?;
+            p += take;
+            roff += take as u64;
+            if roff == r.len {
+                ri += 1;
+                roff = 0;
+            }
+        }
+        let hdrs = TxHdrs {
+            aeth: matches!(pos, Position::First | Position::Last | Position::Only)
+                .then(|| Aeth::ack(msn)),
+            ..Default::default()
+        };
+        let Some(op) = opcode_for(Transport::Rc, Operation::ReadResponse, pos, false, false) else {
+            return Err(());
+        };
+        let rpsn = psn_add(psn, k as u32);
+        if let Some(f) = super::build_frame(
+            &path,
+            ctx.qpn,
+            ctx.dest_qpn,
+            op,
+            rpsn,
+            false,
+            false,
+            &hdrs,
+            &buf,
+        ) {
+            ctx::send_frame(dev, f);
+        }
+    }
+    Ok(())
+}
+
+/// UD / GSI receive (IBTA 9.8.x, 10.2.x; spec §6.2): Q_Key check, GRH area, one-packet message.
+fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
+    if pkt.info.transport != Transport::Ud {
+        return;
+    }
+    let Some(deth) = pkt.deth else { return };
+    // Q_Key check (IBTA C10-15 / 10.2.5): mismatch → silently dropped. QP1 uses 0x80010000.
+    let qkey = if ctx.qp_type == QPT_GSI {
+        GSI_QKEY
+    } else {
+        ctx.qkey
+    };
+    if deth.qkey != qkey {
+        return;
+    }
+    let w = match take_recv(dev, ctx) {
+        Ok(Some(w)) => w,
+        // UD has no RNR: without a receive WQE the datagram is dropped (IBTA 9.8.x).
+        Ok(None) => return,
+        Err(()) => {
+            st.fatal = Some(Fatal::QpFatal);
+            return;
+        }
+    };
+    let total = GRH_LEN as u64 + pkt.payload.len() as u64;
+    let mut cqe = Cqe {
+        wr_id: w.wr_id,
+        qpn: ctx.qpn,
+        opcode: WC_RECV,
+        src_qp: deth.src_qp,
+        pkey_index: 0,
+        smac: pkt.smac,
+        vlan_id: pkt.vlan.unwrap_or(0),
+        network_hdr_type: if pkt.ipv4 { NETWORK_IPV4 } else { NETWORK_IPV6 },
+        flags: WC_F_GRH,
+        ..Default::default()
+    };
+    if let Some(imm) = pkt.imm {
+        cqe.flags |= WC_F_IMM;
+        cqe.ex = u32::from_le_bytes(imm.wire_bytes());
+    }
+    if total > w.capacity {
+        cqe.status = WC_LOC_LEN_ERR;
+    } else {
+        let mut buf = Vec::with_capacity(total as usize);
+        buf.extend_from_slice(&pkt.grh);
+        buf.extend_from_slice(pkt.payload);
+        match sge_copy(dev, None, ctx.pdn, &w.sges, 0, &mut buf, true) {
+            Ok(()) => cqe.byte_len = total as u32,
+            Err(SgeError::Len) => cqe.status = WC_LOC_LEN_ERR,
+            Err(_) => cqe.status = WC_LOC_PROT_ERR,
+        }
+    }
+    ctx::post_cqe(dev, ctx.recv_cqn, &cqe, pkt.bth.solicited);
+}
+
+/// QP in ERROR (spec §13): RQ WQEs (and a receive in progress) complete with WR_FLUSH_ERR; an
+/// SRQ-attached QP reports LAST_WQE_REACHED instead (IBTA 11.6.2, o11-5.2.x).
+pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState) {
+    let mut wr_ids = Vec::new();
+    if let Some(w) = st.recv.take() {
+        wr_ids.push(w.wr_id);
+    }
+    if ctx.srqn.is_none() {
+        wr_ids.extend(ctx::rq_drain(dev, ctx));
+    }
+    for wr_id in wr_ids {
+        let cqe = Cqe {
+            wr_id,
+            qpn: ctx.qpn,
+            opcode: WC_RECV,
+            status: WC_WR_FLUSH_ERR,
+            ..Default::default()
+        };
+        ctx::post_cqe(dev, ctx.recv_cqn, &cqe, false);
+    }
+    if ctx.srqn.is_some() && !st.last_wqe_reported {
+        st.last_wqe_reported = true;
+        ctx::event(dev, EV_QP_LAST_WQE_REACHED, ctx.qpn, 0);
+    }
+    st.cur = None;
+    st.write = None;
+    st.resources.clear();
 }

@@ -1,1 +1,132 @@
-//! (being written)
+//! Uplinks: where the port's Ethernet frames go to and come from.
+//!
+//! - [`udp::UdpUplink`]: one Ethernet frame per UDP datagram, no header or length prefix — the
+//!   framing of QEMU's `-netdev dgram,local.type=inet,...,remote.type=inet,...` (net/dgram.c sends
+//!   the frame with one `sendto()` and hands each `recv()`ed datagram to the NIC as one frame), so a
+//!   vrdma backend can talk to another backend or to a QEMU guest NIC (e.g. Linux rxe in a VM).
+//! - [`tap::TapUplink`]: a Linux TAP device (`IFF_TAP | IFF_NO_PI`), needs CAP_NET_ADMIN.
+//! - [`impair::Impaired`]: test wrapper dropping / duplicating / reordering frames (seeded).
+//!
+//! Specs (`--uplink`): `udp:local=ADDR:PORT,remote=ADDR:PORT` or `tap:NAME`, see [`UplinkSpec`].
+
+pub mod impair;
+pub mod spec;
+pub mod tap;
+pub mod udp;
+
+use std::os::unix::io::RawFd;
+
+pub use impair::{ImpairConfig, ImpairStats, Impaired};
+pub use spec::{SpecError, UplinkSpec};
+pub use tap::TapUplink;
+pub use udp::UdpUplink;
+
+/// Largest frame an uplink carries (a UDP datagram payload; far above any Ethernet MTU we use).
+/// Receive buffers of this size never see [`UplinkError::Truncated`].
+pub const MAX_FRAME: usize = 65535;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UplinkError {
+    #[error("UDP uplink: cannot bind {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("TAP uplink {name}: {op}: {source}")]
+    Tap {
+        name: String,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error("TAP device name {0:?} is empty or longer than 15 bytes")]
+    TapName(String),
+    /// The socket/device cannot take the frame now (EAGAIN/ENOBUFS). The frame was not sent;
+    /// callers may treat this as loss (RoCE retransmits).
+    #[error("uplink busy, frame not sent")]
+    WouldBlock,
+    #[error("uplink send: {0}")]
+    Send(std::io::Error),
+    #[error("uplink receive: {0}")]
+    Recv(std::io::Error),
+    /// The received frame was larger than the buffer; it has been consumed and dropped.
+    #[error("received frame of {len} bytes does not fit a {buf}-byte buffer (dropped)")]
+    Truncated { len: usize, buf: usize },
+    #[error("frame of {0} bytes too large for the uplink")]
+    TooLarge(usize),
+}
+
+/// An Ethernet frame pipe. Frames are whole Ethernet frames without FCS. Both calls are
+/// non-blocking; wait for readability on [`Uplink::as_raw_fd`] (epoll) before `recv`.
+pub trait Uplink: Send + Sync {
+    /// Send one frame.
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError>;
+    /// Receive one frame into `buf`: `Ok(Some(len))`, or `Ok(None)` if none is pending.
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError>;
+    /// The fd to poll for readability.
+    fn as_raw_fd(&self) -> RawFd;
+}
+
+impl<T: Uplink + ?Sized> Uplink for Box<T> {
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+        (**self).send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        (**self).recv(buf)
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        (**self).as_raw_fd()
+    }
+}
+
+impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+        (**self).send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        (**self).recv(buf)
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        (**self).as_raw_fd()
+    }
+}
+
+/// `recv(2)` with MSG_TRUNC on a non-blocking fd: one datagram/frame or `None`.
+pub(crate) fn recv_frame(
+    fd: RawFd,
+    buf: &mut [u8],
+    is_socket: bool,
+) -> Result<Option<usize>, UplinkError> {
+    loop {
+        let n = if is_socket {
+            // SAFETY: `buf` is a valid writable region of `buf.len()` bytes for the duration of the
+            // call; MSG_TRUNC only changes the return value (the real datagram length).
+            unsafe {
+                libc::recv(
+                    fd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+                )
+            }
+        } else {
+            // SAFETY: as above; a TAP read returns at most `buf.len()` bytes of one frame.
+            unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
+        };
+        if n >= 0 {
+            let n = n as usize;
+            if n > buf.len() {
+                return Err(UplinkError::Truncated {
+                    len: n,
+                    buf: buf.len(),
+                });
+            }
+            return Ok(Some(n));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return Ok(None),
+            _ => return Err(UplinkError::Recv(e)),
+        }
+    }
+}

@@ -1,0 +1,562 @@
+//! Control commands (spec §11): decode, validate, execute, write the response body.
+//!
+//! `req` is the readable part after `vrdma_cmd_hdr` (the daemon strips and checks the header):
+//! the request struct then any trailing page list. A request shorter than its struct, or a
+//! trailing array shorter than its announced count → INVALID. `resp` receives the response body
+//! (the daemon writes `vrdma_cmd_resp_hdr` with the returned status in front of it); on error
+//! nothing is written to `resp`.
+
+use vrdma_spec::*;
+
+use super::Device;
+use crate::guest::{Ring, RingError};
+use crate::objects::cq::CQE_SHIFT;
+use crate::objects::gid::GidError;
+use crate::objects::{Ah, Cq, Pd, Srq};
+use crate::qp::{check_av, ModifyLimits, Qp, QpCaps, QpState, QpType};
+
+type CmdResult = Result<(), u32>;
+
+fn parse<T: Abi>(req: &[u8]) -> Result<(T, &[u8]), u32> {
+    T::split_from(req).ok_or(VRDMA_STATUS_INVALID)
+}
+
+fn page_list(rest: &[u8], n: u32) -> Result<Vec<u64>, u32> {
+    read_u64_array(rest, n as usize).ok_or(VRDMA_STATUS_INVALID)
+}
+
+fn put<T: Abi>(resp: &mut Vec<u8>, v: &T) {
+    resp.extend_from_slice(v.as_bytes());
+}
+
+fn handle(h: u32) -> VrdmaHandle {
+    VrdmaHandle {
+        handle: h,
+        reserved: 0,
+    }
+}
+
+/// Ring creation error → command status.
+fn ring_status(e: &RingError) -> u32 {
+    match e {
+        RingError::Access(_) => VRDMA_STATUS_BAD_ADDRESS,
+        _ => VRDMA_STATUS_INVALID,
+    }
+}
+
+impl Device {
+    /// Execute one control command. Returns VRDMA_STATUS_*; the response body is in `resp`.
+    pub fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+        resp.clear();
+        if self.needs_reset {
+            return VRDMA_STATUS_NEEDS_RESET;
+        }
+        let r = match opcode {
+            VRDMA_CMD_QUERY_DEVICE => {
+                put(resp, &self.config.to_vrdma_config());
+                Ok(())
+            }
+            VRDMA_CMD_QUERY_PORT => self.cmd_query_port(req, resp),
+            VRDMA_CMD_ADD_GID => self.cmd_add_gid(req),
+            VRDMA_CMD_DEL_GID => self.cmd_del_gid(req),
+            VRDMA_CMD_CREATE_PD => self.cmd_create_pd(req, resp),
+            VRDMA_CMD_DESTROY_PD => self.cmd_destroy_pd(req),
+            VRDMA_CMD_CREATE_CQ => self.cmd_create_cq(req, resp),
+            VRDMA_CMD_DESTROY_CQ => self.cmd_destroy_cq(req),
+            VRDMA_CMD_RESIZE_CQ => self.cmd_resize_cq(req, resp),
+            VRDMA_CMD_CREATE_QP => self.cmd_create_qp(req, resp),
+            VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
+            VRDMA_CMD_QUERY_QP => self.cmd_query_qp(req, resp),
+            VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
+            VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
+            VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
+            VRDMA_CMD_QUERY_SRQ => self.cmd_query_srq(req, resp),
+            VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
+            VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
+            VRDMA_CMD_DESTROY_AH => self.cmd_destroy_ah(req),
+            VRDMA_CMD_REG_MR => self.cmd_reg_mr(req, resp),
+            VRDMA_CMD_REG_DMA_MR => self.cmd_reg_dma_mr(req, resp),
+            VRDMA_CMD_ALLOC_FAST_REG_MR => self.cmd_alloc_fast_reg(req, resp),
+            VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
+            VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
+            VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
+            VRDMA_CMD_ADVISE_MR => self.cmd_advise_mr(req),
+            VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
+            VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
+            _ => Err(VRDMA_STATUS_INVALID),
+        };
+        match r {
+            Ok(()) => VRDMA_STATUS_OK,
+            Err(s) => {
+                resp.clear();
+                s
+            }
+        }
+    }
+
+    fn pd_exists(&self, pdn: u32) -> CmdResult {
+        if self.pds.contains(pdn) {
+            Ok(())
+        } else {
+            Err(VRDMA_STATUS_NOT_FOUND)
+        }
+    }
+
+    fn cmd_query_port(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdQueryPort>(req)?;
+        if c.port != 1 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let mtu = self.config.port_mtu();
+        let active = self.config.port_active;
+        put(
+            resp,
+            &VrdmaRespQueryPort {
+                state: if active {
+                    VRDMA_PORT_ACTIVE
+                } else {
+                    VRDMA_PORT_DOWN
+                },
+                max_mtu: mtu,
+                active_mtu: mtu,
+                gid_tbl_len: self.gids.len(),
+                max_msg_sz: self.config.max_msg_sz,
+                phys_state: if active { 5 } else { 3 },
+                active_speed: 32, // IB_SPEED_EDR
+                active_width: 2,  // IB_WIDTH_4X
+            },
+        );
+        Ok(())
+    }
+
+    fn cmd_add_gid(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdGid>(req)?;
+        self.gids.add(c.index, c.type_, c.gid).map_err(|e| match e {
+            GidError::BadIndex | GidError::BadType => VRDMA_STATUS_INVALID,
+            GidError::NotFound => VRDMA_STATUS_NOT_FOUND,
+        })
+    }
+
+    fn cmd_del_gid(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdGid>(req)?;
+        self.gids.del(c.index).map_err(|e| match e {
+            GidError::BadIndex | GidError::BadType => VRDMA_STATUS_INVALID,
+            GidError::NotFound => VRDMA_STATUS_NOT_FOUND,
+        })
+    }
+
+    fn cmd_create_pd(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        // The request is a vrdma_handle that carries nothing; an empty request is accepted too.
+        let _ = req;
+        let h = self
+            .pds
+            .insert_with(|pdn| Pd { pdn })
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        put(resp, &handle(h));
+        Ok(())
+    }
+
+    fn cmd_destroy_pd(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        self.pd_exists(c.handle)?;
+        if self.pd_in_use(c.handle) {
+            return Err(VRDMA_STATUS_BUSY);
+        }
+        self.pds.remove(c.handle);
+        Ok(())
+    }
+
+    fn make_ring(
+        &self,
+        pages: &[u64],
+        depth: u32,
+        shift: u32,
+        min_shift: u32,
+        max_depth: u32,
+    ) -> Result<Ring, u32> {
+        let mut r = Ring::new(&self.mem, pages, depth, shift, min_shift, max_depth)
+            .map_err(|e| ring_status(&e))?;
+        r.reset_indices(&self.mem);
+        Ok(r)
+    }
+
+    fn cmd_create_cq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdCreateCq>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        if self.cqs.len() >= self.cqs.max() {
+            return Err(VRDMA_STATUS_NO_RESOURCES);
+        }
+        let ring = self.make_ring(&pages, c.depth, CQE_SHIFT, CQE_SHIFT, self.config.max_cqe)?;
+        let h = self
+            .cqs
+            .insert_with(|cqn| Cq::new(cqn, ring))
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        put(resp, &handle(h));
+        Ok(())
+    }
+
+    fn cmd_destroy_cq(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        if !self.cqs.contains(c.handle) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        if self
+            .qps
+            .iter()
+            .any(|q| q.send_cqn == c.handle || q.recv_cqn == c.handle)
+        {
+            return Err(VRDMA_STATUS_BUSY);
+        }
+        self.cqs.remove(c.handle);
+        Ok(())
+    }
+
+    fn cmd_resize_cq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdCreateCq>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        if !self.cqs.contains(c.cqn) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        // Built without reset_indices: resize writes the new control page itself.
+        let new = Ring::new(
+            &self.mem,
+            &pages,
+            c.depth,
+            CQE_SHIFT,
+            CQE_SHIFT,
+            self.config.max_cqe,
+        )
+        .map_err(|e| ring_status(&e))?;
+        let mem = self.mem.clone();
+        let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let n = cq.resize(&mem, new).map_err(|e| ring_status(&e))?;
+        put(resp, &handle(n));
+        Ok(())
+    }
+
+    fn cmd_create_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdCreateQp>(req)?;
+        let t = QpType::from_u32(c.qp_type).ok_or(VRDMA_STATUS_INVALID)?;
+        let total = c
+            .sq_npages
+            .checked_add(c.rq_npages)
+            .ok_or(VRDMA_STATUS_INVALID)?;
+        let pages = page_list(rest, total)?;
+        self.pd_exists(c.pdn)?;
+        if !self.cqs.contains(c.send_cqn) || !self.cqs.contains(c.recv_cqn) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        let srqn = if c.srqn == VRDMA_NO_SRQ {
+            None
+        } else {
+            if !self.srqs.contains(c.srqn) {
+                return Err(VRDMA_STATUS_NOT_FOUND);
+            }
+            Some(c.srqn)
+        };
+        let cfg = &self.config;
+        // Capacities against the device limits and the slot sizes.
+        let sq_shift = c.sq_wqe_shift as u32;
+        let rq_shift = c.rq_wqe_shift as u32;
+        if !(6..=12).contains(&sq_shift) {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        if c.max_send_sge > cfg.max_send_sge
+            || c.max_send_sge > sq_max_sge(c.sq_wqe_shift)
+            || c.max_inline_data > cfg.max_inline_data
+            || c.max_inline_data > sq_max_inline(c.sq_wqe_shift)
+        {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        if srqn.is_some() {
+            if c.rq_depth != 0 || c.rq_npages != 0 {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+        } else {
+            if !(5..=12).contains(&rq_shift) {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+            if c.max_recv_sge > cfg.max_recv_sge || c.max_recv_sge > rq_max_sge(c.rq_wqe_shift) {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+        }
+        let max_wr = cfg.max_qp_wr;
+        let (sq_pages, rq_pages) = pages.split_at(c.sq_npages as usize);
+        let sq = self.make_ring(sq_pages, c.sq_depth, sq_shift, 6, max_wr)?;
+        let rq = match srqn {
+            Some(_) => None,
+            None => Some(self.make_ring(rq_pages, c.rq_depth, rq_shift, 5, max_wr)?),
+        };
+        let qpn = self.qps.alloc_qpn(t).ok_or(if t == QpType::Gsi {
+            VRDMA_STATUS_BUSY
+        } else {
+            VRDMA_STATUS_NO_RESOURCES
+        })?;
+        if let Some(s) = srqn.and_then(|s| self.srqs.get_mut(s)) {
+            s.qp_refs += 1;
+        }
+        let qp = Qp {
+            qpn,
+            qp_type: t,
+            pd: c.pdn,
+            send_cqn: c.send_cqn,
+            recv_cqn: c.recv_cqn,
+            srqn,
+            sq,
+            rq,
+            sq_sig_all: c.sq_sig_all != 0,
+            caps: QpCaps {
+                max_send_wr: c.sq_depth,
+                max_recv_wr: if srqn.is_some() { 0 } else { c.rq_depth },
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: if srqn.is_some() { 0 } else { c.max_recv_sge },
+                max_inline_data: c.max_inline_data,
+            },
+            state: QpState::Reset,
+            attrs: Default::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+        };
+        self.qps.insert(qp);
+        put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
+        Ok(())
+    }
+
+    fn modify_limits(&self) -> ModifyLimits {
+        ModifyLimits {
+            port_mtu: self.config.port_mtu(),
+            max_rd_atomic: self.config.max_qp_rd_atom,
+            max_dest_rd_atomic: self.config.max_qp_init_rd_atom,
+        }
+    }
+
+    fn cmd_modify_qp(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdModifyQp>(req)?;
+        let limits = self.modify_limits();
+        let qp = self.qps.get_mut(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let tr = qp
+            .modify(&self.mem, &self.gids, &limits, c.attr_mask, &c.attr)
+            .map_err(|e| e.status())?;
+        if tr.to == QpState::Err && tr.from != QpState::Err {
+            if let Some(h) = self.flush_hook {
+                h(self, c.qpn);
+            }
+        }
+        Ok(())
+    }
+
+    fn cmd_query_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        let qp = self.qps.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        put(resp, &qp.query());
+        Ok(())
+    }
+
+    fn cmd_destroy_qp(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        let qp = self.qps.remove(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if let Some(s) = qp.srqn.and_then(|s| self.srqs.get_mut(s)) {
+            s.qp_refs = s.qp_refs.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn cmd_create_srq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdCreateSrq>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        self.pd_exists(c.pdn)?;
+        let shift = c.wqe_shift as u32;
+        if !(5..=12).contains(&shift) {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        if c.max_sge > self.config.max_srq_sge || c.max_sge > rq_max_sge(c.wqe_shift) {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let ring = self.make_ring(&pages, c.depth, shift, 5, self.config.max_srq_wr)?;
+        if c.srq_limit > c.depth {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let h = self
+            .srqs
+            .insert_with(|srqn| Srq {
+                srqn,
+                pd: c.pdn,
+                ring,
+                max_sge: c.max_sge,
+                limit: c.srq_limit,
+                broken: false,
+                qp_refs: 0,
+            })
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        put(resp, &handle(h));
+        Ok(())
+    }
+
+    fn cmd_modify_srq(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdModifySrq>(req)?;
+        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        if c.attr_mask & VRDMA_SRQ_MAX_WR != 0 {
+            return Err(VRDMA_STATUS_NOT_SUPPORTED);
+        }
+        if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
+            if c.srq_limit > srq.ring.depth() {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+            srq.limit = c.srq_limit;
+        }
+        Ok(())
+    }
+
+    fn cmd_query_srq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        let srq = self.srqs.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        put(
+            resp,
+            &VrdmaRespQuerySrq {
+                max_wr: srq.ring.depth(),
+                max_sge: srq.max_sge,
+                srq_limit: srq.limit,
+                reserved: 0,
+            },
+        );
+        Ok(())
+    }
+
+    fn cmd_destroy_srq(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        let srq = self.srqs.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if srq.qp_refs > 0 {
+            return Err(VRDMA_STATUS_BUSY);
+        }
+        self.srqs.remove(c.handle);
+        Ok(())
+    }
+
+    fn cmd_create_ah(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdCreateAh>(req)?;
+        self.pd_exists(c.pdn)?;
+        let sgid = check_av(&self.gids, &c.av).map_err(|e| e.status())?;
+        let h = self
+            .ahs
+            .insert(Ah {
+                pd: c.pdn,
+                av: c.av,
+                sgid,
+            })
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        put(resp, &handle(h));
+        Ok(())
+    }
+
+    fn cmd_destroy_ah(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        self.ahs.remove(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        Ok(())
+    }
+
+    fn put_key(resp: &mut Vec<u8>, key: u32) {
+        put(
+            resp,
+            &VrdmaRespRegMr {
+                lkey: key,
+                rkey: key,
+            },
+        );
+    }
+
+    fn cmd_reg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdRegMr>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        self.pd_exists(c.pdn)?;
+        let key = self
+            .mrs
+            .reg_page_list(
+                c.pdn,
+                c.access,
+                c.iova,
+                c.length,
+                c.page_shift,
+                &pages,
+                self.config.max_mr_size,
+            )
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    fn cmd_reg_dma_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
+        self.pd_exists(c.pdn)?;
+        let key = self.mrs.reg_dma(c.pdn, c.access).map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    fn cmd_alloc_fast_reg(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
+        self.pd_exists(c.pdn)?;
+        let key = self
+            .mrs
+            .alloc_fast_reg(c.pdn, c.npages, self.config.max_fast_reg_page_list_len)
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    fn cmd_reg_odp(&mut self, req: &[u8], resp: &mut Vec<u8>, implicit: bool) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
+        self.pd_exists(c.pdn)?;
+        let key = self
+            .mrs
+            .reg_odp(
+                c.pdn,
+                c.access,
+                c.iova,
+                c.length,
+                implicit,
+                self.config.max_mr_size,
+            )
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    fn cmd_dereg_mr(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        self.mrs.dereg(c.handle).map_err(|e| e.status())
+    }
+
+    fn status(s: u32) -> CmdResult {
+        if s == VRDMA_STATUS_OK {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    }
+
+    fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdAdviseMr>(req)?;
+        Self::status(
+            self.mrs
+                .odp_advise(c.lkey, c.advice, c.flags, c.iova, c.length),
+        )
+    }
+
+    fn cmd_odp_page_resp(&mut self, req: &[u8]) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdOdpPageResp>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        Self::status(
+            self.mrs
+                .odp_page_resp(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages),
+        )
+    }
+
+    fn cmd_odp_invalidate(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdOdpInvalidate>(req)?;
+        Self::status(self.mrs.odp_invalidate(c.mr_key, c.iova, c.length))
+    }
+}

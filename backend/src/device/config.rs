@@ -1,0 +1,196 @@
+//! Device limits and identity (`DeviceConfig`) and the config space (`struct vrdma_config`, §2.2).
+
+use vrdma_spec::*;
+
+use crate::memory::mr::PAGE_SIZE_CAP;
+use crate::memory::OdpConfig;
+
+/// Limits and identity of one device, from the CLI.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    pub mac: [u8; 6],
+    /// Ethernet (IP) MTU.
+    pub mtu: u16,
+    pub max_pd: u32,
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_srq: u32,
+    pub max_mr: u32,
+    pub max_ah: u32,
+    pub max_qp_wr: u32,
+    pub max_srq_wr: u32,
+    pub max_cqe: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_srq_sge: u32,
+    pub max_inline_data: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_fast_reg_page_list_len: u32,
+    pub max_gid: u32,
+    pub max_msg_sz: u32,
+    pub max_mr_size: u64,
+    pub node_guid: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub fw_ver: u64,
+    /// Port state reported (ACTIVE unless the uplink is down).
+    pub port_active: bool,
+    /// On-demand paging. `odp.enabled` / `odp.implicit` decide the ODP feature bits and caps.
+    pub odp: OdpConfig,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        let mac = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+        DeviceConfig {
+            mac,
+            mtu: 1500,
+            max_pd: 65536,
+            max_qp: 16384,
+            max_cq: 16384,
+            max_srq: 4096,
+            max_mr: 65536,
+            max_ah: 65536,
+            max_qp_wr: 16384,
+            max_srq_wr: 16384,
+            max_cqe: 65536,
+            max_send_sge: 32,
+            max_recv_sge: 32,
+            max_srq_sge: 32,
+            max_inline_data: 512,
+            max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
+            max_fast_reg_page_list_len: 512,
+            max_gid: 128,
+            max_msg_sz: 1 << 31,
+            max_mr_size: 1 << 40,
+            node_guid: guid_from_mac(&mac),
+            vendor_id: 0x1af4,
+            vendor_part_id: VIRTIO_ID_RDMA,
+            hw_ver: 1,
+            fw_ver: VRDMA_ABI_VERSION as u64,
+            port_active: true,
+            odp: OdpConfig {
+                enabled: false,
+                implicit: false,
+                ..OdpConfig::default()
+            },
+        }
+    }
+}
+
+/// EUI-64 from a MAC (as RoCE devices derive their node GUID).
+pub fn guid_from_mac(mac: &[u8; 6]) -> u64 {
+    let b = [
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ];
+    u64::from_be_bytes(b)
+}
+
+/// Largest IB MTU enum (1..=5) whose payload fits the Ethernet MTU (like rxe: 1500 → 1024).
+pub fn ib_mtu_for_eth(mtu: u16) -> u32 {
+    let mut best = 1;
+    for m in 1..=5u32 {
+        if (128u32 << m) <= mtu as u32 {
+            best = m;
+        }
+    }
+    best
+}
+
+impl DeviceConfig {
+    /// Port MTU as IB enum.
+    pub fn port_mtu(&self) -> u32 {
+        ib_mtu_for_eth(self.mtu)
+    }
+
+    /// Device-specific virtio feature bits (bit numbers VIRTIO_RDMA_F_*): ODP bits only when
+    /// enabled; ETH is up to the vhost-user layer.
+    pub fn odp_feature_bits(&self) -> u64 {
+        let mut f = 0u64;
+        if self.odp.enabled {
+            f |= 1 << VIRTIO_RDMA_F_ODP;
+        }
+        if self.odp.implicit {
+            f |= 1 << VIRTIO_RDMA_F_ODP_IMPLICIT;
+        }
+        f
+    }
+
+    /// The config space / QUERY_DEVICE body.
+    pub fn to_vrdma_config(&self) -> VrdmaConfig {
+        let mut general = 0;
+        let (mut rc, mut uc, mut ud) = (0, 0, 0);
+        if self.odp.enabled {
+            general |= VRDMA_ODP_SUPPORT;
+            rc = VRDMA_ODP_SEND
+                | VRDMA_ODP_RECV
+                | VRDMA_ODP_WRITE
+                | VRDMA_ODP_READ
+                | VRDMA_ODP_ATOMIC
+                | VRDMA_ODP_SRQ_RECV;
+            uc = VRDMA_ODP_SEND | VRDMA_ODP_RECV | VRDMA_ODP_WRITE;
+            ud = VRDMA_ODP_SEND | VRDMA_ODP_RECV;
+        }
+        if self.odp.implicit {
+            general |= VRDMA_ODP_SUPPORT_IMPLICIT;
+        }
+        VrdmaConfig {
+            mac: self.mac,
+            mtu: self.mtu,
+            max_pd: self.max_pd,
+            max_qp: self.max_qp,
+            max_cq: self.max_cq,
+            max_srq: self.max_srq,
+            max_mr: self.max_mr,
+            max_ah: self.max_ah,
+            max_mw: 0,
+            max_qp_wr: self.max_qp_wr,
+            max_srq_wr: self.max_srq_wr,
+            max_cqe: self.max_cqe,
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_srq_sge: self.max_srq_sge,
+            max_inline_data: self.max_inline_data,
+            max_qp_rd_atom: self.max_qp_rd_atom,
+            max_qp_init_rd_atom: self.max_qp_init_rd_atom,
+            max_fast_reg_page_list_len: self.max_fast_reg_page_list_len,
+            max_gid: self.max_gid,
+            max_msg_sz: self.max_msg_sz,
+            atomic_cap: VRDMA_ATOMIC_HCA,
+            odp_general_caps: general,
+            odp_rc_caps: rc,
+            odp_uc_caps: uc,
+            odp_ud_caps: ud,
+            odp_chunk_shift: self.odp.chunk_shift.clamp(12, 30),
+            port_state: if self.port_active {
+                VRDMA_PORT_ACTIVE
+            } else {
+                VRDMA_PORT_DOWN
+            },
+            vendor_id: self.vendor_id,
+            vendor_part_id: self.vendor_part_id,
+            hw_ver: self.hw_ver,
+            reserved0: 0,
+            max_mr_size: self.max_mr_size,
+            page_size_cap: PAGE_SIZE_CAP,
+            node_guid: self.node_guid,
+            fw_ver: self.fw_ver,
+            reserved: [0; 96],
+        }
+    }
+
+    /// The 256 config-space bytes.
+    pub fn config_space(&self) -> Vec<u8> {
+        self.to_vrdma_config().as_bytes().to_vec()
+    }
+}

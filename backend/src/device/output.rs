@@ -1,0 +1,82 @@
+//! What the device sends towards the guest outside command responses: events (event virtqueue),
+//! ODP page requests (pagereq virtqueue) and Ethernet frames (eth rx virtqueue). Implemented by the
+//! vhost-user layer; [`RecordingOutput`] records everything for tests.
+
+use std::sync::Mutex;
+
+use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
+
+/// Sink for device → driver messages. Implementations must not block on the guest: queue
+/// internally when no buffer is available (DESIGN.md "CQ events").
+pub trait DeviceOutput: Send + Sync {
+    fn event(&self, ev: VrdmaEvent);
+    fn page_request(&self, req: VrdmaPageReq);
+    fn eth_rx(&self, frame: &[u8]);
+}
+
+/// Discards everything (a device without a guest attached).
+#[derive(Debug, Default)]
+pub struct NullOutput;
+
+impl DeviceOutput for NullOutput {
+    fn event(&self, _ev: VrdmaEvent) {}
+    fn page_request(&self, _req: VrdmaPageReq) {}
+    fn eth_rx(&self, _frame: &[u8]) {}
+}
+
+/// Records every output (tests).
+#[derive(Debug, Default)]
+pub struct RecordingOutput {
+    pub events: Mutex<Vec<VrdmaEvent>>,
+    pub page_requests: Mutex<Vec<VrdmaPageReq>>,
+    pub frames: Mutex<Vec<Vec<u8>>>,
+}
+
+impl RecordingOutput {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Take the recorded events.
+    pub fn take_events(&self) -> Vec<VrdmaEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+    /// Take the recorded page requests.
+    pub fn take_page_requests(&self) -> Vec<VrdmaPageReq> {
+        std::mem::take(&mut *self.page_requests.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+    /// Take the recorded frames.
+    pub fn take_frames(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.frames.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl DeviceOutput for RecordingOutput {
+    fn event(&self, ev: VrdmaEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ev);
+    }
+    fn page_request(&self, req: VrdmaPageReq) {
+        self.page_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(req);
+    }
+    fn eth_rx(&self, frame: &[u8]) {
+        self.frames
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(frame.to_vec());
+    }
+}
+
+/// Build an event record.
+pub fn event(ty: u32, id: u32, info: u32) -> VrdmaEvent {
+    VrdmaEvent {
+        type_: ty,
+        id,
+        info,
+        reserved: 0,
+    }
+}

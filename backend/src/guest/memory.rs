@@ -1,0 +1,280 @@
+//! Guest-physical memory access (spec §4, §12): every device access to guest RAM goes through
+//! [`GuestMem`]. Guest physical addresses (GPAs) come from the guest and are untrusted: each access
+//! is bounds-checked against the vhost-user memory table and fails with [`GuestMemError`].
+//!
+//! Rules:
+//! - `read`/`write` of a range that spans several regions succeed only if the regions are
+//!   contiguous in GPA space (no hole anywhere in `[gpa, gpa + len)`); otherwise nothing is
+//!   guaranteed about partial copies and the call fails with `OutOfRange`.
+//! - Atomic accesses (`load_u32_acquire`, `store_u32_release`, `swap_u32`) need 4-byte alignment,
+//!   `compare_swap_u64` and `fetch_add_u64` need 8-byte alignment (`Misaligned` otherwise). They are
+//!   real CPU atomics on the shared mapping, so they are atomic with respect to the guest's own
+//!   accesses and to every other atomic of this device (IB atomicity level HCA or better).
+//! - The memory table can be swapped at any time (SET_MEM_TABLE); all clones of a `GuestMem` see
+//!   the new table at their next access.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use thiserror::Error;
+use vm_memory::{
+    GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
+    GuestMemoryRegion, GuestRegionMmap, VolatileMemory,
+};
+
+/// The memory map type handed over by vhost-user (no dirty bitmap).
+pub type GuestMemoryMap = GuestMemoryMmap<()>;
+
+/// Errors of guest memory accesses.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum GuestMemError {
+    /// `[gpa, gpa + len)` is not entirely inside guest RAM.
+    #[error("guest range {gpa:#x}+{len:#x} is outside guest memory")]
+    OutOfRange { gpa: u64, len: u64 },
+    /// `gpa + len` overflows the 64-bit address space.
+    #[error("guest range {gpa:#x}+{len:#x} overflows")]
+    Overflow { gpa: u64, len: u64 },
+    /// An atomic access at an address that is not naturally aligned.
+    #[error("atomic access at {gpa:#x} is not {align}-byte aligned")]
+    Misaligned { gpa: u64, align: u64 },
+    /// Building a memory map failed (tests / setup only).
+    #[error("cannot build guest memory: {0}")]
+    Setup(String),
+}
+
+/// Bounds-checked access to guest physical memory. Cheap to clone; clones share the memory table.
+#[derive(Clone)]
+pub struct GuestMem {
+    inner: GuestMemoryAtomic<GuestMemoryMap>,
+}
+
+impl std::fmt::Debug for GuestMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let map = self.inner.memory();
+        let mut l = f.debug_list();
+        for r in map.iter() {
+            l.entry(&(r.start_addr().0, r.len()));
+        }
+        l.finish()
+    }
+}
+
+impl Default for GuestMem {
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
+impl GuestMem {
+    /// Wrap the vhost-user memory object. The daemon may keep its own clone of `atomic` and swap the
+    /// map inside it; this `GuestMem` then sees the swap.
+    pub fn new(atomic: GuestMemoryAtomic<GuestMemoryMap>) -> Self {
+        GuestMem { inner: atomic }
+    }
+
+    /// No guest memory at all (before SET_MEM_TABLE): every access fails with `OutOfRange`.
+    pub fn empty() -> Self {
+        GuestMem {
+            inner: GuestMemoryAtomic::new(GuestMemoryMap::new()),
+        }
+    }
+
+    /// Anonymous memory regions at the given GPAs (tests). Regions must not overlap.
+    pub fn from_ranges(ranges: &[(u64, usize)]) -> Result<Self, GuestMemError> {
+        let r: Vec<(GuestAddress, usize)> =
+            ranges.iter().map(|&(g, l)| (GuestAddress(g), l)).collect();
+        let map =
+            GuestMemoryMap::from_ranges(&r).map_err(|e| GuestMemError::Setup(e.to_string()))?;
+        Ok(Self::new(GuestMemoryAtomic::new(map)))
+    }
+
+    /// Build from already-mapped regions (e.g. memfd-backed regions in tests).
+    pub fn from_regions(regions: Vec<GuestRegionMmap<()>>) -> Result<Self, GuestMemError> {
+        let map = GuestMemoryMap::from_regions(regions)
+            .map_err(|e| GuestMemError::Setup(e.to_string()))?;
+        Ok(Self::new(GuestMemoryAtomic::new(map)))
+    }
+
+    /// Swap in a new memory table (SET_MEM_TABLE). Visible to every clone.
+    pub fn set_memory(&self, map: GuestMemoryMap) {
+        match self.inner.lock() {
+            Ok(g) => g.replace(map),
+            Err(p) => p.into_inner().replace(map),
+        }
+    }
+
+    /// Copy the current table of another `GuestMemoryAtomic` (what vhost-user's `update_memory`
+    /// hands over) into this one.
+    pub fn set_from_atomic(&self, other: &GuestMemoryAtomic<GuestMemoryMap>) {
+        let map: GuestMemoryMap = (*other.memory()).clone();
+        self.set_memory(map);
+    }
+
+    /// The underlying atomic memory object (for the vhost-user plumbing).
+    pub fn atomic(&self) -> &GuestMemoryAtomic<GuestMemoryMap> {
+        &self.inner
+    }
+
+    /// Is `[gpa, gpa + len)` entirely inside guest RAM (contiguous regions allowed)? Zero-length
+    /// ranges are always valid.
+    pub fn check_range(&self, gpa: u64, len: u64) -> bool {
+        self.check(gpa, len).is_ok()
+    }
+
+    fn check(&self, gpa: u64, len: u64) -> Result<(), GuestMemError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = gpa
+            .checked_add(len - 1)
+            .ok_or(GuestMemError::Overflow { gpa, len })?;
+        let map = self.inner.memory();
+        // Walk regions covering the range; they must be contiguous.
+        let mut cur = gpa;
+        loop {
+            let r = map
+                .find_region(GuestAddress(cur))
+                .ok_or(GuestMemError::OutOfRange { gpa, len })?;
+            let last = r.last_addr().0;
+            if last >= end {
+                return Ok(());
+            }
+            cur = last + 1;
+        }
+    }
+
+    /// Read `buf.len()` bytes at `gpa`.
+    pub fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), GuestMemError> {
+        let len = buf.len() as u64;
+        self.check(gpa, len)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let map = self.inner.memory();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let cur = gpa + done as u64;
+            let oor = GuestMemError::OutOfRange { gpa, len };
+            let r = map.find_region(GuestAddress(cur)).ok_or(oor.clone())?;
+            let off = cur - r.start_addr().0;
+            let n = ((r.len() - off) as usize).min(buf.len() - done);
+            let s = GuestMemoryBackend::get_slice(&*map, GuestAddress(cur), n)
+                .map_err(|_| oor.clone())?;
+            s.copy_to(&mut buf[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Write `buf` at `gpa`.
+    pub fn write(&self, gpa: u64, buf: &[u8]) -> Result<(), GuestMemError> {
+        let len = buf.len() as u64;
+        self.check(gpa, len)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let map = self.inner.memory();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let cur = gpa + done as u64;
+            let oor = GuestMemError::OutOfRange { gpa, len };
+            let r = map.find_region(GuestAddress(cur)).ok_or(oor.clone())?;
+            let off = cur - r.start_addr().0;
+            let n = ((r.len() - off) as usize).min(buf.len() - done);
+            let s = GuestMemoryBackend::get_slice(&*map, GuestAddress(cur), n)
+                .map_err(|_| oor.clone())?;
+            s.copy_from(&buf[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Fill `[gpa, gpa + len)` with zeroes.
+    pub fn zero(&self, gpa: u64, len: u64) -> Result<(), GuestMemError> {
+        self.check(gpa, len)?;
+        let zeros = [0u8; 4096];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(4096);
+            self.write(gpa + done, &zeros[..n as usize])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn with_u32<R>(&self, gpa: u64, f: impl FnOnce(&AtomicU32) -> R) -> Result<R, GuestMemError> {
+        if !gpa.is_multiple_of(4) {
+            return Err(GuestMemError::Misaligned { gpa, align: 4 });
+        }
+        self.check(gpa, 4)?;
+        let map = self.inner.memory();
+        let oor = GuestMemError::OutOfRange { gpa, len: 4 };
+        let s =
+            GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 4).map_err(|_| oor.clone())?;
+        let a = s.get_atomic_ref::<AtomicU32>(0).map_err(|_| oor)?;
+        Ok(f(a))
+    }
+
+    fn with_u64<R>(&self, gpa: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, GuestMemError> {
+        if !gpa.is_multiple_of(8) {
+            return Err(GuestMemError::Misaligned { gpa, align: 8 });
+        }
+        self.check(gpa, 8)?;
+        let map = self.inner.memory();
+        let oor = GuestMemError::OutOfRange { gpa, len: 8 };
+        let s =
+            GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 8).map_err(|_| oor.clone())?;
+        let a = s.get_atomic_ref::<AtomicU64>(0).map_err(|_| oor)?;
+        Ok(f(a))
+    }
+
+    /// Little-endian u32 load with acquire ordering (ring indices).
+    pub fn load_u32_acquire(&self, gpa: u64) -> Result<u32, GuestMemError> {
+        self.with_u32(gpa, |a| u32::from_le(a.load(Ordering::Acquire)))
+    }
+
+    /// Little-endian u32 store with release ordering (ring indices).
+    pub fn store_u32_release(&self, gpa: u64, v: u32) -> Result<(), GuestMemError> {
+        self.with_u32(gpa, |a| a.store(v.to_le(), Ordering::Release))
+    }
+
+    /// Atomic exchange of a little-endian u32 (CQ arm); sequentially consistent. Returns the old value.
+    pub fn swap_u32(&self, gpa: u64, v: u32) -> Result<u32, GuestMemError> {
+        self.with_u32(gpa, |a| u32::from_le(a.swap(v.to_le(), Ordering::SeqCst)))
+    }
+
+    /// Atomic compare-and-swap of a u64 in guest memory (IB atomic CMP_AND_SWP, little-endian host
+    /// order in memory as the guest CPU sees it). Returns the original value.
+    pub fn compare_swap_u64(&self, gpa: u64, expect: u64, new: u64) -> Result<u64, GuestMemError> {
+        self.with_u64(gpa, |a| {
+            match a.compare_exchange(
+                expect.to_le(),
+                new.to_le(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(old) | Err(old) => u64::from_le(old),
+            }
+        })
+    }
+
+    /// Atomic fetch-and-add of a u64 in guest memory (wrapping). Returns the original value.
+    pub fn fetch_add_u64(&self, gpa: u64, add: u64) -> Result<u64, GuestMemError> {
+        // The host is little-endian (vrdma-spec refuses big-endian targets), so the in-memory
+        // representation is the native one and a native fetch_add is correct.
+        self.with_u64(gpa, |a| a.fetch_add(add, Ordering::SeqCst))
+    }
+
+    /// Read a little-endian u64 (non-atomic).
+    pub fn read_u64(&self, gpa: u64) -> Result<u64, GuestMemError> {
+        let mut b = [0u8; 8];
+        self.read(gpa, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Read a little-endian u32 (non-atomic).
+    pub fn read_u32(&self, gpa: u64) -> Result<u32, GuestMemError> {
+        let mut b = [0u8; 4];
+        self.read(gpa, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+}

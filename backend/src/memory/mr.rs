@@ -1,0 +1,765 @@
+//! The MR table (spec §12).
+//!
+//! Keys are `(index << 8) | variant`, lkey == rkey, index ≥ 1 (so key 0 is never valid). The variant
+//! of a slot changes on every registration into it and on every fast registration (REG_MR WQE), so a
+//! key of an earlier registration is rejected as `StaleKey`.
+//!
+//! Kinds: page-list MR, DMA MR (iova == GPA, local access only), fast-reg MR (allocated empty,
+//! filled by `fast_register`, emptied by `local_invalidate`), explicit ODP MR and implicit ODP MR
+//! (translated per chunk on demand, see `odp.rs`).
+//!
+//! [`MrTable::resolve`] is what the transport calls for every SGE / RETH / AtomicETH.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use thiserror::Error;
+
+use super::odp::{OdpConfig, OdpMr, OdpState};
+use crate::device::output::DeviceOutput;
+use crate::guest::GuestMem;
+
+/// VRDMA_ACCESS_* bits.
+pub const ACCESS_LOCAL_WRITE: u32 = 1 << 0;
+pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
+pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+pub const ACCESS_MW_BIND: u32 = 1 << 4;
+pub const ACCESS_ZERO_BASED: u32 = 1 << 5;
+pub const ACCESS_ON_DEMAND: u32 = 1 << 6;
+/// Every access bit the device knows.
+pub const ACCESS_ALL: u32 = (1 << 7) - 1;
+/// Bits that need remote access rights.
+pub const ACCESS_REMOTE: u32 = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+/// Bits that imply a write into the MR's memory.
+pub const ACCESS_WRITES: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+
+/// Smallest and largest MR page shift accepted (4 KiB .. 1 GiB).
+pub const MIN_PAGE_SHIFT: u32 = 12;
+pub const MAX_PAGE_SHIFT: u32 = 30;
+/// `page_size_cap` advertised in the config space: every power of two from 4 KiB to 1 GiB.
+pub const PAGE_SIZE_CAP: u64 =
+    ((1u64 << (MAX_PAGE_SHIFT + 1)) - 1) & !((1u64 << MIN_PAGE_SHIFT) - 1);
+/// Largest MR index (24 bits of key).
+pub const MAX_MR_INDEX: u32 = (1 << 24) - 1;
+
+/// Split a key.
+pub fn key_index(key: u32) -> u32 {
+    key >> 8
+}
+pub fn key_variant(key: u32) -> u8 {
+    (key & 0xff) as u8
+}
+
+/// A contiguous guest-physical range produced by translation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestRange {
+    pub gpa: u64,
+    pub len: u64,
+}
+
+/// Errors of translation and registration. The transport maps translation errors to completion
+/// statuses: every variant except `Fault` → LOC_PROT_ERR for a local SGE, remote access error NAK
+/// for an incoming request; `Fault` → suspend the requester / RNR NAK at the responder.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum MrError {
+    /// No MR with this key's index.
+    #[error("invalid key {0:#x}")]
+    InvalidKey(u32),
+    /// The MR exists but its current variant differs.
+    #[error("stale key {0:#x}")]
+    StaleKey(u32),
+    /// The MR belongs to another PD.
+    #[error("key {key:#x} is not in PD {pd}")]
+    WrongPd { key: u32, pd: u32 },
+    /// The range is not inside the MR (or overflows).
+    #[error("range {iova:#x}+{len:#x} outside MR {key:#x}")]
+    OutOfBounds { key: u32, iova: u64, len: u64 },
+    /// The MR does not grant the requested access.
+    #[error("MR {key:#x} does not allow access {access:#x}")]
+    AccessDenied { key: u32, access: u32 },
+    /// A fast-reg MR that is not registered (never, or invalidated).
+    #[error("MR {0:#x} is invalidated")]
+    Invalidated(u32),
+    /// ODP: a chunk is not resident. The page request has been sent (or joined); retry when the QP
+    /// is resumed (see `MrTable::take_resumed`).
+    #[error("ODP fault on MR {key:#x} at {iova:#x}")]
+    Fault { key: u32, iova: u64 },
+    /// ODP: the driver answered the page request with an error, or did not answer in time.
+    #[error("ODP page request for MR {key:#x} at {iova:#x} failed (status {status})")]
+    OdpFailed { key: u32, iova: u64, status: u32 },
+    /// A translation points outside guest memory.
+    #[error("translation {gpa:#x} outside guest memory")]
+    BadAddress { gpa: u64 },
+    /// Operation not valid for this MR kind (e.g. LOCAL_INV of a page-list MR, REG_MR WQE on a
+    /// non-fast-reg MR, REG_MR WQE on a valid MR).
+    #[error("operation not valid on MR {0:#x}")]
+    InvalidOp(u32),
+    /// Registration: malformed parameters.
+    #[error("invalid MR parameters: {0}")]
+    Invalid(&'static str),
+    /// Registration: access flag combination not allowed.
+    #[error("access flags {0:#x} not allowed")]
+    BadAccess(u32),
+    /// Registration: the MR table is full.
+    #[error("no MR slots left")]
+    NoResources,
+    /// Registration: feature not enabled (ODP).
+    #[error("not supported")]
+    NotSupported,
+}
+
+impl MrError {
+    /// The VRDMA_STATUS_* for a control command failing with this error.
+    pub fn status(&self) -> u32 {
+        use vrdma_spec::*;
+        match self {
+            MrError::InvalidKey(_) | MrError::StaleKey(_) => VRDMA_STATUS_NOT_FOUND,
+            MrError::WrongPd { .. } | MrError::AccessDenied { .. } | MrError::BadAccess(_) => {
+                VRDMA_STATUS_ACCESS
+            }
+            MrError::BadAddress { .. } => VRDMA_STATUS_BAD_ADDRESS,
+            MrError::NoResources => VRDMA_STATUS_NO_RESOURCES,
+            MrError::NotSupported => VRDMA_STATUS_NOT_SUPPORTED,
+            _ => VRDMA_STATUS_INVALID,
+        }
+    }
+}
+
+/// What an MR translates through.
+#[derive(Debug, Clone)]
+pub enum MrKind {
+    /// Registered page list: `pages[i]` is the GPA of page `i` of size `1 << page_shift`; the MR's
+    /// first byte is at `pages[0] + (iova & (page_size - 1))`.
+    PageList { page_shift: u32, pages: Vec<u64> },
+    /// iova == GPA over all guest memory; local access only.
+    Dma,
+    /// Fast-reg MR: `max_pages` capacity; `pages`/`page_shift` valid only while `valid`.
+    FastReg {
+        max_pages: u32,
+        page_shift: u32,
+        pages: Vec<u64>,
+        valid: bool,
+    },
+    /// Explicit ODP MR over [iova, iova + length).
+    Odp(OdpMr),
+    /// Implicit ODP MR: the whole address space (iova 0, length u64::MAX), iova == guest virtual.
+    ImplicitOdp(OdpMr),
+}
+
+/// One memory region.
+#[derive(Debug, Clone)]
+pub struct Mr {
+    /// Current key (index << 8 | variant).
+    pub key: u32,
+    pub pd: u32,
+    pub access: u32,
+    pub iova: u64,
+    pub length: u64,
+    pub kind: MrKind,
+}
+
+impl Mr {
+    pub fn index(&self) -> u32 {
+        key_index(self.key)
+    }
+    pub fn is_odp(&self) -> bool {
+        matches!(self.kind, MrKind::Odp(_) | MrKind::ImplicitOdp(_))
+    }
+    /// Exclusive end of the MR's iova range (saturating for implicit MRs).
+    pub fn end(&self) -> u64 {
+        self.iova.saturating_add(self.length)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    variant: u8,
+    mr: Option<Mr>,
+}
+
+/// The device's MR table.
+pub struct MrTable {
+    slots: Vec<Slot>,
+    free: VecDeque<u32>,
+    max_mr: u32,
+    count: u32,
+    pub(crate) mem: GuestMem,
+    pub(crate) odp: OdpState,
+}
+
+impl std::fmt::Debug for MrTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MrTable")
+            .field("count", &self.count)
+            .field("max_mr", &self.max_mr)
+            .finish()
+    }
+}
+
+/// Check the IBTA rule: remote write / remote atomic need local write.
+pub fn check_access_flags(access: u32) -> Result<(), MrError> {
+    if access & !ACCESS_ALL != 0 {
+        return Err(MrError::Invalid("unknown access bits"));
+    }
+    if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+        && access & ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(MrError::BadAccess(access));
+    }
+    Ok(())
+}
+
+impl MrTable {
+    /// `max_mr` MRs at most (capped to the 24-bit index space). `mem` is a clone of the device's
+    /// guest memory, `out` receives ODP page requests.
+    pub fn new(max_mr: u32, mem: GuestMem, out: Arc<dyn DeviceOutput>, odp: OdpConfig) -> Self {
+        let max_mr = max_mr.min(MAX_MR_INDEX);
+        MrTable {
+            slots: vec![Slot::default()],
+            free: VecDeque::new(),
+            max_mr,
+            count: 0,
+            mem,
+            odp: OdpState::new(odp, out),
+        }
+    }
+
+    /// Replace the sink of ODP page requests.
+    pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
+        self.odp.set_output(out);
+    }
+
+    /// Number of registered MRs.
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Drop every MR (device reset). Variants are kept so old keys stay invalid.
+    pub fn clear(&mut self) {
+        for s in &mut self.slots {
+            s.mr = None;
+        }
+        self.free = (1..self.slots.len() as u32).collect();
+        self.count = 0;
+        self.odp.clear();
+    }
+
+    /// Look up by key; checks index and variant.
+    pub fn get(&self, key: u32) -> Result<&Mr, MrError> {
+        let s = self
+            .slots
+            .get(key_index(key) as usize)
+            .filter(|_| key_index(key) != 0)
+            .ok_or(MrError::InvalidKey(key))?;
+        let mr = s.mr.as_ref().ok_or(MrError::InvalidKey(key))?;
+        if mr.key != key {
+            return Err(MrError::StaleKey(key));
+        }
+        Ok(mr)
+    }
+
+    fn get_mut(&mut self, key: u32) -> Result<&mut Mr, MrError> {
+        let idx = key_index(key) as usize;
+        if idx == 0 {
+            return Err(MrError::InvalidKey(key));
+        }
+        let s = self.slots.get_mut(idx).ok_or(MrError::InvalidKey(key))?;
+        let mr = s.mr.as_mut().ok_or(MrError::InvalidKey(key))?;
+        if mr.key != key {
+            return Err(MrError::StaleKey(key));
+        }
+        Ok(mr)
+    }
+
+    /// Does any MR belong to `pd`? (DESTROY_PD → BUSY)
+    pub fn pd_in_use(&self, pd: u32) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.mr.as_ref().is_some_and(|m| m.pd == pd))
+    }
+
+    fn alloc(&mut self, mut mr: Mr) -> Result<u32, MrError> {
+        if self.count >= self.max_mr {
+            return Err(MrError::NoResources);
+        }
+        let idx = match self.free.pop_front() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                if i > MAX_MR_INDEX {
+                    return Err(MrError::NoResources);
+                }
+                self.slots.push(Slot::default());
+                i
+            }
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.variant = slot.variant.wrapping_add(1);
+        mr.key = (idx << 8) | slot.variant as u32;
+        let key = mr.key;
+        slot.mr = Some(mr);
+        self.count += 1;
+        Ok(key)
+    }
+
+    /// REG_MR: a page-list MR. Validates flags, geometry and every page against guest memory.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reg_page_list(
+        &mut self,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        pages: &[u64],
+        max_mr_size: u64,
+    ) -> Result<u32, MrError> {
+        check_access_flags(access)?;
+        if access & ACCESS_ON_DEMAND != 0 {
+            return Err(MrError::Invalid("ON_DEMAND on a page-list MR"));
+        }
+        if !(MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_shift) {
+            return Err(MrError::Invalid("page_shift"));
+        }
+        if length > max_mr_size {
+            return Err(MrError::Invalid("length > max_mr_size"));
+        }
+        iova.checked_add(length)
+            .ok_or(MrError::Invalid("iova + length overflows"))?;
+        let ps = 1u64 << page_shift;
+        let first_off = iova & (ps - 1);
+        let need = (first_off + length).div_ceil(ps);
+        if pages.len() as u64 != need {
+            return Err(MrError::Invalid(
+                "npages does not match iova/length/page_shift",
+            ));
+        }
+        self.check_pages(pages, page_shift)?;
+        self.alloc(Mr {
+            key: 0,
+            pd,
+            access,
+            iova,
+            length,
+            kind: MrKind::PageList {
+                page_shift,
+                pages: pages.to_vec(),
+            },
+        })
+    }
+
+    fn check_pages(&self, pages: &[u64], page_shift: u32) -> Result<(), MrError> {
+        let ps = 1u64 << page_shift;
+        for &p in pages {
+            if p & (ps - 1) != 0 {
+                return Err(MrError::Invalid(
+                    "page address not aligned to the page size",
+                ));
+            }
+            if !self.mem.check_range(p, ps) {
+                return Err(MrError::BadAddress { gpa: p });
+            }
+        }
+        Ok(())
+    }
+
+    /// REG_DMA_MR: iova == GPA; remote access bits are refused (`BadAccess` → STATUS_ACCESS).
+    pub fn reg_dma(&mut self, pd: u32, access: u32) -> Result<u32, MrError> {
+        check_access_flags(access)?;
+        if access & (ACCESS_REMOTE | ACCESS_ON_DEMAND) != 0 {
+            return Err(MrError::BadAccess(access));
+        }
+        self.alloc(Mr {
+            key: 0,
+            pd,
+            access,
+            iova: 0,
+            length: u64::MAX,
+            kind: MrKind::Dma,
+        })
+    }
+
+    /// ALLOC_FAST_REG_MR: empty (invalid) MR with room for `max_pages` pages.
+    pub fn alloc_fast_reg(
+        &mut self,
+        pd: u32,
+        max_pages: u32,
+        max_list: u32,
+    ) -> Result<u32, MrError> {
+        if max_pages == 0 || max_pages > max_list {
+            return Err(MrError::Invalid("max_num_sg"));
+        }
+        self.alloc(Mr {
+            key: 0,
+            pd,
+            access: 0,
+            iova: 0,
+            length: 0,
+            kind: MrKind::FastReg {
+                max_pages,
+                page_shift: MIN_PAGE_SHIFT,
+                pages: Vec::new(),
+                valid: false,
+            },
+        })
+    }
+
+    /// REG_ODP_MR (explicit) or REG_IMPLICIT_MR (`implicit`: iova must be 0 and length u64::MAX).
+    pub fn reg_odp(
+        &mut self,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        implicit: bool,
+        max_mr_size: u64,
+    ) -> Result<u32, MrError> {
+        if (implicit && !self.odp.config.implicit) || (!implicit && !self.odp.config.enabled) {
+            return Err(MrError::NotSupported);
+        }
+        check_access_flags(access)?;
+        if implicit {
+            if iova != 0 || length != u64::MAX {
+                return Err(MrError::Invalid(
+                    "implicit MR must be iova 0, length u64::MAX",
+                ));
+            }
+        } else {
+            if length == 0 || length > max_mr_size {
+                return Err(MrError::Invalid("ODP MR length"));
+            }
+            iova.checked_add(length)
+                .ok_or(MrError::Invalid("iova + length overflows"))?;
+        }
+        let odp = OdpMr::default();
+        self.alloc(Mr {
+            key: 0,
+            pd,
+            access: access | ACCESS_ON_DEMAND,
+            iova,
+            length,
+            kind: if implicit {
+                MrKind::ImplicitOdp(odp)
+            } else {
+                MrKind::Odp(odp)
+            },
+        })
+    }
+
+    /// DEREG_MR. The slot's variant is kept so the old key stays invalid after reuse.
+    pub fn dereg(&mut self, key: u32) -> Result<(), MrError> {
+        self.get(key)?;
+        let idx = key_index(key);
+        let mr = self.slots[idx as usize].mr.take();
+        if let Some(mr) = mr {
+            self.odp.forget_mr(&mr);
+        }
+        self.free.push_back(idx);
+        self.count -= 1;
+        Ok(())
+    }
+
+    /// REG_MR WQE (fast registration) executed by the requester. `pd` is the QP's PD; `key` the new
+    /// key from the WQE (index must name a fast-reg MR of that PD, which must be invalid); the page
+    /// list (`page_list_len` u64 GPAs at `page_list_addr`) is read from guest memory.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fast_register(
+        &mut self,
+        pd: u32,
+        key: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        page_list_addr: u64,
+        page_list_len: u32,
+    ) -> Result<(), MrError> {
+        check_access_flags(access)?;
+        if access & ACCESS_ON_DEMAND != 0 {
+            return Err(MrError::BadAccess(access));
+        }
+        let idx = key_index(key) as usize;
+        let slot_mr = self
+            .slots
+            .get(idx)
+            .filter(|_| idx != 0)
+            .and_then(|s| s.mr.as_ref())
+            .ok_or(MrError::InvalidKey(key))?;
+        if slot_mr.pd != pd {
+            return Err(MrError::WrongPd { key, pd });
+        }
+        let max_pages = match &slot_mr.kind {
+            MrKind::FastReg {
+                valid: false,
+                max_pages,
+                ..
+            } => *max_pages,
+            _ => return Err(MrError::InvalidOp(key)),
+        };
+        if !(MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_shift) {
+            return Err(MrError::Invalid("page_shift"));
+        }
+        if page_list_len > max_pages {
+            return Err(MrError::Invalid("page_list_len > max_num_sg"));
+        }
+        iova.checked_add(length)
+            .ok_or(MrError::Invalid("iova + length overflows"))?;
+        let ps = 1u64 << page_shift;
+        let first_off = iova & (ps - 1);
+        let need = (first_off + length).div_ceil(ps);
+        if need > page_list_len as u64 {
+            return Err(MrError::Invalid("length exceeds the page list"));
+        }
+        let mut pages = Vec::with_capacity(page_list_len as usize);
+        for i in 0..page_list_len as u64 {
+            let a = page_list_addr
+                .checked_add(i * 8)
+                .ok_or(MrError::BadAddress {
+                    gpa: page_list_addr,
+                })?;
+            let p = self
+                .mem
+                .read_u64(a)
+                .map_err(|_| MrError::BadAddress { gpa: a })?;
+            pages.push(p);
+        }
+        self.check_pages(&pages, page_shift)?;
+        let variant = key_variant(key);
+        let slot = &mut self.slots[idx];
+        slot.variant = variant;
+        if let Some(mr) = slot.mr.as_mut() {
+            mr.key = key;
+            mr.access = access;
+            mr.iova = iova;
+            mr.length = length;
+            mr.kind = MrKind::FastReg {
+                max_pages,
+                page_shift,
+                pages,
+                valid: true,
+            };
+        }
+        Ok(())
+    }
+
+    /// LOCAL_INV WQE / SEND_WITH_INV: invalidate the fast-reg MR named by exactly `key` in `pd`.
+    pub fn local_invalidate(&mut self, key: u32, pd: u32) -> Result<(), MrError> {
+        let mr = self.get_mut(key)?;
+        if mr.pd != pd {
+            return Err(MrError::WrongPd { key, pd });
+        }
+        match &mut mr.kind {
+            MrKind::FastReg { valid, pages, .. } => {
+                *valid = false;
+                pages.clear();
+                Ok(())
+            }
+            _ => Err(MrError::InvalidOp(key)),
+        }
+    }
+
+    /// Resolve without a waiting QP (see [`MrTable::resolve_for`]).
+    pub fn resolve(
+        &mut self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Vec<GuestRange>, MrError> {
+        self.resolve_for(None, key, pd, iova, len, access)
+    }
+
+    /// Validate without translating and without ODP faults: key, variant, PD, access rights,
+    /// fast-reg validity and bounds, exactly as `resolve` checks them. Use it to validate whole
+    /// SGEs / RETH ranges up front, then `resolve_for` per packet: resolving a large ODP range at
+    /// once faults in every chunk of it, and a range larger than the resident budget could never
+    /// be resident as a whole.
+    pub fn check_access(
+        &self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), MrError> {
+        let mr = self.get(key)?;
+        if mr.pd != pd {
+            return Err(MrError::WrongPd { key, pd });
+        }
+        let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
+        if need & !mr.access != 0 {
+            return Err(MrError::AccessDenied { key, access });
+        }
+        if let MrKind::FastReg { valid: false, .. } = mr.kind {
+            return Err(MrError::Invalidated(key));
+        }
+        if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
+            return Err(MrError::AccessDenied { key, access });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let oob = MrError::OutOfBounds { key, iova, len };
+        let end = iova.checked_add(len).ok_or(oob.clone())?;
+        if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
+            && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
+        {
+            return Err(oob);
+        }
+        if matches!(mr.kind, MrKind::Dma) && !self.mem.check_range(iova, len) {
+            return Err(MrError::BadAddress { gpa: iova });
+        }
+        Ok(())
+    }
+
+    /// Translate `[iova, iova + len)` of the MR named by `key` for `access` (VRDMA_ACCESS_* bits;
+    /// local reads need no bit; pass LOCAL_WRITE for local writes, REMOTE_* for incoming requests).
+    /// `waiter` is the QPN to resume when an ODP fault is resolved (see `take_resumed`).
+    /// `len == 0` validates key, PD and access only and returns no ranges.
+    pub fn resolve_for(
+        &mut self,
+        waiter: Option<u32>,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Vec<GuestRange>, MrError> {
+        let now = Instant::now();
+        let idx = key_index(key) as usize;
+        let mem = &self.mem;
+        let odp = &mut self.odp;
+        let mr = self
+            .slots
+            .get_mut(idx)
+            .filter(|_| idx != 0)
+            .and_then(|s| s.mr.as_mut())
+            .ok_or(MrError::InvalidKey(key))?;
+        if mr.key != key {
+            return Err(MrError::StaleKey(key));
+        }
+        if mr.pd != pd {
+            return Err(MrError::WrongPd { key, pd });
+        }
+        let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
+        if need & !mr.access != 0 {
+            return Err(MrError::AccessDenied { key, access });
+        }
+        if let MrKind::FastReg { valid: false, .. } = mr.kind {
+            return Err(MrError::Invalidated(key));
+        }
+        if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
+            return Err(MrError::AccessDenied { key, access });
+        }
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let oob = MrError::OutOfBounds { key, iova, len };
+        let end = iova.checked_add(len).ok_or(oob.clone())?;
+        if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
+            && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
+        {
+            return Err(oob);
+        }
+        let mr_iova = mr.iova;
+        let mr_len = mr.length;
+        match &mut mr.kind {
+            MrKind::Dma => {
+                if !mem.check_range(iova, len) {
+                    return Err(MrError::BadAddress { gpa: iova });
+                }
+                Ok(vec![GuestRange { gpa: iova, len }])
+            }
+            MrKind::PageList { page_shift, pages }
+            | MrKind::FastReg {
+                page_shift, pages, ..
+            } => Ok(translate_pages(mr_iova, *page_shift, pages, iova, len)),
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => odp.resolve(
+                o,
+                key,
+                mr_iova,
+                mr_len,
+                iova,
+                len,
+                access & ACCESS_WRITES != 0,
+                waiter,
+                now,
+            ),
+        }
+    }
+
+    /// QPNs whose ODP faults were resolved (resident, failed or timed out) since the last call;
+    /// the transport reschedules them.
+    pub fn take_resumed(&mut self) -> Vec<u32> {
+        self.odp.take_resumed()
+    }
+
+    /// Configured chunk shift.
+    pub fn odp_config(&self) -> &OdpConfig {
+        &self.odp.config
+    }
+
+    pub(crate) fn odp_parts(
+        &mut self,
+        key: u32,
+    ) -> Result<(&mut Mr, &mut OdpState, &GuestMem), MrError> {
+        let idx = key_index(key) as usize;
+        let mr = self
+            .slots
+            .get_mut(idx)
+            .filter(|_| idx != 0)
+            .and_then(|s| s.mr.as_mut())
+            .ok_or(MrError::InvalidKey(key))?;
+        if mr.key != key {
+            return Err(MrError::StaleKey(key));
+        }
+        Ok((mr, &mut self.odp, &self.mem))
+    }
+
+    /// Mutable access to an MR by slot index (ODP bookkeeping).
+    pub(crate) fn mr_by_index_mut(&mut self, idx: u32) -> Option<&mut Mr> {
+        self.slots.get_mut(idx as usize).and_then(|s| s.mr.as_mut())
+    }
+
+    /// Number of slots (index space in use, slot 0 included).
+    pub(crate) fn slot_count(&self) -> u32 {
+        self.slots.len() as u32
+    }
+}
+
+/// Translate a range of a page-list MR into coalesced guest ranges. The caller checked bounds.
+fn translate_pages(
+    mr_iova: u64,
+    page_shift: u32,
+    pages: &[u64],
+    iova: u64,
+    len: u64,
+) -> Vec<GuestRange> {
+    let ps = 1u64 << page_shift;
+    let mut off = (mr_iova & (ps - 1)) + (iova - mr_iova);
+    let mut left = len;
+    let mut out: Vec<GuestRange> = Vec::new();
+    while left > 0 {
+        let pi = (off >> page_shift) as usize;
+        let in_page = off & (ps - 1);
+        let n = (ps - in_page).min(left);
+        // pi < pages.len(): bounds were checked against the MR and npages matches its length.
+        let Some(&page) = pages.get(pi) else {
+            break;
+        };
+        let gpa = page + in_page;
+        match out.last_mut() {
+            Some(last) if last.gpa + last.len == gpa => last.len += n,
+            _ => out.push(GuestRange { gpa, len: n }),
+        }
+        off += n;
+        left -= n;
+    }
+    out
+}

@@ -1,0 +1,705 @@
+//! On-demand paging (spec §10, DESIGN.md "Memory").
+//!
+//! ODP MRs are not translated at registration. Their iova space is cut into chunks of
+//! `1 << chunk_shift` bytes (default 2 MiB); each chunk of each ODP MR is in one of these states:
+//!
+//! - absent: never touched (or dropped by invalidation / reclaim);
+//! - `Pending`: a `VRDMA_PAGEREQ_FAULT` was sent with `req_id`; accesses join it (one request per
+//!   chunk) and the QPNs that wait are recorded so they can be resumed;
+//! - `Resident`: the driver answered with ODP_PAGE_RESP: the GPAs of the chunk's 4 KiB pages (from
+//!   the page containing the chunk's first byte, clipped to the MR) and whether they are writable;
+//! - `Failed`: the driver answered with an error status or did not answer within the timeout
+//!   (5 s). Accesses fail with `MrError::OdpFailed` for `FAIL_HOLD`, after which a new access faults
+//!   again.
+//!
+//! A write access to a read-only resident chunk faults again with `VRDMA_PAGEREQ_F_WRITE`.
+//!
+//! Residency is bounded per device (`max_resident`) and per MR (`max_resident_per_mr`); installing
+//! a chunk above a budget drops the least recently used resident chunk (of the device, resp. of
+//! that MR) and tells the driver with `VRDMA_PAGEREQ_RECLAIM` (req_id 0, the dropped range).
+//!
+//! Invalidation (ODP_INVALIDATE) drops resident chunks that overlap the range and cancels pending
+//! requests there (their waiters are resumed and fault again; a late answer to a cancelled request
+//! gets STATUS_NOT_FOUND). The device only touches guest memory while holding the device lock and
+//! never keeps a translation across lock releases, so when ODP_INVALIDATE is executed no access to
+//! the range is in flight and the command completes immediately. Transport rule that makes this
+//! true: resolve again for every packet / WQE step; never cache a `GuestRange` across calls.
+//!
+//! ADVISE_MR: PREFETCH / PREFETCH_WRITE send fault requests for every non-resident chunk of the
+//! range (at most `max_resident` chunks); PREFETCH_NO_FAULT does nothing (the device cannot map
+//! without asking the driver). With VRDMA_ADVISE_F_FLUSH the command still completes right after
+//! the requests are sent (documented simplification: the guest learns residency through its own
+//! page-response path).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA_PAGEREQ_RECLAIM};
+
+use super::mr::{GuestRange, Mr, MrError, MrKind, MrTable};
+use crate::device::output::DeviceOutput;
+
+/// 4 KiB ODP page.
+pub const ODP_PAGE_SHIFT: u32 = 12;
+pub const ODP_PAGE_SIZE: u64 = 1 << ODP_PAGE_SHIFT;
+/// `MrError::OdpFailed::status` for a request that timed out.
+pub const ODP_STATUS_TIMEOUT: u32 = u32::MAX;
+/// How long a failed chunk keeps failing accesses before it may be faulted again.
+pub const FAIL_HOLD: Duration = Duration::from_secs(1);
+
+/// ODP configuration (from the CLI / `DeviceConfig`).
+#[derive(Debug, Clone)]
+pub struct OdpConfig {
+    /// Explicit ODP MRs accepted (VIRTIO_RDMA_F_ODP).
+    pub enabled: bool,
+    /// Implicit ODP MRs accepted (VIRTIO_RDMA_F_ODP_IMPLICIT).
+    pub implicit: bool,
+    /// log2 of the chunk size (12..=30).
+    pub chunk_shift: u32,
+    /// Resident chunk budget of the device.
+    pub max_resident: usize,
+    /// Resident chunk budget of one MR.
+    pub max_resident_per_mr: usize,
+    /// Page request timeout.
+    pub timeout: Duration,
+}
+
+impl Default for OdpConfig {
+    fn default() -> Self {
+        OdpConfig {
+            enabled: true,
+            implicit: true,
+            chunk_shift: 21,
+            max_resident: 4096,
+            max_resident_per_mr: 2048,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One chunk of an ODP MR.
+#[derive(Debug, Clone)]
+pub enum Chunk {
+    Pending {
+        req_id: u32,
+        write: bool,
+        sent: Instant,
+        waiters: Vec<u32>,
+    },
+    Resident {
+        /// iova of `pages[0]` (4 KiB aligned).
+        base: u64,
+        pages: Vec<u64>,
+        writable: bool,
+        last_use: u64,
+    },
+    Failed {
+        status: u32,
+        at: Instant,
+    },
+}
+
+/// Per-MR ODP state: chunk index (iova >> chunk_shift) → chunk.
+#[derive(Debug, Clone, Default)]
+pub struct OdpMr {
+    pub chunks: HashMap<u64, Chunk>,
+    pub resident: usize,
+}
+
+impl OdpMr {
+    /// Number of resident chunks.
+    pub fn resident_chunks(&self) -> usize {
+        self.resident
+    }
+    /// Is the chunk containing `iova` resident?
+    pub fn is_resident(&self, iova: u64, chunk_shift: u32) -> bool {
+        matches!(
+            self.chunks.get(&(iova >> chunk_shift)),
+            Some(Chunk::Resident { .. })
+        )
+    }
+}
+
+/// Device-wide ODP bookkeeping.
+pub struct OdpState {
+    pub config: OdpConfig,
+    out: Arc<dyn DeviceOutput>,
+    next_req: u32,
+    /// req_id → (MR key at the time of the request, chunk index).
+    reqs: HashMap<u32, (u32, u64)>,
+    resident_total: usize,
+    tick: u64,
+    resumed: Vec<u32>,
+}
+
+/// `[start, end)` of chunk `c` clipped to the MR `[mr_iova, mr_end)`.
+fn chunk_range(c: u64, shift: u32, mr_iova: u64, mr_len: u64) -> (u64, u64) {
+    let cs = c << shift;
+    let ce = cs.saturating_add(1u64 << shift);
+    let me = mr_iova.saturating_add(mr_len);
+    (cs.max(mr_iova), ce.min(me))
+}
+
+/// Page-aligned span `[start_page, end_page)` covering `[s, e)`.
+fn page_span(s: u64, e: u64) -> (u64, u64) {
+    let sp = s & !(ODP_PAGE_SIZE - 1);
+    let ep = e
+        .checked_next_multiple_of(ODP_PAGE_SIZE)
+        .unwrap_or(!(ODP_PAGE_SIZE - 1));
+    (sp, ep)
+}
+
+impl OdpState {
+    /// Budgets below 2 chunks are raised to 2 (one packet may span two chunks); the chunk shift
+    /// is clamped to 12..=30.
+    pub fn new(mut config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
+        config.max_resident = config.max_resident.max(2);
+        config.max_resident_per_mr = config.max_resident_per_mr.max(2);
+        config.chunk_shift = config.chunk_shift.clamp(12, 30);
+        OdpState {
+            config,
+            out,
+            next_req: 1,
+            reqs: HashMap::new(),
+            resident_total: 0,
+            tick: 0,
+            resumed: Vec::new(),
+        }
+    }
+
+    pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
+        self.out = out;
+    }
+
+    pub fn clear(&mut self) {
+        self.reqs.clear();
+        self.resident_total = 0;
+        self.resumed.clear();
+    }
+
+    /// Resident chunks of the whole device.
+    pub fn resident_total(&self) -> usize {
+        self.resident_total
+    }
+
+    /// Outstanding page requests.
+    pub fn pending_requests(&self) -> usize {
+        self.reqs.len()
+    }
+
+    pub fn take_resumed(&mut self) -> Vec<u32> {
+        let mut v = std::mem::take(&mut self.resumed);
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn resume(&mut self, waiters: Vec<u32>) {
+        self.resumed.extend(waiters);
+    }
+
+    /// An MR is going away: drop its requests and residency, resume its waiters.
+    pub fn forget_mr(&mut self, mr: &Mr) {
+        let o = match &mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            _ => return,
+        };
+        self.resident_total = self.resident_total.saturating_sub(o.resident);
+        let key = mr.key;
+        self.reqs.retain(|_, (k, _)| *k != key);
+        for ch in o.chunks.values() {
+            if let Chunk::Pending { waiters, .. } = ch {
+                self.resumed.extend(waiters.iter().copied());
+            }
+        }
+    }
+
+    fn send_fault(&mut self, key: u32, c: u64, mr_iova: u64, mr_len: u64, write: bool) -> u32 {
+        let req_id = self.next_req;
+        self.next_req = self.next_req.wrapping_add(1).max(1);
+        let (s, e) = chunk_range(c, self.config.chunk_shift, mr_iova, mr_len);
+        self.reqs.insert(req_id, (key, c));
+        self.out.page_request(VrdmaPageReq {
+            type_: VRDMA_PAGEREQ_FAULT,
+            req_id,
+            mr_key: key,
+            flags: if write { VRDMA_PAGEREQ_F_WRITE } else { 0 },
+            iova: s,
+            length: e - s,
+        });
+        req_id
+    }
+
+    fn send_reclaim(&self, key: u32, c: u64, mr_iova: u64, mr_len: u64) {
+        let (s, e) = chunk_range(c, self.config.chunk_shift, mr_iova, mr_len);
+        self.out.page_request(VrdmaPageReq {
+            type_: VRDMA_PAGEREQ_RECLAIM,
+            req_id: 0,
+            mr_key: key,
+            flags: 0,
+            iova: s,
+            length: e - s,
+        });
+    }
+
+    /// Translate `[iova, iova+len)` (bounds already checked) of an ODP MR.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resolve(
+        &mut self,
+        o: &mut OdpMr,
+        key: u32,
+        mr_iova: u64,
+        mr_len: u64,
+        iova: u64,
+        len: u64,
+        write: bool,
+        waiter: Option<u32>,
+        now: Instant,
+    ) -> Result<Vec<GuestRange>, MrError> {
+        let shift = self.config.chunk_shift;
+        let end = iova + len; // caller checked overflow
+        let first = iova >> shift;
+        let last = (end - 1) >> shift;
+        self.tick += 1;
+        let tick = self.tick;
+        let mut out: Vec<GuestRange> = Vec::new();
+        let mut fault: Option<u64> = None;
+        let mut failed: Option<(u64, u32)> = None;
+        for c in first..=last {
+            let cs = (c << shift).max(iova);
+            let ce = (c << shift).saturating_add(1 << shift).min(end);
+            // Decide what to do with the chunk's current state.
+            let mut refault = false;
+            match o.chunks.get_mut(&c) {
+                Some(Chunk::Resident {
+                    base,
+                    pages,
+                    writable,
+                    last_use,
+                }) => {
+                    if write && !*writable {
+                        refault = true;
+                    } else {
+                        *last_use = tick;
+                        if fault.is_none() && failed.is_none() {
+                            translate_chunk(*base, pages, cs, ce, &mut out);
+                        }
+                    }
+                }
+                Some(Chunk::Pending {
+                    sent,
+                    waiters,
+                    req_id,
+                    ..
+                }) => {
+                    if now.duration_since(*sent) >= self.config.timeout {
+                        let w = std::mem::take(waiters);
+                        let id = *req_id;
+                        self.reqs.remove(&id);
+                        o.chunks.insert(
+                            c,
+                            Chunk::Failed {
+                                status: ODP_STATUS_TIMEOUT,
+                                at: now,
+                            },
+                        );
+                        self.resume(w);
+                        failed.get_or_insert((cs, ODP_STATUS_TIMEOUT));
+                    } else {
+                        if let Some(q) = waiter {
+                            if !waiters.contains(&q) {
+                                waiters.push(q);
+                            }
+                        }
+                        fault.get_or_insert(cs);
+                    }
+                }
+                Some(Chunk::Failed { status, at }) => {
+                    if now.duration_since(*at) < FAIL_HOLD {
+                        failed.get_or_insert((cs, *status));
+                    } else {
+                        refault = true;
+                    }
+                }
+                None => refault = true,
+            }
+            if refault {
+                if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
+                    o.resident -= 1;
+                    self.resident_total = self.resident_total.saturating_sub(1);
+                }
+                let req_id = self.send_fault(key, c, mr_iova, mr_len, write);
+                o.chunks.insert(
+                    c,
+                    Chunk::Pending {
+                        req_id,
+                        write,
+                        sent: now,
+                        waiters: waiter.into_iter().collect(),
+                    },
+                );
+                fault.get_or_insert(cs);
+            }
+        }
+        if let Some((at, status)) = failed {
+            return Err(MrError::OdpFailed {
+                key,
+                iova: at,
+                status,
+            });
+        }
+        if let Some(at) = fault {
+            return Err(MrError::Fault { key, iova: at });
+        }
+        Ok(out)
+    }
+}
+
+fn translate_chunk(base: u64, pages: &[u64], s: u64, e: u64, out: &mut Vec<GuestRange>) {
+    let mut a = s;
+    while a < e {
+        let pi = ((a - base) >> ODP_PAGE_SHIFT) as usize;
+        let in_page = a & (ODP_PAGE_SIZE - 1);
+        let n = (ODP_PAGE_SIZE - in_page).min(e - a);
+        let Some(&p) = pages.get(pi) else {
+            // Cannot happen: a resident chunk covers its whole clipped range.
+            return;
+        };
+        let gpa = p + in_page;
+        match out.last_mut() {
+            Some(l) if l.gpa + l.len == gpa => l.len += n,
+            _ => out.push(GuestRange { gpa, len: n }),
+        }
+        a += n;
+    }
+}
+
+/// Result of an ODP command, as a VRDMA_STATUS_* value.
+pub type OdpStatus = u32;
+
+impl MrTable {
+    /// ODP_PAGE_RESP. `pages` are the trailing 4 KiB GPAs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn odp_page_resp(
+        &mut self,
+        req_id: u32,
+        key: u32,
+        status: u32,
+        flags: u32,
+        iova: u64,
+        pages: &[u64],
+    ) -> OdpStatus {
+        use vrdma_spec::*;
+        let now = Instant::now();
+        let Some(&(rkey, c)) = self.odp.reqs.get(&req_id) else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        if rkey != key {
+            return VRDMA_STATUS_INVALID;
+        }
+        let shift = self.odp.config.chunk_shift;
+        let Ok((mr, odp, mem)) = self.odp_parts(key) else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        let (mr_iova, mr_len) = (mr.iova, mr.length);
+        let o = match &mut mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            _ => return VRDMA_STATUS_INVALID,
+        };
+        let (s, e) = chunk_range(c, shift, mr_iova, mr_len);
+        let (sp, ep) = page_span(s, e);
+        let npages_need = ((ep - sp) >> ODP_PAGE_SHIFT) as usize;
+        // Decide the outcome, then update the chunk once.
+        let outcome: Result<(), (u32, u32)> = if status != VRDMA_STATUS_OK {
+            // The driver could not map the range: waiters fail with its status.
+            if status == VRDMA_STATUS_ACCESS || status == VRDMA_STATUS_BAD_ADDRESS {
+                Err((status, VRDMA_STATUS_OK))
+            } else {
+                Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
+            }
+        } else if iova != sp
+            || pages.len() != npages_need
+            || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
+        {
+            Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
+        } else if pages.iter().any(|&p| !mem.check_range(p, ODP_PAGE_SIZE)) {
+            Err((VRDMA_STATUS_BAD_ADDRESS, VRDMA_STATUS_BAD_ADDRESS))
+        } else {
+            Ok(())
+        };
+        odp.reqs.remove(&req_id);
+        let waiters = match o.chunks.remove(&c) {
+            Some(Chunk::Pending { waiters, .. }) => waiters,
+            Some(other) => {
+                // Should not happen (a request id maps to a pending chunk); keep the state.
+                o.chunks.insert(c, other);
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        odp.resume(waiters);
+        match outcome {
+            Err((chunk_status, cmd_status)) => {
+                o.chunks.insert(
+                    c,
+                    Chunk::Failed {
+                        status: chunk_status,
+                        at: now,
+                    },
+                );
+                cmd_status
+            }
+            Ok(()) => {
+                odp.tick += 1;
+                o.chunks.insert(
+                    c,
+                    Chunk::Resident {
+                        base: sp,
+                        pages: pages.to_vec(),
+                        writable: flags & VRDMA_ODP_RESP_F_WRITABLE != 0,
+                        last_use: odp.tick,
+                    },
+                );
+                o.resident += 1;
+                odp.resident_total += 1;
+                let per_mr_over = o.resident > odp.config.max_resident_per_mr;
+                if per_mr_over {
+                    if let Some(victim) = lru_victim(o, c) {
+                        drop_resident(o, victim);
+                        odp.resident_total -= 1;
+                        odp.send_reclaim(key, victim, mr_iova, mr_len);
+                    }
+                }
+                let idx = mr.index();
+                self.enforce_device_budget(idx, c);
+                VRDMA_STATUS_OK
+            }
+        }
+    }
+
+    /// Drop device-wide LRU chunks until the device budget holds (never the chunk just installed).
+    fn enforce_device_budget(&mut self, keep_mr: u32, keep_chunk: u64) {
+        while self.odp.resident_total > self.odp.config.max_resident {
+            // Find the globally least recently used resident chunk.
+            let mut best: Option<(u64, u32, u64)> = None; // (last_use, mr index, chunk)
+            for idx in 1..self.slot_count() {
+                let Some(mr) = self.mr_by_index_mut(idx) else {
+                    continue;
+                };
+                let o = match &mr.kind {
+                    MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+                    _ => continue,
+                };
+                for (&c, ch) in &o.chunks {
+                    if let Chunk::Resident { last_use, .. } = ch {
+                        if idx == keep_mr && c == keep_chunk {
+                            continue;
+                        }
+                        if best.is_none_or(|b| *last_use < b.0) {
+                            best = Some((*last_use, idx, c));
+                        }
+                    }
+                }
+            }
+            let Some((_, idx, c)) = best else {
+                return;
+            };
+            let Some(mr) = self.mr_by_index_mut(idx) else {
+                return;
+            };
+            let (key, mr_iova, mr_len) = (mr.key, mr.iova, mr.length);
+            if let MrKind::Odp(o) | MrKind::ImplicitOdp(o) = &mut mr.kind {
+                drop_resident(o, c);
+            }
+            self.odp.resident_total -= 1;
+            self.odp.send_reclaim(key, c, mr_iova, mr_len);
+        }
+    }
+
+    /// ODP_INVALIDATE: drop translations overlapping `[iova, iova + length)` of the ODP MR `key`.
+    pub fn odp_invalidate(&mut self, key: u32, iova: u64, length: u64) -> OdpStatus {
+        use vrdma_spec::*;
+        let Ok((mr, odp, _)) = self.odp_parts(key) else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        let shift = odp.config.chunk_shift;
+        let o = match &mut mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            _ => return VRDMA_STATUS_INVALID,
+        };
+        if length == 0 {
+            return VRDMA_STATUS_OK;
+        }
+        let end = iova.saturating_add(length);
+        let first = iova >> shift;
+        let last = (end - 1) >> shift;
+        // Iterate over the chunks that exist (the range may be huge for implicit MRs).
+        let hit: Vec<u64> = o
+            .chunks
+            .keys()
+            .copied()
+            .filter(|&c| c >= first && c <= last)
+            .collect();
+        for c in hit {
+            match o.chunks.remove(&c) {
+                Some(Chunk::Resident { .. }) => {
+                    o.resident -= 1;
+                    odp.resident_total = odp.resident_total.saturating_sub(1);
+                }
+                Some(Chunk::Pending {
+                    req_id, waiters, ..
+                }) => {
+                    odp.reqs.remove(&req_id);
+                    odp.resume(waiters);
+                }
+                Some(Chunk::Failed { .. }) | None => {}
+            }
+        }
+        VRDMA_STATUS_OK
+    }
+
+    /// ADVISE_MR (see the module documentation).
+    pub fn odp_advise(
+        &mut self,
+        key: u32,
+        advice: u32,
+        flags: u32,
+        iova: u64,
+        length: u64,
+    ) -> OdpStatus {
+        use vrdma_spec::*;
+        let now = Instant::now();
+        if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
+            return VRDMA_STATUS_INVALID;
+        }
+        let write = match advice {
+            VRDMA_ADVISE_PREFETCH => false,
+            VRDMA_ADVISE_PREFETCH_WRITE => true,
+            VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
+            _ => return VRDMA_STATUS_INVALID,
+        };
+        let max = self.odp.config.max_resident as u64;
+        let Ok((mr, odp, _)) = self.odp_parts(key) else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        if write && mr.access & super::mr::ACCESS_LOCAL_WRITE == 0 {
+            return VRDMA_STATUS_ACCESS;
+        }
+        let (mr_iova, mr_len) = (mr.iova, mr.length);
+        let implicit = matches!(mr.kind, MrKind::ImplicitOdp(_));
+        let o = match &mut mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            // Advice on a non-ODP MR is meaningless but harmless: everything is resident.
+            _ => return VRDMA_STATUS_OK,
+        };
+        if length == 0 {
+            return VRDMA_STATUS_OK;
+        }
+        let Some(end) = iova.checked_add(length) else {
+            return VRDMA_STATUS_INVALID;
+        };
+        if !implicit && (iova < mr_iova || end > mr_iova + mr_len) {
+            return VRDMA_STATUS_INVALID;
+        }
+        if advice == VRDMA_ADVISE_PREFETCH_NO_FAULT {
+            return VRDMA_STATUS_OK;
+        }
+        let shift = odp.config.chunk_shift;
+        let first = iova >> shift;
+        let last = (end - 1) >> shift;
+        let count = (last - first + 1).min(max);
+        for c in first..first + count {
+            let need = match o.chunks.get(&c) {
+                None => true,
+                Some(Chunk::Resident { writable, .. }) => write && !*writable,
+                Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
+                Some(Chunk::Pending { .. }) => false,
+            };
+            if need {
+                if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
+                    o.resident -= 1;
+                    odp.resident_total = odp.resident_total.saturating_sub(1);
+                }
+                let req_id = odp.send_fault(key, c, mr_iova, mr_len, write);
+                o.chunks.insert(
+                    c,
+                    Chunk::Pending {
+                        req_id,
+                        write,
+                        sent: now,
+                        waiters: Vec::new(),
+                    },
+                );
+            }
+        }
+        VRDMA_STATUS_OK
+    }
+
+    /// Expire page requests older than the timeout: their chunks fail, waiters are resumed.
+    /// Returns the next deadline, if any request is outstanding. Call from the engine's timer tick.
+    pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
+        let timeout = self.odp.config.timeout;
+        let mut next: Option<Instant> = None;
+        let reqs: Vec<(u32, (u32, u64))> = self.odp.reqs.iter().map(|(a, b)| (*a, *b)).collect();
+        for (req_id, (key, c)) in reqs {
+            let Ok((mr, odp, _)) = self.odp_parts(key) else {
+                self.odp.reqs.remove(&req_id);
+                continue;
+            };
+            let o = match &mut mr.kind {
+                MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+                _ => continue,
+            };
+            let Some(Chunk::Pending { sent, .. }) = o.chunks.get(&c) else {
+                odp.reqs.remove(&req_id);
+                continue;
+            };
+            let deadline = *sent + timeout;
+            if now >= deadline {
+                if let Some(Chunk::Pending { waiters, .. }) = o.chunks.remove(&c) {
+                    odp.resume(waiters);
+                }
+                o.chunks.insert(
+                    c,
+                    Chunk::Failed {
+                        status: ODP_STATUS_TIMEOUT,
+                        at: now,
+                    },
+                );
+                odp.reqs.remove(&req_id);
+            } else if next.is_none_or(|n| deadline < n) {
+                next = Some(deadline);
+            }
+        }
+        next
+    }
+
+    /// Resident chunks of the device (tests, stats).
+    pub fn odp_resident_total(&self) -> usize {
+        self.odp.resident_total()
+    }
+
+    /// Outstanding page requests (tests, stats).
+    pub fn odp_pending_requests(&self) -> usize {
+        self.odp.pending_requests()
+    }
+}
+
+fn lru_victim(o: &OdpMr, keep: u64) -> Option<u64> {
+    o.chunks
+        .iter()
+        .filter_map(|(&c, ch)| match ch {
+            Chunk::Resident { last_use, .. } if c != keep => Some((*last_use, c)),
+            _ => None,
+        })
+        .min()
+        .map(|(_, c)| c)
+}
+
+fn drop_resident(o: &mut OdpMr, c: u64) {
+    if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
+        o.chunks.remove(&c);
+        o.resident -= 1;
+    }
+}

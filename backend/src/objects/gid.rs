@@ -1,0 +1,128 @@
+//! The port's GID table (ADD_GID / DEL_GID): index → GID and type.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// VRDMA_GID_TYPE_*.
+pub const GID_TYPE_ROCE_V1: u32 = 1;
+pub const GID_TYPE_ROCE_V2: u32 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    pub gid: [u8; 16],
+    pub gid_type: u32,
+}
+
+impl GidEntry {
+    /// The IP address of the GID (IPv4 for IPv4-mapped GIDs).
+    pub fn ip(&self) -> IpAddr {
+        gid_to_ip(&self.gid)
+    }
+}
+
+/// `::ffff:a.b.c.d` → IPv4, everything else IPv6.
+pub fn gid_to_ip(gid: &[u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(*gid);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// IP → GID (IPv4 mapped into `::ffff:0:0/96`).
+pub fn ip_to_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// Is the GID IPv4-mapped?
+pub fn gid_is_ipv4(gid: &[u8; 16]) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+/// Errors of ADD_GID / DEL_GID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GidError {
+    #[error("GID index out of range")]
+    BadIndex,
+    #[error("bad GID type")]
+    BadType,
+    #[error("no GID at this index")]
+    NotFound,
+}
+
+#[derive(Debug, Clone)]
+pub struct GidTable {
+    entries: Vec<Option<GidEntry>>,
+}
+
+impl GidTable {
+    pub fn new(size: u32) -> Self {
+        GidTable {
+            entries: vec![None; size as usize],
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        self.entries.len() as u32
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// ADD_GID: set (or replace) entry `index`.
+    pub fn add(&mut self, index: u32, gid_type: u32, gid: [u8; 16]) -> Result<(), GidError> {
+        if gid_type != GID_TYPE_ROCE_V1 && gid_type != GID_TYPE_ROCE_V2 {
+            return Err(GidError::BadType);
+        }
+        let e = self
+            .entries
+            .get_mut(index as usize)
+            .ok_or(GidError::BadIndex)?;
+        *e = Some(GidEntry { gid, gid_type });
+        Ok(())
+    }
+
+    /// DEL_GID: clear entry `index`.
+    pub fn del(&mut self, index: u32) -> Result<(), GidError> {
+        let e = self
+            .entries
+            .get_mut(index as usize)
+            .ok_or(GidError::BadIndex)?;
+        e.take().map(|_| ()).ok_or(GidError::NotFound)
+    }
+
+    pub fn get(&self, index: u32) -> Option<&GidEntry> {
+        self.entries.get(index as usize).and_then(|e| e.as_ref())
+    }
+
+    /// Index of a RoCEv2 entry with exactly this GID.
+    pub fn find_v2(&self, gid: &[u8; 16]) -> Option<u32> {
+        self.entries
+            .iter()
+            .position(|e| {
+                e.as_ref()
+                    .is_some_and(|e| e.gid_type == GID_TYPE_ROCE_V2 && &e.gid == gid)
+            })
+            .map(|i| i as u32)
+    }
+
+    /// Is `ip` one of the port's RoCEv2 addresses? (port demux: frames to our GIDs → engine)
+    pub fn is_local_ip(&self, ip: IpAddr) -> bool {
+        self.find_v2(&ip_to_gid(ip)).is_some()
+    }
+
+    /// Is the IPv4 address one of ours?
+    pub fn is_local_ipv4(&self, ip: Ipv4Addr) -> bool {
+        self.is_local_ip(IpAddr::V4(ip))
+    }
+
+    /// Remove every entry (device reset).
+    pub fn clear(&mut self) {
+        for e in &mut self.entries {
+            *e = None;
+        }
+    }
+}

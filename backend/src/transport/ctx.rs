@@ -1,0 +1,468 @@
+//! The transport's narrow interface to the rest of the device: a snapshot of the QP attributes the
+//! protocol needs ([`QpCtx`]), taking/putting the per-QP protocol state, rings, CQ posting, AHs and
+//! GIDs. Keeping every `Device` access here means the state machines never hold a borrow of the QP
+//! table while they touch guest memory, MRs or CQs.
+
+use super::packet::Path;
+use super::responder::{decode_recv, RecvWqe};
+use super::{RequesterState, ResponderState};
+use crate::device::Device;
+use crate::qp::QpType;
+use vrdma_spec::{VrdmaAv, VrdmaCqe};
+
+/// QP types (spec §13, `VRDMA_QPT_*`).
+pub const QPT_GSI: u32 = 1;
+pub const QPT_RC: u32 = 2;
+pub const QPT_UC: u32 = 3;
+pub const QPT_UD: u32 = 4;
+
+/// QP states (`VRDMA_QPS_*`).
+pub const QPS_RESET: u32 = 0;
+pub const QPS_INIT: u32 = 1;
+pub const QPS_RTR: u32 = 2;
+pub const QPS_RTS: u32 = 3;
+pub const QPS_SQD: u32 = 4;
+pub const QPS_SQE: u32 = 5;
+pub const QPS_ERR: u32 = 6;
+
+/// The well-known Q_Key of QP1 (IBTA 13.4.6.x / spec §13).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// Snapshot of the QP attributes the transport reads, taken at the start of each operation.
+#[derive(Debug, Clone)]
+pub struct QpCtx {
+    pub qpn: u32,
+    pub qp_type: u32,
+    pub state: u32,
+    pub pdn: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    pub srqn: Option<u32>,
+    /// Path MTU in bytes (256..4096).
+    pub mtu: u32,
+    pub dest_qpn: u32,
+    pub qkey: u32,
+    pub access: u32,
+    pub max_rd_atomic: u32,
+    pub max_dest_rd_atomic: u32,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub sq_sig_all: bool,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+    /// SQ slot size in bytes.
+    pub sq_wqe_size: u32,
+    /// RQ slot size in bytes (0 with an SRQ).
+    pub rq_wqe_size: u32,
+    /// RC/UC primary path; `None` when the address vector is unusable.
+    pub path: Option<Path>,
+}
+
+impl QpCtx {
+    pub fn is_rc(&self) -> bool {
+        self.qp_type == QPT_RC
+    }
+    pub fn is_uc(&self) -> bool {
+        self.qp_type == QPT_UC
+    }
+    pub fn is_ud(&self) -> bool {
+        self.qp_type == QPT_UD || self.qp_type == QPT_GSI
+    }
+    /// States in which the requester may transmit (IBTA 10.3.1: RTS; SQD finishes what is in flight).
+    pub fn can_send(&self) -> bool {
+        self.state == QPS_RTS || self.state == QPS_SQD
+    }
+    /// States in which the responder accepts requests (RTR and later, not ERR).
+    pub fn can_receive(&self) -> bool {
+        matches!(self.state, QPS_RTR | QPS_RTS | QPS_SQD | QPS_SQE)
+    }
+}
+
+/// IB MTU enum (1..5) to bytes; anything else is treated as 1024 (the core validates attributes).
+pub fn mtu_bytes(e: u32) -> u32 {
+    match e {
+        1 => 256,
+        2 => 512,
+        3 => 1024,
+        4 => 2048,
+        5 => 4096,
+        _ => 1024,
+    }
+}
+
+/// Why a ring access failed: the QP must go to ERROR with QP_FATAL (spec §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingFault;
+
+/// Build a path from an address vector and its resolved source GID (spec §15).
+fn av_path(dev: &Device, av: &VrdmaAv, sgid: [u8; 16]) -> Path {
+    Path {
+        smac: dev.config.mac,
+        dmac: av.dmac,
+        // VLAN ids 1..=4094 tag the frame; 0xffff (and 0) mean untagged.
+        vlan: (1..0xfff).contains(&av.vlan_id).then_some(av.vlan_id),
+        sgid,
+        dgid: av.dgid,
+        traffic_class: av.traffic_class,
+        // A hop limit of 0 would be dropped by the first IP hop: use 64 (Linux's default TTL).
+        hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
+        flow_label: av.flow_label & 0x000f_ffff,
+    }
+}
+
+/// Snapshot of QP `qpn`, `None` if it does not exist.
+pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
+    let qp = dev.qps.get(qpn)?;
+    let a = &qp.attrs;
+    let path = (a.av_valid && matches!(qp.qp_type, QpType::Rc | QpType::Uc))
+        .then(|| av_path(dev, &a.av, a.sgid));
+    Some(QpCtx {
+        qpn,
+        qp_type: qp.qp_type.as_u32(),
+        state: qp.state.as_u32(),
+        pdn: qp.pd,
+        send_cqn: qp.send_cqn,
+        recv_cqn: qp.recv_cqn,
+        srqn: qp.srqn,
+        mtu: qp.mtu_bytes(),
+        dest_qpn: a.dest_qpn & 0x00ff_ffff,
+        qkey: qp.qkey(),
+        access: a.access_flags,
+        max_rd_atomic: a.max_rd_atomic as u32,
+        max_dest_rd_atomic: a.max_dest_rd_atomic as u32,
+        min_rnr_timer: a.min_rnr_timer,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        sq_sig_all: qp.sq_sig_all,
+        max_send_sge: qp.caps.max_send_sge,
+        max_recv_sge: qp.caps.max_recv_sge,
+        max_inline: qp.caps.max_inline_data,
+        sq_wqe_size: qp.sq.entry_size(),
+        rq_wqe_size: qp.rq.as_ref().map_or(0, |r| r.entry_size()),
+        path,
+    })
+}
+
+/// Take the requester state out of the QP. `None` if the QP does not exist or its state is
+/// already taken (a nested call, e.g. a CQ overflow moving this very QP to ERROR: the outer call
+/// notices the state change and flushes, see `with_req`).
+pub fn take_req(dev: &mut Device, qpn: u32) -> Option<RequesterState> {
+    let qp = dev.qps.get_mut(qpn)?;
+    if qp.req.taken {
+        return None;
+    }
+    let st = std::mem::take(&mut qp.req);
+    qp.req.taken = true;
+    Some(st)
+}
+
+pub fn put_req(dev: &mut Device, qpn: u32, st: RequesterState) {
+    if let Some(qp) = dev.qps.get_mut(qpn) {
+        qp.req = st;
+    }
+}
+
+/// See [`take_req`].
+pub fn take_resp(dev: &mut Device, qpn: u32) -> Option<ResponderState> {
+    let qp = dev.qps.get_mut(qpn)?;
+    if qp.resp.taken {
+        return None;
+    }
+    let st = std::mem::take(&mut qp.resp);
+    qp.resp.taken = true;
+    Some(st)
+}
+
+pub fn put_resp(dev: &mut Device, qpn: u32, st: ResponderState) {
+    if let Some(qp) = dev.qps.get_mut(qpn) {
+        qp.resp = st;
+    }
+}
+
+/// Current IBTA state of a QP.
+pub fn qp_state(dev: &Device, qpn: u32) -> Option<u32> {
+    dev.qps.get(qpn).map(|q| q.state.as_u32())
+}
+
+/// The SQ producer, checked against the ring depth (spec §4: producer − consumer > depth →
+/// ring error INDEX; the caller moves the QP to ERROR + QP_FATAL).
+pub fn sq_producer(dev: &mut Device, qpn: u32) -> Result<u32, RingFault> {
+    let qp = dev.qps.get(qpn).ok_or(RingFault)?;
+    match qp.sq.pending(&dev.mem) {
+        Ok(n) => Ok(qp.sq.dev_index().wrapping_add(n)),
+        Err(e) => {
+            let _ = qp.sq.set_error(&dev.mem, e.ring_error_code());
+            Err(RingFault)
+        }
+    }
+}
+
+/// Read SQ slot `idx` (its first `buf.len()` bytes).
+pub fn sq_read(dev: &Device, qpn: u32, idx: u32, buf: &mut [u8]) -> Result<(), RingFault> {
+    let qp = dev.qps.get(qpn).ok_or(RingFault)?;
+    qp.sq.read_entry(&dev.mem, idx, buf).map_err(|_| RingFault)
+}
+
+/// Publish the SQ consumer (spec §4: advanced when WQEs are completed or flushed).
+pub fn sq_set_consumer(dev: &mut Device, qpn: u32, v: u32) {
+    let Device { qps, mem, .. } = dev;
+    if let Some(qp) = qps.get_mut(qpn) {
+        let _ = qp.sq.set_consumer(mem, v);
+    }
+}
+
+/// Take the next receive WQE from the QP's RQ or SRQ (spec §4: the producer is read when a
+/// receive is needed). `Ok(None)`: none posted. `Err`: ring broken or WQE malformed (the SRQ path
+/// already reported SRQ_ERR; the caller moves the QP to ERROR with QP_FATAL).
+pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault> {
+    if let Some(srqn) = ctx.srqn {
+        let (size, max_sge) = {
+            let srq = dev.srqs.get(srqn).ok_or(RingFault)?;
+            (srq.ring.entry_size() as usize, srq.max_sge)
+        };
+        let mut buf = vec![0u8; size];
+        return match dev.srq_pop(srqn, &mut buf) {
+            Ok(false) => Ok(None),
+            Ok(true) => decode_recv(&buf, max_sge, Some(srqn))
+                .map(Some)
+                .ok_or(RingFault),
+            Err(_) => Err(RingFault),
+        };
+    }
+    let Device { qps, mem, .. } = dev;
+    let qp = qps.get_mut(ctx.qpn).ok_or(RingFault)?;
+    let max_sge = qp.caps.max_recv_sge;
+    let rq = qp.rq.as_mut().ok_or(RingFault)?;
+    let n = match rq.pending(mem) {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = rq.set_error(mem, e.ring_error_code());
+            return Err(RingFault);
+        }
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut buf = vec![0u8; rq.entry_size() as usize];
+    let idx = rq.dev_index();
+    rq.read_entry(mem, idx, &mut buf).map_err(|_| RingFault)?;
+    rq.advance_consumer(mem, 1).map_err(|_| RingFault)?;
+    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is a QP error (spec §6.2).
+    decode_recv(&buf, max_sge, None).map(Some).ok_or(RingFault)
+}
+
+/// Take every posted RQ WQE (flush), returning their wr_ids.
+pub fn rq_drain(dev: &mut Device, ctx: &QpCtx) -> Vec<u64> {
+    let mut out = Vec::new();
+    let Device { qps, mem, .. } = dev;
+    let Some(rq) = qps.get_mut(ctx.qpn).and_then(|q| q.rq.as_mut()) else {
+        return out;
+    };
+    let Ok(n) = rq.pending(mem) else { return out };
+    let mut buf = [0u8; 8];
+    for _ in 0..n {
+        let idx = rq.dev_index();
+        let wr_id = if rq.read_entry(mem, idx, &mut buf).is_ok() {
+            u64::from_le_bytes(buf)
+        } else {
+            0
+        };
+        out.push(wr_id);
+        if rq.advance_consumer(mem, 1).is_err() {
+            break;
+        }
+    }
+    out
+}
+
+/// Post a CQE (the core handles overflow: CQ_ERR + QPs to ERROR).
+pub fn post_cqe(dev: &mut Device, cqn: u32, cqe: &Cqe, solicited: bool) {
+    let c = VrdmaCqe {
+        wr_id: cqe.wr_id,
+        qpn: cqe.qpn,
+        opcode: cqe.opcode,
+        status: cqe.status,
+        flags: cqe.flags,
+        network_hdr_type: cqe.network_hdr_type,
+        byte_len: cqe.byte_len,
+        ex: cqe.ex,
+        src_qp: cqe.src_qp,
+        pkey_index: cqe.pkey_index,
+        sl: cqe.sl,
+        reserved0: 0,
+        vendor_err: cqe.vendor_err,
+        smac: cqe.smac,
+        vlan_id: cqe.vlan_id,
+        reserved1: [0; 20],
+    };
+    let _ = dev.post_cqe(cqn, &c, solicited);
+}
+
+/// Move a QP to ERROR through the core (which sends `event` and calls the flush hook).
+pub fn qp_to_error(dev: &mut Device, qpn: u32, event: Option<u32>) {
+    dev.qp_to_error(qpn, event, 0);
+}
+
+/// Send an async event.
+pub fn event(dev: &Device, ty: u32, id: u32, info: u32) {
+    dev.out.event(crate::device::output::event(ty, id, info));
+}
+
+/// The path of UD AH `index` if it exists in PD `pdn` (spec §6.1).
+pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
+    let ah = dev.ahs.lookup_in_pd(index, pdn)?;
+    Some(av_path(dev, &ah.av, ah.sgid))
+}
+
+/// Queue a frame for the uplink.
+pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
+    dev.outbox.push(frame);
+}
+
+/// QPNs whose requester has an armed timer.
+pub fn qpns_with_timers(dev: &Device) -> Vec<u32> {
+    dev.qps
+        .iter()
+        .filter(|q| q.req.retrans_deadline.is_some() || q.req.rnr_deadline.is_some())
+        .map(|q| q.qpn)
+        .collect()
+}
+
+/// A completion queue entry (spec §7, 64 bytes) as the transport builds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cqe {
+    pub wr_id: u64,
+    pub qpn: u32,
+    pub opcode: u8,
+    pub status: u8,
+    pub flags: u8,
+    pub network_hdr_type: u8,
+    pub byte_len: u32,
+    /// imm_data in wire byte order (the 4 bytes as on the wire), or the invalidated rkey.
+    pub ex: u32,
+    pub src_qp: u32,
+    pub pkey_index: u16,
+    pub sl: u8,
+    pub vendor_err: u32,
+    pub smac: [u8; 6],
+    pub vlan_id: u16,
+}
+
+impl Cqe {
+    /// The 64-byte little-endian layout of `struct vrdma_cqe`.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..8].copy_from_slice(&self.wr_id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.qpn.to_le_bytes());
+        b[12] = self.opcode;
+        b[13] = self.status;
+        b[14] = self.flags;
+        b[15] = self.network_hdr_type;
+        b[16..20].copy_from_slice(&self.byte_len.to_le_bytes());
+        b[20..24].copy_from_slice(&self.ex.to_le_bytes());
+        b[24..28].copy_from_slice(&self.src_qp.to_le_bytes());
+        b[28..30].copy_from_slice(&self.pkey_index.to_le_bytes());
+        b[30] = self.sl;
+        b[32..36].copy_from_slice(&self.vendor_err.to_le_bytes());
+        b[36..42].copy_from_slice(&self.smac);
+        b[42..44].copy_from_slice(&self.vlan_id.to_le_bytes());
+        b
+    }
+
+    /// Parse the 64-byte layout (tests and tools).
+    pub fn from_bytes(b: &[u8; 64]) -> Cqe {
+        let u32at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let mut wr = [0u8; 8];
+        wr.copy_from_slice(&b[0..8]);
+        let mut smac = [0u8; 6];
+        smac.copy_from_slice(&b[36..42]);
+        Cqe {
+            wr_id: u64::from_le_bytes(wr),
+            qpn: u32at(8),
+            opcode: b[12],
+            status: b[13],
+            flags: b[14],
+            network_hdr_type: b[15],
+            byte_len: u32at(16),
+            ex: u32at(20),
+            src_qp: u32at(24),
+            pkey_index: u16::from_le_bytes([b[28], b[29]]),
+            sl: b[30],
+            vendor_err: u32at(32),
+            smac,
+            vlan_id: u16::from_le_bytes([b[42], b[43]]),
+        }
+    }
+}
+
+/// ABI constants the transport uses (values from `include/vrdma_abi.h`, spec §6, §7, §9).
+pub mod abi {
+    // Send opcodes (§6.1).
+    pub const WR_RDMA_WRITE: u8 = 0;
+    pub const WR_RDMA_WRITE_WITH_IMM: u8 = 1;
+    pub const WR_SEND: u8 = 2;
+    pub const WR_SEND_WITH_IMM: u8 = 3;
+    pub const WR_RDMA_READ: u8 = 4;
+    pub const WR_ATOMIC_CMP_AND_SWP: u8 = 5;
+    pub const WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
+    pub const WR_LOCAL_INV: u8 = 7;
+    pub const WR_REG_MR: u8 = 8;
+    pub const WR_SEND_WITH_INV: u8 = 9;
+    // Send flags.
+    pub const SEND_SIGNALED: u8 = 1 << 0;
+    pub const SEND_SOLICITED: u8 = 1 << 1;
+    pub const SEND_INLINE: u8 = 1 << 2;
+    pub const SEND_FENCE: u8 = 1 << 3;
+    // CQE opcodes (§7).
+    pub const WC_SEND: u8 = 0;
+    pub const WC_RDMA_WRITE: u8 = 1;
+    pub const WC_RDMA_READ: u8 = 2;
+    pub const WC_COMP_SWAP: u8 = 3;
+    pub const WC_FETCH_ADD: u8 = 4;
+    pub const WC_LOCAL_INV: u8 = 6;
+    pub const WC_REG_MR: u8 = 8;
+    pub const WC_RECV: u8 = 128;
+    pub const WC_RECV_RDMA_WITH_IMM: u8 = 129;
+    // CQE status (= enum ib_wc_status).
+    pub const WC_SUCCESS: u8 = 0;
+    pub const WC_LOC_LEN_ERR: u8 = 1;
+    pub const WC_LOC_QP_OP_ERR: u8 = 2;
+    pub const WC_LOC_PROT_ERR: u8 = 4;
+    pub const WC_WR_FLUSH_ERR: u8 = 5;
+    pub const WC_BAD_RESP_ERR: u8 = 7;
+    pub const WC_LOC_ACCESS_ERR: u8 = 8;
+    pub const WC_REM_INV_REQ_ERR: u8 = 9;
+    pub const WC_REM_ACCESS_ERR: u8 = 10;
+    pub const WC_REM_OP_ERR: u8 = 11;
+    pub const WC_RETRY_EXC_ERR: u8 = 12;
+    pub const WC_RNR_RETRY_EXC_ERR: u8 = 13;
+    pub const WC_REM_INV_RD_REQ_ERR: u8 = 15;
+    pub const WC_GENERAL_ERR: u8 = 21;
+    // CQE flags.
+    pub const WC_F_GRH: u8 = 1 << 0;
+    pub const WC_F_IMM: u8 = 1 << 1;
+    pub const WC_F_INV: u8 = 1 << 2;
+    pub const NETWORK_IPV4: u8 = 2;
+    pub const NETWORK_IPV6: u8 = 3;
+    // Events (§9).
+    pub const EV_QP_FATAL: u32 = 3;
+    pub const EV_QP_REQ_ERR: u32 = 4;
+    pub const EV_QP_ACCESS_ERR: u32 = 5;
+    pub const EV_COMM_EST: u32 = 6;
+    pub const EV_SQ_DRAINED: u32 = 7;
+    pub const EV_QP_LAST_WQE_REACHED: u32 = 8;
+    // Doorbells (§8).
+    pub const DB_SQ: u32 = 1;
+    pub const DB_RQ: u32 = 2;
+    pub const DB_SRQ: u32 = 3;
+    pub const DB_CQ_ARM: u32 = 4;
+    // Access flags.
+    pub const ACCESS_LOCAL_WRITE: u32 = 1 << 0;
+    pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+    pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
+    pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+}

@@ -1,0 +1,175 @@
+//! The transport's view of packets: [`RxPkt`] (a parsed RoCEv2 frame plus the network facts the
+//! responder needs for UD/GSI receives) and [`TxPkt`] (what the transport wants sent). The
+//! conversion to and from Ethernet frames is `wire::frame` (parse, ICRC, build); this file only
+//! adapts it so the state machines stay independent of frame layout details.
+
+use crate::wire::{
+    udp_src_port, Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt,
+    IpVersion, Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
+};
+
+/// Addressing of a QP's primary path or of an AH (spec §15): everything below the BTH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Path {
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
+    /// 802.1Q VLAN id, `None` when untagged.
+    pub vlan: Option<u16>,
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+}
+
+/// A received RoCEv2 packet, already validated by `wire` (lengths, ICRC).
+#[derive(Debug, Clone)]
+pub struct RxPkt<'a> {
+    pub info: &'static OpcodeInfo,
+    pub bth: Bth,
+    pub reth: Option<Reth>,
+    pub aeth: Option<Aeth>,
+    pub atomic: Option<AtomicEth>,
+    pub atomic_ack: Option<AtomicAckEth>,
+    pub deth: Option<Deth>,
+    pub imm: Option<ImmDt>,
+    pub ieth: Option<Ieth>,
+    /// Payload without pad and ICRC.
+    pub payload: &'a [u8],
+    /// Source MAC (UD CQE `smac`).
+    pub smac: [u8; 6],
+    pub vlan: Option<u16>,
+    /// The 40-byte GRH area a UD/GSI receive gets (spec §6.2): the IPv6 header, or the IPv4 header
+    /// in bytes 20..39.
+    pub grh: [u8; 40],
+    /// True for IPv4 (network_hdr_type IPv4), false for IPv6.
+    pub ipv4: bool,
+    /// Source GID of the packet (IPv4-mapped for IPv4).
+    pub sgid: [u8; 16],
+}
+
+impl RxPkt<'_> {
+    pub fn opcode(&self) -> Opcode {
+        self.bth.opcode
+    }
+    pub fn psn(&self) -> u32 {
+        self.bth.psn
+    }
+    pub fn op(&self) -> Operation {
+        self.info.operation
+    }
+    pub fn pos(&self) -> Position {
+        self.info.position
+    }
+}
+
+/// Extension headers of a packet to send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TxHdrs {
+    pub reth: Option<Reth>,
+    pub aeth: Option<Aeth>,
+    pub atomic: Option<AtomicEth>,
+    pub atomic_ack: Option<AtomicAckEth>,
+    pub deth: Option<Deth>,
+    pub imm: Option<ImmDt>,
+    pub ieth: Option<Ieth>,
+}
+
+/// Pick the opcode for (transport, operation, position, immediate, invalidate) from the table.
+pub fn opcode_for(
+    t: Transport,
+    op: Operation,
+    pos: Position,
+    imm: bool,
+    inv: bool,
+) -> Option<Opcode> {
+    // The table is small (37 rows): a linear search keeps this table-driven, not a hand switch.
+    crate::wire::opcode::OPCODES
+        .iter()
+        .find(|r| {
+            r.transport == t
+                && r.operation == op
+                && r.position == pos
+                && r.has_imm() == imm
+                && r.has_inv() == inv
+        })
+        .map(|r| r.opcode)
+}
+
+/// Parse and verify a frame (`wire` checks lengths, checksums, the opcode table and the ICRC).
+pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
+    let p = RocePacket::parse(frame).ok()?;
+    let ipv4 = p.ip_version == IpVersion::V4;
+    let mut grh = [0u8; 40];
+    if ipv4 {
+        let n = p.ip_header.len().min(20);
+        grh[20..20 + n].copy_from_slice(&p.ip_header[..n]);
+    } else {
+        let n = p.ip_header.len().min(40);
+        grh[..n].copy_from_slice(&p.ip_header[..n]);
+    }
+    Some(RxPkt {
+        info: p.info,
+        bth: p.bth,
+        reth: p.ext.reth,
+        aeth: p.ext.aeth,
+        atomic: p.ext.atomic_eth,
+        atomic_ack: p.ext.atomic_ack_eth,
+        deth: p.ext.deth,
+        imm: p.ext.immdt,
+        ieth: p.ext.ieth,
+        payload: p.payload,
+        smac: p.addr.src_mac,
+        vlan: p.addr.vlan,
+        grh,
+        ipv4,
+        sgid: p.addr.src_gid,
+    })
+}
+
+/// Build one frame for `path` (see `transport::build_frame`).
+#[allow(clippy::too_many_arguments)]
+pub fn build(
+    path: &Path,
+    src_qpn: u32,
+    dst_qpn: u32,
+    opcode: Opcode,
+    psn: u32,
+    solicited: bool,
+    ack_req: bool,
+    hdrs: &TxHdrs,
+    payload: &[u8],
+) -> Option<Vec<u8>> {
+    let addr = Addressing {
+        src_mac: path.smac,
+        dst_mac: path.dmac,
+        vlan: path.vlan,
+        src_gid: path.sgid,
+        dst_gid: path.dgid,
+        hop_limit: path.hop_limit,
+        traffic_class: path.traffic_class,
+        flow_label: path.flow_label,
+        udp_src_port: udp_src_port(src_qpn, dst_qpn),
+    };
+    let mut bth = Bth::new(opcode, dst_qpn, psn);
+    bth.solicited = solicited;
+    bth.ack_req = ack_req;
+    let mut b = PacketBuilder::new(addr, bth);
+    b.ext = ExtHeaders {
+        deth: hdrs.deth,
+        reth: hdrs.reth,
+        atomic_eth: hdrs.atomic,
+        aeth: hdrs.aeth,
+        atomic_ack_eth: hdrs.atomic_ack,
+        immdt: hdrs.imm,
+        ieth: hdrs.ieth,
+    };
+    let mut out = Vec::new();
+    match b.build(&[payload], &mut out) {
+        Ok(()) => Some(out),
+        Err(e) => {
+            log::warn!("transport: cannot build {opcode:?}: {e}");
+            None
+        }
+    }
+}

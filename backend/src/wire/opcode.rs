@@ -1,0 +1,740 @@
+//! The per-opcode table (IBTA 9.2 / Annex A17): one `const` entry per supported BTH opcode saying
+//! which extension headers follow the BTH, whether payload follows, its place in a message and the
+//! header length. Code asks the table instead of switching on opcodes.
+//!
+//! Supported: RC (0x00..=0x14, 0x16, 0x17), UC (0x20..=0x2b), UD SEND ONLY (+IMM) (0x64, 0x65).
+//! RD, CNP, FLUSH and ATOMIC WRITE are not supported (→ [`crate::wire::WireError::UnknownOpcode`]).
+
+use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, reth};
+
+/// Transport service of an opcode (BTH opcode bits 7:5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// What an opcode does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    Send,
+    Write,
+    ReadRequest,
+    ReadResponse,
+    Ack,
+    AtomicAck,
+    CompareSwap,
+    FetchAdd,
+}
+
+/// Place of a packet within its message. Single-packet operations (READ request, ACK, atomics) are
+/// `Only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Position {
+    First,
+    Middle,
+    Last,
+    Only,
+}
+
+/// Requester → responder (request) or responder → requester (response).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Request,
+    Response,
+}
+
+/// A set of extension headers. On the wire they follow the BTH in this order:
+/// DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct HdrMask(u8);
+
+impl HdrMask {
+    pub const NONE: HdrMask = HdrMask(0);
+    pub const DETH: HdrMask = HdrMask(1 << 0);
+    pub const RETH: HdrMask = HdrMask(1 << 1);
+    pub const ATOMIC_ETH: HdrMask = HdrMask(1 << 2);
+    pub const AETH: HdrMask = HdrMask(1 << 3);
+    pub const ATOMIC_ACK_ETH: HdrMask = HdrMask(1 << 4);
+    pub const IMMDT: HdrMask = HdrMask(1 << 5);
+    pub const IETH: HdrMask = HdrMask(1 << 6);
+
+    /// The headers in wire order with their lengths.
+    pub const ORDER: [(HdrMask, usize, &'static str); 7] = [
+        (Self::DETH, deth::Deth::LEN, "DETH"),
+        (Self::RETH, reth::Reth::LEN, "RETH"),
+        (Self::ATOMIC_ETH, atomic_eth::AtomicEth::LEN, "AtomicETH"),
+        (Self::AETH, aeth::Aeth::LEN, "AETH"),
+        (
+            Self::ATOMIC_ACK_ETH,
+            atomic_ack_eth::AtomicAckEth::LEN,
+            "AtomicAckETH",
+        ),
+        (Self::IMMDT, immdt::ImmDt::LEN, "ImmDt"),
+        (Self::IETH, ieth::Ieth::LEN, "IETH"),
+    ];
+
+    pub const fn union(self, other: HdrMask) -> HdrMask {
+        HdrMask(self.0 | other.0)
+    }
+    pub const fn contains(self, other: HdrMask) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+    /// Total length of the extension headers in this set.
+    pub const fn len(self) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < Self::ORDER.len() {
+            if self.contains(Self::ORDER[i].0) {
+                n += Self::ORDER[i].1;
+            }
+            i += 1;
+        }
+        n
+    }
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    /// Offset of header `h` from the start of the BTH, if `h` is in this set.
+    pub const fn offset(self, h: HdrMask) -> Option<usize> {
+        if !self.contains(h) || h.0 == 0 {
+            return None;
+        }
+        let mut off = bth::Bth::LEN;
+        let mut i = 0;
+        while i < Self::ORDER.len() {
+            let (m, l, _) = Self::ORDER[i];
+            if m.0 == h.0 {
+                return Some(off);
+            }
+            if self.contains(m) {
+                off += l;
+            }
+            i += 1;
+        }
+        None
+    }
+}
+
+impl core::ops::BitOr for HdrMask {
+    type Output = HdrMask;
+    fn bitor(self, rhs: HdrMask) -> HdrMask {
+        self.union(rhs)
+    }
+}
+
+impl core::fmt::Debug for HdrMask {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut l = f.debug_set();
+        for (m, _, name) in Self::ORDER {
+            if self.contains(m) {
+                l.entry(&format_args!("{name}"));
+            }
+        }
+        l.finish()
+    }
+}
+
+/// Supported BTH opcodes. The discriminant is the wire value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Opcode {
+    RcSendFirst = 0x00,
+    RcSendMiddle = 0x01,
+    RcSendLast = 0x02,
+    RcSendLastImm = 0x03,
+    RcSendOnly = 0x04,
+    RcSendOnlyImm = 0x05,
+    RcWriteFirst = 0x06,
+    RcWriteMiddle = 0x07,
+    RcWriteLast = 0x08,
+    RcWriteLastImm = 0x09,
+    RcWriteOnly = 0x0a,
+    RcWriteOnlyImm = 0x0b,
+    RcReadRequest = 0x0c,
+    RcReadResponseFirst = 0x0d,
+    RcReadResponseMiddle = 0x0e,
+    RcReadResponseLast = 0x0f,
+    RcReadResponseOnly = 0x10,
+    RcAck = 0x11,
+    RcAtomicAck = 0x12,
+    RcCompareSwap = 0x13,
+    RcFetchAdd = 0x14,
+    RcSendLastInv = 0x16,
+    RcSendOnlyInv = 0x17,
+    UcSendFirst = 0x20,
+    UcSendMiddle = 0x21,
+    UcSendLast = 0x22,
+    UcSendLastImm = 0x23,
+    UcSendOnly = 0x24,
+    UcSendOnlyImm = 0x25,
+    UcWriteFirst = 0x26,
+    UcWriteMiddle = 0x27,
+    UcWriteLast = 0x28,
+    UcWriteLastImm = 0x29,
+    UcWriteOnly = 0x2a,
+    UcWriteOnlyImm = 0x2b,
+    UdSendOnly = 0x64,
+    UdSendOnlyImm = 0x65,
+}
+
+/// One row of the opcode table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpcodeInfo {
+    pub opcode: Opcode,
+    /// IBTA name, e.g. "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE".
+    pub name: &'static str,
+    pub transport: Transport,
+    pub operation: Operation,
+    pub position: Position,
+    pub direction: Direction,
+    /// Extension headers after the BTH.
+    pub headers: HdrMask,
+    /// Whether payload (possibly empty, e.g. a zero-length SEND) follows the headers.
+    pub payload: bool,
+    /// BTH + extension headers, in bytes (no payload, pad or ICRC).
+    pub hdr_len: usize,
+}
+
+impl OpcodeInfo {
+    pub const fn has(&self, h: HdrMask) -> bool {
+        self.headers.contains(h)
+    }
+    /// Offset of extension header `h` from the start of the BTH.
+    pub const fn offset(&self, h: HdrMask) -> Option<usize> {
+        self.headers.offset(h)
+    }
+    pub const fn is_first(&self) -> bool {
+        matches!(self.position, Position::First | Position::Only)
+    }
+    pub const fn is_last(&self) -> bool {
+        matches!(self.position, Position::Last | Position::Only)
+    }
+    pub const fn is_request(&self) -> bool {
+        matches!(self.direction, Direction::Request)
+    }
+    pub const fn is_response(&self) -> bool {
+        matches!(self.direction, Direction::Response)
+    }
+    pub const fn has_imm(&self) -> bool {
+        self.has(HdrMask::IMMDT)
+    }
+    pub const fn has_inv(&self) -> bool {
+        self.has(HdrMask::IETH)
+    }
+    pub const fn is_atomic(&self) -> bool {
+        matches!(self.operation, Operation::CompareSwap | Operation::FetchAdd)
+    }
+}
+
+const fn entry(
+    opcode: Opcode,
+    name: &'static str,
+    transport: Transport,
+    operation: Operation,
+    position: Position,
+    headers: HdrMask,
+) -> OpcodeInfo {
+    let payload = matches!(
+        operation,
+        Operation::Send | Operation::Write | Operation::ReadResponse
+    );
+    let direction = match operation {
+        Operation::ReadResponse | Operation::Ack | Operation::AtomicAck => Direction::Response,
+        _ => Direction::Request,
+    };
+    OpcodeInfo {
+        opcode,
+        name,
+        transport,
+        operation,
+        position,
+        direction,
+        headers,
+        payload,
+        hdr_len: bth::Bth::LEN + headers.len(),
+    }
+}
+
+use HdrMask as H;
+use Operation as Op;
+use Position as P;
+use Transport as T;
+
+const NONE: HdrMask = H::NONE;
+const RETH_IMM: HdrMask = H::RETH.union(H::IMMDT);
+const DETH_IMM: HdrMask = H::DETH.union(H::IMMDT);
+const AETH_ATMACK: HdrMask = H::AETH.union(H::ATOMIC_ACK_ETH);
+
+/// Every supported opcode, in wire-value order.
+pub const OPCODES: [OpcodeInfo; 37] = [
+    entry(
+        Opcode::RcSendFirst,
+        "RC_SEND_FIRST",
+        T::Rc,
+        Op::Send,
+        P::First,
+        NONE,
+    ),
+    entry(
+        Opcode::RcSendMiddle,
+        "RC_SEND_MIDDLE",
+        T::Rc,
+        Op::Send,
+        P::Middle,
+        NONE,
+    ),
+    entry(
+        Opcode::RcSendLast,
+        "RC_SEND_LAST",
+        T::Rc,
+        Op::Send,
+        P::Last,
+        NONE,
+    ),
+    entry(
+        Opcode::RcSendLastImm,
+        "RC_SEND_LAST_WITH_IMMEDIATE",
+        T::Rc,
+        Op::Send,
+        P::Last,
+        H::IMMDT,
+    ),
+    entry(
+        Opcode::RcSendOnly,
+        "RC_SEND_ONLY",
+        T::Rc,
+        Op::Send,
+        P::Only,
+        NONE,
+    ),
+    entry(
+        Opcode::RcSendOnlyImm,
+        "RC_SEND_ONLY_WITH_IMMEDIATE",
+        T::Rc,
+        Op::Send,
+        P::Only,
+        H::IMMDT,
+    ),
+    entry(
+        Opcode::RcWriteFirst,
+        "RC_RDMA_WRITE_FIRST",
+        T::Rc,
+        Op::Write,
+        P::First,
+        H::RETH,
+    ),
+    entry(
+        Opcode::RcWriteMiddle,
+        "RC_RDMA_WRITE_MIDDLE",
+        T::Rc,
+        Op::Write,
+        P::Middle,
+        NONE,
+    ),
+    entry(
+        Opcode::RcWriteLast,
+        "RC_RDMA_WRITE_LAST",
+        T::Rc,
+        Op::Write,
+        P::Last,
+        NONE,
+    ),
+    entry(
+        Opcode::RcWriteLastImm,
+        "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+        T::Rc,
+        Op::Write,
+        P::Last,
+        H::IMMDT,
+    ),
+    entry(
+        Opcode::RcWriteOnly,
+        "RC_RDMA_WRITE_ONLY",
+        T::Rc,
+        Op::Write,
+        P::Only,
+        H::RETH,
+    ),
+    entry(
+        Opcode::RcWriteOnlyImm,
+        "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        T::Rc,
+        Op::Write,
+        P::Only,
+        RETH_IMM,
+    ),
+    entry(
+        Opcode::RcReadRequest,
+        "RC_RDMA_READ_REQUEST",
+        T::Rc,
+        Op::ReadRequest,
+        P::Only,
+        H::RETH,
+    ),
+    entry(
+        Opcode::RcReadResponseFirst,
+        "RC_RDMA_READ_RESPONSE_FIRST",
+        T::Rc,
+        Op::ReadResponse,
+        P::First,
+        H::AETH,
+    ),
+    entry(
+        Opcode::RcReadResponseMiddle,
+        "RC_RDMA_READ_RESPONSE_MIDDLE",
+        T::Rc,
+        Op::ReadResponse,
+        P::Middle,
+        NONE,
+    ),
+    entry(
+        Opcode::RcReadResponseLast,
+        "RC_RDMA_READ_RESPONSE_LAST",
+        T::Rc,
+        Op::ReadResponse,
+        P::Last,
+        H::AETH,
+    ),
+    entry(
+        Opcode::RcReadResponseOnly,
+        "RC_RDMA_READ_RESPONSE_ONLY",
+        T::Rc,
+        Op::ReadResponse,
+        P::Only,
+        H::AETH,
+    ),
+    entry(
+        Opcode::RcAck,
+        "RC_ACKNOWLEDGE",
+        T::Rc,
+        Op::Ack,
+        P::Only,
+        H::AETH,
+    ),
+    entry(
+        Opcode::RcAtomicAck,
+        "RC_ATOMIC_ACKNOWLEDGE",
+        T::Rc,
+        Op::AtomicAck,
+        P::Only,
+        AETH_ATMACK,
+    ),
+    entry(
+        Opcode::RcCompareSwap,
+        "RC_COMPARE_SWAP",
+        T::Rc,
+        Op::CompareSwap,
+        P::Only,
+        H::ATOMIC_ETH,
+    ),
+    entry(
+        Opcode::RcFetchAdd,
+        "RC_FETCH_ADD",
+        T::Rc,
+        Op::FetchAdd,
+        P::Only,
+        H::ATOMIC_ETH,
+    ),
+    entry(
+        Opcode::RcSendLastInv,
+        "RC_SEND_LAST_WITH_INVALIDATE",
+        T::Rc,
+        Op::Send,
+        P::Last,
+        H::IETH,
+    ),
+    entry(
+        Opcode::RcSendOnlyInv,
+        "RC_SEND_ONLY_WITH_INVALIDATE",
+        T::Rc,
+        Op::Send,
+        P::Only,
+        H::IETH,
+    ),
+    entry(
+        Opcode::UcSendFirst,
+        "UC_SEND_FIRST",
+        T::Uc,
+        Op::Send,
+        P::First,
+        NONE,
+    ),
+    entry(
+        Opcode::UcSendMiddle,
+        "UC_SEND_MIDDLE",
+        T::Uc,
+        Op::Send,
+        P::Middle,
+        NONE,
+    ),
+    entry(
+        Opcode::UcSendLast,
+        "UC_SEND_LAST",
+        T::Uc,
+        Op::Send,
+        P::Last,
+        NONE,
+    ),
+    entry(
+        Opcode::UcSendLastImm,
+        "UC_SEND_LAST_WITH_IMMEDIATE",
+        T::Uc,
+        Op::Send,
+        P::Last,
+        H::IMMDT,
+    ),
+    entry(
+        Opcode::UcSendOnly,
+        "UC_SEND_ONLY",
+        T::Uc,
+        Op::Send,
+        P::Only,
+        NONE,
+    ),
+    entry(
+        Opcode::UcSendOnlyImm,
+        "UC_SEND_ONLY_WITH_IMMEDIATE",
+        T::Uc,
+        Op::Send,
+        P::Only,
+        H::IMMDT,
+    ),
+    entry(
+        Opcode::UcWriteFirst,
+        "UC_RDMA_WRITE_FIRST",
+        T::Uc,
+        Op::Write,
+        P::First,
+        H::RETH,
+    ),
+    entry(
+        Opcode::UcWriteMiddle,
+        "UC_RDMA_WRITE_MIDDLE",
+        T::Uc,
+        Op::Write,
+        P::Middle,
+        NONE,
+    ),
+    entry(
+        Opcode::UcWriteLast,
+        "UC_RDMA_WRITE_LAST",
+        T::Uc,
+        Op::Write,
+        P::Last,
+        NONE,
+    ),
+    entry(
+        Opcode::UcWriteLastImm,
+        "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+        T::Uc,
+        Op::Write,
+        P::Last,
+        H::IMMDT,
+    ),
+    entry(
+        Opcode::UcWriteOnly,
+        "UC_RDMA_WRITE_ONLY",
+        T::Uc,
+        Op::Write,
+        P::Only,
+        H::RETH,
+    ),
+    entry(
+        Opcode::UcWriteOnlyImm,
+        "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        T::Uc,
+        Op::Write,
+        P::Only,
+        RETH_IMM,
+    ),
+    entry(
+        Opcode::UdSendOnly,
+        "UD_SEND_ONLY",
+        T::Ud,
+        Op::Send,
+        P::Only,
+        H::DETH,
+    ),
+    entry(
+        Opcode::UdSendOnlyImm,
+        "UD_SEND_ONLY_WITH_IMMEDIATE",
+        T::Ud,
+        Op::Send,
+        P::Only,
+        DETH_IMM,
+    ),
+];
+
+/// Index into [`OPCODES`] by wire value; `NO_ENTRY` for unsupported values.
+const NO_ENTRY: u8 = u8::MAX;
+static INDEX: [u8; 256] = {
+    let mut t = [NO_ENTRY; 256];
+    let mut i = 0;
+    while i < OPCODES.len() {
+        let v = OPCODES[i].opcode as usize;
+        // Compile-time check: no opcode listed twice.
+        assert!(t[v] == NO_ENTRY);
+        t[v] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Table lookup by wire value: `None` for unsupported/reserved opcodes.
+#[inline]
+pub fn lookup(value: u8) -> Option<&'static OpcodeInfo> {
+    OPCODES.get(INDEX[value as usize] as usize)
+}
+
+impl Opcode {
+    /// The opcode with wire value `v`, if supported.
+    #[inline]
+    pub fn from_u8(v: u8) -> Option<Opcode> {
+        lookup(v).map(|i| i.opcode)
+    }
+
+    /// Wire value.
+    #[inline]
+    pub const fn value(self) -> u8 {
+        self as u8
+    }
+
+    /// This opcode's table row.
+    #[inline]
+    pub fn info(self) -> &'static OpcodeInfo {
+        match lookup(self as u8) {
+            Some(i) => i,
+            // Every variant is in OPCODES (checked by the unit test `every_variant_has_a_row`).
+            None => unreachable!("opcode {:#x} missing from OPCODES", self as u8),
+        }
+    }
+}
+
+impl core::fmt::Display for Opcode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.info().name)
+    }
+}
+
+impl TryFrom<u8> for Opcode {
+    type Error = super::WireError;
+    fn try_from(v: u8) -> Result<Self, Self::Error> {
+        Opcode::from_u8(v).ok_or(super::WireError::UnknownOpcode(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_has_a_row_and_table_is_consistent() {
+        for (i, row) in OPCODES.iter().enumerate() {
+            assert_eq!(lookup(row.opcode as u8), Some(row));
+            assert_eq!(row.opcode.info(), row);
+            if i > 0 {
+                assert!((OPCODES[i - 1].opcode as u8) < (row.opcode as u8), "sorted");
+            }
+            // Transport bits 7:5: 000 RC, 001 UC, 011 UD.
+            let t = match row.opcode as u8 >> 5 {
+                0 => Transport::Rc,
+                1 => Transport::Uc,
+                3 => Transport::Ud,
+                x => panic!("bad transport bits {x}"),
+            };
+            assert_eq!(row.transport, t, "{}", row.name);
+            let prefix = match t {
+                Transport::Rc => "RC_",
+                Transport::Uc => "UC_",
+                Transport::Ud => "UD_",
+            };
+            assert!(row.name.starts_with(prefix));
+            assert_eq!(
+                row.has_imm(),
+                row.name.contains("IMMEDIATE"),
+                "{}",
+                row.name
+            );
+            assert_eq!(
+                row.has_inv(),
+                row.name.contains("INVALIDATE"),
+                "{}",
+                row.name
+            );
+        }
+        assert_eq!(OPCODES.len(), 23 + 12 + 2);
+    }
+
+    #[test]
+    fn header_lengths_match_ibta() {
+        let l = |o: Opcode| o.info().hdr_len;
+        assert_eq!(l(Opcode::RcSendOnly), 12);
+        assert_eq!(l(Opcode::RcSendOnlyImm), 16);
+        assert_eq!(l(Opcode::RcSendOnlyInv), 16);
+        assert_eq!(l(Opcode::RcWriteFirst), 28);
+        assert_eq!(l(Opcode::RcWriteOnlyImm), 32);
+        assert_eq!(l(Opcode::RcReadRequest), 28);
+        assert_eq!(l(Opcode::RcReadResponseFirst), 16);
+        assert_eq!(l(Opcode::RcReadResponseMiddle), 12);
+        assert_eq!(l(Opcode::RcAck), 16);
+        assert_eq!(l(Opcode::RcAtomicAck), 24);
+        assert_eq!(l(Opcode::RcCompareSwap), 40);
+        assert_eq!(l(Opcode::RcFetchAdd), 40);
+        assert_eq!(l(Opcode::UdSendOnly), 20);
+        assert_eq!(l(Opcode::UdSendOnlyImm), 24);
+        assert_eq!(l(Opcode::UcWriteOnlyImm), 32);
+    }
+
+    #[test]
+    fn offsets_follow_wire_order() {
+        let i = Opcode::RcWriteOnlyImm.info();
+        assert_eq!(i.offset(HdrMask::RETH), Some(12));
+        assert_eq!(i.offset(HdrMask::IMMDT), Some(28));
+        assert_eq!(i.offset(HdrMask::AETH), None);
+        let i = Opcode::RcAtomicAck.info();
+        assert_eq!(i.offset(HdrMask::AETH), Some(12));
+        assert_eq!(i.offset(HdrMask::ATOMIC_ACK_ETH), Some(16));
+        let i = Opcode::UdSendOnlyImm.info();
+        assert_eq!(i.offset(HdrMask::DETH), Some(12));
+        assert_eq!(i.offset(HdrMask::IMMDT), Some(20));
+    }
+
+    #[test]
+    fn payload_and_direction() {
+        for row in &OPCODES {
+            let resp = matches!(
+                row.operation,
+                Operation::ReadResponse | Operation::Ack | Operation::AtomicAck
+            );
+            assert_eq!(row.is_response(), resp);
+            assert_eq!(
+                row.payload,
+                !matches!(
+                    row.operation,
+                    Operation::ReadRequest
+                        | Operation::Ack
+                        | Operation::AtomicAck
+                        | Operation::CompareSwap
+                        | Operation::FetchAdd
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn unsupported_values_are_rejected() {
+        let supported: Vec<u8> = OPCODES.iter().map(|r| r.opcode as u8).collect();
+        for v in 0..=255u8 {
+            assert_eq!(lookup(v).is_some(), supported.contains(&v), "{v:#x}");
+        }
+        assert!(lookup(0x15).is_none());
+        assert!(lookup(0x40).is_none()); // RD
+        assert!(lookup(0x81).is_none()); // CNP
+        assert!(Opcode::try_from(0x18).is_err());
+    }
+}

@@ -1,0 +1,757 @@
+//! Control commands: happy paths, hostile inputs → defined statuses, never a panic; CQ posting,
+//! CQ events and overflow, SRQ limit events, device reset.
+
+mod device_util;
+
+use device_util::*;
+use vrdma_backend::guest::ring::{CTRL_CONSUMER, CTRL_CQ_ARM, CTRL_ERROR, CTRL_PRODUCER};
+use vrdma_backend::objects::CqError;
+use vrdma_backend::qp::QpState;
+use vrdma_spec::*;
+
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=28;
+
+#[test]
+fn query_device_and_port() {
+    let mut e = env();
+    let (s, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    assert_eq!(s, VRDMA_STATUS_OK);
+    assert_eq!(r.len(), 256);
+    let c = VrdmaConfig::read_from(&r).unwrap();
+    assert_eq!(c.max_qp, 16384);
+    assert_eq!(c.max_mw, 0);
+    assert_eq!(c.odp_general_caps, 0, "ODP off by default");
+    assert_eq!(c.port_state, VRDMA_PORT_ACTIVE);
+    assert_eq!(e.dev.config_space(), r);
+    let q = VrdmaCmdQueryPort {
+        port: 1,
+        reserved: 0,
+    };
+    let (s, r) = e.cmd(VRDMA_CMD_QUERY_PORT, q.as_bytes());
+    assert_eq!(s, VRDMA_STATUS_OK);
+    let p = VrdmaRespQueryPort::read_from(&r).unwrap();
+    assert_eq!(p.active_mtu, 3, "1500-byte Ethernet → IB MTU 1024");
+    assert_eq!(p.gid_tbl_len, 128);
+    let q = VrdmaCmdQueryPort {
+        port: 2,
+        reserved: 0,
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_QUERY_PORT, q.as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(e.cmd(VRDMA_CMD_QUERY_PORT, &[1, 0]).0, VRDMA_STATUS_INVALID);
+}
+
+#[test]
+fn odp_caps_advertised_only_when_enabled() {
+    let mut cfg = config();
+    cfg.odp.enabled = true;
+    cfg.odp.implicit = true;
+    let mut e = env_with(cfg);
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let c = VrdmaConfig::read_from(&r).unwrap();
+    assert_eq!(
+        c.odp_general_caps,
+        VRDMA_ODP_SUPPORT | VRDMA_ODP_SUPPORT_IMPLICIT
+    );
+    assert_ne!(c.odp_rc_caps & VRDMA_ODP_WRITE, 0);
+    assert_eq!(c.odp_chunk_shift, 21);
+    assert_eq!(e.dev.config.odp_feature_bits(), 0b11);
+}
+
+#[test]
+fn gid_table() {
+    let mut e = env();
+    e.add_gid_v4(0, 1);
+    assert!(e.dev.gids.is_local_ipv4("10.0.0.1".parse().unwrap()));
+    assert!(!e.dev.gids.is_local_ipv4("10.0.0.2".parse().unwrap()));
+    let bad_idx = VrdmaCmdGid {
+        index: 128,
+        type_: VRDMA_GID_TYPE_ROCE_V2,
+        gid: gid_v4(3),
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_ADD_GID, bad_idx.as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
+    let bad_type = VrdmaCmdGid {
+        index: 1,
+        type_: 7,
+        gid: gid_v4(3),
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_ADD_GID, bad_type.as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
+    let del = VrdmaCmdGid {
+        index: 0,
+        type_: 0,
+        gid: [0; 16],
+    };
+    assert_eq!(e.cmd(VRDMA_CMD_DEL_GID, del.as_bytes()).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_DEL_GID, del.as_bytes()).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert!(!e.dev.gids.is_local_ipv4("10.0.0.1".parse().unwrap()));
+}
+
+#[test]
+fn pd_lifecycle_and_busy() {
+    let mut e = env();
+    let pd = e.create_pd();
+    assert_ne!(pd, 0);
+    let (key, _) = e.reg_mr(pd, 0, 0, 4096);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_BUSY);
+    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_NOT_FOUND);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(0)).0, VRDMA_STATUS_NOT_FOUND);
+    let mut cfg = config();
+    cfg.max_pd = 2;
+    let mut e = env_with(cfg);
+    e.create_pd();
+    e.create_pd();
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_PD, &h(0)).0,
+        VRDMA_STATUS_NO_RESOURCES
+    );
+}
+
+#[test]
+fn cq_create_hostile_inputs() {
+    let mut e = env();
+    let (c, pages) = e.cq_req(64);
+    let ok = req_with_pages(&c, &pages);
+    // Trailing list shorter than npages.
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_CQ, &ok[..ok.len() - 8]).0,
+        VRDMA_STATUS_INVALID
+    );
+    // Huge npages with a short list: INVALID, no huge allocation.
+    let mut huge = c;
+    huge.npages = u32::MAX;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&huge, &pages)).0,
+        VRDMA_STATUS_INVALID
+    );
+    // npages mismatch with depth.
+    let mut m = c;
+    m.npages = 1;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&m, &pages[..1]))
+            .0,
+        VRDMA_STATUS_INVALID
+    );
+    for depth in [0, 3, 100, 1 << 17, u32::MAX] {
+        let mut d = c;
+        d.depth = depth;
+        assert_eq!(
+            e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&d, &pages)).0,
+            VRDMA_STATUS_INVALID,
+            "depth {depth}"
+        );
+    }
+    // Page outside guest memory (in the hole) / unaligned.
+    let mut bad = pages.clone();
+    bad[1] = 1 << 30;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &bad)).0,
+        VRDMA_STATUS_BAD_ADDRESS
+    );
+    bad[1] = pages[1] + 8;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &bad)).0,
+        VRDMA_STATUS_INVALID
+    );
+    // Pages in the second RAM region are fine.
+    let high: Vec<u64> = (0..pages.len() as u64).map(|i| RAM1.0 + i * 4096).collect();
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &high)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(e.cmd(VRDMA_CMD_CREATE_CQ, &ok).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_DESTROY_CQ, &h(77)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+#[test]
+fn qp_create_hostile_inputs() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(64);
+    let (good, pages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, None, 16);
+    type Mutator = Box<dyn Fn(&mut vrdma_spec::VrdmaCmdCreateQp)>;
+    let cases: Vec<(&str, u32, Mutator)> = vec![
+        ("bad pd", VRDMA_STATUS_NOT_FOUND, Box::new(|c| c.pdn = 99)),
+        (
+            "bad send cq",
+            VRDMA_STATUS_NOT_FOUND,
+            Box::new(|c| c.send_cqn = 99),
+        ),
+        (
+            "bad recv cq",
+            VRDMA_STATUS_NOT_FOUND,
+            Box::new(|c| c.recv_cqn = 0),
+        ),
+        ("bad srq", VRDMA_STATUS_NOT_FOUND, Box::new(|c| c.srqn = 5)),
+        (
+            "bad type",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.qp_type = 9),
+        ),
+        (
+            "depth not pow2",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.sq_depth = 15),
+        ),
+        (
+            "depth huge",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.sq_depth = 1 << 30),
+        ),
+        (
+            "rq depth 0",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.rq_depth = 0),
+        ),
+        (
+            "sq shift small",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.sq_wqe_shift = 5),
+        ),
+        (
+            "sq shift big",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.sq_wqe_shift = 13),
+        ),
+        (
+            "rq shift",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.rq_wqe_shift = 255),
+        ),
+        (
+            "send sge > slot",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.max_send_sge = 13),
+        ),
+        (
+            "send sge > dev",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| {
+                c.sq_wqe_shift = 12;
+                c.max_send_sge = 33;
+            }),
+        ),
+        (
+            "recv sge > slot",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.max_recv_sge = 4),
+        ),
+        (
+            "inline > slot",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.max_inline_data = 193),
+        ),
+        (
+            "npages mismatch",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| {
+                c.sq_npages -= 1;
+                c.rq_npages += 1;
+            }),
+        ),
+        (
+            "npages overflow",
+            VRDMA_STATUS_INVALID,
+            Box::new(|c| c.rq_npages = u32::MAX),
+        ),
+    ];
+    for (what, want, m) in cases {
+        let mut c = good;
+        m(&mut c);
+        assert_eq!(
+            e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &pages)).0,
+            want,
+            "{what}"
+        );
+    }
+    // Page outside guest memory.
+    let mut bad = pages.clone();
+    bad[2] = !4095;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &bad)).0,
+        VRDMA_STATUS_BAD_ADDRESS
+    );
+    assert_eq!(e.dev.qps.len(), 0, "no QP leaked by failures");
+    // Happy path: QPNs from 16; GSI is 1 and unique.
+    let (s, r) = e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &pages));
+    assert_eq!(s, VRDMA_STATUS_OK);
+    assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), 16);
+    let gsi = e.create_qp(pd, VRDMA_QPT_GSI, cq, None);
+    assert_eq!(gsi, VRDMA_GSI_QPN);
+    let (c, p) = e.qp_req(pd, VRDMA_QPT_GSI, cq, cq, None, 16);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &p)).0,
+        VRDMA_STATUS_BUSY
+    );
+    // CQ in use.
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_CQ, &h(cq)).0, VRDMA_STATUS_BUSY);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(16)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_DESTROY_QP, &h(16)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(gsi)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_CQ, &h(cq)).0, VRDMA_STATUS_OK);
+}
+
+#[test]
+fn qp_limit_and_many_qps() {
+    let mut cfg = config();
+    cfg.max_qp = 3;
+    let mut e = env_with(cfg);
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(16);
+    for _ in 0..3 {
+        e.create_qp(pd, VRDMA_QPT_UD, cq, None);
+    }
+    let (c, p) = e.qp_req(pd, VRDMA_QPT_UD, cq, cq, None, 16);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &p)).0,
+        VRDMA_STATUS_NO_RESOURCES
+    );
+    // The GSI QP does not count against max_qp.
+    assert_eq!(e.create_qp(pd, VRDMA_QPT_GSI, cq, None), 1);
+}
+
+#[test]
+fn srq_lifecycle_limit_and_events() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(16);
+    let n = ring_npages(16, 64).unwrap();
+    let pages = e.pages(n as usize);
+    let mut c = VrdmaCmdCreateSrq {
+        pdn: pd,
+        depth: 16,
+        wqe_shift: 6,
+        reserved0: [0; 3],
+        max_sge: 3,
+        srq_limit: 0,
+        npages: n,
+    };
+    let mut bad = c;
+    bad.max_sge = 4;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages)).0,
+        VRDMA_STATUS_INVALID
+    );
+    bad = c;
+    bad.srq_limit = 17;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages)).0,
+        VRDMA_STATUS_INVALID
+    );
+    bad = c;
+    bad.pdn = 42;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    c.srq_limit = 0;
+    let srqn = e.ok_handle(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&c, &pages));
+    let modify = |srqn, mask, limit| VrdmaCmdModifySrq {
+        srqn,
+        attr_mask: mask,
+        max_wr: 32,
+        srq_limit: limit,
+    };
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            modify(srqn, VRDMA_SRQ_MAX_WR, 0).as_bytes()
+        )
+        .0,
+        VRDMA_STATUS_NOT_SUPPORTED
+    );
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            modify(srqn, VRDMA_SRQ_LIMIT, 17).as_bytes()
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(
+        e.cmd(VRDMA_CMD_MODIFY_SRQ, modify(srqn, 4, 1).as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            modify(srqn, VRDMA_SRQ_LIMIT, 3).as_bytes()
+        )
+        .0,
+        VRDMA_STATUS_OK
+    );
+    let (s, r) = e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn));
+    assert_eq!(s, VRDMA_STATUS_OK);
+    let q = VrdmaRespQuerySrq::read_from(&r).unwrap();
+    assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (16, 3, 3));
+    // Post 4 receive WQEs, take them: the limit event fires once when fewer than 3 remain.
+    for i in 0..4u8 {
+        let ring = &e.dev.srqs.get(srqn).unwrap().ring;
+        ring.write_entry(&e.mem, i as u32, &[i; 16]).unwrap();
+    }
+    e.mem
+        .store_u32_release(pages[0] + CTRL_PRODUCER, 4)
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+    assert_eq!(buf[0], 0);
+    assert!(
+        e.out.take_events().is_empty(),
+        "3 left: not below the limit"
+    );
+    assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+    let ev = e.out.take_events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!((ev[0].type_, ev[0].id), (VRDMA_EV_SRQ_LIMIT_REACHED, srqn));
+    assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+    assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+    assert_eq!(buf[0], 3);
+    assert!(!e.dev.srq_pop(srqn, &mut buf).unwrap(), "empty");
+    assert!(e.out.take_events().is_empty(), "disarmed after one event");
+    assert_eq!(e.mem.load_u32_acquire(pages[0] + CTRL_CONSUMER).unwrap(), 4);
+    // Index error → SRQ_ERR.
+    e.mem
+        .store_u32_release(pages[0] + CTRL_PRODUCER, 100)
+        .unwrap();
+    assert!(e.dev.srq_pop(srqn, &mut buf).is_err());
+    let ev = e.out.take_events();
+    assert_eq!(ev[0].type_, VRDMA_EV_SRQ_ERR);
+    assert_eq!(e.mem.load_u32_acquire(pages[0] + CTRL_ERROR).unwrap(), 2);
+    // QP attached → BUSY; with SRQ, rq_depth must be 0.
+    let (mut qc, qp_pages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, Some(srqn), 16);
+    qc.rq_depth = 16;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&qc, &qp_pages))
+            .0,
+        VRDMA_STATUS_INVALID
+    );
+    let qpn = e.create_qp(pd, VRDMA_QPT_RC, cq, Some(srqn));
+    assert!(e.dev.qps.get(qpn).unwrap().rq.is_none());
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_SRQ, &h(srqn)).0, VRDMA_STATUS_BUSY);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_SRQ, &h(srqn)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+#[test]
+fn ah_create_and_pd_check() {
+    let mut e = env();
+    e.add_gid_v4(0, 1);
+    let pd = e.create_pd();
+    let pd2 = e.create_pd();
+    let c = VrdmaCmdCreateAh {
+        pdn: pd,
+        reserved: 0,
+        av: av_to(2),
+    };
+    let ah = e.ok_handle(VRDMA_CMD_CREATE_AH, c.as_bytes());
+    assert!(e.dev.ahs.lookup_in_pd(ah, pd).is_some());
+    assert!(e.dev.ahs.lookup_in_pd(ah, pd2).is_none());
+    assert_eq!(e.dev.ahs.get(ah).unwrap().sgid, gid_v4(1));
+    let mut bad = c;
+    bad.av.sgid_index = 9;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_AH, bad.as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
+    bad = c;
+    bad.pdn = 99;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_CREATE_AH, bad.as_bytes()).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_BUSY);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_AH, &h(ah)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_DESTROY_AH, &h(ah)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+#[test]
+fn mr_commands() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (key, pages) = e.reg_mr(pd, VRDMA_ACCESS_LOCAL_WRITE, 0x7000_0000, 8192);
+    assert_eq!(pages.len(), 2);
+    let r = e
+        .dev
+        .mrs
+        .resolve(key, pd, 0x7000_0000, 8192, VRDMA_ACCESS_LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(r.len(), 1, "contiguous test pages coalesce");
+    let mk = |pdn, access, npages| VrdmaCmdRegMr {
+        pdn,
+        access,
+        iova: 0,
+        length: 4096,
+        page_shift: 12,
+        npages,
+    };
+    let p = e.pages(1);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_MR, &req_with_pages(&mk(99, 0, 1), &p))
+            .0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_REG_MR,
+            &req_with_pages(&mk(pd, VRDMA_ACCESS_REMOTE_WRITE, 1), &p)
+        )
+        .0,
+        VRDMA_STATUS_ACCESS
+    );
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_MR, &req_with_pages(&mk(pd, 0, 1), &[3 << 30]))
+            .0,
+        VRDMA_STATUS_BAD_ADDRESS
+    );
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_MR, &req_with_pages(&mk(pd, 0, 2), &p))
+            .0,
+        VRDMA_STATUS_INVALID,
+        "trailing list shorter than npages"
+    );
+    // DMA MR.
+    let (s, r) = e.cmd(
+        VRDMA_CMD_REG_DMA_MR,
+        mk(pd, VRDMA_ACCESS_LOCAL_WRITE, 0).as_bytes(),
+    );
+    assert_eq!(s, VRDMA_STATUS_OK);
+    let m = VrdmaRespRegMr::read_from(&r).unwrap();
+    assert_eq!(m.lkey, m.rkey);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_REG_DMA_MR,
+            mk(pd, VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ, 0).as_bytes()
+        )
+        .0,
+        VRDMA_STATUS_ACCESS
+    );
+    // Fast-reg.
+    let (s, _) = e.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, mk(pd, 0, 16).as_bytes());
+    assert_eq!(s, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, mk(pd, 0, 100_000).as_bytes())
+            .0,
+        VRDMA_STATUS_INVALID
+    );
+    // ODP disabled by default.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_REG_ODP_MR,
+            mk(pd, VRDMA_ACCESS_ON_DEMAND, 0).as_bytes()
+        )
+        .0,
+        VRDMA_STATUS_NOT_SUPPORTED
+    );
+    let mut imp = mk(pd, VRDMA_ACCESS_ON_DEMAND, 0);
+    imp.length = u64::MAX;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        VRDMA_STATUS_NOT_SUPPORTED
+    );
+}
+
+#[test]
+fn post_cqe_arm_and_overflow() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (cq, cq_pages) = e.create_cq(4);
+    let qpn = e.create_qp(pd, VRDMA_QPT_RC, cq, None);
+    e.dev.qps.get_mut(qpn).unwrap().state = QpState::Rts;
+    let ctrl = cq_pages[0];
+    let cqe = |wr_id| VrdmaCqe {
+        wr_id,
+        qpn,
+        ..VrdmaCqe::ZERO
+    };
+    e.mem.store_u32_release(ctrl + CTRL_CQ_ARM, 1).unwrap();
+    e.dev.post_cqe(cq, &cqe(1), false).unwrap();
+    e.dev.post_cqe(cq, &cqe(2), false).unwrap();
+    let ev = e.out.take_events();
+    assert_eq!(ev.len(), 1, "one event per arm");
+    assert_eq!((ev[0].type_, ev[0].id), (VRDMA_EV_CQ_COMP, cq));
+    assert_eq!(e.mem.load_u32_acquire(ctrl + CTRL_PRODUCER).unwrap(), 2);
+    let mut b = [0u8; 64];
+    e.mem.read(cq_pages[1] + 64, &mut b).unwrap();
+    assert_eq!(VrdmaCqe::read_from(&b).unwrap().wr_id, 2);
+    // SOLICITED arm: an unsolicited success does not fire, an error does.
+    e.mem.store_u32_release(ctrl + CTRL_CQ_ARM, 2).unwrap();
+    e.dev.post_cqe(cq, &cqe(3), false).unwrap();
+    assert!(e.out.take_events().is_empty());
+    let mut err = cqe(4);
+    err.status = VRDMA_WC_LOC_PROT_ERR;
+    e.dev.post_cqe(cq, &err, false).unwrap();
+    assert_eq!(e.out.take_events()[0].type_, VRDMA_EV_CQ_COMP);
+    // Full (4 unpolled): overflow → CQ error, CQ_ERR, the QP goes to ERR with QP_FATAL.
+    assert_eq!(e.dev.post_cqe(cq, &cqe(5), false), Err(CqError::Overflow));
+    assert_eq!(e.mem.load_u32_acquire(ctrl + CTRL_ERROR).unwrap(), 1);
+    let ev = e.out.take_events();
+    assert!(ev.iter().any(|x| x.type_ == VRDMA_EV_CQ_ERR && x.id == cq));
+    assert!(ev
+        .iter()
+        .any(|x| x.type_ == VRDMA_EV_QP_FATAL && x.id == qpn));
+    assert_eq!(e.qp_state(qpn), VRDMA_QPS_ERR);
+    assert_eq!(e.dev.post_cqe(cq, &cqe(6), false), Err(CqError::Broken));
+    assert_eq!(e.dev.post_cqe(999, &cqe(6), false), Err(CqError::Broken));
+}
+
+#[test]
+fn resize_cq_keeps_unpolled_cqes() {
+    let mut e = env();
+    let (cq, pages) = e.create_cq(4);
+    for i in 0..3 {
+        let c = VrdmaCqe {
+            wr_id: 100 + i,
+            ..VrdmaCqe::ZERO
+        };
+        e.dev.post_cqe(cq, &c, false).unwrap();
+    }
+    e.mem
+        .store_u32_release(pages[0] + CTRL_CONSUMER, 1)
+        .unwrap();
+    // Too small for 2 unpolled CQEs? depth 1 → INVALID.
+    let (mut c1, p1) = e.cq_req(1);
+    c1.cqn = cq;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c1, &p1)).0,
+        VRDMA_STATUS_INVALID
+    );
+    let (mut c, p) = e.cq_req(64);
+    c.cqn = cq;
+    let (s, r) = e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p));
+    assert_eq!(s, VRDMA_STATUS_OK);
+    assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), 2);
+    assert_eq!(e.mem.load_u32_acquire(p[0] + CTRL_PRODUCER).unwrap(), 2);
+    let mut b = [0u8; 64];
+    e.mem.read(p[1], &mut b).unwrap();
+    assert_eq!(VrdmaCqe::read_from(&b).unwrap().wr_id, 101);
+    e.dev
+        .post_cqe(
+            cq,
+            &VrdmaCqe {
+                wr_id: 7,
+                ..VrdmaCqe::ZERO
+            },
+            false,
+        )
+        .unwrap();
+    e.mem.read(p[1] + 128, &mut b).unwrap();
+    assert_eq!(VrdmaCqe::read_from(&b).unwrap().wr_id, 7);
+    c.cqn = 55;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+#[test]
+fn short_and_empty_requests_never_panic() {
+    let mut e = env();
+    e.create_pd();
+    for op in ALL_OPS {
+        for len in 0..8 {
+            let (s, _) = e.cmd(op, &vec![0u8; len]);
+            if op == VRDMA_CMD_QUERY_DEVICE || op == VRDMA_CMD_CREATE_PD {
+                assert_eq!(s, VRDMA_STATUS_OK, "op {op}");
+            } else {
+                assert_eq!(s, VRDMA_STATUS_INVALID, "op {op} with {len} bytes");
+            }
+        }
+    }
+    assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(29, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
+}
+
+/// xorshift64*: deterministic pseudo-random bytes without extra dependencies.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+#[test]
+fn random_commands_never_panic() {
+    let mut cfg = config();
+    cfg.odp.enabled = true;
+    cfg.odp.implicit = true;
+    let mut e = env_with(cfg);
+    e.add_gid_v4(0, 1);
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(16);
+    e.create_qp(pd, VRDMA_QPT_RC, cq, None);
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    for _ in 0..20_000 {
+        let op = (rng.next() % 30) as u16;
+        let len = (rng.next() % 200) as usize;
+        let mut req: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        // Make handles plausible half of the time so deeper paths run.
+        if len >= 8 && rng.next().is_multiple_of(2) {
+            let small = (rng.next() % 20) as u32;
+            req[..4].copy_from_slice(&small.to_le_bytes());
+        }
+        let (s, _) = e.cmd(op, &req);
+        assert!(s <= VRDMA_STATUS_NEEDS_RESET, "status {s}");
+    }
+}
+
+#[test]
+fn reset_returns_to_power_on() {
+    let mut e = env();
+    e.add_gid_v4(0, 1);
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(16);
+    e.create_qp(pd, VRDMA_QPT_RC, cq, None);
+    e.create_qp(pd, VRDMA_QPT_GSI, cq, None);
+    e.reg_mr(pd, 0, 0, 4096);
+    e.dev.reset();
+    assert!(e.dev.qps.is_empty());
+    assert_eq!(e.dev.mrs.len(), 0);
+    assert!(e.dev.pds.is_empty());
+    assert!(e.dev.cqs.is_empty());
+    assert!(e.dev.gids.get(0).is_none());
+    assert_eq!(e.cmd(VRDMA_CMD_QUERY_QP, &h(16)).0, VRDMA_STATUS_NOT_FOUND);
+    // Same handle numbering as after power-on.
+    assert_eq!(e.create_pd(), 1);
+    let (cq, _) = e.create_cq(16);
+    assert_eq!(e.create_qp(1, VRDMA_QPT_RC, cq, None), 16);
+    e.dev.needs_reset = true;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).0,
+        VRDMA_STATUS_NEEDS_RESET
+    );
+    e.dev.reset();
+    assert_eq!(e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).0, VRDMA_STATUS_OK);
+}

@@ -1,0 +1,568 @@
+//! On-demand paging: registration matrix, faults (single chunk, cross-chunk, concurrent → one
+//! request), page responses (good, error, hostile), invalidation, reclaim budgets, timeouts,
+//! ADVISE_MR, and the command layer.
+
+mod device_util;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use device_util::*;
+use vrdma_backend::device::RecordingOutput;
+use vrdma_backend::guest::GuestMem;
+use vrdma_backend::memory::mr::*;
+use vrdma_backend::memory::odp::ODP_STATUS_TIMEOUT;
+use vrdma_backend::memory::{GuestRange, MrError, MrTable, OdpConfig};
+use vrdma_spec::*;
+
+const CHUNK: u64 = 2 << 20;
+const LW: u32 = ACCESS_LOCAL_WRITE;
+
+fn odp_cfg() -> OdpConfig {
+    OdpConfig {
+        enabled: true,
+        implicit: true,
+        ..OdpConfig::default()
+    }
+}
+
+fn setup(cfg: OdpConfig) -> (MrTable, Arc<RecordingOutput>, GuestMem) {
+    let mem = GuestMem::from_ranges(&[(0, 64 << 20)]).unwrap();
+    let out = Arc::new(RecordingOutput::new());
+    (MrTable::new(100, mem.clone(), out.clone(), cfg), out, mem)
+}
+
+/// Answer a FAULT request with pages at `base` (contiguous GPAs).
+fn answer(t: &mut MrTable, r: &VrdmaPageReq, base: u64, writable: bool) -> u32 {
+    let start = r.iova & !4095;
+    let end = (r.iova + r.length).next_multiple_of(4096);
+    let pages: Vec<u64> = (0..(end - start) / 4096).map(|i| base + i * 4096).collect();
+    t.odp_page_resp(
+        r.req_id,
+        r.mr_key,
+        VRDMA_STATUS_OK,
+        if writable {
+            VRDMA_ODP_RESP_F_WRITABLE
+        } else {
+            0
+        },
+        start,
+        &pages,
+    )
+}
+
+#[test]
+fn registration_matrix() {
+    let (mut t, _, _) = setup(odp_cfg());
+    assert!(t.reg_odp(1, LW, 0x1000, 0x1000, false, 1 << 40).is_ok());
+    assert!(matches!(
+        t.reg_odp(1, LW, 0x1000, 0, false, 1 << 40),
+        Err(MrError::Invalid(_))
+    ));
+    assert!(t
+        .reg_odp(1, LW, u64::MAX - 5, 0x10, false, 1 << 40)
+        .is_err());
+    assert!(t.reg_odp(1, LW, 0, 1 << 41, false, 1 << 40).is_err());
+    assert_eq!(
+        t.reg_odp(1, ACCESS_REMOTE_WRITE, 0, 4096, false, 1 << 40),
+        Err(MrError::BadAccess(ACCESS_REMOTE_WRITE))
+    );
+    let k = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    assert!(t.get(k).unwrap().is_odp());
+    assert!(t.reg_odp(1, LW, 4096, u64::MAX, true, 1 << 40).is_err());
+    assert!(t.reg_odp(1, LW, 0, 1 << 20, true, 1 << 40).is_err());
+    // Feature switches.
+    let (mut t, _, _) = setup(OdpConfig {
+        enabled: true,
+        implicit: false,
+        ..OdpConfig::default()
+    });
+    assert!(t.reg_odp(1, LW, 0, 4096, false, 1 << 40).is_ok());
+    assert_eq!(
+        t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40),
+        Err(MrError::NotSupported)
+    );
+    let (mut t, _, _) = setup(OdpConfig {
+        enabled: false,
+        implicit: false,
+        ..OdpConfig::default()
+    });
+    assert_eq!(
+        t.reg_odp(1, LW, 0, 4096, false, 1 << 40),
+        Err(MrError::NotSupported)
+    );
+}
+
+#[test]
+fn single_chunk_fault_then_resident() {
+    let (mut t, out, _) = setup(odp_cfg());
+    // Explicit MR over [0x1000_0800, +3 MiB): its first chunk is clipped at the MR start.
+    let iova = 0x1000_0800;
+    let k = t.reg_odp(1, LW, iova, 3 << 20, false, 1 << 40).unwrap();
+    assert!(
+        out.take_page_requests().is_empty(),
+        "nothing at registration"
+    );
+    let e = t
+        .resolve_for(Some(20), k, 1, iova + 0x100, 64, 0)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        MrError::Fault {
+            key: k,
+            iova: iova + 0x100
+        }
+    );
+    let reqs = out.take_page_requests();
+    assert_eq!(reqs.len(), 1);
+    let r = reqs[0];
+    assert_eq!(r.type_, VRDMA_PAGEREQ_FAULT);
+    assert_eq!(r.mr_key, k);
+    assert_eq!(r.flags, 0);
+    assert_eq!(r.iova, iova, "clipped to the MR start");
+    assert_eq!(r.iova + r.length, 0x1020_0000, "ends at the chunk end");
+    assert_eq!(answer(&mut t, &r, 0x100000, false), VRDMA_STATUS_OK);
+    assert_eq!(t.take_resumed(), vec![20]);
+    let g = t.resolve(k, 1, iova + 0x100, 64, 0).unwrap();
+    // Page 0 of the answer covers 0x1000_0000..; iova+0x100 is at 0x900 in it.
+    assert_eq!(
+        g,
+        vec![GuestRange {
+            gpa: 0x100900,
+            len: 64
+        }]
+    );
+    assert_eq!(t.odp_resident_total(), 1);
+    assert!(out.take_page_requests().is_empty());
+    // A write to a read-only chunk faults again with F_WRITE.
+    assert!(matches!(
+        t.resolve(k, 1, iova, 8, LW),
+        Err(MrError::Fault { .. })
+    ));
+    let reqs = out.take_page_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].flags, VRDMA_PAGEREQ_F_WRITE);
+    assert_eq!(answer(&mut t, &reqs[0], 0x100000, true), VRDMA_STATUS_OK);
+    assert!(t.resolve(k, 1, iova, 8, LW).is_ok());
+    // Bounds still apply to ODP MRs.
+    assert!(matches!(
+        t.resolve(k, 1, iova - 1, 8, 0),
+        Err(MrError::OutOfBounds { .. })
+    ));
+}
+
+#[test]
+fn cross_chunk_sge_requests_both_chunks() {
+    let (mut t, out, _) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    let iova = 5 * CHUNK - 100;
+    assert_eq!(
+        t.resolve_for(Some(30), k, 1, iova, 200, 0),
+        Err(MrError::Fault { key: k, iova })
+    );
+    let reqs = out.take_page_requests();
+    assert_eq!(reqs.len(), 2, "both chunks requested at once");
+    assert_eq!((reqs[0].iova, reqs[0].length), (4 * CHUNK, CHUNK));
+    assert_eq!((reqs[1].iova, reqs[1].length), (5 * CHUNK, CHUNK));
+    assert_ne!(reqs[0].req_id, reqs[1].req_id);
+    answer(&mut t, &reqs[1], 8 << 20, false);
+    // Still one chunk missing: fault on the first chunk, no new request.
+    assert!(matches!(
+        t.resolve_for(Some(30), k, 1, iova, 200, 0),
+        Err(MrError::Fault { .. })
+    ));
+    assert!(out.take_page_requests().is_empty());
+    answer(&mut t, &reqs[0], 16 << 20, false);
+    let g = t.resolve(k, 1, iova, 200, 0).unwrap();
+    assert_eq!(
+        g,
+        vec![
+            GuestRange {
+                gpa: (16 << 20) + CHUNK - 100,
+                len: 100
+            },
+            GuestRange {
+                gpa: 8 << 20,
+                len: 100
+            }
+        ]
+    );
+    assert_eq!(t.take_resumed(), vec![30]);
+}
+
+#[test]
+fn concurrent_faults_share_one_request() {
+    let (mut t, out, _) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, 8 << 20, false, 1 << 40).unwrap();
+    for qpn in [16, 17, 18, 17] {
+        assert!(matches!(
+            t.resolve_for(Some(qpn), k, 1, 0x1000 * qpn as u64, 8, 0),
+            Err(MrError::Fault { .. })
+        ));
+    }
+    let reqs = out.take_page_requests();
+    assert_eq!(reqs.len(), 1, "one request per chunk");
+    assert_eq!(t.odp_pending_requests(), 1);
+    assert_eq!(answer(&mut t, &reqs[0], 0x200000, true), VRDMA_STATUS_OK);
+    assert_eq!(t.take_resumed(), vec![16, 17, 18]);
+    assert!(t.take_resumed().is_empty());
+    // A duplicate / late answer to the same request id.
+    assert_eq!(
+        answer(&mut t, &reqs[0], 0x200000, true),
+        VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+#[test]
+fn error_answers_and_hostile_responses() {
+    let (mut t, out, _) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, 16 << 20, false, 1 << 40).unwrap();
+    // Driver answers ACCESS: the access fails (then the transport completes with LOC_PROT_ERR).
+    let _ = t.resolve_for(Some(16), k, 1, 0, 8, 0);
+    let r = out.take_page_requests()[0];
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, VRDMA_STATUS_ACCESS, 0, 0, &[]),
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(t.take_resumed(), vec![16]);
+    assert_eq!(
+        t.resolve(k, 1, 0, 8, 0),
+        Err(MrError::OdpFailed {
+            key: k,
+            iova: 0,
+            status: VRDMA_STATUS_ACCESS
+        })
+    );
+    assert!(
+        out.take_page_requests().is_empty(),
+        "no re-fault while failed"
+    );
+
+    // Chunk 1: hostile answers.
+    let _ = t.resolve(k, 1, CHUNK, 8, 0);
+    let r = out.take_page_requests()[0];
+    let good: Vec<u64> = (0..512).map(|i| 0x400000 + i * 4096).collect();
+    // Wrong key.
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k + 1, 0, 0, CHUNK, &good),
+        VRDMA_STATUS_INVALID
+    );
+    // Unknown request id.
+    assert_eq!(
+        t.odp_page_resp(9999, k, 0, 0, CHUNK, &good),
+        VRDMA_STATUS_NOT_FOUND
+    );
+    // Too few pages → INVALID, chunk fails.
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, 0, 0, CHUNK, &good[..511]),
+        VRDMA_STATUS_INVALID
+    );
+    assert!(matches!(
+        t.resolve(k, 1, CHUNK, 8, 0),
+        Err(MrError::OdpFailed { .. })
+    ));
+    // Chunk 2: a page outside guest memory → BAD_ADDRESS.
+    let _ = t.resolve(k, 1, 2 * CHUNK, 8, 0);
+    let r = out.take_page_requests()[0];
+    let mut bad = good.clone();
+    bad[100] = 1 << 40;
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, 0, 0, 2 * CHUNK, &bad),
+        VRDMA_STATUS_BAD_ADDRESS
+    );
+    assert!(matches!(
+        t.resolve(k, 1, 2 * CHUNK, 8, 0),
+        Err(MrError::OdpFailed {
+            status: VRDMA_STATUS_BAD_ADDRESS,
+            ..
+        })
+    ));
+    // Chunk 3: unaligned page and wrong start.
+    let _ = t.resolve(k, 1, 3 * CHUNK, 8, 0);
+    let r = out.take_page_requests()[0];
+    let mut un = good.clone();
+    un[0] += 8;
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, 0, 0, 3 * CHUNK, &un),
+        VRDMA_STATUS_INVALID
+    );
+    let _ = t.resolve(k, 1, 4 * CHUNK, 8, 0);
+    let r = out.take_page_requests()[0];
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, 0, 0, 4 * CHUNK + 4096, &good),
+        VRDMA_STATUS_INVALID
+    );
+    // An answer for a non-ODP key.
+    let pl = t
+        .reg_page_list(1, 0, 0, 4096, 12, &[0x100000], 1 << 40)
+        .unwrap();
+    assert_eq!(t.odp_page_resp(1, pl, 0, 0, 0, &[]), VRDMA_STATUS_NOT_FOUND);
+}
+
+#[test]
+fn invalidate_drops_translations_and_cancels_requests() {
+    let (mut t, out, _) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, 8 << 20, false, 1 << 40).unwrap();
+    let _ = t.resolve(k, 1, 0, 8, 0);
+    let r0 = out.take_page_requests()[0];
+    answer(&mut t, &r0, 0x100000, true);
+    let _ = t.resolve_for(Some(21), k, 1, CHUNK, 8, 0);
+    let r1 = out.take_page_requests()[0];
+    assert!(t.resolve(k, 1, 0, 8, 0).is_ok());
+    // Invalidate a range touching both chunks.
+    assert_eq!(t.odp_invalidate(k, CHUNK - 4096, 8192), VRDMA_STATUS_OK);
+    assert_eq!(t.odp_resident_total(), 0);
+    assert_eq!(
+        t.take_resumed(),
+        vec![21],
+        "waiters of a cancelled request resume"
+    );
+    // The cancelled request's late answer is refused.
+    assert_eq!(answer(&mut t, &r1, 0x300000, true), VRDMA_STATUS_NOT_FOUND);
+    // Next access faults again.
+    assert!(matches!(
+        t.resolve(k, 1, 0, 8, 0),
+        Err(MrError::Fault { .. })
+    ));
+    assert_eq!(out.take_page_requests().len(), 1);
+    // Invalidate outside resident chunks / zero length / wrong key.
+    assert_eq!(t.odp_invalidate(k, 6 << 20, 0), VRDMA_STATUS_OK);
+    assert_eq!(t.odp_invalidate(k ^ 0x80, 0, 8), VRDMA_STATUS_NOT_FOUND);
+    let pl = t
+        .reg_page_list(1, 0, 0, 4096, 12, &[0x100000], 1 << 40)
+        .unwrap();
+    assert_eq!(t.odp_invalidate(pl, 0, 8), VRDMA_STATUS_INVALID);
+    // Implicit MR: a huge invalidation range is cheap.
+    let imp = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    assert_eq!(t.odp_invalidate(imp, 0, u64::MAX), VRDMA_STATUS_OK);
+}
+
+#[test]
+fn reclaim_respects_device_and_mr_budgets() {
+    let (mut t, out, _) = setup(OdpConfig {
+        max_resident: 3,
+        max_resident_per_mr: 2,
+        ..odp_cfg()
+    });
+    let a = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    let b = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    let fault_in = |t: &mut MrTable, key: u32, c: u64| {
+        let _ = t.resolve(key, 1, c * CHUNK, 8, 0);
+        let reqs = out.take_page_requests();
+        let f: Vec<_> = reqs
+            .iter()
+            .filter(|r| r.type_ == VRDMA_PAGEREQ_FAULT)
+            .collect();
+        assert_eq!(f.len(), 1);
+        answer(t, f[0], 0x100000, false);
+        out.take_page_requests()
+    };
+    assert!(fault_in(&mut t, a, 0).is_empty());
+    assert!(fault_in(&mut t, a, 1).is_empty());
+    // Touch chunk 0 so chunk 1 becomes the LRU of MR a.
+    t.resolve(a, 1, 0, 8, 0).unwrap();
+    // Third chunk of MR a: per-MR budget 2 → chunk 1 reclaimed.
+    let rec = fault_in(&mut t, a, 2);
+    assert_eq!(rec.len(), 1);
+    assert_eq!(rec[0].type_, VRDMA_PAGEREQ_RECLAIM);
+    assert_eq!(
+        (rec[0].mr_key, rec[0].iova, rec[0].length),
+        (a, CHUNK, CHUNK)
+    );
+    assert_eq!(t.odp_resident_total(), 2);
+    // MR b's first chunk: device total 3, fine. Second: device budget → global LRU (a's chunk 0).
+    assert!(fault_in(&mut t, b, 7).is_empty());
+    let rec = fault_in(&mut t, b, 8);
+    assert_eq!(rec.len(), 1);
+    assert_eq!((rec[0].mr_key, rec[0].iova), (a, 0));
+    assert_eq!(t.odp_resident_total(), 3);
+    // Reclaimed chunks fault again.
+    assert!(matches!(
+        t.resolve(a, 1, 0, 8, 0),
+        Err(MrError::Fault { .. })
+    ));
+    // Deregistering an MR gives its budget back.
+    t.dereg(b).unwrap();
+    assert_eq!(t.odp_resident_total(), 1);
+}
+
+#[test]
+fn timeout_fails_waiters() {
+    let (mut t, out, _) = setup(OdpConfig {
+        timeout: Duration::from_millis(50),
+        ..odp_cfg()
+    });
+    let k = t.reg_odp(1, LW, 0, 8 << 20, false, 1 << 40).unwrap();
+    let _ = t.resolve_for(Some(40), k, 1, 0, 8, 0);
+    let r = out.take_page_requests()[0];
+    let now = Instant::now();
+    let next = t
+        .odp_tick(now)
+        .expect("a deadline while a request is pending");
+    assert!(next <= now + Duration::from_millis(50));
+    assert!(t.take_resumed().is_empty());
+    // After the deadline: failed with the timeout status, waiter resumed.
+    assert_eq!(t.odp_tick(now + Duration::from_millis(60)), None);
+    assert_eq!(t.take_resumed(), vec![40]);
+    assert_eq!(
+        t.resolve(k, 1, 0, 8, 0),
+        Err(MrError::OdpFailed {
+            key: k,
+            iova: 0,
+            status: ODP_STATUS_TIMEOUT
+        })
+    );
+    assert_eq!(answer(&mut t, &r, 0x100000, true), VRDMA_STATUS_NOT_FOUND);
+    // resolve() itself notices an expired request too.
+    let _ = t.resolve_for(Some(41), k, 1, CHUNK, 8, 0);
+    std::thread::sleep(Duration::from_millis(60));
+    assert!(matches!(
+        t.resolve_for(Some(41), k, 1, CHUNK, 8, 0),
+        Err(MrError::OdpFailed {
+            status: ODP_STATUS_TIMEOUT,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn advise_prefetch() {
+    let (mut t, out, _) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, 8 << 20, false, 1 << 40).unwrap();
+    assert_eq!(
+        t.odp_advise(
+            k,
+            VRDMA_ADVISE_PREFETCH_WRITE,
+            VRDMA_ADVISE_F_FLUSH,
+            0,
+            5 << 20
+        ),
+        VRDMA_STATUS_OK
+    );
+    let reqs = out.take_page_requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs.iter().all(|r| r.flags == VRDMA_PAGEREQ_F_WRITE));
+    for r in &reqs {
+        answer(&mut t, r, 0x100000, true);
+    }
+    assert!(t.resolve(k, 1, 0, 5 << 20, LW).is_ok());
+    // Already resident: nothing requested.
+    assert_eq!(
+        t.odp_advise(k, VRDMA_ADVISE_PREFETCH, 0, 0, 4096),
+        VRDMA_STATUS_OK
+    );
+    assert!(out.take_page_requests().is_empty());
+    assert_eq!(
+        t.odp_advise(k, VRDMA_ADVISE_PREFETCH_NO_FAULT, 0, 6 << 20, 4096),
+        VRDMA_STATUS_OK
+    );
+    assert!(out.take_page_requests().is_empty());
+    assert_eq!(t.odp_advise(k, 7, 0, 0, 4096), VRDMA_STATUS_INVALID);
+    assert_eq!(t.odp_advise(k, 0, 2, 0, 4096), VRDMA_STATUS_INVALID);
+    assert_eq!(
+        t.odp_advise(k, 0, 0, 7 << 20, 2 << 20),
+        VRDMA_STATUS_INVALID,
+        "beyond the MR"
+    );
+    assert_eq!(t.odp_advise(k + 1, 0, 0, 0, 1), VRDMA_STATUS_NOT_FOUND);
+    let ro = t.reg_odp(1, 0, 0, 4096, false, 1 << 40).unwrap();
+    assert_eq!(
+        t.odp_advise(ro, VRDMA_ADVISE_PREFETCH_WRITE, 0, 0, 4096),
+        VRDMA_STATUS_ACCESS
+    );
+}
+
+#[test]
+fn odp_through_commands() {
+    let mut cfg = config();
+    cfg.odp.enabled = true;
+    cfg.odp.implicit = true;
+    let mut e = env_with(cfg);
+    let pd = e.create_pd();
+    let reg = VrdmaCmdRegMr {
+        pdn: pd,
+        access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_ON_DEMAND,
+        iova: 0x7f00_0000_0000,
+        length: 1 << 20,
+        page_shift: 12,
+        npages: 0,
+    };
+    let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
+    let err = e
+        .dev
+        .mrs
+        .resolve_for(Some(16), key, pd, 0x7f00_0000_0010, 16, ACCESS_REMOTE_READ)
+        .unwrap_err();
+    assert!(matches!(err, MrError::Fault { .. }));
+    let r = e.out.take_page_requests()[0];
+    assert_eq!((r.iova, r.length), (0x7f00_0000_0000, 1 << 20));
+    let pages = e.pages(256);
+    let resp = VrdmaCmdOdpPageResp {
+        req_id: r.req_id,
+        mr_key: key,
+        status: VRDMA_STATUS_OK,
+        flags: VRDMA_ODP_RESP_F_WRITABLE,
+        iova: r.iova,
+        npages: 256,
+        reserved: 0,
+    };
+    // Trailing list too short → INVALID.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_ODP_PAGE_RESP,
+            &req_with_pages(&resp, &pages[..255])
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(
+        e.cmd(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&resp, &pages))
+            .0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(e.dev.take_resumed_qps(), vec![16]);
+    let g = e
+        .dev
+        .mrs
+        .resolve(key, pd, 0x7f00_0000_0010, 16, ACCESS_REMOTE_READ)
+        .unwrap();
+    assert_eq!(g[0].gpa, pages[0] + 0x10);
+    let inv = VrdmaCmdOdpInvalidate {
+        mr_key: key,
+        reserved: 0,
+        iova: 0x7f00_0000_0000,
+        length: 4096,
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
+        VRDMA_STATUS_OK
+    );
+    assert!(e.dev.mrs.resolve(key, pd, 0x7f00_0000_0010, 16, 0).is_err());
+    let adv = VrdmaCmdAdviseMr {
+        lkey: key,
+        advice: VRDMA_ADVISE_PREFETCH,
+        flags: 0,
+        reserved: 0,
+        iova: 0x7f00_0000_0000,
+        length: 4096,
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_ADVISE_MR, adv.as_bytes()).0,
+        VRDMA_STATUS_OK
+    );
+    // Implicit MR through the command.
+    let mut imp = reg;
+    imp.iova = 0;
+    imp.length = u64::MAX;
+    let ik = e.ok_handle(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes());
+    assert!(matches!(
+        e.dev.mrs.resolve(ik, pd, 0x5555_0000_1000, 8, 0),
+        Err(MrError::Fault { .. })
+    ));
+    imp.length = 1 << 20;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
+}

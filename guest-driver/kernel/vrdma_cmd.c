@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vrdma control queue (§11) and doorbell queue (§8).
+ *
+ * One command is one descriptor chain: the readable part is the command
+ * header, the request and an optional trailing array (page lists); the
+ * writable part is the response header and the response. The device may
+ * complete commands out of order, so each chain's token is its context.
+ *
+ * A context whose response never arrives is abandoned, never freed while
+ * the device may still write into it: it is freed when the device returns
+ * it late, or when the queue is drained after a reset.
+ */
+#include <linux/delay.h>
+#include <linux/ktime.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/virtio_config.h>
+
+#include "vrdma.h"
+
+#define VRDMA_CMD_MAX_BODY	256
+#define VRDMA_DB_TIMEOUT_MS	1000
+
+struct vrdma_cmd_ctx {
+	struct {
+		struct vrdma_cmd_hdr hdr;
+		u8 body[VRDMA_CMD_MAX_BODY];
+	} in;
+	struct {
+		struct vrdma_cmd_resp_hdr hdr;
+		u8 body[VRDMA_CMD_MAX_BODY];
+	} out;
+	struct completion done;
+	unsigned int len;	/* bytes the device wrote */
+	bool finished;		/* protected by ctrl_lock */
+	bool abandoned;		/* protected by ctrl_lock */
+	bool polled;		/* atomic caller polls, no completion */
+};
+
+int vrdma_status_to_errno(u32 status)
+{
+	switch (status) {
+	case VRDMA_STATUS_OK:
+		return 0;
+	case VRDMA_STATUS_INVALID:
+	case VRDMA_STATUS_BAD_STATE:
+		return -EINVAL;
+	case VRDMA_STATUS_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case VRDMA_STATUS_NO_RESOURCES:
+		return -ENOMEM;
+	case VRDMA_STATUS_NOT_FOUND:
+		return -ENOENT;
+	case VRDMA_STATUS_BUSY:
+		return -EBUSY;
+	case VRDMA_STATUS_ACCESS:
+		return -EACCES;
+	case VRDMA_STATUS_BAD_ADDRESS:
+		return -EFAULT;
+	case VRDMA_STATUS_NEEDS_RESET:
+	default:
+		return -EIO;
+	}
+}
+
+/* Called with ctrl_lock held for every chain the device returns. */
+static void vrdma_cmd_finish(struct vrdma_cmd_ctx *ctx, unsigned int len)
+{
+	ctx->len = len;
+	ctx->finished = true;
+	if (ctx->abandoned)
+		kfree(ctx);
+	else if (!ctx->polled)
+		complete(&ctx->done);
+}
+
+static void vrdma_ctrl_reap(struct vrdma_dev *dev)
+{
+	struct virtqueue *vq = dev->vqs[VRDMA_VQ_CONTROL];
+	struct vrdma_cmd_ctx *ctx;
+	unsigned int len;
+
+	while ((ctx = virtqueue_get_buf(vq, &len)))
+		vrdma_cmd_finish(ctx, len);
+}
+
+void vrdma_ctrl_done(struct virtqueue *vq)
+{
+	struct vrdma_dev *dev = vq->vdev->priv;
+	unsigned long flags;
+
+	spin_lock_irqsave(&dev->ctrl_lock, flags);
+	do {
+		virtqueue_disable_cb(vq);
+		vrdma_ctrl_reap(dev);
+	} while (!virtqueue_enable_cb(vq));
+	spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+	wake_up(&dev->ctrl_wait);
+}
+
+/*
+ * Fill @sgl with the pages of a trailing buffer. kmalloc memory is one
+ * entry; vmalloc memory is split at page boundaries.
+ */
+static int vrdma_tail_sg(struct scatterlist *sgl, unsigned int max,
+			 const void *buf, size_t len)
+{
+	unsigned int n = 0;
+
+	if (!is_vmalloc_addr(buf)) {
+		sg_set_buf(&sgl[0], buf, len);
+		return 1;
+	}
+	while (len) {
+		size_t off = offset_in_page(buf);
+		size_t chunk = min_t(size_t, len, PAGE_SIZE - off);
+
+		if (n == max)
+			return -EINVAL;
+		sg_set_page(&sgl[n++], vmalloc_to_page(buf), chunk, off);
+		buf += chunk;
+		len -= chunk;
+	}
+	return n;
+}
+
+static unsigned int vrdma_tail_nents(const void *buf, size_t len)
+{
+	if (!len)
+		return 0;
+	if (!is_vmalloc_addr(buf))
+		return 1;
+	return DIV_ROUND_UP(offset_in_page(buf) + len, PAGE_SIZE);
+}
+
+static struct vrdma_cmd_ctx *vrdma_cmd_ctx_new(u16 opcode, const void *req,
+					       size_t req_len, gfp_t gfp)
+{
+	struct vrdma_cmd_ctx *ctx;
+
+	ctx = kzalloc(sizeof(*ctx), gfp);
+	if (!ctx)
+		return NULL;
+	ctx->in.hdr.opcode = cpu_to_le16(opcode);
+	if (req_len)
+		memcpy(ctx->in.body, req, req_len);
+	init_completion(&ctx->done);
+	return ctx;
+}
+
+static int vrdma_cmd_result(struct vrdma_dev *dev, struct vrdma_cmd_ctx *ctx,
+			    u16 opcode, void *resp, size_t resp_len)
+{
+	u32 status;
+
+	if (ctx->len < sizeof(ctx->out.hdr)) {
+		dev_err_ratelimited(&dev->vdev->dev,
+				    "command %u: short response (%u bytes)\n",
+				    opcode, ctx->len);
+		return -EIO;
+	}
+	status = le32_to_cpu(ctx->out.hdr.status);
+	if (status != VRDMA_STATUS_OK) {
+		if (status == VRDMA_STATUS_NEEDS_RESET)
+			WRITE_ONCE(dev->broken, true);
+		dev_dbg(&dev->vdev->dev, "command %u: status %u\n", opcode,
+			status);
+		return vrdma_status_to_errno(status);
+	}
+	if (ctx->len < sizeof(ctx->out.hdr) + resp_len) {
+		dev_err_ratelimited(&dev->vdev->dev,
+				    "command %u: response %u bytes, want %zu\n",
+				    opcode, ctx->len,
+				    sizeof(ctx->out.hdr) + resp_len);
+		return -EIO;
+	}
+	if (resp_len)
+		memcpy(resp, ctx->out.body, resp_len);
+	return 0;
+}
+
+static void vrdma_cmd_timed_out(struct vrdma_dev *dev, u16 opcode)
+{
+	if (!READ_ONCE(dev->broken))
+		dev_err(&dev->vdev->dev,
+			"command %u timed out after %u ms, device marked broken\n",
+			opcode, VRDMA_CMD_TIMEOUT_MS);
+	WRITE_ONCE(dev->broken, true);
+}
+
+/**
+ * vrdma_cmd - post one control command and wait for its response
+ * @dev: the device
+ * @opcode: VRDMA_CMD_*
+ * @req: request structure, copied
+ * @req_len: its size
+ * @tail: optional trailing array (page list), read by the device
+ * @tail_len: its size in bytes
+ * @resp: response structure
+ * @resp_len: its size
+ *
+ * Sleeps. Returns 0, the errno of a VRDMA_STATUS_*, -EIO when the device
+ * is broken, or -ETIMEDOUT (and the device is then marked broken).
+ */
+int vrdma_cmd(struct vrdma_dev *dev, u16 opcode, const void *req,
+	      size_t req_len, const void *tail, size_t tail_len, void *resp,
+	      size_t resp_len)
+{
+	struct virtqueue *vq = dev->vqs[VRDMA_VQ_CONTROL];
+	unsigned int ntail = vrdma_tail_nents(tail, tail_len);
+	struct scatterlist *sgs[2], *sgl;
+	struct vrdma_cmd_ctx *ctx;
+	unsigned long deadline, flags;
+	int err, n;
+
+	might_sleep();
+	if (WARN_ON(req_len > VRDMA_CMD_MAX_BODY ||
+		    resp_len > VRDMA_CMD_MAX_BODY))
+		return -EINVAL;
+	if (READ_ONCE(dev->broken))
+		return -EIO;
+
+	ctx = vrdma_cmd_ctx_new(opcode, req, req_len, GFP_KERNEL);
+	if (!ctx)
+		return -ENOMEM;
+	sgl = kmalloc_array(ntail + 2, sizeof(*sgl), GFP_KERNEL);
+	if (!sgl) {
+		kfree(ctx);
+		return -ENOMEM;
+	}
+	sg_init_table(sgl, ntail + 1);
+	sg_set_buf(&sgl[0], &ctx->in, sizeof(ctx->in.hdr) + req_len);
+	if (ntail) {
+		n = vrdma_tail_sg(&sgl[1], ntail, tail, tail_len);
+		if (n < 0) {
+			err = n;
+			goto out_free;
+		}
+	}
+	sg_init_one(&sgl[ntail + 1], &ctx->out,
+		    sizeof(ctx->out.hdr) + resp_len);
+	sgs[0] = &sgl[0];
+	sgs[1] = &sgl[ntail + 1];
+
+	deadline = jiffies + msecs_to_jiffies(VRDMA_CMD_TIMEOUT_MS);
+	spin_lock_irqsave(&dev->ctrl_lock, flags);
+	for (;;) {
+		if (READ_ONCE(dev->broken)) {
+			err = -EIO;
+			break;
+		}
+		err = virtqueue_add_sgs(vq, sgs, 1, 1, ctx, GFP_ATOMIC);
+		if (err != -ENOSPC)
+			break;
+		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+		if (time_after(jiffies, deadline)) {
+			vrdma_cmd_timed_out(dev, opcode);
+			err = -ETIMEDOUT;
+			goto out_free;
+		}
+		wait_event_timeout(dev->ctrl_wait,
+				   READ_ONCE(vq->num_free) > ntail + 1 ||
+				   READ_ONCE(dev->broken), HZ / 10);
+		spin_lock_irqsave(&dev->ctrl_lock, flags);
+	}
+	if (err) {
+		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+		goto out_free;
+	}
+	virtqueue_kick(vq);
+	spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+	kfree(sgl);
+	sgl = NULL;
+
+	if (!wait_for_completion_timeout(&ctx->done,
+					 msecs_to_jiffies(VRDMA_CMD_TIMEOUT_MS))) {
+		spin_lock_irqsave(&dev->ctrl_lock, flags);
+		if (!ctx->finished) {
+			ctx->abandoned = true;
+			spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+			vrdma_cmd_timed_out(dev, opcode);
+			return -ETIMEDOUT;
+		}
+		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+	}
+	err = vrdma_cmd_result(dev, ctx, opcode, resp, resp_len);
+out_free:
+	kfree(sgl);
+	kfree(ctx);
+	return err;
+}
+
+/**
+ * vrdma_cmd_atomic - post a small command from atomic context
+ * @dev: the device
+ * @opcode: VRDMA_CMD_*
+ * @req: request structure, copied
+ * @req_len: its size
+ * @resp: response structure
+ * @resp_len: its size
+ *
+ * Used by create_ah/destroy_ah without RDMA_CREATE_AH_SLEEPABLE: the
+ * control queue is polled with the lock held and interrupts off until the
+ * response arrives or the timeout marks the device broken.
+ */
+int vrdma_cmd_atomic(struct vrdma_dev *dev, u16 opcode, const void *req,
+		     size_t req_len, void *resp, size_t resp_len)
+{
+	struct virtqueue *vq = dev->vqs[VRDMA_VQ_CONTROL];
+	struct scatterlist in, out, *sgs[2] = { &in, &out };
+	struct vrdma_cmd_ctx *ctx;
+	unsigned long flags;
+	ktime_t deadline;
+	int err;
+
+	if (WARN_ON(req_len > VRDMA_CMD_MAX_BODY ||
+		    resp_len > VRDMA_CMD_MAX_BODY))
+		return -EINVAL;
+	if (READ_ONCE(dev->broken))
+		return -EIO;
+
+	ctx = vrdma_cmd_ctx_new(opcode, req, req_len, GFP_ATOMIC);
+	if (!ctx)
+		return -ENOMEM;
+	ctx->polled = true;
+	sg_init_one(&in, &ctx->in, sizeof(ctx->in.hdr) + req_len);
+	sg_init_one(&out, &ctx->out, sizeof(ctx->out.hdr) + resp_len);
+
+	deadline = ktime_add_ms(ktime_get(), VRDMA_CMD_TIMEOUT_MS);
+	spin_lock_irqsave(&dev->ctrl_lock, flags);
+	for (;;) {
+		err = virtqueue_add_sgs(vq, sgs, 1, 1, ctx, GFP_ATOMIC);
+		if (err != -ENOSPC)
+			break;
+		vrdma_ctrl_reap(dev);
+		if (ktime_after(ktime_get(), deadline))
+			break;
+		udelay(5);	/* atomic context: no sleeping */
+	}
+	if (err) {
+		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+		kfree(ctx);
+		if (err == -ENOSPC) {
+			vrdma_cmd_timed_out(dev, opcode);
+			err = -ETIMEDOUT;
+		}
+		return err;
+	}
+	virtqueue_kick(vq);
+	while (!ctx->finished) {
+		vrdma_ctrl_reap(dev);
+		if (ctx->finished)
+			break;
+		if (ktime_after(ktime_get(), deadline) ||
+		    virtqueue_is_broken(vq)) {
+			ctx->abandoned = true;
+			spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+			wake_up(&dev->ctrl_wait);
+			vrdma_cmd_timed_out(dev, opcode);
+			return -ETIMEDOUT;
+		}
+		udelay(2);
+	}
+	spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+	/* Other commands may have completed while we polled. */
+	wake_up(&dev->ctrl_wait);
+
+	err = vrdma_cmd_result(dev, ctx, opcode, resp, resp_len);
+	kfree(ctx);
+	return err;
+}
+
+/* After a device reset: free what the device will never return. */
+void vrdma_cmd_drain(struct vrdma_dev *dev)
+{
+	struct virtqueue *vq = dev->vqs[VRDMA_VQ_CONTROL];
+	struct vrdma_cmd_ctx *ctx;
+	unsigned long flags;
+
+	WRITE_ONCE(dev->broken, true);
+	spin_lock_irqsave(&dev->ctrl_lock, flags);
+	vrdma_ctrl_reap(dev);
+	while ((ctx = virtqueue_detach_unused_buf(vq)))
+		vrdma_cmd_finish(ctx, 0);
+	spin_unlock_irqrestore(&dev->ctrl_lock, flags);
+	wake_up(&dev->ctrl_wait);
+}
+
+static void vrdma_db_reap(struct virtqueue *vq)
+{
+	unsigned int len;
+	void *db;
+
+	while ((db = virtqueue_get_buf(vq, &len)))
+		kfree(db);
+}
+
+void vrdma_db_done(struct virtqueue *vq)
+{
+	struct vrdma_dev *dev = vq->vdev->priv;
+	unsigned long flags;
+
+	spin_lock_irqsave(&dev->db_lock, flags);
+	vrdma_db_reap(vq);
+	spin_unlock_irqrestore(&dev->db_lock, flags);
+}
+
+/**
+ * vrdma_doorbell - add one doorbell record to the doorbell queue (§8)
+ * @dev: the device
+ * @type: VRDMA_DB_*
+ * @id: QPN, SRQN or CQN
+ *
+ * Callable from any context. The record buffer is freed when the device
+ * returns it.
+ */
+int vrdma_doorbell(struct vrdma_dev *dev, u32 type, u32 id)
+{
+	struct virtqueue *vq = dev->vqs[VRDMA_VQ_DOORBELL];
+	struct vrdma_doorbell *db;
+	struct scatterlist sg;
+	unsigned long flags;
+	ktime_t deadline;
+	int err;
+
+	if (READ_ONCE(dev->broken))
+		return -EIO;
+	db = kmalloc(sizeof(*db), GFP_ATOMIC);
+	if (!db)
+		return -ENOMEM;
+	db->type = cpu_to_le32(type);
+	db->id = cpu_to_le32(id);
+	sg_init_one(&sg, db, sizeof(*db));
+
+	deadline = ktime_add_ms(ktime_get(), VRDMA_DB_TIMEOUT_MS);
+	spin_lock_irqsave(&dev->db_lock, flags);
+	for (;;) {
+		vrdma_db_reap(vq);
+		err = virtqueue_add_outbuf(vq, &sg, 1, db, GFP_ATOMIC);
+		if (err != -ENOSPC || ktime_after(ktime_get(), deadline))
+			break;
+		udelay(5);
+	}
+	if (!err)
+		virtqueue_kick(vq);
+	spin_unlock_irqrestore(&dev->db_lock, flags);
+	if (err) {
+		kfree(db);
+		dev_err_ratelimited(&dev->vdev->dev,
+				    "doorbell %u/%u dropped: %d\n", type, id,
+				    err);
+		return err == -ENOSPC ? -EBUSY : err;
+	}
+	return 0;
+}
+
+void vrdma_db_drain(struct vrdma_dev *dev)
+{
+	struct virtqueue *vq = dev->vqs[VRDMA_VQ_DOORBELL];
+	unsigned long flags;
+	void *db;
+
+	spin_lock_irqsave(&dev->db_lock, flags);
+	vrdma_db_reap(vq);
+	while ((db = virtqueue_detach_unused_buf(vq)))
+		kfree(db);
+	spin_unlock_irqrestore(&dev->db_lock, flags);
+}

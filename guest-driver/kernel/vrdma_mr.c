@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vrdma memory regions (§12): DMA MRs, page-list MRs from pinned user
+ * memory, fast-registration MRs whose page list lives in a driver buffer,
+ * and the entry points of on-demand paging (vrdma_odp.c).
+ */
+#include <linux/dma-mapping.h>
+#include <linux/slab.h>
+#include <rdma/ib_umem.h>
+#include <rdma/iter.h>
+#include <rdma/uverbs_ioctl.h>
+
+#include "vrdma.h"
+
+u32 vrdma_access(int ib_access)
+{
+	/* The low bits equal enum ib_access_flags (§11). */
+	return ib_access & (VRDMA_ACCESS_LOCAL_WRITE |
+			    VRDMA_ACCESS_REMOTE_WRITE |
+			    VRDMA_ACCESS_REMOTE_READ |
+			    VRDMA_ACCESS_REMOTE_ATOMIC |
+			    VRDMA_ACCESS_MW_BIND |
+			    VRDMA_ACCESS_ZERO_BASED |
+			    VRDMA_ACCESS_ON_DEMAND);
+}
+
+static struct vrdma_mr *vrdma_mr_new(struct vrdma_dev *dev)
+{
+	struct vrdma_mr *mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+
+	if (!mr)
+		return NULL;
+	mr->dev = dev;
+	xa_init(&mr->children);
+	refcount_set(&mr->refs, 1);
+	init_completion(&mr->free);
+	return mr;
+}
+
+static void vrdma_mr_set_keys(struct vrdma_mr *mr,
+			      const struct vrdma_resp_reg_mr *resp)
+{
+	mr->ibmr.lkey = le32_to_cpu(resp->lkey);
+	mr->ibmr.rkey = le32_to_cpu(resp->rkey);
+}
+
+static int vrdma_dereg_cmd(struct vrdma_dev *dev, u32 lkey)
+{
+	struct vrdma_handle req = { .handle = cpu_to_le32(lkey) };
+
+	return vrdma_cmd(dev, VRDMA_CMD_DEREG_MR, &req, sizeof(req), NULL, 0,
+			 NULL, 0);
+}
+
+struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_cmd_reg_mr req = {};
+	struct vrdma_resp_reg_mr resp;
+	struct vrdma_mr *mr;
+	int err;
+
+	mr = vrdma_mr_new(dev);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	req.pdn = cpu_to_le32(to_vpd(ibpd)->pdn);
+	req.access = cpu_to_le32(vrdma_access(access));
+	req.length = cpu_to_le64(U64_MAX);
+	err = vrdma_cmd(dev, VRDMA_CMD_REG_DMA_MR, &req, sizeof(req), NULL, 0,
+			&resp, sizeof(resp));
+	if (err) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	vrdma_mr_set_keys(mr, &resp);
+	return &mr->ibmr;
+}
+
+static unsigned long vrdma_pgsz_bitmap(struct vrdma_dev *dev)
+{
+	unsigned long bitmap = VCFG64(dev, page_size_cap) & ~(SZ_4K - 1UL);
+
+	return bitmap ?: SZ_4K;
+}
+
+struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+				u64 virt_addr, int access,
+				struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_cmd_reg_mr req = {};
+	struct vrdma_resp_reg_mr resp;
+	struct ib_block_iter biter;
+	struct vrdma_mr *mr;
+	unsigned long pgsz;
+	size_t npages, i = 0;
+	__le64 *pl;
+	int err;
+
+	if (access & IB_ACCESS_ON_DEMAND)
+		return vrdma_reg_odp_mr(to_vpd(ibpd), start, length, virt_addr,
+					access);
+	if (!length || length > VCFG64(dev, max_mr_size))
+		return ERR_PTR(-EINVAL);
+
+	mr = vrdma_mr_new(dev);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->umem = ib_umem_get(ibpd->device, start, length, access);
+	if (IS_ERR(mr->umem)) {
+		err = PTR_ERR(mr->umem);
+		goto err_free;
+	}
+	pgsz = ib_umem_find_best_pgsz(mr->umem, vrdma_pgsz_bitmap(dev),
+				      virt_addr);
+	if (!pgsz) {
+		err = -EINVAL;
+		goto err_umem;
+	}
+	npages = ib_umem_num_dma_blocks(mr->umem, pgsz);
+	pl = kvmalloc_array(npages, sizeof(*pl), GFP_KERNEL);
+	if (!pl) {
+		err = -ENOMEM;
+		goto err_umem;
+	}
+	rdma_umem_for_each_dma_block(mr->umem, &biter, pgsz)
+		pl[i++] = cpu_to_le64(rdma_block_iter_dma_address(&biter));
+
+	req.pdn = cpu_to_le32(to_vpd(ibpd)->pdn);
+	req.access = cpu_to_le32(vrdma_access(access));
+	req.iova = cpu_to_le64(virt_addr);
+	req.length = cpu_to_le64(length);
+	req.page_shift = cpu_to_le32(ilog2(pgsz));
+	req.npages = cpu_to_le32(npages);
+	err = vrdma_cmd(dev, VRDMA_CMD_REG_MR, &req, sizeof(req), pl,
+			npages * sizeof(*pl), &resp, sizeof(resp));
+	kvfree(pl);
+	if (err)
+		goto err_umem;
+	vrdma_mr_set_keys(mr, &resp);
+	return &mr->ibmr;
+
+err_umem:
+	ib_umem_release(mr->umem);
+err_free:
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+struct ib_mr *vrdma_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
+			     u32 max_num_sg)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_cmd_reg_mr req = {};
+	struct vrdma_resp_reg_mr resp;
+	struct vrdma_mr *mr;
+	int err;
+
+	if (type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > VCFG(dev, max_fast_reg_page_list_len))
+		return ERR_PTR(-EINVAL);
+
+	mr = vrdma_mr_new(dev);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->pl_max = max_num_sg;
+	mr->pl = dma_alloc_coherent(dev->dma_dev, max_num_sg * sizeof(*mr->pl),
+				    &mr->pl_dma, GFP_KERNEL);
+	if (!mr->pl) {
+		err = -ENOMEM;
+		goto err_free;
+	}
+	req.pdn = cpu_to_le32(to_vpd(ibpd)->pdn);
+	req.npages = cpu_to_le32(max_num_sg);
+	err = vrdma_cmd(dev, VRDMA_CMD_ALLOC_FAST_REG_MR, &req, sizeof(req),
+			NULL, 0, &resp, sizeof(resp));
+	if (err)
+		goto err_pl;
+	vrdma_mr_set_keys(mr, &resp);
+	return &mr->ibmr;
+
+err_pl:
+	dma_free_coherent(dev->dma_dev, max_num_sg * sizeof(*mr->pl), mr->pl,
+			  mr->pl_dma);
+err_free:
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+static int vrdma_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct vrdma_mr *mr = to_vmr(ibmr);
+
+	if (mr->npages == mr->pl_max)
+		return -ENOMEM;
+	mr->pl[mr->npages++] = cpu_to_le64(addr);
+	return 0;
+}
+
+int vrdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		    unsigned int *sg_offset)
+{
+	struct vrdma_mr *mr = to_vmr(ibmr);
+
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, vrdma_set_page);
+}
+
+int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct vrdma_mr *mr = to_vmr(ibmr);
+	struct vrdma_dev *dev = mr->dev;
+	int err;
+
+	if (mr->odp)
+		vrdma_odp_unpublish(mr);
+	err = vrdma_dereg_cmd(dev, ibmr->lkey);
+	if (err && err != -EIO && err != -ETIMEDOUT)
+		dev_warn(&dev->vdev->dev, "DEREG_MR %#x: %d\n", ibmr->lkey,
+			 err);
+	if (mr->odp)
+		vrdma_odp_dereg(mr);
+	else if (mr->umem)
+		ib_umem_release(mr->umem);
+	if (mr->pl)
+		dma_free_coherent(dev->dma_dev, mr->pl_max * sizeof(*mr->pl),
+				  mr->pl, mr->pl_dma);
+	kfree(mr);
+	return 0;
+}
+
+int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
+		    u32 flags, struct ib_sge *sg_list, u32 num_sge,
+		    struct uverbs_attr_bundle *attrs)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_cmd_advise_mr req = {};
+	u32 i;
+	int err;
+
+	switch (advice) {
+	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH:
+		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH);
+		break;
+	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE:
+		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH_WRITE);
+		break;
+	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT:
+		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH_NO_FAULT);
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	if (flags & ~IB_UVERBS_ADVISE_MR_FLAG_FLUSH)
+		return -EOPNOTSUPP;
+	if (flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH)
+		req.flags = cpu_to_le32(VRDMA_ADVISE_F_FLUSH);
+
+	for (i = 0; i < num_sge; i++) {
+		req.lkey = cpu_to_le32(sg_list[i].lkey);
+		req.iova = cpu_to_le64(sg_list[i].addr);
+		req.length = cpu_to_le64(sg_list[i].length);
+		err = vrdma_cmd(dev, VRDMA_CMD_ADVISE_MR, &req, sizeof(req),
+				NULL, 0, NULL, 0);
+		if (err)
+			return err;
+	}
+	return 0;
+}

@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vrdma on-demand paging (§10, §12).
+ *
+ * Nothing is translated at registration. The device asks for a chunk with
+ * a FAULT page request on the pagereq queue; a worker faults the pages in
+ * with ib_umem_odp_map_dma_and_lock() and answers with ODP_PAGE_RESP while
+ * holding umem_mutex, so an invalidation cannot slip in between. The
+ * interval notifier sends ODP_INVALIDATE and returns only once the device
+ * confirms that no access to the range is in flight.
+ *
+ * Implicit MRs cover the whole address space: one child umem per chunk of
+ * 1 << odp_chunk_shift bytes, created when the device first asks for it and
+ * kept in mr->children until the MR is deregistered.
+ */
+#include <linux/slab.h>
+#include <rdma/ib_umem_odp.h>
+
+#include "vrdma.h"
+
+struct vrdma_pr_work {
+	struct work_struct work;
+	struct vrdma_dev *dev;
+	struct vrdma_page_req req;
+};
+
+static u64 vrdma_odp_va_to_iova(struct vrdma_mr *mr, u64 va)
+{
+	if (mr->implicit)
+		return va;
+	return mr->odp_iova + (va - mr->umem->address);
+}
+
+static void vrdma_odp_invalidate_cmd(struct vrdma_mr *mr, u64 iova, u64 len)
+{
+	struct vrdma_cmd_odp_invalidate req = {};
+	int err;
+
+	req.mr_key = cpu_to_le32(mr->ibmr.lkey);
+	req.iova = cpu_to_le64(iova);
+	req.length = cpu_to_le64(len);
+	err = vrdma_cmd(mr->dev, VRDMA_CMD_ODP_INVALIDATE, &req, sizeof(req),
+			NULL, 0, NULL, 0);
+	if (err && err != -EIO && err != -ETIMEDOUT && err != -ENOENT)
+		dev_warn_ratelimited(&mr->dev->vdev->dev,
+				     "ODP_INVALIDATE %#x: %d\n",
+				     mr->ibmr.lkey, err);
+}
+
+static bool vrdma_odp_invalidate(struct mmu_interval_notifier *mni,
+				 const struct mmu_notifier_range *range,
+				 unsigned long cur_seq)
+{
+	struct ib_umem_odp *odp = container_of(mni, struct ib_umem_odp,
+					       notifier);
+	struct vrdma_mr *mr;
+	u64 start, end;
+
+	/* ODP_INVALIDATE waits for the device: only where we may sleep. */
+	if (!mmu_notifier_range_blockable(range))
+		return false;
+
+	mutex_lock(&odp->umem_mutex);
+	mmu_interval_set_seq(mni, cur_seq);
+	mr = odp->private;
+	/* Nothing was handed to the device yet. */
+	if (!mr || !odp->npages)
+		goto out;
+	start = max_t(u64, ib_umem_start(odp), range->start);
+	end = min_t(u64, ib_umem_end(odp), range->end);
+	if (start >= end)
+		goto out;
+	vrdma_odp_invalidate_cmd(mr, vrdma_odp_va_to_iova(mr, start),
+				 end - start);
+	ib_umem_odp_unmap_dma_pages(odp, start, end);
+out:
+	mutex_unlock(&odp->umem_mutex);
+	return true;
+}
+
+static const struct mmu_interval_notifier_ops vrdma_odp_ops = {
+	.invalidate = vrdma_odp_invalidate,
+};
+
+struct ib_mr *vrdma_reg_odp_mr(struct vrdma_pd *pd, u64 start, u64 length,
+			       u64 virt_addr, int access)
+{
+	struct vrdma_dev *dev = to_vdev(pd->ibpd.device);
+	struct vrdma_cmd_reg_mr req = {};
+	struct vrdma_resp_reg_mr resp;
+	struct ib_umem_odp *odp;
+	struct vrdma_mr *mr;
+	u16 opcode;
+	int err;
+
+	if (!dev->has_odp)
+		return ERR_PTR(-EOPNOTSUPP);
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->dev = dev;
+	mr->odp = true;
+	xa_init(&mr->children);
+	refcount_set(&mr->refs, 1);
+	init_completion(&mr->free);
+
+	if (!start && length == U64_MAX) {
+		if (virt_addr || !dev->has_odp_implicit) {
+			err = -EINVAL;
+			goto err_free;
+		}
+		odp = ib_umem_odp_alloc_implicit(&dev->ib, access);
+		mr->implicit = true;
+		opcode = VRDMA_CMD_REG_IMPLICIT_MR;
+	} else {
+		if (!length || length > VCFG64(dev, max_mr_size)) {
+			err = -EINVAL;
+			goto err_free;
+		}
+		odp = ib_umem_odp_get(&dev->ib, start, length, access,
+				      &vrdma_odp_ops);
+		opcode = VRDMA_CMD_REG_ODP_MR;
+	}
+	if (IS_ERR(odp)) {
+		err = PTR_ERR(odp);
+		goto err_free;
+	}
+	mr->umem = &odp->umem;
+	mr->odp_iova = virt_addr;
+
+	req.pdn = cpu_to_le32(pd->pdn);
+	req.access = cpu_to_le32(vrdma_access(access) | VRDMA_ACCESS_ON_DEMAND);
+	req.iova = cpu_to_le64(mr->implicit ? 0 : virt_addr);
+	req.length = cpu_to_le64(length);
+	req.page_shift = cpu_to_le32(VRDMA_PAGE_SHIFT);
+	err = vrdma_cmd(dev, opcode, &req, sizeof(req), NULL, 0, &resp,
+			sizeof(resp));
+	if (err)
+		goto err_umem;
+	mr->ibmr.lkey = le32_to_cpu(resp.lkey);
+	mr->ibmr.rkey = le32_to_cpu(resp.rkey);
+
+	err = xa_insert(&dev->odp_mrs, VRDMA_KEY_INDEX(mr->ibmr.lkey), mr,
+			GFP_KERNEL);
+	if (err)
+		goto err_dereg;
+	mutex_lock(&odp->umem_mutex);
+	odp->private = mr;
+	mutex_unlock(&odp->umem_mutex);
+	return &mr->ibmr;
+
+err_dereg:
+	{
+		struct vrdma_handle h = { .handle = resp.lkey };
+
+		vrdma_cmd(dev, VRDMA_CMD_DEREG_MR, &h, sizeof(h), NULL, 0,
+			  NULL, 0);
+	}
+err_umem:
+	ib_umem_odp_release(odp);
+err_free:
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+/* Step 1 of deregistration: no new page request finds the MR. */
+void vrdma_odp_unpublish(struct vrdma_mr *mr)
+{
+	xa_erase(&mr->dev->odp_mrs, VRDMA_KEY_INDEX(mr->ibmr.lkey));
+	if (refcount_dec_and_test(&mr->refs))
+		complete(&mr->free);
+	wait_for_completion(&mr->free);
+}
+
+/* Step 2, after DEREG_MR: children first, then the parent. */
+void vrdma_odp_dereg(struct vrdma_mr *mr)
+{
+	struct ib_umem_odp *child;
+	unsigned long idx;
+
+	xa_for_each(&mr->children, idx, child)
+		ib_umem_odp_release(child);
+	xa_destroy(&mr->children);
+	ib_umem_odp_release(to_ib_umem_odp(mr->umem));
+	mr->umem = NULL;
+}
+
+static struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
+{
+	struct vrdma_mr *mr;
+
+	xa_lock(&dev->odp_mrs);
+	mr = xa_load(&dev->odp_mrs, VRDMA_KEY_INDEX(key));
+	if (mr && mr->ibmr.lkey == key)
+		refcount_inc(&mr->refs);
+	else
+		mr = NULL;
+	xa_unlock(&dev->odp_mrs);
+	return mr;
+}
+
+static void vrdma_odp_mr_put(struct vrdma_mr *mr)
+{
+	if (refcount_dec_and_test(&mr->refs))
+		complete(&mr->free);
+}
+
+/* The child umem of an implicit MR covering @va, created on first use. */
+static struct ib_umem_odp *vrdma_odp_child(struct vrdma_mr *mr, u64 va)
+{
+	u32 shift = VCFG(mr->dev, odp_chunk_shift);
+	struct ib_umem_odp *root = to_ib_umem_odp(mr->umem);
+	struct ib_umem_odp *child, *old;
+	unsigned long idx;
+
+	if (shift < VRDMA_PAGE_SHIFT || shift > 30)
+		shift = 21;
+	idx = va >> shift;
+	child = xa_load(&mr->children, idx);
+	if (child)
+		return child;
+
+	child = ib_umem_odp_alloc_child(root, idx << shift, 1UL << shift,
+					&vrdma_odp_ops);
+	if (IS_ERR(child))
+		return child;
+	mutex_lock(&child->umem_mutex);
+	child->private = mr;
+	mutex_unlock(&child->umem_mutex);
+
+	old = xa_cmpxchg(&mr->children, idx, NULL, child, GFP_KERNEL);
+	if (old) {
+		/* Lost a race with another worker (or no memory). */
+		ib_umem_odp_release(child);
+		if (xa_is_err(old))
+			return ERR_PTR(xa_err(old));
+		return old;
+	}
+	return child;
+}
+
+static int vrdma_odp_resp(struct vrdma_dev *dev, const struct vrdma_page_req *req,
+			  u32 status, u32 flags, u64 iova, const __le64 *pl,
+			  u32 npages)
+{
+	struct vrdma_cmd_odp_page_resp resp = {};
+
+	resp.req_id = req->req_id;
+	resp.mr_key = req->mr_key;
+	resp.status = cpu_to_le32(status);
+	resp.flags = cpu_to_le32(flags);
+	resp.iova = cpu_to_le64(iova);
+	resp.npages = cpu_to_le32(npages);
+	return vrdma_cmd(dev, VRDMA_CMD_ODP_PAGE_RESP, &resp, sizeof(resp), pl,
+			 npages * sizeof(*pl), NULL, 0);
+}
+
+static u32 vrdma_odp_errno_status(int err)
+{
+	return err == -EPERM || err == -EACCES ? VRDMA_STATUS_ACCESS :
+						  VRDMA_STATUS_BAD_ADDRESS;
+}
+
+static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
+			    const struct vrdma_page_req *req)
+{
+	u64 iova = le64_to_cpu(req->iova);
+	u64 len = le64_to_cpu(req->length);
+	bool write = le32_to_cpu(req->flags) & VRDMA_PAGEREQ_F_WRITE;
+	struct ib_umem_odp *odp;
+	u64 va, va_end, access, first;
+	u32 i, npages, flags = 0, status;
+	__le64 *pl;
+	int ret;
+
+	if (!len || iova + len < iova) {
+		status = VRDMA_STATUS_BAD_ADDRESS;
+		goto err;
+	}
+	if (mr->implicit) {
+		odp = vrdma_odp_child(mr, iova);
+		if (IS_ERR(odp)) {
+			status = vrdma_odp_errno_status(PTR_ERR(odp));
+			goto err;
+		}
+		va = iova;
+	} else {
+		odp = to_ib_umem_odp(mr->umem);
+		if (iova < mr->odp_iova ||
+		    iova - mr->odp_iova >= mr->umem->length) {
+			status = VRDMA_STATUS_BAD_ADDRESS;
+			goto err;
+		}
+		va = mr->umem->address + (iova - mr->odp_iova);
+	}
+	/* Page-aligned, clipped to this umem (the chunk of an implicit MR). */
+	va_end = min_t(u64, ALIGN(va + len, VRDMA_PAGE_SIZE),
+		       ib_umem_end(odp));
+	va = ALIGN_DOWN(va, VRDMA_PAGE_SIZE);
+	if (va < ib_umem_start(odp) || va >= va_end) {
+		status = VRDMA_STATUS_BAD_ADDRESS;
+		goto err;
+	}
+	if (write && !odp->umem.writable) {
+		status = VRDMA_STATUS_ACCESS;
+		goto err;
+	}
+	npages = (va_end - va) >> VRDMA_PAGE_SHIFT;
+	pl = kvmalloc_array(npages, sizeof(*pl), GFP_KERNEL);
+	if (!pl) {
+		status = VRDMA_STATUS_NO_RESOURCES;
+		goto err;
+	}
+
+	access = ODP_READ_ALLOWED_BIT;
+	if (odp->umem.writable)
+		access |= ODP_WRITE_ALLOWED_BIT;
+	ret = ib_umem_odp_map_dma_and_lock(odp, va, va_end - va, access, true);
+	if (ret < 0) {
+		kvfree(pl);
+		status = vrdma_odp_errno_status(ret);
+		goto err;
+	}
+	/* umem_mutex held: no invalidation until the device has the pages. */
+	first = (va - ib_umem_start(odp)) >> odp->page_shift;
+	flags = VRDMA_ODP_RESP_F_WRITABLE;
+	for (i = 0; i < npages; i++) {
+		dma_addr_t d = odp->dma_list[first + i];
+
+		if (!(d & ODP_WRITE_ALLOWED_BIT))
+			flags = 0;
+		pl[i] = cpu_to_le64(d & ODP_DMA_ADDR_MASK);
+	}
+	ret = vrdma_odp_resp(dev, req, VRDMA_STATUS_OK, flags,
+			     vrdma_odp_va_to_iova(mr, va), pl, npages);
+	mutex_unlock(&odp->umem_mutex);
+	kvfree(pl);
+	if (ret)
+		dev_warn_ratelimited(&dev->vdev->dev,
+				     "ODP_PAGE_RESP %#x: %d\n", mr->ibmr.lkey,
+				     ret);
+	return;
+err:
+	vrdma_odp_resp(dev, req, status, 0, iova, NULL, 0);
+}
+
+static void vrdma_odp_reclaim(struct vrdma_mr *mr,
+			      const struct vrdma_page_req *req)
+{
+	u64 iova = le64_to_cpu(req->iova);
+	u64 len = le64_to_cpu(req->length);
+	struct ib_umem_odp *odp;
+	u64 va;
+
+	if (mr->implicit) {
+		u32 shift = VCFG(mr->dev, odp_chunk_shift);
+
+		if (shift < VRDMA_PAGE_SHIFT || shift > 30)
+			shift = 21;
+		odp = xa_load(&mr->children, iova >> shift);
+		if (!odp)
+			return;
+		va = iova;
+	} else {
+		if (iova < mr->odp_iova)
+			return;
+		odp = to_ib_umem_odp(mr->umem);
+		va = mr->umem->address + (iova - mr->odp_iova);
+	}
+	mutex_lock(&odp->umem_mutex);
+	if (odp->npages)
+		ib_umem_odp_unmap_dma_pages(odp, va, va + len);
+	mutex_unlock(&odp->umem_mutex);
+}
+
+static void vrdma_pagereq_work(struct work_struct *work)
+{
+	struct vrdma_pr_work *pw = container_of(work, struct vrdma_pr_work,
+						work);
+	struct vrdma_dev *dev = pw->dev;
+	u32 type = le32_to_cpu(pw->req.type);
+	struct vrdma_mr *mr;
+
+	mr = vrdma_odp_mr_get(dev, le32_to_cpu(pw->req.mr_key));
+	if (type == VRDMA_PAGEREQ_FAULT) {
+		if (mr)
+			vrdma_odp_fault(dev, mr, &pw->req);
+		else
+			vrdma_odp_resp(dev, &pw->req, VRDMA_STATUS_BAD_ADDRESS,
+				       0, le64_to_cpu(pw->req.iova), NULL, 0);
+	} else if (type == VRDMA_PAGEREQ_RECLAIM) {
+		if (mr)
+			vrdma_odp_reclaim(mr, &pw->req);
+	} else {
+		dev_warn_ratelimited(&dev->vdev->dev,
+				     "unknown page request %u\n", type);
+	}
+	if (mr)
+		vrdma_odp_mr_put(mr);
+	kfree(pw);
+}
+
+static int vrdma_pagereq_post(struct vrdma_dev *dev, struct vrdma_page_req *r)
+{
+	struct scatterlist sg;
+
+	sg_init_one(&sg, r, sizeof(*r));
+	return virtqueue_add_inbuf(dev->vqs[VRDMA_VQ_PAGEREQ], &sg, 1, r,
+				   GFP_ATOMIC);
+}
+
+void vrdma_pagereq_done(struct virtqueue *vq)
+{
+	struct vrdma_dev *dev = vq->vdev->priv;
+	struct vrdma_page_req *r;
+	struct vrdma_pr_work *pw;
+	unsigned long flags;
+	unsigned int len;
+	bool posted = false;
+
+	spin_lock_irqsave(&dev->pr_lock, flags);
+	do {
+		virtqueue_disable_cb(vq);
+		while ((r = virtqueue_get_buf(vq, &len))) {
+			if (len >= sizeof(*r) && dev->odp_wq) {
+				pw = kmalloc(sizeof(*pw), GFP_ATOMIC);
+				if (pw) {
+					INIT_WORK(&pw->work, vrdma_pagereq_work);
+					pw->dev = dev;
+					pw->req = *r;
+					queue_work(dev->odp_wq, &pw->work);
+				} else {
+					dev_warn_ratelimited(&dev->vdev->dev,
+							     "page request dropped\n");
+				}
+			}
+			memset(r, 0, sizeof(*r));
+			if (!vrdma_pagereq_post(dev, r))
+				posted = true;
+		}
+	} while (!virtqueue_enable_cb(vq));
+	if (posted)
+		virtqueue_kick(vq);
+	spin_unlock_irqrestore(&dev->pr_lock, flags);
+}
+
+/* Call after virtio_device_ready(). */
+int vrdma_pagereq_init(struct vrdma_dev *dev)
+{
+	unsigned long flags;
+	int i, err = 0;
+
+	dev->pr_bufs = kcalloc(VRDMA_NUM_PAGEREQ_BUFS, sizeof(*dev->pr_bufs),
+			       GFP_KERNEL);
+	if (!dev->pr_bufs)
+		return -ENOMEM;
+	spin_lock_irqsave(&dev->pr_lock, flags);
+	for (i = 0; i < VRDMA_NUM_PAGEREQ_BUFS; i++) {
+		err = vrdma_pagereq_post(dev, &dev->pr_bufs[i]);
+		if (err)
+			break;
+	}
+	virtqueue_kick(dev->vqs[VRDMA_VQ_PAGEREQ]);
+	spin_unlock_irqrestore(&dev->pr_lock, flags);
+	return i ? 0 : err;
+}
+
+/* Call after the device was reset. */
+void vrdma_pagereq_cleanup(struct vrdma_dev *dev)
+{
+	if (!dev->pr_bufs)
+		return;
+	while (virtqueue_detach_unused_buf(dev->vqs[VRDMA_VQ_PAGEREQ]))
+		;
+	kfree(dev->pr_bufs);
+	dev->pr_bufs = NULL;
+}

@@ -1,0 +1,801 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * libvrdma data-path test without a device.
+ *
+ * A memfd plays the uverbs fd: the provider mmaps its rings from it and
+ * "rings doorbells" by write()ing post_send commands to it, which land at
+ * STUB_DB_OFF so the test can count and decode them. The test reads and
+ * writes the same memfd as the device would (device-spec §4, §6, §7).
+ */
+#define _GNU_SOURCE
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <ccan/array_size.h>
+
+#include "vrdma.h"
+#include "stubs.h"
+
+static int failures;
+
+#define CHECK(cond)                                                          \
+	do {                                                                 \
+		if (!(cond)) {                                               \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n",         \
+				__FILE__, __LINE__, #cond);                  \
+			failures++;                                          \
+		}                                                            \
+	} while (0)
+
+static int memfd;
+static uint8_t *dev;	/* the device's view of the memfd */
+static struct ibv_context ctx;
+static struct ibv_pd pd;
+
+static struct vrdma_ring_ctrl *ctrl_at(size_t off)
+{
+	return (struct vrdma_ring_ctrl *)(dev + off);
+}
+
+static void *entry_at(size_t off, uint32_t idx, unsigned int shift)
+{
+	return dev + off + VRDMA_PAGE_SIZE +
+	       ((size_t)(idx & (STUB_DEPTH - 1)) << shift);
+}
+
+static long doorbells(void)
+{
+	return (lseek(memfd, 0, SEEK_CUR) - STUB_DB_OFF) /
+	       (long)sizeof(struct ibv_post_send);
+}
+
+static void reset_rings(void)
+{
+	memset(dev, 0, STUB_FILE_SIZE);
+	lseek(memfd, STUB_DB_OFF, SEEK_SET);
+}
+
+static void setup(void)
+{
+	memfd = memfd_create("vrdma-test", 0);
+	assert(memfd >= 0);
+	assert(ftruncate(memfd, STUB_FILE_SIZE) == 0);
+	dev = mmap(NULL, STUB_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+		   memfd, 0);
+	assert(dev != MAP_FAILED);
+	ctx.cmd_fd = memfd;
+	pd.context = &ctx;
+	reset_rings();
+}
+
+static struct ibv_qp *make_qp(enum ibv_qp_type type, uint64_t send_ops,
+			      struct ibv_srq *srq)
+{
+	struct ibv_qp_init_attr_ex attr = {
+		.qp_type = type,
+		.srq = srq,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = &pd,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8,
+			 .max_send_sge = 4, .max_recv_sge = 3,
+			 .max_inline_data = 64 },
+	};
+
+	if (send_ops) {
+		attr.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		attr.send_ops_flags = send_ops;
+	}
+	return vrdma_create_qp_ex(&ctx, &attr);
+}
+
+static void test_registration(void)
+{
+	/* PROVIDER_DRIVER's constructor registered our ops */
+	CHECK(stub.registered != NULL);
+}
+
+static void test_qp_create_rejects(void)
+{
+	struct ibv_qp_init_attr_ex attr = {
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD |
+			     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = &pd,
+	};
+	static const uint64_t bad_ops[] = {
+		IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
+		IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_FLUSH,
+		IBV_QP_EX_WITH_ATOMIC_WRITE,
+	};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bad_ops); i++) {
+		attr.send_ops_flags = IBV_QP_EX_WITH_SEND | bad_ops[i];
+		errno = 0;
+		CHECK(!vrdma_create_qp_ex(&ctx, &attr));
+		CHECK(errno == EOPNOTSUPP);
+	}
+
+	/* RDMA READ on UC, RDMA WRITE on UD: not offered */
+	attr.qp_type = IBV_QPT_UC;
+	attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ;
+	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+	attr.qp_type = IBV_QPT_UD;
+	attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+
+	attr.qp_type = IBV_QPT_RAW_PACKET;
+	attr.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+
+	attr.qp_type = IBV_QPT_RC;
+	attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	attr.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+}
+
+static void test_post_send(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_RC, 0, NULL);
+	struct vrdma_ring_ctrl *sq = ctrl_at(STUB_SQ_OFF);
+	struct ibv_sge sge[5] = {
+		{ .addr = 0x1000, .length = 16, .lkey = 0x101 },
+		{ .addr = 0x2000, .length = 32, .lkey = 0x102 },
+		{ .addr = 0x3000, .length = 48, .lkey = 0x103 },
+		{ .addr = 0x4000, .length = 64, .lkey = 0x104 },
+		{ .addr = 0x5000, .length = 80, .lkey = 0x105 },
+	};
+	struct ibv_send_wr wr[3] = {}, *bad = NULL;
+	struct ibv_post_send db;
+	struct vrdma_send_wqe *w;
+	struct vrdma_sge *s;
+	int i;
+
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+
+	wr[0].wr_id = 0xa0;
+	wr[0].opcode = IBV_WR_SEND_WITH_IMM;
+	wr[0].send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+	wr[0].imm_data = htobe32(0x11223344);
+	wr[0].sg_list = sge;
+	wr[0].num_sge = 2;
+	wr[0].next = &wr[1];
+	wr[1].wr_id = 0xa1;
+	wr[1].opcode = IBV_WR_RDMA_WRITE;
+	wr[1].wr.rdma.remote_addr = 0xdead0000;
+	wr[1].wr.rdma.rkey = 0x4242;
+	wr[1].sg_list = sge;
+	wr[1].num_sge = 4;
+	wr[1].next = &wr[2];
+	wr[2].wr_id = 0xa2;
+	wr[2].opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr[2].send_flags = IBV_SEND_FENCE;
+	wr[2].wr.atomic.remote_addr = 0xbeef0;
+	wr[2].wr.atomic.rkey = 0x77;
+	wr[2].wr.atomic.compare_add = 5;
+	wr[2].wr.atomic.swap = 6;
+	wr[2].sg_list = sge;
+	wr[2].num_sge = 1;
+
+	CHECK(vrdma_post_send(qp, wr, &bad) == 0);
+	CHECK(le32toh(sq->producer) == 3);
+	CHECK(doorbells() == 1);	/* one doorbell for three WQEs */
+
+	w = entry_at(STUB_SQ_OFF, 0, STUB_SQ_SHIFT);
+	CHECK(le64toh(w->wr_id) == 0xa0);
+	CHECK(w->opcode == VRDMA_WR_SEND_WITH_IMM);
+	CHECK(w->flags == (VRDMA_SEND_SIGNALED | VRDMA_SEND_SOLICITED));
+	CHECK(w->num_sge == 2);
+	/* imm travels in wire order: the bytes 11 22 33 44 as they are */
+	CHECK(((uint8_t *)&w->ex)[0] == 0x11 && ((uint8_t *)&w->ex)[3] == 0x44);
+	s = (struct vrdma_sge *)(w + 1);
+	CHECK(le64toh(s[1].addr) == 0x2000 && le32toh(s[1].length) == 32 &&
+	      le32toh(s[1].lkey) == 0x102);
+
+	w = entry_at(STUB_SQ_OFF, 1, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_RDMA_WRITE && w->num_sge == 4);
+	CHECK(w->flags == 0);
+	CHECK(le64toh(w->wr.rdma.remote_addr) == 0xdead0000);
+	CHECK(le32toh(w->wr.rdma.rkey) == 0x4242);
+
+	w = entry_at(STUB_SQ_OFF, 2, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_ATOMIC_CMP_AND_SWP);
+	CHECK(w->flags == VRDMA_SEND_FENCE);
+	CHECK(le64toh(w->wr.atomic.compare_add) == 5 &&
+	      le64toh(w->wr.atomic.swap) == 6 &&
+	      le32toh(w->wr.atomic.rkey) == 0x77);
+
+	/* the doorbell is a zero-WR post_send command for this QP */
+	CHECK(pread(memfd, &db, sizeof(db), STUB_DB_OFF) == sizeof(db));
+	CHECK(db.hdr.command == IB_USER_VERBS_CMD_POST_SEND);
+	CHECK(db.hdr.in_words == sizeof(db) / 4);
+	CHECK(db.qp_handle == STUB_QP_HANDLE && db.wr_count == 0 &&
+	      db.sge_count == 0);
+
+	/* validation: too many SGEs -> EINVAL, bad_wr set, nothing posted */
+	wr[0].num_sge = 5;
+	wr[0].next = NULL;
+	bad = NULL;
+	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL && bad == &wr[0]);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	/* kernel-only and unknown opcodes, READ with inline */
+	wr[0].num_sge = 1;
+	wr[0].opcode = IBV_WR_LOCAL_INV;
+	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL && bad == &wr[0]);
+	wr[0].opcode = IBV_WR_BIND_MW;
+	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL);
+	wr[0].opcode = IBV_WR_RDMA_READ;
+	wr[0].send_flags = IBV_SEND_INLINE;
+	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL);
+	CHECK(doorbells() == 1);
+
+	/* inline: payload copied behind the header; > max_inline -> EINVAL */
+	{
+		char payload[64];
+		struct ibv_sge isge[2] = {
+			{ .addr = (uintptr_t)payload, .length = 40 },
+			{ .addr = (uintptr_t)payload + 40, .length = 24 },
+		};
+
+		for (i = 0; i < 64; i++)
+			payload[i] = i;
+		wr[0].opcode = IBV_WR_SEND;
+		wr[0].send_flags = IBV_SEND_INLINE;
+		wr[0].sg_list = isge;
+		wr[0].num_sge = 2;
+		CHECK(vrdma_post_send(qp, wr, &bad) == 0);
+		w = entry_at(STUB_SQ_OFF, 3, STUB_SQ_SHIFT);
+		CHECK(w->flags == VRDMA_SEND_INLINE && w->num_sge == 0);
+		CHECK(le32toh(w->inline_len) == 64);
+		CHECK(memcmp(w + 1, payload, 64) == 0);
+		CHECK(doorbells() == 2);
+
+		isge[1].length = 25;
+		CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL);
+		CHECK(le32toh(sq->producer) == 4);
+	}
+
+	/* fullness: 4 in flight, device consumed none: 4 fit, 5th ENOMEM */
+	{
+		struct ibv_send_wr many[5] = {};
+
+		for (i = 0; i < 5; i++) {
+			many[i].opcode = IBV_WR_SEND;
+			many[i].next = i < 4 ? &many[i + 1] : NULL;
+		}
+		bad = NULL;
+		CHECK(vrdma_post_send(qp, many, &bad) == ENOMEM);
+		CHECK(bad == &many[4]);
+		CHECK(le32toh(sq->producer) == 8);
+		CHECK(doorbells() == 3);	/* the 4 posted are rung */
+
+		/* device retires 2 (writes consumer): two more fit */
+		sq->consumer = htole32(2);
+		many[1].next = NULL;
+		CHECK(vrdma_post_send(qp, many, &bad) == 0);
+		CHECK(le32toh(sq->producer) == 10);
+
+		/* a consumer beyond the producer is nonsense: treat as full */
+		sq->consumer = htole32(50);
+		many[0].next = NULL;
+		CHECK(vrdma_post_send(qp, many, &bad) == ENOMEM);
+	}
+
+	/* modify to RESET: the producer is re-read from the control page */
+	{
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+		struct ibv_send_wr one = { .opcode = IBV_WR_SEND };
+
+		memset(sq, 0, sizeof(*sq));
+		CHECK(vrdma_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+		CHECK(stub.modify_calls == 1);
+		CHECK(vrdma_post_send(qp, &one, &bad) == 0);
+		CHECK(le32toh(sq->producer) == 1);
+	}
+
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+}
+
+static void test_post_recv(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_UC, 0, NULL);
+	struct vrdma_ring_ctrl *rq = ctrl_at(STUB_RQ_OFF);
+	struct ibv_sge sge[4] = {
+		{ .addr = 0x9000, .length = 100, .lkey = 9 },
+	};
+	struct ibv_recv_wr wr[9] = {}, *bad = NULL;
+	struct vrdma_recv_wqe *w;
+	struct vrdma_sge *s;
+	int i;
+
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+
+	for (i = 0; i < 9; i++) {
+		wr[i].wr_id = 0x100 + i;
+		wr[i].sg_list = sge;
+		wr[i].num_sge = 1;
+		wr[i].next = i < 8 ? &wr[i + 1] : NULL;
+	}
+	CHECK(vrdma_post_recv(qp, wr, &bad) == ENOMEM);
+	CHECK(bad == &wr[8]);
+	CHECK(le32toh(rq->producer) == 8);
+	CHECK(doorbells() == 0);	/* post_recv never rings */
+
+	w = entry_at(STUB_RQ_OFF, 5, STUB_RQ_SHIFT);
+	s = (struct vrdma_sge *)(w + 1);
+	CHECK(le64toh(w->wr_id) == 0x105 && le32toh(w->num_sge) == 1);
+	CHECK(le64toh(s->addr) == 0x9000 && le32toh(s->length) == 100);
+
+	/* too many SGEs for the QP (3) */
+	rq->consumer = htole32(8);
+	wr[0].num_sge = 4;
+	wr[0].next = NULL;
+	CHECK(vrdma_post_recv(qp, wr, &bad) == EINVAL && bad == &wr[0]);
+	CHECK(le32toh(rq->producer) == 8);
+
+	/* UC: RDMA READ and atomics are rejected per WR */
+	{
+		struct ibv_send_wr swr = { .opcode = IBV_WR_RDMA_READ };
+		struct ibv_send_wr *sbad;
+
+		CHECK(vrdma_post_send(qp, &swr, &sbad) == EINVAL);
+		swr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+		CHECK(vrdma_post_send(qp, &swr, &sbad) == EINVAL);
+		swr.opcode = IBV_WR_SEND_WITH_INV;
+		CHECK(vrdma_post_send(qp, &swr, &sbad) == EINVAL);
+	}
+
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+}
+
+static void test_ud(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_UD, IBV_QP_EX_WITH_SEND, NULL);
+	struct vrdma_ah ah = { .ah_index = 0x33 };
+	struct ibv_send_wr wr = {}, *bad;
+	struct vrdma_send_wqe *w;
+	struct ibv_qp_ex *qpx;
+
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+
+	wr.opcode = IBV_WR_SEND;
+	wr.wr.ud.remote_qpn = 0x1234;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	CHECK(vrdma_post_send(qp, &wr, &bad) == EINVAL);	/* no AH */
+	wr.wr.ud.ah = &ah.ibv_ah;
+	CHECK(vrdma_post_send(qp, &wr, &bad) == 0);
+	w = entry_at(STUB_SQ_OFF, 0, STUB_SQ_SHIFT);
+	CHECK(le32toh(w->wr.ud.ah_index) == 0x33);
+	CHECK(le32toh(w->wr.ud.remote_qpn) == 0x1234);
+	CHECK(le32toh(w->wr.ud.remote_qkey) == 0x11111111);
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	CHECK(vrdma_post_send(qp, &wr, &bad) == EINVAL);
+
+	/* the same through ibv_wr_* */
+	qpx = ibv_qp_to_qp_ex(qp);
+	CHECK(qpx != NULL);
+	if (qpx) {
+		ibv_wr_start(qpx);
+		qpx->wr_id = 0x77;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(qpx);
+		ibv_wr_set_ud_addr(qpx, &ah.ibv_ah, 0x99, 0x22);
+		ibv_wr_set_sge(qpx, 5, 0x6000, 10);
+		CHECK(ibv_wr_complete(qpx) == 0);
+		w = entry_at(STUB_SQ_OFF, 1, STUB_SQ_SHIFT);
+		CHECK(le64toh(w->wr_id) == 0x77 && w->opcode == VRDMA_WR_SEND);
+		CHECK(w->flags == VRDMA_SEND_SIGNALED && w->num_sge == 1);
+		CHECK(le32toh(w->wr.ud.remote_qpn) == 0x99 &&
+		      le32toh(w->wr.ud.ah_index) == 0x33);
+	}
+	CHECK(doorbells() == 2);
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+}
+
+static void test_wr_api(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_RC,
+				    IBV_QP_EX_WITH_SEND |
+				    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+				    IBV_QP_EX_WITH_RDMA_READ |
+				    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+				    IBV_QP_EX_WITH_SEND_WITH_INV, NULL);
+	struct vrdma_ring_ctrl *sq = ctrl_at(STUB_SQ_OFF);
+	struct ibv_sge list[5] = {};
+	struct vrdma_send_wqe *w;
+	struct ibv_qp_ex *qpx;
+	char data[8] = "abcdefg";
+
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+	qpx = ibv_qp_to_qp_ex(qp);
+	CHECK(qpx && qpx->wr_send && qpx->wr_rdma_read &&
+	      qpx->wr_atomic_fetch_add && qpx->wr_send_inv);
+	/* not requested -> not installed */
+	CHECK(qpx && !qpx->wr_rdma_write && !qpx->wr_local_inv &&
+	      !qpx->wr_bind_mw);
+	if (!qpx)
+		return;
+
+	ibv_wr_start(qpx);
+	qpx->wr_id = 1;
+	qpx->wr_flags = 0;
+	ibv_wr_rdma_write_imm(qpx, 0x10, 0x20, htobe32(0xcafe));
+	ibv_wr_set_inline_data(qpx, data, sizeof(data));
+	qpx->wr_id = 2;
+	ibv_wr_atomic_fetch_add(qpx, 0x11, 0x40, 9);
+	ibv_wr_set_sge(qpx, 1, 0x50, 8);
+	qpx->wr_id = 3;
+	ibv_wr_send_inv(qpx, 0xabcd);
+	ibv_wr_set_sge_list(qpx, 2, list);
+	CHECK(ibv_wr_complete(qpx) == 0);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	w = entry_at(STUB_SQ_OFF, 0, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_RDMA_WRITE_WITH_IMM);
+	CHECK(w->flags == VRDMA_SEND_INLINE && le32toh(w->inline_len) == 8);
+	CHECK(memcmp(w + 1, data, 8) == 0);
+	CHECK(((uint8_t *)&w->ex)[2] == 0xca && ((uint8_t *)&w->ex)[3] == 0xfe);
+	w = entry_at(STUB_SQ_OFF, 1, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_ATOMIC_FETCH_AND_ADD &&
+	      le64toh(w->wr.atomic.compare_add) == 9 && w->num_sge == 1);
+	w = entry_at(STUB_SQ_OFF, 2, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_SEND_WITH_INV && le32toh(w->ex) == 0xabcd &&
+	      w->num_sge == 2);
+
+	/* an error anywhere in the batch: nothing posted, no doorbell */
+	ibv_wr_start(qpx);
+	ibv_wr_send(qpx);
+	ibv_wr_set_sge(qpx, 1, 2, 3);
+	ibv_wr_send(qpx);
+	ibv_wr_set_sge_list(qpx, 5, list);	/* max_send_sge is 4 */
+	CHECK(ibv_wr_complete(qpx) == EINVAL);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	/* inline into an atomic is refused */
+	ibv_wr_start(qpx);
+	ibv_wr_atomic_fetch_add(qpx, 1, 2, 3);
+	ibv_wr_set_inline_data(qpx, data, 8);
+	CHECK(ibv_wr_complete(qpx) == EINVAL);
+
+	/* abort discards */
+	ibv_wr_start(qpx);
+	ibv_wr_send(qpx);
+	ibv_wr_set_sge(qpx, 1, 2, 3);
+	ibv_wr_abort(qpx);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	/* overflowing the SQ inside a batch -> ENOMEM, nothing posted */
+	ibv_wr_start(qpx);
+	for (int i = 0; i < 6; i++) {
+		ibv_wr_send(qpx);
+		ibv_wr_set_sge(qpx, 1, 2, 3);
+	}
+	CHECK(ibv_wr_complete(qpx) == ENOMEM);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	/* an empty batch posts nothing and makes no system call */
+	ibv_wr_start(qpx);
+	CHECK(ibv_wr_complete(qpx) == 0);
+	CHECK(doorbells() == 1);
+
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+}
+
+static void device_cqe(uint32_t idx, uint64_t wr_id, uint8_t op,
+		       uint8_t status, uint8_t flags, uint32_t ex)
+{
+	struct vrdma_cqe *c = entry_at(STUB_CQ_OFF, idx, VRDMA_CQE_SHIFT);
+
+	memset(c, 0, sizeof(*c));
+	c->wr_id = htole64(wr_id);
+	c->opcode = op;
+	c->status = status;
+	c->flags = flags;
+	c->qpn = htole32(STUB_QPN);
+	c->byte_len = htole32(1000 + idx);
+	c->ex = ex;
+	c->src_qp = htole32(0x4321);
+	c->pkey_index = htole16(0);
+	c->sl = 3;
+	c->vendor_err = htole32(status ? 0x55 : 0);
+}
+
+static void test_cq(void)
+{
+	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
+	struct ibv_cq *cq = vrdma_create_cq(&ctx, 8, NULL, 0);
+	struct ibv_wc wc[4];
+	uint32_t imm_wire;
+	uint8_t imm_bytes[4] = { 0xde, 0xad, 0xbe, 0xef };
+
+	CHECK(cq != NULL);
+	if (!cq)
+		return;
+
+	CHECK(vrdma_poll_cq(cq, 4, wc) == 0);
+
+	memcpy(&imm_wire, imm_bytes, 4);
+	device_cqe(0, 0x10, VRDMA_WC_RECV_RDMA_WITH_IMM, VRDMA_WC_SUCCESS,
+		   VRDMA_WC_F_IMM, imm_wire);
+	device_cqe(1, 0x11, VRDMA_WC_RECV, VRDMA_WC_SUCCESS,
+		   VRDMA_WC_F_INV | VRDMA_WC_F_GRH, htole32(0x5566));
+	device_cqe(2, 0x12, VRDMA_WC_RDMA_READ, VRDMA_WC_REM_ACCESS_ERR, 0, 0);
+	/* not yet published by the device: invisible */
+	CHECK(vrdma_poll_cq(cq, 4, wc) == 0);
+	cc->producer = htole32(3);
+
+	CHECK(vrdma_poll_cq(cq, 2, wc) == 2);
+	CHECK(le32toh(cc->consumer) == 2);
+	CHECK(wc[0].wr_id == 0x10 && wc[0].status == IBV_WC_SUCCESS);
+	CHECK(wc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+	CHECK(wc[0].wc_flags == IBV_WC_WITH_IMM);
+	CHECK(be32toh(wc[0].imm_data) == 0xdeadbeef);
+	CHECK(wc[0].byte_len == 1000 && wc[0].qp_num == STUB_QPN);
+	CHECK(wc[0].src_qp == 0x4321 && wc[0].sl == 3);
+	CHECK(wc[1].opcode == IBV_WC_RECV);
+	CHECK(wc[1].wc_flags == (IBV_WC_WITH_INV | IBV_WC_GRH));
+	CHECK(wc[1].invalidated_rkey == 0x5566);
+
+	CHECK(vrdma_poll_cq(cq, 4, wc) == 1);
+	CHECK(wc[0].status == IBV_WC_REM_ACCESS_ERR &&
+	      wc[0].vendor_err == 0x55 && wc[0].opcode == IBV_WC_RDMA_READ);
+	CHECK(le32toh(cc->consumer) == 3);
+
+	/* a device producer more than depth ahead is ignored, not read */
+	cc->producer = htole32(3 + 100);
+	CHECK(vrdma_poll_cq(cq, 4, wc) == 0);
+	cc->producer = htole32(3);
+
+	/* arming is a store in the control page, no system call */
+	CHECK(vrdma_req_notify_cq(cq, 0) == 0);
+	CHECK(le32toh(cc->cq_arm) == VRDMA_CQ_ARM_NEXT);
+	CHECK(vrdma_req_notify_cq(cq, 1) == 0);
+	CHECK(le32toh(cc->cq_arm) == VRDMA_CQ_ARM_SOLICITED);
+	CHECK(doorbells() == 0);
+
+	/* overflow reported by the device: drained CQ polls as an error */
+	cc->error = htole32(VRDMA_RING_ERR_OVERFLOW);
+	CHECK(vrdma_poll_cq(cq, 4, wc) == -1);
+	cc->error = 0;
+
+	/* resize: continue from the consumer in the new ring */
+	{
+		struct vrdma_ring_ctrl *nc = ctrl_at(STUB_CQ2_OFF);
+		struct vrdma_cqe *c = (void *)(dev + STUB_CQ2_OFF +
+					       VRDMA_PAGE_SIZE);
+
+		/* same depth: no new ring, polling continues on the old */
+		CHECK(vrdma_resize_cq(cq, STUB_DEPTH) == 0);
+		device_cqe(3, 0x98, VRDMA_WC_SEND, VRDMA_WC_SUCCESS, 0, 0);
+		cc->producer = htole32(4);
+		CHECK(vrdma_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 0x98);
+
+		nc->consumer = 0;
+		c->wr_id = htole64(0x99);
+		nc->producer = htole32(1);
+		CHECK(vrdma_resize_cq(cq, 16) == 0);
+		CHECK(vrdma_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 0x99);
+		CHECK(le32toh(nc->consumer) == 1);
+	}
+	CHECK(vrdma_destroy_cq(cq) == 0);
+	reset_rings();
+}
+
+static void test_cq_ex(void)
+{
+	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
+	struct ibv_cq_init_attr_ex attr = {
+		.cqe = 8,
+		.wc_flags = IBV_WC_STANDARD_FLAGS,
+	};
+	struct ibv_poll_cq_attr pattr = {};
+	struct ibv_cq_ex *cq;
+	uint32_t i;
+	int ret;
+
+	attr.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	CHECK(!vrdma_create_cq_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+	attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+	attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+	attr.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+	CHECK(!vrdma_create_cq_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+	attr.comp_mask = 0;
+
+	cq = vrdma_create_cq_ex(&ctx, &attr);
+	CHECK(cq != NULL);
+	if (!cq)
+		return;
+
+	CHECK(ibv_start_poll(cq, &pattr) == ENOENT);	/* no end_poll */
+
+	for (i = 0; i < 3; i++)
+		device_cqe(i, 0x20 + i, VRDMA_WC_SEND, VRDMA_WC_SUCCESS, 0, 0);
+	device_cqe(1, 0x21, VRDMA_WC_RECV, VRDMA_WC_SUCCESS, VRDMA_WC_F_IMM,
+		   htobe32(7));
+	cc->producer = htole32(3);
+
+	i = 0;
+	for (ret = ibv_start_poll(cq, &pattr); !ret; ret = ibv_next_poll(cq)) {
+		CHECK(cq->wr_id == 0x20 + i && cq->status == IBV_WC_SUCCESS);
+		CHECK(ibv_wc_read_byte_len(cq) == 1000 + i);
+		CHECK(ibv_wc_read_qp_num(cq) == STUB_QPN);
+		CHECK(ibv_wc_read_src_qp(cq) == 0x4321);
+		CHECK(ibv_wc_read_sl(cq) == 3);
+		if (i == 1) {
+			CHECK(ibv_wc_read_opcode(cq) == IBV_WC_RECV);
+			CHECK(ibv_wc_read_wc_flags(cq) == IBV_WC_WITH_IMM);
+			CHECK(be32toh(ibv_wc_read_imm_data(cq)) == 7);
+		}
+		i++;
+	}
+	CHECK(ret == ENOENT && i == 3);
+	ibv_end_poll(cq);
+	CHECK(le32toh(cc->consumer) == 3);
+	CHECK(ibv_start_poll(cq, &pattr) == ENOENT);
+
+	/* classic polling works on an extended CQ too */
+	device_cqe(3, 0x30, VRDMA_WC_SEND, VRDMA_WC_SUCCESS, 0, 0);
+	cc->producer = htole32(4);
+	{
+		struct ibv_wc wc;
+
+		CHECK(vrdma_poll_cq(ibv_cq_ex_to_cq(cq), 1, &wc) == 1 &&
+		      wc.wr_id == 0x30);
+	}
+	CHECK(vrdma_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
+	reset_rings();
+}
+
+static void test_srq(void)
+{
+	struct ibv_srq_init_attr attr = { .attr = { .max_wr = 8,
+						    .max_sge = 2 } };
+	struct vrdma_ring_ctrl *sc = ctrl_at(STUB_SRQ_OFF);
+	struct ibv_sge sge[3] = {};
+	struct ibv_recv_wr wr = { .wr_id = 5, .sg_list = sge, .num_sge = 2 };
+	struct ibv_recv_wr *bad;
+	struct ibv_srq_attr mod = { .max_wr = 16, .srq_limit = 2 };
+	struct ibv_srq *srq = vrdma_create_srq(&pd, &attr);
+	struct ibv_qp *qp;
+	struct vrdma_recv_wqe *w;
+
+	CHECK(srq != NULL);
+	if (!srq)
+		return;
+	CHECK(vrdma_post_srq_recv(srq, &wr, &bad) == 0);
+	CHECK(le32toh(sc->producer) == 1);
+	w = entry_at(STUB_SRQ_OFF, 0, STUB_RQ_SHIFT);
+	CHECK(le64toh(w->wr_id) == 5 && le32toh(w->num_sge) == 2);
+	wr.num_sge = 3;
+	CHECK(vrdma_post_srq_recv(srq, &wr, &bad) == EINVAL && bad == &wr);
+
+	CHECK(vrdma_modify_srq(srq, &mod, IBV_SRQ_MAX_WR) == EOPNOTSUPP);
+	CHECK(vrdma_modify_srq(srq, &mod, IBV_SRQ_LIMIT) == 0);
+
+	/* a QP on the SRQ has no RQ: post_recv on it is EINVAL */
+	qp = make_qp(IBV_QPT_RC, 0, srq);
+	CHECK(qp != NULL);
+	if (qp) {
+		wr.num_sge = 1;
+		CHECK(vrdma_post_recv(qp, &wr, &bad) == EINVAL);
+		CHECK(vrdma_destroy_qp(qp) == 0);
+	}
+	CHECK(doorbells() == 0);
+	CHECK(vrdma_destroy_srq(srq) == 0);
+	reset_rings();
+}
+
+static void test_ring_init_rejects(void)
+{
+	struct vrdma_ring r;
+	static uint8_t buf[2 * VRDMA_PAGE_SIZE];
+
+	CHECK(vrdma_ring_init(&r, buf, sizeof(buf), 6, 6, 6) != 0);
+	CHECK(vrdma_ring_init(&r, buf, sizeof(buf), 64, 7, 6) != 0);
+	CHECK(vrdma_ring_init(&r, buf, sizeof(buf), 64, 5, 6) != 0);
+	CHECK(vrdma_ring_init(&r, buf, sizeof(buf), 1, 13, 6) != 0);
+	CHECK(vrdma_ring_init(&r, buf, sizeof(buf), 64, 6, 6) == 0);
+	CHECK(vrdma_wc_status(200) == IBV_WC_GENERAL_ERR);
+	CHECK(vrdma_wc_status(VRDMA_WC_RNR_RETRY_EXC_ERR) ==
+	      IBV_WC_RNR_RETRY_EXC_ERR);
+}
+
+/*
+ * Index wrap-around and cross-thread ordering: a "device" thread produces
+ * CQEs with a release store of producer starting near 2^32, the provider
+ * polls them; every CQE must arrive once, in order, intact.
+ */
+#define STRESS_N 200000
+
+static void *device_thread(void *arg)
+{
+	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
+	uint32_t base = 0xfffffff0u, i;
+
+	for (i = 0; i < STRESS_N; i++) {
+		uint32_t idx = base + i;
+		struct vrdma_cqe *c;
+
+		while (idx - vrdma_load_acquire(&cc->consumer) >= STUB_DEPTH)
+			;
+		c = entry_at(STUB_CQ_OFF, idx, VRDMA_CQE_SHIFT);
+		c->wr_id = htole64(i);
+		c->byte_len = htole32(i ^ 0x5a5a5a5a);
+		c->status = 0;
+		vrdma_store_release(&cc->producer, idx + 1);
+	}
+	return NULL;
+}
+
+static void test_stress(void)
+{
+	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
+	struct ibv_cq *cq;
+	struct ibv_wc wc[3];
+	pthread_t th;
+	uint32_t next = 0;
+	int n, i, bad = 0;
+
+	cc->producer = htole32(0xfffffff0u);
+	cc->consumer = htole32(0xfffffff0u);
+	cq = vrdma_create_cq(&ctx, 8, NULL, 0);
+	CHECK(cq != NULL);
+	if (!cq)
+		return;
+	pthread_create(&th, NULL, device_thread, NULL);
+	while (next < STRESS_N) {
+		n = vrdma_poll_cq(cq, 3, wc);
+		for (i = 0; i < n; i++, next++)
+			if (wc[i].wr_id != next ||
+			    wc[i].byte_len != (next ^ 0x5a5a5a5a))
+				bad++;
+	}
+	pthread_join(th, NULL);
+	CHECK(bad == 0);
+	CHECK(le32toh(cc->consumer) == 0xfffffff0u + STRESS_N);
+	CHECK(vrdma_destroy_cq(cq) == 0);
+	reset_rings();
+}
+
+int main(void)
+{
+	setup();
+	test_registration();
+	test_ring_init_rejects();
+	test_qp_create_rejects();
+	test_post_send();
+	test_post_recv();
+	test_ud();
+	test_wr_api();
+	test_cq();
+	test_cq_ex();
+	test_srq();
+	test_stress();
+
+	if (failures) {
+		fprintf(stderr, "provider_test: %d check(s) FAILED\n",
+			failures);
+		return 1;
+	}
+	printf("provider_test: all checks passed\n");
+	return 0;
+}

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * libvrdma shared receive queues (device-spec §4, §6.2).
+ *
+ * The SRQ ring holds receive WQEs like an RQ; post_srq_recv writes them and
+ * release-stores the producer, the device takes them when a QP needs one.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "vrdma.h"
+
+struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd,
+				 struct ibv_srq_init_attr *attr)
+{
+	struct uvrdma_create_srq_resp resp = {};
+	struct ibv_create_srq cmd;
+	struct vrdma_srq *srq;
+	uint32_t slot_sges;
+	int ret;
+
+	srq = calloc(1, sizeof(*srq));
+	if (!srq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+
+	ret = ibv_cmd_create_srq(pd, &srq->vsrq.srq, attr, &cmd, sizeof(cmd),
+				 &resp.ibv_resp, sizeof(resp));
+	if (ret)
+		goto err_free;
+
+	ret = vrdma_map_ring(pd->context, &srq->rq.ring,
+			     resp.drv_payload.mmap_offset,
+			     resp.drv_payload.mmap_size, resp.drv_payload.depth,
+			     resp.drv_payload.wqe_shift, VRDMA_RQ_MIN_SHIFT);
+	if (ret)
+		goto err_destroy;
+
+	vrdma_wq_sync(&srq->rq.ring);
+	srq->srqn = resp.drv_payload.srqn;
+	slot_sges = ((1U << resp.drv_payload.wqe_shift) - VRDMA_RECV_WQE_HDR) /
+		    sizeof(struct vrdma_sge);
+	/* attr->attr was updated from the kernel's answer */
+	srq->rq.max_sge = attr->attr.max_sge < slot_sges ? attr->attr.max_sge :
+							    slot_sges;
+	pthread_spin_init(&srq->rq.lock, PTHREAD_PROCESS_PRIVATE);
+	return &srq->vsrq.srq;
+
+err_destroy:
+	ibv_cmd_destroy_srq(&srq->vsrq.srq);
+err_free:
+	free(srq);
+	errno = ret;
+	return NULL;
+}
+
+/* §11 MODIFY_SRQ: only the limit can change; resizing is NOT_SUPPORTED. */
+int vrdma_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
+		     int attr_mask)
+{
+	struct ibv_modify_srq cmd;
+
+	if (attr_mask & IBV_SRQ_MAX_WR)
+		return EOPNOTSUPP;
+	return ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd, sizeof(cmd));
+}
+
+int vrdma_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
+{
+	struct ibv_query_srq cmd;
+
+	return ibv_cmd_query_srq(ibsrq, attr, &cmd, sizeof(cmd));
+}
+
+int vrdma_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct vrdma_srq *srq = to_vsrq(ibsrq);
+	int ret;
+
+	ret = ibv_cmd_destroy_srq(ibsrq);
+	if (ret)
+		return ret;
+	vrdma_unmap_ring(&srq->rq.ring);
+	pthread_spin_destroy(&srq->rq.lock);
+	free(srq);
+	return 0;
+}
+
+int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
+			struct ibv_recv_wr **bad_wr)
+{
+	struct vrdma_rq *rq = &to_vsrq(ibsrq)->rq;
+	uint32_t start;
+	int ret = 0;
+
+	pthread_spin_lock(&rq->lock);
+	start = rq->ring.head;
+	for (; wr; wr = wr->next) {
+		ret = vrdma_post_one_recv(rq, wr);
+		if (ret) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	if (rq->ring.head != start)
+		vrdma_wq_publish(&rq->ring);
+	pthread_spin_unlock(&rq->lock);
+	return ret;
+}

@@ -1,0 +1,42 @@
+#!/bin/bash
+# Build the guest root filesystem (trixie minbase + rdma-core userspace)
+# into DIR. Called by images/build-guest-base.sh; the cache key of the
+# result is the hash of this file, so any change here rebuilds it.
+#   mkrootfs.sh DIR
+set -euo pipefail
+root=$1
+SUITE=trixie
+MIRROR=http://deb.debian.org/debian
+INCLUDE=ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,iproute2,python3,python3-pyverbs,libibverbs1,librdmacm1t64,kmod,busybox,strace,procps,ethtool
+
+echo "debootstrap $SUITE minbase (+ $INCLUDE)" >&2
+debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$root" "$MIRROR"
+
+# pyverbs tests: keep them (ungzipped) before the docs go away
+tests_src="$root/usr/share/doc/rdma-core/tests"
+[ -d "$tests_src" ] || tests_src="$root/usr/share/doc/python3-pyverbs/tests"
+[ -d "$tests_src" ] || { echo "pyverbs tests not found in the rootfs" >&2; exit 1; }
+mkdir -p "$root/opt/pyverbs-tests"
+cp -a "$tests_src/." "$root/opt/pyverbs-tests/"
+find "$root/opt/pyverbs-tests" -name '*.gz' -exec gunzip -f {} +
+
+# trim docs, man pages, locales, apt caches
+rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
+	"$root"/usr/share/locale/* "$root"/usr/share/i18n/* \
+	"$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/log/*
+find "$root/usr/share/zoneinfo" -mindepth 1 -maxdepth 1 ! -name UTC ! -name Etc \
+	-exec rm -rf {} + 2>/dev/null || true
+
+# busybox applets that minbase lacks (ping, vi, ...) without shadowing real tools
+for a in $(chroot "$root" /bin/busybox --list); do
+	for d in bin sbin usr/bin usr/sbin; do
+		[ -e "$root/$d/$a" ] && continue 2
+	done
+	ln -s /bin/busybox "$root/usr/bin/$a"
+done
+
+echo vrdma-guest >"$root/etc/hostname"
+printf '127.0.0.1 localhost\n::1 localhost\n' >"$root/etc/hosts"
+: >"$root/etc/fstab"
+# root without password, for the interactive shell mode
+sed -i 's/^root:[^:]*:/root::/' "$root/etc/shadow"

@@ -1,0 +1,44 @@
+# Images for the VM tests (owned by images/): QEMU with vhost-user-rdma,
+# the guest kernel and initramfs. Everything is cached in $(VRDMA_CACHE)
+# (outside the repository); a second `make images` takes seconds.
+#
+#   make images          all of the below (via IMAGES_TARGET)
+#   make images-host-deps  apt sources + build dependencies (images/setup-host.sh;
+#                        the top-level host-deps runs it too)
+#   make qemu            $(VRDMA_CACHE)/qemu-system-x86_64
+#   make guest-base      $(VRDMA_CACHE)/vmlinuz, $(VRDMA_CACHE)/guest-base.cpio
+#   make guest-initrd    $(VRDMA_CACHE)/guest-initrd.cpio (base + overlay with
+#                        vrdma.ko and libvrdma; needs guest-driver/kernel/Kbuild
+#                        and guest-driver/provider/CMakeLists.txt)
+#   make images-clean    remove $(VRDMA_CACHE)
+# VRDMA_NO_DRIVER=1 builds guest-initrd without the vrdma module/provider
+# (for rxe guests only).
+
+export VRDMA_CACHE ?= /var/cache/vrdma
+IMAGES_DIR := $(TOP)/images
+VRDMA_QEMU := $(VRDMA_CACHE)/qemu-system-x86_64
+VRDMA_KERNEL := $(VRDMA_CACHE)/vmlinuz
+VRDMA_INITRD := $(VRDMA_CACHE)/guest-initrd.cpio
+VRDMAVM := python3 $(IMAGES_DIR)/vrdmavm.py
+
+IMAGES_TARGET := images-all
+
+.PHONY: images-all images-host-deps qemu guest-base guest-initrd images-clean
+
+images-all:
+	"$(IMAGES_DIR)/build-all.sh"
+
+images-host-deps:
+	"$(IMAGES_DIR)/setup-host.sh"
+
+qemu: images-host-deps
+	"$(IMAGES_DIR)/build-qemu.sh"
+
+guest-base: images-host-deps
+	"$(IMAGES_DIR)/build-guest-base.sh"
+
+guest-initrd: guest-base
+	"$(IMAGES_DIR)/build-guest-overlay.sh"
+
+images-clean:
+	rm -rf "$(VRDMA_CACHE)"

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""RDMA WRITE to a bad rkey between two guests (IBTA C9-222.1.1), with pyverbs.
+
+    bad_rkey.py responder DEV GIDX [--imm]          (run first)
+    bad_rkey.py requester DEV GIDX PEER_IP [--imm]
+
+The responder owns an MR and an RC QP; the requester connects (QP numbers,
+PSNs and GIDs are exchanged over TCP) and writes with the responder's rkey
+with its index bits flipped. Printed results (checked by the host):
+
+    requester:  "send completion: <status name>"   expect REM_ACCESS_ERR
+    responder:  "async event: <event name>"        expect QP_ACCESS_ERR (no imm)
+                "recv completion: <status name>"   expect LOC_ACCESS_ERR (imm)
+                "async event: none"                (imm: no event may arrive)
+"""
+
+import json
+import socket
+import sys
+import threading
+import time
+
+import pyverbs.enums as e
+from pyverbs.addr import AHAttr, GID, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import RecvWR, SendWR, SGE
+
+PORT = 18600
+SIZE = 4096
+IMM = 0x12345678
+
+WC_NAMES = {getattr(e, n): n[len("IBV_WC_"):] for n in dir(e)
+            if n.startswith("IBV_WC_") and n.endswith("ERR") or n == "IBV_WC_SUCCESS"}
+EV_NAMES = {getattr(e, n): n[len("IBV_EVENT_"):] for n in dir(e) if n.startswith("IBV_EVENT_")}
+
+
+def setup(dev, gidx):
+    ctx = Context(name=dev)
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+    mr = MR(pd, SIZE, access)
+    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    gid = str(ctx.query_gid(1, gidx))
+    return ctx, pd, cq, mr, qp, gid
+
+
+def connect(qp, gidx, mine, peer):
+    attr = QPAttr(port_num=1)
+    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+    attr.path_mtu = e.IBV_MTU_1024
+    attr.max_dest_rd_atomic = 1
+    attr.max_rd_atomic = 1
+    attr.min_rnr_timer = 12
+    attr.timeout = 14
+    attr.retry_cnt = 7
+    attr.rnr_retry = 7
+    gr = GlobalRoute(dgid=GID(peer["gid"]), sgid_index=gidx)
+    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr)
+    attr.dest_qp_num = peer["qpn"]
+    attr.rq_psn = mine["psn"]
+    attr.sq_psn = mine["psn"]
+    qp.to_rts(attr)
+
+
+def exchange(sock, mine):
+    sock.sendall((json.dumps(mine) + "\n").encode())
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise SystemExit("peer closed the connection")
+        buf += chunk
+    return json.loads(buf)
+
+
+def poll_one(cq, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n, wcs = cq.poll(1)
+        if n:
+            return wcs[0]
+        time.sleep(0.001)
+    return None
+
+
+def wait_async_event(ctx, timeout):
+    box = {}
+
+    def get():
+        try:
+            ev = ctx.get_async_event()
+            box["type"] = ev.event_type
+            ev.ack()
+        except Exception as ex:  # reported, not swallowed
+            box["error"] = str(ex)
+
+    t = threading.Thread(target=get, daemon=True)
+    t.start()
+    t.join(timeout)
+    if "error" in box:
+        return "error: " + box["error"]
+    if "type" not in box:
+        return "none"
+    return EV_NAMES.get(box["type"], str(box["type"]))
+
+
+def responder(dev, gidx, imm):
+    ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
+    if imm:
+        qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, SIZE, mr.lkey)]))
+    lst = socket.create_server(("0.0.0.0", PORT), reuse_port=True)
+    conn, _ = lst.accept()
+    mine = {"qpn": qp.qp_num, "psn": 100, "gid": gid, "rkey": mr.rkey, "addr": mr.buf}
+    peer = exchange(conn, mine)
+    connect(qp, gidx, mine, peer)
+    exchange(conn, {"ready": 1})
+    if imm:
+        wc = poll_one(cq, 30)
+        print("recv completion: %s" % ("none" if wc is None else WC_NAMES.get(wc.status, wc.status)))
+        print("async event: %s" % wait_async_event(ctx, 3))
+    else:
+        print("async event: %s" % wait_async_event(ctx, 30))
+    exchange(conn, {"done": 1})
+    sys.stdout.flush()
+
+
+def requester(dev, gidx, peer_ip, imm):
+    ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
+    sock = socket.create_connection((peer_ip, PORT), timeout=60)
+    mine = {"qpn": qp.qp_num, "psn": 200, "gid": gid}
+    peer = exchange(sock, mine)
+    connect(qp, gidx, mine, peer)
+    exchange(sock, {"ready": 1})
+    bad_rkey = peer["rkey"] ^ 0x7f00  # another MR index: never a valid key here
+    op = e.IBV_WR_RDMA_WRITE_WITH_IMM if imm else e.IBV_WR_RDMA_WRITE
+    wr = SendWR(wr_id=7, opcode=op, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED, imm_data=IMM if imm else 0)
+    wr.set_wr_rdma(bad_rkey, peer["addr"])
+    qp.post_send(wr)
+    wc = poll_one(cq, 30)
+    print("send completion: %s" % ("none" if wc is None else WC_NAMES.get(wc.status, wc.status)))
+    exchange(sock, {"done": 1})
+    sys.stdout.flush()
+
+
+def main(argv):
+    imm = "--imm" in argv
+    args = [a for a in argv if a != "--imm"]
+    if len(args) >= 3 and args[0] == "responder":
+        responder(args[1], int(args[2]), imm)
+    elif len(args) >= 4 and args[0] == "requester":
+        requester(args[1], int(args[2]), args[3], imm)
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,238 @@
+"""The vrdma VM test harness: scenarios, topologies, health checks, results.
+
+A scenario is a function decorated with @scenario(topology). The runner boots
+each topology once (two guests), runs its scenarios one after the other, and
+after every scenario checks the guests' health (dmesg free of WARN/BUG/Oops/
+hung tasks, backends alive). A failing scenario keeps its evidence (guest
+serial logs, dmesg, backend logs, the scenario's own output) under the
+results folder. The run ends with the plain line "N passed, N failed".
+"""
+
+import os
+import re
+import shutil
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "images"))
+
+import vrdmavm  # noqa: E402  (the launcher from images/)
+
+
+class Failure(AssertionError):
+    """A scenario's assertion failed; the message says what was expected."""
+
+
+# name -> (topology, function); kept in definition order
+SCENARIOS = {}
+
+# Topologies: how the two guests are built and linked (see tests/README.md).
+TOPOLOGIES = {
+    "A": dict(kind=["vrdma", "vrdma"], uplink="udp"),
+    "B": dict(kind=["vrdma", "vrdma"], uplink="tap"),
+    "C": dict(kind=["vrdma", "rxe"], uplink="udp"),
+}
+
+# Kernel messages that mean the guest is unhealthy.
+BAD_DMESG = re.compile(
+    r"WARNING:|\bBUG[: ]|Oops|general protection|Call Trace:|hung_task|"
+    r"blocked for more than|possible circular locking|lockdep|UBSAN|KASAN|"
+    r"list_del corruption|refcount_t:")
+
+
+def scenario(topology, timeout=300):
+    def deco(fn):
+        name = fn.__name__
+        if name in SCENARIOS:
+            raise ValueError("duplicate scenario " + name)
+        SCENARIOS[name] = (topology, fn, timeout)
+        return fn
+    return deco
+
+
+def expect(cond, msg, out=""):
+    if not cond:
+        raise Failure(msg + ("\n--- output ---\n" + out[-6000:] if out else ""))
+
+
+def expect_in(needle, out, what=None):
+    expect(needle in out, "expected %r in %s" % (needle, what or "the output"), out)
+
+
+def run_ok(vm, cmd, timeout=120):
+    """Run cmd in the guest; it must exit 0. Returns its output."""
+    rc, out = vm.run(cmd, timeout=timeout)
+    expect(rc == 0, "%s: %r exited with %s" % (vm.name, cmd, rc), out)
+    return out
+
+
+def pair(server_vm, client_vm, server_cmd, client_cmd, timeout=180, settle=1.0):
+    """Run a server in one guest and a client in the other; both must exit 0.
+
+    The client retries its connection a few times because the server needs a
+    moment to listen. Returns (server_output, client_output)."""
+    srv = server_vm.spawn(server_cmd, timeout=timeout)
+    time.sleep(settle)
+    rc = out = None
+    for _ in range(5):
+        rc, out = client_vm.run(client_cmd, timeout=timeout)
+        if rc == 0 or srv.done() or "Couldn't connect" not in out and \
+                "Connection refused" not in out:
+            break
+        time.sleep(1.0)
+    try:
+        src, sout = srv.wait(timeout=timeout if rc != 0 else 60)
+    except vrdmavm.CommandTimeout as e:
+        src, sout = None, "%s\n%s" % (e, getattr(e, "out", ""))
+    both = "--- server (%s) ---\n%s\n--- client (%s) ---\n%s" % (
+        server_vm.name, sout, client_vm.name, out)
+    expect(rc == 0, "client %r exited with %s" % (client_cmd, rc), both)
+    expect(src == 0, "server %r exited with %s" % (server_cmd, src), both)
+    return sout, out
+
+
+def roce_v2_gid_index(vm, dev):
+    """The GID index of the port's IPv4 address as a RoCE v2 GID."""
+    script = (
+        "for f in /sys/class/infiniband/%s/ports/1/gids/*; do i=${f##*/}; "
+        "g=$(cat $f); t=$(cat /sys/class/infiniband/%s/ports/1/gid_attrs/types/$i "
+        "2>/dev/null); echo \"$i $g $t\"; done" % (dev, dev))
+    out = run_ok(vm, script)
+    hexip = "".join("%02x" % int(x) for x in vm.ip.split("."))
+    want = "0000:0000:0000:0000:0000:ffff:%s:%s" % (hexip[:4], hexip[4:])
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[1] == want and "v2" in parts[2]:
+            return int(parts[0])
+    raise Failure("%s: no RoCE v2 GID for %s on %s" % (vm.name, vm.ip, dev), out)
+
+
+def ib_dev(vm):
+    return "rxe0" if vm.kind == "rxe" else "vrdma0"
+
+
+class Context:
+    """What a scenario gets: the two guests and a place for its notes."""
+
+    def __init__(self, cluster, results):
+        self.cluster = cluster
+        self.a, self.b = cluster.vms[0], cluster.vms[1]
+        self.results = results
+        self.notes = []
+
+    def note(self, text):
+        self.notes.append(text)
+        print("    " + text, flush=True)
+
+
+def health(cluster):
+    """Problems with the guests or backends right now (empty when healthy)."""
+    problems = []
+    for vm in cluster.vms:
+        if vm.qemu is None or vm.qemu.poll() is not None:
+            problems.append("%s: QEMU is not running" % vm.name)
+            continue
+        if vm.backend is not None and vm.backend.poll() is not None:
+            problems.append("%s: vrdma-backend exited with %s" % (vm.name, vm.backend.returncode))
+        try:
+            d = vm.dmesg()
+        except vrdmavm.VMError as e:
+            problems.append("%s: cannot read dmesg: %s" % (vm.name, e))
+            continue
+        for line in d.splitlines():
+            if BAD_DMESG.search(line):
+                problems.append("%s dmesg: %s" % (vm.name, line.strip()))
+        if vm.backend is not None and os.path.exists(vm.backend_log):
+            with open(vm.backend_log, errors="replace") as f:
+                for line in f:
+                    if "panicked" in line:
+                        problems.append("%s backend: %s" % (vm.name, line.strip()))
+    return problems
+
+
+def save_evidence(cluster, dest, text):
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "failure.txt"), "w") as f:
+        f.write(text)
+    for vm in cluster.vms:
+        for p in (vm.serial_log, vm.qemu_log, vm.backend_log):
+            if os.path.exists(p):
+                shutil.copy(p, dest)
+        try:
+            with open(os.path.join(dest, "dmesg-%d.txt" % vm.index), "w") as f:
+                f.write(vm.dmesg())
+        except Exception as e:  # the guest may be gone; say so in the file
+            with open(os.path.join(dest, "dmesg-%d.txt" % vm.index), "w") as f:
+                f.write("dmesg unavailable: %s\n" % e)
+
+
+def run(selected, results, keep=False):
+    """Run the selected scenario names; returns (passed, failed) lists."""
+    passed, failed = [], []
+    by_topo = {}
+    for name in selected:
+        by_topo.setdefault(SCENARIOS[name][0], []).append(name)
+    for topo, names in by_topo.items():
+        print("== topology %s: %s, %s uplink (%d scenarios)" % (
+            topo, "+".join(TOPOLOGIES[topo]["kind"]), TOPOLOGIES[topo]["uplink"], len(names)),
+            flush=True)
+        cluster = None
+        try:
+            t0 = time.monotonic()
+            cluster = vrdmavm.Cluster(n=2, keep=True, **TOPOLOGIES[topo])
+            cluster.start()
+            print("   booted in %.1fs (%s)" % (time.monotonic() - t0, cluster.workdir), flush=True)
+        except Exception as e:
+            msg = "topology %s did not come up: %s" % (topo, e)
+            print("   " + msg, flush=True)
+            for name in names:
+                failed.append(name)
+                print("FAIL %s: %s" % (name, msg.splitlines()[0]), flush=True)
+                if cluster is not None:
+                    save_evidence(cluster, os.path.join(results, name), msg)
+            if cluster is not None:
+                cluster.close(failed=True)
+            continue
+        broken = None
+        for name in names:
+            _, fn, timeout = SCENARIOS[name]
+            if broken:
+                failed.append(name)
+                print("FAIL %s: not run, the topology broke earlier (%s)" % (name, broken),
+                      flush=True)
+                continue
+            t0 = time.monotonic()
+            ctx = Context(cluster, results)
+            err = None
+            try:
+                fn(ctx)
+            except Exception as e:  # any exception is this scenario's failure
+                err = "%s: %s" % (type(e).__name__, e)
+                if not isinstance(e, Failure):
+                    err += "\n" + traceback.format_exc()
+            problems = health(cluster)
+            if problems and not err:
+                err = "unhealthy after the scenario:\n  " + "\n  ".join(problems)
+            dt = time.monotonic() - t0
+            if err:
+                failed.append(name)
+                print("FAIL %s (%.1fs): %s" % (name, dt, err.splitlines()[0]), flush=True)
+                save_evidence(cluster, os.path.join(results, name),
+                              err + "\n\nnotes:\n" + "\n".join(ctx.notes))
+                if any("QEMU is not running" in p or "backend exited" in p for p in problems):
+                    broken = problems[0]
+            else:
+                passed.append(name)
+                print("ok   %s (%.1fs)" % (name, dt), flush=True)
+        # Teardown: backends must exit cleanly on SIGTERM.
+        cluster.close(failed=bool(failed) or keep)
+        for vm in cluster.vms:
+            if vm.backend is not None and vm.backend.returncode not in (0, None):
+                name = "teardown_%s_%s" % (topo, vm.name)
+                failed.append(name)
+                print("FAIL %s: vrdma-backend exited with %s on SIGTERM" % (
+                    name, vm.backend.returncode), flush=True)
+    return passed, failed

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Run the vrdma VM test suite.
+
+    tests/vm/run.py                 every scenario
+    tests/vm/run.py -k rping        scenarios whose name contains "rping"
+    tests/vm/run.py --list          list the scenarios
+    tests/vm/run.py --topology A    only topology A (two vrdma guests, udp uplink)
+
+Needs the images (`make images`) and a release build of vrdma-backend. Evidence
+of each failing scenario is kept under --results (default tests/results/<time>).
+The last line is "N passed, N failed".
+"""
+
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+import scenarios  # noqa: E402,F401  (registers the scenarios)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-k", action="append", default=[], help="only scenarios whose name contains this")
+    p.add_argument("--topology", action="append", default=[], help="only these topologies (A, B, C)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--results", default=None, help="where failing scenarios keep their evidence")
+    p.add_argument("--keep", action="store_true", help="keep every run directory")
+    a = p.parse_args()
+    names = [n for n, (topo, _, _) in harness.SCENARIOS.items()
+             if (not a.k or any(k in n for k in a.k)) and (not a.topology or topo in a.topology)]
+    if a.list:
+        for n in names:
+            print("%s  %s" % (harness.SCENARIOS[n][0], n))
+        return 0
+    if not names:
+        print("no scenario matches")
+        print("0 passed, 1 failed")
+        return 1
+    results = a.results or os.path.join(harness.REPO, "tests", "results",
+                                        time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(results, exist_ok=True)
+    t0 = time.monotonic()
+    passed, failed = harness.run(names, results, keep=a.keep)
+    print("")
+    if failed:
+        print("failed: %s" % ", ".join(failed))
+        print("evidence in %s" % results)
+    print("time: %.0fs" % (time.monotonic() - t0))
+    print("%d passed, %d failed" % (len(passed), len(failed)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs."""
+
+import os
+
+from harness import HERE, expect_in, roce_v2_gid_index, scenario
+
+SCRIPT = "/tmp/bad_rkey.py"
+
+
+def bad_rkey(ctx, imm):
+    with open(os.path.join(HERE, "guest", "bad_rkey.py")) as f:
+        src = f.read()
+    for vm in (ctx.a, ctx.b):
+        vm.write_file(SCRIPT, src, mode=0o755)
+    g = roce_v2_gid_index(ctx.a, "vrdma0")
+    flag = " --imm" if imm else ""
+    resp = ctx.a.spawn("python3 %s responder vrdma0 %d%s" % (SCRIPT, g, flag), timeout=90)
+    import time
+    time.sleep(2)
+    rc, rout = ctx.b.run("python3 %s requester vrdma0 %d %s%s" % (SCRIPT, g, ctx.a.ip, flag),
+                         timeout=90)
+    src, sout = resp.wait(timeout=90)
+    both = "--- responder ---\n%s\n--- requester ---\n%s" % (sout, rout)
+    expect_in("send completion: REM_ACCESS_ERR", both, "the requester's completion")
+    return both
+
+
+@scenario("A")
+def async_bad_rkey_write(ctx):
+    both = bad_rkey(ctx, imm=False)
+    expect_in("async event: QP_ACCESS_ERR", both, "the responder's async events")
+
+
+@scenario("A")
+def async_bad_rkey_write_with_imm(ctx):
+    both = bad_rkey(ctx, imm=True)
+    expect_in("recv completion: LOC_ACCESS_ERR", both, "the responder's receive completion")
+    expect_in("async event: none", both, "the responder's async events (none expected)")

@@ -1,0 +1,52 @@
+"""Topology C: a vrdma guest against a Linux rxe guest (the kernel's own RoCEv2)."""
+
+import re
+
+from harness import expect, expect_in, ib_dev, pair, roce_v2_gid_index, scenario
+
+
+def pp(ctx, server, client, tool, extra):
+    gs = roce_v2_gid_index(server, ib_dev(server))
+    gc = roce_v2_gid_index(client, ib_dev(client))
+    srv = "%s -d %s -g %d %s" % (tool, ib_dev(server), gs, extra)
+    cli = "%s -d %s -g %d %s %s" % (tool, ib_dev(client), gc, extra, server.ip)
+    sout, cout = pair(server, client, srv, cli, timeout=240)
+    expect_in("iters in", cout, "%s client" % tool)
+    ctx.note("%s %s -> %s: %s" % (tool, client.kind, server.kind, cout.strip().splitlines()[-1]))
+
+
+@scenario("C")
+def interop_rc_pingpong_vrdma_server(ctx):
+    pp(ctx, ctx.a, ctx.b, "ibv_rc_pingpong", "-n 200 -c")
+
+
+@scenario("C")
+def interop_rc_pingpong_vrdma_client(ctx):
+    pp(ctx, ctx.b, ctx.a, "ibv_rc_pingpong", "-n 200 -c -s 65536")
+
+
+@scenario("C")
+def interop_ud_pingpong(ctx):
+    pp(ctx, ctx.a, ctx.b, "ibv_ud_pingpong", "-s 512 -n 200")
+
+
+def perf(ctx, tool):
+    srv, cli = ctx.a, ctx.b
+    gs = roce_v2_gid_index(srv, ib_dev(srv))
+    gc = roce_v2_gid_index(cli, ib_dev(cli))
+    s = "%s -d %s -x %d -s 65536 -n 100" % (tool, ib_dev(srv), gs)
+    c = "%s -d %s -x %d -s 65536 -n 100 %s" % (tool, ib_dev(cli), gc, srv.ip)
+    sout, cout = pair(srv, cli, s, c, timeout=300, settle=2.0)
+    row = re.search(r"^\s*65536\s+100\s+([\d.]+)\s+([\d.]+)", cout, re.M)
+    expect(row is not None, "%s printed a result row" % tool, cout)
+    ctx.note("%s rxe -> vrdma: %s MB/s avg" % (tool, row.group(2)))
+
+
+@scenario("C")
+def interop_write_bw(ctx):
+    perf(ctx, "ib_write_bw")
+
+
+@scenario("C")
+def interop_read_bw(ctx):
+    perf(ctx, "ib_read_bw")

@@ -1,0 +1,58 @@
+"""perftest (short runs) between two vrdma guests; figures are recorded, not asserted."""
+
+import re
+
+from harness import expect, pair, roce_v2_gid_index, scenario
+
+# A perftest result line: "#bytes #iterations BW peak BW average MsgRate" or a latency line.
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", re.M)
+
+
+def perf(ctx, tool, extra="", size=65536, iters=200):
+    g = roce_v2_gid_index(ctx.a, "vrdma0")
+    base = "%s -d vrdma0 -x %d -s %d -n %d %s" % (tool, g, size, iters, extra)
+    sout, cout = pair(ctx.a, ctx.b, base, base + " " + ctx.a.ip, timeout=300, settle=2.0)
+    rows = ROW.findall(cout)
+    expect(rows, "%s printed a result row" % tool, cout)
+    ctx.note("%s %s: %s" % (tool, extra, " ".join(rows[-1])))
+    return rows[-1]
+
+
+@scenario("A")
+def perftest_write_bw(ctx):
+    perf(ctx, "ib_write_bw")
+
+
+@scenario("A")
+def perftest_read_bw(ctx):
+    perf(ctx, "ib_read_bw")
+
+
+@scenario("A")
+def perftest_send_bw(ctx):
+    perf(ctx, "ib_send_bw")
+
+
+@scenario("A")
+def perftest_atomic_bw(ctx):
+    perf(ctx, "ib_atomic_bw", size=8)
+
+
+@scenario("A")
+def perftest_write_lat(ctx):
+    perf(ctx, "ib_write_lat", size=64, iters=500)
+
+
+@scenario("A")
+def perftest_send_lat(ctx):
+    perf(ctx, "ib_send_lat", size=64, iters=500)
+
+
+@scenario("A")
+def perftest_send_bw_ud(ctx):
+    perf(ctx, "ib_send_bw", "-c UD", size=512)
+
+
+@scenario("A")
+def perftest_write_bw_odp(ctx):
+    perf(ctx, "ib_write_bw", "--odp")
