@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
-use vrdma_backend::cli::{Args, CliError, Config, UplinkChoice};
+use vrdma_backend::cli::{Args, CliError, Config};
+use vrdma_backend::uplink::UplinkSpec;
 
 fn tmpdir(tag: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -41,7 +42,7 @@ fn defaults() {
     assert_eq!(c.limits.max_qp, 16384);
     assert!(c.odp.enabled);
     assert_eq!(c.odp.chunk_shift, 21);
-    assert_eq!(c.uplink, UplinkChoice::None);
+    assert_eq!(c.uplink, None);
     assert!(c.impair.is_none());
 }
 
@@ -87,7 +88,7 @@ fn uplink_specs() {
     ];
     for spec in ok {
         let c = parse(&["--uplink", spec]).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        assert_eq!(c.uplink, UplinkChoice::Spec(spec.to_string()));
+        assert_eq!(c.uplink, Some(spec.parse::<UplinkSpec>().unwrap()));
     }
     let bad = [
         "udp:local=127.0.0.1:5000",
@@ -278,6 +279,22 @@ fn wait_for(path: &std::path::Path) {
     }
 }
 
+fn read(path: &std::path::Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s
+}
+
+fn wait_for_log(path: &std::path::Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !read(path).contains(what) {
+        assert!(Instant::now() < deadline, "log never said {what:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn binary_exits_cleanly_on_sigterm_and_sigint() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
@@ -297,16 +314,13 @@ fn binary_exits_cleanly_on_sigterm_and_sigint() {
             .spawn()
             .unwrap();
         wait_for(&sock);
+        wait_for_log(&log, "listening on");
         // SAFETY: kill() on the pid of a child we spawned and have not reaped.
         assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(0), "signal {sig}");
         assert!(!sock.exists(), "socket removed on exit");
-        let mut s = String::new();
-        std::fs::File::open(&log)
-            .unwrap()
-            .read_to_string(&mut s)
-            .unwrap();
-        assert!(s.contains("listening on"), "log: {s}");
+        let s = read(&log);
+        assert!(s.contains(&format!("signal {sig} received")), "log: {s}");
     }
 }

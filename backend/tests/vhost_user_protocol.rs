@@ -119,7 +119,11 @@ fn start(tag: &str, connections: usize, odp: bool) -> Harness {
         doorbells: rec.clone(),
         eth_tx: rec.clone(),
         config,
-        odp,
+        device_features: if odp {
+            (1 << VIRTIO_RDMA_F_ODP) | (1 << VIRTIO_RDMA_F_ODP_IMPLICIT)
+        } else {
+            0
+        },
         mtu: 1500,
     };
     let mut listener = listen(&path).expect("listen");

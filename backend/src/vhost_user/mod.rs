@@ -8,6 +8,7 @@
 //! - `output.rs`: [`VirtqOutput`], device -> driver records on the event, pagereq and eth rx
 //!   queues, queued internally while the driver has posted no buffer.
 //! - `inputq.rs`: doorbell records -> [`DoorbellSink`], eth tx frames -> [`FrameSink`].
+//! - `glue.rs`: the traits above implemented by `device::Device`, the engine and the uplink.
 //! - `daemon.rs`: the accept loop ([`serve`]); `start.rs`: [`start_backend`] wiring.
 //!
 //! Lock order: device mutex -> output queue mutex -> vring lock. Nothing here takes the device
@@ -19,6 +20,7 @@ mod backend;
 pub mod chain;
 pub mod controlq;
 pub mod daemon;
+mod glue;
 pub mod inputq;
 pub mod output;
 mod start;
@@ -32,7 +34,7 @@ use vrdma_spec::{self as spec, Abi};
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
 pub use output::VirtqOutput;
-pub use start::{config_space, start_backend, PlaceholderDevice, StartError};
+pub use start::{device_config, open_uplink, prepare, start_backend, Prepared, StartError};
 
 /// Guest memory as mapped from the vhost-user memory table.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
@@ -78,6 +80,8 @@ pub trait RdmaDevice: Send + 'static {
 pub trait DoorbellSink: Send + Sync {
     /// One `vrdma_doorbell` record (`type_` is `VRDMA_DB_*`, `id` a qpn, srqn or cqn).
     fn doorbell(&self, db: spec::VrdmaDoorbell);
+    /// Control commands ran (they may have unblocked work, e.g. ODP_PAGE_RESP, MODIFY_QP).
+    fn kick(&self) {}
 }
 
 /// Where the guest's eth tx frames go: the uplink. Must not block.
