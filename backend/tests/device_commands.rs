@@ -20,7 +20,11 @@ fn query_device_and_port() {
     let c = VrdmaConfig::read_from(&r).unwrap();
     assert_eq!(c.max_qp, 16384);
     assert_eq!(c.max_mw, 0);
-    assert_eq!(c.odp_general_caps, 0, "ODP off by default");
+    assert_eq!(
+        c.odp_general_caps,
+        VRDMA_ODP_SUPPORT | VRDMA_ODP_SUPPORT_IMPLICIT,
+        "ODP on by default"
+    );
     assert_eq!(c.port_state, VRDMA_PORT_ACTIVE);
     assert_eq!(e.dev.config_space(), r);
     let q = VrdmaCmdQueryPort {
@@ -45,10 +49,7 @@ fn query_device_and_port() {
 
 #[test]
 fn odp_caps_advertised_only_when_enabled() {
-    let mut cfg = config();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = env_with(cfg);
+    let mut e = env();
     let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
     let c = VrdmaConfig::read_from(&r).unwrap();
     assert_eq!(
@@ -56,8 +57,45 @@ fn odp_caps_advertised_only_when_enabled() {
         VRDMA_ODP_SUPPORT | VRDMA_ODP_SUPPORT_IMPLICIT
     );
     assert_ne!(c.odp_rc_caps & VRDMA_ODP_WRITE, 0);
+    assert_ne!(c.odp_rc_caps & VRDMA_ODP_SRQ_RECV, 0);
+    assert_eq!(c.odp_ud_caps, VRDMA_ODP_SEND);
     assert_eq!(c.odp_chunk_shift, 21);
     assert_eq!(e.dev.config.odp_feature_bits(), 0b11);
+    // Disabled: no caps, no feature bits, registrations refused.
+    let mut cfg = config();
+    cfg.odp.enabled = false;
+    cfg.odp.implicit = false;
+    let mut e = env_with(cfg);
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let c = VrdmaConfig::read_from(&r).unwrap();
+    assert_eq!(
+        (
+            c.odp_general_caps,
+            c.odp_rc_caps,
+            c.odp_uc_caps,
+            c.odp_ud_caps
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(e.dev.config.odp_feature_bits(), 0);
+    let pd = e.create_pd();
+    let mut m = VrdmaCmdRegMr {
+        pdn: pd,
+        access: VRDMA_ACCESS_ON_DEMAND,
+        iova: 0,
+        length: 4096,
+        page_shift: 12,
+        npages: 0,
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_ODP_MR, m.as_bytes()).0,
+        VRDMA_STATUS_NOT_SUPPORTED
+    );
+    m.length = u64::MAX;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, m.as_bytes()).0,
+        VRDMA_STATUS_NOT_SUPPORTED
+    );
 }
 
 #[test]
@@ -562,20 +600,30 @@ fn mr_commands() {
             .0,
         VRDMA_STATUS_INVALID
     );
-    // ODP disabled by default.
+    // ODP registrations: explicit needs a length, implicit needs iova 0 / length u64::MAX.
     assert_eq!(
         e.cmd(
             VRDMA_CMD_REG_ODP_MR,
             mk(pd, VRDMA_ACCESS_ON_DEMAND, 0).as_bytes()
         )
         .0,
-        VRDMA_STATUS_NOT_SUPPORTED
+        VRDMA_STATUS_OK
+    );
+    let mut zero = mk(pd, VRDMA_ACCESS_ON_DEMAND, 0);
+    zero.length = 0;
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_ODP_MR, zero.as_bytes()).0,
+        VRDMA_STATUS_INVALID
     );
     let mut imp = mk(pd, VRDMA_ACCESS_ON_DEMAND, 0);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        VRDMA_STATUS_INVALID
+    );
     imp.length = u64::MAX;
     assert_eq!(
         e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
-        VRDMA_STATUS_NOT_SUPPORTED
+        VRDMA_STATUS_OK
     );
 }
 

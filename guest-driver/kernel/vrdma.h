@@ -107,6 +107,7 @@ struct vrdma_qp {
 	u32 qpn;
 	bool user;
 	u8 sq_sig_all;
+	bool in_error;			/* QP is in the ERROR state */
 	u32 max_send_sge;
 	u32 max_recv_sge;
 	u32 max_inline;

@@ -16,6 +16,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/virtio_config.h>
+#include <linux/virtio_ring.h>
 
 #include "vrdma.h"
 
@@ -242,6 +243,12 @@ int vrdma_cmd(struct vrdma_dev *dev, u16 opcode, const void *req,
 		    sizeof(ctx->out.hdr) + resp_len);
 	sgs[0] = &sgl[0];
 	sgs[1] = &sgl[ntail + 1];
+	/* Without indirect descriptors a chain must fit the ring. */
+	if (!virtio_has_feature(dev->vdev, VIRTIO_RING_F_INDIRECT_DESC) &&
+	    ntail + 2 > virtqueue_get_vring_size(vq)) {
+		err = -E2BIG;
+		goto out_free;
+	}
 
 	deadline = jiffies + msecs_to_jiffies(VRDMA_CMD_TIMEOUT_MS);
 	spin_lock_irqsave(&dev->ctrl_lock, flags);

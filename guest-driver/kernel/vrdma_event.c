@@ -23,10 +23,10 @@ void vrdma_port_event(struct vrdma_dev *dev, bool active)
 	u32 state = active ? VRDMA_PORT_ACTIVE : VRDMA_PORT_DOWN;
 	struct ib_event ev = {};
 
-	if (xchg(&dev->port_state, state) == state)
-		return;
+	u32 old = xchg(&dev->port_state, state);
+
 	vrdma_eth_carrier(dev, active);
-	if (!READ_ONCE(dev->ib_registered))
+	if (old == state || !READ_ONCE(dev->ib_registered))
 		return;
 	ev.device = &dev->ib;
 	ev.element.port_num = 1;
@@ -75,6 +75,16 @@ static void vrdma_qp_event(struct vrdma_dev *dev, u32 type, u32 qpn)
 		dev_dbg(&dev->vdev->dev, "event %u for unknown QP %u\n", type,
 			qpn);
 		return;
+	}
+	switch (type) {
+	case VRDMA_EV_QP_FATAL:
+	case VRDMA_EV_QP_REQ_ERR:
+	case VRDMA_EV_QP_ACCESS_ERR:
+		/* The device moved the QP to ERROR (§13). */
+		WRITE_ONCE(qp->in_error, true);
+		break;
+	default:
+		break;
 	}
 	switch (type) {
 	case VRDMA_EV_QP_FATAL:

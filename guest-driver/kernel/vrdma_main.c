@@ -54,9 +54,14 @@ static int vrdma_check_device(struct vrdma_dev *dev)
 		return -ENOMEM;
 	err = vrdma_cmd(dev, VRDMA_CMD_QUERY_DEVICE, NULL, 0, NULL, 0, q,
 			sizeof(*q));
-	if (err)
+	if (err == -EIO || err == -ETIMEDOUT) {
+		/* No answer at all: the control queue does not work. */
 		dev_err(&dev->vdev->dev, "QUERY_DEVICE failed: %d\n", err);
-	else if (memcmp(q, &dev->cfg, offsetof(struct vrdma_config, port_state)))
+	} else if (err) {
+		/* It answered; the config space is what counts (§2.2). */
+		dev_warn(&dev->vdev->dev, "QUERY_DEVICE: %d\n", err);
+		err = 0;
+	} else if (memcmp(q, &dev->cfg, offsetof(struct vrdma_config, port_state)))
 		dev_warn(&dev->vdev->dev,
 			 "QUERY_DEVICE differs from the config space; using the config space\n");
 	kfree(q);
@@ -82,6 +87,7 @@ static void vrdma_ib_init(struct vrdma_dev *dev)
 static void vrdma_reset(struct vrdma_dev *dev)
 {
 	virtio_reset_device(dev->vdev);
+	virtio_synchronize_cbs(dev->vdev);
 	vrdma_cmd_drain(dev);
 	if (dev->odp_wq) {
 		destroy_workqueue(dev->odp_wq);
@@ -125,6 +131,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 	xa_init_flags(&dev->srqs, XA_FLAGS_LOCK_IRQ);
 	xa_init(&dev->odp_mrs);
 	INIT_WORK(&dev->config_work, vrdma_config_work);
+	dev->port_state = VRDMA_PORT_DOWN;
 
 	virtio_cread_bytes(vdev, 0, &dev->cfg, sizeof(dev->cfg));
 	dev->has_odp = virtio_has_feature(vdev, VIRTIO_RDMA_F_ODP) &&
@@ -164,9 +171,8 @@ static int vrdma_probe(struct virtio_device *vdev)
 			err);
 		goto err_reset;
 	}
-	dev->port_state = VRDMA_PORT_DOWN;
-	if (VCFG(dev, port_state) == VRDMA_PORT_ACTIVE)
-		vrdma_port_event(dev, true);
+	/* The config work syncs the carrier; the IB port is not yet there. */
+	schedule_work(&dev->config_work);
 
 	vrdma_ib_init(dev);
 	err = ib_device_set_netdev(&dev->ib, dev->netdev, 1);

@@ -142,6 +142,11 @@ static netdev_tx_t vrdma_eth_xmit(struct sk_buff *skb,
 		dev_kfree_skb_any(skb);
 		return NETDEV_TX_OK;
 	}
+	/* eth_skb_pad() frees the skb when it fails. */
+	if (eth_skb_pad(skb)) {
+		DEV_STATS_INC(netdev, tx_dropped);
+		return NETDEV_TX_OK;
+	}
 	sg_init_one(&sg, skb->data, skb->len);
 	skb_tx_timestamp(skb);
 

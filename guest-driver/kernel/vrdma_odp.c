@@ -141,13 +141,14 @@ struct ib_mr *vrdma_reg_odp_mr(struct vrdma_pd *pd, u64 start, u64 length,
 	mr->ibmr.lkey = le32_to_cpu(resp.lkey);
 	mr->ibmr.rkey = le32_to_cpu(resp.rkey);
 
+	/* Before any fault can map pages, so invalidations find the MR. */
+	mutex_lock(&odp->umem_mutex);
+	odp->private = mr;
+	mutex_unlock(&odp->umem_mutex);
 	err = xa_insert(&dev->odp_mrs, VRDMA_KEY_INDEX(mr->ibmr.lkey), mr,
 			GFP_KERNEL);
 	if (err)
 		goto err_dereg;
-	mutex_lock(&odp->umem_mutex);
-	odp->private = mr;
-	mutex_unlock(&odp->umem_mutex);
 	return &mr->ibmr;
 
 err_dereg:

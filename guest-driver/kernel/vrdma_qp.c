@@ -259,6 +259,7 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	struct vrdma_qp *qp = to_vqp(ibqp);
 	struct vrdma_cmd_modify_qp req = {};
 	struct vrdma_qp_attr *a = &req.attr;
+	int err;
 
 	if (mask & ~VRDMA_QP_MASK_ALL)
 		return -EOPNOTSUPP;
@@ -294,8 +295,11 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			return -EINVAL;
 		vrdma_fill_av(&a->av, &attr->ah_attr);
 	}
-	return vrdma_cmd(dev, VRDMA_CMD_MODIFY_QP, &req, sizeof(req), NULL, 0,
-			 NULL, 0);
+	err = vrdma_cmd(dev, VRDMA_CMD_MODIFY_QP, &req, sizeof(req), NULL, 0,
+			NULL, 0);
+	if (!err && (mask & IB_QP_STATE))
+		WRITE_ONCE(qp->in_error, attr->qp_state == IB_QPS_ERR);
+	return err;
 }
 
 int vrdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
@@ -610,5 +614,11 @@ int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	spin_unlock_irqrestore(&qp->rq_lock, flags);
 	if (err)
 		*bad_wr = wr;
+	/*
+	 * The device reads the RQ only when a message arrives; in ERROR
+	 * nothing arrives, so tell it to flush these WQEs (ib_drain_rq()).
+	 */
+	if (n && READ_ONCE(qp->in_error))
+		vrdma_doorbell(to_vdev(ibqp->device), VRDMA_DB_RQ, qp->qpn);
 	return err;
 }

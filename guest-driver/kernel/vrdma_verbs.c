@@ -98,7 +98,7 @@ static int vrdma_query_port(struct ib_device *ibdev, u32 port,
 	attr->max_mtu = IB_MTU_4096;
 	attr->active_mtu = iboe_get_mtu(mtu);
 	attr->gid_tbl_len = VCFG(dev, max_gid);
-	attr->port_cap_flags = IB_PORT_CM_SUP | IB_PORT_DEVICE_MGMT_SUP;
+	attr->port_cap_flags = IB_PORT_CM_SUP;
 	attr->max_msg_sz = VCFG(dev, max_msg_sz);
 	attr->pkey_tbl_len = 1;
 	attr->active_width = IB_WIDTH_4X;

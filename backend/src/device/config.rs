@@ -72,11 +72,8 @@ impl Default for DeviceConfig {
             hw_ver: 1,
             fw_ver: VRDMA_ABI_VERSION as u64,
             port_active: true,
-            odp: OdpConfig {
-                enabled: false,
-                implicit: false,
-                ..OdpConfig::default()
-            },
+            // ODP works end to end (tests/device_odp_e2e.rs): explicit and implicit MRs.
+            odp: OdpConfig::default(),
         }
     }
 }
@@ -138,8 +135,10 @@ impl DeviceConfig {
                 | VRDMA_ODP_READ
                 | VRDMA_ODP_ATOMIC
                 | VRDMA_ODP_SRQ_RECV;
-            uc = VRDMA_ODP_SEND | VRDMA_ODP_RECV | VRDMA_ODP_WRITE;
-            ud = VRDMA_ODP_SEND | VRDMA_ODP_RECV;
+            // UC and UD responders cannot RNR-NAK, so a receive-side fault would drop the
+            // message: only the requester side (local SGEs) is advertised for them.
+            uc = VRDMA_ODP_SEND;
+            ud = VRDMA_ODP_SEND;
         }
         if self.odp.implicit {
             general |= VRDMA_ODP_SUPPORT_IMPLICIT;
