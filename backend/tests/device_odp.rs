@@ -237,6 +237,20 @@ fn error_answers_and_hostile_responses() {
         out.take_page_requests().is_empty(),
         "no re-fault while failed"
     );
+    // Any other error status (e.g. the driver ran out of memory) is accepted the same way.
+    let _ = t.resolve(k, 1, 5 * CHUNK, 8, 0);
+    let r = out.take_page_requests()[0];
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, VRDMA_STATUS_NO_RESOURCES, 0, 0, &[]),
+        VRDMA_STATUS_OK
+    );
+    assert!(matches!(
+        t.resolve(k, 1, 5 * CHUNK, 8, 0),
+        Err(MrError::OdpFailed {
+            status: VRDMA_STATUS_NO_RESOURCES,
+            ..
+        })
+    ));
 
     // Chunk 1: hostile answers.
     let _ = t.resolve(k, 1, CHUNK, 8, 0);

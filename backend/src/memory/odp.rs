@@ -412,12 +412,9 @@ impl MrTable {
         let npages_need = ((ep - sp) >> ODP_PAGE_SHIFT) as usize;
         // Decide the outcome, then update the chunk once.
         let outcome: Result<(), (u32, u32)> = if status != VRDMA_STATUS_OK {
-            // The driver could not map the range: waiters fail with its status.
-            if status == VRDMA_STATUS_ACCESS || status == VRDMA_STATUS_BAD_ADDRESS {
-                Err((status, VRDMA_STATUS_OK))
-            } else {
-                Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
-            }
+            // The driver could not map the range (ACCESS, BAD_ADDRESS, NO_RESOURCES...): the
+            // answer is accepted and the waiters fail with its status.
+            Err((status, VRDMA_STATUS_OK))
         } else if iova != sp
             || pages.len() != npages_need
             || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
