@@ -323,6 +323,15 @@ pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
     dev.outbox.push(frame);
 }
 
+/// QPNs whose responder has READ responses queued.
+pub fn qpns_with_replies(dev: &Device) -> Vec<u32> {
+    dev.qps
+        .iter()
+        .filter(|q| !q.resp.replies.is_empty())
+        .map(|q| q.qpn)
+        .collect()
+}
+
 /// QPNs whose requester has an armed timer.
 pub fn qpns_with_timers(dev: &Device) -> Vec<u32> {
     dev.qps
