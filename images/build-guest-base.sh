@@ -61,7 +61,7 @@ if [ ! -f "$rdir/.done" ]; then
 	t0=$(date +%s)
 	run_logged "$rdir/mkrootfs.log" "$IMAGES_DIR/guest/mkrootfs.sh" "$root"
 	log "root filesystem done in $(($(date +%s) - t0)) s ($(du -sh "$root" | cut -f1))"
-	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) >"$rdir/rootfs.cpio"
+	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet --reproducible) >"$rdir/rootfs.cpio"
 	touch "$rdir/.done"
 	for d in "$VRDMA_CACHE"/guest-rootfs-*/; do
 		[ "${d%/}" = "$rdir" ] || { log "removing stale ${d%/}"; rm -rf "${d%/}"; }
@@ -117,7 +117,7 @@ depmod -b "$mroot" "$KVER"
 log "packing base.cpio (root filesystem + modules)"
 {
 	cat "$rdir/rootfs.cpio"
-	(cd "$mroot" && find usr | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0)
+	(cd "$mroot" && find usr | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 --reproducible)
 } >"$out/base.cpio.tmp"
 mv "$out/base.cpio.tmp" "$out/base.cpio"
 touch "$out/.done"

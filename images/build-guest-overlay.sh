@@ -88,6 +88,8 @@ build_kmod() {
 	[ ${#kos[@]} -gt 0 ] || die "the module build produced no .ko"
 	mkdir -p "$stage/usr/lib/modules/$KVER/extra"
 	cp "${kos[@]}" "$stage/usr/lib/modules/$KVER/extra/"
+	# debug info stays in the cache copy ($kb); the guest gets a small module
+	strip --strip-debug "$stage/usr/lib/modules/$KVER/extra/"*.ko
 	log "modules: $(cd "$stage/usr/lib/modules/$KVER/extra" && echo *.ko)"
 }
 

@@ -320,6 +320,7 @@ class VM:
         self.qemu = self.backend = None
         self.agent = None
         self.boot_time = None
+        self.init_log = ""  # what the guest's init said (/run/vrdmavm-init.log)
 
     # ---- start
     def _uplink(self):
@@ -449,6 +450,20 @@ class VM:
                     self.name, "console (tail):\n" + _tail(self.serial_log)))
         if "error" in box:
             raise VMError("%s: agent: %s\n%s" % (self.name, box["error"], _tail(self.serial_log)))
+        # the agent starts before the drivers: wait for init to finish
+        left = max(1.0, deadline - time.monotonic())
+        try:
+            self.init_log = self.run(
+                "while [ ! -e /run/vrdmavm-ready ]; do sleep 0.1; done; "
+                "cat /run/vrdmavm-init.log", timeout=left)[1]
+        except CommandTimeout:
+            try:
+                info = self.run("cat /run/vrdmavm-init.log; echo; dmesg | tail -n 40; "
+                                "ps -eo pid,stat,wchan:20,args | grep -v ' \\[' | tail -n 30",
+                                timeout=20)[1]
+            except VMError as e:
+                info = str(e)
+            raise VMError("%s: guest init did not finish in time:\n%s" % (self.name, info))
         self.boot_time = time.monotonic() - self._t_start
 
     # ---- agent requests
@@ -486,9 +501,9 @@ class VM:
         stdout/stderr exit: redirect daemons (cmd >/tmp/log 2>&1 &)."""
         if self.agent is None:
             raise VMError("%s is not running" % self.name)
+        h = Handle(self, None, cmd, timeout)
         if merge:
             cmd = "exec 2>&1\n" + cmd
-        h = Handle(self, None, cmd, timeout)
         started = threading.Event()
 
         def cb(msg):
