@@ -84,6 +84,11 @@ impl EngineSender {
     }
 
     /// Queue one doorbell record.
+    pub fn doorbell(&self, db: VrdmaDoorbell) {
+        self.doorbells(&[db]);
+    }
+
+    /// Same as [`EngineSender::doorbell`].
     pub fn push(&self, db: VrdmaDoorbell) {
         self.doorbells(&[db]);
     }
