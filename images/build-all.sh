@@ -7,8 +7,8 @@
 # Every step is cached in $VRDMA_CACHE (default /var/cache/vrdma): a second
 # run takes seconds. Extra arguments are ignored; VRDMA_NO_DRIVER=1 builds
 # an overlay without the vrdma module/provider (rxe guests only).
-LOG_TAG=build-all
-# shellcheck source=images/lib.sh
+export LOG_TAG="build-all"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 t_all=$(date +%s)

@@ -17,8 +17,8 @@
 #   VRDMA_PROVIDER_SRC  provider dir with a CMakeLists.txt (guest-driver/provider)
 #   VRDMA_NO_DRIVER=1   build the overlay without module and provider (rxe
 #                       guests only); otherwise their absence is an error.
-LOG_TAG=guest-overlay
-# shellcheck source=images/lib.sh
+export LOG_TAG="guest-overlay"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 KMOD_SRC=${VRDMA_KMOD_SRC:-$REPO_DIR/guest-driver/kernel}

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 # Common helpers for the images/ scripts. Source it, do not run it.
 #
 # VRDMA_CACHE  where everything large lives (never inside the repo);

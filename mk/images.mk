@@ -51,5 +51,5 @@ images-check:
 	@for f in "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh; do bash -n "$$f"; done
 	@sh -n "$(IMAGES_DIR)/guest/init"
 	@if command -v shellcheck >/dev/null; then \
-		shellcheck -x "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh "$(IMAGES_DIR)"/guest/init; fi
+		shellcheck -x -P "$(IMAGES_DIR)" "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh "$(IMAGES_DIR)"/guest/init; fi
 	python3 -m unittest discover -s "$(IMAGES_DIR)/tests" -v
