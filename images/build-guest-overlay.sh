@@ -57,7 +57,11 @@ install -D -m 755 "$IMAGES_DIR/guest/vrdma-agent" "$stage/usr/local/sbin/vrdma-a
 build_kmod() {
 	[ -d "$KHEADERS" ] || die "$KHEADERS missing: run images/setup-host.sh"
 	local h kb
+	# the module includes the spec headers: they are part of the key
 	h=$(hash_tree "$KMOD_SRC")
+	if [ -d "$REPO_DIR/device-spec/include" ] && [ -z "${VRDMA_KMOD_SRC:-}" ]; then
+		h=$(echo "$h $(hash_tree "$REPO_DIR/device-spec/include")" | sha256sum | cut -c1-12)
+	fi
 	kb="$VRDMA_CACHE/kmod-$h"
 	if [ ! -f "$kb/.done" ]; then
 		log "building kernel module from $KMOD_SRC (copy in $kb)"
