@@ -324,3 +324,28 @@ fn binary_exits_cleanly_on_sigterm_and_sigint() {
         assert!(s.contains(&format!("signal {sig} received")), "log: {s}");
     }
 }
+
+#[test]
+fn binary_reports_an_uplink_bind_failure_before_creating_the_socket() {
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap();
+    let d = tmpdir("bind");
+    let sock = d.join("vrdma.sock");
+    let out = Command::new(bin())
+        .args([
+            "--socket-path",
+            sock.to_str().unwrap(),
+            "--mac",
+            "52:54:00:00:00:03",
+            "--uplink",
+            &format!("udp:local={addr},remote=127.0.0.1:9"),
+        ])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "stderr: {err}");
+    assert!(err.contains(&addr.to_string()), "stderr: {err}");
+    assert!(!sock.exists(), "no socket left behind");
+}

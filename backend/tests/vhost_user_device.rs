@@ -215,3 +215,50 @@ fn reconnect_finds_a_clean_device() {
     drop(fe);
     d.thread.join().unwrap();
 }
+
+#[test]
+fn eth_frames_flow_between_the_guest_and_a_udp_uplink() {
+    // The "remote" end of the uplink is a plain UDP socket of this test.
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    peer.set_read_timeout(Some(T)).unwrap();
+    let local = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let local_addr = local.local_addr().unwrap();
+    drop(local);
+    let spec = format!(
+        "udp:local={local_addr},remote={}",
+        peer.local_addr().unwrap()
+    );
+    let d = start("dev-eth", 1, |c| c.uplink = Some(spec.parse().unwrap()));
+    let (mut fe, _) = connect(&d.path, true);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
+    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 16);
+    start_rings(&mut fe, &guest, &[&rxq, &txq]);
+
+    // Guest -> wire.
+    let mut frame = vec![0xffu8; 6];
+    frame.extend_from_slice(&MAC);
+    frame.extend_from_slice(&[0x08, 0x06]);
+    frame.resize(60, 0x11);
+    let f = guest.alloc(frame.len(), 8);
+    guest.write(f, &frame);
+    txq.add(&guest, &[(f, frame.len() as u32, false)]);
+    txq.notify();
+    let mut buf = [0u8; 2048];
+    let (n, _) = peer.recv_from(&mut buf).expect("frame on the uplink");
+    assert_eq!(&buf[..n], &frame[..]);
+
+    // Wire -> guest (a broadcast ARP-like frame is not RoCE: it goes to the eth rx queue).
+    let b = guest.alloc(2048, 8);
+    rxq.add(&guest, &[(b, 2048, true)]);
+    rxq.notify();
+    let mut incoming = vec![0xffu8; 6];
+    incoming.extend_from_slice(&[0x52, 0x54, 0, 9, 9, 9, 0x08, 0x06]);
+    incoming.resize(64, 0x22);
+    peer.send_to(&incoming, local_addr).unwrap();
+    let (_, len) = rxq.wait_used(&guest, T).expect("frame delivered to eth rx");
+    assert_eq!(len as usize, incoming.len());
+    assert_eq!(guest.read(b, incoming.len()), incoming);
+    drop(fe);
+    d.thread.join().unwrap();
+}

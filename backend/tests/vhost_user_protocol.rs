@@ -526,3 +526,48 @@ fn doorbells_and_eth_tx_reach_their_sinks() {
     drop(fe);
     h.thread.join().unwrap();
 }
+
+#[test]
+fn memory_regions_added_and_removed_one_by_one() {
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
+    let h = start("memslots", 1, true);
+    let (mut fe, _, raw) = connect_with(&h.path, true, Pf::CONFIGURE_MEM_SLOTS);
+    assert!(fe.get_max_mem_slots().unwrap() >= 2);
+    // Two separate "DIMMs": rings and requests in the first, a response buffer in the second.
+    let mut g1 = Guest::new(0x10_0000, 1 << 20);
+    let mut g2 = Guest::new(0x8000_0000, 1 << 20);
+    fe.add_mem_region(&g1.region_info()).expect("ADD_MEM_REG 1");
+    fe.add_mem_region(&g2.region_info()).expect("ADD_MEM_REG 2");
+    let mut ctrl = DriverRing::new(&mut g1, VRDMA_VQ_CONTROL as usize, 16);
+    ctrl.setup(&fe, &g1);
+    fe.set_vring_enable(ctrl.index, true).unwrap();
+
+    let c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+    let req = g1.alloc(c.len(), 8);
+    g1.write(req, &c);
+    let resp = g2.alloc(16, 8);
+    let (len, _) = control(
+        &mut ctrl,
+        &g1,
+        &[(req, c.len() as u32, false), (resp, 16, true)],
+        None,
+    );
+    assert_eq!(len, 16);
+    assert_eq!(status_of(&g2.read(resp, 8)), VRDMA_STATUS_OK);
+    assert!(h.device.lock().unwrap().mem_updates >= 2);
+
+    // After REM_MEM_REG the second region is no longer guest memory: the response cannot be
+    // written and the chain comes back with len 0.
+    fe.remove_mem_region(&g2.region_info())
+        .expect("REM_MEM_REG");
+    let (len, _) = control(
+        &mut ctrl,
+        &g1,
+        &[(req, c.len() as u32, false), (resp, 16, true)],
+        None,
+    );
+    assert_eq!(len, 0);
+    drop(fe);
+    drop(raw);
+    h.thread.join().unwrap();
+}

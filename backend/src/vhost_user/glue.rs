@@ -44,6 +44,10 @@ impl DoorbellSink for EngineSender {
         EngineSender::doorbell(self, db);
     }
 
+    fn doorbells(&self, dbs: &[VrdmaDoorbell]) {
+        EngineSender::doorbells(self, dbs);
+    }
+
     fn kick(&self) {
         EngineSender::kick(self);
     }

@@ -93,8 +93,9 @@ pub fn doorbells(chain: &SplitChain, sink: &dyn DoorbellSink) -> u32 {
             recs.remainder().len()
         );
     }
-    for db in recs.filter_map(VrdmaDoorbell::read_from) {
-        sink.doorbell(db);
+    let dbs: Vec<VrdmaDoorbell> = recs.filter_map(VrdmaDoorbell::read_from).collect();
+    if !dbs.is_empty() {
+        sink.doorbells(&dbs);
     }
     0
 }

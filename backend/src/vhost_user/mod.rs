@@ -34,7 +34,7 @@ use vrdma_spec::{self as spec, Abi};
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
 pub use output::VirtqOutput;
-pub use start::{device_config, open_uplink, prepare, start_backend, Prepared, StartError};
+pub use start::{open_uplink, prepare, start_backend, Prepared, StartError};
 
 /// Guest memory as mapped from the vhost-user memory table.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
@@ -80,6 +80,12 @@ pub trait RdmaDevice: Send + 'static {
 pub trait DoorbellSink: Send + Sync {
     /// One `vrdma_doorbell` record (`type_` is `VRDMA_DB_*`, `id` a qpn, srqn or cqn).
     fn doorbell(&self, db: spec::VrdmaDoorbell);
+    /// The records of one doorbell buffer, in order (one wake-up for all of them).
+    fn doorbells(&self, dbs: &[spec::VrdmaDoorbell]) {
+        for db in dbs {
+            self.doorbell(*db);
+        }
+    }
     /// Control commands ran (they may have unblocked work, e.g. ODP_PAGE_RESP, MODIFY_QP).
     fn kick(&self) {}
 }

@@ -11,10 +11,8 @@ use super::daemon::{listen, serve, DaemonError, ServeParts};
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::Config;
-use crate::device::config::guid_from_mac;
 use crate::device::{Device, DeviceConfig};
 use crate::guest::GuestMem;
-use crate::memory::OdpConfig;
 use crate::transport::engine::{Engine, EngineError};
 use crate::uplink::{Impaired, Uplink, UplinkError};
 
@@ -29,32 +27,6 @@ pub enum StartError {
     ConfigSpace(usize),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
-}
-
-/// The device configuration for the CLI `config` (limits, identity, ODP).
-pub fn device_config(config: &Config) -> DeviceConfig {
-    let defaults = DeviceConfig::default();
-    DeviceConfig {
-        mac: config.mac,
-        mtu: config.mtu,
-        max_pd: config.limits.max_pd,
-        max_qp: config.limits.max_qp,
-        max_cq: config.limits.max_cq,
-        max_srq: config.limits.max_srq,
-        max_mr: config.limits.max_mr,
-        max_ah: config.limits.max_ah,
-        node_guid: guid_from_mac(&config.mac),
-        odp: OdpConfig {
-            enabled: config.odp.enabled,
-            implicit: config.odp.enabled,
-            chunk_shift: config.odp.chunk_shift,
-            max_resident: config.odp.resident_chunks as usize,
-            max_resident_per_mr: (config.odp.resident_chunks as usize)
-                .min(defaults.odp.max_resident_per_mr.max(1)),
-            ..OdpConfig::default()
-        },
-        ..defaults
-    }
 }
 
 /// Open the uplink of `config` (with the test-only impairment when asked).
@@ -89,7 +61,7 @@ pub struct Prepared {
 
 /// Build the device, outputs, uplink and engine for `config` and bind the socket.
 pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
-    let dev_config = device_config(config);
+    let dev_config = DeviceConfig::from_cli(config);
     let config_bytes = dev_config.config_space();
     let config_space: [u8; CONFIG_SIZE] = config_bytes
         .as_slice()
@@ -108,10 +80,11 @@ pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
         out.clone(),
     )));
 
-    // Bind the socket before opening the uplink so a bad socket path fails first and cheaply.
-    let listener = listen(&config.socket_path)?;
+    // The socket appears last: launchers start QEMU once it exists, so every other start-up
+    // error (uplink bind, TAP open) happens before.
     let uplink = open_uplink(config)?;
     let engine = Engine::start(device.clone(), uplink.clone())?;
+    let listener = listen(&config.socket_path)?;
     let parts = ServeParts {
         device,
         out,
@@ -150,5 +123,8 @@ pub fn start_backend(config: Config) -> Result<(), StartError> {
     );
     let r = serve(&mut listener, &parts, None);
     engine.stop();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&config.socket_path);
+    }
     r.map_err(StartError::from)
 }

@@ -269,6 +269,15 @@ pub fn connect(path: &Path, event_idx: bool) -> (Frontend, u64) {
 
 /// Like [`connect`], also returning a clone of the socket for hand-made messages.
 pub fn connect_raw(path: &Path, event_idx: bool) -> (Frontend, u64, UnixStream) {
+    connect_with(path, event_idx, VhostUserProtocolFeatures::empty())
+}
+
+/// Like [`connect_raw`], also acking the `extra` protocol features.
+pub fn connect_with(
+    path: &Path,
+    event_idx: bool,
+    extra: VhostUserProtocolFeatures,
+) -> (Frontend, u64, UnixStream) {
     let sock = UnixStream::connect(path).expect("connect");
     let raw = sock.try_clone().expect("clone socket");
     let mut fe = Frontend::from_stream(sock, 6);
@@ -277,6 +286,7 @@ pub fn connect_raw(path: &Path, event_idx: bool) -> (Frontend, u64, UnixStream) 
     let want_pf = VhostUserProtocolFeatures::MQ
         | VhostUserProtocolFeatures::CONFIG
         | VhostUserProtocolFeatures::REPLY_ACK;
+    let want_pf = want_pf | extra;
     assert!(pf.contains(want_pf), "protocol features {pf:?}");
     fe.set_protocol_features(want_pf)
         .expect("SET_PROTOCOL_FEATURES");
