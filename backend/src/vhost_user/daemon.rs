@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use thiserror::Error;
-use vhost::vhost_user::Listener;
+use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 
 use super::{
@@ -94,7 +94,10 @@ fn serve_one<D: RdmaDevice>(
     }
     info!("vhost-user frontend connected");
     match daemon.wait() {
-        Ok(()) => info!("vhost-user frontend disconnected"),
+        Ok(())
+        | Err(vhost_user_backend::Error::HandleRequest(
+            VhostUserError::Disconnected | VhostUserError::PartialMessage,
+        )) => info!("vhost-user frontend disconnected"),
         Err(e) => warn!("vhost-user connection ended: {e}"),
     }
     stop_workers(&daemon);
