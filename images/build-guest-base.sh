@@ -11,9 +11,10 @@
 # <h> is the hash of guest/mkrootfs.sh, <hash> also covers this script,
 # lib.sh and guest/modules.list. The overlay
 # (build-guest-overlay.sh) adds /init, the agent and our own module/provider.
-LOG_TAG=guest-base
-# shellcheck source=images/lib.sh
+export LOG_TAG="guest-base"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
+lock_step guest-base
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap)"
 

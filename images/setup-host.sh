@@ -2,8 +2,8 @@
 # Idempotent host setup for building the vrdma images: apt sources
 # (bookworm-backports, trixie pinned low), build dependencies, meson.
 # A second run changes nothing and only checks.
-LOG_TAG=setup-host
-# shellcheck source=images/lib.sh
+export LOG_TAG="setup-host"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root"
@@ -82,8 +82,7 @@ install_missing() { # [apt options --] PKG...
 		log "present: $*"
 		return
 	fi
-	# shellcheck disable=SC2086
-	log "installing: $(echo $missing)"
+	log "installing: $(echo "$missing" | tr '\n' ' ')"
 	# shellcheck disable=SC2086
 	DEBIAN_FRONTEND=noninteractive run_logged "$VRDMA_CACHE/apt-install.log" \
 		apt-get install -y --no-install-recommends "${opts[@]}" $missing

@@ -564,9 +564,15 @@ pub fn ud_rts(n: &mut Node, q: &QpH, qkey: u32) {
         port_num: 1,
         ..Default::default()
     };
+    // GSI: PKEY_INDEX + QKEY; UD additionally PORT (ib_modify_qp_is_ok's table).
+    let port = if q.qp_type == VRDMA_QPT_GSI {
+        0
+    } else {
+        VRDMA_QP_PORT
+    };
     n.modify_qp(
         q.qpn,
-        VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_QKEY,
+        VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | port | VRDMA_QP_QKEY,
         a,
     )
     .expect("UD INIT");
