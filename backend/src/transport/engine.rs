@@ -84,6 +84,11 @@ impl EngineSender {
     }
 
     /// Queue one doorbell record.
+    pub fn doorbell(&self, db: VrdmaDoorbell) {
+        self.doorbells(&[db]);
+    }
+
+    /// Same as [`EngineSender::doorbell`].
     pub fn push(&self, db: VrdmaDoorbell) {
         self.doorbells(&[db]);
     }
@@ -94,13 +99,6 @@ impl EngineSender {
         // An eventfd write only fails when the counter would overflow, i.e. the engine has
         // already been kicked; nothing is lost.
         let _ = self.kick.write(1);
-    }
-}
-
-/// The vhost-user doorbell queue feeds the engine through this (spec §8).
-impl crate::vhost_user::DoorbellSink for EngineSender {
-    fn doorbell(&self, kind: u32, id: u32) {
-        self.push(VrdmaDoorbell { type_: kind, id });
     }
 }
 
