@@ -98,12 +98,6 @@ impl EngineSender {
 }
 
 /// The vhost-user doorbell queue feeds the engine through this (spec §8).
-impl crate::vhost_user::DoorbellSink for EngineSender {
-    fn doorbell(&self, kind: u32, id: u32) {
-        self.push(VrdmaDoorbell { type_: kind, id });
-    }
-}
-
 /// The running engine thread. Dropping it stops and joins the thread.
 pub struct Engine {
     sender: EngineSender,
