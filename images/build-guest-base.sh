@@ -14,6 +14,7 @@
 export LOG_TAG="guest-base"
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
+lock_step guest-base
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap)"
 

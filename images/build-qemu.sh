@@ -9,6 +9,7 @@
 export LOG_TAG="build-qemu"
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
+lock_step qemu
 
 CONFIGURE_FLAGS=(
 	--target-list=x86_64-softmmu --without-default-features
