@@ -84,6 +84,11 @@ impl EngineSender {
     }
 
     /// Queue one doorbell record.
+    pub fn doorbell(&self, db: VrdmaDoorbell) {
+        self.doorbells(&[db]);
+    }
+
+    /// Same as [`EngineSender::doorbell`].
     pub fn push(&self, db: VrdmaDoorbell) {
         self.doorbells(&[db]);
     }
@@ -97,7 +102,6 @@ impl EngineSender {
     }
 }
 
-/// The vhost-user doorbell queue feeds the engine through this (spec §8).
 /// The running engine thread. Dropping it stops and joins the thread.
 pub struct Engine {
     sender: EngineSender,
