@@ -67,15 +67,16 @@ fn fast_reg(p: &mut Pair, link: &mut Link, gpa: u64, len: u64, variant: u8) -> u
         page_shift: 12,
         npages: 16,
     };
-    let r = p
-        .b
-        .cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
-        .expect("alloc fast reg");
+    let r =
+        p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
+            .expect("alloc fast reg");
     let k0 = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
     let key = (k0 & !0xff) | variant as u32;
     let np = len.div_ceil(4096);
     let list = p.b.alloc(np * 8);
-    let bytes: Vec<u8> = (0..np).flat_map(|i| (gpa + i * 4096).to_le_bytes()).collect();
+    let bytes: Vec<u8> = (0..np)
+        .flat_map(|i| (gpa + i * 4096).to_le_bytes())
+        .collect();
     p.b.write(list, &bytes);
     let mut qb = p.qb.clone();
     p.b.post_send(

@@ -846,7 +846,9 @@ impl Node {
             page_shift: 12,
             npages: 0,
         };
-        let r = self.cmd(VRDMA_CMD_REG_ODP_MR, c.as_bytes()).expect("reg odp mr");
+        let r = self
+            .cmd(VRDMA_CMD_REG_ODP_MR, c.as_bytes())
+            .expect("reg odp mr");
         VrdmaRespRegMr::read_from(&r).unwrap().lkey
     }
 
