@@ -7,8 +7,8 @@
 # Every step is cached in $VRDMA_CACHE (default /var/cache/vrdma): a second
 # run takes seconds. Extra arguments are ignored; VRDMA_NO_DRIVER=1 builds
 # an overlay without the vrdma module/provider (rxe guests only).
-LOG_TAG=build-all
-# shellcheck source=images/lib.sh
+export LOG_TAG="build-all"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 t_all=$(date +%s)
@@ -24,6 +24,7 @@ step build-qemu.sh
 step build-guest-base.sh
 step build-guest-overlay.sh
 log "all images ready in $(($(date +%s) - t_all)) s:"
-for f in qemu-system-x86_64 vmlinuz guest-initrd.cpio; do
+for f in qemu-system-x86_64 vmlinuz; do
 	log "  $VRDMA_CACHE/$f -> $(readlink -f "$VRDMA_CACHE/$f")"
 done
+log "  $CHECKOUT_DIR/guest-initrd.cpio (this checkout's; $VRDMA_CACHE/guest-initrd.cpio links to the last one built)"

@@ -11,9 +11,10 @@
 # <h> is the hash of guest/mkrootfs.sh, <hash> also covers this script,
 # lib.sh and guest/modules.list. The overlay
 # (build-guest-overlay.sh) adds /init, the agent and our own module/provider.
-LOG_TAG=guest-base
-# shellcheck source=images/lib.sh
+export LOG_TAG="guest-base"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
+lock_step guest-base
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap)"
 
@@ -61,7 +62,7 @@ if [ ! -f "$rdir/.done" ]; then
 	t0=$(date +%s)
 	run_logged "$rdir/mkrootfs.log" "$IMAGES_DIR/guest/mkrootfs.sh" "$root"
 	log "root filesystem done in $(($(date +%s) - t0)) s ($(du -sh "$root" | cut -f1))"
-	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet) >"$rdir/rootfs.cpio"
+	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet --reproducible) >"$rdir/rootfs.cpio"
 	touch "$rdir/.done"
 	for d in "$VRDMA_CACHE"/guest-rootfs-*/; do
 		[ "${d%/}" = "$rdir" ] || { log "removing stale ${d%/}"; rm -rf "${d%/}"; }
@@ -117,7 +118,7 @@ depmod -b "$mroot" "$KVER"
 log "packing base.cpio (root filesystem + modules)"
 {
 	cat "$rdir/rootfs.cpio"
-	(cd "$mroot" && find usr | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0)
+	(cd "$mroot" && find usr | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 --reproducible)
 } >"$out/base.cpio.tmp"
 mv "$out/base.cpio.tmp" "$out/base.cpio"
 touch "$out/.done"

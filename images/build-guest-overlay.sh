@@ -9,16 +9,18 @@
 #   /usr/lib/x86_64-linux-gnu/libibverbs/libvrdma-rdmav34.so
 #   /etc/libibverbs.d/vrdma.driver           "driver vrdma"
 #
-# Outputs: $VRDMA_CACHE/guest-overlay.cpio and $VRDMA_CACHE/guest-initrd.cpio
-# (base + overlay, what QEMU's -initrd gets).
+# Outputs, per checkout (CHECKOUT_DIR = $VRDMA_CACHE/checkout-<hash of the
+# checkout's path>): guest-overlay.cpio and guest-initrd.cpio (base + overlay,
+# what QEMU's -initrd gets), kmod-<hash>/ and provider-build/. The symlink
+# $VRDMA_CACHE/guest-initrd.cpio points to the last one built.
 #
 # Sources (override for experiments, default the repo's):
 #   VRDMA_KMOD_SRC      kernel module dir with a Kbuild (guest-driver/kernel)
 #   VRDMA_PROVIDER_SRC  provider dir with a CMakeLists.txt (guest-driver/provider)
 #   VRDMA_NO_DRIVER=1   build the overlay without module and provider (rxe
 #                       guests only); otherwise their absence is an error.
-LOG_TAG=guest-overlay
-# shellcheck source=images/lib.sh
+export LOG_TAG="guest-overlay"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 KMOD_SRC=${VRDMA_KMOD_SRC:-$REPO_DIR/guest-driver/kernel}
@@ -47,7 +49,9 @@ else
 	fi
 fi
 
-stage=$(mktemp -d "$VRDMA_CACHE/overlay-stage.XXXXXX")
+lock_step "overlay-$(basename "$CHECKOUT_DIR")"
+mkdir -p "$CHECKOUT_DIR"
+stage=$(mktemp -d "$CHECKOUT_DIR/overlay-stage.XXXXXX")
 trap 'rm -rf "$stage" "${mtree:-}"' EXIT
 
 install -D -m 755 "$IMAGES_DIR/guest/init" "$stage/init"
@@ -57,8 +61,12 @@ install -D -m 755 "$IMAGES_DIR/guest/vrdma-agent" "$stage/usr/local/sbin/vrdma-a
 build_kmod() {
 	[ -d "$KHEADERS" ] || die "$KHEADERS missing: run images/setup-host.sh"
 	local h kb
+	# the module includes the spec headers: they are part of the key
 	h=$(hash_tree "$KMOD_SRC")
-	kb="$VRDMA_CACHE/kmod-$h"
+	if [ -d "$REPO_DIR/device-spec/include" ] && [ -z "${VRDMA_KMOD_SRC:-}" ]; then
+		h=$(echo "$h $(hash_tree "$REPO_DIR/device-spec/include")" | sha256sum | cut -c1-12)
+	fi
+	kb="$CHECKOUT_DIR/kmod-$h"
 	if [ ! -f "$kb/.done" ]; then
 		log "building kernel module from $KMOD_SRC (copy in $kb)"
 		rm -rf "$kb"
@@ -77,7 +85,7 @@ build_kmod() {
 			log "WARNING: the kernel module builds with warnings"
 		fi
 		touch "$kb/.done"
-		for d in "$VRDMA_CACHE"/kmod-*/; do
+		for d in "$CHECKOUT_DIR"/kmod-*/; do
 			[ "${d%/}" = "$kb" ] || rm -rf "${d%/}"
 		done
 	else
@@ -88,6 +96,8 @@ build_kmod() {
 	[ ${#kos[@]} -gt 0 ] || die "the module build produced no .ko"
 	mkdir -p "$stage/usr/lib/modules/$KVER/extra"
 	cp "${kos[@]}" "$stage/usr/lib/modules/$KVER/extra/"
+	# debug info stays in the cache copy ($kb); the guest gets a small module
+	strip --strip-debug "$stage/usr/lib/modules/$KVER/extra/"*.ko
 	log "modules: $(cd "$stage/usr/lib/modules/$KVER/extra" && echo *.ko)"
 }
 
@@ -98,8 +108,8 @@ build_provider() {
 	local so
 	if [ -x "$PROV_SRC/build.sh" ]; then
 		log "building provider with $PROV_SRC/build.sh"
-		so=$("$PROV_SRC/build.sh" "$VRDMA_CACHE/provider-build" 2>"$VRDMA_CACHE/provider-build.log" | tail -n 1) || {
-			tail -n 30 "$VRDMA_CACHE/provider-build.log" >&2
+		so=$("$PROV_SRC/build.sh" "$CHECKOUT_DIR/provider-build" 2>"$CHECKOUT_DIR/provider-build.log" | tail -n 1) || {
+			tail -n 30 "$CHECKOUT_DIR/provider-build.log" >&2
 			die "provider build failed"
 		}
 	else
@@ -112,9 +122,9 @@ build_provider() {
 				>"$dl/rdma-core-download.log" 2>&1) || true
 			[ -s "$tarball" ] || die "$tarball did not arrive (trixie deb-src? run images/setup-host.sh)"
 		fi
-		tree="$VRDMA_CACHE/rdma-core-$RDMA_CORE_UPVER"
+		tree="$CHECKOUT_DIR/rdma-core-$RDMA_CORE_UPVER"
 		if [ ! -f "$tree/CMakeLists.txt" ]; then
-			tar -xzf "$tarball" -C "$VRDMA_CACHE" --no-same-owner
+			tar -xzf "$tarball" -C "$CHECKOUT_DIR" --no-same-owner
 		fi
 		ln -sfn "$PROV_SRC" "$tree/providers/vrdma"
 		grep -q '^add_subdirectory(providers/vrdma)$' "$tree/CMakeLists.txt" ||
@@ -144,7 +154,7 @@ if [ "$with_driver" = 1 ]; then
 fi
 
 # ---- module index: depmod over base + extra ------------------------------
-mtree=$(mktemp -d "$VRDMA_CACHE/overlay-mtree.XXXXXX")
+mtree=$(mktemp -d "$CHECKOUT_DIR/overlay-mtree.XXXXXX")
 mkdir -p "$mtree/lib/modules"
 cp -al "$baseroot/lib/modules/$KVER" "$mtree/lib/modules/$KVER" 2>/dev/null ||
 	cp -a "$baseroot/lib/modules/$KVER" "$mtree/lib/modules/$KVER"
@@ -160,17 +170,19 @@ rm -rf "$mtree"
 # fixed timestamps: the same inputs give the same archive
 find "$stage" -mindepth 1 -exec touch -h -d @0 {} +
 (cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 --reproducible) \
-	>"$VRDMA_CACHE/guest-overlay.cpio.tmp"
-initrd="$VRDMA_CACHE/guest-initrd.cpio"
-stamp="$base $(sha256sum <"$VRDMA_CACHE/guest-overlay.cpio.tmp" | cut -c1-16)"
+	>"$CHECKOUT_DIR/guest-overlay.cpio.tmp"
+initrd="$CHECKOUT_DIR/guest-initrd.cpio"
+stamp="$base $(sha256sum <"$CHECKOUT_DIR/guest-overlay.cpio.tmp" | cut -c1-16)"
 if [ -f "$initrd" ] && [ "$(cat "$initrd.src" 2>/dev/null)" = "$stamp" ]; then
-	rm -f "$VRDMA_CACHE/guest-overlay.cpio.tmp"
+	rm -f "$CHECKOUT_DIR/guest-overlay.cpio.tmp"
+	ln -sfn "$initrd" "$VRDMA_CACHE/guest-initrd.cpio"
 	log "unchanged: $initrd"
 	exit 0
 fi
-mv "$VRDMA_CACHE/guest-overlay.cpio.tmp" "$VRDMA_CACHE/guest-overlay.cpio"
+mv "$CHECKOUT_DIR/guest-overlay.cpio.tmp" "$CHECKOUT_DIR/guest-overlay.cpio"
 # QEMU takes one -initrd: concatenated cpio archives are one initramfs
-cat "$base" "$VRDMA_CACHE/guest-overlay.cpio" >"$initrd.tmp"
+cat "$base" "$CHECKOUT_DIR/guest-overlay.cpio" >"$initrd.tmp"
 mv "$initrd.tmp" "$initrd"
 echo "$stamp" >"$initrd.src"
+ln -sfn "$initrd" "$VRDMA_CACHE/guest-initrd.cpio"
 log "done: $initrd ($(du -h "$initrd" | cut -f1))"

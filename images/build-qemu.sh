@@ -6,9 +6,10 @@
 # covers the patches and the configure flags, plus the stable symlink
 # $VRDMA_CACHE/qemu-system-x86_64. A cache hit returns at once.
 # Run with firmware from Debian: -L /usr/share/seabios -L /usr/share/qemu
-LOG_TAG=build-qemu
-# shellcheck source=images/lib.sh
+export LOG_TAG="build-qemu"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
+lock_step qemu
 
 CONFIGURE_FLAGS=(
 	--target-list=x86_64-softmmu --without-default-features
@@ -78,8 +79,9 @@ t0=$(date +%s)
 	tee "$out/build.log" |
 	awk '/^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), a, "/"); if (a[1] % 200 == 0 || a[1] == a[2]) { print "  " $1; fflush() } }
 	     /error:|FAILED/ { print; fflush() }' >&2
-[ "${PIPESTATUS[0]}" = 0 ] && [ -x "$build/qemu-system-x86_64" ] ||
+if [ "${PIPESTATUS[0]}" != 0 ] || [ ! -x "$build/qemu-system-x86_64" ]; then
 	die "build failed, see $out/build.log"
+fi
 log "built in $(($(date +%s) - t0)) s"
 
 cp "$build/qemu-system-x86_64" "$bin"

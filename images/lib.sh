@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 # Common helpers for the images/ scripts. Source it, do not run it.
 #
 # VRDMA_CACHE  where everything large lives (never inside the repo);
@@ -7,8 +7,12 @@
 set -euo pipefail
 
 VRDMA_CACHE=${VRDMA_CACHE:-/var/cache/vrdma}
-IMAGES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_DIR=$(cd "$IMAGES_DIR/.." && pwd)
+IMAGES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO_DIR=$(cd "$IMAGES_DIR/.." && pwd -P)
+# What is built from a checkout's own sources (overlay, vrdma.ko, provider)
+# lives in a directory per checkout, so worktrees and CI clones never
+# overwrite each other's; vrdmavm.py computes the same name.
+CHECKOUT_DIR="$VRDMA_CACHE/checkout-$(printf %s "$REPO_DIR" | sha256sum | cut -c1-8)"
 
 # Versions pinned by the project. Change them here only.
 KVER=6.12.95+deb12-amd64
@@ -27,6 +31,15 @@ case "$VRDMA_CACHE/" in
 "$REPO_DIR"/*) die "VRDMA_CACHE ($VRDMA_CACHE) must be outside the repository" ;;
 esac
 mkdir -p "$VRDMA_CACHE"
+
+# lock_step NAME: one build of NAME at a time (engineers share the cache)
+lock_step() {
+	exec 9>"$VRDMA_CACHE/.lock-$1"
+	if ! flock -n 9; then
+		log "waiting for another $1 build to finish"
+		flock 9
+	fi
+}
 
 # hash_of FILE... : short, stable hash of the contents of files
 hash_of() { cat "$@" | sha256sum | cut -c1-12; }

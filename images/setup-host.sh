@@ -2,8 +2,8 @@
 # Idempotent host setup for building the vrdma images: apt sources
 # (bookworm-backports, trixie pinned low), build dependencies, meson.
 # A second run changes nothing and only checks.
-LOG_TAG=setup-host
-# shellcheck source=images/lib.sh
+export LOG_TAG="setup-host"
+# shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root"
@@ -46,8 +46,8 @@ Pin-Priority: 100"
 # from bookworm-backports, rdma-core's from trixie, so that is enough.
 
 lists_missing() {
-	! ls /var/lib/apt/lists/*bookworm-backports*Packages >/dev/null 2>&1 ||
-		! ls /var/lib/apt/lists/*trixie*Sources >/dev/null 2>&1
+	! ls /var/lib/apt/lists/*bookworm-backports*_Packages* >/dev/null 2>&1 ||
+		! ls /var/lib/apt/lists/*trixie*_Sources* >/dev/null 2>&1
 }
 if [ "$changed" = 1 ] || lists_missing; then
 	log "apt-get update"
@@ -58,9 +58,14 @@ fi
 
 # need_pkgs PKG... : print the packages that are not installed
 need_pkgs() {
-	local p
+	local installed p
+	installed=" $(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "$@" 2>/dev/null |
+		awk '$2 == "installed" { printf "%s ", $1 }')"
 	for p in "$@"; do
-		dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || echo "$p"
+		case "$installed" in
+		*" $p "*) ;;
+		*) echo "$p" ;;
+		esac
 	done
 }
 
@@ -77,8 +82,7 @@ install_missing() { # [apt options --] PKG...
 		log "present: $*"
 		return
 	fi
-	# shellcheck disable=SC2086
-	log "installing: $(echo $missing)"
+	log "installing: $(echo "$missing" | tr '\n' ' ')"
 	# shellcheck disable=SC2086
 	DEBIAN_FRONTEND=noninteractive run_logged "$VRDMA_CACHE/apt-install.log" \
 		apt-get install -y --no-install-recommends "${opts[@]}" $missing

@@ -47,6 +47,7 @@ import argparse
 import atexit
 import base64
 import ctypes
+import hashlib
 import json
 import os
 import random
@@ -69,13 +70,23 @@ def cache_dir():
     return os.environ.get("VRDMA_CACHE", "/var/cache/vrdma")
 
 
+def checkout_dir():
+    """Where images/ puts what it builds from this checkout's sources."""
+    real = os.path.realpath(REPO)
+    return os.path.join(cache_dir(), "checkout-" + hashlib.sha256(real.encode()).hexdigest()[:8])
+
+
 def default_paths():
-    """Paths of the images built by images/ (make images)."""
+    """Paths of the images built by images/ (make images). The initrd is
+    this checkout's (with its vrdma.ko and provider) when it was built."""
     c = cache_dir()
+    initrd = os.path.join(checkout_dir(), "guest-initrd.cpio")
+    if not os.path.exists(initrd):
+        initrd = os.path.join(c, "guest-initrd.cpio")
     return {
         "qemu": os.environ.get("VRDMA_QEMU", os.path.join(c, "qemu-system-x86_64")),
         "kernel": os.environ.get("VRDMA_KERNEL", os.path.join(c, "vmlinuz")),
-        "initrd": os.environ.get("VRDMA_INITRD", os.path.join(c, "guest-initrd.cpio")),
+        "initrd": os.environ.get("VRDMA_INITRD", initrd),
         "backend": os.environ.get(
             "VRDMA_BACKEND", os.path.join(REPO, "target", "release", "vrdma-backend")),
     }
@@ -320,6 +331,7 @@ class VM:
         self.qemu = self.backend = None
         self.agent = None
         self.boot_time = None
+        self.init_log = ""  # what the guest's init said (/run/vrdmavm-init.log)
 
     # ---- start
     def _uplink(self):
@@ -449,6 +461,20 @@ class VM:
                     self.name, "console (tail):\n" + _tail(self.serial_log)))
         if "error" in box:
             raise VMError("%s: agent: %s\n%s" % (self.name, box["error"], _tail(self.serial_log)))
+        # the agent starts before the drivers: wait for init to finish
+        left = max(1.0, deadline - time.monotonic())
+        try:
+            self.init_log = self.run(
+                "while [ ! -e /run/vrdmavm-ready ]; do sleep 0.1; done; "
+                "cat /run/vrdmavm-init.log", timeout=left)[1]
+        except CommandTimeout:
+            try:
+                info = self.run("cat /run/vrdmavm-init.log; echo; dmesg | tail -n 40; "
+                                "ps -eo pid,stat,wchan:20,args | grep -v ' \\[' | tail -n 30",
+                                timeout=20)[1]
+            except VMError as e:
+                info = str(e)
+            raise VMError("%s: guest init did not finish in time:\n%s" % (self.name, info))
         self.boot_time = time.monotonic() - self._t_start
 
     # ---- agent requests
@@ -486,9 +512,9 @@ class VM:
         stdout/stderr exit: redirect daemons (cmd >/tmp/log 2>&1 &)."""
         if self.agent is None:
             raise VMError("%s is not running" % self.name)
+        h = Handle(self, None, cmd, timeout)
         if merge:
             cmd = "exec 2>&1\n" + cmd
-        h = Handle(self, None, cmd, timeout)
         started = threading.Event()
 
         def cb(msg):

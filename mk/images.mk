@@ -11,6 +11,7 @@
 #                        vrdma.ko and libvrdma; needs guest-driver/kernel/Kbuild
 #                        and guest-driver/provider/CMakeLists.txt)
 #   make images-clean    remove $(VRDMA_CACHE)
+#   make images-check    syntax checks + the launcher's offline tests (a CHECK_STEP)
 # VRDMA_NO_DRIVER=1 builds guest-initrd without the vrdma module/provider
 # (for rxe guests only).
 
@@ -42,3 +43,13 @@ guest-initrd: guest-base
 
 images-clean:
 	rm -rf "$(VRDMA_CACHE)"
+
+# Static checks of images/ and the launcher's offline tests (no VM, seconds).
+CHECK_STEPS += images-check
+.PHONY: images-check
+images-check:
+	@for f in "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh; do bash -n "$$f"; done
+	@sh -n "$(IMAGES_DIR)/guest/init"
+	@if command -v shellcheck >/dev/null; then \
+		shellcheck -x -P "$(IMAGES_DIR)" "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh "$(IMAGES_DIR)"/guest/init; fi
+	python3 -m unittest discover -s "$(IMAGES_DIR)/tests" -v

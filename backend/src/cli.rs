@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use thiserror::Error;
 
+use crate::uplink::{ImpairConfig, UplinkSpec};
+
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
 pub const DEFAULT_MAX_QP: u32 = 16384;
 /// Default CQ limit.
@@ -177,34 +179,17 @@ impl Default for OdpSettings {
     }
 }
 
-/// Test-only uplink impairment (`--impair`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Impairment {
-    pub drop: f64,
-    pub dup: f64,
-    pub reorder: f64,
-    pub seed: u64,
-}
-
-/// Uplink selected by `--uplink` (syntax checked here; the uplink module opens it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UplinkChoice {
-    /// No uplink: transmitted frames are dropped.
-    None,
-    /// `udp:local=A:P,remote=A:P` or `tap:NAME`, kept verbatim for `uplink::UplinkSpec`.
-    Spec(String),
-}
-
 /// The validated daemon configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub socket_path: PathBuf,
     pub mac: [u8; 6],
-    pub uplink: UplinkChoice,
+    /// `None`: no uplink, frames from the guest and the engine are dropped.
+    pub uplink: Option<UplinkSpec>,
     pub mtu: u16,
     pub limits: Limits,
     pub odp: OdpSettings,
-    pub impair: Option<Impairment>,
+    pub impair: Option<ImpairConfig>,
     pub log_file: Option<PathBuf>,
 }
 
@@ -214,7 +199,7 @@ impl Config {
         Config {
             socket_path,
             mac,
-            uplink: UplinkChoice::None,
+            uplink: None,
             mtu: DEFAULT_MTU,
             limits: Limits::default(),
             odp: OdpSettings::default(),
@@ -230,13 +215,25 @@ impl TryFrom<Args> for Config {
     fn try_from(args: Args) -> Result<Self, Self::Error> {
         let mac = parse_mac(&args.mac)?;
         check_socket_path(&args.socket_path)?;
-        let uplink = match args.uplink {
-            None => UplinkChoice::None,
-            Some(s) => {
-                check_uplink(&s)?;
-                UplinkChoice::Spec(s)
-            }
-        };
+        let uplink = args
+            .uplink
+            .as_deref()
+            .map(|s| {
+                let bad = |reason: String| CliError::BadUplink {
+                    spec: s.to_string(),
+                    reason,
+                };
+                let spec = s.parse::<UplinkSpec>().map_err(|e| bad(e.to_string()))?;
+                if let UplinkSpec::Udp { local, remote } = &spec {
+                    if local.is_ipv4() != remote.is_ipv4() {
+                        return Err(bad(
+                            "local and remote must be the same address family".to_string()
+                        ));
+                    }
+                }
+                Ok(spec)
+            })
+            .transpose()?;
         if !(MIN_MTU..=MAX_MTU).contains(&args.mtu) {
             return Err(CliError::BadMtu(args.mtu));
         }
@@ -254,7 +251,16 @@ impl TryFrom<Args> for Config {
         if args.odp_resident_chunks == 0 {
             return Err(CliError::BadResidentChunks(0));
         }
-        let impair = args.impair.as_deref().map(parse_impair).transpose()?;
+        let impair = args
+            .impair
+            .as_deref()
+            .map(|s| {
+                s.parse::<ImpairConfig>().map_err(|e| CliError::BadImpair {
+                    spec: s.to_string(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()?;
         Ok(Config {
             socket_path: args.socket_path,
             mac,
@@ -330,83 +336,4 @@ pub fn check_socket_path(path: &Path) -> Result<(), CliError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(bad(&e.to_string())),
     }
-}
-
-/// Syntax check of `--uplink`; opening it (bind, TAP) happens at start-up.
-pub fn check_uplink(spec: &str) -> Result<(), CliError> {
-    let bad = |reason: &str| CliError::BadUplink {
-        spec: spec.to_string(),
-        reason: reason.to_string(),
-    };
-    if let Some(name) = spec.strip_prefix("tap:") {
-        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', ',']) {
-            return Err(bad(
-                "TAP name must be 1..15 characters without '/', ' ' or ','",
-            ));
-        }
-        return Ok(());
-    }
-    let Some(rest) = spec.strip_prefix("udp:") else {
-        return Err(bad(
-            "expected udp:local=ADDR:PORT,remote=ADDR:PORT or tap:NAME",
-        ));
-    };
-    let (mut local, mut remote) = (None, None);
-    for kv in rest.split(',') {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| bad("expected key=value pairs"))?;
-        let addr: std::net::SocketAddr = v
-            .parse()
-            .map_err(|_| bad(&format!("{k}={v} is not ADDR:PORT")))?;
-        match k {
-            "local" if local.is_none() => local = Some(addr),
-            "remote" if remote.is_none() => remote = Some(addr),
-            _ => return Err(bad(&format!("unexpected or repeated key {k:?}"))),
-        }
-    }
-    match (local, remote) {
-        (Some(l), Some(r)) if l.is_ipv4() == r.is_ipv4() => Ok(()),
-        (Some(_), Some(_)) => Err(bad("local and remote must be the same address family")),
-        _ => Err(bad("both local= and remote= are required")),
-    }
-}
-
-/// Parse `drop=F,dup=F,reorder=F,seed=N`; every key optional, probabilities in [0, 1].
-pub fn parse_impair(spec: &str) -> Result<Impairment, CliError> {
-    let bad = |reason: String| CliError::BadImpair {
-        spec: spec.to_string(),
-        reason,
-    };
-    let mut imp = Impairment {
-        drop: 0.0,
-        dup: 0.0,
-        reorder: 0.0,
-        seed: 1,
-    };
-    for kv in spec.split(',').filter(|s| !s.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| bad(format!("{kv:?} is not key=value")))?;
-        let prob = |v: &str| -> Result<f64, CliError> {
-            match v.parse::<f64>() {
-                Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
-                _ => Err(bad(format!(
-                    "{k}={v}: expected a probability between 0 and 1"
-                ))),
-            }
-        };
-        match k {
-            "drop" => imp.drop = prob(v)?,
-            "dup" => imp.dup = prob(v)?,
-            "reorder" => imp.reorder = prob(v)?,
-            "seed" => {
-                imp.seed = v
-                    .parse()
-                    .map_err(|_| bad(format!("seed={v}: expected an unsigned integer")))?
-            }
-            _ => return Err(bad(format!("unknown key {k:?}"))),
-        }
-    }
-    Ok(imp)
 }

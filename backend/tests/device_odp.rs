@@ -237,6 +237,20 @@ fn error_answers_and_hostile_responses() {
         out.take_page_requests().is_empty(),
         "no re-fault while failed"
     );
+    // Any other error status (e.g. the driver ran out of memory) is accepted the same way.
+    let _ = t.resolve(k, 1, 5 * CHUNK, 8, 0);
+    let r = out.take_page_requests()[0];
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, VRDMA_STATUS_NO_RESOURCES, 0, 0, &[]),
+        VRDMA_STATUS_OK
+    );
+    assert!(matches!(
+        t.resolve(k, 1, 5 * CHUNK, 8, 0),
+        Err(MrError::OdpFailed {
+            status: VRDMA_STATUS_NO_RESOURCES,
+            ..
+        })
+    ));
 
     // Chunk 1: hostile answers.
     let _ = t.resolve(k, 1, CHUNK, 8, 0);
@@ -413,9 +427,10 @@ fn timeout_fails_waiters() {
         })
     );
     assert_eq!(answer(&mut t, &r, 0x100000, true), VRDMA_STATUS_NOT_FOUND);
-    // resolve() itself notices an expired request too.
+    // resolve() itself notices an expired request too. (The ODP clock is now the tick time,
+    // 60 ms ahead of the wall clock: wait past both.)
     let _ = t.resolve_for(Some(41), k, 1, CHUNK, 8, 0);
-    std::thread::sleep(Duration::from_millis(60));
+    std::thread::sleep(Duration::from_millis(130));
     assert!(matches!(
         t.resolve_for(Some(41), k, 1, CHUNK, 8, 0),
         Err(MrError::OdpFailed {
@@ -565,4 +580,143 @@ fn odp_through_commands() {
         VRDMA_STATUS_INVALID
     );
     assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
+}
+
+/// xorshift64*: deterministic pseudo-random numbers.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Random interleavings of accesses, answers (good, bad, late, duplicate), invalidations,
+/// prefetches, timeouts, registrations and deregistrations: the bookkeeping stays consistent and
+/// budgets hold after every step.
+#[test]
+fn random_odp_operations_keep_invariants() {
+    let (mut t, out, _) = setup(OdpConfig {
+        max_resident: 6,
+        max_resident_per_mr: 4,
+        chunk_shift: 16,
+        timeout: Duration::from_millis(200),
+        ..odp_cfg()
+    });
+    const C: u64 = 1 << 16;
+    let mut rng = Rng(0xfeed_beef_1234_5678);
+    let mut keys: Vec<u32> = Vec::new();
+    let mut reqs: Vec<VrdmaPageReq> = Vec::new();
+    let mut now = Instant::now();
+    let (mut oks, mut reclaims, mut answered) = (0u32, 0u32, 0u32);
+    let mut hist = [0u32; 10];
+    for step in 0..20_000 {
+        match rng.below(10) {
+            0 if keys.len() < 3 => {
+                let k = if rng.below(2) == 0 {
+                    t.reg_odp(1, LW, 0, 16 * C, false, 1 << 40).unwrap()
+                } else {
+                    t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap()
+                };
+                keys.push(k);
+            }
+            1 if !keys.is_empty() && rng.below(4) == 0 => {
+                let i = rng.below(keys.len() as u64) as usize;
+                t.dereg(keys.swap_remove(i)).unwrap();
+            }
+            2..=4 if !keys.is_empty() => {
+                let k = keys[rng.below(keys.len() as u64) as usize];
+                let iova = rng.below(16 * C - 64);
+                let span = if rng.below(8) == 0 { 2 * C } else { C / 8 };
+                let len = 1 + rng.below(span).min(16 * C - iova - 1);
+                let acc = if rng.below(2) == 0 { LW } else { 0 };
+                let qpn = 16 + rng.below(8) as u32;
+                match t.resolve_for(Some(qpn), k, 1, iova, len, acc) {
+                    Ok(r) => {
+                        assert_eq!(r.iter().map(|g| g.len).sum::<u64>(), len);
+                        oks += 1;
+                    }
+                    Err(MrError::Fault { .. }) | Err(MrError::OdpFailed { .. }) => {}
+                    Err(e) => panic!("step {step}: unexpected {e:?}"),
+                }
+            }
+            5 | 6 if !reqs.is_empty() => {
+                answered += 1;
+                // Mostly the newest request (a prompt driver); sometimes an old or duplicate one.
+                let i = if rng.below(4) != 0 {
+                    reqs.len() - 1
+                } else {
+                    rng.below(reqs.len() as u64) as usize
+                };
+                let r = reqs[i];
+                if rng.below(6) != 0 {
+                    reqs.swap_remove(i);
+                }
+                let status = match rng.below(8) {
+                    0 => VRDMA_STATUS_ACCESS,
+                    1 => 1234,
+                    _ => VRDMA_STATUS_OK,
+                };
+                let start = r.iova & !4095;
+                let end = (r.iova + r.length).next_multiple_of(4096);
+                let mut n = ((end - start) / 4096) as usize;
+                if rng.below(10) == 0 {
+                    n = n.saturating_sub(1);
+                }
+                let pages: Vec<u64> = (0..n as u64).map(|i| 0x100000 + i * 4096).collect();
+                let s = t.odp_page_resp(
+                    r.req_id,
+                    r.mr_key,
+                    status,
+                    (rng.below(2) as u32) * VRDMA_ODP_RESP_F_WRITABLE,
+                    start,
+                    &pages,
+                );
+                assert!(s <= VRDMA_STATUS_NEEDS_RESET);
+                hist[s as usize] += 1;
+            }
+            7 if !keys.is_empty() => {
+                let k = keys[rng.below(keys.len() as u64) as usize];
+                let s = t.odp_invalidate(k, rng.below(16 * C), rng.below(4 * C));
+                assert_eq!(s, VRDMA_STATUS_OK);
+            }
+            8 if !keys.is_empty() => {
+                let k = keys[rng.below(keys.len() as u64) as usize];
+                let s = t.odp_advise(
+                    k,
+                    rng.below(3) as u32,
+                    0,
+                    rng.below(8 * C),
+                    rng.below(8 * C),
+                );
+                assert!(s == VRDMA_STATUS_OK || s == VRDMA_STATUS_INVALID);
+            }
+            9 => {
+                now += Duration::from_millis(rng.below(40));
+                t.odp_tick(now);
+                t.take_resumed();
+            }
+            _ => {}
+        }
+        for r in out.take_page_requests() {
+            if r.type_ == VRDMA_PAGEREQ_FAULT {
+                reqs.push(r);
+            } else {
+                reclaims += 1;
+            }
+        }
+        if let Err(e) = t.odp_check_invariants() {
+            panic!("step {step}: {e}");
+        }
+    }
+    assert!(
+        oks > 200,
+        "only {oks} successful translations ({answered} answers {hist:?})"
+    );
+    assert!(reclaims > 10, "only {reclaims} reclaims");
 }

@@ -53,7 +53,7 @@ fn rc_over_udp_engines() {
             },
         );
     }
-    ea.sender().doorbell(VrdmaDoorbell {
+    ea.sender().push(VrdmaDoorbell {
         type_: VRDMA_DB_SQ,
         id: qa.qpn,
     });
@@ -81,7 +81,7 @@ fn rc_over_udp_engines() {
             ..Default::default()
         },
     );
-    ea.sender().doorbell(VrdmaDoorbell {
+    ea.sender().push(VrdmaDoorbell {
         type_: VRDMA_DB_SQ,
         id: qa.qpn,
     });

@@ -269,6 +269,7 @@ fn icrc_matches_hand_built_masked_buffer_ipv4() {
 #[test]
 fn icrc_matches_hand_built_masked_buffer_ipv6() {
     let mut b = builder(Opcode::RcWriteOnlyImm, true, Some(5));
+    b.udp6_checksum = true;
     b.addr.traffic_class = 0x5a;
     b.addr.flow_label = 0x12345;
     b.addr.hop_limit = 3;
@@ -312,6 +313,13 @@ fn icrc_matches_hand_built_masked_buffer_ipv6() {
         s = (s & 0xffff) + (s >> 16);
     }
     assert_eq!(s, 0xffff, "UDP checksum over IPv6 pseudo-header verifies");
+    // Default: checksum 0 (like Linux rxe); the ICRC is the same either way.
+    b.udp6_checksum = false;
+    let mut z = Vec::new();
+    b.build(&[b"abcdefg"], &mut z).unwrap();
+    assert_eq!(&z[64..66], &[0, 0]);
+    assert_eq!(&z[z.len() - 4..], &frame[frame.len() - 4..]);
+    assert!(RocePacket::parse(&z).is_ok());
 }
 
 fn hex(s: &str) -> Vec<u8> {

@@ -12,7 +12,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use thiserror::Error;
 
@@ -631,7 +630,7 @@ impl MrTable {
         len: u64,
         access: u32,
     ) -> Result<Vec<GuestRange>, MrError> {
-        let now = Instant::now();
+        let now = self.odp.now();
         let idx = key_index(key) as usize;
         let mem = &self.mem;
         let odp = &mut self.odp;
@@ -725,6 +724,14 @@ impl MrTable {
     /// Mutable access to an MR by slot index (ODP bookkeeping).
     pub(crate) fn mr_by_index_mut(&mut self, idx: u32) -> Option<&mut Mr> {
         self.slots.get_mut(idx as usize).and_then(|s| s.mr.as_mut())
+    }
+
+    /// The MR in slot `idx`, if any.
+    pub(crate) fn get_by_index(&self, idx: u32) -> Result<&Mr, MrError> {
+        self.slots
+            .get(idx as usize)
+            .and_then(|s| s.mr.as_ref())
+            .ok_or(MrError::InvalidKey(idx << 8))
     }
 
     /// Number of slots (index space in use, slot 0 included).

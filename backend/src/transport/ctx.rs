@@ -127,7 +127,12 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         send_cqn: qp.send_cqn,
         recv_cqn: qp.recv_cqn,
         srqn: qp.srqn,
-        mtu: qp.mtu_bytes(),
+        // UD/GSI have no path MTU attribute: datagrams are bounded by the port MTU (IBTA 9.8.x).
+        mtu: if qp.qp_type.is_datagram() {
+            mtu_bytes(dev.config.port_mtu())
+        } else {
+            qp.mtu_bytes()
+        },
         dest_qpn: a.dest_qpn & 0x00ff_ffff,
         qkey: qp.qkey(),
         access: a.access_flags,
@@ -321,6 +326,15 @@ pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
 /// Queue a frame for the uplink.
 pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
     dev.outbox.push(frame);
+}
+
+/// QPNs whose responder has READ responses queued.
+pub fn qpns_with_replies(dev: &Device) -> Vec<u32> {
+    dev.qps
+        .iter()
+        .filter(|q| !q.resp.replies.is_empty())
+        .map(|q| q.qpn)
+        .collect()
 }
 
 /// QPNs whose requester has an armed timer.

@@ -26,7 +26,7 @@ use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
 use crate::device::Device;
-use crate::port::{classify_with, Destination};
+use crate::port::{classify_with, tx_destination, Destination, TxDestination};
 use crate::uplink::{Uplink, UplinkError, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held).
@@ -83,7 +83,13 @@ impl EngineSender {
         self.kick();
     }
 
+    /// Queue one doorbell record.
     pub fn doorbell(&self, db: VrdmaDoorbell) {
+        self.doorbells(&[db]);
+    }
+
+    /// Same as [`EngineSender::doorbell`].
+    pub fn push(&self, db: VrdmaDoorbell) {
         self.doorbells(&[db]);
     }
 
@@ -212,9 +218,16 @@ fn run(
     let mut buf = vec![0u8; MAX_FRAME];
     let mut frames: Vec<Vec<u8>> = Vec::with_capacity(RX_BATCH);
     let mut uplink_more = true;
+    // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
+    // received in the next round instead of going out on the uplink.
+    let mut looped: Vec<Vec<u8>> = Vec::new();
     loop {
-        // Wait unless the last batch left frames on the uplink.
-        let timeout = if uplink_more { 0 } else { -1 };
+        // Wait unless the last batch left frames on the uplink or looped back.
+        let timeout = if uplink_more || !looped.is_empty() {
+            0
+        } else {
+            -1
+        };
         let n = match epoll.wait(timeout, &mut events) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -261,6 +274,9 @@ fn run(
             for db in dbs {
                 super::on_doorbell(&mut d, db);
             }
+            for f in looped.drain(..) {
+                super::on_frame(&mut d, &f);
+            }
             for f in &frames {
                 let mac = d.config.mac;
                 let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
@@ -276,7 +292,12 @@ fn run(
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            (std::mem::take(&mut d.outbox), next)
+            let (back, out): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut d.outbox).into_iter().partition(|f| {
+                    tx_destination(f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine
+                });
+            looped.extend(back);
+            (out, next)
         };
         for f in &out {
             match uplink.send(f) {

@@ -119,9 +119,17 @@ pub(crate) fn with_resp<R>(
 pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
     let now = Instant::now();
     // RQ/SRQ doorbells are hints (spec §8): receives are read when a request needs one, and an
-    // RNR'd requester retries on its own timer, so only the SQ doorbell does work.
-    if db.type_ == ctx::abi::DB_SQ {
-        requester::run(dev, db.id, now);
+    // RNR'd requester retries on its own timer, so they need no work here.
+    match db.type_ {
+        ctx::abi::DB_SQ => requester::run(dev, db.id, now),
+        // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
+        ctx::abi::DB_CQ_ARM => {
+            let Device { cqs, mem, out, .. } = dev;
+            if let Some(cq) = cqs.get_mut(db.id) {
+                cq.on_arm_doorbell(mem, &**out);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -22,6 +22,9 @@ use crate::wire::{AtomicEth, Deth, Ieth, ImmDt, Operation, Position, Reth, Trans
 
 /// Maximum packets outstanding (sent, not acknowledged) per RC QP.
 pub const WINDOW: u32 = 128;
+/// Smallest congestion window and the initial one.
+pub const MIN_CWND: u32 = 4;
+const INIT_CWND: u32 = 32;
 /// Maximum WQEs held in [`RequesterState::wqes`] (fetched from the ring, not retired).
 const MAX_FETCHED: usize = 512;
 /// Request an ACK at least every this many packets within a long message (ACK coalescing).
@@ -41,6 +44,8 @@ pub struct RequesterState {
     pub psn: u32,
     /// Oldest PSN not yet acknowledged (RC).
     pub una: u32,
+    /// One past the highest PSN ever sent (`psn` moves back on a rewind, this does not).
+    pub psn_high: u32,
     /// Next SQ ring index to fetch (free-running, §4).
     pub sq_fetch: u32,
     /// WQEs fetched from the SQ and not yet retired, in SQ order.
@@ -67,6 +72,15 @@ pub struct RequesterState {
     pub taken: bool,
     /// SQ_DRAINED was reported for the current SQD period.
     pub drained_reported: bool,
+    /// Congestion window in packets (0 = not initialised): additive increase per acknowledgement,
+    /// halved on every loss signal (NAK sequence error, timeout, implied NAK), bounded by
+    /// [`MIN_CWND`]..=[`WINDOW`]. IBTA leaves flow control beyond credits to the implementation;
+    /// this keeps go-back-N from resending a whole window per lost packet on lossy links.
+    pub cwnd: u32,
+    /// Restart point of the last loss-triggered go-back-N; further loss signals for the same
+    /// point are ignored until progress is made (a burst of out-of-order READ responses, or
+    /// duplicated NAKs, must not trigger a retransmission each).
+    pub retry_psn: Option<u32>,
 }
 
 /// A suspended requester waits for this ODP chunk to become resident.
@@ -125,11 +139,17 @@ pub struct SendWqe {
     pub state: WqeState,
     /// SGEs were validated (keys, bounds) on first transmission.
     pub validated: bool,
+    /// PSNs were assigned (first transmission happened); survives go-back-N rewinds, so
+    /// acknowledgements for a rewound WQE are still recognised.
+    pub sent_once: bool,
     /// PSN of the first packet and of the last packet of this WQE (valid once sent).
     pub first_psn: u32,
     pub last_psn: u32,
     /// Bytes already sent (requests) or received (READ responses).
     pub offset: u64,
+    /// READ: `offset` when the current READ request was (re)sent; its first response (FIRST or
+    /// ONLY) lands there (IBTA 9.7.5.1.x: a resent READ asks for the remainder only).
+    pub read_base: u64,
     /// Completion status once `state == Done`.
     pub status: u8,
     /// The error in `status` moves the QP to ERROR when this WQE retires.
@@ -198,6 +218,7 @@ impl RequesterState {
     pub fn set_sq_psn(&mut self, psn: u32) {
         self.psn = psn & PSN_MASK;
         self.una = self.psn;
+        self.psn_high = self.psn;
     }
 
     /// Are RC packets outstanding (sent and not acknowledged / answered)?
@@ -207,7 +228,26 @@ impl RequesterState {
             .any(|w| matches!(w.state, WqeState::Sending | WqeState::Sent))
     }
 
-    fn recount_rd_atomic(&mut self) {
+    /// The effective window (packets).
+    pub fn window(&self) -> u32 {
+        if self.cwnd == 0 {
+            INIT_CWND
+        } else {
+            self.cwnd
+        }
+    }
+
+    /// An acknowledgement made progress.
+    pub fn cwnd_grow(&mut self) {
+        self.cwnd = (self.window() + 1).min(WINDOW);
+    }
+
+    /// A loss signal.
+    pub fn cwnd_shrink(&mut self) {
+        self.cwnd = (self.window() / 2).max(MIN_CWND);
+    }
+
+    pub(crate) fn recount_rd_atomic(&mut self) {
         self.rd_atomic_outstanding = self
             .wqes
             .iter()
@@ -426,7 +466,7 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         {
             return;
         }
-        if ctx.is_rc() && psn_diff(st.psn, st.una) >= WINDOW as i32 {
+        if ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32 {
             return;
         }
         if !send_wqe(dev, ctx, st, i, max_rd) {
@@ -556,6 +596,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             }
         }
         st.wqes[i].first_psn = st.psn;
+        st.wqes[i].sent_once = true;
         let n = st.wqes[i].npkts(mtu);
         st.wqes[i].last_psn = psn_add(st.psn, n - 1);
     }
@@ -603,7 +644,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
 
     loop {
         let w = &st.wqes[i];
-        if ctx.is_rc() && psn_diff(st.psn, st.una) >= WINDOW as i32 {
+        if ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32 {
             return false;
         }
         let psn = st.psn;
@@ -617,6 +658,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             WR_RDMA_READ => {
                 // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1.x).
                 let remaining = w.length - w.offset;
+                st.wqes[i].read_base = st.wqes[i].offset;
+                let w = &st.wqes[i];
                 hdrs.reth = Some(Reth {
                     va: w.remote_addr.wrapping_add(w.offset),
                     rkey: w.rkey,
@@ -651,7 +694,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                payload.resize(n, 0);
+                payload = vec![0u8; n];
                 if let Some(data) = &w.inline {
                     let o = w.offset as usize;
                     payload.copy_from_slice(&data[o..o + n]);
@@ -712,7 +755,9 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         // AckReq (IBTA 9.2.3): on the last packet of a message, every ACK_EVERY packets, and when
         // the window is about to fill, so ACKs are coalesced but the window keeps moving.
         let ack_req = ctx.is_rc()
-            && (last || psn.is_multiple_of(ACK_EVERY) || psn_diff(next, st.una) >= WINDOW as i32);
+            && (last
+                || psn.is_multiple_of(ACK_EVERY)
+                || psn_diff(next, st.una) >= st.window() as i32);
         let frame = super::build_frame(
             &path,
             ctx.qpn,
@@ -728,6 +773,9 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             ctx::send_frame(dev, f);
         }
         st.psn = next;
+        if psn_diff(next, st.psn_high) > 0 {
+            st.psn_high = next;
+        }
         let w = &mut st.wqes[i];
         let was_pending = w.state == WqeState::Pending;
         if w.is_rd_atomic() {
@@ -812,7 +860,7 @@ pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
         if w.state == WqeState::Done || w.is_local() {
             continue;
         }
-        if w.state == WqeState::Pending && w.offset == 0 {
+        if !w.sent_once {
             // Never sent: nothing to rewind from here on, but PSNs must restart here.
             if restart_psn.is_none() {
                 restart_psn = Some(st.psn);
@@ -864,6 +912,39 @@ pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
         st.psn = p;
     }
     st.recount_rd_atomic();
+}
+
+/// Where a go-back-N restart would resume (see [`restart`]); `None` if nothing was sent.
+fn restart_point(ctx: &QpCtx, st: &RequesterState) -> Option<u32> {
+    let mtu = ctx.mtu as u64;
+    let w = st
+        .wqes
+        .iter()
+        .find(|w| w.state != WqeState::Done && !w.is_local())?;
+    if !w.sent_once {
+        return None;
+    }
+    Some(if w.is_read() {
+        psn_add(w.first_psn, (w.offset / mtu) as u32)
+    } else if w.is_atomic() {
+        w.first_psn
+    } else if psn_diff(st.una, w.first_psn) > 0 && psn_diff(st.una, w.last_psn) <= 0 {
+        st.una
+    } else {
+        w.first_psn
+    })
+}
+
+/// A loss signal (NAK sequence error, implied NAK): go back once per restart point and shrink the
+/// congestion window.
+pub(crate) fn restart_on_loss(ctx: &QpCtx, st: &mut RequesterState) {
+    let p = restart_point(ctx, st);
+    if p.is_none() || p == st.retry_psn {
+        return;
+    }
+    st.retry_psn = p;
+    st.cwnd_shrink();
+    restart(ctx, st);
 }
 
 /// QP in ERROR (IBTA 10.3.1 / spec §13): complete every outstanding and posted send WQE with

@@ -44,6 +44,8 @@ pub struct ResponderState {
     pub write: Option<WriteCtx>,
     /// Responder resources: recent READ / atomic requests replayed on duplicates.
     pub resources: VecDeque<RdAtomicRes>,
+    /// READ responses still to send, oldest first (paced, see [`pump_replies`]).
+    pub replies: VecDeque<ReadReply>,
     /// Packets received since the last ACK (ACK coalescing).
     pub unacked: u32,
     /// UC: the current message is damaged; drop packets until the next FIRST/ONLY (IBTA 9.8.x).
@@ -86,6 +88,26 @@ pub struct WriteCtx {
     pub remaining: u64,
     pub total: u64,
 }
+
+/// A READ being answered.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadReply {
+    /// PSN of the next response packet.
+    pub psn: u32,
+    pub va: u64,
+    pub rkey: u32,
+    pub remaining: u64,
+    /// The next packet is the first of this response (FIRST / ONLY).
+    pub first: bool,
+    /// MSN carried in the AETHs.
+    pub msn: u32,
+}
+
+/// READ response packets sent per request arrival or engine tick. A READ of many MTUs is answered
+/// in bursts of this size rather than all at once: on a lossy link the requester discards
+/// everything after a gap and asks again for the remainder (IBTA 9.7.5.1.x), so an unpaced
+/// multi-megabyte burst would be resent almost entirely for every lost packet.
+pub const READ_BURST: u32 = 64;
 
 /// Kind of a cached READ / atomic request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -611,11 +633,15 @@ impl Responder<'_, '_> {
         st.msn = psn_add(st.msn, 1);
         st.epsn = psn_add(psn, n);
         st.unacked = 0;
-        let ranges = std::mem::take(&mut self.ranges);
-        if send_read_responses(dev, self.ctx, st.msn, psn, &ranges, reth.dma_len as u64).is_err() {
-            // Guest memory vanished under a valid MR: remote operational error.
-            return RespStep::ErrRemoteOp;
-        }
+        st.replies.push_back(ReadReply {
+            psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.dma_len as u64,
+            first: true,
+            msn: st.msn,
+        });
+        pump_replies(dev, self.ctx, st, READ_BURST);
         RespStep::Done
     }
 
@@ -760,22 +786,18 @@ impl Responder<'_, '_> {
                 {
                     return RespStep::Drop;
                 }
-                let ranges = if reth.dma_len == 0 {
-                    Vec::new()
-                } else {
-                    match dev.mrs.resolve(
-                        rkey,
-                        self.ctx.pdn,
-                        reth.va,
-                        reth.dma_len as u64,
-                        ACCESS_REMOTE_READ,
-                    ) {
-                        Ok(r) => r,
-                        Err(_) => return RespStep::Drop,
-                    }
-                };
-                let _ =
-                    send_read_responses(dev, self.ctx, st.msn, psn, &ranges, reth.dma_len as u64);
+                // The requester discards everything after the gap it re-requests from, so any
+                // reply still queued is obsolete: answer the re-request instead.
+                st.replies.clear();
+                st.replies.push_back(ReadReply {
+                    psn,
+                    va: reth.va,
+                    rkey,
+                    remaining: reth.dma_len as u64,
+                    first: true,
+                    msn: st.msn,
+                });
+                pump_replies(dev, self.ctx, st, READ_BURST);
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 if let Some(ResKind::Atomic { orig }) = st
@@ -947,62 +969,87 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
     }
 }
 
-/// READ response packets for `len` bytes in `ranges`, PSNs from `psn`.
-fn send_read_responses(
+/// Send up to `budget` READ response packets (IBTA 9.7.4.1.4: one per MTU, FIRST/MIDDLE/LAST or
+/// ONLY, AETH on FIRST/LAST/ONLY). Returns true while replies remain queued.
+pub(crate) fn pump_replies(
     dev: &mut Device,
     ctx: &QpCtx,
-    msn: u32,
-    psn: u32,
-    ranges: &[GuestRange],
-    len: u64,
-) -> Result<(), ()> {
-    let Some(path) = ctx.path else { return Ok(()) };
+    st: &mut ResponderState,
+    mut budget: u32,
+) -> bool {
+    let Some(path) = ctx.path else {
+        st.replies.clear();
+        return false;
+    };
     let mtu = ctx.mtu as u64;
-    let n = len.div_ceil(mtu).max(1);
-    let mut ri = 0usize;
-    let mut roff = 0u64;
-    let mut buf = Vec::with_capacity(mtu as usize);
-    for k in 0..n {
-        let pos = match (k == 0, k + 1 == n) {
+    while budget > 0 {
+        let Some(r) = st.replies.front_mut() else {
+            break;
+        };
+        let n = r.remaining.min(mtu);
+        let last = r.remaining <= mtu;
+        let pos = match (r.first, last) {
             (true, true) => Position::Only,
             (true, false) => Position::First,
             (false, false) => Position::Middle,
             (false, true) => Position::Last,
         };
-        let chunk = (len - k * mtu).min(mtu) as usize;
-        buf.clear();
-        buf.resize(chunk, 0);
-        let mut p = 0usize;
-        while p < chunk {
-            let Some(r) = ranges.get(ri) else {
-                return Err(());
+        // `vec!` of zeroes is a zeroed allocation; `resize` is a per-byte loop in debug builds.
+        let mut buf = vec![0u8; n as usize];
+        if n > 0 {
+            // Re-translate per packet: the MR may have been invalidated or deregistered since the
+            // request was checked, and ODP chunks may have been reclaimed.
+            let ok = match dev
+                .mrs
+                .resolve(r.rkey, ctx.pdn, r.va, n, ACCESS_REMOTE_READ)
+            {
+                Ok(ranges) => {
+                    let mut p = 0usize;
+                    let mut ok = true;
+                    for g in ranges {
+                        let l = g.len as usize;
+                        if dev.mem.read(g.gpa, &mut buf[p..p + l]).is_err() {
+                            ok = false;
+                            break;
+                        }
+                        p += l;
+                    }
+                    ok
+                }
+                // Not resident any more: try again on the next tick (the fault is in flight).
+                Err(MrError::Fault { .. }) => return true,
+                Err(_) => false,
             };
-            let take = ((r.len - roff) as usize).min(chunk - p);
-            dev.mem
-                .read(r.gpa + roff, &mut buf[p..p + take])
-                .map_err(|_| ())?;
-            p += take;
-            roff += take as u64;
-            if roff == r.len {
-                ri += 1;
-                roff = 0;
+            if !ok {
+                // The requester times out and retries; a retry fails the R_Key check and gets
+                // the remote access NAK.
+                st.replies.pop_front();
+                continue;
             }
         }
         let hdrs = TxHdrs {
             aeth: matches!(pos, Position::First | Position::Last | Position::Only)
-                .then(|| Aeth::ack(msn)),
+                .then(|| Aeth::ack(r.msn)),
             ..Default::default()
         };
+        let psn = r.psn;
+        r.psn = psn_add(r.psn, 1);
+        r.va = r.va.wrapping_add(n);
+        r.remaining -= n;
+        r.first = false;
+        if last {
+            st.replies.pop_front();
+        }
+        budget -= 1;
         let Some(op) = opcode_for(Transport::Rc, Operation::ReadResponse, pos, false, false) else {
-            return Err(());
+            continue;
         };
-        let rpsn = psn_add(psn, k as u32);
         if let Some(f) = super::build_frame(
             &path,
             ctx.qpn,
             ctx.dest_qpn,
             op,
-            rpsn,
+            psn,
             false,
             false,
             &hdrs,
@@ -1011,7 +1058,7 @@ fn send_read_responses(
             ctx::send_frame(dev, f);
         }
     }
-    Ok(())
+    !st.replies.is_empty()
 }
 
 /// UD / GSI receive (IBTA 9.8.x, 10.2.x; spec §6.2): Q_Key check, GRH area, one-packet message.
@@ -1097,4 +1144,5 @@ pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState) {
     st.cur = None;
     st.write = None;
     st.resources.clear();
+    st.replies.clear();
 }

@@ -66,5 +66,14 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
             next = Some(next.map_or(d, |n: Instant| n.min(d)));
         }
     }
+    // Paced READ responses (responder.rs READ_BURST): continue them now.
+    for qpn in ctx::qpns_with_replies(dev) {
+        let more = super::with_resp(dev, qpn, |dev, c, st| {
+            super::responder::pump_replies(dev, c, st, super::responder::READ_BURST)
+        });
+        if more == Some(true) {
+            next = Some(next.map_or(now, |n: Instant| n.min(now)));
+        }
+    }
     next
 }

@@ -41,7 +41,8 @@ pub struct VhostUserRdma<D: RdmaDevice> {
 }
 
 impl<D: RdmaDevice> VhostUserRdma<D> {
-    /// `config` is the `vrdma_config` served by GET_CONFIG; `odp` adds the ODP feature bits;
+    /// `config` is the `vrdma_config` served by GET_CONFIG; `device_features` are the
+    /// `VIRTIO_RDMA_F_*` masks offered besides ETH (the ODP bits when the device has ODP);
     /// `mtu` bounds eth tx frames; `mem` must be the atomic given to the `VhostUserDaemon`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -50,18 +51,16 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         doorbells: Arc<dyn DoorbellSink>,
         eth_tx: Arc<dyn FrameSink>,
         config: [u8; CONFIG_SIZE],
-        odp: bool,
+        device_features: u64,
         mtu: u16,
         mem: GuestMemoryAtomic,
     ) -> Self {
-        let mut features = 1u64 << VIRTIO_F_VERSION_1
+        let features = 1u64 << VIRTIO_F_VERSION_1
             | 1u64 << VIRTIO_RING_F_INDIRECT_DESC
             | 1u64 << VIRTIO_RING_F_EVENT_IDX
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
-            | VIRTIO_RDMA_F_ETH;
-        if odp {
-            features |= VIRTIO_RDMA_F_ODP | VIRTIO_RDMA_F_ODP_IMPLICIT;
-        }
+            | VIRTIO_RDMA_F_ETH
+            | (device_features & (VIRTIO_RDMA_F_ODP | VIRTIO_RDMA_F_ODP_IMPLICIT));
         VhostUserRdma {
             device,
             out,
@@ -97,10 +96,17 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         match index {
             VQ_CONTROL => {
                 let device = &*self.device;
-                drain_queue(index, vring, &self.mem, event_idx, MAX_REQUEST_BYTES, |c| {
+                let mut ran = false;
+                let r = drain_queue(index, vring, &self.mem, event_idx, MAX_REQUEST_BYTES, |c| {
+                    ran = true;
                     let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
                     controlq::run_command(device, &*mem, c)
-                })
+                });
+                if ran {
+                    // Commands may have unblocked QPs (ODP_PAGE_RESP, MODIFY_QP): wake the engine.
+                    self.doorbells.kick();
+                }
+                r
             }
             VQ_DOORBELL => drain_queue(
                 index,
@@ -174,14 +180,13 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     }
 
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
+        // The config space is read-only (§2.2): writes are ignored. Not an error, because the
+        // vhost crate ends the whole connection when a handler fails.
         warn!(
-            "SET_CONFIG offset {offset} size {} refused: config is read-only",
+            "SET_CONFIG offset {offset} size {} ignored: config is read-only",
             buf.len()
         );
-        Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "vrdma config space is read-only",
-        ))
+        Ok(())
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic) -> io::Result<()> {

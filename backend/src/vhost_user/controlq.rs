@@ -3,8 +3,8 @@
 //! Readable part = `vrdma_cmd_hdr` + request struct + trailing array, read as one byte stream
 //! (any split, indirect allowed, at most [`MAX_REQUEST_BYTES`]). Writable part =
 //! `vrdma_cmd_resp_hdr` + response struct. Outcomes for bad chains:
-//! - writable part shorter than the 8-byte response header (or not in guest memory): the chain
-//!   is returned with `len` 0 and the command is not executed;
+//! - writable part shorter than the 8-byte response header, or any writable descriptor outside
+//!   guest memory: the chain is returned with `len` 0 and the command is not executed;
 //! - readable part unreadable, too large, shorter than `vrdma_cmd_hdr`, or `flags` != 0: status
 //!   INVALID, not executed;
 //! - writable part too small for the opcode's response struct: status INVALID, not executed
@@ -14,47 +14,49 @@
 use std::sync::Mutex;
 
 use log::{debug, warn};
-use vm_memory::GuestMemory;
+use vm_memory::{GuestMemory, Permissions};
 
 use super::chain::SplitChain;
 use super::RdmaDevice;
+use vrdma_spec::*;
 
 /// Upper bound for a command's readable part (page lists can be large: 64 MiB of `__le64`
 /// entries describe 32 GiB of 4 KiB pages).
 pub const MAX_REQUEST_BYTES: usize = 64 << 20;
 /// `sizeof(struct vrdma_cmd_hdr)`.
-pub const CMD_HDR_LEN: usize = 8;
+pub const CMD_HDR_LEN: usize = VrdmaCmdHdr::SIZE;
 /// `sizeof(struct vrdma_cmd_resp_hdr)`.
-pub const RESP_HDR_LEN: usize = 8;
+pub const RESP_HDR_LEN: usize = VrdmaCmdRespHdr::SIZE;
 
-/// `VRDMA_STATUS_OK`.
-pub const STATUS_OK: u32 = 0;
-/// `VRDMA_STATUS_INVALID`.
-pub const STATUS_INVALID: u32 = 1;
-
-/// Size of the response body (after `vrdma_cmd_resp_hdr`) for a known opcode, from the ABI
-/// (§11): `None` for opcodes this table does not know (the device decides, usually INVALID).
+/// Size of the response body (after `vrdma_cmd_resp_hdr`) for a known opcode (§11): `None` for
+/// opcodes this table does not know (the device decides, usually INVALID).
 pub fn resp_body_len(opcode: u16) -> Option<usize> {
-    const HANDLE: usize = 8; // struct vrdma_handle / vrdma_resp_create_qp / vrdma_resp_reg_mr
-    const CONFIG: usize = 256; // struct vrdma_config (QUERY_DEVICE)
-    const QUERY_PORT: usize = 32; // struct vrdma_resp_query_port
-    const QP_ATTR: usize = 104; // struct vrdma_qp_attr (QUERY_QP)
-    const QUERY_SRQ: usize = 16; // struct vrdma_resp_query_srq
     Some(match opcode {
-        1 => CONFIG,                    // QUERY_DEVICE
-        2 => QUERY_PORT,                // QUERY_PORT
-        3 | 4 => 0,                     // ADD_GID, DEL_GID
-        5 => HANDLE,                    // CREATE_PD
-        6 | 8 | 13 | 17 | 19 | 25 => 0, // DESTROY_PD/CQ/QP/SRQ/AH, DEREG_MR
-        7 | 9 => HANDLE,                // CREATE_CQ, RESIZE_CQ
-        10 => HANDLE,                   // CREATE_QP
-        11 | 15 => 0,                   // MODIFY_QP, MODIFY_SRQ
-        12 => QP_ATTR,                  // QUERY_QP
-        14 => HANDLE,                   // CREATE_SRQ
-        16 => QUERY_SRQ,                // QUERY_SRQ
-        18 => HANDLE,                   // CREATE_AH
-        20..=24 => HANDLE, // REG_MR, REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR
-        26..=28 => 0,      // ADVISE_MR, ODP_PAGE_RESP, ODP_INVALIDATE
+        VRDMA_CMD_QUERY_DEVICE => VrdmaConfig::SIZE,
+        VRDMA_CMD_QUERY_PORT => VrdmaRespQueryPort::SIZE,
+        VRDMA_CMD_QUERY_QP => VrdmaQpAttr::SIZE,
+        VRDMA_CMD_QUERY_SRQ => VrdmaRespQuerySrq::SIZE,
+        VRDMA_CMD_CREATE_QP => VrdmaRespCreateQp::SIZE,
+        VRDMA_CMD_CREATE_PD | VRDMA_CMD_CREATE_CQ | VRDMA_CMD_RESIZE_CQ | VRDMA_CMD_CREATE_SRQ
+        | VRDMA_CMD_CREATE_AH => VrdmaHandle::SIZE,
+        VRDMA_CMD_REG_MR
+        | VRDMA_CMD_REG_DMA_MR
+        | VRDMA_CMD_ALLOC_FAST_REG_MR
+        | VRDMA_CMD_REG_ODP_MR
+        | VRDMA_CMD_REG_IMPLICIT_MR => VrdmaRespRegMr::SIZE,
+        VRDMA_CMD_ADD_GID
+        | VRDMA_CMD_DEL_GID
+        | VRDMA_CMD_DESTROY_PD
+        | VRDMA_CMD_DESTROY_CQ
+        | VRDMA_CMD_MODIFY_QP
+        | VRDMA_CMD_DESTROY_QP
+        | VRDMA_CMD_MODIFY_SRQ
+        | VRDMA_CMD_DESTROY_SRQ
+        | VRDMA_CMD_DESTROY_AH
+        | VRDMA_CMD_DEREG_MR
+        | VRDMA_CMD_ADVISE_MR
+        | VRDMA_CMD_ODP_PAGE_RESP
+        | VRDMA_CMD_ODP_INVALIDATE => 0,
         _ => return None,
     })
 }
@@ -67,6 +69,18 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     chain: &SplitChain,
 ) -> u32 {
     let cap = chain.writable_len();
+    if let Some(&(addr, len)) = chain
+        .writable
+        .iter()
+        .find(|&&(addr, len)| len > 0 && !mem.check_range(addr, len as usize, Permissions::Write))
+    {
+        warn!(
+            "controlq: chain {}: writable descriptor {:#x}+{len} outside guest memory; \
+             returned unexecuted",
+            chain.head, addr.0
+        );
+        return 0;
+    }
     if cap < RESP_HDR_LEN as u64 {
         warn!(
             "controlq: chain {} has {cap} writable bytes, less than the response header; \
@@ -77,9 +91,12 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     }
     let mut body = Vec::new();
     let status = execute(device, chain, cap, &mut body);
+    let hdr = VrdmaCmdRespHdr {
+        status,
+        reserved: 0,
+    };
     let mut out = Vec::with_capacity(RESP_HDR_LEN + body.len());
-    out.extend_from_slice(&status.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(hdr.as_bytes());
     out.extend_from_slice(&body);
     match chain.scatter(mem, &out) {
         Ok(n) => n as u32,
@@ -100,32 +117,31 @@ fn execute<D: RdmaDevice>(
 ) -> u32 {
     if let Some(e) = &chain.read_error {
         warn!("controlq: chain {}: {e}", chain.head);
-        return STATUS_INVALID;
+        return VRDMA_STATUS_INVALID;
     }
     let req = &chain.readable;
-    let Some(hdr) = req.get(..CMD_HDR_LEN) else {
+    let Some((hdr, args)) = VrdmaCmdHdr::split_from(req) else {
         warn!(
             "controlq: chain {}: {} readable bytes, shorter than the command header",
             chain.head,
             req.len()
         );
-        return STATUS_INVALID;
+        return VRDMA_STATUS_INVALID;
     };
-    let opcode = u16::from_le_bytes([hdr[0], hdr[1]]);
-    let flags = u16::from_le_bytes([hdr[2], hdr[3]]);
+    let (opcode, flags) = (hdr.opcode, hdr.flags);
     if flags != 0 {
         warn!("controlq: opcode {opcode}: flags {flags:#x} must be 0");
-        return STATUS_INVALID;
+        return VRDMA_STATUS_INVALID;
     }
     if let Some(need) = resp_body_len(opcode) {
         if cap < (RESP_HDR_LEN + need) as u64 {
             warn!("controlq: opcode {opcode}: writable part of {cap} bytes too small");
-            return STATUS_INVALID;
+            return VRDMA_STATUS_INVALID;
         }
     }
     let status = {
         let mut dev = device.lock().unwrap_or_else(|p| p.into_inner());
-        dev.handle_command(opcode, &req[CMD_HDR_LEN..], body)
+        dev.handle_command(opcode, args, body)
     };
     debug!(
         "controlq: opcode {opcode} ({} bytes) -> status {status}, {} response bytes",
@@ -138,7 +154,7 @@ fn execute<D: RdmaDevice>(
             body.len()
         );
         body.clear();
-        return STATUS_INVALID;
+        return VRDMA_STATUS_INVALID;
     }
     status
 }

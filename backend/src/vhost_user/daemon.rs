@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use thiserror::Error;
-use vhost::vhost_user::Listener;
+use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
 
 use super::{
@@ -39,8 +39,8 @@ pub struct ServeParts<D: RdmaDevice> {
     pub eth_tx: Arc<dyn FrameSink>,
     /// The 256-byte `vrdma_config` (§2.2).
     pub config: [u8; CONFIG_SIZE],
-    /// Offer VIRTIO_RDMA_F_ODP / _ODP_IMPLICIT.
-    pub odp: bool,
+    /// `VIRTIO_RDMA_F_ODP` / `_ODP_IMPLICIT` masks to offer (from the device config).
+    pub device_features: u64,
     pub mtu: u16,
 }
 
@@ -81,7 +81,7 @@ fn serve_one<D: RdmaDevice>(
         parts.doorbells.clone(),
         parts.eth_tx.clone(),
         parts.config,
-        parts.odp,
+        parts.device_features,
         parts.mtu,
         mem.clone(),
     ));
@@ -94,7 +94,10 @@ fn serve_one<D: RdmaDevice>(
     }
     info!("vhost-user frontend connected");
     match daemon.wait() {
-        Ok(()) => info!("vhost-user frontend disconnected"),
+        Ok(())
+        | Err(vhost_user_backend::Error::HandleRequest(
+            VhostUserError::Disconnected | VhostUserError::PartialMessage,
+        )) => info!("vhost-user frontend disconnected"),
         Err(e) => warn!("vhost-user connection ended: {e}"),
     }
     stop_workers(&daemon);

@@ -6,12 +6,13 @@ use log::{debug, warn};
 use vhost_user_backend::VringT;
 use virtio_queue::QueueOwnedT;
 use vm_memory::GuestAddressSpace;
+use vrdma_spec::{Abi, VrdmaDoorbell};
 
 use super::chain::SplitChain;
 use super::{DoorbellSink, FrameSink, GuestMemoryAtomic, VhostUserRdmaError, Vring};
 
 /// `sizeof(struct vrdma_doorbell)`.
-pub const DOORBELL_LEN: usize = 8;
+pub const DOORBELL_LEN: usize = VrdmaDoorbell::SIZE;
 /// Bound of one doorbell buffer (8192 records).
 pub const MAX_DOORBELL_BYTES: usize = 64 << 10;
 /// Ethernet header (14) + FCS-less slack for one 802.1Q tag (4): a frame may be MTU + 18.
@@ -92,10 +93,9 @@ pub fn doorbells(chain: &SplitChain, sink: &dyn DoorbellSink) -> u32 {
             recs.remainder().len()
         );
     }
-    for r in recs {
-        let kind = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-        let id = u32::from_le_bytes([r[4], r[5], r[6], r[7]]);
-        sink.doorbell(kind, id);
+    let dbs: Vec<VrdmaDoorbell> = recs.filter_map(VrdmaDoorbell::read_from).collect();
+    if !dbs.is_empty() {
+        sink.doorbells(&dbs);
     }
     0
 }

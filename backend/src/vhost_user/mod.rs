@@ -8,6 +8,7 @@
 //! - `output.rs`: [`VirtqOutput`], device -> driver records on the event, pagereq and eth rx
 //!   queues, queued internally while the driver has posted no buffer.
 //! - `inputq.rs`: doorbell records -> [`DoorbellSink`], eth tx frames -> [`FrameSink`].
+//! - `glue.rs`: the traits above implemented by `device::Device`, the engine and the uplink.
 //! - `daemon.rs`: the accept loop ([`serve`]); `start.rs`: [`start_backend`] wiring.
 //!
 //! Lock order: device mutex -> output queue mutex -> vring lock. Nothing here takes the device
@@ -19,6 +20,7 @@ mod backend;
 pub mod chain;
 pub mod controlq;
 pub mod daemon;
+mod glue;
 pub mod inputq;
 pub mod output;
 mod start;
@@ -27,11 +29,12 @@ use std::io;
 
 use thiserror::Error;
 use vhost_user_backend::VringRwLock;
+use vrdma_spec::{self as spec, Abi};
 
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
 pub use output::VirtqOutput;
-pub use start::{config_space, start_backend, PlaceholderDevice, StartError};
+pub use start::{open_uplink, prepare, start_backend, Prepared, StartError};
 
 /// Guest memory as mapped from the vhost-user memory table.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
@@ -42,23 +45,23 @@ pub type GuestMemoryAtomic = vm_memory::GuestMemoryAtomic<GuestMemoryMmap>;
 pub type Vring = VringRwLock<GuestMemoryAtomic>;
 
 /// Virtqueue indices (spec §3, `VRDMA_VQ_*`).
-pub const VQ_CONTROL: u16 = 0;
-pub const VQ_EVENT: u16 = 1;
-pub const VQ_DOORBELL: u16 = 2;
-pub const VQ_PAGEREQ: u16 = 3;
-pub const VQ_ETH_RX: u16 = 4;
-pub const VQ_ETH_TX: u16 = 5;
+pub const VQ_CONTROL: u16 = spec::VRDMA_VQ_CONTROL;
+pub const VQ_EVENT: u16 = spec::VRDMA_VQ_EVENT;
+pub const VQ_DOORBELL: u16 = spec::VRDMA_VQ_DOORBELL;
+pub const VQ_PAGEREQ: u16 = spec::VRDMA_VQ_PAGEREQ;
+pub const VQ_ETH_RX: u16 = spec::VRDMA_VQ_ETH_RX;
+pub const VQ_ETH_TX: u16 = spec::VRDMA_VQ_ETH_TX;
 /// Number of virtqueues (`VRDMA_NUM_VQS`).
-pub const NUM_QUEUES: usize = 6;
+pub const NUM_QUEUES: usize = spec::VRDMA_NUM_VQS as usize;
 /// Largest virtqueue size offered to the frontend.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 /// Size of `struct vrdma_config` (§2.2).
-pub const CONFIG_SIZE: usize = 256;
+pub const CONFIG_SIZE: usize = <spec::VrdmaConfig as Abi>::SIZE;
 
-/// Device feature bits (spec §2, `VIRTIO_RDMA_F_*`).
-pub const VIRTIO_RDMA_F_ODP: u64 = 1 << 0;
-pub const VIRTIO_RDMA_F_ODP_IMPLICIT: u64 = 1 << 1;
-pub const VIRTIO_RDMA_F_ETH: u64 = 1 << 2;
+/// Device feature masks (spec §2, `VIRTIO_RDMA_F_*` are bit numbers).
+pub const VIRTIO_RDMA_F_ODP: u64 = 1 << spec::VIRTIO_RDMA_F_ODP;
+pub const VIRTIO_RDMA_F_ODP_IMPLICIT: u64 = 1 << spec::VIRTIO_RDMA_F_ODP_IMPLICIT;
+pub const VIRTIO_RDMA_F_ETH: u64 = 1 << spec::VIRTIO_RDMA_F_ETH;
 
 /// What the virtqueue plumbing needs from the device model. `device::Device` implements it;
 /// tests may substitute a mock. All calls happen under the device mutex.
@@ -75,8 +78,16 @@ pub trait RdmaDevice: Send + 'static {
 
 /// Where doorbell records (§8) go: the engine thread. Must not block.
 pub trait DoorbellSink: Send + Sync {
-    /// One `vrdma_doorbell` record: `kind` is `VRDMA_DB_*`, `id` a qpn, srqn or cqn.
-    fn doorbell(&self, kind: u32, id: u32);
+    /// One `vrdma_doorbell` record (`type_` is `VRDMA_DB_*`, `id` a qpn, srqn or cqn).
+    fn doorbell(&self, db: spec::VrdmaDoorbell);
+    /// The records of one doorbell buffer, in order (one wake-up for all of them).
+    fn doorbells(&self, dbs: &[spec::VrdmaDoorbell]) {
+        for db in dbs {
+            self.doorbell(*db);
+        }
+    }
+    /// Control commands ran (they may have unblocked work, e.g. ODP_PAGE_RESP, MODIFY_QP).
+    fn kick(&self) {}
 }
 
 /// Where the guest's eth tx frames go: the uplink. Must not block.
@@ -96,7 +107,7 @@ impl FrameSink for NullSink {
 }
 
 impl DoorbellSink for NullSink {
-    fn doorbell(&self, _kind: u32, _id: u32) {}
+    fn doorbell(&self, _db: spec::VrdmaDoorbell) {}
 }
 
 /// Errors of the virtqueue plumbing. Converted to `io::Error` only at the vhost-user trait

@@ -13,14 +13,15 @@ use log::{debug, warn};
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
+use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
 use super::chain::SplitChain;
 use super::{GuestMemoryAtomic, Vring, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
 
 /// `sizeof(struct vrdma_event)`.
-pub const EVENT_LEN: usize = 16;
+pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
 /// `sizeof(struct vrdma_page_req)`.
-pub const PAGE_REQ_LEN: usize = 32;
+pub const PAGE_REQ_LEN: usize = VrdmaPageReq::SIZE;
 /// Frames kept while the driver has no eth rx buffer (like a NIC's rx FIFO); more are dropped.
 pub const ETH_RX_BACKLOG: usize = 256;
 /// Page requests kept while the driver has no pagereq buffer.
@@ -208,14 +209,14 @@ impl VirtqOutput {
         }
     }
 
-    /// Post a 16-byte `vrdma_event`.
-    pub fn push_event(&self, ev: &[u8; EVENT_LEN]) {
-        self.events.push(ev);
+    /// Post a `vrdma_event` (§9).
+    pub fn push_event(&self, ev: &VrdmaEvent) {
+        self.events.push(ev.as_bytes());
     }
 
-    /// Post a 32-byte `vrdma_page_req`.
-    pub fn push_page_req(&self, req: &[u8; PAGE_REQ_LEN]) {
-        self.page_reqs.push(req);
+    /// Post a `vrdma_page_req` (§10).
+    pub fn push_page_req(&self, req: &VrdmaPageReq) {
+        self.page_reqs.push(req.as_bytes());
     }
 
     /// Post a raw Ethernet frame to the guest's netdev.

@@ -1,87 +1,130 @@
-//! `start_backend(config)`: build the device, its outputs, the uplink and the engine, then run
-//! the vhost-user daemon loop until the process is told to stop.
+//! `start_backend(config)`: build the device, its virtqueue outputs, the uplink and the engine,
+//! then run the vhost-user daemon loop until the process is stopped.
 
 use std::sync::{Arc, Mutex};
 
 use log::info;
 use thiserror::Error;
+use vhost::vhost_user::Listener;
 
 use super::daemon::{listen, serve, DaemonError, ServeParts};
-use super::{NullSink, RdmaDevice, VirtqOutput, CONFIG_SIZE};
-use crate::cli::{Config, UplinkChoice};
+use super::glue::{NoUplink, UplinkTx};
+use super::{VirtqOutput, CONFIG_SIZE};
+use crate::cli::Config;
+use crate::device::{Device, DeviceConfig};
+use crate::guest::GuestMem;
+use crate::transport::engine::{Engine, EngineError};
+use crate::uplink::{Impaired, Uplink, UplinkError};
 
 /// Errors of daemon start-up (each printed as one line by `main`).
 #[derive(Debug, Error)]
 pub enum StartError {
-    #[error("uplink {spec}: {reason}")]
-    Uplink { spec: String, reason: String },
+    #[error("cannot open uplink {spec}: {source}")]
+    Uplink { spec: String, source: UplinkError },
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    #[error("config space is {0} bytes, expected {CONFIG_SIZE}")]
+    ConfigSpace(usize),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
 }
 
-/// Placeholder device until `device::Device` is wired: every command is NOT_SUPPORTED.
-#[derive(Debug, Default)]
-pub struct PlaceholderDevice;
-
-impl RdmaDevice for PlaceholderDevice {
-    fn handle_command(&mut self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> u32 {
-        2 // VRDMA_STATUS_NOT_SUPPORTED
-    }
-    fn reset(&mut self) {}
-    fn set_guest_memory(&mut self, _mem: super::GuestMemoryAtomic) {}
+/// Open the uplink of `config` (with the test-only impairment when asked).
+pub fn open_uplink(config: &Config) -> Result<Arc<dyn Uplink>, StartError> {
+    let Some(spec) = &config.uplink else {
+        info!("no --uplink: frames leaving the port are dropped");
+        return Ok(Arc::new(NoUplink));
+    };
+    let uplink = spec.open().map_err(|source| StartError::Uplink {
+        spec: spec.to_string(),
+        source,
+    })?;
+    info!("uplink {spec}");
+    Ok(match config.impair {
+        Some(imp) => {
+            info!(
+                "uplink impaired (test only): drop={} dup={} reorder={} seed={}",
+                imp.drop, imp.dup, imp.reorder, imp.seed
+            );
+            Arc::new(Impaired::new(uplink, imp))
+        }
+        None => Arc::from(uplink),
+    })
 }
 
-/// `struct vrdma_config` for `config` (§2.2). Placeholder until `device::DeviceConfig` serves it.
-pub fn config_space(config: &Config) -> [u8; CONFIG_SIZE] {
-    let mut c = [0u8; CONFIG_SIZE];
-    let mut put32 = |off: usize, v: u32| c[off..off + 4].copy_from_slice(&v.to_le_bytes());
-    put32(8, config.limits.max_pd);
-    put32(12, config.limits.max_qp);
-    put32(16, config.limits.max_cq);
-    put32(20, config.limits.max_srq);
-    put32(24, config.limits.max_mr);
-    put32(28, config.limits.max_ah);
-    put32(100, config.odp.chunk_shift);
-    c[0..6].copy_from_slice(&config.mac);
-    c[6..8].copy_from_slice(&config.mtu.to_le_bytes());
-    c
+/// A daemon ready to serve: the bound socket, the per-connection parts and the running engine.
+pub struct Prepared {
+    pub listener: Listener,
+    pub parts: ServeParts<Device>,
+    pub engine: Engine,
 }
 
-/// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
-/// handled by `main`).
-pub fn start_backend(config: Config) -> Result<(), StartError> {
-    if let UplinkChoice::Spec(spec) = &config.uplink {
-        return Err(StartError::Uplink {
-            spec: spec.clone(),
-            reason: "uplinks are not wired in this build yet".to_string(),
-        });
-    }
+/// Build the device, outputs, uplink and engine for `config` and bind the socket.
+pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
+    let dev_config = DeviceConfig::from_cli(config);
+    let config_bytes = dev_config.config_space();
+    let config_space: [u8; CONFIG_SIZE] = config_bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| StartError::ConfigSpace(config_bytes.len()))?;
+    let device_features = dev_config.odp_feature_bits();
     let limits = &config.limits;
     let event_backlog = (limits.max_qp as usize)
         .saturating_add(limits.max_cq as usize)
         .saturating_add(limits.max_srq as usize)
         .saturating_add(64);
     let out = Arc::new(VirtqOutput::new(event_backlog));
+    let device = Arc::new(Mutex::new(Device::new(
+        dev_config,
+        GuestMem::empty(),
+        out.clone(),
+    )));
+
+    // The socket appears last: launchers start QEMU once it exists, so every other start-up
+    // error (uplink bind, TAP open) happens before.
+    let uplink = open_uplink(config)?;
+    let engine = Engine::start(device.clone(), uplink.clone())?;
+    let listener = listen(&config.socket_path)?;
     let parts = ServeParts {
-        device: Arc::new(Mutex::new(PlaceholderDevice)),
+        device,
         out,
-        doorbells: Arc::new(NullSink),
-        eth_tx: Arc::new(NullSink),
-        config: config_space(&config),
-        odp: config.odp.enabled,
+        doorbells: Arc::new(engine.sender()),
+        eth_tx: Arc::new(UplinkTx(uplink)),
+        config: config_space,
+        device_features,
         mtu: config.mtu,
     };
-    let mut listener = listen(&config.socket_path)?;
+    Ok(Prepared {
+        listener,
+        parts,
+        engine,
+    })
+}
+
+/// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
+/// handled by `main`). Returns only on a start-up error or a fatal listener error.
+pub fn start_backend(config: Config) -> Result<(), StartError> {
+    let Prepared {
+        mut listener,
+        parts,
+        engine,
+    } = prepare(&config)?;
     info!(
-        "listening on {} (mac {})",
+        "listening on {} (mac {}, mtu {}, odp {})",
         config.socket_path.display(),
         config
             .mac
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect::<Vec<_>>()
-            .join(":")
+            .join(":"),
+        config.mtu,
+        if config.odp.enabled { "on" } else { "off" },
     );
-    serve(&mut listener, &parts, None)?;
-    Ok(())
+    let r = serve(&mut listener, &parts, None);
+    engine.stop();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&config.socket_path);
+    }
+    r.map_err(StartError::from)
 }

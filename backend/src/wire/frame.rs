@@ -392,6 +392,10 @@ pub struct PacketBuilder {
     pub addr: Addressing,
     pub bth: Bth,
     pub ext: ExtHeaders,
+    /// IPv6 only: compute the UDP checksum (`true`) or send 0 (`false`, the default — what Linux
+    /// rxe sends, RFC 6935 zero-checksum UDP tunnels; the ICRC protects the packet). IPv4 always
+    /// sends 0.
+    pub udp6_checksum: bool,
 }
 
 /// Offsets computed by [`PacketBuilder::layout`].
@@ -412,6 +416,7 @@ impl PacketBuilder {
             addr,
             bth,
             ext: ExtHeaders::default(),
+            udp6_checksum: false,
         }
     }
 
@@ -583,8 +588,7 @@ impl PacketBuilder {
         let ip_start = l.eth_len;
         let udp_start = ip_start + l.ip_len;
         let icrc_at = l.total - ICRC_LEN;
-        // ICRC first: it masks the UDP checksum, so the order does not matter, but the IPv6 UDP
-        // checksum must cover the ICRC.
+        // ICRC first: the optional IPv6 UDP checksum covers it (the ICRC masks the UDP checksum).
         let icrc = {
             let (ip, rest) = frame[ip_start..icrc_at].split_at(l.ip_len);
             let (udp, rest) = rest.split_at(UdpHeader::LEN);
@@ -594,7 +598,7 @@ impl PacketBuilder {
             c.finish()
         };
         frame[icrc_at..l.total].copy_from_slice(&icrc.to_le_bytes());
-        if l.v == IpVersion::V6 {
+        if l.v == IpVersion::V6 && self.udp6_checksum {
             let sum = ipv6_udp_checksum(
                 &self.addr.src_gid,
                 &self.addr.dst_gid,

@@ -14,16 +14,18 @@ Defaults use $VRDMA_CACHE (/var/cache/vrdma): vmlinuz, guest-initrd.cpio and the
 import glob
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 CACHE = os.environ.get("VRDMA_CACHE", "/var/cache/vrdma")
 OUT = sys.argv[1]
 QEMU = sys.argv[2] if len(sys.argv) > 2 else (
-    glob.glob(f"{CACHE}/qemu-*/build/qemu-system-x86_64") + ["qemu-system-x86_64"])[0]
+    glob.glob(f"{CACHE}/qemu-system-x86_64") + ["qemu-system-x86_64"])[0]
 KERNEL = sys.argv[3] if len(sys.argv) > 3 else f"{CACHE}/vmlinuz"
 INITRD = sys.argv[4] if len(sys.argv) > 4 else f"{CACHE}/guest-initrd.cpio"
 BIOS = ["-L", "/usr/share/seabios", "-L", "/usr/share/qemu"]
@@ -72,8 +74,8 @@ class Guest:
         cmd = [QEMU, *BIOS, "-accel", "tcg,thread=multi", "-cpu", "max", "-m", "1536", "-smp", "1",
                "-nodefaults", "-nographic", "-serial", "stdio",
                "-kernel", KERNEL, "-initrd", INITRD,
-               "-append", f"console=ttyS0 quiet vrdma.role=rxe vrdma.ip={ip}/24 "
-                          f"vrdma.mode=shell vrdma.hostname={name}",
+               "-append", f"console=ttyS0 quiet vrdmavm.role=rxe vrdmavm.ip={ip}/24 "
+                          f"vrdmavm.mode=shell vrdmavm.hostname={name}",
                "-netdev", f"dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={local},"
                           f"remote.type=inet,remote.host=127.0.0.1,remote.port={remote}",
                "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile="]
@@ -103,7 +105,7 @@ class Guest:
     def run(self, cmd, wait=None, timeout=120):
         """Type a command; with wait, block until its end marker appears."""
         marker = f"__done_{time.time_ns()}__"
-        self.p.stdin.write(f"{cmd}; echo {marker[:6]}''{marker[6:]}\n".encode())
+        self.p.stdin.write(f"{cmd}\necho {marker[:6]}''{marker[6:]}\n".encode())
         self.p.stdin.flush()
         if wait:
             self.wait_for(marker, timeout)
@@ -118,6 +120,12 @@ class Guest:
 
 
 def main():
+    global KERNEL, INITRD
+    # Private copies: the shared cache may be rebuilt while the guests boot.
+    tmp = tempfile.mkdtemp(prefix="capture-rxe-")
+    for src, dst in ((KERNEL, "vmlinuz"), (INITRD, "initrd.cpio")):
+        shutil.copyfile(src, os.path.join(tmp, dst))
+    KERNEL, INITRD = os.path.join(tmp, "vmlinuz"), os.path.join(tmp, "initrd.cpio")
     pa, pb, ra, rb = free_port(), free_port(), free_port(), free_port()
     sa = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sa.bind(("127.0.0.1", ra))
@@ -137,11 +145,15 @@ def main():
             ("ibv_rc_pingpong -d rxe0 -g 0 -n 2 -s 3000 -m 1024", "ibv_rc_pingpong -d rxe0 -g 0 -n 2 -s 3000 -m 1024 10.0.0.2"),
             ("ibv_uc_pingpong -d rxe0 -g 1 -n 2 -s 2500 -m 1024", "ibv_uc_pingpong -d rxe0 -g 1 -n 2 -s 2500 -m 1024 10.0.0.2"),
             ("ibv_ud_pingpong -d rxe0 -g 1 -n 2 -s 200", "ibv_ud_pingpong -d rxe0 -g 1 -n 2 -s 200 10.0.0.2"),
-            ("ib_write_bw -d rxe0 -x 1 -n 3 -s 2500 -m 1024 -F", "ib_write_bw -d rxe0 -x 1 -n 3 -s 2500 -m 1024 -F 10.0.0.2"),
-            ("ib_read_bw -d rxe0 -x 1 -n 3 -s 2500 -m 1024 -F", "ib_read_bw -d rxe0 -x 1 -n 3 -s 2500 -m 1024 -F 10.0.0.2"),
-            ("ib_atomic_bw -d rxe0 -x 1 -n 3 -F", "ib_atomic_bw -d rxe0 -x 1 -n 3 -F 10.0.0.2"),
-            ("ib_atomic_bw -d rxe0 -x 1 -n 3 -A FETCH_AND_ADD -F", "ib_atomic_bw -d rxe0 -x 1 -n 3 -A FETCH_AND_ADD -F 10.0.0.2"),
-            ("ib_send_bw -d rxe0 -x 1 -n 3 -s 300 -F", "ib_send_bw -d rxe0 -x 1 -n 3 -s 300 -F 10.0.0.2"),
+            ("ib_write_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 -F", "ib_write_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 -F 10.0.0.2"),
+            ("ib_read_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 -F", "ib_read_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 -F 10.0.0.2"),
+            ("ib_atomic_bw -d rxe0 -x 1 -n 5 -A CMP_AND_SWAP -F", "ib_atomic_bw -d rxe0 -x 1 -n 5 -A CMP_AND_SWAP -F 10.0.0.2"),
+            ("ib_write_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 --write_with_imm -F", "ib_write_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 --write_with_imm -F 10.0.0.2"),
+            ("ib_write_bw -d rxe0 -x 0 -n 5 -s 64 --write_with_imm -F", "ib_write_bw -d rxe0 -x 0 -n 5 -s 64 --write_with_imm -F 10.0.0.2"),
+            ("ib_write_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 -c UC -F", "ib_write_bw -d rxe0 -x 1 -n 5 -s 2500 -m 1024 -c UC -F 10.0.0.2"),
+            ("ib_send_bw -d rxe0 -x 0 -n 5 -s 301 -c UD -F", "ib_send_bw -d rxe0 -x 0 -n 5 -s 301 -c UD -F 10.0.0.2"),
+            ("ib_atomic_bw -d rxe0 -x 1 -n 5 -A FETCH_AND_ADD -F", "ib_atomic_bw -d rxe0 -x 1 -n 5 -A FETCH_AND_ADD -F 10.0.0.2"),
+            ("ib_send_bw -d rxe0 -x 1 -n 5 -s 300 -F", "ib_send_bw -d rxe0 -x 1 -n 5 -s 300 -F 10.0.0.2"),
             ("rping -s -C 1 -S 64", "rping -c -a 10.0.0.2 -C 1 -S 64"),
         ]
         for srv, cli in tests:
@@ -160,6 +172,7 @@ def main():
             for d, h in frames:
                 f.write(f"{d} {h}\n")
     print(f"wrote {len(frames)} frames to {OUT}")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 main()

@@ -1,0 +1,84 @@
+//! Thin glue between the vhost-user plumbing's traits and the other modules: the device model
+//! ([`Device`]), the engine's doorbell channel ([`EngineSender`]) and the uplink.
+
+use std::io;
+use std::sync::Arc;
+
+use vrdma_spec::{VrdmaDoorbell, VrdmaEvent, VrdmaPageReq};
+
+use super::{DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VirtqOutput};
+use crate::device::{Device, DeviceOutput};
+use crate::transport::engine::EngineSender;
+use crate::uplink::{Uplink, UplinkError};
+
+impl RdmaDevice for Device {
+    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+        Device::handle_command(self, opcode, req, resp)
+    }
+
+    fn reset(&mut self) {
+        Device::reset(self);
+    }
+
+    fn set_guest_memory(&mut self, mem: GuestMemoryAtomic) {
+        Device::set_guest_memory(self, &mem);
+    }
+}
+
+impl DeviceOutput for VirtqOutput {
+    fn event(&self, ev: VrdmaEvent) {
+        self.push_event(&ev);
+    }
+
+    fn page_request(&self, req: VrdmaPageReq) {
+        self.push_page_req(&req);
+    }
+
+    fn eth_rx(&self, frame: &[u8]) {
+        self.push_eth_rx(frame);
+    }
+}
+
+impl DoorbellSink for EngineSender {
+    fn doorbell(&self, db: VrdmaDoorbell) {
+        EngineSender::push(self, db);
+    }
+
+    fn doorbells(&self, dbs: &[VrdmaDoorbell]) {
+        EngineSender::doorbells(self, dbs);
+    }
+
+    fn kick(&self) {
+        EngineSender::kick(self);
+    }
+}
+
+/// The guest's eth tx frames go straight to the uplink (non-blocking; a busy uplink drops).
+pub struct UplinkTx(pub Arc<dyn Uplink>);
+
+impl FrameSink for UplinkTx {
+    fn send_frame(&self, frame: &[u8]) -> io::Result<()> {
+        self.0.send(frame).map_err(|e| match e {
+            UplinkError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+            e => io::Error::other(e),
+        })
+    }
+}
+
+/// No uplink configured: nothing is received, sent frames are dropped.
+#[derive(Debug, Default)]
+pub struct NoUplink;
+
+impl Uplink for NoUplink {
+    fn send(&self, _frame: &[u8]) -> Result<(), UplinkError> {
+        Ok(())
+    }
+
+    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        Ok(None)
+    }
+
+    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
+        -1
+    }
+}

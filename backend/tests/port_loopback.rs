@@ -1,0 +1,117 @@
+//! RoCEv2 traffic between two QPs of the same device never leaves through the uplink: the engine
+//! loops frames addressed to its own GIDs back into itself (`port::tx_destination`).
+
+mod common;
+
+use std::net::UdpSocket;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use vrdma_backend::transport::engine::Engine;
+use vrdma_backend::uplink::{Uplink, UplinkError};
+use vrdma_spec::*;
+
+/// An uplink that counts what it is asked to send and never receives.
+struct Counting {
+    sock: UdpSocket,
+    sent: AtomicUsize,
+}
+
+impl Uplink for Counting {
+    fn send(&self, _frame: &[u8]) -> Result<(), UplinkError> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        Ok(None)
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+#[test]
+fn rc_between_qps_of_one_device_loops_back() {
+    let mut a = Node::new(1, 64, 1500);
+    let pd = a.create_pd();
+    let (cq, mut cqr) = a.create_cq(256);
+    let mut q1 = a.create_qp(QpSpec::rc(pd, cq));
+    let q2 = a.create_qp(QpSpec::rc(pd, cq));
+    let av = a.av_to(&a);
+    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
+    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    let buf = a.alloc(16384);
+    let k = a.reg_mr(pd, buf, 16384, ACC_ALL);
+    let mut rq = q2.rq.clone().unwrap();
+    a.post_recv(&mut rq, 77, &[(buf, 4096, k)]);
+
+    let up = Arc::new(Counting {
+        sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
+        sent: AtomicUsize::new(0),
+    });
+    let d = detach(&mut a);
+    let e = Engine::start(d.clone(), up.clone()).expect("engine");
+
+    // A SEND and a 5000-byte RDMA WRITE (multi-packet at MTU 1024), both q1 -> q2.
+    let data = pattern(3, 5000);
+    a.write(buf + 8192, &data);
+    post_send_mem(
+        &a.mem,
+        &mut q1,
+        &Wqe {
+            wr_id: 5,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            inline: Some(b"hello, myself".to_vec()),
+            ..Default::default()
+        },
+    );
+    post_send_mem(
+        &a.mem,
+        &mut q1,
+        &Wqe {
+            wr_id: 6,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(buf + 8192, 5000, k)],
+            remote_addr: buf + 4096,
+            rkey: k,
+            ..Default::default()
+        },
+    );
+    e.sender().push(VrdmaDoorbell {
+        type_: VRDMA_DB_SQ,
+        id: q1.qpn,
+    });
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "completions so far: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        got.extend(a.poll_cq(&mut cqr));
+    }
+    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        vec![
+            (5, VRDMA_WC_SUCCESS),
+            (6, VRDMA_WC_SUCCESS),
+            (77, VRDMA_WC_SUCCESS)
+        ]
+    );
+    assert_eq!(a.read(buf, 13), b"hello, myself");
+    assert!(a.read(buf + 4096, 5000) == data, "WRITE data differs");
+    e.stop();
+    assert_eq!(
+        up.sent.load(Ordering::SeqCst),
+        0,
+        "frames leaked to the uplink"
+    );
+}

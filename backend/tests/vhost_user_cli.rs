@@ -1,0 +1,351 @@
+//! Command line: parsing and validation (`Args` -> `Config`), `--help`, and the built binary's
+//! exit behaviour (one-line errors, clean exit on SIGTERM/SIGINT, the socket it leaves behind).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{CommandFactory, Parser};
+use vrdma_backend::cli::{Args, CliError, Config};
+use vrdma_backend::uplink::UplinkSpec;
+
+fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("vrdma-cli-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn parse(extra: &[&str]) -> Result<Config, CliError> {
+    let sock = tmpdir("parse").join("s.sock");
+    let mut argv = vec![
+        "vrdma-backend".to_string(),
+        "--socket-path".to_string(),
+        sock.display().to_string(),
+    ];
+    if !extra.contains(&"--mac") {
+        argv.extend(["--mac".to_string(), "52:54:00:12:34:56".to_string()]);
+    }
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    Config::try_from(Args::try_parse_from(argv).expect("clap accepts the syntax"))
+}
+
+#[test]
+fn defaults() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.mac, [0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
+    assert_eq!(c.mtu, 1500);
+    assert_eq!(c.limits.max_qp, 16384);
+    assert!(c.odp.enabled);
+    assert_eq!(c.odp.chunk_shift, 21);
+    assert_eq!(c.uplink, None);
+    assert!(c.impair.is_none());
+}
+
+#[test]
+fn mac_validation() {
+    for good in [
+        "52:54:00:12:34:56",
+        "02-00-00-00-00-01",
+        "AA:bb:CC:dd:EE:f0",
+    ] {
+        assert!(parse(&["--mac", good]).is_ok(), "{good}");
+    }
+    for bad in [
+        "",
+        "52:54:00:12:34",
+        "52:54:00:12:34:56:78",
+        "52:54:00:12:34:5g",
+        "5254.0012.3456",
+        "152:54:00:12:34:56",
+    ] {
+        assert!(
+            matches!(parse(&["--mac", bad]), Err(CliError::BadMac(_))),
+            "{bad:?} accepted"
+        );
+    }
+    assert!(matches!(
+        parse(&["--mac", "01:00:5e:00:00:01"]),
+        Err(CliError::MulticastMac(_))
+    ));
+    assert!(matches!(
+        parse(&["--mac", "00:00:00:00:00:00"]),
+        Err(CliError::ZeroMac(_))
+    ));
+}
+
+#[test]
+fn uplink_specs() {
+    let ok = [
+        "udp:local=127.0.0.1:5000,remote=127.0.0.1:5001",
+        "udp:remote=127.0.0.1:5001,local=127.0.0.1:5000",
+        "udp:local=[::1]:5000,remote=[::1]:5001",
+        "tap:vrdma0",
+    ];
+    for spec in ok {
+        let c = parse(&["--uplink", spec]).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        assert_eq!(c.uplink, Some(spec.parse::<UplinkSpec>().unwrap()));
+    }
+    let bad = [
+        "udp:local=127.0.0.1:5000",
+        "udp:local=127.0.0.1,remote=127.0.0.1:5001",
+        "udp:local=127.0.0.1:5000,remote=[::1]:5001",
+        "udp:local=127.0.0.1:5000,remote=127.0.0.1:5001,local=127.0.0.1:5002",
+        "udp:local=127.0.0.1:5000,remote=127.0.0.1:5001,bogus=1",
+        "tap:",
+        "tap:a/b",
+        "tap:waytoolonginterfacename",
+        "eth0",
+        "udp:",
+    ];
+    for spec in bad {
+        assert!(
+            matches!(parse(&["--uplink", spec]), Err(CliError::BadUplink { .. })),
+            "{spec:?} accepted"
+        );
+    }
+}
+
+#[test]
+fn limits_odp_mtu_impair() {
+    let c = parse(&[
+        "--max-qp",
+        "100",
+        "--max-cq",
+        "200",
+        "--max-mr",
+        "300",
+        "--max-pd",
+        "400",
+        "--max-srq",
+        "500",
+        "--max-ah",
+        "600",
+        "--odp-chunk-shift",
+        "16",
+        "--odp-resident-chunks",
+        "9",
+        "--no-odp",
+        "--mtu",
+        "9000",
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.limits.max_qp, c.limits.max_cq, c.limits.max_mr),
+        (100, 200, 300)
+    );
+    assert_eq!(
+        (c.limits.max_pd, c.limits.max_srq, c.limits.max_ah),
+        (400, 500, 600)
+    );
+    assert_eq!((c.odp.chunk_shift, c.odp.resident_chunks), (16, 9));
+    assert!(!c.odp.enabled);
+    assert_eq!(c.mtu, 9000);
+
+    assert!(matches!(
+        parse(&["--max-qp", "0"]),
+        Err(CliError::BadLimit { .. })
+    ));
+    assert!(matches!(
+        parse(&["--odp-chunk-shift", "11"]),
+        Err(CliError::BadChunkShift(11))
+    ));
+    assert!(matches!(
+        parse(&["--odp-chunk-shift", "31"]),
+        Err(CliError::BadChunkShift(31))
+    ));
+    assert!(matches!(
+        parse(&["--odp-resident-chunks", "0"]),
+        Err(CliError::BadResidentChunks(0))
+    ));
+    assert!(matches!(
+        parse(&["--mtu", "100"]),
+        Err(CliError::BadMtu(100))
+    ));
+
+    let c = parse(&["--impair", "drop=0.1,dup=0.05,reorder=0.2,seed=42"]).unwrap();
+    let i = c.impair.unwrap();
+    assert_eq!((i.drop, i.dup, i.reorder, i.seed), (0.1, 0.05, 0.2, 42));
+    let i = parse(&["--impair", "drop=1"]).unwrap().impair.unwrap();
+    assert_eq!((i.drop, i.dup, i.reorder), (1.0, 0.0, 0.0));
+    for bad in ["drop=1.5", "drop=-0.1", "loss=0.1", "drop", "seed=x"] {
+        assert!(
+            matches!(parse(&["--impair", bad]), Err(CliError::BadImpair { .. })),
+            "{bad:?} accepted"
+        );
+    }
+}
+
+#[test]
+fn socket_path_checks() {
+    let d = tmpdir("sock");
+    let file = d.join("regular");
+    std::fs::write(&file, b"x").unwrap();
+    let args = |p: &str| {
+        Args::try_parse_from([
+            "vrdma-backend",
+            "--socket-path",
+            p,
+            "--mac",
+            "52:54:00:00:00:01",
+        ])
+        .unwrap()
+    };
+    assert!(matches!(
+        Config::try_from(args(file.to_str().unwrap())),
+        Err(CliError::BadSocketPath { .. })
+    ));
+    assert!(
+        std::fs::read(&file).is_ok(),
+        "a regular file is never deleted"
+    );
+    assert!(matches!(
+        Config::try_from(args("/nonexistent-dir/vrdma.sock")),
+        Err(CliError::BadSocketPath { .. })
+    ));
+    let long = format!("{}/{}", d.display(), "s".repeat(120));
+    assert!(matches!(
+        Config::try_from(args(&long)),
+        Err(CliError::BadSocketPath { .. })
+    ));
+    // Missing required options are clap errors.
+    assert!(Args::try_parse_from(["vrdma-backend", "--mac", "52:54:00:00:00:01"]).is_err());
+    assert!(Args::try_parse_from(["vrdma-backend", "--socket-path", "/tmp/x"]).is_err());
+}
+
+#[test]
+fn help_documents_every_option() {
+    let help = Args::command().render_long_help().to_string();
+    for opt in [
+        "--socket-path",
+        "--mac",
+        "--uplink",
+        "--mtu",
+        "--max-qp",
+        "--max-cq",
+        "--max-mr",
+        "--max-pd",
+        "--max-srq",
+        "--max-ah",
+        "--odp-chunk-shift",
+        "--odp-resident-chunks",
+        "--no-odp",
+        "--impair",
+        "--log-file",
+        "RUST_LOG",
+        "TEST ONLY",
+        "udp:local=ADDR:PORT,remote=ADDR:PORT",
+        "tap:NAME",
+    ] {
+        assert!(help.contains(opt), "--help lacks {opt}");
+    }
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_vrdma-backend")
+}
+
+#[test]
+fn binary_rejects_bad_mac_with_one_line() {
+    let d = tmpdir("badmac");
+    let out = Command::new(bin())
+        .args([
+            "--socket-path",
+            d.join("s").to_str().unwrap(),
+            "--mac",
+            "zz:00:00:00:00:00",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "stderr: {err}");
+    assert!(err.contains("--mac"), "stderr: {err}");
+}
+
+fn wait_for(path: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read(path: &std::path::Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s
+}
+
+fn wait_for_log(path: &std::path::Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !read(path).contains(what) {
+        assert!(Instant::now() < deadline, "log never said {what:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn binary_exits_cleanly_on_sigterm_and_sigint() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let d = tmpdir(&format!("sig{sig}"));
+        let sock = d.join("vrdma.sock");
+        let log = d.join("daemon.log");
+        let mut child = Command::new(bin())
+            .args([
+                "--socket-path",
+                sock.to_str().unwrap(),
+                "--mac",
+                "52:54:00:00:00:02",
+                "--log-file",
+                log.to_str().unwrap(),
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&sock);
+        wait_for_log(&log, "listening on");
+        // SAFETY: kill() on the pid of a child we spawned and have not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "signal {sig}");
+        assert!(!sock.exists(), "socket removed on exit");
+        let s = read(&log);
+        assert!(s.contains(&format!("signal {sig} received")), "log: {s}");
+    }
+}
+
+#[test]
+fn binary_reports_an_uplink_bind_failure_before_creating_the_socket() {
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap();
+    let d = tmpdir("bind");
+    let sock = d.join("vrdma.sock");
+    let out = Command::new(bin())
+        .args([
+            "--socket-path",
+            sock.to_str().unwrap(),
+            "--mac",
+            "52:54:00:00:00:03",
+            "--uplink",
+            &format!("udp:local={addr},remote=127.0.0.1:9"),
+        ])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "stderr: {err}");
+    assert!(err.contains(&addr.to_string()), "stderr: {err}");
+    assert!(!sock.exists(), "no socket left behind");
+}

@@ -1,0 +1,651 @@
+//! The vhost-user plumbing against a mock device: the `vhost` crate's Frontend plays QEMU
+//! (features, protocol features, memfd memory table, vrings) against an in-process daemon.
+
+mod vhost_user_support;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use vhost::vhost_user::message::VhostUserConfigFlags;
+use vhost::vhost_user::VhostUserFrontend;
+use vhost::VhostBackend;
+use vrdma_backend::vhost_user::daemon::listen;
+use vrdma_backend::vhost_user::{
+    serve, DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, ServeParts, VirtqOutput,
+    CONFIG_SIZE,
+};
+use vrdma_spec::*;
+
+use vhost_user_support::*;
+
+const T: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct MockDevice {
+    pds: BTreeSet<u32>,
+    next: u32,
+    calls: Vec<(u16, Vec<u8>)>,
+    resets: u32,
+    mem_updates: u32,
+}
+
+impl RdmaDevice for MockDevice {
+    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+        self.calls.push((opcode, req.to_vec()));
+        match opcode {
+            VRDMA_CMD_CREATE_PD => {
+                self.next += 1;
+                self.pds.insert(self.next);
+                resp.extend_from_slice(
+                    VrdmaHandle {
+                        handle: self.next,
+                        reserved: 0,
+                    }
+                    .as_bytes(),
+                );
+                VRDMA_STATUS_OK
+            }
+            VRDMA_CMD_DESTROY_PD => match VrdmaHandle::read_from(req) {
+                Some(h) if self.pds.remove(&h.handle) => VRDMA_STATUS_OK,
+                Some(_) => VRDMA_STATUS_NOT_FOUND,
+                None => VRDMA_STATUS_INVALID,
+            },
+            _ => VRDMA_STATUS_INVALID,
+        }
+    }
+    fn reset(&mut self) {
+        self.pds.clear();
+        self.resets += 1;
+    }
+    fn set_guest_memory(&mut self, _mem: GuestMemoryAtomic) {
+        self.mem_updates += 1;
+    }
+}
+
+#[derive(Default)]
+struct Recorder {
+    doorbells: Mutex<Vec<(u32, u32)>>,
+    frames: Mutex<Vec<Vec<u8>>>,
+}
+
+impl DoorbellSink for Recorder {
+    fn doorbell(&self, db: VrdmaDoorbell) {
+        self.doorbells.lock().unwrap().push((db.type_, db.id));
+    }
+}
+
+impl FrameSink for Recorder {
+    fn send_frame(&self, frame: &[u8]) -> std::io::Result<()> {
+        self.frames.lock().unwrap().push(frame.to_vec());
+        Ok(())
+    }
+}
+
+struct Harness {
+    path: std::path::PathBuf,
+    device: Arc<Mutex<MockDevice>>,
+    out: Arc<VirtqOutput>,
+    rec: Arc<Recorder>,
+    config: [u8; CONFIG_SIZE],
+    thread: thread::JoinHandle<()>,
+}
+
+fn test_config() -> [u8; CONFIG_SIZE] {
+    let c = VrdmaConfig {
+        mac: [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef],
+        mtu: 1500,
+        max_qp: 16384,
+        max_pd: 77,
+        odp_chunk_shift: 21,
+        ..VrdmaConfig::ZERO
+    };
+    let mut out = [0u8; CONFIG_SIZE];
+    out.copy_from_slice(c.as_bytes());
+    out
+}
+
+fn start(tag: &str, connections: usize, odp: bool) -> Harness {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let path = socket_path(tag);
+    let device = Arc::new(Mutex::new(MockDevice::default()));
+    let out = Arc::new(VirtqOutput::new(64));
+    let rec = Arc::new(Recorder::default());
+    let config = test_config();
+    let parts = ServeParts {
+        device: device.clone(),
+        out: out.clone(),
+        doorbells: rec.clone(),
+        eth_tx: rec.clone(),
+        config,
+        device_features: if odp {
+            (1 << VIRTIO_RDMA_F_ODP) | (1 << VIRTIO_RDMA_F_ODP_IMPLICIT)
+        } else {
+            0
+        },
+        mtu: 1500,
+    };
+    let mut listener = listen(&path).expect("listen");
+    let thread = thread::spawn(move || {
+        serve(&mut listener, &parts, Some(connections)).expect("serve");
+    });
+    Harness {
+        path,
+        device,
+        out,
+        rec,
+        config,
+        thread,
+    }
+}
+
+/// Send one control chain made of `bufs` and return (used len, response bytes).
+fn control(
+    ring: &mut DriverRing,
+    guest: &Guest,
+    bufs: &[Buf],
+    resp_at: Option<(u64, usize)>,
+) -> (u32, Vec<u8>) {
+    let head = ring.add(guest, bufs);
+    ring.notify();
+    let (id, len) = ring.wait_used(guest, T).expect("control chain returned");
+    assert_eq!(id, u32::from(head));
+    let resp = resp_at.map_or(Vec::new(), |(a, l)| guest.read(a, l));
+    (len, resp)
+}
+
+/// A command in one readable buffer and a response buffer of `resp_len` bytes.
+fn simple_cmd(
+    ring: &mut DriverRing,
+    guest: &mut Guest,
+    command: &[u8],
+    resp_len: usize,
+) -> (u32, Vec<u8>) {
+    let req = guest.alloc(command.len(), 8);
+    guest.write(req, command);
+    let resp = guest.alloc(resp_len, 8);
+    control(
+        ring,
+        guest,
+        &[
+            (req, command.len() as u32, false),
+            (resp, resp_len as u32, true),
+        ],
+        Some((resp, resp_len)),
+    )
+}
+
+fn handle(h: u32) -> Vec<u8> {
+    VrdmaHandle {
+        handle: h,
+        reserved: 0,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+#[test]
+fn features_protocol_features_and_queue_count() {
+    let h = start("features", 1, true);
+    let (mut fe, acked) = connect(&h.path, true);
+    let f = fe.get_features().unwrap();
+    for bit in [
+        VIRTIO_F_VERSION_1,
+        VIRTIO_RING_F_INDIRECT_DESC,
+        VIRTIO_RING_F_EVENT_IDX,
+        VHOST_USER_F_PROTOCOL_FEATURES,
+        1 << VIRTIO_RDMA_F_ETH,
+        1 << VIRTIO_RDMA_F_ODP,
+        1 << VIRTIO_RDMA_F_ODP_IMPLICIT,
+    ] {
+        assert_ne!(f & bit, 0, "feature {bit:#x} missing from {f:#x}");
+    }
+    assert_eq!(acked & VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_EVENT_IDX);
+    assert_eq!(fe.get_queue_num().unwrap(), 6);
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn no_odp_hides_odp_features() {
+    let h = start("noodp", 1, false);
+    let (fe, _) = connect(&h.path, true);
+    let f = fe.get_features().unwrap();
+    assert_eq!(f & (1 << VIRTIO_RDMA_F_ODP), 0);
+    assert_eq!(f & (1 << VIRTIO_RDMA_F_ODP_IMPLICIT), 0);
+    assert_ne!(f & (1 << VIRTIO_RDMA_F_ETH), 0);
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn config_space_reads_and_bounds() {
+    let h = start("config", 1, true);
+    let (mut fe, _, mut raw) = connect_raw(&h.path, true);
+    let all = get_config(&mut fe, 0, CONFIG_SIZE).expect("whole config");
+    assert_eq!(all, h.config.to_vec());
+    let cfg = VrdmaConfig::read_from(&all).unwrap();
+    assert_eq!(cfg.mac, [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef]);
+    assert_eq!(cfg.max_qp, 16384);
+    assert_eq!(cfg.max_pd, 77);
+    // A partial read at an offset, e.g. the driver reading max_qp alone.
+    let max_qp_off = 12;
+    let part = get_config(&mut fe, max_qp_off, 4).expect("partial");
+    assert_eq!(u32::from_le_bytes(part.try_into().unwrap()), 16384);
+    // Reads beyond the 256 bytes get the vhost-user error reply (size 0); the connection
+    // survives them.
+    assert_eq!(raw_get_config(&mut raw, 250, 16), (0, vec![]));
+    assert_eq!(raw_get_config(&mut raw, 256, 4), (0, vec![]));
+    assert_eq!(raw_get_config(&mut raw, 0, 6), (6, cfg.mac.to_vec()));
+    // The config space is read-only: a write is ignored and the connection survives it.
+    fe.set_config(0, VhostUserConfigFlags::WRITABLE, &[0u8; 6])
+        .expect("SET_CONFIG acked");
+    assert_eq!(get_config(&mut fe, 0, 6).unwrap(), cfg.mac.to_vec());
+    drop(fe);
+    drop(raw);
+    h.thread.join().unwrap();
+}
+
+fn control_setup(h: &Harness, event_idx: bool) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
+    let (mut fe, _) = connect(&h.path, event_idx);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+    (fe, guest, ctrl)
+}
+
+#[test]
+fn control_round_trip_and_split_chains() {
+    for event_idx in [true, false] {
+        let h = start("control", 1, true);
+        let (fe, mut guest, mut ctrl) = control_setup(&h, event_idx);
+
+        let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        assert_eq!(len, 16);
+        assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+        let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
+        assert_ne!(pdn, 0);
+
+        // DESTROY_PD with the request split at odd places over three descriptors, the
+        // response over two.
+        let c = cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn));
+        let a = guest.alloc(3, 1);
+        let b = guest.alloc(7, 1);
+        let d = guest.alloc(c.len() - 10, 1);
+        guest.write(a, &c[..3]);
+        guest.write(b, &c[3..10]);
+        guest.write(d, &c[10..]);
+        let r1 = guest.alloc(3, 1);
+        let r2 = guest.alloc(13, 1);
+        let (len, _) = control(
+            &mut ctrl,
+            &guest,
+            &[
+                (a, 3, false),
+                (b, 7, false),
+                (d, (c.len() - 10) as u32, false),
+                (r1, 3, true),
+                (r2, 13, true),
+            ],
+            None,
+        );
+        assert_eq!(len, 8);
+        let mut st = guest.read(r1, 3);
+        st.extend(guest.read(r2, 5));
+        assert_eq!(status_of(&st), VRDMA_STATUS_OK);
+        {
+            let dev = h.device.lock().unwrap();
+            let (op, req) = dev.calls.last().unwrap();
+            assert_eq!(*op, VRDMA_CMD_DESTROY_PD);
+            assert_eq!(
+                req,
+                &handle(pdn),
+                "device saw the request without the header"
+            );
+        }
+
+        // Same handle again: the device's NOT_FOUND reaches the driver.
+        let (len, resp) = simple_cmd(
+            &mut ctrl,
+            &mut guest,
+            &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
+            8,
+        );
+        assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_NOT_FOUND));
+
+        // An indirect chain works too.
+        let c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+        let req = guest.alloc(c.len(), 8);
+        guest.write(req, &c);
+        let resp = guest.alloc(16, 8);
+        let head = ctrl.add_indirect(
+            &mut guest,
+            &[(req, c.len() as u32, false), (resp, 16, true)],
+        );
+        ctrl.notify();
+        assert_eq!(ctrl.wait_used(&guest, T), Some((u32::from(head), 16)));
+        assert_eq!(status_of(&guest.read(resp, 8)), VRDMA_STATUS_OK);
+
+        drop(fe);
+        h.thread.join().unwrap();
+    }
+}
+
+#[test]
+fn malformed_control_chains_get_the_defined_outcome() {
+    let h = start("malformed", 1, true);
+    let (fe, mut guest, mut ctrl) = control_setup(&h, true);
+    let calls = |h: &Harness| h.device.lock().unwrap().calls.len();
+
+    // Nonzero flags -> INVALID, not executed.
+    let mut c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+    c[2] = 1;
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &c, 16);
+    assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
+    assert_eq!(calls(&h), 0);
+
+    // Readable part shorter than the command header -> INVALID.
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &[5, 0, 0], 16);
+    assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
+
+    // Writable part fits the header but not CREATE_PD's response -> INVALID, not executed.
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 12);
+    assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
+    assert_eq!(calls(&h), 0);
+    assert!(h.device.lock().unwrap().pds.is_empty());
+
+    // Writable part smaller than the response header -> returned with len 0.
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 4);
+    assert_eq!(len, 0);
+    assert_eq!(resp, vec![0u8; 4]);
+
+    // No writable part at all -> len 0.
+    let c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+    let req = guest.alloc(c.len(), 8);
+    guest.write(req, &c);
+    let (len, _) = control(&mut ctrl, &guest, &[(req, c.len() as u32, false)], None);
+    assert_eq!(len, 0);
+    assert_eq!(calls(&h), 0);
+
+    // Readable descriptor outside guest memory -> INVALID.
+    let resp = guest.alloc(16, 8);
+    let (len, r) = control(
+        &mut ctrl,
+        &guest,
+        &[(0x7000_0000, 16, false), (resp, 16, true)],
+        Some((resp, 16)),
+    );
+    assert_eq!((len, status_of(&r)), (8, VRDMA_STATUS_INVALID));
+
+    // Writable descriptor outside guest memory -> len 0, not executed, no panic.
+    let (len, _) = control(
+        &mut ctrl,
+        &guest,
+        &[(req, c.len() as u32, false), (0x7000_0000, 16, true)],
+        None,
+    );
+    assert_eq!(len, 0);
+    assert_eq!(calls(&h), 0);
+
+    // Readable part larger than the 64 MiB bound -> INVALID without reading it.
+    let resp = guest.alloc(16, 8);
+    let (len, r) = control(
+        &mut ctrl,
+        &guest,
+        &[(req, (64 << 20) + 1, false), (resp, 16, true)],
+        Some((resp, 16)),
+    );
+    assert_eq!((len, status_of(&r)), (8, VRDMA_STATUS_INVALID));
+    assert_eq!(calls(&h), 0);
+
+    // Unknown opcode: handed to the device, whose INVALID comes back.
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(999, &[1, 2, 3]), 64);
+    assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
+
+    // The queue still works.
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn reconnect_starts_from_a_reset_device() {
+    let h = start("reconnect", 2, true);
+    let pdn = {
+        let (fe, mut guest, mut ctrl) = control_setup(&h, true);
+        let (_, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+        drop(fe);
+        VrdmaHandle::read_from(&resp[8..]).unwrap().handle
+    };
+    let (fe, mut guest, mut ctrl) = control_setup(&h, true);
+    let (len, resp) = simple_cmd(
+        &mut ctrl,
+        &mut guest,
+        &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
+        8,
+    );
+    assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_NOT_FOUND));
+    assert!(h.device.lock().unwrap().resets >= 1);
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn stopping_the_control_queue_resets_the_device() {
+    let h = start("stopreset", 1, true);
+    let (fe, mut guest, mut ctrl) = control_setup(&h, true);
+    let (_, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    assert_eq!(h.device.lock().unwrap().pds.len(), 1);
+    // QEMU's vhost_dev_stop on a guest virtio reset: GET_VRING_BASE on every ring.
+    fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
+    assert!(h.device.lock().unwrap().pds.is_empty());
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn events_wait_for_buffers_then_flush_in_order() {
+    let h = start("events", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let mut evq = DriverRing::new(&mut guest, VRDMA_VQ_EVENT as usize, 16);
+    start_rings(&mut fe, &guest, &[&evq]);
+    let ev = |id| VrdmaEvent {
+        type_: VRDMA_EV_CQ_COMP,
+        id,
+        info: 0,
+        reserved: 0,
+    };
+    // No buffer yet: kept inside.
+    h.out.push_event(&ev(7));
+    h.out.push_event(&ev(8));
+    assert_eq!(evq.used_count(&guest), 0);
+    // The driver posts three buffers and kicks: two events arrive, in order.
+    let bufs: Vec<u64> = (0..3).map(|_| guest.alloc(16, 16)).collect();
+    for b in &bufs {
+        evq.add(&guest, &[(*b, 16, true)]);
+    }
+    evq.notify();
+    assert_eq!(evq.wait_used(&guest, T).map(|u| u.1), Some(16));
+    assert_eq!(evq.wait_used(&guest, T).map(|u| u.1), Some(16));
+    assert_eq!(
+        VrdmaEvent::read_from(&guest.read(bufs[0], 16)).unwrap(),
+        ev(7)
+    );
+    assert_eq!(
+        VrdmaEvent::read_from(&guest.read(bufs[1], 16)).unwrap(),
+        ev(8)
+    );
+    // The third buffer is used as soon as the next event is posted (e.g. from the engine).
+    h.out.push_event(&ev(9));
+    assert_eq!(evq.wait_used(&guest, T).map(|u| u.1), Some(16));
+    assert_eq!(
+        VrdmaEvent::read_from(&guest.read(bufs[2], 16)).unwrap(),
+        ev(9)
+    );
+    assert!(evq.call.read().is_ok(), "the driver was interrupted");
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn doorbells_and_eth_tx_reach_their_sinks() {
+    let h = start("doorbell", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let mut dbq = DriverRing::new(&mut guest, VRDMA_VQ_DOORBELL as usize, 16);
+    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 16);
+    start_rings(&mut fe, &guest, &[&dbq, &txq]);
+
+    let mut recs = Vec::new();
+    for (t, id) in [
+        (VRDMA_DB_SQ, 16u32),
+        (VRDMA_DB_CQ_ARM, 3),
+        (VRDMA_DB_SRQ, 5),
+    ] {
+        recs.extend_from_slice(VrdmaDoorbell { type_: t, id }.as_bytes());
+    }
+    let buf = guest.alloc(recs.len(), 8);
+    guest.write(buf, &recs);
+    dbq.add(&guest, &[(buf, recs.len() as u32, false)]);
+    dbq.notify();
+    assert_eq!(dbq.wait_used(&guest, T).map(|u| u.1), Some(0));
+    assert_eq!(
+        *h.rec.doorbells.lock().unwrap(),
+        vec![(VRDMA_DB_SQ, 16), (VRDMA_DB_CQ_ARM, 3), (VRDMA_DB_SRQ, 5)]
+    );
+
+    let frame: Vec<u8> = (0..60u8).collect();
+    let big = vec![0xaau8; 1500 + 18 + 1];
+    let f1 = guest.alloc(frame.len(), 8);
+    guest.write(f1, &frame);
+    let f2 = guest.alloc(big.len(), 8);
+    guest.write(f2, &big);
+    txq.add(&guest, &[(f1, 20, false), (f1 + 20, 40, false)]);
+    txq.add(&guest, &[(f2, big.len() as u32, false)]);
+    txq.notify();
+    assert!(txq.wait_used(&guest, T).is_some());
+    assert!(txq.wait_used(&guest, T).is_some());
+    assert_eq!(
+        *h.rec.frames.lock().unwrap(),
+        vec![frame],
+        "oversized frame dropped"
+    );
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn memory_regions_added_and_removed_one_by_one() {
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
+    let h = start("memslots", 1, true);
+    let (mut fe, _, raw) = connect_with(&h.path, true, Pf::CONFIGURE_MEM_SLOTS);
+    assert!(fe.get_max_mem_slots().unwrap() >= 2);
+    // Two separate "DIMMs": rings and requests in the first, a response buffer in the second.
+    let mut g1 = Guest::new(0x10_0000, 1 << 20);
+    let mut g2 = Guest::new(0x8000_0000, 1 << 20);
+    fe.add_mem_region(&g1.region_info()).expect("ADD_MEM_REG 1");
+    fe.add_mem_region(&g2.region_info()).expect("ADD_MEM_REG 2");
+    let mut ctrl = DriverRing::new(&mut g1, VRDMA_VQ_CONTROL as usize, 16);
+    ctrl.setup(&fe, &g1);
+    fe.set_vring_enable(ctrl.index, true).unwrap();
+
+    let c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+    let req = g1.alloc(c.len(), 8);
+    g1.write(req, &c);
+    let resp = g2.alloc(16, 8);
+    let (len, _) = control(
+        &mut ctrl,
+        &g1,
+        &[(req, c.len() as u32, false), (resp, 16, true)],
+        None,
+    );
+    assert_eq!(len, 16);
+    assert_eq!(status_of(&g2.read(resp, 8)), VRDMA_STATUS_OK);
+    assert!(h.device.lock().unwrap().mem_updates >= 2);
+
+    // After REM_MEM_REG the second region is no longer guest memory: the response cannot be
+    // written and the chain comes back with len 0.
+    fe.remove_mem_region(&g2.region_info())
+        .expect("REM_MEM_REG");
+    let (len, _) = control(
+        &mut ctrl,
+        &g1,
+        &[(req, c.len() as u32, false), (resp, 16, true)],
+        None,
+    );
+    assert_eq!(len, 0);
+    drop(fe);
+    drop(raw);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
+    let h = start("ethrx", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
+    let mut prq = DriverRing::new(&mut guest, VRDMA_VQ_PAGEREQ as usize, 16);
+    start_rings(&mut fe, &guest, &[&rxq, &prq]);
+    let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
+    for i in 0..300u32 {
+        let mut f = vec![0u8; 60];
+        f[..4].copy_from_slice(&i.to_le_bytes());
+        h.out.push_eth_rx(&f);
+    }
+    assert_eq!(
+        q.pending(),
+        vrdma_backend::vhost_user::output::ETH_RX_BACKLOG
+    );
+    assert_eq!(q.dropped(), 300 - q.pending() as u64);
+    // A 32-byte buffer cannot hold a 60-byte frame: returned empty, that frame dropped; the
+    // next buffer gets the next frame.
+    let small = guest.alloc(32, 8);
+    let big = guest.alloc(2048, 8);
+    rxq.add(&guest, &[(small, 32, true)]);
+    rxq.add(&guest, &[(big, 2048, true)]);
+    rxq.notify();
+    assert_eq!(rxq.wait_used(&guest, T).map(|u| u.1), Some(0));
+    assert_eq!(rxq.wait_used(&guest, T).map(|u| u.1), Some(60));
+    assert_eq!(guest.read(big, 4), 1u32.to_le_bytes().to_vec());
+
+    // Page requests: one 32-byte record per buffer.
+    let req = VrdmaPageReq {
+        type_: VRDMA_PAGEREQ_FAULT,
+        req_id: 5,
+        mr_key: 0x100,
+        flags: VRDMA_PAGEREQ_F_WRITE,
+        iova: 0x20_0000,
+        length: 0x20_0000,
+    };
+    let b = guest.alloc(32, 8);
+    prq.add(&guest, &[(b, 32, true)]);
+    prq.notify();
+    h.out.push_page_req(&req);
+    assert_eq!(prq.wait_used(&guest, T).map(|u| u.1), Some(32));
+    assert_eq!(VrdmaPageReq::read_from(&guest.read(b, 32)).unwrap(), req);
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn queue_size_limit_is_1024() {
+    let h = start("qsize", 1, true);
+    let (fe, _) = connect(&h.path, true);
+    fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 1024)
+        .expect("1024 accepted");
+    drop(fe);
+    h.thread.join().unwrap();
+    // A larger size is refused (the vhost crate then ends that connection).
+    let h = start("qsize2", 1, true);
+    let (fe, _) = connect(&h.path, true);
+    fe.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
+    assert!(fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 2048).is_err());
+    drop(fe);
+    h.thread.join().unwrap();
+}

@@ -1,0 +1,146 @@
+"""Offline tests of the launcher: command lines, topology, job parsing, and
+the agent protocol against a local agent process (no VM, no QEMU)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import vrdmavm  # noqa: E402
+
+
+def opt(cmd, flag):
+    """Values following flag in an argv list."""
+    return [cmd[i + 1] for i, a in enumerate(cmd) if a == flag]
+
+
+class CommandLines(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="vrdmavm-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def cluster(self, **kw):
+        kw.setdefault("workdir", self.tmp)
+        kw.setdefault("kvm", False)
+        return vrdmavm.Cluster(qemu="/q", kernel="/k", initrd="/i", backend="/b", **kw)
+
+    def test_vrdma_pair_udp(self):
+        c = self.cluster(n=2, kind="vrdma")
+        c._setup_net()
+        a, b = c.vms
+        self.assertEqual((a.local_port, a.remote_port), (b.remote_port, b.local_port))
+        self.assertNotEqual(a.mac, b.mac)
+        self.assertEqual((a.ip, b.ip), ("10.0.0.1", "10.0.0.2"))
+        bc = a.backend_cmd()
+        self.assertEqual(bc[0], "/b")
+        self.assertEqual(opt(bc, "--mac"), [a.mac])
+        self.assertEqual(opt(bc, "--socket-path"), [a.vu_sock])
+        self.assertEqual(opt(bc, "--uplink"), [
+            "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % (a.local_port, a.remote_port)])
+        q = a.qemu_cmd()
+        self.assertIn("vhost-user-rdma-pci,chardev=vu", opt(q, "-device"))
+        self.assertIn("memory-backend-memfd,id=mem,size=1G,share=on", opt(q, "-object"))
+        self.assertEqual(opt(q, "-accel"), ["tcg,thread=multi"])
+        self.assertIn("vrdmavm.role=vrdma", opt(q, "-append")[0])
+        self.assertIn("vrdmavm.ip=10.0.0.1/24", opt(q, "-append")[0])
+        self.assertEqual(q[0], "/q")  # QEMU stays in the host netns
+
+    def test_mixed_udp_rxe_uses_dgram(self):
+        c = self.cluster(n=2, kind=["vrdma", "rxe"])
+        c._setup_net()
+        q = c[1].qemu_cmd()
+        net = opt(q, "-netdev")[0]
+        self.assertTrue(net.startswith("dgram,"))
+        self.assertIn("local.port=%d" % c[1].local_port, net)
+        self.assertIn("remote.port=%d" % c[0].local_port, net)
+        self.assertIn("virtio-net-pci,netdev=n0,mac=%s,romfile=" % c[1].mac, opt(q, "-device"))
+
+    def test_udp_needs_two(self):
+        with self.assertRaises(ValueError):
+            self.cluster(n=3, kind="vrdma", uplink="udp")
+
+    def test_tap_commands(self):
+        c = self.cluster(n=3, kind=["vrdma", "rxe", "vrdma"], uplink="tap")
+        c.netns = "vrdma-test"  # as _setup_net would
+        self.assertEqual(c[0].backend_cmd()[:4], ["ip", "netns", "exec", "vrdma-test"])
+        self.assertEqual(opt(c[0].backend_cmd(), "--uplink"), ["tap:vrtap0"])
+        self.assertEqual(c[0].qemu_cmd()[0], "/q")
+        q1 = c[1].qemu_cmd()
+        self.assertEqual(q1[:4], ["ip", "netns", "exec", "vrdma-test"])
+        self.assertEqual(opt(q1, "-netdev"), ["tap,id=n0,ifname=vrtap1,script=no,downscript=no"])
+
+    def test_kvm_opt_in(self):
+        c = self.cluster(n=1, kind="none", kvm=True)
+        q = c[0].qemu_cmd()
+        self.assertEqual(opt(q, "-accel"), ["kvm"])
+        self.assertNotIn("vrdmavm.ip", opt(q, "-append")[0])
+
+    def test_missing_files(self):
+        c = self.cluster(n=1, kind="vrdma")
+        with self.assertRaises(vrdmavm.VMError):
+            c.start()
+
+    def test_parse_job(self):
+        p = vrdmavm._parse_job
+        self.assertEqual(p("1:ls"), (1, False, "ls"))
+        self.assertEqual(p("0&:srv"), (0, True, "srv"))
+        self.assertEqual(p("&:srv"), (0, True, "srv"))
+        self.assertEqual(p("echo a:b"), (0, False, "echo a:b"))
+
+
+class AgentProtocol(unittest.TestCase):
+    """The real guest agent on a socketpair, driven by the launcher's VM."""
+
+    def setUp(self):
+        host, guest = socket.socketpair()
+        agent = os.path.join(os.path.dirname(HERE), "guest", "vrdma-agent")
+        self.proc = subprocess.Popen([sys.executable, agent, "fd:%d" % guest.fileno()],
+                                     pass_fds=[guest.fileno()], stderr=subprocess.DEVNULL)
+        guest.close()
+        self.tmp = tempfile.mkdtemp(prefix="vrdmavm-test-")
+        c = vrdmavm.Cluster(n=1, kind="none", workdir=self.tmp, kvm=False)
+        self.vm = c[0]
+        conn = vrdmavm._AgentConn("socketpair", "vm0")
+        conn.sock = host
+        conn.reader = threading.Thread(target=conn._read, daemon=True)
+        conn.reader.start()
+        self.vm.agent = conn
+        self.vm._alive = lambda: self.proc.poll() is None
+
+    def tearDown(self):
+        self.vm.agent.close()
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_run_spawn_timeout(self):
+        vm = self.vm
+        self.assertEqual(vm.run("echo hi; echo err >&2; exit 3", timeout=10), (3, "hi\nerr\n"))
+        r = vm.exec("echo o; echo e >&2", merge=False, timeout=10)
+        self.assertEqual((r.rc, r.out, r.err), (0, "o\n", "e\n"))
+        h = vm.spawn("read x; echo got $x", stdin="42\n", timeout=10)
+        self.assertEqual(vm.run("echo meanwhile", timeout=10), (0, "meanwhile\n"))
+        self.assertEqual(h.wait(10), (0, "got 42\n"))
+        with self.assertRaises(vrdmavm.CommandTimeout):
+            vm.run("sleep 30", timeout=1)
+        h = vm.spawn("sleep 30")
+        h.kill()
+        self.assertEqual(h.wait(10)[0], -15)
+        path = os.path.join(self.tmp, "f")
+        vm.write_file(path, b"\x00data", mode=0o600)
+        self.assertEqual(vm.read_file(path), b"\x00data")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        with self.assertRaises(vrdmavm.VMError):
+            vm.read_file("/nonexistent/file")
+
+
+if __name__ == "__main__":
+    unittest.main()
