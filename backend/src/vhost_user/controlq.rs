@@ -3,8 +3,8 @@
 //! Readable part = `vrdma_cmd_hdr` + request struct + trailing array, read as one byte stream
 //! (any split, indirect allowed, at most [`MAX_REQUEST_BYTES`]). Writable part =
 //! `vrdma_cmd_resp_hdr` + response struct. Outcomes for bad chains:
-//! - writable part shorter than the 8-byte response header (or not in guest memory): the chain
-//!   is returned with `len` 0 and the command is not executed;
+//! - writable part shorter than the 8-byte response header, or any writable descriptor outside
+//!   guest memory: the chain is returned with `len` 0 and the command is not executed;
 //! - readable part unreadable, too large, shorter than `vrdma_cmd_hdr`, or `flags` != 0: status
 //!   INVALID, not executed;
 //! - writable part too small for the opcode's response struct: status INVALID, not executed
@@ -14,7 +14,7 @@
 use std::sync::Mutex;
 
 use log::{debug, warn};
-use vm_memory::GuestMemory;
+use vm_memory::{GuestMemory, Permissions};
 
 use super::chain::SplitChain;
 use super::RdmaDevice;
@@ -69,6 +69,18 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     chain: &SplitChain,
 ) -> u32 {
     let cap = chain.writable_len();
+    if let Some(&(addr, len)) = chain
+        .writable
+        .iter()
+        .find(|&&(addr, len)| len > 0 && !mem.check_range(addr, len as usize, Permissions::Write))
+    {
+        warn!(
+            "controlq: chain {}: writable descriptor {:#x}+{len} outside guest memory; \
+             returned unexecuted",
+            chain.head, addr.0
+        );
+        return 0;
+    }
     if cap < RESP_HDR_LEN as u64 {
         warn!(
             "controlq: chain {} has {cap} writable bytes, less than the response header; \
