@@ -361,6 +361,15 @@ impl Bed {
         }
     }
 
+    /// CPU seconds spent by the engine so far: the engine threads over UDP; in-process the bench
+    /// thread, which runs the transport itself (plus the driver's share: posting WQEs, polling).
+    pub fn engine_cpu(&self) -> f64 {
+        match self.link {
+            Link::InProc { .. } => crate::util::thread_cpu_secs(),
+            Link::Udp { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
+        }
+    }
+
     /// Stop the engines (UDP) cleanly.
     pub fn finish(self) {
         if let Link::Udp { ea, eb, .. } = self.link {

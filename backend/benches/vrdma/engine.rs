@@ -9,7 +9,7 @@ use vrdma_spec::*;
 
 use crate::bed::{Bed, Mode, Reg};
 use crate::common::Wqe;
-use crate::util::{cpu_secs, fmt_size, median, percentile, Table};
+use crate::util::{fmt_size, median, percentile, Table};
 
 /// Keep this many WQEs per signaled one (the others are unsignaled).
 const SIG_EVERY: u64 = 16;
@@ -141,8 +141,8 @@ pub struct Point {
     /// Payload MB (10^6 bytes) per wall-clock second.
     pub mbs: f64,
     pub msgs: f64,
-    /// Payload MB per CPU second of the whole process (all threads): independent of how much of
-    /// the shared machine the bench got.
+    /// Payload MB per CPU second of the engine (both engine threads over UDP; the bench thread
+    /// in-process): independent of how much of the shared machine the bench got.
     pub mb_per_cpu: f64,
     /// Data-carrying frames sent / the minimum (1.00 = no retransmission).
     pub data_frames: f64,
@@ -158,9 +158,9 @@ pub fn point(bed: &mut Bed, op: Op, size: u64, bytes: u64, runs: usize) -> Point
     let (mut mbs, mut mps, mut cpu, mut fr) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let (ab0, ba0) = bed.frames.get();
-        let c0 = cpu_secs();
+        let c0 = bed.engine_cpu();
         let t = stream(bed, op, size, n).as_secs_f64();
-        let c = cpu_secs() - c0;
+        let c = bed.engine_cpu() - c0;
         let (ab1, ba1) = bed.frames.get();
         let data = if op == Op::Read { ba1 - ba0 } else { ab1 - ab0 };
         mbs.push((n * size) as f64 / t / 1e6);
@@ -223,13 +223,19 @@ pub fn run(quick: bool) {
             "msg size",
             "MB/s",
             "msgs/s",
-            "MB per CPU-s",
+            "MB per engine CPU-s",
             "data frames / min",
         ],
     );
     let mut small = Table::new(
         "Engine: 64 B RDMA WRITE (path MTU 1024): latency = post + doorbell .. CQE polled",
-        &["link", "median", "p99", "msgs/s (streamed)"],
+        &[
+            "link",
+            "latency median",
+            "latency p99",
+            "msgs/s (streamed)",
+            "engine CPU per msg",
+        ],
     );
     for mode in [Mode::InProc, Mode::Udp] {
         for mtu in [1024u32, 4096] {
@@ -277,10 +283,12 @@ pub fn run(quick: bool) {
                 };
                 let mut l = latency(&mut bed, 64, iters);
                 let n = if quick { 5000 } else { 20000 };
-                let mut rates = Vec::new();
+                let (mut rates, mut cpu) = (Vec::new(), Vec::new());
                 stream(&mut bed, Op::Write, 64, 256);
                 for _ in 0..runs {
+                    let c0 = bed.engine_cpu();
                     let t = stream(&mut bed, Op::Write, 64, n).as_secs_f64();
+                    cpu.push((bed.engine_cpu() - c0) / n as f64);
                     rates.push(n as f64 / t);
                 }
                 small.row(vec![
@@ -288,6 +296,7 @@ pub fn run(quick: bool) {
                     crate::util::fmt_secs(median(&mut l)),
                     crate::util::fmt_secs(percentile(&mut l, 99.0)),
                     format!("{:.0}", median(&mut rates)),
+                    crate::util::fmt_secs(median(&mut cpu)),
                 ]);
             }
             bed.finish();

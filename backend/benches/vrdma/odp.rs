@@ -172,7 +172,7 @@ pub fn registration(quick: bool) {
 /// First touch: a 2 MiB WRITE into a fresh chunk (responder-side fault on B's implicit MR, or
 /// requester-side fault on A's implicit source), until the chunk is resident and until the WRITE
 /// completes; then the same WRITE again with the chunk resident.
-fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
+fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 7] {
     let (ra, rb) = if fault_on_b {
         (Reg::Pinned, Reg::Implicit)
     } else {
@@ -182,6 +182,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
     let mut bed = Bed::new(Mode::InProc, 4096, CHUNK, ra, rb, chunks * CHUNK);
     let (mut res, mut cold, mut warm, mut frames) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cold_cpu, mut warm_cpu) = (Vec::new(), Vec::new());
     let mut cqes = Vec::new();
     let mut wr = 0u64;
     for i in 0..chunks {
@@ -206,6 +207,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
             bed.a.last_resp_at = None;
             bed.b.last_resp_at = None;
             let (ab0, _) = bed.frames.get();
+            let c0 = bed.engine_cpu();
             let t0 = Instant::now();
             bed.post(&w);
             bed.doorbell();
@@ -222,6 +224,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
                 );
             }
             let el = t0.elapsed().as_secs_f64();
+            let cpu = bed.engine_cpu() - c0;
             let (ab1, _) = bed.frames.get();
             assert!(
                 bed.resident(fault_on_b, touched),
@@ -232,6 +235,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
                 let at = side.last_resp_at.expect("the fresh chunk was faulted in");
                 res.push((at - t0).as_secs_f64());
                 cold.push(el);
+                cold_cpu.push(cpu);
                 // 2 MiB at path MTU 4096: 512 data packets at least.
                 frames.push((ab1 - ab0) as f64 / 512.0);
             } else {
@@ -240,6 +244,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
                     "a resident chunk faulted again"
                 );
                 warm.push(el);
+                warm_cpu.push(cpu);
             }
         }
     }
@@ -250,7 +255,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 5] {
         "one page request per fresh chunk"
     );
     bed.finish();
-    [res, cold, warm, pager, frames]
+    [res, cold, warm, pager, frames, cold_cpu, warm_cpu]
 }
 
 pub fn first_touch_table(quick: bool) {
@@ -264,13 +269,18 @@ pub fn first_touch_table(quick: bool) {
             "ODP_PAGE_RESP (512 GPAs)",
             "cold WRITE total",
             "warm WRITE total",
-            "first-touch cost (cold - warm)",
+            "cold - warm (wall)",
+            "cold CPU",
+            "warm CPU",
+            "first-touch CPU (cold - warm)",
             "frames A->B / 512 (cold)",
             "chunks",
         ],
     );
     for on_b in [true, false] {
-        let [mut res, mut cold, mut warm, mut pager, mut fr] = first_touch(on_b, chunks);
+        let [mut res, mut cold, mut warm, mut pager, mut fr, mut cc, mut wc] =
+            first_touch(on_b, chunks);
+        let (ccm, wcm) = (median(&mut cc), median(&mut wc));
         let (c, w) = (median(&mut cold), median(&mut warm));
         t.row(vec![
             if on_b {
@@ -283,6 +293,9 @@ pub fn first_touch_table(quick: bool) {
             fmt_secs(c),
             fmt_secs(w),
             fmt_secs(c - w),
+            fmt_secs(ccm),
+            fmt_secs(wcm),
+            fmt_secs(ccm - wcm),
             format!("{:.2}", median(&mut fr)),
             chunks.to_string(),
         ]);
@@ -295,12 +308,14 @@ pub fn steady_state(quick: bool) {
     let bytes: u64 = if quick { 8 << 20 } else { 32 << 20 };
     let mut t = Table::new(
         "ODP: steady-state RDMA WRITE, both MRs implicit (all chunks resident) vs both pinned \
-         (in-process, path MTU 4096, 16 MiB buffers)",
+         (in-process, path MTU 4096, 16 MiB buffers; runs interleaved, medians)",
         &[
             "msg size",
             "pinned MB/s",
             "implicit MB/s",
-            "implicit / pinned",
+            "pinned MB/CPU-s",
+            "implicit MB/CPU-s",
+            "implicit / pinned (CPU)",
         ],
     );
     let mut pinned = Bed::new(Mode::InProc, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
@@ -316,13 +331,24 @@ pub fn steady_state(quick: bool) {
     crate::engine::stream(&mut imp, Op::Write, 1 << 20, 16);
     let faults = imp.a.pager_times.len() + imp.b.pager_times.len();
     for size in [64u64 << 10, 1 << 20] {
-        let p = point(&mut pinned, Op::Write, size, bytes, runs).mbs;
-        let i = point(&mut imp, Op::Write, size, bytes, runs).mbs;
+        let (mut pw, mut iw, mut pc, mut ic) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Interleave the runs so both kinds see the same machine load.
+        for _ in 0..runs {
+            let p = point(&mut pinned, Op::Write, size, bytes, 1);
+            let i = point(&mut imp, Op::Write, size, bytes, 1);
+            pw.push(p.mbs);
+            pc.push(p.mb_per_cpu);
+            iw.push(i.mbs);
+            ic.push(i.mb_per_cpu);
+        }
+        let (pcm, icm) = (median(&mut pc), median(&mut ic));
         t.row(vec![
             fmt_size(size),
-            format!("{p:.0}"),
-            format!("{i:.0}"),
-            format!("{:.2}", i / p),
+            format!("{:.0}", median(&mut pw)),
+            format!("{:.0}", median(&mut iw)),
+            format!("{pcm:.0}"),
+            format!("{icm:.0}"),
+            format!("{:.2}", icm / pcm),
         ]);
     }
     let after = imp.a.pager_times.len() + imp.b.pager_times.len();

@@ -178,16 +178,39 @@ pub fn loadavg() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// CPU time of the whole process (all threads: the bench thread and the engine threads), seconds.
-pub fn cpu_secs() -> f64 {
+/// CPU time of the calling thread, seconds.
+pub fn thread_cpu_secs() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec through a valid pointer to a live local.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if r != 0 {
         return 0.0;
     }
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// CPU time (seconds) of this process's threads named `name` (e.g. "vrdma-engine"), from
+/// /proc/self/task/*/schedstat (nanoseconds on CPU).
+pub fn threads_cpu_secs(name: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let mut ns = 0u64;
+    for e in dir.flatten() {
+        let p = e.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let st = std::fs::read_to_string(p.join("schedstat")).unwrap_or_default();
+        ns += st
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    ns as f64 * 1e-9
 }
