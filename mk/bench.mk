@@ -3,7 +3,7 @@
 #
 #   make bench                     every section, printed as tables (a few minutes at most)
 #   make bench BENCH_ARGS="engine odp-reg"    only some sections
-#                                  (engine, odp-reg, odp-touch, odp-steady, wire)
+#                                  (engine, engine-qps, odp-reg, odp-touch, odp-steady, wire)
 #   make bench BENCH_ARGS=--quick  fewer and shorter runs
 # The tables are also saved to $(RESULTS)/bench.txt.
 

@@ -185,13 +185,41 @@ impl Bed {
     /// `buf_len` bytes of buffer on each side; `va_span` of VA space mapped for implicit MRs
     /// (≥ buf_len; beyond buf_len the VA chunks alias the buffer's guest pages).
     pub fn new(mode: Mode, path_mtu: u32, buf_len: u64, ra: Reg, rb: Reg, va_span: u64) -> Bed {
-        let mem_mib = (buf_len >> 20) + 8;
+        Self::with_idle_qps(mode, path_mtu, buf_len, ra, rb, va_span, 0)
+    }
+
+    /// Like [`Bed::new`], with `idle` more RC QPs (in RESET, tiny rings) on each device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_idle_qps(
+        mode: Mode,
+        path_mtu: u32,
+        buf_len: u64,
+        ra: Reg,
+        rb: Reg,
+        va_span: u64,
+        idle: u32,
+    ) -> Bed {
+        // Each idle QP takes 4 pages of rings.
+        let mem_mib = (buf_len >> 20) + 8 + (idle as u64 * 4 * 4096).div_ceil(1 << 20);
         let mut a = Node::new(1, mem_mib, 9000);
         let mut b = Node::new(2, mem_mib, 9000);
         let pda = a.create_pd();
         let pdb = b.create_pd();
         let (ca, cqa) = a.create_cq(CQ_DEPTH);
         let (cb, cqb) = b.create_cq(CQ_DEPTH);
+        for (n, pd, cq) in [(&mut a, pda, ca), (&mut b, pdb, cb)] {
+            for _ in 0..idle {
+                n.create_qp(QpSpec {
+                    sq_depth: 4,
+                    rq_depth: 4,
+                    sq_shift: 7,
+                    rq_shift: 5,
+                    max_sge: 1,
+                    max_inline: 0,
+                    ..QpSpec::rc(pd, cq)
+                });
+            }
+        }
         let spec = |pd, cq| QpSpec {
             sq_depth: SQ_DEPTH,
             rq_depth: RQ_DEPTH,
@@ -358,6 +386,13 @@ impl Bed {
         match d.mrs.get(key).map(|m| &m.kind) {
             Ok(MrKind::ImplicitOdp(o)) | Ok(MrKind::Odp(o)) => o.is_resident(va, 21),
             _ => false,
+        }
+    }
+
+    /// One `transport::on_tick` of device A (in-process only; what the engine runs per batch).
+    pub fn tick_a(&mut self) {
+        if let Link::InProc { a, .. } = &mut self.link {
+            transport::on_tick(a, Instant::now());
         }
     }
 

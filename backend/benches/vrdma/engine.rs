@@ -305,3 +305,45 @@ pub fn run(quick: bool) {
     tput.print();
     small.print();
 }
+
+/// Cost of the per-batch timer scan with many QPs: `transport::on_tick` (which the engine calls
+/// once per batch) and the 64 B WRITE message rate in-process, with `k` idle QPs per device.
+pub fn qp_scaling(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let mut t = Table::new(
+        "Engine: cost of idle QPs (each device also holds K idle RC QPs; in-process, path MTU \
+         1024)",
+        &[
+            "idle QPs K",
+            "on_tick (one batch)",
+            "64 B WRITE msgs/s",
+            "engine CPU per msg",
+        ],
+    );
+    for k in [0u32, 1000, 10000] {
+        let mut bed =
+            Bed::with_idle_qps(Mode::InProc, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0, k);
+        let mut tick = crate::util::sample(Duration::from_millis(100), 50, 20000, || {
+            let t0 = Instant::now();
+            bed.tick_a();
+            t0.elapsed().as_secs_f64()
+        });
+        let n = if quick { 3000 } else { 10000 };
+        let (mut rates, mut cpu) = (Vec::new(), Vec::new());
+        stream(&mut bed, Op::Write, 64, 256);
+        for _ in 0..runs {
+            let c0 = bed.engine_cpu();
+            let el = stream(&mut bed, Op::Write, 64, n).as_secs_f64();
+            cpu.push((bed.engine_cpu() - c0) / n as f64);
+            rates.push(n as f64 / el);
+        }
+        t.row(vec![
+            k.to_string(),
+            crate::util::fmt_secs(median(&mut tick)),
+            format!("{:.0}", median(&mut rates)),
+            crate::util::fmt_secs(median(&mut cpu)),
+        ]);
+        bed.finish();
+    }
+    t.print();
+}

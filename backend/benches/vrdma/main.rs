@@ -2,7 +2,7 @@
 //! pass/fail tests). Release build, plain `std::time::Instant`, medians of many runs.
 //!
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
-//! with SECTION among `engine`, `odp-reg`, `odp-touch`, `odp-steady`, `wire` (default: all).
+//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire` (default: all).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs).
 
 #[path = "../../tests/common/mod.rs"]
@@ -16,7 +16,14 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 5] = ["engine", "odp-reg", "odp-touch", "odp-steady", "wire"];
+const SECTIONS: [&str; 6] = [
+    "engine",
+    "engine-qps",
+    "odp-reg",
+    "odp-touch",
+    "odp-steady",
+    "wire",
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,6 +56,9 @@ fn main() {
     );
     if on("engine") {
         engine::run(quick);
+    }
+    if on("engine-qps") {
+        engine::qp_scaling(quick);
     }
     if on("odp-reg") {
         odp::registration(quick);
