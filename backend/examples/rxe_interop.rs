@@ -9,7 +9,9 @@
 //! RDMA WRITE 5000 B, RDMA READ 5000 B, FETCH_ADD +5, SEND 2000 B; prints "HOST DONE ok".
 //! ```
 //!
-//! Usage: rxe_interop LOCAL_ADDR:PORT REMOTE_ADDR:PORT GUEST_MAC (e.g. 52:54:00:00:00:02)
+//! Usage: rxe_interop LOCAL_ADDR:PORT REMOTE_ADDR:PORT GUEST_MAC [v6]
+//! (GUEST_MAC e.g. 52:54:00:00:00:02; `v6`: use the link-local IPv6 GIDs derived from the MACs
+//! instead of 10.0.0.1 / 10.0.0.2.)
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -27,6 +29,18 @@ use vrdma_spec::*;
 
 fn pat(mul: usize, add: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| ((i * mul + add) & 0xff) as u8).collect()
+}
+
+/// fe80::/64 with the modified EUI-64 of `mac` (the GID Linux derives for a netdev).
+fn link_local(mac: &[u8; 6]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[8..11].copy_from_slice(&[mac[0] ^ 2, mac[1], mac[2]]);
+    g[11] = 0xff;
+    g[12] = 0xfe;
+    g[13..].copy_from_slice(&mac[3..]);
+    g
 }
 
 fn field(line: &str, key: &str) -> u64 {
@@ -61,7 +75,12 @@ fn main() {
     let remote: SocketAddr = args[2].parse().expect("REMOTE");
     let gmac = vrdma_backend::cli::parse_mac(&args[3]).expect("GUEST_MAC");
 
-    let mut a = Node::new(1, 64, 1500);
+    let v6 = args.get(4).is_some_and(|a| a == "v6");
+    let mut a = if v6 {
+        Node::with_gid(1, 64, 1500, link_local(&[0x52, 0x54, 0, 0, 0, 1]))
+    } else {
+        Node::new(1, 64, 1500)
+    };
     let pd = a.create_pd();
     let (cq, mut cqr) = a.create_cq(256);
     let mut q = a.create_qp(QpSpec::rc(pd, cq));
@@ -86,7 +105,11 @@ fn main() {
         field(&line, "addr"),
     );
     let mut av = a.av_to(&a);
-    av.dgid = gid_v4([10, 0, 0, 2]);
+    av.dgid = if v6 {
+        link_local(&gmac)
+    } else {
+        gid_v4([10, 0, 0, 2])
+    };
     av.dmac = gmac;
     rts(&mut a, &q, gqpn, av, 3, 14, 7, 7, psn, gpsn);
     let mut rq = q.rq.clone().unwrap();

@@ -6,7 +6,8 @@ whose NIC is a QEMU `-netdev dgram` pointed at the `rxe_interop` example (a vrdm
 real engine and UDP uplink, GID 10.0.0.1). A pyverbs program in the guest and the example then run
 RC SEND both ways, RDMA WRITE, RDMA READ and FETCH_ADD between them and check the data.
 
-Usage: rxe_interop.py [QEMU] [KERNEL] [INITRD]   (defaults from $VRDMA_CACHE=/var/cache/vrdma)
+Usage: rxe_interop.py [--v6] [QEMU] [KERNEL] [INITRD]   (defaults from $VRDMA_CACHE=/var/cache/vrdma)
+--v6: use the link-local IPv6 GIDs (guest GID index 0) instead of the IPv4-mapped ones.
 Exit status 0 only if both sides print their DONE ok line.
 """
 import glob
@@ -21,6 +22,9 @@ import threading
 import time
 
 CACHE = os.environ.get("VRDMA_CACHE", "/var/cache/vrdma")
+V6 = "--v6" in sys.argv
+if V6:
+    sys.argv.remove("--v6")
 QEMU = sys.argv[1] if len(sys.argv) > 1 else (glob.glob(f"{CACHE}/qemu-system-x86_64") + ["qemu-system-x86_64"])[0]
 KERNEL = sys.argv[2] if len(sys.argv) > 2 else f"{CACHE}/vmlinuz"
 INITRD = sys.argv[3] if len(sys.argv) > 3 else f"{CACHE}/guest-initrd.cpio"
@@ -68,7 +72,7 @@ line = ""
 while not line.startswith("HOST "):
     line = sys.stdin.readline()
 host = dict(kv.split("=") for kv in line.split()[1:])
-gr = GlobalRoute(dgid=GID("0000:0000:0000:0000:0000:ffff:0a00:0001"), sgid_index=1, hop_limit=64)
+gr = GlobalRoute(dgid=GID(sys.argv[1]), sgid_index=int(sys.argv[2]), hop_limit=64)
 attr = QPAttr(qp_state=e.IBV_QPS_INIT)
 attr.qp_access_flags = acc
 attr.dest_qp_num = int(host["qpn"])
@@ -173,11 +177,16 @@ def main():
         guest.wait_re("starting a shell", 180)
         time.sleep(1)
         # Our device answers no ARP (no guest stack behind it here): a static neighbour.
-        guest.send(f"ip neigh replace 10.0.0.1 lladdr {HMAC} dev eth0 nud permanent\n")
+        if V6:
+            dgid, sgid_index = "fe80:0000:0000:0000:5054:00ff:fe00:0001", 0
+            guest.send(f"ip -6 neigh replace fe80::5054:ff:fe00:1 lladdr {HMAC} dev eth0 nud permanent\n")
+        else:
+            dgid, sgid_index = "0000:0000:0000:0000:0000:ffff:0a00:0001", 1
+            guest.send(f"ip neigh replace 10.0.0.1 lladdr {HMAC} dev eth0 nud permanent\n")
         guest.send("stty -echo\ncat > /tmp/g.py <<'PYEOF'\n" + GUEST_PY + "PYEOF\n")
-        guest.send("python3 /tmp/g.py\n")
+        guest.send(f"python3 /tmp/g.py {dgid} {sgid_index}\n")
         gline = guest.wait_re(r"GUEST qpn=\d+ psn=\d+ rkey=\d+ addr=\d+", 120)
-        host = Proc("host", [example, f"127.0.0.1:{ph}", f"127.0.0.1:{pg}", GMAC])
+        host = Proc("host", [example, f"127.0.0.1:{ph}", f"127.0.0.1:{pg}", GMAC] + (["v6"] if V6 else []))
         hline = host.wait_re(r"HOST qpn=\d+ psn=\d+ rkey=\d+ addr=\d+", 60)
         host.send(gline + "\n")
         guest.send(hline + "\n")
