@@ -286,3 +286,46 @@ fn hostile_frames_do_not_disturb_other_qps() {
     assert_eq!(p.b.read(p.dst, 100), data);
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
 }
+
+#[test]
+fn sqd_drains_and_reports_then_resumes_in_rts() {
+    let mut p = pair(7, 7);
+    let mut link = Link::clean();
+    let w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
+    post(&mut p, w);
+    // RTS → SQD with the drain notification while WRITE 1 is in flight.
+    let attr = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_SQD,
+        en_sqd_async_notify: 1,
+        ..Default::default()
+    };
+    let qa = p.qa.qpn;
+    p.a.modify_qp(qa, VRDMA_QP_STATE | VRDMA_QP_EN_SQD_ASYNC_NOTIFY, attr)
+        .expect("SQD");
+    // Posted in SQD: not started until the QP is back in RTS.
+    let mut q = p.qa.clone();
+    let w2 = write(&p, 2, p.kb, VRDMA_SEND_SIGNALED);
+    p.a.post_send(&mut q, &w2);
+    p.qa = q;
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
+    pump_idle(&mut p.a, &mut p.b, &mut link);
+    assert!(p.a.poll_cq(&mut p.cqa).is_empty(), "WQE 2 must wait in SQD");
+    let ev = p.a.events();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| e.type_ == VRDMA_EV_SQ_DRAINED && e.id == qa)
+            .count(),
+        1,
+        "{ev:?}"
+    );
+    let attr = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_RTS,
+        ..Default::default()
+    };
+    p.a.modify_qp(qa, VRDMA_QP_STATE, attr)
+        .expect("back to RTS");
+    // No new doorbell: the engine tick picks up the fetched WQE.
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
+}

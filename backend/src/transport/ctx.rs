@@ -59,6 +59,10 @@ pub struct QpCtx {
     pub rq_wqe_size: u32,
     /// RC/UC primary path; `None` when the address vector is unusable.
     pub path: Option<Path>,
+    /// SQD: the send queue is still draining (set by `qp/` on RTS → SQD).
+    pub sq_draining: bool,
+    /// Report SQ_DRAINED when the drain completes.
+    pub en_sqd_async_notify: bool,
 }
 
 impl QpCtx {
@@ -153,6 +157,8 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         sq_wqe_size: qp.sq.entry_size(),
         rq_wqe_size: qp.rq.as_ref().map_or(0, |r| r.entry_size()),
         path,
+        sq_draining: qp.sq_draining,
+        en_sqd_async_notify: a.en_sqd_async_notify,
     })
 }
 
@@ -335,6 +341,13 @@ pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
     Some(av_path(dev, &ah.av, ah.sgid))
 }
 
+/// The SQ of a QP in SQD has drained (IBTA 10.3.1.x): clear the flag.
+pub fn sq_drained(dev: &mut Device, qpn: u32) {
+    if let Some(qp) = dev.qps.get_mut(qpn) {
+        qp.sq_draining = false;
+    }
+}
+
 /// Queue a frame for the uplink.
 pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
     dev.outbox.push(frame);
@@ -345,6 +358,22 @@ pub fn qpns_with_replies(dev: &Device) -> Vec<u32> {
     dev.qps
         .iter()
         .filter(|q| !q.resp.replies.is_empty())
+        .map(|q| q.qpn)
+        .collect()
+}
+
+/// QPNs in RTS with fetched WQEs not yet started (e.g. after SQD → RTS, which rings no doorbell).
+pub fn qpns_with_pending_sends(dev: &Device) -> Vec<u32> {
+    dev.qps
+        .iter()
+        .filter(|q| {
+            q.state == crate::qp::QpState::Rts
+                && q.req.odp_wait.is_none()
+                && q.req.rnr_deadline.is_none()
+                && !q.req.stopped
+                && q.req.wqes.iter().any(|w| !w.sent_once && !w.is_local())
+                && q.req.psn.wrapping_sub(q.req.una) & super::PSN_MASK < q.req.window()
+        })
         .map(|q| q.qpn)
         .collect()
 }

@@ -590,11 +590,16 @@ impl Responder<'_, '_> {
                 if n > 0 {
                     let mut p = 0usize;
                     for r in &self.ranges {
-                        let l = r.len as usize;
-                        if dev.mem.write(r.gpa, &pkt.payload[p..p + l]).is_err() {
+                        let Some(chunk) = p
+                            .checked_add(r.len as usize)
+                            .and_then(|e| pkt.payload.get(p..e))
+                        else {
+                            return RespStep::ErrRemoteOp;
+                        };
+                        if dev.mem.write(r.gpa, chunk).is_err() {
                             return RespStep::ErrRemoteOp;
                         }
-                        p += l;
+                        p += chunk.len();
                     }
                 }
                 if let Some(w) = st.write.as_mut() {
@@ -1007,12 +1012,18 @@ pub(crate) fn pump_replies(
                     let mut p = 0usize;
                     let mut ok = true;
                     for g in ranges {
-                        let l = g.len as usize;
-                        if dev.mem.read(g.gpa, &mut buf[p..p + l]).is_err() {
+                        let Some(chunk) = p
+                            .checked_add(g.len as usize)
+                            .and_then(|e| buf.get_mut(p..e))
+                        else {
+                            ok = false;
+                            break;
+                        };
+                        if dev.mem.read(g.gpa, chunk).is_err() {
                             ok = false;
                             break;
                         }
-                        p += l;
+                        p += g.len as usize;
                     }
                     ok
                 }
