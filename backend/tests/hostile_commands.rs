@@ -116,7 +116,7 @@ impl Fuzz {
     fn gpa(&mut self) -> u64 {
         match self.rng.below(10) {
             0 => 0,
-            1 => u64::MAX & !4095,
+            1 => !4095u64,
             2 => self.mem_end,
             3 => self.mem_end - 4096,
             4 => self.area + self.rng.below(self.area_pages * 4096),
@@ -452,7 +452,7 @@ fn prove_usable(a: &mut Node) {
         &mut qa,
         &Wqe {
             wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE as u8,
+            opcode: VRDMA_WR_RDMA_WRITE,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(src, 10000, ka)],
             remote_addr: dst,
@@ -464,7 +464,7 @@ fn prove_usable(a: &mut Node) {
         &mut qa,
         &Wqe {
             wr_id: 2,
-            opcode: VRDMA_WR_SEND as u8,
+            opcode: VRDMA_WR_SEND,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(src, 100, ka)],
             ..Default::default()

@@ -45,7 +45,7 @@ const BTH: usize = ETH + IP + UDP;
 
 /// Fix IPv4 total length + checksum, UDP length and the ICRC of an untagged IPv4 RoCEv2 frame
 /// after it was mutated, so that it passes every check before the transport.
-fn reseal(f: &mut Vec<u8>) {
+fn reseal(f: &mut [u8]) {
     if f.len() < BTH + 12 + 4 {
         return;
     }
@@ -213,7 +213,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let ops: Vec<Wqe> = vec![
         Wqe {
             wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE as u8,
+            opcode: VRDMA_WR_RDMA_WRITE,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.tsrc, 3000, t.tka)],
             remote_addr: t.tdst,
@@ -222,14 +222,14 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         },
         Wqe {
             wr_id: 2,
-            opcode: VRDMA_WR_SEND as u8,
+            opcode: VRDMA_WR_SEND,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.tsrc, 2500, t.tka)],
             ..Default::default()
         },
         Wqe {
             wr_id: 3,
-            opcode: VRDMA_WR_RDMA_READ as u8,
+            opcode: VRDMA_WR_RDMA_READ,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.tsrc + 8192, 3000, t.tka)],
             remote_addr: t.tdst,
@@ -238,7 +238,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         },
         Wqe {
             wr_id: 4,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD as u8,
+            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.tsrc + 16384, 8, t.tka)],
             remote_addr: t.tdst + 64,
@@ -248,7 +248,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         },
         Wqe {
             wr_id: 5,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP as u8,
+            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.tsrc + 16384, 8, t.tka)],
             remote_addr: t.tdst + 64,
@@ -259,7 +259,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         },
         Wqe {
             wr_id: 6,
-            opcode: VRDMA_WR_RDMA_WRITE_WITH_IMM as u8,
+            opcode: VRDMA_WR_RDMA_WRITE_WITH_IMM,
             flags: VRDMA_SEND_SIGNALED,
             ex: 0x01020304,
             sges: vec![(t.tsrc, 100, t.tka)],
@@ -278,7 +278,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         &mut ua,
         &Wqe {
             wr_id: 9,
-            opcode: VRDMA_WR_SEND_WITH_IMM as u8,
+            opcode: VRDMA_WR_SEND_WITH_IMM,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.tsrc, 500, t.tka)],
             ah: t.ah,
@@ -409,7 +409,7 @@ fn healthy_round(t: &mut Bed, round: u64) {
         &mut ha,
         &Wqe {
             wr_id: round,
-            opcode: VRDMA_WR_RDMA_WRITE as u8,
+            opcode: VRDMA_WR_RDMA_WRITE,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.hsrc, 5000, t.hka)],
             remote_addr: t.hdst,
@@ -421,7 +421,7 @@ fn healthy_round(t: &mut Bed, round: u64) {
         &mut ha,
         &Wqe {
             wr_id: round + 1_000_000,
-            opcode: VRDMA_WR_SEND as u8,
+            opcode: VRDMA_WR_SEND,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.hsrc, 3000, t.hka)],
             ..Default::default()

@@ -291,7 +291,7 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
         w.inline = Some((0..r.below(200)).map(|_| r.next() as u8).collect());
     }
     if !ud && r.below(6) == 0 {
-        w.opcode = VRDMA_WR_REG_MR as u8;
+        w.opcode = VRDMA_WR_REG_MR;
         w.reg = Some((
             r.next(),
             r.next(),
@@ -326,7 +326,7 @@ fn healthy_round(t: &mut Bed, round: u64) {
         &mut ha,
         &Wqe {
             wr_id: round,
-            opcode: VRDMA_WR_RDMA_WRITE as u8,
+            opcode: VRDMA_WR_RDMA_WRITE,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.hsrc, 6000, t.hka)],
             remote_addr: t.hdst,
@@ -338,7 +338,7 @@ fn healthy_round(t: &mut Bed, round: u64) {
         &mut ha,
         &Wqe {
             wr_id: round + 1_000_000,
-            opcode: VRDMA_WR_SEND as u8,
+            opcode: VRDMA_WR_SEND,
             flags: VRDMA_SEND_SIGNALED,
             sges: vec![(t.hsrc, 2000, t.hka)],
             ..Default::default()
@@ -517,7 +517,7 @@ fn ring_pages_removed_from_guest_memory() {
     let mut u = t.ua.clone();
     let w = Wqe {
         wr_id: 1,
-        opcode: VRDMA_WR_RDMA_WRITE as u8,
+        opcode: VRDMA_WR_RDMA_WRITE,
         flags: VRDMA_SEND_SIGNALED,
         sges: vec![(t.xbuf, 100, t.keys[0])],
         remote_addr: 0,
