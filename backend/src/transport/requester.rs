@@ -721,16 +721,12 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     let o = w.offset as usize;
                     payload.copy_from_slice(&data[o..o + n]);
                 } else if n > 0 {
-                    let sges = w.sges.clone();
-                    match sge_copy(
-                        dev,
-                        Some(ctx.qpn),
-                        ctx.pdn,
-                        &sges,
-                        w.offset,
-                        &mut payload,
-                        false,
-                    ) {
+                    // Borrow the SGE list out of the WQE for the copy (no per-packet clone).
+                    let off = w.offset;
+                    let sges = std::mem::take(&mut st.wqes[i].sges);
+                    let r = sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, &mut payload, false);
+                    st.wqes[i].sges = sges;
+                    match r {
                         Ok(()) => {}
                         Err(SgeError::Fault { key, iova }) => {
                             st.odp_wait = Some(OdpWait { key, iova });

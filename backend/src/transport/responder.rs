@@ -557,8 +557,13 @@ impl Responder<'_, '_> {
                 };
                 let mut buf = pkt.payload.to_vec();
                 if !buf.is_empty() {
-                    let sges = w.sges.clone();
-                    match sge_copy(dev, None, self.ctx.pdn, &sges, w.offset, &mut buf, true) {
+                    let off = w.offset;
+                    let sges = std::mem::take(&mut w.sges);
+                    let r = sge_copy(dev, None, self.ctx.pdn, &sges, off, &mut buf, true);
+                    if let Some(w) = st.recv.as_mut() {
+                        w.sges = sges;
+                    }
+                    match r {
                         Ok(()) => {}
                         Err(SgeError::Fault { .. }) => {
                             self.odp = true;
