@@ -322,7 +322,9 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         }
         _ => false,
     };
-    if !allowed {
+    // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
+    const KNOWN_FLAGS: u8 = SEND_SIGNALED | SEND_SOLICITED | SEND_INLINE | SEND_FENCE;
+    if !allowed || w.flags & !KNOWN_FLAGS != 0 {
         w.finish(WC_LOC_QP_OP_ERR, true);
         return w;
     }
