@@ -360,8 +360,13 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         w.length = total;
     }
     if w.is_atomic() {
-        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5 / C9-30).
-        if !w.remote_addr.is_multiple_of(8) || w.length < 8 {
+        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5 / C9-30); SGEs
+        // that do not describe exactly 8 bytes are LOC_LEN_ERR (spec §6.1, §14.3).
+        if w.length != 8 {
+            w.finish(WC_LOC_LEN_ERR, true);
+            return w;
+        }
+        if !w.remote_addr.is_multiple_of(8) {
             w.finish(WC_LOC_QP_OP_ERR, true);
             return w;
         }
