@@ -424,7 +424,12 @@ fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), F
     while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
         let idx = st.sq_fetch;
         ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
-        st.wqes.push_back(decode_wqe(ctx, idx, &buf));
+        let mut w = decode_wqe(ctx, idx, &buf);
+        // UD/GSI send errors complete the WQE and leave the QP in RTS (spec §14.3, no SQE).
+        if ctx.is_ud() {
+            w.fatal = false;
+        }
+        st.wqes.push_back(w);
         st.sq_fetch = st.sq_fetch.wrapping_add(1);
     }
     Ok(())
@@ -489,6 +494,10 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         }
         if !send_wqe(dev, ctx, st, i, max_rd) {
             return;
+        }
+        if ctx.is_ud() {
+            // UD/GSI: local errors (SGE keys, AH, length) keep the QP in RTS (spec §14.3).
+            st.wqes[i].fatal = false;
         }
         if st.wqes[i].fatal {
             st.stopped = true;
