@@ -616,37 +616,45 @@ fn send_wqe_errors_have_the_spec_status() {
         Case {
             name: "unknown opcode",
             ud: false,
-            make: |t| rc(Wqe {
-                opcode: 77,
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    opcode: 77,
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
             name: "unknown flag bits",
             ud: false,
-            make: |t| rc(Wqe {
-                flags: 0x80 | VRDMA_SEND_SIGNALED,
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    flags: 0x80 | VRDMA_SEND_SIGNALED,
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
             name: "num_sge above max_send_sge",
             ud: false,
-            make: |t| rc(Wqe {
-                num_sge: Some(5),
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    num_sge: Some(5),
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
             name: "num_sge 255 (does not fit the slot)",
             ud: false,
-            make: |t| rc(Wqe {
-                num_sge: Some(255),
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    num_sge: Some(255),
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
@@ -674,120 +682,149 @@ fn send_wqe_errors_have_the_spec_status() {
         Case {
             name: "lkey of another PD",
             ud: false,
-            make: |t| rc(Wqe {
-                sges: vec![(t.xbuf, 100, t.keys[4])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[4])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
         Case {
             name: "stale lkey variant",
             ud: false,
-            make: |t| rc(Wqe {
-                sges: vec![(t.xbuf, 100, t.keys[5])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[5])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
         Case {
             name: "deregistered lkey",
             ud: false,
-            make: |t| rc(Wqe {
-                sges: vec![(t.xbuf, 100, t.keys[6])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[6])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
         Case {
             name: "SGE addr + len overflowing u64",
             ud: false,
-            make: |t| rc(Wqe {
-                sges: vec![(u64::MAX - 10, 100, t.keys[0])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(u64::MAX - 10, 100, t.keys[0])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
         Case {
             name: "SGE beyond the MR",
             ud: false,
-            make: |t| rc(Wqe {
-                sges: vec![(t.xbuf + 65536 - 10, 100, t.keys[0])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf + 65536 - 10, 100, t.keys[0])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
         Case {
             name: "total length overflowing u32 (two 2 GiB SGEs)",
             ud: false,
-            make: |t| rc(Wqe {
-                sges: vec![(t.xbuf, 0x8000_0000, t.keys[0]), (t.xbuf, 0x8000_0000, t.keys[0])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![
+                        (t.xbuf, 0x8000_0000, t.keys[0]),
+                        (t.xbuf, 0x8000_0000, t.keys[0]),
+                    ],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_LEN_ERR,
         },
         Case {
             name: "READ into a read-only MR",
             ud: false,
-            make: |t| rc(Wqe {
-                opcode: VRDMA_WR_RDMA_READ,
-                sges: vec![(t.xbuf, 100, t.keys[3])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    opcode: VRDMA_WR_RDMA_READ,
+                    sges: vec![(t.xbuf, 100, t.keys[3])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
         Case {
             name: "atomic with a 16-byte SGE",
             ud: false,
-            make: |t| rc(Wqe {
-                opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-                sges: vec![(t.xbuf, 16, t.keys[0])],
-                ..write(t)
-            }),
+            make: |t| {
+                rc(Wqe {
+                    opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
+                    sges: vec![(t.xbuf, 16, t.keys[0])],
+                    ..write(t)
+                })
+            },
             status: VRDMA_WC_LOC_LEN_ERR,
         },
         Case {
             name: "UD: unknown AH",
             ud: true,
-            make: |t| ud(Wqe {
-                ah: 12345,
-                ..send_ud(t)
-            }),
+            make: |t| {
+                ud(Wqe {
+                    ah: 12345,
+                    ..send_ud(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
             name: "UD: AH of another PD",
             ud: true,
-            make: |t| ud(Wqe {
-                ah: t.ahs[2],
-                ..send_ud(t)
-            }),
+            make: |t| {
+                ud(Wqe {
+                    ah: t.ahs[2],
+                    ..send_ud(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
             name: "UD: RDMA WRITE is not valid on UD",
             ud: true,
-            make: |t| ud(Wqe {
-                opcode: VRDMA_WR_RDMA_WRITE,
-                ..send_ud(t)
-            }),
+            make: |t| {
+                ud(Wqe {
+                    opcode: VRDMA_WR_RDMA_WRITE,
+                    ..send_ud(t)
+                })
+            },
             status: VRDMA_WC_LOC_QP_OP_ERR,
         },
         Case {
             name: "UD: message above the MTU",
             ud: true,
-            make: |t| ud(Wqe {
-                sges: vec![(t.xbuf, 5000, t.keys[0])],
-                ..send_ud(t)
-            }),
+            make: |t| {
+                ud(Wqe {
+                    sges: vec![(t.xbuf, 5000, t.keys[0])],
+                    ..send_ud(t)
+                })
+            },
             status: VRDMA_WC_LOC_LEN_ERR,
         },
         Case {
             name: "UD: lkey of another PD",
             ud: true,
-            make: |t| ud(Wqe {
-                sges: vec![(t.xbuf, 100, t.keys[4])],
-                ..send_ud(t)
-            }),
+            make: |t| {
+                ud(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[4])],
+                    ..send_ud(t)
+                })
+            },
             status: VRDMA_WC_LOC_PROT_ERR,
         },
     ];
@@ -811,7 +848,11 @@ fn send_wqe_errors_have_the_spec_status() {
         let mine: Vec<_> = cqes.iter().filter(|x| x.qpn == q.qpn).collect();
         assert_eq!(mine.len(), 1, "{}: completions {mine:?}", c.name);
         assert_eq!(mine[0].wr_id, wr_id, "{}: wr_id", c.name);
-        assert_eq!(mine[0].status, c.status, "{}: status ({:?})", c.name, mine[0]);
+        assert_eq!(
+            mine[0].status, c.status,
+            "{}: status ({:?})",
+            c.name, mine[0]
+        );
         let want = if c.ud { VRDMA_QPS_RTS } else { VRDMA_QPS_ERR };
         assert_eq!(t.a.qp_state(q.qpn), want, "{}: QP state", c.name);
         if !c.ud {
