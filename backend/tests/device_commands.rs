@@ -803,3 +803,42 @@ fn reset_returns_to_power_on() {
     e.dev.reset();
     assert_eq!(e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).0, VRDMA_STATUS_OK);
 }
+
+#[test]
+fn ring_error_moves_qp_to_error_with_fatal_event() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static FLUSHES: AtomicU32 = AtomicU32::new(0);
+    fn hook(_d: &mut vrdma_backend::device::Device, _qpn: u32) {
+        FLUSHES.fetch_add(1, Ordering::SeqCst);
+    }
+    let mut e = env();
+    e.dev.flush_hook = Some(hook);
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(16);
+    let (c, pages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, None, 16);
+    let qpn = e.ok_handle(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &pages));
+    e.dev.qps.get_mut(qpn).unwrap().state = QpState::Rts;
+    // The guest writes a producer too far ahead on the SQ.
+    let sq_ctrl = pages[0];
+    e.mem
+        .store_u32_release(sq_ctrl + CTRL_PRODUCER, 17)
+        .unwrap();
+    let err = e.dev.qps.get(qpn).unwrap().sq.pending(&e.mem).unwrap_err();
+    e.dev.qp_ring_error(qpn, true, &err);
+    assert_eq!(e.mem.load_u32_acquire(sq_ctrl + CTRL_ERROR).unwrap(), 2);
+    assert_eq!(e.qp_state(qpn), VRDMA_QPS_ERR);
+    let ev = e.out.take_events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        (ev[0].type_, ev[0].id, ev[0].info),
+        (VRDMA_EV_QP_FATAL, qpn, 2)
+    );
+    assert_eq!(FLUSHES.load(Ordering::SeqCst), 1);
+    // Already in ERR: no second event or flush.
+    e.dev.qp_to_error(qpn, Some(VRDMA_EV_QP_FATAL), 0);
+    assert!(e.out.take_events().is_empty());
+    assert_eq!(FLUSHES.load(Ordering::SeqCst), 1);
+    // Unknown QPN: nothing happens.
+    e.dev.qp_ring_error(999, false, &err);
+    assert!(e.out.take_events().is_empty());
+}

@@ -720,3 +720,35 @@ fn random_odp_operations_keep_invariants() {
     );
     assert!(reclaims > 10, "only {reclaims} reclaims");
 }
+
+/// The last page of the 64-bit space can never be covered by an answer: accesses there fail
+/// instead of translating partially.
+#[test]
+fn top_of_address_space() {
+    let (mut t, out, _) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    let iova = u64::MAX - 100;
+    assert!(matches!(
+        t.resolve(k, 1, iova, 50, 0),
+        Err(MrError::Fault { .. })
+    ));
+    let r = out.take_page_requests()[0];
+    assert_eq!(r.iova, !(CHUNK - 1));
+    assert_eq!(r.iova.checked_add(r.length), Some(u64::MAX));
+    let n = ((!4095u64 - r.iova) / 4096) as usize;
+    let pages: Vec<u64> = (0..n as u64).map(|i| 0x100000 + (i % 16) * 4096).collect();
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, VRDMA_STATUS_OK, 0, r.iova, &pages),
+        VRDMA_STATUS_OK
+    );
+    assert!(t.resolve(k, 1, r.iova, 4096, 0).is_ok());
+    assert!(matches!(
+        t.resolve(k, 1, iova, 50, 0),
+        Err(MrError::OdpFailed { .. })
+    ));
+    assert!(matches!(
+        t.resolve(k, 1, iova, 101, 0),
+        Err(MrError::OutOfBounds { .. })
+    ));
+    t.odp_check_invariants().unwrap();
+}

@@ -321,7 +321,7 @@ fn attribute_range_checks() {
     let bad3: Vec<(u32, AttrFn)> = vec![
         (0, Box::new(|a| a.port_num = 2)),
         (0, Box::new(|a| a.pkey_index = 1)),
-        (0, Box::new(|a| a.qp_access_flags = 1 << 6)),
+        (0, Box::new(|a| a.qp_access_flags = 1 << 7)),
         (1 << 25, Box::new(|_| {})),
         (0, Box::new(|a| a.qp_state = 7)),
     ];

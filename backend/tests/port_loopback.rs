@@ -82,7 +82,7 @@ fn rc_between_qps_of_one_device_loops_back() {
             ..Default::default()
         },
     );
-    e.sender().doorbell(VrdmaDoorbell {
+    e.sender().push(VrdmaDoorbell {
         type_: VRDMA_DB_SQ,
         id: q1.qpn,
     });

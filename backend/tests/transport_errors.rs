@@ -268,9 +268,58 @@ fn hostile_frames_do_not_disturb_other_qps() {
         f[i] ^= 0x5a;
         hostile.push(f);
     }
+    // Well-formed frames (valid ICRC) that are wrong: unknown QPN, a PSN far ahead, a READ
+    // response nobody asked for, an opcode of the wrong transport.
+    {
+        use vrdma_backend::wire::{Aeth, Bth, ExtHeaders, Opcode, PacketBuilder, Reth, RocePacket};
+        let parsed = RocePacket::parse(&good).expect("good frame parses");
+        let craft = |op: Opcode, qpn: u32, psn: u32, ext: ExtHeaders, payload: &[u8]| {
+            let mut b = PacketBuilder::new(parsed.addr, Bth::new(op, qpn, psn));
+            b.ext = ext;
+            let mut f = Vec::new();
+            b.build(&[payload], &mut f).expect("build");
+            f
+        };
+        let reth = ExtHeaders {
+            reth: Some(Reth {
+                va: p.dst,
+                rkey: p.kb,
+                dma_len: 4,
+            }),
+            ..Default::default()
+        };
+        let aeth = ExtHeaders {
+            aeth: Some(Aeth::ack(0)),
+            ..Default::default()
+        };
+        let qb = p.qb.qpn;
+        hostile.push(craft(Opcode::RcWriteOnly, 0xabcdef, 5000, reth, b"evil"));
+        hostile.push(craft(
+            Opcode::RcWriteOnly,
+            qb,
+            5000 + 100_000,
+            reth,
+            b"evil",
+        ));
+        hostile.push(craft(Opcode::RcReadResponseOnly, qb, 77, aeth, b"junk"));
+        hostile.push(craft(
+            Opcode::UcSendOnly,
+            qb,
+            5001,
+            ExtHeaders::default(),
+            b"x",
+        ));
+    }
     for f in &hostile {
         vrdma_backend::transport::on_frame(&mut p.b.dev, f);
     }
+    // Replies are acknowledgements only: re-ACKs of the duplicates (bit flips in the MACs are
+    // not covered by the ICRC) and one PSN sequence NAK for the far-ahead PSN.
+    for f in std::mem::take(&mut p.b.dev.outbox) {
+        let r = vrdma_backend::wire::RocePacket::parse(&f).expect("reply parses");
+        assert_eq!(r.bth.opcode, vrdma_backend::wire::Opcode::RcAck);
+    }
+    assert!(p.b.read(p.dst, 4) != b"evil", "nothing written");
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
     assert!(p.b.events().is_empty());
     // Replaying the old (valid) frame is a duplicate: re-acknowledged, nothing breaks.
@@ -285,4 +334,47 @@ fn hostile_frames_do_not_disturb_other_qps() {
     assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(p.dst, 100), data);
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
+}
+
+#[test]
+fn sqd_drains_and_reports_then_resumes_in_rts() {
+    let mut p = pair(7, 7);
+    let mut link = Link::clean();
+    let w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
+    post(&mut p, w);
+    // RTS → SQD with the drain notification while WRITE 1 is in flight.
+    let attr = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_SQD,
+        en_sqd_async_notify: 1,
+        ..Default::default()
+    };
+    let qa = p.qa.qpn;
+    p.a.modify_qp(qa, VRDMA_QP_STATE | VRDMA_QP_EN_SQD_ASYNC_NOTIFY, attr)
+        .expect("SQD");
+    // Posted in SQD: not started until the QP is back in RTS.
+    let mut q = p.qa.clone();
+    let w2 = write(&p, 2, p.kb, VRDMA_SEND_SIGNALED);
+    p.a.post_send(&mut q, &w2);
+    p.qa = q;
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
+    pump_idle(&mut p.a, &mut p.b, &mut link);
+    assert!(p.a.poll_cq(&mut p.cqa).is_empty(), "WQE 2 must wait in SQD");
+    let ev = p.a.events();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| e.type_ == VRDMA_EV_SQ_DRAINED && e.id == qa)
+            .count(),
+        1,
+        "{ev:?}"
+    );
+    let attr = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_RTS,
+        ..Default::default()
+    };
+    p.a.modify_qp(qa, VRDMA_QP_STATE, attr)
+        .expect("back to RTS");
+    // No new doorbell: the engine tick picks up the fetched WQE.
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
 }

@@ -378,7 +378,7 @@ fn malformed_control_chains_get_the_defined_outcome() {
     );
     assert_eq!((len, status_of(&r)), (8, VRDMA_STATUS_INVALID));
 
-    // Writable descriptor outside guest memory -> len 0, no panic.
+    // Writable descriptor outside guest memory -> len 0, not executed, no panic.
     let (len, _) = control(
         &mut ctrl,
         &guest,
@@ -386,6 +386,18 @@ fn malformed_control_chains_get_the_defined_outcome() {
         None,
     );
     assert_eq!(len, 0);
+    assert_eq!(calls(&h), 0);
+
+    // Readable part larger than the 64 MiB bound -> INVALID without reading it.
+    let resp = guest.alloc(16, 8);
+    let (len, r) = control(
+        &mut ctrl,
+        &guest,
+        &[(req, (64 << 20) + 1, false), (resp, 16, true)],
+        Some((resp, 16)),
+    );
+    assert_eq!((len, status_of(&r)), (8, VRDMA_STATUS_INVALID));
+    assert_eq!(calls(&h), 0);
 
     // Unknown opcode: handed to the device, whose INVALID comes back.
     let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(999, &[1, 2, 3]), 64);
@@ -569,5 +581,158 @@ fn memory_regions_added_and_removed_one_by_one() {
     assert_eq!(len, 0);
     drop(fe);
     drop(raw);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
+    let h = start("ethrx", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
+    let mut prq = DriverRing::new(&mut guest, VRDMA_VQ_PAGEREQ as usize, 16);
+    start_rings(&mut fe, &guest, &[&rxq, &prq]);
+    let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
+    for i in 0..300u32 {
+        let mut f = vec![0u8; 60];
+        f[..4].copy_from_slice(&i.to_le_bytes());
+        h.out.push_eth_rx(&f);
+    }
+    assert_eq!(
+        q.pending(),
+        vrdma_backend::vhost_user::output::ETH_RX_BACKLOG
+    );
+    assert_eq!(q.dropped(), 300 - q.pending() as u64);
+    // A 32-byte buffer cannot hold a 60-byte frame: returned empty, that frame dropped; the
+    // next buffer gets the next frame.
+    let small = guest.alloc(32, 8);
+    let big = guest.alloc(2048, 8);
+    rxq.add(&guest, &[(small, 32, true)]);
+    rxq.add(&guest, &[(big, 2048, true)]);
+    rxq.notify();
+    assert_eq!(rxq.wait_used(&guest, T).map(|u| u.1), Some(0));
+    assert_eq!(rxq.wait_used(&guest, T).map(|u| u.1), Some(60));
+    assert_eq!(guest.read(big, 4), 1u32.to_le_bytes().to_vec());
+
+    // Page requests: one 32-byte record per buffer.
+    let req = VrdmaPageReq {
+        type_: VRDMA_PAGEREQ_FAULT,
+        req_id: 5,
+        mr_key: 0x100,
+        flags: VRDMA_PAGEREQ_F_WRITE,
+        iova: 0x20_0000,
+        length: 0x20_0000,
+    };
+    let b = guest.alloc(32, 8);
+    prq.add(&guest, &[(b, 32, true)]);
+    prq.notify();
+    h.out.push_page_req(&req);
+    assert_eq!(prq.wait_used(&guest, T).map(|u| u.1), Some(32));
+    assert_eq!(VrdmaPageReq::read_from(&guest.read(b, 32)).unwrap(), req);
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+#[test]
+fn queue_size_limit_is_1024() {
+    let h = start("qsize", 1, true);
+    let (fe, _) = connect(&h.path, true);
+    fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 1024)
+        .expect("1024 accepted");
+    drop(fe);
+    h.thread.join().unwrap();
+    // A larger size is refused (the vhost crate then ends that connection).
+    let h = start("qsize2", 1, true);
+    let (fe, _) = connect(&h.path, true);
+    fe.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
+    assert!(fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 2048).is_err());
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+/// Garbage chains on every driver -> device queue: random addresses (in and out of guest
+/// memory), lengths, flags (WRITE, NEXT, INDIRECT), next indices and contents. The daemon must
+/// return every chain it can parse, never panic, and keep serving.
+#[test]
+fn random_chains_never_break_the_daemon() {
+    let h = start("fuzz", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
+    let mut dbq = DriverRing::new(&mut guest, VRDMA_VQ_DOORBELL as usize, 64);
+    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 64);
+    let mut evq = DriverRing::new(&mut guest, VRDMA_VQ_EVENT as usize, 64);
+    start_rings(&mut fe, &guest, &[&ctrl, &dbq, &txq, &evq]);
+    let scratch = guest.alloc(64 << 10, 4096);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    // Random bytes everywhere in the scratch area (commands, doorbells, indirect tables).
+    let junk: Vec<u8> = (0..64 << 10).map(|_| rnd() as u8).collect();
+    guest.write(scratch, &junk);
+    for round in 0..40 {
+        for ring in [&mut ctrl, &mut dbq, &mut txq, &mut evq] {
+            let n = 1 + (rnd() % 4) as usize;
+            let descs: Vec<(u64, u32, u16, u16)> = (0..n)
+                .map(|k| {
+                    let addr = match rnd() % 4 {
+                        0 => 0x7000_0000 + (rnd() % 0x1000),
+                        1 => rnd(),
+                        _ => scratch + (rnd() % (60 << 10)),
+                    };
+                    let len = match rnd() % 4 {
+                        0 => 0,
+                        1 => rnd() as u32,
+                        _ => (rnd() % 4096) as u32,
+                    };
+                    let mut flags = (rnd() % 8) as u16;
+                    if k + 1 < n {
+                        flags |= VRING_DESC_F_NEXT;
+                    }
+                    (addr, len, flags, (rnd() % 80) as u16)
+                })
+                .collect();
+            ring.add_raw(&guest, &descs);
+            ring.notify();
+        }
+        if round % 10 == 9 {
+            // Give the worker a moment, then check the daemon still answers on the socket.
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(fe.get_queue_num().unwrap(), 6);
+        }
+    }
+    // Events go into whatever buffers the event queue got.
+    for id in 0..8 {
+        h.out.push_event(&VrdmaEvent {
+            type_: VRDMA_EV_CQ_COMP,
+            id,
+            info: 0,
+            reserved: 0,
+        });
+    }
+    // Every chain of the input queues came back: the worker thread survived all of them.
+    for ring in [&ctrl, &dbq, &txq] {
+        let deadline = std::time::Instant::now() + T;
+        while ring.used_count(&guest) != 40 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "queue {} stalled",
+                ring.index
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // And well-formed work still succeeds on the same queue.
+    let mut ctrl = ctrl;
+    for _ in 0..40 {
+        ctrl.wait_used(&guest, T).unwrap();
+    }
+    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
+    drop(fe);
     h.thread.join().unwrap();
 }

@@ -252,7 +252,8 @@ static void vrdma_cqe_to_wc(struct vrdma_dev *dev, const struct vrdma_cqe *cqe,
 	if (wc->opcode & IB_WC_RECV) {
 		memcpy(wc->smac, cqe->smac, ETH_ALEN);
 		wc->wc_flags |= IB_WC_WITH_SMAC;
-		if (vlan < VLAN_N_VID) {
+		/* 0 and 0xffff both mean untagged (VID 0 is priority only). */
+		if (vlan && vlan < VLAN_N_VID) {
 			wc->vlan_id = vlan;
 			wc->wc_flags |= IB_WC_WITH_VLAN;
 		}

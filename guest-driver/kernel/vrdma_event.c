@@ -138,6 +138,8 @@ static void vrdma_handle_event(struct vrdma_dev *dev,
 	u32 id = le32_to_cpu(e->id);
 	struct ib_event ev = {};
 
+	dev_dbg(&dev->vdev->dev, "event %u id %u info %u\n", type, id,
+		le32_to_cpu(e->info));
 	switch (type) {
 	case VRDMA_EV_CQ_COMP:
 	case VRDMA_EV_CQ_ERR:

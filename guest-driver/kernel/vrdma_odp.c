@@ -270,7 +270,7 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 	u64 len = le64_to_cpu(req->length);
 	bool write = le32_to_cpu(req->flags) & VRDMA_PAGEREQ_F_WRITE;
 	struct ib_umem_odp *odp;
-	u64 va, va_end, access, first;
+	u64 va, va_end, access;
 	u32 i, npages, flags = 0, status;
 	__le64 *pl;
 	int ret;
@@ -323,15 +323,19 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 		status = vrdma_odp_errno_status(ret);
 		goto err;
 	}
-	/* umem_mutex held: no invalidation until the device has the pages. */
-	first = (va - ib_umem_start(odp)) >> odp->page_shift;
+	/*
+	 * umem_mutex held: no invalidation until the device has the pages.
+	 * The device wants 4 KiB pages; a umem page may be larger (hugetlb).
+	 */
 	flags = VRDMA_ODP_RESP_F_WRITABLE;
 	for (i = 0; i < npages; i++) {
-		dma_addr_t d = odp->dma_list[first + i];
+		u64 off = va - ib_umem_start(odp) + ((u64)i << VRDMA_PAGE_SHIFT);
+		dma_addr_t d = odp->dma_list[off >> odp->page_shift];
 
 		if (!(d & ODP_WRITE_ALLOWED_BIT))
 			flags = 0;
-		pl[i] = cpu_to_le64(d & ODP_DMA_ADDR_MASK);
+		pl[i] = cpu_to_le64((d & ODP_DMA_ADDR_MASK) +
+				    (off & (BIT_ULL(odp->page_shift) - 1)));
 	}
 	ret = vrdma_odp_resp(dev, req, VRDMA_STATUS_OK, flags,
 			     vrdma_odp_va_to_iova(mr, va), pl, npages);

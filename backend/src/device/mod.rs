@@ -202,3 +202,9 @@ impl Device {
             || self.mrs.pd_in_use(pd)
     }
 }
+
+// The vhost-user thread and the engine thread share the device behind a mutex.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Device>();
+};

@@ -292,8 +292,11 @@ impl OdpState {
                         refault = true;
                     } else {
                         *last_use = tick;
-                        if fault.is_none() && failed.is_none() {
-                            translate_chunk(*base, pages, cs, ce, &mut out);
+                        if fault.is_none()
+                            && failed.is_none()
+                            && !translate_chunk(*base, pages, cs, ce, &mut out)
+                        {
+                            failed = Some((cs, vrdma_spec::VRDMA_STATUS_BAD_ADDRESS));
                         }
                     }
                 }
@@ -366,15 +369,16 @@ impl OdpState {
     }
 }
 
-fn translate_chunk(base: u64, pages: &[u64], s: u64, e: u64, out: &mut Vec<GuestRange>) {
+/// Append the translation of `[s, e)` (inside one resident chunk). Returns false if a page is
+/// missing (only possible in the last page of the 64-bit space, which no answer can cover).
+fn translate_chunk(base: u64, pages: &[u64], s: u64, e: u64, out: &mut Vec<GuestRange>) -> bool {
     let mut a = s;
     while a < e {
         let pi = ((a - base) >> ODP_PAGE_SHIFT) as usize;
         let in_page = a & (ODP_PAGE_SIZE - 1);
         let n = (ODP_PAGE_SIZE - in_page).min(e - a);
         let Some(&p) = pages.get(pi) else {
-            // Cannot happen: a resident chunk covers its whole clipped range.
-            return;
+            return false;
         };
         let gpa = p + in_page;
         match out.last_mut() {
@@ -383,6 +387,7 @@ fn translate_chunk(base: u64, pages: &[u64], s: u64, e: u64, out: &mut Vec<Guest
         }
         a += n;
     }
+    true
 }
 
 /// Result of an ODP command, as a VRDMA_STATUS_* value.

@@ -126,3 +126,40 @@ impl GidTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_del_lookup_and_local_ips() {
+        let mut t = GidTable::new(4);
+        let v4: Ipv4Addr = "192.168.1.7".parse().unwrap();
+        let v6: Ipv6Addr = "fd00::7".parse().unwrap();
+        t.add(0, GID_TYPE_ROCE_V2, ip_to_gid(IpAddr::V4(v4)))
+            .unwrap();
+        t.add(1, GID_TYPE_ROCE_V1, ip_to_gid(IpAddr::V6(v6)))
+            .unwrap();
+        assert!(t.is_local_ipv4(v4));
+        assert!(
+            !t.is_local_ip(IpAddr::V6(v6)),
+            "RoCEv1 entries are not RoCEv2 addresses"
+        );
+        t.add(2, GID_TYPE_ROCE_V2, v6.octets()).unwrap();
+        assert!(t.is_local_ip(IpAddr::V6(v6)));
+        assert_eq!(t.find_v2(&v6.octets()), Some(2));
+        assert_eq!(t.get(0).unwrap().ip(), IpAddr::V4(v4));
+        assert!(gid_is_ipv4(&t.get(0).unwrap().gid));
+        assert!(!gid_is_ipv4(&v6.octets()));
+        assert_eq!(gid_to_ip(&v6.octets()), IpAddr::V6(v6));
+        assert_eq!(t.add(4, GID_TYPE_ROCE_V2, [0; 16]), Err(GidError::BadIndex));
+        assert_eq!(t.add(3, 0, [0; 16]), Err(GidError::BadType));
+        assert_eq!(t.del(3), Err(GidError::NotFound));
+        assert_eq!(t.del(9), Err(GidError::BadIndex));
+        t.del(0).unwrap();
+        assert!(!t.is_local_ipv4(v4));
+        t.clear();
+        assert!(t.get(2).is_none());
+        assert_eq!(t.len(), 4);
+    }
+}

@@ -123,3 +123,31 @@ impl<T> HandleTable<T> {
         self.count = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_start_at_one_limit_and_fifo_reuse() {
+        let mut t: HandleTable<&str> = HandleTable::new(3);
+        assert_eq!(t.insert("a"), Some(1));
+        assert_eq!(t.insert("b"), Some(2));
+        assert_eq!(t.insert_with(|h| if h == 3 { "c" } else { "?" }), Some(3));
+        assert_eq!(t.insert("d"), None, "limit");
+        assert!(t.get(0).is_none());
+        assert_eq!(t.remove(2), Some("b"));
+        assert_eq!(t.remove(2), None);
+        assert_eq!(t.remove(1), Some("a"));
+        assert_eq!(t.insert("e"), Some(2), "FIFO: the first freed handle first");
+        assert_eq!(t.insert("f"), Some(1));
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            t.iter().map(|(h, v)| (h, *v)).collect::<Vec<_>>(),
+            vec![(1, "f"), (2, "e"), (3, "c")]
+        );
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.insert("g"), Some(1));
+    }
+}

@@ -210,8 +210,9 @@ impl Qp {
             new.qkey = a.qkey;
         }
         if mask & VRDMA_QP_ACCESS_FLAGS != 0 {
-            let allowed = crate::memory::mr::ACCESS_LOCAL_WRITE | crate::memory::mr::ACCESS_REMOTE;
-            if a.qp_access_flags & !allowed != 0 {
+            // Every known access bit is accepted (applications often pass their MR flags);
+            // only the REMOTE_* bits mean something for a QP.
+            if a.qp_access_flags & !crate::memory::mr::ACCESS_ALL != 0 {
                 return Err(QpError::Invalid("qp_access_flags"));
             }
             new.access_flags = a.qp_access_flags;

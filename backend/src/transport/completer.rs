@@ -229,9 +229,11 @@ fn on_read_response(
         return;
     }
     if n > 0 {
-        let sges = st.wqes[i].sges.clone();
+        let sges = std::mem::take(&mut st.wqes[i].sges);
         let mut buf = pkt.payload.to_vec();
-        match sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, offset, &mut buf, true) {
+        let r = sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, offset, &mut buf, true);
+        st.wqes[i].sges = sges;
+        match r {
             Ok(()) => {}
             Err(SgeError::Fault { key, iova }) => {
                 // Requester-side ODP fault on the READ target: drop, suspend, and re-request from

@@ -70,8 +70,6 @@ pub struct RequesterState {
     pub fatal: Option<Fatal>,
     /// Placeholder left in the QP while a transport function holds the real state.
     pub taken: bool,
-    /// SQ_DRAINED was reported for the current SQD period.
-    pub drained_reported: bool,
     /// Congestion window in packets (0 = not initialised): additive increase per acknowledgement,
     /// halved on every loss signal (NAK sequence error, timeout, implied NAK), bounded by
     /// [`MIN_CWND`]..=[`WINDOW`]. IBTA leaves flow control beyond credits to the implementation;
@@ -259,6 +257,15 @@ impl RequesterState {
 /// Decode a send WQE slot (spec §6.1). Errors are the completion status for the WQE and whether it
 /// is QP-fatal.
 pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
+    if b.len() < WQE_HDR {
+        // Slots are at least 64 bytes (sq_wqe_shift >= 6); anything else is a broken QP.
+        let mut w = SendWqe {
+            index,
+            ..Default::default()
+        };
+        w.finish(WC_LOC_QP_OP_ERR, true);
+        return w;
+    }
     let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
     let le64 = |o: usize| {
         let mut a = [0u8; 8];
@@ -384,32 +391,32 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
         st.rnr_left = ctx.rnr_retry;
         st.counters_loaded = true;
     }
-    if ctx.state != QPS_SQD {
-        st.drained_reported = false;
-        if let Err(f) = fetch(dev, ctx, st) {
-            st.fatal = Some(f);
-            return;
-        }
+    // Fetching is harmless in SQD: `send` starts nothing new there, and the WQEs are ready when
+    // the QP returns to RTS (the engine tick restarts such QPs, see timers.rs).
+    if let Err(f) = fetch(dev, ctx, st) {
+        st.fatal = Some(f);
+        return;
     }
     send(dev, ctx, st, now);
     retire(dev, ctx, st);
     arm_timer(ctx, st, now);
-    if ctx.state == QPS_SQD
-        && !st.drained_reported
-        && st.wqes.iter().all(|w| w.state == WqeState::Pending)
-    {
-        st.drained_reported = true;
-        ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);
+    // SQD (IBTA 10.3.1.x): once nothing is in flight the drain is complete; SQ_DRAINED is
+    // reported if the QP asked for it (en_sqd_async_notify).
+    if ctx.state == QPS_SQD && ctx.sq_draining && !st.outstanding() {
+        ctx::sq_drained(dev, ctx.qpn);
+        if ctx.en_sqd_async_notify {
+            ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);
+        }
     }
 }
 
 /// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell).
 fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
-    let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|_| Fatal::QpFatal)?;
+    let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|f| Fatal::QpFatal(f.0))?;
     let mut buf = vec![0u8; ctx.sq_wqe_size as usize];
     while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
         let idx = st.sq_fetch;
-        ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|_| Fatal::QpFatal)?;
+        ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
         st.wqes.push_back(decode_wqe(ctx, idx, &buf));
         st.sq_fetch = st.sq_fetch.wrapping_add(1);
     }
@@ -434,6 +441,10 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         if matches!(state, WqeState::Sent | WqeState::Done) {
             i += 1;
             continue;
+        }
+        // SQD: finish what was started, start nothing new (IBTA 10.3.1.x).
+        if ctx.state == QPS_SQD && !st.wqes[i].sent_once {
+            return;
         }
         // Fence (IBTA 10.8.3.3): wait until every earlier READ / atomic has completed.
         if st.wqes[i].flags & SEND_FENCE != 0
@@ -552,21 +563,32 @@ pub(crate) fn sge_copy(
         let access = if scatter { ACCESS_LOCAL_WRITE } else { 0 };
         let ranges = dev
             .mrs
-            .resolve_for(waiter, s.lkey, pdn, s.addr + skip, n as u64, access)
+            .resolve_for(
+                waiter,
+                s.lkey,
+                pdn,
+                s.addr.wrapping_add(skip),
+                n as u64,
+                access,
+            )
             .map_err(|e| match e {
                 MrError::Fault { key, iova } => SgeError::Fault { key, iova },
                 _ => SgeError::Prot,
             })?;
         let mut p = done;
         for r in ranges {
-            let l = r.len as usize;
+            // The translation must cover exactly the requested bytes; never index past them.
+            let chunk = p
+                .checked_add(r.len as usize)
+                .and_then(|e| buf.get_mut(p..e))
+                .ok_or(SgeError::Prot)?;
             let res = if scatter {
-                dev.mem.write(r.gpa, &buf[p..p + l])
+                dev.mem.write(r.gpa, chunk)
             } else {
-                dev.mem.read(r.gpa, &mut buf[p..p + l])
+                dev.mem.read(r.gpa, chunk)
             };
             res.map_err(|_| SgeError::Prot)?;
-            p += l;
+            p += r.len as usize;
         }
         done += n;
         skip = 0;
@@ -699,16 +721,12 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     let o = w.offset as usize;
                     payload.copy_from_slice(&data[o..o + n]);
                 } else if n > 0 {
-                    let sges = w.sges.clone();
-                    match sge_copy(
-                        dev,
-                        Some(ctx.qpn),
-                        ctx.pdn,
-                        &sges,
-                        w.offset,
-                        &mut payload,
-                        false,
-                    ) {
+                    // Borrow the SGE list out of the WQE for the copy (no per-packet clone).
+                    let off = w.offset;
+                    let sges = std::mem::take(&mut st.wqes[i].sges);
+                    let r = sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, &mut payload, false);
+                    st.wqes[i].sges = sges;
+                    match r {
                         Ok(()) => {}
                         Err(SgeError::Fault { key, iova }) => {
                             st.odp_wait = Some(OdpWait { key, iova });

@@ -399,8 +399,8 @@ impl Responder<'_, '_> {
             match take_recv(dev, self.ctx) {
                 Ok(Some(w)) => st.recv = Some(w),
                 Ok(None) => return RespStep::ErrRnr,
-                Err(()) => {
-                    st.fatal = Some(Fatal::QpFatal);
+                Err(code) => {
+                    st.fatal = Some(Fatal::QpFatal(code));
                     return RespStep::Drop;
                 }
             }
@@ -557,8 +557,13 @@ impl Responder<'_, '_> {
                 };
                 let mut buf = pkt.payload.to_vec();
                 if !buf.is_empty() {
-                    let sges = w.sges.clone();
-                    match sge_copy(dev, None, self.ctx.pdn, &sges, w.offset, &mut buf, true) {
+                    let off = w.offset;
+                    let sges = std::mem::take(&mut w.sges);
+                    let r = sge_copy(dev, None, self.ctx.pdn, &sges, off, &mut buf, true);
+                    if let Some(w) = st.recv.as_mut() {
+                        w.sges = sges;
+                    }
+                    match r {
                         Ok(()) => {}
                         Err(SgeError::Fault { .. }) => {
                             self.odp = true;
@@ -590,11 +595,16 @@ impl Responder<'_, '_> {
                 if n > 0 {
                     let mut p = 0usize;
                     for r in &self.ranges {
-                        let l = r.len as usize;
-                        if dev.mem.write(r.gpa, &pkt.payload[p..p + l]).is_err() {
+                        let Some(chunk) = p
+                            .checked_add(r.len as usize)
+                            .and_then(|e| pkt.payload.get(p..e))
+                        else {
+                            return RespStep::ErrRemoteOp;
+                        };
+                        if dev.mem.write(r.gpa, chunk).is_err() {
                             return RespStep::ErrRemoteOp;
                         }
-                        p += l;
+                        p += chunk.len();
                     }
                 }
                 if let Some(w) = st.write.as_mut() {
@@ -909,8 +919,8 @@ fn push_resource(st: &mut ResponderState, ctx: &QpCtx, r: RdAtomicRes) {
 }
 
 /// Take a receive WQE from the RQ or the SRQ.
-fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, ()> {
-    ctx::recv_take(dev, ctx).map_err(|_| ())
+fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
+    ctx::recv_take(dev, ctx).map_err(|f| f.0)
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
@@ -1007,12 +1017,18 @@ pub(crate) fn pump_replies(
                     let mut p = 0usize;
                     let mut ok = true;
                     for g in ranges {
-                        let l = g.len as usize;
-                        if dev.mem.read(g.gpa, &mut buf[p..p + l]).is_err() {
+                        let Some(chunk) = p
+                            .checked_add(g.len as usize)
+                            .and_then(|e| buf.get_mut(p..e))
+                        else {
+                            ok = false;
+                            break;
+                        };
+                        if dev.mem.read(g.gpa, chunk).is_err() {
                             ok = false;
                             break;
                         }
-                        p += l;
+                        p += g.len as usize;
                     }
                     ok
                 }
@@ -1080,8 +1096,8 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         Ok(Some(w)) => w,
         // UD has no RNR: without a receive WQE the datagram is dropped (IBTA 9.8.x).
         Ok(None) => return,
-        Err(()) => {
-            st.fatal = Some(Fatal::QpFatal);
+        Err(code) => {
+            st.fatal = Some(Fatal::QpFatal(code));
             return;
         }
     };

@@ -66,6 +66,10 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
             next = Some(next.map_or(d, |n: Instant| n.min(d)));
         }
     }
+    // Sends that nothing else will trigger (SQD → RTS).
+    for qpn in ctx::qpns_with_pending_sends(dev) {
+        super::requester::run(dev, qpn, now);
+    }
     // Paced READ responses (responder.rs READ_BURST): continue them now.
     for qpn in ctx::qpns_with_replies(dev) {
         let more = super::with_resp(dev, qpn, |dev, c, st| {

@@ -3,8 +3,8 @@
 //! Readable part = `vrdma_cmd_hdr` + request struct + trailing array, read as one byte stream
 //! (any split, indirect allowed, at most [`MAX_REQUEST_BYTES`]). Writable part =
 //! `vrdma_cmd_resp_hdr` + response struct. Outcomes for bad chains:
-//! - writable part shorter than the 8-byte response header (or not in guest memory): the chain
-//!   is returned with `len` 0 and the command is not executed;
+//! - writable part shorter than the 8-byte response header, or any writable descriptor outside
+//!   guest memory: the chain is returned with `len` 0 and the command is not executed;
 //! - readable part unreadable, too large, shorter than `vrdma_cmd_hdr`, or `flags` != 0: status
 //!   INVALID, not executed;
 //! - writable part too small for the opcode's response struct: status INVALID, not executed
@@ -13,8 +13,8 @@
 
 use std::sync::Mutex;
 
-use log::{debug, warn};
-use vm_memory::GuestMemory;
+use log::debug;
+use vm_memory::{GuestMemory, Permissions};
 
 use super::chain::SplitChain;
 use super::RdmaDevice;
@@ -69,8 +69,21 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     chain: &SplitChain,
 ) -> u32 {
     let cap = chain.writable_len();
+    if let Some(&(addr, len)) = chain
+        .writable
+        .iter()
+        .find(|&&(addr, len)| len > 0 && !mem.check_range(addr, len as usize, Permissions::Write))
+    {
+        guest_warn!(
+            "controlq: chain {}: writable descriptor {:#x}+{len} outside guest memory; \
+             returned unexecuted",
+            chain.head,
+            addr.0
+        );
+        return 0;
+    }
     if cap < RESP_HDR_LEN as u64 {
-        warn!(
+        guest_warn!(
             "controlq: chain {} has {cap} writable bytes, less than the response header; \
              returned unexecuted",
             chain.head
@@ -89,7 +102,7 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     match chain.scatter(mem, &out) {
         Ok(n) => n as u32,
         Err(e) => {
-            warn!("controlq: chain {}: response not written: {e}", chain.head);
+            guest_warn!("controlq: chain {}: response not written: {e}", chain.head);
             0
         }
     }
@@ -104,12 +117,12 @@ fn execute<D: RdmaDevice>(
     body: &mut Vec<u8>,
 ) -> u32 {
     if let Some(e) = &chain.read_error {
-        warn!("controlq: chain {}: {e}", chain.head);
+        guest_warn!("controlq: chain {}: {e}", chain.head);
         return VRDMA_STATUS_INVALID;
     }
     let req = &chain.readable;
     let Some((hdr, args)) = VrdmaCmdHdr::split_from(req) else {
-        warn!(
+        guest_warn!(
             "controlq: chain {}: {} readable bytes, shorter than the command header",
             chain.head,
             req.len()
@@ -118,12 +131,12 @@ fn execute<D: RdmaDevice>(
     };
     let (opcode, flags) = (hdr.opcode, hdr.flags);
     if flags != 0 {
-        warn!("controlq: opcode {opcode}: flags {flags:#x} must be 0");
+        guest_warn!("controlq: opcode {opcode}: flags {flags:#x} must be 0");
         return VRDMA_STATUS_INVALID;
     }
     if let Some(need) = resp_body_len(opcode) {
         if cap < (RESP_HDR_LEN + need) as u64 {
-            warn!("controlq: opcode {opcode}: writable part of {cap} bytes too small");
+            guest_warn!("controlq: opcode {opcode}: writable part of {cap} bytes too small");
             return VRDMA_STATUS_INVALID;
         }
     }
@@ -137,7 +150,7 @@ fn execute<D: RdmaDevice>(
         body.len()
     );
     if (RESP_HDR_LEN + body.len()) as u64 > cap {
-        warn!(
+        guest_warn!(
             "controlq: opcode {opcode}: response of {} bytes does not fit {cap}",
             body.len()
         );

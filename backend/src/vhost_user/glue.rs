@@ -41,7 +41,7 @@ impl DeviceOutput for VirtqOutput {
 
 impl DoorbellSink for EngineSender {
     fn doorbell(&self, db: VrdmaDoorbell) {
-        EngineSender::doorbell(self, db);
+        EngineSender::push(self, db);
     }
 
     fn doorbells(&self, dbs: &[VrdmaDoorbell]) {

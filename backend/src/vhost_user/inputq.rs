@@ -2,7 +2,7 @@
 //! drain loop every input queue shares (pop all chains, handle each, return them, signal once,
 //! EVENT_IDX-aware so no kick is lost).
 
-use log::{debug, warn};
+use log::debug;
 use vhost_user_backend::VringT;
 use virtio_queue::QueueOwnedT;
 use vm_memory::GuestAddressSpace;
@@ -82,12 +82,12 @@ where
 /// device writes nothing).
 pub fn doorbells(chain: &SplitChain, sink: &dyn DoorbellSink) -> u32 {
     if let Some(e) = &chain.read_error {
-        warn!("doorbellq: buffer {}: {e}; ignored", chain.head);
+        guest_warn!("doorbellq: buffer {}: {e}; ignored", chain.head);
         return 0;
     }
     let recs = chain.readable.chunks_exact(DOORBELL_LEN);
     if !recs.remainder().is_empty() {
-        warn!(
+        guest_warn!(
             "doorbellq: buffer {}: {} trailing bytes ignored",
             chain.head,
             recs.remainder().len()
@@ -103,7 +103,7 @@ pub fn doorbells(chain: &SplitChain, sink: &dyn DoorbellSink) -> u32 {
 /// Send the frame in an eth tx buffer to the uplink if its length is sane.
 pub fn eth_tx(chain: &SplitChain, sink: &dyn FrameSink, max_frame: usize) -> u32 {
     if let Some(e) = &chain.read_error {
-        warn!("eth txq: buffer {}: {e}; dropped", chain.head);
+        guest_warn!("eth txq: buffer {}: {e}; dropped", chain.head);
         return 0;
     }
     let frame = &chain.readable;

@@ -16,6 +16,17 @@
 //!
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
 
+/// `warn!` for conditions a guest can trigger at will (malformed chains): the first 16 per call
+/// site, then one in 1024, so a misbehaving driver cannot flood the log.
+macro_rules! guest_warn {
+    ($($arg:tt)+) => {{
+        static LIMIT: $crate::vhost_user::LogLimit = $crate::vhost_user::LogLimit::new();
+        if LIMIT.allow() {
+            log::warn!($($arg)+);
+        }
+    }};
+}
+
 mod backend;
 pub mod chain;
 pub mod controlq;
@@ -110,6 +121,28 @@ impl DoorbellSink for NullSink {
     fn doorbell(&self, _db: spec::VrdmaDoorbell) {}
 }
 
+/// Counter behind `guest_warn!`.
+#[derive(Debug)]
+pub struct LogLimit(std::sync::atomic::AtomicU64);
+
+impl LogLimit {
+    pub const fn new() -> Self {
+        LogLimit(std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// Whether this occurrence may be logged.
+    pub fn allow(&self) -> bool {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        n < 16 || n & 1023 == 0
+    }
+}
+
+impl Default for LogLimit {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Errors of the virtqueue plumbing. Converted to `io::Error` only at the vhost-user trait
 /// boundary; most are logged and the offending chain returned, never a panic.
 #[derive(Debug, Error)]
@@ -129,5 +162,19 @@ pub enum VhostUserRdmaError {
 impl From<VhostUserRdmaError> for io::Error {
     fn from(e: VhostUserRdmaError) -> Self {
         io::Error::other(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogLimit;
+
+    #[test]
+    fn log_limit_lets_through_the_first_16_then_one_in_1024() {
+        let l = LogLimit::new();
+        let allowed: Vec<u64> = (0..5000u64).filter(|_| l.allow()).collect();
+        let mut expect: Vec<u64> = (0..16).collect();
+        expect.extend([1024, 2048, 3072, 4096]);
+        assert_eq!(allowed, expect);
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use log::{debug, warn};
+use log::debug;
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
@@ -76,9 +76,11 @@ impl OutQueue {
         if st.pending.len() >= self.backlog {
             st.dropped += 1;
             if st.dropped.is_power_of_two() {
-                warn!(
+                guest_warn!(
                     "{}: backlog of {} full, {} record(s) dropped so far",
-                    self.name, self.backlog, st.dropped
+                    self.name,
+                    self.backlog,
+                    st.dropped
                 );
             }
             return;
@@ -151,14 +153,18 @@ impl OutQueue {
                     match split.scatter(&*mem, &rec) {
                         Ok(n) => n as u32,
                         Err(e) => {
-                            warn!("{}: buffer {}: {e}; record dropped", self.name, split.head);
+                            guest_warn!(
+                                "{}: buffer {}: {e}; record dropped",
+                                self.name,
+                                split.head
+                            );
                             st.dropped += 1;
                             0
                         }
                     }
                 };
                 if let Err(e) = state.add_used(split.head, len) {
-                    warn!("{}: add_used: {e}", self.name);
+                    guest_warn!("{}: add_used: {e}", self.name);
                     break;
                 }
                 used += 1;
@@ -172,7 +178,7 @@ impl OutQueue {
                 Ok(true) => continue,
                 Ok(false) => break,
                 Err(e) => {
-                    warn!("{}: enable_notification: {e}", self.name);
+                    guest_warn!("{}: enable_notification: {e}", self.name);
                     break;
                 }
             }
@@ -181,11 +187,11 @@ impl OutQueue {
             match state.needs_notification() {
                 Ok(true) => {
                     if let Err(e) = state.signal_used_queue() {
-                        warn!("{}: signal: {e}", self.name);
+                        guest_warn!("{}: signal: {e}", self.name);
                     }
                 }
                 Ok(false) => {}
-                Err(e) => warn!("{}: needs_notification: {e}", self.name),
+                Err(e) => guest_warn!("{}: needs_notification: {e}", self.name),
             }
         }
     }

@@ -165,6 +165,8 @@ pub struct Node {
     pub id: u8,
     pub gid: [u8; 16],
     pub mac: [u8; 6],
+    /// Page requests answered by [`Node::answer_page_requests`].
+    pub answered: usize,
 }
 
 pub fn gid_v4(a: [u8; 4]) -> [u8; 16] {
@@ -209,6 +211,7 @@ impl Node {
             id,
             gid,
             mac,
+            answered: 0,
         };
         let g = VrdmaCmdGid {
             index: 0,
@@ -816,4 +819,63 @@ pub fn post_send_mem(mem: &GuestMem, qp: &mut QpH, w: &Wqe) {
     mem.write(qp.sq.entry_gpa(qp.sq.idx), &b).unwrap();
     qp.sq.idx = qp.sq.idx.wrapping_add(1);
     mem.store_u32_release(qp.sq.ctrl(), qp.sq.idx).unwrap();
+}
+
+impl Node {
+    /// A node whose device accepts ODP MRs (2 MiB chunks).
+    pub fn new_odp(id: u8, mem_mib: u64) -> Node {
+        let mut n = Node::new(id, mem_mib, 1500);
+        n.dev.config.odp.enabled = true;
+        n.dev.config.odp.implicit = true;
+        n.dev.mrs = vrdma_backend::memory::MrTable::new(
+            n.dev.config.max_mr,
+            n.mem.clone(),
+            n.out.clone(),
+            n.dev.config.odp.clone(),
+        );
+        n
+    }
+
+    /// Explicit ODP MR over `[gpa, gpa+len)` with iova == gpa.
+    pub fn reg_odp_mr(&mut self, pd: u32, gpa: u64, len: u64, access: u32) -> u32 {
+        let c = VrdmaCmdRegMr {
+            pdn: pd,
+            access: access | VRDMA_ACCESS_ON_DEMAND,
+            iova: gpa,
+            length: len,
+            page_shift: 12,
+            npages: 0,
+        };
+        let r = self
+            .cmd(VRDMA_CMD_REG_ODP_MR, c.as_bytes())
+            .expect("reg odp mr");
+        VrdmaRespRegMr::read_from(&r).unwrap().lkey
+    }
+
+    /// Answer every pending page request like the driver would for identity-mapped (iova == GPA)
+    /// ODP MRs. Returns how many were answered.
+    pub fn answer_page_requests(&mut self) -> usize {
+        let reqs = self.out.take_page_requests();
+        self.answered += reqs.len();
+        for r in &reqs {
+            if r.type_ != VRDMA_PAGEREQ_FAULT {
+                continue;
+            }
+            let sp = r.iova & !(PAGE - 1);
+            let ep = (r.iova + r.length + PAGE - 1) & !(PAGE - 1);
+            let pages: Vec<u64> = (sp..ep).step_by(PAGE as usize).collect();
+            let c = VrdmaCmdOdpPageResp {
+                req_id: r.req_id,
+                mr_key: r.mr_key,
+                status: VRDMA_STATUS_OK,
+                flags: VRDMA_ODP_RESP_F_WRITABLE,
+                iova: sp,
+                npages: pages.len() as u32,
+                reserved: 0,
+            };
+            self.cmd_pages(VRDMA_CMD_ODP_PAGE_RESP, &c, &pages)
+                .expect("page resp");
+        }
+        reqs.len()
+    }
 }

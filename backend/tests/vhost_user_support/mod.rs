@@ -205,6 +205,24 @@ impl DriverRing {
         head
     }
 
+    /// Write raw descriptors (addr, len, flags, next) at consecutive slots and publish the
+    /// first as a chain head, whatever they contain (fuzzing).
+    pub fn add_raw(&mut self, guest: &Guest, descs: &[(u64, u32, u16, u16)]) -> u16 {
+        let head = self.next_desc;
+        for (k, &(addr, len, flags, next)) in descs.iter().enumerate() {
+            let i = (head + k as u16) % self.size;
+            let mut d = [0u8; 16];
+            d[0..8].copy_from_slice(&addr.to_le_bytes());
+            d[8..12].copy_from_slice(&len.to_le_bytes());
+            d[12..14].copy_from_slice(&flags.to_le_bytes());
+            d[14..16].copy_from_slice(&next.to_le_bytes());
+            guest.write(self.desc + 16 * u64::from(i), &d);
+        }
+        self.next_desc = (head + descs.len().max(1) as u16) % self.size;
+        self.publish(guest, head);
+        head
+    }
+
     fn publish(&mut self, guest: &Guest, head: u16) {
         let slot = u64::from(self.avail_idx % self.size);
         guest.write(self.avail + 4 + 2 * slot, &head.to_le_bytes());

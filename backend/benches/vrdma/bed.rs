@@ -1,0 +1,468 @@
+//! A test bed: two devices with one connected RC QP pair, a source buffer on A and a target
+//! buffer on B, linked either in-process (frames moved by the bench thread) or by two engine
+//! threads over the UDP uplink on loopback. Built with the test fixtures of backend/tests/common
+//! (objects created through `Device::handle_command`, rings in guest memory).
+
+use std::os::unix::io::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vrdma_backend::device::{Device, RecordingOutput};
+use vrdma_backend::guest::GuestMem;
+use vrdma_backend::memory::mr::MrKind;
+use vrdma_backend::transport::ctx::Cqe;
+use vrdma_backend::transport::engine::Engine;
+use vrdma_backend::transport::{self};
+use vrdma_backend::uplink::{Uplink, UplinkError};
+use vrdma_spec::*;
+
+use crate::common::*;
+use crate::util::{poll_cq_mem, post_recv_mem};
+
+/// Chunk size of ODP (the device default, `odp_chunk_shift` 21).
+pub const CHUNK: u64 = 2 << 20;
+pub const SQ_DEPTH: u32 = 1024;
+pub const RQ_DEPTH: u32 = 1024;
+const CQ_DEPTH: u32 = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    InProc,
+    Udp,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::InProc => "in-process",
+            Mode::Udp => "udp+engines",
+        }
+    }
+}
+
+/// How a buffer is registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reg {
+    /// REG_MR with a 4 KiB page list (iova == GPA).
+    Pinned,
+    /// REG_IMPLICIT_MR; the buffer is used at a process VA the pager maps onto guest pages.
+    Implicit,
+}
+
+/// The driver stand-in's view of an ODP mapping: VAs [va, va + span) map onto guest pages
+/// [gpa, gpa + backing) repeated (so many fresh chunks can share a little guest memory).
+#[derive(Debug, Clone, Copy)]
+pub struct Pager {
+    pub key: u32,
+    pub va: u64,
+    pub span: u64,
+    pub gpa: u64,
+    pub backing: u64,
+}
+
+/// One side: guest memory handle, its QP/CQ rings and its buffer.
+pub struct Side {
+    pub mem: GuestMem,
+    pub qp: QpH,
+    pub cq: RingH,
+    pub rq: RingH,
+    /// Buffer address as the WQEs use it (GPA for pinned, VA for implicit).
+    pub addr: u64,
+    /// Guest-physical base of the buffer.
+    pub gpa: u64,
+    pub key: u32,
+    pub pager: Option<Pager>,
+    /// Time spent answering page requests (ODP_PAGE_RESP commands), one entry per answer.
+    pub pager_times: Vec<f64>,
+    /// When the last ODP_PAGE_RESP was accepted (the chunk became resident then).
+    pub last_resp_at: Option<Instant>,
+}
+
+pub enum Link {
+    InProc {
+        a: Box<Device>,
+        b: Box<Device>,
+        out_a: Arc<RecordingOutput>,
+        out_b: Arc<RecordingOutput>,
+    },
+    Udp {
+        ea: Engine,
+        eb: Engine,
+        #[allow(dead_code)]
+        da: Arc<Mutex<Device>>,
+        #[allow(dead_code)]
+        db: Arc<Mutex<Device>>,
+    },
+}
+
+/// Frames sent A -> B and B -> A (retransmissions show up as frames beyond the minimum).
+#[derive(Debug, Default)]
+pub struct Frames {
+    pub ab: AtomicU64,
+    pub ba: AtomicU64,
+}
+
+impl Frames {
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.ab.load(Ordering::Relaxed),
+            self.ba.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// An uplink that counts the frames it sends.
+struct Counting<U> {
+    inner: U,
+    frames: Arc<Frames>,
+    a_to_b: bool,
+}
+
+impl<U: Uplink> Uplink for Counting<U> {
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+        let c = if self.a_to_b {
+            &self.frames.ab
+        } else {
+            &self.frames.ba
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        self.inner.send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        self.inner.recv(buf)
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+pub struct Bed {
+    pub frames: Arc<Frames>,
+    pub a: Side,
+    pub b: Side,
+    pub link: Link,
+    pub buf_len: u64,
+    pub path_mtu: u32,
+}
+
+/// IB MTU enum for a byte size.
+pub fn mtu_enum(bytes: u32) -> u32 {
+    match bytes {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        _ => 5,
+    }
+}
+
+fn reg(n: &mut Node, pd: u32, gpa: u64, len: u64, how: Reg, va: u64) -> (u64, u32) {
+    match how {
+        Reg::Pinned => (gpa, n.reg_mr(pd, gpa, len, ACC_ALL)),
+        Reg::Implicit => {
+            let c = VrdmaCmdRegMr {
+                pdn: pd,
+                access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
+                iova: 0,
+                length: u64::MAX,
+                page_shift: 12,
+                npages: 0,
+            };
+            let r = n
+                .cmd(VRDMA_CMD_REG_IMPLICIT_MR, c.as_bytes())
+                .expect("REG_IMPLICIT_MR");
+            (va, VrdmaRespRegMr::read_from(&r).unwrap().lkey)
+        }
+    }
+}
+
+/// Process VAs used for implicit MRs (chunk aligned, far from guest RAM).
+pub const VA_A: u64 = 0x7f00_0000_0000;
+pub const VA_B: u64 = 0x5500_0000_0000;
+
+impl Bed {
+    /// `buf_len` bytes of buffer on each side; `va_span` of VA space mapped for implicit MRs
+    /// (≥ buf_len; beyond buf_len the VA chunks alias the buffer's guest pages).
+    pub fn new(mode: Mode, path_mtu: u32, buf_len: u64, ra: Reg, rb: Reg, va_span: u64) -> Bed {
+        Self::with_idle_qps(mode, path_mtu, buf_len, ra, rb, va_span, 0)
+    }
+
+    /// Like [`Bed::new`], with `idle` more RC QPs (in RESET, tiny rings) on each device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_idle_qps(
+        mode: Mode,
+        path_mtu: u32,
+        buf_len: u64,
+        ra: Reg,
+        rb: Reg,
+        va_span: u64,
+        idle: u32,
+    ) -> Bed {
+        // Each idle QP takes 4 pages of rings.
+        let mem_mib = (buf_len >> 20) + 8 + (idle as u64 * 4 * 4096).div_ceil(1 << 20);
+        let mut a = Node::new(1, mem_mib, 9000);
+        let mut b = Node::new(2, mem_mib, 9000);
+        let pda = a.create_pd();
+        let pdb = b.create_pd();
+        let (ca, cqa) = a.create_cq(CQ_DEPTH);
+        let (cb, cqb) = b.create_cq(CQ_DEPTH);
+        for (n, pd, cq) in [(&mut a, pda, ca), (&mut b, pdb, cb)] {
+            for _ in 0..idle {
+                n.create_qp(QpSpec {
+                    sq_depth: 4,
+                    rq_depth: 4,
+                    sq_shift: 7,
+                    rq_shift: 5,
+                    max_sge: 1,
+                    max_inline: 0,
+                    ..QpSpec::rc(pd, cq)
+                });
+            }
+        }
+        let spec = |pd, cq| QpSpec {
+            sq_depth: SQ_DEPTH,
+            rq_depth: RQ_DEPTH,
+            ..QpSpec::rc(pd, cq)
+        };
+        let qa = a.create_qp(spec(pda, ca));
+        let qb = b.create_qp(spec(pdb, cb));
+        // timeout 14 (~67 ms), retry 7, rnr_retry 7 (infinite: ODP responders RNR-NAK).
+        connect(&mut a, &qa, &mut b, &qb, mtu_enum(path_mtu), 14, 7, 7);
+        // Chunk-aligned buffers so an implicit mapping starts on a chunk too.
+        let ga = a.alloc(buf_len + CHUNK).next_multiple_of(CHUNK);
+        let gb = b.alloc(buf_len + CHUNK).next_multiple_of(CHUNK);
+        a.write(ga, &pattern(1, buf_len as usize));
+        let (addr_a, ka) = reg(&mut a, pda, ga, buf_len, ra, VA_A);
+        let (addr_b, kb) = reg(&mut b, pdb, gb, buf_len, rb, VA_B);
+        let pager = |how, key, va, gpa| {
+            (how == Reg::Implicit).then_some(Pager {
+                key,
+                va,
+                span: va_span.max(buf_len),
+                gpa,
+                backing: buf_len,
+            })
+        };
+        let side = |n: &Node, qp: &QpH, cq: RingH, addr, gpa, key, pg| Side {
+            mem: n.mem.clone(),
+            qp: qp.clone(),
+            cq,
+            rq: qp.rq.clone().expect("rq"),
+            addr,
+            gpa,
+            key,
+            pager: pg,
+            pager_times: Vec::new(),
+            last_resp_at: None,
+        };
+        let sa = side(&a, &qa, cqa, addr_a, ga, ka, pager(ra, ka, VA_A, ga));
+        let sb = side(&b, &qb, cqb, addr_b, gb, kb, pager(rb, kb, VA_B, gb));
+        let frames = Arc::new(Frames::default());
+        let link = match mode {
+            Mode::InProc => {
+                let (out_a, out_b) = (a.out.clone(), b.out.clone());
+                Link::InProc {
+                    a: Box::new(take_dev(&mut a)),
+                    b: Box::new(take_dev(&mut b)),
+                    out_a,
+                    out_b,
+                }
+            }
+            Mode::Udp => {
+                let (ua, ub) = udp_pair();
+                let da = detach(&mut a);
+                let db = detach(&mut b);
+                let ua = Counting {
+                    inner: ua,
+                    frames: frames.clone(),
+                    a_to_b: true,
+                };
+                let ub = Counting {
+                    inner: ub,
+                    frames: frames.clone(),
+                    a_to_b: false,
+                };
+                let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
+                let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
+                Link::Udp { ea, eb, da, db }
+            }
+        };
+        Bed {
+            frames,
+            a: sa,
+            b: sb,
+            link,
+            buf_len,
+            path_mtu,
+        }
+    }
+
+    /// Ring A's SQ doorbell.
+    pub fn doorbell(&mut self) {
+        let db = VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: self.a.qp.qpn,
+        };
+        match &mut self.link {
+            Link::InProc { a, .. } => transport::on_doorbell(a, db),
+            Link::Udp { ea, .. } => ea.sender().doorbell(db),
+        }
+    }
+
+    /// Post a send WQE on A (no doorbell).
+    pub fn post(&mut self, w: &Wqe) {
+        post_send_mem(&self.a.mem, &mut self.a.qp, w);
+    }
+
+    /// Post a receive on B.
+    pub fn post_recv_b(&mut self, wr_id: u64, addr: u64, len: u32) {
+        let k = self.b.key;
+        post_recv_mem(&self.b.mem, &mut self.b.rq, wr_id, &[(addr, len, k)]);
+    }
+
+    /// Make progress: in-process, answer page requests, move frames until both sides are quiet
+    /// and fire due timers; over UDP, give the engines time (`spin`: yield instead of sleeping).
+    pub fn progress(&mut self, spin: bool) {
+        match &mut self.link {
+            Link::InProc { a, b, out_a, out_b } => {
+                for _ in 0..64 {
+                    serve(a, out_a, &mut self.a);
+                    serve(b, out_b, &mut self.b);
+                    let fa = std::mem::take(&mut a.outbox);
+                    let fb = std::mem::take(&mut b.outbox);
+                    if fa.is_empty() && fb.is_empty() {
+                        break;
+                    }
+                    self.frames.ab.fetch_add(fa.len() as u64, Ordering::Relaxed);
+                    self.frames.ba.fetch_add(fb.len() as u64, Ordering::Relaxed);
+                    // The driver stand-in answers a page request as soon as it is sent.
+                    for f in &fa {
+                        transport::on_frame(b, f);
+                        if self.b.pager.is_some() {
+                            serve(b, out_b, &mut self.b);
+                        }
+                    }
+                    for f in &fb {
+                        transport::on_frame(a, f);
+                        if self.a.pager.is_some() {
+                            serve(a, out_a, &mut self.a);
+                        }
+                    }
+                }
+                let now = Instant::now();
+                transport::on_tick(a, now);
+                transport::on_tick(b, now);
+            }
+            Link::Udp { .. } => {
+                if spin {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+            }
+        }
+    }
+
+    pub fn poll_a(&mut self, out: &mut Vec<Cqe>) -> usize {
+        poll_cq_mem(&self.a.mem, &mut self.a.cq, out)
+    }
+
+    pub fn poll_b(&mut self, out: &mut Vec<Cqe>) -> usize {
+        poll_cq_mem(&self.b.mem, &mut self.b.cq, out)
+    }
+
+    /// Is the ODP chunk holding `va` of side B's (`on_b`) or A's implicit MR resident?
+    /// (In-process only.)
+    pub fn resident(&self, on_b: bool, va: u64) -> bool {
+        let Link::InProc { a, b, .. } = &self.link else {
+            return false;
+        };
+        let (d, key) = if on_b {
+            (b, self.b.key)
+        } else {
+            (a, self.a.key)
+        };
+        match d.mrs.get(key).map(|m| &m.kind) {
+            Ok(MrKind::ImplicitOdp(o)) | Ok(MrKind::Odp(o)) => o.is_resident(va, 21),
+            _ => false,
+        }
+    }
+
+    /// One `transport::on_tick` of device A (in-process only; what the engine runs per batch).
+    pub fn tick_a(&mut self) {
+        if let Link::InProc { a, .. } = &mut self.link {
+            transport::on_tick(a, Instant::now());
+        }
+    }
+
+    /// CPU seconds spent by the engine so far: the engine threads over UDP; in-process the bench
+    /// thread, which runs the transport itself (plus the driver's share: posting WQEs, polling).
+    pub fn engine_cpu(&self) -> f64 {
+        match self.link {
+            Link::InProc { .. } => crate::util::thread_cpu_secs(),
+            Link::Udp { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
+        }
+    }
+
+    /// Stop the engines (UDP) cleanly.
+    pub fn finish(self) {
+        if let Link::Udp { ea, eb, .. } = self.link {
+            ea.stop();
+            eb.stop();
+        }
+    }
+}
+
+fn take_dev(n: &mut Node) -> Device {
+    let d = detach(n);
+    let m = Arc::try_unwrap(d).unwrap_or_else(|_| panic!("device still shared"));
+    m.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The driver stand-in: answer every FAULT page request of `dev` with the GPAs of the chunk's
+/// pages (ODP_PAGE_RESP, writable). Reclaim notices need no answer.
+fn serve(dev: &mut Device, out: &RecordingOutput, side: &mut Side) {
+    let reqs = out.take_page_requests();
+    if reqs.is_empty() {
+        return;
+    }
+    let Some(pg) = side.pager else {
+        panic!("page request for a side without a pager");
+    };
+    for r in reqs {
+        if r.type_ != VRDMA_PAGEREQ_FAULT {
+            continue;
+        }
+        let t0 = Instant::now();
+        assert_eq!(r.mr_key, pg.key, "fault for an unknown MR");
+        let start = r.iova & !4095;
+        let end = (r.iova + r.length).next_multiple_of(4096);
+        assert!(
+            start >= pg.va && end <= pg.va + pg.span,
+            "fault outside the mapped VA range"
+        );
+        let npages = (end - start) / 4096;
+        let c = VrdmaCmdOdpPageResp {
+            req_id: r.req_id,
+            mr_key: r.mr_key,
+            status: VRDMA_STATUS_OK,
+            flags: VRDMA_ODP_RESP_F_WRITABLE,
+            iova: start,
+            npages: npages as u32,
+            reserved: 0,
+        };
+        let mut b = Vec::with_capacity(48 + npages as usize * 8);
+        b.extend_from_slice(c.as_bytes());
+        for va in (start..end).step_by(4096) {
+            let gpa = pg.gpa + (va - pg.va) % pg.backing;
+            b.extend_from_slice(&gpa.to_le_bytes());
+        }
+        let mut resp = Vec::new();
+        let st = dev.handle_command(VRDMA_CMD_ODP_PAGE_RESP, &b, &mut resp);
+        assert_eq!(st, VRDMA_STATUS_OK, "ODP_PAGE_RESP refused");
+        let now = Instant::now();
+        side.last_resp_at = Some(now);
+        side.pager_times.push((now - t0).as_secs_f64());
+    }
+}

@@ -1,0 +1,81 @@
+//! `make bench`: figures for the closing notes of the [engine] and [odp] issues (figures, not
+//! pass/fail tests). Release build, plain `std::time::Instant`, medians of many runs.
+//!
+//! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
+//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire` (default: all).
+//! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs).
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+mod bed;
+mod engine;
+mod odp;
+mod util;
+mod wire;
+
+use std::time::Instant;
+
+const SECTIONS: [&str; 6] = [
+    "engine",
+    "engine-qps",
+    "odp-reg",
+    "odp-touch",
+    "odp-steady",
+    "wire",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick")
+        || std::env::var("VRDMA_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    // cargo bench passes `--bench`; other `--` flags are ignored too.
+    let wanted: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    for w in &wanted {
+        if !SECTIONS.contains(w) {
+            eprintln!("unknown section {w:?}; sections: {}", SECTIONS.join(" "));
+            std::process::exit(2);
+        }
+    }
+    let on = |s: &str| wanted.is_empty() || wanted.contains(&s);
+    let start = Instant::now();
+    println!(
+        "vrdma bench: {} mode, {} CPUs, load average {} at start{}",
+        if cfg!(debug_assertions) {
+            "DEBUG (figures meaningless)"
+        } else {
+            "release"
+        },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        util::loadavg(),
+        if quick { ", quick" } else { "" }
+    );
+    if on("engine") {
+        engine::run(quick);
+    }
+    if on("engine-qps") {
+        engine::qp_scaling(quick);
+    }
+    if on("odp-reg") {
+        odp::registration(quick);
+    }
+    if on("odp-touch") {
+        odp::first_touch_table(quick);
+    }
+    if on("odp-steady") {
+        odp::steady_state(quick);
+    }
+    if on("wire") {
+        wire::run(quick);
+    }
+    println!();
+    println!(
+        "vrdma bench: done in {:.1} s (load average {} at the end)",
+        start.elapsed().as_secs_f64(),
+        util::loadavg()
+    );
+}

@@ -1,0 +1,233 @@
+//! Memory-related transport paths: fast registration (REG_MR WQE), LOCAL_INV, SEND_WITH_INV
+//! (spec §6.1, §12) and on-demand paging at the requester and the responder (spec §10).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use vrdma_backend::transport::ctx::Cqe;
+use vrdma_spec::*;
+
+const T: Duration = Duration::from_secs(30);
+
+struct Pair {
+    a: Node,
+    b: Node,
+    qa: QpH,
+    qb: QpH,
+    cqa: RingH,
+    cqb: RingH,
+    pda: u32,
+    pdb: u32,
+}
+
+fn pair(a: Node, b: Node) -> Pair {
+    let (mut a, mut b) = (a, b);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, cqa) = a.create_cq(256);
+    let (cb, cqb) = b.create_cq(256);
+    let qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 12, 7, 7);
+    Pair {
+        a,
+        b,
+        qa,
+        qb,
+        cqa,
+        cqb,
+        pda,
+        pdb,
+    }
+}
+
+fn wait(p: &mut Pair, link: &mut Link, na: usize, nb: usize) -> (Vec<Cqe>, Vec<Cqe>) {
+    let (mut ga, mut gb) = (Vec::new(), Vec::new());
+    let (cqa, cqb) = (&mut p.cqa, &mut p.cqb);
+    pump_until(&mut p.a, &mut p.b, link, T, |a, b| {
+        a.answer_page_requests();
+        b.answer_page_requests();
+        ga.extend(a.poll_cq(cqa));
+        gb.extend(b.poll_cq(cqb));
+        ga.len() >= na && gb.len() >= nb
+    });
+    (ga, gb)
+}
+
+/// Allocate a fast-reg MR on B and register `[gpa, gpa+len)` into it with a REG_MR WQE posted on
+/// B's own send queue. Returns the new key.
+fn fast_reg(p: &mut Pair, link: &mut Link, gpa: u64, len: u64, variant: u8) -> u32 {
+    let c = VrdmaCmdRegMr {
+        pdn: p.pdb,
+        access: 0,
+        iova: 0,
+        length: 0,
+        page_shift: 12,
+        npages: 16,
+    };
+    let r =
+        p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
+            .expect("alloc fast reg");
+    let k0 = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
+    let key = (k0 & !0xff) | variant as u32;
+    let np = len.div_ceil(4096);
+    let list = p.b.alloc(np * 8);
+    let bytes: Vec<u8> = (0..np)
+        .flat_map(|i| (gpa + i * 4096).to_le_bytes())
+        .collect();
+    p.b.write(list, &bytes);
+    let mut qb = p.qb.clone();
+    p.b.post_send(
+        &mut qb,
+        &Wqe {
+            wr_id: 900,
+            opcode: VRDMA_WR_REG_MR,
+            flags: VRDMA_SEND_SIGNALED,
+            reg: Some((
+                gpa,
+                len,
+                key,
+                VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE,
+                np as u32,
+                12,
+                list,
+            )),
+            ..Default::default()
+        },
+    );
+    p.qb = qb;
+    let (_, gb) = wait(p, link, 0, 1);
+    assert_eq!(
+        (gb[0].wr_id, gb[0].status, gb[0].opcode),
+        (900, VRDMA_WC_SUCCESS, VRDMA_WC_REG_MR)
+    );
+    key
+}
+
+fn write_to(p: &mut Pair, src: u64, ka: u32, dst: u64, rkey: u32, wr_id: u64) {
+    let mut qa = p.qa.clone();
+    p.a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 64, ka)],
+            remote_addr: dst,
+            rkey,
+            ..Default::default()
+        },
+    );
+    p.qa = qa;
+}
+
+#[test]
+fn fast_reg_then_local_inv() {
+    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
+    let mut link = Link::clean();
+    let src = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+    p.a.write(src, &pattern(4, 64));
+    let dst = p.b.alloc(8192);
+    let key = fast_reg(&mut p, &mut link, dst, 8192, 0x42);
+    write_to(&mut p, src, ka, dst + 4096, key, 1);
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (1, VRDMA_WC_SUCCESS));
+    assert_eq!(p.b.read(dst + 4096, 64), pattern(4, 64));
+    // LOCAL_INV on B's SQ, then the rkey is dead.
+    let mut qb = p.qb.clone();
+    p.b.post_send(
+        &mut qb,
+        &Wqe {
+            wr_id: 901,
+            opcode: VRDMA_WR_LOCAL_INV,
+            flags: VRDMA_SEND_SIGNALED,
+            ex: key,
+            ..Default::default()
+        },
+    );
+    p.qb = qb;
+    let (_, gb) = wait(&mut p, &mut link, 0, 1);
+    assert_eq!(
+        (gb[0].wr_id, gb[0].status, gb[0].opcode),
+        (901, VRDMA_WC_SUCCESS, VRDMA_WC_LOCAL_INV)
+    );
+    write_to(&mut p, src, ka, dst, key, 2);
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (2, VRDMA_WC_REM_ACCESS_ERR));
+}
+
+#[test]
+fn send_with_invalidate() {
+    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
+    let mut link = Link::clean();
+    let src = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+    let dst = p.b.alloc(8192);
+    let key = fast_reg(&mut p, &mut link, dst, 8192, 0x07);
+    let rbuf = p.b.alloc(4096);
+    let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
+    let mut rq = p.qb.rq.clone().unwrap();
+    p.b.post_recv(&mut rq, 60, &[(rbuf, 4096, kr)]);
+    p.qb.rq = Some(rq);
+    let mut qa = p.qa.clone();
+    p.a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 3,
+            opcode: VRDMA_WR_SEND_WITH_INV,
+            flags: VRDMA_SEND_SIGNALED,
+            ex: key,
+            sges: vec![(src, 32, ka)],
+            ..Default::default()
+        },
+    );
+    p.qa = qa;
+    let (ga, gb) = wait(&mut p, &mut link, 1, 1);
+    assert_eq!((ga[0].wr_id, ga[0].status), (3, VRDMA_WC_SUCCESS));
+    let c = &gb[0];
+    assert_eq!((c.wr_id, c.status, c.byte_len), (60, VRDMA_WC_SUCCESS, 32));
+    assert_eq!(c.flags & VRDMA_WC_F_INV, VRDMA_WC_F_INV);
+    assert_eq!(c.ex, key);
+    write_to(&mut p, src, ka, dst, key, 4);
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (4, VRDMA_WC_REM_ACCESS_ERR));
+}
+
+#[test]
+fn odp_at_requester_and_responder() {
+    let mut p = pair(Node::new_odp(1, 16), Node::new_odp(2, 16));
+    let mut link = Link::clean();
+    let len = 3 << 20; // spans two 2 MiB chunks
+    let src = p.a.alloc(len);
+    let dst = p.b.alloc(len);
+    let ka = p.a.reg_odp_mr(p.pda, src, len, ACC_ALL);
+    let kb = p.b.reg_odp_mr(p.pdb, dst, len, ACC_ALL);
+    let data = pattern(8, len as usize);
+    p.a.write(src, &data);
+    let mut qa = p.qa.clone();
+    p.a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 5,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, len as u32, ka)],
+            remote_addr: dst,
+            rkey: kb,
+            ..Default::default()
+        },
+    );
+    p.qa = qa;
+    // The requester faults first (its QP waits), the responder RNR-NAKs and faults too.
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (5, VRDMA_WC_SUCCESS));
+    assert!(p.b.read(dst, len as usize) == data, "ODP WRITE data");
+    // Two chunks faulted on each side (spec §10), each answered once.
+    assert_eq!(p.a.answered, 2, "requester page requests");
+    assert_eq!(p.b.answered, 2, "responder page requests");
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
+}
