@@ -183,3 +183,22 @@ fn tap_errors_are_reported() {
         let _ = up.recv(&mut buf).unwrap();
     });
 }
+
+#[test]
+fn tap_attaches_to_an_existing_persistent_device() {
+    in_netns(|| {
+        // `ip` forked from this thread runs in the same (private) network namespace.
+        let st = std::process::Command::new("ip")
+            .args(["tuntap", "add", "dev", "vrdmat3", "mode", "tap"])
+            .status()
+            .expect("run ip");
+        assert!(st.success(), "ip tuntap add failed");
+        let before = ifindex("vrdmat3");
+        let tap = TapUplink::open("vrdmat3").unwrap();
+        assert_eq!(ifindex("vrdmat3"), before, "attached, not re-created");
+        assert_ne!(if_flags("vrdmat3") & libc::IFF_UP as libc::c_short, 0);
+        drop(tap);
+        // A persistent device outlives the uplink.
+        assert_eq!(ifindex("vrdmat3"), before);
+    });
+}

@@ -7,6 +7,34 @@ use std::os::unix::io::{AsRawFd, RawFd};
 
 use super::{recv_frame, Uplink, UplinkError, MAX_FRAME};
 
+/// Send and receive buffer size requested by [`UdpUplink::new`].
+pub const SOCKET_BUFFER: libc::c_int = 4 << 20;
+
+/// Best effort: SO_{RCV,SND}BUFFORCE (CAP_NET_ADMIN) else SO_{RCV,SND}BUF (capped by the sysctls).
+fn grow_buffers(sock: &UdpSocket) {
+    let v: libc::c_int = SOCKET_BUFFER;
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        for opt in [force, plain] {
+            // SAFETY: setsockopt on a socket we own with a pointer to a live c_int and its size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct UdpUplink {
     sock: UdpSocket,
@@ -15,6 +43,8 @@ pub struct UdpUplink {
 
 impl UdpUplink {
     /// Bind `local` (port 0 picks a free port, see [`UdpUplink::local_addr`]) and send to `remote`.
+    /// Socket buffers are raised to [`SOCKET_BUFFER`] where allowed: a window of RoCE packets
+    /// would otherwise overflow the default ~200 KiB and cost retransmissions.
     pub fn new(local: SocketAddr, remote: SocketAddr) -> Result<UdpUplink, UplinkError> {
         let sock = UdpSocket::bind(local).map_err(|source| UplinkError::Bind {
             addr: local,
@@ -25,6 +55,7 @@ impl UdpUplink {
                 addr: local,
                 source,
             })?;
+        grow_buffers(&sock);
         Ok(UdpUplink { sock, remote })
     }
 
@@ -89,6 +120,36 @@ impl Uplink for UdpUplink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buffers_are_grown() {
+        let u = UdpUplink::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        )
+        .unwrap();
+        let mut v: libc::c_int = 0;
+        let mut l = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a live c_int with its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                u.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut l,
+            )
+        };
+        assert_eq!(rc, 0);
+        // The kernel doubles the request; without privileges it is capped by rmem_max, still
+        // more than nothing. As root (CI) the full size is granted.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(v >= SOCKET_BUFFER, "SO_RCVBUF {v}");
+        } else {
+            assert!(v > 0);
+        }
+    }
 
     #[test]
     fn pair_on_loopback() {
