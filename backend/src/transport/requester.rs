@@ -412,11 +412,11 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
 
 /// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell).
 fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
-    let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|_| Fatal::QpFatal)?;
+    let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|f| Fatal::QpFatal(f.0))?;
     let mut buf = vec![0u8; ctx.sq_wqe_size as usize];
     while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
         let idx = st.sq_fetch;
-        ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|_| Fatal::QpFatal)?;
+        ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
         st.wqes.push_back(decode_wqe(ctx, idx, &buf));
         st.sq_fetch = st.sq_fetch.wrapping_add(1);
     }

@@ -390,8 +390,8 @@ impl Responder<'_, '_> {
             match take_recv(dev, self.ctx) {
                 Ok(Some(w)) => st.recv = Some(w),
                 Ok(None) => return RespStep::ErrRnr,
-                Err(()) => {
-                    st.fatal = Some(Fatal::QpFatal);
+                Err(code) => {
+                    st.fatal = Some(Fatal::QpFatal(code));
                     return RespStep::Drop;
                 }
             }
@@ -916,8 +916,8 @@ fn push_resource(st: &mut ResponderState, ctx: &QpCtx, r: RdAtomicRes) {
 }
 
 /// Take a receive WQE from the RQ or the SRQ.
-fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, ()> {
-    ctx::recv_take(dev, ctx).map_err(|_| ())
+fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
+    ctx::recv_take(dev, ctx).map_err(|f| f.0)
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
@@ -1093,8 +1093,8 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         Ok(Some(w)) => w,
         // UD has no RNR: without a receive WQE the datagram is dropped (IBTA 9.8).
         Ok(None) => return,
-        Err(()) => {
-            st.fatal = Some(Fatal::QpFatal);
+        Err(code) => {
+            st.fatal = Some(Fatal::QpFatal(code));
             return;
         }
     };
