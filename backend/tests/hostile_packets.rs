@@ -615,3 +615,178 @@ fn random_frames() {
     check_canary(&t);
     healthy_round(&mut t, 3);
 }
+
+/// The first template frame with BTH opcode `op`.
+fn find(reqs: &[Vec<u8>], op: u8) -> Vec<u8> {
+    reqs.iter()
+        .find(|f| f[BTH] == op)
+        .unwrap_or_else(|| panic!("no template with opcode {op:#x}"))
+        .clone()
+}
+
+/// Fresh bed and templates, but the target QPs were reset and reconnected so that b expects the
+/// templates' first PSN again.
+fn fresh() -> (Bed, Vec<Vec<u8>>) {
+    let mut t = bed();
+    let (reqs, _) = templates(&mut t);
+    revive_target(&mut t);
+    t.b.out.take_events();
+    t.b.poll_cq(&mut t.tcqb);
+    t.b.poll_cq(&mut t.ucqb);
+    (t, reqs)
+}
+
+/// Feed `f` to b; return the AETH syndromes of the ACK/NAK frames b answered with.
+fn feed_b(t: &mut Bed, f: &[u8]) -> Vec<u8> {
+    transport::on_frame(&mut t.b.dev, f);
+    std::mem::take(&mut t.b.dev.outbox)
+        .iter()
+        .filter(|g| g.len() > BTH + 16 && g[BTH] == 0x11)
+        .map(|g| g[BTH + 12])
+        .collect()
+}
+
+/// Set the PSN of a request to b's expected PSN (templates were sent from PSN 1000 on).
+fn with_psn(mut f: Vec<u8>, psn: u32) -> Vec<u8> {
+    f[BTH + 9..BTH + 12].copy_from_slice(&psn.to_be_bytes()[1..]);
+    f
+}
+
+const NAK_INV_REQ: u8 = 0x61;
+const NAK_REM_ACCESS: u8 = 0x62;
+
+/// §14.6 outcomes of R_Key violations and malformed requests, checked one by one.
+#[test]
+fn responder_outcomes_for_bad_requests() {
+    // (opcode of the template, field offset after BTH, bytes to write, expected NAK, event)
+    struct Case {
+        name: &'static str,
+        op: u8,
+        patch: fn(&mut Vec<u8>, &Bed),
+        nak: u8,
+        event: u32,
+    }
+    let cases = [
+        Case {
+            name: "WRITE_FIRST RETH length beyond the MR",
+            op: 0x06,
+            patch: |f, _| set_u32_be(f, BTH + 12 + 12, (TLEN + 4096) as u32),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "WRITE_FIRST RETH va+len overflowing u64",
+            op: 0x06,
+            patch: |f, _| set_u64_be(f, BTH + 12, u64::MAX - 100),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "WRITE_FIRST wrong rkey variant",
+            op: 0x06,
+            patch: |f, t| set_u32_be(f, BTH + 12 + 8, t.tkb ^ 0x01),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "READ request with a 2 GiB - 1 length",
+            op: 0x0c,
+            patch: |f, _| set_u32_be(f, BTH + 12 + 12, 0x7fff_ffff),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "READ request va just below the MR",
+            op: 0x0c,
+            patch: |f, t| set_u64_be(f, BTH + 12, t.tdst - 8),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "FETCH_ADD misaligned",
+            op: 0x14,
+            patch: |f, t| set_u64_be(f, BTH + 12, t.tdst + 65),
+            nak: NAK_INV_REQ,
+            event: VRDMA_EV_QP_REQ_ERR,
+        },
+        Case {
+            name: "FETCH_ADD beyond the MR",
+            op: 0x14,
+            patch: |f, t| set_u64_be(f, BTH + 12, t.tdst + TLEN),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+    ];
+    for c in &cases {
+        let (mut t, reqs) = fresh();
+        let mut f = with_psn(find(&reqs, c.op), 1000);
+        (c.patch)(&mut f, &t);
+        reseal(&mut f);
+        let naks = feed_b(&mut t, &f);
+        assert_eq!(naks, vec![c.nak], "{}: answer", c.name);
+        assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_ERR, "{}: state", c.name);
+        let ev = t.b.events();
+        assert!(
+            ev.iter().any(|e| e.type_ == c.event && e.id == t.tb.qpn),
+            "{}: events {ev:?}",
+            c.name
+        );
+        check_canary(&t);
+        healthy_round(&mut t, 1);
+    }
+}
+
+/// A PSN far ahead gets one PSN sequence NAK and changes nothing; far behind (outside the
+/// duplicate window) is dropped or re-ACKed, never executed.
+#[test]
+fn psn_far_out_of_window() {
+    let (mut t, reqs) = fresh();
+    let before = t.b.read(t.tdst, TLEN as usize);
+    let f = with_psn(find(&reqs, 0x06), 1000 + 0x40_0000);
+    let mut f = f;
+    reseal(&mut f);
+    let naks = feed_b(&mut t, &f);
+    assert_eq!(naks, vec![0x60], "PSN sequence error NAK");
+    let naks = feed_b(&mut t, &f);
+    assert!(naks.len() <= 1, "at most one NAK per gap: {naks:?}");
+    let mut g = with_psn(
+        find(&reqs, 0x06),
+        1000u32.wrapping_sub(0x40_0000) & 0xff_ffff,
+    );
+    reseal(&mut g);
+    let _ = feed_b(&mut t, &g);
+    assert_eq!(
+        t.b.read(t.tdst, TLEN as usize),
+        before,
+        "out-of-window write landed"
+    );
+    assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_RTS);
+    check_canary(&t);
+}
+
+/// UD datagrams with the wrong Q_Key are dropped: no CQE, no receive consumed (§14.6).
+#[test]
+fn ud_wrong_qkey_is_dropped() {
+    let (mut t, reqs) = fresh();
+    let tpl = find(&reqs, 0x65);
+    let consumer = |t: &Bed| {
+        t.b.mem
+            .load_u32_acquire(t.ub.rq.as_ref().unwrap().ctrl() + 64)
+            .unwrap()
+    };
+    let c0 = consumer(&t);
+    for qkey in [0u32, 0x1112, 0x8001_0000, u32::MAX] {
+        let mut f = tpl.clone();
+        set_u32_be(&mut f, BTH + 12, qkey);
+        reseal(&mut f);
+        transport::on_frame(&mut t.b.dev, &f);
+    }
+    assert!(t.b.dev.outbox.is_empty(), "UD never answers");
+    assert!(t.b.poll_cq(&mut t.ucqb).is_empty(), "wrong Q_Key delivered");
+    assert_eq!(consumer(&t), c0, "receive WQE consumed");
+    // The right Q_Key is delivered (the template itself).
+    transport::on_frame(&mut t.b.dev, &tpl);
+    let c = t.b.poll_cq(&mut t.ucqb);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS);
+}
