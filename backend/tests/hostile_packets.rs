@@ -482,7 +482,8 @@ fn revive_target(t: &mut Bed) {
     t.b.modify_qp(t.tb.qpn, VRDMA_QP_STATE, a).unwrap();
     // After RESET the device restarts the indices at 0 in the control page (§4.3); the drivers
     // re-read `producer` from it.
-    for q in [&mut t.tb] {
+    {
+        let q = &mut t.tb;
         q.sq.idx = t.b.mem.load_u32_acquire(q.sq.ctrl()).unwrap();
         let rq = q.rq.as_mut().unwrap();
         rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
