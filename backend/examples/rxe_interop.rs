@@ -11,7 +11,8 @@
 //!
 //! Usage: rxe_interop LOCAL_ADDR:PORT REMOTE_ADDR:PORT GUEST_MAC [v6]
 //! (GUEST_MAC e.g. 52:54:00:00:00:02; `v6`: use the link-local IPv6 GIDs derived from the MACs
-//! instead of 10.0.0.1 / 10.0.0.2.)
+//! instead of 10.0.0.1 / 10.0.0.2.) Env `VRDMA_IMPAIR=drop=..,dup=..,reorder=..,seed=..` impairs
+//! what this side sends.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::Engine;
-use vrdma_backend::uplink::UdpUplink;
+use vrdma_backend::uplink::{ImpairConfig, Impaired, UdpUplink, Uplink};
 use vrdma_spec::*;
 
 fn pat(mul: usize, add: usize, len: usize) -> Vec<u8> {
@@ -116,8 +117,17 @@ fn main() {
     a.post_recv(&mut rq, 1, &[(buf + 24576, 4096, k)]);
 
     let up = UdpUplink::new(local, remote).expect("uplink");
+    let (up, impaired): (Arc<dyn Uplink>, _) = match std::env::var("VRDMA_IMPAIR") {
+        Ok(spec) => {
+            let cfg: ImpairConfig = spec.parse().expect("VRDMA_IMPAIR");
+            println!("host: impairing sends: {cfg:?}");
+            let i = Arc::new(Impaired::new(up, cfg));
+            (i.clone(), Some(i))
+        }
+        Err(_) => (Arc::new(up), None),
+    };
     let d = detach(&mut a);
-    let e = Engine::start(d, Arc::new(up)).expect("engine");
+    let e = Engine::start(d, up).expect("engine");
     println!("HOST READY");
 
     // 1. The guest's SEND (3000 bytes, multi-packet at MTU 1024).
@@ -184,6 +194,9 @@ fn main() {
     };
     ring(&mut a, &mut q, w);
     wait_cqe(&mut a, &mut cqr, "SEND");
+    if let Some(i) = &impaired {
+        println!("host: impairment: {:?}", i.stats());
+    }
     println!("HOST DONE ok");
     e.stop();
 }

@@ -25,7 +25,7 @@ pub const QPS_SQD: u32 = 4;
 pub const QPS_SQE: u32 = 5;
 pub const QPS_ERR: u32 = 6;
 
-/// The well-known Q_Key of QP1 (IBTA 13.4.6.x / spec §13).
+/// The well-known Q_Key of QP1 (IBTA 13.4.6 / spec §13).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// Snapshot of the QP attributes the transport reads, taken at the start of each operation.
@@ -99,7 +99,11 @@ pub fn mtu_bytes(e: u32) -> u32 {
 
 /// Why a ring access failed: the QP must go to ERROR with QP_FATAL (spec §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingFault;
+pub struct RingFault(
+    /// The `VRDMA_RING_ERR_*` code (the QP_FATAL event's `info`); 0 when no ring index or
+    /// access failed (e.g. a malformed receive WQE).
+    pub u32,
+);
 
 /// Build a path from an address vector and its resolved source GID (spec §15).
 fn av_path(dev: &Device, av: &VrdmaAv, sgid: [u8; 16]) -> Path {
@@ -131,7 +135,7 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         send_cqn: qp.send_cqn,
         recv_cqn: qp.recv_cqn,
         srqn: qp.srqn,
-        // UD/GSI have no path MTU attribute: datagrams are bounded by the port MTU (IBTA 9.8.x).
+        // UD/GSI have no path MTU attribute: datagrams are bounded by the port MTU (IBTA 9.8).
         mtu: if qp.qp_type.is_datagram() {
             mtu_bytes(dev.config.port_mtu())
         } else {
@@ -202,20 +206,23 @@ pub fn qp_state(dev: &Device, qpn: u32) -> Option<u32> {
 /// The SQ producer, checked against the ring depth (spec §4: producer − consumer > depth →
 /// ring error INDEX; the caller moves the QP to ERROR + QP_FATAL).
 pub fn sq_producer(dev: &mut Device, qpn: u32) -> Result<u32, RingFault> {
-    let qp = dev.qps.get(qpn).ok_or(RingFault)?;
+    let qp = dev.qps.get(qpn).ok_or(RingFault(0))?;
     match qp.sq.pending(&dev.mem) {
         Ok(n) => Ok(qp.sq.dev_index().wrapping_add(n)),
         Err(e) => {
-            let _ = qp.sq.set_error(&dev.mem, e.ring_error_code());
-            Err(RingFault)
+            let code = e.ring_error_code();
+            let _ = qp.sq.set_error(&dev.mem, code);
+            Err(RingFault(code))
         }
     }
 }
 
 /// Read SQ slot `idx` (its first `buf.len()` bytes).
 pub fn sq_read(dev: &Device, qpn: u32, idx: u32, buf: &mut [u8]) -> Result<(), RingFault> {
-    let qp = dev.qps.get(qpn).ok_or(RingFault)?;
-    qp.sq.read_entry(&dev.mem, idx, buf).map_err(|_| RingFault)
+    let qp = dev.qps.get(qpn).ok_or(RingFault(0))?;
+    qp.sq
+        .read_entry(&dev.mem, idx, buf)
+        .map_err(|e| RingFault(e.ring_error_code()))
 }
 
 /// Publish the SQ consumer (spec §4: advanced when WQEs are completed or flushed).
@@ -232,7 +239,7 @@ pub fn sq_set_consumer(dev: &mut Device, qpn: u32, v: u32) {
 pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault> {
     if let Some(srqn) = ctx.srqn {
         let (size, max_sge) = {
-            let srq = dev.srqs.get(srqn).ok_or(RingFault)?;
+            let srq = dev.srqs.get(srqn).ok_or(RingFault(0))?;
             (srq.ring.entry_size() as usize, srq.max_sge)
         };
         let mut buf = vec![0u8; size];
@@ -240,19 +247,20 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
             Ok(false) => Ok(None),
             Ok(true) => decode_recv(&buf, max_sge, Some(srqn))
                 .map(Some)
-                .ok_or(RingFault),
-            Err(_) => Err(RingFault),
+                .ok_or(RingFault(0)),
+            Err(e) => Err(RingFault(e.ring_error_code())),
         };
     }
     let Device { qps, mem, .. } = dev;
-    let qp = qps.get_mut(ctx.qpn).ok_or(RingFault)?;
+    let qp = qps.get_mut(ctx.qpn).ok_or(RingFault(0))?;
     let max_sge = qp.caps.max_recv_sge;
-    let rq = qp.rq.as_mut().ok_or(RingFault)?;
+    let rq = qp.rq.as_mut().ok_or(RingFault(0))?;
     let n = match rq.pending(mem) {
         Ok(n) => n,
         Err(e) => {
-            let _ = rq.set_error(mem, e.ring_error_code());
-            return Err(RingFault);
+            let code = e.ring_error_code();
+            let _ = rq.set_error(mem, code);
+            return Err(RingFault(code));
         }
     };
     if n == 0 {
@@ -260,10 +268,14 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
     }
     let mut buf = vec![0u8; rq.entry_size() as usize];
     let idx = rq.dev_index();
-    rq.read_entry(mem, idx, &mut buf).map_err(|_| RingFault)?;
-    rq.advance_consumer(mem, 1).map_err(|_| RingFault)?;
+    rq.read_entry(mem, idx, &mut buf)
+        .map_err(|e| RingFault(e.ring_error_code()))?;
+    rq.advance_consumer(mem, 1)
+        .map_err(|e| RingFault(e.ring_error_code()))?;
     // A malformed WQE (num_sge beyond max_recv_sge / the slot) is a QP error (spec §6.2).
-    decode_recv(&buf, max_sge, None).map(Some).ok_or(RingFault)
+    decode_recv(&buf, max_sge, None)
+        .map(Some)
+        .ok_or(RingFault(0))
 }
 
 /// Take every posted RQ WQE (flush), returning their wr_ids.
@@ -329,7 +341,7 @@ pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
     Some(av_path(dev, &ah.av, ah.sgid))
 }
 
-/// The SQ of a QP in SQD has drained (IBTA 10.3.1.x): clear the flag.
+/// The SQ of a QP in SQD has drained (IBTA 10.3.1): clear the flag.
 pub fn sq_drained(dev: &mut Device, qpn: u32) {
     if let Some(qp) = dev.qps.get_mut(qpn) {
         qp.sq_draining = false;

@@ -32,7 +32,7 @@ pub use responder::ResponderState;
 
 use crate::device::Device;
 use crate::wire::{Opcode, Transport};
-use packet::{Path, RxPkt, TxHdrs};
+use packet::{Path, TxHdrs};
 
 /// PSNs are 24-bit (IBTA 9.7.1).
 pub const PSN_MASK: u32 = 0x00ff_ffff;
@@ -54,8 +54,9 @@ pub fn psn_add(psn: u32, n: u32) -> u32 {
 pub enum Fatal {
     /// QP to ERROR, no async event (the error was reported through a completion).
     Silent,
-    /// QP to ERROR + `VRDMA_EV_QP_FATAL` (ring access failure, spec §4).
-    QpFatal,
+    /// QP to ERROR + `VRDMA_EV_QP_FATAL` (ring access failure, spec §4) with `info` = the
+    /// `VRDMA_RING_ERR_*` code (spec §14.4), 0 if no ring failed.
+    QpFatal(u32),
     /// QP to ERROR + `VRDMA_EV_QP_REQ_ERR` (invalid request at the responder, IBTA 11.6.2).
     ReqErr,
     /// QP to ERROR + `VRDMA_EV_QP_ACCESS_ERR` (IBTA C9-222.1.1, spec §14).
@@ -66,9 +67,17 @@ impl Fatal {
     fn event(self) -> Option<u32> {
         match self {
             Fatal::Silent => None,
-            Fatal::QpFatal => Some(ctx::abi::EV_QP_FATAL),
+            Fatal::QpFatal(_) => Some(ctx::abi::EV_QP_FATAL),
             Fatal::ReqErr => Some(ctx::abi::EV_QP_REQ_ERR),
             Fatal::AccessErr => Some(ctx::abi::EV_QP_ACCESS_ERR),
+        }
+    }
+
+    /// The event's `info`.
+    fn info(self) -> u32 {
+        match self {
+            Fatal::QpFatal(code) => code,
+            _ => 0,
         }
     }
 }
@@ -85,7 +94,7 @@ pub(crate) fn with_req<R>(
     let fatal = st.fatal.take();
     ctx::put_req(dev, qpn, st);
     if let Some(e) = fatal {
-        ctx::qp_to_error(dev, qpn, e.event());
+        dev.qp_to_error(qpn, e.event(), e.info());
     } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
         // could not see the state then, so flush now.
@@ -106,7 +115,7 @@ pub(crate) fn with_resp<R>(
     let fatal = st.fatal.take();
     ctx::put_resp(dev, qpn, st);
     if let Some(e) = fatal {
-        ctx::qp_to_error(dev, qpn, e.event());
+        dev.qp_to_error(qpn, e.event(), e.info());
     } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
         // could not see the state then, so flush now.
@@ -136,13 +145,13 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
     let Some(pkt) = packet::parse(frame) else {
-        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA C9-xx)
+        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2)
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
         return;
     };
-    // The opcode's transport must match the QP's service type (IBTA 9.6.x): otherwise drop.
+    // The opcode's transport must match the QP's service type (IBTA 9.6): otherwise drop.
     let t = pkt.info.transport;
     let ok = match t {
         Transport::Rc => c.is_rc(),
@@ -167,7 +176,7 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
             return;
         }
         with_resp(dev, qpn, |dev, c, st| {
-            responder::on_request(dev, c, st, &pkt, now)
+            responder::on_request(dev, c, st, &pkt)
         });
     }
 }
@@ -215,6 +224,3 @@ pub(crate) fn build_frame(
         path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs, payload,
     )
 }
-
-#[allow(dead_code)]
-fn _assert_types(_: &RxPkt<'_>) {}
