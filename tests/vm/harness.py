@@ -121,7 +121,7 @@ def roce_v2_gid_index(vm, dev):
         if gids[idx] == want and "v2" in types.get(idx, ""):
             cache[dev] = idx
             return idx
-    raise Failure("%s: no RoCE v2 GID for %s on %s" % (vm.name, vm.ip, dev), out)
+    raise Failure("%s: no RoCE v2 GID for %s on %s\n%s" % (vm.name, vm.ip, dev, out))
 
 
 def ib_dev(vm):
