@@ -83,8 +83,10 @@ def pair(server_vm, client_vm, server_cmd, client_cmd, timeout=180, settle=1.0):
                 "Connection refused" not in out:
             break
         time.sleep(1.0)
+    # A failed client leaves the server waiting for a peer that will not come:
+    # give it a short grace period, then stop it.
     try:
-        src, sout = srv.wait(timeout=timeout if rc != 0 else 60)
+        src, sout = srv.wait(timeout=60 if rc == 0 else 10)
     except vrdmavm.CommandTimeout as e:
         src, sout = None, "%s\n%s" % (e, getattr(e, "out", ""))
     both = "--- server (%s) ---\n%s\n--- client (%s) ---\n%s" % (
