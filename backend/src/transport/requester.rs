@@ -322,7 +322,9 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         }
         _ => false,
     };
-    if !allowed {
+    // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
+    const KNOWN_FLAGS: u8 = SEND_SIGNALED | SEND_SOLICITED | SEND_INLINE | SEND_FENCE;
+    if !allowed || w.flags & !KNOWN_FLAGS != 0 {
         w.finish(WC_LOC_QP_OP_ERR, true);
         return w;
     }
@@ -358,8 +360,13 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         w.length = total;
     }
     if w.is_atomic() {
-        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5).
-        if !w.remote_addr.is_multiple_of(8) || w.length < 8 {
+        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5); SGEs
+        // that do not describe exactly 8 bytes are LOC_LEN_ERR (spec §6.1, §14.3).
+        if w.length != 8 {
+            w.finish(WC_LOC_LEN_ERR, true);
+            return w;
+        }
+        if !w.remote_addr.is_multiple_of(8) {
             w.finish(WC_LOC_QP_OP_ERR, true);
             return w;
         }
@@ -417,7 +424,12 @@ fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), F
     while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
         let idx = st.sq_fetch;
         ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
-        st.wqes.push_back(decode_wqe(ctx, idx, &buf));
+        let mut w = decode_wqe(ctx, idx, &buf);
+        // UD/GSI send errors complete the WQE and leave the QP in RTS (spec §14.3, no SQE).
+        if ctx.is_ud() {
+            w.fatal = false;
+        }
+        st.wqes.push_back(w);
         st.sq_fetch = st.sq_fetch.wrapping_add(1);
     }
     Ok(())
@@ -482,6 +494,10 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         }
         if !send_wqe(dev, ctx, st, i, max_rd) {
             return;
+        }
+        if ctx.is_ud() {
+            // UD/GSI: local errors (SGE keys, AH, length) keep the QP in RTS (spec §14.3).
+            st.wqes[i].fatal = false;
         }
         if st.wqes[i].fatal {
             st.stopped = true;
