@@ -480,10 +480,18 @@ fn revive_target(t: &mut Bed) {
         ..Default::default()
     };
     t.b.modify_qp(t.tb.qpn, VRDMA_QP_STATE, a).unwrap();
+    // After RESET the device restarts the indices at 0 in the control page (§4.3); the drivers
+    // re-read `producer` from it.
+    {
+        let q = &mut t.tb;
+        q.sq.idx = t.b.mem.load_u32_acquire(q.sq.ctrl()).unwrap();
+        let rq = q.rq.as_mut().unwrap();
+        rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
+    }
     let tb = t.tb.clone();
     rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
     let mut rq = t.tb.rq.clone().unwrap();
-    // After RESET the device set consumer := producer; post fresh receives.
+    // Post fresh receives.
     for i in 0..4 {
         t.b.post_recv(&mut rq, 300 + i, &[(t.tdst, 4096, t.tkb)]);
     }
@@ -494,6 +502,7 @@ fn revive_target(t: &mut Bed) {
         ..Default::default()
     };
     t.a.modify_qp(t.ta.qpn, VRDMA_QP_STATE, a).unwrap();
+    t.ta.sq.idx = t.a.mem.load_u32_acquire(t.ta.sq.ctrl()).unwrap();
     let ta = t.ta.clone();
     rts(&mut t.a, &ta, t.tb.qpn, av, 3, 14, 7, 7, 1000, 5000);
 }

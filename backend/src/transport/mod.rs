@@ -32,7 +32,7 @@ pub use responder::ResponderState;
 
 use crate::device::Device;
 use crate::wire::{Opcode, Transport};
-use packet::{Path, RxPkt, TxHdrs};
+use packet::{Path, TxHdrs};
 
 /// PSNs are 24-bit (IBTA 9.7.1).
 pub const PSN_MASK: u32 = 0x00ff_ffff;
@@ -145,13 +145,13 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
     let Some(pkt) = packet::parse(frame) else {
-        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA C9-xx)
+        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2)
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
         return;
     };
-    // The opcode's transport must match the QP's service type (IBTA 9.6.x): otherwise drop.
+    // The opcode's transport must match the QP's service type (IBTA 9.6): otherwise drop.
     let t = pkt.info.transport;
     let ok = match t {
         Transport::Rc => c.is_rc(),
@@ -176,7 +176,7 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
             return;
         }
         with_resp(dev, qpn, |dev, c, st| {
-            responder::on_request(dev, c, st, &pkt, now)
+            responder::on_request(dev, c, st, &pkt)
         });
     }
 }
@@ -224,6 +224,3 @@ pub(crate) fn build_frame(
         path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs, payload,
     )
 }
-
-#[allow(dead_code)]
-fn _assert_types(_: &RxPkt<'_>) {}
