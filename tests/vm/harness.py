@@ -196,7 +196,7 @@ def run(selected, results, keep=False):
         cluster = None
         try:
             t0 = time.monotonic()
-            cluster = vrdmavm.Cluster(n=2, keep=True, **TOPOLOGIES[topo])
+            cluster = vrdmavm.Cluster(n=2, keep=keep, **TOPOLOGIES[topo])
             cluster.start()
             print("   booted in %.1fs (%s)" % (time.monotonic() - t0, cluster.workdir), flush=True)
         except Exception as e:
