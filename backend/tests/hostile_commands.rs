@@ -49,6 +49,8 @@ struct Pools {
     srqs: Vec<u32>,
     ahs: Vec<u32>,
     keys: Vec<u32>,
+    /// Destroyed handles (stale inputs).
+    stale: Vec<u32>,
 }
 
 /// Response body size of a successful command (spec §11.2).
@@ -93,13 +95,14 @@ impl Fuzz {
                 r.pick(v)
             }
         };
-        match self.rng.below(16) {
+        match self.rng.below(17) {
             0 => 0,
             1 => 1,
             2 => u32::MAX,
             3 => 1 << 31,
             4 => from_pool(&mut self.rng, &p.pds),
             5 => from_pool(&mut self.rng, &p.cqs),
+            15 => from_pool(&mut self.rng, &p.stale),
             6 => from_pool(&mut self.rng, &p.qps),
             7 => from_pool(&mut self.rng, &p.srqs),
             8 => from_pool(&mut self.rng, &p.ahs),
@@ -109,6 +112,17 @@ impl Fuzz {
             12 => self.rng.below(64) as u32,
             13 => 0xffff,
             _ => self.rng.next() as u32,
+        }
+    }
+
+    /// A live handle of pool `k` (0 pd, 1 cq, 2 qp, 3 srq, 4 ah, 5 key) most of the time.
+    fn live(&mut self, k: usize) -> u32 {
+        let p = &self.pools;
+        let v = [&p.pds, &p.cqs, &p.qps, &p.srqs, &p.ahs, &p.keys][k];
+        if v.is_empty() || self.rng.chance(10) {
+            self.u32v()
+        } else {
+            self.rng.pick(v)
         }
     }
 
@@ -127,8 +141,14 @@ impl Fuzz {
 
     fn pages(&mut self, n: u64) -> Vec<u8> {
         let mut b = Vec::new();
+        // Most lists are entirely valid (so that the command gets deep); the rest mix in bad GPAs.
+        let clean = self.rng.chance(70);
         for _ in 0..n {
-            let g = self.gpa();
+            let g = if clean {
+                self.area + self.rng.below(self.area_pages) * 4096
+            } else {
+                self.gpa()
+            };
             b.extend_from_slice(&g.to_le_bytes());
         }
         b
@@ -194,25 +214,29 @@ impl Fuzz {
                 let rq_depth = 1u32 << r.below(6);
                 let sqn = 1 + ((depth as u64) << sq_shift).div_ceil(4096).min(64);
                 let rqn = 1 + ((rq_depth as u64) << rq_shift).div_ceil(4096);
+                let pdn = self.live(0);
+                let send_cqn = self.live(1);
+                let recv_cqn = self.live(1);
+                let srqn = if self.rng.chance(90) {
+                    VRDMA_NO_SRQ
+                } else {
+                    self.live(3)
+                };
                 let c = VrdmaCmdCreateQp {
-                    pdn: self.u32v(),
-                    qp_type: self.rng.pick(&[1, 2, 2, 3, 4, 4, 0, 7]),
-                    send_cqn: self.u32v(),
-                    recv_cqn: self.u32v(),
-                    srqn: if self.rng.chance(70) {
-                        VRDMA_NO_SRQ
-                    } else {
-                        self.u32v()
-                    },
+                    pdn,
+                    qp_type: self.rng.pick(&[1, 2, 2, 2, 3, 3, 4, 4, 4, 0, 7]),
+                    send_cqn,
+                    recv_cqn,
+                    srqn,
                     sq_depth: depth,
                     rq_depth,
                     sq_wqe_shift: sq_shift,
                     rq_wqe_shift: rq_shift,
-                    sq_sig_all: self.rng.below(3) as u8,
+                    sq_sig_all: self.rng.pick(&[0, 1, 1, 2]),
                     reserved0: 0,
-                    max_send_sge: self.rng.below(40) as u32,
-                    max_recv_sge: self.rng.below(40) as u32,
-                    max_inline_data: self.rng.below(600) as u32,
+                    max_send_sge: self.rng.pick(&[0, 1, 2, 4, 33, 1000]),
+                    max_recv_sge: self.rng.pick(&[0, 1, 2, 4, 33, 1000]),
+                    max_inline_data: self.rng.below(4) as u32 * self.rng.below(200) as u32,
                     sq_npages: sqn as u32,
                     rq_npages: rqn as u32,
                     reserved1: 0,
@@ -240,13 +264,57 @@ impl Fuzz {
                     max_dest_rd_atomic: r.below(20) as u8,
                     ..Default::default()
                 };
-                let mask = if r.chance(50) {
-                    r.next() as u32
-                } else {
-                    (r.next() as u32) & 0x1f_ffff
+                let mut attr = attr;
+                if r.chance(70) {
+                    attr.port_num = 1;
+                    attr.pkey_index = 0;
+                    attr.path_mtu = 1 + r.below(5) as u32;
+                    attr.timeout = r.below(32) as u8;
+                    attr.retry_cnt = r.below(8) as u8;
+                    attr.rnr_retry = r.below(8) as u8;
+                    attr.min_rnr_timer = r.below(32) as u8;
+                    attr.max_rd_atomic = r.below(17) as u8;
+                    attr.max_dest_rd_atomic = r.below(17) as u8;
+                    attr.rq_psn &= 0xff_ffff;
+                    attr.sq_psn &= 0xff_ffff;
+                    attr.dest_qp_num &= 0xff_ffff;
+                    attr.qp_access_flags &= 0xe;
+                    attr.av.vlan_id = 0xffff;
+                    attr.av.dgid[10] = 0xff;
+                    attr.av.dgid[11] = 0xff;
+                    attr.av.dgid[15] = 2;
+                }
+                let canonical = [
+                    VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_ACCESS_FLAGS,
+                    VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_QKEY,
+                    VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_QKEY,
+                    VRDMA_QP_STATE
+                        | VRDMA_QP_AV
+                        | VRDMA_QP_PATH_MTU
+                        | VRDMA_QP_DEST_QPN
+                        | VRDMA_QP_RQ_PSN
+                        | VRDMA_QP_MAX_DEST_RD_ATOMIC
+                        | VRDMA_QP_MIN_RNR_TIMER,
+                    VRDMA_QP_STATE
+                        | VRDMA_QP_TIMEOUT
+                        | VRDMA_QP_RETRY_CNT
+                        | VRDMA_QP_RNR_RETRY
+                        | VRDMA_QP_SQ_PSN
+                        | VRDMA_QP_MAX_QP_RD_ATOMIC,
+                    VRDMA_QP_STATE | VRDMA_QP_SQ_PSN,
+                    VRDMA_QP_STATE,
+                    VRDMA_QP_STATE | VRDMA_QP_EN_SQD_ASYNC_NOTIFY,
+                    VRDMA_QP_STATE | VRDMA_QP_CUR_STATE,
+                ];
+                let mask = match r.below(4) {
+                    0 => r.next() as u32,
+                    1 => (r.next() as u32) & 0x1f_ffff,
+                    2 => r.pick(&canonical) ^ (1 << r.below(21)),
+                    _ => r.pick(&canonical),
                 };
+                let qpn = self.live(2);
                 VrdmaCmdModifyQp {
-                    qpn: self.u32v(),
+                    qpn,
                     attr_mask: mask,
                     attr,
                 }
@@ -319,7 +387,15 @@ impl Fuzz {
                     3 => 1 << 41,
                     _ => self.rng.next(),
                 };
-                let np = self.rng.below(20);
+                let mut np = self.rng.below(20);
+                let (mut iova, mut length, mut page_shift) = (iova, length, page_shift);
+                if self.rng.chance(50) {
+                    // Valid geometry over the fuzz area (the page list is still fuzzed).
+                    page_shift = 12;
+                    iova = self.area + self.rng.below(self.area_pages * 4096 / 2);
+                    length = 1 + self.rng.below(65536);
+                    np = ((iova & 4095) + length).div_ceil(4096);
+                }
                 let mut b = VrdmaCmdRegMr {
                     pdn: self.u32v(),
                     access: self.rng.below(256) as u32,
@@ -380,7 +456,11 @@ impl Fuzz {
             .to_vec(),
         };
         // Mutations: overwrite aligned words with interesting values, truncate, extend.
-        let muts = self.rng.below(3);
+        let muts = if self.rng.chance(60) {
+            0
+        } else {
+            1 + self.rng.below(2)
+        };
         for _ in 0..muts {
             if b.len() >= 4 {
                 let o = (self.rng.below(b.len() as u64 / 4) * 4) as usize;
@@ -548,11 +628,24 @@ fn run(seed: u64, odp: bool, budget: Duration) {
     let mut i = 0u64;
     let mut oks = 0u64;
     while start.elapsed() < budget && i < 20000 {
-        let op = if f.rng.chance(3) {
+        let mut op = if f.rng.chance(3) {
             f.rng.next() as u16
         } else {
             f.rng.pick(&ALL_OPS)
         };
+        // Destroys are less frequent than creates so that live objects accumulate.
+        if matches!(
+            op,
+            VRDMA_CMD_DESTROY_PD
+                | VRDMA_CMD_DESTROY_CQ
+                | VRDMA_CMD_DESTROY_QP
+                | VRDMA_CMD_DESTROY_SRQ
+                | VRDMA_CMD_DESTROY_AH
+                | VRDMA_CMD_DEREG_MR
+        ) && f.rng.chance(60)
+        {
+            op = f.rng.pick(&ALL_OPS);
+        }
         let body = f.body(op);
         let mut resp = Vec::new();
         let r = catch_unwind(AssertUnwindSafe(|| {
@@ -566,6 +659,9 @@ fn run(seed: u64, odp: bool, budget: Duration) {
             st <= VRDMA_STATUS_BAD_ADDRESS,
             "seed {seed} iter {i}: opcode {op} status {st} (undefined or NEEDS_RESET) body {body:02x?}"
         );
+        if std::env::var("HOSTILE_STATS").is_ok() {
+            eprintln!("STAT op={op} st={st}");
+        }
         if st == VRDMA_STATUS_OK {
             oks += 1;
             assert_eq!(
@@ -580,7 +676,24 @@ fn run(seed: u64, odp: bool, budget: Duration) {
         } else {
             assert!(resp.is_empty(), "seed {seed} iter {i}: error with a body");
         }
-        // Destroyed handles stay in the pools on purpose: stale handles are good inputs.
+        // Destroyed handles move to the stale pool (still used as inputs, less often).
+        if st == VRDMA_STATUS_OK && body.len() >= 4 {
+            let h = u32::from_le_bytes(body[0..4].try_into().unwrap());
+            let p = &mut f.pools;
+            let pool = match op {
+                VRDMA_CMD_DESTROY_PD => Some(&mut p.pds),
+                VRDMA_CMD_DESTROY_CQ => Some(&mut p.cqs),
+                VRDMA_CMD_DESTROY_QP => Some(&mut p.qps),
+                VRDMA_CMD_DESTROY_SRQ => Some(&mut p.srqs),
+                VRDMA_CMD_DESTROY_AH => Some(&mut p.ahs),
+                VRDMA_CMD_DEREG_MR => Some(&mut p.keys),
+                _ => None,
+            };
+            if let Some(v) = pool {
+                v.retain(|&x| x != h && (op != VRDMA_CMD_DEREG_MR || x >> 8 != h >> 8));
+                p.stale.push(h);
+            }
+        }
         i += 1;
     }
     assert!(i > 200, "too few iterations ({i}) to mean anything");

@@ -480,10 +480,18 @@ fn revive_target(t: &mut Bed) {
         ..Default::default()
     };
     t.b.modify_qp(t.tb.qpn, VRDMA_QP_STATE, a).unwrap();
+    // After RESET the device restarts the indices at 0 in the control page (§4.3); the drivers
+    // re-read `producer` from it.
+    {
+        let q = &mut t.tb;
+        q.sq.idx = t.b.mem.load_u32_acquire(q.sq.ctrl()).unwrap();
+        let rq = q.rq.as_mut().unwrap();
+        rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
+    }
     let tb = t.tb.clone();
     rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
     let mut rq = t.tb.rq.clone().unwrap();
-    // After RESET the device set consumer := producer; post fresh receives.
+    // Post fresh receives.
     for i in 0..4 {
         t.b.post_recv(&mut rq, 300 + i, &[(t.tdst, 4096, t.tkb)]);
     }
@@ -494,6 +502,7 @@ fn revive_target(t: &mut Bed) {
         ..Default::default()
     };
     t.a.modify_qp(t.ta.qpn, VRDMA_QP_STATE, a).unwrap();
+    t.ta.sq.idx = t.a.mem.load_u32_acquire(t.ta.sq.ctrl()).unwrap();
     let ta = t.ta.clone();
     rts(&mut t.a, &ta, t.tb.qpn, av, 3, 14, 7, 7, 1000, 5000);
 }
@@ -614,4 +623,301 @@ fn random_frames() {
     t.b.dev.outbox.clear();
     check_canary(&t);
     healthy_round(&mut t, 3);
+}
+
+/// The first template frame with BTH opcode `op`.
+fn find(reqs: &[Vec<u8>], op: u8) -> Vec<u8> {
+    reqs.iter()
+        .find(|f| f[BTH] == op)
+        .unwrap_or_else(|| panic!("no template with opcode {op:#x}"))
+        .clone()
+}
+
+/// Fresh bed and templates, but the target QPs were reset and reconnected so that b expects the
+/// templates' first PSN again.
+fn fresh() -> (Bed, Vec<Vec<u8>>) {
+    let mut t = bed();
+    let (reqs, _) = templates(&mut t);
+    revive_target(&mut t);
+    t.b.out.take_events();
+    t.b.poll_cq(&mut t.tcqb);
+    t.b.poll_cq(&mut t.ucqb);
+    (t, reqs)
+}
+
+/// Feed `f` to b; return the AETH syndromes of the ACK/NAK frames b answered with.
+fn feed_b(t: &mut Bed, f: &[u8]) -> Vec<u8> {
+    transport::on_frame(&mut t.b.dev, f);
+    std::mem::take(&mut t.b.dev.outbox)
+        .iter()
+        .filter(|g| g.len() > BTH + 16 && g[BTH] == 0x11)
+        .map(|g| g[BTH + 12])
+        .collect()
+}
+
+/// Set the PSN of a request to b's expected PSN (templates were sent from PSN 1000 on).
+fn with_psn(mut f: Vec<u8>, psn: u32) -> Vec<u8> {
+    f[BTH + 9..BTH + 12].copy_from_slice(&psn.to_be_bytes()[1..]);
+    f
+}
+
+const NAK_INV_REQ: u8 = 0x61;
+const NAK_REM_ACCESS: u8 = 0x62;
+
+/// §14.6 outcomes of R_Key violations and malformed requests, checked one by one.
+#[test]
+fn responder_outcomes_for_bad_requests() {
+    // (opcode of the template, field offset after BTH, bytes to write, expected NAK, event)
+    struct Case {
+        name: &'static str,
+        op: u8,
+        patch: fn(&mut Vec<u8>, &Bed),
+        nak: u8,
+        event: u32,
+    }
+    let cases = [
+        Case {
+            name: "WRITE_FIRST RETH length beyond the MR",
+            op: 0x06,
+            patch: |f, _| set_u32_be(f, BTH + 12 + 12, (TLEN + 4096) as u32),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "WRITE_FIRST RETH va+len overflowing u64",
+            op: 0x06,
+            patch: |f, _| set_u64_be(f, BTH + 12, u64::MAX - 100),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "WRITE_FIRST wrong rkey variant",
+            op: 0x06,
+            patch: |f, t| set_u32_be(f, BTH + 12 + 8, t.tkb ^ 0x01),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "READ request with a 2 GiB - 1 length",
+            op: 0x0c,
+            patch: |f, _| set_u32_be(f, BTH + 12 + 12, 0x7fff_ffff),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "READ request va just below the MR",
+            op: 0x0c,
+            patch: |f, t| set_u64_be(f, BTH + 12, t.tdst - 8),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+        Case {
+            name: "FETCH_ADD misaligned",
+            op: 0x14,
+            patch: |f, t| set_u64_be(f, BTH + 12, t.tdst + 65),
+            nak: NAK_INV_REQ,
+            event: VRDMA_EV_QP_REQ_ERR,
+        },
+        Case {
+            name: "FETCH_ADD beyond the MR",
+            op: 0x14,
+            patch: |f, t| set_u64_be(f, BTH + 12, t.tdst + TLEN),
+            nak: NAK_REM_ACCESS,
+            event: VRDMA_EV_QP_ACCESS_ERR,
+        },
+    ];
+    for c in &cases {
+        let (mut t, reqs) = fresh();
+        let mut f = with_psn(find(&reqs, c.op), 1000);
+        (c.patch)(&mut f, &t);
+        reseal(&mut f);
+        let naks = feed_b(&mut t, &f);
+        assert_eq!(naks, vec![c.nak], "{}: answer", c.name);
+        assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_ERR, "{}: state", c.name);
+        let ev = t.b.events();
+        assert!(
+            ev.iter().any(|e| e.type_ == c.event && e.id == t.tb.qpn),
+            "{}: events {ev:?}",
+            c.name
+        );
+        check_canary(&t);
+        healthy_round(&mut t, 1);
+    }
+}
+
+/// A PSN far ahead gets one PSN sequence NAK and changes nothing; far behind (outside the
+/// duplicate window) is dropped or re-ACKed, never executed.
+#[test]
+fn psn_far_out_of_window() {
+    let (mut t, reqs) = fresh();
+    let before = t.b.read(t.tdst, TLEN as usize);
+    let f = with_psn(find(&reqs, 0x06), 1000 + 0x40_0000);
+    let mut f = f;
+    reseal(&mut f);
+    let naks = feed_b(&mut t, &f);
+    assert_eq!(naks, vec![0x60], "PSN sequence error NAK");
+    let naks = feed_b(&mut t, &f);
+    assert!(naks.len() <= 1, "at most one NAK per gap: {naks:?}");
+    let mut g = with_psn(
+        find(&reqs, 0x06),
+        1000u32.wrapping_sub(0x40_0000) & 0xff_ffff,
+    );
+    reseal(&mut g);
+    let _ = feed_b(&mut t, &g);
+    assert_eq!(
+        t.b.read(t.tdst, TLEN as usize),
+        before,
+        "out-of-window write landed"
+    );
+    assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_RTS);
+    check_canary(&t);
+}
+
+/// UD datagrams with the wrong Q_Key are dropped: no CQE, no receive consumed (§14.6).
+#[test]
+fn ud_wrong_qkey_is_dropped() {
+    let (mut t, reqs) = fresh();
+    let tpl = find(&reqs, 0x65);
+    let consumer = |t: &Bed| {
+        t.b.mem
+            .load_u32_acquire(t.ub.rq.as_ref().unwrap().ctrl() + 64)
+            .unwrap()
+    };
+    let c0 = consumer(&t);
+    for qkey in [0u32, 0x1112, 0x8001_0000, u32::MAX] {
+        let mut f = tpl.clone();
+        set_u32_be(&mut f, BTH + 12, qkey);
+        reseal(&mut f);
+        transport::on_frame(&mut t.b.dev, &f);
+    }
+    assert!(t.b.dev.outbox.is_empty(), "UD never answers");
+    assert!(t.b.poll_cq(&mut t.ucqb).is_empty(), "wrong Q_Key delivered");
+    assert_eq!(consumer(&t), c0, "receive WQE consumed");
+    // The right Q_Key is delivered (the template itself).
+    transport::on_frame(&mut t.b.dev, &tpl);
+    let c = t.b.poll_cq(&mut t.ucqb);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS);
+}
+
+/// Reset b's target QP and bring it back to RTR/RTS with an empty RQ (no receives posted).
+fn reset_tb_empty(t: &mut Bed) {
+    let a = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_RESET,
+        ..Default::default()
+    };
+    t.b.modify_qp(t.tb.qpn, VRDMA_QP_STATE, a).unwrap();
+    let rq = t.tb.rq.as_mut().unwrap();
+    rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
+    t.tb.sq.idx = t.b.mem.load_u32_acquire(t.tb.sq.ctrl()).unwrap();
+    let (tb, av) = (t.tb.clone(), t.b.av_to(&t.a));
+    rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
+    t.b.out.take_events();
+}
+
+/// Write a raw receive WQE (header + SGEs as given) at the RQ producer and publish it.
+fn post_raw_recv(t: &mut Bed, wr_id: u64, num_sge: u32, sges: &[(u64, u32, u32)]) {
+    let mut rq = t.tb.rq.clone().unwrap();
+    let mut b = vec![0u8; 1 << rq.shift];
+    b[0..8].copy_from_slice(&wr_id.to_le_bytes());
+    b[8..12].copy_from_slice(&num_sge.to_le_bytes());
+    for (i, (a, l, k)) in sges.iter().enumerate() {
+        let o = 16 + i * 16;
+        b[o..o + 8].copy_from_slice(&a.to_le_bytes());
+        b[o + 8..o + 12].copy_from_slice(&l.to_le_bytes());
+        b[o + 12..o + 16].copy_from_slice(&k.to_le_bytes());
+    }
+    t.b.write(rq.entry_gpa(rq.idx), &b);
+    rq.idx = rq.idx.wrapping_add(1);
+    t.b.mem.store_u32_release(rq.ctrl(), rq.idx).unwrap();
+    t.tb.rq = Some(rq);
+}
+
+const NAK_REM_OP: u8 = 0x63;
+
+/// §14.4 / §14.6 receive-side outcomes: malformed receive WQEs and too-small receive buffers.
+#[test]
+fn receive_wqe_errors_have_the_spec_outcome() {
+    struct Case {
+        name: &'static str,
+        num_sge: u32,
+        sge: fn(&Bed) -> (u64, u32, u32),
+        nak: u8,
+        status: u8,
+    }
+    let cases = [
+        Case {
+            name: "num_sge above max_recv_sge",
+            num_sge: 200,
+            sge: |t| (t.tdst, 4096, t.tkb),
+            nak: NAK_REM_OP,
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "SGE with a stale key",
+            num_sge: 1,
+            sge: |t| (t.tdst, 4096, t.tkb ^ 1),
+            nak: NAK_REM_OP,
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "SGE outside guest memory (key of the MR, address beyond it)",
+            num_sge: 1,
+            sge: |t| (u64::MAX - 100, 4096, t.tkb),
+            nak: NAK_REM_OP,
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "receive buffer smaller than the SEND",
+            num_sge: 1,
+            sge: |t| (t.tdst, 100, t.tkb),
+            nak: NAK_INV_REQ,
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+    ];
+    for c in &cases {
+        let (mut t, reqs) = fresh();
+        reset_tb_empty(&mut t);
+        let sge = (c.sge)(&t);
+        post_raw_recv(&mut t, 0x5150, c.num_sge, &[sge]);
+        // The SEND of the templates is 2500 bytes: SEND_FIRST carries 1024 of them.
+        let mut f = with_psn(find(&reqs, 0x00), 1000);
+        reseal(&mut f);
+        let naks = feed_b(&mut t, &f);
+        let cqes = t.b.poll_cq(&mut t.tcqb);
+        let mine: Vec<_> = cqes.iter().filter(|x| x.wr_id == 0x5150).collect();
+        assert_eq!(mine.len(), 1, "{}: receive completions {cqes:?}", c.name);
+        assert_eq!(mine[0].status, c.status, "{}: status", c.name);
+        assert_eq!(naks, vec![c.nak], "{}: answer", c.name);
+        assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_ERR, "{}: state", c.name);
+        check_canary(&t);
+        healthy_round(&mut t, 1);
+    }
+}
+
+/// RQ producer − consumer > depth: ring error INDEX, QP → ERR, QP_FATAL(INDEX) (§4.5, §14.4).
+#[test]
+fn rq_producer_beyond_depth() {
+    let (mut t, reqs) = fresh();
+    reset_tb_empty(&mut t);
+    let rq = t.tb.rq.clone().unwrap();
+    t.b.mem
+        .store_u32_release(rq.ctrl(), rq.idx.wrapping_add(rq.depth + 1))
+        .unwrap();
+    let mut f = with_psn(find(&reqs, 0x00), 1000);
+    reseal(&mut f);
+    let _ = feed_b(&mut t, &f);
+    assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_ERR);
+    assert_eq!(
+        t.b.mem.read_u32(rq.ctrl() + 132).unwrap(),
+        VRDMA_RING_ERR_INDEX
+    );
+    let ev = t.b.events();
+    assert!(
+        ev.iter().any(|e| e.type_ == VRDMA_EV_QP_FATAL
+            && e.id == t.tb.qpn
+            && e.info == VRDMA_RING_ERR_INDEX),
+        "{ev:?}"
+    );
+    healthy_round(&mut t, 1);
 }

@@ -372,6 +372,16 @@ fn healthy_round(t: &mut Bed, round: u64) {
     assert_eq!(t.a.qp_state(t.ha.qpn), VRDMA_QPS_RTS);
 }
 
+/// After RESET the device restarts the SQ/RQ indices at 0 and writes the control page (§4.3;
+/// the kernel driver and libvrdma re-read `producer` from it): take the driver's producer from
+/// there, as the drivers do.
+fn resync(n: &Node, q: &mut QpH) {
+    q.sq.idx = n.mem.load_u32_acquire(q.sq.ctrl()).unwrap();
+    if let Some(rq) = q.rq.as_mut() {
+        rq.idx = n.mem.load_u32_acquire(rq.ctrl()).unwrap();
+    }
+}
+
 /// Bring a hostile QP (and for RC its peer) back to RTS after it erred.
 fn revive(t: &mut Bed, rc: bool) {
     let reset = VrdmaQpAttr {
@@ -381,11 +391,14 @@ fn revive(t: &mut Bed, rc: bool) {
     if rc {
         t.a.modify_qp(t.xa.qpn, VRDMA_QP_STATE, reset).unwrap();
         t.b.modify_qp(t.xb.qpn, VRDMA_QP_STATE, reset).unwrap();
+        resync(&t.a, &mut t.xa);
+        resync(&t.b, &mut t.xb);
         let (xa, xb) = (t.xa.clone(), t.xb.clone());
         connect(&mut t.a, &xa, &mut t.b, &xb, 3, 8, 1, 1);
-        // After RESET the driver-side producer continues: the device set consumer := producer.
+        post_peer_recvs(t);
     } else {
         t.a.modify_qp(t.ua.qpn, VRDMA_QP_STATE, reset).unwrap();
+        resync(&t.a, &mut t.ua);
         let ua = t.ua.clone();
         ud_rts(&mut t.a, &ua, 0x2222);
     }
@@ -558,4 +571,293 @@ fn ring_pages_removed_from_guest_memory() {
         .unwrap();
     }
     healthy_round(&mut t, 3);
+}
+
+/// §14.3 outcomes, one invalid WQE at a time: the CQE status, the QP state (RC → ERR, UD stays
+/// RTS), and the healthy QP is unaffected.
+#[test]
+fn send_wqe_errors_have_the_spec_status() {
+    struct Case {
+        name: &'static str,
+        ud: bool,
+        make: fn(&Bed) -> Vec<u8>,
+        status: u8,
+    }
+    fn rc(w: Wqe) -> Vec<u8> {
+        w.bytes(256, false)
+    }
+    fn ud(w: Wqe) -> Vec<u8> {
+        w.bytes(256, true)
+    }
+    fn write(t: &Bed) -> Wqe {
+        Wqe {
+            wr_id: 0xabc,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(t.xbuf, 100, t.keys[0])],
+            remote_addr: t.xbufb,
+            rkey: t.xkb,
+            ..Default::default()
+        }
+    }
+    fn send_ud(t: &Bed) -> Wqe {
+        Wqe {
+            wr_id: 0xabc,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(t.xbuf, 100, t.keys[0])],
+            ah: t.ahs[0],
+            remote_qpn: t.ub.qpn,
+            remote_qkey: 0x2222,
+            ..Default::default()
+        }
+    }
+    let cases = [
+        Case {
+            name: "unknown opcode",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    opcode: 77,
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "unknown flag bits",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    flags: 0x80 | VRDMA_SEND_SIGNALED,
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "num_sge above max_send_sge",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    num_sge: Some(5),
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "num_sge 255 (does not fit the slot)",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    num_sge: Some(255),
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "inline_len above max_inline_data",
+            ud: false,
+            make: |t| {
+                let mut b = rc(write(t));
+                b[9] |= VRDMA_SEND_INLINE;
+                b[16..20].copy_from_slice(&129u32.to_le_bytes());
+                b
+            },
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+        Case {
+            name: "inline_len u32::MAX",
+            ud: false,
+            make: |t| {
+                let mut b = rc(write(t));
+                b[9] |= VRDMA_SEND_INLINE;
+                b[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+                b
+            },
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+        Case {
+            name: "lkey of another PD",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[4])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "stale lkey variant",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[5])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "deregistered lkey",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[6])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "SGE addr + len overflowing u64",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(u64::MAX - 10, 100, t.keys[0])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "SGE beyond the MR",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![(t.xbuf + 65536 - 10, 100, t.keys[0])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "total length overflowing u32 (two 2 GiB SGEs)",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    sges: vec![
+                        (t.xbuf, 0x8000_0000, t.keys[0]),
+                        (t.xbuf, 0x8000_0000, t.keys[0]),
+                    ],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+        Case {
+            name: "READ into a read-only MR",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    opcode: VRDMA_WR_RDMA_READ,
+                    sges: vec![(t.xbuf, 100, t.keys[3])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "atomic with a 16-byte SGE",
+            ud: false,
+            make: |t| {
+                rc(Wqe {
+                    opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
+                    sges: vec![(t.xbuf, 16, t.keys[0])],
+                    ..write(t)
+                })
+            },
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+        Case {
+            name: "UD: unknown AH",
+            ud: true,
+            make: |t| {
+                ud(Wqe {
+                    ah: 12345,
+                    ..send_ud(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "UD: AH of another PD",
+            ud: true,
+            make: |t| {
+                ud(Wqe {
+                    ah: t.ahs[2],
+                    ..send_ud(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "UD: RDMA WRITE is not valid on UD",
+            ud: true,
+            make: |t| {
+                ud(Wqe {
+                    opcode: VRDMA_WR_RDMA_WRITE,
+                    ..send_ud(t)
+                })
+            },
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "UD: message above the MTU",
+            ud: true,
+            make: |t| {
+                ud(Wqe {
+                    sges: vec![(t.xbuf, 5000, t.keys[0])],
+                    ..send_ud(t)
+                })
+            },
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+        Case {
+            name: "UD: lkey of another PD",
+            ud: true,
+            make: |t| {
+                ud(Wqe {
+                    sges: vec![(t.xbuf, 100, t.keys[4])],
+                    ..send_ud(t)
+                })
+            },
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+    ];
+    let mut t = bed();
+    for (i, c) in cases.iter().enumerate() {
+        let mut b = (c.make)(&t);
+        let wr_id = 0xabc00 + i as u64;
+        b[0..8].copy_from_slice(&wr_id.to_le_bytes());
+        let mut q = if c.ud { t.ua.clone() } else { t.xa.clone() };
+        t.a.write(q.sq.entry_gpa(q.sq.idx), &b);
+        q.sq.idx = q.sq.idx.wrapping_add(1);
+        t.a.mem.store_u32_release(q.sq.ctrl(), q.sq.idx).unwrap();
+        if c.ud {
+            t.ua = q.clone();
+        } else {
+            t.xa = q.clone();
+        }
+        t.a.doorbell(q.qpn);
+        healthy_round(&mut t, 10 + i as u64);
+        let cqes = t.a.poll_cq(&mut t.xcqa);
+        let mine: Vec<_> = cqes.iter().filter(|x| x.qpn == q.qpn).collect();
+        assert_eq!(mine.len(), 1, "{}: completions {mine:?}", c.name);
+        assert_eq!(mine[0].wr_id, wr_id, "{}: wr_id", c.name);
+        assert_eq!(
+            mine[0].status, c.status,
+            "{}: status ({:?})",
+            c.name, mine[0]
+        );
+        let want = if c.ud { VRDMA_QPS_RTS } else { VRDMA_QPS_ERR };
+        assert_eq!(t.a.qp_state(q.qpn), want, "{}: QP state", c.name);
+        if !c.ud {
+            revive(&mut t, true);
+        }
+        t.a.events();
+    }
 }

@@ -382,3 +382,50 @@ fn atomics() {
         assert_eq!(p.b.read(b.dst + 8, 8), expect_mem.to_le_bytes());
     }
 }
+
+#[test]
+fn fence_holds_a_write_behind_an_outstanding_read() {
+    let mut p = pair(3, 16);
+    let mut link = Link::clean();
+    let b = bufs(&mut p, 4096);
+    let old = pattern(61, 512);
+    p.b.write(b.dst, &old);
+    let new = pattern(62, 512);
+    p.a.write(b.src + 2048, &new);
+    // READ dst into src[0..512], then a fenced WRITE of src[2048..2560] over dst.
+    post(
+        &mut p,
+        Wqe {
+            wr_id: 40,
+            opcode: VRDMA_WR_RDMA_READ,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(b.src, 512, b.ka)],
+            remote_addr: b.dst,
+            rkey: b.kb,
+            ..Default::default()
+        },
+    );
+    post(
+        &mut p,
+        Wqe {
+            wr_id: 41,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED | VRDMA_SEND_FENCE,
+            sges: vec![(b.src + 2048, 512, b.ka)],
+            remote_addr: b.dst,
+            rkey: b.kb,
+            ..Default::default()
+        },
+    );
+    // IBTA 10.8.3.3: the fenced WRITE is not sent while the READ is outstanding.
+    assert_eq!(p.a.dev.outbox.len(), 1, "only the READ request goes out");
+    let (ca, _) = wait_cqes(&mut p, &mut link, 2, 0);
+    ok(&ca[0], 40, VRDMA_WC_RDMA_READ);
+    ok(&ca[1], 41, VRDMA_WC_RDMA_WRITE);
+    assert_eq!(
+        p.a.read(b.src, 512),
+        old,
+        "the READ saw the data before the WRITE"
+    );
+    assert_eq!(p.b.read(b.dst, 512), new);
+}

@@ -135,6 +135,7 @@ struct vrdma_mr {
 	bool implicit;
 	u64 odp_iova;			/* iova of umem start (explicit) */
 	struct xarray children;		/* implicit: chunk index -> umem_odp */
+	struct xarray fault_rr;		/* chunk index -> next segment to answer */
 	refcount_t refs;		/* page request workers vs. dereg */
 	struct completion free;
 };

@@ -13,6 +13,8 @@
  * 1 << odp_chunk_shift bytes, created when the device first asks for it and
  * kept in mr->children until the MR is deregistered.
  */
+#include <linux/mm.h>
+#include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <rdma/ib_umem_odp.h>
 
@@ -102,6 +104,7 @@ struct ib_mr *vrdma_reg_odp_mr(struct vrdma_pd *pd, u64 start, u64 length,
 	mr->dev = dev;
 	mr->odp = true;
 	xa_init(&mr->children);
+	xa_init(&mr->fault_rr);
 	refcount_set(&mr->refs, 1);
 	init_completion(&mr->free);
 
@@ -161,6 +164,7 @@ err_dereg:
 err_umem:
 	ib_umem_odp_release(odp);
 err_free:
+	xa_destroy(&mr->fault_rr);
 	kfree(mr);
 	return ERR_PTR(err);
 }
@@ -183,6 +187,7 @@ void vrdma_odp_dereg(struct vrdma_mr *mr)
 	xa_for_each(&mr->children, idx, child)
 		ib_umem_odp_release(child);
 	xa_destroy(&mr->children);
+	xa_destroy(&mr->fault_rr);
 	ib_umem_odp_release(to_ib_umem_odp(mr->umem));
 	mr->umem = NULL;
 }
@@ -263,6 +268,81 @@ static u32 vrdma_odp_errno_status(int err)
 						  VRDMA_STATUS_BAD_ADDRESS;
 }
 
+struct vrdma_odp_seg {
+	u64 start;
+	u64 end;
+	bool writable;
+};
+
+#define VRDMA_ODP_MAX_SEGS	16
+
+/*
+ * The readable VMA pieces of [*start, *end) in the owning process,
+ * adjacent ones merged; with @write only writable ones. Picks one of them
+ * (round robin per chunk) and narrows [*start, *end) to it.
+ */
+static int vrdma_odp_pick_segment(struct vrdma_mr *mr, struct ib_umem_odp *odp,
+				  u64 iova, bool write, u64 *start, u64 *end,
+				  bool *writable)
+{
+	struct mm_struct *mm = odp->umem.owning_mm;
+	struct vrdma_odp_seg *segs;
+	struct vm_area_struct *vma;
+	unsigned long chunk, turn;
+	int n = 0;
+	void *old;
+
+	segs = kcalloc(VRDMA_ODP_MAX_SEGS, sizeof(*segs), GFP_KERNEL);
+	if (!segs)
+		return -ENOMEM;
+	if (!mmget_not_zero(mm)) {
+		kfree(segs);
+		return -EFAULT;
+	}
+	mmap_read_lock(mm);
+	for (vma = find_vma_intersection(mm, *start, *end); vma;
+	     vma = find_vma_intersection(mm, vma->vm_end, *end)) {
+		u64 s = max_t(u64, *start, vma->vm_start);
+		u64 e = min_t(u64, *end, vma->vm_end);
+		bool w = vma->vm_flags & VM_WRITE;
+
+		if (!(vma->vm_flags & VM_READ) ||
+		    (vma->vm_flags & (VM_IO | VM_PFNMAP)) || (write && !w))
+			continue;
+		if (n && segs[n - 1].end == s) {
+			segs[n - 1].end = e;
+			segs[n - 1].writable &= w;
+			continue;
+		}
+		if (n == VRDMA_ODP_MAX_SEGS)
+			break;
+		segs[n].start = s;
+		segs[n].end = e;
+		segs[n].writable = w;
+		n++;
+	}
+	mmap_read_unlock(mm);
+	mmput(mm);
+
+	if (!n) {
+		kfree(segs);
+		return write ? -EACCES : -EFAULT;
+	}
+	turn = 0;
+	if (n > 1) {
+		chunk = iova >> min_t(u32, VCFG(mr->dev, odp_chunk_shift), 63);
+		old = xa_load(&mr->fault_rr, chunk);
+		turn = old ? xa_to_value(old) + 1 : 0;
+		xa_store(&mr->fault_rr, chunk, xa_mk_value(turn & LONG_MAX),
+			 GFP_KERNEL);
+	}
+	*start = segs[turn % n].start;
+	*end = segs[turn % n].end;
+	*writable = segs[turn % n].writable;
+	kfree(segs);
+	return 0;
+}
+
 static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 			    const struct vrdma_page_req *req)
 {
@@ -272,6 +352,7 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 	struct ib_umem_odp *odp;
 	u64 va, va_end, access;
 	u32 i, npages, flags = 0, status;
+	bool seg_writable;
 	__le64 *pl;
 	int ret;
 
@@ -307,6 +388,18 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 		status = VRDMA_STATUS_ACCESS;
 		goto err;
 	}
+	/*
+	 * A chunk may straddle holes and read-only mappings, and faulting
+	 * them fails. Answer one mappable segment (§12.4: a response may
+	 * cover part of the chunk, the rest faults again); repeated faults
+	 * of the same chunk rotate through its segments.
+	 */
+	ret = vrdma_odp_pick_segment(mr, odp, iova, write, &va, &va_end,
+				     &seg_writable);
+	if (ret) {
+		status = vrdma_odp_errno_status(ret);
+		goto err;
+	}
 	npages = (va_end - va) >> VRDMA_PAGE_SHIFT;
 	pl = kvmalloc_array(npages, sizeof(*pl), GFP_KERNEL);
 	if (!pl) {
@@ -315,7 +408,7 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 	}
 
 	access = ODP_READ_ALLOWED_BIT;
-	if (odp->umem.writable)
+	if (odp->umem.writable && seg_writable)
 		access |= ODP_WRITE_ALLOWED_BIT;
 	ret = ib_umem_odp_map_dma_and_lock(odp, va, va_end - va, access, true);
 	if (ret < 0) {

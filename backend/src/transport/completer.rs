@@ -23,7 +23,7 @@ pub(crate) fn on_response(
     now: Instant,
 ) {
     let psn = pkt.psn();
-    // Ghost / stale responses (IBTA 9.7.5.1.x): a PSN older than the oldest outstanding one, or
+    // Ghost / stale responses (IBTA 9.7.5.1): a PSN older than the oldest outstanding one, or
     // one we never sent, is ignored.
     let last_sent = psn_add(st.psn_high, super::PSN_MASK); // highest PSN sent
     if psn_diff(psn, last_sent) > 0
@@ -97,7 +97,7 @@ fn ack_upto(ctx: &QpCtx, st: &mut RequesterState, psn: u32, now: Instant) {
     }
 }
 
-/// Forward progress: reload the retry counters (IBTA C9-xx: the counts apply to consecutive
+/// Forward progress: reload the retry counters (IBTA 9.7.6: the counts apply to consecutive
 /// failures) and restart the retransmission timer.
 fn on_progress(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     st.cwnd_grow();
@@ -122,7 +122,7 @@ fn on_rnr(ctx: &QpCtx, st: &mut RequesterState, timer: u8, now: Instant) {
     restart(ctx, st);
 }
 
-/// NAK (IBTA 9.7.5.2.x): PSN sequence error → go-back-N; the others are fatal for the WQE at `psn`.
+/// NAK (IBTA 9.7.5.2): PSN sequence error → go-back-N; the others are fatal for the WQE at `psn`.
 fn on_nak(ctx: &QpCtx, st: &mut RequesterState, _psn: u32, code: NakCode) {
     let status = match code {
         NakCode::PsnSequenceError => {
@@ -210,7 +210,7 @@ fn on_read_response(
         return; // duplicate response
     }
     if d > 0 {
-        // A response packet was lost (IBTA 9.7.5.1.x: implied NAK): ask again for the rest.
+        // A response packet was lost (IBTA 9.7.5.1: implied NAK): ask again for the rest.
         restart_on_loss(ctx, st);
         return;
     }
@@ -290,7 +290,7 @@ fn on_atomic_ack(
         Ok(()) => {}
         Err(SgeError::Fault { key, iova }) => {
             // The atomic was executed remotely; a resend is answered from the responder's
-            // resource cache, not re-executed (IBTA 9.7.5.1.x).
+            // resource cache, not re-executed (IBTA 9.7.5.1).
             st.odp_wait = Some(OdpWait { key, iova });
             restart(ctx, st);
             return;
@@ -311,7 +311,7 @@ fn on_atomic_ack(
     on_progress(ctx, st, now);
 }
 
-/// The retransmission timer expired (IBTA 9.7.6.1.x / C9-140): resend from the oldest
+/// The retransmission timer expired (IBTA 9.7.6.1): resend from the oldest
 /// unacknowledged packet, or fail with RETRY_EXC_ERR after `retry_cnt` consecutive timeouts.
 pub(crate) fn on_retrans_timeout(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     st.retrans_deadline = None;

@@ -25,7 +25,7 @@ pub const QPS_SQD: u32 = 4;
 pub const QPS_SQE: u32 = 5;
 pub const QPS_ERR: u32 = 6;
 
-/// The well-known Q_Key of QP1 (IBTA 13.4.6.x / spec §13).
+/// The well-known Q_Key of QP1 (IBTA 13.4.6 / spec §13).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// Snapshot of the QP attributes the transport reads, taken at the start of each operation.
@@ -135,7 +135,7 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         send_cqn: qp.send_cqn,
         recv_cqn: qp.recv_cqn,
         srqn: qp.srqn,
-        // UD/GSI have no path MTU attribute: datagrams are bounded by the port MTU (IBTA 9.8.x).
+        // UD/GSI have no path MTU attribute: datagrams are bounded by the port MTU (IBTA 9.8).
         mtu: if qp.qp_type.is_datagram() {
             mtu_bytes(dev.config.port_mtu())
         } else {
@@ -272,10 +272,11 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
         .map_err(|e| RingFault(e.ring_error_code()))?;
     rq.advance_consumer(mem, 1)
         .map_err(|e| RingFault(e.ring_error_code()))?;
-    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is a QP error (spec §6.2).
-    decode_recv(&buf, max_sge, None)
-        .map(Some)
-        .ok_or(RingFault(0))
+    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is consumed and completes with
+    // LOC_QP_OP_ERR (spec §14.4); the responder moves the QP to ERROR.
+    Ok(Some(
+        decode_recv(&buf, max_sge, None).unwrap_or_else(|| RecvWqe::malformed(&buf, None)),
+    ))
 }
 
 /// Take every posted RQ WQE (flush), returning their wr_ids.
@@ -341,7 +342,7 @@ pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
     Some(av_path(dev, &ah.av, ah.sgid))
 }
 
-/// The SQ of a QP in SQD has drained (IBTA 10.3.1.x): clear the flag.
+/// The SQ of a QP in SQD has drained (IBTA 10.3.1): clear the flag.
 pub fn sq_drained(dev: &mut Device, qpn: u32) {
     if let Some(qp) = dev.qps.get_mut(qpn) {
         qp.sq_draining = false;

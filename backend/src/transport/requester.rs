@@ -2,13 +2,13 @@
 //! segments them by path MTU and builds request packets.
 //!
 //! Flow control is a window of [`WINDOW`] outstanding packets (RC); READ and atomic requests are
-//! additionally bounded by `max_rd_atomic` (IBTA 9.5.4 / o9-19). PSNs are assigned in order as
-//! packets are first sent; a go-back-N restart ([`restart`]) re-walks the same WQEs from the oldest
+//! additionally bounded by `max_rd_atomic` (IBTA 9.5.4 / IBTA 9.5). PSNs are assigned in order as
+//! packets are first sent; a go-back-N restart (`restart`) re-walks the same WQEs from the oldest
 //! unacknowledged PSN, which regenerates exactly the same PSNs because segmentation is a pure
 //! function of (WQE, offset, MTU).
 //!
-//! Completions are written strictly in SQ order (IBTA C10-xx): a WQE is first marked
-//! [`WqeState::Done`] and retired from the front of the queue by [`retire`].
+//! Completions are written strictly in SQ order (IBTA 10.8): a WQE is first marked
+//! [`WqeState::Done`] and retired from the front of the queue by `retire`.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -146,7 +146,7 @@ pub struct SendWqe {
     /// Bytes already sent (requests) or received (READ responses).
     pub offset: u64,
     /// READ: `offset` when the current READ request was (re)sent; its first response (FIRST or
-    /// ONLY) lands there (IBTA 9.7.5.1.x: a resent READ asks for the remainder only).
+    /// ONLY) lands there (IBTA 9.7.5.1: a resent READ asks for the remainder only).
     pub read_base: u64,
     /// Completion status once `state == Done`.
     pub status: u8,
@@ -312,7 +312,7 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         }
         _ => {}
     }
-    // Opcode allowed for the QP type (IBTA 9.7.x / spec §6.1): an invalid one completes with
+    // Opcode allowed for the QP type (IBTA 9.7 / spec §6.1): an invalid one completes with
     // LOC_QP_OP_ERR and moves the QP to ERROR.
     let allowed = match w.opcode {
         WR_SEND | WR_SEND_WITH_IMM | WR_LOCAL_INV | WR_REG_MR => true,
@@ -322,7 +322,9 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         }
         _ => false,
     };
-    if !allowed {
+    // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
+    const KNOWN_FLAGS: u8 = SEND_SIGNALED | SEND_SOLICITED | SEND_INLINE | SEND_FENCE;
+    if !allowed || w.flags & !KNOWN_FLAGS != 0 {
         w.finish(WC_LOC_QP_OP_ERR, true);
         return w;
     }
@@ -358,8 +360,13 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         w.length = total;
     }
     if w.is_atomic() {
-        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5 / C9-30).
-        if !w.remote_addr.is_multiple_of(8) || w.length < 8 {
+        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5); SGEs
+        // that do not describe exactly 8 bytes are LOC_LEN_ERR (spec §6.1, §14.3).
+        if w.length != 8 {
+            w.finish(WC_LOC_LEN_ERR, true);
+            return w;
+        }
+        if !w.remote_addr.is_multiple_of(8) {
             w.finish(WC_LOC_QP_OP_ERR, true);
             return w;
         }
@@ -400,7 +407,7 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
     send(dev, ctx, st, now);
     retire(dev, ctx, st);
     arm_timer(ctx, st, now);
-    // SQD (IBTA 10.3.1.x): once nothing is in flight the drain is complete; SQ_DRAINED is
+    // SQD (IBTA 10.3.1): once nothing is in flight the drain is complete; SQ_DRAINED is
     // reported if the QP asked for it (en_sqd_async_notify).
     if ctx.state == QPS_SQD && ctx.sq_draining && !st.outstanding() {
         ctx::sq_drained(dev, ctx.qpn);
@@ -417,7 +424,12 @@ fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), F
     while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
         let idx = st.sq_fetch;
         ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
-        st.wqes.push_back(decode_wqe(ctx, idx, &buf));
+        let mut w = decode_wqe(ctx, idx, &buf);
+        // UD/GSI send errors complete the WQE and leave the QP in RTS (spec §14.3, no SQE).
+        if ctx.is_ud() {
+            w.fatal = false;
+        }
+        st.wqes.push_back(w);
         st.sq_fetch = st.sq_fetch.wrapping_add(1);
     }
     Ok(())
@@ -442,7 +454,7 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
             i += 1;
             continue;
         }
-        // SQD: finish what was started, start nothing new (IBTA 10.3.1.x).
+        // SQD: finish what was started, start nothing new (IBTA 10.3.1).
         if ctx.state == QPS_SQD && !st.wqes[i].sent_once {
             return;
         }
@@ -458,7 +470,7 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         }
         if st.wqes[i].is_local() {
             // Local operations (LOCAL_INV, REG_MR) execute in SQ order against the MR table.
-            // IBTA 10.6.x: they must not overtake earlier operations that use the MR; we
+            // IBTA 10.6: they must not overtake earlier operations that use the MR; we
             // conservatively wait until everything before them has completed.
             if st.wqes.iter().take(i).any(|w| w.state != WqeState::Done) {
                 return;
@@ -482,6 +494,10 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         }
         if !send_wqe(dev, ctx, st, i, max_rd) {
             return;
+        }
+        if ctx.is_ud() {
+            // UD/GSI: local errors (SGE keys, AH, length) keep the QP in RTS (spec §14.3).
+            st.wqes[i].fatal = false;
         }
         if st.wqes[i].fatal {
             st.stopped = true;
@@ -517,7 +533,7 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
     }
 }
 
-/// Validate the SGEs of a WQE against the MR table (IBTA C10-xx local protection checks).
+/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks).
 fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     let access = if w.is_rd_atomic() {
         ACCESS_LOCAL_WRITE
@@ -631,12 +647,12 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             return true;
         };
         if w.length > mtu as u64 {
-            // A UD message is one packet (IBTA 9.8.x).
+            // A UD message is one packet (IBTA 9.8).
             st.wqes[i].finish(WC_LOC_LEN_ERR, false);
             return true;
         }
         // GSI always sends with Q_Key 0x80010000 and source QP 1 (IBTA 13.4.6). Otherwise a
-        // WR Q_Key with the high bit set means "use the QP's Q_Key" (IBTA 10.2.5, C10-15).
+        // WR Q_Key with the high bit set means "use the QP's Q_Key" (IBTA 10.2.5).
         let qkey = if ctx.qp_type == ctx::QPT_GSI {
             ctx::GSI_QKEY
         } else if w.remote_qkey & 0x8000_0000 != 0 {
@@ -678,7 +694,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         let mut payload: Vec<u8> = Vec::new();
         let (op, pos, npsn, last) = match w.opcode {
             WR_RDMA_READ => {
-                // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1.x).
+                // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1).
                 let remaining = w.length - w.offset;
                 st.wqes[i].read_base = st.wqes[i].offset;
                 let w = &st.wqes[i];
@@ -809,7 +825,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             if ctx.is_rc() {
                 w.state = WqeState::Sent;
             } else {
-                // UC / UD: complete once handed to the wire (IBTA 9.8.x: no acknowledgement).
+                // UC / UD: complete once handed to the wire (IBTA 9.8: no acknowledgement).
                 w.finish(WC_SUCCESS, false);
             }
             return true;
@@ -819,7 +835,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
 }
 
 /// Retire completed WQEs from the front of the queue in SQ order: write send CQEs (signaled or
-/// error, IBTA 10.7.x / spec §7) and advance the SQ consumer (spec §4).
+/// error, IBTA 10.7 / spec §7) and advance the SQ consumer (spec §4).
 pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
     let mut consumer = None;
     while let Some(w) = st.wqes.front() {
@@ -867,7 +883,7 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     }
 }
 
-/// Go-back-N (IBTA 9.7.5.1.x): rewind to the oldest WQE that is not complete and resend from
+/// Go-back-N (IBTA 9.7.5.1): rewind to the oldest WQE that is not complete and resend from
 /// `una` (SEND/WRITE) or from the first missing response (READ). Later WQEs are resent from the
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
@@ -974,7 +990,7 @@ pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             w.status = WC_WR_FLUSH_ERR;
         }
         w.fatal = false;
-        // Flushed WQEs always produce a CQE (IBTA C10-xx: error completions are always
+        // Flushed WQEs always produce a CQE (IBTA 10.8: error completions are always
         // generated).
         if w.status != WC_SUCCESS {
             w.signaled = true;

@@ -4,10 +4,9 @@
 //! Every packet walks an explicit state machine ([`RespStep`]), like IBTA's responder description
 //! and rxe's `enum resp_states`: checks first (PSN, opcode sequence, opcode validity, resources,
 //! length, R_Key), then execution, completion and acknowledgement. Errors are states too, so each
-//! IBTA rule (e.g. C9-222.1.1 for R_Key violations) is one arm of [`Responder::step`].
+//! IBTA rule (e.g. C9-222.1.1 for R_Key violations) is one arm of `Responder::step`.
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI};
 use super::packet::{opcode_for, RxPkt, TxHdrs};
@@ -44,11 +43,11 @@ pub struct ResponderState {
     pub write: Option<WriteCtx>,
     /// Responder resources: recent READ / atomic requests replayed on duplicates.
     pub resources: VecDeque<RdAtomicRes>,
-    /// READ responses still to send, oldest first (paced, see [`pump_replies`]).
+    /// READ responses still to send, oldest first (paced, see `pump_replies`).
     pub replies: VecDeque<ReadReply>,
     /// Packets received since the last ACK (ACK coalescing).
     pub unacked: u32,
-    /// UC: the current message is damaged; drop packets until the next FIRST/ONLY (IBTA 9.8.x).
+    /// UC: the current message is damaged; drop packets until the next FIRST/ONLY (IBTA 9.8).
     pub uc_drop: bool,
     /// COMM_EST was reported (first packet in RTR, IBTA 11.6.3).
     pub comm_est: bool,
@@ -78,6 +77,25 @@ pub struct RecvWqe {
     pub offset: u64,
     /// The WQE came from this SRQ (None: the QP's RQ).
     pub srqn: Option<u32>,
+    /// `num_sge` above the maximum or beyond the slot (spec §14.4): the WQE is consumed and
+    /// completes with LOC_QP_OP_ERR; only `wr_id` is meaningful.
+    pub malformed: bool,
+}
+
+impl RecvWqe {
+    /// A consumed receive WQE that failed to decode: keep its `wr_id` for the error completion.
+    pub(crate) fn malformed(b: &[u8], srqn: Option<u32>) -> RecvWqe {
+        let mut id = [0u8; 8];
+        if let Some(src) = b.get(0..8) {
+            id.copy_from_slice(src);
+        }
+        RecvWqe {
+            wr_id: u64::from_le_bytes(id),
+            srqn,
+            malformed: true,
+            ..Default::default()
+        }
+    }
 }
 
 /// An RDMA WRITE being received.
@@ -105,7 +123,7 @@ pub struct ReadReply {
 
 /// READ response packets sent per request arrival or engine tick. A READ of many MTUs is answered
 /// in bursts of this size rather than all at once: on a lossy link the requester discards
-/// everything after a gap and asks again for the remainder (IBTA 9.7.5.1.x), so an unpaced
+/// everything after a gap and asks again for the remainder (IBTA 9.7.5.1), so an unpaced
 /// multi-megabyte burst would be resent almost entirely for every lost packet.
 pub const READ_BURST: u32 = 64;
 
@@ -208,7 +226,6 @@ pub enum RespStep {
 struct Responder<'p, 'a> {
     ctx: &'p QpCtx,
     pkt: &'p RxPkt<'a>,
-    now: Instant,
     /// Guest ranges of the RETH / AtomicETH target validated by CheckRkey.
     ranges: Vec<GuestRange>,
     /// Status for the receive completion on an error path.
@@ -218,13 +235,7 @@ struct Responder<'p, 'a> {
 }
 
 /// A request packet for `ctx`'s QP arrived.
-pub(crate) fn on_request(
-    dev: &mut Device,
-    ctx: &QpCtx,
-    st: &mut ResponderState,
-    pkt: &RxPkt<'_>,
-    now: Instant,
-) {
+pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
     if ctx.state == QPS_RTR && !st.comm_est {
         // IBTA 11.6.3: first packet received in RTR → Communication Established.
         st.comm_est = true;
@@ -237,7 +248,6 @@ pub(crate) fn on_request(
     let mut r = Responder {
         ctx,
         pkt,
-        now,
         ranges: Vec::new(),
         recv_status: WC_SUCCESS,
         odp: false,
@@ -275,7 +285,7 @@ impl Responder<'_, '_> {
             ErrInvalidRequest => {
                 if self.ctx.is_rc() {
                     self.nak(dev, st, NakCode::InvalidRequest, self.pkt.psn());
-                    // IBTA 9.7.5.2.x / 11.6.2: Invalid Request Local Work Queue Error.
+                    // IBTA 9.7.5.2 / 11.6.2: Invalid Request Local Work Queue Error.
                     st.fatal = Some(Fatal::ReqErr);
                 } else {
                     self.uc_abort(st);
@@ -283,7 +293,7 @@ impl Responder<'_, '_> {
                 Done
             }
             ErrLength => {
-                // The receive WQE completes with LOC_LEN_ERR (IBTA 9.7.5.2.x / C9-xx).
+                // The receive WQE completes with LOC_LEN_ERR (IBTA 9.7.5.2).
                 self.recv_status = WC_LOC_LEN_ERR;
                 self.complete_recv_error(dev, st);
                 if self.ctx.is_rc() {
@@ -317,7 +327,7 @@ impl Responder<'_, '_> {
     fn check_psn(&mut self, st: &mut ResponderState) -> RespStep {
         let d = psn_diff(self.pkt.psn(), st.epsn);
         if self.ctx.is_uc() {
-            // UC (IBTA 9.8.x): no retransmission; a gap aborts the message in progress and the
+            // UC (IBTA 9.8): no retransmission; a gap aborts the message in progress and the
             // receiver resynchronises on the packet's PSN; old packets are dropped.
             if d < 0 {
                 return RespStep::Drop;
@@ -359,7 +369,7 @@ impl Responder<'_, '_> {
             }
             return RespStep::CheckOpValid;
         }
-        // RC (IBTA 9.7.5.2.x, C9-xx): MIDDLE/LAST must continue the same kind of message;
+        // RC (IBTA 9.7.5.2): MIDDLE/LAST must continue the same kind of message;
         // FIRST/ONLY/READ/atomic must not interrupt one.
         let ok = if first {
             st.cur.is_none()
@@ -382,7 +392,7 @@ impl Responder<'_, '_> {
             _ => return RespStep::Drop,
         };
         if self.ctx.access & need != need {
-            // The QP is not enabled for this operation: Invalid Request (IBTA 9.7.5.2.x, as rxe).
+            // The QP is not enabled for this operation: Invalid Request (IBTA 9.7.5.2, as rxe).
             return RespStep::ErrInvalidRequest;
         }
         RespStep::CheckResource
@@ -397,6 +407,11 @@ impl Responder<'_, '_> {
         };
         if needs_recv && st.recv.is_none() {
             match take_recv(dev, self.ctx) {
+                Ok(Some(w)) if w.malformed => {
+                    st.recv = Some(w);
+                    self.recv_status = WC_LOC_QP_OP_ERR;
+                    return RespStep::ErrRemoteOp;
+                }
                 Ok(Some(w)) => st.recv = Some(w),
                 Ok(None) => return RespStep::ErrRnr,
                 Err(code) => {
@@ -412,7 +427,7 @@ impl Responder<'_, '_> {
         let info = self.pkt.info;
         let n = self.pkt.payload.len() as u64;
         let mtu = self.ctx.mtu as u64;
-        // IBTA C9-xx: FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one.
+        // IBTA 9.7.5.2: FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one.
         let ok = match info.operation {
             Operation::Send | Operation::Write => match info.position {
                 Position::First | Position::Middle => n == mtu,
@@ -447,7 +462,7 @@ impl Responder<'_, '_> {
                     }
                 }
             }
-            // Atomics need an 8-byte aligned VA (IBTA C9-xx): Invalid Request otherwise.
+            // Atomics need an 8-byte aligned VA (IBTA 9.7.5.2): Invalid Request otherwise.
             Operation::CompareSwap | Operation::FetchAdd
                 if self.pkt.atomic.is_none_or(|a| !a.va.is_multiple_of(8)) =>
             {
@@ -474,7 +489,7 @@ impl Responder<'_, '_> {
             Operation::Write => {
                 let n = pkt.payload.len() as u64;
                 if let Some(reth) = pkt.reth {
-                    // A zero-length RDMA WRITE needs no R_Key check (IBTA 9.7.4.1.x).
+                    // A zero-length RDMA WRITE needs no R_Key check (IBTA 9.7.4.1).
                     if reth.dma_len == 0 {
                         return RespStep::Execute;
                     }
@@ -710,7 +725,7 @@ impl Responder<'_, '_> {
                 cqe.opcode = WC_RECV;
                 cqe.byte_len = w.offset as u32;
                 if let Some(ieth) = self.pkt.ieth {
-                    // SEND_WITH_INV (IBTA 9.4.4 / 10.6.x): invalidate the named R_Key in our PD.
+                    // SEND_WITH_INV (IBTA 9.4.4 / 10.6): invalidate the named R_Key in our PD.
                     if dev.mrs.local_invalidate(ieth.rkey, self.ctx.pdn).is_err() {
                         cqe.status = WC_LOC_PROT_ERR;
                         st.recv = None;
@@ -749,7 +764,7 @@ impl Responder<'_, '_> {
         RespStep::Acknowledge
     }
 
-    /// Advance the expected PSN and coalesce ACKs (IBTA 9.7.5.1.x: AckReq, message end).
+    /// Advance the expected PSN and coalesce ACKs (IBTA 9.7.5.1: AckReq, message end).
     fn acknowledge(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
         st.epsn = psn_add(self.pkt.psn(), 1);
         if !self.ctx.is_rc() {
@@ -765,7 +780,7 @@ impl Responder<'_, '_> {
 
     // ---- duplicates and errors ----------------------------------------------------------------
 
-    /// Duplicate request (IBTA 9.7.5.1.x): SEND/WRITE are re-acknowledged, READ responses are
+    /// Duplicate request (IBTA 9.7.5.1): SEND/WRITE are re-acknowledged, READ responses are
     /// regenerated for the requested range and atomics are answered from the resource cache
     /// without re-execution.
     fn duplicate(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
@@ -825,7 +840,7 @@ impl Responder<'_, '_> {
     }
 
     fn err_psn(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
-        // IBTA 9.7.5.2.2 / C9-xx: one PSN sequence error NAK per gap, carrying the expected PSN.
+        // IBTA 9.7.5.2: one PSN sequence error NAK per gap, carrying the expected PSN.
         if !st.seq_nak_sent {
             st.seq_nak_sent = true;
             self.nak(dev, st, NakCode::PsnSequenceError, st.epsn);
@@ -846,7 +861,13 @@ impl Responder<'_, '_> {
         } else {
             self.uc_abort(st);
         }
-        let _ = (self.odp, self.now);
+        if self.odp {
+            log::trace!(
+                "qp {}: ODP fault at the responder, RNR NAK for psn {}",
+                self.ctx.qpn,
+                self.pkt.psn()
+            );
+        }
         RespStep::Done
     }
 
@@ -898,7 +919,7 @@ impl Responder<'_, '_> {
     }
 
     /// UC: drop the rest of the current message; a consumed receive WQE is kept for the next
-    /// message (IBTA 9.8.x: the damaged message is silently discarded).
+    /// message (IBTA 9.8: the damaged message is silently discarded).
     fn uc_abort(&self, st: &mut ResponderState) {
         if let Some(w) = st.recv.as_mut() {
             w.offset = 0;
@@ -1077,13 +1098,13 @@ pub(crate) fn pump_replies(
     !st.replies.is_empty()
 }
 
-/// UD / GSI receive (IBTA 9.8.x, 10.2.x; spec §6.2): Q_Key check, GRH area, one-packet message.
+/// UD / GSI receive (IBTA 9.8, 10.2; spec §6.2): Q_Key check, GRH area, one-packet message.
 fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
     if pkt.info.transport != Transport::Ud {
         return;
     }
     let Some(deth) = pkt.deth else { return };
-    // Q_Key check (IBTA C10-15 / 10.2.5): mismatch → silently dropped. QP1 uses 0x80010000.
+    // Q_Key check (IBTA 10.2.5): mismatch → silently dropped. QP1 uses 0x80010000.
     let qkey = if ctx.qp_type == QPT_GSI {
         GSI_QKEY
     } else {
@@ -1094,7 +1115,7 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
     }
     let w = match take_recv(dev, ctx) {
         Ok(Some(w)) => w,
-        // UD has no RNR: without a receive WQE the datagram is dropped (IBTA 9.8.x).
+        // UD has no RNR: without a receive WQE the datagram is dropped (IBTA 9.8).
         Ok(None) => return,
         Err(code) => {
             st.fatal = Some(Fatal::QpFatal(code));
@@ -1118,7 +1139,11 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         cqe.flags |= WC_F_IMM;
         cqe.ex = u32::from_le_bytes(imm.wire_bytes());
     }
-    if total > w.capacity {
+    if w.malformed {
+        // Spec §14.4: the WQE completes LOC_QP_OP_ERR and the QP goes to ERROR.
+        cqe.status = WC_LOC_QP_OP_ERR;
+        st.fatal = Some(Fatal::Silent);
+    } else if total > w.capacity {
         cqe.status = WC_LOC_LEN_ERR;
     } else {
         let mut buf = Vec::with_capacity(total as usize);
@@ -1134,7 +1159,7 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
 }
 
 /// QP in ERROR (spec §13): RQ WQEs (and a receive in progress) complete with WR_FLUSH_ERR; an
-/// SRQ-attached QP reports LAST_WQE_REACHED instead (IBTA 11.6.2, o11-5.2.x).
+/// SRQ-attached QP reports LAST_WQE_REACHED instead (IBTA 11.6.2).
 pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState) {
     let mut wr_ids = Vec::new();
     if let Some(w) = st.recv.take() {

@@ -15,7 +15,7 @@ use crate::device::Device;
 pub const MIN_RETRANS: Duration = Duration::from_millis(1);
 
 /// Local ACK timeout for the `timeout` QP attribute: 4.096 µs × 2^timeout; 0 means infinite
-/// (IBTA 9.7.6.1.3 / C9-141: no retransmission timer), returned as `None`.
+/// (IBTA 9.7.6.1: no retransmission timer), returned as `None`.
 pub fn retrans_timeout(timeout: u8) -> Option<Duration> {
     if timeout == 0 {
         return None;

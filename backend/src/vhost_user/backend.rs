@@ -4,7 +4,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use log::{debug, info, warn};
+use log::{info, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::VhostUserBackend;
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -147,7 +147,10 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     }
 
     fn acked_features(&self, features: u64) {
-        debug!("features acked: {features:#x}");
+        info!(
+            "virtio features: offered {:#x}, acked {features:#x}",
+            self.features
+        );
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -190,7 +193,19 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic) -> io::Result<()> {
-        debug!("guest memory table updated");
+        {
+            use vm_memory::{GuestAddressSpace, GuestMemoryBackend, GuestMemoryRegion};
+            let table = mem.memory();
+            info!("guest memory table: {} region(s)", table.num_regions());
+            for r in table.iter() {
+                info!(
+                    "  gpa {:#x}..{:#x} ({} MiB)",
+                    r.start_addr().0,
+                    r.start_addr().0 + r.len(),
+                    r.len() >> 20
+                );
+            }
+        }
         self.lock_device().set_guest_memory(mem);
         Ok(())
     }

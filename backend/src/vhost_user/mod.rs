@@ -11,6 +11,23 @@
 //! - `glue.rs`: the traits above implemented by `device::Device`, the engine and the uplink.
 //! - `daemon.rs`: the accept loop ([`serve`]); `start.rs`: [`start_backend`] wiring.
 //!
+//! # Operation (what a launcher can rely on)
+//! - `vrdma-backend --socket-path S --mac M [--uplink udp:local=A:P,remote=A:P | tap:NAME]`.
+//!   The uplink is opened and the engine started first; the socket `S` appears last, so once it
+//!   exists the daemon is ready (QEMU may connect). A stale socket at `S` is replaced; any other
+//!   file there is an error. Start-up errors: one line on stderr, exit status 1, no socket left.
+//! - One frontend connection at a time; after it ends (QEMU exit or crash) the device is reset,
+//!   the guest memory unmapped and the daemon accepts the next connection on the same socket
+//!   (QEMU `-chardev socket,...,reconnect-ms=N` works). A second QEMU connecting meanwhile waits.
+//! - The device is also reset when the frontend stops the control queue (GET_VRING_BASE on
+//!   queue 0, which QEMU sends on a guest virtio reset, driver unbind or VM reboot) and on
+//!   RESET_DEVICE: every RDMA object is destroyed and pending events/page requests/frames are
+//!   dropped. Pausing the VM (`stop`/`cont`) also stops the rings, so it resets the device too.
+//! - SIGINT/SIGTERM: the socket is removed and the process exits with status 0.
+//! - Logs: env_logger on stderr (or `--log-file`), `RUST_LOG` (default `info`): one line per
+//!   connect/disconnect/reset; guest-triggered warnings are rate-limited; `debug` logs every
+//!   control command.
+//!
 //! Lock order: device mutex -> output queue mutex -> vring lock. Nothing here takes the device
 //! mutex while holding a vring lock, and no vhost-user thread waits for the network or a timer.
 //!

@@ -64,6 +64,11 @@ def pair(a, b, name, cmd, expect, timeout, log):
         rc, out = b.run("%s %s" % (cmd, a.ip), timeout=timeout)
     except vrdmavm.CommandTimeout as e:
         rc, out = None, "client timed out: %s" % e
+    if rc != 0:
+        # the server would wait for a partner that gave up
+        time.sleep(5)
+        if not srv.done():
+            srv.kill()
     try:
         src, sout = srv.wait(timeout=timeout)
     except vrdmavm.CommandTimeout as e:
@@ -94,7 +99,12 @@ def syscalls(a, b, name, cmd, n1, n2, timeout, log):
         time.sleep(2)
         rc, out = b.run("strace -c -f -o /tmp/strace.txt %s %s; rc=$?; "
                         "cat /tmp/strace.txt; exit $rc" % (c, a.ip), timeout=timeout)
-        srv.wait(timeout=timeout)
+        if rc != 0 and not srv.done():
+            srv.kill()
+        try:
+            srv.wait(timeout=timeout)
+        except vrdmavm.CommandTimeout:
+            pass
         log.write("=== syscalls %s n=%d rc=%s\n%s\n" % (name, n, rc, out))
         if rc != 0:
             return None
@@ -107,6 +117,37 @@ def syscalls(a, b, name, cmd, n1, n2, timeout, log):
     return per
 
 
+PYVERBS_MODULES = ["test_device", "test_pd", "test_mr", "test_odp", "test_cq",
+                   "test_cq_events", "test_cqex", "test_qp", "test_qpex", "test_srq",
+                   "test_atomic", "test_addr", "test_shared_pd", "test_fork"]
+PYVERBS_DIR = "/opt/pyverbs-tests"
+
+
+def pyverbs(vm, modules, timeout, log):
+    """rdma-core's pyverbs suite in one guest (QPs looped back on vrdma0),
+    one process per module; (module, ran, failures, errors, skipped)."""
+    out_rows = []
+    for mod in modules:
+        cmd = ("cd %s/.. && python3 %s/run_tests.py --dev vrdma0 --gid 1 -v %s"
+               % (PYVERBS_DIR, os.path.basename(PYVERBS_DIR), mod))
+        try:
+            rc, out = vm.run(cmd, timeout=timeout)
+        except vrdmavm.CommandTimeout as e:
+            rc, out = None, "timed out: %s" % e
+        log.write("=== pyverbs %s rc=%s\n%s\n" % (mod, rc, out))
+        log.flush()
+        ran = re.search(r"^Ran (\d+) tests?", out, re.M)
+        fail = re.search(r"failures=(\d+)", out)
+        err = re.search(r"errors=(\d+)", out)
+        skip = re.search(r"skipped=(\d+)", out)
+        row = (mod, int(ran.group(1)) if ran else None,
+               int(fail.group(1)) if fail else 0, int(err.group(1)) if err else 0,
+               int(skip.group(1)) if skip else 0)
+        out_rows.append(row)
+        print("pyverbs %-20s ran %s failures %d errors %d skipped %d" % row, flush=True)
+    return out_rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-k", action="append", default=[],
@@ -114,6 +155,8 @@ def main():
     ap.add_argument("--log", default=os.path.join(REPO, "results", "provider-vm.log"))
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--no-syscalls", action="store_true")
+    ap.add_argument("--pyverbs", nargs="*", metavar="MODULE",
+                    help="only run pyverbs modules (default: %s)" % " ".join(PYVERBS_MODULES))
     args = ap.parse_args()
 
     os.makedirs(os.path.dirname(args.log), exist_ok=True)
@@ -121,6 +164,14 @@ def main():
     results = []
     with open(args.log, "w") as log, vrdmavm.Cluster(n=2, kind="vrdma") as c:
         a, b = c.vms
+        if args.pyverbs is not None:
+            rows = pyverbs(a, args.pyverbs or PYVERBS_MODULES, args.timeout, log)
+            for mod, ran, f, e, sk in rows:
+                results.append(("pyverbs_" + mod, ran is not None and f == 0 and e == 0,
+                                "ran %s, %d skipped, %d failures, %d errors" % (
+                                    ran, sk, f, e)))
+            args.no_syscalls = True
+            args.k = ["-none-"]
         rc, out = a.run("ibv_devinfo -v", timeout=60)
         log.write("=== ibv_devinfo -v rc=%s\n%s\n" % (rc, out))
         dev_ok = (rc == 0 and "vrdma0" in out and "ODP_SUPPORT_IMPLICIT" in out
