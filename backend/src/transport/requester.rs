@@ -888,6 +888,11 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
     let mtu = ctx.mtu as u64;
+    // Everything before `una` was acknowledged: new WQEs must not reuse those PSNs (an ACK that
+    // completes the WQE being resent leaves `psn` behind `una`).
+    if psn_diff(st.una, st.psn) > 0 {
+        st.psn = st.una;
+    }
     let mut restart_psn: Option<u32> = None;
     let una = st.una;
     for w in st.wqes.iter_mut() {
@@ -971,14 +976,16 @@ fn restart_point(ctx: &QpCtx, st: &RequesterState) -> Option<u32> {
 
 /// A loss signal (NAK sequence error, implied NAK): go back once per restart point and shrink the
 /// congestion window.
-pub(crate) fn restart_on_loss(ctx: &QpCtx, st: &mut RequesterState) {
+/// Returns whether a restart happened.
+pub(crate) fn restart_on_loss(ctx: &QpCtx, st: &mut RequesterState) -> bool {
     let p = restart_point(ctx, st);
     if p.is_none() || p == st.retry_psn {
-        return;
+        return false;
     }
     st.retry_psn = p;
     st.cwnd_shrink();
     restart(ctx, st);
+    true
 }
 
 /// QP in ERROR (IBTA 10.3.1 / spec §13): complete every outstanding and posted send WQE with
