@@ -2,14 +2,17 @@
 #
 #   make vm-test     images + release backend, then every VM scenario (tests/vm/run.py)
 #   make demo        images + release backend, then two guests doing RDMA for a person to watch
+#   make vm-test-ci  the scenarios of tests/vm/ci-scenarios.txt (part of `make test`)
 #   VM_TEST_ARGS     extra arguments for tests/vm/run.py, e.g. VM_TEST_ARGS="-k rping"
 
 VM_TEST_ARGS ?=
 
 DEMO_TARGET := demo-run
 VM_TEST_TARGET := vm-test-run
+# CI runs the scenarios listed in tests/vm/ci-scenarios.txt (those that pass today).
+TEST_STEPS += vm-test-ci
 
-.PHONY: vm-prereqs backend-release vm-test-run demo-run
+.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run
 
 backend-release:
 	cd "$(TOP)" && $(CARGO) build --release -p vrdma-backend
@@ -19,6 +22,10 @@ vm-prereqs: backend-release
 
 vm-test-run: vm-prereqs
 	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" $(VM_TEST_ARGS)
+
+vm-test-ci: vm-prereqs
+	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" \
+		--scenarios "$(TOP)/tests/vm/ci-scenarios.txt" $(VM_TEST_ARGS)
 
 demo-run: vm-prereqs
 	python3 "$(TOP)/tests/demo.py"

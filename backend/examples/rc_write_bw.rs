@@ -30,7 +30,8 @@ fn main() {
         ..QpSpec::rc(pda, ca)
     });
     let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, mtu, 10, 7, 7);
+    // timeout 14 (67 ms) like perftest: a loaded 2-core host can starve an engine thread.
+    connect(&mut a, &qa, &mut b, &qb, mtu, 14, 7, 7);
     let buf = 16u64 << 20;
     let src = a.alloc(buf);
     let dst = b.alloc(buf);

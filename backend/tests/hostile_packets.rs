@@ -799,3 +799,125 @@ fn ud_wrong_qkey_is_dropped() {
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS);
 }
+
+/// Reset b's target QP and bring it back to RTR/RTS with an empty RQ (no receives posted).
+fn reset_tb_empty(t: &mut Bed) {
+    let a = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_RESET,
+        ..Default::default()
+    };
+    t.b.modify_qp(t.tb.qpn, VRDMA_QP_STATE, a).unwrap();
+    let rq = t.tb.rq.as_mut().unwrap();
+    rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
+    t.tb.sq.idx = t.b.mem.load_u32_acquire(t.tb.sq.ctrl()).unwrap();
+    let (tb, av) = (t.tb.clone(), t.b.av_to(&t.a));
+    rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
+    t.b.out.take_events();
+}
+
+/// Write a raw receive WQE (header + SGEs as given) at the RQ producer and publish it.
+fn post_raw_recv(t: &mut Bed, wr_id: u64, num_sge: u32, sges: &[(u64, u32, u32)]) {
+    let mut rq = t.tb.rq.clone().unwrap();
+    let mut b = vec![0u8; 1 << rq.shift];
+    b[0..8].copy_from_slice(&wr_id.to_le_bytes());
+    b[8..12].copy_from_slice(&num_sge.to_le_bytes());
+    for (i, (a, l, k)) in sges.iter().enumerate() {
+        let o = 16 + i * 16;
+        b[o..o + 8].copy_from_slice(&a.to_le_bytes());
+        b[o + 8..o + 12].copy_from_slice(&l.to_le_bytes());
+        b[o + 12..o + 16].copy_from_slice(&k.to_le_bytes());
+    }
+    t.b.write(rq.entry_gpa(rq.idx), &b);
+    rq.idx = rq.idx.wrapping_add(1);
+    t.b.mem.store_u32_release(rq.ctrl(), rq.idx).unwrap();
+    t.tb.rq = Some(rq);
+}
+
+const NAK_REM_OP: u8 = 0x63;
+
+/// §14.4 / §14.6 receive-side outcomes: malformed receive WQEs and too-small receive buffers.
+#[test]
+fn receive_wqe_errors_have_the_spec_outcome() {
+    struct Case {
+        name: &'static str,
+        num_sge: u32,
+        sge: fn(&Bed) -> (u64, u32, u32),
+        nak: u8,
+        status: u8,
+    }
+    let cases = [
+        Case {
+            name: "num_sge above max_recv_sge",
+            num_sge: 200,
+            sge: |t| (t.tdst, 4096, t.tkb),
+            nak: NAK_REM_OP,
+            status: VRDMA_WC_LOC_QP_OP_ERR,
+        },
+        Case {
+            name: "SGE with a stale key",
+            num_sge: 1,
+            sge: |t| (t.tdst, 4096, t.tkb ^ 1),
+            nak: NAK_REM_OP,
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "SGE outside guest memory (key of the MR, address beyond it)",
+            num_sge: 1,
+            sge: |t| (u64::MAX - 100, 4096, t.tkb),
+            nak: NAK_REM_OP,
+            status: VRDMA_WC_LOC_PROT_ERR,
+        },
+        Case {
+            name: "receive buffer smaller than the SEND",
+            num_sge: 1,
+            sge: |t| (t.tdst, 100, t.tkb),
+            nak: NAK_INV_REQ,
+            status: VRDMA_WC_LOC_LEN_ERR,
+        },
+    ];
+    for c in &cases {
+        let (mut t, reqs) = fresh();
+        reset_tb_empty(&mut t);
+        let sge = (c.sge)(&t);
+        post_raw_recv(&mut t, 0x5150, c.num_sge, &[sge]);
+        // The SEND of the templates is 2500 bytes: SEND_FIRST carries 1024 of them.
+        let mut f = with_psn(find(&reqs, 0x00), 1000);
+        reseal(&mut f);
+        let naks = feed_b(&mut t, &f);
+        let cqes = t.b.poll_cq(&mut t.tcqb);
+        let mine: Vec<_> = cqes.iter().filter(|x| x.wr_id == 0x5150).collect();
+        assert_eq!(mine.len(), 1, "{}: receive completions {cqes:?}", c.name);
+        assert_eq!(mine[0].status, c.status, "{}: status", c.name);
+        assert_eq!(naks, vec![c.nak], "{}: answer", c.name);
+        assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_ERR, "{}: state", c.name);
+        check_canary(&t);
+        healthy_round(&mut t, 1);
+    }
+}
+
+/// RQ producer − consumer > depth: ring error INDEX, QP → ERR, QP_FATAL(INDEX) (§4.5, §14.4).
+#[test]
+fn rq_producer_beyond_depth() {
+    let (mut t, reqs) = fresh();
+    reset_tb_empty(&mut t);
+    let rq = t.tb.rq.clone().unwrap();
+    t.b.mem
+        .store_u32_release(rq.ctrl(), rq.idx.wrapping_add(rq.depth + 1))
+        .unwrap();
+    let mut f = with_psn(find(&reqs, 0x00), 1000);
+    reseal(&mut f);
+    let _ = feed_b(&mut t, &f);
+    assert_eq!(t.b.qp_state(t.tb.qpn), VRDMA_QPS_ERR);
+    assert_eq!(
+        t.b.mem.read_u32(rq.ctrl() + 132).unwrap(),
+        VRDMA_RING_ERR_INDEX
+    );
+    let ev = t.b.events();
+    assert!(
+        ev.iter().any(|e| e.type_ == VRDMA_EV_QP_FATAL
+            && e.id == t.tb.qpn
+            && e.info == VRDMA_RING_ERR_INDEX),
+        "{ev:?}"
+    );
+    healthy_round(&mut t, 1);
+}

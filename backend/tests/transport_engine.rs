@@ -20,7 +20,8 @@ fn rc_over_udp_engines() {
     let (cb, mut cqb) = b.create_cq(1024);
     let mut qa = a.create_qp(QpSpec::rc(pda, ca));
     let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 12, 7, 7);
+    // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
+    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
     let len: u64 = 8 << 20;
     let src = a.alloc(len);
     let dst = b.alloc(len);

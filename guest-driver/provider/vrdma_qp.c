@@ -93,6 +93,23 @@ static bool vrdma_qp_op_ok(const struct vrdma_qp *qp, int op)
 	       (vrdma_qpt_ops[t] & VRDMA_OP(op));
 }
 
+/*
+ * IBTA 10.8.2 / ibv_post_send(3): the SQ accepts work from RTS on (SQD, SQE,
+ * ERR flush it), the RQ from INIT on; earlier states fail with EINVAL.
+ * libibverbs keeps qp->state from modify_qp/query_qp.
+ */
+static bool vrdma_sq_state_ok(const struct vrdma_qp *qp)
+{
+	return qp->vqp.qp.state >= IBV_QPS_RTS &&
+	       qp->vqp.qp.state != IBV_QPS_UNKNOWN;
+}
+
+static bool vrdma_rq_state_ok(const struct vrdma_qp *qp)
+{
+	return qp->vqp.qp.state != IBV_QPS_RESET &&
+	       qp->vqp.qp.state != IBV_QPS_UNKNOWN;
+}
+
 /* One SQ doorbell for everything published so far (§8). */
 static int vrdma_ring_sq_doorbell(struct vrdma_qp *qp)
 {
@@ -265,6 +282,11 @@ int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	uint32_t start;
 	int ret = 0, db;
 
+	if (wr && !vrdma_sq_state_ok(qp)) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+
 	pthread_spin_lock(&qp->sq.lock);
 	start = sq->head;
 	for (; wr; wr = wr->next) {
@@ -324,8 +346,10 @@ int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	uint32_t start;
 	int ret = 0;
 
-	if (!rq->ring.map) {
-		/* the QP receives through its SRQ */
+	if (!wr)
+		return 0;
+	if (!rq->ring.map || !vrdma_rq_state_ok(qp)) {
+		/* the QP receives through its SRQ, or is in RESET */
 		*bad_wr = wr;
 		return EINVAL;
 	}
@@ -539,7 +563,7 @@ static void vrdma_wr_start(struct ibv_qp_ex *ibqp)
 	pthread_spin_lock(&qp->sq.lock);
 	qp->wr_start_head = qp->sq.ring.head;
 	qp->wr_cur = NULL;
-	qp->wr_err = 0;
+	qp->wr_err = vrdma_sq_state_ok(qp) ? 0 : EINVAL;
 }
 
 /* ibv_wr_complete: all or nothing; on error no WQE of the batch is posted */

@@ -97,19 +97,31 @@ def pair(server_vm, client_vm, server_cmd, client_cmd, timeout=180, settle=1.0):
 
 
 def roce_v2_gid_index(vm, dev):
-    """The GID index of the port's IPv4 address as a RoCE v2 GID."""
-    script = (
-        "for f in /sys/class/infiniband/%s/ports/1/gids/*; do i=${f##*/}; "
-        "g=$(cat $f); t=$(cat /sys/class/infiniband/%s/ports/1/gid_attrs/types/$i "
-        "2>/dev/null); echo \"$i $g $t\"; done" % (dev, dev))
-    out = run_ok(vm, script)
+    """The GID index of the port's IPv4 address as a RoCE v2 GID (cached per guest).
+
+    Two greps read the whole GID table: a process per GID is slow under TCG."""
+    cache = vm.__dict__.setdefault("_gid_index", {})
+    if dev in cache:
+        return cache[dev]
+    base = "/sys/class/infiniband/%s/ports/1" % dev
+    out = run_ok(vm, "grep -H . %s/gids/* %s/gid_attrs/types/* 2>/dev/null; true" % (base, base))
+    gids, types = {}, {}
+    for line in out.splitlines():
+        path, _, value = line.partition(":")
+        idx = path.rsplit("/", 1)[-1]
+        if not idx.isdigit():
+            continue
+        if "/gids/" in path:
+            gids[int(idx)] = value.strip()
+        elif "/types/" in path:
+            types[int(idx)] = value.strip()
     hexip = "".join("%02x" % int(x) for x in vm.ip.split("."))
     want = "0000:0000:0000:0000:0000:ffff:%s:%s" % (hexip[:4], hexip[4:])
-    for line in out.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) == 3 and parts[1] == want and "v2" in parts[2]:
-            return int(parts[0])
-    raise Failure("%s: no RoCE v2 GID for %s on %s" % (vm.name, vm.ip, dev), out)
+    for idx in sorted(gids):
+        if gids[idx] == want and "v2" in types.get(idx, ""):
+            cache[dev] = idx
+            return idx
+    raise Failure("%s: no RoCE v2 GID for %s on %s\n%s" % (vm.name, vm.ip, dev, out))
 
 
 def ib_dev(vm):
@@ -184,7 +196,7 @@ def run(selected, results, keep=False):
         cluster = None
         try:
             t0 = time.monotonic()
-            cluster = vrdmavm.Cluster(n=2, keep=True, **TOPOLOGIES[topo])
+            cluster = vrdmavm.Cluster(n=2, keep=keep, **TOPOLOGIES[topo])
             cluster.start()
             print("   booted in %.1fs (%s)" % (time.monotonic() - t0, cluster.workdir), flush=True)
         except Exception as e:

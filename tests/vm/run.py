@@ -27,12 +27,24 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-k", action="append", default=[], help="only scenarios whose name contains this")
     p.add_argument("--topology", action="append", default=[], help="only these topologies (A, B, C)")
+    p.add_argument("--scenarios", help="a file naming the scenarios to run, one per line "
+                   "(# starts a comment); an unknown name is an error")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--results", default=None, help="where failing scenarios keep their evidence")
     p.add_argument("--keep", action="store_true", help="keep every run directory")
     a = p.parse_args()
     names = [n for n, (topo, _, _) in harness.SCENARIOS.items()
              if (not a.k or any(k in n for k in a.k)) and (not a.topology or topo in a.topology)]
+    if a.scenarios:
+        with open(a.scenarios) as f:
+            wanted = [line.split("#")[0].strip() for line in f]
+        wanted = [w for w in wanted if w]
+        unknown = [w for w in wanted if w not in harness.SCENARIOS]
+        if unknown:
+            print("unknown scenarios in %s: %s" % (a.scenarios, ", ".join(unknown)))
+            print("0 passed, 1 failed")
+            return 1
+        names = [n for n in names if n in wanted]
     if a.list:
         for n in names:
             print("%s  %s" % (harness.SCENARIOS[n][0], n))

@@ -272,10 +272,11 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
         .map_err(|e| RingFault(e.ring_error_code()))?;
     rq.advance_consumer(mem, 1)
         .map_err(|e| RingFault(e.ring_error_code()))?;
-    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is a QP error (spec §6.2).
-    decode_recv(&buf, max_sge, None)
-        .map(Some)
-        .ok_or(RingFault(0))
+    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is consumed and completes with
+    // LOC_QP_OP_ERR (spec §14.4); the responder moves the QP to ERROR.
+    Ok(Some(
+        decode_recv(&buf, max_sge, None).unwrap_or_else(|| RecvWqe::malformed(&buf, None)),
+    ))
 }
 
 /// Take every posted RQ WQE (flush), returning their wr_ids.

@@ -77,6 +77,25 @@ pub struct RecvWqe {
     pub offset: u64,
     /// The WQE came from this SRQ (None: the QP's RQ).
     pub srqn: Option<u32>,
+    /// `num_sge` above the maximum or beyond the slot (spec §14.4): the WQE is consumed and
+    /// completes with LOC_QP_OP_ERR; only `wr_id` is meaningful.
+    pub malformed: bool,
+}
+
+impl RecvWqe {
+    /// A consumed receive WQE that failed to decode: keep its `wr_id` for the error completion.
+    pub(crate) fn malformed(b: &[u8], srqn: Option<u32>) -> RecvWqe {
+        let mut id = [0u8; 8];
+        if let Some(src) = b.get(0..8) {
+            id.copy_from_slice(src);
+        }
+        RecvWqe {
+            wr_id: u64::from_le_bytes(id),
+            srqn,
+            malformed: true,
+            ..Default::default()
+        }
+    }
 }
 
 /// An RDMA WRITE being received.
@@ -388,6 +407,11 @@ impl Responder<'_, '_> {
         };
         if needs_recv && st.recv.is_none() {
             match take_recv(dev, self.ctx) {
+                Ok(Some(w)) if w.malformed => {
+                    st.recv = Some(w);
+                    self.recv_status = WC_LOC_QP_OP_ERR;
+                    return RespStep::ErrRemoteOp;
+                }
                 Ok(Some(w)) => st.recv = Some(w),
                 Ok(None) => return RespStep::ErrRnr,
                 Err(code) => {
@@ -1115,7 +1139,11 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         cqe.flags |= WC_F_IMM;
         cqe.ex = u32::from_le_bytes(imm.wire_bytes());
     }
-    if total > w.capacity {
+    if w.malformed {
+        // Spec §14.4: the WQE completes LOC_QP_OP_ERR and the QP goes to ERROR.
+        cqe.status = WC_LOC_QP_OP_ERR;
+        st.fatal = Some(Fatal::Silent);
+    } else if total > w.capacity {
         cqe.status = WC_LOC_LEN_ERR;
     } else {
         let mut buf = Vec::with_capacity(total as usize);

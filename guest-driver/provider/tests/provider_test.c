@@ -295,9 +295,22 @@ static void test_post_send(void)
 		struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
 		struct ibv_send_wr one = { .opcode = IBV_WR_SEND };
 
+		struct ibv_recv_wr rone = {}, *rbad = NULL;
+		long db0 = doorbells();
+
 		memset(sq, 0, sizeof(*sq));
 		CHECK(vrdma_modify_qp(qp, &a, IBV_QP_STATE) == 0);
 		CHECK(stub.modify_calls == 1);
+		/* libibverbs records the new state; RESET takes no work */
+		qp->state = IBV_QPS_RESET;
+		bad = NULL;
+		CHECK(vrdma_post_send(qp, &one, &bad) == EINVAL && bad == &one);
+		CHECK(vrdma_post_recv(qp, &rone, &rbad) == EINVAL && rbad == &rone);
+		qp->state = IBV_QPS_RTR;	/* RQ yes, SQ not yet */
+		CHECK(vrdma_post_send(qp, &one, &bad) == EINVAL);
+		CHECK(vrdma_post_recv(qp, &rone, &rbad) == 0);
+		CHECK(doorbells() == db0 && le32toh(sq->producer) == 0);
+		qp->state = IBV_QPS_RTS;
 		CHECK(vrdma_post_send(qp, &one, &bad) == 0);
 		CHECK(le32toh(sq->producer) == 1);
 	}
@@ -490,6 +503,15 @@ static void test_wr_api(void)
 	}
 	CHECK(ibv_wr_complete(qpx) == ENOMEM);
 	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	/* wr_complete in a state that takes no sends: EINVAL, nothing posted */
+	qp->state = IBV_QPS_INIT;
+	ibv_wr_start(qpx);
+	ibv_wr_send(qpx);
+	ibv_wr_set_sge(qpx, 1, 2, 3);
+	CHECK(ibv_wr_complete(qpx) == EINVAL);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+	qp->state = IBV_QPS_RTS;
 
 	/* an empty batch posts nothing and makes no system call */
 	ibv_wr_start(qpx);

@@ -27,6 +27,8 @@ int ibv_cmd_create_qp_ex2(struct ibv_context *context, struct verbs_qp *qp,
 	qp->qp.handle = STUB_QP_HANDLE;
 	qp->qp.qp_num = STUB_QPN;
 	qp->qp.srq = attr->srq;
+	/* the tests post right away: pretend modify_qp took it to RTS */
+	qp->qp.state = IBV_QPS_RTS;
 	r->drv_payload.qpn = STUB_QPN;
 	r->drv_payload.sq_depth = STUB_DEPTH;
 	r->drv_payload.sq_wqe_shift = STUB_SQ_SHIFT;
