@@ -371,6 +371,7 @@ class VM:
     def cmdline(self):
         c = self.cluster
         args = ["console=ttyS0", "panic=-1", "mitigations=off", "8250.nr_uarts=1",
+                "no_timer_check",
                 "vrdmavm.role=" + self.kind, "vrdmavm.hostname=" + self.name]
         if self.kind != "none":
             args.append("vrdmavm.ip=" + self.cidr)

@@ -266,9 +266,10 @@ fn error_answers_and_hostile_responses() {
         t.odp_page_resp(9999, k, 0, 0, CHUNK, &good),
         VRDMA_STATUS_NOT_FOUND
     );
-    // Too few pages → INVALID, chunk fails.
+    // More pages than the chunk holds → INVALID, chunk fails.
+    let too_many: Vec<u64> = (0..513).map(|i| 0x400000 + i * 4096).collect();
     assert_eq!(
-        t.odp_page_resp(r.req_id, k, 0, 0, CHUNK, &good[..511]),
+        t.odp_page_resp(r.req_id, k, 0, 0, CHUNK, &too_many),
         VRDMA_STATUS_INVALID
     );
     assert!(matches!(
@@ -751,4 +752,77 @@ fn top_of_address_space() {
         Err(MrError::OutOfBounds { .. })
     ));
     t.odp_check_invariants().unwrap();
+}
+
+/// §12.4 step 3: an answer may cover part of the chunk; the rest faults again and the next answer
+/// is merged with what is already resident (the driver answers one mappable segment at a time).
+#[test]
+fn partial_answers_merge() {
+    let (mut t, out, _mem) = setup(odp_cfg());
+    let k = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+    // Fault the chunk through its page 10; answer pages 8..16 only, read-only.
+    let at = CHUNK + 10 * 4096;
+    assert!(matches!(
+        t.resolve(k, 1, at, 8, 0),
+        Err(MrError::Fault { .. })
+    ));
+    let r = out.take_page_requests()[0];
+    let seg: Vec<u64> = (0..8).map(|i| 0x400000 + i * 4096).collect();
+    assert_eq!(
+        t.odp_page_resp(r.req_id, k, 0, 0, CHUNK + 8 * 4096, &seg),
+        VRDMA_STATUS_OK
+    );
+    let ranges = t.resolve(k, 1, at, 8, 0).expect("covered page resolves");
+    assert_eq!(ranges[0].gpa, 0x400000 + 2 * 4096);
+    // A page outside the answered segment faults again with one new request.
+    assert!(matches!(
+        t.resolve(k, 1, CHUNK, 8, 0),
+        Err(MrError::Fault { .. })
+    ));
+    let reqs = out.take_page_requests();
+    assert_eq!(reqs.len(), 1);
+    // Answer pages 0..4 writable: merged, both segments now resolve.
+    let seg2: Vec<u64> = (0..4).map(|i| 0x500000 + i * 4096).collect();
+    assert_eq!(
+        t.odp_page_resp(
+            reqs[0].req_id,
+            k,
+            0,
+            VRDMA_ODP_RESP_F_WRITABLE,
+            CHUNK,
+            &seg2
+        ),
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(t.resolve(k, 1, CHUNK, 8, 0).unwrap()[0].gpa, 0x500000);
+    assert_eq!(
+        t.resolve(k, 1, at, 8, 0).unwrap()[0].gpa,
+        0x400000 + 2 * 4096
+    );
+    assert_eq!(t.odp_resident_total(), 1);
+    // Pages 4..8 were never answered: still absent.
+    assert!(matches!(
+        t.resolve(k, 1, CHUNK + 5 * 4096, 8, 0),
+        Err(MrError::Fault { .. })
+    ));
+    let r = out.take_page_requests()[0];
+    assert_eq!(
+        t.odp_page_resp(
+            r.req_id,
+            k,
+            0,
+            VRDMA_ODP_RESP_F_WRITABLE,
+            CHUNK + 4 * 4096,
+            &seg2
+        ),
+        VRDMA_STATUS_OK
+    );
+    // Writing the read-only segment faults again, asking for write access.
+    assert!(t.resolve(k, 1, CHUNK, 8, LW).is_ok());
+    assert!(matches!(
+        t.resolve(k, 1, at, 8, LW),
+        Err(MrError::Fault { .. })
+    ));
+    let r = out.take_page_requests()[0];
+    assert_ne!(r.flags & VRDMA_PAGEREQ_F_WRITE, 0);
 }

@@ -7,12 +7,16 @@
 //! - `Pending`: a `VRDMA_PAGEREQ_FAULT` was sent with `req_id`; accesses join it (one request per
 //!   chunk) and the QPNs that wait are recorded so they can be resumed;
 //! - `Resident`: the driver answered with ODP_PAGE_RESP: the GPAs of the chunk's 4 KiB pages (from
-//!   the page containing the chunk's first byte, clipped to the MR) and whether they are writable;
+//!   the page containing the chunk's first byte, clipped to the MR), each marked writable or not.
+//!   An answer may cover part of the chunk (spec §12.4 step 3: a chunk often straddles holes and
+//!   read-only mappings); the pages it does not cover stay absent, an access to them faults the
+//!   chunk again, and the next answer is merged with the pages already present;
 //! - `Failed`: the driver answered with an error status or did not answer within the timeout
 //!   (5 s). Accesses fail with `MrError::OdpFailed` for `FAIL_HOLD`, after which a new access faults
 //!   again.
 //!
-//! A write access to a read-only resident chunk faults again with `VRDMA_PAGEREQ_F_WRITE`.
+//! A write access to a read-only page of a resident chunk faults again with
+//! `VRDMA_PAGEREQ_F_WRITE`.
 //!
 //! Residency is bounded per device (`max_resident`) and per MR (`max_resident_per_mr`); installing
 //! a chunk above a budget drops the least recently used resident chunk (of the device, resp. of
@@ -43,6 +47,10 @@ use crate::device::output::DeviceOutput;
 /// 4 KiB ODP page.
 pub const ODP_PAGE_SHIFT: u32 = 12;
 pub const ODP_PAGE_SIZE: u64 = 1 << ODP_PAGE_SHIFT;
+/// A page of a resident chunk that no answer covered yet.
+pub const ODP_ABSENT: u64 = u64::MAX;
+/// Low bit of a resident page entry: the page may be written.
+pub const ODP_PAGE_WRITABLE: u64 = 1;
 /// `MrError::OdpFailed::status` for a request that timed out.
 pub const ODP_STATUS_TIMEOUT: u32 = u32::MAX;
 /// How long a failed chunk keeps failing accesses before it may be faulted again.
@@ -86,11 +94,17 @@ pub enum Chunk {
         write: bool,
         sent: Instant,
         waiters: Vec<u32>,
+        /// Pages of a partially resident chunk that faulted again (see `Resident::pages`),
+        /// merged with the answer; empty when the chunk had none.
+        prior: Vec<u64>,
     },
     Resident {
         /// iova of `pages[0]` (4 KiB aligned).
         base: u64,
+        /// One entry per 4 KiB page of the chunk: `ODP_ABSENT`, or the GPA with `ODP_PAGE_WRITABLE`
+        /// set in its (otherwise zero) low bits.
         pages: Vec<u64>,
+        /// Every present page is writable.
         writable: bool,
         last_use: u64,
     },
@@ -285,18 +299,17 @@ impl OdpState {
                 Some(Chunk::Resident {
                     base,
                     pages,
-                    writable,
                     last_use,
+                    ..
                 }) => {
-                    if write && !*writable {
-                        refault = true;
-                    } else {
-                        *last_use = tick;
-                        if fault.is_none()
-                            && failed.is_none()
-                            && !translate_chunk(*base, pages, cs, ce, &mut out)
-                        {
-                            failed = Some((cs, vrdma_spec::VRDMA_STATUS_BAD_ADDRESS));
+                    *last_use = tick;
+                    if fault.is_none() && failed.is_none() {
+                        match translate_chunk(*base, pages, cs, ce, write, &mut out) {
+                            Translation::Done => {}
+                            Translation::Missing => refault = true,
+                            Translation::Outside => {
+                                failed = Some((cs, vrdma_spec::VRDMA_STATUS_BAD_ADDRESS));
+                            }
                         }
                     }
                 }
@@ -338,10 +351,14 @@ impl OdpState {
                 None => refault = true,
             }
             if refault {
-                if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
-                    o.resident -= 1;
-                    self.resident_total = self.resident_total.saturating_sub(1);
-                }
+                let prior = match o.chunks.remove(&c) {
+                    Some(Chunk::Resident { pages, .. }) => {
+                        o.resident -= 1;
+                        self.resident_total = self.resident_total.saturating_sub(1);
+                        pages
+                    }
+                    _ => Vec::new(),
+                };
                 let req_id = self.send_fault(key, c, mr_iova, mr_len, write);
                 o.chunks.insert(
                     c,
@@ -350,6 +367,7 @@ impl OdpState {
                         write,
                         sent: now,
                         waiters: waiter.into_iter().collect(),
+                        prior,
                     },
                 );
                 fault.get_or_insert(cs);
@@ -369,25 +387,45 @@ impl OdpState {
     }
 }
 
-/// Append the translation of `[s, e)` (inside one resident chunk). Returns false if a page is
-/// missing (only possible in the last page of the 64-bit space, which no answer can cover).
-fn translate_chunk(base: u64, pages: &[u64], s: u64, e: u64, out: &mut Vec<GuestRange>) -> bool {
+/// What `translate_chunk` found.
+enum Translation {
+    /// Every page of the range is present (and writable for a write).
+    Done,
+    /// A page is absent, or read-only for a write: fault the chunk again.
+    Missing,
+    /// A page lies beyond the chunk's page table (only the last page of the 64-bit space, which
+    /// no answer can cover).
+    Outside,
+}
+
+/// Append the translation of `[s, e)` (inside one resident chunk).
+fn translate_chunk(
+    base: u64,
+    pages: &[u64],
+    s: u64,
+    e: u64,
+    write: bool,
+    out: &mut Vec<GuestRange>,
+) -> Translation {
     let mut a = s;
     while a < e {
         let pi = ((a - base) >> ODP_PAGE_SHIFT) as usize;
         let in_page = a & (ODP_PAGE_SIZE - 1);
         let n = (ODP_PAGE_SIZE - in_page).min(e - a);
         let Some(&p) = pages.get(pi) else {
-            return false;
+            return Translation::Outside;
         };
-        let gpa = p + in_page;
+        if p == ODP_ABSENT || (write && p & ODP_PAGE_WRITABLE == 0) {
+            return Translation::Missing;
+        }
+        let gpa = (p & !(ODP_PAGE_SIZE - 1)) + in_page;
         match out.last_mut() {
             Some(l) if l.gpa + l.len == gpa => l.len += n,
             _ => out.push(GuestRange { gpa, len: n }),
         }
         a += n;
     }
-    true
+    Translation::Done
 }
 
 /// Result of an ODP command, as a VRDMA_STATUS_* value.
@@ -430,10 +468,13 @@ impl MrTable {
             // The driver could not map the range (ACCESS, BAD_ADDRESS, NO_RESOURCES...): the
             // answer is accepted and the waiters fail with its status.
             Err((status, VRDMA_STATUS_OK))
-        } else if iova != sp
-            || pages.len() != npages_need
+        } else if iova & (ODP_PAGE_SIZE - 1) != 0
+            || iova < sp
+            || pages.is_empty()
+            || ((iova - sp) >> ODP_PAGE_SHIFT) as usize + pages.len() > npages_need
             || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
         {
+            // The answer may cover part of the chunk (§12.4), never more.
             Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
         } else if pages.iter().any(|&p| !mem.check_range(p, ODP_PAGE_SIZE)) {
             Err((VRDMA_STATUS_BAD_ADDRESS, VRDMA_STATUS_BAD_ADDRESS))
@@ -441,14 +482,14 @@ impl MrTable {
             Ok(())
         };
         odp.reqs.remove(&req_id);
-        let waiters = match o.chunks.remove(&c) {
-            Some(Chunk::Pending { waiters, .. }) => waiters,
+        let (waiters, prior) = match o.chunks.remove(&c) {
+            Some(Chunk::Pending { waiters, prior, .. }) => (waiters, prior),
             Some(other) => {
                 // Should not happen (a request id maps to a pending chunk); keep the state.
                 o.chunks.insert(c, other);
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         odp.resume(waiters);
         match outcome {
@@ -464,12 +505,30 @@ impl MrTable {
             }
             Ok(()) => {
                 odp.tick += 1;
+                // Merge with the pages a partially resident chunk already had.
+                let mut table = if prior.len() == npages_need {
+                    prior
+                } else {
+                    vec![ODP_ABSENT; npages_need]
+                };
+                let w = if flags & VRDMA_ODP_RESP_F_WRITABLE != 0 {
+                    ODP_PAGE_WRITABLE
+                } else {
+                    0
+                };
+                let first = ((iova - sp) >> ODP_PAGE_SHIFT) as usize;
+                for (slot, &p) in table[first..].iter_mut().zip(pages) {
+                    *slot = p | w;
+                }
+                let writable = table
+                    .iter()
+                    .all(|&p| p == ODP_ABSENT || p & ODP_PAGE_WRITABLE != 0);
                 o.chunks.insert(
                     c,
                     Chunk::Resident {
                         base: sp,
-                        pages: pages.to_vec(),
-                        writable: flags & VRDMA_ODP_RESP_F_WRITABLE != 0,
+                        pages: table,
+                        writable,
                         last_use: odp.tick,
                     },
                 );
@@ -633,6 +692,10 @@ impl MrTable {
                     o.resident -= 1;
                     odp.resident_total = odp.resident_total.saturating_sub(1);
                 }
+                let prior = match o.chunks.remove(&c) {
+                    Some(Chunk::Resident { pages, .. }) => pages,
+                    _ => Vec::new(),
+                };
                 let req_id = odp.send_fault(key, c, mr_iova, mr_len, write);
                 o.chunks.insert(
                     c,
@@ -641,6 +704,7 @@ impl MrTable {
                         write,
                         sent: now,
                         waiters: Vec::new(),
+                        prior,
                     },
                 );
             }

@@ -12,10 +12,26 @@
 //!
 //! Per-QP protocol state lives in `Qp::req` ([`RequesterState`]) and `Qp::resp`
 //! ([`ResponderState`]); `qp/` owns attributes and the IBTA state machine. While a transport
-//! function works on a QP it *takes* that state out of the QP (see [`with_req`]) so it can use the
+//! function works on a QP it *takes* that state out of the QP (see `with_req`) so it can use the
 //! rest of the `Device` (MRs, guest memory, CQs) freely; QP-level errors found meanwhile are
 //! deferred ([`Fatal`]) and applied once the state is back, through `qp/`'s move-to-ERROR, which
 //! in turn calls [`flush`].
+//!
+//! Decisions (beyond what IBTA fixes):
+//! - RC flow control: go-back-N (IBTA 9.7.5.1) inside a congestion window (requester.rs:
+//!   `cwnd`, 4..=128 packets, +1 per acknowledgement, halved per loss signal); one restart per
+//!   restart point (`retry_psn`) so bursts of out-of-order packets or duplicated NAKs do not each
+//!   trigger a retransmission.
+//! - READ responses are paced (`responder::READ_BURST` packets per request arrival / engine
+//!   tick); a resent READ request replaces any queued reply.
+//! - ACK coalescing: the requester sets AckReq on the last packet of a message, every 32 PSNs and
+//!   when the window fills; the responder ACKs on AckReq or every 64 packets.
+//! - Retransmission timeout 4.096 µs × 2^timeout with a 1 ms floor; timeout 0 = no timer
+//!   (IBTA 9.7.6.1). RNR back-off per IBTA table 45, rnr_retry 7 = infinite.
+//! - UD/GSI datagrams are bounded by the port MTU (no path MTU attribute for UD).
+//! - Completions retire strictly in SQ order; an error WQE moves the QP to ERROR when it
+//!   retires, after the WQEs before it completed.
+//! - Engine tests and fixtures: `backend/tests/transport_*.rs`, `backend/tests/common/`.
 
 pub mod completer;
 pub mod ctx;

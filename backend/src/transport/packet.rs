@@ -1,5 +1,5 @@
 //! The transport's view of packets: [`RxPkt`] (a parsed RoCEv2 frame plus the network facts the
-//! responder needs for UD/GSI receives) and [`TxPkt`] (what the transport wants sent). The
+//! responder needs for UD/GSI receives) and [`TxHdrs`] + `build` (what the transport wants sent). The
 //! conversion to and from Ethernet frames is `wire::frame` (parse, ICRC, build); this file only
 //! adapts it so the state machines stay independent of frame layout details.
 

@@ -3,12 +3,12 @@
 //!
 //! Flow control is a window of [`WINDOW`] outstanding packets (RC); READ and atomic requests are
 //! additionally bounded by `max_rd_atomic` (IBTA 9.5.4 / IBTA 9.5). PSNs are assigned in order as
-//! packets are first sent; a go-back-N restart ([`restart`]) re-walks the same WQEs from the oldest
+//! packets are first sent; a go-back-N restart (`restart`) re-walks the same WQEs from the oldest
 //! unacknowledged PSN, which regenerates exactly the same PSNs because segmentation is a pure
 //! function of (WQE, offset, MTU).
 //!
 //! Completions are written strictly in SQ order (IBTA 10.8): a WQE is first marked
-//! [`WqeState::Done`] and retired from the front of the queue by [`retire`].
+//! [`WqeState::Done`] and retired from the front of the queue by `retire`.
 
 use std::collections::VecDeque;
 use std::time::Instant;

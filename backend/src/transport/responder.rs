@@ -4,7 +4,7 @@
 //! Every packet walks an explicit state machine ([`RespStep`]), like IBTA's responder description
 //! and rxe's `enum resp_states`: checks first (PSN, opcode sequence, opcode validity, resources,
 //! length, R_Key), then execution, completion and acknowledgement. Errors are states too, so each
-//! IBTA rule (e.g. C9-222.1.1 for R_Key violations) is one arm of [`Responder::step`].
+//! IBTA rule (e.g. C9-222.1.1 for R_Key violations) is one arm of `Responder::step`.
 
 use std::collections::VecDeque;
 
@@ -43,7 +43,7 @@ pub struct ResponderState {
     pub write: Option<WriteCtx>,
     /// Responder resources: recent READ / atomic requests replayed on duplicates.
     pub resources: VecDeque<RdAtomicRes>,
-    /// READ responses still to send, oldest first (paced, see [`pump_replies`]).
+    /// READ responses still to send, oldest first (paced, see `pump_replies`).
     pub replies: VecDeque<ReadReply>,
     /// Packets received since the last ACK (ACK coalescing).
     pub unacked: u32,
