@@ -231,3 +231,34 @@ fn odp_at_requester_and_responder() {
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
 }
+
+#[test]
+fn send_with_invalidate_of_a_bad_rkey_is_an_invalid_request() {
+    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
+    let mut link = Link::clean();
+    let src = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+    let rbuf = p.b.alloc(4096);
+    let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
+    let mut rq = p.qb.rq.clone().unwrap();
+    p.b.post_recv(&mut rq, 61, &[(rbuf, 4096, kr)]);
+    p.qb.rq = Some(rq);
+    let mut qa = p.qa.clone();
+    // A page-list MR's key cannot be remotely invalidated (spec §14.6).
+    p.a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 7,
+            opcode: VRDMA_WR_SEND_WITH_INV,
+            flags: VRDMA_SEND_SIGNALED,
+            ex: kr,
+            sges: vec![(src, 16, ka)],
+            ..Default::default()
+        },
+    );
+    p.qa = qa;
+    let (ga, gb) = wait(&mut p, &mut link, 1, 1);
+    assert_eq!((ga[0].wr_id, ga[0].status), (7, VRDMA_WC_REM_INV_REQ_ERR));
+    assert_eq!((gb[0].wr_id, gb[0].status), (61, VRDMA_WC_REM_INV_REQ_ERR));
+    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+}

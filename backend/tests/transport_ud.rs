@@ -381,3 +381,29 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
     assert_eq!(b.qp_state(qb.qpn), VRDMA_QPS_RTS);
     let _ = ImpairConfig::default();
 }
+
+#[test]
+fn ud_oversized_datagram_is_dropped_without_consuming_the_receive() {
+    let mut u = ud_pair(
+        Node::new(1, 16, 1500),
+        Node::new(2, 16, 1500),
+        VRDMA_QPT_UD,
+        9,
+    );
+    let mut link = Link::clean();
+    let mut rq = u.qb.rq.clone().unwrap();
+    let (dst, kb) = (u.dst, u.kb);
+    u.b.post_recv(&mut rq, 70, &[(dst, 100, kb)]); // room for GRH + 60 bytes
+    u.qb.rq = Some(rq);
+    let ah = u.ah;
+    ud_send(&mut u, 1, 500, 9, ah, None); // too long: dropped (spec §14.6)
+    ud_send(&mut u, 2, 50, 9, ah, None); // fits: takes receive 70
+    let (ca, cb) = poll_until(&mut u.a, &mut u.b, &mut link, &mut u.cqa, &mut u.cqb, 2, 1);
+    assert!(ca.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
+    assert_eq!(
+        (cb[0].wr_id, cb[0].status, cb[0].byte_len),
+        (70, VRDMA_WC_SUCCESS, 90)
+    );
+    pump_idle(&mut u.a, &mut u.b, &mut link);
+    assert!(u.b.poll_cq(&mut u.cqb).is_empty());
+}

@@ -126,7 +126,14 @@ fn on_rnr(ctx: &QpCtx, st: &mut RequesterState, timer: u8, now: Instant) {
 fn on_nak(ctx: &QpCtx, st: &mut RequesterState, _psn: u32, code: NakCode) {
     let status = match code {
         NakCode::PsnSequenceError => {
-            restart_on_loss(ctx, st);
+            // Spec §14.5: retransmit from the NAK'ed PSN, counted against retry_cnt.
+            if st.retry_left == 0 {
+                fail_oldest(st, WC_RETRY_EXC_ERR);
+                return;
+            }
+            if restart_on_loss(ctx, st) {
+                st.retry_left -= 1;
+            }
             return;
         }
         NakCode::InvalidRequest => WC_REM_INV_REQ_ERR,
@@ -218,14 +225,15 @@ fn on_read_response(
     let n = pkt.payload.len() as u64;
     // The bytes at a given PSN are the same whichever (re)sent READ request produced them, so a
     // response is accepted by PSN and length alone: a full MTU while more than an MTU remains,
-    // exactly the remainder at the end. Anything else is dropped (a retransmission follows);
-    // the AETH-carrying position is not checked because a resent READ restarts at FIRST.
+    // exactly the remainder at the end. The AETH-carrying position is not checked because a resent READ restarts at FIRST.
     let ok_len = if remaining > mtu {
         n == mtu
     } else {
         n == remaining
     };
     if !ok_len {
+        // Spec §14.5: a response of unexpected length at the expected PSN is BAD_RESP_ERR.
+        fail_oldest(st, WC_BAD_RESP_ERR);
         return;
     }
     if n > 0 {

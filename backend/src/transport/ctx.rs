@@ -139,7 +139,8 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         mtu: if qp.qp_type.is_datagram() {
             mtu_bytes(dev.config.port_mtu())
         } else {
-            qp.mtu_bytes()
+            // Spec §15.6: min(path_mtu, active MTU of the port).
+            qp.mtu_bytes().min(mtu_bytes(dev.config.port_mtu()))
         },
         dest_qpn: a.dest_qpn & 0x00ff_ffff,
         qkey: qp.qkey(),

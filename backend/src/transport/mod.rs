@@ -93,6 +93,8 @@ impl Fatal {
     fn info(self) -> u32 {
         match self {
             Fatal::QpFatal(code) => code,
+            // Spec §14.6: QP_REQ_ERR carries the status the requester sees.
+            Fatal::ReqErr => ctx::abi::WC_REM_INV_REQ_ERR as u32,
             _ => 0,
         }
     }

@@ -4,8 +4,8 @@
 //! adapts it so the state machines stay independent of frame layout details.
 
 use crate::wire::{
-    udp_src_port, Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt,
-    IpVersion, Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
+    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt, IpVersion,
+    Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
 };
 
 /// Addressing of a QP's primary path or of an AH (spec §15): everything below the BTH.
@@ -140,6 +140,13 @@ pub fn build(
     hdrs: &TxHdrs,
     payload: &[u8],
 ) -> Option<Vec<u8>> {
+    // Spec §15.4: the AV's flow label if set, else a hash of the QP pair (as Linux
+    // rdma_calc_flow_label); the UDP source port is derived from it.
+    let fl = if path.flow_label & 0xf_ffff != 0 {
+        path.flow_label & 0xf_ffff
+    } else {
+        calc_flow_label(src_qpn, dst_qpn)
+    };
     let addr = Addressing {
         src_mac: path.smac,
         dst_mac: path.dmac,
@@ -148,8 +155,8 @@ pub fn build(
         dst_gid: path.dgid,
         hop_limit: path.hop_limit,
         traffic_class: path.traffic_class,
-        flow_label: path.flow_label,
-        udp_src_port: udp_src_port(src_qpn, dst_qpn),
+        flow_label: fl,
+        udp_src_port: flow_label_to_udp_sport(fl),
     };
     let mut bth = Bth::new(opcode, dst_qpn, psn);
     bth.solicited = solicited;
@@ -170,6 +177,39 @@ pub fn build(
         Err(e) => {
             log::warn!("transport: cannot build {opcode:?}: {e}");
             None
+        }
+    }
+}
+
+/// Spec §15.4 flow label of a QP pair: `v = lqpn × rqpn`, `v ^= v >> 20`, `v ^= v >> 40`,
+/// 20 bits.
+pub fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
+    let mut v = (lqpn as u64).wrapping_mul(rqpn as u64);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    (v & 0xf_ffff) as u32
+}
+
+/// Spec §15.4 UDP source port from a flow label (range 0xC000..=0xFFFF).
+pub fn flow_label_to_udp_sport(fl: u32) -> u16 {
+    let fl_low = fl & 0x3fff;
+    let fl_high = (fl & 0xf_c000) >> 14;
+    (0xc000 | (fl_low ^ fl_high)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_sport_follows_spec_15_4() {
+        // v = 17 * 19 = 323 (no high bits), fl = 323, sport = 0xC000 | 323.
+        assert_eq!(calc_flow_label(17, 19), 323);
+        assert_eq!(flow_label_to_udp_sport(323), 0xc000 | 323);
+        // High flow label bits fold into the low 14.
+        assert_eq!(flow_label_to_udp_sport(0xf_c000 | 1), 0xc000 | (1 ^ 0x3f));
+        for q in [1u32, 16, 0xff_ffff] {
+            assert!(flow_label_to_udp_sport(calc_flow_label(q, 0x12_3456)) >= 0xc000);
         }
     }
 }

@@ -971,14 +971,16 @@ fn restart_point(ctx: &QpCtx, st: &RequesterState) -> Option<u32> {
 
 /// A loss signal (NAK sequence error, implied NAK): go back once per restart point and shrink the
 /// congestion window.
-pub(crate) fn restart_on_loss(ctx: &QpCtx, st: &mut RequesterState) {
+/// Returns whether a restart happened.
+pub(crate) fn restart_on_loss(ctx: &QpCtx, st: &mut RequesterState) -> bool {
     let p = restart_point(ctx, st);
     if p.is_none() || p == st.retry_psn {
-        return;
+        return false;
     }
     st.retry_psn = p;
     st.cwnd_shrink();
     restart(ctx, st);
+    true
 }
 
 /// QP in ERROR (IBTA 10.3.1 / spec §13): complete every outstanding and posted send WQE with

@@ -232,6 +232,8 @@ struct Responder<'p, 'a> {
     recv_status: u8,
     /// An ODP fault caused the RNR (vs. no receive WQE).
     odp: bool,
+    /// A guest memory access failed under a valid translation (→ QP_FATAL).
+    mem_fault: bool,
 }
 
 /// A request packet for `ctx`'s QP arrived.
@@ -251,6 +253,7 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         ranges: Vec::new(),
         recv_status: WC_SUCCESS,
         odp: false,
+        mem_fault: false,
     };
     let mut step = RespStep::CheckPsn;
     // Each state moves strictly forward or to a terminal state; the bound is a belt-and-braces
@@ -293,13 +296,14 @@ impl Responder<'_, '_> {
                 Done
             }
             ErrLength => {
-                // The receive WQE completes with LOC_LEN_ERR (IBTA 9.7.5.2).
-                self.recv_status = WC_LOC_LEN_ERR;
-                self.complete_recv_error(dev, st);
                 if self.ctx.is_rc() {
+                    // Spec §14.6: the receive WQE completes LOC_LEN_ERR, NAK Invalid Request.
+                    self.recv_status = WC_LOC_LEN_ERR;
+                    self.complete_recv_error(dev, st);
                     self.nak(dev, st, NakCode::InvalidRequest, self.pkt.psn());
                     st.fatal = Some(Fatal::Silent);
                 } else {
+                    // UC: the message is dropped, the WQE is not consumed (kept for the next).
                     self.uc_abort(st);
                 }
                 Done
@@ -312,7 +316,13 @@ impl Responder<'_, '_> {
                 self.complete_recv_error(dev, st);
                 if self.ctx.is_rc() {
                     self.nak(dev, st, NakCode::RemoteOperationalError, self.pkt.psn());
-                    st.fatal = Some(Fatal::Silent);
+                    // Spec §14.6: a failed guest memory access is QP_FATAL; a bad receive WQE
+                    // was reported through its completion.
+                    st.fatal = Some(if self.mem_fault {
+                        Fatal::QpFatal(0)
+                    } else {
+                        Fatal::Silent
+                    });
                 } else {
                     self.uc_abort(st);
                 }
@@ -405,6 +415,15 @@ impl Responder<'_, '_> {
             Operation::Write => info.has_imm(),
             _ => false,
         };
+        // Spec §14.6: more READ/atomic requests outstanding than max_dest_rd_atomic (READ replies
+        // still queued) is an Invalid Request.
+        if matches!(
+            info.operation,
+            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        ) && st.replies.len() >= self.ctx.max_dest_rd_atomic.max(1) as usize
+        {
+            return RespStep::ErrInvalidRequest;
+        }
         if needs_recv && st.recv.is_none() {
             match take_recv(dev, self.ctx) {
                 Ok(Some(w)) if w.malformed => {
@@ -442,6 +461,10 @@ impl Responder<'_, '_> {
             Operation::Write => {
                 if let Some(reth) = self.pkt.reth {
                     let total = reth.dma_len as u64;
+                    // RETH length beyond max_msg_sz (2^31, spec §14.6).
+                    if total > 1 << 31 {
+                        return RespStep::ErrInvalidRequest;
+                    }
                     let bad = match info.position {
                         Position::Only => n != total,
                         _ => n >= total,
@@ -617,6 +640,7 @@ impl Responder<'_, '_> {
                             return RespStep::ErrRemoteOp;
                         };
                         if dev.mem.write(r.gpa, chunk).is_err() {
+                            self.mem_fault = true;
                             return RespStep::ErrRemoteOp;
                         }
                         p += chunk.len();
@@ -687,6 +711,7 @@ impl Responder<'_, '_> {
             dev.mem.fetch_add_u64(r.gpa, a.swap_add)
         };
         let Ok(orig) = res else {
+            self.mem_fault = true;
             return RespStep::ErrRemoteOp;
         };
         let psn = self.pkt.psn();
@@ -727,11 +752,14 @@ impl Responder<'_, '_> {
                 if let Some(ieth) = self.pkt.ieth {
                     // SEND_WITH_INV (IBTA 9.4.4 / 10.6): invalidate the named R_Key in our PD.
                     if dev.mrs.local_invalidate(ieth.rkey, self.ctx.pdn).is_err() {
-                        cqe.status = WC_LOC_PROT_ERR;
-                        st.recv = None;
+                        // Spec §14.6: NAK Invalid Request, the receive WQE completes
+                        // REM_INV_REQ_ERR, QP to ERROR.
+                        cqe.status = WC_REM_INV_REQ_ERR;
                         st.cur = None;
-                        ctx::post_cqe(dev, self.ctx.recv_cqn, &cqe, self.pkt.bth.solicited);
-                        return RespStep::ErrRemoteOp;
+                        ctx::post_cqe(dev, self.ctx.recv_cqn, &cqe, true);
+                        self.nak(dev, st, NakCode::InvalidRequest, self.pkt.psn());
+                        st.fatal = Some(Fatal::Silent);
+                        return RespStep::Done;
                     }
                     cqe.flags |= WC_F_INV;
                     cqe.ex = ieth.rkey;
@@ -1113,7 +1141,12 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
     if deth.qkey != qkey {
         return;
     }
-    let w = match take_recv(dev, ctx) {
+    // A WQE kept from a dropped oversized datagram is used first (it is still the head).
+    let w = match st
+        .recv
+        .take()
+        .map_or_else(|| take_recv(dev, ctx), |w| Ok(Some(w)))
+    {
         Ok(Some(w)) => w,
         // UD has no RNR: without a receive WQE the datagram is dropped (IBTA 9.8).
         Ok(None) => return,
@@ -1144,7 +1177,10 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         cqe.status = WC_LOC_QP_OP_ERR;
         st.fatal = Some(Fatal::Silent);
     } else if total > w.capacity {
-        cqe.status = WC_LOC_LEN_ERR;
+        // Spec §14.6: a datagram longer than the receive buffers is dropped and the WQE is not
+        // consumed (it stays the head receive for the next datagram).
+        st.recv = Some(w);
+        return;
     } else {
         let mut buf = Vec::with_capacity(total as usize);
         buf.extend_from_slice(&pkt.grh);
