@@ -236,6 +236,31 @@ fn gsi_uses_qp1_and_the_well_known_qkey() {
     );
     assert_eq!(cb[0].byte_len, 296);
     assert!(u.b.read(u.dst + 40, 256) == mad, "MAD payload");
+    // What ib_init_ah_attr_from_wc needs to answer a CM REQ: GRH flag, network type, source
+    // MAC, "untagged" (a VLAN ID makes ib_core look for a GID on that VLAN and drop the MAD),
+    // and an IPv4 header in bytes 20..39 whose checksum verifies (ib_get_gids_from_rdma_hdr).
+    let c = &cb[0];
+    assert_eq!(c.flags, VRDMA_WC_F_GRH);
+    assert_eq!(c.network_hdr_type, VRDMA_NETWORK_IPV4);
+    assert_eq!(c.smac, u.a.mac);
+    assert_eq!(
+        c.vlan_id, 0xffff,
+        "untagged frame: vlan_id 0xffff (spec §7)"
+    );
+    assert_eq!(
+        ca[0].vlan_id, 0xffff,
+        "send completion: vlan_id 0xffff (spec §7)"
+    );
+    let grh = u.b.read(u.dst, 40);
+    assert_eq!(&grh[..20], &[0u8; 20]);
+    assert_eq!(grh[20], 0x45, "IPv4, IHL 5");
+    let sum: u32 = grh[20..40]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let folded = (folded & 0xffff) + (folded >> 16);
+    assert_eq!(folded, 0xffff, "IPv4 header checksum verifies");
 }
 
 #[test]

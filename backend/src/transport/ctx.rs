@@ -390,7 +390,7 @@ pub fn qpns_with_timers(dev: &Device) -> Vec<u32> {
 }
 
 /// A completion queue entry (spec §7, 64 bytes) as the transport builds it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cqe {
     pub wr_id: u64,
     pub qpn: u32,
@@ -406,7 +406,32 @@ pub struct Cqe {
     pub sl: u8,
     pub vendor_err: u32,
     pub smac: [u8; 6],
+    /// [`NO_VLAN`] unless a UD/GSI receive came in a VLAN-tagged frame.
     pub vlan_id: u16,
+}
+
+/// CQE `vlan_id` of every completion that is not a receive from a tagged frame (spec §7 table).
+pub const NO_VLAN: u16 = 0xffff;
+
+impl Default for Cqe {
+    fn default() -> Self {
+        Cqe {
+            wr_id: 0,
+            qpn: 0,
+            opcode: 0,
+            status: 0,
+            flags: 0,
+            network_hdr_type: 0,
+            byte_len: 0,
+            ex: 0,
+            src_qp: 0,
+            pkey_index: 0,
+            sl: 0,
+            vendor_err: 0,
+            smac: [0; 6],
+            vlan_id: NO_VLAN,
+        }
+    }
 }
 
 impl Cqe {

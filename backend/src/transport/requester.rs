@@ -888,6 +888,11 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
     let mtu = ctx.mtu as u64;
+    // Everything before `una` was acknowledged: new WQEs must not reuse those PSNs (an ACK that
+    // completes the WQE being resent leaves `psn` behind `una`).
+    if psn_diff(st.una, st.psn) > 0 {
+        st.psn = st.una;
+    }
     let mut restart_psn: Option<u32> = None;
     let una = st.una;
     for w in st.wqes.iter_mut() {

@@ -1163,7 +1163,7 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         src_qp: deth.src_qp,
         pkey_index: 0,
         smac: pkt.smac,
-        vlan_id: pkt.vlan.unwrap_or(0),
+        vlan_id: pkt.vlan.unwrap_or(ctx::NO_VLAN),
         network_hdr_type: if pkt.ipv4 { NETWORK_IPV4 } else { NETWORK_IPV6 },
         flags: WC_F_GRH,
         ..Default::default()

@@ -15,6 +15,8 @@ use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
 
+pub mod odp;
+
 /// Guest RAM of every node starts here (a fake GPA).
 pub const BASE: u64 = 0x4000_0000;
 const PAGE: u64 = 4096;

@@ -1,0 +1,308 @@
+//! ODP fixtures shared by the ODP integration tests: a driver stand-in (`Pager`) that answers
+//! `VRDMA_PAGEREQ_FAULT` through `VRDMA_CMD_ODP_PAGE_RESP` (the driver's command path) from a
+//! process-VA → GPA table it may change at any time, and a two-node harness (`Pair`) that moves
+//! frames, serves page requests and fires timers in virtual time, one round per `step`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use vrdma_backend::device::{Device, DeviceConfig};
+use vrdma_backend::memory::odp::OdpConfig;
+use vrdma_backend::transport::{self, ctx::Cqe};
+use vrdma_spec::*;
+
+use super::*;
+
+/// [va, va + len) of MR `key` is backed by guest pages [gpa, gpa + len).
+#[derive(Debug, Clone, Copy)]
+pub struct Map {
+    pub key: u32,
+    pub va: u64,
+    pub gpa: u64,
+    pub len: u64,
+}
+
+/// The driver stand-in of one node.
+#[derive(Debug, Default)]
+pub struct Pager {
+    pub maps: Vec<Map>,
+    /// Error status answered for an MR (absent: VRDMA_STATUS_OK).
+    pub status: HashMap<u32, u32>,
+    /// MRs whose faults are never answered.
+    pub silent: Vec<u32>,
+    /// Every FAULT request seen, in order.
+    pub faults: Vec<VrdmaPageReq>,
+    /// Every RECLAIM notice seen, in order.
+    pub reclaims: Vec<VrdmaPageReq>,
+}
+
+impl Pager {
+    /// Faults seen for MR `key`.
+    pub fn faults_for(&self, key: u32) -> Vec<VrdmaPageReq> {
+        self.faults
+            .iter()
+            .filter(|r| r.mr_key == key)
+            .copied()
+            .collect()
+    }
+
+    /// Replace the backing of MR `key` at `va` (the driver moved the range to other pages).
+    pub fn remap(&mut self, m: Map) {
+        self.maps.retain(|x| !(x.key == m.key && x.va == m.va));
+        self.maps.push(m);
+    }
+
+    /// Answer every new FAULT of `n` (and record the RECLAIM notices answers cause); returns
+    /// how many were answered.
+    pub fn serve(&mut self, n: &mut Node) -> usize {
+        let mut k = 0;
+        loop {
+            let reqs = n.out.take_page_requests();
+            if reqs.is_empty() {
+                return k;
+            }
+            k += self.serve_batch(n, reqs);
+        }
+    }
+
+    fn serve_batch(&mut self, n: &mut Node, reqs: Vec<VrdmaPageReq>) -> usize {
+        let mut k = 0;
+        for r in reqs {
+            match r.type_ {
+                VRDMA_PAGEREQ_FAULT => self.faults.push(r),
+                VRDMA_PAGEREQ_RECLAIM => {
+                    self.reclaims.push(r);
+                    continue;
+                }
+                t => panic!("unknown page request type {t}"),
+            }
+            if self.silent.contains(&r.mr_key) {
+                continue;
+            }
+            let start = r.iova & !4095;
+            let end = (r.iova + r.length).next_multiple_of(4096);
+            let status = self
+                .status
+                .get(&r.mr_key)
+                .copied()
+                .unwrap_or(VRDMA_STATUS_OK);
+            let mut pages = Vec::new();
+            if status == VRDMA_STATUS_OK {
+                let m = self
+                    .maps
+                    .iter()
+                    .find(|m| m.key == r.mr_key && start >= m.va && end <= m.va + m.len)
+                    .unwrap_or_else(|| panic!("fault outside the mapped ranges: {r:?}"));
+                pages = (start..end)
+                    .step_by(4096)
+                    .map(|va| m.gpa + (va - m.va))
+                    .collect();
+            }
+            let c = VrdmaCmdOdpPageResp {
+                req_id: r.req_id,
+                mr_key: r.mr_key,
+                status,
+                flags: VRDMA_ODP_RESP_F_WRITABLE,
+                iova: start,
+                npages: pages.len() as u32,
+                reserved: 0,
+            };
+            let mut b = c.as_bytes().to_vec();
+            for p in &pages {
+                b.extend_from_slice(&p.to_le_bytes());
+            }
+            n.cmd(VRDMA_CMD_ODP_PAGE_RESP, &b)
+                .expect("page resp accepted");
+            k += 1;
+        }
+        k
+    }
+}
+
+/// Rebuild a node's device with ODP configured by `odp`.
+pub fn enable_odp(n: &mut Node, odp: OdpConfig) {
+    let cfg = DeviceConfig {
+        mac: n.mac,
+        mtu: 9000,
+        odp,
+        ..DeviceConfig::default()
+    };
+    n.dev = Device::new(cfg, n.mem.clone(), n.out.clone());
+    n.dev.flush_hook = Some(transport::flush);
+    let g = VrdmaCmdGid {
+        index: 0,
+        type_: VRDMA_GID_TYPE_ROCE_V2,
+        gid: n.gid,
+    };
+    n.cmd(VRDMA_CMD_ADD_GID, g.as_bytes()).expect("gid");
+}
+
+/// Register an explicit ODP MR `[va, va + len)` or (implicit) the implicit ODP MR; returns its key.
+pub fn reg_odp(n: &mut Node, pd: u32, va: u64, len: u64, implicit: bool) -> u32 {
+    let c = VrdmaCmdRegMr {
+        pdn: pd,
+        access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
+        iova: if implicit { 0 } else { va },
+        length: if implicit { u64::MAX } else { len },
+        page_shift: 12,
+        npages: 0,
+    };
+    let op = if implicit {
+        VRDMA_CMD_REG_IMPLICIT_MR
+    } else {
+        VRDMA_CMD_REG_ODP_MR
+    };
+    let r = n.cmd(op, c.as_bytes()).expect("reg odp");
+    VrdmaRespRegMr::read_from(&r).unwrap().lkey
+}
+
+/// One connected RC QP pair with a CQ per side and the completions gathered so far.
+pub struct Conn {
+    pub qa: QpH,
+    pub qb: QpH,
+    pub cqa: RingH,
+    pub cqb: RingH,
+    pub ga: Vec<Cqe>,
+    pub gb: Vec<Cqe>,
+}
+
+/// Two ODP-enabled nodes, their pagers and RC connections.
+pub struct Pair {
+    pub a: Node,
+    pub b: Node,
+    pub pa: Pager,
+    pub pb: Pager,
+    pub pda: u32,
+    pub pdb: u32,
+    pub conns: Vec<Conn>,
+    /// Virtual time (advanced 5 ms per step, never behind the wall clock).
+    pub vt: Instant,
+    /// If set, every step asserts that B's resident chunk count is at most this.
+    pub budget_b: Option<usize>,
+    pub started: Instant,
+}
+
+impl Pair {
+    pub fn new(mem_mib: u64, odp_a: OdpConfig, odp_b: OdpConfig, nconns: usize) -> Pair {
+        let mut a = Node::new(1, mem_mib, 9000);
+        let mut b = Node::new(2, mem_mib, 9000);
+        enable_odp(&mut a, odp_a);
+        enable_odp(&mut b, odp_b);
+        let pda = a.create_pd();
+        let pdb = b.create_pd();
+        let mut conns = Vec::new();
+        for _ in 0..nconns {
+            let (ca, cqa) = a.create_cq(256);
+            let (cb, cqb) = b.create_cq(256);
+            let qa = a.create_qp(QpSpec::rc(pda, ca));
+            let qb = b.create_qp(QpSpec::rc(pdb, cb));
+            // MTU 4096, timeout 14, retry 7, rnr_retry 7 (infinite: the responder RNR-NAKs
+            // while a chunk is faulted in).
+            connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
+            conns.push(Conn {
+                qa,
+                qb,
+                cqa,
+                cqb,
+                ga: Vec::new(),
+                gb: Vec::new(),
+            });
+        }
+        Pair {
+            a,
+            b,
+            pa: Pager::default(),
+            pb: Pager::default(),
+            pda,
+            pdb,
+            conns,
+            vt: Instant::now(),
+            budget_b: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// Post a WQE on connection `i`, side A.
+    pub fn post(&mut self, i: usize, w: &Wqe) {
+        let c = &mut self.conns[i];
+        self.a.post_send(&mut c.qa, w);
+    }
+
+    /// Serve page requests on both sides.
+    pub fn serve(&mut self) -> usize {
+        self.pa.serve(&mut self.a) + self.pb.serve(&mut self.b)
+    }
+
+    /// Deliver frames both ways (A's frames: at most `limit_a`, the rest stay queued).
+    pub fn deliver(&mut self, limit_a: usize) {
+        let mut fa = std::mem::take(&mut self.a.dev.outbox);
+        let rest = if fa.len() > limit_a {
+            fa.split_off(limit_a)
+        } else {
+            Vec::new()
+        };
+        for f in fa {
+            transport::on_frame(&mut self.b.dev, &f);
+        }
+        // Frames A produced meanwhile go after the held-back ones.
+        let mut later = std::mem::take(&mut self.a.dev.outbox);
+        self.a.dev.outbox = rest;
+        self.a.dev.outbox.append(&mut later);
+        for f in std::mem::take(&mut self.b.dev.outbox) {
+            transport::on_frame(&mut self.a.dev, &f);
+        }
+    }
+
+    /// Gather completions, advance virtual time and fire timers; check the ODP invariants.
+    pub fn finish_step(&mut self) {
+        for c in &mut self.conns {
+            c.ga.extend(self.a.poll_cq(&mut c.cqa));
+            c.gb.extend(self.b.poll_cq(&mut c.cqb));
+        }
+        self.vt += Duration::from_millis(5);
+        let now = Instant::now().max(self.vt);
+        self.vt = now;
+        for d in [&mut self.a.dev, &mut self.b.dev] {
+            d.odp_tick(now);
+            transport::on_tick(d, now);
+        }
+        self.a.dev.mrs.odp_check_invariants().expect("A ODP state");
+        self.b.dev.mrs.odp_check_invariants().expect("B ODP state");
+        if let Some(n) = self.budget_b {
+            let r = self.b.dev.mrs.odp_resident_total();
+            assert!(r <= n, "B has {r} resident chunks, budget {n}");
+        }
+    }
+
+    /// One round: serve, deliver everything, gather completions, tick.
+    pub fn step(&mut self) {
+        self.serve();
+        self.deliver(usize::MAX);
+        self.finish_step();
+    }
+
+    /// Step until connection `i` has `n` requester completions; returns them.
+    pub fn run_until(&mut self, i: usize, n: usize) -> Vec<Cqe> {
+        while self.conns[i].ga.len() < n {
+            assert!(
+                self.started.elapsed() < Duration::from_secs(60),
+                "test timed out waiting for {n} completions on conn {i}"
+            );
+            self.step();
+        }
+        self.conns[i].ga.clone()
+    }
+}
+
+/// An RDMA WRITE / READ WQE.
+pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![sge],
+        remote_addr: raddr,
+        rkey,
+        ..Default::default()
+    }
+}
