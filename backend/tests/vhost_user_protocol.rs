@@ -545,6 +545,11 @@ fn memory_regions_added_and_removed_one_by_one() {
     let h = start("memslots", 1, true);
     let (mut fe, _, raw) = connect_with(&h.path, true, Pf::CONFIGURE_MEM_SLOTS);
     assert!(fe.get_max_mem_slots().unwrap() >= 2);
+    // Like QEMU with REPLY_ACK negotiated, ask for an ack on every message: without NEED_REPLY
+    // the vhost crate's Frontend returns from ADD/REM_MEM_REG as soon as the message is sent,
+    // and the control chain kicked next (handled on the vring worker thread) could run before
+    // the daemon's frontend-message thread has applied REM_MEM_REG.
+    fe.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
     // Two separate "DIMMs": rings and requests in the first, a response buffer in the second.
     let mut g1 = Guest::new(0x10_0000, 1 << 20);
     let mut g2 = Guest::new(0x8000_0000, 1 << 20);

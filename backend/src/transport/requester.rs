@@ -524,12 +524,15 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
             g.page_list_len,
         )
     };
+    // Spec §14.3: a page list (or page) outside guest memory is LOC_PROT_ERR, every other REG_MR
+    // / LOCAL_INV failure LOC_QP_OP_ERR; RC/UC go to ERROR, UD/GSI stay in RTS.
+    let fatal = !ctx.is_ud();
     match r {
         Ok(()) => w.finish(WC_SUCCESS, false),
-        // IBTA 10.6.7: a failed local operation is a local QP/protection error; the QP goes to
-        // ERROR.
-        Err(MrError::Invalid(_)) | Err(MrError::BadAccess(_)) => w.finish(WC_LOC_QP_OP_ERR, true),
-        Err(_) => w.finish(WC_LOC_PROT_ERR, true),
+        Err(MrError::BadAddress { .. }) if w.opcode == WR_REG_MR => {
+            w.finish(WC_LOC_PROT_ERR, fatal)
+        }
+        Err(_) => w.finish(WC_LOC_QP_OP_ERR, fatal),
     }
 }
 

@@ -316,16 +316,16 @@ impl Responder<'_, '_> {
                 self.complete_recv_error(dev, st);
                 if self.ctx.is_rc() {
                     self.nak(dev, st, NakCode::RemoteOperationalError, self.pkt.psn());
-                    // Spec §14.6: a failed guest memory access is QP_FATAL; a bad receive WQE
-                    // was reported through its completion.
-                    st.fatal = Some(if self.mem_fault {
-                        Fatal::QpFatal(0)
-                    } else {
-                        Fatal::Silent
-                    });
                 } else {
                     self.uc_abort(st);
                 }
+                // Spec §14.4/§14.6: the QP goes to ERROR (RC and UC); a failed guest memory
+                // access is QP_FATAL, a bad receive WQE was reported through its completion.
+                st.fatal = Some(if self.mem_fault {
+                    Fatal::QpFatal(0)
+                } else {
+                    Fatal::Silent
+                });
                 Done
             }
             Drop => Done,
