@@ -112,13 +112,14 @@ def wait_async_event(ctx, timeout):
 
 def responder(dev, gidx, imm):
     ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
-    if imm:
-        qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, SIZE, mr.lkey)]))
     lst = socket.create_server(("0.0.0.0", PORT), reuse_port=True)
     conn, _ = lst.accept()
     mine = {"qpn": qp.qp_num, "psn": 100, "gid": gid, "rkey": mr.rkey, "addr": mr.buf}
     peer = exchange(conn, mine)
     connect(qp, gidx, mine, peer)
+    if imm:
+        # Receives may be posted once the QP has left RESET.
+        qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, SIZE, mr.lkey)]))
     exchange(conn, {"ready": 1})
     if imm:
         wc = poll_one(cq, 30)
@@ -132,7 +133,15 @@ def responder(dev, gidx, imm):
 
 def requester(dev, gidx, peer_ip, imm):
     ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
-    sock = socket.create_connection((peer_ip, PORT), timeout=60)
+    deadline = time.monotonic() + 60
+    while True:  # the responder may still be starting (Python + pyverbs under TCG)
+        try:
+            sock = socket.create_connection((peer_ip, PORT), timeout=60)
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     mine = {"qpn": qp.qp_num, "psn": 200, "gid": gid}
     peer = exchange(sock, mine)
     connect(qp, gidx, mine, peer)
