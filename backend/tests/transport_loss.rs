@@ -1,4 +1,4 @@
-//! RC under loss: 16 MiB of WRITEs, SENDs and READs through a deterministic impairment (5 % drop,
+//! RC under loss: 64 MiB of WRITEs, SENDs and READs through a deterministic impairment (5 % drop,
 //! 1 % duplication, reordering) complete with the data intact (IBTA 9.7.5.1 go-back-N,
 //! duplicate detection, implied NAKs for READ responses).
 
@@ -13,7 +13,7 @@ use vrdma_backend::uplink::ImpairConfig;
 use vrdma_spec::*;
 
 #[test]
-fn sixteen_mib_through_loss_dup_reorder() {
+fn sixty_four_mib_through_loss_dup_reorder() {
     let mut a = Node::new(1, 160, 9000);
     let mut b = Node::new(2, 160, 9000);
     let pda = a.create_pd();
@@ -33,9 +33,7 @@ fn sixteen_mib_through_loss_dup_reorder() {
         },
     };
     let mut link = Link::impaired(cfg);
-    // 4 MiB per round (16 MiB in all, ~4100 frames each way at MTU 4096, so ~200 drops):
-    // 64 MiB took 20-35 s in a debug build without exercising anything more.
-    let chunk: u64 = 4 << 20;
+    let chunk: u64 = 16 << 20;
     let src = a.alloc(chunk);
     let back = a.alloc(chunk);
     let dst = b.alloc(chunk);
@@ -45,7 +43,7 @@ fn sixteen_mib_through_loss_dup_reorder() {
     let mut rq = qb.rq.clone().unwrap();
     let start = Instant::now();
     let mut total = 0u64;
-    // Round 1, 2: WRITE 4 MiB as 4 × 1 MiB; round 3: SEND 4 MiB as 16 × 256 KiB; round 4: READ.
+    // Round 1, 2: WRITE 16 MiB as 4 × 4 MiB; round 3: SEND 16 MiB as 16 × 1 MiB; round 4: READ.
     for round in 0..4u64 {
         let data = pattern(round + 1, chunk as usize);
         if round < 3 {
@@ -54,9 +52,9 @@ fn sixteen_mib_through_loss_dup_reorder() {
             b.write(dst, &data);
         }
         let (n, piece) = if round == 2 {
-            (16u64, 256u64 << 10)
+            (16u64, 1u64 << 20)
         } else {
-            (4, 1 << 20)
+            (4, 4 << 20)
         };
         for i in 0..n {
             let off = i * piece;
@@ -112,11 +110,11 @@ fn sixteen_mib_through_loss_dup_reorder() {
         assert!(landed == data, "round {round}: data differs");
         total += chunk;
     }
-    assert_eq!(total, 16 << 20);
+    assert_eq!(total, 64 << 20);
     assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
     assert_eq!(b.qp_state(qb.qpn), VRDMA_QPS_RTS);
     eprintln!(
-        "16 MiB through 5% drop / 1% dup / reorder in {:?} ({} frames a->b, {} b->a)",
+        "64 MiB through 5% drop / 1% dup / reorder in {:?} ({} frames a->b, {} b->a)",
         start.elapsed(),
         link.frames_ab,
         link.frames_ba
