@@ -839,8 +839,12 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
 
 /// Retire completed WQEs from the front of the queue in SQ order: write send CQEs (signaled or
 /// error, IBTA 10.7 / spec §7) and advance the SQ consumer (spec §4).
+///
+/// The consumer moves BEFORE the CQEs are written: a consumer that sees a send completion may
+/// post again at once, and the driver checks SQ space against this consumer.
 pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
     let mut consumer = None;
+    let mut cqes = Vec::new();
     while let Some(w) = st.wqes.front() {
         if w.state != WqeState::Done {
             break;
@@ -859,7 +863,7 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
                 },
                 ..Default::default()
             };
-            ctx::post_cqe(dev, ctx.send_cqn, &cqe, false);
+            cqes.push(cqe);
         }
         consumer = Some(w.index.wrapping_add(1));
         if w.status != WC_SUCCESS && w.fatal {
@@ -869,6 +873,9 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
     }
     if let Some(c) = consumer {
         ctx::sq_set_consumer(dev, ctx.qpn, c);
+    }
+    for cqe in &cqes {
+        ctx::post_cqe(dev, ctx.send_cqn, cqe, false);
     }
 }
 
@@ -1031,9 +1038,9 @@ pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
                 status: WC_WR_FLUSH_ERR,
                 ..Default::default()
             };
-            ctx::post_cqe(dev, ctx.send_cqn, &cqe, false);
             st.sq_fetch = st.sq_fetch.wrapping_add(1);
             ctx::sq_set_consumer(dev, ctx.qpn, st.sq_fetch);
+            ctx::post_cqe(dev, ctx.send_cqn, &cqe, false);
         }
     }
     st.retrans_deadline = None;

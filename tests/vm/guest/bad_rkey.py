@@ -15,9 +15,11 @@ with its index bits flipped. Printed results (checked by the host):
 """
 
 import json
+import os
+import select
+import signal
 import socket
 import sys
-import threading
 import time
 
 import pyverbs.enums as e
@@ -63,7 +65,7 @@ def connect(qp, gidx, mine, peer):
     gr = GlobalRoute(dgid=GID(peer["gid"]), sgid_index=gidx)
     attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr)
     attr.dest_qp_num = peer["qpn"]
-    attr.rq_psn = mine["psn"]
+    attr.rq_psn = peer["psn"]  # we receive what the peer sends
     attr.sq_psn = mine["psn"]
     qp.to_rts(attr)
 
@@ -90,24 +92,33 @@ def poll_one(cq, timeout):
 
 
 def wait_async_event(ctx, timeout):
-    box = {}
+    """The next async event of ctx, or "none" after timeout seconds.
 
-    def get():
+    ibv_get_async_event blocks and pyverbs may hold the GIL meanwhile, so a
+    forked child (sharing the context's async fd) waits and reports on a pipe."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
         try:
             ev = ctx.get_async_event()
-            box["type"] = ev.event_type
+            os.write(w, str(ev.event_type).encode())
             ev.ack()
-        except Exception as ex:  # reported, not swallowed
-            box["error"] = str(ex)
-
-    t = threading.Thread(target=get, daemon=True)
-    t.start()
-    t.join(timeout)
-    if "error" in box:
-        return "error: " + box["error"]
-    if "type" not in box:
+        except Exception as ex:  # reported to the parent, not swallowed
+            os.write(w, ("error: %s" % ex).encode())
+        os._exit(0)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], timeout)
+    msg = os.read(r, 256).decode() if ready else ""
+    os.close(r)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    if not msg:
         return "none"
-    return EV_NAMES.get(box["type"], str(box["type"]))
+    if msg.startswith("error"):
+        return msg
+    return EV_NAMES.get(int(msg), msg)
 
 
 def responder(dev, gidx, imm):

@@ -1,6 +1,9 @@
 """Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs."""
 
 import os
+import time
+
+import vrdmavm
 
 from harness import HERE, expect_in, roce_v2_gid_index, scenario
 
@@ -14,13 +17,15 @@ def bad_rkey(ctx, imm):
         vm.write_file(SCRIPT, src, mode=0o755)
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     flag = " --imm" if imm else ""
-    resp = ctx.a.spawn("python3 %s responder vrdma0 %d%s" % (SCRIPT, g, flag), timeout=90)
-    import time
+    resp = ctx.a.spawn("python3 -u %s responder vrdma0 %d%s" % (SCRIPT, g, flag), timeout=90)
     time.sleep(2)
-    rc, rout = ctx.b.run("python3 %s requester vrdma0 %d %s%s" % (SCRIPT, g, ctx.a.ip, flag),
+    rc, rout = ctx.b.run("python3 -u %s requester vrdma0 %d %s%s" % (SCRIPT, g, ctx.a.ip, flag),
                          timeout=90)
-    src, sout = resp.wait(timeout=90)
-    both = "--- responder ---\n%s\n--- requester ---\n%s" % (sout, rout)
+    try:
+        src, sout = resp.wait(timeout=90)
+    except vrdmavm.CommandTimeout as e:
+        src, sout = None, "%s\n%s" % (e, getattr(e, "out", ""))
+    both = "--- responder ---\n%s\n--- requester (rc %s) ---\n%s" % (sout, rc, rout)
     expect_in("send completion: REM_ACCESS_ERR", both, "the requester's completion")
     return both
 
