@@ -588,30 +588,8 @@ impl MrTable {
         access: u32,
     ) -> Result<(), MrError> {
         let mr = self.get(key)?;
-        if mr.pd != pd {
-            return Err(MrError::WrongPd { key, pd });
-        }
-        let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
-        if need & !mr.access != 0 {
-            return Err(MrError::AccessDenied { key, access });
-        }
-        if let MrKind::FastReg { valid: false, .. } = mr.kind {
-            return Err(MrError::Invalidated(key));
-        }
-        if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
-            return Err(MrError::AccessDenied { key, access });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        let oob = MrError::OutOfBounds { key, iova, len };
-        let end = iova.checked_add(len).ok_or(oob.clone())?;
-        if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
-            && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
-        {
-            return Err(oob);
-        }
-        if matches!(mr.kind, MrKind::Dma) && !self.mem.check_range(iova, len) {
+        check_mr(mr, key, pd, iova, len, access)?;
+        if len != 0 && matches!(mr.kind, MrKind::Dma) && !self.mem.check_range(iova, len) {
             return Err(MrError::BadAddress { gpa: iova });
         }
         Ok(())
@@ -643,28 +621,9 @@ impl MrTable {
         if mr.key != key {
             return Err(MrError::StaleKey(key));
         }
-        if mr.pd != pd {
-            return Err(MrError::WrongPd { key, pd });
-        }
-        let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
-        if need & !mr.access != 0 {
-            return Err(MrError::AccessDenied { key, access });
-        }
-        if let MrKind::FastReg { valid: false, .. } = mr.kind {
-            return Err(MrError::Invalidated(key));
-        }
-        if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
-            return Err(MrError::AccessDenied { key, access });
-        }
+        check_mr(mr, key, pd, iova, len, access)?;
         if len == 0 {
             return Ok(Vec::new());
-        }
-        let oob = MrError::OutOfBounds { key, iova, len };
-        let end = iova.checked_add(len).ok_or(oob.clone())?;
-        if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
-            && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
-        {
-            return Err(oob);
         }
         let mr_iova = mr.iova;
         let mr_len = mr.length;
@@ -769,4 +728,34 @@ fn translate_pages(
         left -= n;
     }
     out
+}
+
+/// The checks `check_access` and `resolve_for` share, on an MR already found by its key: PD,
+/// access rights, fast-reg validity, DMA MRs local only, and bounds (overflow-safe; DMA and
+/// implicit ODP MRs span the whole address space). One place, so both always agree.
+fn check_mr(mr: &Mr, key: u32, pd: u32, iova: u64, len: u64, access: u32) -> Result<(), MrError> {
+    if mr.pd != pd {
+        return Err(MrError::WrongPd { key, pd });
+    }
+    let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
+    if need & !mr.access != 0 {
+        return Err(MrError::AccessDenied { key, access });
+    }
+    if let MrKind::FastReg { valid: false, .. } = mr.kind {
+        return Err(MrError::Invalidated(key));
+    }
+    if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
+        return Err(MrError::AccessDenied { key, access });
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let oob = MrError::OutOfBounds { key, iova, len };
+    let end = iova.checked_add(len).ok_or(oob.clone())?;
+    if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
+        && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
+    {
+        return Err(oob);
+    }
+    Ok(())
 }
