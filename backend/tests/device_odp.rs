@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use device_util::*;
-use vrdma_backend::device::RecordingOutput;
+use vrdma_backend::device::{CmdOutcome, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
 use vrdma_backend::memory::odp::ODP_STATUS_TIMEOUT;
@@ -445,47 +445,57 @@ fn timeout_fails_waiters() {
 fn advise_prefetch() {
     let (mut t, out, _) = setup(odp_cfg());
     let k = t.reg_odp(1, LW, 0, 8 << 20, false, 1 << 40).unwrap();
-    assert_eq!(
-        t.odp_advise(
-            k,
-            VRDMA_ADVISE_PREFETCH_WRITE,
-            VRDMA_ADVISE_F_FLUSH,
-            0,
-            5 << 20
-        ),
-        VRDMA_STATUS_OK
-    );
+    let CmdOutcome::Parked(ticket) = t.odp_advise(
+        k,
+        VRDMA_ADVISE_PREFETCH_WRITE,
+        VRDMA_ADVISE_F_FLUSH,
+        0,
+        5 << 20,
+    ) else {
+        panic!("a flush advise over absent chunks completed at once");
+    };
     let reqs = out.take_page_requests();
     assert_eq!(reqs.len(), 3);
     assert!(reqs.iter().all(|r| r.flags == VRDMA_PAGEREQ_F_WRITE));
     for r in &reqs {
+        assert!(out.take_done().is_empty(), "completed before every answer");
         answer(&mut t, r, 0x100000, true);
     }
+    assert_eq!(out.take_done(), vec![(ticket, VRDMA_STATUS_OK)]);
     assert!(t.resolve(k, 1, 0, 5 << 20, LW).is_ok());
-    // Already resident: nothing requested.
+    // Already resident: nothing requested, a flush completes at once.
     assert_eq!(
         t.odp_advise(k, VRDMA_ADVISE_PREFETCH, 0, 0, 4096),
-        VRDMA_STATUS_OK
+        CmdOutcome::Done(VRDMA_STATUS_OK)
+    );
+    assert_eq!(
+        t.odp_advise(k, VRDMA_ADVISE_PREFETCH, VRDMA_ADVISE_F_FLUSH, 0, 4096),
+        CmdOutcome::Done(VRDMA_STATUS_OK)
     );
     assert!(out.take_page_requests().is_empty());
     assert_eq!(
         t.odp_advise(k, VRDMA_ADVISE_PREFETCH_NO_FAULT, 0, 6 << 20, 4096),
-        VRDMA_STATUS_OK
+        CmdOutcome::Done(VRDMA_STATUS_OK)
     );
     assert!(out.take_page_requests().is_empty());
-    assert_eq!(t.odp_advise(k, 7, 0, 0, 4096), VRDMA_STATUS_INVALID);
-    assert_eq!(t.odp_advise(k, 0, 2, 0, 4096), VRDMA_STATUS_INVALID);
+    let done = |s| CmdOutcome::Done(s);
+    assert_eq!(t.odp_advise(k, 7, 0, 0, 4096), done(VRDMA_STATUS_INVALID));
+    assert_eq!(t.odp_advise(k, 0, 2, 0, 4096), done(VRDMA_STATUS_INVALID));
     assert_eq!(
         t.odp_advise(k, 0, 0, 7 << 20, 2 << 20),
-        VRDMA_STATUS_INVALID,
+        done(VRDMA_STATUS_INVALID),
         "beyond the MR"
     );
-    assert_eq!(t.odp_advise(k + 1, 0, 0, 0, 1), VRDMA_STATUS_NOT_FOUND);
+    assert_eq!(
+        t.odp_advise(k + 1, 0, 0, 0, 1),
+        done(VRDMA_STATUS_NOT_FOUND)
+    );
     let ro = t.reg_odp(1, 0, 0, 4096, false, 1 << 40).unwrap();
     assert_eq!(
         t.odp_advise(ro, VRDMA_ADVISE_PREFETCH_WRITE, 0, 0, 4096),
-        VRDMA_STATUS_ACCESS
+        done(VRDMA_STATUS_ACCESS)
     );
+    assert!(out.take_done().is_empty());
 }
 
 #[test]
@@ -615,6 +625,8 @@ fn random_odp_operations_keep_invariants() {
     let mut reqs: Vec<VrdmaPageReq> = Vec::new();
     let mut now = Instant::now();
     let (mut oks, mut reclaims, mut answered) = (0u32, 0u32, 0u32);
+    let mut parked = std::collections::HashSet::new();
+    let mut flushes = 0u32;
     let mut hist = [0u32; 10];
     for step in 0..20_000 {
         match rng.below(10) {
@@ -688,14 +700,27 @@ fn random_odp_operations_keep_invariants() {
             }
             8 if !keys.is_empty() => {
                 let k = keys[rng.below(keys.len() as u64) as usize];
+                let flush = rng.below(2) as u32 * VRDMA_ADVISE_F_FLUSH;
                 let s = t.odp_advise(
                     k,
                     rng.below(3) as u32,
-                    0,
+                    flush,
                     rng.below(8 * C),
                     rng.below(8 * C),
                 );
-                assert!(s == VRDMA_STATUS_OK || s == VRDMA_STATUS_INVALID);
+                match s {
+                    CmdOutcome::Parked(tk) => {
+                        assert!(flush != 0, "step {step}: parked without F_FLUSH");
+                        assert!(parked.insert(tk), "step {step}: ticket reused");
+                        flushes += 1;
+                    }
+                    CmdOutcome::Done(st) => assert!(
+                        st == VRDMA_STATUS_OK
+                            || st == VRDMA_STATUS_INVALID
+                            || (flush != 0 && st == VRDMA_STATUS_NO_RESOURCES),
+                        "step {step}: advise status {st}"
+                    ),
+                }
             }
             9 => {
                 now += Duration::from_millis(rng.below(40));
@@ -711,10 +736,26 @@ fn random_odp_operations_keep_invariants() {
                 reclaims += 1;
             }
         }
+        for (tk, st) in out.take_done() {
+            assert!(parked.remove(&tk), "step {step}: unknown completion {tk:?}");
+            assert_eq!(st, VRDMA_STATUS_OK);
+        }
+        assert_eq!(t.odp_parked_advises(), parked.len(), "step {step}");
         if let Err(e) = t.odp_check_invariants() {
             panic!("step {step}: {e}");
         }
     }
+    // Whatever is still parked completes by the timeout.
+    t.odp_tick(now + Duration::from_secs(1));
+    for (tk, _) in out.take_done() {
+        assert!(parked.remove(&tk));
+    }
+    assert!(
+        parked.is_empty(),
+        "{} advises never completed",
+        parked.len()
+    );
+    assert!(flushes > 50, "only {flushes} flush advises parked");
     assert!(
         oks > 200,
         "only {oks} successful translations ({answered} answers {hist:?})"

@@ -2,16 +2,19 @@
 //! `VRDMA_CMD_*` opcode go into `Device::handle_command`. Whatever the input, the device must not
 //! panic, must answer one of the defined statuses (never NEEDS_RESET: §14.1 forbids entering it
 //! for malformed commands), must write a response body only on OK and of the opcode's size, and
-//! must stay usable: a valid sequence afterwards still moves data between two nodes.
+//! must stay usable: a valid sequence afterwards still moves data between two nodes. A parked
+//! command (ADVISE_MR with F_FLUSH) must complete exactly once, with OK, by the ODP timeout.
 //!
 //! Deterministic: a seeded splitmix64 PRNG; a failure prints the seed and iteration.
 
 mod common;
 
+use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use common::*;
+use vrdma_backend::device::{CmdOutcome, Ticket};
 use vrdma_spec::*;
 
 /// splitmix64: tiny, seeded, good enough for input generation.
@@ -413,6 +416,22 @@ impl Fuzz {
                 b.extend(self.pages(np));
                 b
             }
+            // A quarter are well-formed flush prefetches on a live key, so that (on an implicit
+            // ODP MR) some park and must complete later.
+            VRDMA_CMD_ADVISE_MR if self.rng.chance(25) => VrdmaCmdAdviseMr {
+                lkey: if self.pools.keys.is_empty() {
+                    1
+                } else {
+                    self.rng.pick(&self.pools.keys)
+                },
+                advice: self.rng.below(2) as u32,
+                flags: VRDMA_ADVISE_F_FLUSH,
+                reserved: 0,
+                iova: self.gpa(),
+                length: self.rng.pick(&[1, 4096, 1 << 22]),
+            }
+            .as_bytes()
+            .to_vec(),
             VRDMA_CMD_ADVISE_MR => VrdmaCmdAdviseMr {
                 lkey: self.u32v(),
                 advice: self.rng.below(4) as u32,
@@ -624,9 +643,42 @@ fn run(seed: u64, odp: bool, budget: Duration) {
     f.pools.cqs.push(cq);
     f.pools.qps.push(qp.qpn);
     f.pools.keys.push(key);
+    // Parked flush advises not completed yet.
+    let mut parked: HashSet<Ticket> = HashSet::new();
+    if odp {
+        // An implicit ODP MR (every range is inside it) with one flush advise parked from the
+        // start, so completion is always exercised whatever the fuzzer does meanwhile.
+        let imp = VrdmaCmdRegMr {
+            pdn: pd,
+            access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
+            iova: 0,
+            length: u64::MAX,
+            page_shift: 12,
+            npages: 0,
+        };
+        let r = a.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).unwrap();
+        let ik = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
+        f.pools.keys.push(ik);
+        let adv = VrdmaCmdAdviseMr {
+            lkey: ik,
+            advice: VRDMA_ADVISE_PREFETCH,
+            flags: VRDMA_ADVISE_F_FLUSH,
+            reserved: 0,
+            iova: area,
+            length: 4096,
+        };
+        match a
+            .dev
+            .handle_command(VRDMA_CMD_ADVISE_MR, adv.as_bytes(), &mut Vec::new())
+        {
+            CmdOutcome::Parked(t) => parked.insert(t),
+            o => panic!("flush advise on an implicit MR: {o:?}"),
+        };
+    }
     let start = Instant::now();
     let mut i = 0u64;
     let mut oks = 0u64;
+    let mut parks = 0u64;
     while start.elapsed() < budget && i < 20000 {
         let mut op = if f.rng.chance(3) {
             f.rng.next() as u16
@@ -651,10 +703,22 @@ fn run(seed: u64, odp: bool, budget: Duration) {
         let r = catch_unwind(AssertUnwindSafe(|| {
             a.dev.handle_command(op, &body, &mut resp)
         }));
-        let st = match r {
-            Ok(st) => st,
+        let outcome = match r {
+            Ok(o) => o,
             Err(_) => panic!("seed {seed} iter {i}: panic on opcode {op} body {body:02x?}"),
         };
+        // Only ADVISE_MR with F_FLUSH may park; it then answers OK with no body when done.
+        let st = match outcome {
+            CmdOutcome::Done(st) => st,
+            CmdOutcome::Parked(t) => {
+                assert_eq!(op, VRDMA_CMD_ADVISE_MR, "seed {seed} iter {i}: parked");
+                assert!(resp.is_empty(), "seed {seed} iter {i}: parked with a body");
+                assert!(parked.insert(t), "seed {seed} iter {i}: ticket reused");
+                parks += 1;
+                VRDMA_STATUS_OK
+            }
+        };
+        check_parked(&a, &mut parked, seed, i);
         assert!(
             st <= VRDMA_STATUS_BAD_ADDRESS,
             "seed {seed} iter {i}: opcode {op} status {st} (undefined or NEEDS_RESET) body {body:02x?}"
@@ -701,9 +765,41 @@ fn run(seed: u64, odp: bool, budget: Duration) {
         oks > 10,
         "the fuzzer never got a command through ({oks} OK)"
     );
+    if std::env::var("HOSTILE_STATS").is_ok() {
+        eprintln!("STAT seed={seed} iterations={i} parked={parks}");
+    }
+    // Nobody answers the page requests: every parked advise completes by the ODP timeout.
+    a.dev
+        .odp_tick(Instant::now() + a.dev.config.odp.timeout + Duration::from_secs(1));
+    check_parked(&a, &mut parked, seed, i);
+    assert!(
+        parked.is_empty(),
+        "seed {seed}: {} advises never completed",
+        parked.len()
+    );
+    assert_eq!(a.dev.mrs.odp_parked_advises(), 0);
     a.out.take_events();
     a.out.take_page_requests();
     prove_usable(&mut a);
+}
+
+/// Completions reported so far: each for a parked ticket, once, with OK; the ODP bookkeeping
+/// (parked advises included) is consistent.
+fn check_parked(a: &Node, parked: &mut HashSet<Ticket>, seed: u64, i: u64) {
+    for (t, st) in a.out.take_done() {
+        assert!(
+            parked.remove(&t),
+            "seed {seed} iter {i}: completion of unknown ticket {t:?}"
+        );
+        assert_eq!(st, VRDMA_STATUS_OK, "seed {seed} iter {i}: advise status");
+    }
+    assert_eq!(a.dev.mrs.odp_parked_advises(), parked.len());
+    // The full walk is costly (implicit MRs collect many chunks): every 256 iterations.
+    if i.is_multiple_of(256) {
+        if let Err(e) = a.dev.mrs.odp_check_invariants() {
+            panic!("seed {seed} iter {i}: {e}");
+        }
+    }
 }
 
 #[test]

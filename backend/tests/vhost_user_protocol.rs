@@ -13,8 +13,8 @@ use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vrdma_backend::vhost_user::daemon::listen;
 use vrdma_backend::vhost_user::{
-    serve, DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, ServeParts, VirtqOutput,
-    CONFIG_SIZE,
+    serve, CmdOutcome, DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, ServeParts,
+    VirtqOutput, CONFIG_SIZE,
 };
 use vrdma_spec::*;
 
@@ -32,9 +32,9 @@ struct MockDevice {
 }
 
 impl RdmaDevice for MockDevice {
-    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
         self.calls.push((opcode, req.to_vec()));
-        match opcode {
+        CmdOutcome::Done(match opcode {
             VRDMA_CMD_CREATE_PD => {
                 self.next += 1;
                 self.pds.insert(self.next);
@@ -53,7 +53,7 @@ impl RdmaDevice for MockDevice {
                 None => VRDMA_STATUS_INVALID,
             },
             _ => VRDMA_STATUS_INVALID,
-        }
+        })
     }
     fn reset(&mut self) {
         self.pds.clear();

@@ -460,7 +460,7 @@ fn serve(dev: &mut Device, out: &RecordingOutput, side: &mut Side) {
         }
         let mut resp = Vec::new();
         let st = dev.handle_command(VRDMA_CMD_ODP_PAGE_RESP, &b, &mut resp);
-        assert_eq!(st, VRDMA_STATUS_OK, "ODP_PAGE_RESP refused");
+        assert_eq!(st.status(), Some(VRDMA_STATUS_OK), "ODP_PAGE_RESP refused");
         let now = Instant::now();
         side.last_resp_at = Some(now);
         side.pager_times.push((now - t0).as_secs_f64());

@@ -8,7 +8,7 @@
 
 use vrdma_spec::*;
 
-use super::Device;
+use super::{CmdOutcome, Device};
 use crate::guest::{Ring, RingError};
 use crate::objects::cq::CQE_SHIFT;
 use crate::objects::gid::GidError;
@@ -45,11 +45,15 @@ fn ring_status(e: &RingError) -> u32 {
 }
 
 impl Device {
-    /// Execute one control command. Returns VRDMA_STATUS_*; the response body is in `resp`.
-    pub fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+    /// Execute one control command: `Done(VRDMA_STATUS_*)` with the response body in `resp`, or
+    /// `Parked` (ADVISE_MR with F_FLUSH, see `outcome.rs`).
+    pub fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
         resp.clear();
         if self.needs_reset {
-            return VRDMA_STATUS_NEEDS_RESET;
+            return CmdOutcome::Done(VRDMA_STATUS_NEEDS_RESET);
+        }
+        if opcode == VRDMA_CMD_ADVISE_MR {
+            return self.cmd_advise_mr(req);
         }
         let r = match opcode {
             VRDMA_CMD_QUERY_DEVICE => {
@@ -80,18 +84,17 @@ impl Device {
             VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
-            VRDMA_CMD_ADVISE_MR => self.cmd_advise_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
             _ => Err(VRDMA_STATUS_INVALID),
         };
-        match r {
+        CmdOutcome::Done(match r {
             Ok(()) => VRDMA_STATUS_OK,
             Err(s) => {
                 resp.clear();
                 s
             }
-        }
+        })
     }
 
     fn pd_exists(&self, pdn: u32) -> CmdResult {
@@ -538,12 +541,13 @@ impl Device {
         }
     }
 
-    fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdResult {
-        let (c, _) = parse::<VrdmaCmdAdviseMr>(req)?;
-        Self::status(
-            self.mrs
+    fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdOutcome {
+        match parse::<VrdmaCmdAdviseMr>(req) {
+            Ok((c, _)) => self
+                .mrs
                 .odp_advise(c.lkey, c.advice, c.flags, c.iova, c.length),
-        )
+            Err(s) => CmdOutcome::Done(s),
+        }
     }
 
     fn cmd_odp_page_resp(&mut self, req: &[u8]) -> CmdResult {

@@ -8,7 +8,9 @@
 //!   MAC, MTU and ODP settings (`config.odp.enabled/implicit` decide the ODP caps in the config
 //!   space and `DeviceConfig::odp_feature_bits()`).
 //! - `handle_command(opcode, req, resp)`: `req` = bytes after `vrdma_cmd_hdr`; returns
-//!   VRDMA_STATUS_*; `resp` = response body (empty on error).
+//!   `CmdOutcome::Done(VRDMA_STATUS_*)` with `resp` = response body (empty on error), or
+//!   `CmdOutcome::Parked(ticket)` (ADVISE_MR + F_FLUSH): keep the chain until
+//!   `DeviceOutput::command_done(ticket, status)` (see `outcome.rs`).
 //! - `set_guest_memory(&atomic)` on every SET_MEM_TABLE; `reset()` on device reset;
 //!   `config_space()` = the 256 config bytes; `set_output()` if the output sink changes.
 //!
@@ -25,6 +27,7 @@
 
 pub mod commands;
 pub mod config;
+pub mod outcome;
 pub mod output;
 
 use std::sync::Arc;
@@ -33,6 +36,7 @@ use std::time::Instant;
 use vrdma_spec::*;
 
 pub use config::DeviceConfig;
+pub use outcome::{CmdOutcome, Ticket};
 pub use output::{DeviceOutput, NullOutput, RecordingOutput};
 
 use crate::guest::{GuestMem, GuestMemoryMap, RingError};

@@ -1,10 +1,13 @@
-//! What the device sends towards the guest outside command responses: events (event virtqueue),
-//! ODP page requests (pagereq virtqueue) and Ethernet frames (eth rx virtqueue). Implemented by the
+//! What the device sends towards the guest outside immediate command responses: events (event
+//! virtqueue), ODP page requests (pagereq virtqueue), Ethernet frames (eth rx virtqueue) and the
+//! late completion of parked commands (control virtqueue, see `outcome.rs`). Implemented by the
 //! vhost-user layer; [`RecordingOutput`] records everything for tests.
 
 use std::sync::Mutex;
 
 use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
+
+use super::outcome::Ticket;
 
 /// Sink for device → driver messages. Implementations must not block on the guest: queue
 /// internally when no buffer is available (DESIGN.md "CQ events").
@@ -12,6 +15,9 @@ pub trait DeviceOutput: Send + Sync {
     fn event(&self, ev: VrdmaEvent);
     fn page_request(&self, req: VrdmaPageReq);
     fn eth_rx(&self, frame: &[u8]);
+    /// A parked command (`CmdOutcome::Parked(ticket)`) completed with `status` (`VRDMA_STATUS_*`,
+    /// no response body). Called under the device lock, at most once per ticket.
+    fn command_done(&self, ticket: Ticket, status: u32);
 }
 
 /// Discards everything (a device without a guest attached).
@@ -22,6 +28,7 @@ impl DeviceOutput for NullOutput {
     fn event(&self, _ev: VrdmaEvent) {}
     fn page_request(&self, _req: VrdmaPageReq) {}
     fn eth_rx(&self, _frame: &[u8]) {}
+    fn command_done(&self, _ticket: Ticket, _status: u32) {}
 }
 
 /// Records every output (tests).
@@ -30,6 +37,7 @@ pub struct RecordingOutput {
     pub events: Mutex<Vec<VrdmaEvent>>,
     pub page_requests: Mutex<Vec<VrdmaPageReq>>,
     pub frames: Mutex<Vec<Vec<u8>>>,
+    pub done: Mutex<Vec<(Ticket, u32)>>,
 }
 
 impl RecordingOutput {
@@ -43,6 +51,10 @@ impl RecordingOutput {
     /// Take the recorded page requests.
     pub fn take_page_requests(&self) -> Vec<VrdmaPageReq> {
         std::mem::take(&mut *self.page_requests.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+    /// Take the recorded completions of parked commands.
+    pub fn take_done(&self) -> Vec<(Ticket, u32)> {
+        std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()))
     }
     /// Take the recorded frames.
     pub fn take_frames(&self) -> Vec<Vec<u8>> {
@@ -68,6 +80,12 @@ impl DeviceOutput for RecordingOutput {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(frame.to_vec());
+    }
+    fn command_done(&self, ticket: Ticket, status: u32) {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((ticket, status));
     }
 }
 

@@ -1,6 +1,7 @@
 //! Memory regions (spec §12): the MR table, keys with variants, access checks, iova → guest-physical
 //! translation, and on-demand paging (§10).
 
+pub mod advise;
 pub mod mr;
 pub mod odp;
 

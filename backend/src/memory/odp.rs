@@ -31,9 +31,14 @@
 //!
 //! ADVISE_MR: PREFETCH / PREFETCH_WRITE send fault requests for every non-resident chunk of the
 //! range (at most `max_resident` chunks); PREFETCH_NO_FAULT does nothing (the device cannot map
-//! without asking the driver). With VRDMA_ADVISE_F_FLUSH the command still completes right after
-//! the requests are sent (documented simplification: the guest learns residency through its own
-//! page-response path).
+//! without asking the driver). Without VRDMA_ADVISE_F_FLUSH the command completes right after the
+//! requests are queued. With it, the command is parked (`CmdOutcome::Parked`) until every request
+//! of its range — the ones it sent and the ones already pending — has ended: answered (resident
+//! or failed), timed out, or cancelled by ODP_INVALIDATE / DEREG_MR; it then completes with OK
+//! through `DeviceOutput::command_done` (see `advise.rs`). A device reset forgets parked advises.
+//!
+//! Every end of a request goes through `OdpState::end_request` (the one place that removes a
+//! request id), so parked advises cannot miss one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,8 +46,10 @@ use std::time::{Duration, Instant};
 
 use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA_PAGEREQ_RECLAIM};
 
+use super::advise::FlushWaits;
 use super::mr::{GuestRange, Mr, MrError, MrKind, MrTable};
 use crate::device::output::DeviceOutput;
+use crate::device::CmdOutcome;
 
 /// 4 KiB ODP page.
 pub const ODP_PAGE_SHIFT: u32 = 12;
@@ -148,6 +155,8 @@ pub struct OdpState {
     /// Latest time seen by `odp_tick` (the engine may run timers in virtual time ahead of the
     /// wall clock); accesses use max(wall clock, this) so both agree on expiry.
     clock: Option<Instant>,
+    /// Parked ADVISE_MR + F_FLUSH commands.
+    flush: FlushWaits,
 }
 
 /// `[start, end)` of chunk `c` clipped to the MR `[mr_iova, mr_end)`.
@@ -183,6 +192,7 @@ impl OdpState {
             tick: 0,
             resumed: Vec::new(),
             clock: None,
+            flush: FlushWaits::default(),
         }
     }
 
@@ -190,8 +200,10 @@ impl OdpState {
         self.out = out;
     }
 
+    /// Device reset: every request and parked advise is forgotten (none is completed).
     pub fn clear(&mut self) {
         self.reqs.clear();
+        self.flush.clear();
         self.resident_total = 0;
         self.resumed.clear();
     }
@@ -223,6 +235,15 @@ impl OdpState {
         self.resumed.extend(waiters);
     }
 
+    /// Request `req_id` ended (answered, timed out or cancelled): forget it and complete the
+    /// flush advises that waited for nothing else.
+    fn end_request(&mut self, req_id: u32) {
+        self.reqs.remove(&req_id);
+        for t in self.flush.request_ended(req_id) {
+            self.out.command_done(t, vrdma_spec::VRDMA_STATUS_OK);
+        }
+    }
+
     /// An MR is going away: drop its requests and residency, resume its waiters.
     pub fn forget_mr(&mut self, mr: &Mr) {
         let o = match &mr.kind {
@@ -231,7 +252,15 @@ impl OdpState {
         };
         self.resident_total = self.resident_total.saturating_sub(o.resident);
         let key = mr.key;
-        self.reqs.retain(|_, (k, _)| *k != key);
+        let ended: Vec<u32> = self
+            .reqs
+            .iter()
+            .filter(|(_, (k, _))| *k == key)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ended {
+            self.end_request(id);
+        }
         for ch in o.chunks.values() {
             if let Chunk::Pending { waiters, .. } = ch {
                 self.resumed.extend(waiters.iter().copied());
@@ -322,7 +351,7 @@ impl OdpState {
                     if now.duration_since(*sent) >= self.config.timeout {
                         let w = std::mem::take(waiters);
                         let id = *req_id;
-                        self.reqs.remove(&id);
+                        self.end_request(id);
                         o.chunks.insert(
                             c,
                             Chunk::Failed {
@@ -481,7 +510,7 @@ impl MrTable {
         } else {
             Ok(())
         };
-        odp.reqs.remove(&req_id);
+        odp.end_request(req_id);
         let (waiters, prior) = match o.chunks.remove(&c) {
             Some(Chunk::Pending { waiters, prior, .. }) => (waiters, prior),
             Some(other) => {
@@ -621,7 +650,7 @@ impl MrTable {
                 Some(Chunk::Pending {
                     req_id, waiters, ..
                 }) => {
-                    odp.reqs.remove(&req_id);
+                    odp.end_request(req_id);
                     odp.resume(waiters);
                 }
                 Some(Chunk::Failed { .. }) | None => {}
@@ -630,7 +659,8 @@ impl MrTable {
         VRDMA_STATUS_OK
     }
 
-    /// ADVISE_MR (see the module documentation).
+    /// ADVISE_MR (see the module documentation). `Parked` only with F_FLUSH while requests of
+    /// the range are outstanding.
     pub fn odp_advise(
         &mut self,
         key: u32,
@@ -638,54 +668,65 @@ impl MrTable {
         flags: u32,
         iova: u64,
         length: u64,
-    ) -> OdpStatus {
+    ) -> CmdOutcome {
         use vrdma_spec::*;
+        let done = CmdOutcome::Done;
         let now = self.odp.now();
         if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
-            return VRDMA_STATUS_INVALID;
+            return done(VRDMA_STATUS_INVALID);
         }
+        let flush = flags & VRDMA_ADVISE_F_FLUSH != 0;
         let write = match advice {
             VRDMA_ADVISE_PREFETCH => false,
             VRDMA_ADVISE_PREFETCH_WRITE => true,
             VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
-            _ => return VRDMA_STATUS_INVALID,
+            _ => return done(VRDMA_STATUS_INVALID),
         };
         let max = self.odp.config.max_resident as u64;
         let Ok((mr, odp, _)) = self.odp_parts(key) else {
-            return VRDMA_STATUS_NOT_FOUND;
+            return done(VRDMA_STATUS_NOT_FOUND);
         };
         if write && mr.access & super::mr::ACCESS_LOCAL_WRITE == 0 {
-            return VRDMA_STATUS_ACCESS;
+            return done(VRDMA_STATUS_ACCESS);
         }
         let (mr_iova, mr_len) = (mr.iova, mr.length);
         let implicit = matches!(mr.kind, MrKind::ImplicitOdp(_));
         let o = match &mut mr.kind {
             MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
             // Advice on a non-ODP MR is meaningless but harmless: everything is resident.
-            _ => return VRDMA_STATUS_OK,
+            _ => return done(VRDMA_STATUS_OK),
         };
         if length == 0 {
-            return VRDMA_STATUS_OK;
+            return done(VRDMA_STATUS_OK);
         }
         let Some(end) = iova.checked_add(length) else {
-            return VRDMA_STATUS_INVALID;
+            return done(VRDMA_STATUS_INVALID);
         };
         if !implicit && (iova < mr_iova || end > mr_iova + mr_len) {
-            return VRDMA_STATUS_INVALID;
+            return done(VRDMA_STATUS_INVALID);
         }
         if advice == VRDMA_ADVISE_PREFETCH_NO_FAULT {
-            return VRDMA_STATUS_OK;
+            return done(VRDMA_STATUS_OK);
+        }
+        // Refused before anything is sent, so the command has no effect (§11.1).
+        if flush && odp.flush.is_full() {
+            return done(VRDMA_STATUS_NO_RESOURCES);
         }
         let shift = odp.config.chunk_shift;
         let first = iova >> shift;
         let last = (end - 1) >> shift;
         let count = (last - first + 1).min(max);
+        // Requests a flush waits for: the ones sent here and the ones already outstanding.
+        let mut awaited: Vec<u32> = Vec::new();
         for c in first..first + count {
             let need = match o.chunks.get(&c) {
                 None => true,
                 Some(Chunk::Resident { writable, .. }) => write && !*writable,
                 Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
-                Some(Chunk::Pending { .. }) => false,
+                Some(Chunk::Pending { req_id, .. }) => {
+                    awaited.push(*req_id);
+                    false
+                }
             };
             if need {
                 if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
@@ -697,6 +738,7 @@ impl MrTable {
                     _ => Vec::new(),
                 };
                 let req_id = odp.send_fault(key, c, mr_iova, mr_len, write);
+                awaited.push(req_id);
                 o.chunks.insert(
                     c,
                     Chunk::Pending {
@@ -709,7 +751,10 @@ impl MrTable {
                 );
             }
         }
-        VRDMA_STATUS_OK
+        if !flush || awaited.is_empty() {
+            return done(VRDMA_STATUS_OK);
+        }
+        CmdOutcome::Parked(odp.flush.park(&awaited))
     }
 
     /// Expire page requests older than the timeout: their chunks fail, waiters are resumed.
@@ -722,7 +767,7 @@ impl MrTable {
         let reqs: Vec<(u32, (u32, u64))> = self.odp.reqs.iter().map(|(a, b)| (*a, *b)).collect();
         for (req_id, (key, c)) in reqs {
             let Ok((mr, odp, _)) = self.odp_parts(key) else {
-                self.odp.reqs.remove(&req_id);
+                self.odp.end_request(req_id);
                 continue;
             };
             let o = match &mut mr.kind {
@@ -730,7 +775,7 @@ impl MrTable {
                 _ => continue,
             };
             let Some(Chunk::Pending { sent, .. }) = o.chunks.get(&c) else {
-                odp.reqs.remove(&req_id);
+                odp.end_request(req_id);
                 continue;
             };
             let deadline = *sent + timeout;
@@ -745,7 +790,7 @@ impl MrTable {
                         at: now,
                     },
                 );
-                odp.reqs.remove(&req_id);
+                odp.end_request(req_id);
             } else if next.is_none_or(|n| deadline < n) {
                 next = Some(deadline);
             }
@@ -755,7 +800,8 @@ impl MrTable {
 
     /// Check the ODP bookkeeping (tests): the device and per-MR resident counters match the
     /// resident chunks, every outstanding request id maps to a pending chunk with that id and
-    /// every pending chunk has its request id registered, and the budgets hold.
+    /// every pending chunk has its request id registered, the budgets hold, and parked flush
+    /// advises wait only for outstanding requests.
     pub fn odp_check_invariants(&self) -> Result<(), String> {
         let mut total = 0usize;
         let mut pending = 0usize;
@@ -809,7 +855,7 @@ impl MrTable {
                 self.odp.reqs.len()
             ));
         }
-        Ok(())
+        self.odp.flush.check(|r| self.odp.reqs.contains_key(&r))
     }
 
     /// Resident chunks of the device (tests, stats).
@@ -820,6 +866,11 @@ impl MrTable {
     /// Outstanding page requests (tests, stats).
     pub fn odp_pending_requests(&self) -> usize {
         self.odp.pending_requests()
+    }
+
+    /// ADVISE_MR + F_FLUSH commands parked (tests, stats).
+    pub fn odp_parked_advises(&self) -> usize {
+        self.odp.flush.parked()
     }
 }
 

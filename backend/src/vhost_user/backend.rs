@@ -79,7 +79,8 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         self.device.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reset the device model and drop pending device -> driver records. Called on
+    /// Reset the device model and drop pending device -> driver records and parked control
+    /// chains (never completed: the ring is being reset too). Called on
     /// RESET_DEVICE / RESET_OWNER, when the frontend stops the control queue (QEMU does on a
     /// virtio reset of the guest) and when the connection ends.
     pub fn reset_state(&self, why: &str) {
@@ -100,7 +101,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
                 let r = drain_queue(index, vring, &self.mem, event_idx, MAX_REQUEST_BYTES, |c| {
                     ran = true;
                     let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
-                    controlq::run_command(device, &*mem, c)
+                    controlq::run_command(device, &*mem, c, self.out.parked())
                 });
                 if ran {
                     // Commands may have unblocked QPs (ODP_PAGE_RESP, MODIFY_QP): wake the engine.
@@ -114,10 +115,10 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
                 &self.mem,
                 event_idx,
                 MAX_DOORBELL_BYTES,
-                |c| inputq::doorbells(c, &*self.doorbells),
+                |c| Some(inputq::doorbells(c, &*self.doorbells)),
             ),
             VQ_ETH_TX => drain_queue(index, vring, &self.mem, event_idx, self.max_frame, |c| {
-                inputq::eth_tx(c, &*self.eth_tx, self.max_frame)
+                Some(inputq::eth_tx(c, &*self.eth_tx, self.max_frame))
             }),
             VQ_EVENT | VQ_PAGEREQ | VQ_ETH_RX => {
                 if let Some(q) = self.out.queue(index) {

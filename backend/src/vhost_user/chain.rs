@@ -18,7 +18,7 @@ pub enum ChainError {
 }
 
 /// One chain split into its readable bytes and writable ranges.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SplitChain {
     /// Head index, for `add_used`.
     pub head: u16,

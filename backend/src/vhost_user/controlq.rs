@@ -9,7 +9,9 @@
 //!   INVALID, not executed;
 //! - writable part too small for the opcode's response struct: status INVALID, not executed
 //!   (so no object is created whose handle the driver could not learn);
-//! - otherwise the device executes it and the response is written; `len` = bytes written.
+//! - otherwise the device executes it and the response is written; `len` = bytes written;
+//! - a command the device parks (ADVISE_MR with F_FLUSH, `CmdOutcome::Parked`) is not returned:
+//!   the chain goes to [`ParkedCommands`] and is completed there later (see `parked.rs`).
 
 use std::sync::Mutex;
 
@@ -17,7 +19,9 @@ use log::debug;
 use vm_memory::{GuestMemory, Permissions};
 
 use super::chain::SplitChain;
+use super::parked::ParkedCommands;
 use super::RdmaDevice;
+use crate::device::CmdOutcome;
 use vrdma_spec::*;
 
 /// Upper bound for a command's readable part (page lists can be large: 64 MiB of `__le64`
@@ -62,12 +66,14 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
 }
 
 /// Execute the command in `chain` (if it is well formed) and write the response. Returns the
-/// `len` for the used ring.
+/// `len` for the used ring, or `None` when the command was parked in `parked` (do not return the
+/// chain now).
 pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     device: &Mutex<D>,
     mem: &M,
     chain: &SplitChain,
-) -> u32 {
+    parked: &ParkedCommands,
+) -> Option<u32> {
     let cap = chain.writable_len();
     if let Some(&(addr, len)) = chain
         .writable
@@ -80,7 +86,7 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
             chain.head,
             addr.0
         );
-        return 0;
+        return Some(0);
     }
     if cap < RESP_HDR_LEN as u64 {
         guest_warn!(
@@ -88,10 +94,10 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
              returned unexecuted",
             chain.head
         );
-        return 0;
+        return Some(0);
     }
     let mut body = Vec::new();
-    let status = execute(device, chain, cap, &mut body);
+    let status = execute(device, chain, cap, &mut body, parked)?;
     let hdr = VrdmaCmdRespHdr {
         status,
         reserved: 0,
@@ -99,26 +105,28 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     let mut out = Vec::with_capacity(RESP_HDR_LEN + body.len());
     out.extend_from_slice(hdr.as_bytes());
     out.extend_from_slice(&body);
-    match chain.scatter(mem, &out) {
+    Some(match chain.scatter(mem, &out) {
         Ok(n) => n as u32,
         Err(e) => {
             guest_warn!("controlq: chain {}: response not written: {e}", chain.head);
             0
         }
-    }
+    })
 }
 
 /// Decode and execute; leaves the response body in `body` (empty unless OK or the device gave
-/// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`.
+/// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`. `None`: the device parked the command
+/// and the chain is in `parked`.
 fn execute<D: RdmaDevice>(
     device: &Mutex<D>,
     chain: &SplitChain,
     cap: u64,
     body: &mut Vec<u8>,
-) -> u32 {
+    parked: &ParkedCommands,
+) -> Option<u32> {
     if let Some(e) = &chain.read_error {
         guest_warn!("controlq: chain {}: {e}", chain.head);
-        return VRDMA_STATUS_INVALID;
+        return Some(VRDMA_STATUS_INVALID);
     }
     let req = &chain.readable;
     let Some((hdr, args)) = VrdmaCmdHdr::split_from(req) else {
@@ -127,22 +135,32 @@ fn execute<D: RdmaDevice>(
             chain.head,
             req.len()
         );
-        return VRDMA_STATUS_INVALID;
+        return Some(VRDMA_STATUS_INVALID);
     };
     let (opcode, flags) = (hdr.opcode, hdr.flags);
     if flags != 0 {
         guest_warn!("controlq: opcode {opcode}: flags {flags:#x} must be 0");
-        return VRDMA_STATUS_INVALID;
+        return Some(VRDMA_STATUS_INVALID);
     }
     if let Some(need) = resp_body_len(opcode) {
         if cap < (RESP_HDR_LEN + need) as u64 {
             guest_warn!("controlq: opcode {opcode}: writable part of {cap} bytes too small");
-            return VRDMA_STATUS_INVALID;
+            return Some(VRDMA_STATUS_INVALID);
         }
     }
     let status = {
         let mut dev = device.lock().unwrap_or_else(|p| p.into_inner());
-        dev.handle_command(opcode, args, body)
+        match dev.handle_command(opcode, args, body) {
+            CmdOutcome::Done(s) => s,
+            CmdOutcome::Parked(ticket) => {
+                // Parked before the device lock is released: the completion, which also runs
+                // under the device lock, cannot come first. Its 8-byte response fits (checked
+                // above: `cap` >= RESP_HDR_LEN).
+                debug!("controlq: opcode {opcode} parked as {ticket:?}");
+                parked.park(ticket, chain.clone());
+                return None;
+            }
+        }
     };
     debug!(
         "controlq: opcode {opcode} ({} bytes) -> status {status}, {} response bytes",
@@ -155,7 +173,7 @@ fn execute<D: RdmaDevice>(
             body.len()
         );
         body.clear();
-        return VRDMA_STATUS_INVALID;
+        return Some(VRDMA_STATUS_INVALID);
     }
-    status
+    Some(status)
 }

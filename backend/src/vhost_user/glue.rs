@@ -7,12 +7,12 @@ use std::sync::Arc;
 use vrdma_spec::{VrdmaDoorbell, VrdmaEvent, VrdmaPageReq};
 
 use super::{DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VirtqOutput};
-use crate::device::{Device, DeviceOutput};
+use crate::device::{CmdOutcome, Device, DeviceOutput, Ticket};
 use crate::transport::engine::EngineSender;
 use crate::uplink::{Uplink, UplinkError};
 
 impl RdmaDevice for Device {
-    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
         Device::handle_command(self, opcode, req, resp)
     }
 
@@ -36,6 +36,10 @@ impl DeviceOutput for VirtqOutput {
 
     fn eth_rx(&self, frame: &[u8]) {
         self.push_eth_rx(frame);
+    }
+
+    fn command_done(&self, ticket: Ticket, status: u32) {
+        self.parked().complete(ticket, status);
     }
 }
 

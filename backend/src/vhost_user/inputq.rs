@@ -20,8 +20,9 @@ pub const ETH_OVERHEAD: usize = 18;
 /// Smallest frame accepted from the guest (an Ethernet header).
 pub const ETH_MIN_FRAME: usize = 14;
 
-/// Pop every available chain of `vring`, hand each to `handle` (which returns the used `len`),
-/// return them and signal the frontend if needed. `handle` runs without the vring lock held.
+/// Pop every available chain of `vring`, hand each to `handle` (which returns the used `len`, or
+/// `None` for a chain it keeps to return later itself), return them and signal the frontend if
+/// needed. `handle` runs without the vring lock held.
 pub fn drain_queue<F>(
     index: u16,
     vring: &Vring,
@@ -31,7 +32,7 @@ pub fn drain_queue<F>(
     mut handle: F,
 ) -> Result<(), VhostUserRdmaError>
 where
-    F: FnMut(&SplitChain) -> u32,
+    F: FnMut(&SplitChain) -> Option<u32>,
 {
     loop {
         if event_idx {
@@ -51,7 +52,9 @@ where
         };
         let mut any = false;
         for chain in &chains {
-            let len = handle(chain);
+            let Some(len) = handle(chain) else {
+                continue;
+            };
             vring
                 .add_used(chain.head, len)
                 .map_err(|e| VhostUserRdmaError::AddUsed(index, e))?;

@@ -5,6 +5,7 @@
 //! - `backend.rs`: [`VhostUserRdma`], the `VhostUserBackend` impl (features, config space,
 //!   memory table, queue dispatch, reset).
 //! - `controlq.rs`: control chains -> [`RdmaDevice::handle_command`] -> response (§11).
+//! - `parked.rs`: control chains of commands the device completes later (ADVISE_MR + F_FLUSH).
 //! - `output.rs`: [`VirtqOutput`], device -> driver records on the event, pagereq and eth rx
 //!   queues, queued internally while the driver has posted no buffer.
 //! - `inputq.rs`: doorbell records -> [`DoorbellSink`], eth tx frames -> [`FrameSink`].
@@ -28,7 +29,7 @@
 //!   connect/disconnect/reset; guest-triggered warnings are rate-limited; `debug` logs every
 //!   control command.
 //!
-//! Lock order: device mutex -> output queue mutex -> vring lock. Nothing here takes the device
+//! Lock order: device mutex -> output queue / parked-chain mutex -> vring lock. Nothing here takes the device
 //! mutex while holding a vring lock, and no vhost-user thread waits for the network or a timer.
 //!
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
@@ -51,6 +52,7 @@ pub mod daemon;
 mod glue;
 pub mod inputq;
 pub mod output;
+pub mod parked;
 mod start;
 
 use std::io;
@@ -59,6 +61,7 @@ use thiserror::Error;
 use vhost_user_backend::VringRwLock;
 use vrdma_spec::{self as spec, Abi};
 
+pub use crate::device::{CmdOutcome, Ticket};
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
 pub use output::VirtqOutput;
@@ -96,8 +99,9 @@ pub const VIRTIO_RDMA_F_ETH: u64 = 1 << spec::VIRTIO_RDMA_F_ETH;
 pub trait RdmaDevice: Send + 'static {
     /// Execute one control command (§11). `req` is the readable part after the 8-byte
     /// `vrdma_cmd_hdr`; the response body (without `vrdma_cmd_resp_hdr`) is appended to `resp`.
-    /// Returns a `VRDMA_STATUS_*`.
-    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> u32;
+    /// Returns `Done(VRDMA_STATUS_*)`, or `Parked(ticket)`: the control queue keeps the chain in
+    /// the output's `ParkedCommands` until the device reports `command_done(ticket, status)`.
+    fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome;
     /// Back to the power-on state: every object destroyed, engine state for them dropped.
     fn reset(&mut self);
     /// The frontend installed a new memory table (the atomic is the one the vrings use).

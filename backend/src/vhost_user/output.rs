@@ -3,6 +3,9 @@
 //! record goes into the next buffer, or waits in a bounded internal queue until the driver
 //! posts one (the queue's kick flushes it). Interrupts are coalesced with EVENT_IDX.
 //!
+//! It also owns the [`ParkedCommands`] (control chains of commands completed later), attached
+//! and dropped with the other queues.
+//!
 //! [`VirtqOutput`] outlives connections: each new connection attaches its vrings and memory,
 //! a disconnect or device reset detaches them and discards what was pending.
 
@@ -16,7 +19,8 @@ use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
 use super::chain::SplitChain;
-use super::{GuestMemoryAtomic, Vring, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
+use super::parked::ParkedCommands;
+use super::{GuestMemoryAtomic, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
 
 /// `sizeof(struct vrdma_event)`.
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
@@ -203,6 +207,7 @@ pub struct VirtqOutput {
     events: OutQueue,
     page_reqs: OutQueue,
     eth_rx: OutQueue,
+    parked: ParkedCommands,
 }
 
 impl VirtqOutput {
@@ -212,6 +217,7 @@ impl VirtqOutput {
             events: OutQueue::new(VQ_EVENT, "eventq", event_backlog.max(1), TooSmall::Retry),
             page_reqs: OutQueue::new(VQ_PAGEREQ, "pagereqq", PAGE_REQ_BACKLOG, TooSmall::Retry),
             eth_rx: OutQueue::new(VQ_ETH_RX, "eth rxq", ETH_RX_BACKLOG, TooSmall::Drop),
+            parked: ParkedCommands::default(),
         }
     }
 
@@ -228,6 +234,11 @@ impl VirtqOutput {
     /// Post a raw Ethernet frame to the guest's netdev.
     pub fn push_eth_rx(&self, frame: &[u8]) {
         self.eth_rx.push(frame);
+    }
+
+    /// Control chains of parked commands.
+    pub fn parked(&self) -> &ParkedCommands {
+        &self.parked
     }
 
     /// The queue for a virtqueue index, if it is an output queue.
@@ -247,19 +258,26 @@ impl VirtqOutput {
                 q.attach(v.clone(), mem.clone());
             }
         }
+        if let Some(v) = vrings.get(usize::from(VQ_CONTROL)) {
+            self.parked.attach(v.clone(), mem.clone());
+        }
     }
 
-    /// Forget the connection's vrings and every pending record (disconnect or reset).
+    /// Forget the connection's vrings, every pending record and parked chain (disconnect or
+    /// reset).
     pub fn detach(&self) {
         for q in [&self.events, &self.page_reqs, &self.eth_rx] {
             q.detach();
         }
+        self.parked.detach();
     }
 
-    /// Discard pending records but keep the vrings (device reset while connected).
+    /// Discard pending records and parked chains but keep the vrings (device reset while
+    /// connected).
     pub fn clear_pending(&self) {
         for q in [&self.events, &self.page_reqs, &self.eth_rx] {
             q.lock().pending.clear();
         }
+        self.parked.clear();
     }
 }

@@ -9,7 +9,7 @@ use std::os::unix::io::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use vrdma_backend::device::{Device, DeviceConfig, RecordingOutput};
+use vrdma_backend::device::{CmdOutcome, Device, DeviceConfig, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
@@ -232,13 +232,13 @@ impl Node {
         a
     }
 
+    /// Run a command that completes at once (panics if the device parks it).
     pub fn cmd(&mut self, op: u16, req: &[u8]) -> Result<Vec<u8>, u32> {
         let mut resp = Vec::new();
-        let st = self.dev.handle_command(op, req, &mut resp);
-        if st == VRDMA_STATUS_OK {
-            Ok(resp)
-        } else {
-            Err(st)
+        match self.dev.handle_command(op, req, &mut resp) {
+            CmdOutcome::Done(VRDMA_STATUS_OK) => Ok(resp),
+            CmdOutcome::Done(st) => Err(st),
+            CmdOutcome::Parked(t) => panic!("command {op} parked as {t:?}"),
         }
     }
 

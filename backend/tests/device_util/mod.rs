@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use vrdma_backend::device::{Device, DeviceConfig, RecordingOutput};
+use vrdma_backend::device::{CmdOutcome, Device, DeviceConfig, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_spec::*;
 
@@ -66,11 +66,20 @@ impl Env {
         v
     }
 
-    /// Run a command; returns (status, response body).
+    /// Run a command that completes at once (panics if the device parks it); returns (status,
+    /// response body).
     pub fn cmd(&mut self, op: u16, req: &[u8]) -> (u32, Vec<u8>) {
         let mut resp = Vec::new();
-        let s = self.dev.handle_command(op, req, &mut resp);
-        (s, resp)
+        match self.dev.handle_command(op, req, &mut resp) {
+            CmdOutcome::Done(s) => (s, resp),
+            CmdOutcome::Parked(t) => panic!("command {op} parked as {t:?}"),
+        }
+    }
+
+    /// Run a command that may be parked.
+    pub fn submit(&mut self, op: u16, req: &[u8]) -> CmdOutcome {
+        let mut resp = Vec::new();
+        self.dev.handle_command(op, req, &mut resp)
     }
 
     /// Run a command that must succeed and return a handle-like first u32.
