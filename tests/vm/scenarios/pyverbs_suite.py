@@ -13,6 +13,8 @@ from harness import expect, roce_v2_gid_index, scenario
 SUITE = "/opt/pyverbs-tests"
 REQUIRED = ["test_device", "test_pd", "test_mr", "test_cq", "test_qp", "test_odp",
             "test_srq", "test_rdmacm", "test_atomic"]
+HUGE_POOL = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+HUGE_PAGES = 32
 RESULT = re.compile(r"^(test\w+) \(([\w.]+)\)(?:\s*\n.*?)?\s\.\.\.\s(ok|FAIL|ERROR|skipped(?: '(.*)')?|"
                     r"expected failure|unexpected success)\s*$", re.M)
 
@@ -40,6 +42,10 @@ def run_module(vm, module, gid):
 def pyverbs_required_modules(ctx):
     vm = ctx.a
     gid = roce_v2_gid_index(vm, "vrdma0")
+    # test_odp's huge-page cases register MRs on 2 MiB pages; they skip without a pool.
+    rc, out = vm.run("echo %d > %s && cat %s" % (HUGE_PAGES, HUGE_POOL, HUGE_POOL))
+    expect(rc == 0 and out.strip() == str(HUGE_PAGES),
+           "the guest reserved %d huge pages of 2 MiB: %r" % (HUGE_PAGES, out))
     total = {"ok": 0, "fail": 0, "skip": 0}
     problems = []
     for module in REQUIRED:
