@@ -9,7 +9,7 @@ use vrdma_backend::objects::CqError;
 use vrdma_backend::qp::QpState;
 use vrdma_spec::*;
 
-const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=28;
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=29;
 
 #[test]
 fn query_device_and_port() {
@@ -627,6 +627,146 @@ fn mr_commands() {
     );
 }
 
+/// REREG_MR keeps the key and swaps PD, access, range and pages; every refusal leaves the MR as
+/// it was (spec §11.6).
+#[test]
+fn rereg_mr_keeps_key_and_refusals_change_nothing() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let pd2 = e.create_pd();
+    let rw = VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE;
+    let (key, old_pages) = e.reg_mr(pd, rw, 0x7000_0000, 8192);
+    let new_pages = e.pages(1);
+    let rereg = |key, pdn, access, iova, length, npages| VrdmaCmdReregMr {
+        key,
+        pdn,
+        access,
+        page_shift: 12,
+        iova,
+        length,
+        npages,
+        reserved: 0,
+    };
+    let unchanged = |e: &mut device_util::Env| {
+        let r = e.dev.mrs.resolve(key, pd, 0x7000_0000, 8192, rw).unwrap();
+        assert_eq!(r[0].gpa, old_pages[0], "the MR still maps its old pages");
+    };
+    let cases: [(VrdmaCmdReregMr, Vec<u64>, u32, &str); 7] = [
+        (
+            rereg(key ^ 1, pd, rw, 0, 4096, 1),
+            new_pages.clone(),
+            VRDMA_STATUS_NOT_FOUND,
+            "stale key",
+        ),
+        (
+            rereg(0x7f00, pd, rw, 0, 4096, 1),
+            new_pages.clone(),
+            VRDMA_STATUS_NOT_FOUND,
+            "unknown key",
+        ),
+        (
+            rereg(key, 999, rw, 0, 4096, 1),
+            new_pages.clone(),
+            VRDMA_STATUS_NOT_FOUND,
+            "unknown pd",
+        ),
+        (
+            rereg(key, pd, rw, 0, 8192, 1),
+            new_pages.clone(),
+            VRDMA_STATUS_INVALID,
+            "npages != range",
+        ),
+        (
+            rereg(key, pd, rw, 0, 4096, 1),
+            vec![3 << 30],
+            VRDMA_STATUS_BAD_ADDRESS,
+            "page outside RAM",
+        ),
+        (
+            rereg(key, pd, VRDMA_ACCESS_REMOTE_WRITE, 0, 4096, 1),
+            new_pages.clone(),
+            VRDMA_STATUS_ACCESS,
+            "remote write without local write",
+        ),
+        (
+            rereg(key, pd, rw | VRDMA_ACCESS_ON_DEMAND, 0, 4096, 1),
+            new_pages.clone(),
+            VRDMA_STATUS_INVALID,
+            "ON_DEMAND",
+        ),
+    ];
+    for (c, pages, want, why) in cases {
+        let (st, body) = e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &pages));
+        assert_eq!(st, want, "{why}");
+        assert!(body.is_empty(), "{why}: no response body on error");
+        unchanged(&mut e);
+    }
+    // A truncated page list.
+    let c = rereg(key, pd, rw, 0, 8192, 2);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages)).0,
+        VRDMA_STATUS_INVALID
+    );
+    unchanged(&mut e);
+
+    // Success: new PD, read-only remote access, one new page at iova 0x1000. Same key.
+    let ro = VRDMA_ACCESS_REMOTE_READ;
+    let c = rereg(key, pd2, ro, 0x1000, 4096, 1);
+    let (st, body) = e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages));
+    assert_eq!(st, VRDMA_STATUS_OK);
+    let r = VrdmaRespRegMr::read_from(&body).unwrap();
+    assert_eq!((r.lkey, r.rkey), (key, key), "the keys do not change");
+    let m = e.dev.mrs.resolve(key, pd2, 0x1000, 4096, ro).unwrap();
+    assert_eq!(m[0].gpa, new_pages[0]);
+    assert!(
+        e.dev.mrs.resolve(key, pd, 0x1000, 4096, ro).is_err(),
+        "old PD"
+    );
+    assert!(
+        e.dev.mrs.resolve(key, pd2, 0x7000_0000, 4096, ro).is_err(),
+        "old range"
+    );
+    assert!(
+        e.dev.mrs.resolve(key, pd2, 0x1000, 4096, rw).is_err(),
+        "write access was removed"
+    );
+    // The old PD has no MR left; the new one has.
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd2)).0, VRDMA_STATUS_BUSY);
+
+    // Only REG_MR MRs can be re-registered.
+    let mk = |access, length| VrdmaCmdRegMr {
+        pdn: pd2,
+        access,
+        iova: 0,
+        length,
+        page_shift: 12,
+        npages: 0,
+    };
+    let dma = e.ok_handle(
+        VRDMA_CMD_REG_DMA_MR,
+        mk(VRDMA_ACCESS_LOCAL_WRITE, 0).as_bytes(),
+    );
+    let odp = e.ok_handle(
+        VRDMA_CMD_REG_ODP_MR,
+        mk(VRDMA_ACCESS_ON_DEMAND, 4096).as_bytes(),
+    );
+    for k in [dma, odp] {
+        let c = rereg(k, pd2, 0, 0, 4096, 1);
+        assert_eq!(
+            e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages)).0,
+            VRDMA_STATUS_NOT_SUPPORTED
+        );
+    }
+    // After DEREG_MR the key is gone.
+    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
+    let c = rereg(key, pd2, 0, 0, 4096, 1);
+    assert_eq!(
+        e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+}
+
 #[test]
 fn post_cqe_arm_and_overflow() {
     let mut e = env();
@@ -735,7 +875,7 @@ fn short_and_empty_requests_never_panic() {
         }
     }
     assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(29, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(30, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
 }
 

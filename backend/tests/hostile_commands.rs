@@ -71,7 +71,8 @@ fn resp_size(op: u16) -> usize {
         | VRDMA_CMD_REG_DMA_MR
         | VRDMA_CMD_ALLOC_FAST_REG_MR
         | VRDMA_CMD_REG_ODP_MR
-        | VRDMA_CMD_REG_IMPLICIT_MR => 8,
+        | VRDMA_CMD_REG_IMPLICIT_MR
+        | VRDMA_CMD_REREG_MR => 8,
         VRDMA_CMD_QUERY_QP => 104,
         VRDMA_CMD_QUERY_SRQ => 16,
         _ => 0,
@@ -371,6 +372,27 @@ impl Fuzz {
                 .as_bytes()
                 .to_vec()
             }
+            VRDMA_CMD_REREG_MR => {
+                // The REG_MR body of another draw, re-laid out behind a fuzzed key.
+                let reg = self.body(VRDMA_CMD_REG_MR);
+                let Some((c, pages)) = VrdmaCmdRegMr::split_from(&reg) else {
+                    return reg; // a random draw: send it as it is
+                };
+                let mut b = VrdmaCmdReregMr {
+                    key: self.u32v(),
+                    pdn: c.pdn,
+                    access: c.access,
+                    page_shift: c.page_shift,
+                    iova: c.iova,
+                    length: c.length,
+                    npages: c.npages,
+                    reserved: 0,
+                }
+                .as_bytes()
+                .to_vec();
+                b.extend_from_slice(pages);
+                b
+            }
             VRDMA_CMD_REG_MR
             | VRDMA_CMD_REG_DMA_MR
             | VRDMA_CMD_ALLOC_FAST_REG_MR
@@ -587,7 +609,7 @@ fn prove_usable(a: &mut Node) {
     assert_eq!(b.read(dst + 12000, 100), data[..100].to_vec());
 }
 
-const ALL_OPS: [u16; 28] = [
+const ALL_OPS: [u16; 29] = [
     VRDMA_CMD_QUERY_DEVICE,
     VRDMA_CMD_QUERY_PORT,
     VRDMA_CMD_ADD_GID,
@@ -616,6 +638,7 @@ const ALL_OPS: [u16; 28] = [
     VRDMA_CMD_ADVISE_MR,
     VRDMA_CMD_ODP_PAGE_RESP,
     VRDMA_CMD_ODP_INVALIDATE,
+    VRDMA_CMD_REREG_MR,
 ];
 
 fn run(seed: u64, odp: bool, budget: Duration) {

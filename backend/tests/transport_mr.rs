@@ -262,3 +262,63 @@ fn send_with_invalidate_of_a_bad_rkey_is_an_invalid_request() {
     assert_eq!((gb[0].wr_id, gb[0].status), (61, VRDMA_WC_REM_INV_REQ_ERR));
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
 }
+
+/// REREG_MR between two RDMA WRITEs: the peer keeps using the same rkey and iova, the bytes land
+/// in the new pages; a re-registration without remote write then refuses the next WRITE.
+#[test]
+fn rereg_mr_moves_the_target_and_keeps_the_rkey() {
+    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
+    let mut link = Link::clean();
+    let src = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+    let old = p.b.alloc(4096);
+    let key = p.b.reg_mr(p.pdb, old, 4096, ACC_ALL);
+    p.a.write(src, &pattern(1, 64));
+    write_to(&mut p, src, ka, old, key, 1);
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (1, VRDMA_WC_SUCCESS));
+    assert_eq!(p.b.read(old, 64), pattern(1, 64));
+
+    let new = p.b.alloc(4096);
+    let pdb = p.pdb;
+    let rereg = |access| {
+        let mut b = VrdmaCmdReregMr {
+            key,
+            pdn: pdb,
+            access,
+            page_shift: 12,
+            iova: old,
+            length: 4096,
+            npages: 1,
+            reserved: 0,
+        }
+        .as_bytes()
+        .to_vec();
+        b.extend_from_slice(&new.to_le_bytes());
+        b
+    };
+    let r = p.b.cmd(VRDMA_CMD_REREG_MR, &rereg(ACC_ALL)).expect("rereg");
+    assert_eq!(VrdmaRespRegMr::read_from(&r).unwrap().rkey, key);
+    p.a.write(src, &pattern(2, 64));
+    write_to(&mut p, src, ka, old, key, 2);
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (2, VRDMA_WC_SUCCESS));
+    assert_eq!(p.b.read(new, 64), pattern(2, 64), "lands in the new page");
+    assert_eq!(
+        p.b.read(old, 64),
+        pattern(1, 64),
+        "the old page is left alone"
+    );
+
+    p.b.cmd(VRDMA_CMD_REREG_MR, &rereg(VRDMA_ACCESS_LOCAL_WRITE))
+        .expect("rereg without remote access");
+    p.a.write(src, &pattern(3, 64));
+    write_to(&mut p, src, ka, old, key, 3);
+    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ga[0].wr_id, ga[0].status), (3, VRDMA_WC_REM_ACCESS_ERR));
+    assert_eq!(
+        p.b.read(new, 64),
+        pattern(2, 64),
+        "nothing written after the refusal"
+    );
+}

@@ -352,6 +352,7 @@ struct vrdma_page_req {
 #define VRDMA_CMD_ADVISE_MR		26
 #define VRDMA_CMD_ODP_PAGE_RESP		27
 #define VRDMA_CMD_ODP_INVALIDATE	28
+#define VRDMA_CMD_REREG_MR		29	/* page-list MR, same key */
 
 /* Command status (§11.1), mapped by the driver to the errno in brackets */
 #define VRDMA_STATUS_OK			0
@@ -596,6 +597,18 @@ struct vrdma_cmd_reg_mr {
 	__le64	length;
 	__le32	page_shift;
 	__le32	npages;			/* REG_MR; max_num_sg for ALLOC_FAST_REG_MR */
+};
+
+/* REREG_MR: followed by npages __le64 page addresses, as REG_MR */
+struct vrdma_cmd_rereg_mr {
+	__le32	key;			/* the MR's current key */
+	__le32	pdn;
+	__le32	access;			/* VRDMA_ACCESS_* */
+	__le32	page_shift;
+	__le64	iova;
+	__le64	length;
+	__le32	npages;
+	__le32	reserved;
 };
 
 struct vrdma_resp_reg_mr {

@@ -442,6 +442,7 @@ abi_consts! {
     VRDMA_CMD_ADVISE_MR: u16 = 26;
     VRDMA_CMD_ODP_PAGE_RESP: u16 = 27;
     VRDMA_CMD_ODP_INVALIDATE: u16 = 28;
+    VRDMA_CMD_REREG_MR: u16 = 29;
 
     /// §11.1 Command status (`vrdma_cmd_resp_hdr.status`).
     VRDMA_STATUS_OK: u32 = 0;
@@ -962,6 +963,21 @@ abi_structs! {
         pub npages: u32,
     }
 
+    /// REREG_MR request (§11): the MR's current key, then the whole new MR as for REG_MR;
+    /// `npages` `__le64` page addresses follow.
+    "vrdma_cmd_rereg_mr", size 40:
+    pub struct VrdmaCmdReregMr {
+        pub key: u32,
+        pub pdn: u32,
+        /// `VRDMA_ACCESS_*`.
+        pub access: u32,
+        pub page_shift: u32,
+        pub iova: u64,
+        pub length: u64,
+        pub npages: u32,
+        pub reserved: u32,
+    }
+
     /// MR registration response.
     "vrdma_resp_reg_mr", size 8:
     pub struct VrdmaRespRegMr {
@@ -1203,7 +1219,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 34);
+        assert_eq!(ABI_STRUCTS.len(), 35);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

@@ -125,6 +125,7 @@ struct vrdma_mr {
 	struct ib_mr ibmr;
 	struct vrdma_dev *dev;
 	struct ib_umem *umem;
+	int access;			/* IB_ACCESS_* of a user MR, for rereg */
 	/* fast registration page list (alloc_mr + map_mr_sg) */
 	__le64 *pl;
 	dma_addr_t pl_dma;
@@ -338,6 +339,9 @@ struct ib_mr *vrdma_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
 int vrdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		    unsigned int *sg_offset);
 int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+struct ib_mr *vrdma_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				  u64 length, u64 virt_addr, int access,
+				  struct ib_pd *ibpd, struct ib_udata *udata);
 int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
 		    u32 flags, struct ib_sge *sg_list, u32 num_sge,
 		    struct uverbs_attr_bundle *attrs);

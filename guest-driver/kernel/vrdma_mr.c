@@ -83,6 +83,46 @@ static unsigned long vrdma_pgsz_bitmap(struct vrdma_dev *dev)
 	return bitmap ?: SZ_4K;
 }
 
+/*
+ * Pin [start, start + length) and describe it as a page list in the largest
+ * page size the device and the mapping allow. On success the caller owns
+ * *umem and the kvmalloc'ed *plp.
+ */
+static int vrdma_pin_pages(struct ib_device *ibdev, u64 start, u64 length,
+			   u64 virt_addr, int access, struct ib_umem **umem,
+			   __le64 **plp, size_t *npages, unsigned int *shift)
+{
+	struct vrdma_dev *dev = to_vdev(ibdev);
+	struct ib_block_iter biter;
+	unsigned long pgsz;
+	size_t i = 0;
+	__le64 *pl;
+
+	if (!length || length > VCFG64(dev, max_mr_size))
+		return -EINVAL;
+	*umem = ib_umem_get(ibdev, start, length, access);
+	if (IS_ERR(*umem))
+		return PTR_ERR(*umem);
+	pgsz = ib_umem_find_best_pgsz(*umem, vrdma_pgsz_bitmap(dev), virt_addr);
+	if (!pgsz)
+		goto err_inval;
+	*npages = ib_umem_num_dma_blocks(*umem, pgsz);
+	pl = kvmalloc_array(*npages, sizeof(*pl), GFP_KERNEL);
+	if (!pl) {
+		ib_umem_release(*umem);
+		return -ENOMEM;
+	}
+	rdma_umem_for_each_dma_block(*umem, &biter, pgsz)
+		pl[i++] = cpu_to_le64(rdma_block_iter_dma_address(&biter));
+	*plp = pl;
+	*shift = ilog2(pgsz);
+	return 0;
+
+err_inval:
+	ib_umem_release(*umem);
+	return -EINVAL;
+}
+
 struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 				u64 virt_addr, int access,
 				struct ib_udata *udata)
@@ -90,47 +130,34 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
 	struct vrdma_cmd_reg_mr req = {};
 	struct vrdma_resp_reg_mr resp;
-	struct ib_block_iter biter;
 	struct vrdma_mr *mr;
-	unsigned long pgsz;
-	size_t npages, i = 0;
+	unsigned int shift;
+	size_t npages;
 	__le64 *pl;
 	int err;
 
-	if (access & IB_ACCESS_ON_DEMAND)
-		return vrdma_reg_odp_mr(to_vpd(ibpd), start, length, virt_addr,
-					access);
-	if (!length || length > VCFG64(dev, max_mr_size))
-		return ERR_PTR(-EINVAL);
+	if (access & IB_ACCESS_ON_DEMAND) {
+		struct ib_mr *ibmr = vrdma_reg_odp_mr(to_vpd(ibpd), start,
+						      length, virt_addr, access);
+
+		if (!IS_ERR(ibmr))
+			to_vmr(ibmr)->access = access;
+		return ibmr;
+	}
 
 	mr = vrdma_mr_new(dev);
 	if (!mr)
 		return ERR_PTR(-ENOMEM);
-	mr->umem = ib_umem_get(ibpd->device, start, length, access);
-	if (IS_ERR(mr->umem)) {
-		err = PTR_ERR(mr->umem);
+	err = vrdma_pin_pages(ibpd->device, start, length, virt_addr, access,
+			      &mr->umem, &pl, &npages, &shift);
+	if (err)
 		goto err_free;
-	}
-	pgsz = ib_umem_find_best_pgsz(mr->umem, vrdma_pgsz_bitmap(dev),
-				      virt_addr);
-	if (!pgsz) {
-		err = -EINVAL;
-		goto err_umem;
-	}
-	npages = ib_umem_num_dma_blocks(mr->umem, pgsz);
-	pl = kvmalloc_array(npages, sizeof(*pl), GFP_KERNEL);
-	if (!pl) {
-		err = -ENOMEM;
-		goto err_umem;
-	}
-	rdma_umem_for_each_dma_block(mr->umem, &biter, pgsz)
-		pl[i++] = cpu_to_le64(rdma_block_iter_dma_address(&biter));
 
 	req.pdn = cpu_to_le32(to_vpd(ibpd)->pdn);
 	req.access = cpu_to_le32(vrdma_access(access));
 	req.iova = cpu_to_le64(virt_addr);
 	req.length = cpu_to_le64(length);
-	req.page_shift = cpu_to_le32(ilog2(pgsz));
+	req.page_shift = cpu_to_le32(shift);
 	req.npages = cpu_to_le32(npages);
 	err = vrdma_cmd(dev, VRDMA_CMD_REG_MR, &req, sizeof(req), pl,
 			npages * sizeof(*pl), &resp, sizeof(resp));
@@ -138,6 +165,7 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	if (err)
 		goto err_umem;
 	vrdma_mr_set_keys(mr, &resp);
+	mr->access = access;
 	return &mr->ibmr;
 
 err_umem:
@@ -205,6 +233,67 @@ int vrdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 
 	mr->npages = 0;
 	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, vrdma_set_page);
+}
+
+/*
+ * Re-registration in place (§11 REREG_MR): the device swaps PD, access and
+ * page list of the MR and keeps its keys, which applications and peers
+ * already hold. The pages are pinned again even when only the access changes
+ * (a new write permission needs writable pins). On failure the MR is as it
+ * was. ODP MRs are not re-registered (their translation lives in the device's
+ * fault path, not in a page list).
+ */
+struct ib_mr *vrdma_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				  u64 length, u64 virt_addr, int access,
+				  struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ibmr->device);
+	struct vrdma_mr *mr = to_vmr(ibmr);
+	struct vrdma_cmd_rereg_mr req = {};
+	struct vrdma_resp_reg_mr resp;
+	struct ib_umem *umem;
+	unsigned int shift;
+	size_t npages;
+	__le64 *pl;
+	int err;
+
+	if (!mr->umem || mr->odp)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!(flags & IB_MR_REREG_PD))
+		ibpd = ibmr->pd;
+	if (!(flags & IB_MR_REREG_ACCESS))
+		access = mr->access;
+	if (access & IB_ACCESS_ON_DEMAND)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!(flags & IB_MR_REREG_TRANS)) {
+		start = mr->umem->address;
+		length = mr->umem->length;
+		virt_addr = ibmr->iova;
+	}
+
+	err = vrdma_pin_pages(ibmr->device, start, length, virt_addr, access,
+			      &umem, &pl, &npages, &shift);
+	if (err)
+		return ERR_PTR(err);
+	req.key = cpu_to_le32(ibmr->lkey);
+	req.pdn = cpu_to_le32(to_vpd(ibpd)->pdn);
+	req.access = cpu_to_le32(vrdma_access(access));
+	req.iova = cpu_to_le64(virt_addr);
+	req.length = cpu_to_le64(length);
+	req.page_shift = cpu_to_le32(shift);
+	req.npages = cpu_to_le32(npages);
+	err = vrdma_cmd(dev, VRDMA_CMD_REREG_MR, &req, sizeof(req), pl,
+			npages * sizeof(*pl), &resp, sizeof(resp));
+	kvfree(pl);
+	if (err) {
+		ib_umem_release(umem);
+		return ERR_PTR(err);
+	}
+	/* The device no longer reaches the old pages: unpin them. */
+	ib_umem_release(mr->umem);
+	mr->umem = umem;
+	mr->access = access;
+	return NULL;
 }
 
 int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

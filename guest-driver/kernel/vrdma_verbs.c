@@ -255,6 +255,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.query_qp = vrdma_query_qp,
 	.query_srq = vrdma_query_srq,
 	.reg_user_mr = vrdma_reg_user_mr,
+	.rereg_user_mr = vrdma_rereg_user_mr,
 	.req_notify_cq = vrdma_req_notify_cq,
 	.resize_cq = vrdma_resize_cq,
 

@@ -157,6 +157,21 @@ static int vrdma_dereg_mr(struct verbs_mr *vmr)
 	return 0;
 }
 
+/*
+ * The kernel registers a new MR and retires the old one (the device cannot
+ * change an MR in place); ibv_cmd_rereg_mr copies the new keys into vmr.
+ */
+static int vrdma_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
+			  void *addr, size_t length, int access)
+{
+	struct ib_uverbs_rereg_mr_resp resp;
+	struct ibv_rereg_mr cmd;
+
+	return ibv_cmd_rereg_mr(vmr, flags, addr, length, (uintptr_t)addr,
+				access, pd, &cmd, sizeof(cmd), &resp,
+				sizeof(resp));
+}
+
 static int vrdma_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
 			   uint32_t flags, struct ibv_sge *sg_list,
 			   uint32_t num_sge)
@@ -210,6 +225,7 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.dealloc_pd = vrdma_dealloc_pd,
 	.reg_mr = vrdma_reg_mr,
 	.dereg_mr = vrdma_dereg_mr,
+	.rereg_mr = vrdma_rereg_mr,
 	.advise_mr = vrdma_advise_mr,
 	.create_cq = vrdma_create_cq,
 	.create_cq_ex = vrdma_create_cq_ex,

@@ -264,6 +264,39 @@ int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	return 0;
 }
 
+/*
+ * Drop the unread CQEs of QP qpn (the QP went to RESET, §13.3), as libmlx5
+ * does. The entries in [head, producer) that belong to other QPs are moved
+ * towards producer, in order, and our consumer skips the freed slots. The
+ * device writes no CQE for a QP in RESET, and those it writes for other QPs
+ * meanwhile land at or after the producer we read, which we do not touch.
+ */
+void vrdma_cq_clean(struct vrdma_cq *cq, uint32_t qpn)
+{
+	struct vrdma_ring *r = &cq->ring;
+	uint32_t prod, keep, i;
+
+	pthread_spin_lock(&cq->lock);
+	prod = vrdma_load_acquire(&r->ctrl->producer);
+	if (prod - r->head > r->depth)
+		goto out;	/* nonsense from the device: leave it to poll */
+	keep = prod;
+	for (i = prod; i != r->head;) {
+		struct vrdma_cqe *cqe = vrdma_ring_slot(r, --i);
+
+		if (le32toh(cqe->qpn) == qpn)
+			continue;
+		if (--keep != i)
+			memcpy(vrdma_ring_slot(r, keep), cqe, sizeof(*cqe));
+	}
+	if (keep != r->head) {
+		r->head = keep;
+		vrdma_cq_publish(r);
+	}
+out:
+	pthread_spin_unlock(&cq->lock);
+}
+
 int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
 	struct vrdma_cq *cq = to_vcq(ibcq);

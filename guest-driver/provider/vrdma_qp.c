@@ -806,6 +806,16 @@ int vrdma_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 			vrdma_wq_sync(&qp->rq.ring);
 			pthread_spin_unlock(&qp->rq.lock);
 		}
+		/*
+		 * Completions of the old life of the QP (flushes, errors) would
+		 * be read as the first results of the new one. Receive CQEs of
+		 * an SRQ QP stay: they carry SRQ buffers the application must
+		 * get back.
+		 */
+		if (ibqp->recv_cq && !ibqp->srq)
+			vrdma_cq_clean(to_vcq(ibqp->recv_cq), ibqp->qp_num);
+		if (ibqp->send_cq && ibqp->send_cq != ibqp->recv_cq)
+			vrdma_cq_clean(to_vcq(ibqp->send_cq), ibqp->qp_num);
 	}
 	return 0;
 }

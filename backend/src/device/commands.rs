@@ -83,6 +83,7 @@ impl Device {
             VRDMA_CMD_ALLOC_FAST_REG_MR => self.cmd_alloc_fast_reg(req, resp),
             VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
+            VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
@@ -488,6 +489,27 @@ impl Device {
             )
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
+        Ok(())
+    }
+
+    fn cmd_rereg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdReregMr>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        self.mrs.get(c.key).map_err(|e| e.status())?;
+        self.pd_exists(c.pdn)?;
+        self.mrs
+            .rereg_page_list(
+                c.key,
+                c.pdn,
+                c.access,
+                c.iova,
+                c.length,
+                c.page_shift,
+                &pages,
+                self.config.max_mr_size,
+            )
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, c.key);
         Ok(())
     }
 

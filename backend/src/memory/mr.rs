@@ -104,7 +104,7 @@ pub enum MrError {
     /// Registration: the MR table is full.
     #[error("no MR slots left")]
     NoResources,
-    /// Registration: feature not enabled (ODP).
+    /// Registration: feature not enabled (ODP); REREG_MR of an MR that is not a page-list MR.
     #[error("not supported")]
     NotSupported,
 }
@@ -318,6 +318,46 @@ impl MrTable {
         pages: &[u64],
         max_mr_size: u64,
     ) -> Result<u32, MrError> {
+        let mr = self.page_list_mr(pd, access, iova, length, page_shift, pages, max_mr_size)?;
+        self.alloc(mr)
+    }
+
+    /// REREG_MR: replace PD, access, range and page list of the page-list MR `key`, keeping the
+    /// key. Validation is REG_MR's; on error the MR is unchanged. Accesses resolve the key again
+    /// for every step, so nothing can still use the old translation after this returns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rereg_page_list(
+        &mut self,
+        key: u32,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        pages: &[u64],
+        max_mr_size: u64,
+    ) -> Result<(), MrError> {
+        if !matches!(self.get(key)?.kind, MrKind::PageList { .. }) {
+            return Err(MrError::NotSupported);
+        }
+        let mut mr = self.page_list_mr(pd, access, iova, length, page_shift, pages, max_mr_size)?;
+        mr.key = key;
+        *self.get_mut(key)? = mr;
+        Ok(())
+    }
+
+    /// A checked page-list MR, not yet in the table (key 0).
+    #[allow(clippy::too_many_arguments)]
+    fn page_list_mr(
+        &self,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        pages: &[u64],
+        max_mr_size: u64,
+    ) -> Result<Mr, MrError> {
         check_access_flags(access)?;
         if access & ACCESS_ON_DEMAND != 0 {
             return Err(MrError::Invalid("ON_DEMAND on a page-list MR"));
@@ -339,7 +379,7 @@ impl MrTable {
             ));
         }
         self.check_pages(pages, page_shift)?;
-        self.alloc(Mr {
+        Ok(Mr {
             key: 0,
             pd,
             access,

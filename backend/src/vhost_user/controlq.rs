@@ -47,7 +47,8 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
         | VRDMA_CMD_REG_DMA_MR
         | VRDMA_CMD_ALLOC_FAST_REG_MR
         | VRDMA_CMD_REG_ODP_MR
-        | VRDMA_CMD_REG_IMPLICIT_MR => VrdmaRespRegMr::SIZE,
+        | VRDMA_CMD_REG_IMPLICIT_MR
+        | VRDMA_CMD_REREG_MR => VrdmaRespRegMr::SIZE,
         VRDMA_CMD_ADD_GID
         | VRDMA_CMD_DEL_GID
         | VRDMA_CMD_DESTROY_PD

@@ -622,6 +622,48 @@ static void test_cq(void)
 	reset_rings();
 }
 
+/* modify to RESET drops that QP's unread CQEs, keeps the others in order */
+static void test_cq_clean(void)
+{
+	static const uint32_t qpns[] = { 7, 9, 7, 7, 9, 8 };
+	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
+	uint32_t start = STUB_DEPTH - 2;	/* the kept CQEs wrap the ring */
+	struct ibv_wc wc[8];
+	struct ibv_cq *cq;
+	uint32_t i;
+
+	cc->consumer = htole32(start);
+	cc->producer = htole32(start);
+	cq = vrdma_create_cq(&ctx, 8, NULL, 0);
+	CHECK(cq != NULL);
+	if (!cq)
+		return;
+	for (i = 0; i < 6; i++) {
+		struct vrdma_cqe *c = entry_at(STUB_CQ_OFF, start + i,
+					       VRDMA_CQE_SHIFT);
+
+		device_cqe(start + i, 0x100 + i, VRDMA_WC_SEND,
+			   VRDMA_WC_SUCCESS, 0, 0);
+		c->qpn = htole32(qpns[i]);
+	}
+	cc->producer = htole32(start + 6);
+
+	CHECK(vrdma_poll_cq(cq, 1, wc) == 1 && wc[0].wr_id == 0x100);
+	vrdma_cq_clean(to_vcq(cq), 7);
+	CHECK(le32toh(cc->consumer) == start + 3);
+	CHECK(vrdma_poll_cq(cq, 8, wc) == 3);
+	CHECK(wc[0].wr_id == 0x101 && wc[0].qp_num == 9);
+	CHECK(wc[1].wr_id == 0x104 && wc[1].qp_num == 9);
+	CHECK(wc[2].wr_id == 0x105 && wc[2].qp_num == 8);
+	CHECK(le32toh(cc->consumer) == start + 6);
+
+	/* nothing to drop, or an empty CQ: the consumer stays */
+	vrdma_cq_clean(to_vcq(cq), 9);
+	CHECK(le32toh(cc->consumer) == start + 6);
+	CHECK(vrdma_destroy_cq(cq) == 0);
+	reset_rings();
+}
+
 static void test_cq_ex(void)
 {
 	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
@@ -809,6 +851,7 @@ int main(void)
 	test_ud();
 	test_wr_api();
 	test_cq();
+	test_cq_clean();
 	test_cq_ex();
 	test_srq();
 	test_stress();
