@@ -96,6 +96,38 @@ fn odp_caps_advertised_only_when_enabled() {
         e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, m.as_bytes()).0,
         VRDMA_STATUS_NOT_SUPPORTED
     );
+    // The other ODP commands are refused as well, even for a valid MR key (spec §11.2).
+    let (key, _) = e.reg_mr(pd, VRDMA_ACCESS_LOCAL_WRITE, 0, 4096);
+    let advise = VrdmaCmdAdviseMr {
+        lkey: key,
+        advice: VRDMA_ADVISE_PREFETCH,
+        flags: 0,
+        reserved: 0,
+        iova: 0,
+        length: 4096,
+    };
+    let inval = VrdmaCmdOdpInvalidate {
+        mr_key: key,
+        reserved: 0,
+        iova: 0,
+        length: 4096,
+    };
+    let resp = VrdmaCmdOdpPageResp {
+        req_id: 1,
+        mr_key: key,
+        status: VRDMA_STATUS_OK,
+        flags: 0,
+        iova: 0,
+        npages: 0,
+        reserved: 0,
+    };
+    for (op, body) in [
+        (VRDMA_CMD_ADVISE_MR, advise.as_bytes().to_vec()),
+        (VRDMA_CMD_ODP_INVALIDATE, inval.as_bytes().to_vec()),
+        (VRDMA_CMD_ODP_PAGE_RESP, resp.as_bytes().to_vec()),
+    ] {
+        assert_eq!(e.cmd(op, &body).0, VRDMA_STATUS_NOT_SUPPORTED, "op {op}");
+    }
 }
 
 #[test]

@@ -563,7 +563,19 @@ impl Device {
         }
     }
 
+    /// ADVISE_MR, ODP_PAGE_RESP and ODP_INVALIDATE exist only with VIRTIO_RDMA_F_ODP.
+    fn odp_commands(&self) -> CmdResult {
+        if self.mrs.odp_config().enabled {
+            Ok(())
+        } else {
+            Err(VRDMA_STATUS_NOT_SUPPORTED)
+        }
+    }
+
     fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdOutcome {
+        if let Err(s) = self.odp_commands() {
+            return CmdOutcome::Done(s);
+        }
         match parse::<VrdmaCmdAdviseMr>(req) {
             Ok((c, _)) => self
                 .mrs
@@ -573,6 +585,7 @@ impl Device {
     }
 
     fn cmd_odp_page_resp(&mut self, req: &[u8]) -> CmdResult {
+        self.odp_commands()?;
         let (c, rest) = parse::<VrdmaCmdOdpPageResp>(req)?;
         let pages = page_list(rest, c.npages)?;
         Self::status(
@@ -582,6 +595,7 @@ impl Device {
     }
 
     fn cmd_odp_invalidate(&mut self, req: &[u8]) -> CmdResult {
+        self.odp_commands()?;
         let (c, _) = parse::<VrdmaCmdOdpInvalidate>(req)?;
         Self::status(self.mrs.odp_invalidate(c.mr_key, c.iova, c.length))
     }
