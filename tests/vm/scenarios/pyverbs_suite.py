@@ -3,45 +3,56 @@
 Each module runs in its own Python process (the whole suite in one process has
 crashed Python part way on rxe). Counts of passed / failed / skipped tests are
 recorded; tests in REQUIRED modules must not fail or error, and every skip is
-listed with its reason.
+listed with its reason. Verdicts come from guest/pyverbs_run.py as JSON (a
+unittest result class), not from parsing the verbose text.
 """
 
-import re
+import json
+import os
 
-from harness import expect, roce_v2_gid_index, scenario
+import vrdmavm
+
+from harness import HERE, expect, roce_v2_gid_index, scenario
 
 SUITE = "/opt/pyverbs-tests"
+RUNNER = "/tmp/pyverbs_run.py"
 REQUIRED = ["test_device", "test_pd", "test_mr", "test_cq", "test_qp", "test_odp",
-            "test_srq", "test_rdmacm", "test_atomic"]
+            "test_srq", "test_rdmacm", "test_atomic", "test_qpex", "test_cqex",
+            "test_cq_events", "test_addr", "test_relaxed_ordering", "test_fork",
+            "test_parent_domain", "test_shared_pd"]
 HUGE_POOL = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
 HUGE_PAGES = 32
-RESULT = re.compile(r"^(test\w+) \(([\w.]+)\)(?:\s*\n.*?)?\s\.\.\.\s(ok|FAIL|ERROR|skipped(?: '(.*)')?|"
-                    r"expected failure|unexpected success)\s*$", re.M)
 
 
 def run_module(vm, module, gid):
-    rc, out = vm.run("cd %s && timeout 600 python3 run_tests.py --dev vrdma0 --port 1 "
-                     "--gid %d -v %s 2>&1" % (SUITE, gid, module), timeout=660)
+    """Run one module; returns (output, counts, skips, fails, tests ran or None)."""
+    res = "/tmp/pyverbs-%s.json" % module
+    rc, out = vm.run("cd %s && rm -f %s && timeout 600 python3 %s %s --dev vrdma0 --port 1 "
+                     "--gid %d -v %s 2>&1" % (SUITE, res, RUNNER, res, gid, module), timeout=660)
     counts = {"ok": 0, "fail": 0, "skip": 0}
     skips, fails = [], []
-    for m in RESULT.finditer(out):
-        name, cls, verdict, reason = m.group(1), m.group(2), m.group(3), m.group(4)
-        if verdict == "ok" or verdict == "expected failure":
+    try:
+        result = json.loads(vm.read_file(res))
+    except (ValueError, KeyError, vrdmavm.VMError) as e:
+        return out + "\n(no verdicts: %s; exit %s)" % (e, rc), counts, skips, fails, None
+    for test, verdict, detail in result["verdicts"]:
+        if verdict == "ok":
             counts["ok"] += 1
-        elif verdict.startswith("skipped"):
+        elif verdict == "skip":
             counts["skip"] += 1
-            skips.append("%s.%s: %s" % (cls, name, reason or "?"))
+            skips.append("%s: %s" % (test, detail or "?"))
         else:
             counts["fail"] += 1
-            fails.append("%s.%s: %s" % (cls, name, verdict))
-    ran = re.search(r"^Ran (\d+) tests?", out, re.M)
-    return rc, out, counts, skips, fails, int(ran.group(1)) if ran else None
+            fails.append("%s: %s\n%s" % (test, verdict, detail))
+    return out, counts, skips, fails, result["ran"]
 
 
 @scenario("A", timeout=3600)
 def pyverbs_required_modules(ctx):
     vm = ctx.a
     gid = roce_v2_gid_index(vm, "vrdma0")
+    with open(os.path.join(HERE, "guest", "pyverbs_run.py")) as f:
+        vm.write_file(RUNNER, f.read(), mode=0o755)
     # test_odp's huge-page cases register MRs on 2 MiB pages; they skip without a pool.
     rc, out = vm.run("echo %d > %s && cat %s" % (HUGE_PAGES, HUGE_POOL, HUGE_POOL))
     expect(rc == 0 and out.strip() == str(HUGE_PAGES),
@@ -49,7 +60,7 @@ def pyverbs_required_modules(ctx):
     total = {"ok": 0, "fail": 0, "skip": 0}
     problems = []
     for module in REQUIRED:
-        rc, out, counts, skips, fails, ran = run_module(vm, module, gid)
+        out, counts, skips, fails, ran = run_module(vm, module, gid)
         for k in total:
             total[k] += counts[k]
         ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
@@ -63,8 +74,8 @@ def pyverbs_required_modules(ctx):
         elif fails:
             problems.append("%s: %s" % (module, "; ".join(fails)))
         elif ran != sum(counts.values()):
-            problems.append("%s: ran %d tests but %d verdicts were parsed" % (
-                module, ran, sum(counts.values())))
+            problems.append("%s: ran %d tests but %d verdicts were recorded; output:\n%s" % (
+                module, ran, sum(counts.values()), out[-6000:]))
     ctx.note("pyverbs total: %d passed, %d failed, %d skipped" % (
         total["ok"], total["fail"], total["skip"]))
     expect(total["ok"] > 0, "some pyverbs tests passed")
