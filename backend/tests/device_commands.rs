@@ -892,6 +892,33 @@ fn resize_cq_keeps_unpolled_cqes() {
     );
 }
 
+/// A shrink is refused when the unpolled CQEs plus the send WQEs still owed a completion would
+/// not fit: sends complete asynchronously, so the driver could not size the CQ safely otherwise.
+#[test]
+fn resize_cq_counts_outstanding_sends() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (cq, _) = e.create_cq(8);
+    let (q, qpages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, None, 16);
+    e.ok_handle(VRDMA_CMD_CREATE_QP, &req_with_pages(&q, &qpages));
+    // Six WQEs posted (producer written, doorbell not yet seen): each will write a CQE.
+    e.mem
+        .store_u32_release(qpages[0] + CTRL_PRODUCER, 6)
+        .unwrap();
+    let resize = |e: &mut device_util::Env, depth| {
+        let (mut c, p) = e.cq_req(depth);
+        c.cqn = cq;
+        e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0
+    };
+    assert_eq!(resize(&mut e, 4), VRDMA_STATUS_INVALID, "6 owed > 4");
+    assert_eq!(resize(&mut e, 8), VRDMA_STATUS_OK, "6 owed <= 8");
+    // A nonsense producer (more than the SQ depth ahead) does not block resizing.
+    e.mem
+        .store_u32_release(qpages[0] + CTRL_PRODUCER, 1000)
+        .unwrap();
+    assert_eq!(resize(&mut e, 4), VRDMA_STATUS_OK);
+}
+
 #[test]
 fn short_and_empty_requests_never_panic() {
     let mut e = env();

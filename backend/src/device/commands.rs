@@ -232,8 +232,18 @@ impl Device {
         )
         .map_err(|e| ring_status(&e))?;
         let mem = self.mem.clone();
+        // Every send WQE still outstanding on a QP that completes into this CQ will write a CQE
+        // (a flush at the latest). A shrink below that would overflow the CQ a moment later, so
+        // it is refused like one below the unpolled CQEs: the driver cannot tell the two apart,
+        // because the device completes sends asynchronously.
+        let owed = self
+            .qps
+            .iter()
+            .filter(|q| q.send_cqn == c.cqn)
+            .map(|q| q.sq.pending(&mem).unwrap_or(0))
+            .fold(0u32, u32::saturating_add);
         let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
-        let n = cq.resize(&mem, new).map_err(|e| ring_status(&e))?;
+        let n = cq.resize(&mem, new, owed).map_err(|e| ring_status(&e))?;
         put(resp, &handle(n));
         Ok(())
     }

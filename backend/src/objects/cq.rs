@@ -104,11 +104,17 @@ impl Cq {
     }
 
     /// RESIZE_CQ: copy the unpolled CQEs to the start of `new` and switch to it. Returns the
-    /// number copied. Fails (nothing changed) if they do not fit or memory is inaccessible.
-    pub fn resize(&mut self, mem: &GuestMem, mut new: Ring) -> Result<u32, RingError> {
+    /// number copied. Fails (nothing changed) if memory is inaccessible or if `new` cannot hold
+    /// the unpolled CQEs plus `reserve` more (completions already owed, see the caller).
+    pub fn resize(
+        &mut self,
+        mem: &GuestMem,
+        mut new: Ring,
+        reserve: u32,
+    ) -> Result<u32, RingError> {
         let consumer = self.ring.guest_consumer(mem)?;
         let n = self.ring.cq_unpolled(mem)?;
-        if n > new.depth() {
+        if n.saturating_add(reserve) > new.depth() {
             return Err(RingError::BadDepth(new.depth()));
         }
         let mut buf = [0u8; CQE_SIZE as usize];
