@@ -8,6 +8,44 @@ use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
 use vrdma_backend::memory::{GuestRange, MrError, MrTable, OdpConfig};
 
+/// REG_MR with its fields as arguments, to keep the many cases below on one line each.
+trait RegList {
+    #[allow(clippy::too_many_arguments)]
+    fn reg_list(
+        &mut self,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        pages: &[u64],
+        max_mr_size: u64,
+    ) -> Result<u32, MrError>;
+}
+
+impl RegList for MrTable {
+    fn reg_list(
+        &mut self,
+        pd: u32,
+        access: u32,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        pages: &[u64],
+        max_mr_size: u64,
+    ) -> Result<u32, MrError> {
+        let spec = PageListSpec {
+            pd,
+            access,
+            iova,
+            length,
+            page_shift,
+            pages,
+        };
+        self.reg_page_list(&spec, max_mr_size)
+    }
+}
+
 const LW: u32 = ACCESS_LOCAL_WRITE;
 const RW: u32 = ACCESS_REMOTE_WRITE;
 const RR: u32 = ACCESS_REMOTE_READ;
@@ -29,7 +67,7 @@ fn page_list_translation_with_offset_and_coalescing() {
     // iova 0x10000800, 3 pages: two contiguous then one elsewhere.
     let pages = [0x100000, 0x101000, 0x300000];
     let key = t
-        .reg_page_list(1, LW | RR, 0x1000_0800, 0x2000, 12, &pages, MAX)
+        .reg_list(1, LW | RR, 0x1000_0800, 0x2000, 12, &pages, MAX)
         .unwrap();
     assert_eq!(key >> 8, 1);
     // Whole MR: first page from offset 0x800, pages 0-1 coalesce, page 2 separate.
@@ -64,7 +102,7 @@ fn page_list_translation_with_offset_and_coalescing() {
 fn resolve_bounds() {
     let (mut t, _) = table();
     let key = t
-        .reg_page_list(1, LW, 0x5000, 0x1000, 12, &[0x200000], MAX)
+        .reg_list(1, LW, 0x5000, 0x1000, 12, &[0x200000], MAX)
         .unwrap();
     let oob = |r: Result<Vec<GuestRange>, MrError>| matches!(r, Err(MrError::OutOfBounds { .. }));
     assert!(oob(t.resolve(key, 1, 0x4fff, 1, 0)));
@@ -78,15 +116,11 @@ fn resolve_bounds() {
 #[test]
 fn resolve_access_rights() {
     let (mut t, _) = table();
-    let ro = t
-        .reg_page_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX)
-        .unwrap();
+    let ro = t.reg_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
     let all = t
-        .reg_page_list(1, LW | RW | RR | RA, 0, 0x1000, 12, &[0x201000], MAX)
+        .reg_list(1, LW | RW | RR | RA, 0, 0x1000, 12, &[0x201000], MAX)
         .unwrap();
-    let rr = t
-        .reg_page_list(1, RR, 0, 0x1000, 12, &[0x202000], MAX)
-        .unwrap();
+    let rr = t.reg_list(1, RR, 0, 0x1000, 12, &[0x202000], MAX).unwrap();
     // Local read needs nothing.
     assert!(t.resolve(ro, 1, 0, 8, 0).is_ok());
     for a in [LW, RW, RR, RA] {
@@ -108,46 +142,44 @@ fn registration_rejects_bad_input() {
     let (mut t, _) = table();
     // Remote write without local write.
     assert_eq!(
-        t.reg_page_list(1, RW, 0, 0x1000, 12, &[0x200000], MAX),
+        t.reg_list(1, RW, 0, 0x1000, 12, &[0x200000], MAX),
         Err(MrError::BadAccess(RW))
     );
     assert_eq!(
-        t.reg_page_list(1, RA, 0, 0x1000, 12, &[0x200000], MAX),
+        t.reg_list(1, RA, 0, 0x1000, 12, &[0x200000], MAX),
         Err(MrError::BadAccess(RA))
     );
     // Unknown bits.
     assert!(matches!(
-        t.reg_page_list(1, 1 << 20, 0, 0x1000, 12, &[0x200000], MAX),
+        t.reg_list(1, 1 << 20, 0, 0x1000, 12, &[0x200000], MAX),
         Err(MrError::Invalid(_))
     ));
     // npages mismatch (iova offset needs 2 pages).
     assert!(matches!(
-        t.reg_page_list(1, 0, 0x800, 0x1000, 12, &[0x200000], MAX),
+        t.reg_list(1, 0, 0x800, 0x1000, 12, &[0x200000], MAX),
         Err(MrError::Invalid(_))
     ));
     // Bad page shift, unaligned page, page outside memory, overflow, too long.
-    assert!(t
-        .reg_page_list(1, 0, 0, 0x1000, 11, &[0x200000], MAX)
-        .is_err());
-    assert!(t.reg_page_list(1, 0, 0, 0x1000, 40, &[0], MAX).is_err());
+    assert!(t.reg_list(1, 0, 0, 0x1000, 11, &[0x200000], MAX).is_err());
+    assert!(t.reg_list(1, 0, 0, 0x1000, 40, &[0], MAX).is_err());
     assert!(matches!(
-        t.reg_page_list(1, 0, 0, 0x1000, 12, &[0x200100], MAX),
+        t.reg_list(1, 0, 0, 0x1000, 12, &[0x200100], MAX),
         Err(MrError::Invalid(_))
     ));
     assert_eq!(
-        t.reg_page_list(1, 0, 0, 0x1000, 12, &[128 << 20], MAX),
+        t.reg_list(1, 0, 0, 0x1000, 12, &[128 << 20], MAX),
         Err(MrError::BadAddress { gpa: 128 << 20 })
     );
     // A 1 GiB page that starts in guest memory and runs past its end.
     assert!(matches!(
-        t.reg_page_list(1, 0, 0, 0x1000, 30, &[0], MAX),
+        t.reg_list(1, 0, 0, 0x1000, 30, &[0], MAX),
         Err(MrError::BadAddress { .. })
     ));
     assert!(t
-        .reg_page_list(1, 0, u64::MAX - 10, 0x1000, 12, &[0x200000, 0x201000], MAX)
+        .reg_list(1, 0, u64::MAX - 10, 0x1000, 12, &[0x200000, 0x201000], MAX)
         .is_err());
     assert!(t
-        .reg_page_list(1, 0, 0, 0x2000, 12, &[0x200000, 0x201000], 0x1000)
+        .reg_list(1, 0, 0, 0x2000, 12, &[0x200000, 0x201000], 0x1000)
         .is_err());
     assert_eq!(t.len(), 0, "nothing registered");
     // Status mapping used by the command layer.
@@ -164,9 +196,7 @@ fn registration_rejects_bad_input() {
 #[test]
 fn keys_variants_and_pd() {
     let (mut t, _) = table();
-    let k1 = t
-        .reg_page_list(1, LW, 0, 0x1000, 12, &[0x200000], MAX)
-        .unwrap();
+    let k1 = t.reg_list(1, LW, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
     assert!(matches!(
         t.resolve(k1, 2, 0, 1, 0),
         Err(MrError::WrongPd { .. })
@@ -192,10 +222,7 @@ fn keys_variants_and_pd() {
     // Fill so the index gets reused: the new key differs in its variant.
     let mut keys = Vec::new();
     for _ in 0..3 {
-        keys.push(
-            t.reg_page_list(1, LW, 0, 0x1000, 12, &[0x200000], MAX)
-                .unwrap(),
-        );
+        keys.push(t.reg_list(1, LW, 0, 0x1000, 12, &[0x200000], MAX).unwrap());
     }
     let reused = keys.iter().find(|&&k| k >> 8 == k1 >> 8);
     if let Some(&k) = reused {
@@ -323,9 +350,7 @@ fn fast_reg_lifecycle() {
     t.fast_register(1, k3, LW, 0, 0x1000, 12, list, 1).unwrap();
     assert!(t.resolve(k3, 1, 0, 0x1000, LW).is_ok());
     // LOCAL_INV of a non-fast-reg MR is refused.
-    let pl = t
-        .reg_page_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX)
-        .unwrap();
+    let pl = t.reg_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
     assert_eq!(t.local_invalidate(pl, 1), Err(MrError::InvalidOp(pl)));
     // REG_MR WQE naming a page-list MR is refused.
     assert_eq!(
@@ -345,7 +370,7 @@ fn check_access_agrees_with_resolve_and_never_faults() {
     };
     let mut t = MrTable::new(100, mem, out.clone(), cfg);
     let pl = t
-        .reg_page_list(1, LW | RR, 0x1000, 0x2000, 12, &[0x200000, 0x201000], MAX)
+        .reg_list(1, LW | RR, 0x1000, 0x2000, 12, &[0x200000, 0x201000], MAX)
         .unwrap();
     let dma = t.reg_dma(1, LW).unwrap();
     let fr = t.alloc_fast_reg(1, 4, 512).unwrap();

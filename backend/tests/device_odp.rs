@@ -309,7 +309,17 @@ fn error_answers_and_hostile_responses() {
     );
     // An answer for a non-ODP key.
     let pl = t
-        .reg_page_list(1, 0, 0, 4096, 12, &[0x100000], 1 << 40)
+        .reg_page_list(
+            &PageListSpec {
+                pd: 1,
+                access: 0,
+                iova: 0,
+                length: 4096,
+                page_shift: 12,
+                pages: &[0x100000],
+            },
+            1 << 40,
+        )
         .unwrap();
     assert_eq!(t.odp_page_resp(1, pl, 0, 0, 0, &[]), VRDMA_STATUS_NOT_FOUND);
 }
@@ -344,7 +354,17 @@ fn invalidate_drops_translations_and_cancels_requests() {
     assert_eq!(t.odp_invalidate(k, 6 << 20, 0), VRDMA_STATUS_OK);
     assert_eq!(t.odp_invalidate(k ^ 0x80, 0, 8), VRDMA_STATUS_NOT_FOUND);
     let pl = t
-        .reg_page_list(1, 0, 0, 4096, 12, &[0x100000], 1 << 40)
+        .reg_page_list(
+            &PageListSpec {
+                pd: 1,
+                access: 0,
+                iova: 0,
+                length: 4096,
+                page_shift: 12,
+                pages: &[0x100000],
+            },
+            1 << 40,
+        )
         .unwrap();
     assert_eq!(t.odp_invalidate(pl, 0, 8), VRDMA_STATUS_INVALID);
     // Implicit MR: a huge invalidation range is cheap.

@@ -10,6 +10,7 @@ use vrdma_spec::*;
 
 use super::{CmdOutcome, Device};
 use crate::guest::{Ring, RingError};
+use crate::memory::mr::PageListSpec;
 use crate::objects::cq::CQE_SHIFT;
 use crate::objects::gid::GidError;
 use crate::objects::{Ah, Cq, Pd, Srq};
@@ -486,17 +487,17 @@ impl Device {
         let (c, rest) = parse::<VrdmaCmdRegMr>(req)?;
         let pages = page_list(rest, c.npages)?;
         self.pd_exists(c.pdn)?;
+        let spec = PageListSpec {
+            pd: c.pdn,
+            access: c.access,
+            iova: c.iova,
+            length: c.length,
+            page_shift: c.page_shift,
+            pages: &pages,
+        };
         let key = self
             .mrs
-            .reg_page_list(
-                c.pdn,
-                c.access,
-                c.iova,
-                c.length,
-                c.page_shift,
-                &pages,
-                self.config.max_mr_size,
-            )
+            .reg_page_list(&spec, self.config.max_mr_size)
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
         Ok(())
@@ -507,17 +508,16 @@ impl Device {
         let pages = page_list(rest, c.npages)?;
         self.mrs.get(c.key).map_err(|e| e.status())?;
         self.pd_exists(c.pdn)?;
+        let spec = PageListSpec {
+            pd: c.pdn,
+            access: c.access,
+            iova: c.iova,
+            length: c.length,
+            page_shift: c.page_shift,
+            pages: &pages,
+        };
         self.mrs
-            .rereg_page_list(
-                c.key,
-                c.pdn,
-                c.access,
-                c.iova,
-                c.length,
-                c.page_shift,
-                &pages,
-                self.config.max_mr_size,
-            )
+            .rereg_page_list(c.key, &spec, self.config.max_mr_size)
             .map_err(|e| e.status())?;
         Self::put_key(resp, c.key);
         Ok(())

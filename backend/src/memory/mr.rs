@@ -147,6 +147,18 @@ pub enum MrKind {
     ImplicitOdp(OdpMr),
 }
 
+/// What REG_MR and REREG_MR describe: a PD, access flags, an iova range and the pages under it
+/// (`pages[i]` is the GPA of page `i` of size `1 << page_shift`).
+#[derive(Debug, Clone, Copy)]
+pub struct PageListSpec<'a> {
+    pub pd: u32,
+    pub access: u32,
+    pub iova: u64,
+    pub length: u64,
+    pub page_shift: u32,
+    pub pages: &'a [u64],
+}
+
 /// One memory region.
 #[derive(Debug, Clone)]
 pub struct Mr {
@@ -307,57 +319,39 @@ impl MrTable {
     }
 
     /// REG_MR: a page-list MR. Validates flags, geometry and every page against guest memory.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reg_page_list(
-        &mut self,
-        pd: u32,
-        access: u32,
-        iova: u64,
-        length: u64,
-        page_shift: u32,
-        pages: &[u64],
-        max_mr_size: u64,
-    ) -> Result<u32, MrError> {
-        let mr = self.page_list_mr(pd, access, iova, length, page_shift, pages, max_mr_size)?;
+    pub fn reg_page_list(&mut self, spec: &PageListSpec, max_mr_size: u64) -> Result<u32, MrError> {
+        let mr = self.page_list_mr(spec, max_mr_size)?;
         self.alloc(mr)
     }
 
     /// REREG_MR: replace PD, access, range and page list of the page-list MR `key`, keeping the
     /// key. Validation is REG_MR's; on error the MR is unchanged. Accesses resolve the key again
     /// for every step, so nothing can still use the old translation after this returns.
-    #[allow(clippy::too_many_arguments)]
     pub fn rereg_page_list(
         &mut self,
         key: u32,
-        pd: u32,
-        access: u32,
-        iova: u64,
-        length: u64,
-        page_shift: u32,
-        pages: &[u64],
+        spec: &PageListSpec,
         max_mr_size: u64,
     ) -> Result<(), MrError> {
         if !matches!(self.get(key)?.kind, MrKind::PageList { .. }) {
             return Err(MrError::NotSupported);
         }
-        let mut mr = self.page_list_mr(pd, access, iova, length, page_shift, pages, max_mr_size)?;
+        let mut mr = self.page_list_mr(spec, max_mr_size)?;
         mr.key = key;
         *self.get_mut(key)? = mr;
         Ok(())
     }
 
     /// A checked page-list MR, not yet in the table (key 0).
-    #[allow(clippy::too_many_arguments)]
-    fn page_list_mr(
-        &self,
-        pd: u32,
-        access: u32,
-        iova: u64,
-        length: u64,
-        page_shift: u32,
-        pages: &[u64],
-        max_mr_size: u64,
-    ) -> Result<Mr, MrError> {
+    fn page_list_mr(&self, spec: &PageListSpec, max_mr_size: u64) -> Result<Mr, MrError> {
+        let PageListSpec {
+            pd,
+            access,
+            iova,
+            length,
+            page_shift,
+            pages,
+        } = *spec;
         check_access_flags(access)?;
         if access & ACCESS_ON_DEMAND != 0 {
             return Err(MrError::Invalid("ON_DEMAND on a page-list MR"));
