@@ -575,6 +575,15 @@ class VM:
         return _tail(self.serial_log, 10 ** 9)
 
     # ---- stop
+    def kill_backend(self):
+        """SIGKILL this guest's vrdma-backend (a crash, for tests of the guest's side). The
+        guest keeps running; from now on the VM counts as alive without a backend."""
+        if self.backend is None:
+            raise VMError("%s has no backend" % self.name)
+        self.backend.kill()
+        self.backend.wait()
+        self.backend = None
+
     def stop(self):
         if self.agent:
             self.agent.close()

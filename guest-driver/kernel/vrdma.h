@@ -174,6 +174,7 @@ struct vrdma_dev {
 	struct xarray odp_mrs;		/* key index -> ODP MR */
 
 	struct work_struct config_work;
+	struct work_struct fatal_work;	/* reports the device dead, once */
 	u32 port_state;
 
 	struct net_device *netdev;
@@ -266,6 +267,8 @@ void vrdma_event_cleanup(struct vrdma_dev *dev);
 void vrdma_event_done(struct virtqueue *vq);
 void vrdma_port_event(struct vrdma_dev *dev, bool active);
 void vrdma_config_work(struct work_struct *work);
+void vrdma_mark_broken(struct vrdma_dev *dev);
+void vrdma_fatal_work(struct work_struct *work);
 
 /* vrdma_netdev.c */
 int vrdma_eth_init(struct vrdma_dev *dev);

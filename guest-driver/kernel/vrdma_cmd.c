@@ -164,7 +164,7 @@ static int vrdma_cmd_result(struct vrdma_dev *dev, struct vrdma_cmd_ctx *ctx,
 	status = le32_to_cpu(ctx->out.hdr.status);
 	if (status != VRDMA_STATUS_OK) {
 		if (status == VRDMA_STATUS_NEEDS_RESET)
-			WRITE_ONCE(dev->broken, true);
+			vrdma_mark_broken(dev);
 		dev_dbg(&dev->vdev->dev, "command %u: status %u\n", opcode,
 			status);
 		return vrdma_status_to_errno(status);
@@ -187,7 +187,7 @@ static void vrdma_cmd_timed_out(struct vrdma_dev *dev, u16 opcode)
 		dev_err(&dev->vdev->dev,
 			"command %u timed out after %u ms, device marked broken\n",
 			opcode, VRDMA_CMD_TIMEOUT_MS);
-	WRITE_ONCE(dev->broken, true);
+	vrdma_mark_broken(dev);
 }
 
 /**

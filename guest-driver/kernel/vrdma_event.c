@@ -34,6 +34,34 @@ void vrdma_port_event(struct vrdma_dev *dev, bool active)
 	ib_dispatch_event(&ev);
 }
 
+/*
+ * The device can no longer be used (it reported a fatal error, or stopped
+ * answering commands). Every later command fails with -EIO at once; users
+ * learn it once, from a port that goes down and IB_EVENT_DEVICE_FATAL. The
+ * events are sent from a work item: callers may hold locks, and
+ * ib_dispatch_event() may sleep.
+ */
+void vrdma_mark_broken(struct vrdma_dev *dev)
+{
+	if (!xchg(&dev->broken, true))
+		schedule_work(&dev->fatal_work);
+}
+
+void vrdma_fatal_work(struct work_struct *work)
+{
+	struct vrdma_dev *dev = container_of(work, struct vrdma_dev,
+					     fatal_work);
+	struct ib_event ev = {};
+
+	vrdma_port_event(dev, false);
+	if (!READ_ONCE(dev->ib_registered))
+		return;
+	ev.device = &dev->ib;
+	ev.element.port_num = 1;
+	ev.event = IB_EVENT_DEVICE_FATAL;
+	ib_dispatch_event(&ev);
+}
+
 void vrdma_config_work(struct work_struct *work)
 {
 	struct vrdma_dev *dev = container_of(work, struct vrdma_dev,
@@ -136,7 +164,6 @@ static void vrdma_handle_event(struct vrdma_dev *dev,
 {
 	u32 type = le32_to_cpu(e->type);
 	u32 id = le32_to_cpu(e->id);
-	struct ib_event ev = {};
 
 	dev_dbg(&dev->vdev->dev, "event %u id %u info %u\n", type, id,
 		le32_to_cpu(e->info));
@@ -163,13 +190,7 @@ static void vrdma_handle_event(struct vrdma_dev *dev,
 		break;
 	case VRDMA_EV_DEVICE_FATAL:
 		dev_err(&dev->vdev->dev, "device reported a fatal error\n");
-		WRITE_ONCE(dev->broken, true);
-		if (READ_ONCE(dev->ib_registered)) {
-			ev.device = &dev->ib;
-			ev.element.port_num = 1;
-			ev.event = IB_EVENT_DEVICE_FATAL;
-			ib_dispatch_event(&ev);
-		}
+		vrdma_mark_broken(dev);
 		break;
 	default:
 		dev_warn_ratelimited(&dev->vdev->dev, "unknown event %u\n",

@@ -131,6 +131,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 	xa_init_flags(&dev->srqs, XA_FLAGS_LOCK_IRQ);
 	xa_init(&dev->odp_mrs);
 	INIT_WORK(&dev->config_work, vrdma_config_work);
+	INIT_WORK(&dev->fatal_work, vrdma_fatal_work);
 	dev->port_state = VRDMA_PORT_DOWN;
 
 	virtio_cread_bytes(vdev, 0, &dev->cfg, sizeof(dev->cfg));
@@ -204,6 +205,7 @@ err_eth:
 	vrdma_eth_cleanup(dev);
 err_reset:
 	cancel_work_sync(&dev->config_work);
+	cancel_work_sync(&dev->fatal_work);
 	vrdma_reset(dev);
 	goto err_dealloc;
 err_del_vqs:
@@ -225,6 +227,7 @@ static void vrdma_remove(struct virtio_device *vdev)
 	WRITE_ONCE(dev->ib_registered, false);
 	ib_unregister_device(&dev->ib);
 	cancel_work_sync(&dev->config_work);
+	cancel_work_sync(&dev->fatal_work);
 	vrdma_eth_cleanup(dev);
 	vrdma_reset(dev);
 	vdev->priv = NULL;

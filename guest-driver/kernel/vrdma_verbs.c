@@ -183,8 +183,10 @@ static int vrdma_alloc_ucontext(struct ib_ucontext *uctx,
 	struct vrdma_dev *dev = to_vdev(uctx->device);
 	struct vrdma_alloc_ucontext_resp resp = {};
 
-	if (READ_ONCE(dev->broken))
-		return -EIO;
+	/*
+	 * Allowed on a broken device: it needs no command, and lets tools
+	 * such as ibv_devinfo show the port down; every command fails.
+	 */
 	resp.abi_version = VRDMA_UVERBS_ABI_VERSION;
 	resp.max_inline_data = VCFG(dev, max_inline_data);
 	resp.max_send_sge = VCFG(dev, max_send_sge);

@@ -28,6 +28,7 @@ class Failure(AssertionError):
 
 # name -> (topology, function); kept in definition order
 SCENARIOS = {}
+RUN_LAST = set()  # scenario names that run after the others of their topology
 
 # Topologies: how the two guests are built and linked (see tests/README.md).
 TOPOLOGIES = {
@@ -43,12 +44,16 @@ BAD_DMESG = re.compile(
     r"list_del corruption|refcount_t:")
 
 
-def scenario(topology, timeout=300):
+def scenario(topology, timeout=300, last=False):
+    """Register a scenario of `topology`. `last`: it leaves the guests changed (a reloaded
+    driver, a dead backend), so it runs after the others of its topology."""
     def deco(fn):
         name = fn.__name__
         if name in SCENARIOS:
             raise ValueError("duplicate scenario " + name)
         SCENARIOS[name] = (topology, fn, timeout)
+        if last:
+            RUN_LAST.add(name)
         return fn
     return deco
 
@@ -187,7 +192,7 @@ def run(selected, results, keep=False):
     """Run the selected scenario names; returns (passed, failed) lists."""
     passed, failed = [], []
     by_topo = {}
-    for name in selected:
+    for name in sorted(selected, key=lambda n: n in RUN_LAST):  # stable: keeps the order
         by_topo.setdefault(SCENARIOS[name][0], []).append(name)
     for topo, names in by_topo.items():
         print("== topology %s: %s, %s uplink (%d scenarios)" % (
