@@ -142,7 +142,7 @@ fn bed() -> Bed {
     let area = b.alloc(TLEN + 8192);
     b.write(area, &vec![CANARY; (TLEN + 8192) as usize]);
     let tdst = area + 4096;
-    let tkb = b.reg_mr(pdb, tdst, TLEN, ACC_ALL);
+    let tkb = b.reg_mr(pdb, tdst, TLEN, ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
     // UD pair.
     let mut us = QpSpec::rc(pda, ca2);
     us.qp_type = VRDMA_QPT_UD;
@@ -265,6 +265,25 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             sges: vec![(t.tsrc, 100, t.tka)],
             remote_addr: t.tdst + 4096,
             rkey: t.tkb,
+            ..Default::default()
+        },
+        Wqe {
+            wr_id: 7,
+            opcode: VRDMA_WR_ATOMIC_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            remote_addr: t.tdst + 128,
+            rkey: t.tkb,
+            compare_add: 0x0102_0304_0506_0708,
+            ..Default::default()
+        },
+        Wqe {
+            wr_id: 8,
+            opcode: VRDMA_WR_FLUSH,
+            flags: VRDMA_SEND_SIGNALED,
+            remote_addr: t.tdst,
+            rkey: t.tkb,
+            compare_add: 4096,
+            flush: Some((VRDMA_FLUSH_GLOBAL, VRDMA_FLUSH_RANGE)),
             ..Default::default()
         },
     ];

@@ -259,7 +259,8 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
         opcode: if r.below(4) == 0 {
             r.next() as u8
         } else {
-            r.below(11) as u8
+            // Every defined opcode (0..=VRDMA_WR_FLUSH) and one beyond.
+            r.below(u64::from(VRDMA_WR_FLUSH) + 2) as u8
         },
         flags: if r.below(3) == 0 {
             r.next() as u8 & !VRDMA_SEND_INLINE
@@ -286,6 +287,12 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
         } else {
             None
         },
+        // FLUSH type/level: valid, reserved bits, or random.
+        flush: Some(match r.below(3) {
+            0 => (VRDMA_FLUSH_GLOBAL, r.below(2) as u8),
+            1 => (VRDMA_FLUSH_PERSISTENT | VRDMA_FLUSH_GLOBAL, 1),
+            _ => (r.next() as u8, r.next() as u8),
+        }),
     };
     if r.below(4) == 0 {
         w.inline = Some((0..r.below(200)).map(|_| r.next() as u8).collect());

@@ -40,6 +40,12 @@ fn ext_for(mask: HdrMask) -> ExtHeaders {
             src_qp: 0x00ab_cdef,
         });
     }
+    if mask.contains(HdrMask::FETH) {
+        e.feth = Some(Feth {
+            placement: feth::PLACEMENT_GLOBAL,
+            selectivity: feth::SELECT_MR,
+        });
+    }
     if mask.contains(HdrMask::RETH) {
         e.reth = Some(Reth {
             va: 0x7fff_0000_1234_5678,
@@ -737,4 +743,108 @@ fn fuzz_truncations_and_bit_flips_of_valid_frames() {
             }
         }
     }
+}
+
+/// ICRC of an untagged IPv4 frame computed from the IBTA definition (variant fields masked to
+/// ones, bitwise CRC-32), independent of the wire module.
+fn independent_icrc_v4(f: &[u8]) -> u32 {
+    let mut masked = vec![0xffu8; 8];
+    let mut ip = f[IP..UDP].to_vec();
+    for i in [1, 8, 10, 11] {
+        ip[i] = 0xff;
+    }
+    masked.extend_from_slice(&ip);
+    let mut udp = f[UDP..BTH_AT].to_vec();
+    udp[6] = 0xff;
+    udp[7] = 0xff;
+    masked.extend_from_slice(&udp);
+    let mut rest = f[BTH_AT..f.len() - 4].to_vec();
+    rest[4] = 0xff;
+    masked.extend_from_slice(&rest);
+    crc32_bitwise(&masked)
+}
+
+#[test]
+fn ibta15_flush_atomic_write_and_their_response_layouts() {
+    // The opcode table: FLUSH 0x1C = BTH + FETH + RETH, no payload; ATOMIC WRITE 0x1D = BTH +
+    // RETH + 8-byte payload; both requests.
+    let fl = Opcode::RcFlush.info();
+    assert_eq!(
+        (fl.opcode.value(), fl.name, fl.hdr_len),
+        (0x1c, "RC_FLUSH", 32)
+    );
+    assert_eq!(fl.headers, HdrMask::FETH | HdrMask::RETH);
+    assert!(!fl.payload && fl.is_request() && fl.uses_responder_resource());
+    let aw = Opcode::RcAtomicWrite.info();
+    assert_eq!(
+        (aw.opcode.value(), aw.name, aw.hdr_len),
+        (0x1d, "RC_ATOMIC_WRITE", 28)
+    );
+    assert_eq!(aw.headers, HdrMask::RETH);
+    assert!(aw.payload && aw.is_request() && aw.uses_responder_resource());
+
+    let addr = addr(false, None);
+    let reth = Reth {
+        va: 0x0011_2233_4455_6678,
+        rkey: 0x0000_1a02,
+        dma_len: 0x0001_0000,
+    };
+    // FLUSH: FETH word (selectivity MR = 1 in bits 5:4, placement GLOBAL = 1 in bits 3:0) right
+    // after the BTH, then the RETH; nothing else.
+    let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcFlush, 0x12, 0x0abcde));
+    b.ext.feth = Some(Feth {
+        placement: feth::PLACEMENT_GLOBAL,
+        selectivity: feth::SELECT_MR,
+    });
+    b.ext.reth = Some(reth);
+    let mut f = Vec::new();
+    b.build(&[], &mut f).unwrap();
+    assert_eq!(f.len(), BTH_AT + 12 + 4 + 16 + ICRC_LEN);
+    assert_eq!(f[BTH_AT], 0x1c);
+    assert_eq!(&f[BTH_AT + 12..BTH_AT + 16], &[0, 0, 0, 0x11]);
+    assert_eq!(
+        &f[BTH_AT + 16..BTH_AT + 24],
+        &0x0011_2233_4455_6678u64.to_be_bytes()
+    );
+    assert_eq!(&f[BTH_AT + 24..BTH_AT + 28], &0x1a02u32.to_be_bytes());
+    assert_eq!(&f[BTH_AT + 28..BTH_AT + 32], &0x0001_0000u32.to_be_bytes());
+    let icrc = independent_icrc_v4(&f);
+    assert_eq!(&f[f.len() - 4..], &icrc.to_le_bytes());
+    let p = RocePacket::parse(&f).unwrap();
+    assert_eq!((p.ext.feth, p.ext.reth), (b.ext.feth, Some(reth)));
+    assert!(p.payload.is_empty());
+    // A FLUSH carrying payload is malformed.
+    let mut with_data = Vec::new();
+    assert!(
+        b.build(&[&[1, 2, 3, 4]], &mut with_data).is_err()
+            || RocePacket::parse(&with_data).is_err()
+    );
+
+    // ATOMIC WRITE: RETH then the 8 bytes as given, no pad.
+    let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcAtomicWrite, 0x12, 7));
+    b.ext.reth = Some(Reth { dma_len: 8, ..reth });
+    let data = [1u8, 2, 3, 4, 5, 6, 7, 8];
+    let mut f = Vec::new();
+    b.build(&[&data], &mut f).unwrap();
+    assert_eq!(f.len(), BTH_AT + 12 + 16 + 8 + ICRC_LEN);
+    assert_eq!(f[BTH_AT], 0x1d);
+    assert_eq!(f[BTH_AT + 1] & 0x30, 0, "no pad");
+    assert_eq!(&f[BTH_AT + 12..BTH_AT + 20], &reth.va.to_be_bytes());
+    assert_eq!(&f[BTH_AT + 24..BTH_AT + 28], &8u32.to_be_bytes());
+    assert_eq!(&f[BTH_AT + 28..BTH_AT + 36], &data);
+    let icrc = independent_icrc_v4(&f);
+    assert_eq!(&f[f.len() - 4..], &icrc.to_le_bytes());
+    assert_eq!(RocePacket::parse(&f).unwrap().payload, &data);
+
+    // The answer to both: RDMA READ RESPONSE ONLY with an ACK AETH and no payload.
+    let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcReadResponseOnly, 0x34, 7));
+    b.ext.aeth = Some(Aeth::ack(0x000102));
+    let mut f = Vec::new();
+    b.build(&[], &mut f).unwrap();
+    assert_eq!(f.len(), BTH_AT + 12 + 4 + ICRC_LEN);
+    assert_eq!(f[BTH_AT], 0x10);
+    assert_eq!(f[BTH_AT + 12] >> 5, 0, "AETH syndrome: ACK");
+    assert_eq!(&f[BTH_AT + 13..BTH_AT + 16], &[0x00, 0x01, 0x02]);
+    let icrc = independent_icrc_v4(&f);
+    assert_eq!(&f[f.len() - 4..], &icrc.to_le_bytes());
 }

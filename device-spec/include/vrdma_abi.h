@@ -49,6 +49,10 @@
 #define VRDMA_ODP_ATOMIC		(1U << 4)
 #define VRDMA_ODP_SRQ_RECV		(1U << 5)
 
+/* §2.2 device_caps: IBTA 1.5 remote operations the device executes */
+#define VRDMA_DEVCAP_ATOMIC_WRITE	(1U << 0) /* RC ATOMIC WRITE */
+#define VRDMA_DEVCAP_FLUSH_GLOBAL	(1U << 1) /* RC FLUSH, global visibility */
+
 /* §2.2 port_state values (same as IB_PORT_*) */
 #define VRDMA_PORT_DOWN			1
 #define VRDMA_PORT_ACTIVE		4
@@ -86,7 +90,7 @@ struct vrdma_config {
 	__le32	vendor_id;
 	__le32	vendor_part_id;
 	__le32	hw_ver;
-	__le32	reserved0;
+	__le32	device_caps;		/* VRDMA_DEVCAP_* */
 	__le64	max_mr_size;
 	__le64	page_size_cap;		/* bitmap of supported MR page sizes */
 	__le64	node_guid;
@@ -141,6 +145,8 @@ struct vrdma_sge {
 #define VRDMA_WR_LOCAL_INV		7
 #define VRDMA_WR_REG_MR			8
 #define VRDMA_WR_SEND_WITH_INV		9
+#define VRDMA_WR_ATOMIC_WRITE		10	/* RC, VRDMA_DEVCAP_ATOMIC_WRITE */
+#define VRDMA_WR_FLUSH			11	/* RC, VRDMA_DEVCAP_FLUSH_GLOBAL */
 
 /* Send flags (§6.1) */
 #define VRDMA_SEND_SIGNALED		(1U << 0)
@@ -160,6 +166,29 @@ struct vrdma_wqe_atomic {
 	__le32	reserved;
 	__le64	compare_add;
 	__le64	swap;
+};
+
+/* ATOMIC WRITE: data is stored at remote_addr byte for byte (memory order). */
+struct vrdma_wqe_atomic_write {
+	__le64	remote_addr;		/* 8-byte aligned */
+	__le32	rkey;
+	__le32	reserved;
+	__u8	data[8];
+};
+
+/* FLUSH placement types and selectivity levels (IBTA 1.5 FETH) */
+#define VRDMA_FLUSH_GLOBAL		(1U << 0)
+#define VRDMA_FLUSH_PERSISTENT		(1U << 1)
+#define VRDMA_FLUSH_RANGE		0	/* remote_addr, length */
+#define VRDMA_FLUSH_MR			1	/* the whole MR of rkey */
+
+struct vrdma_wqe_flush {
+	__le64	remote_addr;
+	__le32	rkey;
+	__u8	placement;		/* VRDMA_FLUSH_GLOBAL / _PERSISTENT */
+	__u8	selectivity;		/* VRDMA_FLUSH_RANGE / _MR */
+	__u8	reserved[2];
+	__le64	length;			/* VRDMA_FLUSH_RANGE only */
 };
 
 struct vrdma_wqe_ud {
@@ -198,6 +227,8 @@ struct vrdma_send_wqe {
 	union {
 		struct vrdma_wqe_rdma	rdma;
 		struct vrdma_wqe_atomic	atomic;
+		struct vrdma_wqe_atomic_write atomic_write;
+		struct vrdma_wqe_flush	flush;
 		struct vrdma_wqe_ud	ud;
 		struct vrdma_wqe_reg	reg;
 		__u8			raw[40];
@@ -219,6 +250,8 @@ struct vrdma_recv_wqe {
 #define VRDMA_WC_FETCH_ADD		4
 #define VRDMA_WC_LOCAL_INV		6
 #define VRDMA_WC_REG_MR			8
+#define VRDMA_WC_ATOMIC_WRITE		9
+#define VRDMA_WC_FLUSH			10
 #define VRDMA_WC_RECV			128
 #define VRDMA_WC_RECV_RDMA_WITH_IMM	129
 
@@ -515,6 +548,8 @@ struct vrdma_av {
 #define VRDMA_ACCESS_MW_BIND		(1U << 4)
 #define VRDMA_ACCESS_ZERO_BASED		(1U << 5)
 #define VRDMA_ACCESS_ON_DEMAND		(1U << 6)
+#define VRDMA_ACCESS_FLUSH_GLOBAL	(1U << 8)
+#define VRDMA_ACCESS_FLUSH_PERSISTENT	(1U << 9)
 
 struct vrdma_qp_attr {
 	__le32	qp_state;

@@ -24,7 +24,7 @@
 //!   list) and `write_to(&self, &mut [u8]) -> Option<()>`. [`read_u64_array`] decodes `__le64`
 //!   arrays (page lists).
 //! * **Constants**: every `#define` of the header, same name, typed after the field it goes into:
-//!   `u8` for `VRDMA_WR_*`, `VRDMA_SEND_*`, `VRDMA_WC_*` (opcodes, statuses, flags) and
+//!   `u8` for `VRDMA_WR_*`, `VRDMA_SEND_*`, `VRDMA_FLUSH_*`, `VRDMA_WC_*` (opcodes, statuses, flags) and
 //!   `VRDMA_NETWORK_*`; `u16` for `VRDMA_CMD_*` and the virtqueue indices `VRDMA_VQ_*`; `u64` for
 //!   `VRDMA_PAGE_SIZE`; `u32` for everything else (feature *bit numbers* `VIRTIO_RDMA_F_*`
 //!   included). [`ABI_CONSTANTS`] lists them all as `(name, value as u64)`.
@@ -304,6 +304,10 @@ abi_consts! {
     VRDMA_ODP_ATOMIC: u32 = 1 << 4;
     VRDMA_ODP_SRQ_RECV: u32 = 1 << 5;
 
+    /// §2.2 `device_caps` bits: IBTA 1.5 remote operations the device executes.
+    VRDMA_DEVCAP_ATOMIC_WRITE: u32 = 1 << 0;
+    VRDMA_DEVCAP_FLUSH_GLOBAL: u32 = 1 << 1;
+
     /// §2.2 `port_state` values.
     VRDMA_PORT_DOWN: u32 = 1;
     VRDMA_PORT_ACTIVE: u32 = 4;
@@ -334,12 +338,20 @@ abi_consts! {
     VRDMA_WR_LOCAL_INV: u8 = 7;
     VRDMA_WR_REG_MR: u8 = 8;
     VRDMA_WR_SEND_WITH_INV: u8 = 9;
+    VRDMA_WR_ATOMIC_WRITE: u8 = 10;
+    VRDMA_WR_FLUSH: u8 = 11;
 
     /// §6.1 Send flags (`vrdma_send_wqe.flags`).
     VRDMA_SEND_SIGNALED: u8 = 1 << 0;
     VRDMA_SEND_SOLICITED: u8 = 1 << 1;
     VRDMA_SEND_INLINE: u8 = 1 << 2;
     VRDMA_SEND_FENCE: u8 = 1 << 3;
+
+    /// §6.1 FLUSH placement types (`wr.flush.placement`) and selectivity levels.
+    VRDMA_FLUSH_GLOBAL: u8 = 1 << 0;
+    VRDMA_FLUSH_PERSISTENT: u8 = 1 << 1;
+    VRDMA_FLUSH_RANGE: u8 = 0;
+    VRDMA_FLUSH_MR: u8 = 1;
 
     /// §7 CQE opcodes (`vrdma_cqe.opcode`).
     VRDMA_WC_SEND: u8 = 0;
@@ -349,6 +361,8 @@ abi_consts! {
     VRDMA_WC_FETCH_ADD: u8 = 4;
     VRDMA_WC_LOCAL_INV: u8 = 6;
     VRDMA_WC_REG_MR: u8 = 8;
+    VRDMA_WC_ATOMIC_WRITE: u8 = 9;
+    VRDMA_WC_FLUSH: u8 = 10;
     VRDMA_WC_RECV: u8 = 128;
     VRDMA_WC_RECV_RDMA_WITH_IMM: u8 = 129;
 
@@ -509,6 +523,8 @@ abi_consts! {
     VRDMA_ACCESS_MW_BIND: u32 = 1 << 4;
     VRDMA_ACCESS_ZERO_BASED: u32 = 1 << 5;
     VRDMA_ACCESS_ON_DEMAND: u32 = 1 << 6;
+    VRDMA_ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+    VRDMA_ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
 
     /// §11 MODIFY_SRQ attribute mask bits.
     VRDMA_SRQ_MAX_WR: u32 = 1 << 0;
@@ -580,7 +596,8 @@ abi_structs! {
         pub vendor_id: u32,
         pub vendor_part_id: u32,
         pub hw_ver: u32,
-        pub reserved0: u32,
+        /// `VRDMA_DEVCAP_*`.
+        pub device_caps: u32,
         pub max_mr_size: u64,
         /// Bitmap of supported MR page sizes.
         pub page_size_cap: u64,
@@ -631,6 +648,30 @@ abi_structs! {
         pub swap: u64,
     }
 
+    /// §6.1 `wr.atomic_write`: ATOMIC WRITE; `data` is stored byte for byte (memory order).
+    "vrdma_wqe_atomic_write", size 24:
+    pub struct VrdmaWqeAtomicWrite {
+        /// 8-byte aligned.
+        pub remote_addr: u64,
+        pub rkey: u32,
+        pub reserved: u32,
+        pub data: [u8; 8],
+    }
+
+    /// §6.1 `wr.flush`: FLUSH.
+    "vrdma_wqe_flush", size 24:
+    pub struct VrdmaWqeFlush {
+        pub remote_addr: u64,
+        pub rkey: u32,
+        /// `VRDMA_FLUSH_GLOBAL` / `VRDMA_FLUSH_PERSISTENT`.
+        pub placement: u8,
+        /// `VRDMA_FLUSH_RANGE` / `VRDMA_FLUSH_MR`.
+        pub selectivity: u8,
+        pub reserved: [u8; 2],
+        /// `VRDMA_FLUSH_RANGE` only.
+        pub length: u64,
+    }
+
     /// §6.1 `wr.ud`: UD/GSI destination.
     "vrdma_wqe_ud", size 16:
     pub struct VrdmaWqeUd {
@@ -671,10 +712,18 @@ abi_structs! {
         pub ex: u32,
         pub inline_len: u32,
         pub reserved1: u32,
-        /// The C union `wr { rdma, atomic, ud, reg, raw[40] }`.
+        /// The C union `wr { rdma, atomic, atomic_write, flush, ud, reg, raw[40] }`.
         pub wr: [u8; 40],
     }
-    union wr { rdma: VrdmaWqeRdma, atomic: VrdmaWqeAtomic, ud: VrdmaWqeUd, reg: VrdmaWqeReg, raw: [u8; 40] }
+    union wr {
+        rdma: VrdmaWqeRdma,
+        atomic: VrdmaWqeAtomic,
+        atomic_write: VrdmaWqeAtomicWrite,
+        flush: VrdmaWqeFlush,
+        ud: VrdmaWqeUd,
+        reg: VrdmaWqeReg,
+        raw: [u8; 40],
+    }
 
     /// §6.2 Receive WQE header: then `num_sge` [`VrdmaSge`]s.
     "vrdma_recv_wqe", size 16:
@@ -1054,6 +1103,14 @@ impl VrdmaSendWqe {
     pub fn atomic(&self) -> VrdmaWqeAtomic {
         union_view(&self.wr)
     }
+    /// `wr.atomic_write` (ATOMIC_WRITE).
+    pub fn atomic_write(&self) -> VrdmaWqeAtomicWrite {
+        union_view(&self.wr)
+    }
+    /// `wr.flush` (FLUSH).
+    pub fn flush(&self) -> VrdmaWqeFlush {
+        union_view(&self.wr)
+    }
     /// `wr.ud` (any send on a UD or GSI QP).
     pub fn ud(&self) -> VrdmaWqeUd {
         union_view(&self.wr)
@@ -1068,6 +1125,14 @@ impl VrdmaSendWqe {
     }
     /// Stores `wr.atomic`, zeroing the rest of the union.
     pub fn set_atomic(&mut self, v: VrdmaWqeAtomic) {
+        union_set(&mut self.wr, &v)
+    }
+    /// Stores `wr.atomic_write`, zeroing the rest of the union.
+    pub fn set_atomic_write(&mut self, v: VrdmaWqeAtomicWrite) {
+        union_set(&mut self.wr, &v)
+    }
+    /// Stores `wr.flush`, zeroing the rest of the union.
+    pub fn set_flush(&mut self, v: VrdmaWqeFlush) {
         union_set(&mut self.wr, &v)
     }
     /// Stores `wr.ud`, zeroing the rest of the union.
@@ -1219,7 +1284,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 35);
+        assert_eq!(ABI_STRUCTS.len(), 37);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

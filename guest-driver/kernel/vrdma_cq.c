@@ -222,6 +222,21 @@ out:
 	return err;
 }
 
+/* VRDMA_WC_* equal enum ib_wc_opcode except REG_MR and FLUSH (§7). */
+static enum ib_wc_opcode vrdma_wc_opcode(u8 opcode)
+{
+	switch (opcode) {
+	case VRDMA_WC_REG_MR:
+		return IB_WC_REG_MR;
+	case VRDMA_WC_FLUSH:
+		return IB_WC_FLUSH;
+	case VRDMA_WC_ATOMIC_WRITE:
+		return IB_WC_ATOMIC_WRITE;
+	default:
+		return opcode;
+	}
+}
+
 static void vrdma_cqe_to_wc(struct vrdma_dev *dev, const struct vrdma_cqe *cqe,
 			    struct ib_wc *wc)
 {
@@ -231,8 +246,7 @@ static void vrdma_cqe_to_wc(struct vrdma_dev *dev, const struct vrdma_cqe *cqe,
 	wc->wr_id = le64_to_cpu(cqe->wr_id);
 	wc->status = cqe->status <= VRDMA_WC_GENERAL_ERR ?
 		     cqe->status : IB_WC_GENERAL_ERR;
-	/* VRDMA_WC_* equal the enum ib_wc_opcode values (§7). */
-	wc->opcode = cqe->opcode;
+	wc->opcode = vrdma_wc_opcode(cqe->opcode);
 	wc->vendor_err = le32_to_cpu(cqe->vendor_err);
 	wc->byte_len = le32_to_cpu(cqe->byte_len);
 	wc->qp = xa_load(&dev->qps, le32_to_cpu(cqe->qpn));

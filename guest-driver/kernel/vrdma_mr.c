@@ -21,7 +21,9 @@ u32 vrdma_access(int ib_access)
 			    VRDMA_ACCESS_REMOTE_ATOMIC |
 			    VRDMA_ACCESS_MW_BIND |
 			    VRDMA_ACCESS_ZERO_BASED |
-			    VRDMA_ACCESS_ON_DEMAND);
+			    VRDMA_ACCESS_ON_DEMAND |
+			    VRDMA_ACCESS_FLUSH_GLOBAL |
+			    VRDMA_ACCESS_FLUSH_PERSISTENT);
 }
 
 static struct vrdma_mr *vrdma_mr_new(struct vrdma_dev *dev)

@@ -280,7 +280,9 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 					 (VRDMA_ACCESS_LOCAL_WRITE |
 					  VRDMA_ACCESS_REMOTE_WRITE |
 					  VRDMA_ACCESS_REMOTE_READ |
-					  VRDMA_ACCESS_REMOTE_ATOMIC));
+					  VRDMA_ACCESS_REMOTE_ATOMIC |
+					  VRDMA_ACCESS_FLUSH_GLOBAL |
+					  VRDMA_ACCESS_FLUSH_PERSISTENT));
 	a->pkey_index = cpu_to_le16(attr->pkey_index);
 	a->en_sqd_async_notify = attr->en_sqd_async_notify;
 	a->max_rd_atomic = attr->max_rd_atomic;
@@ -441,6 +443,7 @@ static int vrdma_build_send(struct vrdma_qp *qp, const struct ib_send_wr *wr,
 		wqe->opcode = VRDMA_WR_REG_MR;
 		break;
 	default:
+		/* IB_WR_ATOMIC_WRITE and IB_WR_FLUSH are for user space only. */
 		return -EINVAL;
 	}
 	if (ud && wqe->opcode != VRDMA_WR_SEND &&

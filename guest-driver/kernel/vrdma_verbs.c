@@ -32,6 +32,10 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 				 IB_DEVICE_SYS_IMAGE_GUID |
 				 IB_DEVICE_PORT_ACTIVE_EVENT |
 				 IB_DEVICE_N_NOTIFY_CQ;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_ATOMIC_WRITE)
+		attr->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_FLUSH_GLOBAL)
+		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
 	attr->max_send_sge = VCFG(dev, max_send_sge);
 	attr->max_recv_sge = VCFG(dev, max_recv_sge);
 	attr->max_sge_rd = attr->max_send_sge;

@@ -31,7 +31,9 @@ static const uint32_t vrdma_qpt_ops[] = {
 		       VRDMA_OP(VRDMA_WR_RDMA_READ) |
 		       VRDMA_OP(VRDMA_WR_ATOMIC_CMP_AND_SWP) |
 		       VRDMA_OP(VRDMA_WR_ATOMIC_FETCH_AND_ADD) |
-		       VRDMA_OP(VRDMA_WR_SEND_WITH_INV),
+		       VRDMA_OP(VRDMA_WR_SEND_WITH_INV) |
+		       VRDMA_OP(VRDMA_WR_ATOMIC_WRITE) |
+		       VRDMA_OP(VRDMA_WR_FLUSH),
 	[IBV_QPT_UC] = VRDMA_OP(VRDMA_WR_RDMA_WRITE) |
 		       VRDMA_OP(VRDMA_WR_RDMA_WRITE_WITH_IMM) |
 		       VRDMA_OP(VRDMA_WR_SEND) |
@@ -54,7 +56,9 @@ enum {
 	VRDMA_RC_SEND_OPS = VRDMA_UC_SEND_OPS | IBV_QP_EX_WITH_RDMA_READ |
 			    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 			    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-			    IBV_QP_EX_WITH_SEND_WITH_INV,
+			    IBV_QP_EX_WITH_SEND_WITH_INV |
+			    IBV_QP_EX_WITH_ATOMIC_WRITE |
+			    IBV_QP_EX_WITH_FLUSH,
 	VRDMA_QP_SUP_COMP_MASK = IBV_QP_INIT_ATTR_PD |
 				 IBV_QP_INIT_ATTR_CREATE_FLAGS |
 				 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
@@ -461,6 +465,36 @@ static void vrdma_wr_atomic_fetch_add(struct ibv_qp_ex *ibqp, uint32_t rkey,
 			add, 0);
 }
 
+/* IBTA 1.5 ATOMIC WRITE: the 8 bytes travel in the WQE, no SGE */
+static void vrdma_wr_atomic_write(struct ibv_qp_ex *ibqp, uint32_t rkey,
+				  uint64_t remote_addr, const void *atomic_wr)
+{
+	struct vrdma_send_wqe *wqe = vrdma_wr_new(ibqp, VRDMA_WR_ATOMIC_WRITE);
+
+	if (!wqe)
+		return;
+	wqe->wr.atomic_write.remote_addr = htole64(remote_addr);
+	wqe->wr.atomic_write.rkey = htole32(rkey);
+	memcpy(wqe->wr.atomic_write.data, atomic_wr,
+	       sizeof(wqe->wr.atomic_write.data));
+}
+
+/* IBTA 1.5 FLUSH: IBV_FLUSH_* equal VRDMA_FLUSH_* (§6.1) */
+static void vrdma_wr_flush(struct ibv_qp_ex *ibqp, uint32_t rkey,
+			   uint64_t remote_addr, size_t len, uint8_t type,
+			   uint8_t level)
+{
+	struct vrdma_send_wqe *wqe = vrdma_wr_new(ibqp, VRDMA_WR_FLUSH);
+
+	if (!wqe)
+		return;
+	wqe->wr.flush.remote_addr = htole64(remote_addr);
+	wqe->wr.flush.rkey = htole32(rkey);
+	wqe->wr.flush.placement = type;
+	wqe->wr.flush.selectivity = level;
+	wqe->wr.flush.length = htole64(len);
+}
+
 static void vrdma_wr_send(struct ibv_qp_ex *ibqp)
 {
 	vrdma_wr_new(ibqp, VRDMA_WR_SEND);
@@ -610,6 +644,10 @@ static void vrdma_set_wr_ops(struct vrdma_qp *qp, uint64_t ops)
 		ex->wr_atomic_cmp_swp = vrdma_wr_atomic_cmp_swp;
 	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 		ex->wr_atomic_fetch_add = vrdma_wr_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_WRITE)
+		ex->wr_atomic_write = vrdma_wr_atomic_write;
+	if (ops & IBV_QP_EX_WITH_FLUSH)
+		ex->wr_flush = vrdma_wr_flush;
 	if (ops & IBV_QP_EX_WITH_SEND)
 		ex->wr_send = vrdma_wr_send;
 	if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM)
@@ -653,7 +691,7 @@ static int vrdma_check_qp_attr(const struct ibv_qp_init_attr_ex *attr)
 		return EOPNOTSUPP;
 	}
 
-	/* LOCAL_INV, BIND_MW, TSO, FLUSH, ATOMIC_WRITE: not for user QPs */
+	/* LOCAL_INV, BIND_MW, TSO: not for user QPs */
 	if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
 	    (attr->send_ops_flags & ~sup_ops))
 		return EOPNOTSUPP;

@@ -185,6 +185,10 @@ static inline enum ibv_wc_opcode vrdma_wc_opcode(uint8_t op)
 		return IBV_WC_FETCH_ADD;
 	case VRDMA_WC_LOCAL_INV:
 		return IBV_WC_LOCAL_INV;
+	case VRDMA_WC_ATOMIC_WRITE:
+		return IBV_WC_ATOMIC_WRITE;
+	case VRDMA_WC_FLUSH:
+		return IBV_WC_FLUSH;
 	case VRDMA_WC_RECV:
 		return IBV_WC_RECV;
 	case VRDMA_WC_RECV_RDMA_WITH_IMM:

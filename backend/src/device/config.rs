@@ -174,7 +174,7 @@ impl DeviceConfig {
             vendor_id: self.vendor_id,
             vendor_part_id: self.vendor_part_id,
             hw_ver: self.hw_ver,
-            reserved0: 0,
+            device_caps: VRDMA_DEVCAP_ATOMIC_WRITE | VRDMA_DEVCAP_FLUSH_GLOBAL,
             max_mr_size: self.max_mr_size,
             page_size_cap: PAGE_SIZE_CAP,
             node_guid: self.node_guid,

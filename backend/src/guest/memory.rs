@@ -264,6 +264,20 @@ impl GuestMem {
         self.with_u64(gpa, |a| a.fetch_add(add, Ordering::SeqCst))
     }
 
+    /// Store 8 bytes with one atomic 64-bit store (IBTA 1.5 ATOMIC WRITE); the bytes land in
+    /// memory unchanged. Release ordering: every earlier write of the device is visible first.
+    pub fn store_bytes8_atomic(&self, gpa: u64, bytes: [u8; 8]) -> Result<(), GuestMemError> {
+        self.with_u64(gpa, |a| {
+            a.store(u64::from_ne_bytes(bytes), Ordering::Release)
+        })
+    }
+
+    /// Make every earlier device write globally visible (IBTA 1.5 FLUSH, global placement):
+    /// guest memory is host RAM, so a full fence is all it takes.
+    pub fn fence(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
     /// Read a little-endian u64 (non-atomic).
     pub fn read_u64(&self, gpa: u64) -> Result<u64, GuestMemError> {
         let mut b = [0u8; 8];

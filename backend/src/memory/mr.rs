@@ -27,10 +27,15 @@ pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
 pub const ACCESS_MW_BIND: u32 = 1 << 4;
 pub const ACCESS_ZERO_BASED: u32 = 1 << 5;
 pub const ACCESS_ON_DEMAND: u32 = 1 << 6;
+pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+/// The IBTA 1.5 FLUSH rights (one per placement type).
+pub const ACCESS_FLUSH: u32 = ACCESS_FLUSH_GLOBAL | ACCESS_FLUSH_PERSISTENT;
 /// Every access bit the device knows.
-pub const ACCESS_ALL: u32 = (1 << 7) - 1;
+pub const ACCESS_ALL: u32 = ((1 << 7) - 1) | ACCESS_FLUSH;
 /// Bits that need remote access rights.
-pub const ACCESS_REMOTE: u32 = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+pub const ACCESS_REMOTE: u32 =
+    ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC | ACCESS_FLUSH;
 /// Bits that imply a write into the MR's memory.
 pub const ACCESS_WRITES: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
 
@@ -218,6 +223,10 @@ pub fn check_access_flags(access: u32) -> Result<(), MrError> {
         && access & ACCESS_LOCAL_WRITE == 0
     {
         return Err(MrError::BadAccess(access));
+    }
+    // Guest memory is host RAM: nothing can be made persistent, so no MR may promise it.
+    if access & ACCESS_FLUSH_PERSISTENT != 0 {
+        return Err(MrError::NotSupported);
     }
     Ok(())
 }
@@ -771,7 +780,7 @@ fn check_mr(mr: &Mr, key: u32, pd: u32, iova: u64, len: u64, access: u32) -> Res
     if mr.pd != pd {
         return Err(MrError::WrongPd { key, pd });
     }
-    let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ);
+    let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ | ACCESS_FLUSH);
     if need & !mr.access != 0 {
         return Err(MrError::AccessDenied { key, access });
     }

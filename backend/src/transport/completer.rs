@@ -12,7 +12,7 @@ use super::requester::{
 };
 use super::{psn_add, psn_diff, timers};
 use crate::device::Device;
-use crate::wire::{NakCode, Operation, Syndrome};
+use crate::wire::{NakCode, Operation, Position, Syndrome};
 
 /// A response for `ctx`'s QP arrived (RC only; the caller checked the QP state).
 pub(crate) fn on_response(
@@ -189,6 +189,10 @@ fn on_read_response(
     let Some(i) = implicit_ack_before(st, psn) else {
         return;
     };
+    if st.wqes[i].is_empty_read_like() && st.wqes[i].sent_once {
+        on_empty_read_response(ctx, st, i, pkt, now);
+        return;
+    }
     let mtu = ctx.mtu as u64;
     let (expected, first_psn, last_psn, offset, length, is_read) = {
         let w = &st.wqes[i];
@@ -263,6 +267,39 @@ fn on_read_response(
         w.status = WC_SUCCESS;
         st.recount_rd_atomic();
     }
+    let next = psn_add(psn, 1);
+    if psn_diff(next, st.una) > 0 {
+        st.una = next;
+    }
+    on_progress(ctx, st, now);
+}
+
+/// ATOMIC WRITE / FLUSH (IBTA 1.5) complete on an RDMA READ RESPONSE ONLY without payload at
+/// their PSN; anything else at that PSN is a bad response (spec §14.5).
+fn on_empty_read_response(
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    i: usize,
+    pkt: &RxPkt<'_>,
+    now: Instant,
+) {
+    let psn = pkt.psn();
+    let first_psn = st.wqes[i].first_psn;
+    if psn != first_psn {
+        // A later response: this one's was lost (implied NAK).
+        if psn_diff(psn, first_psn) > 0 {
+            restart_on_loss(ctx, st);
+        }
+        return;
+    }
+    if pkt.pos() != Position::Only || !pkt.payload.is_empty() {
+        fail_oldest(st, WC_BAD_RESP_ERR);
+        return;
+    }
+    let w = &mut st.wqes[i];
+    w.state = WqeState::Done;
+    w.status = WC_SUCCESS;
+    st.recount_rd_atomic();
     let next = psn_add(psn, 1);
     if psn_diff(next, st.una) > 0 {
         st.una = next;

@@ -494,6 +494,12 @@ pub mod abi {
     pub const WR_LOCAL_INV: u8 = 7;
     pub const WR_REG_MR: u8 = 8;
     pub const WR_SEND_WITH_INV: u8 = 9;
+    pub const WR_ATOMIC_WRITE: u8 = vrdma_spec::VRDMA_WR_ATOMIC_WRITE;
+    pub const WR_FLUSH: u8 = vrdma_spec::VRDMA_WR_FLUSH;
+    // FLUSH placement types and selectivity levels (wr.flush).
+    pub const FLUSH_GLOBAL: u8 = vrdma_spec::VRDMA_FLUSH_GLOBAL;
+    pub const FLUSH_PERSISTENT: u8 = vrdma_spec::VRDMA_FLUSH_PERSISTENT;
+    pub const FLUSH_MR: u8 = vrdma_spec::VRDMA_FLUSH_MR;
     // Send flags.
     pub const SEND_SIGNALED: u8 = 1 << 0;
     pub const SEND_SOLICITED: u8 = 1 << 1;
@@ -507,6 +513,8 @@ pub mod abi {
     pub const WC_FETCH_ADD: u8 = 4;
     pub const WC_LOCAL_INV: u8 = 6;
     pub const WC_REG_MR: u8 = 8;
+    pub const WC_ATOMIC_WRITE: u8 = vrdma_spec::VRDMA_WC_ATOMIC_WRITE;
+    pub const WC_FLUSH: u8 = vrdma_spec::VRDMA_WC_FLUSH;
     pub const WC_RECV: u8 = 128;
     pub const WC_RECV_RDMA_WITH_IMM: u8 = 129;
     // CQE status (= enum ib_wc_status).
@@ -547,4 +555,6 @@ pub mod abi {
     pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
     pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
     pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+    pub const ACCESS_FLUSH_GLOBAL: u32 = vrdma_spec::VRDMA_ACCESS_FLUSH_GLOBAL;
+    pub const ACCESS_FLUSH_PERSISTENT: u32 = vrdma_spec::VRDMA_ACCESS_FLUSH_PERSISTENT;
 }

@@ -4,7 +4,7 @@
 //! adapts it so the state machines stay independent of frame layout details.
 
 use crate::wire::{
-    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt, IpVersion,
+    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Ieth, ImmDt, IpVersion,
     Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
 };
 
@@ -27,6 +27,7 @@ pub struct Path {
 pub struct RxPkt<'a> {
     pub info: &'static OpcodeInfo,
     pub bth: Bth,
+    pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub atomic: Option<AtomicEth>,
@@ -66,6 +67,7 @@ impl RxPkt<'_> {
 /// Extension headers of a packet to send.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TxHdrs {
+    pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub atomic: Option<AtomicEth>,
@@ -83,7 +85,7 @@ pub fn opcode_for(
     imm: bool,
     inv: bool,
 ) -> Option<Opcode> {
-    // The table is small (37 rows): a linear search keeps this table-driven, not a hand switch.
+    // The table is small (39 rows): a linear search keeps this table-driven, not a hand switch.
     crate::wire::opcode::OPCODES
         .iter()
         .find(|r| {
@@ -111,6 +113,7 @@ pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
     Some(RxPkt {
         info: p.info,
         bth: p.bth,
+        feth: p.ext.feth,
         reth: p.ext.reth,
         aeth: p.ext.aeth,
         atomic: p.ext.atomic_eth,
@@ -164,6 +167,7 @@ pub fn build(
     let mut b = PacketBuilder::new(addr, bth);
     b.ext = ExtHeaders {
         deth: hdrs.deth,
+        feth: hdrs.feth,
         reth: hdrs.reth,
         atomic_eth: hdrs.atomic,
         aeth: hdrs.aeth,

@@ -18,7 +18,7 @@ use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::device::Device;
 use crate::memory::mr::MrError;
-use crate::wire::{AtomicEth, Deth, Ieth, ImmDt, Operation, Position, Reth, Transport};
+use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Transport};
 
 /// Maximum packets outstanding (sent, not acknowledged) per RC QP.
 pub const WINDOW: u32 = 128;
@@ -125,6 +125,10 @@ pub struct SendWqe {
     pub rkey: u32,
     pub compare_add: u64,
     pub swap: u64,
+    /// ATOMIC_WRITE: the 8 bytes to store, in memory order.
+    pub atomic_write_data: [u8; 8],
+    /// FLUSH: the FETH fields and the RETH length (`length` stays 0: no payload, one PSN).
+    pub flush: FlushWqe,
     /// UD: AH index, remote QPN, Q_Key.
     pub ah_index: u32,
     pub remote_qpn: u32,
@@ -154,6 +158,14 @@ pub struct SendWqe {
     pub fatal: bool,
 }
 
+/// Fields of a FLUSH WQE (`struct vrdma_wqe_flush`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlushWqe {
+    pub placement: u8,
+    pub selectivity: u8,
+    pub length: u64,
+}
+
 /// Fields of a REG_MR WQE (`struct vrdma_wqe_reg`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RegWqe {
@@ -173,15 +185,20 @@ impl SendWqe {
     pub fn is_atomic(&self) -> bool {
         matches!(self.opcode, WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD)
     }
+    /// IBTA 1.5 ATOMIC WRITE or FLUSH: one request answered by an empty READ response.
+    pub fn is_empty_read_like(&self) -> bool {
+        matches!(self.opcode, WR_ATOMIC_WRITE | WR_FLUSH)
+    }
+    /// Ordered like READ: counts against max_rd_atomic and is waited for by fences.
     pub fn is_rd_atomic(&self) -> bool {
-        self.is_read() || self.is_atomic()
+        self.is_read() || self.is_atomic() || self.is_empty_read_like()
     }
     pub fn is_local(&self) -> bool {
         matches!(self.opcode, WR_LOCAL_INV | WR_REG_MR)
     }
     /// Number of PSNs this WQE consumes for a given MTU (READ: one per response packet).
     pub fn npkts(&self, mtu: u32) -> u32 {
-        if self.is_atomic() {
+        if self.is_atomic() || self.is_empty_read_like() {
             1
         } else {
             (self.length.div_ceil(mtu as u64)).max(1) as u32
@@ -194,6 +211,8 @@ impl SendWqe {
             WR_RDMA_READ => WC_RDMA_READ,
             WR_ATOMIC_CMP_AND_SWP => WC_COMP_SWAP,
             WR_ATOMIC_FETCH_AND_ADD => WC_FETCH_ADD,
+            WR_ATOMIC_WRITE => WC_ATOMIC_WRITE,
+            WR_FLUSH => WC_FLUSH,
             WR_LOCAL_INV => WC_LOCAL_INV,
             WR_REG_MR => WC_REG_MR,
             _ => WC_SEND,
@@ -294,6 +313,20 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
             w.compare_add = le64(40);
             w.swap = le64(48);
         }
+        WR_ATOMIC_WRITE => {
+            w.remote_addr = le64(24);
+            w.rkey = le32(32);
+            w.atomic_write_data.copy_from_slice(&b[40..48]);
+        }
+        WR_FLUSH => {
+            w.remote_addr = le64(24);
+            w.rkey = le32(32);
+            w.flush = FlushWqe {
+                placement: b[36],
+                selectivity: b[37],
+                length: le64(40),
+            };
+        }
         WR_SEND | WR_SEND_WITH_IMM if ctx.is_ud() => {
             w.ah_index = le32(24);
             w.remote_qpn = le32(28) & 0x00ff_ffff;
@@ -320,6 +353,7 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         WR_RDMA_READ | WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD | WR_SEND_WITH_INV => {
             ctx.is_rc()
         }
+        WR_ATOMIC_WRITE | WR_FLUSH => ctx.is_rc(),
         _ => false,
     };
     // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
@@ -330,6 +364,9 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
     }
     if w.is_local() {
         return w;
+    }
+    if w.is_empty_read_like() {
+        return decode_empty_read_like(w, num_sge);
     }
     if w.flags & SEND_INLINE != 0 && !w.is_rd_atomic() {
         // Inline data must respect max_inline_data and fit the slot (§6.1) → LOC_LEN_ERR.
@@ -377,6 +414,26 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         w.finish(WC_LOC_LEN_ERR, true);
         return w;
     }
+    w
+}
+
+/// The checks of an ATOMIC_WRITE / FLUSH WQE (spec §6.1, §14.3): no SGEs, a valid FLUSH type and
+/// level, a FLUSH length within max_msg_sz. The responder checks the ATOMIC_WRITE alignment.
+fn decode_empty_read_like(mut w: SendWqe, num_sge: usize) -> SendWqe {
+    const PLACEMENTS: u8 = FLUSH_GLOBAL | FLUSH_PERSISTENT;
+    let bad_flush = w.opcode == WR_FLUSH
+        && (w.flush.placement == 0
+            || w.flush.placement & !PLACEMENTS != 0
+            || w.flush.selectivity > FLUSH_MR);
+    if num_sge != 0 || bad_flush {
+        w.finish(WC_LOC_QP_OP_ERR, true);
+        return w;
+    }
+    if w.opcode == WR_FLUSH && w.flush.length > (1u64 << 31) {
+        w.finish(WC_LOC_LEN_ERR, true);
+        return w;
+    }
+    w.length = if w.opcode == WR_ATOMIC_WRITE { 8 } else { 0 };
     w
 }
 
@@ -724,6 +781,27 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                 };
                 (o, Position::Only, 1, true)
             }
+            WR_ATOMIC_WRITE => {
+                hdrs.reth = Some(Reth {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    dma_len: 8,
+                });
+                payload = w.atomic_write_data.to_vec();
+                (Operation::AtomicWrite, Position::Only, 1, true)
+            }
+            WR_FLUSH => {
+                hdrs.feth = Some(Feth {
+                    placement: w.flush.placement,
+                    selectivity: w.flush.selectivity,
+                });
+                hdrs.reth = Some(Reth {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    dma_len: w.flush.length as u32,
+                });
+                (Operation::Flush, Position::Only, 1, true)
+            }
             _ => {
                 let remaining = w.length - w.offset;
                 let n = remaining.min(mtu as u64) as usize;
@@ -927,7 +1005,9 @@ pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
                         WqeState::Sending
                     };
                     restart_psn = Some(psn);
-                } else if w.is_atomic() {
+                } else if w.is_atomic() || w.is_empty_read_like() {
+                    // One PSN, executed once by the responder: resend it whole (a duplicate is
+                    // answered from the responder's resource cache).
                     w.state = WqeState::Pending;
                     w.offset = 0;
                     restart_psn = Some(w.first_psn);
@@ -975,7 +1055,7 @@ fn restart_point(ctx: &QpCtx, st: &RequesterState) -> Option<u32> {
     }
     Some(if w.is_read() {
         psn_add(w.first_psn, (w.offset / mtu) as u32)
-    } else if w.is_atomic() {
+    } else if w.is_atomic() || w.is_empty_read_like() {
         w.first_psn
     } else if psn_diff(st.una, w.first_psn) > 0 && psn_diff(st.una, w.last_psn) <= 0 {
         st.una

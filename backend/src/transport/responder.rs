@@ -1,5 +1,6 @@
 //! Responder (IBTA 9.7 responder side): request packets -> guest memory; ACK/NAK, READ responses
-//! and atomic acknowledgements (spec §14).
+//! and atomic acknowledgements (spec §14). The IBTA 1.5 ATOMIC WRITE and FLUSH are answered like
+//! a zero-length READ.
 //!
 //! Every packet walks an explicit state machine ([`RespStep`]), like IBTA's responder description
 //! and rxe's `enum resp_states`: checks first (PSN, opcode sequence, opcode validity, resources,
@@ -14,6 +15,7 @@ use super::requester::{sge_copy, Sge, SgeError};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::device::Device;
 use crate::memory::mr::{GuestRange, MrError};
+use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
 use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Transport};
 
 /// Send an ACK at least every this many unacknowledged packets even without AckReq.
@@ -130,8 +132,16 @@ pub const READ_BURST: u32 = 64;
 /// Kind of a cached READ / atomic request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResKind {
-    Read { va: u64, rkey: u32, len: u32 },
-    Atomic { orig: u64 },
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u32,
+    },
+    Atomic {
+        orig: u64,
+    },
+    /// ATOMIC WRITE / FLUSH: executed once; a duplicate only gets its empty READ response again.
+    EmptyReadResponse,
 }
 
 /// One responder resource (IBTA 9.7.5.1.5: sized by max_dest_rd_atomic).
@@ -202,6 +212,8 @@ pub enum RespStep {
     Execute,
     ReadReply,
     AtomicReply,
+    AtomicWriteReply,
+    FlushReply,
     Complete,
     Acknowledge,
     Duplicate,
@@ -279,6 +291,8 @@ impl Responder<'_, '_> {
             Execute => self.execute(dev, st),
             ReadReply => self.read_reply(dev, st),
             AtomicReply => self.atomic_reply(dev, st),
+            AtomicWriteReply => self.atomic_write_reply(dev, st),
+            FlushReply => self.flush_reply(dev, st),
             Complete => self.complete(dev, st),
             Acknowledge => self.acknowledge(dev, st),
             Duplicate => self.duplicate(dev, st),
@@ -398,6 +412,11 @@ impl Responder<'_, '_> {
             Operation::Write => ACCESS_REMOTE_WRITE,
             Operation::ReadRequest => ACCESS_REMOTE_READ,
             Operation::CompareSwap | Operation::FetchAdd => ACCESS_REMOTE_ATOMIC,
+            Operation::AtomicWrite => ACCESS_REMOTE_WRITE,
+            Operation::Flush => match self.pkt.feth.and_then(|f| flush_access(f.placement)) {
+                Some(a) => a,
+                None => return RespStep::ErrInvalidRequest,
+            },
             Operation::Send => 0,
             _ => return RespStep::Drop,
         };
@@ -415,12 +434,10 @@ impl Responder<'_, '_> {
             Operation::Write => info.has_imm(),
             _ => false,
         };
-        // Spec §14.6: more READ/atomic requests outstanding than max_dest_rd_atomic (READ replies
-        // still queued) is an Invalid Request.
-        if matches!(
-            info.operation,
-            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
-        ) && st.replies.len() >= self.ctx.max_dest_rd_atomic.max(1) as usize
+        // Spec §14.6: more READ/atomic/ATOMIC WRITE/FLUSH requests outstanding than
+        // max_dest_rd_atomic (READ replies still queued) is an Invalid Request.
+        if info.uses_responder_resource()
+            && st.replies.len() >= self.ctx.max_dest_rd_atomic.max(1) as usize
         {
             return RespStep::ErrInvalidRequest;
         }
@@ -494,6 +511,23 @@ impl Responder<'_, '_> {
             Operation::ReadRequest if self.pkt.reth.is_none_or(|r| r.dma_len > 1 << 31) => {
                 return RespStep::ErrInvalidRequest;
             }
+            // ATOMIC WRITE: exactly 8 bytes, to an 8-byte aligned VA (Invalid Request otherwise,
+            // as for the other atomics).
+            Operation::AtomicWrite
+                if n != 8
+                    || self
+                        .pkt
+                        .reth
+                        .is_none_or(|r| r.dma_len != 8 || !r.va.is_multiple_of(8)) =>
+            {
+                return RespStep::ErrInvalidRequest;
+            }
+            Operation::Flush
+                if self.pkt.reth.is_none_or(|r| r.dma_len > 1 << 31)
+                    || self.pkt.feth.is_none_or(|f| f.selectivity > SELECT_MR) =>
+            {
+                return RespStep::ErrInvalidRequest;
+            }
             _ => {}
         }
         if info.operation == Operation::Send {
@@ -550,12 +584,43 @@ impl Responder<'_, '_> {
                 };
                 (a.va, a.rkey, 8, ACCESS_REMOTE_ATOMIC)
             }
+            Operation::AtomicWrite => {
+                let Some(reth) = pkt.reth else {
+                    return RespStep::ErrInvalidRequest;
+                };
+                (reth.va, reth.rkey, 8, ACCESS_REMOTE_WRITE)
+            }
+            Operation::Flush => return self.check_flush_rkey(dev),
             _ => return RespStep::Execute,
         };
         if len == 0 {
             return RespStep::Execute;
         }
         match self.resolve(dev, rkey, va, len, access) {
+            Ok(r) => {
+                self.ranges = r;
+                RespStep::Execute
+            }
+            Err(s) => s,
+        }
+    }
+
+    /// FLUSH: the R_Key is always checked (also for a zero length) for the placement's access
+    /// right; a range FLUSH is bounds-checked and faults ODP pages in like a READ, a whole-MR FLUSH
+    /// is not (spec §14.6).
+    fn check_flush_rkey(&mut self, dev: &mut Device) -> RespStep {
+        let (Some(reth), Some(feth)) = (self.pkt.reth, self.pkt.feth) else {
+            return RespStep::ErrInvalidRequest;
+        };
+        let Some(access) = flush_access(feth.placement) else {
+            return RespStep::ErrInvalidRequest;
+        };
+        let len = if feth.selectivity == SELECT_MR {
+            0
+        } else {
+            reth.dma_len as u64
+        };
+        match self.resolve(dev, reth.rkey, reth.va, len, access) {
             Ok(r) => {
                 self.ranges = r;
                 RespStep::Execute
@@ -655,6 +720,8 @@ impl Responder<'_, '_> {
             }
             Operation::ReadRequest => RespStep::ReadReply,
             Operation::CompareSwap | Operation::FetchAdd => RespStep::AtomicReply,
+            Operation::AtomicWrite => RespStep::AtomicWriteReply,
+            Operation::Flush => RespStep::FlushReply,
             _ => RespStep::Drop,
         }
     }
@@ -728,6 +795,49 @@ impl Responder<'_, '_> {
         st.epsn = psn_add(psn, 1);
         st.unacked = 0;
         send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+        RespStep::Done
+    }
+
+    /// ATOMIC WRITE (IBTA 1.5): one atomic 64-bit store of the payload, after every earlier
+    /// request of the QP (they were executed in PSN order before this one).
+    fn atomic_write_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let Ok(data) = <[u8; 8]>::try_from(self.pkt.payload) else {
+            return RespStep::ErrInvalidRequest;
+        };
+        let Some(r) = self.ranges.first().copied().filter(|r| r.len == 8) else {
+            return RespStep::ErrRemoteOp;
+        };
+        if dev.mem.store_bytes8_atomic(r.gpa, data).is_err() {
+            self.mem_fault = true;
+            return RespStep::ErrRemoteOp;
+        }
+        self.empty_read_response(dev, st)
+    }
+
+    /// FLUSH (IBTA 1.5): earlier requests are already applied; global visibility in host RAM is
+    /// a full fence. Persistence never gets here (no MR grants FLUSH_PERSISTENT).
+    fn flush_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        dev.mem.fence();
+        self.empty_read_response(dev, st)
+    }
+
+    /// Answer ATOMIC WRITE / FLUSH with RDMA READ RESPONSE ONLY, AETH and no payload, queued
+    /// behind any READ responses still being paced so responses stay in PSN order.
+    fn empty_read_response(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+        let psn = self.pkt.psn();
+        push_resource(
+            st,
+            self.ctx,
+            RdAtomicRes {
+                first_psn: psn,
+                last_psn: psn,
+                kind: ResKind::EmptyReadResponse,
+            },
+        );
+        st.msn = psn_add(st.msn, 1);
+        st.epsn = psn_add(psn, 1);
+        st.unacked = 0;
+        queue_empty_read_response(dev, self.ctx, st, psn);
         RespStep::Done
     }
 
@@ -862,6 +972,16 @@ impl Responder<'_, '_> {
                     send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
                 }
             }
+            // Replayed from the resource cache, never executed twice (a later WRITE may have
+            // changed the ATOMIC WRITE's target since).
+            Operation::AtomicWrite | Operation::Flush
+                if st
+                    .resources
+                    .iter()
+                    .any(|r| r.first_psn == psn && r.kind == ResKind::EmptyReadResponse) =>
+            {
+                queue_empty_read_response(dev, self.ctx, st, psn);
+            }
             _ => {}
         }
         RespStep::Done
@@ -965,6 +1085,35 @@ fn push_resource(st: &mut ResponderState, ctx: &QpCtx, r: RdAtomicRes) {
         st.resources.pop_front();
     }
     st.resources.push_back(r);
+}
+
+/// The access right a FLUSH placement type needs (spec §12.3); `None` for placement 0 or unknown
+/// bits.
+fn flush_access(placement: u8) -> Option<u32> {
+    if placement == 0 || placement & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
+        return None;
+    }
+    let mut a = 0;
+    if placement & PLACEMENT_GLOBAL != 0 {
+        a |= ACCESS_FLUSH_GLOBAL;
+    }
+    if placement & PLACEMENT_PERSISTENT != 0 {
+        a |= ACCESS_FLUSH_PERSISTENT;
+    }
+    Some(a)
+}
+
+/// Queue the zero-length RDMA READ RESPONSE ONLY for `psn` and send what the pacing allows.
+fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32) {
+    st.replies.push_back(ReadReply {
+        psn,
+        va: 0,
+        rkey: 0,
+        remaining: 0,
+        first: true,
+        msn: st.msn,
+    });
+    pump_replies(dev, ctx, st, READ_BURST);
 }
 
 /// Take a receive WQE from the RQ or the SRQ.

@@ -13,7 +13,7 @@ use super::ipv6::Ipv6Header;
 use super::opcode::{HdrMask, OpcodeInfo};
 use super::udp::{ipv6_udp_checksum, UdpHeader};
 use super::{
-    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth, WireError, ICRC_LEN,
+    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, Reth, WireError, ICRC_LEN,
     ROCEV2_UDP_PORT,
 };
 
@@ -109,6 +109,7 @@ impl Addressing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExtHeaders {
     pub deth: Option<Deth>,
+    pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub atomic_eth: Option<AtomicEth>,
     pub aeth: Option<Aeth>,
@@ -127,6 +128,7 @@ impl ExtHeaders {
             }
         };
         add(self.deth.is_some(), HdrMask::DETH);
+        add(self.feth.is_some(), HdrMask::FETH);
         add(self.reth.is_some(), HdrMask::RETH);
         add(self.atomic_eth.is_some(), HdrMask::ATOMIC_ETH);
         add(self.aeth.is_some(), HdrMask::AETH);
@@ -142,6 +144,11 @@ impl ExtHeaders {
         if mask.contains(HdrMask::DETH) {
             let (h, r) = Deth::parse(buf)?;
             e.deth = Some(h);
+            buf = r;
+        }
+        if mask.contains(HdrMask::FETH) {
+            let (h, r) = Feth::parse(buf)?;
+            e.feth = Some(h);
             buf = r;
         }
         if mask.contains(HdrMask::RETH) {
@@ -188,6 +195,7 @@ impl ExtHeaders {
             };
         }
         put!(self.deth);
+        put!(self.feth);
         put!(self.reth);
         put!(self.atomic_eth);
         put!(self.aeth);
@@ -422,6 +430,10 @@ impl PacketBuilder {
 
     pub fn with_deth(mut self, h: Deth) -> Self {
         self.ext.deth = Some(h);
+        self
+    }
+    pub fn with_feth(mut self, h: Feth) -> Self {
+        self.ext.feth = Some(h);
         self
     }
     pub fn with_reth(mut self, h: Reth) -> Self {

@@ -15,6 +15,7 @@ pub mod atomic_eth;
 pub mod bth;
 pub mod deth;
 pub mod eth;
+pub mod feth;
 pub mod frame;
 pub mod icrc;
 pub mod ieth;
@@ -32,6 +33,7 @@ pub use atomic_eth::AtomicEth;
 pub use bth::Bth;
 pub use deth::Deth;
 pub use eth::{EthHeader, MacAddr};
+pub use feth::Feth;
 pub use frame::{
     gid_from_ipv4, gid_to_ipv4, is_ipv4_mapped, udp_src_port, Addressing, ExtHeaders, Gid,
     IpVersion, PacketBuilder, RocePacket,

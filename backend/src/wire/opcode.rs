@@ -2,10 +2,11 @@
 //! which extension headers follow the BTH, whether payload follows, its place in a message and the
 //! header length. Code asks the table instead of switching on opcodes.
 //!
-//! Supported: RC (0x00..=0x14, 0x16, 0x17), UC (0x20..=0x2b), UD SEND ONLY (+IMM) (0x64, 0x65).
-//! RD, CNP, FLUSH and ATOMIC WRITE are not supported (→ [`crate::wire::WireError::UnknownOpcode`]).
+//! Supported: RC (0x00..=0x14, 0x16, 0x17, and the IBTA 1.5 FLUSH 0x1c and ATOMIC WRITE 0x1d),
+//! UC (0x20..=0x2b), UD SEND ONLY (+IMM) (0x64, 0x65). RD and CNP are not supported
+//! (→ [`crate::wire::WireError::UnknownOpcode`]).
 
-use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, reth};
+use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth};
 
 /// Transport service of an opcode (BTH opcode bits 7:5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +27,10 @@ pub enum Operation {
     AtomicAck,
     CompareSwap,
     FetchAdd,
+    /// IBTA 1.5 ATOMIC WRITE: 8 bytes stored atomically, answered like a READ.
+    AtomicWrite,
+    /// IBTA 1.5 FLUSH: make earlier writes visible/persistent, answered like a READ.
+    Flush,
 }
 
 /// Place of a packet within its message. Single-packet operations (READ request, ACK, atomics) are
@@ -46,7 +51,7 @@ pub enum Direction {
 }
 
 /// A set of extension headers. On the wire they follow the BTH in this order:
-/// DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+/// DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct HdrMask(u8);
 
@@ -59,10 +64,12 @@ impl HdrMask {
     pub const ATOMIC_ACK_ETH: HdrMask = HdrMask(1 << 4);
     pub const IMMDT: HdrMask = HdrMask(1 << 5);
     pub const IETH: HdrMask = HdrMask(1 << 6);
+    pub const FETH: HdrMask = HdrMask(1 << 7);
 
     /// The headers in wire order with their lengths.
-    pub const ORDER: [(HdrMask, usize, &'static str); 7] = [
+    pub const ORDER: [(HdrMask, usize, &'static str); 8] = [
         (Self::DETH, deth::Deth::LEN, "DETH"),
+        (Self::FETH, feth::Feth::LEN, "FETH"),
         (Self::RETH, reth::Reth::LEN, "RETH"),
         (Self::ATOMIC_ETH, atomic_eth::AtomicEth::LEN, "AtomicETH"),
         (Self::AETH, aeth::Aeth::LEN, "AETH"),
@@ -166,6 +173,8 @@ pub enum Opcode {
     RcFetchAdd = 0x14,
     RcSendLastInv = 0x16,
     RcSendOnlyInv = 0x17,
+    RcFlush = 0x1c,
+    RcAtomicWrite = 0x1d,
     UcSendFirst = 0x20,
     UcSendMiddle = 0x21,
     UcSendLast = 0x22,
@@ -229,6 +238,18 @@ impl OpcodeInfo {
     pub const fn is_atomic(&self) -> bool {
         matches!(self.operation, Operation::CompareSwap | Operation::FetchAdd)
     }
+    /// Requests that take a responder resource (max_dest_rd_atomic) and are answered from it
+    /// when duplicated: READ, the atomics, ATOMIC WRITE and FLUSH.
+    pub const fn uses_responder_resource(&self) -> bool {
+        matches!(
+            self.operation,
+            Operation::ReadRequest
+                | Operation::CompareSwap
+                | Operation::FetchAdd
+                | Operation::AtomicWrite
+                | Operation::Flush
+        )
+    }
 }
 
 const fn entry(
@@ -241,7 +262,7 @@ const fn entry(
 ) -> OpcodeInfo {
     let payload = matches!(
         operation,
-        Operation::Send | Operation::Write | Operation::ReadResponse
+        Operation::Send | Operation::Write | Operation::ReadResponse | Operation::AtomicWrite
     );
     let direction = match operation {
         Operation::ReadResponse | Operation::Ack | Operation::AtomicAck => Direction::Response,
@@ -269,9 +290,10 @@ const NONE: HdrMask = H::NONE;
 const RETH_IMM: HdrMask = H::RETH.union(H::IMMDT);
 const DETH_IMM: HdrMask = H::DETH.union(H::IMMDT);
 const AETH_ATMACK: HdrMask = H::AETH.union(H::ATOMIC_ACK_ETH);
+const FETH_RETH: HdrMask = H::FETH.union(H::RETH);
 
 /// Every supported opcode, in wire-value order.
-pub const OPCODES: [OpcodeInfo; 37] = [
+pub const OPCODES: [OpcodeInfo; 39] = [
     entry(
         Opcode::RcSendFirst,
         "RC_SEND_FIRST",
@@ -455,6 +477,22 @@ pub const OPCODES: [OpcodeInfo; 37] = [
         Op::Send,
         P::Only,
         H::IETH,
+    ),
+    entry(
+        Opcode::RcFlush,
+        "RC_FLUSH",
+        T::Rc,
+        Op::Flush,
+        P::Only,
+        FETH_RETH,
+    ),
+    entry(
+        Opcode::RcAtomicWrite,
+        "RC_ATOMIC_WRITE",
+        T::Rc,
+        Op::AtomicWrite,
+        P::Only,
+        H::RETH,
     ),
     entry(
         Opcode::UcSendFirst,
@@ -667,7 +705,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(OPCODES.len(), 23 + 12 + 2);
+        assert_eq!(OPCODES.len(), 25 + 12 + 2);
     }
 
     #[test]
@@ -688,6 +726,8 @@ mod tests {
         assert_eq!(l(Opcode::UdSendOnly), 20);
         assert_eq!(l(Opcode::UdSendOnlyImm), 24);
         assert_eq!(l(Opcode::UcWriteOnlyImm), 32);
+        assert_eq!(l(Opcode::RcFlush), 32);
+        assert_eq!(l(Opcode::RcAtomicWrite), 28);
     }
 
     #[test]
@@ -702,6 +742,14 @@ mod tests {
         let i = Opcode::UdSendOnlyImm.info();
         assert_eq!(i.offset(HdrMask::DETH), Some(12));
         assert_eq!(i.offset(HdrMask::IMMDT), Some(20));
+        // FLUSH: the FETH precedes the RETH.
+        let i = Opcode::RcFlush.info();
+        assert_eq!(i.offset(HdrMask::FETH), Some(12));
+        assert_eq!(i.offset(HdrMask::RETH), Some(16));
+        assert!(!i.payload);
+        let i = Opcode::RcAtomicWrite.info();
+        assert_eq!(i.offset(HdrMask::RETH), Some(12));
+        assert!(i.payload && i.is_request() && i.uses_responder_resource());
     }
 
     #[test]
@@ -721,6 +769,7 @@ mod tests {
                         | Operation::AtomicAck
                         | Operation::CompareSwap
                         | Operation::FetchAdd
+                        | Operation::Flush
                 )
             );
         }
@@ -736,5 +785,8 @@ mod tests {
         assert!(lookup(0x40).is_none()); // RD
         assert!(lookup(0x81).is_none()); // CNP
         assert!(Opcode::try_from(0x18).is_err());
+        assert!(Opcode::try_from(0x1e).is_err());
+        assert_eq!(Opcode::try_from(0x1c), Ok(Opcode::RcFlush));
+        assert_eq!(Opcode::try_from(0x1d), Ok(Opcode::RcAtomicWrite));
     }
 }

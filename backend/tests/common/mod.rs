@@ -110,6 +110,9 @@ pub struct Wqe {
     pub reg: Option<(u64, u64, u32, u32, u32, u32, u64)>,
     /// Override num_sge (error tests).
     pub num_sge: Option<u8>,
+    /// FLUSH placement type and selectivity level (`wr.flush`; its length is `compare_add`).
+    /// ATOMIC_WRITE needs no field: its 8 data bytes are `compare_add` in little-endian order.
+    pub flush: Option<(u8, u8)>,
 }
 
 impl Wqe {
@@ -137,6 +140,10 @@ impl Wqe {
             b[32..36].copy_from_slice(&self.rkey.to_le_bytes());
             b[40..48].copy_from_slice(&self.compare_add.to_le_bytes());
             b[48..56].copy_from_slice(&self.swap.to_le_bytes());
+            if let Some((placement, selectivity)) = self.flush {
+                b[36] = placement;
+                b[37] = selectivity;
+            }
         }
         if let Some(d) = &self.inline {
             b[9] |= VRDMA_SEND_INLINE;
@@ -517,9 +524,12 @@ pub fn rts(
     let rc = q.qp_type == VRDMA_QPT_RC;
     let mut a = VrdmaQpAttr {
         qp_state: VRDMA_QPS_INIT,
+        // Every remote right, the flush ones included (as rdma-core's pyverbs tests do).
         qp_access_flags: VRDMA_ACCESS_REMOTE_WRITE
             | VRDMA_ACCESS_REMOTE_READ
-            | VRDMA_ACCESS_REMOTE_ATOMIC,
+            | VRDMA_ACCESS_REMOTE_ATOMIC
+            | VRDMA_ACCESS_FLUSH_GLOBAL
+            | VRDMA_ACCESS_FLUSH_PERSISTENT,
         port_num: 1,
         ..Default::default()
     };

@@ -110,8 +110,7 @@ static void test_qp_create_rejects(void)
 	};
 	static const uint64_t bad_ops[] = {
 		IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
-		IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_FLUSH,
-		IBV_QP_EX_WITH_ATOMIC_WRITE,
+		IBV_QP_EX_WITH_TSO,
 	};
 	size_t i;
 
@@ -122,9 +121,13 @@ static void test_qp_create_rejects(void)
 		CHECK(errno == EOPNOTSUPP);
 	}
 
-	/* RDMA READ on UC, RDMA WRITE on UD: not offered */
+	/* RDMA READ, ATOMIC WRITE, FLUSH on UC, RDMA WRITE on UD: not offered */
 	attr.qp_type = IBV_QPT_UC;
 	attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ;
+	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+	attr.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE;
+	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
+	attr.send_ops_flags = IBV_QP_EX_WITH_FLUSH;
 	CHECK(!vrdma_create_qp_ex(&ctx, &attr) && errno == EOPNOTSUPP);
 	attr.qp_type = IBV_QPT_UD;
 	attr.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
@@ -522,6 +525,77 @@ static void test_wr_api(void)
 	reset_rings();
 }
 
+/* IBTA 1.5 ATOMIC WRITE and FLUSH through ibv_wr_* (device-spec §6.1) */
+static void test_wr_atomic_write_flush(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_RC,
+				    IBV_QP_EX_WITH_ATOMIC_WRITE |
+				    IBV_QP_EX_WITH_FLUSH, NULL);
+	struct vrdma_ring_ctrl *sq = ctrl_at(STUB_SQ_OFF);
+	static const uint8_t val[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct vrdma_send_wqe *w;
+	struct ibv_qp_ex *qpx;
+
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+	qpx = ibv_qp_to_qp_ex(qp);
+	CHECK(qpx && qpx->wr_atomic_write && qpx->wr_flush && !qpx->wr_send);
+	if (!qpx)
+		return;
+
+	ibv_wr_start(qpx);
+	qpx->wr_id = 0x77;
+	qpx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+	ibv_wr_atomic_write(qpx, 0x1234, 0x1000, val);
+	qpx->wr_id = 0x78;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_flush(qpx, 0x5678, 0x2000, 4096, IBV_FLUSH_GLOBAL,
+		     IBV_FLUSH_RANGE);
+	qpx->wr_id = 0x79;
+	ibv_wr_flush(qpx, 0x5678, 0, 0, IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT,
+		     IBV_FLUSH_MR);
+	CHECK(ibv_wr_complete(qpx) == 0);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	w = entry_at(STUB_SQ_OFF, 0, STUB_SQ_SHIFT);
+	CHECK(le64toh(w->wr_id) == 0x77 && w->opcode == VRDMA_WR_ATOMIC_WRITE);
+	CHECK(w->flags == (VRDMA_SEND_SIGNALED | VRDMA_SEND_FENCE));
+	CHECK(w->num_sge == 0 && w->inline_len == 0);
+	CHECK(le64toh(w->wr.atomic_write.remote_addr) == 0x1000 &&
+	      le32toh(w->wr.atomic_write.rkey) == 0x1234);
+	/* the bytes as given, at wr + 16 (Appendix A) */
+	CHECK(memcmp(w->wr.atomic_write.data, val, 8) == 0);
+	CHECK(memcmp((uint8_t *)w + 24 + 16, val, 8) == 0);
+
+	w = entry_at(STUB_SQ_OFF, 1, STUB_SQ_SHIFT);
+	CHECK(le64toh(w->wr_id) == 0x78 && w->opcode == VRDMA_WR_FLUSH);
+	CHECK(w->num_sge == 0 && w->flags == VRDMA_SEND_SIGNALED);
+	CHECK(le64toh(w->wr.flush.remote_addr) == 0x2000 &&
+	      le32toh(w->wr.flush.rkey) == 0x5678 &&
+	      le64toh(w->wr.flush.length) == 4096);
+	CHECK(w->wr.flush.placement == VRDMA_FLUSH_GLOBAL &&
+	      w->wr.flush.selectivity == VRDMA_FLUSH_RANGE);
+	/* placement at wr + 12, selectivity at wr + 13 */
+	CHECK(((uint8_t *)w)[24 + 12] == 1 && ((uint8_t *)w)[24 + 13] == 0);
+
+	w = entry_at(STUB_SQ_OFF, 2, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_FLUSH &&
+	      w->wr.flush.placement ==
+		(VRDMA_FLUSH_GLOBAL | VRDMA_FLUSH_PERSISTENT) &&
+	      w->wr.flush.selectivity == VRDMA_FLUSH_MR);
+
+	/* no inline data and no SGEs for either */
+	ibv_wr_start(qpx);
+	ibv_wr_atomic_write(qpx, 1, 8, val);
+	ibv_wr_set_inline_data(qpx, (void *)val, 8);
+	CHECK(ibv_wr_complete(qpx) == EINVAL);
+	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
+
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+}
+
 static void device_cqe(uint32_t idx, uint64_t wr_id, uint8_t op,
 		       uint8_t status, uint8_t flags, uint32_t ex)
 {
@@ -725,6 +799,28 @@ static void test_cq_ex(void)
 		CHECK(vrdma_poll_cq(ibv_cq_ex_to_cq(cq), 1, &wc) == 1 &&
 		      wc.wr_id == 0x30);
 	}
+
+	/* ATOMIC WRITE and FLUSH completions, both polling paths */
+	device_cqe(4, 0x40, VRDMA_WC_ATOMIC_WRITE, VRDMA_WC_SUCCESS, 0, 0);
+	device_cqe(5, 0x41, VRDMA_WC_FLUSH, VRDMA_WC_SUCCESS, 0, 0);
+	cc->producer = htole32(6);
+	CHECK(ibv_start_poll(cq, &pattr) == 0 && cq->wr_id == 0x40 &&
+	      ibv_wc_read_opcode(cq) == IBV_WC_ATOMIC_WRITE);
+	CHECK(ibv_next_poll(cq) == 0 && cq->wr_id == 0x41 &&
+	      ibv_wc_read_opcode(cq) == IBV_WC_FLUSH);
+	ibv_end_poll(cq);
+	device_cqe(6, 0x42, VRDMA_WC_FLUSH, VRDMA_WC_SUCCESS, 0, 0);
+	device_cqe(7, 0x43, VRDMA_WC_ATOMIC_WRITE, VRDMA_WC_REM_ACCESS_ERR, 0,
+		   0);
+	cc->producer = htole32(8);
+	{
+		struct ibv_wc wc[2];
+
+		CHECK(vrdma_poll_cq(ibv_cq_ex_to_cq(cq), 2, wc) == 2);
+		CHECK(wc[0].wr_id == 0x42 && wc[0].opcode == IBV_WC_FLUSH);
+		CHECK(wc[1].wr_id == 0x43 &&
+		      wc[1].status == IBV_WC_REM_ACCESS_ERR);
+	}
 	CHECK(vrdma_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
 	reset_rings();
 }
@@ -850,6 +946,7 @@ int main(void)
 	test_post_recv();
 	test_ud();
 	test_wr_api();
+	test_wr_atomic_write_flush();
 	test_cq();
 	test_cq_clean();
 	test_cq_ex();
