@@ -490,3 +490,32 @@ fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
     assert_eq!((c[2].wr_id, c[2].status), (3, VRDMA_WC_SUCCESS));
     assert_eq!(p.pb.faults_for(kb).len(), 2);
 }
+
+#[test]
+fn flush_right_after_an_atomic_write() {
+    let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
+    let mut link = Link::clean();
+    p.post(&atomic_write(1, p.dst + 64, p.kb, 5));
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
+    p.post(&flush(
+        2,
+        p.dst,
+        p.kb,
+        4096,
+        VRDMA_FLUSH_GLOBAL,
+        VRDMA_FLUSH_RANGE,
+    ));
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
+    p.post(&flush(
+        3,
+        p.dst,
+        p.kb,
+        0,
+        VRDMA_FLUSH_GLOBAL,
+        VRDMA_FLUSH_MR,
+    ));
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (3, VRDMA_WC_SUCCESS));
+}
