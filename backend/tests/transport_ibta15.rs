@@ -519,3 +519,25 @@ fn flush_right_after_an_atomic_write() {
     let (ca, _) = wait(&mut p, &mut link, 1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (3, VRDMA_WC_SUCCESS));
 }
+
+/// A QP not enabled for the operation answers Invalid Request, not Remote Access Error (spec
+/// §14.6, IBTA 9.7.5.2, as rxe): the key is never looked at.
+#[test]
+fn rdma_write_to_a_qp_without_remote_write_is_invalid_request() {
+    let mut p = pair(ACC_ALL);
+    let mut link = Link::clean();
+    let only_read = VrdmaQpAttr {
+        qp_access_flags: VRDMA_ACCESS_REMOTE_READ,
+        ..Default::default()
+    };
+    p.b.modify_qp(p.qb.qpn, VRDMA_QP_ACCESS_FLAGS, only_read)
+        .expect("RTS -> RTS with new access flags");
+    p.b.write(p.dst, &[0x33; 64]);
+    let w = write(&p, 1, 0, 64);
+    p.post(&w);
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_INV_REQ_ERR));
+    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    assert!(has_event(&p.b, VRDMA_EV_QP_REQ_ERR, p.qb.qpn));
+    assert_eq!(p.b.read(p.dst, 64), [0x33; 64], "nothing written");
+}
