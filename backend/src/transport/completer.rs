@@ -296,6 +296,12 @@ fn on_empty_read_response(
         fail_oldest(st, WC_BAD_RESP_ERR);
         return;
     }
+    retire_read_like(ctx, st, i, psn, now);
+}
+
+/// WQE `i` (an atomic, ATOMIC WRITE or FLUSH) got its one response at `psn`: it is done, its
+/// responder resource is free again, and everything up to `psn` is acknowledged.
+fn retire_read_like(ctx: &QpCtx, st: &mut RequesterState, i: usize, psn: u32, now: Instant) {
     let w = &mut st.wqes[i];
     w.state = WqeState::Done;
     w.status = WC_SUCCESS;
@@ -345,15 +351,7 @@ fn on_atomic_ack(
             return;
         }
     }
-    let w = &mut st.wqes[i];
-    w.state = WqeState::Done;
-    w.status = WC_SUCCESS;
-    st.recount_rd_atomic();
-    let next = psn_add(psn, 1);
-    if psn_diff(next, st.una) > 0 {
-        st.una = next;
-    }
-    on_progress(ctx, st, now);
+    retire_read_like(ctx, st, i, psn, now);
 }
 
 /// The retransmission timer expired (IBTA 9.7.6.1): resend from the oldest
