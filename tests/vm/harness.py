@@ -101,6 +101,17 @@ def pair(server_vm, client_vm, server_cmd, client_cmd, timeout=180, settle=1.0):
     return sout, out
 
 
+def push_guest_script(vms, name):
+    """Copy tests/vm/guest/<name> and the module the two-guest scripts share (rc_peer.py) to
+    /tmp in each guest; returns the script's path there."""
+    for f in (name, "rc_peer.py"):
+        with open(os.path.join(HERE, "guest", f)) as src:
+            text = src.read()
+        for vm in vms:
+            vm.write_file("/tmp/" + f, text, mode=0o755)
+    return "/tmp/" + name
+
+
 def roce_v2_gid_index(vm, dev):
     """The GID index of the port's IPv4 address as a RoCE v2 GID (cached per guest).
 

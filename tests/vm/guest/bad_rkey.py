@@ -14,21 +14,19 @@ with its index bits flipped. Printed results (checked by the host):
                 "async event: none"                (imm: no event may arrive)
 """
 
-import json
 import os
 import select
-import socket
 import sys
-import time
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SendWR, SGE
+
+from rc_peer import accept, dial, exchange, poll_one, to_rts
 
 PORT = 18600
 SIZE = 4096
@@ -36,6 +34,7 @@ IMM = 0x12345678
 
 WC_NAMES = {getattr(e, n): n[len("IBV_WC_"):] for n in dir(e)
             if n.startswith("IBV_WC_") and n.endswith("ERR") or n == "IBV_WC_SUCCESS"}
+QP_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
 EV_NAMES = {getattr(e, n): n[len("IBV_EVENT_"):] for n in dir(e) if n.startswith("IBV_EVENT_")}
 
 
@@ -49,45 +48,6 @@ def setup(dev, gidx):
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
     gid = str(ctx.query_gid(1, gidx))
     return ctx, pd, cq, mr, qp, gid
-
-
-def connect(qp, gidx, mine, peer):
-    attr = QPAttr(port_num=1)
-    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-    attr.path_mtu = e.IBV_MTU_1024
-    attr.max_dest_rd_atomic = 1
-    attr.max_rd_atomic = 1
-    attr.min_rnr_timer = 12
-    attr.timeout = 14
-    attr.retry_cnt = 7
-    attr.rnr_retry = 7
-    gr = GlobalRoute(dgid=GID(peer["gid"]), sgid_index=gidx)
-    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr)
-    attr.dest_qp_num = peer["qpn"]
-    attr.rq_psn = peer["psn"]  # we receive what the peer sends
-    attr.sq_psn = mine["psn"]
-    qp.to_rts(attr)
-
-
-def exchange(sock, mine):
-    sock.sendall((json.dumps(mine) + "\n").encode())
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise SystemExit("peer closed the connection")
-        buf += chunk
-    return json.loads(buf)
-
-
-def poll_one(cq, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n, wcs = cq.poll(1)
-        if n:
-            return wcs[0]
-        time.sleep(0.001)
-    return None
 
 
 def async_event_fd():
@@ -123,11 +83,10 @@ def wait_async_event(ctx, timeout):
 
 def responder(dev, gidx, imm):
     ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
-    lst = socket.create_server(("0.0.0.0", PORT), reuse_port=True)
-    conn, _ = lst.accept()
+    conn = accept(PORT)
     mine = {"qpn": qp.qp_num, "psn": 100, "gid": gid, "rkey": mr.rkey, "addr": mr.buf}
     peer = exchange(conn, mine)
-    connect(qp, gidx, mine, peer)
+    to_rts(qp, gidx, mine, peer, QP_ACCESS)
     if imm:
         # Receives may be posted once the QP has left RESET.
         qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, SIZE, mr.lkey)]))
@@ -144,18 +103,10 @@ def responder(dev, gidx, imm):
 
 def requester(dev, gidx, peer_ip, imm):
     ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
-    deadline = time.monotonic() + 60
-    while True:  # the responder may still be starting (Python + pyverbs under TCG)
-        try:
-            sock = socket.create_connection((peer_ip, PORT), timeout=60)
-            break
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    sock = dial(peer_ip, PORT)
     mine = {"qpn": qp.qp_num, "psn": 200, "gid": gid}
     peer = exchange(sock, mine)
-    connect(qp, gidx, mine, peer)
+    to_rts(qp, gidx, mine, peer, QP_ACCESS)
     exchange(sock, {"ready": 1})
     bad_rkey = peer["rkey"] ^ 0x7f00  # another MR index: never a valid key here
     op = e.IBV_WR_RDMA_WRITE_WITH_IMM if imm else e.IBV_WR_RDMA_WRITE

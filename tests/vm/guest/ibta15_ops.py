@@ -15,18 +15,16 @@ Printed results (checked by the host):
     responder:  "target: <16 hex digits>"      the 8 bytes at offset 64
 """
 
-import json
-import socket
 import sys
-import time
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
-from pyverbs.qp import QPAttr, QPCap, QPEx, QPInitAttrEx
+from pyverbs.qp import QPCap, QPEx, QPInitAttrEx
+
+from rc_peer import accept, dial, exchange, poll_one, to_rts
 
 PORT = 18610
 SIZE = 8192
@@ -54,53 +52,13 @@ def setup(dev, gidx):
     return ctx, pd, cq, mr, qp, gid
 
 
-def connect(qp, gidx, mine, peer):
-    attr = QPAttr(port_num=1)
-    attr.qp_access_flags = QP_ACCESS
-    attr.path_mtu = e.IBV_MTU_1024
-    attr.max_dest_rd_atomic = 4
-    attr.max_rd_atomic = 4
-    attr.min_rnr_timer = 12
-    attr.timeout = 14
-    attr.retry_cnt = 7
-    attr.rnr_retry = 7
-    gr = GlobalRoute(dgid=GID(peer["gid"]), sgid_index=gidx)
-    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr)
-    attr.dest_qp_num = peer["qpn"]
-    attr.rq_psn = peer["psn"]
-    attr.sq_psn = mine["psn"]
-    qp.to_rts(attr)
-
-
-def exchange(sock, mine):
-    sock.sendall((json.dumps(mine) + "\n").encode())
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise SystemExit("peer closed the connection")
-        buf += chunk
-    return json.loads(buf)
-
-
-def poll_one(cq, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n, wcs = cq.poll(1)
-        if n:
-            return wcs[0]
-        time.sleep(0.001)
-    return None
-
-
 def responder(dev, gidx):
     ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
     mr.write(b"\0" * SIZE, SIZE)
-    lst = socket.create_server(("0.0.0.0", PORT), reuse_port=True)
-    conn, _ = lst.accept()
+    conn = accept(PORT)
     mine = {"qpn": qp.qp_num, "psn": 300, "gid": gid, "rkey": mr.rkey, "addr": mr.buf}
     peer = exchange(conn, mine)
-    connect(qp, gidx, mine, peer)
+    to_rts(qp, gidx, mine, peer, QP_ACCESS, rd_atomic=4)
     exchange(conn, {"ready": 1})
     exchange(conn, {"done": 1})
     print("target: %s" % mr.read(8, 64).hex())
@@ -117,18 +75,10 @@ def post(qp, wr_id, build):
 
 def requester(dev, gidx, peer_ip, atomic_write_only):
     ctx, pd, cq, mr, qp, gid = setup(dev, gidx)
-    deadline = time.monotonic() + 60
-    while True:  # the responder may still be starting
-        try:
-            sock = socket.create_connection((peer_ip, PORT), timeout=60)
-            break
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    sock = dial(peer_ip, PORT)
     mine = {"qpn": qp.qp_num, "psn": 400, "gid": gid}
     peer = exchange(sock, mine)
-    connect(qp, gidx, mine, peer)
+    to_rts(qp, gidx, mine, peer, QP_ACCESS, rd_atomic=4)
     exchange(sock, {"ready": 1})
     rkey, addr = peer["rkey"], peer["addr"]
     steps = [

@@ -1,20 +1,16 @@
 """Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs."""
 
-import os
 import time
 
 import vrdmavm
 
-from harness import HERE, expect_in, roce_v2_gid_index, scenario
+from harness import expect_in, push_guest_script, roce_v2_gid_index, scenario
 
 SCRIPT = "/tmp/bad_rkey.py"
 
 
 def bad_rkey(ctx, imm):
-    with open(os.path.join(HERE, "guest", "bad_rkey.py")) as f:
-        src = f.read()
-    for vm in (ctx.a, ctx.b):
-        vm.write_file(SCRIPT, src, mode=0o755)
+    push_guest_script((ctx.a, ctx.b), "bad_rkey.py")
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     flag = " --imm" if imm else ""
     resp = ctx.a.spawn("python3 -u %s responder vrdma0 %d%s" % (SCRIPT, g, flag), timeout=90)
@@ -25,7 +21,7 @@ def bad_rkey(ctx, imm):
         src, sout = resp.wait(timeout=90)
     except vrdmavm.CommandTimeout as e:
         src, sout = None, "%s\n%s" % (e, getattr(e, "out", ""))
-    both = "--- responder ---\n%s\n--- requester (rc %s) ---\n%s" % (sout, rc, rout)
+    both = "--- responder (rc %s) ---\n%s\n--- requester (rc %s) ---\n%s" % (src, sout, rc, rout)
     expect_in("send completion: REM_ACCESS_ERR", both, "the requester's completion")
     return both
 

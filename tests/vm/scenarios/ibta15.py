@@ -7,21 +7,17 @@ has no payload offset for FLUSH), so rxe drops IBTA-conformant FLUSH requests an
 rxe's; see the device-spec §15.2 note.
 """
 
-import os
 import time
 
 import vrdmavm
 
-from harness import HERE, expect_in, ib_dev, roce_v2_gid_index, scenario
+from harness import expect_in, ib_dev, push_guest_script, roce_v2_gid_index, scenario
 
 SCRIPT = "/tmp/ibta15_ops.py"
 
 
 def run_ops(ctx, responder, requester, atomic_write_only):
-    with open(os.path.join(HERE, "guest", "ibta15_ops.py")) as f:
-        src = f.read()
-    for vm in (responder, requester):
-        vm.write_file(SCRIPT, src, mode=0o755)
+    push_guest_script((responder, requester), "ibta15_ops.py")
     gr = roce_v2_gid_index(responder, ib_dev(responder))
     gq = roce_v2_gid_index(requester, ib_dev(requester))
     resp = responder.spawn("python3 -u %s responder %s %d" % (SCRIPT, ib_dev(responder), gr),
