@@ -256,10 +256,10 @@ fn error_answers_and_hostile_responses() {
     let _ = t.resolve(k, 1, CHUNK, 8, 0);
     let r = out.take_page_requests()[0];
     let good: Vec<u64> = (0..512).map(|i| 0x400000 + i * 4096).collect();
-    // Wrong key.
+    // Wrong key: not a request of this MR (spec §12.4 step 4); the request stays outstanding.
     assert_eq!(
         t.odp_page_resp(r.req_id, k + 1, 0, 0, CHUNK, &good),
-        VRDMA_STATUS_INVALID
+        VRDMA_STATUS_NOT_FOUND
     );
     // Unknown request id.
     assert_eq!(

@@ -32,6 +32,8 @@ struct Pair {
     dst: u64,
     ka: u32,
     kb: u32,
+    pda: u32,
+    pdb: u32,
 }
 
 /// A connected RC pair; B's 64 KiB target MR is registered with `b_access`.
@@ -60,6 +62,8 @@ fn pair(b_access: u32) -> Pair {
         dst,
         ka,
         kb,
+        pda,
+        pdb,
     }
 }
 
@@ -540,4 +544,50 @@ fn rdma_write_to_a_qp_without_remote_write_is_invalid_request() {
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_REQ_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst, 64), [0x33; 64], "nothing written");
+}
+
+/// The FLUSH's response is lost and a long READ follows: the requester resends both, and the
+/// replayed FLUSH response must not be left behind (and then cleared with) the stale READ tail.
+#[test]
+fn lost_flush_response_before_a_long_read_is_replayed() {
+    let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
+    let mut link = Link::clean();
+    let mut dropped = false;
+    link.filter_ba = Some(Box::new(move |f| {
+        // The first response B sends is the FLUSH's (READ RESPONSE ONLY): lose it.
+        if !dropped && f.get(BTH_OPCODE_AT) == Some(&OP_READ_RESPONSE_ONLY) {
+            dropped = true;
+            return false;
+        }
+        true
+    }));
+    let len = 1u64 << 20; // 1024 responses at MTU 1024: far more than one reply burst
+    let remote = p.b.alloc(len);
+    let rk = p.b.reg_mr(p.pdb, remote, len, ACC_ALL);
+    let data = pattern(9, len as usize);
+    p.b.write(remote, &data);
+    let local = p.a.alloc(len);
+    let lk = p.a.reg_mr(p.pda, local, len, ACC_ALL);
+    p.post(&flush(
+        1,
+        p.dst,
+        p.kb,
+        4096,
+        VRDMA_FLUSH_GLOBAL,
+        VRDMA_FLUSH_RANGE,
+    ));
+    p.post(&Wqe {
+        wr_id: 2,
+        opcode: VRDMA_WR_RDMA_READ,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(local, len as u32, lk)],
+        remote_addr: remote,
+        rkey: rk,
+        ..Default::default()
+    });
+    let (ca, _) = wait(&mut p, &mut link, 2, 0);
+    let got: Vec<_> = ca.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, [(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_SUCCESS)]);
+    assert!(p.a.read(local, len as usize) == data, "the READ data");
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
 }

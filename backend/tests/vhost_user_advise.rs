@@ -235,3 +235,26 @@ fn reset_drops_a_parked_chain_unwritten() {
     assert_eq!(s.guest.read(adv_resp, 8), UNTOUCHED);
     s.finish();
 }
+
+#[test]
+fn disabled_ring_gets_no_parked_completion() {
+    let mut s = session("advise-disabled");
+    let (_, adv_resp) = s.advise(IOVA, CHUNK);
+    let _ = s.page_request();
+    // The frontend disables the control ring without stopping it (no device reset): the
+    // timeout still ends the advise, but nothing may be written to a disabled ring.
+    vhost::vhost_user::VhostUserFrontend::set_vring_enable(
+        &mut s.fe,
+        VRDMA_VQ_CONTROL as usize,
+        false,
+    )
+    .expect("SET_VRING_ENABLE(0)");
+    thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        s.ctrl.used_count(&s.guest),
+        0,
+        "chain returned on a disabled ring"
+    );
+    assert_eq!(s.guest.read(adv_resp, 8), UNTOUCHED);
+    s.finish();
+}

@@ -477,8 +477,10 @@ impl MrTable {
         let Some(&(rkey, c)) = self.odp.reqs.get(&req_id) else {
             return VRDMA_STATUS_NOT_FOUND;
         };
+        // Spec §12.4 step 4: a request id that is not outstanding *for this key* is unknown. The
+        // request stays outstanding (a stray answer must not end another MR's fault).
         if rkey != key {
-            return VRDMA_STATUS_INVALID;
+            return VRDMA_STATUS_NOT_FOUND;
         }
         let shift = self.odp.config.chunk_shift;
         let Ok((mr, odp, mem)) = self.odp_parts(key) else {

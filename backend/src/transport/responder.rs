@@ -973,13 +973,16 @@ impl Responder<'_, '_> {
                 }
             }
             // Replayed from the resource cache, never executed twice (a later WRITE may have
-            // changed the ATOMIC WRITE's target since).
+            // changed the ATOMIC WRITE's target since). As for a re-requested READ, whatever is
+            // still queued is obsolete: the requester resends everything after this PSN, and a
+            // reply left behind a stale READ tail would be cleared by that READ's duplicate.
             Operation::AtomicWrite | Operation::Flush
                 if st
                     .resources
                     .iter()
                     .any(|r| r.first_psn == psn && r.kind == ResKind::EmptyReadResponse) =>
             {
+                st.replies.clear();
                 queue_empty_read_response(dev, self.ctx, st, psn);
             }
             _ => {}

@@ -158,7 +158,17 @@ fn execute<D: RdmaDevice>(
                 // under the device lock, cannot come first. Its 8-byte response fits (checked
                 // above: `cap` >= RESP_HDR_LEN).
                 debug!("controlq: opcode {opcode} parked as {ticket:?}");
-                parked.park(ticket, chain.clone());
+                // Only what the completion writes is kept: the request bytes (up to
+                // MAX_REQUEST_BYTES) are not pinned for the seconds a park may last.
+                parked.park(
+                    ticket,
+                    SplitChain {
+                        head: chain.head,
+                        readable: Vec::new(),
+                        read_error: None,
+                        writable: chain.writable.clone(),
+                    },
+                );
                 return None;
             }
         }

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use vhost_user_backend::VringT;
+use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaCmdRespHdr};
 
@@ -93,6 +94,19 @@ impl ParkedCommands {
             status,
             reserved: 0,
         };
+        // Nothing moves on a ring the frontend has disabled (or not set up again): the chain is
+        // dropped unanswered, as at a reset; the driver recovers it with the device reset that
+        // must precede using the ring again.
+        {
+            let state = vring.get_mut();
+            if !state.get_queue().ready() || !state.is_enabled() {
+                guest_warn!(
+                    "controlq: parked chain {} completed while the ring is stopped; dropped",
+                    chain.head
+                );
+                return;
+            }
+        }
         let mem = atomic.memory();
         let len = match chain.scatter(&*mem, hdr.as_bytes()) {
             Ok(n) => n as u32,
