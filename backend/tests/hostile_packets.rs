@@ -85,14 +85,7 @@ struct Bed {
     b: Node,
     link: Link,
     /// Healthy RC pair.
-    ha: QpH,
-    hb: QpH,
-    hcqa: RingH,
-    hcqb: RingH,
-    hsrc: u64,
-    hdst: u64,
-    hka: u32,
-    hkb: u32,
+    healthy: HealthyPair,
     /// Target RC pair (hostile traffic goes to tb on b, responses to ta on a).
     ta: QpH,
     tb: QpH,
@@ -123,20 +116,12 @@ fn bed() -> Bed {
     let mut b = Node::new(2, 32, 1500);
     let pda = a.create_pd();
     let pdb = b.create_pd();
-    let (ca, hcqa) = a.create_cq(1024);
-    let (cb, hcqb) = b.create_cq(1024);
-    let ha = a.create_qp(QpSpec::rc(pda, ca));
-    let hb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &ha, &mut b, &hb, 3, 14, 7, 7);
+    let healthy = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let (ca2, tcqa) = a.create_cq(4096);
     let (cb2, tcqb) = b.create_cq(4096);
     let ta = a.create_qp(QpSpec::rc(pda, ca2));
     let tb = b.create_qp(QpSpec::rc(pdb, cb2));
     connect(&mut a, &ta, &mut b, &tb, 3, 14, 7, 7);
-    let hsrc = a.alloc(65536);
-    let hdst = b.alloc(65536);
-    let hka = a.reg_mr(pda, hsrc, 65536, ACC_ALL);
-    let hkb = b.reg_mr(pdb, hdst, 65536, ACC_ALL);
     let tsrc = a.alloc(65536);
     let tka = a.reg_mr(pda, tsrc, 65536, ACC_ALL);
     let area = b.alloc(TLEN + 8192);
@@ -169,14 +154,7 @@ fn bed() -> Bed {
         a,
         b,
         link: Link::clean(),
-        ha,
-        hb,
-        hcqa,
-        hcqb,
-        hsrc,
-        hdst,
-        hka,
-        hkb,
+        healthy,
         ta,
         tb,
         tcqa,
@@ -418,63 +396,8 @@ fn mutate(r: &mut Rng, t: &Bed, tpl: &[u8]) -> Vec<u8> {
 
 /// One healthy RDMA WRITE + SEND round on the healthy pair, with data checks.
 fn healthy_round(t: &mut Bed, round: u64) {
-    let data = pattern(round, 5000);
-    t.a.write(t.hsrc, &data);
-    let mut rq = t.hb.rq.clone().unwrap();
-    t.b.post_recv(&mut rq, round, &[(t.hdst + 32768, 8192, t.hkb)]);
-    t.hb.rq = Some(rq);
-    let mut ha = t.ha.clone();
-    t.a.post_send(
-        &mut ha,
-        &Wqe {
-            wr_id: round,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.hsrc, 5000, t.hka)],
-            remote_addr: t.hdst,
-            rkey: t.hkb,
-            ..Default::default()
-        },
-    );
-    t.a.post_send(
-        &mut ha,
-        &Wqe {
-            wr_id: round + 1_000_000,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.hsrc, 3000, t.hka)],
-            ..Default::default()
-        },
-    );
-    t.ha = ha;
-    let (mut ca, mut cb) = (Vec::new(), Vec::new());
-    let (hcqa, hcqb) = (&mut t.hcqa, &mut t.hcqb);
-    pump_until(
-        &mut t.a,
-        &mut t.b,
-        &mut t.link,
-        Duration::from_secs(20),
-        |a, b| {
-            ca.extend(a.poll_cq(hcqa));
-            cb.extend(b.poll_cq(hcqb));
-            ca.len() >= 2 && !cb.is_empty()
-        },
-    );
-    assert!(
-        ca.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
-        "round {round}: healthy requester {ca:?}"
-    );
-    assert_eq!(cb.len(), 1);
-    assert_eq!(cb[0].status, VRDMA_WC_SUCCESS, "round {round}");
-    assert_eq!(cb[0].byte_len, 3000);
-    assert_eq!(t.b.read(t.hdst, 5000), data, "round {round}: WRITE data");
-    assert_eq!(
-        t.b.read(t.hdst + 32768, 3000),
-        data[..3000].to_vec(),
-        "round {round}: SEND data"
-    );
-    assert_eq!(t.a.qp_state(t.ha.qpn), VRDMA_QPS_RTS);
-    assert_eq!(t.b.qp_state(t.hb.qpn), VRDMA_QPS_RTS);
+    t.healthy
+        .round(&mut t.a, &mut t.b, &mut t.link, round, 5000, 3000);
 }
 
 fn check_canary(t: &Bed) {

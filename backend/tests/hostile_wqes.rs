@@ -99,14 +99,7 @@ struct Bed {
     link: Link,
     /// a's memory table without R2.
     map_without_r2: GuestMemoryMap,
-    ha: QpH,
-    hb: QpH,
-    hcqa: RingH,
-    hcqb: RingH,
-    hsrc: u64,
-    hdst: u64,
-    hka: u32,
-    hkb: u32,
+    healthy: HealthyPair,
     /// Hostile RC QP on a (rings in R2) and its peer on b.
     xa: QpH,
     xb: QpH,
@@ -134,15 +127,7 @@ fn bed() -> Bed {
 
     let pda = a.create_pd();
     let pdb = b.create_pd();
-    let (ca, hcqa) = a.create_cq(1024);
-    let (cb, hcqb) = b.create_cq(1024);
-    let ha = a.create_qp(QpSpec::rc(pda, ca));
-    let hb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &ha, &mut b, &hb, 3, 14, 7, 7);
-    let hsrc = a.alloc(65536);
-    let hdst = b.alloc(65536);
-    let hka = a.reg_mr(pda, hsrc, 65536, ACC_ALL);
-    let hkb = b.reg_mr(pdb, hdst, 65536, ACC_ALL);
+    let healthy = HealthyPair::new(&mut a, &mut b, pda, pdb);
 
     // Hostile QPs: their own PD and CQs (the CQs in region 1).
     let pdx = a.create_pd();
@@ -184,7 +169,7 @@ fn bed() -> Bed {
         .as_bytes(),
     )
     .unwrap();
-    let keys = vec![kx, kx, kx, kro, hka, kx ^ 1, kdead, 0, u32::MAX];
+    let keys = vec![kx, kx, kx, kro, healthy.ka, kx ^ 1, kdead, 0, u32::MAX];
     let ah_ok = a.create_ah(pdx, a.av_to(&b));
     let ah_other = a.create_ah(pda, a.av_to(&b));
     let ahs = vec![ah_ok, ah_ok, ah_other, 0, 12345, u32::MAX];
@@ -195,14 +180,7 @@ fn bed() -> Bed {
         b,
         link: Link::clean(),
         map_without_r2,
-        ha,
-        hb,
-        hcqa,
-        hcqb,
-        hsrc,
-        hdst,
-        hka,
-        hkb,
+        healthy,
         xa,
         xb,
         ua,
@@ -323,60 +301,8 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
 }
 
 fn healthy_round(t: &mut Bed, round: u64) {
-    let data = pattern(round, 6000);
-    t.a.write(t.hsrc, &data);
-    let mut rq = t.hb.rq.clone().unwrap();
-    t.b.post_recv(&mut rq, round, &[(t.hdst + 32768, 8192, t.hkb)]);
-    t.hb.rq = Some(rq);
-    let mut ha = t.ha.clone();
-    t.a.post_send(
-        &mut ha,
-        &Wqe {
-            wr_id: round,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.hsrc, 6000, t.hka)],
-            remote_addr: t.hdst,
-            rkey: t.hkb,
-            ..Default::default()
-        },
-    );
-    t.a.post_send(
-        &mut ha,
-        &Wqe {
-            wr_id: round + 1_000_000,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.hsrc, 2000, t.hka)],
-            ..Default::default()
-        },
-    );
-    t.ha = ha;
-    let (mut ca, mut cb) = (Vec::new(), Vec::new());
-    let (hcqa, hcqb) = (&mut t.hcqa, &mut t.hcqb);
-    pump_until(
-        &mut t.a,
-        &mut t.b,
-        &mut t.link,
-        Duration::from_secs(30),
-        |a, b| {
-            ca.extend(a.poll_cq(hcqa));
-            cb.extend(b.poll_cq(hcqb));
-            ca.len() >= 2 && !cb.is_empty()
-        },
-    );
-    assert!(
-        ca.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
-        "round {round}: healthy requester {ca:?}"
-    );
-    assert_eq!(cb[0].status, VRDMA_WC_SUCCESS, "round {round}");
-    assert_eq!(t.b.read(t.hdst, 6000), data, "round {round}: WRITE data");
-    assert_eq!(
-        t.b.read(t.hdst + 32768, 2000),
-        data[..2000].to_vec(),
-        "round {round}: SEND data"
-    );
-    assert_eq!(t.a.qp_state(t.ha.qpn), VRDMA_QPS_RTS);
+    t.healthy
+        .round(&mut t.a, &mut t.b, &mut t.link, round, 6000, 2000);
 }
 
 /// After RESET the device restarts the SQ/RQ indices at 0 and writes the control page (§4.3;
