@@ -437,13 +437,12 @@ impl Node {
     }
 
     pub fn doorbell(&mut self, qpn: u32) {
-        transport::on_doorbell(
-            &mut self.dev,
-            VrdmaDoorbell {
-                type_: VRDMA_DB_SQ,
-                id: qpn,
-            },
-        );
+        self.ring_doorbell(VRDMA_DB_SQ, qpn);
+    }
+
+    /// Ring a doorbell of any type (`VRDMA_DB_*`) for object `id`.
+    pub fn ring_doorbell(&mut self, type_: u32, id: u32) {
+        transport::on_doorbell(&mut self.dev, VrdmaDoorbell { type_, id });
     }
 
     /// Post a receive WQE on an RQ or SRQ ring.

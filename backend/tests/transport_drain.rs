@@ -1,0 +1,267 @@
+//! Drain and flush (IBTA 10.3.1 / 11.2.1.2, spec §13.3): what Linux's `ib_drain_qp()`,
+//! `ib_drain_sq()` and `ib_drain_rq()` rely on. They move the QP to ERROR, post one more WR and
+//! wait for its WR_FLUSH_ERR completion, so every WQE posted in ERROR must be flushed once the
+//! device hears of it, and in order behind the WQEs flushed on entry to ERROR.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use vrdma_backend::transport::ctx::Cqe;
+use vrdma_spec::*;
+
+const T: Duration = Duration::from_secs(30);
+
+struct Pair {
+    a: Node,
+    b: Node,
+    qa: QpH,
+    qb: QpH,
+    cqa: RingH,
+    cqb: RingH,
+    src: u64,
+    dst: u64,
+    ka: u32,
+    kb: u32,
+}
+
+/// An RC pair at RTS; `srq_b` puts B's QP on an SRQ (returned with its ring).
+fn pair(srq_b: bool) -> (Pair, Option<(u32, RingH)>) {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, cqa) = a.create_cq(256);
+    let (cb, cqb) = b.create_cq(256);
+    let srq = srq_b.then(|| b.create_srq(pdb, 64, 4, 0));
+    let qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec {
+        srq: srq.as_ref().map(|s| s.0),
+        ..QpSpec::rc(pdb, cb)
+    });
+    connect(&mut a, &qa, &mut b, &qb, 3, 10, 7, 7);
+    let src = a.alloc(65536);
+    let dst = b.alloc(65536);
+    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    let p = Pair {
+        a,
+        b,
+        qa,
+        qb,
+        cqa,
+        cqb,
+        src,
+        dst,
+        ka,
+        kb,
+    };
+    (p, srq)
+}
+
+fn write(p: &Pair, wr_id: u64) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode: VRDMA_WR_RDMA_WRITE,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(p.src, 100, p.ka)],
+        remote_addr: p.dst,
+        rkey: p.kb,
+        ..Default::default()
+    }
+}
+
+fn post_a(p: &mut Pair, w: &Wqe) {
+    let mut q = p.qa.clone();
+    p.a.post_send(&mut q, w);
+    p.qa = q;
+}
+
+fn recv_b(p: &mut Pair, wr_id: u64) {
+    let mut rq = p.qb.rq.clone().expect("B has an RQ");
+    let (dst, kb) = (p.dst, p.kb);
+    p.b.post_recv(&mut rq, wr_id, &[(dst, 64, kb)]);
+    p.qb.rq = Some(rq);
+}
+
+fn recv_a(p: &mut Pair, wr_id: u64) {
+    let mut rq = p.qa.rq.clone().expect("A has an RQ");
+    let (src, ka) = (p.src, p.ka);
+    p.a.post_recv(&mut rq, wr_id, &[(src, 64, ka)]);
+    p.qa.rq = Some(rq);
+}
+
+fn ids(c: &[Cqe]) -> Vec<(u64, u8, u8)> {
+    c.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect()
+}
+
+#[test]
+fn receive_posted_in_error_is_flushed_on_the_rq_doorbell() {
+    let (mut p, _) = pair(false);
+    recv_b(&mut p, 10);
+    let qb = p.qb.qpn;
+    p.b.qp_to_err(qb);
+    let first = p.b.poll_cq(&mut p.cqb);
+    assert_eq!(
+        ids(&first),
+        vec![(10, VRDMA_WC_WR_FLUSH_ERR, VRDMA_WC_RECV)]
+    );
+    // ib_drain_rq(): one more receive, then the RQ doorbell.
+    recv_b(&mut p, 11);
+    assert!(
+        p.b.poll_cq(&mut p.cqb).is_empty(),
+        "nothing before the doorbell"
+    );
+    p.b.ring_doorbell(VRDMA_DB_RQ, qb);
+    let drained = p.b.poll_cq(&mut p.cqb);
+    assert_eq!(
+        ids(&drained),
+        vec![(11, VRDMA_WC_WR_FLUSH_ERR, VRDMA_WC_RECV)]
+    );
+    // A second doorbell with nothing new posted writes nothing.
+    p.b.ring_doorbell(VRDMA_DB_RQ, qb);
+    assert!(p.b.poll_cq(&mut p.cqb).is_empty());
+}
+
+#[test]
+fn rq_doorbell_outside_error_consumes_nothing() {
+    let (mut p, _) = pair(false);
+    recv_b(&mut p, 20);
+    let qb = p.qb.qpn;
+    p.b.ring_doorbell(VRDMA_DB_RQ, qb);
+    assert!(p.b.poll_cq(&mut p.cqb).is_empty());
+    // The receive is still there for a SEND.
+    let mut link = Link::clean();
+    let w = Wqe {
+        wr_id: 1,
+        opcode: VRDMA_WR_SEND,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(p.src, 32, p.ka)],
+        ..Default::default()
+    };
+    post_a(&mut p, &w);
+    let mut got = Vec::new();
+    let cqb = &mut p.cqb;
+    pump_until(&mut p.a, &mut p.b, &mut link, T, |_, b| {
+        got.extend(b.poll_cq(cqb));
+        !got.is_empty()
+    });
+    assert_eq!(ids(&got), vec![(20, VRDMA_WC_SUCCESS, VRDMA_WC_RECV)]);
+}
+
+#[test]
+fn send_posted_in_error_is_flushed_on_the_sq_doorbell() {
+    let (mut p, _) = pair(false);
+    let qa = p.qa.qpn;
+    p.a.qp_to_err(qa);
+    // ib_drain_sq(): an unsignaled-looking marker still completes (error CQEs are always written).
+    let mut w = write(&p, 30);
+    w.flags = 0;
+    post_a(&mut p, &w);
+    let c = p.a.poll_cq(&mut p.cqa);
+    assert_eq!(
+        ids(&c),
+        vec![(30, VRDMA_WC_WR_FLUSH_ERR, VRDMA_WC_RDMA_WRITE)]
+    );
+}
+
+#[test]
+fn drain_qp_with_work_in_flight_flushes_everything_in_order() {
+    let (mut p, _) = pair(false);
+    // Sends in flight (never acknowledged: the link is not pumped) and receives posted on A.
+    for id in 1..=4 {
+        let w = write(&p, id);
+        post_a(&mut p, &w);
+    }
+    recv_a(&mut p, 100);
+    recv_a(&mut p, 101);
+    assert!(!p.a.dev.outbox.is_empty(), "the writes went out");
+    let qa = p.qa.qpn;
+    // ib_drain_qp(): to ERROR, then a marker send and a marker receive, each with its doorbell.
+    p.a.qp_to_err(qa);
+    let w = write(&p, 5);
+    post_a(&mut p, &w);
+    recv_a(&mut p, 102);
+    p.a.ring_doorbell(VRDMA_DB_RQ, qa);
+    let c = p.a.poll_cq(&mut p.cqa);
+    let sends: Vec<_> = c.iter().filter(|c| c.opcode != VRDMA_WC_RECV).collect();
+    let recvs: Vec<_> = c.iter().filter(|c| c.opcode == VRDMA_WC_RECV).collect();
+    assert_eq!(
+        sends
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        (1..=5)
+            .map(|i| (i, VRDMA_WC_WR_FLUSH_ERR))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        recvs
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![
+            (100, VRDMA_WC_WR_FLUSH_ERR),
+            (101, VRDMA_WC_WR_FLUSH_ERR),
+            (102, VRDMA_WC_WR_FLUSH_ERR)
+        ]
+    );
+    // The late ACKs of the flushed writes complete nothing more.
+    let mut link = Link::clean();
+    pump_idle(&mut p.a, &mut p.b, &mut link);
+    assert!(p.a.poll_cq(&mut p.cqa).is_empty());
+}
+
+#[test]
+fn srq_qp_drain_leaves_srq_wqes_and_reports_last_wqe_once() {
+    let (mut p, srq) = pair(true);
+    let (srqn, mut ring) = srq.expect("srq");
+    let (dst, kb) = (p.dst, p.kb);
+    p.b.post_recv(&mut ring, 40, &[(dst, 64, kb)]);
+    p.b.post_recv(&mut ring, 41, &[(dst, 64, kb)]);
+    let qb = p.qb.qpn;
+    p.b.events();
+    p.b.qp_to_err(qb);
+    // RQ doorbells of an SRQ QP in ERROR (a driver may ring them) change nothing.
+    p.b.ring_doorbell(VRDMA_DB_RQ, qb);
+    p.b.ring_doorbell(VRDMA_DB_RQ, qb);
+    assert!(
+        p.b.poll_cq(&mut p.cqb).is_empty(),
+        "SRQ WQEs belong to the SRQ, not to the QP"
+    );
+    let last: Vec<_> =
+        p.b.events()
+            .into_iter()
+            .filter(|e| e.type_ == VRDMA_EV_QP_LAST_WQE_REACHED)
+            .collect();
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0].id, qb);
+    // The device consumed neither SRQ WQE (spec §4: the consumer index is the device's).
+    let consumer = p.b.mem.load_u32_acquire(ring.ctrl() + 64).unwrap();
+    assert_eq!(consumer, 0, "SRQ {srqn}: no WQE taken");
+}
+
+#[test]
+fn destroy_with_outstanding_work_returns_at_once() {
+    let (mut p, _) = pair(false);
+    for id in 1..=8 {
+        let w = write(&p, id);
+        post_a(&mut p, &w);
+    }
+    recv_a(&mut p, 200);
+    let qa = p.qa.qpn;
+    let h = VrdmaHandle {
+        handle: qa,
+        reserved: 0,
+    };
+    assert!(p.a.cmd(VRDMA_CMD_DESTROY_QP, h.as_bytes()).is_ok());
+    // The peer's ACKs for a destroyed QP are dropped; nothing is written to A's CQ.
+    let mut link = Link::clean();
+    pump_idle(&mut p.a, &mut p.b, &mut link);
+    assert!(p.a.poll_cq(&mut p.cqa).is_empty());
+    // A doorbell for the destroyed QP is ignored.
+    p.a.ring_doorbell(VRDMA_DB_SQ, qa);
+    p.a.ring_doorbell(VRDMA_DB_RQ, qa);
+    assert!(p.a.poll_cq(&mut p.cqa).is_empty());
+}
