@@ -115,8 +115,9 @@ pub(crate) fn with_req<R>(
         dev.qp_to_error(qpn, e.event(), e.info());
     } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now.
-        flush(dev, qpn);
+        // could not see the state then, so flush now, through the core's worklist (a flush may
+        // overflow further CQs; the worklist keeps that iterative).
+        dev.schedule_flush(qpn);
     }
     Some(r)
 }
@@ -136,8 +137,9 @@ pub(crate) fn with_resp<R>(
         dev.qp_to_error(qpn, e.event(), e.info());
     } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now.
-        flush(dev, qpn);
+        // could not see the state then, so flush now, through the core's worklist (a flush may
+        // overflow further CQs; the worklist keeps that iterative).
+        dev.schedule_flush(qpn);
     }
     Some(r)
 }
@@ -150,10 +152,8 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
         // Outside ERROR an RQ doorbell is a hint (spec §8): receives are read when a request
         // needs one. In ERROR nothing arrives, so the receives posted since the QP entered it
         // are flushed now (spec §13.3); ib_drain_rq() waits for exactly that flush.
-        ctx::abi::DB_RQ => {
-            if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) {
-                with_resp(dev, db.id, responder::flush);
-            }
+        ctx::abi::DB_RQ if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) => {
+            with_resp(dev, db.id, responder::flush);
         }
         // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
         ctx::abi::DB_CQ_ARM => {
