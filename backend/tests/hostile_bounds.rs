@@ -74,3 +74,118 @@ fn overflow_chain_is_flushed_iteratively() {
     // Every CQ but CQ 0 (receive-only, nothing posted) overflowed exactly once.
     assert_eq!(cq_errors, CHAIN);
 }
+
+/// A flood of distinct doorbell records (ids of QPs that do not exist, §8: ignored) mixed with
+/// repeats: repeats are merged, the pending records never exceed the bound, and the batch asks
+/// for a sweep instead of growing. Before the bound, every distinct record was queued (an
+/// unbounded queue) and, past 65536 records, each new one was compared with the whole queue.
+#[test]
+fn doorbell_flood_is_merged_and_bounded() {
+    use vrdma_backend::transport::doorbells::{DoorbellQueue, Pushed, MAX_PENDING};
+    let mut q = DoorbellQueue::new();
+    let distinct = 3 * MAX_PENDING as u32;
+    let (mut queued, mut merged, mut swept) = (0usize, 0usize, 0usize);
+    for id in 1..=distinct {
+        // Each id twice, and an early id again: only the first of each is new.
+        for rec in [id, id, 1 + id % 1024] {
+            match q.push(VrdmaDoorbell {
+                type_: VRDMA_DB_SQ,
+                id: rec,
+            }) {
+                Pushed::Queued => queued += 1,
+                Pushed::Merged => merged += 1,
+                Pushed::Swept => swept += 1,
+                Pushed::Ignored => panic!("SQ doorbell {rec} ignored"),
+            }
+            assert!(q.len() <= MAX_PENDING);
+        }
+    }
+    // ids 1..=MAX_PENDING: queued once, merged twice; everything after: swept.
+    assert_eq!(queued, MAX_PENDING);
+    assert_eq!(merged, 2 * MAX_PENDING);
+    assert_eq!(swept, 3 * (distinct as usize - MAX_PENDING));
+    let batch = q.take();
+    assert_eq!(batch.records.len(), MAX_PENDING);
+    assert!(batch.sweep);
+    // First-arrival order, no duplicates.
+    assert!(batch
+        .records
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.id == i as u32 + 1));
+    // The next batch starts empty and does not sweep again.
+    assert!(q.is_empty());
+    assert_eq!(
+        q.push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: 7
+        }),
+        Pushed::Queued
+    );
+    assert!(!q.take().sweep);
+}
+
+/// SQ doorbells of real QPs that arrive after a flood filled the queue are not queued, yet every
+/// QP is served: the swept batch rings every QP's SQ, and each QP sends its posted SEND.
+#[test]
+fn every_qp_is_served_after_a_doorbell_flood() {
+    use vrdma_backend::transport::doorbells::{DoorbellQueue, Pushed, MAX_PENDING};
+    use vrdma_backend::transport::{self, packet};
+    let mut a = Node::new(1, 64, 1500);
+    let mut b = Node::new(2, 64, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (cqa, _) = a.create_cq(64);
+    let (cqb, _) = b.create_cq(64);
+    let mut pairs = Vec::new();
+    for _ in 0..8 {
+        let mut sa = QpSpec::rc(pda, cqa);
+        sa.sq_depth = 16;
+        sa.rq_depth = 16;
+        let mut sb = QpSpec::rc(pdb, cqb);
+        sb.sq_depth = 16;
+        sb.rq_depth = 16;
+        let qa = a.create_qp(sa);
+        let qb = b.create_qp(sb);
+        connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+        pairs.push((qa, qb));
+    }
+    for (i, (qa, _)) in pairs.iter_mut().enumerate() {
+        let w = Wqe {
+            wr_id: i as u64,
+            opcode: VRDMA_WR_SEND,
+            ..Default::default()
+        };
+        a.post_send_nodb(qa, &w);
+    }
+    let mut q = DoorbellQueue::new();
+    // Ids above every QPN in use: no such QP.
+    for id in 0..MAX_PENDING as u32 + 10 {
+        q.push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: 0x80_0000 + id,
+        });
+    }
+    for (qa, _) in &pairs {
+        let r = q.push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: qa.qpn,
+        });
+        assert_eq!(r, Pushed::Swept);
+    }
+    let batch = q.take();
+    assert!(batch.sweep);
+    a.dev.outbox.clear();
+    transport::on_doorbells(&mut a.dev, &batch);
+    let mut served: Vec<u32> = a
+        .dev
+        .outbox
+        .iter()
+        .filter_map(|f| packet::parse(f).map(|p| p.bth.dest_qp))
+        .collect();
+    served.sort_unstable();
+    served.dedup();
+    let mut want: Vec<u32> = pairs.iter().map(|(_, qb)| qb.qpn).collect();
+    want.sort_unstable();
+    assert_eq!(served, want);
+}
