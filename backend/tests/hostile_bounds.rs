@@ -189,3 +189,112 @@ fn every_qp_is_served_after_a_doorbell_flood() {
     want.sort_unstable();
     assert_eq!(served, want);
 }
+
+/// Page-list MRs may name one guest page over and over (8 Mi times per REG_MR fits a command).
+/// What all MRs hold together is bounded (spec §11.8): registrations beyond the budget fail with
+/// NoResources and change nothing; DEREG_MR, REREG_MR to a shorter list and reset give entries
+/// back; fast-reg MRs count their max_num_sg.
+#[test]
+fn mr_page_lists_are_bounded_in_total() {
+    use std::sync::Arc;
+    use vrdma_backend::device::RecordingOutput;
+    use vrdma_backend::guest::GuestMem;
+    use vrdma_backend::memory::mr::PageListSpec;
+    use vrdma_backend::memory::{MrError, MrTable, OdpConfig};
+    const PAGE: u64 = 0x10_0000;
+    let mem = GuestMem::from_ranges(&[(0, 4 << 20)]).expect("mem");
+    let out = Arc::new(RecordingOutput::new());
+    let mut t = MrTable::new(100, mem, out, OdpConfig::default()).with_max_pages(1024);
+    fn spec(pages: &[u64]) -> PageListSpec<'_> {
+        PageListSpec {
+            pd: 1,
+            access: VRDMA_ACCESS_LOCAL_WRITE,
+            iova: 0,
+            length: pages.len() as u64 * 4096,
+            page_shift: 12,
+            pages,
+        }
+    }
+    let aliased = vec![PAGE; 600];
+    let k1 = t.reg_page_list(&spec(&aliased), 1 << 40).expect("first");
+    assert_eq!(t.pages_held(), 600);
+    assert_eq!(
+        t.reg_page_list(&spec(&aliased), 1 << 40),
+        Err(MrError::NoResources)
+    );
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.pages_held(), 600);
+    // Fast-reg capacity counts too: 424 more fit exactly, one more does not.
+    let f = t.alloc_fast_reg(1, 424, 512).expect("fast reg");
+    assert_eq!(t.pages_held(), 1024);
+    assert_eq!(t.alloc_fast_reg(1, 1, 512), Err(MrError::NoResources));
+    // REREG_MR to a longer list than the budget allows fails and keeps the MR; a shorter one
+    // gives entries back.
+    assert_eq!(
+        t.rereg_page_list(k1, &spec(&[PAGE; 601]), 1 << 40),
+        Err(MrError::NoResources)
+    );
+    assert_eq!(t.pages_held(), 1024);
+    t.rereg_page_list(k1, &spec(&[PAGE; 100]), 1 << 40)
+        .expect("shorter");
+    assert_eq!(t.pages_held(), 524);
+    t.dereg(f).expect("dereg");
+    assert_eq!(t.pages_held(), 100);
+    t.clear();
+    assert_eq!(t.pages_held(), 0);
+}
+
+/// Through the command path with the default budget: REG_MR of more than VRDMA_CMD_MAX_PAGES
+/// pages is INVALID before any page is looked at, and a device configured with a small budget
+/// answers NO_RESOURCES.
+#[test]
+fn reg_mr_page_count_limits_through_commands() {
+    use std::sync::Arc;
+    use vrdma_backend::device::{CmdOutcome, Device, DeviceConfig, RecordingOutput};
+    use vrdma_backend::guest::GuestMem;
+    let mem = GuestMem::from_ranges(&[(0, 4 << 20)]).expect("mem");
+    let cfg = DeviceConfig {
+        max_mr_pages: 1024,
+        ..DeviceConfig::default()
+    };
+    let mut dev = Device::new(cfg, mem, Arc::new(RecordingOutput::new()));
+    let run = |dev: &mut Device, op: u16, req: &[u8]| -> (u32, Vec<u8>) {
+        let mut resp = Vec::new();
+        match dev.handle_command(op, req, &mut resp) {
+            CmdOutcome::Done(st) => (st, resp),
+            CmdOutcome::Parked(t) => panic!("parked {t:?}"),
+        }
+    };
+    let (st, r) = run(&mut dev, VRDMA_CMD_CREATE_PD, &[0u8; 8]);
+    assert_eq!(st, VRDMA_STATUS_OK);
+    let pd = VrdmaHandle::read_from(&r).expect("pd").handle;
+    let reg = |npages: u32| -> Vec<u8> {
+        let c = VrdmaCmdRegMr {
+            pdn: pd,
+            access: VRDMA_ACCESS_LOCAL_WRITE,
+            iova: 0,
+            length: u64::from(npages) * 4096,
+            page_shift: 12,
+            npages,
+        };
+        let mut b = c.as_bytes().to_vec();
+        for _ in 0..npages {
+            b.extend_from_slice(&0x10_0000u64.to_le_bytes());
+        }
+        b
+    };
+    assert_eq!(
+        run(&mut dev, VRDMA_CMD_REG_MR, &reg(1000)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        run(&mut dev, VRDMA_CMD_REG_MR, &reg(100)).0,
+        VRDMA_STATUS_NO_RESOURCES
+    );
+    assert_eq!(run(&mut dev, VRDMA_CMD_REG_MR, &reg(24)).0, VRDMA_STATUS_OK);
+    // One page more than any command may carry (64 MiB + 8 bytes of page list).
+    assert_eq!(
+        run(&mut dev, VRDMA_CMD_REG_MR, &reg(VRDMA_CMD_MAX_PAGES + 1)).0,
+        VRDMA_STATUS_INVALID
+    );
+}

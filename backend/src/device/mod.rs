@@ -95,7 +95,8 @@ impl Device {
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
-            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone()),
+            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
+                .with_max_pages(config.max_mr_pages),
             qps: QpTable::new(config.max_qp),
             outbox: Vec::new(),
             flush_hook: None,
