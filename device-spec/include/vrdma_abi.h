@@ -387,6 +387,17 @@ struct vrdma_page_req {
 #define VRDMA_CMD_ODP_INVALIDATE	28
 #define VRDMA_CMD_REREG_MR		29	/* page-list MR, same key */
 
+/*
+ * Size limits of one control chain (§11.1): a trailing page list holds at
+ * most VRDMA_CMD_MAX_PAGES entries (64 MiB), the readable part is at most
+ * VRDMA_CMD_MAX_LEN bytes (4 KiB for header and request, then the largest
+ * page list), and a chain has at most VRDMA_CMD_MAX_DESCS descriptors
+ * (enough for that page list split at every 4 KiB page).
+ */
+#define VRDMA_CMD_MAX_PAGES		(1U << 23)
+#define VRDMA_CMD_MAX_LEN		(4096U + 8U * VRDMA_CMD_MAX_PAGES)
+#define VRDMA_CMD_MAX_DESCS		16448
+
 /* Command status (§11.1), mapped by the driver to the errno in brackets */
 #define VRDMA_STATUS_OK			0
 #define VRDMA_STATUS_INVALID		1	/* [EINVAL] malformed or bad attribute */

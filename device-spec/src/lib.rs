@@ -458,6 +458,16 @@ abi_consts! {
     VRDMA_CMD_ODP_INVALIDATE: u16 = 28;
     VRDMA_CMD_REREG_MR: u16 = 29;
 
+    /// §11.1 Largest trailing page list of one command, in `__le64` entries (64 MiB).
+    VRDMA_CMD_MAX_PAGES: u32 = 1 << 23;
+    /// §11.1 Largest readable part of a control chain: 4 KiB for the command header and request,
+    /// then the largest page list.
+    VRDMA_CMD_MAX_LEN: u32 = 4096 + 8 * VRDMA_CMD_MAX_PAGES;
+    /// §11.1 Most descriptors in one control chain (indirect table entries included): the
+    /// largest page list split at every 4 KiB page (16385 pages) plus the header, request and
+    /// response descriptors, rounded up.
+    VRDMA_CMD_MAX_DESCS: u32 = 16448;
+
     /// §11.1 Command status (`vrdma_cmd_resp_hdr.status`).
     VRDMA_STATUS_OK: u32 = 0;
     VRDMA_STATUS_INVALID: u32 = 1;

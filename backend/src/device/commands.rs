@@ -354,9 +354,7 @@ impl Device {
             .modify(&self.mem, &self.gids, &limits, c.attr_mask, &c.attr)
             .map_err(|e| e.status())?;
         if tr.to == QpState::Err && tr.from != QpState::Err {
-            if let Some(h) = self.flush_hook {
-                h(self, c.qpn);
-            }
+            self.schedule_flush(c.qpn);
         }
         Ok(())
     }

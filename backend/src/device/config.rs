@@ -30,6 +30,9 @@ pub struct DeviceConfig {
     pub max_gid: u32,
     pub max_msg_sz: u32,
     pub max_mr_size: u64,
+    /// Page-list entries all MRs may hold together (not in the config space; REG_MR and
+    /// friends beyond it: NO_RESOURCES, spec §11.8).
+    pub max_mr_pages: u64,
     pub node_guid: u64,
     pub vendor_id: u32,
     pub vendor_part_id: u32,
@@ -66,6 +69,7 @@ impl Default for DeviceConfig {
             max_gid: 128,
             max_msg_sz: 1 << 31,
             max_mr_size: 1 << 40,
+            max_mr_pages: crate::memory::mr::DEFAULT_MAX_MR_PAGES,
             node_guid: guid_from_mac(&mac),
             vendor_id: 0x1af4,
             vendor_part_id: VIRTIO_ID_RDMA,

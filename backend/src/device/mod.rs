@@ -17,7 +17,8 @@
 //! # For `transport/`
 //! - CQEs: `post_cqe(cqn, &cqe, solicited)` (arming, events and overflow handled here).
 //! - Errors: `qp_to_error(qpn, Some(VRDMA_EV_*), info)`, `qp_ring_error(qpn, on_sq, &err)`; set
-//!   `flush_hook` at start-up: it is called after MODIFY_QP / `qp_to_error` moved a QP to ERR.
+//!   `flush_hook` at start-up: it is called after MODIFY_QP / `qp_to_error` moved a QP to ERR,
+//!   through a worklist (`schedule_flush`), never recursively.
 //! - Receive WQEs: `srq_pop(srqn, buf)` (limit / error events handled here), RQ via `qp.rq`.
 //! - Memory: `mrs.resolve_for(Some(qpn), key, pd, iova, len, access)`, `mrs.fast_register`,
 //!   `mrs.local_invalidate`; never keep a `GuestRange` across device-lock releases (ODP
@@ -30,6 +31,7 @@ pub mod config;
 pub mod outcome;
 pub mod output;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,6 +66,13 @@ pub struct Device {
     pub outbox: Vec<Vec<u8>>,
     /// See [`FlushHook`].
     pub flush_hook: Option<FlushHook>,
+    /// QPs moved to ERR whose flush hook has not run yet. A flush can overflow another CQ,
+    /// which moves more QPs to ERR (spec §5.2); they are queued here and flushed one after the
+    /// other instead of recursively, so a chain of thousands of QPs and CQs cannot exhaust the
+    /// thread's stack. Each QP enters ERR once, so the list never holds more than `max_qp`.
+    flush_queue: VecDeque<u32>,
+    /// Set while [`Device::schedule_flush`] runs the hook: nested calls only queue.
+    flushing: bool,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
 }
@@ -86,10 +95,13 @@ impl Device {
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
-            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone()),
+            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
+                .with_max_pages(config.max_mr_pages),
             qps: QpTable::new(config.max_qp),
             outbox: Vec::new(),
             flush_hook: None,
+            flush_queue: VecDeque::new(),
+            flushing: false,
             needs_reset: false,
             config,
             mem,
@@ -108,6 +120,7 @@ impl Device {
         self.mrs.clear();
         self.qps.clear();
         self.outbox.clear();
+        self.flush_queue.clear();
         self.needs_reset = false;
     }
 
@@ -152,7 +165,7 @@ impl Device {
     }
 
     /// Move a QP to ERR (if it is not in RESET or ERR already), send `event` (VRDMA_EV_* with
-    /// `info`) if given, then call the transport's flush hook.
+    /// `info`) if given, then flush it through [`Device::schedule_flush`].
     pub fn qp_to_error(&mut self, qpn: u32, event: Option<u32>, info: u32) {
         let Some(qp) = self.qps.get_mut(qpn) else {
             return;
@@ -164,9 +177,26 @@ impl Device {
         if let Some(ev) = event {
             self.out.event(output::event(ev, qpn, info));
         }
-        if let Some(h) = self.flush_hook {
-            h(self, qpn);
+        self.schedule_flush(qpn);
+    }
+
+    /// Run the flush hook for `qpn`, which just entered ERR. Called from inside a flush (the
+    /// flush overflowed a CQ and moved more QPs to ERR), it only queues `qpn`: the outermost
+    /// call flushes the queued QPs one after the other, in the order they entered ERR. The
+    /// stack depth is therefore bounded whatever the length of the overflow chain.
+    pub fn schedule_flush(&mut self, qpn: u32) {
+        let Some(hook) = self.flush_hook else {
+            return;
+        };
+        self.flush_queue.push_back(qpn);
+        if self.flushing {
+            return;
         }
+        self.flushing = true;
+        while let Some(q) = self.flush_queue.pop_front() {
+            hook(self, q);
+        }
+        self.flushing = false;
     }
 
     /// A QP's SQ or RQ ring failed at run time (index error or inaccessible): write the ring's

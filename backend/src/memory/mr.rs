@@ -47,6 +47,12 @@ pub const PAGE_SIZE_CAP: u64 =
     ((1u64 << (MAX_PAGE_SHIFT + 1)) - 1) & !((1u64 << MIN_PAGE_SHIFT) - 1);
 /// Largest MR index (24 bits of key).
 pub const MAX_MR_INDEX: u32 = (1 << 24) - 1;
+/// Default bound on the page-list entries all MRs hold together (page-list MRs' pages plus
+/// fast-reg MRs' `max_num_sg`, reserved at allocation): 2^26 entries, 512 MiB of daemon memory,
+/// enough to register 256 GiB in 4 KiB pages. Each MR is also bounded by the command limit
+/// (`VRDMA_CMD_MAX_PAGES`, spec §11.1); without a total, `max_mr` MRs of 2^23 entries that
+/// all name one guest page would make the daemon hold 4 TiB.
+pub const DEFAULT_MAX_MR_PAGES: u64 = 1 << 26;
 
 /// Split a key.
 pub fn key_index(key: u32) -> u32 {
@@ -201,6 +207,9 @@ pub struct MrTable {
     free: VecDeque<u32>,
     max_mr: u32,
     count: u32,
+    /// Page-list entries held by all MRs, and their bound (see [`DEFAULT_MAX_MR_PAGES`]).
+    pages_held: u64,
+    max_pages: u64,
     pub(crate) mem: GuestMem,
     pub(crate) odp: OdpState,
 }
@@ -241,9 +250,37 @@ impl MrTable {
             free: VecDeque::new(),
             max_mr,
             count: 0,
+            pages_held: 0,
+            max_pages: DEFAULT_MAX_MR_PAGES,
             mem,
             odp: OdpState::new(odp, out),
         }
+    }
+
+    /// Bound the page-list entries all MRs may hold together (REG_MR, REREG_MR and
+    /// ALLOC_FAST_REG_MR beyond it fail with `NoResources`, spec §11.8).
+    pub fn with_max_pages(mut self, max_pages: u64) -> Self {
+        self.max_pages = max_pages;
+        self
+    }
+
+    /// Page-list entries held by all MRs (page-list pages + fast-reg capacity).
+    pub fn pages_held(&self) -> u64 {
+        self.pages_held
+    }
+
+    /// Entries `mr` counts against the page budget.
+    fn pages_of(mr: &Mr) -> u64 {
+        match &mr.kind {
+            MrKind::PageList { pages, .. } => pages.len() as u64,
+            MrKind::FastReg { max_pages, .. } => u64::from(*max_pages),
+            _ => 0,
+        }
+    }
+
+    /// Whether `add` more entries fit once `release` entries are given back.
+    fn pages_fit(&self, add: u64, release: u64) -> bool {
+        self.pages_held.saturating_sub(release).saturating_add(add) <= self.max_pages
     }
 
     /// Replace the sink of ODP page requests.
@@ -266,6 +303,7 @@ impl MrTable {
         }
         self.free = (1..self.slots.len() as u32).collect();
         self.count = 0;
+        self.pages_held = 0;
         self.odp.clear();
     }
 
@@ -307,6 +345,10 @@ impl MrTable {
         if self.count >= self.max_mr {
             return Err(MrError::NoResources);
         }
+        let pages = Self::pages_of(&mr);
+        if !self.pages_fit(pages, 0) {
+            return Err(MrError::NoResources);
+        }
         let idx = match self.free.pop_front() {
             Some(i) => i,
             None => {
@@ -324,6 +366,7 @@ impl MrTable {
         let key = mr.key;
         slot.mr = Some(mr);
         self.count += 1;
+        self.pages_held += pages;
         Ok(key)
     }
 
@@ -346,8 +389,13 @@ impl MrTable {
             return Err(MrError::NotSupported);
         }
         let mut mr = self.page_list_mr(spec, max_mr_size)?;
+        let (add, release) = (Self::pages_of(&mr), Self::pages_of(self.get(key)?));
+        if !self.pages_fit(add, release) {
+            return Err(MrError::NoResources);
+        }
         mr.key = key;
         *self.get_mut(key)? = mr;
+        self.pages_held = self.pages_held - release + add;
         Ok(())
     }
 
@@ -380,6 +428,11 @@ impl MrTable {
             return Err(MrError::Invalid(
                 "npages does not match iova/length/page_shift",
             ));
+        }
+        // Spec §11.1: no command carries more (the control queue cannot deliver more either;
+        // checked here too so no other caller can store a longer list).
+        if need > u64::from(vrdma_spec::VRDMA_CMD_MAX_PAGES) {
+            return Err(MrError::Invalid("npages > VRDMA_CMD_MAX_PAGES"));
         }
         self.check_pages(pages, page_shift)?;
         Ok(Mr {
@@ -499,6 +552,7 @@ impl MrTable {
         let idx = key_index(key);
         let mr = self.slots[idx as usize].mr.take();
         if let Some(mr) = mr {
+            self.pages_held -= Self::pages_of(&mr);
             self.odp.forget_mr(&mr);
         }
         self.free.push_back(idx);

@@ -9,10 +9,9 @@
 //! uplink after the lock is released. RoCEv2 frames for our GIDs go to `transport::on_frame`,
 //! everything else the port demux (`port.rs`) gives the guest goes to `DeviceOutput::eth_rx`.
 //!
-//! The vhost-user thread never blocks on the engine: [`EngineSender::doorbell`] only appends to a
-//! short queue and writes the eventfd.
+//! The vhost-user thread never blocks on the engine: [`EngineSender::doorbell`] only adds to a
+//! bounded, merging queue (`doorbells.rs`) and writes the eventfd.
 
-use std::collections::VecDeque;
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,15 +24,13 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
+use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
 use crate::uplink::{Uplink, UplinkError, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held).
 const RX_BATCH: usize = 256;
-/// Doorbell records queued before the sender starts coalescing (the SQ doorbell is idempotent:
-/// the requester reads the producer, so dropping duplicates of the same QP is harmless).
-const MAX_QUEUED: usize = 65536;
 
 const TOKEN_KICK: u64 = 1;
 const TOKEN_TIMER: u64 = 2;
@@ -53,7 +50,7 @@ pub enum EngineError {
 /// Handle the vhost-user side uses to feed the engine. Cheap to clone.
 #[derive(Clone)]
 pub struct EngineSender {
-    queue: Arc<Mutex<VecDeque<VrdmaDoorbell>>>,
+    queue: Arc<Mutex<DoorbellQueue>>,
     kick: Arc<EventFd>,
     stop: Arc<AtomicBool>,
 }
@@ -69,15 +66,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl EngineSender {
-    /// Queue doorbell records (spec §8) and wake the engine. Never blocks on the network.
+    /// Queue doorbell records (spec §8) and wake the engine. Never blocks on the network; O(1)
+    /// per record, records for the same object merged, pending records bounded (see
+    /// `doorbells.rs`).
     pub fn doorbells(&self, dbs: &[VrdmaDoorbell]) {
         {
             let mut q = lock(&self.queue);
             for db in dbs {
-                if q.len() >= MAX_QUEUED && q.iter().any(|d| d.type_ == db.type_ && d.id == db.id) {
-                    continue;
-                }
-                q.push_back(*db);
+                q.push(*db);
             }
         }
         self.kick();
@@ -150,7 +146,7 @@ impl Engine {
         }
         lock(&dev).flush_hook = Some(super::flush);
         let sender = EngineSender {
-            queue: Arc::new(Mutex::new(VecDeque::new())),
+            queue: Arc::new(Mutex::new(DoorbellQueue::new())),
             kick,
             stop: Arc::new(AtomicBool::new(false)),
         };
@@ -251,7 +247,7 @@ fn run(
                 _ => {}
             }
         }
-        let dbs: Vec<VrdmaDoorbell> = lock(&sender.queue).drain(..).collect();
+        let dbs = lock(&sender.queue).take();
         frames.clear();
         uplink_more = false;
         while frames.len() < RX_BATCH {
@@ -271,9 +267,7 @@ fn run(
         let now = Instant::now();
         let (out, next) = {
             let mut d = lock(&dev);
-            for db in dbs {
-                super::on_doorbell(&mut d, db);
-            }
+            super::on_doorbells(&mut d, &dbs);
             for f in looped.drain(..) {
                 super::on_frame(&mut d, &f);
             }

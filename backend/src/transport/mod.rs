@@ -7,6 +7,7 @@
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
 //! - `engine.rs`: the engine thread (uplink rx, doorbells, timers)
+//! - `doorbells.rs`: the merging, bounded queue of doorbell records feeding the engine
 //! - `ctx.rs`: the narrow interface to the device (QP attribute snapshot, rings, CQs, AHs)
 //! - `packet.rs`: the transport's view of packets on top of `wire`
 //!
@@ -35,6 +36,7 @@
 
 pub mod completer;
 pub mod ctx;
+pub mod doorbells;
 pub mod engine;
 pub mod packet;
 pub mod requester;
@@ -115,8 +117,9 @@ pub(crate) fn with_req<R>(
         dev.qp_to_error(qpn, e.event(), e.info());
     } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now.
-        flush(dev, qpn);
+        // could not see the state then, so flush now, through the core's worklist (a flush may
+        // overflow further CQs; the worklist keeps that iterative).
+        dev.schedule_flush(qpn);
     }
     Some(r)
 }
@@ -136,8 +139,9 @@ pub(crate) fn with_resp<R>(
         dev.qp_to_error(qpn, e.event(), e.info());
     } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now.
-        flush(dev, qpn);
+        // could not see the state then, so flush now, through the core's worklist (a flush may
+        // overflow further CQs; the worklist keeps that iterative).
+        dev.schedule_flush(qpn);
     }
     Some(r)
 }
@@ -161,6 +165,24 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
             }
         }
         _ => {}
+    }
+}
+
+/// One engine batch of doorbell records, in order; then, if the queue overflowed its bound,
+/// an SQ and an RQ doorbell for every QP (in QPN order), which covers whatever was not queued
+/// (spec §8).
+pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
+    for db in &batch.records {
+        on_doorbell(dev, *db);
+    }
+    if batch.sweep {
+        let mut qpns: Vec<u32> = dev.qps.iter().map(|q| q.qpn).collect();
+        qpns.sort_unstable();
+        for qpn in qpns {
+            for type_ in [ctx::abi::DB_SQ, ctx::abi::DB_RQ] {
+                on_doorbell(dev, vrdma_spec::VrdmaDoorbell { type_, id: qpn });
+            }
+        }
     }
 }
 

@@ -16,8 +16,9 @@ use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
 
-use super::controlq::{self, MAX_REQUEST_BYTES};
-use super::inputq::{self, drain_queue, ETH_OVERHEAD, MAX_DOORBELL_BYTES};
+use super::chain::MAX_CHAIN_DESCS;
+use super::controlq;
+use super::inputq::{self, drain_queue, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES};
 use super::{
     DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VhostUserRdmaError, VirtqOutput, Vring,
     CONFIG_SIZE, MAX_QUEUE_SIZE, NUM_QUEUES, VIRTIO_RDMA_F_ETH, VIRTIO_RDMA_F_ODP,
@@ -98,7 +99,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             VQ_CONTROL => {
                 let device = &*self.device;
                 let mut ran = false;
-                let r = drain_queue(index, vring, &self.mem, event_idx, MAX_REQUEST_BYTES, |c| {
+                let r = drain_queue(index, vring, &self.mem, event_idx, controlq::LIMITS, |c| {
                     ran = true;
                     let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
                     controlq::run_command(device, &*mem, c, self.out.parked())
@@ -114,12 +115,21 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
                 vring,
                 &self.mem,
                 event_idx,
-                MAX_DOORBELL_BYTES,
+                ChainLimits {
+                    max_readable: MAX_DOORBELL_BYTES,
+                    max_descs: MAX_CHAIN_DESCS,
+                },
                 |c| Some(inputq::doorbells(c, &*self.doorbells)),
             ),
-            VQ_ETH_TX => drain_queue(index, vring, &self.mem, event_idx, self.max_frame, |c| {
-                Some(inputq::eth_tx(c, &*self.eth_tx, self.max_frame))
-            }),
+            VQ_ETH_TX => {
+                let limits = ChainLimits {
+                    max_readable: self.max_frame,
+                    max_descs: MAX_CHAIN_DESCS,
+                };
+                drain_queue(index, vring, &self.mem, event_idx, limits, |c| {
+                    Some(inputq::eth_tx(c, &*self.eth_tx, self.max_frame))
+                })
+            }
             VQ_EVENT | VQ_PAGEREQ | VQ_ETH_RX => {
                 if let Some(q) = self.out.queue(index) {
                     q.flush();

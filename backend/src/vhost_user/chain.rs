@@ -8,6 +8,10 @@ use thiserror::Error;
 use virtio_queue::DescriptorChain;
 use vm_memory::{Bytes, GuestAddress, GuestMemory};
 
+/// Most descriptors walked in a chain of any queue: the control queue's limit (§11.1
+/// `VRDMA_CMD_MAX_DESCS`); the other queues need far fewer and the spec sets no tighter bound.
+pub const MAX_CHAIN_DESCS: usize = vrdma_spec::VRDMA_CMD_MAX_DESCS as usize;
+
 /// Why a chain could not be used as the device expected.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ChainError {
@@ -15,6 +19,9 @@ pub enum ChainError {
     TooLarge { len: u64, max: usize },
     #[error("descriptor at {addr:#x} (+{len}) is outside guest memory")]
     BadAddress { addr: u64, len: u32 },
+    /// The chain has more descriptors than the limit: its writable part is not known either.
+    #[error("chain has more than {max} descriptors")]
+    TooManyDescriptors { max: usize },
 }
 
 /// One chain split into its readable bytes and writable ranges.
@@ -31,8 +38,12 @@ pub struct SplitChain {
 }
 
 impl SplitChain {
-    /// Walk `chain`, gathering at most `max_readable` readable bytes.
-    pub fn gather<M>(chain: DescriptorChain<M>, max_readable: usize) -> SplitChain
+    /// Walk `chain` (at most `max_descs` descriptors), gathering at most `max_readable` readable
+    /// bytes. The limits are checked on the descriptors before any byte is read, and the buffer
+    /// is allocated only once they hold: a chain whose descriptors all alias one guest page but
+    /// declare gigabytes costs nothing beyond the walk (spec §11.1). Beyond `max_descs` the walk
+    /// stops and `writable` is empty.
+    pub fn gather<M>(chain: DescriptorChain<M>, max_readable: usize, max_descs: usize) -> SplitChain
     where
         M: Deref + Clone,
         M::Target: GuestMemory,
@@ -42,7 +53,15 @@ impl SplitChain {
         let mut readable_descs = Vec::new();
         let mut writable = Vec::new();
         let mut readable_len: u64 = 0;
-        for desc in chain.clone() {
+        for (n, desc) in chain.clone().enumerate() {
+            if n >= max_descs {
+                return SplitChain {
+                    head,
+                    readable: Vec::new(),
+                    read_error: Some(ChainError::TooManyDescriptors { max: max_descs }),
+                    writable: Vec::new(),
+                };
+            }
             if desc.is_write_only() {
                 writable.push((desc.addr(), desc.len()));
             } else {

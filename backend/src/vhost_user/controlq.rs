@@ -2,7 +2,9 @@
 //!
 //! Readable part = `vrdma_cmd_hdr` + request struct + trailing array, read as one byte stream
 //! (any split, indirect allowed, at most [`MAX_REQUEST_BYTES`]). Writable part =
-//! `vrdma_cmd_resp_hdr` + response struct. Outcomes for bad chains:
+//! `vrdma_cmd_resp_hdr` + response struct. Chains are taken one at a time (`drain_queue`), so
+//! at most one request buffer exists per queue. Outcomes for bad chains:
+//! - more than [`MAX_REQUEST_DESCS`] descriptors: returned with `len` 0, not executed;
 //! - writable part shorter than the 8-byte response header, or any writable descriptor outside
 //!   guest memory: the chain is returned with `len` 0 and the command is not executed;
 //! - readable part unreadable, too large, shorter than `vrdma_cmd_hdr`, or `flags` != 0: status
@@ -18,15 +20,25 @@ use std::sync::Mutex;
 use log::debug;
 use vm_memory::{GuestMemory, Permissions};
 
-use super::chain::SplitChain;
+use super::chain::{ChainError, SplitChain};
+use super::inputq::ChainLimits;
 use super::parked::ParkedCommands;
 use super::RdmaDevice;
 use crate::device::CmdOutcome;
 use vrdma_spec::*;
 
-/// Upper bound for a command's readable part (page lists can be large: 64 MiB of `__le64`
-/// entries describe 32 GiB of 4 KiB pages).
-pub const MAX_REQUEST_BYTES: usize = 64 << 20;
+/// Upper bound for a command's readable part (§11.1 `VRDMA_CMD_MAX_LEN`: 4 KiB of header and
+/// request, then at most `VRDMA_CMD_MAX_PAGES` page GPAs, 64 MiB describing 32 GiB of 4 KiB
+/// pages). Longer chains are answered INVALID without reading them.
+pub const MAX_REQUEST_BYTES: usize = VRDMA_CMD_MAX_LEN as usize;
+/// Most descriptors of a control chain (§11.1 `VRDMA_CMD_MAX_DESCS`); longer chains are
+/// returned with `len` 0 unexecuted.
+pub const MAX_REQUEST_DESCS: usize = super::chain::MAX_CHAIN_DESCS;
+/// What the control queue gathers of one chain.
+pub const LIMITS: ChainLimits = ChainLimits {
+    max_readable: MAX_REQUEST_BYTES,
+    max_descs: MAX_REQUEST_DESCS,
+};
 /// `sizeof(struct vrdma_cmd_hdr)`.
 pub const CMD_HDR_LEN: usize = VrdmaCmdHdr::SIZE;
 /// `sizeof(struct vrdma_cmd_resp_hdr)`.
@@ -75,6 +87,11 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     chain: &SplitChain,
     parked: &ParkedCommands,
 ) -> Option<u32> {
+    if let Some(e @ ChainError::TooManyDescriptors { .. }) = &chain.read_error {
+        // The walk stopped early: the writable part is unknown, so nothing can be answered.
+        guest_warn!("controlq: chain {}: {e}; returned unexecuted", chain.head);
+        return Some(0);
+    }
     let cap = chain.writable_len();
     if let Some(&(addr, len)) = chain
         .writable

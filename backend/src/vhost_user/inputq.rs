@@ -1,6 +1,6 @@
 //! Driver -> device queues other than control: doorbells (§8) and eth tx frames, plus the
-//! drain loop every input queue shares (pop all chains, handle each, return them, signal once,
-//! EVENT_IDX-aware so no kick is lost).
+//! drain loop every input queue shares (pop one chain, handle it, return it, repeat; signal
+//! once, EVENT_IDX-aware so no kick is lost).
 
 use log::debug;
 use vhost_user_backend::VringT;
@@ -20,15 +20,30 @@ pub const ETH_OVERHEAD: usize = 18;
 /// Smallest frame accepted from the guest (an Ethernet header).
 pub const ETH_MIN_FRAME: usize = 14;
 
-/// Pop every available chain of `vring`, hand each to `handle` (which returns the used `len`, or
-/// `None` for a chain it keeps to return later itself), return them and signal the frontend if
-/// needed. `handle` runs without the vring lock held.
+/// How much of one chain the device gathers (see [`SplitChain::gather`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainLimits {
+    /// Largest readable part gathered; longer chains get [`ChainError::TooLarge`].
+    pub max_readable: usize,
+    /// Most descriptors walked; longer chains get [`ChainError::TooManyDescriptors`].
+    pub max_descs: usize,
+}
+
+/// Take the available chains of `vring` one at a time: pop one, gather it, hand it to `handle`
+/// (which returns the used `len`, or `None` for a chain it keeps to return later itself),
+/// return it, then take the next; signal the frontend once at the end if needed. Handling one
+/// chain at a time bounds what a kick can make the daemon allocate to one chain's
+/// `limits.max_readable` (spec §11.1), however many chains the guest made available. `handle`
+/// runs without the vring lock held.
+///
+/// [`ChainError::TooLarge`]: super::chain::ChainError::TooLarge
+/// [`ChainError::TooManyDescriptors`]: super::chain::ChainError::TooManyDescriptors
 pub fn drain_queue<F>(
     index: u16,
     vring: &Vring,
     mem: &GuestMemoryAtomic,
     event_idx: bool,
-    max_readable: usize,
+    limits: ChainLimits,
     mut handle: F,
 ) -> Result<(), VhostUserRdmaError>
 where
@@ -40,19 +55,24 @@ where
                 .disable_notification()
                 .map_err(|e| VhostUserRdmaError::Notification(index, e))?;
         }
-        // Gather under the vring lock, handle without it (handlers may take the device lock).
-        let chains: Vec<SplitChain> = {
-            let guard = mem.memory();
-            let mut state = vring.get_mut();
-            let queue = state.get_queue_mut();
-            let iter = queue
-                .iter(&*guard)
-                .map_err(|e| VhostUserRdmaError::AvailRing(index, e))?;
-            iter.map(|c| SplitChain::gather(c, max_readable)).collect()
-        };
         let mut any = false;
-        for chain in &chains {
-            let Some(len) = handle(chain) else {
+        loop {
+            // Pop under the vring lock; gather and handle without it (handlers may take the
+            // device lock, and the chain keeps its own reference to guest memory).
+            let next = {
+                let guard = mem.memory();
+                let mut state = vring.get_mut();
+                let queue = state.get_queue_mut();
+                let mut iter = queue
+                    .iter(guard.clone())
+                    .map_err(|e| VhostUserRdmaError::AvailRing(index, e))?;
+                iter.next()
+            };
+            let Some(desc_chain) = next else {
+                break;
+            };
+            let chain = SplitChain::gather(desc_chain, limits.max_readable, limits.max_descs);
+            let Some(len) = handle(&chain) else {
                 continue;
             };
             vring

@@ -18,7 +18,7 @@ use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
-use super::chain::SplitChain;
+use super::chain::{SplitChain, MAX_CHAIN_DESCS};
 use super::parked::ParkedCommands;
 use super::{GuestMemoryAtomic, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
 
@@ -138,7 +138,7 @@ impl OutQueue {
                 let Some(chain) = state.get_queue_mut().pop_descriptor_chain(&*mem) else {
                     break;
                 };
-                let split = SplitChain::gather(chain, 0);
+                let split = SplitChain::gather(chain, 0, MAX_CHAIN_DESCS);
                 let record_len = st.pending.front().map_or(0, Vec::len);
                 let len = if split.writable_len() < record_len as u64 {
                     debug!(

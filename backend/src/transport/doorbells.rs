@@ -1,0 +1,145 @@
+//! Doorbell records waiting for the engine (spec §8): the queue between the vhost-user thread,
+//! which adds the records of each doorbell buffer, and the engine thread, which takes them all
+//! per batch.
+//!
+//! Records for the same object are merged while pending (§8 allows it: an SQ doorbell makes the
+//! device read the current producer, so one pending record covers every later one), found in
+//! O(1) through a set of pending `(type, id)` pairs. The number of distinct pending records is
+//! bounded by [`MAX_PENDING`]: a guest can name 2^32 ids per type, far more than the objects
+//! that exist. Beyond the bound nothing more is queued; the next batch instead *sweeps*: every
+//! QP gets an SQ and an RQ doorbell, which is what any dropped record could have asked for
+//! (CQ_ARM and SRQ records are hints the device may ignore, §8). The guest thus cannot grow the
+//! queue without bound, and no doorbell of a real QP is lost.
+
+use std::collections::{HashSet, VecDeque};
+
+use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_CQ_ARM, VRDMA_DB_RQ, VRDMA_DB_SQ};
+
+/// Distinct records pending before the queue stops queueing and asks for a sweep. Large enough
+/// that a driver ringing each of `max_qp` (16384 by default) QPs' SQ and RQ plus every CQ in
+/// one batch never reaches it.
+pub const MAX_PENDING: usize = 65536;
+
+/// QPNs are 24 bits (IBTA 9.7.1): a QP doorbell with a larger id names no QP (§8: ignored).
+const QPN_MASK: u32 = 0x00ff_ffff;
+
+/// What [`DoorbellQueue::push`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued: the first pending record for its object.
+    Queued,
+    /// A record for the same object was already pending: merged into it.
+    Merged,
+    /// Dropped on receipt: a type the engine does not act on (SRQ hint, unknown) or an id no
+    /// object can have (§8: ignored).
+    Ignored,
+    /// [`MAX_PENDING`] distinct records are pending: not queued, the next batch sweeps.
+    Swept,
+}
+
+/// The records of one engine batch, in the order they first arrived.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoorbellBatch {
+    pub records: Vec<VrdmaDoorbell>,
+    /// Records were not queued because of the bound: the engine rings the SQ and RQ doorbell of
+    /// every QP after `records`.
+    pub sweep: bool,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct DoorbellQueue {
+    order: VecDeque<VrdmaDoorbell>,
+    pending: HashSet<(u32, u32)>,
+    sweep: bool,
+}
+
+impl DoorbellQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add one record (O(1)).
+    pub fn push(&mut self, db: VrdmaDoorbell) -> Pushed {
+        let known = match db.type_ {
+            VRDMA_DB_SQ | VRDMA_DB_RQ => db.id <= QPN_MASK,
+            VRDMA_DB_CQ_ARM => true,
+            _ => false,
+        };
+        if !known {
+            return Pushed::Ignored;
+        }
+        if self.sweep {
+            // Every QP is examined by the next batch anyway; CQ_ARM is only a hint.
+            return Pushed::Swept;
+        }
+        if self.pending.contains(&(db.type_, db.id)) {
+            return Pushed::Merged;
+        }
+        if self.order.len() >= MAX_PENDING {
+            self.sweep = true;
+            return Pushed::Swept;
+        }
+        self.pending.insert((db.type_, db.id));
+        self.order.push_back(db);
+        Pushed::Queued
+    }
+
+    /// Distinct records pending.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty() && !self.sweep
+    }
+
+    /// Whether the next batch sweeps.
+    pub fn sweep_pending(&self) -> bool {
+        self.sweep
+    }
+
+    /// Everything pending, for one engine batch; the queue is empty afterwards. Records that
+    /// arrive after this are not merged with the ones taken (their guest writes may be newer
+    /// than what the engine reads for the taken ones).
+    pub fn take(&mut self) -> DoorbellBatch {
+        self.pending.clear();
+        DoorbellBatch {
+            records: self.order.drain(..).collect(),
+            sweep: std::mem::take(&mut self.sweep),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db(type_: u32, id: u32) -> VrdmaDoorbell {
+        VrdmaDoorbell { type_, id }
+    }
+
+    #[test]
+    fn same_object_merges_other_types_do_not() {
+        let mut q = DoorbellQueue::new();
+        assert_eq!(q.push(db(VRDMA_DB_SQ, 5)), Pushed::Queued);
+        assert_eq!(q.push(db(VRDMA_DB_SQ, 5)), Pushed::Merged);
+        assert_eq!(q.push(db(VRDMA_DB_RQ, 5)), Pushed::Queued);
+        assert_eq!(q.push(db(VRDMA_DB_CQ_ARM, 5)), Pushed::Queued);
+        assert_eq!(q.push(db(vrdma_spec::VRDMA_DB_SRQ, 5)), Pushed::Ignored);
+        assert_eq!(q.push(db(99, 5)), Pushed::Ignored);
+        assert_eq!(q.push(db(VRDMA_DB_SQ, QPN_MASK + 1)), Pushed::Ignored);
+        let b = q.take();
+        assert_eq!(
+            b.records,
+            vec![
+                db(VRDMA_DB_SQ, 5),
+                db(VRDMA_DB_RQ, 5),
+                db(VRDMA_DB_CQ_ARM, 5)
+            ]
+        );
+        assert!(!b.sweep);
+        // Taken records are no longer pending: the same object queues again.
+        assert_eq!(q.push(db(VRDMA_DB_SQ, 5)), Pushed::Queued);
+    }
+}
