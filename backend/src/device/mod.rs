@@ -66,6 +66,8 @@ pub struct Device {
     pub flush_hook: Option<FlushHook>,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
+    /// Packets the transport dropped at intake or as out of window, by reason (spec §14.6).
+    pub rx_drops: crate::transport::intake::RxDropCounters,
 }
 
 impl std::fmt::Debug for Device {
@@ -91,6 +93,7 @@ impl Device {
             outbox: Vec::new(),
             flush_hook: None,
             needs_reset: false,
+            rx_drops: Default::default(),
             config,
             mem,
             out,
@@ -109,6 +112,7 @@ impl Device {
         self.qps.clear();
         self.outbox.clear();
         self.needs_reset = false;
+        self.rx_drops = Default::default();
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

@@ -2,6 +2,7 @@
 //! GSI (QP1), plus the engine thread that drives them.
 //!
 //! Files follow the IBTA roles:
+//! - `intake.rs`: checks every packet passes first: service type, P_Key, peer address (§14.6)
 //! - `requester.rs`: SQ WQEs -> request packets (spec §6.1)
 //! - `responder.rs`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
@@ -36,6 +37,7 @@
 pub mod completer;
 pub mod ctx;
 pub mod engine;
+pub mod intake;
 pub mod packet;
 pub mod requester;
 pub mod responder;
@@ -47,7 +49,7 @@ pub use requester::RequesterState;
 pub use responder::ResponderState;
 
 use crate::device::Device;
-use crate::wire::{Opcode, Transport};
+use crate::wire::Opcode;
 use packet::{Path, TxHdrs};
 
 /// PSNs are 24-bit (IBTA 9.7.1).
@@ -150,10 +152,8 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
         // Outside ERROR an RQ doorbell is a hint (spec §8): receives are read when a request
         // needs one. In ERROR nothing arrives, so the receives posted since the QP entered it
         // are flushed now (spec §13.3); ib_drain_rq() waits for exactly that flush.
-        ctx::abi::DB_RQ => {
-            if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) {
-                with_resp(dev, db.id, responder::flush);
-            }
+        ctx::abi::DB_RQ if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) => {
+            with_resp(dev, db.id, responder::flush);
         }
         // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
         ctx::abi::DB_CQ_ARM => {
@@ -173,16 +173,13 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
+        dev.rx_drops.count(intake::RxDrop::UnknownQp);
         return;
     };
-    // The opcode's transport must match the QP's service type (IBTA 9.6): otherwise drop.
-    let t = pkt.info.transport;
-    let ok = match t {
-        Transport::Rc => c.is_rc(),
-        Transport::Uc => c.is_uc(),
-        Transport::Ud => c.is_ud(),
-    };
-    if !ok {
+    // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6): otherwise
+    // dropped, for responses as well as requests.
+    if let Err(why) = intake::check(&c, &pkt) {
+        dev.rx_drops.count(why);
         return;
     }
     let now = Instant::now();
