@@ -344,3 +344,62 @@ fn uc_accepts_only_psns_within_its_window() {
     assert_eq!((got[0].wr_id, got[0].byte_len), (2, 9));
     assert_eq!(c.b.dev.rx_drops.uc_out_of_window, 3);
 }
+
+/// QPNs and MR keys of `n` fresh objects on a fresh device.
+fn first_ids(id: u8, n: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut d = Node::new(id, 16, 1500);
+    let pd = d.create_pd();
+    let (cq, _) = d.create_cq(64);
+    let qpns = (0..n)
+        .map(|_| {
+            let mut s = QpSpec::rc(pd, cq);
+            (s.sq_depth, s.rq_depth) = (4, 4);
+            d.create_qp(s).qpn
+        })
+        .collect();
+    let buf = d.alloc(4096);
+    let keys = (0..n).map(|_| d.reg_mr(pd, buf, 4096, ACC_ALL)).collect();
+    (qpns, keys)
+}
+
+#[test]
+fn qpns_and_key_variants_are_unpredictable() {
+    // Spec §16: two devices do not hand out the same QPNs / keys (a shared sequence would
+    // coincide with probability ~2^-190 for 8 QPNs, 2^-64 for 8 key variants).
+    let (qa, ka) = first_ids(1, 8);
+    let (qb, kb) = first_ids(2, 8);
+    assert_ne!(qa, qb, "first QPNs of two devices");
+    assert_ne!(ka, kb, "first MR keys of two devices");
+    for q in qa.iter().chain(&qb) {
+        assert!((VRDMA_FIRST_QPN..0xff_ffff).contains(q), "qpn {q:#x}");
+    }
+    for qs in [&qa, &qb] {
+        let mut u = qs.clone();
+        u.sort_unstable();
+        u.dedup();
+        assert_eq!(u.len(), qs.len(), "QPNs unique among live QPs");
+    }
+    // Keys keep index << 8 | variant with indices 1, 2, ... (lkey == rkey, never 0).
+    for ks in [&ka, &kb] {
+        let idx: Vec<u32> = ks.iter().map(|k| k >> 8).collect();
+        assert_eq!(idx, (1..=8).collect::<Vec<u32>>());
+    }
+    // Re-registration into the same slot changes the variant, 255 times in a row.
+    let mut d = Node::new(3, 16, 1500);
+    let pd = d.create_pd();
+    let buf = d.alloc(4096);
+    let mut seen = std::collections::HashSet::new();
+    let mut key = d.reg_mr(pd, buf, 4096, ACC_ALL);
+    for _ in 0..255 {
+        assert!(seen.insert(key), "key {key:#x} came back");
+        let h = VrdmaHandle {
+            handle: key,
+            reserved: 0,
+        };
+        d.cmd(VRDMA_CMD_DEREG_MR, h.as_bytes()).expect("dereg");
+        let next = d.reg_mr(pd, buf, 4096, ACC_ALL);
+        assert_eq!(next >> 8, key >> 8, "same slot");
+        assert_ne!(next, key);
+        key = next;
+    }
+}
