@@ -343,6 +343,32 @@ fn uc_accepts_only_psns_within_its_window() {
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (2, 9));
     assert_eq!(c.b.dev.rx_drops.uc_out_of_window, 3);
+    // A long message whose FIRST was lost: its MIDDLE packets (dropped) keep the expected PSN
+    // moving, so the next message is accepted although it is more than a window past the last
+    // accepted PSN.
+    c.recv_b(3, 8192);
+    let base = EPSN + UC_PSN_WINDOW;
+    let mut psn = base;
+    for _ in 0..3 {
+        psn += UC_PSN_WINDOW / 2;
+        let f = frame(
+            c.addr_ab(None),
+            Bth::new(Opcode::UcSendMiddle, c.qb.qpn, psn),
+            ExtHeaders::default(),
+            &[0x5a; 1024],
+        );
+        transport::on_frame(&mut c.b.dev, &f);
+    }
+    assert!(
+        c.b.poll_cq(&mut c.cqb).is_empty(),
+        "MIDDLEs complete nothing"
+    );
+    let f = send_only(&c, Opcode::UcSendOnly, psn + 1, 0xffff, None);
+    transport::on_frame(&mut c.b.dev, &f);
+    let got = c.b.poll_cq(&mut c.cqb);
+    assert_eq!(got.len(), 1, "the next message is in the window again");
+    assert_eq!((got[0].wr_id, got[0].byte_len), (3, 9));
+    assert_eq!(c.b.dev.rx_drops.uc_out_of_window, 3);
 }
 
 /// QPNs and MR keys of `n` fresh objects on a fresh device.

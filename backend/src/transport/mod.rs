@@ -30,6 +30,8 @@
 //! - Retransmission timeout 4.096 µs × 2^timeout with a 1 ms floor; timeout 0 = no timer
 //!   (IBTA 9.7.6.1). RNR back-off per IBTA table 45, rnr_retry 7 = infinite.
 //! - UD/GSI datagrams are bounded by the port MTU (no path MTU attribute for UD).
+//! - UC resynchronises only on PSNs less than `responder::UC_PSN_WINDOW` (2^16) ahead of the
+//!   expected one (spec §14.6); Linux rxe resynchronises on any PSN.
 //! - Completions retire strictly in SQ order; an error WQE moves the QP to ERROR when it
 //!   retires, after the WQEs before it completed.
 //! - Engine tests and fixtures: `backend/tests/transport_*.rs`, `backend/tests/common/`.
