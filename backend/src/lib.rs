@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod device;
 pub mod guest;
+pub mod ids;
 pub mod memory;
 pub mod objects;
 pub mod port;

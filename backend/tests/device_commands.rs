@@ -361,10 +361,11 @@ fn qp_create_hostile_inputs() {
         VRDMA_STATUS_BAD_ADDRESS
     );
     assert_eq!(e.dev.qps.len(), 0, "no QP leaked by failures");
-    // Happy path: QPNs from 16; GSI is 1 and unique.
+    // Happy path: a random QPN in 16..0xffffff (spec §16); GSI is 1 and unique.
     let (s, r) = e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &pages));
     assert_eq!(s, VRDMA_STATUS_OK);
-    assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), 16);
+    let qpn = u32::from_le_bytes(r[..4].try_into().unwrap());
+    assert!((VRDMA_FIRST_QPN..0xff_ffff).contains(&qpn), "qpn {qpn:#x}");
     let gsi = e.create_qp(pd, VRDMA_QPT_GSI, cq, None);
     assert_eq!(gsi, VRDMA_GSI_QPN);
     let (c, p) = e.qp_req(pd, VRDMA_QPT_GSI, cq, cq, None, 16);
@@ -374,9 +375,9 @@ fn qp_create_hostile_inputs() {
     );
     // CQ in use.
     assert_eq!(e.cmd(VRDMA_CMD_DESTROY_CQ, &h(cq)).0, VRDMA_STATUS_BUSY);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(16)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn)).0, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_DESTROY_QP, &h(16)).0,
+        e.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn)).0,
         VRDMA_STATUS_NOT_FOUND
     );
     assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(gsi)).0, VRDMA_STATUS_OK);
@@ -980,7 +981,7 @@ fn reset_returns_to_power_on() {
     e.add_gid_v4(0, 1);
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
-    e.create_qp(pd, VRDMA_QPT_RC, cq, None);
+    let qpn = e.create_qp(pd, VRDMA_QPT_RC, cq, None);
     e.create_qp(pd, VRDMA_QPT_GSI, cq, None);
     e.reg_mr(pd, 0, 0, 4096);
     e.dev.reset();
@@ -989,11 +990,12 @@ fn reset_returns_to_power_on() {
     assert!(e.dev.pds.is_empty());
     assert!(e.dev.cqs.is_empty());
     assert!(e.dev.gids.get(0).is_none());
-    assert_eq!(e.cmd(VRDMA_CMD_QUERY_QP, &h(16)).0, VRDMA_STATUS_NOT_FOUND);
-    // Same handle numbering as after power-on.
+    assert_eq!(e.cmd(VRDMA_CMD_QUERY_QP, &h(qpn)).0, VRDMA_STATUS_NOT_FOUND);
+    // Same handle numbering as after power-on (QPNs are random, spec §16).
     assert_eq!(e.create_pd(), 1);
     let (cq, _) = e.create_cq(16);
-    assert_eq!(e.create_qp(1, VRDMA_QPT_RC, cq, None), 16);
+    let qpn = e.create_qp(1, VRDMA_QPT_RC, cq, None);
+    assert!((VRDMA_FIRST_QPN..0xff_ffff).contains(&qpn));
     e.dev.needs_reset = true;
     assert_eq!(
         e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).0,

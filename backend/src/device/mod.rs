@@ -75,6 +75,8 @@ pub struct Device {
     flushing: bool,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
+    /// Packets the transport dropped at intake or as out of window, by reason (spec §14.6).
+    pub rx_drops: crate::transport::intake::RxDropCounters,
 }
 
 impl std::fmt::Debug for Device {
@@ -103,6 +105,7 @@ impl Device {
             flush_queue: VecDeque::new(),
             flushing: false,
             needs_reset: false,
+            rx_drops: Default::default(),
             config,
             mem,
             out,
@@ -122,6 +125,7 @@ impl Device {
         self.outbox.clear();
         self.flush_queue.clear();
         self.needs_reset = false;
+        self.rx_drops = Default::default();
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

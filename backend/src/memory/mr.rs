@@ -2,7 +2,8 @@
 //!
 //! Keys are `(index << 8) | variant`, lkey == rkey, index ≥ 1 (so key 0 is never valid). The variant
 //! of a slot changes on every registration into it and on every fast registration (REG_MR WQE), so a
-//! key of an earlier registration is rejected as `StaleKey`.
+//! key of an earlier registration is rejected as `StaleKey`. A slot's first variant is random (spec
+//! §16), so the keys of a fresh device are not the same predictable sequence on every device.
 //!
 //! Kinds: page-list MR, DMA MR (iova == GPA, local access only), fast-reg MR (allocated empty,
 //! filled by `fast_register`, emptied by `local_invalidate`), explicit ODP MR and implicit ODP MR
@@ -212,6 +213,8 @@ pub struct MrTable {
     max_pages: u64,
     pub(crate) mem: GuestMem,
     pub(crate) odp: OdpState,
+    /// Draws the first variant of each new slot.
+    rng: crate::ids::IdRng,
 }
 
 impl std::fmt::Debug for MrTable {
@@ -254,6 +257,7 @@ impl MrTable {
             max_pages: DEFAULT_MAX_MR_PAGES,
             mem,
             odp: OdpState::new(odp, out),
+            rng: crate::ids::IdRng::from_os(),
         }
     }
 
@@ -356,7 +360,12 @@ impl MrTable {
                 if i > MAX_MR_INDEX {
                     return Err(MrError::NoResources);
                 }
-                self.slots.push(Slot::default());
+                // The variant is incremented below, so the first key's variant is this + 1:
+                // uniformly random as well.
+                self.slots.push(Slot {
+                    variant: self.rng.next_u8(),
+                    mr: None,
+                });
                 i
             }
         };

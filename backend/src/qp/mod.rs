@@ -385,11 +385,38 @@ pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
     Ok(e.gid)
 }
 
-/// The QP table: GSI is QPN 1, ordinary QPs get QPNs from 16 up (a wrapping cursor: destroyed
-/// QPNs are reused as late as possible).
+/// Highest QPN handed out: 0xffffff is the multicast QPN (IBTA 10.5), never a QP's.
+const MAX_QPN: u32 = MASK24 - 1;
+/// Random draws before [`QpTable::alloc_qpn`] walks from a random point instead; with
+/// `max_qp` far below the 2^24 space the first draw is free with overwhelming probability.
+const QPN_DRAWS: u32 = 16;
+
+/// A random QPN in 16..=MAX_QPN for which `used` is false, `None` if `count` + 1 steps of the
+/// fallback walk find none (impossible while `count` QPNs are used and count < the space).
+///
+/// Spec §16: a peer cannot predict the QPN of the next QP (it would need it, with the PSN and
+/// the peer's address, to inject into a connection). A destroyed QPN comes back only by chance
+/// (probability count / 2^24 per allocation).
+fn pick_qpn(rng: &mut crate::ids::IdRng, count: u32, used: impl Fn(u32) -> bool) -> Option<u32> {
+    for _ in 0..QPN_DRAWS {
+        let q = rng.in_range(VRDMA_FIRST_QPN, MAX_QPN);
+        if !used(q) {
+            return Some(q);
+        }
+    }
+    // Dense table: walk from a random QPN.
+    let span = MAX_QPN - VRDMA_FIRST_QPN + 1;
+    let start = rng.in_range(0, span - 1);
+    (0..=count)
+        .map(|i| VRDMA_FIRST_QPN + (start + i) % span)
+        .find(|&q| !used(q))
+}
+
+/// The QP table: GSI is QPN 1, ordinary QPs get random QPNs in 16..=0xfffffe (spec §13.6, §16),
+/// unique among live QPs.
 pub struct QpTable {
     qps: std::collections::HashMap<u32, Qp>,
-    next: u32,
+    rng: crate::ids::IdRng,
     max_qp: u32,
     count: u32,
 }
@@ -404,12 +431,18 @@ impl std::fmt::Debug for QpTable {
 }
 
 impl QpTable {
-    /// `max_qp` ordinary QPs (the GSI QP does not count).
+    /// `max_qp` ordinary QPs (the GSI QP does not count); QPNs from an OS-seeded generator.
     pub fn new(max_qp: u32) -> Self {
+        Self::with_rng(max_qp, crate::ids::IdRng::from_os())
+    }
+
+    /// As [`QpTable::new`] with a given generator (reproducible unit tests).
+    pub fn with_rng(max_qp: u32, rng: crate::ids::IdRng) -> Self {
         QpTable {
             qps: std::collections::HashMap::new(),
-            next: VRDMA_FIRST_QPN,
-            max_qp: max_qp.min(MASK24 - VRDMA_FIRST_QPN),
+            rng,
+            // Strictly below the number of QPNs, so a free one always exists.
+            max_qp: max_qp.min(MAX_QPN - VRDMA_FIRST_QPN),
             count: 0,
         }
     }
@@ -422,17 +455,8 @@ impl QpTable {
         if self.count >= self.max_qp {
             return None;
         }
-        // A cursor walks the 24-bit QPN space and wraps, skipping QPNs in use: a destroyed QPN is
-        // reused as late as possible (a late packet for it then finds no QP rather than a new one).
-        // At most `count + 1` steps find a free QPN since count < the size of the space.
-        for _ in 0..=self.count {
-            let q = self.next;
-            self.next = if q >= MASK24 { VRDMA_FIRST_QPN } else { q + 1 };
-            if !self.qps.contains_key(&q) {
-                return Some(q);
-            }
-        }
-        None
+        let qps = &self.qps;
+        pick_qpn(&mut self.rng, self.count, |q| qps.contains_key(&q))
     }
 
     /// Insert a QP whose QPN came from `alloc_qpn`.
@@ -484,7 +508,6 @@ impl QpTable {
 
     pub fn clear(&mut self) {
         self.qps.clear();
-        self.next = VRDMA_FIRST_QPN;
         self.count = 0;
     }
 }
@@ -515,32 +538,38 @@ mod tests {
     }
 
     #[test]
-    fn qpn_cursor_wraps_and_skips_live_qpns() {
+    fn qpns_are_random_unique_and_in_range() {
         let mem = GuestMem::from_ranges(&[(0, 1 << 16)]).unwrap();
-        let mut t = QpTable::new(3);
-        let a = t.alloc_qpn(QpType::Rc).unwrap();
-        assert_eq!(a, VRDMA_FIRST_QPN);
-        t.insert(qp(&mem, a, QpType::Rc));
-        let b = t.alloc_qpn(QpType::Rc).unwrap();
-        assert_eq!(b, 17);
-        t.insert(qp(&mem, b, QpType::Rc));
-        t.remove(a);
-        // A destroyed QPN is not reused right away.
-        assert_eq!(t.alloc_qpn(QpType::Rc), Some(18));
-        // Near the end of the 24-bit space the cursor wraps to 16 and skips 17 (in use).
-        t.next = MASK24;
-        assert_eq!(t.alloc_qpn(QpType::Rc), Some(MASK24));
-        assert_eq!(t.alloc_qpn(QpType::Rc), Some(16));
-        t.insert(qp(&mem, 16, QpType::Rc));
-        assert_eq!(t.alloc_qpn(QpType::Rc), Some(18));
-        t.insert(qp(&mem, 18, QpType::Rc));
-        // max_qp = 3 reached.
+        let mut t = QpTable::new(64);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..64 {
+            let q = t.alloc_qpn(QpType::Rc).unwrap();
+            assert!((VRDMA_FIRST_QPN..=MAX_QPN).contains(&q), "qpn {q:#x}");
+            assert!(seen.insert(q), "qpn {q:#x} handed out twice");
+            t.insert(qp(&mem, q, QpType::Rc));
+        }
+        // Not the sequence 16, 17, ... of a counter.
+        let mut v: Vec<u32> = seen.iter().copied().collect();
+        v.sort_unstable();
+        assert_ne!(v, (16..80).collect::<Vec<u32>>());
+        // max_qp reached.
         assert_eq!(t.alloc_qpn(QpType::Rc), None);
         // GSI: QPN 1, one per device, not counted.
         assert_eq!(t.alloc_qpn(QpType::Gsi), Some(VRDMA_GSI_QPN));
         t.insert(qp(&mem, 1, QpType::Gsi));
         assert_eq!(t.alloc_qpn(QpType::Gsi), None);
-        assert_eq!(t.len(), 3);
-        assert_eq!(t.qpns(), vec![1, 16, 17, 18]);
+        assert_eq!(t.len(), 64);
+    }
+
+    #[test]
+    fn a_dense_table_still_finds_the_free_qpn() {
+        let span = MAX_QPN - VRDMA_FIRST_QPN + 1;
+        assert_eq!(QpTable::new(u32::MAX).max_qp, span - 1);
+        // Every QPN but one is live: the draws miss, the walk (≤ count + 1 steps) finds it.
+        let mut rng = crate::ids::IdRng::from_seed(7);
+        for free in [VRDMA_FIRST_QPN, 0x12_3456, MAX_QPN] {
+            assert_eq!(pick_qpn(&mut rng, span - 1, |q| q != free), Some(free));
+        }
+        assert_eq!(pick_qpn(&mut rng, span, |_| true), None);
     }
 }

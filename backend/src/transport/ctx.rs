@@ -42,6 +42,9 @@ pub struct QpCtx {
     pub mtu: u32,
     pub dest_qpn: u32,
     pub qkey: u32,
+    /// The P_Key the QP's `pkey_index` names in the port's table (`intake::PKEY_TABLE`); `None`
+    /// if the index is outside it (MODIFY_QP prevents that).
+    pub pkey: Option<u16>,
     pub access: u32,
     pub max_rd_atomic: u32,
     pub max_dest_rd_atomic: u32,
@@ -144,6 +147,9 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         },
         dest_qpn: a.dest_qpn & 0x00ff_ffff,
         qkey: qp.qkey(),
+        pkey: super::intake::PKEY_TABLE
+            .get(usize::from(a.pkey_index))
+            .copied(),
         access: a.access_flags,
         max_rd_atomic: a.max_rd_atomic as u32,
         max_dest_rd_atomic: a.max_dest_rd_atomic as u32,

@@ -2,6 +2,7 @@
 //! GSI (QP1), plus the engine thread that drives them.
 //!
 //! Files follow the IBTA roles:
+//! - `intake.rs`: checks every packet passes first: service type, P_Key, peer address (§14.6)
 //! - `requester.rs`: SQ WQEs -> request packets (spec §6.1)
 //! - `responder.rs`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
@@ -30,6 +31,8 @@
 //! - Retransmission timeout 4.096 µs × 2^timeout with a 1 ms floor; timeout 0 = no timer
 //!   (IBTA 9.7.6.1). RNR back-off per IBTA table 45, rnr_retry 7 = infinite.
 //! - UD/GSI datagrams are bounded by the port MTU (no path MTU attribute for UD).
+//! - UC resynchronises only on PSNs less than `responder::UC_PSN_WINDOW` (2^16) ahead of the
+//!   expected one (spec §14.6); Linux rxe resynchronises on any PSN.
 //! - Completions retire strictly in SQ order; an error WQE moves the QP to ERROR when it
 //!   retires, after the WQEs before it completed.
 //! - Engine tests and fixtures: `backend/tests/transport_*.rs`, `backend/tests/common/`.
@@ -38,6 +41,7 @@ pub mod completer;
 pub mod ctx;
 pub mod doorbells;
 pub mod engine;
+pub mod intake;
 pub mod packet;
 pub mod requester;
 pub mod responder;
@@ -49,7 +53,7 @@ pub use requester::RequesterState;
 pub use responder::ResponderState;
 
 use crate::device::Device;
-use crate::wire::{Opcode, Transport};
+use crate::wire::Opcode;
 use packet::{Path, TxHdrs};
 
 /// PSNs are 24-bit (IBTA 9.7.1).
@@ -193,16 +197,13 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
+        dev.rx_drops.count(intake::RxDrop::UnknownQp);
         return;
     };
-    // The opcode's transport must match the QP's service type (IBTA 9.6): otherwise drop.
-    let t = pkt.info.transport;
-    let ok = match t {
-        Transport::Rc => c.is_rc(),
-        Transport::Uc => c.is_uc(),
-        Transport::Ud => c.is_ud(),
-    };
-    if !ok {
+    // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6): otherwise
+    // dropped, for responses as well as requests.
+    if let Err(why) = intake::check(&c, &pkt) {
+        dev.rx_drops.count(why);
         return;
     }
     let now = Instant::now();

@@ -47,6 +47,8 @@ pub struct RxPkt<'a> {
     pub ipv4: bool,
     /// Source GID of the packet (IPv4-mapped for IPv4).
     pub sgid: [u8; 16],
+    /// Destination GID of the packet (IPv4-mapped for IPv4).
+    pub dgid: [u8; 16],
 }
 
 impl RxPkt<'_> {
@@ -127,6 +129,7 @@ pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
         grh,
         ipv4,
         sgid: p.addr.src_gid,
+        dgid: p.addr.dst_gid,
     })
 }
 

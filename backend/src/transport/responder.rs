@@ -20,6 +20,12 @@ use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Tr
 
 /// Send an ACK at least every this many unacknowledged packets even without AckReq.
 const ACK_COALESCE: u32 = 64;
+/// UC: how far ahead of the expected PSN a packet may be and still be taken as the peer's
+/// (spec §14.6). UC has no retransmission, so a gap is a loss burst; a packet further ahead is
+/// dropped without touching the receive state, which bounds what a blind injector can hit to
+/// 2^16 of the 2^24 PSNs. Losing more than this many packets in a row leaves the QP unable to
+/// receive until it is reconnected (RESET → RTR with a new `rq_psn`).
+pub const UC_PSN_WINDOW: u32 = 1 << 16;
 /// Size of the receive WQE header (spec §6.2).
 const RWQE_HDR: usize = 16;
 /// The GRH area of a UD/GSI receive (spec §6.2).
@@ -282,7 +288,7 @@ impl Responder<'_, '_> {
     fn step(&mut self, dev: &mut Device, st: &mut ResponderState, step: RespStep) -> RespStep {
         use RespStep::*;
         match step {
-            CheckPsn => self.check_psn(st),
+            CheckPsn => self.check_psn(dev, st),
             CheckOpSeq => self.check_op_seq(st),
             CheckOpValid => self.check_op_valid(),
             CheckResource => self.check_resource(dev, st),
@@ -348,12 +354,21 @@ impl Responder<'_, '_> {
 
     // ---- checks -------------------------------------------------------------------------------
 
-    fn check_psn(&mut self, st: &mut ResponderState) -> RespStep {
+    fn check_psn(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
         let d = psn_diff(self.pkt.psn(), st.epsn);
         if self.ctx.is_uc() {
             // UC (IBTA 9.8): no retransmission; a gap aborts the message in progress and the
-            // receiver resynchronises on the packet's PSN; old packets are dropped.
+            // receiver resynchronises on the packet's PSN; old packets are dropped. Spec §14.6:
+            // only a gap of less than UC_PSN_WINDOW counts as loss; further ahead is dropped
+            // with the receive state untouched. A MIDDLE/LAST in the window moves the expected
+            // PSN too (so a long message whose FIRST was lost does not push the next message
+            // out of the window) and is then dropped by the opcode sequence check; only a
+            // FIRST/ONLY starts a message.
             if d < 0 {
+                return RespStep::Drop;
+            }
+            if d as u32 >= UC_PSN_WINDOW {
+                dev.rx_drops.uc_out_of_window = dev.rx_drops.uc_out_of_window.saturating_add(1);
                 return RespStep::Drop;
             }
             if d > 0 {
