@@ -84,6 +84,7 @@ struct vrdma_cq {
 	bool user;
 	bool resizing;
 	spinlock_t lock;		/* consumer index, ring swap */
+	struct mutex resize_mutex;	/* one RESIZE_CQ at a time */
 	struct vrdma_ring ring;
 	struct rdma_user_mmap_entry *mmap;
 	refcount_t refs;		/* event dispatch vs. destroy */

@@ -99,6 +99,7 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		return err;
 
 	spin_lock_init(&cq->lock);
+	mutex_init(&cq->resize_mutex);
 	refcount_set(&cq->refs, 1);
 	init_completion(&cq->free);
 	cq->user = !!udata;
@@ -138,6 +139,7 @@ err_erase:
 err_destroy:
 	vrdma_destroy_cq_cmd(dev, cq->cqn);
 	vrdma_ring_free(dev, &cq->ring);
+	mutex_destroy(&cq->resize_mutex);
 	return err;
 }
 
@@ -153,9 +155,19 @@ int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	if (cq->mmap)
 		rdma_user_mmap_entry_remove(cq->mmap);
 	vrdma_ring_free(dev, &cq->ring);
+	mutex_destroy(&cq->resize_mutex);
 	return 0;
 }
 
+/*
+ * ib_uverbs runs resize_cq with only a shared lock on the CQ, so two
+ * resizes of one CQ can overlap. resize_mutex makes them one after the
+ * other: the ring freed below is always the one the device used until the
+ * RESIZE_CQ it has just acknowledged (§11.6: the old ring's pages are free
+ * when the command completes), never a ring a later, still outstanding
+ * RESIZE_CQ left in place; and kernel pollers stay off the CQ for the
+ * whole of each command (§5, Driver Requirements).
+ */
 int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibcq->device);
@@ -170,8 +182,10 @@ int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 	err = vrdma_cq_depth(dev, cqe, &depth);
 	if (err)
 		return err;
+
+	mutex_lock(&cq->resize_mutex);
 	if (depth == cq->ring.depth)
-		return 0;
+		goto out_unlock;
 
 	/* Kernel pollers see an empty CQ until the new ring is in place. */
 	spin_lock_irqsave(&cq->lock, flags);
@@ -205,7 +219,9 @@ int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 	if (cq->mmap)
 		rdma_user_mmap_entry_remove(cq->mmap);
 	cq->mmap = mmap;
+	/* The device acknowledged the switch: it no longer writes @old. */
 	vrdma_ring_free(dev, &old);
+	mutex_unlock(&cq->resize_mutex);
 	dev_dbg(&dev->vdev->dev, "CQ %u resized to %u, %u CQEs moved\n",
 		cq->cqn, depth, copied);
 
@@ -219,6 +235,8 @@ out:
 	spin_lock_irqsave(&cq->lock, flags);
 	cq->resizing = false;
 	spin_unlock_irqrestore(&cq->lock, flags);
+out_unlock:
+	mutex_unlock(&cq->resize_mutex);
 	return err;
 }
 
