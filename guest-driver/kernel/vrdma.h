@@ -356,6 +356,8 @@ struct ib_mr *vrdma_reg_odp_mr(struct vrdma_pd *pd, u64 start, u64 length,
 			       u64 virt_addr, int access);
 void vrdma_odp_unpublish(struct vrdma_mr *mr);
 void vrdma_odp_dereg(struct vrdma_mr *mr);
+struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key);
+void vrdma_odp_mr_put(struct vrdma_mr *mr);
 void vrdma_pagereq_done(struct virtqueue *vq);
 int vrdma_pagereq_init(struct vrdma_dev *dev);
 void vrdma_pagereq_cleanup(struct vrdma_dev *dev);

@@ -321,21 +321,60 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	return 0;
 }
 
+/*
+ * The device accepts the key of an MR in any PD (§11.8 ADVISE_MR), so the
+ * PD check is the driver's: without it a process could make the device
+ * fault in (and, for PREFETCH_WRITE, map writable) pages of another
+ * context's ODP MR. Only ODP MRs can be advised (the device does nothing
+ * for the others), and the driver knows each of them in dev->odp_mrs.
+ * Every SGE is checked before the first command is sent, so a rejected
+ * call has no effect; the references keep each MR, and with it its key,
+ * registered until the commands are done.
+ *
+ * Errors follow ibv_advise_mr(3): EFAULT for an lkey that is invalid (not
+ * an ODP MR of @ibpd) or without write access for PREFETCH_WRITE.
+ */
+static int vrdma_advise_get_mrs(struct vrdma_dev *dev, struct ib_pd *ibpd,
+				bool write, const struct ib_sge *sg_list,
+				u32 num_sge, struct vrdma_mr **mrs)
+{
+	u32 i;
+
+	for (i = 0; i < num_sge; i++) {
+		mrs[i] = vrdma_odp_mr_get(dev, sg_list[i].lkey);
+		if (!mrs[i] || mrs[i]->ibmr.pd != ibpd ||
+		    (write && !mrs[i]->umem->writable))
+			goto err;
+	}
+	return 0;
+err:
+	if (mrs[i])
+		vrdma_odp_mr_put(mrs[i]);
+	while (i--)
+		vrdma_odp_mr_put(mrs[i]);
+	return -EFAULT;
+}
+
 int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
 		    u32 flags, struct ib_sge *sg_list, u32 num_sge,
 		    struct uverbs_attr_bundle *attrs)
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
 	struct vrdma_cmd_advise_mr req = {};
+	bool write = false;
+	struct vrdma_mr **mrs;
 	u32 i;
-	int err;
+	int err = 0;
 
+	if (!dev->has_odp)
+		return -EOPNOTSUPP;
 	switch (advice) {
 	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH:
 		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH);
 		break;
 	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE:
 		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH_WRITE);
+		write = true;
 		break;
 	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT:
 		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH_NO_FAULT);
@@ -347,15 +386,26 @@ int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
 		return -EOPNOTSUPP;
 	if (flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH)
 		req.flags = cpu_to_le32(VRDMA_ADVISE_F_FLUSH);
+	if (!num_sge)
+		return 0;
 
-	for (i = 0; i < num_sge; i++) {
+	mrs = kcalloc(num_sge, sizeof(*mrs), GFP_KERNEL);
+	if (!mrs)
+		return -ENOMEM;
+	err = vrdma_advise_get_mrs(dev, ibpd, write, sg_list, num_sge, mrs);
+	if (err)
+		goto out_free;
+
+	for (i = 0; i < num_sge && !err; i++) {
 		req.lkey = cpu_to_le32(sg_list[i].lkey);
 		req.iova = cpu_to_le64(sg_list[i].addr);
 		req.length = cpu_to_le64(sg_list[i].length);
 		err = vrdma_cmd(dev, VRDMA_CMD_ADVISE_MR, &req, sizeof(req),
 				NULL, 0, NULL, 0);
-		if (err)
-			return err;
 	}
-	return 0;
+	for (i = 0; i < num_sge; i++)
+		vrdma_odp_mr_put(mrs[i]);
+out_free:
+	kfree(mrs);
+	return err;
 }

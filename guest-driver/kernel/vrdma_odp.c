@@ -192,7 +192,11 @@ void vrdma_odp_dereg(struct vrdma_mr *mr)
 	mr->umem = NULL;
 }
 
-static struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
+/*
+ * The ODP MR whose current key is @key, with a reference that keeps it
+ * registered in the device (vrdma_odp_unpublish() waits for it).
+ */
+struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
 {
 	struct vrdma_mr *mr;
 
@@ -206,7 +210,7 @@ static struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
 	return mr;
 }
 
-static void vrdma_odp_mr_put(struct vrdma_mr *mr)
+void vrdma_odp_mr_put(struct vrdma_mr *mr)
 {
 	if (refcount_dec_and_test(&mr->refs))
 		complete(&mr->free);
