@@ -31,6 +31,8 @@
 
 #define VRDMA_NUM_EVENT_BUFS	256
 #define VRDMA_NUM_PAGEREQ_BUFS	64
+/* Ordered page request queues; a chunk always uses the same one. */
+#define VRDMA_ODP_NR_WQ		4
 
 #define VRDMA_SQ_MIN_SHIFT	6	/* 64-byte send WQE slots at least */
 #define VRDMA_RQ_MIN_SHIFT	5	/* 32-byte receive WQE slots at least */
@@ -167,7 +169,7 @@ struct vrdma_dev {
 	/* page request queue (§10) */
 	spinlock_t pr_lock;
 	struct vrdma_page_req *pr_bufs;
-	struct workqueue_struct *odp_wq;
+	struct workqueue_struct *odp_wq[VRDMA_ODP_NR_WQ];
 
 	struct xarray cqs;
 	struct xarray qps;
@@ -359,6 +361,8 @@ void vrdma_odp_dereg(struct vrdma_mr *mr);
 struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key);
 void vrdma_odp_mr_put(struct vrdma_mr *mr);
 void vrdma_pagereq_done(struct virtqueue *vq);
+int vrdma_odp_wq_init(struct vrdma_dev *dev);
+void vrdma_odp_wq_destroy(struct vrdma_dev *dev);
 int vrdma_pagereq_init(struct vrdma_dev *dev);
 void vrdma_pagereq_cleanup(struct vrdma_dev *dev);
 
