@@ -159,6 +159,10 @@ struct vrdma_dev {
 	wait_queue_head_t ctrl_wait;	/* room in the control queue */
 	bool broken;
 
+	/* memory the device may still access, freed after a reset (§14.1) */
+	spinlock_t quarantine_lock;
+	struct list_head quarantine;
+
 	/* doorbell queue (§8) */
 	spinlock_t db_lock;
 
@@ -252,11 +256,41 @@ int vrdma_doorbell(struct vrdma_dev *dev, u32 type, u32 id);
 void vrdma_db_done(struct virtqueue *vq);
 void vrdma_db_drain(struct vrdma_dev *dev);
 int vrdma_status_to_errno(u32 status);
+void vrdma_quarantine_ring(struct vrdma_dev *dev, struct vrdma_ring *r);
+void vrdma_quarantine_buf(struct vrdma_dev *dev, void *buf);
+void vrdma_quarantine_umem(struct vrdma_dev *dev, struct ib_umem *umem);
+void vrdma_quarantine_coherent(struct vrdma_dev *dev, void *cpu,
+			       dma_addr_t dma, size_t size);
+void vrdma_quarantine_release(struct vrdma_dev *dev);
+void vrdma_cmd_tail_free(struct vrdma_dev *dev, void *tail, int err);
+
+/*
+ * A command that timed out may have been executed, or may still be: the
+ * memory it references stays the device's until a reset (§14.1).
+ */
+static inline bool vrdma_cmd_unsettled(int err)
+{
+	return err == -ETIMEDOUT;
+}
+
+/*
+ * The result of a DESTROY_xx or DEREG_MR: true if the device no longer
+ * accesses the object's memory (§16: once such a command completes;
+ * NOT_FOUND: it never had it). Any other outcome (an error status, a
+ * timeout, a broken device that was not sent the command) leaves the
+ * object in the device until it is reset.
+ */
+static inline bool vrdma_released(int err)
+{
+	return !err || err == -ENOENT;
+}
 
 /* vrdma_ring.c */
 int vrdma_ring_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 depth,
 		     u32 entry_shift);
 void vrdma_ring_free(struct vrdma_dev *dev, struct vrdma_ring *r);
+void vrdma_ring_retire(struct vrdma_dev *dev, struct vrdma_ring *r,
+		       bool released);
 __le64 *vrdma_ring_page_list(struct vrdma_ring *r);
 struct rdma_user_mmap_entry *vrdma_ring_mmap_entry(struct ib_ucontext *uctx,
 						   struct vrdma_ring *r,

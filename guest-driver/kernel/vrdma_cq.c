@@ -62,16 +62,18 @@ static int vrdma_cq_ring_cmd(struct vrdma_dev *dev, u16 opcode, u32 cqn,
 	req.npages = cpu_to_le32(ring->npages);
 	err = vrdma_cmd(dev, opcode, &req, sizeof(req), pl,
 			ring->npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
+	vrdma_cmd_tail_free(dev, pl, err);
 	if (err) {
-		vrdma_ring_free(dev, ring);
+		/* After a timeout the device may yet switch to @ring. */
+		vrdma_ring_retire(dev, ring, !vrdma_cmd_unsettled(err));
 		return err;
 	}
 	*out = le32_to_cpu(resp.handle);
 	return 0;
 }
 
-static void vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
+/* True if the device released the CQ's ring (vrdma_released()). */
+static bool vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
 {
 	struct vrdma_handle req = { .handle = cpu_to_le32(cqn) };
 	int err;
@@ -80,6 +82,7 @@ static void vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
 			NULL, 0);
 	if (err && err != -EIO && err != -ETIMEDOUT)
 		dev_warn(&dev->vdev->dev, "DESTROY_CQ %u: %d\n", cqn, err);
+	return vrdma_released(err);
 }
 
 int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
@@ -137,8 +140,7 @@ err_mmap:
 err_erase:
 	xa_erase_irq(&dev->cqs, cq->cqn);
 err_destroy:
-	vrdma_destroy_cq_cmd(dev, cq->cqn);
-	vrdma_ring_free(dev, &cq->ring);
+	vrdma_ring_retire(dev, &cq->ring, vrdma_destroy_cq_cmd(dev, cq->cqn));
 	mutex_destroy(&cq->resize_mutex);
 	return err;
 }
@@ -147,14 +149,15 @@ int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibcq->device);
 	struct vrdma_cq *cq = to_vcq(ibcq);
+	bool released;
 
-	vrdma_destroy_cq_cmd(dev, cq->cqn);
+	released = vrdma_destroy_cq_cmd(dev, cq->cqn);
 	xa_erase_irq(&dev->cqs, cq->cqn);
 	vrdma_cq_put(cq);
 	wait_for_completion(&cq->free);
 	if (cq->mmap)
 		rdma_user_mmap_entry_remove(cq->mmap);
-	vrdma_ring_free(dev, &cq->ring);
+	vrdma_ring_retire(dev, &cq->ring, released);
 	mutex_destroy(&cq->resize_mutex);
 	return 0;
 }

@@ -90,6 +90,8 @@ static void vrdma_reset(struct vrdma_dev *dev)
 	virtio_synchronize_cbs(dev->vdev);
 	vrdma_cmd_drain(dev);
 	vrdma_odp_wq_destroy(dev);
+	/* After the ODP workers: they may quarantine a page list. */
+	vrdma_quarantine_release(dev);
 	vrdma_db_drain(dev);
 	vrdma_event_cleanup(dev);
 	vrdma_pagereq_cleanup(dev);
@@ -120,6 +122,8 @@ static int vrdma_probe(struct virtio_device *vdev)
 	vdev->priv = dev;
 	spin_lock_init(&dev->ctrl_lock);
 	init_waitqueue_head(&dev->ctrl_wait);
+	spin_lock_init(&dev->quarantine_lock);
+	INIT_LIST_HEAD(&dev->quarantine);
 	spin_lock_init(&dev->db_lock);
 	spin_lock_init(&dev->ev_lock);
 	spin_lock_init(&dev->pr_lock);

@@ -54,6 +54,20 @@ static int vrdma_dereg_cmd(struct vrdma_dev *dev, u32 lkey)
 			 NULL, 0);
 }
 
+/*
+ * Unpin @umem if the device has let go of it (@released), else keep the
+ * pages pinned until the device is reset (§14.1): unpinned, they would be
+ * reused while the device may still write them.
+ */
+static void vrdma_umem_retire(struct vrdma_dev *dev, struct ib_umem *umem,
+			      bool released)
+{
+	if (released)
+		ib_umem_release(umem);
+	else
+		vrdma_quarantine_umem(dev, umem);
+}
+
 struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
@@ -163,15 +177,16 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	req.npages = cpu_to_le32(npages);
 	err = vrdma_cmd(dev, VRDMA_CMD_REG_MR, &req, sizeof(req), pl,
 			npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
-	if (err)
-		goto err_umem;
+	vrdma_cmd_tail_free(dev, pl, err);
+	if (err) {
+		/* After a timeout the device may yet register the pages. */
+		vrdma_umem_retire(dev, mr->umem, !vrdma_cmd_unsettled(err));
+		goto err_free;
+	}
 	vrdma_mr_set_keys(mr, &resp);
 	mr->access = access;
 	return &mr->ibmr;
 
-err_umem:
-	ib_umem_release(mr->umem);
 err_free:
 	kfree(mr);
 	return ERR_PTR(err);
@@ -286,9 +301,13 @@ struct ib_mr *vrdma_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 	req.npages = cpu_to_le32(npages);
 	err = vrdma_cmd(dev, VRDMA_CMD_REREG_MR, &req, sizeof(req), pl,
 			npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
+	vrdma_cmd_tail_free(dev, pl, err);
 	if (err) {
-		ib_umem_release(umem);
+		/*
+		 * After a timeout the device may yet switch to the new pages
+		 * (the old ones stay in mr->umem until DEREG_MR succeeds).
+		 */
+		vrdma_umem_retire(dev, umem, !vrdma_cmd_unsettled(err));
 		return ERR_PTR(err);
 	}
 	/* The device no longer reaches the old pages: unpin them. */
@@ -302,6 +321,8 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct vrdma_mr *mr = to_vmr(ibmr);
 	struct vrdma_dev *dev = mr->dev;
+	size_t pl_size = mr->pl_max * sizeof(*mr->pl);
+	bool released;
 	int err;
 
 	if (mr->odp)
@@ -310,13 +331,20 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	if (err && err != -EIO && err != -ETIMEDOUT)
 		dev_warn(&dev->vdev->dev, "DEREG_MR %#x: %d\n", ibmr->lkey,
 			 err);
+	released = vrdma_released(err);
+	/*
+	 * ODP pages belong to the process and cannot be held back: only a
+	 * reset protects them from a device that does not answer.
+	 */
 	if (mr->odp)
 		vrdma_odp_dereg(mr);
 	else if (mr->umem)
-		ib_umem_release(mr->umem);
-	if (mr->pl)
-		dma_free_coherent(dev->dma_dev, mr->pl_max * sizeof(*mr->pl),
-				  mr->pl, mr->pl_dma);
+		vrdma_umem_retire(dev, mr->umem, released);
+	/* The device reads the page list when a REG_MR WQE is executed. */
+	if (mr->pl && released)
+		dma_free_coherent(dev->dma_dev, pl_size, mr->pl, mr->pl_dma);
+	else if (mr->pl)
+		vrdma_quarantine_coherent(dev, mr->pl, mr->pl_dma, pl_size);
 	kfree(mr);
 	return 0;
 }

@@ -449,7 +449,8 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 	ret = vrdma_odp_resp(dev, req, VRDMA_STATUS_OK, flags,
 			     vrdma_odp_va_to_iova(mr, va), pl, npages);
 	mutex_unlock(&odp->umem_mutex);
-	kvfree(pl);
+	/* After a timeout the device may yet read the page list. */
+	vrdma_cmd_tail_free(dev, pl, ret);
 	if (ret)
 		dev_warn_ratelimited(&dev->vdev->dev,
 				     "ODP_PAGE_RESP %#x: %d\n", mr->ibmr.lkey,
