@@ -31,6 +31,8 @@
 
 #define VRDMA_NUM_EVENT_BUFS	256
 #define VRDMA_NUM_PAGEREQ_BUFS	64
+/* Ordered page request queues; a chunk always uses the same one. */
+#define VRDMA_ODP_NR_WQ		4
 
 #define VRDMA_SQ_MIN_SHIFT	6	/* 64-byte send WQE slots at least */
 #define VRDMA_RQ_MIN_SHIFT	5	/* 32-byte receive WQE slots at least */
@@ -84,6 +86,7 @@ struct vrdma_cq {
 	bool user;
 	bool resizing;
 	spinlock_t lock;		/* consumer index, ring swap */
+	struct mutex resize_mutex;	/* one RESIZE_CQ at a time */
 	struct vrdma_ring ring;
 	struct rdma_user_mmap_entry *mmap;
 	refcount_t refs;		/* event dispatch vs. destroy */
@@ -156,6 +159,10 @@ struct vrdma_dev {
 	wait_queue_head_t ctrl_wait;	/* room in the control queue */
 	bool broken;
 
+	/* memory the device may still access, freed after a reset (§14.1) */
+	spinlock_t quarantine_lock;
+	struct list_head quarantine;
+
 	/* doorbell queue (§8) */
 	spinlock_t db_lock;
 
@@ -166,7 +173,7 @@ struct vrdma_dev {
 	/* page request queue (§10) */
 	spinlock_t pr_lock;
 	struct vrdma_page_req *pr_bufs;
-	struct workqueue_struct *odp_wq;
+	struct workqueue_struct *odp_wq[VRDMA_ODP_NR_WQ];
 
 	struct xarray cqs;
 	struct xarray qps;
@@ -249,11 +256,41 @@ int vrdma_doorbell(struct vrdma_dev *dev, u32 type, u32 id);
 void vrdma_db_done(struct virtqueue *vq);
 void vrdma_db_drain(struct vrdma_dev *dev);
 int vrdma_status_to_errno(u32 status);
+void vrdma_quarantine_ring(struct vrdma_dev *dev, struct vrdma_ring *r);
+void vrdma_quarantine_buf(struct vrdma_dev *dev, void *buf);
+void vrdma_quarantine_umem(struct vrdma_dev *dev, struct ib_umem *umem);
+void vrdma_quarantine_coherent(struct vrdma_dev *dev, void *cpu,
+			       dma_addr_t dma, size_t size);
+void vrdma_quarantine_release(struct vrdma_dev *dev);
+void vrdma_cmd_tail_free(struct vrdma_dev *dev, void *tail, int err);
+
+/*
+ * A command that timed out may have been executed, or may still be: the
+ * memory it references stays the device's until a reset (§14.1).
+ */
+static inline bool vrdma_cmd_unsettled(int err)
+{
+	return err == -ETIMEDOUT;
+}
+
+/*
+ * The result of a DESTROY_xx or DEREG_MR: true if the device no longer
+ * accesses the object's memory (§16: once such a command completes;
+ * NOT_FOUND: it never had it). Any other outcome (an error status, a
+ * timeout, a broken device that was not sent the command) leaves the
+ * object in the device until it is reset.
+ */
+static inline bool vrdma_released(int err)
+{
+	return !err || err == -ENOENT;
+}
 
 /* vrdma_ring.c */
 int vrdma_ring_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 depth,
 		     u32 entry_shift);
 void vrdma_ring_free(struct vrdma_dev *dev, struct vrdma_ring *r);
+void vrdma_ring_retire(struct vrdma_dev *dev, struct vrdma_ring *r,
+		       bool released);
 __le64 *vrdma_ring_page_list(struct vrdma_ring *r);
 struct rdma_user_mmap_entry *vrdma_ring_mmap_entry(struct ib_ucontext *uctx,
 						   struct vrdma_ring *r,
@@ -355,7 +392,11 @@ struct ib_mr *vrdma_reg_odp_mr(struct vrdma_pd *pd, u64 start, u64 length,
 			       u64 virt_addr, int access);
 void vrdma_odp_unpublish(struct vrdma_mr *mr);
 void vrdma_odp_dereg(struct vrdma_mr *mr);
+struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key);
+void vrdma_odp_mr_put(struct vrdma_mr *mr);
 void vrdma_pagereq_done(struct virtqueue *vq);
+int vrdma_odp_wq_init(struct vrdma_dev *dev);
+void vrdma_odp_wq_destroy(struct vrdma_dev *dev);
 int vrdma_pagereq_init(struct vrdma_dev *dev);
 void vrdma_pagereq_cleanup(struct vrdma_dev *dev);
 

@@ -9,8 +9,12 @@
  *
  * A context whose response never arrives is abandoned, never freed while
  * the device may still write into it: it is freed when the device returns
- * it late, or when the queue is drained after a reset.
+ * it late, or when the queue is drained after a reset. The same holds for
+ * everything else a timed-out command references (trailing page lists, the
+ * rings and pages they describe) and for objects the device was not made
+ * to release: they go to the quarantine below (§14.1).
  */
+#include <linux/dma-mapping.h>
 #include <linux/delay.h>
 #include <linux/ktime.h>
 #include <linux/scatterlist.h>
@@ -63,6 +67,163 @@ int vrdma_status_to_errno(u32 status)
 	default:
 		return -EIO;
 	}
+}
+
+/*
+ * The quarantine: memory the device may still read or write, because the
+ * command that handed it over timed out (it may be executed late) or the
+ * object using it could not be destroyed (the device is broken, §14.1).
+ * The device has no bounds on when it would touch it, so it is freed only
+ * after the device is reset (§2.3); until then it is kept, not reused.
+ */
+enum vrdma_quarantine_kind {
+	VRDMA_Q_RING,
+	VRDMA_Q_BUF,
+	VRDMA_Q_UMEM,
+	VRDMA_Q_COHERENT,
+};
+
+struct vrdma_quarantined {
+	struct list_head node;
+	enum vrdma_quarantine_kind kind;
+	union {
+		struct vrdma_ring ring;
+		void *buf;
+		struct ib_umem *umem;
+		struct {
+			void *cpu;
+			dma_addr_t dma;
+			size_t size;
+		} coh;
+	};
+};
+
+static struct vrdma_quarantined *
+vrdma_quarantine_new(struct vrdma_dev *dev, enum vrdma_quarantine_kind k)
+{
+	struct vrdma_quarantined *q = kzalloc(sizeof(*q), GFP_KERNEL);
+
+	if (!q)
+		/* Then it is leaked for good, which is still safe. */
+		dev_warn_ratelimited(&dev->vdev->dev,
+				     "no memory to track quarantined memory\n");
+	else
+		q->kind = k;
+	return q;
+}
+
+static void vrdma_quarantine_add(struct vrdma_dev *dev,
+				 struct vrdma_quarantined *q)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&dev->quarantine_lock, flags);
+	list_add_tail(&q->node, &dev->quarantine);
+	spin_unlock_irqrestore(&dev->quarantine_lock, flags);
+}
+
+/* Keep the pages of @r; @r is cleared. */
+void vrdma_quarantine_ring(struct vrdma_dev *dev, struct vrdma_ring *r)
+{
+	struct vrdma_quarantined *q;
+
+	if (!r->npages)
+		return;
+	q = vrdma_quarantine_new(dev, VRDMA_Q_RING);
+	if (q) {
+		q->ring = *r;
+		vrdma_quarantine_add(dev, q);
+	}
+	memset(r, 0, sizeof(*r));
+}
+
+/* Keep a kvmalloc'ed buffer (a command's page list). */
+void vrdma_quarantine_buf(struct vrdma_dev *dev, void *buf)
+{
+	struct vrdma_quarantined *q;
+
+	if (!buf)
+		return;
+	q = vrdma_quarantine_new(dev, VRDMA_Q_BUF);
+	if (q) {
+		q->buf = buf;
+		vrdma_quarantine_add(dev, q);
+	}
+}
+
+/* Keep the pinned pages of an MR. */
+void vrdma_quarantine_umem(struct vrdma_dev *dev, struct ib_umem *umem)
+{
+	struct vrdma_quarantined *q;
+
+	if (!umem)
+		return;
+	q = vrdma_quarantine_new(dev, VRDMA_Q_UMEM);
+	if (q) {
+		q->umem = umem;
+		vrdma_quarantine_add(dev, q);
+	}
+}
+
+/* Keep a dma_alloc_coherent() buffer (a fast-registration page list). */
+void vrdma_quarantine_coherent(struct vrdma_dev *dev, void *cpu,
+			       dma_addr_t dma, size_t size)
+{
+	struct vrdma_quarantined *q;
+
+	if (!cpu)
+		return;
+	q = vrdma_quarantine_new(dev, VRDMA_Q_COHERENT);
+	if (q) {
+		q->coh.cpu = cpu;
+		q->coh.dma = dma;
+		q->coh.size = size;
+		vrdma_quarantine_add(dev, q);
+	}
+}
+
+/* Only after the device was reset: it no longer accesses any of it. */
+void vrdma_quarantine_release(struct vrdma_dev *dev)
+{
+	struct vrdma_quarantined *q, *tmp;
+	unsigned long flags;
+	LIST_HEAD(list);
+
+	spin_lock_irqsave(&dev->quarantine_lock, flags);
+	list_splice_init(&dev->quarantine, &list);
+	spin_unlock_irqrestore(&dev->quarantine_lock, flags);
+
+	list_for_each_entry_safe(q, tmp, &list, node) {
+		switch (q->kind) {
+		case VRDMA_Q_RING:
+			vrdma_ring_free(dev, &q->ring);
+			break;
+		case VRDMA_Q_BUF:
+			kvfree(q->buf);
+			break;
+		case VRDMA_Q_UMEM:
+			ib_umem_release(q->umem);
+			break;
+		case VRDMA_Q_COHERENT:
+			dma_free_coherent(dev->dma_dev, q->coh.size, q->coh.cpu,
+					  q->coh.dma);
+			break;
+		}
+		kfree(q);
+	}
+}
+
+/*
+ * Free the kvmalloc'ed trailing array of a command that returned @err:
+ * after a timeout the device may still read it, and a page list read from
+ * reused memory would point the device at arbitrary guest pages.
+ */
+void vrdma_cmd_tail_free(struct vrdma_dev *dev, void *tail, int err)
+{
+	if (vrdma_cmd_unsettled(err))
+		vrdma_quarantine_buf(dev, tail);
+	else
+		kvfree(tail);
 }
 
 /* Called with ctrl_lock held for every chain the device returns. */

@@ -62,16 +62,18 @@ static int vrdma_cq_ring_cmd(struct vrdma_dev *dev, u16 opcode, u32 cqn,
 	req.npages = cpu_to_le32(ring->npages);
 	err = vrdma_cmd(dev, opcode, &req, sizeof(req), pl,
 			ring->npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
+	vrdma_cmd_tail_free(dev, pl, err);
 	if (err) {
-		vrdma_ring_free(dev, ring);
+		/* After a timeout the device may yet switch to @ring. */
+		vrdma_ring_retire(dev, ring, !vrdma_cmd_unsettled(err));
 		return err;
 	}
 	*out = le32_to_cpu(resp.handle);
 	return 0;
 }
 
-static void vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
+/* True if the device released the CQ's ring (vrdma_released()). */
+static bool vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
 {
 	struct vrdma_handle req = { .handle = cpu_to_le32(cqn) };
 	int err;
@@ -80,6 +82,7 @@ static void vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
 			NULL, 0);
 	if (err && err != -EIO && err != -ETIMEDOUT)
 		dev_warn(&dev->vdev->dev, "DESTROY_CQ %u: %d\n", cqn, err);
+	return vrdma_released(err);
 }
 
 int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
@@ -99,6 +102,7 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		return err;
 
 	spin_lock_init(&cq->lock);
+	mutex_init(&cq->resize_mutex);
 	refcount_set(&cq->refs, 1);
 	init_completion(&cq->free);
 	cq->user = !!udata;
@@ -136,8 +140,8 @@ err_mmap:
 err_erase:
 	xa_erase_irq(&dev->cqs, cq->cqn);
 err_destroy:
-	vrdma_destroy_cq_cmd(dev, cq->cqn);
-	vrdma_ring_free(dev, &cq->ring);
+	vrdma_ring_retire(dev, &cq->ring, vrdma_destroy_cq_cmd(dev, cq->cqn));
+	mutex_destroy(&cq->resize_mutex);
 	return err;
 }
 
@@ -145,17 +149,28 @@ int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibcq->device);
 	struct vrdma_cq *cq = to_vcq(ibcq);
+	bool released;
 
-	vrdma_destroy_cq_cmd(dev, cq->cqn);
+	released = vrdma_destroy_cq_cmd(dev, cq->cqn);
 	xa_erase_irq(&dev->cqs, cq->cqn);
 	vrdma_cq_put(cq);
 	wait_for_completion(&cq->free);
 	if (cq->mmap)
 		rdma_user_mmap_entry_remove(cq->mmap);
-	vrdma_ring_free(dev, &cq->ring);
+	vrdma_ring_retire(dev, &cq->ring, released);
+	mutex_destroy(&cq->resize_mutex);
 	return 0;
 }
 
+/*
+ * ib_uverbs runs resize_cq with only a shared lock on the CQ, so two
+ * resizes of one CQ can overlap. resize_mutex makes them one after the
+ * other: the ring freed below is always the one the device used until the
+ * RESIZE_CQ it has just acknowledged (§11.6: the old ring's pages are free
+ * when the command completes), never a ring a later, still outstanding
+ * RESIZE_CQ left in place; and kernel pollers stay off the CQ for the
+ * whole of each command (§5, Driver Requirements).
+ */
 int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibcq->device);
@@ -170,8 +185,10 @@ int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 	err = vrdma_cq_depth(dev, cqe, &depth);
 	if (err)
 		return err;
+
+	mutex_lock(&cq->resize_mutex);
 	if (depth == cq->ring.depth)
-		return 0;
+		goto out_unlock;
 
 	/* Kernel pollers see an empty CQ until the new ring is in place. */
 	spin_lock_irqsave(&cq->lock, flags);
@@ -205,7 +222,9 @@ int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata)
 	if (cq->mmap)
 		rdma_user_mmap_entry_remove(cq->mmap);
 	cq->mmap = mmap;
+	/* The device acknowledged the switch: it no longer writes @old. */
 	vrdma_ring_free(dev, &old);
+	mutex_unlock(&cq->resize_mutex);
 	dev_dbg(&dev->vdev->dev, "CQ %u resized to %u, %u CQEs moved\n",
 		cq->cqn, depth, copied);
 
@@ -219,6 +238,8 @@ out:
 	spin_lock_irqsave(&cq->lock, flags);
 	cq->resizing = false;
 	spin_unlock_irqrestore(&cq->lock, flags);
+out_unlock:
+	mutex_unlock(&cq->resize_mutex);
 	return err;
 }
 

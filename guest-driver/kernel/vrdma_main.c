@@ -89,10 +89,9 @@ static void vrdma_reset(struct vrdma_dev *dev)
 	virtio_reset_device(dev->vdev);
 	virtio_synchronize_cbs(dev->vdev);
 	vrdma_cmd_drain(dev);
-	if (dev->odp_wq) {
-		destroy_workqueue(dev->odp_wq);
-		dev->odp_wq = NULL;
-	}
+	vrdma_odp_wq_destroy(dev);
+	/* After the ODP workers: they may quarantine a page list. */
+	vrdma_quarantine_release(dev);
 	vrdma_db_drain(dev);
 	vrdma_event_cleanup(dev);
 	vrdma_pagereq_cleanup(dev);
@@ -123,6 +122,8 @@ static int vrdma_probe(struct virtio_device *vdev)
 	vdev->priv = dev;
 	spin_lock_init(&dev->ctrl_lock);
 	init_waitqueue_head(&dev->ctrl_wait);
+	spin_lock_init(&dev->quarantine_lock);
+	INIT_LIST_HEAD(&dev->quarantine);
 	spin_lock_init(&dev->db_lock);
 	spin_lock_init(&dev->ev_lock);
 	spin_lock_init(&dev->pr_lock);
@@ -146,12 +147,9 @@ static int vrdma_probe(struct virtio_device *vdev)
 		dev_err(&vdev->dev, "cannot set up virtqueues: %d\n", err);
 		goto err_dealloc;
 	}
-	dev->odp_wq = alloc_workqueue("vrdma_odp", WQ_UNBOUND | WQ_MEM_RECLAIM,
-				      0);
-	if (!dev->odp_wq) {
-		err = -ENOMEM;
+	err = vrdma_odp_wq_init(dev);
+	if (err)
 		goto err_del_vqs;
-	}
 
 	virtio_device_ready(vdev);
 

@@ -54,6 +54,20 @@ static int vrdma_dereg_cmd(struct vrdma_dev *dev, u32 lkey)
 			 NULL, 0);
 }
 
+/*
+ * Unpin @umem if the device has let go of it (@released), else keep the
+ * pages pinned until the device is reset (§14.1): unpinned, they would be
+ * reused while the device may still write them.
+ */
+static void vrdma_umem_retire(struct vrdma_dev *dev, struct ib_umem *umem,
+			      bool released)
+{
+	if (released)
+		ib_umem_release(umem);
+	else
+		vrdma_quarantine_umem(dev, umem);
+}
+
 struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
@@ -163,15 +177,16 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	req.npages = cpu_to_le32(npages);
 	err = vrdma_cmd(dev, VRDMA_CMD_REG_MR, &req, sizeof(req), pl,
 			npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
-	if (err)
-		goto err_umem;
+	vrdma_cmd_tail_free(dev, pl, err);
+	if (err) {
+		/* After a timeout the device may yet register the pages. */
+		vrdma_umem_retire(dev, mr->umem, !vrdma_cmd_unsettled(err));
+		goto err_free;
+	}
 	vrdma_mr_set_keys(mr, &resp);
 	mr->access = access;
 	return &mr->ibmr;
 
-err_umem:
-	ib_umem_release(mr->umem);
 err_free:
 	kfree(mr);
 	return ERR_PTR(err);
@@ -286,9 +301,13 @@ struct ib_mr *vrdma_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 	req.npages = cpu_to_le32(npages);
 	err = vrdma_cmd(dev, VRDMA_CMD_REREG_MR, &req, sizeof(req), pl,
 			npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
+	vrdma_cmd_tail_free(dev, pl, err);
 	if (err) {
-		ib_umem_release(umem);
+		/*
+		 * After a timeout the device may yet switch to the new pages
+		 * (the old ones stay in mr->umem until DEREG_MR succeeds).
+		 */
+		vrdma_umem_retire(dev, umem, !vrdma_cmd_unsettled(err));
 		return ERR_PTR(err);
 	}
 	/* The device no longer reaches the old pages: unpin them. */
@@ -302,6 +321,8 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct vrdma_mr *mr = to_vmr(ibmr);
 	struct vrdma_dev *dev = mr->dev;
+	size_t pl_size = mr->pl_max * sizeof(*mr->pl);
+	bool released;
 	int err;
 
 	if (mr->odp)
@@ -310,15 +331,56 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	if (err && err != -EIO && err != -ETIMEDOUT)
 		dev_warn(&dev->vdev->dev, "DEREG_MR %#x: %d\n", ibmr->lkey,
 			 err);
+	released = vrdma_released(err);
+	/*
+	 * ODP pages belong to the process and cannot be held back: only a
+	 * reset protects them from a device that does not answer.
+	 */
 	if (mr->odp)
 		vrdma_odp_dereg(mr);
 	else if (mr->umem)
-		ib_umem_release(mr->umem);
-	if (mr->pl)
-		dma_free_coherent(dev->dma_dev, mr->pl_max * sizeof(*mr->pl),
-				  mr->pl, mr->pl_dma);
+		vrdma_umem_retire(dev, mr->umem, released);
+	/* The device reads the page list when a REG_MR WQE is executed. */
+	if (mr->pl && released)
+		dma_free_coherent(dev->dma_dev, pl_size, mr->pl, mr->pl_dma);
+	else if (mr->pl)
+		vrdma_quarantine_coherent(dev, mr->pl, mr->pl_dma, pl_size);
 	kfree(mr);
 	return 0;
+}
+
+/*
+ * The device accepts the key of an MR in any PD (§11.8 ADVISE_MR), so the
+ * PD check is the driver's: without it a process could make the device
+ * fault in (and, for PREFETCH_WRITE, map writable) pages of another
+ * context's ODP MR. Only ODP MRs can be advised (the device does nothing
+ * for the others), and the driver knows each of them in dev->odp_mrs.
+ * Every SGE is checked before the first command is sent, so a rejected
+ * call has no effect; the references keep each MR, and with it its key,
+ * registered until the commands are done.
+ *
+ * Errors follow ibv_advise_mr(3): EFAULT for an lkey that is invalid (not
+ * an ODP MR of @ibpd) or without write access for PREFETCH_WRITE.
+ */
+static int vrdma_advise_get_mrs(struct vrdma_dev *dev, struct ib_pd *ibpd,
+				bool write, const struct ib_sge *sg_list,
+				u32 num_sge, struct vrdma_mr **mrs)
+{
+	u32 i;
+
+	for (i = 0; i < num_sge; i++) {
+		mrs[i] = vrdma_odp_mr_get(dev, sg_list[i].lkey);
+		if (!mrs[i] || mrs[i]->ibmr.pd != ibpd ||
+		    (write && !mrs[i]->umem->writable))
+			goto err;
+	}
+	return 0;
+err:
+	if (mrs[i])
+		vrdma_odp_mr_put(mrs[i]);
+	while (i--)
+		vrdma_odp_mr_put(mrs[i]);
+	return -EFAULT;
 }
 
 int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
@@ -327,15 +389,20 @@ int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
 	struct vrdma_cmd_advise_mr req = {};
+	bool write = false;
+	struct vrdma_mr **mrs;
 	u32 i;
-	int err;
+	int err = 0;
 
+	if (!dev->has_odp)
+		return -EOPNOTSUPP;
 	switch (advice) {
 	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH:
 		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH);
 		break;
 	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE:
 		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH_WRITE);
+		write = true;
 		break;
 	case IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT:
 		req.advice = cpu_to_le32(VRDMA_ADVISE_PREFETCH_NO_FAULT);
@@ -347,15 +414,26 @@ int vrdma_advise_mr(struct ib_pd *ibpd, enum ib_uverbs_advise_mr_advice advice,
 		return -EOPNOTSUPP;
 	if (flags & IB_UVERBS_ADVISE_MR_FLAG_FLUSH)
 		req.flags = cpu_to_le32(VRDMA_ADVISE_F_FLUSH);
+	if (!num_sge)
+		return 0;
 
-	for (i = 0; i < num_sge; i++) {
+	mrs = kcalloc(num_sge, sizeof(*mrs), GFP_KERNEL);
+	if (!mrs)
+		return -ENOMEM;
+	err = vrdma_advise_get_mrs(dev, ibpd, write, sg_list, num_sge, mrs);
+	if (err)
+		goto out_free;
+
+	for (i = 0; i < num_sge && !err; i++) {
 		req.lkey = cpu_to_le32(sg_list[i].lkey);
 		req.iova = cpu_to_le64(sg_list[i].addr);
 		req.length = cpu_to_le64(sg_list[i].length);
 		err = vrdma_cmd(dev, VRDMA_CMD_ADVISE_MR, &req, sizeof(req),
 				NULL, 0, NULL, 0);
-		if (err)
-			return err;
 	}
-	return 0;
+	for (i = 0; i < num_sge; i++)
+		vrdma_odp_mr_put(mrs[i]);
+out_free:
+	kfree(mrs);
+	return err;
 }

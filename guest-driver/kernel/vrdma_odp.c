@@ -12,7 +12,11 @@
  * Implicit MRs cover the whole address space: one child umem per chunk of
  * 1 << odp_chunk_shift bytes, created when the device first asks for it and
  * kept in mr->children until the MR is deregistered.
+ *
+ * Page requests of one chunk are handled in the order the device sent
+ * them (see vrdma_pagereq_queue()).
  */
+#include <linux/hash.h>
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
@@ -192,7 +196,11 @@ void vrdma_odp_dereg(struct vrdma_mr *mr)
 	mr->umem = NULL;
 }
 
-static struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
+/*
+ * The ODP MR whose current key is @key, with a reference that keeps it
+ * registered in the device (vrdma_odp_unpublish() waits for it).
+ */
+struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
 {
 	struct vrdma_mr *mr;
 
@@ -206,22 +214,30 @@ static struct vrdma_mr *vrdma_odp_mr_get(struct vrdma_dev *dev, u32 key)
 	return mr;
 }
 
-static void vrdma_odp_mr_put(struct vrdma_mr *mr)
+void vrdma_odp_mr_put(struct vrdma_mr *mr)
 {
 	if (refcount_dec_and_test(&mr->refs))
 		complete(&mr->free);
 }
 
+/* log2 of the ODP chunk size (§12.4), 2 MiB if the device's is unusable. */
+static u32 vrdma_odp_chunk_shift(struct vrdma_dev *dev)
+{
+	u32 shift = VCFG(dev, odp_chunk_shift);
+
+	if (shift < VRDMA_PAGE_SHIFT || shift > 30)
+		shift = 21;
+	return shift;
+}
+
 /* The child umem of an implicit MR covering @va, created on first use. */
 static struct ib_umem_odp *vrdma_odp_child(struct vrdma_mr *mr, u64 va)
 {
-	u32 shift = VCFG(mr->dev, odp_chunk_shift);
+	u32 shift = vrdma_odp_chunk_shift(mr->dev);
 	struct ib_umem_odp *root = to_ib_umem_odp(mr->umem);
 	struct ib_umem_odp *child, *old;
 	unsigned long idx;
 
-	if (shift < VRDMA_PAGE_SHIFT || shift > 30)
-		shift = 21;
 	idx = va >> shift;
 	child = xa_load(&mr->children, idx);
 	if (child)
@@ -433,7 +449,8 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 	ret = vrdma_odp_resp(dev, req, VRDMA_STATUS_OK, flags,
 			     vrdma_odp_va_to_iova(mr, va), pl, npages);
 	mutex_unlock(&odp->umem_mutex);
-	kvfree(pl);
+	/* After a timeout the device may yet read the page list. */
+	vrdma_cmd_tail_free(dev, pl, ret);
 	if (ret)
 		dev_warn_ratelimited(&dev->vdev->dev,
 				     "ODP_PAGE_RESP %#x: %d\n", mr->ibmr.lkey,
@@ -452,10 +469,8 @@ static void vrdma_odp_reclaim(struct vrdma_mr *mr,
 	u64 va;
 
 	if (mr->implicit) {
-		u32 shift = VCFG(mr->dev, odp_chunk_shift);
+		u32 shift = vrdma_odp_chunk_shift(mr->dev);
 
-		if (shift < VRDMA_PAGE_SHIFT || shift > 30)
-			shift = 21;
 		odp = xa_load(&mr->children, iova >> shift);
 		if (!odp)
 			return;
@@ -508,6 +523,62 @@ static int vrdma_pagereq_post(struct vrdma_dev *dev, struct vrdma_page_req *r)
 				   GFP_ATOMIC);
 }
 
+/*
+ * Page requests of one chunk MUST be handled in the order the device sent
+ * them. The device drops a chunk (RECLAIM) and may fault it in again right
+ * after (FAULT); if a worker answered that FAULT first and the RECLAIM ran
+ * afterwards, ib_umem_odp_unmap_dma_pages() would unmap the pages the
+ * device has just installed: the device would keep translations the
+ * driver no longer tracks, and since an invalidation skips umems with no
+ * mapped pages, no ODP_INVALIDATE would ever revoke them before the pages
+ * are freed.
+ *
+ * Each request therefore goes to one of VRDMA_ODP_NR_WQ ordered workqueues
+ * chosen by (MR key index, chunk). The interrupt handler queues requests in
+ * the order the device returned them, an ordered workqueue runs its items
+ * one at a time in queue order, so all requests of a chunk run in device
+ * order; other chunks spread over the queues and are still answered
+ * concurrently (§12.4 step 6). A FAULT's iova is inside its chunk (clipped
+ * to the MR start) and a RECLAIM drops one chunk (§12.6), so the start
+ * address names the chunk for both.
+ */
+static void vrdma_pagereq_queue(struct vrdma_dev *dev, struct vrdma_pr_work *pw)
+{
+	u64 chunk = le64_to_cpu(pw->req.iova) >> vrdma_odp_chunk_shift(dev);
+	u64 key = VRDMA_KEY_INDEX(le32_to_cpu(pw->req.mr_key));
+	u32 q = hash_64(chunk ^ (key << 32), ilog2(VRDMA_ODP_NR_WQ));
+
+	queue_work(dev->odp_wq[q], &pw->work);
+}
+
+int vrdma_odp_wq_init(struct vrdma_dev *dev)
+{
+	int i;
+
+	BUILD_BUG_ON(!is_power_of_2(VRDMA_ODP_NR_WQ));
+	for (i = 0; i < VRDMA_ODP_NR_WQ; i++) {
+		dev->odp_wq[i] = alloc_ordered_workqueue("vrdma_odp%d",
+							 WQ_MEM_RECLAIM, i);
+		if (!dev->odp_wq[i]) {
+			vrdma_odp_wq_destroy(dev);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* After the device was reset (no more page requests): waits for workers. */
+void vrdma_odp_wq_destroy(struct vrdma_dev *dev)
+{
+	int i;
+
+	for (i = 0; i < VRDMA_ODP_NR_WQ; i++) {
+		if (dev->odp_wq[i])
+			destroy_workqueue(dev->odp_wq[i]);
+		dev->odp_wq[i] = NULL;
+	}
+}
+
 void vrdma_pagereq_done(struct virtqueue *vq)
 {
 	struct vrdma_dev *dev = vq->vdev->priv;
@@ -521,13 +592,13 @@ void vrdma_pagereq_done(struct virtqueue *vq)
 	do {
 		virtqueue_disable_cb(vq);
 		while ((r = virtqueue_get_buf(vq, &len))) {
-			if (len >= sizeof(*r) && dev->odp_wq) {
+			if (len >= sizeof(*r) && dev->odp_wq[0]) {
 				pw = kmalloc(sizeof(*pw), GFP_ATOMIC);
 				if (pw) {
 					INIT_WORK(&pw->work, vrdma_pagereq_work);
 					pw->dev = dev;
 					pw->req = *r;
-					queue_work(dev->odp_wq, &pw->work);
+					vrdma_pagereq_queue(dev, pw);
 				} else {
 					dev_warn_ratelimited(&dev->vdev->dev,
 							     "page request dropped\n");

@@ -53,7 +53,8 @@ static int vrdma_qp_type(enum ib_qp_type type)
 	}
 }
 
-static void vrdma_destroy_qp_cmd(struct vrdma_dev *dev, u32 qpn)
+/* True if the device released the QP's rings (vrdma_released()). */
+static bool vrdma_destroy_qp_cmd(struct vrdma_dev *dev, u32 qpn)
 {
 	struct vrdma_handle req = { .handle = cpu_to_le32(qpn) };
 	int err;
@@ -62,6 +63,7 @@ static void vrdma_destroy_qp_cmd(struct vrdma_dev *dev, u32 qpn)
 			NULL, 0);
 	if (err && err != -EIO && err != -ETIMEDOUT)
 		dev_warn(&dev->vdev->dev, "DESTROY_QP %u: %d\n", qpn, err);
+	return vrdma_released(err);
 }
 
 static int vrdma_qp_user_resp(struct vrdma_qp *qp, struct ib_udata *udata)
@@ -97,7 +99,9 @@ static int vrdma_qp_user_resp(struct vrdma_qp *qp, struct ib_udata *udata)
 				min(udata->outlen, sizeof(uresp)));
 }
 
-static void vrdma_qp_free_rings(struct vrdma_dev *dev, struct vrdma_qp *qp)
+/* @released: the device no longer accesses the rings (else quarantined). */
+static void vrdma_qp_free_rings(struct vrdma_dev *dev, struct vrdma_qp *qp,
+				bool released)
 {
 	if (qp->sq_mmap)
 		rdma_user_mmap_entry_remove(qp->sq_mmap);
@@ -105,8 +109,8 @@ static void vrdma_qp_free_rings(struct vrdma_dev *dev, struct vrdma_qp *qp)
 		rdma_user_mmap_entry_remove(qp->rq_mmap);
 	qp->sq_mmap = NULL;
 	qp->rq_mmap = NULL;
-	vrdma_ring_free(dev, &qp->sq);
-	vrdma_ring_free(dev, &qp->rq);
+	vrdma_ring_retire(dev, &qp->sq, released);
+	vrdma_ring_retire(dev, &qp->rq, released);
 }
 
 int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
@@ -203,9 +207,12 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	err = vrdma_cmd(dev, VRDMA_CMD_CREATE_QP, &req, sizeof(req), pl,
 			(qp->sq.npages + qp->rq.npages) * sizeof(*pl), &resp,
 			sizeof(resp));
-	kvfree(pl);
-	if (err)
-		goto err_rings;
+	vrdma_cmd_tail_free(dev, pl, err);
+	if (err) {
+		/* After a timeout the device may yet create the QP. */
+		vrdma_qp_free_rings(dev, qp, !vrdma_cmd_unsettled(err));
+		return err;
+	}
 	qp->qpn = le32_to_cpu(resp.qpn);
 	ibqp->qp_num = qp->qpn;
 	if (init->qp_type == IB_QPT_GSI && qp->qpn != VRDMA_GSI_QPN)
@@ -231,9 +238,10 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 err_erase:
 	xa_erase_irq(&dev->qps, qp->qpn);
 err_destroy:
-	vrdma_destroy_qp_cmd(dev, qp->qpn);
+	vrdma_qp_free_rings(dev, qp, vrdma_destroy_qp_cmd(dev, qp->qpn));
+	return err;
 err_rings:
-	vrdma_qp_free_rings(dev, qp);
+	vrdma_qp_free_rings(dev, qp, true);
 	return err;
 }
 
@@ -241,12 +249,13 @@ int vrdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibqp->device);
 	struct vrdma_qp *qp = to_vqp(ibqp);
+	bool released;
 
-	vrdma_destroy_qp_cmd(dev, qp->qpn);
+	released = vrdma_destroy_qp_cmd(dev, qp->qpn);
 	xa_erase_irq(&dev->qps, qp->qpn);
 	vrdma_qp_put(qp);
 	wait_for_completion(&qp->free);
-	vrdma_qp_free_rings(dev, qp);
+	vrdma_qp_free_rings(dev, qp, released);
 	return 0;
 }
 

@@ -82,6 +82,19 @@ void vrdma_ring_free(struct vrdma_dev *dev, struct vrdma_ring *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/*
+ * Free @r if the device has let go of it (@released), else keep its pages
+ * until the device is reset (§14.1).
+ */
+void vrdma_ring_retire(struct vrdma_dev *dev, struct vrdma_ring *r,
+		       bool released)
+{
+	if (released)
+		vrdma_ring_free(dev, r);
+	else
+		vrdma_quarantine_ring(dev, r);
+}
+
 /* The page list the device gets: control page first (§4). */
 __le64 *vrdma_ring_page_list(struct vrdma_ring *r)
 {

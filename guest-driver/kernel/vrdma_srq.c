@@ -27,7 +27,8 @@ void vrdma_srq_put(struct vrdma_srq *srq)
 		complete(&srq->free);
 }
 
-static void vrdma_destroy_srq_cmd(struct vrdma_dev *dev, u32 srqn)
+/* True if the device released the SRQ's ring (vrdma_released()). */
+static bool vrdma_destroy_srq_cmd(struct vrdma_dev *dev, u32 srqn)
 {
 	struct vrdma_handle req = { .handle = cpu_to_le32(srqn) };
 	int err;
@@ -36,6 +37,7 @@ static void vrdma_destroy_srq_cmd(struct vrdma_dev *dev, u32 srqn)
 			NULL, 0);
 	if (err && err != -EIO && err != -ETIMEDOUT)
 		dev_warn(&dev->vdev->dev, "DESTROY_SRQ %u: %d\n", srqn, err);
+	return vrdma_released(err);
 }
 
 int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
@@ -88,9 +90,12 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	req.npages = cpu_to_le32(srq->ring.npages);
 	err = vrdma_cmd(dev, VRDMA_CMD_CREATE_SRQ, &req, sizeof(req), pl,
 			srq->ring.npages * sizeof(*pl), &resp, sizeof(resp));
-	kvfree(pl);
-	if (err)
-		goto err_ring;
+	vrdma_cmd_tail_free(dev, pl, err);
+	if (err) {
+		/* After a timeout the device may yet create the SRQ. */
+		vrdma_ring_retire(dev, &srq->ring, !vrdma_cmd_unsettled(err));
+		return err;
+	}
 	srq->srqn = le32_to_cpu(resp.handle);
 
 	err = xa_insert_irq(&dev->srqs, srq->srqn, srq, GFP_KERNEL);
@@ -126,7 +131,9 @@ err_mmap:
 err_erase:
 	xa_erase_irq(&dev->srqs, srq->srqn);
 err_destroy:
-	vrdma_destroy_srq_cmd(dev, srq->srqn);
+	vrdma_ring_retire(dev, &srq->ring,
+			  vrdma_destroy_srq_cmd(dev, srq->srqn));
+	return err;
 err_ring:
 	vrdma_ring_free(dev, &srq->ring);
 	return err;
@@ -174,14 +181,15 @@ int vrdma_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibsrq->device);
 	struct vrdma_srq *srq = to_vsrq(ibsrq);
+	bool released;
 
-	vrdma_destroy_srq_cmd(dev, srq->srqn);
+	released = vrdma_destroy_srq_cmd(dev, srq->srqn);
 	xa_erase_irq(&dev->srqs, srq->srqn);
 	vrdma_srq_put(srq);
 	wait_for_completion(&srq->free);
 	if (srq->mmap)
 		rdma_user_mmap_entry_remove(srq->mmap);
-	vrdma_ring_free(dev, &srq->ring);
+	vrdma_ring_retire(dev, &srq->ring, released);
 	return 0;
 }
 
