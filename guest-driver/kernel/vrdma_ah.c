@@ -17,7 +17,11 @@ void vrdma_fill_av(struct vrdma_av *av, const struct rdma_ah_attr *attr)
 
 	memset(av, 0, sizeof(*av));
 	memcpy(av->dgid, grh->dgid.raw, sizeof(av->dgid));
-	av->flow_label = cpu_to_le32(grh->flow_label);
+	/*
+	 * The flow label is 20 bits (§11.5); ULPs may pass all ones for "any"
+	 * (UCX does), which hardware drivers mask as well.
+	 */
+	av->flow_label = cpu_to_le32(grh->flow_label & IB_GRH_FLOWLABEL_MASK);
 	av->sgid_index = grh->sgid_index;
 	av->hop_limit = grh->hop_limit;
 	av->traffic_class = grh->traffic_class;
