@@ -8,9 +8,39 @@ root=$1
 SUITE=trixie
 MIRROR=http://deb.debian.org/debian
 INCLUDE=ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,iproute2,python3,python3-pyverbs,libibverbs1,librdmacm1t64,kmod,busybox,strace,procps,ethtool
+# Kernel RDMA users (ULPs) and their tools: NVMe-oF host and target, NFS over RDMA, fio.
+INCLUDE=$INCLUDE,nvme-cli,fio,nfs-kernel-server,nfs-common
 
 echo "debootstrap $SUITE minbase (+ $INCLUDE)" >&2
 debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$root" "$MIRROR"
+
+# MPI users: UCX (verbs transports) and Open MPI with mpi4py. Trixie's libucx0 depends on
+# ROCm (HIP, HSA: ~200 MB with LLVM) for its GPU transport module only; equivalent-free
+# stand-ins satisfy those dependencies, and UCX skips the module it cannot load.
+MPI_PKGS="openmpi-bin ucx-utils python3-mpi4py"
+ROCM_STANDINS="libamdhip64-5 libhsa-runtime64-1"
+standins=$(mktemp -d)
+for p in $ROCM_STANDINS; do
+	mkdir -p "$standins/$p/DEBIAN"
+	cat >"$standins/$p/DEBIAN/control" <<CTL
+Package: $p
+Version: 99:0-vrdma
+Architecture: amd64
+Maintainer: vrdma tests <vrdma@localhost>
+Description: stand-in without ROCm (vrdma guest image: no GPU)
+CTL
+	dpkg-deb --root-owner-group -b "$standins/$p" "$root/tmp/$p.deb" >/dev/null
+done
+rm -rf "$standins"
+chroot "$root" sh -c "dpkg -i /tmp/*.deb && rm /tmp/*.deb"
+echo "deb $MIRROR $SUITE main" >"$root/etc/apt/sources.list"
+chroot "$root" apt-get update -q
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $MPI_PKGS
+if chroot "$root" dpkg -l | grep -E '^ii +(libllvm|libamd-comgr|libhsakmt)'; then
+	echo "ROCm slipped into the guest image" >&2
+	exit 1
+fi
+chroot "$root" apt-get clean
 
 # pyverbs tests: keep them (ungzipped) before the docs go away
 tests_src="$root/usr/share/doc/rdma-core/tests"
