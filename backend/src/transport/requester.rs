@@ -593,7 +593,9 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
     }
 }
 
-/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks).
+/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks). ODP
+/// chunks are not faulted in here: `sge_copy` resolves each packet's bytes when it moves them,
+/// so an SGE larger than the resident budget makes progress (spec §12.6).
 fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     let access = if w.is_rd_atomic() {
         ACCESS_LOCAL_WRITE
@@ -602,7 +604,7 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     };
     for s in &w.sges {
         dev.mrs
-            .resolve_for(Some(ctx.qpn), s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+            .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
     }
     Ok(())
 }

@@ -550,16 +550,17 @@ impl Responder<'_, '_> {
                     if reth.dma_len == 0 {
                         return RespStep::Execute;
                     }
-                    // Validate the whole transfer at its first packet.
-                    match self.resolve(
+                    // Validate the whole transfer at its first packet, without faulting it
+                    // in: each packet resolves (and faults) only its own bytes, so a WRITE
+                    // larger than the resident budget makes progress (spec §12.6).
+                    if let Err(s) = self.check_whole(
                         dev,
                         reth.rkey,
                         reth.va,
                         reth.dma_len as u64,
                         ACCESS_REMOTE_WRITE,
                     ) {
-                        Ok(_) => {}
-                        Err(s) => return s,
+                        return s;
                     }
                     (reth.va, reth.rkey, n, ACCESS_REMOTE_WRITE)
                 } else {
@@ -576,7 +577,20 @@ impl Responder<'_, '_> {
                 if reth.dma_len == 0 {
                     return RespStep::Execute;
                 }
-                (reth.va, reth.rkey, reth.dma_len as u64, ACCESS_REMOTE_READ)
+                // The whole range is checked, only the first response packet is resolved (an
+                // ODP fault there is the RNR NAK of §12.4); `pump_replies` resolves the others
+                // one at a time, so a READ larger than the resident budget makes progress.
+                if let Err(s) = self.check_whole(
+                    dev,
+                    reth.rkey,
+                    reth.va,
+                    reth.dma_len as u64,
+                    ACCESS_REMOTE_READ,
+                ) {
+                    return s;
+                }
+                let first = (reth.dma_len as u64).min(self.ctx.mtu as u64);
+                (reth.va, reth.rkey, first, ACCESS_REMOTE_READ)
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let Some(a) = pkt.atomic else {
@@ -627,6 +641,20 @@ impl Responder<'_, '_> {
             }
             Err(s) => s,
         }
+    }
+
+    /// Check a whole RETH range (key, PD, access, bounds) without translating or faulting it.
+    fn check_whole(
+        &self,
+        dev: &Device,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), RespStep> {
+        dev.mrs
+            .check_access(rkey, self.ctx.pdn, va, len, access)
+            .map_err(|_| RespStep::ErrRkeyViolation)
     }
 
     /// Resolve an R_Key range; map failures to the responder error states (spec §10, §14).
