@@ -5,9 +5,12 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::odp::*;
 use common::*;
-use vrdma_backend::memory::odp::OdpConfig;
+use vrdma_backend::memory::odp::{OdpConfig, FAIL_HOLD};
+use vrdma_backend::memory::MrError;
 use vrdma_spec::*;
 
 const CH: u64 = 2 << 20;
@@ -133,4 +136,87 @@ fn write_64m_from_odp_lkey_with_4_chunk_budget_completes() {
         "{} faults for {nch} chunks: the WRITE thrashed",
         p.pa.faults.len()
     );
+}
+
+/// Accesses to thousands of fresh chunks (what a peer holding the rkey of an implicit ODP MR
+/// can send, one READ per chunk) keep the device's ODP state bounded: at most `max_requests`
+/// FAULT requests are outstanding and no chunk entry exists beyond them; the refused access
+/// faults (RNR at the responder) and its QP is resumed when a request ends.
+#[test]
+fn fresh_chunks_keep_odp_state_bounded() {
+    let cfg = OdpConfig::default();
+    let cap = cfg.max_requests;
+    let mut n = Node::new(1, 16, 9000);
+    enable_odp(&mut n, cfg);
+    let pd = n.create_pd();
+    let k = reg_odp(&mut n, pd, 0, 0, true);
+    let base = 0x1000_0000_0000u64;
+    let touched = 5 * cap as u64;
+    for i in 0..touched {
+        let r = n
+            .dev
+            .mrs
+            .resolve_for(Some(9), k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
+        assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
+    }
+    n.dev.mrs.odp_check_invariants().expect("ODP state");
+    assert_eq!(n.dev.mrs.odp_pending_requests(), cap);
+    assert_eq!(
+        n.dev.mrs.odp_chunk_count(),
+        cap,
+        "chunk entries beyond the requests"
+    );
+    let reqs = n.out.take_page_requests();
+    assert_eq!(reqs.len(), cap, "FAULT requests sent");
+    assert!(n.dev.mrs.take_resumed().is_empty());
+    // One request ends (answered with an error): the refused QP may try again.
+    let c = VrdmaCmdOdpPageResp {
+        req_id: reqs[0].req_id,
+        mr_key: k,
+        status: VRDMA_STATUS_ACCESS,
+        flags: 0,
+        iova: reqs[0].iova,
+        npages: 0,
+        reserved: 0,
+    };
+    n.cmd(VRDMA_CMD_ODP_PAGE_RESP, c.as_bytes())
+        .expect("page resp");
+    assert_eq!(n.dev.mrs.take_resumed(), vec![9]);
+    n.dev.mrs.odp_check_invariants().expect("ODP state");
+}
+
+/// Failed chunks do not stay forever: `FAIL_HOLD` after the failure they are gone.
+#[test]
+fn failed_chunks_expire() {
+    let mut n = Node::new(1, 16, 9000);
+    enable_odp(&mut n, OdpConfig::default());
+    let pd = n.create_pd();
+    let k = reg_odp(&mut n, pd, 0, 0, true);
+    let mut pager = Pager::default();
+    pager.status.insert(k, VRDMA_STATUS_BAD_ADDRESS);
+    let base = 0x2000_0000_0000u64;
+    const N: u64 = 300;
+    for i in 0..N {
+        let r = n
+            .dev
+            .mrs
+            .resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
+        assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
+    }
+    let t0 = Instant::now();
+    assert_eq!(pager.serve(&mut n), N as usize);
+    assert_eq!(n.dev.mrs.odp_chunk_count(), N as usize, "failed chunks");
+    let r = n.dev.mrs.resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
+    assert!(matches!(r, Err(MrError::OdpFailed { .. })), "{r:?}");
+    // The next ODP deadline is the expiry; after it nothing is left.
+    let next = n.dev.odp_tick(t0).expect("an expiry is due");
+    assert!(next <= Instant::now() + FAIL_HOLD);
+    n.dev
+        .odp_tick(Instant::now() + FAIL_HOLD + Duration::from_millis(1));
+    assert_eq!(
+        n.dev.mrs.odp_chunk_count(),
+        0,
+        "failed chunks left after FAIL_HOLD"
+    );
+    n.dev.mrs.odp_check_invariants().expect("ODP state");
 }

@@ -723,9 +723,13 @@ impl MrTable {
         Ok((mr, &mut self.odp, &self.mem))
     }
 
-    /// Mutable access to an MR by slot index (ODP bookkeeping).
-    pub(crate) fn mr_by_index_mut(&mut self, idx: u32) -> Option<&mut Mr> {
-        self.slots.get_mut(idx as usize).and_then(|s| s.mr.as_mut())
+    /// An MR by slot index together with the ODP state (ODP reclaim by LRU entry).
+    pub(crate) fn odp_parts_by_index(&mut self, idx: u32) -> Option<(&mut Mr, &mut OdpState)> {
+        let mr = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.mr.as_mut())?;
+        Some((mr, &mut self.odp))
     }
 
     /// The MR in slot `idx`, if any.

@@ -150,10 +150,8 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
         // Outside ERROR an RQ doorbell is a hint (spec §8): receives are read when a request
         // needs one. In ERROR nothing arrives, so the receives posted since the QP entered it
         // are flushed now (spec §13.3); ib_drain_rq() waits for exactly that flush.
-        ctx::abi::DB_RQ => {
-            if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) {
-                with_resp(dev, db.id, responder::flush);
-            }
+        ctx::abi::DB_RQ if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) => {
+            with_resp(dev, db.id, responder::flush);
         }
         // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
         ctx::abi::DB_CQ_ARM => {
