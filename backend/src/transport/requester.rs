@@ -68,6 +68,8 @@ pub struct RequesterState {
     pub stopped: bool,
     /// Deferred QP-level error to apply once the state is back in the QP (see `with_req`).
     pub fatal: Option<Fatal>,
+    /// Go-back-N rewinds (`restart`) since the QP was created or reset (tests, stats).
+    pub restarts: u64,
     /// Placeholder left in the QP while a transport function holds the real state.
     pub taken: bool,
     /// Congestion window in packets (0 = not initialised): additive increase per acknowledgement,
@@ -977,6 +979,7 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
 /// `una` (SEND/WRITE) or from the first missing response (READ). Later WQEs are resent from the
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
+    st.restarts += 1;
     let mtu = ctx.mtu as u64;
     // Everything before `una` was acknowledged: new WQEs must not reuse those PSNs (an ACK that
     // completes the WQE being resent leaves `psn` behind `una`).

@@ -45,7 +45,8 @@ pub struct ResponderState {
     pub write: Option<WriteCtx>,
     /// Responder resources: recent READ / atomic requests replayed on duplicates.
     pub resources: VecDeque<RdAtomicRes>,
-    /// READ responses still to send, oldest first (paced, see `pump_replies`).
+    /// Responses still to send, in PSN order: READ responses being paced (see `pump_replies`)
+    /// and the ACKs / atomic ACKs of later requests that must not overtake them.
     pub replies: VecDeque<ReadReply>,
     /// Packets received since the last ACK (ACK coalescing).
     pub unacked: u32,
@@ -109,9 +110,23 @@ pub struct WriteCtx {
     pub total: u64,
 }
 
-/// A READ being answered.
+/// What a queued response is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyKind {
+    /// READ response packets (an empty one for ATOMIC WRITE / FLUSH).
+    Read,
+    /// An ACK, RNR NAK or PSN sequence error NAK for `psn`, held behind earlier READ responses
+    /// (IBTA 9.7.5.1.1: responses in PSN order).
+    Ack(Aeth),
+    /// The atomic ACK for `psn`, held likewise.
+    AtomicAck { orig: u64 },
+}
+
+/// A response waiting in `ResponderState::replies`: a READ being answered, or an ACK queued
+/// behind one.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadReply {
+    pub kind: ReplyKind,
     /// PSN of the next response packet.
     pub psn: u32,
     pub va: u64,
@@ -159,6 +174,15 @@ impl ResponderState {
     }
 
     /// MODIFY_QP with `VRDMA_QP_RQ_PSN`.
+    /// Queued responses of READ / atomic / ATOMIC WRITE / FLUSH requests (plain ACKs queued
+    /// behind them hold no responder resource).
+    pub fn replies_holding_resources(&self) -> usize {
+        self.replies
+            .iter()
+            .filter(|r| !matches!(r.kind, ReplyKind::Ack(_)))
+            .count()
+    }
+
     pub fn set_rq_psn(&mut self, psn: u32) {
         self.epsn = psn & PSN_MASK;
     }
@@ -437,7 +461,7 @@ impl Responder<'_, '_> {
         // Spec §14.6: more READ/atomic/ATOMIC WRITE/FLUSH requests outstanding than
         // max_dest_rd_atomic (READ replies still queued) is an Invalid Request.
         if info.uses_responder_resource()
-            && st.replies.len() >= self.ctx.max_dest_rd_atomic.max(1) as usize
+            && st.replies_holding_resources() >= self.ctx.max_dest_rd_atomic.max(1) as usize
         {
             return RespStep::ErrInvalidRequest;
         }
@@ -778,6 +802,7 @@ impl Responder<'_, '_> {
         st.epsn = psn_add(psn, n);
         st.unacked = 0;
         st.replies.push_back(ReadReply {
+            kind: ReplyKind::Read,
             psn,
             va: reth.va,
             rkey: reth.rkey,
@@ -822,7 +847,7 @@ impl Responder<'_, '_> {
         st.msn = psn_add(st.msn, 1);
         st.epsn = psn_add(psn, 1);
         st.unacked = 0;
-        send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+        atomic_ack_in_order(dev, self.ctx, st, psn, orig);
         RespStep::Done
     }
 
@@ -938,7 +963,7 @@ impl Responder<'_, '_> {
         }
         st.unacked += 1;
         if self.pkt.bth.ack_req || st.unacked >= ACK_COALESCE {
-            send_ack(dev, self.ctx, Aeth::ack(st.msn), self.pkt.psn());
+            ack_in_order(dev, self.ctx, st, Aeth::ack(st.msn), self.pkt.psn());
             st.unacked = 0;
         }
         RespStep::Done
@@ -953,7 +978,8 @@ impl Responder<'_, '_> {
         let psn = self.pkt.psn();
         match self.pkt.op() {
             Operation::Send | Operation::Write if self.pkt.bth.ack_req => {
-                send_ack(dev, self.ctx, Aeth::ack(st.msn), psn_add(st.epsn, PSN_MASK));
+                let aeth = Aeth::ack(st.msn);
+                ack_in_order(dev, self.ctx, st, aeth, psn_add(st.epsn, PSN_MASK));
             }
             Operation::ReadRequest => {
                 let Some(reth) = self.pkt.reth else {
@@ -981,6 +1007,7 @@ impl Responder<'_, '_> {
                 // reply still queued is obsolete: answer the re-request instead.
                 st.replies.clear();
                 st.replies.push_back(ReadReply {
+                    kind: ReplyKind::Read,
                     psn,
                     va: reth.va,
                     rkey,
@@ -997,7 +1024,7 @@ impl Responder<'_, '_> {
                     .find(|r| r.first_psn == psn)
                     .map(|r| r.kind)
                 {
-                    send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+                    atomic_ack_in_order(dev, self.ctx, st, psn, orig);
                 }
             }
             // Replayed from the resource cache, never executed twice (a later WRITE may have
@@ -1022,7 +1049,11 @@ impl Responder<'_, '_> {
         // IBTA 9.7.5.2: one PSN sequence error NAK per gap, carrying the expected PSN.
         if !st.seq_nak_sent {
             st.seq_nak_sent = true;
-            self.nak(dev, st, NakCode::PsnSequenceError, st.epsn);
+            let aeth = Aeth {
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                msn: st.msn,
+            };
+            ack_in_order(dev, self.ctx, st, aeth, st.epsn);
         }
         RespStep::Done
     }
@@ -1036,7 +1067,7 @@ impl Responder<'_, '_> {
                 },
                 msn: st.msn,
             };
-            send_ack(dev, self.ctx, aeth, self.pkt.psn());
+            ack_in_order(dev, self.ctx, st, aeth, self.pkt.psn());
         } else {
             self.uc_abort(st);
         }
@@ -1137,6 +1168,7 @@ fn flush_access(placement: u8) -> Option<u32> {
 /// Queue the zero-length RDMA READ RESPONSE ONLY for `psn` and send what the pacing allows.
 fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32) {
     st.replies.push_back(ReadReply {
+        kind: ReplyKind::Read,
         psn,
         va: 0,
         rkey: 0,
@@ -1150,6 +1182,55 @@ fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderSt
 /// Take a receive WQE from the RQ or the SRQ.
 fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
     ctx::recv_take(dev, ctx).map_err(|f| f.0)
+}
+
+/// Send a non-fatal ACK / RNR NAK / PSN sequence error NAK in PSN order: at once if nothing is
+/// queued, else behind the queued READ responses (IBTA 9.7.5.1.1), where `pump_replies` sends
+/// it when the queue drains past it. Any such response covers every earlier PSN, so a newer one
+/// replaces an ACK still waiting at the tail (the queue stays bounded by the responder
+/// resources). Fatal NAKs are sent at once: the QP goes to ERROR and drops the queue.
+fn ack_in_order(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Aeth, psn: u32) {
+    if st.replies.is_empty() {
+        send_ack(dev, ctx, aeth, psn);
+        return;
+    }
+    let r = ReadReply {
+        kind: ReplyKind::Ack(aeth),
+        psn,
+        va: 0,
+        rkey: 0,
+        remaining: 0,
+        first: true,
+        msn: aeth.msn,
+    };
+    match st.replies.back_mut() {
+        Some(b) if matches!(b.kind, ReplyKind::Ack(_)) => *b = r,
+        _ => st.replies.push_back(r),
+    }
+}
+
+/// The atomic ACK for `psn`, in PSN order like [`ack_in_order`] (never merged: it carries the
+/// original value). The atomic has already been executed.
+fn atomic_ack_in_order(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut ResponderState,
+    psn: u32,
+    orig: u64,
+) {
+    if st.replies.is_empty() {
+        send_atomic_ack(dev, ctx, st.msn, psn, orig);
+        return;
+    }
+    st.replies.push_back(ReadReply {
+        kind: ReplyKind::AtomicAck { orig },
+        psn,
+        va: 0,
+        rkey: 0,
+        remaining: 0,
+        first: true,
+        msn: st.msn,
+    });
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
@@ -1225,6 +1306,24 @@ pub(crate) fn pump_replies(
         let Some(r) = st.replies.front_mut() else {
             break;
         };
+        // An ACK queued behind READ responses: they are all sent, so it may go now.
+        match r.kind {
+            ReplyKind::Read => {}
+            ReplyKind::Ack(aeth) => {
+                let psn = r.psn;
+                st.replies.pop_front();
+                send_ack(dev, ctx, aeth, psn);
+                budget -= 1;
+                continue;
+            }
+            ReplyKind::AtomicAck { orig } => {
+                let (psn, msn) = (r.psn, r.msn);
+                st.replies.pop_front();
+                send_atomic_ack(dev, ctx, msn, psn, orig);
+                budget -= 1;
+                continue;
+            }
+        }
         let n = r.remaining.min(mtu);
         let last = r.remaining <= mtu;
         let pos = match (r.first, last) {
