@@ -1466,6 +1466,12 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         buf.extend_from_slice(pkt.payload);
         match sge_copy(dev, None, ctx.pdn, &w.sges, 0, &mut buf, true) {
             Ok(()) => cqe.byte_len = total as u32,
+            // Spec §14.6: an ODP chunk that is not resident drops the datagram (UD has no RNR);
+            // the chunk is being faulted in and the WQE stays the head for the next datagram.
+            Err(SgeError::Fault { .. }) => {
+                st.recv = Some(w);
+                return;
+            }
             Err(SgeError::Len) => cqe.status = WC_LOC_LEN_ERR,
             Err(_) => cqe.status = WC_LOC_PROT_ERR,
         }
