@@ -80,3 +80,52 @@ fn ud_receive_on_odp_fault_is_dropped() {
     assert_eq!(b.qp_state(qb.qpn), VRDMA_QPS_RTS);
     assert_eq!(a.poll_cq(&mut cqa).len(), 2);
 }
+
+/// An RDMA READ of more than 2^22 response packets (path MTU 256, > 1 GiB) would span enough of
+/// the 24-bit PSN space to break signed PSN comparisons: it completes with LOC_LEN_ERR before
+/// anything is sent (spec §14.3). One of exactly 2^22 packets is accepted (it fails later, on its
+/// SGE, which is smaller than the READ).
+#[test]
+fn read_spanning_too_many_psns_is_a_length_error() {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, _cqb) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    // Path MTU 256 (code 1).
+    connect(&mut a, &qa, &mut b, &qb, 1, 14, 7, 7);
+    let la = a.alloc(4096);
+    let ka = a.reg_mr(pda, la, 4096, ACC_ALL);
+    for (wr_id, len) in [(1u64, (1u32 << 30) + 256), (2, 1 << 30)] {
+        a.post_send(
+            &mut qa,
+            &Wqe {
+                wr_id,
+                opcode: VRDMA_WR_RDMA_READ,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(la, len, ka)],
+                remote_addr: 0x10000,
+                rkey: 0x100,
+                ..Default::default()
+            },
+        );
+        let c = a.poll_cq(&mut cqa);
+        assert_eq!(c.len(), 1, "READ {wr_id} completes at once");
+        let want = if wr_id == 1 {
+            VRDMA_WC_LOC_LEN_ERR
+        } else {
+            VRDMA_WC_LOC_PROT_ERR
+        };
+        assert_eq!((c[0].wr_id, c[0].status), (wr_id, want));
+        assert!(a.dev.outbox.is_empty(), "nothing sent");
+        if wr_id == 1 {
+            // The QP went to ERROR; start again for the boundary case.
+            qa = a.create_qp(QpSpec::rc(pda, ca));
+            let qb2 = b.create_qp(QpSpec::rc(pdb, cb));
+            connect(&mut a, &qa, &mut b, &qb2, 1, 14, 7, 7);
+        }
+    }
+}

@@ -31,6 +31,11 @@ const MAX_FETCHED: usize = 512;
 const ACK_EVERY: u32 = 32;
 /// Size of the send WQE header (spec §6.1).
 const WQE_HDR: usize = 64;
+/// Most response packets (PSNs) one RDMA READ may take (spec §14.3). PSN comparisons are signed
+/// over 2^24 (IBTA 9.7.1), so everything outstanding must span less than 2^23 PSNs; a READ is
+/// sent only inside the send window (128 PSNs), so a quarter of the space per READ keeps every
+/// comparison exact. Reached only at path MTU 256 by a READ of more than 1 GiB.
+pub const MAX_READ_PSNS: u32 = 1 << 22;
 /// Size of one SGE.
 const SGE_SIZE: usize = 16;
 
@@ -684,6 +689,10 @@ pub(crate) fn sge_copy(
 fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, max_rd: u32) -> bool {
     let mtu = ctx.mtu;
     if st.wqes[i].state == WqeState::Pending && st.wqes[i].offset == 0 {
+        if st.wqes[i].is_read() && st.wqes[i].npkts(mtu) > MAX_READ_PSNS {
+            st.wqes[i].finish(WC_LOC_LEN_ERR, true);
+            return true;
+        }
         if !st.wqes[i].validated {
             match validate(dev, ctx, &st.wqes[i]) {
                 Ok(()) => st.wqes[i].validated = true,
