@@ -11,6 +11,7 @@ use common::odp::*;
 use common::*;
 use vrdma_backend::memory::odp::{OdpConfig, FAIL_HOLD};
 use vrdma_backend::memory::MrError;
+use vrdma_backend::transport;
 use vrdma_spec::*;
 
 const CH: u64 = 2 << 20;
@@ -219,4 +220,74 @@ fn failed_chunks_expire() {
         "failed chunks left after FAIL_HOLD"
     );
     n.dev.mrs.odp_check_invariants().expect("ODP state");
+}
+
+/// A READ whose responses reach a chunk that is not resident holds them back without keeping
+/// the engine busy: the responder's timers report nothing due while it waits, and the answer to
+/// the page request resumes the responses where they stopped.
+#[test]
+fn read_waiting_for_a_fault_does_not_spin() {
+    const LEN: u64 = 2 * CH;
+    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
+    let dst = p.a.alloc(LEN);
+    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
+    let va = 0x7400_0000_0000u64;
+    let back = p.b.alloc(LEN);
+    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
+    p.pb.maps.push(Map {
+        key: kb,
+        va,
+        gpa: back,
+        len: LEN,
+    });
+    let data = pattern(67, LEN as usize);
+    p.b.write(back, &data);
+    p.post(
+        0,
+        &rdma(1, VRDMA_WR_RDMA_READ, (dst, LEN as u32, ka), va, kb),
+    );
+    // The first chunk is answered (RNR, retry); the second one's FAULT is left unanswered.
+    let mut steps = 0;
+    while p.pb.faults.is_empty() {
+        p.step();
+        steps += 1;
+        assert!(steps < 1000, "no first fault");
+    }
+    p.pb.silent.push(kb);
+    while p.pb.faults.len() < 2 {
+        p.step();
+        steps += 1;
+        assert!(steps < 2000, "the READ never reached the second chunk");
+    }
+    for _ in 0..5 {
+        p.step();
+    }
+    let now = p.vt;
+    let next = transport::on_tick(&mut p.b.dev, now);
+    assert!(
+        next.is_none_or(|d| d > now),
+        "the responder wants a tick right away while it waits for a fault"
+    );
+    // Answer the second chunk's FAULT: the READ completes.
+    let r = p.pb.faults[1];
+    let pages: Vec<u64> = (0..r.length / 4096)
+        .map(|i| back + (r.iova - va) + i * 4096)
+        .collect();
+    let c = VrdmaCmdOdpPageResp {
+        req_id: r.req_id,
+        mr_key: kb,
+        status: VRDMA_STATUS_OK,
+        flags: VRDMA_ODP_RESP_F_WRITABLE,
+        iova: r.iova,
+        npages: pages.len() as u32,
+        reserved: 0,
+    };
+    let mut b = c.as_bytes().to_vec();
+    for pg in &pages {
+        b.extend_from_slice(&pg.to_le_bytes());
+    }
+    p.b.cmd(VRDMA_CMD_ODP_PAGE_RESP, &b).expect("page resp");
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
 }

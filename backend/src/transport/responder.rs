@@ -1290,7 +1290,9 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
 }
 
 /// Send up to `budget` READ response packets (IBTA 9.7.4.1.4: one per MTU, FIRST/MIDDLE/LAST or
-/// ONLY, AETH on FIRST/LAST/ONLY). Returns true while replies remain queued.
+/// ONLY, AETH on FIRST/LAST/ONLY). Returns true when the budget ran out with replies still
+/// queued (call again soon); false when the queue is empty or waits for an ODP fault, whose end
+/// resumes the QP (`transport::resume_odp`), so a waiting READ costs no timer spin.
 pub(crate) fn pump_replies(
     dev: &mut Device,
     ctx: &QpCtx,
@@ -1337,10 +1339,14 @@ pub(crate) fn pump_replies(
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            let ok = match dev
-                .mrs
-                .resolve(r.rkey, ctx.pdn, r.va, n, ACCESS_REMOTE_READ)
-            {
+            let ok = match dev.mrs.resolve_for(
+                Some(ctx.qpn),
+                r.rkey,
+                ctx.pdn,
+                r.va,
+                n,
+                ACCESS_REMOTE_READ,
+            ) {
                 Ok(ranges) => {
                     let mut p = 0usize;
                     let mut ok = true;
@@ -1360,8 +1366,9 @@ pub(crate) fn pump_replies(
                     }
                     ok
                 }
-                // Not resident any more: try again on the next tick (the fault is in flight).
-                Err(MrError::Fault { .. }) => return true,
+                // Not resident (yet, or any more): the fault is in flight and its end resumes
+                // this QP; the responses continue from here, in PSN order (spec §12.4).
+                Err(MrError::Fault { .. }) => return false,
                 Err(_) => false,
             };
             if !ok {
@@ -1402,7 +1409,7 @@ pub(crate) fn pump_replies(
             ctx::send_frame(dev, f);
         }
     }
-    !st.replies.is_empty()
+    budget == 0 && !st.replies.is_empty()
 }
 
 /// UD / GSI receive (IBTA 9.8, 10.2; spec §6.2): Q_Key check, GRH area, one-packet message.
