@@ -8,7 +8,10 @@
 //! filled by `fast_register`, emptied by `local_invalidate`), explicit ODP MR and implicit ODP MR
 //! (translated per chunk on demand, see `odp.rs`).
 //!
-//! [`MrTable::resolve`] is what the transport calls for every SGE / RETH / AtomicETH.
+//! The transport checks a whole SGE / RETH range with [`MrTable::check_access`] (no ODP faults)
+//! and translates with [`MrTable::resolve`] / [`MrTable::resolve_for`] only the bytes of the
+//! packet it is moving, so an ODP transfer larger than the resident budget progresses chunk by
+//! chunk (spec §12.4).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

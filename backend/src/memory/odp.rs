@@ -39,6 +39,9 @@
 //! never keeps a translation across lock releases, so when ODP_INVALIDATE is executed no access to
 //! the range is in flight and the command completes immediately. Transport rule that makes this
 //! true: resolve again for every packet / WQE step; never cache a `GuestRange` across calls.
+//! Whole SGE / RETH ranges are checked with `MrTable::check_access`, which never faults: only the
+//! bytes a packet moves are resolved, so a transfer larger than the budget does not evict its own
+//! chunks forever.
 //!
 //! ADVISE_MR: PREFETCH / PREFETCH_WRITE send fault requests for every non-resident chunk of the
 //! range (at most `max_resident` chunks); PREFETCH_NO_FAULT does nothing (the device cannot map
@@ -213,12 +216,14 @@ fn page_span(s: u64, e: u64) -> (u64, u64) {
 
 impl OdpState {
     /// Budgets below 2 chunks are raised to 2 (one packet may span two chunks); the chunk shift
-    /// is clamped to 12..=30.
+    /// is clamped to 12..=30, `max_requests` to at least 1, the timeout to at most an hour.
     pub fn new(mut config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
         config.max_resident = config.max_resident.max(2);
         config.max_resident_per_mr = config.max_resident_per_mr.max(2);
         config.chunk_shift = config.chunk_shift.clamp(12, 30);
         config.max_requests = config.max_requests.max(1);
+        // Deadlines are `Instant + timeout`: keep the sum far from overflowing.
+        config.timeout = config.timeout.min(Duration::from_secs(3600));
         OdpState {
             config,
             out,
@@ -408,9 +413,11 @@ impl OdpState {
         }
     }
 
-    /// Chunk `c` of MR `key` fails with `status` (replacing whatever it was, except resident).
+    /// Chunk `c` of MR `key` fails with `status`, replacing whatever it was (the counters and
+    /// maps of a resident or failed chunk follow).
     fn set_failed(&mut self, o: &mut OdpMr, key: u32, c: u64, status: u32, now: Instant) {
         self.remove_failed(o, key, c);
+        self.remove_resident(o, c);
         o.chunks.insert(c, Chunk::Failed { status, at: now });
         self.failed.insert((now + FAIL_HOLD, key, c));
     }
