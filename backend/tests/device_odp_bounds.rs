@@ -291,3 +291,56 @@ fn read_waiting_for_a_fault_does_not_spin() {
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
     assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
 }
+
+/// The same through the wire: a peer sends thousands of READ requests (valid ICRC, the expected
+/// PSN: an RNR NAK keeps it) for fresh chunks of an implicit ODP MR. Every one is RNR-NAKed, and
+/// the responder's ODP state stays at the request cap.
+#[test]
+fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
+    use vrdma_backend::wire::{Bth, ExtHeaders, Opcode, PacketBuilder, Reth, RocePacket, Syndrome};
+    let cap = OdpConfig::default().max_requests;
+    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
+    let dst = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, dst, 4096, ACC_ALL);
+    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let base = 0x3000_0000_0000u64;
+    p.post(0, &rdma(1, VRDMA_WR_RDMA_READ, (dst, 64, ka), base, kb));
+    let good = p.a.dev.outbox.remove(0);
+    let parsed = RocePacket::parse(&good).expect("READ request parses");
+    assert_eq!(parsed.bth.opcode, Opcode::RcReadRequest);
+    let (qpn, psn) = (parsed.bth.dest_qp, parsed.bth.psn);
+    let n = 5 * cap as u64;
+    for i in 0..n {
+        let mut b = PacketBuilder::new(parsed.addr, Bth::new(Opcode::RcReadRequest, qpn, psn));
+        b.ext = ExtHeaders {
+            reth: Some(Reth {
+                va: base + i * CH,
+                rkey: kb,
+                dma_len: 64,
+            }),
+            ..Default::default()
+        };
+        let mut f = Vec::new();
+        b.build(&[], &mut f).expect("build");
+        transport::on_frame(&mut p.b.dev, &f);
+    }
+    let replies = std::mem::take(&mut p.b.dev.outbox);
+    assert_eq!(replies.len(), n as usize, "one reply per request");
+    for f in &replies {
+        let r = RocePacket::parse(f).expect("reply parses");
+        let rnr = r
+            .ext
+            .aeth
+            .is_some_and(|a| matches!(a.syndrome, Syndrome::RnrNak { .. }));
+        assert!(
+            rnr && r.bth.psn == psn,
+            "not an RNR NAK for the PSN: {:?}",
+            r.bth
+        );
+    }
+    p.b.dev.mrs.odp_check_invariants().expect("ODP state");
+    assert_eq!(p.b.dev.mrs.odp_pending_requests(), cap);
+    assert_eq!(p.b.dev.mrs.odp_chunk_count(), cap);
+    assert_eq!(p.b.out.take_page_requests().len(), cap);
+    assert_eq!(p.b.qp_state(p.conns[0].qb.qpn), VRDMA_QPS_RTS);
+}
