@@ -9,7 +9,10 @@
 //! filled by `fast_register`, emptied by `local_invalidate`), explicit ODP MR and implicit ODP MR
 //! (translated per chunk on demand, see `odp.rs`).
 //!
-//! [`MrTable::resolve`] is what the transport calls for every SGE / RETH / AtomicETH.
+//! The transport checks a whole SGE / RETH range with [`MrTable::check_access`] (no ODP faults)
+//! and translates with [`MrTable::resolve`] / [`MrTable::resolve_for`] only the bytes of the
+//! packet it is moving, so an ODP transfer larger than the resident budget progresses chunk by
+//! chunk (spec §12.4).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -786,9 +789,13 @@ impl MrTable {
         Ok((mr, &mut self.odp, &self.mem))
     }
 
-    /// Mutable access to an MR by slot index (ODP bookkeeping).
-    pub(crate) fn mr_by_index_mut(&mut self, idx: u32) -> Option<&mut Mr> {
-        self.slots.get_mut(idx as usize).and_then(|s| s.mr.as_mut())
+    /// An MR by slot index together with the ODP state (ODP reclaim by LRU entry).
+    pub(crate) fn odp_parts_by_index(&mut self, idx: u32) -> Option<(&mut Mr, &mut OdpState)> {
+        let mr = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.mr.as_mut())?;
+        Some((mr, &mut self.odp))
     }
 
     /// The MR in slot `idx`, if any.

@@ -233,12 +233,18 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     timers::on_tick(dev, now)
 }
 
-/// QPs whose requester waited for an ODP page request continue (spec §10).
+/// QPs that waited for an ODP page request continue (spec §10): the requester, and READ
+/// responses the responder held back on a fault (`responder::pump_replies`).
 pub fn resume_odp(dev: &mut Device, now: Instant) {
     for qpn in dev.mrs.take_resumed() {
         with_req(dev, qpn, |dev, c, st| {
             st.odp_wait = None;
             requester::process(dev, c, st, now);
+        });
+        with_resp(dev, qpn, |dev, c, st| {
+            if !st.replies.is_empty() {
+                responder::pump_replies(dev, c, st, responder::READ_BURST);
+            }
         });
     }
 }

@@ -31,6 +31,11 @@ const MAX_FETCHED: usize = 512;
 const ACK_EVERY: u32 = 32;
 /// Size of the send WQE header (spec §6.1).
 const WQE_HDR: usize = 64;
+/// Most response packets (PSNs) one RDMA READ may take (spec §14.3). PSN comparisons are signed
+/// over 2^24 (IBTA 9.7.1), so everything outstanding must span less than 2^23 PSNs; a READ is
+/// sent only inside the send window (128 PSNs), so a quarter of the space per READ keeps every
+/// comparison exact. Reached only at path MTU 256 by a READ of more than 1 GiB.
+pub const MAX_READ_PSNS: u32 = 1 << 22;
 /// Size of one SGE.
 const SGE_SIZE: usize = 16;
 
@@ -68,6 +73,8 @@ pub struct RequesterState {
     pub stopped: bool,
     /// Deferred QP-level error to apply once the state is back in the QP (see `with_req`).
     pub fatal: Option<Fatal>,
+    /// Go-back-N rewinds (`restart`) since the QP was created or reset (tests, stats).
+    pub restarts: u64,
     /// Placeholder left in the QP while a transport function holds the real state.
     pub taken: bool,
     /// Congestion window in packets (0 = not initialised): additive increase per acknowledgement,
@@ -593,7 +600,9 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
     }
 }
 
-/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks).
+/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks). ODP
+/// chunks are not faulted in here: `sge_copy` resolves each packet's bytes when it moves them,
+/// so an SGE larger than the resident budget makes progress (spec §12.6).
 fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     let access = if w.is_rd_atomic() {
         ACCESS_LOCAL_WRITE
@@ -602,7 +611,7 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     };
     for s in &w.sges {
         dev.mrs
-            .resolve_for(Some(ctx.qpn), s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+            .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
     }
     Ok(())
 }
@@ -680,6 +689,10 @@ pub(crate) fn sge_copy(
 fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, max_rd: u32) -> bool {
     let mtu = ctx.mtu;
     if st.wqes[i].state == WqeState::Pending && st.wqes[i].offset == 0 {
+        if st.wqes[i].is_read() && st.wqes[i].npkts(mtu) > MAX_READ_PSNS {
+            st.wqes[i].finish(WC_LOC_LEN_ERR, true);
+            return true;
+        }
         if !st.wqes[i].validated {
             match validate(dev, ctx, &st.wqes[i]) {
                 Ok(()) => st.wqes[i].validated = true,
@@ -975,6 +988,7 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
 /// `una` (SEND/WRITE) or from the first missing response (READ). Later WQEs are resent from the
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
+    st.restarts += 1;
     let mtu = ctx.mtu as u64;
     // Everything before `una` was acknowledged: new WQEs must not reuse those PSNs (an ACK that
     // completes the WQE being resent leaves `psn` behind `una`).
