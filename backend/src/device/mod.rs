@@ -62,6 +62,8 @@ pub struct Device {
     pub qps: QpTable,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
+    /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
+    pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
     pub flush_hook: Option<FlushHook>,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
@@ -89,6 +91,7 @@ impl Device {
             mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone()),
             qps: QpTable::new(config.max_qp),
             outbox: Vec::new(),
+            port_stats: Arc::default(),
             flush_hook: None,
             needs_reset: false,
             config,

@@ -150,10 +150,8 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
         // Outside ERROR an RQ doorbell is a hint (spec §8): receives are read when a request
         // needs one. In ERROR nothing arrives, so the receives posted since the QP entered it
         // are flushed now (spec §13.3); ib_drain_rq() waits for exactly that flush.
-        ctx::abi::DB_RQ => {
-            if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) {
-                with_resp(dev, db.id, responder::flush);
-            }
+        ctx::abi::DB_RQ if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) => {
+            with_resp(dev, db.id, responder::flush);
         }
         // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
         ctx::abi::DB_CQ_ARM => {
@@ -168,11 +166,15 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
 
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
+    use crate::stats::bump;
     let Some(pkt) = packet::parse(frame) else {
-        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2)
+        // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
+        bump(&dev.port_stats.drop_malformed);
+        return;
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
+        bump(&dev.port_stats.drop_unknown_qp);
         return;
     };
     // The opcode's transport must match the QP's service type (IBTA 9.6): otherwise drop.
@@ -182,23 +184,28 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
         Transport::Uc => c.is_uc(),
         Transport::Ud => c.is_ud(),
     };
-    if !ok {
+    let accepted = ok
+        && if pkt.info.is_response() {
+            c.can_send() || c.state == ctx::QPS_SQE
+        } else {
+            c.can_receive()
+        };
+    if !accepted {
+        bump(&dev.port_stats.drop_qp_state);
         return;
+    }
+    if let Some(s) = ctx::qp_stats(dev, qpn) {
+        s.rx_packets += 1;
+        s.rx_bytes += frame.len() as u64;
     }
     let now = Instant::now();
     if pkt.info.is_response() {
-        if !c.can_send() && c.state != ctx::QPS_SQE {
-            return;
-        }
         with_req(dev, qpn, |dev, c, st| {
             completer::on_response(dev, c, st, &pkt, now);
             // Acknowledgements open the window / complete WQEs: continue sending and retire.
             requester::process(dev, c, st, now);
         });
     } else {
-        if !c.can_receive() {
-            return;
-        }
         with_resp(dev, qpn, |dev, c, st| {
             responder::on_request(dev, c, st, &pkt)
         });

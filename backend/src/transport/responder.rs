@@ -994,6 +994,9 @@ impl Responder<'_, '_> {
         // IBTA 9.7.5.2: one PSN sequence error NAK per gap, carrying the expected PSN.
         if !st.seq_nak_sent {
             st.seq_nak_sent = true;
+            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+                s.seq_naks_tx += 1;
+            }
             self.nak(dev, st, NakCode::PsnSequenceError, st.epsn);
         }
         RespStep::Done
@@ -1001,6 +1004,9 @@ impl Responder<'_, '_> {
 
     fn err_rnr(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
         if self.ctx.is_rc() {
+            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+                s.rnr_naks_tx += 1;
+            }
             // IBTA 9.7.5.2.8: RNR NAK with our min_rnr_timer; the requester resends this PSN.
             let aeth = Aeth {
                 syndrome: Syndrome::RnrNak {
@@ -1145,7 +1151,7 @@ pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
         &hdrs,
         &[],
     ) {
-        ctx::send_frame(dev, f);
+        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 
@@ -1176,7 +1182,7 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
         &hdrs,
         &[],
     ) {
-        ctx::send_frame(dev, f);
+        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 
@@ -1272,7 +1278,7 @@ pub(crate) fn pump_replies(
             &hdrs,
             &buf,
         ) {
-            ctx::send_frame(dev, f);
+            ctx::send_frame(dev, ctx.qpn, f, false);
         }
     }
     !st.replies.is_empty()
