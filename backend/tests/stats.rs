@@ -403,3 +403,48 @@ fn daemon_serves_stats_next_to_its_socket() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("vrdma0.sock.stats"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn daemon_without_room_for_the_stats_socket_still_serves() {
+    let dir = tmpdir("long");
+    // 104 bytes: a valid vhost-user socket path whose ".stats" sibling passes the 107-byte limit.
+    let base = dir.to_str().unwrap().len() + 1;
+    assert!(base < 90, "temp dir too long for this test");
+    let sock = dir.join(format!("{}.sock", "v".repeat(104 - base - 5)));
+    assert_eq!(sock.as_os_str().len(), 104);
+    let log = dir.join("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
+        .args([
+            "--socket-path",
+            sock.to_str().unwrap(),
+            "--mac",
+            "52:54:00:00:00:08",
+        ])
+        .args(["--log-file", log.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !sock.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no vhost-user socket"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // "listening on" is logged after the stats socket was tried.
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("listening on")) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no log line");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let alive = child.try_wait().unwrap().is_none();
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(alive && st.success(), "{text}");
+    assert!(text.contains("no counters socket"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

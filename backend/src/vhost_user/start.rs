@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use log::info;
+use log::{info, warn};
 use thiserror::Error;
 use vhost::vhost_user::Listener;
 
@@ -13,7 +13,7 @@ use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::Config;
 use crate::device::{Device, DeviceConfig};
 use crate::guest::GuestMem;
-use crate::stats::{device_label, stats_socket_path, Metered, StatsError, StatsServer};
+use crate::stats::{device_label, stats_socket_path, Metered, StatsServer};
 use crate::transport::engine::{Engine, EngineError};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
 
@@ -30,8 +30,6 @@ pub enum StartError {
     Daemon(#[from] DaemonError),
     #[error("--pcap: {0}")]
     Pcap(#[from] PcapError),
-    #[error("stats socket: {0}")]
-    Stats(#[from] StatsError),
 }
 
 /// Open the uplink of `config`: the `--pcap` capture right on the uplink (so it records what is
@@ -133,13 +131,23 @@ pub fn start_backend(config: Config) -> Result<(), StartError> {
         parts,
         engine,
     } = prepare(&config)?;
+    // The counters are for operators: a daemon that cannot offer them still serves the guest
+    // (e.g. a --socket-path whose ".stats" sibling passes the 107-byte unix path limit).
     let stats_path = stats_socket_path(&config.socket_path);
-    let stats = StatsServer::start(
+    let stats = match StatsServer::start(
         &stats_path,
         parts.device.clone(),
         device_label(&config.socket_path),
-    )?;
-    info!("counters on {}", stats_path.display());
+    ) {
+        Ok(s) => {
+            info!("counters on {}", stats_path.display());
+            Some(s)
+        }
+        Err(e) => {
+            warn!("no counters socket: {e}");
+            None
+        }
+    };
     info!(
         "listening on {} (mac {}, mtu {}, odp {})",
         config.socket_path.display(),
