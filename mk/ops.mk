@@ -2,7 +2,8 @@
 # checked by Wireshark's dissector, and the Debian package. Owned by the ops engineer.
 #
 #   make ops-deps       install what the checks need when its command is missing (a HOST_DEPS_STEP)
-#   make systemd-check  systemd-analyze verify + offline security score of vrdma-backend@.service
+#   make systemd-check  systemd-analyze verify + offline security score of vrdma-backend@.service,
+#                       and every system call of the daemon (strace) allowed by its SystemCallFilter
 #   make libvirt-check  virt-xml-validate of packaging/libvirt/vrdma-guest.xml
 #   make pcap-check     the uplink_pcap test with tshark required (never skips)
 #   make deb            $(RESULTS)/vrdma-backend_<version>_<arch>.deb (dpkg-deb, no network)
@@ -27,7 +28,7 @@ CHECK_STEPS += systemd-check libvirt-check pcap-check deb-check
 ops-deps: ops-deps-systemd ops-deps-libvirt ops-deps-tshark ops-deps-deb
 
 ops-deps-systemd:
-	@$(OPS_INSTALL) systemd-analyze=systemd
+	@$(OPS_INSTALL) systemd-analyze=systemd strace=strace
 
 # virt-xml-validate runs xmllint, which libvirt-clients only recommends.
 ops-deps-libvirt:
@@ -42,8 +43,13 @@ ops-deps-deb:
 ops-bin:
 	cd "$(TOP)" && $(CARGO) build -p vrdma-backend --bin vrdma-backend
 
+# The test executables traced next to the daemon: guest memory, vrings and TAP paths.
+OPS_TRACED_TESTS := vhost_user_device uplink_tap
+
 systemd-check: ops-deps-systemd ops-bin
 	"$(PACKAGING)/check-systemd.sh" "$(OPS_BIN)"
+	CARGO=$(CARGO) "$(PACKAGING)/check-syscalls.py" "$(PACKAGING)/systemd/vrdma-backend@.service" \
+		"$(OPS_BIN)" $(OPS_TRACED_TESTS)
 
 libvirt-check: ops-deps-libvirt
 	"$(PACKAGING)/check-libvirt.sh"
