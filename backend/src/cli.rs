@@ -69,6 +69,10 @@ pub enum CliError {
 /// a time and keeps listening for the next one after a disconnect (each connection starts with a
 /// freshly reset device). RoCEv2 traffic goes out on the uplink. Logging honours RUST_LOG
 /// (default "info"). SIGINT/SIGTERM stop the daemon cleanly with exit status 0.
+///
+/// The daemon serves host-side counters (Prometheus text format) on the unix socket
+/// `<socket-path>.stats`; `vrdma-backend stats --socket <socket-path>` prints them (see
+/// `vrdma-backend stats --help`).
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
 #[command(name = "vrdma-backend", version, about, long_about)]
 pub struct Args {
@@ -135,6 +139,29 @@ pub struct Args {
     /// Append log lines to this file instead of standard error.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
+
+    /// Capture every frame the port sends to and receives from the uplink (RoCEv2 and the
+    /// guest's other Ethernet traffic) into this pcap file (Ethernet link type, microsecond
+    /// timestamps; truncated at start). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
+    /// Frames between two QPs of this device stay inside the daemon and are not captured.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+
+    /// Stop capturing before the --pcap file would grow beyond this many bytes.
+    #[arg(long, value_name = "BYTES", requires = "pcap")]
+    pub pcap_max_bytes: Option<u64>,
+}
+
+/// `vrdma-backend stats --socket PATH`: print the host-side counters (Prometheus text format) of
+/// the daemon listening on the vhost-user socket PATH (read from `PATH.stats`): port frames and
+/// bytes, drops by reason, live objects, ODP faults, and per-QP packets, bytes, retransmits, RNR
+/// and sequence-error NAKs.
+#[derive(Parser, Debug, Clone, PartialEq, Eq)]
+#[command(name = "vrdma-backend stats", version, about, long_about)]
+pub struct StatsArgs {
+    /// The daemon's --socket-path (or its `.stats` socket).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
 }
 
 /// Object limits advertised in `vrdma_config` (§2.2).
@@ -191,6 +218,10 @@ pub struct Config {
     pub odp: OdpSettings,
     pub impair: Option<ImpairConfig>,
     pub log_file: Option<PathBuf>,
+    /// `--pcap`: capture file for the uplink's frames.
+    pub pcap: Option<PathBuf>,
+    /// `--pcap-max-bytes`.
+    pub pcap_max_bytes: Option<u64>,
 }
 
 impl Config {
@@ -205,6 +236,8 @@ impl Config {
             odp: OdpSettings::default(),
             impair: None,
             log_file: None,
+            pcap: None,
+            pcap_max_bytes: None,
         }
     }
 }
@@ -274,6 +307,8 @@ impl TryFrom<Args> for Config {
             },
             impair,
             log_file: args.log_file,
+            pcap: args.pcap,
+            pcap_max_bytes: args.pcap_max_bytes,
         })
     }
 }

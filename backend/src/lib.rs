@@ -11,6 +11,7 @@ pub mod memory;
 pub mod objects;
 pub mod port;
 pub mod qp;
+pub mod stats;
 pub mod transport;
 pub mod uplink;
 pub mod vhost_user;

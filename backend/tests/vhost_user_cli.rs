@@ -44,6 +44,20 @@ fn defaults() {
     assert_eq!(c.odp.chunk_shift, 21);
     assert_eq!(c.uplink, None);
     assert!(c.impair.is_none());
+    assert_eq!((c.pcap.clone(), c.pcap_max_bytes), (None, None));
+}
+
+#[test]
+fn pcap_options() {
+    let c = parse(&["--pcap", "/tmp/x.pcap", "--pcap-max-bytes", "1000000"]).unwrap();
+    assert_eq!(c.pcap, Some(PathBuf::from("/tmp/x.pcap")));
+    assert_eq!(c.pcap_max_bytes, Some(1_000_000));
+    // A size bound without a capture file is a clap error.
+    let sock = tmpdir("pcap").join("s.sock");
+    let argv = ["vrdma-backend", "--socket-path", sock.to_str().unwrap()];
+    let mut argv: Vec<&str> = argv.to_vec();
+    argv.extend(["--mac", "52:54:00:12:34:56", "--pcap-max-bytes", "10"]);
+    assert!(Args::try_parse_from(argv).is_err());
 }
 
 #[test]
@@ -236,6 +250,9 @@ fn help_documents_every_option() {
         "--no-odp",
         "--impair",
         "--log-file",
+        "--pcap",
+        "--pcap-max-bytes",
+        "vrdma-backend stats --socket",
         "RUST_LOG",
         "TEST ONLY",
         "udp:local=ADDR:PORT,remote=ADDR:PORT",

@@ -64,6 +64,8 @@ pub struct Device {
     pub qps: QpTable,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
+    /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
+    pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
     pub flush_hook: Option<FlushHook>,
     /// QPs moved to ERR whose flush hook has not run yet. A flush can overflow another CQ,
@@ -75,8 +77,6 @@ pub struct Device {
     flushing: bool,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
-    /// Packets the transport dropped at intake or as out of window, by reason (spec §14.6).
-    pub rx_drops: crate::transport::intake::RxDropCounters,
 }
 
 impl std::fmt::Debug for Device {
@@ -101,11 +101,11 @@ impl Device {
                 .with_max_pages(config.max_mr_pages),
             qps: QpTable::new(config.max_qp),
             outbox: Vec::new(),
+            port_stats: Arc::default(),
             flush_hook: None,
             flush_queue: VecDeque::new(),
             flushing: false,
             needs_reset: false,
-            rx_drops: Default::default(),
             config,
             mem,
             out,
@@ -125,7 +125,6 @@ impl Device {
         self.outbox.clear();
         self.flush_queue.clear();
         self.needs_reset = false;
-        self.rx_drops = Default::default();
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

@@ -190,6 +190,8 @@ pub struct OdpState {
     resident_total: usize,
     tick: u64,
     resumed: Vec<u32>,
+    /// Fault page requests sent since daemon start (host-side stats).
+    faults: u64,
     /// Latest time seen by `odp_tick` (the engine may run timers in virtual time ahead of the
     /// wall clock); accesses use max(wall clock, this) so both agree on expiry.
     clock: Option<Instant>,
@@ -236,6 +238,7 @@ impl OdpState {
             resident_total: 0,
             tick: 0,
             resumed: Vec::new(),
+            faults: 0,
             clock: None,
             flush: FlushWaits::default(),
         }
@@ -347,6 +350,7 @@ impl OdpState {
         }
         let req_id = self.next_req;
         self.next_req = self.next_req.wrapping_add(1).max(1);
+        self.faults = self.faults.wrapping_add(1);
         let (s, e) = chunk_range(c, self.config.chunk_shift, mr_iova, mr_len);
         let deadline = now + self.config.timeout;
         self.reqs.insert(
@@ -1056,6 +1060,11 @@ impl MrTable {
     /// Outstanding page requests (tests, stats).
     pub fn odp_pending_requests(&self) -> usize {
         self.odp.pending_requests()
+    }
+
+    /// Fault page requests sent since daemon start (stats).
+    pub fn odp_faults(&self) -> u64 {
+        self.odp.faults
     }
 
     /// ADVISE_MR + F_FLUSH commands parked (tests, stats).

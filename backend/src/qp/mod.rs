@@ -131,6 +131,8 @@ pub struct Qp {
     pub req: RequesterState,
     /// Responder protocol state (owned by transport/).
     pub resp: ResponderState,
+    /// Transport counters (`stats.rs`), written by transport/.
+    pub stats: crate::stats::QpStats,
 }
 
 impl std::fmt::Debug for Qp {
@@ -534,6 +536,7 @@ mod tests {
             sq_draining: false,
             req: Default::default(),
             resp: Default::default(),
+            stats: Default::default(),
         }
     }
 

@@ -356,9 +356,20 @@ pub fn sq_drained(dev: &mut Device, qpn: u32) {
     }
 }
 
-/// Queue a frame for the uplink.
-pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
+/// Queue a frame QP `qpn` sends for the uplink, counting it in the QP's stats (`retransmit`:
+/// a request packet sent again).
+pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) {
+    if let Some(s) = qp_stats(dev, qpn) {
+        s.tx_packets += 1;
+        s.tx_bytes += frame.len() as u64;
+        s.retransmits += u64::from(retransmit);
+    }
     dev.outbox.push(frame);
+}
+
+/// The transport counters of QP `qpn` (host-side stats, `stats.rs`).
+pub fn qp_stats(dev: &mut Device, qpn: u32) -> Option<&mut crate::stats::QpStats> {
+    dev.qps.get_mut(qpn).map(|q| &mut q.stats)
 }
 
 /// QPNs whose responder has READ responses queued.

@@ -27,6 +27,7 @@ use vrdma_spec::VrdmaDoorbell;
 use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
+use crate::stats::{bump, PortStats};
 use crate::uplink::{Uplink, UplinkError, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held).
@@ -151,9 +152,10 @@ impl Engine {
             stop: Arc::new(AtomicBool::new(false)),
         };
         let s2 = sender.clone();
+        let port = lock(&dev).port_stats.clone();
         let thread = std::thread::Builder::new()
             .name("vrdma-engine".into())
-            .spawn(move || run(dev, uplink, s2, epoll, timer))
+            .spawn(move || run(dev, uplink, s2, epoll, timer, &port))
             .map_err(EngineError::Spawn)?;
         Ok(Engine {
             sender,
@@ -209,6 +211,7 @@ fn run(
     sender: EngineSender,
     epoll: Epoll,
     mut timer: TimerFd,
+    port: &PortStats,
 ) {
     let mut events = vec![EpollEvent::default(); 8];
     let mut buf = vec![0u8; MAX_FRAME];
@@ -275,9 +278,15 @@ fn run(
                 let mac = d.config.mac;
                 let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
                 match dest {
-                    Destination::Engine => super::on_frame(&mut d, f),
-                    Destination::Guest => d.out.eth_rx(f),
-                    Destination::Drop => {}
+                    Destination::Engine => {
+                        bump(&port.rx_to_engine);
+                        super::on_frame(&mut d, f)
+                    }
+                    Destination::Guest => {
+                        bump(&port.rx_to_guest);
+                        d.out.eth_rx(f)
+                    }
+                    Destination::Drop => bump(&port.drop_filtered),
                 }
             }
             let t = super::on_tick(&mut d, now);
@@ -290,6 +299,9 @@ fn run(
                 std::mem::take(&mut d.outbox).into_iter().partition(|f| {
                     tx_destination(f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine
                 });
+            for _ in &back {
+                bump(&port.loopback_frames);
+            }
             looped.extend(back);
             (out, next)
         };

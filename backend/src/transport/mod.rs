@@ -192,34 +192,44 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
 
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
+    use crate::stats::bump;
     let Some(pkt) = packet::parse(frame) else {
-        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2)
+        // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
+        bump(&dev.port_stats.drop_malformed);
+        return;
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
-        dev.rx_drops.count(intake::RxDrop::UnknownQp);
+        bump(&dev.port_stats.drop_unknown_qp);
         return;
     };
-    // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6): otherwise
-    // dropped, for responses as well as requests.
+    // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6), then the QP
+    // state (IBTA 10.3): otherwise dropped, for responses as well as requests.
     if let Err(why) = intake::check(&c, &pkt) {
-        dev.rx_drops.count(why);
+        bump(why.counter(&dev.port_stats));
         return;
+    }
+    let accepted = if pkt.info.is_response() {
+        c.can_send() || c.state == ctx::QPS_SQE
+    } else {
+        c.can_receive()
+    };
+    if !accepted {
+        bump(&dev.port_stats.drop_qp_state);
+        return;
+    }
+    if let Some(s) = ctx::qp_stats(dev, qpn) {
+        s.rx_packets += 1;
+        s.rx_bytes += frame.len() as u64;
     }
     let now = Instant::now();
     if pkt.info.is_response() {
-        if !c.can_send() && c.state != ctx::QPS_SQE {
-            return;
-        }
         with_req(dev, qpn, |dev, c, st| {
             completer::on_response(dev, c, st, &pkt, now);
             // Acknowledgements open the window / complete WQEs: continue sending and retire.
             requester::process(dev, c, st, now);
         });
     } else {
-        if !c.can_receive() {
-            return;
-        }
         with_resp(dev, qpn, |dev, c, st| {
             responder::on_request(dev, c, st, &pkt)
         });

@@ -898,7 +898,9 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             &payload,
         );
         if let Some(f) = frame {
-            ctx::send_frame(dev, f);
+            // Behind the highest PSN ever sent: go-back-N is sending this packet again.
+            let again = psn_diff(psn, st.psn_high) < 0;
+            ctx::send_frame(dev, ctx.qpn, f, again);
         }
         st.psn = next;
         if psn_diff(next, st.psn_high) > 0 {

@@ -392,7 +392,7 @@ impl Responder<'_, '_> {
                 return RespStep::Drop;
             }
             if d as u32 >= UC_PSN_WINDOW {
-                dev.rx_drops.uc_out_of_window = dev.rx_drops.uc_out_of_window.saturating_add(1);
+                crate::stats::bump(&dev.port_stats.drop_uc_out_of_window);
                 return RespStep::Drop;
             }
             if d > 0 {
@@ -1064,6 +1064,9 @@ impl Responder<'_, '_> {
         // IBTA 9.7.5.2: one PSN sequence error NAK per gap, carrying the expected PSN.
         if !st.seq_nak_sent {
             st.seq_nak_sent = true;
+            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+                s.seq_naks_tx += 1;
+            }
             let aeth = Aeth {
                 syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 msn: st.msn,
@@ -1075,6 +1078,9 @@ impl Responder<'_, '_> {
 
     fn err_rnr(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
         if self.ctx.is_rc() {
+            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+                s.rnr_naks_tx += 1;
+            }
             // IBTA 9.7.5.2.8: RNR NAK with our min_rnr_timer; the requester resends this PSN.
             let aeth = Aeth {
                 syndrome: Syndrome::RnrNak {
@@ -1269,7 +1275,7 @@ pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
         &hdrs,
         &[],
     ) {
-        ctx::send_frame(dev, f);
+        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 
@@ -1300,7 +1306,7 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
         &hdrs,
         &[],
     ) {
-        ctx::send_frame(dev, f);
+        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 
@@ -1421,7 +1427,7 @@ pub(crate) fn pump_replies(
             &hdrs,
             &buf,
         ) {
-            ctx::send_frame(dev, f);
+            ctx::send_frame(dev, ctx.qpn, f, false);
         }
     }
     budget == 0 && !st.replies.is_empty()

@@ -50,6 +50,9 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
         let fired = with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
             let mut fired = false;
             if st.retrans_deadline.is_some_and(|d| d <= now) {
+                if let Some(s) = ctx::qp_stats(dev, ctx.qpn) {
+                    s.timeouts += 1;
+                }
                 completer::on_retrans_timeout(ctx, st, now);
                 fired = true;
             }
