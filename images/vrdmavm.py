@@ -17,7 +17,8 @@ Each guest i (0-based) gets
   MAC 52:54:00:76:72:<i+1>, IP 10.0.0.<i+1>/24, hostname vm<i>,
   kernel command line vrdmavm.role=<kind> vrdmavm.ip=<ip> vrdmavm.hostname=vm<i>,
   files in the run directory: serial-<i>.log (console), qemu-<i>.log,
-  backend-<i>.log (vrdma guests), agent-<i>.sock, qmp-<i>.sock, vu-<i>.sock.
+  backend-<i>.log (vrdma guests), agent-<i>.sock, qmp-<i>.sock, vu-<i>.sock,
+  capture-<i>.pcap (with pcap=N: the backend's --pcap, at most N bytes).
 
 Guest kinds:
   vrdma  QEMU's vhost-user-rdma-pci device served by a vrdma-backend process
@@ -333,6 +334,7 @@ class VM:
         self.qmp_sock = os.path.join(d, "qmp-%d.sock" % index)
         self.vu_sock = os.path.join(d, "vu-%d.sock" % index)
         self.tap = "vrtap%d" % index
+        self.pcap = os.path.join(d, "capture-%d.pcap" % index)
         self.local_port = self.remote_port = None
         self.qemu = self.backend = None
         self.agent = None
@@ -357,6 +359,8 @@ class VM:
         c = self.cluster
         cmd = [c.backend, "--socket-path", self.vu_sock, "--mac", self.mac,
                "--uplink", self._uplink()] + list(c.backend_args)
+        if c.pcap:
+            cmd += ["--pcap", self.pcap, "--pcap-max-bytes", str(c.pcap)]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns] + cmd
         return cmd
@@ -622,7 +626,7 @@ class Cluster:
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
-                 rust_log=None, shell=None):
+                 rust_log=None, shell=None, pcap=0):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
@@ -640,6 +644,8 @@ class Cluster:
         self.mem, self.smp, self.machine, self.append = mem, smp, machine, append
         self.uplink, self.boot_timeout, self.lifetime = uplink, boot_timeout, lifetime
         self.rust_log, self.shell = rust_log, shell
+        # > 0: every vrdma backend captures its port to capture-<i>.pcap, at most this many bytes
+        self.pcap = pcap
         self.keep = (os.environ.get("VRDMA_KEEP") == "1") if keep is None else keep
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="vrdma-run-")

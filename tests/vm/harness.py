@@ -33,7 +33,8 @@ RUN_LAST = set()  # scenario names that run after the others of their topology
 # Topologies: how the guests are built and linked (see tests/README.md).
 TOPOLOGIES = {
     "A": dict(kind=["vrdma", "vrdma"], uplink="udp"),
-    "B": dict(kind=["vrdma", "vrdma"], uplink="tap"),
+    # with a capture of each backend's port (vrdma-backend --pcap) for tshark to read
+    "B": dict(kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
     "C": dict(kind=["vrdma", "rxe"], uplink="udp"),
     # two "hosts" (network namespaces with a bridge each) joined by VXLAN over a veth underlay
     "D": dict(kind=["vrdma", "vrdma"], uplink="vxlan"),
