@@ -62,6 +62,9 @@ pub struct Device {
     pub gids: GidTable,
     pub mrs: MrTable,
     pub qps: QpTable,
+    /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
+    /// chunk tables and the control queue's buffers are charged to it.
+    pub budget: crate::budget::Budget,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
     /// See [`FlushHook`].
@@ -91,6 +94,7 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// A device at power-on state.
     pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
+        let budget = crate::budget::Budget::new(config.max_host_memory);
         Device {
             pds: PdTable::new(config.max_pd),
             cqs: HandleTable::new(config.max_cq),
@@ -98,8 +102,10 @@ impl Device {
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
             mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
-                .with_max_pages(config.max_mr_pages),
+                .with_max_pages(config.max_mr_pages)
+                .with_budget(budget.clone()),
             qps: QpTable::new(config.max_qp),
+            budget,
             outbox: Vec::new(),
             flush_hook: None,
             flush_queue: VecDeque::new(),

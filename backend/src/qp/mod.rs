@@ -131,6 +131,9 @@ pub struct Qp {
     pub req: RequesterState,
     /// Responder protocol state (owned by transport/).
     pub resp: ResponderState,
+    /// Host memory the QP holds for its whole life (spec §16, see
+    /// `Device::qp_fixed_charge`); fetched WQEs beyond the first are charged by the requester.
+    pub charge: crate::budget::Charge,
 }
 
 impl std::fmt::Debug for Qp {
@@ -534,6 +537,7 @@ mod tests {
             sq_draining: false,
             req: Default::default(),
             resp: Default::default(),
+            charge: Default::default(),
         }
     }
 
