@@ -46,6 +46,10 @@ use crate::memory::MrTable;
 use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
 use crate::qp::{QpState, QpTable};
 
+/// Budget reserved for parked control chains: `MAX_PARKED_ADVISE` chains of at most 8
+/// response descriptors (16 bytes each) plus their table entry.
+pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 * (8 * 16 + 128);
+
 /// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
 /// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
 pub type FlushHook = fn(&mut Device, u32);
@@ -65,6 +69,10 @@ pub struct Device {
     /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
     /// chunk tables and the control queue's buffers are charged to it.
     pub budget: crate::budget::Budget,
+    /// What the device holds of the budget for its whole life: the parked control chains
+    /// (at most `MAX_PARKED_ADVISE`, each keeping a few response descriptors, see
+    /// `vhost_user::controlq::response_descs`).
+    _fixed: crate::budget::Charge,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
     /// See [`FlushHook`].
@@ -95,7 +103,10 @@ impl Device {
     /// A device at power-on state.
     pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
         let budget = crate::budget::Budget::new(config.max_host_memory);
+        // A budget too small even for this (below the CLI's minimum) leaves it uncharged.
+        let fixed = budget.try_charge(PARKED_RESERVE).unwrap_or_default();
         Device {
+            _fixed: fixed,
             pds: PdTable::new(config.max_pd),
             cqs: HandleTable::new(config.max_cq),
             srqs: HandleTable::new(config.max_srq),

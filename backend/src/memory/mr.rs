@@ -276,6 +276,7 @@ impl MrTable {
 
     /// Charge MRs to the device's host-memory budget (spec §16) instead of a private one.
     pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.odp.set_budget(budget.clone());
         self.budget = budget;
         self
     }

@@ -48,6 +48,7 @@ use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA
 
 use super::advise::FlushWaits;
 use super::mr::{GuestRange, Mr, MrError, MrKind, MrTable};
+use crate::budget::{Budget, Charge};
 use crate::device::output::DeviceOutput;
 use crate::device::CmdOutcome;
 
@@ -126,6 +127,9 @@ pub enum Chunk {
 pub struct OdpMr {
     pub chunks: HashMap<u64, Chunk>,
     pub resident: usize,
+    /// Chunk entries charged to the host-memory budget: the most `chunks` has held (a map
+    /// keeps its capacity), each at [`OdpState::entry_cost`]; given back at DEREG_MR (§16).
+    pub charged_entries: u64,
 }
 
 impl OdpMr {
@@ -157,7 +161,16 @@ pub struct OdpState {
     clock: Option<Instant>,
     /// Parked ADVISE_MR + F_FLUSH commands.
     flush: FlushWaits,
+    /// The device's host-memory budget and what all ODP MRs' chunk entries hold of it.
+    budget: Budget,
+    charge: Charge,
+    /// QPs whose access needed a new chunk entry the budget had no room for: no page request
+    /// was sent; they are resumed by the next `odp_tick` and try again (spec §16).
+    budget_waiters: Vec<u32>,
 }
+
+/// How often QPs that wait for budget room try again.
+pub const BUDGET_RETRY: Duration = Duration::from_millis(10);
 
 /// `[start, end)` of chunk `c` clipped to the MR `[mr_iova, mr_end)`.
 fn chunk_range(c: u64, shift: u32, mr_iova: u64, mr_len: u64) -> (u64, u64) {
@@ -193,7 +206,38 @@ impl OdpState {
             resumed: Vec::new(),
             clock: None,
             flush: FlushWaits::default(),
+            budget: Budget::default(),
+            charge: Charge::default(),
+            budget_waiters: Vec::new(),
         }
+    }
+
+    /// Charge chunk entries to `budget` (the device's) instead of a private one.
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = budget;
+    }
+
+    /// Host memory one chunk entry may hold: the map entry, the request that fills it and the
+    /// page table of a resident chunk (one u64 per 4 KiB page, one extra for a chunk that does
+    /// not start on a page boundary).
+    pub fn entry_cost(&self) -> u64 {
+        let pages = (1u64 << self.config.chunk_shift.saturating_sub(ODP_PAGE_SHIFT)) + 1;
+        (std::mem::size_of::<(u64, Chunk)>() + std::mem::size_of::<(u32, (u32, u64))>()) as u64
+            + pages * 8
+    }
+
+    /// Make room in `o`'s charge for `new` more chunk entries; false if the budget has none.
+    fn charge_entries(&mut self, o: &mut OdpMr, new: u64) -> bool {
+        let want = (o.chunks.len() as u64 + new).saturating_sub(o.charged_entries);
+        if want == 0 {
+            return true;
+        }
+        let bytes = want.saturating_mul(self.entry_cost());
+        if self.charge.try_grow(&self.budget, bytes).is_err() {
+            return false;
+        }
+        o.charged_entries += want;
+        true
     }
 
     pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
@@ -202,6 +246,8 @@ impl OdpState {
 
     /// Device reset: every request and parked advise is forgotten (none is completed).
     pub fn clear(&mut self) {
+        self.charge = Charge::default();
+        self.budget_waiters.clear();
         self.reqs.clear();
         self.flush.clear();
         self.resident_total = 0;
@@ -251,6 +297,8 @@ impl OdpState {
             _ => return,
         };
         self.resident_total = self.resident_total.saturating_sub(o.resident);
+        let cost = self.entry_cost();
+        self.charge.shrink(o.charged_entries.saturating_mul(cost));
         let key = mr.key;
         let ended: Vec<u32> = self
             .reqs
@@ -380,6 +428,17 @@ impl OdpState {
                 None => refault = true,
             }
             if refault {
+                // A new chunk entry must fit the budget (spec §16); without room no request is
+                // sent: the responder RNR-NAKs (a Fault), a local waiter retries from odp_tick.
+                if !o.chunks.contains_key(&c) && !self.charge_entries(o, 1) {
+                    if let Some(q) = waiter {
+                        if !self.budget_waiters.contains(&q) {
+                            self.budget_waiters.push(q);
+                        }
+                    }
+                    fault.get_or_insert(cs);
+                    continue;
+                }
                 let prior = match o.chunks.remove(&c) {
                     Some(Chunk::Resident { pages, .. }) => {
                         o.resident -= 1;
@@ -718,6 +777,14 @@ impl MrTable {
         let first = iova >> shift;
         let last = (end - 1) >> shift;
         let count = (last - first + 1).min(max);
+        // New chunk entries are charged up front, so an advise the budget cannot take has no
+        // effect (§11.1, §16: NO_RESOURCES).
+        let new = (first..first + count)
+            .filter(|c| !o.chunks.contains_key(c))
+            .count() as u64;
+        if !odp.charge_entries(o, new) {
+            return done(VRDMA_STATUS_NO_RESOURCES);
+        }
         // Requests a flush waits for: the ones sent here and the ones already outstanding.
         let mut awaited: Vec<u32> = Vec::new();
         for c in first..first + count {
@@ -764,6 +831,9 @@ impl MrTable {
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.odp.clock = Some(self.odp.clock.map_or(now, |c| c.max(now)));
         let now = self.odp.now();
+        let starved = std::mem::take(&mut self.odp.budget_waiters);
+        let retry = (!starved.is_empty()).then(|| now + BUDGET_RETRY);
+        self.odp.resume(starved);
         let timeout = self.odp.config.timeout;
         let mut next: Option<Instant> = None;
         let reqs: Vec<(u32, (u32, u64))> = self.odp.reqs.iter().map(|(a, b)| (*a, *b)).collect();
@@ -797,7 +867,10 @@ impl MrTable {
                 next = Some(deadline);
             }
         }
-        next
+        match (next, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Check the ODP bookkeeping (tests): the device and per-MR resident counters match the
