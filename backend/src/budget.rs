@@ -149,6 +149,23 @@ impl Charge {
         Ok(())
     }
 
+    /// Take over what `other` holds (both must belong to the same budget, or `other` to none);
+    /// on a mismatch `other` is simply dropped, giving its bytes back.
+    pub fn absorb(&mut self, mut other: Charge) {
+        let same = match (&self.budget, &other.budget) {
+            (_, None) => true,
+            (None, Some(_)) => {
+                self.budget = other.budget.clone();
+                true
+            }
+            (Some(a), Some(b)) => Arc::ptr_eq(&a.0, &b.0),
+        };
+        if same {
+            self.bytes += other.bytes;
+            other.bytes = 0;
+        }
+    }
+
     /// Give back `bytes` (at most what is held).
     pub fn shrink(&mut self, bytes: u64) {
         let n = bytes.min(self.bytes);

@@ -415,7 +415,7 @@ impl MrTable {
 
     /// REG_MR: a page-list MR. Validates flags, geometry and every page against guest memory.
     pub fn reg_page_list(&mut self, spec: &PageListSpec, max_mr_size: u64) -> Result<u32, MrError> {
-        let (mr, charge) = self.page_list_mr(spec, max_mr_size)?;
+        let (mr, charge) = self.page_list_mr(spec, max_mr_size, 0)?;
         self.alloc(mr, charge)
     }
 
@@ -431,21 +431,32 @@ impl MrTable {
         if !matches!(self.get(key)?.kind, MrKind::PageList { .. }) {
             return Err(MrError::NotSupported);
         }
-        // The new list is charged while the old one is still held (both exist until the swap).
-        let (mut mr, charge) = self.page_list_mr(spec, max_mr_size)?;
+        // Like the page count, the budget takes the current list as given back first (spec
+        // §11.8): only what the new list adds is charged.
+        let idx = key_index(key) as usize;
+        let held = self.slots[idx].charge.bytes();
+        let (mut mr, extra) = self.page_list_mr(spec, max_mr_size, held)?;
         let (add, release) = (Self::pages_of(&mr), Self::pages_of(self.get(key)?));
         if !self.pages_fit(add, release) {
             return Err(MrError::NoResources);
         }
         mr.key = key;
         *self.get_mut(key)? = mr;
-        self.slots[key_index(key) as usize].charge = charge;
+        let charge = &mut self.slots[idx].charge;
+        charge.shrink(held.saturating_sub(Self::charge_of(add)));
+        charge.absorb(extra);
         self.pages_held = self.pages_held - release + add;
         Ok(())
     }
 
-    /// A checked page-list MR, not yet in the table (key 0), and the charge for it.
-    fn page_list_mr(&self, spec: &PageListSpec, max_mr_size: u64) -> Result<(Mr, Charge), MrError> {
+    /// A checked page-list MR, not yet in the table (key 0), and the charge for it beyond the
+    /// `credit` bytes the caller already holds for it.
+    fn page_list_mr(
+        &self,
+        spec: &PageListSpec,
+        max_mr_size: u64,
+        credit: u64,
+    ) -> Result<(Mr, Charge), MrError> {
         let PageListSpec {
             pd,
             access,
@@ -480,7 +491,10 @@ impl MrTable {
             return Err(MrError::Invalid("npages > VRDMA_CMD_MAX_PAGES"));
         }
         self.check_pages(pages, page_shift)?;
-        let charge = self.charge(need)?;
+        let charge = self
+            .budget
+            .try_charge(Self::charge_of(need).saturating_sub(credit))
+            .map_err(|_| MrError::NoResources)?;
         let mr = Mr {
             key: 0,
             pd,

@@ -229,3 +229,22 @@ fn execute<D: RdmaDevice>(
     }
     Some(status)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_chains_keep_only_the_response_header_descriptors() {
+        let d = |a: u64, l: u32| (GuestAddress(a), l);
+        // 16448 one-byte descriptors: eight are enough for the 8-byte header.
+        let many: Vec<_> = (0..MAX_REQUEST_DESCS as u64).map(|i| d(i, 1)).collect();
+        assert_eq!(response_descs(&many), many[..8].to_vec());
+        // Zero-length descriptors are skipped; a large first one is enough alone.
+        let w = vec![d(0, 0), d(0x100, 4096), d(0x200, 4096)];
+        assert_eq!(response_descs(&w), vec![d(0x100, 4096)]);
+        let split = vec![d(0, 3), d(0, 0), d(8, 5), d(16, 100)];
+        assert_eq!(response_descs(&split), vec![d(0, 3), d(8, 5)]);
+        assert!(response_descs(&[]).is_empty());
+    }
+}
