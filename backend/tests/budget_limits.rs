@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
+use vrdma_backend::transport;
 use vrdma_spec::*;
 
 /// Counts live heap bytes and their peak.
@@ -462,4 +463,158 @@ fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
         (1..=4).contains(&tight),
         "an exhausted budget caps the fetched WQEs ({tight})"
     );
+}
+
+/// An ODP access that needs a chunk entry the budget cannot hold sends no page request; the
+/// responder RNR-NAKs (spec §14.6, §16.1) and the requester keeps retrying in RTS. Once memory
+/// is given back the retry faults the chunk in and the WRITE completes.
+#[test]
+fn odp_without_budget_room_rnr_naks_then_completes() {
+    let _g = serial();
+    let mut a = node(1, 64 * MIB);
+    let mut b = node(2, 4 * MIB);
+    let (pda, pdb) = (a.create_pd(), b.create_pd());
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, _) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(8192);
+    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
+    let dst = b.alloc(4 << 20);
+    let kodp = b.reg_odp_mr(pdb, dst, 4 << 20, ACC_ALL);
+    let page = b.alloc(4096);
+    let fill = exhaust(&mut b, pdb, page, 64);
+    let data = pattern(77, 8192);
+    a.write(src, &data);
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 1,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 8192, ka)],
+            remote_addr: dst + 4096,
+            rkey: kodp,
+            ..Default::default()
+        },
+    );
+    let mut link = Link::clean();
+    let mut steps = 0;
+    let mut cqes = Vec::new();
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(30),
+        |a, b| {
+            steps += 1;
+            assert!(b.out.take_page_requests().is_empty(), "no room, no request");
+            cqes.extend(a.poll_cq(&mut cqa));
+            steps > 200
+        },
+    );
+    assert!(cqes.is_empty(), "{cqes:?}");
+    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
+    assert!(
+        link.frames_ba > 2,
+        "RNR NAKs went back ({})",
+        link.frames_ba
+    );
+    for k in fill {
+        b.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
+    }
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(30),
+        |a, b| {
+            b.answer_page_requests();
+            cqes.extend(a.poll_cq(&mut cqa));
+            !cqes.is_empty()
+        },
+    );
+    assert_eq!((cqes[0].wr_id, cqes[0].status), (1, VRDMA_WC_SUCCESS));
+    assert!(b.answered > 0);
+    assert_eq!(b.read(dst + 4096, 8192), data);
+}
+
+/// A local ODP SGE whose chunk entry does not fit the requester's budget: the WQE waits (no
+/// page request, no error, QP in RTS), is retried from `odp_tick`, and completes once memory
+/// is given back (spec §14.4, §16.1).
+#[test]
+fn local_odp_sge_without_budget_room_waits_then_completes() {
+    let _g = serial();
+    let mut a = node(1, 4 * MIB);
+    let mut b = node(2, 64 * MIB);
+    let (pda, pdb) = (a.create_pd(), b.create_pd());
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, _) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(4 << 20);
+    let kodp = a.reg_odp_mr(pda, src, 4 << 20, ACC_ALL);
+    let dst = b.alloc(8192);
+    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    let page = a.alloc(4096);
+    let fill = exhaust(&mut a, pda, page, 64);
+    let data = pattern(78, 8192);
+    a.write(src + 8192, &data);
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 2,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src + 8192, 8192, kodp)],
+            remote_addr: dst,
+            rkey: kb,
+            ..Default::default()
+        },
+    );
+    let mut link = Link::clean();
+    let mut cqes = Vec::new();
+    let t0 = std::time::Instant::now();
+    let mut retries = 0;
+    // The engine's loop: transport timers (which resume waiting QPs), then the ODP tick.
+    while t0.elapsed() < Duration::from_millis(100) {
+        let now = std::time::Instant::now();
+        transport::on_tick(&mut a.dev, now);
+        if a.dev.odp_tick(now).is_some() {
+            retries += 1;
+        }
+        assert!(
+            a.dev.outbox.is_empty(),
+            "nothing is sent while the WQE waits"
+        );
+        assert!(a.out.take_page_requests().is_empty(), "no room, no request");
+        cqes.extend(a.poll_cq(&mut cqa));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(cqes.is_empty(), "{cqes:?}");
+    assert!(
+        retries > 0,
+        "odp_tick keeps a retry deadline while a QP waits for room"
+    );
+    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
+    for k in fill {
+        a.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
+    }
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(30),
+        |a, _| {
+            a.dev.odp_tick(std::time::Instant::now());
+            transport::resume_odp(&mut a.dev, std::time::Instant::now());
+            a.answer_page_requests();
+            cqes.extend(a.poll_cq(&mut cqa));
+            !cqes.is_empty()
+        },
+    );
+    assert_eq!((cqes[0].wr_id, cqes[0].status), (2, VRDMA_WC_SUCCESS));
+    assert_eq!(b.read(dst, 8192), data);
 }

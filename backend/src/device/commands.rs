@@ -190,14 +190,15 @@ impl Device {
 
     /// What a QP holds for its whole life: the struct, its ring page lists, the responder
     /// resources and READ replies it may queue (at most `max_qp_init_rd_atom` each, IBTA
-    /// 9.7.5.1.5) and one fetched WQE, so that it can always make progress (spec §16).
+    /// 9.7.5.1.5), the SGE list of the receive WQE a message in progress holds, and one
+    /// fetched send WQE, so that it can always make progress (spec §16.1).
     pub fn qp_fixed_charge(&self, ring_pages: u64, sq_wqe_size: u32) -> u64 {
-        let rd = u64::from(
-            self.config
-                .max_qp_init_rd_atom
-                .max(self.config.max_qp_rd_atom),
-        ) * (std::mem::size_of::<RdAtomicRes>() + std::mem::size_of::<ReadReply>()) as u64;
-        std::mem::size_of::<Qp>() as u64 + ring_pages * 8 + rd + wqe_floor(sq_wqe_size)
+        let cfg = &self.config;
+        let rd = u64::from(cfg.max_qp_init_rd_atom.max(cfg.max_qp_rd_atom))
+            * (std::mem::size_of::<RdAtomicRes>() + std::mem::size_of::<ReadReply>()) as u64;
+        let recv = u64::from(cfg.max_recv_sge.max(cfg.max_srq_sge))
+            * std::mem::size_of::<crate::transport::requester::Sge>() as u64;
+        std::mem::size_of::<Qp>() as u64 + ring_pages * 8 + rd + recv + wqe_floor(sq_wqe_size)
     }
 
     fn make_ring(
