@@ -25,6 +25,8 @@
 //!   invalidation relies on it). `take_resumed_qps()` after faults resolve; `odp_tick(now)` from
 //!   the timer tick (page-request timeouts; returns the next deadline).
 //! - Lookups: `ahs.lookup_in_pd(index, pd)`, `gids.get(i)`, `gids.is_local_ip(ip)`.
+//! - Memory: anything held in proportion to guest or peer input is charged to `budget` first
+//!   (spec §16.1, `crate::budget`); over budget, take the spec's outcome, never allocate anyway.
 
 pub mod commands;
 pub mod config;
