@@ -618,3 +618,48 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
     assert_eq!((cqes[0].wr_id, cqes[0].status), (2, VRDMA_WC_SUCCESS));
     assert_eq!(b.read(dst, 8192), data);
 }
+
+/// UD sends complete as they are sent, so no response comes to resume a fetch the budget
+/// stopped: the requester fetches again as retiring makes room, within the same doorbell, and
+/// all 64 complete (spec §14.4, §16.1).
+#[test]
+fn ud_sends_on_an_exhausted_budget_all_complete_on_one_doorbell() {
+    let _g = serial();
+    let mut a = node(1, 4 * MIB);
+    let b = node(2, 64 * MIB);
+    let pd = a.create_pd();
+    let (cq, mut cqr) = a.create_cq(256);
+    let mut q = a.create_qp(QpSpec {
+        qp_type: VRDMA_QPT_UD,
+        sq_depth: 128,
+        ..QpSpec::rc(pd, cq)
+    });
+    ud_rts(&mut a, &q, 0x1234);
+    let av = a.av_to(&b);
+    let ah = a.create_ah(pd, av);
+    let src = a.alloc(4096);
+    let ka = a.reg_mr(pd, src, 4096, ACC_ALL);
+    let page = a.alloc(4096);
+    let _fill = exhaust(&mut a, pd, page, 64);
+    for i in 0..64u64 {
+        a.post_send_nodb(
+            &mut q,
+            &Wqe {
+                wr_id: i,
+                opcode: VRDMA_WR_SEND,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: (0..8).map(|s| (src + s * 64, 64, ka)).collect(),
+                ah,
+                remote_qpn: 77,
+                remote_qkey: 0x1234,
+                ..Default::default()
+            },
+        );
+    }
+    a.doorbell(q.qpn);
+    let cqes = a.poll_cq(&mut cqr);
+    let ids: Vec<u64> = cqes.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..64).collect::<Vec<_>>(), "{cqes:?}");
+    assert!(cqes.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
+    assert_eq!(a.dev.outbox.len(), 64);
+}

@@ -472,16 +472,21 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
         return;
     }
     send(dev, ctx, st, now);
-    let before = st.wqes.len();
+    let mut before = st.wqes.len();
     retire(dev, ctx, st);
     // Retiring made room for WQEs the fetch left in the ring (cache full or budget exhausted,
-    // spec §16): fetch them now, since no further doorbell may come for them.
-    if st.fetch_blocked && st.wqes.len() < before && st.fatal.is_none() {
+    // spec §16.1): fetch them now, since no further doorbell or response may come for them
+    // (UD sends complete as they are sent). Each round retires at least one WQE; the number
+    // of rounds per call is bounded like one fetch is.
+    let mut rounds = 0;
+    while st.fetch_blocked && st.wqes.len() < before && st.fatal.is_none() && rounds < MAX_FETCHED {
+        rounds += 1;
         if let Err(f) = fetch(dev, ctx, st) {
             st.fatal = Some(f);
             return;
         }
         send(dev, ctx, st, now);
+        before = st.wqes.len();
         retire(dev, ctx, st);
     }
     arm_timer(ctx, st, now);
