@@ -26,6 +26,8 @@ pub const DEFAULT_MAX_AH: u32 = 65536;
 pub const DEFAULT_ODP_CHUNK_SHIFT: u32 = 21;
 /// Default budget of resident ODP chunks (4 GiB of 2 MiB chunks).
 pub const DEFAULT_ODP_RESIDENT_CHUNKS: u32 = 2048;
+/// Smallest `--max-host-memory` accepted (a device needs a few hundred KiB for a handful of QPs).
+pub const MIN_HOST_MEMORY: u64 = 1 << 20;
 /// Default Ethernet (IP) MTU.
 pub const DEFAULT_MTU: u16 = 1500;
 /// Smallest accepted MTU (IPv4 minimum datagram).
@@ -59,6 +61,10 @@ pub enum CliError {
     BadChunkShift(u32),
     #[error("invalid --odp-resident-chunks {0}: must be at least 1")]
     BadResidentChunks(u32),
+    #[error(
+        "invalid --max-host-memory {0:?}: expected a byte count of at least 1M, e.g. 512M or 2G"
+    )]
+    BadHostMemory(String),
     #[error("invalid --impair {spec:?}: {reason}")]
     BadImpair { spec: String, reason: String },
 }
@@ -126,6 +132,13 @@ pub struct Args {
     /// Budget of resident ODP chunks; beyond it the least recently used chunks are reclaimed.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ODP_RESIDENT_CHUNKS)]
     pub odp_resident_chunks: u32,
+
+    /// Host memory one device may use for guest-controlled state (MR page lists, cached WQEs,
+    /// ODP chunk tables, QP/CQ/SRQ state, control commands in progress), in bytes with an
+    /// optional K/M/G suffix. Beyond it commands fail with NO_RESOURCES, WQE fetches wait and
+    /// incoming requests are RNR-NAKed (spec §16).
+    #[arg(long, value_name = "BYTES", default_value = "1G")]
+    pub max_host_memory: String,
 
     /// Do not offer on-demand paging (VIRTIO_RDMA_F_ODP / _ODP_IMPLICIT are not advertised).
     #[arg(long)]
@@ -216,6 +229,8 @@ pub struct Config {
     pub mtu: u16,
     pub limits: Limits,
     pub odp: OdpSettings,
+    /// `--max-host-memory` in bytes.
+    pub max_host_memory: u64,
     pub impair: Option<ImpairConfig>,
     pub log_file: Option<PathBuf>,
     /// `--pcap`: capture file for the uplink's frames.
@@ -234,6 +249,7 @@ impl Config {
             mtu: DEFAULT_MTU,
             limits: Limits::default(),
             odp: OdpSettings::default(),
+            max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
             impair: None,
             log_file: None,
             pcap: None,
@@ -284,6 +300,9 @@ impl TryFrom<Args> for Config {
         if args.odp_resident_chunks == 0 {
             return Err(CliError::BadResidentChunks(0));
         }
+        let max_host_memory = crate::budget::parse_bytes(&args.max_host_memory)
+            .filter(|&n| n >= MIN_HOST_MEMORY)
+            .ok_or_else(|| CliError::BadHostMemory(args.max_host_memory.clone()))?;
         let impair = args
             .impair
             .as_deref()
@@ -305,6 +324,7 @@ impl TryFrom<Args> for Config {
                 chunk_shift: args.odp_chunk_shift,
                 resident_chunks: args.odp_resident_chunks,
             },
+            max_host_memory,
             impair,
             log_file: args.log_file,
             pcap: args.pcap,

@@ -366,3 +366,25 @@ fn binary_reports_an_uplink_bind_failure_before_creating_the_socket() {
     assert!(err.contains(&addr.to_string()), "stderr: {err}");
     assert!(!sock.exists(), "no socket left behind");
 }
+
+#[test]
+fn max_host_memory_takes_suffixes_and_reaches_the_device() {
+    assert_eq!(parse(&[]).unwrap().max_host_memory, 1 << 30);
+    for (arg, bytes) in [("64M", 64u64 << 20), ("2G", 2 << 30), ("1048576", 1 << 20)] {
+        let c = parse(&["--max-host-memory", arg]).unwrap();
+        assert_eq!(c.max_host_memory, bytes, "{arg}");
+        let d = vrdma_backend::device::DeviceConfig::from_cli(&c);
+        assert_eq!(d.max_host_memory, bytes);
+    }
+    for bad in ["0", "1K", "12Q", "", "M"] {
+        assert!(
+            matches!(
+                parse(&["--max-host-memory", bad]),
+                Err(CliError::BadHostMemory(_))
+            ),
+            "{bad}"
+        );
+    }
+    let help = Args::command().render_long_help().to_string();
+    assert!(help.contains("--max-host-memory"), "{help}");
+}

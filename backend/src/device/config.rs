@@ -33,6 +33,9 @@ pub struct DeviceConfig {
     /// Page-list entries all MRs may hold together (not in the config space; REG_MR and
     /// friends beyond it: NO_RESOURCES, spec §11.8).
     pub max_mr_pages: u64,
+    /// Host memory the device's guest-sized state may use (`--max-host-memory`, spec §16;
+    /// see `budget.rs`). Not in the config space.
+    pub max_host_memory: u64,
     pub node_guid: u64,
     pub vendor_id: u32,
     pub vendor_part_id: u32,
@@ -70,6 +73,7 @@ impl Default for DeviceConfig {
             max_msg_sz: 1 << 31,
             max_mr_size: 1 << 40,
             max_mr_pages: crate::memory::mr::DEFAULT_MAX_MR_PAGES,
+            max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
             node_guid: guid_from_mac(&mac),
             vendor_id: 0x1af4,
             vendor_part_id: VIRTIO_ID_RDMA,
@@ -210,6 +214,7 @@ impl DeviceConfig {
             max_srq: c.limits.max_srq,
             max_mr: c.limits.max_mr,
             max_ah: c.limits.max_ah,
+            max_host_memory: c.max_host_memory,
             odp: OdpConfig {
                 enabled: c.odp.enabled,
                 implicit: c.odp.enabled,

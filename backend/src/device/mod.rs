@@ -25,6 +25,8 @@
 //!   invalidation relies on it). `take_resumed_qps()` after faults resolve; `odp_tick(now)` from
 //!   the timer tick (page-request timeouts; returns the next deadline).
 //! - Lookups: `ahs.lookup_in_pd(index, pd)`, `gids.get(i)`, `gids.is_local_ip(ip)`.
+//! - Memory: anything held in proportion to guest or peer input is charged to `budget` first
+//!   (spec §16.1, `crate::budget`); over budget, take the spec's outcome, never allocate anyway.
 
 pub mod commands;
 pub mod config;
@@ -46,6 +48,10 @@ use crate::memory::MrTable;
 use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
 use crate::qp::{QpState, QpTable};
 
+/// Budget reserved for parked control chains: `MAX_PARKED_ADVISE` chains of at most 8
+/// response descriptors (16 bytes each) plus their table entry.
+pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 * (8 * 16 + 128);
+
 /// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
 /// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
 pub type FlushHook = fn(&mut Device, u32);
@@ -62,6 +68,13 @@ pub struct Device {
     pub gids: GidTable,
     pub mrs: MrTable,
     pub qps: QpTable,
+    /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
+    /// chunk tables and the control queue's buffers are charged to it.
+    pub budget: crate::budget::Budget,
+    /// What the device holds of the budget for its whole life: the parked control chains
+    /// (at most `MAX_PARKED_ADVISE`, each keeping a few response descriptors, see
+    /// `vhost_user::controlq::response_descs`).
+    _fixed: crate::budget::Charge,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
     /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
@@ -91,15 +104,21 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// A device at power-on state.
     pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
+        let budget = crate::budget::Budget::new(config.max_host_memory);
+        // A budget too small even for this (below the CLI's minimum) leaves it uncharged.
+        let fixed = budget.try_charge(PARKED_RESERVE).unwrap_or_default();
         Device {
+            _fixed: fixed,
             pds: PdTable::new(config.max_pd),
             cqs: HandleTable::new(config.max_cq),
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
             mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
-                .with_max_pages(config.max_mr_pages),
+                .with_max_pages(config.max_mr_pages)
+                .with_budget(budget.clone()),
             qps: QpTable::new(config.max_qp),
+            budget,
             outbox: Vec::new(),
             port_stats: Arc::default(),
             flush_hook: None,

@@ -62,6 +62,7 @@ use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA
 
 use super::advise::FlushWaits;
 use super::mr::{key_index, GuestRange, Mr, MrError, MrKind, MrTable};
+use crate::budget::{Budget, Charge};
 use crate::device::output::DeviceOutput;
 use crate::device::CmdOutcome;
 
@@ -146,6 +147,9 @@ pub struct OdpMr {
     pub resident: usize,
     /// Resident chunks by `last_use` (oldest first): the per-MR reclaim order.
     lru: BTreeMap<u64, u64>,
+    /// Chunk entries charged to the host-memory budget: the most `chunks` has held (a map
+    /// keeps its capacity), each at [`OdpState::entry_cost`]; given back at DEREG_MR (§16).
+    pub charged_entries: u64,
 }
 
 impl OdpMr {
@@ -197,7 +201,16 @@ pub struct OdpState {
     clock: Option<Instant>,
     /// Parked ADVISE_MR + F_FLUSH commands.
     flush: FlushWaits,
+    /// The device's host-memory budget and what all ODP MRs' chunk entries hold of it.
+    budget: Budget,
+    charge: Charge,
+    /// QPs whose access needed a new chunk entry the budget had no room for: no page request
+    /// was sent; they are resumed by the next `odp_tick` and try again (spec §16).
+    budget_waiters: Vec<u32>,
 }
+
+/// How often QPs that wait for budget room try again.
+pub const BUDGET_RETRY: Duration = Duration::from_millis(10);
 
 /// `[start, end)` of chunk `c` clipped to the MR `[mr_iova, mr_end)`.
 fn chunk_range(c: u64, shift: u32, mr_iova: u64, mr_len: u64) -> (u64, u64) {
@@ -241,7 +254,38 @@ impl OdpState {
             faults: 0,
             clock: None,
             flush: FlushWaits::default(),
+            budget: Budget::default(),
+            charge: Charge::default(),
+            budget_waiters: Vec::new(),
         }
+    }
+
+    /// Charge chunk entries to `budget` (the device's) instead of a private one.
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = budget;
+    }
+
+    /// Host memory one chunk entry may hold: the map entry, the request that fills it and the
+    /// page table of a resident chunk (one u64 per 4 KiB page, one extra for a chunk that does
+    /// not start on a page boundary).
+    pub fn entry_cost(&self) -> u64 {
+        let pages = (1u64 << self.config.chunk_shift.saturating_sub(ODP_PAGE_SHIFT)) + 1;
+        (std::mem::size_of::<(u64, Chunk)>() + std::mem::size_of::<(u32, (u32, u64))>()) as u64
+            + pages * 8
+    }
+
+    /// Make room in `o`'s charge for `new` more chunk entries; false if the budget has none.
+    fn charge_entries(&mut self, o: &mut OdpMr, new: u64) -> bool {
+        let want = (o.chunks.len() as u64 + new).saturating_sub(o.charged_entries);
+        if want == 0 {
+            return true;
+        }
+        let bytes = want.saturating_mul(self.entry_cost());
+        if self.charge.try_grow(&self.budget, bytes).is_err() {
+            return false;
+        }
+        o.charged_entries += want;
+        true
     }
 
     pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
@@ -250,6 +294,8 @@ impl OdpState {
 
     /// Device reset: every request and parked advise is forgotten (none is completed).
     pub fn clear(&mut self) {
+        self.charge = Charge::default();
+        self.budget_waiters.clear();
         self.reqs.clear();
         self.deadlines.clear();
         self.failed.clear();
@@ -308,6 +354,8 @@ impl OdpState {
             _ => return,
         };
         self.resident_total = self.resident_total.saturating_sub(o.resident);
+        let cost = self.entry_cost();
+        self.charge.shrink(o.charged_entries.saturating_mul(cost));
         let key = mr.key;
         // Proportional to the MR's own chunks, not to the device's requests.
         for (&c, ch) in &o.chunks {
@@ -518,6 +566,16 @@ impl OdpState {
                     // the same (RNR NAK / suspension) and its QP is resumed when a request ends.
                     if let Some(q) = waiter {
                         self.cap_waiters.insert(q);
+                    }
+                    continue;
+                }
+                // A new chunk entry must fit the budget (spec §16); without room no request is
+                // sent: the responder RNR-NAKs (a Fault), a local waiter retries from odp_tick.
+                if !o.chunks.contains_key(&c) && !self.charge_entries(o, 1) {
+                    if let Some(q) = waiter {
+                        if !self.budget_waiters.contains(&q) {
+                            self.budget_waiters.push(q);
+                        }
                     }
                     continue;
                 }
@@ -850,7 +908,11 @@ impl MrTable {
         let last = (end - 1) >> shift;
         let count = (last - first + 1).min(max);
         // Requests a flush waits for: the ones sent here and the ones already outstanding.
+        // Advice is a hint: over the request cap (§12.4) the rest of the range is not
+        // requested; a flush then waits only for the requests that exist.
+        let room = odp.config.max_requests.saturating_sub(odp.reqs.len());
         let mut awaited: Vec<u32> = Vec::new();
+        let mut to_request: Vec<u64> = Vec::new();
         for c in first..first + count {
             let need = match o.chunks.get(&c) {
                 None => true,
@@ -861,24 +923,36 @@ impl MrTable {
                     false
                 }
             };
-            // Advice is a hint: over the request cap (§12.4) the rest of the range is not
-            // requested; a flush then waits only for the requests that exist.
-            if need && odp.can_send_fault() {
-                odp.remove_failed(o, key, c);
-                let prior = odp.remove_resident(o, c).unwrap_or_default();
-                let req_id = odp.send_fault(key, c, mr_iova, mr_len, write, now);
-                awaited.push(req_id);
-                o.chunks.insert(
-                    c,
-                    Chunk::Pending {
-                        req_id,
-                        write,
-                        sent: now,
-                        waiters: Vec::new(),
-                        prior,
-                    },
-                );
+            if need && to_request.len() < room {
+                to_request.push(c);
+            } else if to_request.len() >= room && !flush {
+                break; // nothing more will be requested, and no flush waits for the rest
             }
+        }
+        // The new chunk entries are charged up front, so an advise the budget cannot take has
+        // no effect (§11.1, §16: NO_RESOURCES).
+        let new = to_request
+            .iter()
+            .filter(|c| !o.chunks.contains_key(c))
+            .count() as u64;
+        if !odp.charge_entries(o, new) {
+            return done(VRDMA_STATUS_NO_RESOURCES);
+        }
+        for c in to_request {
+            odp.remove_failed(o, key, c);
+            let prior = odp.remove_resident(o, c).unwrap_or_default();
+            let req_id = odp.send_fault(key, c, mr_iova, mr_len, write, now);
+            awaited.push(req_id);
+            o.chunks.insert(
+                c,
+                Chunk::Pending {
+                    req_id,
+                    write,
+                    sent: now,
+                    waiters: Vec::new(),
+                    prior,
+                },
+            );
         }
         if !flush || awaited.is_empty() {
             return done(VRDMA_STATUS_OK);
@@ -892,6 +966,9 @@ impl MrTable {
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.odp.clock = Some(self.odp.clock.map_or(now, |c| c.max(now)));
         let now = self.odp.now();
+        let starved = std::mem::take(&mut self.odp.budget_waiters);
+        let retry = (!starved.is_empty()).then(|| now + BUDGET_RETRY);
+        self.odp.resume(starved);
         while let Some(&(deadline, req_id)) = self.odp.deadlines.first() {
             if deadline > now {
                 break;
@@ -934,7 +1011,11 @@ impl MrTable {
         }
         let a = self.odp.deadlines.first().map(|d| d.0);
         let b = self.odp.failed.first().map(|f| f.0);
-        match (a, b) {
+        let next = match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (next, retry) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

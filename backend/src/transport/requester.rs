@@ -16,6 +16,7 @@ use std::time::Instant;
 use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD};
 use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
+use crate::budget::Charge;
 use crate::device::Device;
 use crate::memory::mr::MrError;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Transport};
@@ -55,6 +56,13 @@ pub struct RequesterState {
     pub sq_fetch: u32,
     /// WQEs fetched from the SQ and not yet retired, in SQ order.
     pub wqes: VecDeque<SendWqe>,
+    /// Host memory of the fetched WQEs beyond the first one, which the QP's own charge covers
+    /// (spec §16: see [`wqe_floor`]); `wqe_bytes` is what all of `wqes` hold.
+    pub wqe_charge: Charge,
+    pub wqe_bytes: u64,
+    /// The last fetch stopped with WQEs left in the ring (cache full or budget exhausted):
+    /// fetch again once retiring made room.
+    pub fetch_blocked: bool,
     /// Outstanding RDMA READ / atomic requests (bounded by max_rd_atomic); recomputed on restart.
     pub rd_atomic_outstanding: u32,
     /// Remaining transport retries before RETRY_EXC_ERR.
@@ -159,6 +167,8 @@ pub struct SendWqe {
     /// READ: `offset` when the current READ request was (re)sent; its first response (FIRST or
     /// ONLY) lands there (IBTA 9.7.5.1: a resent READ asks for the remainder only).
     pub read_base: u64,
+    /// Host memory this decoded copy holds (see [`wqe_cost`]), fixed at fetch.
+    pub cost: u64,
     /// Completion status once `state == Done`.
     pub status: u8,
     /// The error in `status` moves the QP to ERROR when this WQE retires.
@@ -469,7 +479,23 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
         return;
     }
     send(dev, ctx, st, now);
+    let mut before = st.wqes.len();
     retire(dev, ctx, st);
+    // Retiring made room for WQEs the fetch left in the ring (cache full or budget exhausted,
+    // spec §16.1): fetch them now, since no further doorbell or response may come for them
+    // (UD sends complete as they are sent). Each round retires at least one WQE; the number
+    // of rounds per call is bounded like one fetch is.
+    let mut rounds = 0;
+    while st.fetch_blocked && st.wqes.len() < before && st.fatal.is_none() && rounds < MAX_FETCHED {
+        rounds += 1;
+        if let Err(f) = fetch(dev, ctx, st) {
+            st.fatal = Some(f);
+            return;
+        }
+        send(dev, ctx, st, now);
+        before = st.wqes.len();
+        retire(dev, ctx, st);
+    }
     arm_timer(ctx, st, now);
     // SQD (IBTA 10.3.1): once nothing is in flight the drain is complete; SQ_DRAINED is
     // reported if the QP asked for it (en_sqd_async_notify).
@@ -481,14 +507,45 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
     }
 }
 
-/// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell).
+/// Host memory a decoded send WQE holds: the struct, its SGE list and inline data.
+pub fn wqe_cost(w: &SendWqe) -> u64 {
+    (std::mem::size_of::<SendWqe>()
+        + w.sges.len() * std::mem::size_of::<Sge>()
+        + w.inline.as_ref().map_or(0, |v| v.len())) as u64
+}
+
+/// The most one fetched WQE of a QP with `sq_wqe_size`-byte slots can cost: its SGEs and inline
+/// data come from the slot, so they are never larger. The QP's own charge includes this much
+/// (`Device::qp_fixed_charge`), so every QP can always hold one fetched WQE and make progress
+/// whatever the other objects of the device hold (spec §16).
+pub fn wqe_floor(sq_wqe_size: u32) -> u64 {
+    std::mem::size_of::<SendWqe>() as u64 + u64::from(sq_wqe_size)
+}
+
+/// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell). Stops at
+/// [`MAX_FETCHED`] cached WQEs, or when the next one does not fit the host-memory budget
+/// (spec §16: the WQE stays in the ring and is fetched once retiring makes room).
 fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
     let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|f| Fatal::QpFatal(f.0))?;
+    let floor = wqe_floor(ctx.sq_wqe_size);
     let mut buf = vec![0u8; ctx.sq_wqe_size as usize];
-    while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
+    st.fetch_blocked = false;
+    while st.sq_fetch != producer {
+        if st.wqes.len() >= MAX_FETCHED {
+            st.fetch_blocked = true;
+            break;
+        }
         let idx = st.sq_fetch;
         ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
         let mut w = decode_wqe(ctx, idx, &buf);
+        w.cost = wqe_cost(&w);
+        let need = (st.wqe_bytes + w.cost).saturating_sub(floor);
+        let more = need.saturating_sub(st.wqe_charge.bytes());
+        if more > 0 && st.wqe_charge.try_grow(&dev.budget, more).is_err() {
+            st.fetch_blocked = true;
+            break;
+        }
+        st.wqe_bytes += w.cost;
         // UD/GSI send errors complete the WQE and leave the QP in RTS (spec §14.3, no SQE).
         if ctx.is_ud() {
             w.fatal = false;
@@ -943,6 +1000,7 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             break;
         }
         let Some(w) = st.wqes.pop_front() else { break };
+        st.wqe_bytes = st.wqe_bytes.saturating_sub(w.cost);
         if w.signaled || w.status != WC_SUCCESS {
             let cqe = Cqe {
                 wr_id: w.wr_id,
@@ -964,6 +1022,9 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             break;
         }
     }
+    let held = st.wqe_charge.bytes();
+    st.wqe_charge
+        .shrink(held.saturating_sub(st.wqe_bytes.saturating_sub(wqe_floor(ctx.sq_wqe_size))));
     if let Some(c) = consumer {
         ctx::sq_set_consumer(dev, ctx.qpn, c);
     }

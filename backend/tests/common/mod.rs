@@ -201,13 +201,25 @@ impl Node {
     }
 
     pub fn with_gid(id: u8, mem_mib: u64, eth_mtu: u16, gid: [u8; 16]) -> Node {
+        Self::with_config(id, mem_mib, eth_mtu, gid, |_| {})
+    }
+
+    /// A node whose device configuration `tune` adjusts (limits, host-memory budget...).
+    pub fn with_config(
+        id: u8,
+        mem_mib: u64,
+        eth_mtu: u16,
+        gid: [u8; 16],
+        tune: impl FnOnce(&mut DeviceConfig),
+    ) -> Node {
         let mem = GuestMem::from_ranges(&[(BASE, (mem_mib << 20) as usize)]).expect("guest mem");
         let out = Arc::new(RecordingOutput::new());
-        let cfg = DeviceConfig {
+        let mut cfg = DeviceConfig {
             mac: [0x52, 0x54, 0x00, 0x00, 0x00, id],
             mtu: eth_mtu,
             ..DeviceConfig::default()
         };
+        tune(&mut cfg);
         let mac = cfg.mac;
         let mut dev = Device::new(cfg, mem.clone(), out.clone());
         dev.flush_hook = Some(transport::flush);
@@ -843,7 +855,8 @@ impl Node {
             n.mem.clone(),
             n.out.clone(),
             n.dev.config.odp.clone(),
-        );
+        )
+        .with_budget(n.dev.budget.clone());
         n
     }
 
