@@ -292,6 +292,25 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
     ))
 }
 
+/// Spec §2.2: an operation (`VRDMA_ODP_*` bit `op`) on an ODP MR is allowed only if the QP's
+/// transport lists it in its ODP caps. True when `key` names an ODP MR and `op` is not listed
+/// (the caller fails the operation: LOC_PROT_ERR, or a remote access error at the responder).
+/// `op` 0 (an operation without an ODP cap bit, e.g. FLUSH) is never denied here.
+pub fn odp_denied(dev: &Device, ctx: &QpCtx, key: u32, op: u32) -> bool {
+    op != 0
+        && dev.config.odp_caps(ctx.qp_type) & op == 0
+        && dev.mrs.get(key).is_ok_and(|m| m.is_odp())
+}
+
+/// The ODP cap bit a receive WQE's SGEs need (spec §2.2): RECV, or SRQ_RECV for an SRQ WQE.
+pub fn odp_recv_op(w: &RecvWqe) -> u32 {
+    if w.srqn.is_some() {
+        vrdma_spec::VRDMA_ODP_SRQ_RECV
+    } else {
+        vrdma_spec::VRDMA_ODP_RECV
+    }
+}
+
 /// Take every posted RQ WQE (flush), returning their wr_ids.
 pub fn rq_drain(dev: &mut Device, ctx: &QpCtx) -> Vec<u64> {
     let mut out = Vec::new();
