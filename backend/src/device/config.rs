@@ -126,22 +126,43 @@ impl DeviceConfig {
         f
     }
 
+    /// The ODP operations (`VRDMA_ODP_*`) advertised for QPs of type `qp_type` (`VRDMA_QPT_*`;
+    /// GSI counts as UD): `odp_rc_caps` / `odp_uc_caps` / `odp_ud_caps` of spec §2.2, and what
+    /// the transport enforces (an operation not listed → LOC_PROT_ERR / remote access error).
+    pub fn odp_caps(&self, qp_type: u32) -> u32 {
+        if !self.odp.enabled {
+            return 0;
+        }
+        match qp_type {
+            VRDMA_QPT_RC => {
+                VRDMA_ODP_SEND
+                    | VRDMA_ODP_RECV
+                    | VRDMA_ODP_WRITE
+                    | VRDMA_ODP_READ
+                    | VRDMA_ODP_ATOMIC
+                    | VRDMA_ODP_SRQ_RECV
+            }
+            // A UC responder cannot RNR-NAK: a fault in the middle of a multi-packet message
+            // would lose it after part of it was placed, so only the requester side (local SGEs
+            // of SENDs) is advertised.
+            VRDMA_QPT_UC => VRDMA_ODP_SEND,
+            // UD is unreliable anyway: a datagram whose receive buffer faults is dropped and the
+            // receive WQE stays the head (spec §14.6), so RECV and SRQ_RECV are usable.
+            VRDMA_QPT_UD | VRDMA_QPT_GSI => VRDMA_ODP_SEND | VRDMA_ODP_RECV | VRDMA_ODP_SRQ_RECV,
+            _ => 0,
+        }
+    }
+
     /// The config space / QUERY_DEVICE body.
     pub fn to_vrdma_config(&self) -> VrdmaConfig {
         let mut general = 0;
-        let (mut rc, mut uc, mut ud) = (0, 0, 0);
+        let (rc, uc, ud) = (
+            self.odp_caps(VRDMA_QPT_RC),
+            self.odp_caps(VRDMA_QPT_UC),
+            self.odp_caps(VRDMA_QPT_UD),
+        );
         if self.odp.enabled {
             general |= VRDMA_ODP_SUPPORT;
-            rc = VRDMA_ODP_SEND
-                | VRDMA_ODP_RECV
-                | VRDMA_ODP_WRITE
-                | VRDMA_ODP_READ
-                | VRDMA_ODP_ATOMIC
-                | VRDMA_ODP_SRQ_RECV;
-            // UC and UD responders cannot RNR-NAK, so a receive-side fault would drop the
-            // message: only the requester side (local SGEs) is advertised for them.
-            uc = VRDMA_ODP_SEND;
-            ud = VRDMA_ODP_SEND;
         }
         if self.odp.implicit {
             general |= VRDMA_ODP_SUPPORT_IMPLICIT;

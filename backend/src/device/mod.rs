@@ -233,10 +233,30 @@ impl Device {
         self.qp_to_error(qpn, Some(VRDMA_EV_QP_FATAL), err.ring_error_code());
     }
 
-    /// Take the next receive WQE of an SRQ (see [`Srq::pop`]).
+    /// Take the next receive WQE of an SRQ (see [`Srq::pop`]). When this call breaks the SRQ
+    /// (index or access error, SRQ_ERR sent), every QP attached to it goes to ERROR with
+    /// QP_FATAL (`info` = the ring error code): IBTA 10.2.9 / 11.6.3 (SRQ catastrophic error: the
+    /// associated QPs enter the Error state), spec §14.4. Each then flushes and reports
+    /// LAST_WQE_REACHED (spec §13).
     pub fn srq_pop(&mut self, srqn: u32, buf: &mut [u8]) -> Result<bool, RingError> {
         let srq = self.srqs.get_mut(srqn).ok_or(RingError::Broken)?;
-        srq.pop(&self.mem, &*self.out, buf)
+        let was_broken = srq.broken;
+        let r = srq.pop(&self.mem, &*self.out, buf);
+        if let Err(e) = &r {
+            if !was_broken {
+                let code = e.ring_error_code();
+                let victims: Vec<u32> = self
+                    .qps
+                    .iter()
+                    .filter(|q| q.srqn == Some(srqn))
+                    .map(|q| q.qpn)
+                    .collect();
+                for q in victims {
+                    self.qp_to_error(q, Some(VRDMA_EV_QP_FATAL), code);
+                }
+            }
+        }
+        r
     }
 
     /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or

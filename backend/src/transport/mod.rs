@@ -117,13 +117,15 @@ pub(crate) fn with_req<R>(
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
     ctx::put_req(dev, qpn, st);
-    if let Some(e) = fatal {
-        dev.qp_to_error(qpn, e.event(), e.info());
-    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now, through the core's worklist (a flush may
-        // overflow further CQs; the worklist keeps that iterative).
+    if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
+        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
+        // flush hook could not see the state then, so flush now, through the core's worklist (a
+        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
+        // is then moot: the QP is in ERROR already and one event reported it.
         dev.schedule_flush(qpn);
+    } else if let Some(e) = fatal {
+        dev.qp_to_error(qpn, e.event(), e.info());
     }
     Some(r)
 }
@@ -139,13 +141,15 @@ pub(crate) fn with_resp<R>(
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
     ctx::put_resp(dev, qpn, st);
-    if let Some(e) = fatal {
-        dev.qp_to_error(qpn, e.event(), e.info());
-    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now, through the core's worklist (a flush may
-        // overflow further CQs; the worklist keeps that iterative).
+    if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
+        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
+        // flush hook could not see the state then, so flush now, through the core's worklist (a
+        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
+        // is then moot: the QP is in ERROR already and one event reported it.
         dev.schedule_flush(qpn);
+    } else if let Some(e) = fatal {
+        dev.qp_to_error(qpn, e.event(), e.info());
     }
     Some(r)
 }

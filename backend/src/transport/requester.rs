@@ -666,9 +666,23 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     } else {
         0
     };
+    // Spec §2.2: local SGEs of an ODP MR only for operations in the transport's ODP caps.
+    let odp_op = match w.opcode {
+        WR_SEND | WR_SEND_WITH_IMM | WR_SEND_WITH_INV => vrdma_spec::VRDMA_ODP_SEND,
+        WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_ATOMIC_WRITE => vrdma_spec::VRDMA_ODP_WRITE,
+        WR_RDMA_READ => vrdma_spec::VRDMA_ODP_READ,
+        WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => vrdma_spec::VRDMA_ODP_ATOMIC,
+        _ => 0,
+    };
     for s in &w.sges {
         dev.mrs
             .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+        if ctx::odp_denied(dev, ctx, s.lkey, odp_op) {
+            return Err(MrError::AccessDenied {
+                key: s.lkey,
+                access,
+            });
+        }
     }
     Ok(())
 }

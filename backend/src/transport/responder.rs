@@ -693,7 +693,26 @@ impl Responder<'_, '_> {
     ) -> Result<(), RespStep> {
         dev.mrs
             .check_access(rkey, self.ctx.pdn, va, len, access)
-            .map_err(|_| RespStep::ErrRkeyViolation)
+            .map_err(|_| RespStep::ErrRkeyViolation)?;
+        self.check_odp_caps(dev, rkey, access)
+    }
+
+    /// Spec §2.2 / §14.6: an R_Key of an ODP MR for an operation the QP's transport does not list
+    /// in its ODP caps is an R_Key violation (RC: NAK Remote Access Error; UC: dropped).
+    fn check_odp_caps(&self, dev: &Device, rkey: u32, access: u32) -> Result<(), RespStep> {
+        let op = if access & ACCESS_REMOTE_ATOMIC != 0 {
+            vrdma_spec::VRDMA_ODP_ATOMIC
+        } else if access & ACCESS_REMOTE_READ != 0 {
+            vrdma_spec::VRDMA_ODP_READ
+        } else if access & ACCESS_REMOTE_WRITE != 0 {
+            vrdma_spec::VRDMA_ODP_WRITE
+        } else {
+            0
+        };
+        if ctx::odp_denied(dev, self.ctx, rkey, op) {
+            return Err(RespStep::ErrRkeyViolation);
+        }
+        Ok(())
     }
 
     /// Resolve an R_Key range; map failures to the responder error states (spec §10, §14).
@@ -705,6 +724,7 @@ impl Responder<'_, '_> {
         len: u64,
         access: u32,
     ) -> Result<Vec<GuestRange>, RespStep> {
+        self.check_odp_caps(dev, rkey, access)?;
         match dev.mrs.resolve(rkey, self.ctx.pdn, va, len, access) {
             Ok(r) => Ok(r),
             // ODP at the responder: RNR NAK now, the page request is already on its way.
@@ -725,6 +745,16 @@ impl Responder<'_, '_> {
                 let Some(w) = st.recv.as_mut() else {
                     return RespStep::ErrInvalidRequest;
                 };
+                // Spec §2.2: receive SGEs of an ODP MR only if the transport lists RECV
+                // (SRQ_RECV for an SRQ WQE) in its ODP caps; else the WQE completes LOC_PROT_ERR.
+                let op = ctx::odp_recv_op(w);
+                if w.sges
+                    .iter()
+                    .any(|s| ctx::odp_denied(dev, self.ctx, s.lkey, op))
+                {
+                    self.recv_status = WC_LOC_PROT_ERR;
+                    return RespStep::ErrRemoteOp;
+                }
                 let mut buf = pkt.payload.to_vec();
                 if !buf.is_empty() {
                     let off = w.offset;
@@ -1483,6 +1513,14 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         // Spec §14.4: the WQE completes LOC_QP_OP_ERR and the QP goes to ERROR.
         cqe.status = WC_LOC_QP_OP_ERR;
         st.fatal = Some(Fatal::Silent);
+    } else if w
+        .sges
+        .iter()
+        .any(|s| ctx::odp_denied(dev, ctx, s.lkey, ctx::odp_recv_op(&w)))
+    {
+        // Spec §2.2: receive SGEs of an ODP MR the UD caps do not allow (the device advertises
+        // RECV and SRQ_RECV for UD, so this only guards the rule).
+        cqe.status = WC_LOC_PROT_ERR;
     } else if total > w.capacity {
         // Spec §14.6: a datagram longer than the receive buffers is dropped and the WQE is not
         // consumed (it stays the head receive for the next datagram).
