@@ -4,7 +4,11 @@
 //! (`controlq::run_command` on a real `Device`), the doorbell queue or the eth tx queue consume
 //! it.
 //!
-//! Input: `ctl u8` (bit 0: EVENT_IDX; `(ctl >> 1) % 3`: control, doorbell, eth tx queue),
+//! The device → driver queues (event, pagereq, eth rx: `VirtqOutput`) are served the same way:
+//! the device posts records into the chains the input made available.
+//!
+//! Input: `ctl u8` (bit 0: EVENT_IDX; `(ctl >> 1) % 5`: control, doorbell, eth tx, event +
+//! pagereq, eth rx queue),
 //! `avail_idx u16` (any value, also beyond the queue size), 16 avail ring slots `u16`, the
 //! descriptor table (16 × 16 bytes: addr u64, len u32, flags u16, next u16), then the bytes
 //! of guest memory from `DATA` on (commands, indirect tables, frames).
@@ -19,8 +23,8 @@ use vrdma_backend::vhost_user::chain::SplitChain;
 use vrdma_backend::vhost_user::inputq::{self, drain_queue, ChainLimits};
 use vrdma_backend::vhost_user::parked::ParkedCommands;
 use vrdma_backend::vhost_user::{
-    controlq, DoorbellSink, FrameSink, GuestMemoryAtomic, GuestMemoryMmap, RdmaDevice, Vring,
-    VQ_CONTROL,
+    controlq, DoorbellSink, FrameSink, GuestMemoryAtomic, GuestMemoryMmap, RdmaDevice, VirtqOutput,
+    Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ,
 };
 use vrdma_spec::*;
 
@@ -101,8 +105,12 @@ pub fn run(data: &[u8]) {
         max_readable: MAX_FRAME,
         max_descs: vrdma_backend::vhost_user::chain::MAX_CHAIN_DESCS,
     };
+    if (ctl >> 1) % 5 >= 3 {
+        output(&vring, &atomic, ctl);
+        return;
+    }
     // A malformed ring is an error for the queue (the backend logs it), never a panic.
-    let _ = match (ctl >> 1) % 3 {
+    let _ = match (ctl >> 1) % 5 {
         0 => drain_queue(
             VQ_CONTROL,
             &vring,
@@ -124,4 +132,36 @@ pub fn run(data: &[u8]) {
         used <= avail_idx,
         "used idx {used} beyond avail idx {avail_idx}"
     );
+}
+
+/// Device → driver records into the input's chains: events and page requests
+/// (`(ctl >> 1) % 5 == 3`, the vring serving as both queues) or eth rx frames of several sizes.
+fn output(vring: &Vring, atomic: &GuestMemoryAtomic, ctl: u8) {
+    let out = VirtqOutput::new(16);
+    let idle = Vring::new(atomic.clone(), QSIZE).expect("vring");
+    let mut vrings = vec![idle; 6];
+    if (ctl >> 1) % 5 == 3 {
+        vrings[usize::from(VQ_EVENT)] = vring.clone();
+        vrings[usize::from(VQ_PAGEREQ)] = vring.clone();
+    } else {
+        vrings[usize::from(VQ_ETH_RX)] = vring.clone();
+    }
+    out.attach(&vrings, atomic);
+    for i in 0..4u32 {
+        out.push_event(&VrdmaEvent {
+            type_: i,
+            ..Default::default()
+        });
+        out.push_page_req(&VrdmaPageReq {
+            req_id: i,
+            ..Default::default()
+        });
+        out.push_eth_rx(&vec![0x42; [60, 1514, 128, 9000][i as usize]]);
+    }
+    for q in [VQ_EVENT, VQ_PAGEREQ, VQ_ETH_RX] {
+        if let Some(q) = out.queue(q) {
+            q.flush();
+        }
+    }
+    out.detach();
 }

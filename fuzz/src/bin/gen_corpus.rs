@@ -405,6 +405,22 @@ fn vring(root: &Path) {
     let frame = vec![0x11u8; 60];
     let descs = vec![desc(DATA, 30, next, 1), desc(DATA + 30, 30, 0, 0)];
     save(&dir, "eth_tx", &chain_seed(4, &descs, &frame, 1));
+    // Writable buffers for the device -> driver queues: 4 x 64 bytes, and 2 KiB frames.
+    let descs: Vec<Vec<u8>> = (0..8u16)
+        .map(|i| desc(DATA + 64 * u64::from(i), 64, write, 0))
+        .collect();
+    let heads = |ctl: u8, descs: &[Vec<u8>], n: u16| {
+        let mut s = chain_seed(ctl, descs, &[], n);
+        for i in 0..n {
+            s[3 + 2 * usize::from(i)..5 + 2 * usize::from(i)].copy_from_slice(&i.to_le_bytes());
+        }
+        s
+    };
+    save(&dir, "events", &heads(6, &descs, 8));
+    let descs: Vec<Vec<u8>> = (0..4u16)
+        .map(|i| desc(DATA + 2048 * u64::from(i), 2048, write, 0))
+        .collect();
+    save(&dir, "eth_rx", &heads(8, &descs, 4));
 }
 
 fn main() {
