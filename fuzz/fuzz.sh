@@ -6,7 +6,7 @@
 #       SECONDS from its corpus; fails if a seed or the fuzzer crashes or cannot run.
 #   fuzz.sh run BIN_DIR OUT_DIR SECONDS TARGET...
 #       fuzz each target for SECONDS; prints execs/s and coverage; fails on crashes.
-# Crashing inputs are left in OUT_DIR/<target>/default/crashes/.
+# Crashing and hanging inputs are left in OUT_DIR/<target>/default/{crashes,hangs}/.
 set -euo pipefail
 
 mode=$1 bin=$2 out=$3 secs=$4
@@ -21,7 +21,7 @@ stat() { sed -n "s/^$2 *: //p" "$1/default/fuzzer_stats"; }
 
 mkdir -p "$out"
 fail=0
-printf '%-9s %10s %10s %12s %8s %8s %6s\n' target execs/s execs edges bitmap corpus crash
+printf '%-9s %10s %10s %12s %8s %8s %6s %6s\n' target execs/s execs edges bitmap corpus crash hang
 for t in "$@"; do
     exe="$bin/$t"
     [ -x "$exe" ] || { echo "fuzz: $exe missing (make fuzz-build)" >&2; exit 1; }
@@ -47,16 +47,22 @@ for t in "$@"; do
     fi
     [ -f "$out/$t/default/fuzzer_stats" ] || { echo "fuzz: $t: no fuzzer_stats" >&2; exit 1; }
     crashes=$(stat "$out/$t" saved_crashes)
+    hangs=$(stat "$out/$t" saved_hangs)
     execs=$(stat "$out/$t" execs_done)
-    printf '%-9s %10s %10s %12s %8s %8s %6s\n' "$t" "$(stat "$out/$t" execs_per_sec)" \
+    printf '%-9s %10s %10s %12s %8s %8s %6s %6s\n' "$t" "$(stat "$out/$t" execs_per_sec)" \
         "$execs" "$(stat "$out/$t" edges_found)/$(stat "$out/$t" total_edges)" \
-        "$(stat "$out/$t" bitmap_cvg)" "$(stat "$out/$t" corpus_count)" "$crashes"
+        "$(stat "$out/$t" bitmap_cvg)" "$(stat "$out/$t" corpus_count)" "$crashes" "$hangs"
     if [ "${execs:-0}" -eq 0 ]; then
         echo "fuzz: $t ran no executions" >&2
         fail=1
     fi
     if [ "${crashes:-0}" -ne 0 ]; then
         echo "fuzz: $t: $crashes crashing inputs in $out/$t/default/crashes/" >&2
+        fail=1
+    fi
+    # An execution takes milliseconds: one over the 2 s limit is a loop, i.e. a finding.
+    if [ "${hangs:-0}" -ne 0 ]; then
+        echo "fuzz: $t: $hangs hanging inputs in $out/$t/default/hangs/" >&2
         fail=1
     fi
 done

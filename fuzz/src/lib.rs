@@ -6,8 +6,9 @@
 //! *within* one input. A panic anywhere is a finding (the daemon must not panic on guest or wire
 //! input, spec §14); the binaries abort on it so AFL records a crash.
 //!
-//! The same functions replay a corpus or a crash outside AFL (`backend/tests/fuzz_regressions.rs`
-//! keeps every crash found as a plain test).
+//! Run outside AFL, a target binary reads one input from stdin (replaying a seed or a crash;
+//! `VRDMA_FUZZ_TRACE=1` prints what the harness did). A crash, once understood, becomes a plain
+//! test in `backend/tests/` built from the same fixtures.
 
 #[path = "../../backend/tests/common/mod.rs"]
 #[allow(dead_code, clippy::all)]
