@@ -28,10 +28,10 @@ trap 'rm -rf "$stage"' EXIT
 DESTDIR=$stage/cmake cmake -P "$inst" >/dev/null
 built_so=$(find "$stage/cmake" -name libvrdma-rdmav34.so)
 built_driver=$(find "$stage/cmake" -name vrdma.driver)
-[ -f "$built_so" ] && [ -f "$built_driver" ] || {
+if [ ! -f "$built_so" ] || [ ! -f "$built_driver" ]; then
 	echo "build-deb-libvrdma: rdma-core's install rule gave no provider/driver file" >&2
 	exit 1
-}
+fi
 
 root=$stage/root
 libdir=$root/usr/lib/$multiarch/libibverbs

@@ -55,7 +55,10 @@ for f in dkms.conf Kbuild Makefile vrdma.h include/vrdma_abi.h include/vrdma_uap
 	[ -f "$root/$src/$f" ] || fail "/$src/$f not installed"
 done
 # every object Kbuild links has its source in the tree
-for o in $(sed -n '/^vrdma-y/,/[^\\]$/p' "$root/$src/Kbuild" | tr -d '\\' | grep -o '[a-z_]*\.o'); do
+# (the object list: from "vrdma-y" to the first line without a continuation backslash)
+objs=$(sed -n '/^vrdma-y/,/[^[:punct:]]$/p' "$root/$src/Kbuild" | grep -o '[a-z_]*\.o')
+[ -n "$objs" ] || fail "no vrdma-y objects in /$src/Kbuild"
+for o in $objs; do
 	[ -f "$root/$src/${o%.o}.c" ] || fail "/$src/${o%.o}.c (for $o in Kbuild) not installed"
 done
 # dkms sources dkms.conf with these set: read its fields the same way
