@@ -6,8 +6,11 @@
 #                       and every system call of the daemon (strace) allowed by its SystemCallFilter
 #   make libvirt-check  virt-xml-validate of packaging/libvirt/vrdma-guest.xml
 #   make pcap-check     the uplink_pcap test with tshark required (never skips)
-#   make deb            $(RESULTS)/vrdma-backend_<version>_<arch>.deb (dpkg-deb, no network)
-#   make deb-check      build the .deb, install it into a scratch root, check the files
+#   make deb            $(RESULTS)/vrdma-backend_<version>_<arch>.deb, vrdma-dkms_<version>_all.deb
+#                       and libvrdma_<version>_<arch>.deb (dpkg-deb; the provider is built by
+#                       guest-driver/provider/build.sh, see mk/provider.mk)
+#   make deb-check      build the three, install them into one scratch root, check the files and
+#                       build vrdma.ko from the installed source with dkms (scratch DKMS tree)
 # The four checks are CHECK_STEPS; each installs its own tools first, so `make check` works on
 # a fresh machine too.
 
@@ -38,7 +41,7 @@ ops-deps-tshark:
 	@$(OPS_INSTALL) tshark=tshark
 
 ops-deps-deb:
-	@$(OPS_INSTALL) dpkg-deb=dpkg help2man=help2man man=man-db
+	@$(OPS_INSTALL) dpkg-deb=dpkg help2man=help2man man=man-db dkms=dkms readelf=binutils
 
 ops-bin:
 	cd "$(TOP)" && $(CARGO) build -p vrdma-backend --bin vrdma-backend
@@ -57,13 +60,17 @@ libvirt-check: ops-deps-libvirt
 pcap-check: ops-deps-tshark
 	cd "$(TOP)" && VRDMA_REQUIRE_TSHARK=1 $(CARGO) test -p vrdma-backend --test uplink_pcap
 
-deb: ops-deps-deb
-	cd "$(TOP)" && $(DEB_BUILD)
-	"$(PACKAGING)/deb/build-deb.sh" "$(DEB_BIN)" "$(RESULTS)"
+# Builds the daemon and the provider, then the three packages; leaves their paths in $$debs.
+DEB_BUILD_ALL = cd "$(TOP)" && $(DEB_BUILD); \
+	so=$$("$(PROVIDER_DIR)/build.sh" | tail -n1); \
+	debs="$$("$(PACKAGING)/deb/build-deb.sh" "$(DEB_BIN)" "$(RESULTS)" | tail -n1) \
+	$$("$(PACKAGING)/deb/build-deb-dkms.sh" "$(RESULTS)" | tail -n1) \
+	$$("$(PACKAGING)/deb/build-deb-libvrdma.sh" "$$so" "$(RESULTS)" | tail -n1)"
 
-deb-check: ops-deps-deb
+deb: ops-deps-deb provider-deps
+	$(DEB_BUILD_ALL); printf '%s\n' $$debs
+
+deb-check: ops-deps-deb provider-deps
 	@for f in "$(PACKAGING)"/*.sh "$(PACKAGING)"/deb/*.sh; do bash -n "$$f"; done
 	@if command -v shellcheck >/dev/null; then shellcheck "$(PACKAGING)"/*.sh "$(PACKAGING)"/deb/*.sh; fi
-	cd "$(TOP)" && $(DEB_BUILD)
-	deb=$$("$(PACKAGING)/deb/build-deb.sh" "$(DEB_BIN)" "$(RESULTS)" | tail -n1); \
-	"$(PACKAGING)/deb/check-deb.sh" "$$deb"
+	$(DEB_BUILD_ALL); "$(PACKAGING)/deb/check-deb.sh" $$debs
