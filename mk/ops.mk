@@ -5,6 +5,8 @@
 #   make systemd-check  systemd-analyze verify + offline security score of vrdma-backend@.service,
 #                       and every system call of the daemon (strace) allowed by its SystemCallFilter
 #   make libvirt-check  virt-xml-validate of packaging/libvirt/vrdma-guest.xml
+#   make libvirt-boot   boot one guest from that domain through a private session libvirtd
+#                       (tests/libvirt/boot_guest.py; images + release backend first), ~1 minute
 #   make pcap-check     the uplink_pcap test with tshark required (never skips)
 #   make deb            $(RESULTS)/vrdma-backend_<version>_<arch>.deb, vrdma-dkms_<version>_all.deb
 #                       and libvrdma_<version>_<arch>.deb (dpkg-deb; the provider is built by
@@ -12,7 +14,7 @@
 #   make deb-check      build the three, install them into one scratch root, check the files and
 #                       build vrdma.ko from the installed source with dkms (scratch DKMS tree)
 # The four checks are CHECK_STEPS; each installs its own tools first, so `make check` works on
-# a fresh machine too.
+# a fresh machine too. libvirt-boot boots a VM, so it is a TEST_STEP (make test only).
 
 PACKAGING := $(TOP)/packaging
 OPS_INSTALL := "$(PACKAGING)/install-deps.sh"
@@ -24,11 +26,12 @@ DEB_BUILD := $(CARGO) build $(if $(filter release,$(DEB_PROFILE)),--release) -p 
 
 HOST_DEPS_STEPS += ops-deps
 CHECK_STEPS += systemd-check libvirt-check pcap-check deb-check
+TEST_STEPS += libvirt-boot
 
 .PHONY: ops-deps ops-deps-systemd ops-deps-libvirt ops-deps-tshark ops-deps-deb \
-	ops-bin systemd-check libvirt-check pcap-check deb deb-check
+	ops-deps-libvirtd ops-bin systemd-check libvirt-check libvirt-boot pcap-check deb deb-check
 
-ops-deps: ops-deps-systemd ops-deps-libvirt ops-deps-tshark ops-deps-deb
+ops-deps: ops-deps-systemd ops-deps-libvirt ops-deps-libvirtd ops-deps-tshark ops-deps-deb
 
 ops-deps-systemd:
 	@$(OPS_INSTALL) systemd-analyze=systemd strace=strace
@@ -36,6 +39,10 @@ ops-deps-systemd:
 # virt-xml-validate runs xmllint, which libvirt-clients only recommends.
 ops-deps-libvirt:
 	@$(OPS_INSTALL) virt-xml-validate=libvirt-clients xmllint=libxml2-utils
+
+# libvirt-daemon depends on its QEMU driver (libvirt-daemon-driver-qemu).
+ops-deps-libvirtd:
+	@$(OPS_INSTALL) libvirtd=libvirt-daemon virsh=libvirt-clients
 
 ops-deps-tshark:
 	@$(OPS_INSTALL) tshark=tshark
@@ -56,6 +63,12 @@ systemd-check: ops-deps-systemd ops-bin
 
 libvirt-check: ops-deps-libvirt
 	"$(PACKAGING)/check-libvirt.sh"
+
+# vm-prereqs (mk/vm-test.mk): the release backend and the images (QEMU, kernel, initrd).
+# LIBVIRT_BOOT_PREREQS=backend-release boots the images already in $(VRDMA_CACHE) as they are.
+LIBVIRT_BOOT_PREREQS ?= vm-prereqs
+libvirt-boot: ops-deps-libvirtd $(LIBVIRT_BOOT_PREREQS)
+	"$(TOP)/tests/libvirt/boot_guest.py" --results "$(RESULTS)/libvirt-boot"
 
 pcap-check: ops-deps-tshark
 	cd "$(TOP)" && VRDMA_REQUIRE_TSHARK=1 $(CARGO) test -p vrdma-backend --test uplink_pcap
