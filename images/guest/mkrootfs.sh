@@ -17,10 +17,10 @@ debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$root" "$MIRROR"
 # MPI users: UCX (verbs transports) and Open MPI with mpi4py. Trixie's libucx0 depends on
 # ROCm (HIP, HSA: ~200 MB with LLVM) for its GPU transport module only; equivalent-free
 # stand-ins satisfy those dependencies, and UCX skips the module it cannot load.
-MPI_PKGS="openmpi-bin ucx-utils python3-mpi4py"
-ROCM_STANDINS="libamdhip64-5 libhsa-runtime64-1"
+MPI_PKGS=(openmpi-bin ucx-utils python3-mpi4py)
+ROCM_STANDINS=(libamdhip64-5 libhsa-runtime64-1)
 standins=$(mktemp -d)
-for p in $ROCM_STANDINS; do
+for p in "${ROCM_STANDINS[@]}"; do
 	mkdir -p "$standins/$p/DEBIAN"
 	cat >"$standins/$p/DEBIAN/control" <<CTL
 Package: $p
@@ -35,7 +35,7 @@ rm -rf "$standins"
 chroot "$root" sh -c "dpkg -i /tmp/*.deb && rm /tmp/*.deb"
 echo "deb $MIRROR $SUITE main" >"$root/etc/apt/sources.list"
 chroot "$root" apt-get update -q
-chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $MPI_PKGS
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${MPI_PKGS[@]}"
 if chroot "$root" dpkg -l | grep -E '^ii +(libllvm|libamd-comgr|libhsakmt)'; then
 	echo "ROCm slipped into the guest image" >&2
 	exit 1
