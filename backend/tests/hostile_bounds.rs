@@ -95,7 +95,7 @@ fn doorbell_flood_is_merged_and_bounded() {
                 Pushed::Queued => queued += 1,
                 Pushed::Merged => merged += 1,
                 Pushed::Swept => swept += 1,
-                Pushed::Ignored => panic!("SQ doorbell {rec} ignored"),
+                Pushed::Ignored | Pushed::Dropped => panic!("SQ doorbell {rec} not kept"),
             }
             assert!(q.len() <= MAX_PENDING);
         }
@@ -296,5 +296,35 @@ fn reg_mr_page_count_limits_through_commands() {
     assert_eq!(
         run(&mut dev, VRDMA_CMD_REG_MR, &reg(VRDMA_CMD_MAX_PAGES + 1)).0,
         VRDMA_STATUS_INVALID
+    );
+}
+
+/// A queue filled with CQ_ARM hints for made-up CQs does not make every batch sweep all QPs:
+/// over the bound an arm hint is dropped (spec §5.3: optional), a QP doorbell still sweeps.
+#[test]
+fn cq_arm_flood_is_dropped_not_swept() {
+    use vrdma_backend::transport::doorbells::{DoorbellQueue, Pushed, MAX_PENDING};
+    let mut q = DoorbellQueue::new();
+    for id in 0..MAX_PENDING as u32 {
+        assert_eq!(
+            q.push(VrdmaDoorbell {
+                type_: VRDMA_DB_CQ_ARM,
+                id: 0x1000_0000 + id,
+            }),
+            Pushed::Queued
+        );
+    }
+    let extra = q.push(VrdmaDoorbell {
+        type_: VRDMA_DB_CQ_ARM,
+        id: 7,
+    });
+    assert_eq!(extra, Pushed::Dropped);
+    assert!(!q.sweep_pending(), "arm hints alone never cause a sweep");
+    assert_eq!(
+        q.push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: 16,
+        }),
+        Pushed::Swept
     );
 }

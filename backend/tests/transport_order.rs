@@ -106,3 +106,66 @@ fn acks_wait_behind_paced_read_responses() {
         );
     }
 }
+
+/// A peer that resends a duplicate atomic while a READ is being paced gets at most one queued
+/// answer for it: the reply queue stays bounded however often the duplicate arrives (spec §16).
+#[test]
+fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
+    let mut a = Node::new(1, 16, 9000);
+    let mut b = Node::new(2, 16, 9000);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, _) = a.create_cq(256);
+    let (cb, _) = b.create_cq(256);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    const RLEN: u64 = 256 << 10;
+    let la = a.alloc(RLEN + 4096);
+    let ka = a.reg_mr(pda, la, RLEN + 4096, ACC_ALL);
+    let lb = b.alloc(RLEN + 4096);
+    let kb = b.reg_mr(pdb, lb, RLEN + 4096, ACC_ALL);
+    let read = Wqe {
+        wr_id: 1,
+        opcode: VRDMA_WR_RDMA_READ,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(la, RLEN as u32, ka)],
+        remote_addr: lb,
+        rkey: kb,
+        ..Default::default()
+    };
+    let fadd = Wqe {
+        wr_id: 2,
+        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(la + RLEN, 8, ka)],
+        remote_addr: lb + RLEN,
+        rkey: kb,
+        compare_add: 1,
+        ..Default::default()
+    };
+    // The atomic first, answered at once (nothing queued yet); keep its request frame.
+    a.post_send(&mut qa, &fadd);
+    let atomic = a.dev.outbox[0].clone();
+    let mut link = Link::clean();
+    pump_idle(&mut a, &mut b, &mut link);
+    // Then the READ: B paces its responses and they stay queued (B's outbox is not drained).
+    a.post_send(&mut qa, &read);
+    for f in std::mem::take(&mut a.dev.outbox) {
+        vrdma_backend::transport::on_frame(&mut b.dev, &f);
+    }
+    let queued = |b: &Node| b.dev.qps.get(qb.qpn).expect("qp").resp.replies.len();
+    let before = queued(&b);
+    assert!(before >= 1, "the READ is paced: its responses are queued");
+    // The duplicate atomic, again and again, while B's responses are not drained.
+    for _ in 0..10_000 {
+        vrdma_backend::transport::on_frame(&mut b.dev, &atomic);
+    }
+    let after = queued(&b);
+    assert!(
+        after <= before + 1,
+        "reply queue grew from {before} to {after} entries on duplicates"
+    );
+    // The atomic ran once.
+    assert_eq!(b.read(lb + RLEN, 8), 1u64.to_le_bytes());
+}

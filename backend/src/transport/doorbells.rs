@@ -35,6 +35,8 @@ pub enum Pushed {
     Ignored,
     /// [`MAX_PENDING`] distinct records are pending: not queued, the next batch sweeps.
     Swept,
+    /// A CQ_ARM hint while [`MAX_PENDING`] records are pending: dropped (it is optional).
+    Dropped,
 }
 
 /// The records of one engine batch, in the order they first arrived.
@@ -77,6 +79,11 @@ impl DoorbellQueue {
             return Pushed::Merged;
         }
         if self.order.len() >= MAX_PENDING {
+            // A full queue of CQ_ARM hints (any 32-bit id) must not force a sweep of every QP
+            // per batch: an arm doorbell is optional (spec §5.3), so it is dropped instead.
+            if db.type_ == VRDMA_DB_CQ_ARM {
+                return Pushed::Dropped;
+            }
             self.sweep = true;
             return Pushed::Swept;
         }

@@ -1254,10 +1254,28 @@ fn ack_in_order(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Ae
         first: true,
         msn: aeth.msn,
     };
-    match st.replies.back_mut() {
-        Some(b) if matches!(b.kind, ReplyKind::Ack(_)) => *b = r,
-        _ => st.replies.push_back(r),
+    // A newer ACK supersedes a queued plain ACK (it acknowledges more); a queued NAK is kept
+    // unless the new response is a NAK too, so a sequence error or RNR NAK is never lost.
+    let new_is_ack = matches!(aeth.syndrome, Syndrome::Ack { .. });
+    let replace = st.replies.back().is_some_and(|b| {
+        matches!(b.kind, ReplyKind::Ack(a)
+            if !new_is_ack || matches!(a.syndrome, Syndrome::Ack { .. }))
+    });
+    if replace {
+        if let Some(b) = st.replies.back_mut() {
+            *b = r;
+        }
+    } else if st.replies.len() < reply_queue_bound(ctx) {
+        st.replies.push_back(r);
     }
+}
+
+/// Entries the reply queue may hold: the READ/ATOMIC WRITE/FLUSH replies of every responder
+/// resource, an atomic ACK per resource, and the ACKs between them. Responses for duplicates
+/// beyond it are not queued (the requester retries), so a peer resending duplicates while a READ
+/// is paced cannot grow daemon memory (spec §16).
+fn reply_queue_bound(ctx: &QpCtx) -> usize {
+    3 * ctx.max_dest_rd_atomic.max(1) as usize + 2
 }
 
 /// The atomic ACK for `psn`, in PSN order like [`ack_in_order`] (never merged: it carries the
@@ -1271,6 +1289,14 @@ fn atomic_ack_in_order(
 ) {
     if st.replies.is_empty() {
         send_atomic_ack(dev, ctx, st.msn, psn, orig);
+        return;
+    }
+    // A duplicate atomic already answered in the queue needs no second answer there.
+    let queued = st
+        .replies
+        .iter()
+        .any(|r| r.psn == psn && matches!(r.kind, ReplyKind::AtomicAck { .. }));
+    if queued || st.replies.len() >= reply_queue_bound(ctx) {
         return;
     }
     st.replies.push_back(ReadReply {
