@@ -332,6 +332,7 @@ impl Device {
             sq_draining: false,
             req: Default::default(),
             resp: Default::default(),
+            tick: Default::default(),
         };
         self.qps.insert(qp);
         put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });

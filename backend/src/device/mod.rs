@@ -77,6 +77,8 @@ pub struct Device {
     pub needs_reset: bool,
     /// Packets the transport dropped at intake or as out of window, by reason (spec §14.6).
     pub rx_drops: crate::transport::intake::RxDropCounters,
+    /// Transport deadlines and the tick worklist (transport/timers.rs).
+    pub timers: crate::transport::timers::TimerQueue,
 }
 
 impl std::fmt::Debug for Device {
@@ -106,6 +108,7 @@ impl Device {
             flushing: false,
             needs_reset: false,
             rx_drops: Default::default(),
+            timers: Default::default(),
             config,
             mem,
             out,
@@ -126,6 +129,7 @@ impl Device {
         self.flush_queue.clear();
         self.needs_reset = false;
         self.rx_drops = Default::default();
+        self.timers.clear();
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

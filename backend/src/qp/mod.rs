@@ -131,6 +131,8 @@ pub struct Qp {
     pub req: RequesterState,
     /// Responder protocol state (owned by transport/).
     pub resp: ResponderState,
+    /// The device timer queue's marks for this QP (owned by transport/timers.rs).
+    pub tick: crate::transport::timers::TickMarks,
 }
 
 impl std::fmt::Debug for Qp {
@@ -534,6 +536,7 @@ mod tests {
             sq_draining: false,
             req: Default::default(),
             resp: Default::default(),
+            tick: Default::default(),
         }
     }
 
