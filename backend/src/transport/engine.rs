@@ -27,10 +27,11 @@ use vrdma_spec::VrdmaDoorbell;
 use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
-use crate::uplink::{Uplink, UplinkError, MAX_FRAME};
+use crate::uplink::{Uplink, UplinkError, IO_BATCH, MAX_FRAME};
 
-/// Frames taken from the uplink per batch (bounds the time the device lock is held).
-const RX_BATCH: usize = 256;
+/// Frames taken from the uplink per batch (bounds the time the device lock is held, and the
+/// receive buffers: RX_BATCH × MAX_FRAME bytes per engine).
+const RX_BATCH: usize = 128;
 
 const TOKEN_KICK: u64 = 1;
 const TOKEN_TIMER: u64 = 2;
@@ -211,8 +212,10 @@ fn run(
     mut timer: TimerFd,
 ) {
     let mut events = vec![EpollEvent::default(); 8];
-    let mut buf = vec![0u8; MAX_FRAME];
-    let mut frames: Vec<Vec<u8>> = Vec::with_capacity(RX_BATCH);
+    // Receive buffers, reused every batch: frames are parsed in place (no copy per frame).
+    let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
+    let mut lens = [0usize; RX_BATCH];
+    let mut nframes;
     let mut uplink_more = true;
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
@@ -248,20 +251,19 @@ fn run(
             }
         }
         let dbs = lock(&sender.queue).take();
-        frames.clear();
+        nframes = 0;
         uplink_more = false;
-        while frames.len() < RX_BATCH {
-            match uplink.recv(&mut buf) {
-                Ok(Some(len)) => frames.push(buf[..len].to_vec()),
-                Ok(None) => break,
-                Err(UplinkError::Truncated { .. }) => continue,
+        while nframes < RX_BATCH {
+            match uplink.recv_batch(&mut bufs[nframes..], &mut lens[nframes..]) {
+                Ok(0) => break,
+                Ok(k) => nframes += k,
                 Err(e) => {
                     log::warn!("engine: uplink receive: {e}");
                     break;
                 }
             }
         }
-        if frames.len() == RX_BATCH {
+        if nframes == RX_BATCH {
             uplink_more = true;
         }
         let now = Instant::now();
@@ -271,7 +273,8 @@ fn run(
             for f in looped.drain(..) {
                 super::on_frame(&mut d, &f);
             }
-            for f in &frames {
+            for (b, &len) in bufs.iter().zip(&lens[..nframes]) {
+                let f = &b[..len];
                 let mac = d.config.mac;
                 let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
                 match dest {
@@ -293,11 +296,14 @@ fn run(
             looped.extend(back);
             (out, next)
         };
-        for f in &out {
-            match uplink.send(f) {
-                Ok(()) => {}
-                // A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
-                Err(UplinkError::WouldBlock) => {}
+        // Batched (sendmmsg on UDP). A full socket buffer is packet loss; RC retransmits
+        // (IBTA 9.7.6).
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(out.len().min(IO_BATCH));
+        for chunk in out.chunks(IO_BATCH) {
+            slices.clear();
+            slices.extend(chunk.iter().map(Vec::as_slice));
+            match uplink.send_batch(&slices) {
+                Ok(_) | Err(UplinkError::WouldBlock) => {}
                 Err(e) => log::warn!("engine: uplink send: {e}"),
             }
         }
