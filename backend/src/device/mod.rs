@@ -79,6 +79,8 @@ pub struct Device {
     pub rx_drops: crate::transport::intake::RxDropCounters,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
     pub timers: crate::transport::timers::TimerQueue,
+    /// The requester's reusable payload buffer (transport/requester.rs `send_wqe`).
+    pub tx_scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for Device {
@@ -109,6 +111,7 @@ impl Device {
             needs_reset: false,
             rx_drops: Default::default(),
             timers: Default::default(),
+            tx_scratch: Vec::new(),
             config,
             mem,
             out,

@@ -751,7 +751,9 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             ..Default::default()
         };
         let solicited = w.flags & SEND_SOLICITED != 0;
-        let mut payload: Vec<u8> = Vec::new();
+        // The payload buffer is the device's reusable scratch (no allocation per packet).
+        let mut payload = std::mem::take(&mut dev.tx_scratch);
+        payload.clear();
         let (op, pos, npsn, last) = match w.opcode {
             WR_RDMA_READ => {
                 // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1).
@@ -787,7 +789,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     rkey: w.rkey,
                     dma_len: 8,
                 });
-                payload = w.atomic_write_data.to_vec();
+                payload.extend_from_slice(&w.atomic_write_data);
                 (Operation::AtomicWrite, Position::Only, 1, true)
             }
             WR_FLUSH => {
@@ -813,7 +815,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                payload = vec![0u8; n];
+                payload.resize(n, 0);
                 if let Some(data) = &w.inline {
                     let o = w.offset as usize;
                     payload.copy_from_slice(&data[o..o + n]);
@@ -887,6 +889,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         if let Some(f) = frame {
             ctx::send_frame(dev, f);
         }
+        let plen = payload.len() as u64;
+        dev.tx_scratch = payload;
         st.psn = next;
         if psn_diff(next, st.psn_high) > 0 {
             st.psn_high = next;
@@ -901,7 +905,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             w.state = WqeState::Sent;
             return st.rd_atomic_outstanding < max_rd;
         }
-        w.offset += payload.len() as u64;
+        w.offset += plen;
         if last {
             if ctx.is_rc() {
                 w.state = WqeState::Sent;
