@@ -220,6 +220,9 @@ fn run(
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
     let mut looped: Vec<Vec<u8>> = Vec::new();
+    // Frames for the uplink, swapped with `Device::outbox` (both keep their capacity).
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut to_uplink: Vec<Vec<u8>> = Vec::new();
     loop {
         // Wait unless the last batch left frames on the uplink or looped back.
         let timeout = if uplink_more || !looped.is_empty() {
@@ -267,11 +270,12 @@ fn run(
             uplink_more = true;
         }
         let now = Instant::now();
-        let (out, next) = {
+        let next = {
             let mut d = lock(&dev);
             super::on_doorbells(&mut d, &dbs);
             for f in looped.drain(..) {
                 super::on_frame(&mut d, &f);
+                super::packet::recycle_frame(f);
             }
             for (b, &len) in bufs.iter().zip(&lens[..nframes]) {
                 let f = &b[..len];
@@ -289,23 +293,31 @@ fn run(
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let (back, out): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut d.outbox).into_iter().partition(|f| {
-                    tx_destination(f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine
-                });
-            looped.extend(back);
-            (out, next)
+            std::mem::swap(&mut out, &mut d.outbox);
+            for f in out.drain(..) {
+                if tx_destination(&f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine {
+                    looped.push(f);
+                } else {
+                    to_uplink.push(f);
+                }
+            }
+            std::mem::swap(&mut out, &mut to_uplink);
+            next
         };
         // Batched (sendmmsg on UDP). A full socket buffer is packet loss; RC retransmits
         // (IBTA 9.7.6).
-        let mut slices: Vec<&[u8]> = Vec::with_capacity(out.len().min(IO_BATCH));
+        let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
         for chunk in out.chunks(IO_BATCH) {
-            slices.clear();
-            slices.extend(chunk.iter().map(Vec::as_slice));
-            match uplink.send_batch(&slices) {
+            for (s, f) in slices.iter_mut().zip(chunk) {
+                *s = f;
+            }
+            match uplink.send_batch(&slices[..chunk.len()]) {
                 Ok(_) | Err(UplinkError::WouldBlock) => {}
                 Err(e) => log::warn!("engine: uplink send: {e}"),
             }
+        }
+        for f in out.drain(..) {
+            super::packet::recycle_frame(f);
         }
         arm(&mut timer, next, Instant::now());
     }

@@ -133,6 +133,37 @@ pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
     })
 }
 
+thread_local! {
+    /// Frame buffers of this thread, reused: the engine returns every frame it has sent
+    /// ([`recycle_frame`]) and [`build`] takes from here, so the steady state allocates no frame.
+    /// Per thread because the engine thread both builds and sends; no lock on the data path.
+    static FRAME_POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most buffers a thread's frame pool keeps (beyond that, returned frames are freed).
+pub const FRAME_POOL_MAX: usize = 1024;
+
+/// A buffer for a new frame (empty, capacity of some earlier frame if one was returned).
+pub fn frame_buf() -> Vec<u8> {
+    FRAME_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_default()
+}
+
+/// Return a frame that has been sent (or dropped) to this thread's pool.
+pub fn recycle_frame(mut f: Vec<u8>) {
+    if f.capacity() == 0 {
+        return;
+    }
+    f.clear();
+    FRAME_POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < FRAME_POOL_MAX {
+            p.push(f);
+        }
+    });
+}
+
 /// Build one frame for `path` (see `transport::build_frame`).
 #[allow(clippy::too_many_arguments)]
 pub fn build(
@@ -178,10 +209,11 @@ pub fn build(
         immdt: hdrs.imm,
         ieth: hdrs.ieth,
     };
-    let mut out = Vec::new();
+    let mut out = frame_buf();
     match b.build(&[payload], &mut out) {
         Ok(()) => Some(out),
         Err(e) => {
+            recycle_frame(out);
             log::warn!("transport: cannot build {opcode:?}: {e}");
             None
         }

@@ -600,11 +600,20 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     } else {
         0
     };
-    for s in &w.sges {
-        dev.mrs
-            .resolve_for(Some(ctx.qpn), s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
-    }
-    Ok(())
+    let mut ranges = std::mem::take(&mut dev.range_scratch);
+    let r = w.sges.iter().try_for_each(|s| {
+        dev.mrs.resolve_into(
+            Some(ctx.qpn),
+            s.lkey,
+            ctx.pdn,
+            s.addr,
+            s.len as u64,
+            access,
+            &mut ranges,
+        )
+    });
+    dev.range_scratch = ranges;
+    r
 }
 
 /// Outcome of copying between local SGEs and a buffer.
@@ -624,6 +633,24 @@ pub(crate) fn sge_copy(
     buf: &mut [u8],
     scatter: bool,
 ) -> Result<(), SgeError> {
+    // The device's reusable range vector (no allocation per packet for pinned MRs).
+    let mut ranges = std::mem::take(&mut dev.range_scratch);
+    let r = sge_copy_with(dev, waiter, pdn, sges, off, buf, scatter, &mut ranges);
+    dev.range_scratch = ranges;
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sge_copy_with(
+    dev: &mut Device,
+    waiter: Option<u32>,
+    pdn: u32,
+    sges: &[Sge],
+    off: u64,
+    buf: &mut [u8],
+    scatter: bool,
+    ranges: &mut Vec<crate::memory::mr::GuestRange>,
+) -> Result<(), SgeError> {
     let mut skip = off;
     let mut done = 0usize;
     for s in sges {
@@ -637,22 +664,22 @@ pub(crate) fn sge_copy(
         }
         let n = ((slen - skip) as usize).min(buf.len() - done);
         let access = if scatter { ACCESS_LOCAL_WRITE } else { 0 };
-        let ranges = dev
-            .mrs
-            .resolve_for(
+        dev.mrs
+            .resolve_into(
                 waiter,
                 s.lkey,
                 pdn,
                 s.addr.wrapping_add(skip),
                 n as u64,
                 access,
+                ranges,
             )
             .map_err(|e| match e {
                 MrError::Fault { key, iova } => SgeError::Fault { key, iova },
                 _ => SgeError::Prot,
             })?;
         let mut p = done;
-        for r in ranges {
+        for r in ranges.iter() {
             // The translation must cover exactly the requested bytes; never index past them.
             let chunk = p
                 .checked_add(r.len as usize)
