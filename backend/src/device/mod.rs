@@ -79,8 +79,6 @@ pub struct Device {
     pub rx_drops: crate::transport::intake::RxDropCounters,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
     pub timers: crate::transport::timers::TimerQueue,
-    /// The requester's reusable payload buffer (transport/requester.rs `send_wqe`).
-    pub tx_scratch: Vec<u8>,
     /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
     pub range_scratch: Vec<crate::memory::mr::GuestRange>,
 }
@@ -113,7 +111,6 @@ impl Device {
             needs_reset: false,
             rx_drops: Default::default(),
             timers: Default::default(),
-            tx_scratch: Vec::new(),
             range_scratch: Vec::new(),
             config,
             mem,

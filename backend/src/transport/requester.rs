@@ -616,6 +616,16 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     r
 }
 
+/// Where a request packet's payload comes from (`send_wqe`).
+#[derive(Clone, Copy)]
+enum Src {
+    Empty,
+    /// ATOMIC WRITE's 8 bytes.
+    Atomic([u8; 8]),
+    /// The message at the WQE's offset: its inline data or its SGEs.
+    Message,
+}
+
 /// Outcome of copying between local SGEs and a buffer.
 pub(crate) enum SgeError {
     Fault { key: u32, iova: u64 },
@@ -778,9 +788,9 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             ..Default::default()
         };
         let solicited = w.flags & SEND_SOLICITED != 0;
-        // The payload buffer is the device's reusable scratch (no allocation per packet).
-        let mut payload = std::mem::take(&mut dev.tx_scratch);
-        payload.clear();
+        // Where the payload comes from; it is written straight into the frame (one copy).
+        let mut src = Src::Empty;
+        let mut plen = 0usize;
         let (op, pos, npsn, last) = match w.opcode {
             WR_RDMA_READ => {
                 // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1).
@@ -816,7 +826,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     rkey: w.rkey,
                     dma_len: 8,
                 });
-                payload.extend_from_slice(&w.atomic_write_data);
+                src = Src::Atomic(w.atomic_write_data);
+                plen = 8;
                 (Operation::AtomicWrite, Position::Only, 1, true)
             }
             WR_FLUSH => {
@@ -842,30 +853,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                payload.resize(n, 0);
-                if let Some(data) = &w.inline {
-                    let o = w.offset as usize;
-                    payload.copy_from_slice(&data[o..o + n]);
-                } else if n > 0 {
-                    // Borrow the SGE list out of the WQE for the copy (no per-packet clone).
-                    let off = w.offset;
-                    let sges = std::mem::take(&mut st.wqes[i].sges);
-                    let r = sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, &mut payload, false);
-                    st.wqes[i].sges = sges;
-                    match r {
-                        Ok(()) => {}
-                        Err(SgeError::Fault { key, iova }) => {
-                            st.odp_wait = Some(OdpWait { key, iova });
-                            return false;
-                        }
-                        Err(_) => {
-                            let w = &mut st.wqes[i];
-                            w.finish(WC_LOC_PROT_ERR, true);
-                            return true;
-                        }
-                    }
-                }
-                let w = &st.wqes[i];
+                src = Src::Message;
+                plen = n;
                 let is_write = matches!(w.opcode, WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM);
                 if is_write && first {
                     hdrs.reth = Some(Reth {
@@ -902,7 +891,11 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             && (last
                 || psn.is_multiple_of(ACK_EVERY)
                 || psn_diff(next, st.una) >= st.window() as i32);
-        let frame = super::build_frame(
+        // Borrow the SGE list out of the WQE for the gather (no per-packet clone).
+        let sges = std::mem::take(&mut st.wqes[i].sges);
+        let w = &st.wqes[i];
+        let (off, inline) = (w.offset, w.inline.as_deref());
+        let frame = super::packet::build_with(
             &path,
             ctx.qpn,
             dqpn,
@@ -911,13 +904,42 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             solicited && last,
             ack_req,
             &hdrs,
-            &payload,
+            plen,
+            |buf: &mut [u8]| match (src, inline) {
+                (Src::Empty, _) => Ok(()),
+                (Src::Atomic(d), _) => {
+                    buf.copy_from_slice(&d);
+                    Ok(())
+                }
+                (Src::Message, Some(data)) => {
+                    let o = off as usize;
+                    let d = o
+                        .checked_add(buf.len())
+                        .and_then(|e| data.get(o..e))
+                        .ok_or(SgeError::Len)?;
+                    buf.copy_from_slice(d);
+                    Ok(())
+                }
+                (Src::Message, None) if buf.is_empty() => Ok(()),
+                (Src::Message, None) => {
+                    sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, buf, false)
+                }
+            },
         );
-        if let Some(f) = frame {
-            ctx::send_frame(dev, f);
+        st.wqes[i].sges = sges;
+        match frame {
+            Ok(Some(f)) => ctx::send_frame(dev, f),
+            Ok(None) => {}
+            Err(SgeError::Fault { key, iova }) => {
+                st.odp_wait = Some(OdpWait { key, iova });
+                return false;
+            }
+            Err(_) => {
+                st.wqes[i].finish(WC_LOC_PROT_ERR, true);
+                return true;
+            }
         }
-        let plen = payload.len() as u64;
-        dev.tx_scratch = payload;
+        let plen = plen as u64;
         st.psn = next;
         if psn_diff(next, st.psn_high) > 0 {
             st.psn_high = next;
