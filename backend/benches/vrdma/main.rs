@@ -3,7 +3,7 @@
 //!
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
 //! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`, `headline`
-//! (default: all; `headline` last).
+//! (default: all; `headline` last), `udp` (only the UDP headline points, for `perf record`).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs).
 
 #[path = "../../tests/common/mod.rs"]
@@ -18,7 +18,7 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -26,6 +26,7 @@ const SECTIONS: [&str; 7] = [
     "odp-steady",
     "wire",
     "headline",
+    "udp",
 ];
 
 fn main() {
@@ -77,6 +78,10 @@ fn main() {
     }
     if on("headline") {
         headline::run(quick);
+    }
+    // Not part of the default run (headline measures it): the UDP points alone, to profile.
+    if wanted.contains(&"udp") {
+        headline::print_udp(&headline::udp(quick));
     }
     println!();
     println!(
