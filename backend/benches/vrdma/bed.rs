@@ -141,8 +141,12 @@ impl<U: Uplink> Uplink for Counting<U> {
         c.fetch_add(frames.len() as u64, Ordering::Relaxed);
         self.inner.send_batch(frames)
     }
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> Result<usize, UplinkError> {
-        self.inner.recv_batch(bufs, lens)
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<vrdma_backend::uplink::RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        self.inner.recv_batch(bufs, frames)
     }
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()

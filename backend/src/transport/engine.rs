@@ -27,7 +27,7 @@ use vrdma_spec::VrdmaDoorbell;
 use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
-use crate::uplink::{Uplink, UplinkError, IO_BATCH, MAX_FRAME};
+use crate::uplink::{RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held, and the
 /// receive buffers: RX_BATCH × MAX_FRAME bytes per engine).
@@ -214,8 +214,7 @@ fn run(
     let mut events = vec![EpollEvent::default(); 8];
     // Receive buffers, reused every batch: frames are parsed in place (no copy per frame).
     let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
-    let mut lens = [0usize; RX_BATCH];
-    let mut nframes;
+    let mut frames: Vec<RxFrame> = Vec::with_capacity(RX_BATCH);
     let mut uplink_more = true;
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
@@ -254,19 +253,26 @@ fn run(
             }
         }
         let dbs = lock(&sender.queue).take();
-        nframes = 0;
+        frames.clear();
+        let mut used = 0;
         uplink_more = false;
-        while nframes < RX_BATCH {
-            match uplink.recv_batch(&mut bufs[nframes..], &mut lens[nframes..]) {
+        while used < RX_BATCH {
+            let from = frames.len();
+            match uplink.recv_batch(&mut bufs[used..], &mut frames) {
                 Ok(0) => break,
-                Ok(k) => nframes += k,
+                Ok(k) => {
+                    for f in &mut frames[from..] {
+                        f.slot += used;
+                    }
+                    used += k;
+                }
                 Err(e) => {
                     log::warn!("engine: uplink receive: {e}");
                     break;
                 }
             }
         }
-        if nframes == RX_BATCH {
+        if used == RX_BATCH {
             uplink_more = true;
         }
         let now = Instant::now();
@@ -277,8 +283,13 @@ fn run(
                 super::on_frame(&mut d, &f);
                 super::packet::recycle_frame(f);
             }
-            for (b, &len) in bufs.iter().zip(&lens[..nframes]) {
-                let f = &b[..len];
+            for rx in &frames {
+                let Some(f) = bufs
+                    .get(rx.slot)
+                    .and_then(|b| b.get(rx.off..rx.off + rx.len))
+                else {
+                    continue;
+                };
                 let mac = d.config.mac;
                 let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
                 match dest {

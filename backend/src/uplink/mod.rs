@@ -84,15 +84,24 @@ pub trait Uplink: Send + Sync {
         Ok(frames.len())
     }
 
-    /// Receive up to `bufs.len()` frames, frame `i` into `bufs[i]` with its length in
-    /// `lens[i]`; returns how many (0: none pending). Truncated frames are dropped. Uplinks
-    /// with a batched system call override this (UDP: `recvmmsg`).
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> Result<usize, UplinkError> {
+    /// Receive into up to `bufs.len()` buffers; returns how many buffers were used (0: none
+    /// pending) and appends the frames found to `frames` (a buffer may hold several frames when
+    /// the uplink merges datagrams, UDP GRO). Truncated frames are dropped. Uplinks with a
+    /// batched system call override this (UDP: `recvmmsg`).
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
         let mut n = 0;
-        while n < bufs.len() && n < lens.len() {
+        while n < bufs.len() {
             match self.recv(&mut bufs[n]) {
                 Ok(Some(len)) => {
-                    lens[n] = len;
+                    frames.push(RxFrame {
+                        slot: n,
+                        off: 0,
+                        len,
+                    });
                     n += 1;
                 }
                 Ok(None) => break,
@@ -105,6 +114,14 @@ pub trait Uplink: Send + Sync {
     }
 }
 
+/// One received frame: `bufs[slot][off..off + len]` of a [`Uplink::recv_batch`] call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxFrame {
+    pub slot: usize,
+    pub off: usize,
+    pub len: usize,
+}
+
 impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         (**self).send(frame)
@@ -112,8 +129,12 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)
     }
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> Result<usize, UplinkError> {
-        (**self).recv_batch(bufs, lens)
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        (**self).recv_batch(bufs, frames)
     }
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         (**self).recv(buf)
@@ -130,8 +151,12 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)
     }
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> Result<usize, UplinkError> {
-        (**self).recv_batch(bufs, lens)
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        (**self).recv_batch(bufs, frames)
     }
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         (**self).recv(buf)
