@@ -35,10 +35,12 @@ pub fn open_uplink(config: &Config) -> Result<Arc<dyn Uplink>, StartError> {
         info!("no --uplink: frames leaving the port are dropped");
         return Ok(Arc::new(NoUplink));
     };
-    let uplink = spec.open().map_err(|source| StartError::Uplink {
-        spec: spec.to_string(),
-        source,
-    })?;
+    let uplink = spec
+        .open_for_mtu(config.mtu)
+        .map_err(|source| StartError::Uplink {
+            spec: spec.to_string(),
+            source,
+        })?;
     info!("uplink {spec}");
     Ok(match config.impair {
         Some(imp) => {
