@@ -82,6 +82,8 @@ pub struct UdpUplink {
     gso: AtomicBool,
     /// UDP GRO is on for this socket (received buffers may hold several frames).
     gro: bool,
+    /// See [`Leftover`].
+    leftover: std::sync::Mutex<Leftover>,
 }
 
 /// Probe UDP GSO (reading UDP_SEGMENT works where the kernel has it, Linux >= 4.18) and turn
@@ -154,6 +156,7 @@ impl UdpUplink {
             remote,
             gso: AtomicBool::new(gso),
             gro,
+            leftover: Default::default(),
         }
     }
 
@@ -194,6 +197,9 @@ impl Uplink for UdpUplink {
     }
 
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        if self.gro {
+            return self.recv_one_gro(buf);
+        }
         loop {
             match recv_frame(self.sock.as_raw_fd(), buf, true) {
                 // A pending ICMP error surfaces on recv too; it is not a frame.
@@ -245,6 +251,43 @@ impl Uplink for UdpUplink {
     /// several frames of the cmsg's segment size, which are split here (no copy). Truncated
     /// datagrams are dropped.
     fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        if self.gro {
+            // Frames a single-frame recv left over come first (rare: only when both are used).
+            let mut lo = self.leftover.lock().unwrap_or_else(|p| p.into_inner());
+            let mut used = 0;
+            while used < bufs.len() {
+                let Some(f) = lo.frames.pop_front() else {
+                    break;
+                };
+                let (Some(src), Some(dst)) = (
+                    lo.buf.get(f.off..f.off + f.len),
+                    bufs[used].get_mut(..f.len),
+                ) else {
+                    continue;
+                };
+                dst.copy_from_slice(src);
+                frames.push(RxFrame {
+                    slot: used,
+                    off: 0,
+                    len: f.len,
+                });
+                used += 1;
+            }
+            if used > 0 {
+                return Ok(used);
+            }
+        }
+        self.recv_batch_raw(bufs, frames)
+    }
+}
+
+impl UdpUplink {
+    /// `recvmmsg` into `bufs` (see [`Uplink::recv_batch`]).
+    fn recv_batch_raw(
         &self,
         bufs: &mut [Vec<u8>],
         frames: &mut Vec<RxFrame>,
@@ -398,7 +441,44 @@ fn gro_segment(h: &libc::msghdr) -> Option<usize> {
     None
 }
 
+/// Frames of a GRO-merged datagram that a single-frame [`Uplink::recv`] has not returned yet.
+#[derive(Debug, Default)]
+struct Leftover {
+    buf: Vec<u8>,
+    frames: std::collections::VecDeque<RxFrame>,
+}
+
 impl UdpUplink {
+    /// `recv` with GRO on: a datagram may hold several frames; hand them out one per call.
+    fn recv_one_gro(&self, out: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        let mut lo = self.leftover.lock().unwrap_or_else(|p| p.into_inner());
+        if lo.frames.is_empty() {
+            if lo.buf.len() < MAX_FRAME {
+                lo.buf = vec![0u8; MAX_FRAME];
+            }
+            let mut found = Vec::new();
+            let Leftover { buf, frames } = &mut *lo;
+            if self.recv_batch_raw(std::slice::from_mut(buf), &mut found)? == 0 {
+                return Ok(None);
+            }
+            frames.extend(found);
+        }
+        let Some(f) = lo.frames.pop_front() else {
+            return Ok(None);
+        };
+        let Some(src) = lo.buf.get(f.off..f.off + f.len) else {
+            return Ok(None);
+        };
+        if src.len() > out.len() {
+            return Err(UplinkError::Truncated {
+                len: src.len(),
+                buf: out.len(),
+            });
+        }
+        out[..src.len()].copy_from_slice(src);
+        Ok(Some(src.len()))
+    }
+
     /// One `sendmmsg` for `chunk` (≤ IO_BATCH frames): returns how many frames went.
     fn sendmmsg_chunk(&self, chunk: &[&[u8]], gso: bool) -> Result<usize, SendStop> {
         let (mut addr, addr_len) = sockaddr_of(self.remote);
@@ -664,5 +744,47 @@ mod tests {
             .iter()
             .all(|x| x.1 <= GSO_MAX_SEGS && x.1 * x.2 <= GSO_MAX_BYTES));
         assert_eq!(g[..n].iter().map(|x| x.1).sum::<usize>(), 100);
+    }
+
+    /// With GRO on, the single-frame `recv` still returns one frame per call, in order, when a
+    /// datagram arrives merged (sent with GSO); mixing it with `recv_batch` loses nothing.
+    #[test]
+    fn single_frame_recv_splits_merged_datagrams() {
+        let a = UdpUplink::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        )
+        .unwrap();
+        let b = UdpUplink::new("127.0.0.1:0".parse().unwrap(), a.local_addr().unwrap()).unwrap();
+        let frames: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 1082]).collect();
+        let slices: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        assert_eq!(b.send_batch(&slices).unwrap(), 40);
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 2000];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while got.len() < 20 {
+            match a.recv(&mut buf).unwrap() {
+                Some(n) => got.push(buf[..n].to_vec()),
+                None => {
+                    assert!(std::time::Instant::now() < deadline, "frames missing");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        let mut bufs: Vec<Vec<u8>> = (0..IO_BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
+        let mut rx = Vec::new();
+        while got.len() < 40 {
+            rx.clear();
+            let n = a.recv_batch(&mut bufs, &mut rx).unwrap();
+            got.extend(
+                rx.iter()
+                    .map(|f| bufs[f.slot][f.off..f.off + f.len].to_vec()),
+            );
+            if n == 0 {
+                assert!(std::time::Instant::now() < deadline, "frames missing");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        assert!(got == frames, "frames differ or are out of order");
     }
 }
