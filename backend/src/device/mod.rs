@@ -81,6 +81,8 @@ pub struct Device {
     pub timers: crate::transport::timers::TimerQueue,
     /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
     pub range_scratch: Vec<crate::memory::mr::GuestRange>,
+    /// The responder's reusable RETH translation vector.
+    pub resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
 }
 
 impl std::fmt::Debug for Device {
@@ -112,6 +114,7 @@ impl Device {
             rx_drops: Default::default(),
             timers: Default::default(),
             range_scratch: Vec::new(),
+            resp_range_scratch: Vec::new(),
             config,
             mem,
             out,

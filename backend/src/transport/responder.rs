@@ -268,7 +268,8 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
     let mut r = Responder {
         ctx,
         pkt,
-        ranges: Vec::new(),
+        // Reused across packets (no allocation per packet for pinned MRs).
+        ranges: std::mem::take(&mut dev.resp_range_scratch),
         recv_status: WC_SUCCESS,
         odp: false,
         mem_fault: false,
@@ -282,6 +283,7 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         }
         step = r.step(dev, st, step);
     }
+    dev.resp_range_scratch = r.ranges;
 }
 
 impl Responder<'_, '_> {
@@ -573,7 +575,8 @@ impl Responder<'_, '_> {
                         reth.dma_len as u64,
                         ACCESS_REMOTE_WRITE,
                     ) {
-                        Ok(_) => {}
+                        // Only a check: this packet's own range is resolved below.
+                        Ok(()) => self.ranges.clear(),
                         Err(s) => return s,
                     }
                     (reth.va, reth.rkey, n, ACCESS_REMOTE_WRITE)
@@ -612,10 +615,7 @@ impl Responder<'_, '_> {
             return RespStep::Execute;
         }
         match self.resolve(dev, rkey, va, len, access) {
-            Ok(r) => {
-                self.ranges = r;
-                RespStep::Execute
-            }
+            Ok(()) => RespStep::Execute,
             Err(s) => s,
         }
     }
@@ -636,10 +636,7 @@ impl Responder<'_, '_> {
             reth.dma_len as u64
         };
         match self.resolve(dev, reth.rkey, reth.va, len, access) {
-            Ok(r) => {
-                self.ranges = r;
-                RespStep::Execute
-            }
+            Ok(()) => RespStep::Execute,
             Err(s) => s,
         }
     }
@@ -652,9 +649,13 @@ impl Responder<'_, '_> {
         va: u64,
         len: u64,
         access: u32,
-    ) -> Result<Vec<GuestRange>, RespStep> {
-        match dev.mrs.resolve(rkey, self.ctx.pdn, va, len, access) {
-            Ok(r) => Ok(r),
+    ) -> Result<(), RespStep> {
+        let pdn = self.ctx.pdn;
+        match dev
+            .mrs
+            .resolve_into(None, rkey, pdn, va, len, access, &mut self.ranges)
+        {
+            Ok(()) => Ok(()),
             // ODP at the responder: RNR NAK now, the page request is already on its way.
             Err(MrError::Fault { .. }) => {
                 self.odp = true;
