@@ -192,6 +192,12 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
 
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
+    on_frame_at(dev, frame, Instant::now());
+}
+
+/// [`on_frame`] with the time the caller read once for its whole batch (the engine: one clock
+/// read per batch instead of per frame; deadlines armed from it are at most a batch early).
+pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     let Some(pkt) = packet::parse(frame) else {
         return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2)
     };
@@ -206,7 +212,6 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
         dev.rx_drops.count(why);
         return;
     }
-    let now = Instant::now();
     if pkt.info.is_response() {
         if !c.can_send() && c.state != ctx::QPS_SQE {
             return;
