@@ -17,7 +17,8 @@ Each guest i (0-based) gets
   MAC 52:54:00:76:72:<i+1>, IP 10.0.0.<i+1>/24, hostname vm<i>,
   kernel command line vrdmavm.role=<kind> vrdmavm.ip=<ip> vrdmavm.hostname=vm<i>,
   files in the run directory: serial-<i>.log (console), qemu-<i>.log,
-  backend-<i>.log (vrdma guests), agent-<i>.sock, qmp-<i>.sock, vu-<i>.sock.
+  backend-<i>.log (vrdma guests), agent-<i>.sock, qmp-<i>.sock, vu-<i>.sock,
+  capture-<i>.pcap (with pcap=N: the backend's --pcap, at most N bytes).
 
 Guest kinds:
   vrdma  QEMU's vhost-user-rdma-pci device served by a vrdma-backend process
@@ -36,6 +37,12 @@ Uplinks (how the guests' Ethernet meets):
        backend runs in the namespace (ip netns exec) with --uplink tap:vrtap<i>,
        an rxe guest's QEMU too (-netdev tap). QEMU for vrdma guests stays
        in the host namespace: it only talks to the backend's unix socket.
+  vxlan  two "hosts" on standard networking: two network namespaces, each
+       with its own bridge (br0) and the TAPs of its guests (guest i lives on
+       host i % 2), joined by a kernel VXLAN tunnel (VNI 42, UDP 4789) over a
+       veth pair (the underlay, 192.168.42.1/.2, MTU 1550 so that the
+       bridged Ethernet keeps its MTU of 1500). Each guest's backend (or rxe
+       QEMU) runs in its host's namespace, as it would on a real host.
 
 Environment: VRDMA_CACHE (default /var/cache/vrdma) locates the images,
 VRDMA_QEMU / VRDMA_KERNEL / VRDMA_INITRD / VRDMA_BACKEND override single
@@ -327,6 +334,7 @@ class VM:
         self.qmp_sock = os.path.join(d, "qmp-%d.sock" % index)
         self.vu_sock = os.path.join(d, "vu-%d.sock" % index)
         self.tap = "vrtap%d" % index
+        self.pcap = os.path.join(d, "capture-%d.pcap" % index)
         self.local_port = self.remote_port = None
         self.qemu = self.backend = None
         self.agent = None
@@ -334,8 +342,16 @@ class VM:
         self.init_log = ""  # what the guest's init said (/run/vrdmavm-init.log)
 
     # ---- start
+    @property
+    def netns(self):
+        """The network namespace of this guest's host side (None: the caller's)."""
+        c = self.cluster
+        if c.uplink == "vxlan" and c.host_netns:
+            return c.host_netns[self.index % len(c.host_netns)]
+        return c.netns
+
     def _uplink(self):
-        if self.cluster.uplink == "tap":
+        if self.cluster.uplink in ("tap", "vxlan"):
             return "tap:" + self.tap
         return "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % (self.local_port, self.remote_port)
 
@@ -343,8 +359,10 @@ class VM:
         c = self.cluster
         cmd = [c.backend, "--socket-path", self.vu_sock, "--mac", self.mac,
                "--uplink", self._uplink()] + list(c.backend_args)
-        if c.netns:
-            cmd = ["ip", "netns", "exec", c.netns] + cmd
+        if c.pcap:
+            cmd += ["--pcap", self.pcap, "--pcap-max-bytes", str(c.pcap)]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns] + cmd
         return cmd
 
     def start_backend(self):
@@ -406,7 +424,7 @@ class VM:
             cmd += ["-chardev", "socket,id=vu,path=" + self.vu_sock,
                     "-device", "vhost-user-rdma-pci,chardev=vu"]
         elif self.kind == "rxe":
-            if c.uplink == "tap":
+            if c.uplink in ("tap", "vxlan"):
                 net = "tap,id=n0,ifname=%s,script=no,downscript=no" % self.tap
             else:
                 net = ("dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=%d,"
@@ -415,8 +433,8 @@ class VM:
             cmd += ["-netdev", net,
                     "-device", "virtio-net-pci,netdev=n0,mac=%s,romfile=" % self.mac]
         cmd += list(c.qemu_args)
-        if self.kind == "rxe" and c.netns:
-            cmd = ["ip", "netns", "exec", c.netns] + cmd
+        if self.kind == "rxe" and self.netns:
+            cmd = ["ip", "netns", "exec", self.netns] + cmd
         return cmd
 
     def start_qemu(self):
@@ -608,12 +626,12 @@ class Cluster:
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
-                 rust_log=None, shell=None):
+                 rust_log=None, shell=None, pcap=0):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
-        if uplink not in ("udp", "tap"):
-            raise ValueError("uplink must be udp or tap")
+        if uplink not in ("udp", "tap", "vxlan"):
+            raise ValueError("uplink must be udp, tap or vxlan")
         if uplink == "udp" and n > 2 and any(k != "none" for k in kinds):
             raise ValueError("the udp uplink links exactly two guests; use uplink='tap'")
         p = default_paths()
@@ -626,11 +644,14 @@ class Cluster:
         self.mem, self.smp, self.machine, self.append = mem, smp, machine, append
         self.uplink, self.boot_timeout, self.lifetime = uplink, boot_timeout, lifetime
         self.rust_log, self.shell = rust_log, shell
+        # > 0: every vrdma backend captures its port to capture-<i>.pcap, at most this many bytes
+        self.pcap = pcap
         self.keep = (os.environ.get("VRDMA_KEEP") == "1") if keep is None else keep
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="vrdma-run-")
         os.makedirs(self.workdir, exist_ok=True)
         self.netns = None
+        self.host_netns = []
         self.vms = [VM(self, i, k) for i, k in enumerate(kinds)]
         self._closed = False
         self._old_handlers = {}
@@ -659,18 +680,41 @@ class Cluster:
                 vm.local_port = ports[i]
                 vm.remote_port = ports[1 - i]
             return
-        self.netns = "vrdma-%d-%04x" % (os.getpid(), random.getrandbits(16))
-        _ip("netns", "add", self.netns)
-        n = ["-n", self.netns]
-        _ip(*n, "link", "set", "lo", "up")
-        _ip(*n, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "stp_state", "0")
-        _ip(*n, "addr", "add", "10.0.0.254/24", "dev", "br0")
-        _ip(*n, "link", "set", "br0", "up")
+        tag = "vrdma-%d-%04x" % (os.getpid(), random.getrandbits(16))
+        if self.uplink == "tap":
+            self.netns = tag
+            self._add_host(self.netns, "10.0.0.254/24")
+        else:
+            # Two hosts, an underlay link between them and a VXLAN segment bridged on each.
+            self.host_netns = [tag + "-a", tag + "-b"]
+            for i, ns in enumerate(self.host_netns):
+                self._add_host(ns, "10.0.0.%d/24" % (253 - i))
+            a, b = self.host_netns
+            _ip("link", "add", "vrul0", "netns", a, "type", "veth", "peer", "vrul1", "netns", b)
+            for i, ns in enumerate(self.host_netns):
+                n, dev = ["-n", ns], "vrul%d" % i
+                _ip(*n, "link", "set", dev, "mtu", "1550", "up")
+                _ip(*n, "addr", "add", "192.168.42.%d/24" % (i + 1), "dev", dev)
+                _ip(*n, "link", "add", "vxlan42", "type", "vxlan", "id", "42", "dstport", "4789",
+                    "local", "192.168.42.%d" % (i + 1), "remote", "192.168.42.%d" % (2 - i),
+                    "dev", dev)
+                _ip(*n, "link", "set", "vxlan42", "mtu", "1500", "master", "br0", "up")
         for vm in self.vms:
             if vm.kind == "none":
                 continue
+            n = ["-n", vm.netns]
             _ip(*n, "tuntap", "add", "dev", vm.tap, "mode", "tap")
             _ip(*n, "link", "set", vm.tap, "master", "br0", "up")
+
+    @staticmethod
+    def _add_host(ns, addr):
+        """A namespace standing for a host: loopback and a bridge br0 with address `addr`."""
+        _ip("netns", "add", ns)
+        n = ["-n", ns]
+        _ip(*n, "link", "set", "lo", "up")
+        _ip(*n, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "stp_state", "0")
+        _ip(*n, "addr", "add", addr, "dev", "br0")
+        _ip(*n, "link", "set", "br0", "up")
 
     def start(self):
         """Start every backend and QEMU, then wait until every agent answers."""
@@ -723,9 +767,10 @@ class Cluster:
             self._timer.cancel()
         for vm in self.vms:
             vm.stop()
-        if self.netns:
-            _ip("netns", "del", self.netns, check=False)
-            self.netns = None
+        for ns in [self.netns] + self.host_netns:
+            if ns:
+                _ip("netns", "del", ns, check=False)
+        self.netns, self.host_netns = None, []
         for vm in self.vms:
             for p in (vm.agent_sock, vm.qmp_sock, vm.vu_sock):
                 try:
@@ -762,8 +807,8 @@ def _add_common(p):
     g.add_argument("-n", "--guests", type=int, default=1, help="number of guests (default 1)")
     g.add_argument("-k", "--kind", default="vrdma",
                    help="vrdma, rxe or none; or a comma list, one per guest (default vrdma)")
-    g.add_argument("--uplink", choices=("udp", "tap"), default="udp",
-                   help="udp: two guests point to point; tap: bridge in a netns (default udp)")
+    g.add_argument("--uplink", choices=("udp", "tap", "vxlan"), default="udp",
+                   help="udp: two guests point to point; tap: bridge in a netns; vxlan: two netns hosts joined by VXLAN (default udp)")
     g.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     g.add_argument("--smp", type=int, default=1, help="guest CPUs (default 1)")
     g.add_argument("--append", default="", help="extra kernel command line")
@@ -799,7 +844,8 @@ def _cluster(a, shell=None):
 def _info(c, t0):
     print("vrdmavm: %d guest(s) up in %.1fs, run directory %s%s" % (
         len(c), time.monotonic() - t0, c.workdir,
-        ", netns " + c.netns if c.netns else ""), file=sys.stderr)
+        ", netns " + " ".join([c.netns] if c.netns else c.host_netns) if (c.netns or c.host_netns)
+        else ""), file=sys.stderr)
     for vm in c.vms:
         print("  %s kind=%s ip=%s mac=%s agent up after %.1fs  console %s" % (
             vm.name, vm.kind, vm.ip, vm.mac, vm.boot_time, vm.serial_log), file=sys.stderr)

@@ -26,6 +26,8 @@ pub const DEFAULT_MAX_AH: u32 = 65536;
 pub const DEFAULT_ODP_CHUNK_SHIFT: u32 = 21;
 /// Default budget of resident ODP chunks (4 GiB of 2 MiB chunks).
 pub const DEFAULT_ODP_RESIDENT_CHUNKS: u32 = 2048;
+/// Smallest `--max-host-memory` accepted (a device needs a few hundred KiB for a handful of QPs).
+pub const MIN_HOST_MEMORY: u64 = 1 << 20;
 /// Default Ethernet (IP) MTU.
 pub const DEFAULT_MTU: u16 = 1500;
 /// Smallest accepted MTU (IPv4 minimum datagram).
@@ -59,6 +61,10 @@ pub enum CliError {
     BadChunkShift(u32),
     #[error("invalid --odp-resident-chunks {0}: must be at least 1")]
     BadResidentChunks(u32),
+    #[error(
+        "invalid --max-host-memory {0:?}: expected a byte count of at least 1M, e.g. 512M or 2G"
+    )]
+    BadHostMemory(String),
     #[error("invalid --impair {spec:?}: {reason}")]
     BadImpair { spec: String, reason: String },
 }
@@ -69,6 +75,10 @@ pub enum CliError {
 /// a time and keeps listening for the next one after a disconnect (each connection starts with a
 /// freshly reset device). RoCEv2 traffic goes out on the uplink. Logging honours RUST_LOG
 /// (default "info"). SIGINT/SIGTERM stop the daemon cleanly with exit status 0.
+///
+/// The daemon serves host-side counters (Prometheus text format) on the unix socket
+/// `<socket-path>.stats`; `vrdma-backend stats --socket <socket-path>` prints them (see
+/// `vrdma-backend stats --help`).
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
 #[command(name = "vrdma-backend", version, about, long_about)]
 pub struct Args {
@@ -123,6 +133,13 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ODP_RESIDENT_CHUNKS)]
     pub odp_resident_chunks: u32,
 
+    /// Host memory one device may use for guest-controlled state (MR page lists, cached WQEs,
+    /// ODP chunk tables, QP/CQ/SRQ state, control commands in progress), in bytes with an
+    /// optional K/M/G suffix. Beyond it commands fail with NO_RESOURCES, WQE fetches wait and
+    /// incoming requests are RNR-NAKed (spec §16).
+    #[arg(long, value_name = "BYTES", default_value = "1G")]
+    pub max_host_memory: String,
+
     /// Do not offer on-demand paging (VIRTIO_RDMA_F_ODP / _ODP_IMPLICIT are not advertised).
     #[arg(long)]
     pub no_odp: bool,
@@ -135,6 +152,29 @@ pub struct Args {
     /// Append log lines to this file instead of standard error.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
+
+    /// Capture every frame the port sends to and receives from the uplink (RoCEv2 and the
+    /// guest's other Ethernet traffic) into this pcap file (Ethernet link type, microsecond
+    /// timestamps; truncated at start). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
+    /// Frames between two QPs of this device stay inside the daemon and are not captured.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+
+    /// Stop capturing before the --pcap file would grow beyond this many bytes.
+    #[arg(long, value_name = "BYTES", requires = "pcap")]
+    pub pcap_max_bytes: Option<u64>,
+}
+
+/// `vrdma-backend stats --socket PATH`: print the host-side counters (Prometheus text format) of
+/// the daemon listening on the vhost-user socket PATH (read from `PATH.stats`): port frames and
+/// bytes, drops by reason, live objects, ODP faults, and per-QP packets, bytes, retransmits, RNR
+/// and sequence-error NAKs.
+#[derive(Parser, Debug, Clone, PartialEq, Eq)]
+#[command(name = "vrdma-backend stats", version, about, long_about)]
+pub struct StatsArgs {
+    /// The daemon's --socket-path (or its `.stats` socket).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
 }
 
 /// Object limits advertised in `vrdma_config` (§2.2).
@@ -189,8 +229,14 @@ pub struct Config {
     pub mtu: u16,
     pub limits: Limits,
     pub odp: OdpSettings,
+    /// `--max-host-memory` in bytes.
+    pub max_host_memory: u64,
     pub impair: Option<ImpairConfig>,
     pub log_file: Option<PathBuf>,
+    /// `--pcap`: capture file for the uplink's frames.
+    pub pcap: Option<PathBuf>,
+    /// `--pcap-max-bytes`.
+    pub pcap_max_bytes: Option<u64>,
 }
 
 impl Config {
@@ -203,8 +249,11 @@ impl Config {
             mtu: DEFAULT_MTU,
             limits: Limits::default(),
             odp: OdpSettings::default(),
+            max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
             impair: None,
             log_file: None,
+            pcap: None,
+            pcap_max_bytes: None,
         }
     }
 }
@@ -251,6 +300,9 @@ impl TryFrom<Args> for Config {
         if args.odp_resident_chunks == 0 {
             return Err(CliError::BadResidentChunks(0));
         }
+        let max_host_memory = crate::budget::parse_bytes(&args.max_host_memory)
+            .filter(|&n| n >= MIN_HOST_MEMORY)
+            .ok_or_else(|| CliError::BadHostMemory(args.max_host_memory.clone()))?;
         let impair = args
             .impair
             .as_deref()
@@ -272,8 +324,11 @@ impl TryFrom<Args> for Config {
                 chunk_shift: args.odp_chunk_shift,
                 resident_chunks: args.odp_resident_chunks,
             },
+            max_host_memory,
             impair,
             log_file: args.log_file,
+            pcap: args.pcap,
+            pcap_max_bytes: args.pcap_max_bytes,
         })
     }
 }

@@ -3,6 +3,7 @@
 //! See `backend/ARCHITECTURE.md` for the module map and `device-spec/virtio-rdma.md` for the
 //! normative device behaviour; comments cite its sections as §N.
 
+pub mod budget;
 pub mod cli;
 pub mod device;
 pub mod guest;
@@ -11,6 +12,7 @@ pub mod memory;
 pub mod objects;
 pub mod port;
 pub mod qp;
+pub mod stats;
 pub mod transport;
 pub mod uplink;
 pub mod vhost_user;

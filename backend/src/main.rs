@@ -1,4 +1,5 @@
 //! `vrdma-backend`: parse the command line, set up logging and signals, run the daemon.
+//! `vrdma-backend stats --socket PATH` instead prints a running daemon's counters.
 
 use std::fs::OpenOptions;
 use std::path::PathBuf;
@@ -7,7 +8,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use log::{error, info};
 
-use vrdma_backend::cli::{Args, Config};
+use vrdma_backend::cli::{Args, Config, StatsArgs};
+use vrdma_backend::stats::{fetch, stats_socket_path};
 use vrdma_backend::vhost_user::start_backend;
 
 fn init_logging(config: &Config) -> Result<(), String> {
@@ -54,6 +56,7 @@ fn install_signal_thread(socket: PathBuf) -> Result<(), String> {
             let rc = unsafe { libc::sigwait(&set, &mut sig) };
             if rc == 0 {
                 info!("signal {sig} received, exiting");
+                let _ = std::fs::remove_file(stats_socket_path(&socket));
                 let _ = std::fs::remove_file(&socket);
                 std::process::exit(0);
             }
@@ -62,8 +65,30 @@ fn install_signal_thread(socket: PathBuf) -> Result<(), String> {
     Ok(())
 }
 
+/// `vrdma-backend stats --socket PATH`: print the counters of the daemon serving PATH.
+fn stats_main(argv: Vec<std::ffi::OsString>) -> ExitCode {
+    let args = StatsArgs::parse_from(argv);
+    match fetch(&args.socket) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vrdma-backend stats: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "stats") {
+        // `vrdma-backend stats ...` parses as a program named "vrdma-backend stats".
+        let mut rest = vec![std::ffi::OsString::from("vrdma-backend stats")];
+        rest.extend(argv.into_iter().skip(2));
+        return stats_main(rest);
+    }
+    let args = Args::parse_from(argv);
     let config = match Config::try_from(args) {
         Ok(c) => c,
         Err(e) => {

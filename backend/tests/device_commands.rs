@@ -58,7 +58,12 @@ fn odp_caps_advertised_only_when_enabled() {
     );
     assert_ne!(c.odp_rc_caps & VRDMA_ODP_WRITE, 0);
     assert_ne!(c.odp_rc_caps & VRDMA_ODP_SRQ_RECV, 0);
-    assert_eq!(c.odp_ud_caps, VRDMA_ODP_SEND);
+    // UD receives into ODP MRs too (a faulting datagram is dropped, spec §2.2 / §14.6); UC sends only.
+    assert_eq!(
+        c.odp_ud_caps,
+        VRDMA_ODP_SEND | VRDMA_ODP_RECV | VRDMA_ODP_SRQ_RECV
+    );
+    assert_eq!(c.odp_uc_caps, VRDMA_ODP_SEND);
     assert_eq!(c.odp_chunk_shift, 21);
     assert_eq!(e.dev.config.odp_feature_bits(), 0b11);
     // Disabled: no caps, no feature bits, registrations refused.

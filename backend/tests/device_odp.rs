@@ -11,7 +11,7 @@ use device_util::*;
 use vrdma_backend::device::{CmdOutcome, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
-use vrdma_backend::memory::odp::ODP_STATUS_TIMEOUT;
+use vrdma_backend::memory::odp::{FAIL_HOLD, ODP_STATUS_TIMEOUT};
 use vrdma_backend::memory::{GuestRange, MrError, MrTable, OdpConfig};
 use vrdma_spec::*;
 
@@ -436,8 +436,12 @@ fn timeout_fails_waiters() {
         .expect("a deadline while a request is pending");
     assert!(next <= now + Duration::from_millis(50));
     assert!(t.take_resumed().is_empty());
-    // After the deadline: failed with the timeout status, waiter resumed.
-    assert_eq!(t.odp_tick(now + Duration::from_millis(60)), None);
+    // After the deadline: failed with the timeout status, waiter resumed; the next deadline is
+    // the failed chunk's expiry.
+    assert_eq!(
+        t.odp_tick(now + Duration::from_millis(60)),
+        Some(now + Duration::from_millis(60) + FAIL_HOLD)
+    );
     assert_eq!(t.take_resumed(), vec![40]);
     assert_eq!(
         t.resolve(k, 1, 0, 8, 0),

@@ -322,3 +322,72 @@ fn rereg_mr_moves_the_target_and_keeps_the_rkey() {
         "nothing written after the refusal"
     );
 }
+
+/// SEND_WITH_INV is checked like rxe's remote invalidation (spec §14.6): an earlier key variant
+/// of a fast-reg MR, or a fast-reg MR of another PD, is an Invalid Request and nothing is
+/// invalidated.
+#[test]
+fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
+    for case in 0..2 {
+        let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
+        let mut link = Link::clean();
+        let src = p.a.alloc(4096);
+        let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+        let dst = p.b.alloc(8192);
+        let key = fast_reg(&mut p, &mut link, dst, 8192, 0x21);
+        let target = if case == 0 {
+            // The key the MR had before this registration's variant.
+            (key & !0xff) | 0x20
+        } else {
+            let other_pd = p.b.create_pd();
+            let c = VrdmaCmdRegMr {
+                pdn: other_pd,
+                access: 0,
+                iova: 0,
+                length: 0,
+                page_shift: 12,
+                npages: 16,
+            };
+            let r =
+                p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
+                    .expect("alloc fast reg");
+            VrdmaRespRegMr::read_from(&r).unwrap().lkey
+        };
+        let rbuf = p.b.alloc(4096);
+        let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
+        let mut rq = p.qb.rq.clone().unwrap();
+        p.b.post_recv(&mut rq, 62, &[(rbuf, 4096, kr)]);
+        p.qb.rq = Some(rq);
+        let mut qa = p.qa.clone();
+        p.a.post_send(
+            &mut qa,
+            &Wqe {
+                wr_id: 8,
+                opcode: VRDMA_WR_SEND_WITH_INV,
+                flags: VRDMA_SEND_SIGNALED,
+                ex: target,
+                sges: vec![(src, 16, ka)],
+                ..Default::default()
+            },
+        );
+        p.qa = qa;
+        let (ga, gb) = wait(&mut p, &mut link, 1, 1);
+        assert_eq!(
+            (ga[0].wr_id, ga[0].status),
+            (8, VRDMA_WC_REM_INV_REQ_ERR),
+            "case {case}"
+        );
+        assert_eq!(
+            (gb[0].wr_id, gb[0].status),
+            (62, VRDMA_WC_REM_INV_REQ_ERR),
+            "case {case}"
+        );
+        // The registered MR is still valid.
+        assert!(p
+            .b
+            .dev
+            .mrs
+            .check_access(key, p.pdb, dst, 64, VRDMA_ACCESS_REMOTE_WRITE)
+            .is_ok());
+    }
+}

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -163,7 +164,10 @@ fn connected_qps_drop_packets_from_a_foreign_address() {
         assert!(c.b.dev.outbox.is_empty(), "no ACK/NAK for foreign packets");
         assert!(c.b.poll_cq(&mut c.cqb).is_empty(), "qpt {qp_type}: no CQE");
         assert_ne!(c.b.read(c.dst, 9), b"EVIL-EVIL", "qpt {qp_type}: no data");
-        assert_eq!(c.b.dev.rx_drops.bad_address, 2);
+        assert_eq!(
+            c.b.dev.port_stats.drop_bad_address.load(Ordering::Relaxed),
+            2
+        );
         // The genuine peer, whose first PSN is the one the forged packets carried, still works.
         let data = c.genuine_send(7, 5, 300);
         let got = c.wait_b(1);
@@ -203,7 +207,10 @@ fn rc_requester_ignores_acks_from_a_foreign_address() {
         c.a.poll_cq(&mut c.cqa).is_empty(),
         "a forged ACK completes nothing"
     );
-    assert_eq!(c.a.dev.rx_drops.bad_address, 1);
+    assert_eq!(
+        c.a.dev.port_stats.drop_bad_address.load(Ordering::Relaxed),
+        1
+    );
     // The real SEND goes through and its real ACK completes the WQE.
     c.a.dev.outbox = held;
     let (mut ga, mut gb) = (Vec::new(), Vec::new());
@@ -233,7 +240,7 @@ fn rc_pkey_rules() {
     }
     assert!(c.b.dev.outbox.is_empty());
     assert!(c.b.poll_cq(&mut c.cqb).is_empty());
-    assert_eq!(c.b.dev.rx_drops.bad_pkey, 4);
+    assert_eq!(c.b.dev.port_stats.drop_bad_pkey.load(Ordering::Relaxed), 4);
     // Limited member (0x7fff) to the QP's full-member P_Key (0xffff): accepted (IBTA 10.9). The
     // limited/limited case needs a limited P_Key in the port's table, which has only 0xffff: it
     // is covered by the unit test of `intake::pkey_match`.
@@ -243,7 +250,7 @@ fn rc_pkey_rules() {
     assert_eq!(got.len(), 1, "limited/full is accepted");
     assert_eq!((got[0].wr_id, got[0].byte_len), (1, 9));
     assert_eq!(c.b.read(c.dst, 9), b"EVIL-EVIL");
-    assert_eq!(c.b.dev.rx_drops.bad_pkey, 4);
+    assert_eq!(c.b.dev.port_stats.drop_bad_pkey.load(Ordering::Relaxed), 4);
 }
 
 #[test]
@@ -296,7 +303,7 @@ fn ud_and_gsi_pkey_rules() {
         }
     }
     assert!(b.poll_cq(&mut cqb).is_empty(), "other partitions: dropped");
-    assert_eq!(b.dev.rx_drops.bad_pkey, 4);
+    assert_eq!(b.dev.port_stats.drop_bad_pkey.load(Ordering::Relaxed), 4);
     for (qpn, qkey) in [(ud.qpn, 0x1111), (VRDMA_GSI_QPN, 0x8001_0000)] {
         for pkey in [0xffff, 0x7fff] {
             transport::on_frame(&mut b.dev, &dg(qpn, qkey, pkey));
@@ -324,7 +331,13 @@ fn uc_accepts_only_psns_within_its_window() {
     }
     assert!(c.b.poll_cq(&mut c.cqb).is_empty(), "out of window: dropped");
     assert_ne!(c.b.read(c.dst, 9), b"EVIL-EVIL");
-    assert_eq!(c.b.dev.rx_drops.uc_out_of_window, 3);
+    assert_eq!(
+        c.b.dev
+            .port_stats
+            .drop_uc_out_of_window
+            .load(Ordering::Relaxed),
+        3
+    );
     // The peer's next message (PSN 1000) is still the expected one.
     let data = c.genuine_send(7, 9, 200);
     let got = c.wait_b(1);
@@ -342,7 +355,13 @@ fn uc_accepts_only_psns_within_its_window() {
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (2, 9));
-    assert_eq!(c.b.dev.rx_drops.uc_out_of_window, 3);
+    assert_eq!(
+        c.b.dev
+            .port_stats
+            .drop_uc_out_of_window
+            .load(Ordering::Relaxed),
+        3
+    );
     // A long message whose FIRST was lost: its MIDDLE packets (dropped) keep the expected PSN
     // moving, so the next message is accepted although it is more than a window past the last
     // accepted PSN.
@@ -368,7 +387,13 @@ fn uc_accepts_only_psns_within_its_window() {
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1, "the next message is in the window again");
     assert_eq!((got[0].wr_id, got[0].byte_len), (3, 9));
-    assert_eq!(c.b.dev.rx_drops.uc_out_of_window, 3);
+    assert_eq!(
+        c.b.dev
+            .port_stats
+            .drop_uc_out_of_window
+            .load(Ordering::Relaxed),
+        3
+    );
 }
 
 /// QPNs and MR keys of `n` fresh objects on a fresh device.

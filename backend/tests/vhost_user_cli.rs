@@ -44,6 +44,20 @@ fn defaults() {
     assert_eq!(c.odp.chunk_shift, 21);
     assert_eq!(c.uplink, None);
     assert!(c.impair.is_none());
+    assert_eq!((c.pcap.clone(), c.pcap_max_bytes), (None, None));
+}
+
+#[test]
+fn pcap_options() {
+    let c = parse(&["--pcap", "/tmp/x.pcap", "--pcap-max-bytes", "1000000"]).unwrap();
+    assert_eq!(c.pcap, Some(PathBuf::from("/tmp/x.pcap")));
+    assert_eq!(c.pcap_max_bytes, Some(1_000_000));
+    // A size bound without a capture file is a clap error.
+    let sock = tmpdir("pcap").join("s.sock");
+    let argv = ["vrdma-backend", "--socket-path", sock.to_str().unwrap()];
+    let mut argv: Vec<&str> = argv.to_vec();
+    argv.extend(["--mac", "52:54:00:12:34:56", "--pcap-max-bytes", "10"]);
+    assert!(Args::try_parse_from(argv).is_err());
 }
 
 #[test]
@@ -236,6 +250,9 @@ fn help_documents_every_option() {
         "--no-odp",
         "--impair",
         "--log-file",
+        "--pcap",
+        "--pcap-max-bytes",
+        "vrdma-backend stats --socket",
         "RUST_LOG",
         "TEST ONLY",
         "udp:local=ADDR:PORT,remote=ADDR:PORT",
@@ -348,4 +365,26 @@ fn binary_reports_an_uplink_bind_failure_before_creating_the_socket() {
     assert_eq!(err.trim_end().lines().count(), 1, "stderr: {err}");
     assert!(err.contains(&addr.to_string()), "stderr: {err}");
     assert!(!sock.exists(), "no socket left behind");
+}
+
+#[test]
+fn max_host_memory_takes_suffixes_and_reaches_the_device() {
+    assert_eq!(parse(&[]).unwrap().max_host_memory, 1 << 30);
+    for (arg, bytes) in [("64M", 64u64 << 20), ("2G", 2 << 30), ("1048576", 1 << 20)] {
+        let c = parse(&["--max-host-memory", arg]).unwrap();
+        assert_eq!(c.max_host_memory, bytes, "{arg}");
+        let d = vrdma_backend::device::DeviceConfig::from_cli(&c);
+        assert_eq!(d.max_host_memory, bytes);
+    }
+    for bad in ["0", "1K", "12Q", "", "M"] {
+        assert!(
+            matches!(
+                parse(&["--max-host-memory", bad]),
+                Err(CliError::BadHostMemory(_))
+            ),
+            "{bad}"
+        );
+    }
+    let help = Args::command().render_long_help().to_string();
+    assert!(help.contains("--max-host-memory"), "{help}");
 }

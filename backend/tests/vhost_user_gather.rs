@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
+use vrdma_backend::budget::Budget;
 use vrdma_backend::vhost_user::controlq;
-use vrdma_backend::vhost_user::inputq::drain_queue;
+use vrdma_backend::vhost_user::inputq::{drain_queue, drain_queue_charged};
 use vrdma_backend::vhost_user::parked::ParkedCommands;
 use vrdma_backend::vhost_user::{
     CmdOutcome, GuestMemoryAtomic, GuestMemoryMmap, RdmaDevice, Vring, VQ_CONTROL,
@@ -203,6 +204,27 @@ impl Queue {
         })
     }
 
+    /// [`Queue::drain`] charging the gathered chains to `budget` (spec §16.1).
+    fn drain_charged(
+        &self,
+        dev: &Mutex<CountingDevice>,
+        parked: &ParkedCommands,
+        budget: &Budget,
+    ) -> usize {
+        peak_growth(|| {
+            drain_queue_charged(
+                VQ_CONTROL,
+                &self.vring,
+                &self.atomic,
+                false,
+                controlq::LIMITS,
+                Some(budget),
+                |c| controlq::run_command(dev, &self.mem, c, parked),
+            )
+            .expect("drain");
+        })
+    }
+
     /// The used ring: `(id, len)` of every returned chain.
     fn used(&self) -> Vec<(u32, u32)> {
         let n: u16 = self.mem.read_obj(GuestAddress(USED + 2)).expect("used idx");
@@ -291,4 +313,34 @@ fn chain_with_too_many_descriptors_is_returned_unexecuted() {
     q.drain(&dev, &parked);
     assert_eq!(q.used(), vec![(0, 0), (1, 8)]);
     assert_eq!(dev.lock().unwrap().executed, 1);
+}
+
+/// With a host-memory budget (spec §16.1), a chain that does not fit it is answered
+/// NO_RESOURCES without being read or executed, one that fits is executed, and the budget is
+/// back to zero once the chains are returned.
+#[test]
+fn chain_beyond_the_host_memory_budget_is_no_resources_and_not_read() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut q = Queue::new();
+    let budget = Budget::new(2 * MIB as u64);
+    // 4 MiB declared over one page: within VRDMA_CMD_MAX_LEN, beyond the budget.
+    let big = q.indirect_table(TABLES, 1024, 4096);
+    q.add_indirect(0, TABLES, big);
+    let dev = Arc::new(Mutex::new(CountingDevice::default()));
+    let parked = ParkedCommands::default();
+    let peak = q.drain_charged(&dev, &parked, &budget);
+    assert_eq!(dev.lock().unwrap().executed, 0);
+    assert_eq!(q.used(), vec![(0, 8)]);
+    assert_eq!(q.resp_status(), VRDMA_STATUS_NO_RESOURCES);
+    assert!(peak < MIB, "peak heap growth {peak} bytes");
+    // 1 MiB fits.
+    let small_table = TABLES + 0x10_0000;
+    let small = q.indirect_table(small_table, 256, 4096);
+    q.add_indirect(1, small_table, small);
+    q.drain_charged(&dev, &parked, &budget);
+    assert_eq!(dev.lock().unwrap().executed, 1);
+    assert_eq!(q.used(), vec![(0, 8), (1, 8)]);
+    assert_eq!(q.resp_status(), VRDMA_STATUS_OK);
+    assert!(budget.peak() > MIB as u64 && budget.peak() <= 2 * MIB as u64);
+    assert_eq!(budget.used(), 0);
 }

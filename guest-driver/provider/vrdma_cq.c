@@ -162,7 +162,7 @@ static uint32_t vrdma_read_slid(struct ibv_cq_ex *ibcq)
 
 static uint8_t vrdma_read_sl(struct ibv_cq_ex *ibcq)
 {
-	return ex_to_vcq(ibcq)->cur->sl;
+	return vrdma_cqe_sl(ex_to_vcq(ibcq)->cur);
 }
 
 static uint8_t vrdma_read_dlid_path_bits(struct ibv_cq_ex *ibcq)

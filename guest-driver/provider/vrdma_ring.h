@@ -234,6 +234,28 @@ static inline uint32_t vrdma_cqe_ex(const struct vrdma_cqe *cqe)
 	return raw;
 }
 
+/*
+ * For RoCE v2 UD receives, verbs consumers read the frame's L3 header type
+ * from wc.sl, as mlx5 reports it (bit 3: UDP present; bits 2:0: 1 = IPv6,
+ * 2 = IPv4); UCX's UD transport uses it to find the destination GID in the
+ * GRH area. SL has no other meaning on RoCE v2 receives.
+ */
+#define VRDMA_WC_SL_ROCE_UDP		0x8
+#define VRDMA_WC_SL_ROCE_IPV6		0x1
+#define VRDMA_WC_SL_ROCE_IPV4		0x2
+
+static inline uint8_t vrdma_cqe_sl(const struct vrdma_cqe *cqe)
+{
+	switch (cqe->network_hdr_type) {
+	case VRDMA_NETWORK_IPV4:
+		return VRDMA_WC_SL_ROCE_UDP | VRDMA_WC_SL_ROCE_IPV4;
+	case VRDMA_NETWORK_IPV6:
+		return VRDMA_WC_SL_ROCE_UDP | VRDMA_WC_SL_ROCE_IPV6;
+	default:
+		return cqe->sl;
+	}
+}
+
 static inline void vrdma_cqe_to_wc(const struct vrdma_cqe *cqe,
 				   struct ibv_wc *wc)
 {
@@ -250,7 +272,7 @@ static inline void vrdma_cqe_to_wc(const struct vrdma_cqe *cqe,
 	wc->wc_flags = vrdma_wc_flags(cqe->flags);
 	wc->pkey_index = le16toh(cqe->pkey_index);
 	wc->slid = 0;
-	wc->sl = cqe->sl;
+	wc->sl = vrdma_cqe_sl(cqe);
 	wc->dlid_path_bits = 0;
 }
 

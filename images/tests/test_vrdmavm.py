@@ -77,6 +77,15 @@ class CommandLines(unittest.TestCase):
         self.assertEqual(q1[:4], ["ip", "netns", "exec", "vrdma-test"])
         self.assertEqual(opt(q1, "-netdev"), ["tap,id=n0,ifname=vrtap1,script=no,downscript=no"])
 
+    def test_vxlan_commands(self):
+        c = self.cluster(n=2, kind=["vrdma", "rxe"], uplink="vxlan")
+        c.host_netns = ["h-a", "h-b"]  # as _setup_net would
+        self.assertEqual(c[0].backend_cmd()[:4], ["ip", "netns", "exec", "h-a"])
+        self.assertEqual(opt(c[0].backend_cmd(), "--uplink"), ["tap:vrtap0"])
+        q1 = c[1].qemu_cmd()
+        self.assertEqual(q1[:4], ["ip", "netns", "exec", "h-b"])
+        self.assertEqual(opt(q1, "-netdev"), ["tap,id=n0,ifname=vrtap1,script=no,downscript=no"])
+
     def test_kvm_opt_in(self):
         c = self.cluster(n=1, kind="none", kvm=True)
         q = c[0].qemu_cmd()

@@ -1,7 +1,7 @@
 """The vrdma VM test harness: scenarios, topologies, health checks, results.
 
 A scenario is a function decorated with @scenario(topology). The runner boots
-each topology once (two guests), runs its scenarios one after the other, and
+each topology once (two or three guests), runs its scenarios one after the other, and
 after every scenario checks the guests' health (dmesg free of WARN/BUG/Oops/
 hung tasks, backends alive). A failing scenario keeps its evidence (guest
 serial logs, dmesg, backend logs, the scenario's own output) under the
@@ -30,11 +30,16 @@ class Failure(AssertionError):
 SCENARIOS = {}
 RUN_LAST = set()  # scenario names that run after the others of their topology
 
-# Topologies: how the two guests are built and linked (see tests/README.md).
+# Topologies: how the guests are built and linked (see tests/README.md).
 TOPOLOGIES = {
     "A": dict(kind=["vrdma", "vrdma"], uplink="udp"),
-    "B": dict(kind=["vrdma", "vrdma"], uplink="tap"),
+    # with a capture of each backend's port (vrdma-backend --pcap) for tshark to read
+    "B": dict(kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
     "C": dict(kind=["vrdma", "rxe"], uplink="udp"),
+    # two "hosts" (network namespaces with a bridge each) joined by VXLAN over a veth underlay
+    "D": dict(kind=["vrdma", "vrdma"], uplink="vxlan"),
+    # a third party on the victims' bridge: an rxe guest that crafts raw RoCEv2 frames
+    "E": dict(kind=["vrdma", "vrdma", "rxe"], uplink="tap"),
 }
 
 # Kernel messages that mean the guest is unhealthy.
@@ -145,11 +150,13 @@ def ib_dev(vm):
 
 
 class Context:
-    """What a scenario gets: the two guests and a place for its notes."""
+    """What a scenario gets: the guests (a, b and, in three-guest topologies, c) and a place
+    for its notes."""
 
     def __init__(self, cluster, results):
         self.cluster = cluster
         self.a, self.b = cluster.vms[0], cluster.vms[1]
+        self.c = cluster.vms[2] if len(cluster.vms) > 2 else None
         self.results = results
         self.notes = []
 
@@ -212,7 +219,8 @@ def run(selected, results, keep=False):
         cluster = None
         try:
             t0 = time.monotonic()
-            cluster = vrdmavm.Cluster(n=2, keep=keep, **TOPOLOGIES[topo])
+            cluster = vrdmavm.Cluster(n=len(TOPOLOGIES[topo]["kind"]), keep=keep,
+                                      **TOPOLOGIES[topo])
             cluster.start()
             print("   booted in %.1fs (%s)" % (time.monotonic() - t0, cluster.workdir), flush=True)
         except Exception as e:

@@ -9,12 +9,15 @@
 use vrdma_spec::*;
 
 use super::{CmdOutcome, Device};
+use crate::budget::Charge;
 use crate::guest::{Ring, RingError};
 use crate::memory::mr::PageListSpec;
 use crate::objects::cq::CQE_SHIFT;
 use crate::objects::gid::GidError;
 use crate::objects::{Ah, Cq, Pd, Srq};
 use crate::qp::{check_av, ModifyLimits, Qp, QpCaps, QpState, QpType};
+use crate::transport::requester::wqe_floor;
+use crate::transport::responder::{RdAtomicRes, ReadReply};
 
 type CmdResult = Result<(), u32>;
 
@@ -24,6 +27,11 @@ fn parse<T: Abi>(req: &[u8]) -> Result<(T, &[u8]), u32> {
 
 fn page_list(rest: &[u8], n: u32) -> Result<Vec<u64>, u32> {
     read_u64_array(rest, n as usize).ok_or(VRDMA_STATUS_INVALID)
+}
+
+/// Host memory a CQ with a ring of `npages` pages holds.
+fn cq_charge(npages: usize) -> u64 {
+    (std::mem::size_of::<Cq>() as u64).saturating_add(npages as u64 * 8)
 }
 
 fn put<T: Abi>(resp: &mut Vec<u8>, v: &T) {
@@ -171,6 +179,28 @@ impl Device {
         Ok(())
     }
 
+    /// Reserve `bytes` of the host-memory budget for an object being created (spec §16:
+    /// NO_RESOURCES when they do not fit).
+    fn charge(&self, bytes: u64) -> Result<Charge, u32> {
+        self.budget.try_charge(bytes).map_err(|e| {
+            log::debug!("budget: {e}");
+            VRDMA_STATUS_NO_RESOURCES
+        })
+    }
+
+    /// What a QP holds for its whole life: the struct, its ring page lists, the responder
+    /// resources and READ replies it may queue (at most `max_qp_init_rd_atom` each, IBTA
+    /// 9.7.5.1.5), the SGE list of the receive WQE a message in progress holds, and one
+    /// fetched send WQE, so that it can always make progress (spec §16.1).
+    pub fn qp_fixed_charge(&self, ring_pages: u64, sq_wqe_size: u32) -> u64 {
+        let cfg = &self.config;
+        let rd = u64::from(cfg.max_qp_init_rd_atom.max(cfg.max_qp_rd_atom))
+            * (std::mem::size_of::<RdAtomicRes>() + std::mem::size_of::<ReadReply>()) as u64;
+        let recv = u64::from(cfg.max_recv_sge.max(cfg.max_srq_sge))
+            * std::mem::size_of::<crate::transport::requester::Sge>() as u64;
+        std::mem::size_of::<Qp>() as u64 + ring_pages * 8 + rd + recv + wqe_floor(sq_wqe_size)
+    }
+
     fn make_ring(
         &self,
         pages: &[u64],
@@ -191,10 +221,14 @@ impl Device {
         if self.cqs.len() >= self.cqs.max() {
             return Err(VRDMA_STATUS_NO_RESOURCES);
         }
+        let charge = self.charge(cq_charge(pages.len()))?;
         let ring = self.make_ring(&pages, c.depth, CQE_SHIFT, CQE_SHIFT, self.config.max_cqe)?;
         let h = self
             .cqs
-            .insert_with(|cqn| Cq::new(cqn, ring))
+            .insert_with(|cqn| Cq {
+                charge,
+                ..Cq::new(cqn, ring)
+            })
             .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
         put(resp, &handle(h));
         Ok(())
@@ -222,6 +256,8 @@ impl Device {
         if !self.cqs.contains(c.cqn) {
             return Err(VRDMA_STATUS_NOT_FOUND);
         }
+        // Both rings exist until the swap: the new one is charged first.
+        let charge = self.charge(cq_charge(pages.len()))?;
         // Built without reset_indices: resize writes the new control page itself.
         let new = Ring::new(
             &self.mem,
@@ -245,6 +281,7 @@ impl Device {
             .fold(0u32, u32::saturating_add);
         let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         let n = cq.resize(&mem, new, owed).map_err(|e| ring_status(&e))?;
+        cq.charge = charge;
         put(resp, &handle(n));
         Ok(())
     }
@@ -296,6 +333,7 @@ impl Device {
             }
         }
         let max_wr = cfg.max_qp_wr;
+        let charge = self.charge(self.qp_fixed_charge(pages.len() as u64, 1 << sq_shift))?;
         let (sq_pages, rq_pages) = pages.split_at(c.sq_npages as usize);
         let sq = self.make_ring(sq_pages, c.sq_depth, sq_shift, 6, max_wr)?;
         let rq = match srqn {
@@ -333,6 +371,8 @@ impl Device {
             req: Default::default(),
             resp: Default::default(),
             tick: Default::default(),
+            stats: Default::default(),
+            charge,
         };
         self.qps.insert(qp);
         put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
@@ -387,10 +427,12 @@ impl Device {
         if c.max_sge > self.config.max_srq_sge || c.max_sge > rq_max_sge(c.wqe_shift) {
             return Err(VRDMA_STATUS_INVALID);
         }
-        let ring = self.make_ring(&pages, c.depth, shift, 5, self.config.max_srq_wr)?;
         if c.srq_limit > c.depth {
             return Err(VRDMA_STATUS_INVALID);
         }
+        let charge = self
+            .charge((std::mem::size_of::<Srq>() as u64).saturating_add(pages.len() as u64 * 8))?;
+        let ring = self.make_ring(&pages, c.depth, shift, 5, self.config.max_srq_wr)?;
         let h = self
             .srqs
             .insert_with(|srqn| Srq {
@@ -401,6 +443,7 @@ impl Device {
                 limit: c.srq_limit,
                 broken: false,
                 qp_refs: 0,
+                charge,
             })
             .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
         put(resp, &handle(h));

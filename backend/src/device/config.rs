@@ -33,6 +33,9 @@ pub struct DeviceConfig {
     /// Page-list entries all MRs may hold together (not in the config space; REG_MR and
     /// friends beyond it: NO_RESOURCES, spec §11.8).
     pub max_mr_pages: u64,
+    /// Host memory the device's guest-sized state may use (`--max-host-memory`, spec §16;
+    /// see `budget.rs`). Not in the config space.
+    pub max_host_memory: u64,
     pub node_guid: u64,
     pub vendor_id: u32,
     pub vendor_part_id: u32,
@@ -70,6 +73,7 @@ impl Default for DeviceConfig {
             max_msg_sz: 1 << 31,
             max_mr_size: 1 << 40,
             max_mr_pages: crate::memory::mr::DEFAULT_MAX_MR_PAGES,
+            max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
             node_guid: guid_from_mac(&mac),
             vendor_id: 0x1af4,
             vendor_part_id: VIRTIO_ID_RDMA,
@@ -122,22 +126,43 @@ impl DeviceConfig {
         f
     }
 
+    /// The ODP operations (`VRDMA_ODP_*`) advertised for QPs of type `qp_type` (`VRDMA_QPT_*`;
+    /// GSI counts as UD): `odp_rc_caps` / `odp_uc_caps` / `odp_ud_caps` of spec §2.2, and what
+    /// the transport enforces (an operation not listed → LOC_PROT_ERR / remote access error).
+    pub fn odp_caps(&self, qp_type: u32) -> u32 {
+        if !self.odp.enabled {
+            return 0;
+        }
+        match qp_type {
+            VRDMA_QPT_RC => {
+                VRDMA_ODP_SEND
+                    | VRDMA_ODP_RECV
+                    | VRDMA_ODP_WRITE
+                    | VRDMA_ODP_READ
+                    | VRDMA_ODP_ATOMIC
+                    | VRDMA_ODP_SRQ_RECV
+            }
+            // A UC responder cannot RNR-NAK: a fault in the middle of a multi-packet message
+            // would lose it after part of it was placed, so only the requester side (local SGEs
+            // of SENDs) is advertised.
+            VRDMA_QPT_UC => VRDMA_ODP_SEND,
+            // UD is unreliable anyway: a datagram whose receive buffer faults is dropped and the
+            // receive WQE stays the head (spec §14.6), so RECV and SRQ_RECV are usable.
+            VRDMA_QPT_UD | VRDMA_QPT_GSI => VRDMA_ODP_SEND | VRDMA_ODP_RECV | VRDMA_ODP_SRQ_RECV,
+            _ => 0,
+        }
+    }
+
     /// The config space / QUERY_DEVICE body.
     pub fn to_vrdma_config(&self) -> VrdmaConfig {
         let mut general = 0;
-        let (mut rc, mut uc, mut ud) = (0, 0, 0);
+        let (rc, uc, ud) = (
+            self.odp_caps(VRDMA_QPT_RC),
+            self.odp_caps(VRDMA_QPT_UC),
+            self.odp_caps(VRDMA_QPT_UD),
+        );
         if self.odp.enabled {
             general |= VRDMA_ODP_SUPPORT;
-            rc = VRDMA_ODP_SEND
-                | VRDMA_ODP_RECV
-                | VRDMA_ODP_WRITE
-                | VRDMA_ODP_READ
-                | VRDMA_ODP_ATOMIC
-                | VRDMA_ODP_SRQ_RECV;
-            // UC and UD responders cannot RNR-NAK, so a receive-side fault would drop the
-            // message: only the requester side (local SGEs) is advertised for them.
-            uc = VRDMA_ODP_SEND;
-            ud = VRDMA_ODP_SEND;
         }
         if self.odp.implicit {
             general |= VRDMA_ODP_SUPPORT_IMPLICIT;
@@ -210,6 +235,7 @@ impl DeviceConfig {
             max_srq: c.limits.max_srq,
             max_mr: c.limits.max_mr,
             max_ah: c.limits.max_ah,
+            max_host_memory: c.max_host_memory,
             odp: OdpConfig {
                 enabled: c.odp.enabled,
                 implicit: c.odp.enabled,

@@ -25,6 +25,8 @@
 //!   invalidation relies on it). `take_resumed_qps()` after faults resolve; `odp_tick(now)` from
 //!   the timer tick (page-request timeouts; returns the next deadline).
 //! - Lookups: `ahs.lookup_in_pd(index, pd)`, `gids.get(i)`, `gids.is_local_ip(ip)`.
+//! - Memory: anything held in proportion to guest or peer input is charged to `budget` first
+//!   (spec §16.1, `crate::budget`); over budget, take the spec's outcome, never allocate anyway.
 
 pub mod commands;
 pub mod config;
@@ -46,6 +48,10 @@ use crate::memory::MrTable;
 use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
 use crate::qp::{QpState, QpTable};
 
+/// Budget reserved for parked control chains: `MAX_PARKED_ADVISE` chains of at most 8
+/// response descriptors (16 bytes each) plus their table entry.
+pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 * (8 * 16 + 128);
+
 /// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
 /// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
 pub type FlushHook = fn(&mut Device, u32);
@@ -62,8 +68,17 @@ pub struct Device {
     pub gids: GidTable,
     pub mrs: MrTable,
     pub qps: QpTable,
+    /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
+    /// chunk tables and the control queue's buffers are charged to it.
+    pub budget: crate::budget::Budget,
+    /// What the device holds of the budget for its whole life: the parked control chains
+    /// (at most `MAX_PARKED_ADVISE`, each keeping a few response descriptors, see
+    /// `vhost_user::controlq::response_descs`).
+    _fixed: crate::budget::Charge,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
+    /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
+    pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
     pub flush_hook: Option<FlushHook>,
     /// QPs moved to ERR whose flush hook has not run yet. A flush can overflow another CQ,
@@ -75,8 +90,6 @@ pub struct Device {
     flushing: bool,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
-    /// Packets the transport dropped at intake or as out of window, by reason (spec §14.6).
-    pub rx_drops: crate::transport::intake::RxDropCounters,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
     pub timers: crate::transport::timers::TimerQueue,
     /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
@@ -97,21 +110,27 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// A device at power-on state.
     pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
+        let budget = crate::budget::Budget::new(config.max_host_memory);
+        // A budget too small even for this (below the CLI's minimum) leaves it uncharged.
+        let fixed = budget.try_charge(PARKED_RESERVE).unwrap_or_default();
         Device {
+            _fixed: fixed,
             pds: PdTable::new(config.max_pd),
             cqs: HandleTable::new(config.max_cq),
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
             mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
-                .with_max_pages(config.max_mr_pages),
+                .with_max_pages(config.max_mr_pages)
+                .with_budget(budget.clone()),
             qps: QpTable::new(config.max_qp),
+            budget,
             outbox: Vec::new(),
+            port_stats: Arc::default(),
             flush_hook: None,
             flush_queue: VecDeque::new(),
             flushing: false,
             needs_reset: false,
-            rx_drops: Default::default(),
             timers: Default::default(),
             range_scratch: Vec::new(),
             resp_range_scratch: Vec::new(),
@@ -134,7 +153,6 @@ impl Device {
         self.outbox.clear();
         self.flush_queue.clear();
         self.needs_reset = false;
-        self.rx_drops = Default::default();
         self.timers.clear();
     }
 
@@ -225,10 +243,30 @@ impl Device {
         self.qp_to_error(qpn, Some(VRDMA_EV_QP_FATAL), err.ring_error_code());
     }
 
-    /// Take the next receive WQE of an SRQ (see [`Srq::pop`]).
+    /// Take the next receive WQE of an SRQ (see [`Srq::pop`]). When this call breaks the SRQ
+    /// (index or access error, SRQ_ERR sent), every QP attached to it goes to ERROR with
+    /// QP_FATAL (`info` = the ring error code): IBTA 10.2.9 / 11.6.3 (SRQ catastrophic error: the
+    /// associated QPs enter the Error state), spec §14.4. Each then flushes and reports
+    /// LAST_WQE_REACHED (spec §13).
     pub fn srq_pop(&mut self, srqn: u32, buf: &mut [u8]) -> Result<bool, RingError> {
         let srq = self.srqs.get_mut(srqn).ok_or(RingError::Broken)?;
-        srq.pop(&self.mem, &*self.out, buf)
+        let was_broken = srq.broken;
+        let r = srq.pop(&self.mem, &*self.out, buf);
+        if let Err(e) = &r {
+            if !was_broken {
+                let code = e.ring_error_code();
+                let victims: Vec<u32> = self
+                    .qps
+                    .iter()
+                    .filter(|q| q.srqn == Some(srqn))
+                    .map(|q| q.qpn)
+                    .collect();
+                for q in victims {
+                    self.qp_to_error(q, Some(VRDMA_EV_QP_FATAL), code);
+                }
+            }
+        }
+        r
     }
 
     /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or

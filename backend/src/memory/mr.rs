@@ -9,7 +9,10 @@
 //! filled by `fast_register`, emptied by `local_invalidate`), explicit ODP MR and implicit ODP MR
 //! (translated per chunk on demand, see `odp.rs`).
 //!
-//! [`MrTable::resolve`] is what the transport calls for every SGE / RETH / AtomicETH.
+//! The transport checks a whole SGE / RETH range with [`MrTable::check_access`] (no ODP faults)
+//! and translates with [`MrTable::resolve`] / [`MrTable::resolve_for`] only the bytes of the
+//! packet it is moving, so an ODP transfer larger than the resident budget progresses chunk by
+//! chunk (spec §12.4).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use super::odp::{OdpConfig, OdpMr, OdpState};
+use crate::budget::{Budget, Charge};
 use crate::device::output::DeviceOutput;
 use crate::guest::GuestMem;
 
@@ -196,10 +200,12 @@ impl Mr {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 struct Slot {
     variant: u8,
     mr: Option<Mr>,
+    /// Host memory the MR holds (spec §16): released with the MR.
+    charge: Charge,
 }
 
 /// The device's MR table.
@@ -211,6 +217,8 @@ pub struct MrTable {
     /// Page-list entries held by all MRs, and their bound (see [`DEFAULT_MAX_MR_PAGES`]).
     pages_held: u64,
     max_pages: u64,
+    /// The device's host-memory budget (see [`MrTable::charge_of`]).
+    budget: Budget,
     pub(crate) mem: GuestMem,
     pub(crate) odp: OdpState,
     /// Draws the first variant of each new slot.
@@ -249,12 +257,13 @@ impl MrTable {
     pub fn new(max_mr: u32, mem: GuestMem, out: Arc<dyn DeviceOutput>, odp: OdpConfig) -> Self {
         let max_mr = max_mr.min(MAX_MR_INDEX);
         MrTable {
-            slots: vec![Slot::default()],
+            slots: Vec::from([Slot::default()]),
             free: VecDeque::new(),
             max_mr,
             count: 0,
             pages_held: 0,
             max_pages: DEFAULT_MAX_MR_PAGES,
+            budget: Budget::default(),
             mem,
             odp: OdpState::new(odp, out),
             rng: crate::ids::IdRng::from_os(),
@@ -266,6 +275,30 @@ impl MrTable {
     pub fn with_max_pages(mut self, max_pages: u64) -> Self {
         self.max_pages = max_pages;
         self
+    }
+
+    /// Charge MRs to the device's host-memory budget (spec §16) instead of a private one.
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.odp.set_budget(budget.clone());
+        self.budget = budget;
+        self
+    }
+
+    /// The budget MRs are charged to.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Host memory an MR with `pages` page-list entries holds: the table entry and the list.
+    /// Charged before the list is copied, together with the page-count bound.
+    pub fn charge_of(pages: u64) -> u64 {
+        (std::mem::size_of::<Slot>() as u64).saturating_add(pages.saturating_mul(8))
+    }
+
+    fn charge(&self, pages: u64) -> Result<Charge, MrError> {
+        self.budget
+            .try_charge(Self::charge_of(pages))
+            .map_err(|_| MrError::NoResources)
     }
 
     /// Page-list entries held by all MRs (page-list pages + fast-reg capacity).
@@ -304,6 +337,7 @@ impl MrTable {
     pub fn clear(&mut self) {
         for s in &mut self.slots {
             s.mr = None;
+            s.charge = Charge::default();
         }
         self.free = (1..self.slots.len() as u32).collect();
         self.count = 0;
@@ -345,7 +379,8 @@ impl MrTable {
             .any(|s| s.mr.as_ref().is_some_and(|m| m.pd == pd))
     }
 
-    fn alloc(&mut self, mut mr: Mr) -> Result<u32, MrError> {
+    /// Insert `mr`, which holds `charge` (see [`MrTable::charge_of`]).
+    fn alloc(&mut self, mut mr: Mr, charge: Charge) -> Result<u32, MrError> {
         if self.count >= self.max_mr {
             return Err(MrError::NoResources);
         }
@@ -365,6 +400,7 @@ impl MrTable {
                 self.slots.push(Slot {
                     variant: self.rng.next_u8(),
                     mr: None,
+                    charge: Charge::default(),
                 });
                 i
             }
@@ -374,6 +410,7 @@ impl MrTable {
         mr.key = (idx << 8) | slot.variant as u32;
         let key = mr.key;
         slot.mr = Some(mr);
+        slot.charge = charge;
         self.count += 1;
         self.pages_held += pages;
         Ok(key)
@@ -381,8 +418,8 @@ impl MrTable {
 
     /// REG_MR: a page-list MR. Validates flags, geometry and every page against guest memory.
     pub fn reg_page_list(&mut self, spec: &PageListSpec, max_mr_size: u64) -> Result<u32, MrError> {
-        let mr = self.page_list_mr(spec, max_mr_size)?;
-        self.alloc(mr)
+        let (mr, charge) = self.page_list_mr(spec, max_mr_size, 0)?;
+        self.alloc(mr, charge)
     }
 
     /// REREG_MR: replace PD, access, range and page list of the page-list MR `key`, keeping the
@@ -397,19 +434,32 @@ impl MrTable {
         if !matches!(self.get(key)?.kind, MrKind::PageList { .. }) {
             return Err(MrError::NotSupported);
         }
-        let mut mr = self.page_list_mr(spec, max_mr_size)?;
+        // Like the page count, the budget takes the current list as given back first (spec
+        // §11.8): only what the new list adds is charged.
+        let idx = key_index(key) as usize;
+        let held = self.slots[idx].charge.bytes();
+        let (mut mr, extra) = self.page_list_mr(spec, max_mr_size, held)?;
         let (add, release) = (Self::pages_of(&mr), Self::pages_of(self.get(key)?));
         if !self.pages_fit(add, release) {
             return Err(MrError::NoResources);
         }
         mr.key = key;
         *self.get_mut(key)? = mr;
+        let charge = &mut self.slots[idx].charge;
+        charge.shrink(held.saturating_sub(Self::charge_of(add)));
+        charge.absorb(extra);
         self.pages_held = self.pages_held - release + add;
         Ok(())
     }
 
-    /// A checked page-list MR, not yet in the table (key 0).
-    fn page_list_mr(&self, spec: &PageListSpec, max_mr_size: u64) -> Result<Mr, MrError> {
+    /// A checked page-list MR, not yet in the table (key 0), and the charge for it beyond the
+    /// `credit` bytes the caller already holds for it.
+    fn page_list_mr(
+        &self,
+        spec: &PageListSpec,
+        max_mr_size: u64,
+        credit: u64,
+    ) -> Result<(Mr, Charge), MrError> {
         let PageListSpec {
             pd,
             access,
@@ -444,7 +494,11 @@ impl MrTable {
             return Err(MrError::Invalid("npages > VRDMA_CMD_MAX_PAGES"));
         }
         self.check_pages(pages, page_shift)?;
-        Ok(Mr {
+        let charge = self
+            .budget
+            .try_charge(Self::charge_of(need).saturating_sub(credit))
+            .map_err(|_| MrError::NoResources)?;
+        let mr = Mr {
             key: 0,
             pd,
             access,
@@ -454,7 +508,8 @@ impl MrTable {
                 page_shift,
                 pages: pages.to_vec(),
             },
-        })
+        };
+        Ok((mr, charge))
     }
 
     fn check_pages(&self, pages: &[u64], page_shift: u32) -> Result<(), MrError> {
@@ -478,14 +533,18 @@ impl MrTable {
         if access & (ACCESS_REMOTE | ACCESS_ON_DEMAND) != 0 {
             return Err(MrError::BadAccess(access));
         }
-        self.alloc(Mr {
-            key: 0,
-            pd,
-            access,
-            iova: 0,
-            length: u64::MAX,
-            kind: MrKind::Dma,
-        })
+        let charge = self.charge(0)?;
+        self.alloc(
+            Mr {
+                key: 0,
+                pd,
+                access,
+                iova: 0,
+                length: u64::MAX,
+                kind: MrKind::Dma,
+            },
+            charge,
+        )
     }
 
     /// ALLOC_FAST_REG_MR: empty (invalid) MR with room for `max_pages` pages.
@@ -498,19 +557,25 @@ impl MrTable {
         if max_pages == 0 || max_pages > max_list {
             return Err(MrError::Invalid("max_num_sg"));
         }
-        self.alloc(Mr {
-            key: 0,
-            pd,
-            access: 0,
-            iova: 0,
-            length: 0,
-            kind: MrKind::FastReg {
-                max_pages,
-                page_shift: MIN_PAGE_SHIFT,
-                pages: Vec::new(),
-                valid: false,
+        // The capacity is charged now: FRWR fills it from the data path, which cannot fail a
+        // WQE for want of memory the MR was promised.
+        let charge = self.charge(u64::from(max_pages))?;
+        self.alloc(
+            Mr {
+                key: 0,
+                pd,
+                access: 0,
+                iova: 0,
+                length: 0,
+                kind: MrKind::FastReg {
+                    max_pages,
+                    page_shift: MIN_PAGE_SHIFT,
+                    pages: Vec::new(),
+                    valid: false,
+                },
             },
-        })
+            charge,
+        )
     }
 
     /// REG_ODP_MR (explicit) or REG_IMPLICIT_MR (`implicit`: iova must be 0 and length u64::MAX).
@@ -541,18 +606,22 @@ impl MrTable {
                 .ok_or(MrError::Invalid("iova + length overflows"))?;
         }
         let odp = OdpMr::default();
-        self.alloc(Mr {
-            key: 0,
-            pd,
-            access: access | ACCESS_ON_DEMAND,
-            iova,
-            length,
-            kind: if implicit {
-                MrKind::ImplicitOdp(odp)
-            } else {
-                MrKind::Odp(odp)
+        let charge = self.charge(0)?;
+        self.alloc(
+            Mr {
+                key: 0,
+                pd,
+                access: access | ACCESS_ON_DEMAND,
+                iova,
+                length,
+                kind: if implicit {
+                    MrKind::ImplicitOdp(odp)
+                } else {
+                    MrKind::Odp(odp)
+                },
             },
-        })
+            charge,
+        )
     }
 
     /// DEREG_MR. The slot's variant is kept so the old key stays invalid after reuse.
@@ -560,6 +629,7 @@ impl MrTable {
         self.get(key)?;
         let idx = key_index(key);
         let mr = self.slots[idx as usize].mr.take();
+        self.slots[idx as usize].charge = Charge::default();
         if let Some(mr) = mr {
             self.pages_held -= Self::pages_of(&mr);
             self.odp.forget_mr(&mr);
@@ -809,9 +879,13 @@ impl MrTable {
         Ok((mr, &mut self.odp, &self.mem))
     }
 
-    /// Mutable access to an MR by slot index (ODP bookkeeping).
-    pub(crate) fn mr_by_index_mut(&mut self, idx: u32) -> Option<&mut Mr> {
-        self.slots.get_mut(idx as usize).and_then(|s| s.mr.as_mut())
+    /// An MR by slot index together with the ODP state (ODP reclaim by LRU entry).
+    pub(crate) fn odp_parts_by_index(&mut self, idx: u32) -> Option<(&mut Mr, &mut OdpState)> {
+        let mr = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.mr.as_mut())?;
+        Some((mr, &mut self.odp))
     }
 
     /// The MR in slot `idx`, if any.

@@ -12,8 +12,19 @@
 //!   read-only mappings); the pages it does not cover stay absent, an access to them faults the
 //!   chunk again, and the next answer is merged with the pages already present;
 //! - `Failed`: the driver answered with an error status or did not answer within the timeout
-//!   (5 s). Accesses fail with `MrError::OdpFailed` for `FAIL_HOLD`, after which a new access faults
-//!   again.
+//!   (5 s). Accesses fail with `MrError::OdpFailed` for `FAIL_HOLD`; then the chunk is dropped
+//!   (absent again, by `odp_tick` or by the next access, which faults again), so failed state
+//!   holds at most the requests that ended within the last `FAIL_HOLD`.
+//!
+//! Outstanding FAULT requests are capped per device (`max_requests`, spec §12.4): an access that
+//! needs a new request while the cap is reached sends none and gets `MrError::Fault` all the
+//! same (RNR NAK at the responder, suspension at the requester); its QP is resumed when any
+//! request ends. So a peer touching fresh chunks cannot grow the chunk tables beyond
+//! `max_requests` pending + the resident budgets + recently failed chunks.
+//!
+//! Timers and budgets cost what changed, never a walk of every chunk: outstanding requests are
+//! kept in deadline order, failed chunks in expiry order, and resident chunks in LRU order (per
+//! device and per MR, keyed by their unique `last_use` tick).
 //!
 //! A write access to a read-only page of a resident chunk faults again with
 //! `VRDMA_PAGEREQ_F_WRITE`.
@@ -28,6 +39,9 @@
 //! never keeps a translation across lock releases, so when ODP_INVALIDATE is executed no access to
 //! the range is in flight and the command completes immediately. Transport rule that makes this
 //! true: resolve again for every packet / WQE step; never cache a `GuestRange` across calls.
+//! Whole SGE / RETH ranges are checked with `MrTable::check_access`, which never faults: only the
+//! bytes a packet moves are resolved, so a transfer larger than the budget does not evict its own
+//! chunks forever.
 //!
 //! ADVISE_MR: PREFETCH / PREFETCH_WRITE send fault requests for every non-resident chunk of the
 //! range (at most `max_resident` chunks); PREFETCH_NO_FAULT does nothing (the device cannot map
@@ -40,14 +54,15 @@
 //! Every end of a request goes through `OdpState::end_request` (the one place that removes a
 //! request id), so parked advises cannot miss one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA_PAGEREQ_RECLAIM};
 
 use super::advise::FlushWaits;
-use super::mr::{GuestRange, Mr, MrError, MrKind, MrTable};
+use super::mr::{key_index, GuestRange, Mr, MrError, MrKind, MrTable};
+use crate::budget::{Budget, Charge};
 use crate::device::output::DeviceOutput;
 use crate::device::CmdOutcome;
 
@@ -78,6 +93,8 @@ pub struct OdpConfig {
     pub max_resident_per_mr: usize,
     /// Page request timeout.
     pub timeout: Duration,
+    /// FAULT requests outstanding at once (device-wide, spec §12.4); at least 1.
+    pub max_requests: usize,
 }
 
 impl Default for OdpConfig {
@@ -89,6 +106,7 @@ impl Default for OdpConfig {
             max_resident: 4096,
             max_resident_per_mr: 2048,
             timeout: Duration::from_secs(5),
+            max_requests: 1024,
         }
     }
 }
@@ -113,6 +131,7 @@ pub enum Chunk {
         pages: Vec<u64>,
         /// Every present page is writable.
         writable: bool,
+        /// Unique tick of the last access: the chunk's key in the LRU maps.
         last_use: u64,
     },
     Failed {
@@ -126,6 +145,11 @@ pub enum Chunk {
 pub struct OdpMr {
     pub chunks: HashMap<u64, Chunk>,
     pub resident: usize,
+    /// Resident chunks by `last_use` (oldest first): the per-MR reclaim order.
+    lru: BTreeMap<u64, u64>,
+    /// Chunk entries charged to the host-memory budget: the most `chunks` has held (a map
+    /// keeps its capacity), each at [`OdpState::entry_cost`]; given back at DEREG_MR (§16).
+    pub charged_entries: u64,
 }
 
 impl OdpMr {
@@ -142,22 +166,51 @@ impl OdpMr {
     }
 }
 
+/// An outstanding FAULT request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Req {
+    /// MR key at the time of the request.
+    key: u32,
+    chunk: u64,
+    /// When it times out (its entry in `OdpState::deadlines`).
+    deadline: Instant,
+}
+
 /// Device-wide ODP bookkeeping.
 pub struct OdpState {
     pub config: OdpConfig,
     out: Arc<dyn DeviceOutput>,
     next_req: u32,
-    /// req_id → (MR key at the time of the request, chunk index).
-    reqs: HashMap<u32, (u32, u64)>,
+    /// Outstanding FAULT requests.
+    reqs: HashMap<u32, Req>,
+    /// Outstanding requests by timeout deadline: (deadline, req_id).
+    deadlines: BTreeSet<(Instant, u32)>,
+    /// Failed chunks by expiry: (at + FAIL_HOLD, MR key, chunk).
+    failed: BTreeSet<(Instant, u32, u64)>,
+    /// Resident chunks of the device by `last_use`: tick → (MR index, chunk).
+    lru: BTreeMap<u64, (u32, u64)>,
+    /// QPs whose access found the request cap reached; resumed when a request ends.
+    cap_waiters: BTreeSet<u32>,
     resident_total: usize,
     tick: u64,
     resumed: Vec<u32>,
+    /// Fault page requests sent since daemon start (host-side stats).
+    faults: u64,
     /// Latest time seen by `odp_tick` (the engine may run timers in virtual time ahead of the
     /// wall clock); accesses use max(wall clock, this) so both agree on expiry.
     clock: Option<Instant>,
     /// Parked ADVISE_MR + F_FLUSH commands.
     flush: FlushWaits,
+    /// The device's host-memory budget and what all ODP MRs' chunk entries hold of it.
+    budget: Budget,
+    charge: Charge,
+    /// QPs whose access needed a new chunk entry the budget had no room for: no page request
+    /// was sent; they are resumed by the next `odp_tick` and try again (spec §16).
+    budget_waiters: Vec<u32>,
 }
+
+/// How often QPs that wait for budget room try again.
+pub const BUDGET_RETRY: Duration = Duration::from_millis(10);
 
 /// `[start, end)` of chunk `c` clipped to the MR `[mr_iova, mr_end)`.
 fn chunk_range(c: u64, shift: u32, mr_iova: u64, mr_len: u64) -> (u64, u64) {
@@ -178,22 +231,61 @@ fn page_span(s: u64, e: u64) -> (u64, u64) {
 
 impl OdpState {
     /// Budgets below 2 chunks are raised to 2 (one packet may span two chunks); the chunk shift
-    /// is clamped to 12..=30.
+    /// is clamped to 12..=30, `max_requests` to at least 1, the timeout to at most an hour.
     pub fn new(mut config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
         config.max_resident = config.max_resident.max(2);
         config.max_resident_per_mr = config.max_resident_per_mr.max(2);
         config.chunk_shift = config.chunk_shift.clamp(12, 30);
+        config.max_requests = config.max_requests.max(1);
+        // Deadlines are `Instant + timeout`: keep the sum far from overflowing.
+        config.timeout = config.timeout.min(Duration::from_secs(3600));
         OdpState {
             config,
             out,
             next_req: 1,
             reqs: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            failed: BTreeSet::new(),
+            lru: BTreeMap::new(),
+            cap_waiters: BTreeSet::new(),
             resident_total: 0,
             tick: 0,
             resumed: Vec::new(),
+            faults: 0,
             clock: None,
             flush: FlushWaits::default(),
+            budget: Budget::default(),
+            charge: Charge::default(),
+            budget_waiters: Vec::new(),
         }
+    }
+
+    /// Charge chunk entries to `budget` (the device's) instead of a private one.
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = budget;
+    }
+
+    /// Host memory one chunk entry may hold: the map entry, the request that fills it and the
+    /// page table of a resident chunk (one u64 per 4 KiB page, one extra for a chunk that does
+    /// not start on a page boundary).
+    pub fn entry_cost(&self) -> u64 {
+        let pages = (1u64 << self.config.chunk_shift.saturating_sub(ODP_PAGE_SHIFT)) + 1;
+        (std::mem::size_of::<(u64, Chunk)>() + std::mem::size_of::<(u32, (u32, u64))>()) as u64
+            + pages * 8
+    }
+
+    /// Make room in `o`'s charge for `new` more chunk entries; false if the budget has none.
+    fn charge_entries(&mut self, o: &mut OdpMr, new: u64) -> bool {
+        let want = (o.chunks.len() as u64 + new).saturating_sub(o.charged_entries);
+        if want == 0 {
+            return true;
+        }
+        let bytes = want.saturating_mul(self.entry_cost());
+        if self.charge.try_grow(&self.budget, bytes).is_err() {
+            return false;
+        }
+        o.charged_entries += want;
+        true
     }
 
     pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
@@ -202,7 +294,13 @@ impl OdpState {
 
     /// Device reset: every request and parked advise is forgotten (none is completed).
     pub fn clear(&mut self) {
+        self.charge = Charge::default();
+        self.budget_waiters.clear();
         self.reqs.clear();
+        self.deadlines.clear();
+        self.failed.clear();
+        self.lru.clear();
+        self.cap_waiters.clear();
         self.flush.clear();
         self.resident_total = 0;
         self.resumed.clear();
@@ -238,7 +336,12 @@ impl OdpState {
     /// Request `req_id` ended (answered, timed out or cancelled): forget it and complete the
     /// flush advises that waited for nothing else.
     fn end_request(&mut self, req_id: u32) {
-        self.reqs.remove(&req_id);
+        if let Some(r) = self.reqs.remove(&req_id) {
+            self.deadlines.remove(&(r.deadline, req_id));
+            // Room for another request: accesses refused by the cap try again.
+            let w = std::mem::take(&mut self.cap_waiters);
+            self.resumed.extend(w);
+        }
         for t in self.flush.request_ended(req_id) {
             self.out.command_done(t, vrdma_spec::VRDMA_STATUS_OK);
         }
@@ -251,28 +354,62 @@ impl OdpState {
             _ => return,
         };
         self.resident_total = self.resident_total.saturating_sub(o.resident);
+        let cost = self.entry_cost();
+        self.charge.shrink(o.charged_entries.saturating_mul(cost));
         let key = mr.key;
-        let ended: Vec<u32> = self
-            .reqs
-            .iter()
-            .filter(|(_, (k, _))| *k == key)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ended {
-            self.end_request(id);
-        }
-        for ch in o.chunks.values() {
-            if let Chunk::Pending { waiters, .. } = ch {
-                self.resumed.extend(waiters.iter().copied());
+        // Proportional to the MR's own chunks, not to the device's requests.
+        for (&c, ch) in &o.chunks {
+            match ch {
+                Chunk::Pending {
+                    waiters, req_id, ..
+                } => {
+                    self.resumed.extend(waiters.iter().copied());
+                    self.end_request(*req_id);
+                }
+                Chunk::Resident { last_use, .. } => {
+                    self.lru.remove(last_use);
+                }
+                Chunk::Failed { at, .. } => {
+                    self.failed.remove(&(*at + FAIL_HOLD, key, c));
+                }
             }
         }
     }
 
-    fn send_fault(&mut self, key: u32, c: u64, mr_iova: u64, mr_len: u64, write: bool) -> u32 {
+    /// Whether another FAULT request may be sent (spec §12.4: `max_requests` outstanding).
+    fn can_send_fault(&self) -> bool {
+        self.reqs.len() < self.config.max_requests
+    }
+
+    /// Send a FAULT for chunk `c` (the caller checked `can_send_fault`).
+    #[allow(clippy::too_many_arguments)]
+    fn send_fault(
+        &mut self,
+        key: u32,
+        c: u64,
+        mr_iova: u64,
+        mr_len: u64,
+        write: bool,
+        now: Instant,
+    ) -> u32 {
+        // Skip ids still outstanding after a wrap (at most max_requests of them).
+        while self.reqs.contains_key(&self.next_req) {
+            self.next_req = self.next_req.wrapping_add(1).max(1);
+        }
         let req_id = self.next_req;
         self.next_req = self.next_req.wrapping_add(1).max(1);
+        self.faults = self.faults.wrapping_add(1);
         let (s, e) = chunk_range(c, self.config.chunk_shift, mr_iova, mr_len);
-        self.reqs.insert(req_id, (key, c));
+        let deadline = now + self.config.timeout;
+        self.reqs.insert(
+            req_id,
+            Req {
+                key,
+                chunk: c,
+                deadline,
+            },
+        );
+        self.deadlines.insert((deadline, req_id));
         self.out.page_request(VrdmaPageReq {
             type_: VRDMA_PAGEREQ_FAULT,
             req_id,
@@ -296,6 +433,47 @@ impl OdpState {
         });
     }
 
+    /// A fresh, unique LRU tick.
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// Drop chunk `c` of `o` if it is resident (counters and LRU maps follow); returns its pages.
+    fn remove_resident(&mut self, o: &mut OdpMr, c: u64) -> Option<Vec<u64>> {
+        if !matches!(o.chunks.get(&c), Some(Chunk::Resident { .. })) {
+            return None;
+        }
+        let Some(Chunk::Resident {
+            pages, last_use, ..
+        }) = o.chunks.remove(&c)
+        else {
+            return None;
+        };
+        o.resident -= 1;
+        o.lru.remove(&last_use);
+        self.lru.remove(&last_use);
+        self.resident_total = self.resident_total.saturating_sub(1);
+        Some(pages)
+    }
+
+    /// Drop chunk `c` of MR `key` if it is failed (with its expiry entry).
+    fn remove_failed(&mut self, o: &mut OdpMr, key: u32, c: u64) {
+        if let Some(Chunk::Failed { at, .. }) = o.chunks.get(&c) {
+            self.failed.remove(&(*at + FAIL_HOLD, key, c));
+            o.chunks.remove(&c);
+        }
+    }
+
+    /// Chunk `c` of MR `key` fails with `status`, replacing whatever it was (the counters and
+    /// maps of a resident or failed chunk follow).
+    fn set_failed(&mut self, o: &mut OdpMr, key: u32, c: u64, status: u32, now: Instant) {
+        self.remove_failed(o, key, c);
+        self.remove_resident(o, c);
+        o.chunks.insert(c, Chunk::Failed { status, at: now });
+        self.failed.insert((now + FAIL_HOLD, key, c));
+    }
+
     /// Translate `[iova, iova+len)` (bounds already checked) of an ODP MR.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn resolve(
@@ -314,8 +492,7 @@ impl OdpState {
         let end = iova + len; // caller checked overflow
         let first = iova >> shift;
         let last = (end - 1) >> shift;
-        self.tick += 1;
-        let tick = self.tick;
+        let idx = key_index(key);
         let mut out: Vec<GuestRange> = Vec::new();
         let mut fault: Option<u64> = None;
         let mut failed: Option<(u64, u32)> = None;
@@ -324,6 +501,7 @@ impl OdpState {
             let ce = (c << shift).saturating_add(1 << shift).min(end);
             // Decide what to do with the chunk's current state.
             let mut refault = false;
+            let mut timed_out: Option<(u32, Vec<u32>)> = None;
             match o.chunks.get_mut(&c) {
                 Some(Chunk::Resident {
                     base,
@@ -331,7 +509,14 @@ impl OdpState {
                     last_use,
                     ..
                 }) => {
-                    *last_use = tick;
+                    // Most recently used now: move it to the young end of both LRU maps.
+                    self.tick += 1;
+                    let t = self.tick;
+                    o.lru.remove(last_use);
+                    self.lru.remove(last_use);
+                    o.lru.insert(t, c);
+                    self.lru.insert(t, (idx, c));
+                    *last_use = t;
                     if fault.is_none() && failed.is_none() {
                         match translate_chunk(*base, pages, cs, ce, write, &mut out) {
                             Translation::Done => {}
@@ -349,18 +534,7 @@ impl OdpState {
                     ..
                 }) => {
                     if now.duration_since(*sent) >= self.config.timeout {
-                        let w = std::mem::take(waiters);
-                        let id = *req_id;
-                        self.end_request(id);
-                        o.chunks.insert(
-                            c,
-                            Chunk::Failed {
-                                status: ODP_STATUS_TIMEOUT,
-                                at: now,
-                            },
-                        );
-                        self.resume(w);
-                        failed.get_or_insert((cs, ODP_STATUS_TIMEOUT));
+                        timed_out = Some((*req_id, std::mem::take(waiters)));
                     } else {
                         if let Some(q) = waiter {
                             if !waiters.contains(&q) {
@@ -379,16 +553,35 @@ impl OdpState {
                 }
                 None => refault = true,
             }
+            if let Some((id, w)) = timed_out {
+                self.end_request(id);
+                self.set_failed(o, key, c, ODP_STATUS_TIMEOUT, now);
+                self.resume(w);
+                failed.get_or_insert((cs, ODP_STATUS_TIMEOUT));
+            }
             if refault {
-                let prior = match o.chunks.remove(&c) {
-                    Some(Chunk::Resident { pages, .. }) => {
-                        o.resident -= 1;
-                        self.resident_total = self.resident_total.saturating_sub(1);
-                        pages
+                fault.get_or_insert(cs);
+                if !self.can_send_fault() {
+                    // Spec §12.4: over the request cap nothing is sent; the access faults all
+                    // the same (RNR NAK / suspension) and its QP is resumed when a request ends.
+                    if let Some(q) = waiter {
+                        self.cap_waiters.insert(q);
                     }
-                    _ => Vec::new(),
-                };
-                let req_id = self.send_fault(key, c, mr_iova, mr_len, write);
+                    continue;
+                }
+                // A new chunk entry must fit the budget (spec §16); without room no request is
+                // sent: the responder RNR-NAKs (a Fault), a local waiter retries from odp_tick.
+                if !o.chunks.contains_key(&c) && !self.charge_entries(o, 1) {
+                    if let Some(q) = waiter {
+                        if !self.budget_waiters.contains(&q) {
+                            self.budget_waiters.push(q);
+                        }
+                    }
+                    continue;
+                }
+                self.remove_failed(o, key, c);
+                let prior = self.remove_resident(o, c).unwrap_or_default();
+                let req_id = self.send_fault(key, c, mr_iova, mr_len, write, now);
                 o.chunks.insert(
                     c,
                     Chunk::Pending {
@@ -399,7 +592,6 @@ impl OdpState {
                         prior,
                     },
                 );
-                fault.get_or_insert(cs);
             }
         }
         if let Some((at, status)) = failed {
@@ -474,7 +666,12 @@ impl MrTable {
     ) -> OdpStatus {
         use vrdma_spec::*;
         let now = self.odp.now();
-        let Some(&(rkey, c)) = self.odp.reqs.get(&req_id) else {
+        let Some(&Req {
+            key: rkey,
+            chunk: c,
+            ..
+        }) = self.odp.reqs.get(&req_id)
+        else {
             return VRDMA_STATUS_NOT_FOUND;
         };
         // Spec §12.4 step 4: a request id that is not outstanding *for this key* is unknown. The
@@ -525,17 +722,10 @@ impl MrTable {
         odp.resume(waiters);
         match outcome {
             Err((chunk_status, cmd_status)) => {
-                o.chunks.insert(
-                    c,
-                    Chunk::Failed {
-                        status: chunk_status,
-                        at: now,
-                    },
-                );
+                odp.set_failed(o, key, c, chunk_status, now);
                 cmd_status
             }
             Ok(()) => {
-                odp.tick += 1;
                 // Merge with the pages a partially resident chunk already had.
                 let mut table = if prior.len() == npages_need {
                     prior
@@ -554,26 +744,30 @@ impl MrTable {
                 let writable = table
                     .iter()
                     .all(|&p| p == ODP_ABSENT || p & ODP_PAGE_WRITABLE != 0);
+                let idx = key_index(key);
+                let t = odp.next_tick();
                 o.chunks.insert(
                     c,
                     Chunk::Resident {
                         base: sp,
                         pages: table,
                         writable,
-                        last_use: odp.tick,
+                        last_use: t,
                     },
                 );
+                o.lru.insert(t, c);
+                odp.lru.insert(t, (idx, c));
                 o.resident += 1;
                 odp.resident_total += 1;
-                let per_mr_over = o.resident > odp.config.max_resident_per_mr;
-                if per_mr_over {
-                    if let Some(victim) = lru_victim(o, c) {
-                        drop_resident(o, victim);
-                        odp.resident_total -= 1;
+                if o.resident > odp.config.max_resident_per_mr {
+                    // The MR's least recently used chunk (never the one just installed, which
+                    // has the youngest tick).
+                    let victim = o.lru.values().copied().find(|&v| v != c);
+                    if let Some(victim) = victim {
+                        odp.remove_resident(o, victim);
                         odp.send_reclaim(key, victim, mr_iova, mr_len);
                     }
                 }
-                let idx = mr.index();
                 self.enforce_device_budget(idx, c);
                 VRDMA_STATUS_OK
             }
@@ -581,41 +775,33 @@ impl MrTable {
     }
 
     /// Drop device-wide LRU chunks until the device budget holds (never the chunk just installed).
+    /// The device LRU map gives the victim directly: no walk over MRs or chunks.
     fn enforce_device_budget(&mut self, keep_mr: u32, keep_chunk: u64) {
         while self.odp.resident_total > self.odp.config.max_resident {
-            // Find the globally least recently used resident chunk.
-            let mut best: Option<(u64, u32, u64)> = None; // (last_use, mr index, chunk)
-            for idx in 1..self.slot_count() {
-                let Some(mr) = self.mr_by_index_mut(idx) else {
-                    continue;
-                };
-                let o = match &mr.kind {
-                    MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
-                    _ => continue,
-                };
-                for (&c, ch) in &o.chunks {
-                    if let Chunk::Resident { last_use, .. } = ch {
-                        if idx == keep_mr && c == keep_chunk {
-                            continue;
-                        }
-                        if best.is_none_or(|b| *last_use < b.0) {
-                            best = Some((*last_use, idx, c));
-                        }
-                    }
-                }
-            }
-            let Some((_, idx, c)) = best else {
+            let Some((idx, c)) = self
+                .odp
+                .lru
+                .values()
+                .copied()
+                .find(|&v| v != (keep_mr, keep_chunk))
+            else {
                 return;
             };
-            let Some(mr) = self.mr_by_index_mut(idx) else {
-                return;
+            let Some((mr, odp)) = self.odp_parts_by_index(idx) else {
+                // An LRU entry without its MR would be a bookkeeping bug; drop it, don't spin.
+                self.odp.lru.retain(|_, v| *v != (idx, c));
+                continue;
             };
             let (key, mr_iova, mr_len) = (mr.key, mr.iova, mr.length);
-            if let MrKind::Odp(o) | MrKind::ImplicitOdp(o) = &mut mr.kind {
-                drop_resident(o, c);
+            let (MrKind::Odp(o) | MrKind::ImplicitOdp(o)) = &mut mr.kind else {
+                odp.lru.retain(|_, v| *v != (idx, c));
+                continue;
+            };
+            if odp.remove_resident(o, c).is_none() {
+                odp.lru.retain(|_, v| *v != (idx, c));
+                continue;
             }
-            self.odp.resident_total -= 1;
-            self.odp.send_reclaim(key, c, mr_iova, mr_len);
+            odp.send_reclaim(key, c, mr_iova, mr_len);
         }
     }
 
@@ -644,18 +830,21 @@ impl MrTable {
             .filter(|&c| c >= first && c <= last)
             .collect();
         for c in hit {
-            match o.chunks.remove(&c) {
+            match o.chunks.get(&c) {
                 Some(Chunk::Resident { .. }) => {
-                    o.resident -= 1;
-                    odp.resident_total = odp.resident_total.saturating_sub(1);
+                    odp.remove_resident(o, c);
                 }
-                Some(Chunk::Pending {
-                    req_id, waiters, ..
-                }) => {
-                    odp.end_request(req_id);
-                    odp.resume(waiters);
+                Some(Chunk::Pending { .. }) => {
+                    if let Some(Chunk::Pending {
+                        req_id, waiters, ..
+                    }) = o.chunks.remove(&c)
+                    {
+                        odp.end_request(req_id);
+                        odp.resume(waiters);
+                    }
                 }
-                Some(Chunk::Failed { .. }) | None => {}
+                Some(Chunk::Failed { .. }) => odp.remove_failed(o, key, c),
+                None => {}
             }
         }
         VRDMA_STATUS_OK
@@ -719,7 +908,11 @@ impl MrTable {
         let last = (end - 1) >> shift;
         let count = (last - first + 1).min(max);
         // Requests a flush waits for: the ones sent here and the ones already outstanding.
+        // Advice is a hint: over the request cap (§12.4) the rest of the range is not
+        // requested; a flush then waits only for the requests that exist.
+        let room = odp.config.max_requests.saturating_sub(odp.reqs.len());
         let mut awaited: Vec<u32> = Vec::new();
+        let mut to_request: Vec<u64> = Vec::new();
         for c in first..first + count {
             let need = match o.chunks.get(&c) {
                 None => true,
@@ -730,28 +923,36 @@ impl MrTable {
                     false
                 }
             };
-            if need {
-                if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
-                    o.resident -= 1;
-                    odp.resident_total = odp.resident_total.saturating_sub(1);
-                }
-                let prior = match o.chunks.remove(&c) {
-                    Some(Chunk::Resident { pages, .. }) => pages,
-                    _ => Vec::new(),
-                };
-                let req_id = odp.send_fault(key, c, mr_iova, mr_len, write);
-                awaited.push(req_id);
-                o.chunks.insert(
-                    c,
-                    Chunk::Pending {
-                        req_id,
-                        write,
-                        sent: now,
-                        waiters: Vec::new(),
-                        prior,
-                    },
-                );
+            if need && to_request.len() < room {
+                to_request.push(c);
+            } else if to_request.len() >= room && !flush {
+                break; // nothing more will be requested, and no flush waits for the rest
             }
+        }
+        // The new chunk entries are charged up front, so an advise the budget cannot take has
+        // no effect (§11.1, §16: NO_RESOURCES).
+        let new = to_request
+            .iter()
+            .filter(|c| !o.chunks.contains_key(c))
+            .count() as u64;
+        if !odp.charge_entries(o, new) {
+            return done(VRDMA_STATUS_NO_RESOURCES);
+        }
+        for c in to_request {
+            odp.remove_failed(o, key, c);
+            let prior = odp.remove_resident(o, c).unwrap_or_default();
+            let req_id = odp.send_fault(key, c, mr_iova, mr_len, write, now);
+            awaited.push(req_id);
+            o.chunks.insert(
+                c,
+                Chunk::Pending {
+                    req_id,
+                    write,
+                    sent: now,
+                    waiters: Vec::new(),
+                    prior,
+                },
+            );
         }
         if !flush || awaited.is_empty() {
             return done(VRDMA_STATUS_OK);
@@ -759,45 +960,65 @@ impl MrTable {
         CmdOutcome::Parked(odp.flush.park(&awaited))
     }
 
-    /// Expire page requests older than the timeout: their chunks fail, waiters are resumed.
-    /// Returns the next deadline, if any request is outstanding. Call from the engine's timer tick.
+    /// Expire page requests older than the timeout (their chunks fail, waiters are resumed) and
+    /// drop failed chunks whose `FAIL_HOLD` is over. Returns the next deadline of either kind.
+    /// Call from the engine's timer tick; it costs what expires, not what is outstanding.
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.odp.clock = Some(self.odp.clock.map_or(now, |c| c.max(now)));
         let now = self.odp.now();
-        let timeout = self.odp.config.timeout;
-        let mut next: Option<Instant> = None;
-        let reqs: Vec<(u32, (u32, u64))> = self.odp.reqs.iter().map(|(a, b)| (*a, *b)).collect();
-        for (req_id, (key, c)) in reqs {
+        let starved = std::mem::take(&mut self.odp.budget_waiters);
+        let retry = (!starved.is_empty()).then(|| now + BUDGET_RETRY);
+        self.odp.resume(starved);
+        while let Some(&(deadline, req_id)) = self.odp.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            let Some(&Req { key, chunk: c, .. }) = self.odp.reqs.get(&req_id) else {
+                self.odp.deadlines.pop_first();
+                continue;
+            };
             let Ok((mr, odp, _)) = self.odp_parts(key) else {
                 self.odp.end_request(req_id);
                 continue;
             };
-            let o = match &mut mr.kind {
-                MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
-                _ => continue,
-            };
-            let Some(Chunk::Pending { sent, .. }) = o.chunks.get(&c) else {
+            let (MrKind::Odp(o) | MrKind::ImplicitOdp(o)) = &mut mr.kind else {
                 odp.end_request(req_id);
                 continue;
             };
-            let deadline = *sent + timeout;
-            if now >= deadline {
+            let ours =
+                matches!(o.chunks.get(&c), Some(Chunk::Pending { req_id: r, .. }) if *r == req_id);
+            odp.end_request(req_id);
+            if ours {
                 if let Some(Chunk::Pending { waiters, .. }) = o.chunks.remove(&c) {
                     odp.resume(waiters);
                 }
-                o.chunks.insert(
-                    c,
-                    Chunk::Failed {
-                        status: ODP_STATUS_TIMEOUT,
-                        at: now,
-                    },
-                );
-                odp.end_request(req_id);
-            } else if next.is_none_or(|n| deadline < n) {
-                next = Some(deadline);
+                odp.set_failed(o, key, c, ODP_STATUS_TIMEOUT, now);
             }
         }
-        next
+        while let Some(&(expiry, key, c)) = self.odp.failed.first() {
+            if expiry > now {
+                break;
+            }
+            self.odp.failed.pop_first();
+            if let Ok((mr, _, _)) = self.odp_parts(key) {
+                if let MrKind::Odp(o) | MrKind::ImplicitOdp(o) = &mut mr.kind {
+                    if matches!(o.chunks.get(&c), Some(Chunk::Failed { at, .. }) if *at + FAIL_HOLD == expiry)
+                    {
+                        o.chunks.remove(&c);
+                    }
+                }
+            }
+        }
+        let a = self.odp.deadlines.first().map(|d| d.0);
+        let b = self.odp.failed.first().map(|f| f.0);
+        let next = match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (next, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Check the ODP bookkeeping (tests): the device and per-MR resident counters match the
@@ -807,6 +1028,7 @@ impl MrTable {
     pub fn odp_check_invariants(&self) -> Result<(), String> {
         let mut total = 0usize;
         let mut pending = 0usize;
+        let mut failed = 0usize;
         for idx in 1..self.slot_count() {
             let Ok(mr) = self.get_by_index(idx) else {
                 continue;
@@ -818,18 +1040,42 @@ impl MrTable {
             let mut res = 0usize;
             for (c, ch) in &o.chunks {
                 match ch {
-                    Chunk::Resident { .. } => res += 1,
+                    Chunk::Resident { last_use, .. } => {
+                        res += 1;
+                        if o.lru.get(last_use) != Some(c)
+                            || self.odp.lru.get(last_use) != Some(&(idx, *c))
+                        {
+                            return Err(format!("resident chunk {c} of {:#x} not in LRU", mr.key));
+                        }
+                    }
                     Chunk::Pending { req_id, .. } => {
                         pending += 1;
-                        if self.odp.reqs.get(req_id) != Some(&(mr.key, *c)) {
+                        let ok = self.odp.reqs.get(req_id).is_some_and(|r| {
+                            r.key == mr.key
+                                && r.chunk == *c
+                                && self.odp.deadlines.contains(&(r.deadline, *req_id))
+                        });
+                        if !ok {
                             return Err(format!(
                                 "pending chunk {c} of {:#x} not registered",
                                 mr.key
                             ));
                         }
                     }
-                    Chunk::Failed { .. } => {}
+                    Chunk::Failed { at, .. } => {
+                        failed += 1;
+                        if !self.odp.failed.contains(&(*at + FAIL_HOLD, mr.key, *c)) {
+                            return Err(format!("failed chunk {c} of {:#x} never expires", mr.key));
+                        }
+                    }
                 }
+            }
+            if o.lru.len() != res {
+                return Err(format!(
+                    "MR {:#x}: {res} resident, {} in LRU",
+                    mr.key,
+                    o.lru.len()
+                ));
             }
             if res != o.resident {
                 return Err(format!(
@@ -851,10 +1097,26 @@ impl MrTable {
         if total > self.odp.config.max_resident {
             return Err("device over its budget".into());
         }
-        if pending != self.odp.reqs.len() {
+        if pending != self.odp.reqs.len() || pending != self.odp.deadlines.len() {
             return Err(format!(
-                "{pending} pending chunks, {} requests",
-                self.odp.reqs.len()
+                "{pending} pending chunks, {} requests, {} deadlines",
+                self.odp.reqs.len(),
+                self.odp.deadlines.len()
+            ));
+        }
+        if pending > self.odp.config.max_requests {
+            return Err("over the request cap".into());
+        }
+        if total != self.odp.lru.len() {
+            return Err(format!(
+                "{total} resident, {} in the device LRU",
+                self.odp.lru.len()
+            ));
+        }
+        if failed != self.odp.failed.len() {
+            return Err(format!(
+                "{failed} failed chunks, {} expiry entries",
+                self.odp.failed.len()
             ));
         }
         self.odp.flush.check(|r| self.odp.reqs.contains_key(&r))
@@ -865,31 +1127,29 @@ impl MrTable {
         self.odp.resident_total()
     }
 
+    /// Chunk table entries (pending, resident or failed) of every ODP MR (tests, stats).
+    pub fn odp_chunk_count(&self) -> usize {
+        (1..self.slot_count())
+            .filter_map(|idx| self.get_by_index(idx).ok())
+            .map(|mr| match &mr.kind {
+                MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o.chunks.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Outstanding page requests (tests, stats).
     pub fn odp_pending_requests(&self) -> usize {
         self.odp.pending_requests()
     }
 
+    /// Fault page requests sent since daemon start (stats).
+    pub fn odp_faults(&self) -> u64 {
+        self.odp.faults
+    }
+
     /// ADVISE_MR + F_FLUSH commands parked (tests, stats).
     pub fn odp_parked_advises(&self) -> usize {
         self.odp.flush.parked()
-    }
-}
-
-fn lru_victim(o: &OdpMr, keep: u64) -> Option<u64> {
-    o.chunks
-        .iter()
-        .filter_map(|(&c, ch)| match ch {
-            Chunk::Resident { last_use, .. } if c != keep => Some((*last_use, c)),
-            _ => None,
-        })
-        .min()
-        .map(|(_, c)| c)
-}
-
-fn drop_resident(o: &mut OdpMr, c: u64) {
-    if let Some(Chunk::Resident { .. }) = o.chunks.get(&c) {
-        o.chunks.remove(&c);
-        o.resident -= 1;
     }
 }

@@ -3,6 +3,7 @@
 use thiserror::Error;
 use vrdma_spec::{Abi, VrdmaCqe, VRDMA_EV_CQ_COMP, VRDMA_EV_CQ_ERR};
 
+use crate::budget::Charge;
 use crate::device::output::{event, DeviceOutput};
 use crate::guest::ring::{RING_ERR_ACCESS, RING_ERR_OVERFLOW};
 use crate::guest::{GuestMem, Ring, RingError};
@@ -25,12 +26,14 @@ pub enum CqError {
 }
 
 /// A CQ.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Cq {
     pub cqn: u32,
     pub ring: Ring,
     /// Set after an overflow / access error: the device stops writing CQEs.
     pub broken: bool,
+    /// Host memory the CQ holds (spec §16): its struct and ring page list.
+    pub charge: Charge,
 }
 
 impl Cq {
@@ -39,6 +42,7 @@ impl Cq {
             cqn,
             ring,
             broken: false,
+            charge: Charge::default(),
         }
     }
 

@@ -2,11 +2,12 @@
 
 use vrdma_spec::{VRDMA_EV_SRQ_ERR, VRDMA_EV_SRQ_LIMIT_REACHED};
 
+use crate::budget::Charge;
 use crate::device::output::{event, DeviceOutput};
 use crate::guest::{GuestMem, Ring, RingError};
 
 /// An SRQ.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Srq {
     pub srqn: u32,
     pub pd: u32,
@@ -18,6 +19,8 @@ pub struct Srq {
     pub broken: bool,
     /// Number of QPs attached (DESTROY_SRQ while attached → BUSY).
     pub qp_refs: u32,
+    /// Host memory the SRQ holds (spec §16): its struct and ring page list.
+    pub charge: Charge,
 }
 
 impl Srq {

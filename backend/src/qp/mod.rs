@@ -133,6 +133,11 @@ pub struct Qp {
     pub resp: ResponderState,
     /// The device timer queue's marks for this QP (owned by transport/timers.rs).
     pub tick: crate::transport::timers::TickMarks,
+    /// Transport counters (`stats.rs`), written by transport/.
+    pub stats: crate::stats::QpStats,
+    /// Host memory the QP holds for its whole life (spec §16, see
+    /// `Device::qp_fixed_charge`); fetched WQEs beyond the first are charged by the requester.
+    pub charge: crate::budget::Charge,
 }
 
 impl std::fmt::Debug for Qp {
@@ -537,6 +542,8 @@ mod tests {
             req: Default::default(),
             resp: Default::default(),
             tick: Default::default(),
+            stats: Default::default(),
+            charge: Default::default(),
         }
     }
 

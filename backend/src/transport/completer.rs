@@ -42,10 +42,18 @@ pub(crate) fn on_response(
                     ack_upto(ctx, st, psn, now);
                 }
                 Syndrome::RnrNak { timer } => {
+                    if let Some(s) = super::ctx::qp_stats(dev, ctx.qpn) {
+                        s.rnr_naks_rx += 1;
+                    }
                     ack_upto(ctx, st, psn_add(psn, super::PSN_MASK), now);
                     on_rnr(ctx, st, timer, now);
                 }
                 Syndrome::Nak(code) => {
+                    if code == NakCode::PsnSequenceError {
+                        if let Some(s) = super::ctx::qp_stats(dev, ctx.qpn) {
+                            s.seq_naks_rx += 1;
+                        }
+                    }
                     ack_upto(ctx, st, psn_add(psn, super::PSN_MASK), now);
                     on_nak(ctx, st, psn, code);
                 }

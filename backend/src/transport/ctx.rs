@@ -243,8 +243,10 @@ pub fn sq_set_consumer(dev: &mut Device, qpn: u32, v: u32) {
 }
 
 /// Take the next receive WQE from the QP's RQ or SRQ (spec §4: the producer is read when a
-/// receive is needed). `Ok(None)`: none posted. `Err`: ring broken or WQE malformed (the SRQ path
-/// already reported SRQ_ERR; the caller moves the QP to ERROR with QP_FATAL).
+/// receive is needed). `Ok(None)`: none posted. `Ok(Some(w))` with `w.malformed`: the WQE was
+/// consumed but does not decode (completes LOC_QP_OP_ERR). `Err`: ring broken (the SRQ path already
+/// reported SRQ_ERR and moved every attached QP to ERROR; the caller moves the QP to ERROR with
+/// QP_FATAL).
 pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault> {
     if let Some(srqn) = ctx.srqn {
         let (size, max_sge) = {
@@ -254,9 +256,13 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
         let mut buf = vec![0u8; size];
         return match dev.srq_pop(srqn, &mut buf) {
             Ok(false) => Ok(None),
-            Ok(true) => decode_recv(&buf, max_sge, Some(srqn))
-                .map(Some)
-                .ok_or(RingFault(0)),
+            // A malformed SRQ WQE (num_sge beyond the SRQ's max_sge or the slot) is consumed
+            // like an RQ one and completes LOC_QP_OP_ERR on the QP that took it (spec §14.4,
+            // IBTA 10.8.3.3: never consumed without a completion).
+            Ok(true) => Ok(Some(
+                decode_recv(&buf, max_sge, Some(srqn))
+                    .unwrap_or_else(|| RecvWqe::malformed(&buf, Some(srqn))),
+            )),
             Err(e) => Err(RingFault(e.ring_error_code())),
         };
     }
@@ -286,6 +292,25 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
     Ok(Some(
         decode_recv(&buf, max_sge, None).unwrap_or_else(|| RecvWqe::malformed(&buf, None)),
     ))
+}
+
+/// Spec §2.2: an operation (`VRDMA_ODP_*` bit `op`) on an ODP MR is allowed only if the QP's
+/// transport lists it in its ODP caps. True when `key` names an ODP MR and `op` is not listed
+/// (the caller fails the operation: LOC_PROT_ERR, or a remote access error at the responder).
+/// `op` 0 (an operation without an ODP cap bit, e.g. FLUSH) is never denied here.
+pub fn odp_denied(dev: &Device, ctx: &QpCtx, key: u32, op: u32) -> bool {
+    op != 0
+        && dev.config.odp_caps(ctx.qp_type) & op == 0
+        && dev.mrs.get(key).is_ok_and(|m| m.is_odp())
+}
+
+/// The ODP cap bit a receive WQE's SGEs need (spec §2.2): RECV, or SRQ_RECV for an SRQ WQE.
+pub fn odp_recv_op(w: &RecvWqe) -> u32 {
+    if w.srqn.is_some() {
+        vrdma_spec::VRDMA_ODP_SRQ_RECV
+    } else {
+        vrdma_spec::VRDMA_ODP_RECV
+    }
 }
 
 /// Take every posted RQ WQE (flush), returning their wr_ids.
@@ -358,9 +383,20 @@ pub fn sq_drained(dev: &mut Device, qpn: u32) {
     }
 }
 
-/// Queue a frame for the uplink.
-pub fn send_frame(dev: &mut Device, frame: Vec<u8>) {
+/// Queue a frame QP `qpn` sends for the uplink, counting it in the QP's stats (`retransmit`:
+/// a request packet sent again).
+pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) {
+    if let Some(s) = qp_stats(dev, qpn) {
+        s.tx_packets += 1;
+        s.tx_bytes += frame.len() as u64;
+        s.retransmits += u64::from(retransmit);
+    }
     dev.outbox.push(frame);
+}
+
+/// The transport counters of QP `qpn` (host-side stats, `stats.rs`).
+pub fn qp_stats(dev: &mut Device, qpn: u32) -> Option<&mut crate::stats::QpStats> {
+    dev.qps.get_mut(qpn).map(|q| &mut q.stats)
 }
 
 /// A completion queue entry (spec §7, 64 bytes) as the transport builds it.

@@ -27,6 +27,7 @@ use vrdma_spec::VrdmaDoorbell;
 use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
+use crate::stats::{bump, PortStats};
 use crate::uplink::{RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held, and the
@@ -155,9 +156,10 @@ impl Engine {
             stop: Arc::new(AtomicBool::new(false)),
         };
         let s2 = sender.clone();
+        let port = lock(&dev).port_stats.clone();
         let thread = std::thread::Builder::new()
             .name("vrdma-engine".into())
-            .spawn(move || run(dev, uplink, s2, epoll, timer))
+            .spawn(move || run(dev, uplink, s2, epoll, timer, &port))
             .map_err(EngineError::Spawn)?;
         Ok(Engine {
             sender,
@@ -213,6 +215,7 @@ fn run(
     sender: EngineSender,
     epoll: Epoll,
     mut timer: TimerFd,
+    port: &PortStats,
 ) {
     let mut events = vec![EpollEvent::default(); 8];
     // Receive buffers, reused every batch: frames are parsed in place (no copy per frame).
@@ -301,9 +304,15 @@ fn run(
                 let mac = d.config.mac;
                 let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
                 match dest {
-                    Destination::Engine => super::on_frame_at(&mut d, f, now),
-                    Destination::Guest => d.out.eth_rx(f),
-                    Destination::Drop => {}
+                    Destination::Engine => {
+                        bump(&port.rx_to_engine);
+                        super::on_frame_at(&mut d, f, now)
+                    }
+                    Destination::Guest => {
+                        bump(&port.rx_to_guest);
+                        d.out.eth_rx(f)
+                    }
+                    Destination::Drop => bump(&port.drop_filtered),
                 }
             }
             let t = super::on_tick(&mut d, now);
@@ -315,6 +324,7 @@ fn run(
             std::mem::swap(&mut out, &mut d.outbox);
             for f in out.drain(..) {
                 if tx_destination(&f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine {
+                    bump(&port.loopback_frames);
                     looped.push(f);
                 } else {
                     to_uplink.push(f);

@@ -1,6 +1,7 @@
 //! Packet intake (IBTA Vol. 1 9.6, packet transport header validation; Linux rxe's
 //! `rxe_recv.c`): the checks a parsed packet passes before the responder or the completer sees
-//! it. Everything here drops silently (spec §14.6) and counts the drop in [`RxDropCounters`].
+//! it. Everything here drops silently (spec §14.6) and counts the drop in the port's
+//! [`PortStats`] (`vrdma_port_drops_total` on the stats socket).
 //!
 //! Order (spec §14.6): destination QP exists → transport of the opcode matches the QP's service
 //! type → P_Key → (RC/UC) source and destination GID equal the QP's path. The Q_Key of UD/GSI is
@@ -8,7 +9,9 @@
 
 use super::ctx::{QpCtx, QPT_GSI};
 use super::packet::RxPkt;
+use crate::stats::PortStats;
 use crate::wire::{Transport, DEFAULT_PKEY};
+use std::sync::atomic::AtomicU64;
 
 /// The port's P_Key table (spec §15.3): one entry, the default partition with full membership.
 /// `pkey_index` 0 is the only index MODIFY_QP accepts (spec §13.2).
@@ -31,26 +34,15 @@ pub enum RxDrop {
     BadAddress,
 }
 
-/// Drops by reason since device creation / reset (spec §14: "a counter MAY be incremented").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RxDropCounters {
-    pub unknown_qp: u64,
-    pub wrong_transport: u64,
-    pub bad_pkey: u64,
-    pub bad_address: u64,
-    /// UC packets ahead of the expected PSN by more than `responder::UC_PSN_WINDOW`.
-    pub uc_out_of_window: u64,
-}
-
-impl RxDropCounters {
-    pub fn count(&mut self, why: RxDrop) {
-        let c = match why {
-            RxDrop::UnknownQp => &mut self.unknown_qp,
-            RxDrop::WrongTransport => &mut self.wrong_transport,
-            RxDrop::BadPkey => &mut self.bad_pkey,
-            RxDrop::BadAddress => &mut self.bad_address,
-        };
-        *c = c.saturating_add(1);
+impl RxDrop {
+    /// The port counter this drop is counted in (spec §14.6: "a counter MAY be incremented").
+    pub fn counter(self, p: &PortStats) -> &AtomicU64 {
+        match self {
+            RxDrop::UnknownQp => &p.drop_unknown_qp,
+            RxDrop::WrongTransport => &p.drop_qp_state,
+            RxDrop::BadPkey => &p.drop_bad_pkey,
+            RxDrop::BadAddress => &p.drop_bad_address,
+        }
     }
 }
 

@@ -117,13 +117,15 @@ pub(crate) fn with_req<R>(
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
     ctx::put_req(dev, qpn, st);
-    if let Some(e) = fatal {
-        dev.qp_to_error(qpn, e.event(), e.info());
-    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now, through the core's worklist (a flush may
-        // overflow further CQs; the worklist keeps that iterative).
+    if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
+        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
+        // flush hook could not see the state then, so flush now, through the core's worklist (a
+        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
+        // is then moot: the QP is in ERROR already and one event reported it.
         dev.schedule_flush(qpn);
+    } else if let Some(e) = fatal {
+        dev.qp_to_error(qpn, e.event(), e.info());
     }
     Some(r)
 }
@@ -139,13 +141,15 @@ pub(crate) fn with_resp<R>(
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
     ctx::put_resp(dev, qpn, st);
-    if let Some(e) = fatal {
-        dev.qp_to_error(qpn, e.event(), e.info());
-    } else if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow): the core's flush hook
-        // could not see the state then, so flush now, through the core's worklist (a flush may
-        // overflow further CQs; the worklist keeps that iterative).
+    if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
+        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
+        // flush hook could not see the state then, so flush now, through the core's worklist (a
+        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
+        // is then moot: the QP is in ERROR already and one event reported it.
         dev.schedule_flush(qpn);
+    } else if let Some(e) = fatal {
+        dev.qp_to_error(qpn, e.event(), e.info());
     }
     Some(r)
 }
@@ -198,33 +202,43 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
 /// [`on_frame`] with the time the caller read once for its whole batch (the engine: one clock
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
 pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
+    use crate::stats::bump;
     let Some(pkt) = packet::parse(frame) else {
-        return; // malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2)
+        // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
+        bump(&dev.port_stats.drop_malformed);
+        return;
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
-        dev.rx_drops.count(intake::RxDrop::UnknownQp);
+        bump(&dev.port_stats.drop_unknown_qp);
         return;
     };
-    // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6): otherwise
-    // dropped, for responses as well as requests.
+    // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6), then the QP
+    // state (IBTA 10.3): otherwise dropped, for responses as well as requests.
     if let Err(why) = intake::check(&c, &pkt) {
-        dev.rx_drops.count(why);
+        bump(why.counter(&dev.port_stats));
         return;
     }
+    let accepted = if pkt.info.is_response() {
+        c.can_send() || c.state == ctx::QPS_SQE
+    } else {
+        c.can_receive()
+    };
+    if !accepted {
+        bump(&dev.port_stats.drop_qp_state);
+        return;
+    }
+    if let Some(s) = ctx::qp_stats(dev, qpn) {
+        s.rx_packets += 1;
+        s.rx_bytes += frame.len() as u64;
+    }
     if pkt.info.is_response() {
-        if !c.can_send() && c.state != ctx::QPS_SQE {
-            return;
-        }
         with_req(dev, qpn, |dev, c, st| {
             completer::on_response(dev, c, st, &pkt, now);
             // Acknowledgements open the window / complete WQEs: continue sending and retire.
             requester::process(dev, c, st, now);
         });
     } else {
-        if !c.can_receive() {
-            return;
-        }
         with_resp(dev, qpn, |dev, c, st| {
             responder::on_request(dev, c, st, &pkt)
         });
@@ -238,12 +252,18 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     timers::on_tick(dev, now)
 }
 
-/// QPs whose requester waited for an ODP page request continue (spec §10).
+/// QPs that waited for an ODP page request continue (spec §10): the requester, and READ
+/// responses the responder held back on a fault (`responder::pump_replies`).
 pub fn resume_odp(dev: &mut Device, now: Instant) {
     for qpn in dev.mrs.take_resumed() {
         with_req(dev, qpn, |dev, c, st| {
             st.odp_wait = None;
             requester::process(dev, c, st, now);
+        });
+        with_resp(dev, qpn, |dev, c, st| {
+            if !st.replies.is_empty() {
+                responder::pump_replies(dev, c, st, responder::READ_BURST);
+            }
         });
     }
 }

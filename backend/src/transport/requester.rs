@@ -16,6 +16,7 @@ use std::time::Instant;
 use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD};
 use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
+use crate::budget::Charge;
 use crate::device::Device;
 use crate::memory::mr::MrError;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Transport};
@@ -31,6 +32,11 @@ const MAX_FETCHED: usize = 512;
 const ACK_EVERY: u32 = 32;
 /// Size of the send WQE header (spec §6.1).
 const WQE_HDR: usize = 64;
+/// Most response packets (PSNs) one RDMA READ may take (spec §14.3). PSN comparisons are signed
+/// over 2^24 (IBTA 9.7.1), so everything outstanding must span less than 2^23 PSNs; a READ is
+/// sent only inside the send window (128 PSNs), so a quarter of the space per READ keeps every
+/// comparison exact. Reached only at path MTU 256 by a READ of more than 1 GiB.
+pub const MAX_READ_PSNS: u32 = 1 << 22;
 /// Size of one SGE.
 const SGE_SIZE: usize = 16;
 
@@ -50,6 +56,13 @@ pub struct RequesterState {
     pub sq_fetch: u32,
     /// WQEs fetched from the SQ and not yet retired, in SQ order.
     pub wqes: VecDeque<SendWqe>,
+    /// Host memory of the fetched WQEs beyond the first one, which the QP's own charge covers
+    /// (spec §16: see [`wqe_floor`]); `wqe_bytes` is what all of `wqes` hold.
+    pub wqe_charge: Charge,
+    pub wqe_bytes: u64,
+    /// The last fetch stopped with WQEs left in the ring (cache full or budget exhausted):
+    /// fetch again once retiring made room.
+    pub fetch_blocked: bool,
     /// Outstanding RDMA READ / atomic requests (bounded by max_rd_atomic); recomputed on restart.
     pub rd_atomic_outstanding: u32,
     /// Remaining transport retries before RETRY_EXC_ERR.
@@ -68,6 +81,8 @@ pub struct RequesterState {
     pub stopped: bool,
     /// Deferred QP-level error to apply once the state is back in the QP (see `with_req`).
     pub fatal: Option<Fatal>,
+    /// Go-back-N rewinds (`restart`) since the QP was created or reset (tests, stats).
+    pub restarts: u64,
     /// Placeholder left in the QP while a transport function holds the real state.
     pub taken: bool,
     /// Congestion window in packets (0 = not initialised): additive increase per acknowledgement,
@@ -152,6 +167,8 @@ pub struct SendWqe {
     /// READ: `offset` when the current READ request was (re)sent; its first response (FIRST or
     /// ONLY) lands there (IBTA 9.7.5.1: a resent READ asks for the remainder only).
     pub read_base: u64,
+    /// Host memory this decoded copy holds (see [`wqe_cost`]), fixed at fetch.
+    pub cost: u64,
     /// Completion status once `state == Done`.
     pub status: u8,
     /// The error in `status` moves the QP to ERROR when this WQE retires.
@@ -462,7 +479,23 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
         return;
     }
     send(dev, ctx, st, now);
+    let mut before = st.wqes.len();
     retire(dev, ctx, st);
+    // Retiring made room for WQEs the fetch left in the ring (cache full or budget exhausted,
+    // spec §16.1): fetch them now, since no further doorbell or response may come for them
+    // (UD sends complete as they are sent). Each round retires at least one WQE; the number
+    // of rounds per call is bounded like one fetch is.
+    let mut rounds = 0;
+    while st.fetch_blocked && st.wqes.len() < before && st.fatal.is_none() && rounds < MAX_FETCHED {
+        rounds += 1;
+        if let Err(f) = fetch(dev, ctx, st) {
+            st.fatal = Some(f);
+            return;
+        }
+        send(dev, ctx, st, now);
+        before = st.wqes.len();
+        retire(dev, ctx, st);
+    }
     arm_timer(ctx, st, now);
     // SQD (IBTA 10.3.1): once nothing is in flight the drain is complete; SQ_DRAINED is
     // reported if the QP asked for it (en_sqd_async_notify).
@@ -474,14 +507,45 @@ pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, no
     }
 }
 
-/// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell).
+/// Host memory a decoded send WQE holds: the struct, its SGE list and inline data.
+pub fn wqe_cost(w: &SendWqe) -> u64 {
+    (std::mem::size_of::<SendWqe>()
+        + w.sges.len() * std::mem::size_of::<Sge>()
+        + w.inline.as_ref().map_or(0, |v| v.len())) as u64
+}
+
+/// The most one fetched WQE of a QP with `sq_wqe_size`-byte slots can cost: its SGEs and inline
+/// data come from the slot, so they are never larger. The QP's own charge includes this much
+/// (`Device::qp_fixed_charge`), so every QP can always hold one fetched WQE and make progress
+/// whatever the other objects of the device hold (spec §16).
+pub fn wqe_floor(sq_wqe_size: u32) -> u64 {
+    std::mem::size_of::<SendWqe>() as u64 + u64::from(sq_wqe_size)
+}
+
+/// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell). Stops at
+/// [`MAX_FETCHED`] cached WQEs, or when the next one does not fit the host-memory budget
+/// (spec §16: the WQE stays in the ring and is fetched once retiring makes room).
 fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
     let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|f| Fatal::QpFatal(f.0))?;
+    let floor = wqe_floor(ctx.sq_wqe_size);
     let mut buf = vec![0u8; ctx.sq_wqe_size as usize];
-    while st.sq_fetch != producer && st.wqes.len() < MAX_FETCHED {
+    st.fetch_blocked = false;
+    while st.sq_fetch != producer {
+        if st.wqes.len() >= MAX_FETCHED {
+            st.fetch_blocked = true;
+            break;
+        }
         let idx = st.sq_fetch;
         ctx::sq_read(dev, ctx.qpn, idx, &mut buf).map_err(|f| Fatal::QpFatal(f.0))?;
         let mut w = decode_wqe(ctx, idx, &buf);
+        w.cost = wqe_cost(&w);
+        let need = (st.wqe_bytes + w.cost).saturating_sub(floor);
+        let more = need.saturating_sub(st.wqe_charge.bytes());
+        if more > 0 && st.wqe_charge.try_grow(&dev.budget, more).is_err() {
+            st.fetch_blocked = true;
+            break;
+        }
+        st.wqe_bytes += w.cost;
         // UD/GSI send errors complete the WQE and leave the QP in RTS (spec §14.3, no SQE).
         if ctx.is_ud() {
             w.fatal = false;
@@ -593,27 +657,34 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
     }
 }
 
-/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks).
+/// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks). ODP
+/// chunks are not faulted in here: `sge_copy` resolves each packet's bytes when it moves them,
+/// so an SGE larger than the resident budget makes progress (spec §12.6).
 fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     let access = if w.is_rd_atomic() {
         ACCESS_LOCAL_WRITE
     } else {
         0
     };
-    let mut ranges = std::mem::take(&mut dev.range_scratch);
-    let r = w.sges.iter().try_for_each(|s| {
-        dev.mrs.resolve_into(
-            Some(ctx.qpn),
-            s.lkey,
-            ctx.pdn,
-            s.addr,
-            s.len as u64,
-            access,
-            &mut ranges,
-        )
-    });
-    dev.range_scratch = ranges;
-    r
+    // Spec §2.2: local SGEs of an ODP MR only for operations in the transport's ODP caps.
+    let odp_op = match w.opcode {
+        WR_SEND | WR_SEND_WITH_IMM | WR_SEND_WITH_INV => vrdma_spec::VRDMA_ODP_SEND,
+        WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_ATOMIC_WRITE => vrdma_spec::VRDMA_ODP_WRITE,
+        WR_RDMA_READ => vrdma_spec::VRDMA_ODP_READ,
+        WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => vrdma_spec::VRDMA_ODP_ATOMIC,
+        _ => 0,
+    };
+    for s in &w.sges {
+        dev.mrs
+            .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+        if ctx::odp_denied(dev, ctx, s.lkey, odp_op) {
+            return Err(MrError::AccessDenied {
+                key: s.lkey,
+                access,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Where a request packet's payload comes from (`send_wqe`).
@@ -717,6 +788,10 @@ fn sge_copy_with(
 fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, max_rd: u32) -> bool {
     let mtu = ctx.mtu;
     if st.wqes[i].state == WqeState::Pending && st.wqes[i].offset == 0 {
+        if st.wqes[i].is_read() && st.wqes[i].npkts(mtu) > MAX_READ_PSNS {
+            st.wqes[i].finish(WC_LOC_LEN_ERR, true);
+            return true;
+        }
         if !st.wqes[i].validated {
             match validate(dev, ctx, &st.wqes[i]) {
                 Ok(()) => st.wqes[i].validated = true,
@@ -928,7 +1003,11 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         );
         st.wqes[i].sges = sges;
         match frame {
-            Ok(Some(f)) => ctx::send_frame(dev, f),
+            Ok(Some(f)) => {
+                // Behind the highest PSN ever sent: go-back-N is sending this packet again.
+                let again = psn_diff(psn, st.psn_high) < 0;
+                ctx::send_frame(dev, ctx.qpn, f, again);
+            }
             Ok(None) => {}
             Err(SgeError::Fault { key, iova }) => {
                 st.odp_wait = Some(OdpWait { key, iova });
@@ -981,6 +1060,7 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             break;
         }
         let Some(w) = st.wqes.pop_front() else { break };
+        st.wqe_bytes = st.wqe_bytes.saturating_sub(w.cost);
         if w.signaled || w.status != WC_SUCCESS {
             let cqe = Cqe {
                 wr_id: w.wr_id,
@@ -1002,6 +1082,9 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             break;
         }
     }
+    let held = st.wqe_charge.bytes();
+    st.wqe_charge
+        .shrink(held.saturating_sub(st.wqe_bytes.saturating_sub(wqe_floor(ctx.sq_wqe_size))));
     if let Some(c) = consumer {
         ctx::sq_set_consumer(dev, ctx.qpn, c);
     }
@@ -1028,6 +1111,7 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
 /// `una` (SEND/WRITE) or from the first missing response (READ). Later WQEs are resent from the
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
+    st.restarts += 1;
     let mtu = ctx.mtu as u64;
     // Everything before `una` was acknowledged: new WQEs must not reuse those PSNs (an ACK that
     // completes the WQE being resent leaves `psn` behind `una`).

@@ -51,7 +51,8 @@ pub struct ResponderState {
     pub write: Option<WriteCtx>,
     /// Responder resources: recent READ / atomic requests replayed on duplicates.
     pub resources: VecDeque<RdAtomicRes>,
-    /// READ responses still to send, oldest first (paced, see `pump_replies`).
+    /// Responses still to send, in PSN order: READ responses being paced (see `pump_replies`)
+    /// and the ACKs / atomic ACKs of later requests that must not overtake them.
     pub replies: VecDeque<ReadReply>,
     /// Packets received since the last ACK (ACK coalescing).
     pub unacked: u32,
@@ -115,9 +116,23 @@ pub struct WriteCtx {
     pub total: u64,
 }
 
-/// A READ being answered.
+/// What a queued response is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyKind {
+    /// READ response packets (an empty one for ATOMIC WRITE / FLUSH).
+    Read,
+    /// An ACK, RNR NAK or PSN sequence error NAK for `psn`, held behind earlier READ responses
+    /// (IBTA 9.7.5.1.1: responses in PSN order).
+    Ack(Aeth),
+    /// The atomic ACK for `psn`, held likewise.
+    AtomicAck { orig: u64 },
+}
+
+/// A response waiting in `ResponderState::replies`: a READ being answered, or an ACK queued
+/// behind one.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadReply {
+    pub kind: ReplyKind,
     /// PSN of the next response packet.
     pub psn: u32,
     pub va: u64,
@@ -165,6 +180,15 @@ impl ResponderState {
     }
 
     /// MODIFY_QP with `VRDMA_QP_RQ_PSN`.
+    /// Queued responses of READ / atomic / ATOMIC WRITE / FLUSH requests (plain ACKs queued
+    /// behind them hold no responder resource).
+    pub fn replies_holding_resources(&self) -> usize {
+        self.replies
+            .iter()
+            .filter(|r| !matches!(r.kind, ReplyKind::Ack(_)))
+            .count()
+    }
+
     pub fn set_rq_psn(&mut self, psn: u32) {
         self.epsn = psn & PSN_MASK;
     }
@@ -370,7 +394,7 @@ impl Responder<'_, '_> {
                 return RespStep::Drop;
             }
             if d as u32 >= UC_PSN_WINDOW {
-                dev.rx_drops.uc_out_of_window = dev.rx_drops.uc_out_of_window.saturating_add(1);
+                crate::stats::bump(&dev.port_stats.drop_uc_out_of_window);
                 return RespStep::Drop;
             }
             if d > 0 {
@@ -454,7 +478,7 @@ impl Responder<'_, '_> {
         // Spec §14.6: more READ/atomic/ATOMIC WRITE/FLUSH requests outstanding than
         // max_dest_rd_atomic (READ replies still queued) is an Invalid Request.
         if info.uses_responder_resource()
-            && st.replies.len() >= self.ctx.max_dest_rd_atomic.max(1) as usize
+            && st.replies_holding_resources() >= self.ctx.max_dest_rd_atomic.max(1) as usize
         {
             return RespStep::ErrInvalidRequest;
         }
@@ -567,17 +591,17 @@ impl Responder<'_, '_> {
                     if reth.dma_len == 0 {
                         return RespStep::Execute;
                     }
-                    // Validate the whole transfer at its first packet.
-                    match self.resolve(
+                    // Validate the whole transfer at its first packet, without faulting it
+                    // in: each packet resolves (and faults) only its own bytes, so a WRITE
+                    // larger than the resident budget makes progress (spec §12.6).
+                    if let Err(s) = self.check_whole(
                         dev,
                         reth.rkey,
                         reth.va,
                         reth.dma_len as u64,
                         ACCESS_REMOTE_WRITE,
                     ) {
-                        // Only a check: this packet's own range is resolved below.
-                        Ok(()) => self.ranges.clear(),
-                        Err(s) => return s,
+                        return s;
                     }
                     (reth.va, reth.rkey, n, ACCESS_REMOTE_WRITE)
                 } else {
@@ -594,7 +618,20 @@ impl Responder<'_, '_> {
                 if reth.dma_len == 0 {
                     return RespStep::Execute;
                 }
-                (reth.va, reth.rkey, reth.dma_len as u64, ACCESS_REMOTE_READ)
+                // The whole range is checked, only the first response packet is resolved (an
+                // ODP fault there is the RNR NAK of §12.4); `pump_replies` resolves the others
+                // one at a time, so a READ larger than the resident budget makes progress.
+                if let Err(s) = self.check_whole(
+                    dev,
+                    reth.rkey,
+                    reth.va,
+                    reth.dma_len as u64,
+                    ACCESS_REMOTE_READ,
+                ) {
+                    return s;
+                }
+                let first = (reth.dma_len as u64).min(self.ctx.mtu as u64);
+                (reth.va, reth.rkey, first, ACCESS_REMOTE_READ)
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let Some(a) = pkt.atomic else {
@@ -641,6 +678,39 @@ impl Responder<'_, '_> {
         }
     }
 
+    /// Check a whole RETH range (key, PD, access, bounds) without translating or faulting it.
+    fn check_whole(
+        &self,
+        dev: &Device,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), RespStep> {
+        dev.mrs
+            .check_access(rkey, self.ctx.pdn, va, len, access)
+            .map_err(|_| RespStep::ErrRkeyViolation)?;
+        self.check_odp_caps(dev, rkey, access)
+    }
+
+    /// Spec §2.2 / §14.6: an R_Key of an ODP MR for an operation the QP's transport does not list
+    /// in its ODP caps is an R_Key violation (RC: NAK Remote Access Error; UC: dropped).
+    fn check_odp_caps(&self, dev: &Device, rkey: u32, access: u32) -> Result<(), RespStep> {
+        let op = if access & ACCESS_REMOTE_ATOMIC != 0 {
+            vrdma_spec::VRDMA_ODP_ATOMIC
+        } else if access & ACCESS_REMOTE_READ != 0 {
+            vrdma_spec::VRDMA_ODP_READ
+        } else if access & ACCESS_REMOTE_WRITE != 0 {
+            vrdma_spec::VRDMA_ODP_WRITE
+        } else {
+            0
+        };
+        if ctx::odp_denied(dev, self.ctx, rkey, op) {
+            return Err(RespStep::ErrRkeyViolation);
+        }
+        Ok(())
+    }
+
     /// Resolve an R_Key range; map failures to the responder error states (spec §10, §14).
     fn resolve(
         &mut self,
@@ -650,6 +720,7 @@ impl Responder<'_, '_> {
         len: u64,
         access: u32,
     ) -> Result<(), RespStep> {
+        self.check_odp_caps(dev, rkey, access)?;
         let pdn = self.ctx.pdn;
         match dev
             .mrs
@@ -674,6 +745,16 @@ impl Responder<'_, '_> {
                 let Some(w) = st.recv.as_mut() else {
                     return RespStep::ErrInvalidRequest;
                 };
+                // Spec §2.2: receive SGEs of an ODP MR only if the transport lists RECV
+                // (SRQ_RECV for an SRQ WQE) in its ODP caps; else the WQE completes LOC_PROT_ERR.
+                let op = ctx::odp_recv_op(w);
+                if w.sges
+                    .iter()
+                    .any(|s| ctx::odp_denied(dev, self.ctx, s.lkey, op))
+                {
+                    self.recv_status = WC_LOC_PROT_ERR;
+                    return RespStep::ErrRemoteOp;
+                }
                 let mut buf = pkt.payload.to_vec();
                 if !buf.is_empty() {
                     let off = w.offset;
@@ -766,6 +847,7 @@ impl Responder<'_, '_> {
         st.epsn = psn_add(psn, n);
         st.unacked = 0;
         st.replies.push_back(ReadReply {
+            kind: ReplyKind::Read,
             psn,
             va: reth.va,
             rkey: reth.rkey,
@@ -810,7 +892,7 @@ impl Responder<'_, '_> {
         st.msn = psn_add(st.msn, 1);
         st.epsn = psn_add(psn, 1);
         st.unacked = 0;
-        send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+        atomic_ack_in_order(dev, self.ctx, st, psn, orig);
         RespStep::Done
     }
 
@@ -926,7 +1008,7 @@ impl Responder<'_, '_> {
         }
         st.unacked += 1;
         if self.pkt.bth.ack_req || st.unacked >= ACK_COALESCE {
-            send_ack(dev, self.ctx, Aeth::ack(st.msn), self.pkt.psn());
+            ack_in_order(dev, self.ctx, st, Aeth::ack(st.msn), self.pkt.psn());
             st.unacked = 0;
         }
         RespStep::Done
@@ -941,7 +1023,8 @@ impl Responder<'_, '_> {
         let psn = self.pkt.psn();
         match self.pkt.op() {
             Operation::Send | Operation::Write if self.pkt.bth.ack_req => {
-                send_ack(dev, self.ctx, Aeth::ack(st.msn), psn_add(st.epsn, PSN_MASK));
+                let aeth = Aeth::ack(st.msn);
+                ack_in_order(dev, self.ctx, st, aeth, psn_add(st.epsn, PSN_MASK));
             }
             Operation::ReadRequest => {
                 let Some(reth) = self.pkt.reth else {
@@ -969,6 +1052,7 @@ impl Responder<'_, '_> {
                 // reply still queued is obsolete: answer the re-request instead.
                 st.replies.clear();
                 st.replies.push_back(ReadReply {
+                    kind: ReplyKind::Read,
                     psn,
                     va: reth.va,
                     rkey,
@@ -985,7 +1069,7 @@ impl Responder<'_, '_> {
                     .find(|r| r.first_psn == psn)
                     .map(|r| r.kind)
                 {
-                    send_atomic_ack(dev, self.ctx, st.msn, psn, orig);
+                    atomic_ack_in_order(dev, self.ctx, st, psn, orig);
                 }
             }
             // Replayed from the resource cache, never executed twice (a later WRITE may have
@@ -1010,13 +1094,23 @@ impl Responder<'_, '_> {
         // IBTA 9.7.5.2: one PSN sequence error NAK per gap, carrying the expected PSN.
         if !st.seq_nak_sent {
             st.seq_nak_sent = true;
-            self.nak(dev, st, NakCode::PsnSequenceError, st.epsn);
+            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+                s.seq_naks_tx += 1;
+            }
+            let aeth = Aeth {
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                msn: st.msn,
+            };
+            ack_in_order(dev, self.ctx, st, aeth, st.epsn);
         }
         RespStep::Done
     }
 
     fn err_rnr(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
         if self.ctx.is_rc() {
+            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+                s.rnr_naks_tx += 1;
+            }
             // IBTA 9.7.5.2.8: RNR NAK with our min_rnr_timer; the requester resends this PSN.
             let aeth = Aeth {
                 syndrome: Syndrome::RnrNak {
@@ -1024,7 +1118,7 @@ impl Responder<'_, '_> {
                 },
                 msn: st.msn,
             };
-            send_ack(dev, self.ctx, aeth, self.pkt.psn());
+            ack_in_order(dev, self.ctx, st, aeth, self.pkt.psn());
         } else {
             self.uc_abort(st);
         }
@@ -1125,6 +1219,7 @@ fn flush_access(placement: u8) -> Option<u32> {
 /// Queue the zero-length RDMA READ RESPONSE ONLY for `psn` and send what the pacing allows.
 fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32) {
     st.replies.push_back(ReadReply {
+        kind: ReplyKind::Read,
         psn,
         va: 0,
         rkey: 0,
@@ -1138,6 +1233,55 @@ fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderSt
 /// Take a receive WQE from the RQ or the SRQ.
 fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
     ctx::recv_take(dev, ctx).map_err(|f| f.0)
+}
+
+/// Send a non-fatal ACK / RNR NAK / PSN sequence error NAK in PSN order: at once if nothing is
+/// queued, else behind the queued READ responses (IBTA 9.7.5.1.1), where `pump_replies` sends
+/// it when the queue drains past it. Any such response covers every earlier PSN, so a newer one
+/// replaces an ACK still waiting at the tail (the queue stays bounded by the responder
+/// resources). Fatal NAKs are sent at once: the QP goes to ERROR and drops the queue.
+fn ack_in_order(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Aeth, psn: u32) {
+    if st.replies.is_empty() {
+        send_ack(dev, ctx, aeth, psn);
+        return;
+    }
+    let r = ReadReply {
+        kind: ReplyKind::Ack(aeth),
+        psn,
+        va: 0,
+        rkey: 0,
+        remaining: 0,
+        first: true,
+        msn: aeth.msn,
+    };
+    match st.replies.back_mut() {
+        Some(b) if matches!(b.kind, ReplyKind::Ack(_)) => *b = r,
+        _ => st.replies.push_back(r),
+    }
+}
+
+/// The atomic ACK for `psn`, in PSN order like [`ack_in_order`] (never merged: it carries the
+/// original value). The atomic has already been executed.
+fn atomic_ack_in_order(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut ResponderState,
+    psn: u32,
+    orig: u64,
+) {
+    if st.replies.is_empty() {
+        send_atomic_ack(dev, ctx, st.msn, psn, orig);
+        return;
+    }
+    st.replies.push_back(ReadReply {
+        kind: ReplyKind::AtomicAck { orig },
+        psn,
+        va: 0,
+        rkey: 0,
+        remaining: 0,
+        first: true,
+        msn: st.msn,
+    });
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
@@ -1161,7 +1305,7 @@ pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
         &hdrs,
         &[],
     ) {
-        ctx::send_frame(dev, f);
+        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 
@@ -1192,12 +1336,14 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
         &hdrs,
         &[],
     ) {
-        ctx::send_frame(dev, f);
+        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 
 /// Send up to `budget` READ response packets (IBTA 9.7.4.1.4: one per MTU, FIRST/MIDDLE/LAST or
-/// ONLY, AETH on FIRST/LAST/ONLY). Returns true while replies remain queued.
+/// ONLY, AETH on FIRST/LAST/ONLY). Returns true when the budget ran out with replies still
+/// queued (call again soon); false when the queue is empty or waits for an ODP fault, whose end
+/// resumes the QP (`transport::resume_odp`), so a waiting READ costs no timer spin.
 pub(crate) fn pump_replies(
     dev: &mut Device,
     ctx: &QpCtx,
@@ -1213,6 +1359,24 @@ pub(crate) fn pump_replies(
         let Some(r) = st.replies.front_mut() else {
             break;
         };
+        // An ACK queued behind READ responses: they are all sent, so it may go now.
+        match r.kind {
+            ReplyKind::Read => {}
+            ReplyKind::Ack(aeth) => {
+                let psn = r.psn;
+                st.replies.pop_front();
+                send_ack(dev, ctx, aeth, psn);
+                budget -= 1;
+                continue;
+            }
+            ReplyKind::AtomicAck { orig } => {
+                let (psn, msn) = (r.psn, r.msn);
+                st.replies.pop_front();
+                send_atomic_ack(dev, ctx, msn, psn, orig);
+                budget -= 1;
+                continue;
+            }
+        }
         let n = r.remaining.min(mtu);
         let last = r.remaining <= mtu;
         let pos = match (r.first, last) {
@@ -1226,10 +1390,14 @@ pub(crate) fn pump_replies(
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            let ok = match dev
-                .mrs
-                .resolve(r.rkey, ctx.pdn, r.va, n, ACCESS_REMOTE_READ)
-            {
+            let ok = match dev.mrs.resolve_for(
+                Some(ctx.qpn),
+                r.rkey,
+                ctx.pdn,
+                r.va,
+                n,
+                ACCESS_REMOTE_READ,
+            ) {
                 Ok(ranges) => {
                     let mut p = 0usize;
                     let mut ok = true;
@@ -1249,8 +1417,9 @@ pub(crate) fn pump_replies(
                     }
                     ok
                 }
-                // Not resident any more: try again on the next tick (the fault is in flight).
-                Err(MrError::Fault { .. }) => return true,
+                // Not resident (yet, or any more): the fault is in flight and its end resumes
+                // this QP; the responses continue from here, in PSN order (spec §12.4).
+                Err(MrError::Fault { .. }) => return false,
                 Err(_) => false,
             };
             if !ok {
@@ -1288,10 +1457,10 @@ pub(crate) fn pump_replies(
             &hdrs,
             &buf,
         ) {
-            ctx::send_frame(dev, f);
+            ctx::send_frame(dev, ctx.qpn, f, false);
         }
     }
-    !st.replies.is_empty()
+    budget == 0 && !st.replies.is_empty()
 }
 
 /// UD / GSI receive (IBTA 9.8, 10.2; spec §6.2): Q_Key check, GRH area, one-packet message.
@@ -1344,6 +1513,14 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         // Spec §14.4: the WQE completes LOC_QP_OP_ERR and the QP goes to ERROR.
         cqe.status = WC_LOC_QP_OP_ERR;
         st.fatal = Some(Fatal::Silent);
+    } else if w
+        .sges
+        .iter()
+        .any(|s| ctx::odp_denied(dev, ctx, s.lkey, ctx::odp_recv_op(&w)))
+    {
+        // Spec §2.2: receive SGEs of an ODP MR the UD caps do not allow (the device advertises
+        // RECV and SRQ_RECV for UD, so this only guards the rule).
+        cqe.status = WC_LOC_PROT_ERR;
     } else if total > w.capacity {
         // Spec §14.6: a datagram longer than the receive buffers is dropped and the WQE is not
         // consumed (it stays the head receive for the next datagram).
@@ -1355,6 +1532,12 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         buf.extend_from_slice(pkt.payload);
         match sge_copy(dev, None, ctx.pdn, &w.sges, 0, &mut buf, true) {
             Ok(()) => cqe.byte_len = total as u32,
+            // Spec §14.6: an ODP chunk that is not resident drops the datagram (UD has no RNR);
+            // the chunk is being faulted in and the WQE stays the head for the next datagram.
+            Err(SgeError::Fault { .. }) => {
+                st.recv = Some(w);
+                return;
+            }
             Err(SgeError::Len) => cqe.status = WC_LOC_LEN_ERR,
             Err(_) => cqe.status = WC_LOC_PROT_ERR,
         }

@@ -15,7 +15,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use super::ctx::QpCtx;
+use super::ctx::{self, QpCtx};
 use super::{completer, requester, with_req};
 use crate::device::Device;
 
@@ -165,6 +165,9 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
         with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
             let mut fired = false;
             if st.retrans_deadline.is_some_and(|d| d <= now) {
+                if let Some(s) = ctx::qp_stats(dev, ctx.qpn) {
+                    s.timeouts += 1;
+                }
                 completer::on_retrans_timeout(ctx, st, now);
                 fired = true;
             }

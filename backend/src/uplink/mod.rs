@@ -6,10 +6,13 @@
 //!   vrdma backend can talk to another backend or to a QEMU guest NIC (e.g. Linux rxe in a VM).
 //! - [`tap::TapUplink`]: a Linux TAP device (`IFF_TAP | IFF_NO_PI`), needs CAP_NET_ADMIN.
 //! - [`impair::Impaired`]: test wrapper dropping / duplicating / reordering frames (seeded).
+//! - [`pcap::PcapTee`]: `--pcap` capture of every frame sent and received, written off the
+//!   engine thread.
 //!
 //! Specs (`--uplink`): `udp:local=ADDR:PORT,remote=ADDR:PORT` or `tap:NAME`, see [`UplinkSpec`].
 
 pub mod impair;
+pub mod pcap;
 pub mod spec;
 pub mod tap;
 pub mod udp;
@@ -17,6 +20,7 @@ pub mod udp;
 use std::os::unix::io::RawFd;
 
 pub use impair::{ImpairConfig, ImpairStats, Impaired};
+pub use pcap::{PcapError, PcapStats, PcapTee, PcapWriter};
 pub use spec::{SpecError, UplinkSpec};
 pub use tap::TapUplink;
 pub use udp::UdpUplink;

@@ -18,7 +18,9 @@ use vmm_sys_util::event::{
 
 use super::chain::MAX_CHAIN_DESCS;
 use super::controlq;
-use super::inputq::{self, drain_queue, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES};
+use super::inputq::{
+    self, drain_queue, drain_queue_charged, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES,
+};
 use super::{
     DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VhostUserRdmaError, VirtqOutput, Vring,
     CONFIG_SIZE, MAX_QUEUE_SIZE, NUM_QUEUES, VIRTIO_RDMA_F_ETH, VIRTIO_RDMA_F_ODP,
@@ -39,6 +41,8 @@ pub struct VhostUserRdma<D: RdmaDevice> {
     mem: GuestMemoryAtomic,
     event_idx: AtomicBool,
     attached: AtomicBool,
+    /// The device's host-memory budget, charged for control chains being gathered (§16).
+    budget: Option<crate::budget::Budget>,
 }
 
 impl<D: RdmaDevice> VhostUserRdma<D> {
@@ -62,6 +66,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
             | VIRTIO_RDMA_F_ETH
             | (device_features & (VIRTIO_RDMA_F_ODP | VIRTIO_RDMA_F_ODP_IMPLICIT));
+        let budget = device.lock().unwrap_or_else(|p| p.into_inner()).budget();
         VhostUserRdma {
             device,
             out,
@@ -73,6 +78,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             mem,
             event_idx: AtomicBool::new(false),
             attached: AtomicBool::new(false),
+            budget,
         }
     }
 
@@ -99,11 +105,14 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             VQ_CONTROL => {
                 let device = &*self.device;
                 let mut ran = false;
-                let r = drain_queue(index, vring, &self.mem, event_idx, controlq::LIMITS, |c| {
-                    ran = true;
-                    let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
-                    controlq::run_command(device, &*mem, c, self.out.parked())
-                });
+                let budget = self.budget.as_ref();
+                let limits = controlq::LIMITS;
+                let r =
+                    drain_queue_charged(index, vring, &self.mem, event_idx, limits, budget, |c| {
+                        ran = true;
+                        let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
+                        controlq::run_command(device, &*mem, c, self.out.parked())
+                    });
                 if ran {
                     // Commands may have unblocked QPs (ODP_PAGE_RESP, MODIFY_QP): wake the engine.
                     self.doorbells.kick();

@@ -5,6 +5,8 @@
 use std::ops::Deref;
 
 use thiserror::Error;
+
+use crate::budget::{Budget, Charge};
 use virtio_queue::DescriptorChain;
 use vm_memory::{Bytes, GuestAddress, GuestMemory};
 
@@ -22,6 +24,9 @@ pub enum ChainError {
     /// The chain has more descriptors than the limit: its writable part is not known either.
     #[error("chain has more than {max} descriptors")]
     TooManyDescriptors { max: usize },
+    /// Gathering the chain would exceed the device's host-memory budget (spec §16).
+    #[error("readable part of {len} bytes does not fit the host-memory budget")]
+    OverBudget { len: u64 },
 }
 
 /// One chain split into its readable bytes and writable ranges.
@@ -48,6 +53,22 @@ impl SplitChain {
         M: Deref + Clone,
         M::Target: GuestMemory,
     {
+        Self::gather_charged(chain, max_readable, max_descs, None).0
+    }
+
+    /// [`SplitChain::gather`], charging the buffer and the descriptor lists to `budget` (spec
+    /// §16) before they are allocated; the returned charge covers them while the chain lives.
+    /// Without room the chain gets [`ChainError::OverBudget`] and nothing is read.
+    pub fn gather_charged<M>(
+        chain: DescriptorChain<M>,
+        max_readable: usize,
+        max_descs: usize,
+        budget: Option<&Budget>,
+    ) -> (SplitChain, Charge)
+    where
+        M: Deref + Clone,
+        M::Target: GuestMemory,
+    {
         let head = chain.head_index();
         let mem = chain.memory();
         let mut readable_descs = Vec::new();
@@ -55,12 +76,13 @@ impl SplitChain {
         let mut readable_len: u64 = 0;
         for (n, desc) in chain.clone().enumerate() {
             if n >= max_descs {
-                return SplitChain {
+                let out = SplitChain {
                     head,
                     readable: Vec::new(),
                     read_error: Some(ChainError::TooManyDescriptors { max: max_descs }),
                     writable: Vec::new(),
                 };
+                return (out, Charge::default());
             }
             if desc.is_write_only() {
                 writable.push((desc.addr(), desc.len()));
@@ -80,8 +102,18 @@ impl SplitChain {
                 len: readable_len,
                 max: max_readable,
             });
-            return out;
+            return (out, Charge::default());
         }
+        // The walk's lists (bounded by `max_descs`) already exist; the buffer does not yet.
+        let descs = (readable_descs.len() + out.writable.len()) as u64;
+        let charge = match budget.map(|b| b.try_charge(readable_len + descs * 16)) {
+            None => Charge::default(),
+            Some(Ok(c)) => c,
+            Some(Err(_)) => {
+                out.read_error = Some(ChainError::OverBudget { len: readable_len });
+                return (out, Charge::default());
+            }
+        };
         // readable_len <= max_readable, so it fits in usize.
         let mut buf = vec![0u8; readable_len as usize];
         let mut off = 0usize;
@@ -89,12 +121,12 @@ impl SplitChain {
             let end = off + len as usize;
             if mem.read_slice(&mut buf[off..end], addr).is_err() {
                 out.read_error = Some(ChainError::BadAddress { addr: addr.0, len });
-                return out;
+                return (out, charge);
             }
             off = end;
         }
         out.readable = buf;
-        out
+        (out, charge)
     }
 
     /// Total capacity of the writable part.

@@ -18,7 +18,7 @@
 use std::sync::Mutex;
 
 use log::debug;
-use vm_memory::{GuestMemory, Permissions};
+use vm_memory::{GuestAddress, GuestMemory, Permissions};
 
 use super::chain::{ChainError, SplitChain};
 use super::inputq::ChainLimits;
@@ -132,6 +132,26 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     })
 }
 
+/// The writable descriptors a parked command's 8-byte response header needs: the shortest
+/// prefix of `writable` holding `RESP_HDR_LEN` bytes (zero-length descriptors skipped). A parked
+/// chain keeps only these, so the at most `MAX_PARKED_ADVISE` parked chains hold at most
+/// 8 descriptors each whatever their length (spec §16), not up to `VRDMA_CMD_MAX_DESCS`.
+pub fn response_descs(writable: &[(GuestAddress, u32)]) -> Vec<(GuestAddress, u32)> {
+    let mut need = RESP_HDR_LEN as u64;
+    let mut out = Vec::new();
+    for &(a, l) in writable {
+        if need == 0 {
+            break;
+        }
+        if l == 0 {
+            continue;
+        }
+        out.push((a, l));
+        need = need.saturating_sub(u64::from(l));
+    }
+    out
+}
+
 /// Decode and execute; leaves the response body in `body` (empty unless OK or the device gave
 /// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`. `None`: the device parked the command
 /// and the chain is in `parked`.
@@ -144,6 +164,10 @@ fn execute<D: RdmaDevice>(
 ) -> Option<u32> {
     if let Some(e) = &chain.read_error {
         guest_warn!("controlq: chain {}: {e}", chain.head);
+        // Spec §14.2 / §16: a well-formed command the budget cannot gather is NO_RESOURCES.
+        if matches!(e, ChainError::OverBudget { .. }) {
+            return Some(VRDMA_STATUS_NO_RESOURCES);
+        }
         return Some(VRDMA_STATUS_INVALID);
     }
     let req = &chain.readable;
@@ -183,7 +207,7 @@ fn execute<D: RdmaDevice>(
                         head: chain.head,
                         readable: Vec::new(),
                         read_error: None,
-                        writable: chain.writable.clone(),
+                        writable: response_descs(&chain.writable),
                     },
                 );
                 return None;
@@ -204,4 +228,23 @@ fn execute<D: RdmaDevice>(
         return Some(VRDMA_STATUS_INVALID);
     }
     Some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_chains_keep_only_the_response_header_descriptors() {
+        let d = |a: u64, l: u32| (GuestAddress(a), l);
+        // 16448 one-byte descriptors: eight are enough for the 8-byte header.
+        let many: Vec<_> = (0..MAX_REQUEST_DESCS as u64).map(|i| d(i, 1)).collect();
+        assert_eq!(response_descs(&many), many[..8].to_vec());
+        // Zero-length descriptors are skipped; a large first one is enough alone.
+        let w = vec![d(0, 0), d(0x100, 4096), d(0x200, 4096)];
+        assert_eq!(response_descs(&w), vec![d(0x100, 4096)]);
+        let split = vec![d(0, 3), d(0, 0), d(8, 5), d(16, 100)];
+        assert_eq!(response_descs(&split), vec![d(0, 3), d(8, 5)]);
+        assert!(response_descs(&[]).is_empty());
+    }
 }

@@ -23,6 +23,10 @@ impl RdmaDevice for Device {
     fn set_guest_memory(&mut self, mem: GuestMemoryAtomic) {
         Device::set_guest_memory(self, &mem);
     }
+
+    fn budget(&self) -> Option<crate::budget::Budget> {
+        Some(self.budget.clone())
+    }
 }
 
 impl DeviceOutput for VirtqOutput {

@@ -10,6 +10,7 @@ use vrdma_spec::{Abi, VrdmaDoorbell};
 
 use super::chain::SplitChain;
 use super::{DoorbellSink, FrameSink, GuestMemoryAtomic, VhostUserRdmaError, Vring};
+use crate::budget::Budget;
 
 /// `sizeof(struct vrdma_doorbell)`.
 pub const DOORBELL_LEN: usize = VrdmaDoorbell::SIZE;
@@ -44,6 +45,23 @@ pub fn drain_queue<F>(
     mem: &GuestMemoryAtomic,
     event_idx: bool,
     limits: ChainLimits,
+    handle: F,
+) -> Result<(), VhostUserRdmaError>
+where
+    F: FnMut(&SplitChain) -> Option<u32>,
+{
+    drain_queue_charged(index, vring, mem, event_idx, limits, None, handle)
+}
+
+/// [`drain_queue`], charging each chain's gathered buffer to `budget` while it is handled
+/// (spec §16; a chain that does not fit gets `ChainError::OverBudget`).
+pub fn drain_queue_charged<F>(
+    index: u16,
+    vring: &Vring,
+    mem: &GuestMemoryAtomic,
+    event_idx: bool,
+    limits: ChainLimits,
+    budget: Option<&Budget>,
     mut handle: F,
 ) -> Result<(), VhostUserRdmaError>
 where
@@ -71,12 +89,22 @@ where
             let Some(desc_chain) = next else {
                 break;
             };
-            let chain = SplitChain::gather(desc_chain, limits.max_readable, limits.max_descs);
-            let Some(len) = handle(&chain) else {
+            let (chain, charge) = SplitChain::gather_charged(
+                desc_chain,
+                limits.max_readable,
+                limits.max_descs,
+                budget,
+            );
+            let used = handle(&chain);
+            let head = chain.head;
+            // The buffer is freed here (a parked chain keeps only its response descriptors).
+            drop(chain);
+            drop(charge);
+            let Some(len) = used else {
                 continue;
             };
             vring
-                .add_used(chain.head, len)
+                .add_used(head, len)
                 .map_err(|e| VhostUserRdmaError::AddUsed(index, e))?;
             any = true;
         }

@@ -106,6 +106,11 @@ pub trait RdmaDevice: Send + 'static {
     fn reset(&mut self);
     /// The frontend installed a new memory table (the atomic is the one the vrings use).
     fn set_guest_memory(&mut self, mem: GuestMemoryAtomic);
+    /// The device's host-memory budget, if it has one: the control queue charges the chains
+    /// it gathers to it (spec §16).
+    fn budget(&self) -> Option<crate::budget::Budget> {
+        None
+    }
 }
 
 /// Where doorbell records (§8) go: the engine thread. Must not block.

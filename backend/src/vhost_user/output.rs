@@ -133,11 +133,18 @@ impl OutQueue {
             return;
         }
         let mut used = 0usize;
+        // Set once `enable_notification` reported buffers: if the next pass then pops none,
+        // the avail ring is inconsistent (its index runs more than the queue size ahead, so
+        // nothing can be popped while "more" stays true). The records wait in the backlog
+        // instead of this thread spinning on the ring (spec §16).
+        let mut rearmed = false;
         loop {
+            let mut popped = false;
             while !st.pending.is_empty() {
                 let Some(chain) = state.get_queue_mut().pop_descriptor_chain(&*mem) else {
                     break;
                 };
+                popped = true;
                 let split = SplitChain::gather(chain, 0, MAX_CHAIN_DESCS);
                 let record_len = st.pending.front().map_or(0, Vec::len);
                 let len = if split.writable_len() < record_len as u64 {
@@ -176,10 +183,21 @@ impl OutQueue {
             if st.pending.is_empty() {
                 break;
             }
+            if rearmed && !popped {
+                guest_warn!(
+                    "{}: avail ring announces buffers that cannot be popped; {} record(s) wait",
+                    self.name,
+                    st.pending.len()
+                );
+                break;
+            }
             // Records left and no buffer: re-arm the kick (EVENT_IDX: avail_event =
             // next_avail) and look once more, so a buffer posted meanwhile is not missed.
             match state.enable_notification() {
-                Ok(true) => continue,
+                Ok(true) => {
+                    rearmed = true;
+                    continue;
+                }
                 Ok(false) => break,
                 Err(e) => {
                     guest_warn!("{}: enable_notification: {e}", self.name);

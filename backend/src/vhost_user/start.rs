@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use log::info;
+use log::{info, warn};
 use thiserror::Error;
 use vhost::vhost_user::Listener;
 
@@ -13,8 +13,9 @@ use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::Config;
 use crate::device::{Device, DeviceConfig};
 use crate::guest::GuestMem;
+use crate::stats::{device_label, stats_socket_path, Metered, StatsServer};
 use crate::transport::engine::{Engine, EngineError};
-use crate::uplink::{Impaired, Uplink, UplinkError};
+use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
 
 /// Errors of daemon start-up (each printed as one line by `main`).
 #[derive(Debug, Error)]
@@ -27,21 +28,37 @@ pub enum StartError {
     ConfigSpace(usize),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
+    #[error("--pcap: {0}")]
+    Pcap(#[from] PcapError),
 }
 
-/// Open the uplink of `config` (with the test-only impairment when asked).
+/// Open the uplink of `config`: the `--pcap` capture right on the uplink (so it records what is
+/// really sent and received), the test-only impairment in front of it when asked.
 pub fn open_uplink(config: &Config) -> Result<Arc<dyn Uplink>, StartError> {
-    let Some(spec) = &config.uplink else {
-        info!("no --uplink: frames leaving the port are dropped");
-        return Ok(Arc::new(NoUplink));
+    let raw: Box<dyn Uplink> = match &config.uplink {
+        Some(spec) => {
+            let u = spec
+                .open_for_mtu(config.mtu)
+                .map_err(|source| StartError::Uplink {
+                    spec: spec.to_string(),
+                    source,
+                })?;
+            info!("uplink {spec}");
+            u
+        }
+        None => {
+            info!("no --uplink: frames leaving the port are dropped");
+            Box::new(NoUplink)
+        }
     };
-    let uplink = spec
-        .open_for_mtu(config.mtu)
-        .map_err(|source| StartError::Uplink {
-            spec: spec.to_string(),
-            source,
-        })?;
-    info!("uplink {spec}");
+    let uplink: Box<dyn Uplink> = match &config.pcap {
+        Some(path) => {
+            let w = PcapWriter::create(path, config.pcap_max_bytes)?;
+            info!("capturing the uplink's frames to {}", path.display());
+            Box::new(PcapTee::new(raw, w))
+        }
+        None => raw,
+    };
     Ok(match config.impair {
         Some(imp) => {
             info!(
@@ -59,6 +76,10 @@ pub struct Prepared {
     pub listener: Listener,
     pub parts: ServeParts<Device>,
     pub engine: Engine,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Build the device, outputs, uplink and engine for `config` and bind the socket.
@@ -84,7 +105,8 @@ pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
 
     // The socket appears last: launchers start QEMU once it exists, so every other start-up
     // error (uplink bind, TAP open) happens before.
-    let uplink = open_uplink(config)?;
+    let port_stats = lock(&device).port_stats.clone();
+    let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(open_uplink(config)?, port_stats));
     let engine = Engine::start(device.clone(), uplink.clone())?;
     let listener = listen(&config.socket_path)?;
     let parts = ServeParts {
@@ -111,6 +133,23 @@ pub fn start_backend(config: Config) -> Result<(), StartError> {
         parts,
         engine,
     } = prepare(&config)?;
+    // The counters are for operators: a daemon that cannot offer them still serves the guest
+    // (e.g. a --socket-path whose ".stats" sibling passes the 107-byte unix path limit).
+    let stats_path = stats_socket_path(&config.socket_path);
+    let stats = match StatsServer::start(
+        &stats_path,
+        parts.device.clone(),
+        device_label(&config.socket_path),
+    ) {
+        Ok(s) => {
+            info!("counters on {}", stats_path.display());
+            Some(s)
+        }
+        Err(e) => {
+            warn!("no counters socket: {e}");
+            None
+        }
+    };
     info!(
         "listening on {} (mac {}, mtu {}, odp {})",
         config.socket_path.display(),
@@ -124,6 +163,7 @@ pub fn start_backend(config: Config) -> Result<(), StartError> {
         if config.odp.enabled { "on" } else { "off" },
     );
     let r = serve(&mut listener, &parts, None);
+    drop(stats);
     engine.stop();
     if r.is_err() {
         let _ = std::fs::remove_file(&config.socket_path);

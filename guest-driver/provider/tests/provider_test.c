@@ -615,6 +615,11 @@ static void device_cqe(uint32_t idx, uint64_t wr_id, uint8_t op,
 	c->vendor_err = htole32(status ? 0x55 : 0);
 }
 
+static struct vrdma_cqe *entry_cqe(uint32_t idx)
+{
+	return entry_at(STUB_CQ_OFF, idx, VRDMA_CQE_SHIFT);
+}
+
 static void test_cq(void)
 {
 	struct vrdma_ring_ctrl *cc = ctrl_at(STUB_CQ_OFF);
@@ -650,16 +655,29 @@ static void test_cq(void)
 	CHECK(wc[1].opcode == IBV_WC_RECV);
 	CHECK(wc[1].wc_flags == (IBV_WC_WITH_INV | IBV_WC_GRH));
 	CHECK(wc[1].invalidated_rkey == 0x5566);
+	/* not RoCE v2 UD: the device's sl as it is */
+	CHECK(wc[1].sl == 3);
 
 	CHECK(vrdma_poll_cq(cq, 4, wc) == 1);
 	CHECK(wc[0].status == IBV_WC_REM_ACCESS_ERR &&
 	      wc[0].vendor_err == 0x55 && wc[0].opcode == IBV_WC_RDMA_READ);
 	CHECK(le32toh(cc->consumer) == 3);
 
+	/* UD receives report the frame's L3 type in sl, as mlx5 does */
+	device_cqe(3, 0x13, VRDMA_WC_RECV, VRDMA_WC_SUCCESS, VRDMA_WC_F_GRH, 0);
+	entry_cqe(3)->network_hdr_type = VRDMA_NETWORK_IPV4;
+	device_cqe(4, 0x14, VRDMA_WC_RECV, VRDMA_WC_SUCCESS, VRDMA_WC_F_GRH, 0);
+	entry_cqe(4)->network_hdr_type = VRDMA_NETWORK_IPV6;
+	cc->producer = htole32(5);
+	CHECK(vrdma_poll_cq(cq, 4, wc) == 2);
+	CHECK(wc[0].wr_id == 0x13 && wc[0].sl == 0xa);
+	CHECK(wc[1].wr_id == 0x14 && wc[1].sl == 0x9);
+	CHECK(le32toh(cc->consumer) == 5);
+
 	/* a device producer more than depth ahead is ignored, not read */
-	cc->producer = htole32(3 + 100);
+	cc->producer = htole32(5 + 100);
 	CHECK(vrdma_poll_cq(cq, 4, wc) == 0);
-	cc->producer = htole32(3);
+	cc->producer = htole32(5);
 
 	/* arming is a store in the control page, no system call */
 	CHECK(vrdma_req_notify_cq(cq, 0) == 0);
@@ -681,8 +699,8 @@ static void test_cq(void)
 
 		/* same depth: no new ring, polling continues on the old */
 		CHECK(vrdma_resize_cq(cq, STUB_DEPTH) == 0);
-		device_cqe(3, 0x98, VRDMA_WC_SEND, VRDMA_WC_SUCCESS, 0, 0);
-		cc->producer = htole32(4);
+		device_cqe(5, 0x98, VRDMA_WC_SEND, VRDMA_WC_SUCCESS, 0, 0);
+		cc->producer = htole32(6);
 		CHECK(vrdma_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 0x98);
 
 		nc->consumer = 0;

@@ -13,6 +13,12 @@ if size != 2:
     print("need exactly 2 ranks, got %d" % size)
     sys.exit(2)
 peer = 1 - rank
+names = comm.allgather(MPI.Get_processor_name())
+if rank == 0:
+    print("ranks on %s and %s" % (names[0], names[1]))
+if names[0] == names[1]:
+    print("both ranks run on %s: not a test between two hosts" % names[0])
+    sys.exit(2)
 ok = True
 for nbytes in (8, 4096, 65536, 1 << 20):
     iters = 200 if nbytes <= 65536 else 20

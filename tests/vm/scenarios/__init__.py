@@ -1,6 +1,7 @@
 """VM scenarios, one module per area; importing them registers the scenarios."""
 
 from . import device, verbs, perftest, rdmacm, async_events, pyverbs_suite, interop, tap  # noqa: F401
-from . import ibta15  # noqa: F401
+from . import ibta15, driver_checks  # noqa: F401
 from . import nvmeof, nfs_rdma, rdmacm_apps, mpi  # noqa: F401  (ULPs, rdma_cm apps, MPI)
+from . import multihost, trust  # noqa: F401  (D: VXLAN between hosts; E: a third guest attacks)
 from . import lifecycle  # noqa: F401  (last: it reloads the driver)

@@ -37,7 +37,7 @@ def ucx_perftest_rc_verbs_am_lat(ctx):
 
 @scenario("A", timeout=600)
 def ucx_perftest_ud_verbs_am_lat(ctx):
-    ucx_perftest(ctx, "ud_verbs", "am_lat", 8, 2000)
+    ucx_perftest(ctx, "ud_verbs", "am_lat", 8, 500)
 
 
 @scenario("A", timeout=900)
@@ -45,18 +45,23 @@ def mpi_pingpong_over_ucx(ctx):
     a, b = ctx.a, ctx.b
     rsh = push_guest_script([a, b], "mini_rsh.py")
     script = push_guest_script([a, b], "mpi_pingpong.py")
+    hosts = "".join("%s %s\n" % (vm.ip, vm.name) for vm in (a, b))
     for vm in (a, b):
+        # PRRTE tells the local node from the others by name
+        run_ok(vm, "grep -q ' %s$' /etc/hosts || printf '%s' >> /etc/hosts" % (b.name, hosts))
         vm.spawn("python3 %s --serve %s 2222" % (rsh, vm.ip))
-    run_ok(a, "for i in $(seq 20); do python3 %s %s true && exit 0; sleep 0.5; done; exit 1"
-           % (rsh, b.ip), timeout=60)
-    env = ucx_env(a, "rc_verbs,self")
+    run_ok(a, "for i in $(seq 20); do %s %s true && exit 0; sleep 0.5; done; exit 1"
+           % (rsh, b.name), timeout=60)
+    # rc_verbs carries the messages; ud_verbs is UCX's auxiliary transport for the RC wireup.
+    env = {"UCX_NET_DEVICES": "vrdma0:1", "UCX_TLS": "rc_verbs,ud_verbs,self",
+           "UCX_WARN_UNUSED_ENV_VARS": "n"}
     cmd = ("mpirun --allow-run-as-root -np 2 --host %s:1,%s:1 "
            "--prtemca plm_ssh_agent %s "
-           "--mca pml ucx --mca osc ucx --mca btl ^vader,tcp,openib,uct "
-           "-x UCX_NET_DEVICES -x UCX_TLS -x UCX_WARN_UNUSED_ENV_VARS "
-           "python3 %s" % (a.ip, b.ip, rsh, script))
-    out = run_ok(a, "export %s; %s" % (env.replace(" ", "; export "), cmd), timeout=600)
+           "--mca pml ucx --mca btl ^vader,tcp,openib,uct %s "
+           "python3 %s" % (a.name, b.name, rsh, " ".join("-x " + k for k in env), script))
+    out = run_ok(a, "%s %s" % (" ".join("%s=%s" % kv for kv in env.items()), cmd), timeout=600)
     expect_in("pingpong data OK", out, "mpirun output")
+    expect_in("ranks on %s and %s" % (a.name, b.name), out, "mpirun output")
     rows = re.findall(r"pingpong\s+(\d+) B.*?([\d.]+) us/round trip", out)
     expect(len(rows) == 4, "a round-trip time for each of 4 sizes", out)
     ctx.note("MPI ping-pong over UCX rc_verbs: " + ", ".join("%s B %s us" % r for r in rows))

@@ -8,10 +8,10 @@ from harness import expect, expect_in, pair, scenario
 CMTIME_CONNECTIONS = 500
 
 
-def rsocket(ctx, tool, opts, what):
+def rsocket(ctx, tool, opts, what, server_opts=None):
     srv, cli = ctx.a, ctx.b
-    sout, cout = pair(srv, cli, "%s %s" % (tool, opts), "%s -s %s %s" % (tool, srv.ip, opts),
-                      timeout=400, settle=2.0)
+    sout, cout = pair(srv, cli, "%s %s" % (tool, server_opts or opts),
+                      "%s -s %s %s" % (tool, srv.ip, opts), timeout=400, settle=2.0)
     # A result row: size, count, bytes, time, rate (rstream/riostream print "name bytes xfers ...").
     rows = [l for l in cout.splitlines() if re.search(r"\d+(\.\d+)?[mkg]?\s+\d+", l)]
     expect(rows, "%s %s printed a result row" % (tool, what), cout)
@@ -28,7 +28,13 @@ def rsocket_rstream_verified(ctx):
 
 @scenario("A", timeout=600)
 def rsocket_rstream_async(ctx):
-    rsocket(ctx, "rstream", "-S 4096 -C 500 -T a -T v", "async (poll), verified")
+    # The server runs async (-T a: rpoll before every rsend/rrecv), the client blocking. rstream's
+    # async client treats the POLLHUP of the server's close as an error even while it still has
+    # received data to read, so an async client fails whenever the server closes before the
+    # client's last rpoll (a race in the tool, frequent under TCG); the server polls only while
+    # the client still sends, so it cannot hit it.
+    rsocket(ctx, "rstream", "-S 4096 -C 500 -T v", "async server (rpoll), verified",
+            server_opts="-S 4096 -C 500 -T a -T v")
 
 
 @scenario("A", timeout=600)

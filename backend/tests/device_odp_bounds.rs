@@ -1,0 +1,346 @@
+//! ODP state stays bounded whatever a peer or a local WQE does (spec §12.4, §12.6): transfers
+//! larger than the resident budget make progress chunk by chunk, outstanding page requests are
+//! capped per device, failed chunks expire, and the bookkeeping never grows with the number of
+//! chunks touched.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::odp::*;
+use common::*;
+use vrdma_backend::memory::odp::{OdpConfig, FAIL_HOLD};
+use vrdma_backend::memory::MrError;
+use vrdma_backend::transport;
+use vrdma_spec::*;
+
+const CH: u64 = 2 << 20;
+
+/// A 64 MiB RDMA READ from an ODP MR whose device keeps at most 4 chunks resident completes with
+/// the right data: the responder resolves one packet at a time instead of the whole range.
+#[test]
+fn read_64m_with_4_chunk_budget_completes() {
+    const LEN: u64 = 64 << 20;
+    const NB: usize = 4;
+    let cfg_b = OdpConfig {
+        max_resident: NB,
+        max_resident_per_mr: NB,
+        ..OdpConfig::default()
+    };
+    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, OdpConfig::default(), cfg_b, 1);
+    p.budget_b = Some(NB);
+    let dst = p.a.alloc(LEN);
+    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
+    let va = 0x7100_0000_0000u64;
+    let back = p.b.alloc(LEN);
+    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
+    p.pb.maps.push(Map {
+        key: kb,
+        va,
+        gpa: back,
+        len: LEN,
+    });
+    let data = pattern(64, LEN as usize);
+    p.b.write(back, &data);
+    p.post(
+        0,
+        &rdma(1, VRDMA_WR_RDMA_READ, (dst, LEN as u32, ka), va, kb),
+    );
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
+    let nch = (LEN / CH) as usize;
+    assert!(
+        p.pb.faults.len() < 2 * nch,
+        "{} faults for {nch} chunks: the READ thrashed",
+        p.pb.faults.len()
+    );
+}
+
+/// A 64 MiB RDMA WRITE into an ODP MR with a 4-chunk budget completes: the first packet checks the
+/// whole RETH range without faulting it in.
+#[test]
+fn write_64m_with_4_chunk_budget_completes() {
+    const LEN: u64 = 64 << 20;
+    const NB: usize = 4;
+    let cfg_b = OdpConfig {
+        max_resident: NB,
+        max_resident_per_mr: NB,
+        ..OdpConfig::default()
+    };
+    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, OdpConfig::default(), cfg_b, 1);
+    p.budget_b = Some(NB);
+    let src = p.a.alloc(LEN);
+    let ka = p.a.reg_mr(p.pda, src, LEN, ACC_ALL);
+    let va = 0x7200_0000_0000u64;
+    let back = p.b.alloc(LEN);
+    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
+    p.pb.maps.push(Map {
+        key: kb,
+        va,
+        gpa: back,
+        len: LEN,
+    });
+    let data = pattern(65, LEN as usize);
+    p.a.write(src, &data);
+    p.post(
+        0,
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, LEN as u32, ka), va, kb),
+    );
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    assert!(p.b.read(back, LEN as usize) == data, "WRITE data differs");
+    let nch = (LEN / CH) as usize;
+    assert!(
+        p.pb.faults.len() < 2 * nch,
+        "{} faults for {nch} chunks: the WRITE thrashed",
+        p.pb.faults.len()
+    );
+}
+
+/// A 64 MiB RDMA WRITE whose local SGE is an ODP MR on a device with a 4-chunk budget completes:
+/// the requester checks the SGE without faulting it in and resolves each packet's bytes.
+#[test]
+fn write_64m_from_odp_lkey_with_4_chunk_budget_completes() {
+    const LEN: u64 = 64 << 20;
+    const NB: usize = 4;
+    let cfg_a = OdpConfig {
+        max_resident: NB,
+        max_resident_per_mr: NB,
+        ..OdpConfig::default()
+    };
+    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, cfg_a, OdpConfig::default(), 1);
+    let va = 0x7300_0000_0000u64;
+    let src = p.a.alloc(LEN);
+    let ka = reg_odp(&mut p.a, p.pda, va, LEN, false);
+    p.pa.maps.push(Map {
+        key: ka,
+        va,
+        gpa: src,
+        len: LEN,
+    });
+    let dst = p.b.alloc(LEN);
+    let kb = p.b.reg_mr(p.pdb, dst, LEN, ACC_ALL);
+    let data = pattern(66, LEN as usize);
+    p.a.write(src, &data);
+    p.post(
+        0,
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (va, LEN as u32, ka), dst, kb),
+    );
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    assert!(p.a.dev.mrs.odp_resident_total() <= NB);
+    assert!(p.b.read(dst, LEN as usize) == data, "WRITE data differs");
+    let nch = (LEN / CH) as usize;
+    assert!(
+        p.pa.faults.len() < 2 * nch,
+        "{} faults for {nch} chunks: the WRITE thrashed",
+        p.pa.faults.len()
+    );
+}
+
+/// Accesses to thousands of fresh chunks (what a peer holding the rkey of an implicit ODP MR
+/// can send, one READ per chunk) keep the device's ODP state bounded: at most `max_requests`
+/// FAULT requests are outstanding and no chunk entry exists beyond them; the refused access
+/// faults (RNR at the responder) and its QP is resumed when a request ends.
+#[test]
+fn fresh_chunks_keep_odp_state_bounded() {
+    let cfg = OdpConfig::default();
+    let cap = cfg.max_requests;
+    let mut n = Node::new(1, 16, 9000);
+    enable_odp(&mut n, cfg);
+    let pd = n.create_pd();
+    let k = reg_odp(&mut n, pd, 0, 0, true);
+    let base = 0x1000_0000_0000u64;
+    let touched = 5 * cap as u64;
+    for i in 0..touched {
+        let r = n
+            .dev
+            .mrs
+            .resolve_for(Some(9), k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
+        assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
+    }
+    n.dev.mrs.odp_check_invariants().expect("ODP state");
+    assert_eq!(n.dev.mrs.odp_pending_requests(), cap);
+    assert_eq!(
+        n.dev.mrs.odp_chunk_count(),
+        cap,
+        "chunk entries beyond the requests"
+    );
+    let reqs = n.out.take_page_requests();
+    assert_eq!(reqs.len(), cap, "FAULT requests sent");
+    assert!(n.dev.mrs.take_resumed().is_empty());
+    // One request ends (answered with an error): the refused QP may try again.
+    let c = VrdmaCmdOdpPageResp {
+        req_id: reqs[0].req_id,
+        mr_key: k,
+        status: VRDMA_STATUS_ACCESS,
+        flags: 0,
+        iova: reqs[0].iova,
+        npages: 0,
+        reserved: 0,
+    };
+    n.cmd(VRDMA_CMD_ODP_PAGE_RESP, c.as_bytes())
+        .expect("page resp");
+    assert_eq!(n.dev.mrs.take_resumed(), vec![9]);
+    n.dev.mrs.odp_check_invariants().expect("ODP state");
+}
+
+/// Failed chunks do not stay forever: `FAIL_HOLD` after the failure they are gone.
+#[test]
+fn failed_chunks_expire() {
+    let mut n = Node::new(1, 16, 9000);
+    enable_odp(&mut n, OdpConfig::default());
+    let pd = n.create_pd();
+    let k = reg_odp(&mut n, pd, 0, 0, true);
+    let mut pager = Pager::default();
+    pager.status.insert(k, VRDMA_STATUS_BAD_ADDRESS);
+    let base = 0x2000_0000_0000u64;
+    const N: u64 = 300;
+    for i in 0..N {
+        let r = n
+            .dev
+            .mrs
+            .resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
+        assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
+    }
+    let t0 = Instant::now();
+    assert_eq!(pager.serve(&mut n), N as usize);
+    assert_eq!(n.dev.mrs.odp_chunk_count(), N as usize, "failed chunks");
+    let r = n.dev.mrs.resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
+    assert!(matches!(r, Err(MrError::OdpFailed { .. })), "{r:?}");
+    // The next ODP deadline is the expiry; after it nothing is left.
+    let next = n.dev.odp_tick(t0).expect("an expiry is due");
+    assert!(next <= Instant::now() + FAIL_HOLD);
+    n.dev
+        .odp_tick(Instant::now() + FAIL_HOLD + Duration::from_millis(1));
+    assert_eq!(
+        n.dev.mrs.odp_chunk_count(),
+        0,
+        "failed chunks left after FAIL_HOLD"
+    );
+    n.dev.mrs.odp_check_invariants().expect("ODP state");
+}
+
+/// A READ whose responses reach a chunk that is not resident holds them back without keeping
+/// the engine busy: the responder's timers report nothing due while it waits, and the answer to
+/// the page request resumes the responses where they stopped.
+#[test]
+fn read_waiting_for_a_fault_does_not_spin() {
+    const LEN: u64 = 2 * CH;
+    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
+    let dst = p.a.alloc(LEN);
+    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
+    let va = 0x7400_0000_0000u64;
+    let back = p.b.alloc(LEN);
+    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
+    p.pb.maps.push(Map {
+        key: kb,
+        va,
+        gpa: back,
+        len: LEN,
+    });
+    let data = pattern(67, LEN as usize);
+    p.b.write(back, &data);
+    p.post(
+        0,
+        &rdma(1, VRDMA_WR_RDMA_READ, (dst, LEN as u32, ka), va, kb),
+    );
+    // The first chunk is answered (RNR, retry); the second one's FAULT is left unanswered.
+    let mut steps = 0;
+    while p.pb.faults.is_empty() {
+        p.step();
+        steps += 1;
+        assert!(steps < 1000, "no first fault");
+    }
+    p.pb.silent.push(kb);
+    while p.pb.faults.len() < 2 {
+        p.step();
+        steps += 1;
+        assert!(steps < 2000, "the READ never reached the second chunk");
+    }
+    for _ in 0..5 {
+        p.step();
+    }
+    let now = p.vt;
+    let next = transport::on_tick(&mut p.b.dev, now);
+    assert!(
+        next.is_none_or(|d| d > now),
+        "the responder wants a tick right away while it waits for a fault"
+    );
+    // Answer the second chunk's FAULT: the READ completes.
+    let r = p.pb.faults[1];
+    let pages: Vec<u64> = (0..r.length / 4096)
+        .map(|i| back + (r.iova - va) + i * 4096)
+        .collect();
+    let c = VrdmaCmdOdpPageResp {
+        req_id: r.req_id,
+        mr_key: kb,
+        status: VRDMA_STATUS_OK,
+        flags: VRDMA_ODP_RESP_F_WRITABLE,
+        iova: r.iova,
+        npages: pages.len() as u32,
+        reserved: 0,
+    };
+    let mut b = c.as_bytes().to_vec();
+    for pg in &pages {
+        b.extend_from_slice(&pg.to_le_bytes());
+    }
+    p.b.cmd(VRDMA_CMD_ODP_PAGE_RESP, &b).expect("page resp");
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
+}
+
+/// The same through the wire: a peer sends thousands of READ requests (valid ICRC, the expected
+/// PSN: an RNR NAK keeps it) for fresh chunks of an implicit ODP MR. Every one is RNR-NAKed, and
+/// the responder's ODP state stays at the request cap.
+#[test]
+fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
+    use vrdma_backend::wire::{Bth, ExtHeaders, Opcode, PacketBuilder, Reth, RocePacket, Syndrome};
+    let cap = OdpConfig::default().max_requests;
+    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
+    let dst = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, dst, 4096, ACC_ALL);
+    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let base = 0x3000_0000_0000u64;
+    p.post(0, &rdma(1, VRDMA_WR_RDMA_READ, (dst, 64, ka), base, kb));
+    let good = p.a.dev.outbox.remove(0);
+    let parsed = RocePacket::parse(&good).expect("READ request parses");
+    assert_eq!(parsed.bth.opcode, Opcode::RcReadRequest);
+    let (qpn, psn) = (parsed.bth.dest_qp, parsed.bth.psn);
+    let n = 5 * cap as u64;
+    for i in 0..n {
+        let mut b = PacketBuilder::new(parsed.addr, Bth::new(Opcode::RcReadRequest, qpn, psn));
+        b.ext = ExtHeaders {
+            reth: Some(Reth {
+                va: base + i * CH,
+                rkey: kb,
+                dma_len: 64,
+            }),
+            ..Default::default()
+        };
+        let mut f = Vec::new();
+        b.build(&[], &mut f).expect("build");
+        transport::on_frame(&mut p.b.dev, &f);
+    }
+    let replies = std::mem::take(&mut p.b.dev.outbox);
+    assert_eq!(replies.len(), n as usize, "one reply per request");
+    for f in &replies {
+        let r = RocePacket::parse(f).expect("reply parses");
+        let rnr = r
+            .ext
+            .aeth
+            .is_some_and(|a| matches!(a.syndrome, Syndrome::RnrNak { .. }));
+        assert!(
+            rnr && r.bth.psn == psn,
+            "not an RNR NAK for the PSN: {:?}",
+            r.bth
+        );
+    }
+    p.b.dev.mrs.odp_check_invariants().expect("ODP state");
+    assert_eq!(p.b.dev.mrs.odp_pending_requests(), cap);
+    assert_eq!(p.b.dev.mrs.odp_chunk_count(), cap);
+    assert_eq!(p.b.out.take_page_requests().len(), cap);
+    assert_eq!(p.b.qp_state(p.conns[0].qb.qpn), VRDMA_QPS_RTS);
+}

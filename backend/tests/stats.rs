@@ -1,0 +1,450 @@
+//! Host-side counters (`stats.rs`): per-QP transport counters under loss and RNR (in-process
+//! fixtures), port counters and the Prometheus text served on the stats socket by engines over
+//! UDP, and the daemon binary's `.stats` socket read by `vrdma-backend stats --socket`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use vrdma_backend::stats::{fetch, stats_socket_path, Metered, PortStats, StatsServer};
+use vrdma_backend::transport;
+use vrdma_backend::transport::engine::Engine;
+use vrdma_spec::*;
+
+const RC_RDMA_WRITE_MIDDLE: u8 = 0x07;
+const RC_ACK: u8 = 0x11;
+
+/// The BTH opcode of an IPv4 RoCEv2 frame.
+fn opcode(f: &[u8]) -> u8 {
+    f[14 + 20 + 8]
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vrdma-stats-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, mut cqb) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    // Path MTU 1024 (3): a 4 KiB WRITE is FIRST, MIDDLE, MIDDLE, LAST.
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(8192);
+    let dst = b.alloc(8192);
+    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    a.write(src, &pattern(3, 4096));
+
+    // 1. Lose the first MIDDLE once: B NAKs the gap once (IBTA 9.7.5.2.2), A goes back.
+    let mut link = Link::clean();
+    let lost = Arc::new(AtomicUsize::new(0));
+    let l2 = lost.clone();
+    link.filter_ab = Some(Box::new(move |f| {
+        if opcode(f) == RC_RDMA_WRITE_MIDDLE && l2.load(Ordering::Relaxed) == 0 {
+            l2.store(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }));
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 1,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 4096, ka)],
+            remote_addr: dst,
+            rkey: kb,
+            ..Default::default()
+        },
+    );
+    let mut done = Vec::new();
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(20),
+        |a, _| {
+            done.extend(a.poll_cq(&mut cqa));
+            !done.is_empty()
+        },
+    );
+    assert_eq!((done[0].wr_id, done[0].status), (1, VRDMA_WC_SUCCESS));
+    assert_eq!(b.read(dst, 4096), pattern(3, 4096));
+    let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
+    let sb = b.dev.qps.get(qb.qpn).unwrap().stats;
+    assert_eq!(lost.load(Ordering::Relaxed), 1);
+    assert_eq!((sb.seq_naks_tx, sa.seq_naks_rx), (1, 1), "{sa:?} {sb:?}");
+    // Go-back-N resends the lost MIDDLE and what followed it: 3 packets.
+    assert_eq!(sa.retransmits, 3, "{sa:?}");
+    // A sent 4 + 3 request packets, B received the 6 that were not lost.
+    assert_eq!(sa.tx_packets, 7, "{sa:?}");
+    assert_eq!(sb.rx_packets, 6, "{sb:?}");
+    // Every packet B sent (NAK, ACKs) reached A, and only those reached A.
+    assert_eq!(sa.rx_packets, sb.tx_packets);
+    assert!(sa.tx_bytes > 4096 + 6 * 42 && sb.rx_bytes < sa.tx_bytes);
+    assert_eq!(sa.timeouts, 0);
+
+    // 2. Lose the ACK of a SEND once: A's retransmission timer fires and it resends.
+    let before = a.dev.qps.get(qa.qpn).unwrap().stats;
+    let lost_ack = Arc::new(AtomicUsize::new(0));
+    let l3 = lost_ack.clone();
+    link.filter_ab = None;
+    link.filter_ba = Some(Box::new(move |f| {
+        if opcode(f) == RC_ACK && l3.load(Ordering::Relaxed) == 0 {
+            l3.store(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }));
+    let mut rq = qb.rq.clone().unwrap();
+    b.post_recv(&mut rq, 20, &[(dst + 4096, 1024, kb)]);
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 2,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            inline: Some(b"stats".to_vec()),
+            ..Default::default()
+        },
+    );
+    let mut done = Vec::new();
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(20),
+        |a, _| {
+            done.extend(a.poll_cq(&mut cqa));
+            !done.is_empty()
+        },
+    );
+    assert_eq!((done[0].wr_id, done[0].status), (2, VRDMA_WC_SUCCESS));
+    let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
+    assert_eq!(lost_ack.load(Ordering::Relaxed), 1);
+    assert_eq!(sa.timeouts - before.timeouts, 1, "{sa:?}");
+    assert_eq!(sa.retransmits - before.retransmits, 1, "{sa:?}");
+    assert_eq!(b.poll_cq(&mut cqb).len(), 1);
+
+    // 3. A SEND with no receive posted: B answers RNR NAK (IBTA 9.7.5.2.8), A waits and resends.
+    link.filter_ba = None;
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 3,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            inline: Some(b"rnr".to_vec()),
+            ..Default::default()
+        },
+    );
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(20),
+        |_, b| b.dev.qps.get(qb.qpn).unwrap().stats.rnr_naks_tx >= 1,
+    );
+    b.post_recv(&mut rq, 21, &[(dst + 4096, 1024, kb)]);
+    let mut done = Vec::new();
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(20),
+        |a, _| {
+            done.extend(a.poll_cq(&mut cqa));
+            !done.is_empty()
+        },
+    );
+    assert_eq!((done[0].wr_id, done[0].status), (3, VRDMA_WC_SUCCESS));
+    let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
+    let sb = b.dev.qps.get(qb.qpn).unwrap().stats;
+    assert!(
+        sb.rnr_naks_tx >= 1 && sa.rnr_naks_rx == sb.rnr_naks_tx,
+        "{sa:?} {sb:?}"
+    );
+}
+
+#[test]
+fn transport_drops_are_counted_by_reason() {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, _) = a.create_cq(64);
+    let (cb, _) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 1,
+            opcode: VRDMA_WR_SEND,
+            inline: Some(b"x".to_vec()),
+            ..Default::default()
+        },
+    );
+    let frame = a.dev.outbox.pop().expect("a SEND frame");
+    let p = b.dev.port_stats.clone();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+
+    // Bad ICRC.
+    let mut bad = frame.clone();
+    *bad.last_mut().unwrap() ^= 0xff;
+    transport::on_frame(&mut b.dev, &bad);
+    assert_eq!(load(&p.drop_malformed), 1);
+    // A QPN that does not exist (ICRC recomputed: the BTH is covered).
+    let mut other = frame.clone();
+    let bth = 14 + 20 + 8;
+    other[bth + 5..bth + 8].copy_from_slice(&[0x00, 0x0f, 0xff]);
+    fix_icrc(&mut other);
+    transport::on_frame(&mut b.dev, &other);
+    assert_eq!(load(&p.drop_unknown_qp), 1, "ICRC fix-up or QPN lookup");
+    // The QP in ERROR does not accept requests.
+    b.qp_to_err(qb.qpn);
+    transport::on_frame(&mut b.dev, &frame);
+    assert_eq!(load(&p.drop_qp_state), 1);
+    assert_eq!(load(&p.drop_malformed), 1);
+    assert_eq!(b.dev.qps.get(qb.qpn).unwrap().stats.rx_packets, 0);
+}
+
+/// Recompute the RoCEv2 ICRC of an IPv4 frame.
+fn fix_icrc(f: &mut [u8]) {
+    let n = f.len();
+    let icrc = vrdma_backend::wire::icrc::compute(&f[14..34], &f[34..42], &f[42..n - 4]).unwrap();
+    f[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+}
+
+/// The value of the sample `name{labels}` in Prometheus text.
+fn sample(text: &str, name_labels: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_labels)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {name_labels} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn stats_socket_serves_port_and_qp_counters() {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, _) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(4096);
+    let dst = b.alloc(4096);
+    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
+
+    let (ua, ub) = udp_pair();
+    let da = detach(&mut a);
+    let db = detach(&mut b);
+    let port: Arc<PortStats> = da.lock().unwrap().port_stats.clone();
+    let ea = Engine::start(da.clone(), Arc::new(Metered::new(ua, port.clone()))).unwrap();
+    let eb = Engine::start(db.clone(), Arc::new(ub)).unwrap();
+    post_send_mem(
+        &a.mem,
+        &mut qa,
+        &Wqe {
+            wr_id: 1,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 4096, ka)],
+            remote_addr: dst,
+            rkey: kb,
+            ..Default::default()
+        },
+    );
+    ea.sender().push(VrdmaDoorbell {
+        type_: VRDMA_DB_SQ,
+        id: qa.qpn,
+    });
+    let start = Instant::now();
+    while a.poll_cq(&mut cqa).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "WRITE");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ea.stop();
+    eb.stop();
+
+    let dir = tmpdir("server");
+    let vhost_sock = dir.join("vrdma7.sock");
+    let path = stats_socket_path(&vhost_sock);
+    assert_eq!(path, dir.join("vrdma7.sock.stats"));
+    let server = StatsServer::start(&path, da.clone(), "vrdma7".into()).unwrap();
+    let text = fetch(&vhost_sock).unwrap();
+    let d = "{device=\"vrdma7\"}";
+    // 4 WRITE packets out, one coalesced ACK back.
+    assert_eq!(sample(&text, &format!("vrdma_port_tx_frames_total{d}")), 4);
+    assert_eq!(sample(&text, &format!("vrdma_port_rx_frames_total{d}")), 1);
+    assert_eq!(
+        sample(&text, &format!("vrdma_port_rx_engine_frames_total{d}")),
+        1
+    );
+    assert_eq!(
+        sample(&text, &format!("vrdma_port_tx_bytes_total{d}")),
+        port.tx_bytes.load(Ordering::Relaxed)
+    );
+    assert!(sample(&text, &format!("vrdma_port_tx_bytes_total{d}")) > 4096);
+    let dl = "device=\"vrdma7\"";
+    assert_eq!(
+        sample(&text, &format!("vrdma_objects{{{dl},kind=\"qp\"}}")),
+        1
+    );
+    assert_eq!(
+        sample(&text, &format!("vrdma_objects{{{dl},kind=\"mr\"}}")),
+        1
+    );
+    assert_eq!(
+        sample(&text, &format!("vrdma_objects{{{dl},kind=\"cq\"}}")),
+        1
+    );
+    let q = format!("{{{dl},qpn=\"{}\",type=\"rc\"}}", qa.qpn);
+    assert_eq!(sample(&text, &format!("vrdma_qp_tx_packets_total{q}")), 4);
+    assert_eq!(sample(&text, &format!("vrdma_qp_rx_packets_total{q}")), 1);
+    assert_eq!(sample(&text, &format!("vrdma_qp_retransmits_total{q}")), 0);
+    assert_eq!(
+        sample(
+            &text,
+            &format!("vrdma_port_drops_total{{{dl},reason=\"malformed\"}}")
+        ),
+        0
+    );
+    assert!(text.contains("# TYPE vrdma_qp_tx_packets_total counter"));
+
+    // The binary's `stats` subcommand reads the same socket.
+    let out = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
+        .args(["stats", "--socket"])
+        .arg(&vhost_sock)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        sample(&printed, &format!("vrdma_qp_tx_packets_total{q}")),
+        4
+    );
+
+    drop(server);
+    assert!(!path.exists(), "the stats socket is removed on drop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn daemon_serves_stats_next_to_its_socket() {
+    let dir = tmpdir("daemon");
+    let sock = dir.join("vrdma0.sock");
+    let sock_str = sock.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
+        .args(["--socket-path", sock_str, "--mac", "52:54:00:00:00:07"])
+        .args(["--log-file", dir.join("log").to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let stats = stats_socket_path(&sock);
+    let start = Instant::now();
+    while !(sock.exists() && stats.exists()) {
+        assert!(start.elapsed() < Duration::from_secs(20), "no sockets");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
+        .args(["stats", "--socket", sock_str])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        sample(&text, "vrdma_objects{device=\"vrdma0\",kind=\"qp\"}"),
+        0
+    );
+    assert_eq!(
+        sample(&text, "vrdma_port_rx_frames_total{device=\"vrdma0\"}"),
+        0
+    );
+    assert!(st.success());
+    assert!(!stats.exists(), "SIGTERM removes the stats socket");
+    // Without a daemon: one error line, non-zero exit.
+    let out = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
+        .args(["stats", "--socket", sock_str])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("vrdma0.sock.stats"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn daemon_without_room_for_the_stats_socket_still_serves() {
+    let dir = tmpdir("long");
+    // 104 bytes: a valid vhost-user socket path whose ".stats" sibling passes the 107-byte limit.
+    let base = dir.to_str().unwrap().len() + 1;
+    assert!(base < 90, "temp dir too long for this test");
+    let sock = dir.join(format!("{}.sock", "v".repeat(104 - base - 5)));
+    assert_eq!(sock.as_os_str().len(), 104);
+    let log = dir.join("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
+        .args([
+            "--socket-path",
+            sock.to_str().unwrap(),
+            "--mac",
+            "52:54:00:00:00:08",
+        ])
+        .args(["--log-file", log.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !sock.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no vhost-user socket"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // "listening on" is logged after the stats socket was tried.
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("listening on")) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no log line");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let alive = child.try_wait().unwrap().is_none();
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(alive && st.success(), "{text}");
+    assert!(text.contains("no counters socket"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,620 @@
+//! Concurrency stress: two devices, each with its engine thread on a real UDP uplink, while a
+//! command thread per pair of devices plays the vhost-user side (it locks the device as the
+//! daemon does, spec §3.1) with a seeded random mix of commands: hostile RC pairs created,
+//! connected, aimed at memory their peer never granted, moved to ERR and destroyed; MRs with
+//! aliased page lists registered and deregistered; ODP page requests answered; doorbell storms
+//! for random objects; memory-table swaps (SET_MEM_TABLE). Meanwhile the test thread drives a
+//! healthy RC pair (RDMA WRITEs into a page-list MR and into an ODP MR, SENDs).
+//!
+//! Invariants: no panic on any thread; every signaled WQE of the healthy pair completes exactly
+//! once with success and its data lands; canary pages no MR covers stay intact; the budget
+//! never exceeds its limit and returns to its start value once every object is destroyed.
+//!
+//! Duration: `VRDMA_STRESS_SECS` (default 6, at most 20); seed: `VRDMA_STRESS_SEED`.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+use vm_memory::GuestAddressSpace;
+use vrdma_backend::device::Device;
+use vrdma_backend::guest::GuestMem;
+use vrdma_backend::transport::ctx::Cqe;
+use vrdma_backend::transport::engine::{Engine, EngineSender};
+use vrdma_spec::*;
+
+const BUDGET: u64 = 64 << 20;
+const CANARY: u64 = 64 << 10;
+
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// xorshift64*: deterministic per seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A node whose real device lives behind the mutex the engine locks. The node itself (guest
+/// memory allocator, recording output, command helpers) is used by whoever holds `node`; lock
+/// order: node, then device (A before B).
+struct Side {
+    node: Mutex<Node>,
+    dev: Arc<Mutex<Device>>,
+    db: EngineSender,
+    mem: GuestMem,
+}
+
+/// `node` with its real device swapped in, for as long as the device lock is held.
+struct Held<'a> {
+    node: MutexGuard<'a, Node>,
+    /// The mutex's content while held: the node's placeholder device.
+    slot: MutexGuard<'a, Device>,
+}
+
+impl Held<'_> {
+    fn new(s: &Side) -> Held<'_> {
+        let mut node = s.node.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = s
+            .dev
+            .lock()
+            .expect("device lock poisoned: a thread panicked");
+        std::mem::swap(&mut node.dev, &mut *slot);
+        Held { node, slot }
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.node
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Node {
+        &mut self.node
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        std::mem::swap(&mut self.node.dev, &mut *self.slot);
+    }
+}
+
+fn node(id: u8) -> Node {
+    Node::with_config(id, 128, 1500, gid_v4([10, 0, 0, id]), |c| {
+        c.max_host_memory = BUDGET;
+    })
+}
+
+fn handle(h: u32) -> VrdmaHandle {
+    VrdmaHandle {
+        handle: h,
+        reserved: 0,
+    }
+}
+
+fn poll(mem: &GuestMem, cq: &mut RingH) -> Vec<Cqe> {
+    let prod = mem.load_u32_acquire(cq.ctrl()).unwrap();
+    let mut v = Vec::new();
+    while cq.idx != prod {
+        let mut b = [0u8; 64];
+        mem.read(cq.entry_gpa(cq.idx), &mut b).unwrap();
+        v.push(Cqe::from_bytes(&b));
+        cq.idx = cq.idx.wrapping_add(1);
+    }
+    mem.store_u32_release(cq.ctrl() + 64, cq.idx).unwrap();
+    v
+}
+
+/// Swap in a copy of the current memory table (what SET_MEM_TABLE with an unchanged layout
+/// does), racing the engine's accesses.
+fn swap_mem_table(s: &Side) {
+    let map = (*s.mem.atomic().memory()).clone();
+    let atomic = vm_memory::GuestMemoryAtomic::new(map);
+    s.dev
+        .lock()
+        .expect("device lock poisoned")
+        .set_guest_memory(&atomic);
+}
+
+/// What the command thread made and must destroy again.
+#[derive(Default)]
+struct Hostile {
+    pairs: Vec<(QpH, QpH)>,
+    mrs_b: Vec<u32>,
+    /// QPs created so far: each takes fresh ring memory from the node's bump allocator.
+    created: u32,
+}
+
+/// Most hostile pairs created in one run (ring memory is never reused).
+const MAX_CREATED: u32 = 1500;
+
+struct Fixture {
+    pda: u32,
+    pdb: u32,
+    cqa: u32,
+    cqb: u32,
+    /// B's canary (never registered), the page B's hostile MRs alias, and A's page hostile
+    /// WRITEs send from.
+    canary: u64,
+    /// B's ODP MR of the healthy pair, invalidated now and then (spec §12.5).
+    odp: (u32, u64, u64),
+    scratch_b: u64,
+    scratch_a: u64,
+}
+
+/// iova of B's hostile MRs.
+const HOSTILE_IOVA: u64 = 0x10_0000_0000;
+
+/// One random command-side step.
+fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut Rng) {
+    match rng.below(8) {
+        0 | 1 if h.pairs.len() < 16 && h.created < MAX_CREATED => {
+            h.created += 1;
+            let (mut ha, mut hb) = (Held::new(a), Held::new(b));
+            let qa = ha.create_qp(QpSpec {
+                sq_depth: 64,
+                rq_depth: 64,
+                ..QpSpec::rc(f.pda, f.cqa)
+            });
+            let qb = hb.create_qp(QpSpec {
+                sq_depth: 64,
+                rq_depth: 64,
+                ..QpSpec::rc(f.pdb, f.cqb)
+            });
+            connect(&mut ha, &qa, &mut hb, &qb, 3, 10, 1, 1);
+            h.pairs.push((qa, qb));
+        }
+        2 if !h.pairs.is_empty() => {
+            // A WRITE at B's canary with a random rkey or with the key of an MR that does not
+            // cover it (both fail, the canary untouched), or through a hostile MR's aliased
+            // pages (lands in the one scratch page).
+            let i = rng.below(h.pairs.len() as u64) as usize;
+            let hostile_key = h.mrs_b.get(rng.below(4) as usize).copied();
+            let (rkey, remote_addr) = match (rng.below(3), hostile_key) {
+                (0, Some(k)) => (k, f.canary + rng.below(CANARY / 4096) * 4096),
+                (1, Some(k)) => (k, HOSTILE_IOVA),
+                _ => (
+                    rng.next() as u32,
+                    f.canary + rng.below(CANARY / 4096) * 4096,
+                ),
+            };
+            let src = f.scratch_a;
+            let (qa, _) = &mut h.pairs[i];
+            let ka = {
+                let mut ha = Held::new(a);
+                ha.reg_mr(f.pda, src, 4096, ACC_ALL)
+            };
+            post_send_mem(
+                &a.mem,
+                qa,
+                &Wqe {
+                    wr_id: 7,
+                    opcode: VRDMA_WR_RDMA_WRITE,
+                    flags: VRDMA_SEND_SIGNALED,
+                    sges: vec![(src, 4096, ka)],
+                    remote_addr,
+                    rkey,
+                    ..Default::default()
+                },
+            );
+            a.db.push(VrdmaDoorbell {
+                type_: VRDMA_DB_SQ,
+                id: qa.qpn,
+            });
+            let mut ha = Held::new(a);
+            ha.cmd(VRDMA_CMD_DEREG_MR, handle(ka).as_bytes()).unwrap();
+        }
+        3 if !h.pairs.is_empty() => {
+            let i = rng.below(h.pairs.len() as u64) as usize;
+            let (qa, qb) = h.pairs.swap_remove(i);
+            if rng.below(2) == 0 {
+                Held::new(a).qp_to_err(qa.qpn);
+            }
+            Held::new(a)
+                .cmd(VRDMA_CMD_DESTROY_QP, handle(qa.qpn).as_bytes())
+                .unwrap();
+            Held::new(b)
+                .cmd(VRDMA_CMD_DESTROY_QP, handle(qb.qpn).as_bytes())
+                .unwrap();
+        }
+        4 => {
+            // An MR on B whose every page is the scratch page (aliased page list).
+            if h.mrs_b.is_empty() || (h.mrs_b.len() < 128 && rng.below(3) != 0) {
+                // Up to 1 MiB lists: 128 of them exceed the budget, so some get NO_RESOURCES.
+                let np = 1 + rng.below(1 << 17);
+                let c = VrdmaCmdRegMr {
+                    pdn: f.pdb,
+                    access: ACC_ALL,
+                    iova: HOSTILE_IOVA,
+                    length: np * 4096,
+                    page_shift: 12,
+                    npages: np as u32,
+                };
+                let mut req = c.as_bytes().to_vec();
+                for _ in 0..np {
+                    req.extend_from_slice(&f.scratch_b.to_le_bytes());
+                }
+                match Held::new(b).cmd(VRDMA_CMD_REG_MR, &req) {
+                    Ok(r) => h.mrs_b.push(VrdmaRespRegMr::read_from(&r).unwrap().lkey),
+                    Err(st) => assert_eq!(st, VRDMA_STATUS_NO_RESOURCES),
+                }
+            } else {
+                let k = h
+                    .mrs_b
+                    .swap_remove(rng.below(h.mrs_b.len() as u64) as usize);
+                Held::new(b)
+                    .cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes())
+                    .unwrap();
+            }
+        }
+        5 => swap_mem_table(if rng.below(2) == 0 { a } else { b }),
+        7 => {
+            // The guest unmaps part of the ODP MR: resident chunks are dropped, the healthy
+            // WRITEs fault them in again.
+            let (key, iova, len) = f.odp;
+            let off = rng.below(len >> 12) << 12;
+            let c = VrdmaCmdOdpInvalidate {
+                mr_key: key,
+                reserved: 0,
+                iova: iova + off,
+                length: 4096 * (1 + rng.below(1024)),
+            };
+            let r = Held::new(b).cmd(VRDMA_CMD_ODP_INVALIDATE, c.as_bytes());
+            assert!(r.is_ok(), "ODP_INVALIDATE: {r:?}");
+        }
+        6 => {
+            // A doorbell storm: random types and ids, existing or not.
+            let s = if rng.below(2) == 0 { a } else { b };
+            let dbs: Vec<VrdmaDoorbell> = (0..64)
+                .map(|_| VrdmaDoorbell {
+                    type_: rng.below(6) as u32,
+                    id: if rng.below(2) == 0 {
+                        rng.next() as u32
+                    } else {
+                        rng.below(64) as u32
+                    },
+                })
+                .collect();
+            s.db.doorbells(&dbs);
+        }
+        _ => {}
+    }
+}
+
+/// Page requests answered by [`answer_pages`].
+static ANSWERED: AtomicUsize = AtomicUsize::new(0);
+
+/// The pager: answer a side's page requests as the driver would, identity-mapped. A request
+/// that ODP_INVALIDATE cancelled meanwhile is answered NOT_FOUND (spec §12.5).
+fn answer_pages(s: &Side) {
+    let mut h = Held::new(s);
+    for r in h.out.take_page_requests() {
+        if r.type_ != VRDMA_PAGEREQ_FAULT {
+            continue;
+        }
+        let sp = r.iova & !4095;
+        let ep = (r.iova + r.length + 4095) & !4095;
+        let c = VrdmaCmdOdpPageResp {
+            req_id: r.req_id,
+            mr_key: r.mr_key,
+            status: VRDMA_STATUS_OK,
+            flags: VRDMA_ODP_RESP_F_WRITABLE,
+            iova: sp,
+            npages: ((ep - sp) >> 12) as u32,
+            reserved: 0,
+        };
+        let mut req = c.as_bytes().to_vec();
+        for p in (sp..ep).step_by(4096) {
+            req.extend_from_slice(&p.to_le_bytes());
+        }
+        match h.cmd(VRDMA_CMD_ODP_PAGE_RESP, &req) {
+            Ok(_) | Err(VRDMA_STATUS_NOT_FOUND) => {}
+            Err(st) => panic!("ODP_PAGE_RESP: status {st}"),
+        }
+        ANSWERED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn engines_and_commands_concurrently_lose_nothing() {
+    let secs = std::env::var("VRDMA_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(6)
+        .clamp(1, 20);
+    let seed = std::env::var("VRDMA_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0x5eed_cafe);
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |i| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        hook(i);
+    }));
+
+    let mut a = node(1);
+    let mut b = node(2);
+    let (start_a, start_b) = (a.dev.budget.used(), b.dev.budget.used());
+    let (pda, pdb) = (a.create_pd(), b.create_pd());
+    // The healthy pair.
+    let (hca, mut hcqa) = a.create_cq(4096);
+    let (hcb, mut hcqb) = b.create_cq(4096);
+    let mut qa = a.create_qp(QpSpec::rc(pda, hca));
+    let qb = b.create_qp(QpSpec::rc(pdb, hcb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(1 << 20);
+    let dst = b.alloc(1 << 20);
+    let odp = b.alloc(4 << 20);
+    let ka = a.reg_mr(pda, src, 1 << 20, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, 1 << 20, ACC_ALL);
+    let kodp = b.reg_odp_mr(pdb, odp, 4 << 20, ACC_ALL);
+    // Hostile QPs' CQs, B's canary and the scratch page.
+    let (cqa, mut hostile_cqa) = a.create_cq(4096);
+    let (cqb, mut hostile_cqb) = b.create_cq(4096);
+    let canary = b.alloc(CANARY);
+    let canary_data = pattern(0xca, CANARY as usize);
+    b.write(canary, &canary_data);
+    let f = Fixture {
+        pda,
+        pdb,
+        cqa,
+        cqb,
+        canary,
+        odp: (kodp, odp, 4 << 20),
+        scratch_b: b.alloc(4096),
+        scratch_a: a.alloc(4096),
+    };
+
+    let (ua, ub) = udp_pair();
+    let (mem_a, mem_b) = (a.mem.clone(), b.mem.clone());
+    let da = detach(&mut a);
+    let db = detach(&mut b);
+    let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
+    let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
+    let sa = Arc::new(Side {
+        node: Mutex::new(a),
+        dev: da.clone(),
+        db: ea.sender(),
+        mem: mem_a.clone(),
+    });
+    let sb = Arc::new(Side {
+        node: Mutex::new(b),
+        dev: db.clone(),
+        db: eb.sender(),
+        mem: mem_b.clone(),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let f = Arc::new(f);
+    let churn = {
+        let (sa, sb, stop, f) = (sa.clone(), sb.clone(), stop.clone(), f.clone());
+        let (ma, mb) = (mem_a.clone(), mem_b.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(seed | 1);
+            let mut h = Hostile::default();
+            let mut steps = 0u64;
+            let mut hostile_errors = 0usize;
+            while !stop.load(Ordering::Acquire) {
+                churn_step(&sa, &sb, &f, &mut h, &mut rng);
+                answer_pages(&sb);
+                // Hostile CQEs are drained so the CQs never overflow; any status is fine.
+                hostile_errors += poll(&ma, &mut hostile_cqa)
+                    .iter()
+                    .filter(|c| c.status != VRDMA_WC_SUCCESS)
+                    .count();
+                let _ = poll(&mb, &mut hostile_cqb);
+                for s in [&sa, &sb] {
+                    let dev = s.dev.lock().expect("device lock poisoned");
+                    assert!(dev.budget.used() <= dev.budget.limit());
+                }
+                steps += 1;
+            }
+            // Destroy everything the churn made.
+            for (qa, qb) in h.pairs.drain(..) {
+                Held::new(&sa)
+                    .cmd(VRDMA_CMD_DESTROY_QP, handle(qa.qpn).as_bytes())
+                    .unwrap();
+                Held::new(&sb)
+                    .cmd(VRDMA_CMD_DESTROY_QP, handle(qb.qpn).as_bytes())
+                    .unwrap();
+            }
+            for k in h.mrs_b.drain(..) {
+                Held::new(&sb)
+                    .cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes())
+                    .unwrap();
+            }
+            (steps, hostile_errors)
+        })
+    };
+    // The pager also runs here between rounds, so the healthy ODP WRITEs never wait for the
+    // churn thread alone.
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut rounds = 0u64;
+    let mut rq = qb.rq.clone().unwrap();
+    while Instant::now() < deadline {
+        let base = rounds * 16;
+        let mut want = Vec::new();
+        let mut expect_data = Vec::new();
+        for i in 0..8u64 {
+            let len = 1 + rng.below(16 << 10);
+            let off = i * (64 << 10);
+            let data = pattern(base + i, len as usize);
+            mem_a.write(src + off, &data).unwrap();
+            post_send_mem(
+                &mem_a,
+                &mut qa,
+                &Wqe {
+                    wr_id: base + i,
+                    opcode: VRDMA_WR_RDMA_WRITE,
+                    flags: VRDMA_SEND_SIGNALED,
+                    sges: vec![(src + off, len as u32, ka)],
+                    remote_addr: dst + off,
+                    rkey: kb,
+                    ..Default::default()
+                },
+            );
+            want.push(base + i);
+            expect_data.push((dst + off, data));
+        }
+        // Into the ODP MR: faults, RNR NAKs and page answers on the way.
+        let odp_off = rng.below(4 << 20 >> 12) << 12;
+        let odp_len = 4096.min((4 << 20) - odp_off);
+        let odp_data = pattern(base + 8, odp_len as usize);
+        mem_a.write(src + (8 << 16), &odp_data).unwrap();
+        post_send_mem(
+            &mem_a,
+            &mut qa,
+            &Wqe {
+                wr_id: base + 8,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(src + (8 << 16), odp_len as u32, ka)],
+                remote_addr: odp + odp_off,
+                rkey: kodp,
+                ..Default::default()
+            },
+        );
+        want.push(base + 8);
+        expect_data.push((odp + odp_off, odp_data));
+        // A SEND into a posted receive.
+        let msg = pattern(base + 9, 512);
+        mem_a.write(src + (9 << 16), &msg).unwrap();
+        {
+            let mut hb = Held::new(&sb);
+            hb.post_recv(&mut rq, base + 9, &[(dst + (15 << 16), 4096, kb)]);
+        }
+        post_send_mem(
+            &mem_a,
+            &mut qa,
+            &Wqe {
+                wr_id: base + 9,
+                opcode: VRDMA_WR_SEND,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(src + (9 << 16), 512, ka)],
+                ..Default::default()
+            },
+        );
+        want.push(base + 9);
+        sa.db.push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: qa.qpn,
+        });
+        let (mut got, mut recv) = (Vec::new(), Vec::new());
+        let t0 = Instant::now();
+        while got.len() < want.len() || recv.is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "round {rounds}: lost CQEs: got {got:?} recv {recv:?}"
+            );
+            answer_pages(&sb);
+            std::thread::sleep(Duration::from_millis(1));
+            got.extend(poll(&mem_a, &mut hcqa));
+            recv.extend(poll(&mem_b, &mut hcqb));
+        }
+        assert!(
+            got.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
+            "round {rounds}: {got:?}"
+        );
+        let mut ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
+        ids.sort_unstable();
+        assert_eq!(
+            ids, want,
+            "round {rounds}: each signaled WQE completes once"
+        );
+        assert_eq!(recv.len(), 1);
+        assert_eq!(
+            (recv[0].wr_id, recv[0].status),
+            (base + 9, VRDMA_WC_SUCCESS)
+        );
+        for (gpa, data) in &expect_data {
+            let mut buf = vec![0u8; data.len()];
+            mem_b.read(*gpa, &mut buf).unwrap();
+            assert!(buf == *data, "round {rounds}: WRITE data at {gpa:#x}");
+        }
+        let mut buf = vec![0u8; 512];
+        mem_b.read(dst + (15 << 16), &mut buf).unwrap();
+        assert_eq!(buf, msg, "round {rounds}: SEND data");
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Release);
+    let (steps, hostile_errors) = churn.join().expect("command thread panicked");
+    let answered = ANSWERED.load(Ordering::Relaxed);
+    // Nothing arrives late on the healthy CQs: no CQE twice.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(poll(&mem_a, &mut hcqa).is_empty(), "a CQE completed twice");
+    let mut canary_now = vec![0u8; CANARY as usize];
+    mem_b.read(canary, &mut canary_now).unwrap();
+    assert!(canary_now == canary_data, "a peer wrote outside its MRs");
+
+    // Destroy the healthy objects too: the budget goes back to where it started.
+    {
+        let mut ha = Held::new(&sa);
+        for (op, h) in [
+            (VRDMA_CMD_DESTROY_QP, qa.qpn),
+            (VRDMA_CMD_DEREG_MR, ka),
+            (VRDMA_CMD_DESTROY_CQ, hca),
+            (VRDMA_CMD_DESTROY_CQ, cqa),
+        ] {
+            ha.cmd(op, handle(h).as_bytes()).unwrap();
+        }
+        assert_eq!(
+            ha.dev.budget.used(),
+            start_a,
+            "A's budget after destroying everything"
+        );
+        assert!(ha.dev.budget.peak() <= BUDGET);
+    }
+    {
+        let mut hb = Held::new(&sb);
+        for (op, h) in [
+            (VRDMA_CMD_DESTROY_QP, qb.qpn),
+            (VRDMA_CMD_DEREG_MR, kb),
+            (VRDMA_CMD_DEREG_MR, kodp),
+            (VRDMA_CMD_DESTROY_CQ, hcb),
+            (VRDMA_CMD_DESTROY_CQ, cqb),
+        ] {
+            hb.cmd(op, handle(h).as_bytes()).unwrap();
+        }
+        assert_eq!(
+            hb.dev.budget.used(),
+            start_b,
+            "B's budget after destroying everything"
+        );
+        assert!(hb.dev.budget.peak() <= BUDGET);
+    }
+    ea.stop();
+    eb.stop();
+    assert!(
+        da.lock().is_ok() && db.lock().is_ok(),
+        "a device lock is poisoned"
+    );
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");
+    eprintln!(
+        "stress: {rounds} healthy rounds, {steps} command steps, {hostile_errors} hostile \
+         error CQEs, {answered} page requests answered in {secs} s"
+    );
+    assert!(
+        rounds > 0 && steps > 0,
+        "rounds {rounds}, command steps {steps}"
+    );
+    assert!(
+        hostile_errors > 0,
+        "no hostile WRITE was refused: the churn tested nothing"
+    );
+    assert!(answered > 0, "no ODP fault happened");
+}

@@ -1,0 +1,94 @@
+//! Harnesses of the coverage-guided fuzz targets (`src/bin/*.rs`, one per attack surface of
+//! spec §16): each takes the fuzzer's bytes, builds fresh device state from the integration
+//! tests' fixtures (`backend/tests/common`, the driver's own command path) and feeds the bytes in
+//! as the untrusted input of its surface. A fresh state per input keeps every finding
+//! reproducible from its input file alone; state carries across the commands, WQEs or frames
+//! *within* one input. A panic anywhere is a finding (the daemon must not panic on guest or wire
+//! input, spec §14); the binaries abort on it so AFL records a crash.
+//!
+//! Run outside AFL, a target binary reads one input from stdin (replaying a seed or a crash;
+//! `VRDMA_FUZZ_TRACE=1` prints what the harness did). A crash, once understood, becomes a plain
+//! test in `backend/tests/` built from the same fixtures.
+
+#[path = "../../backend/tests/common/mod.rs"]
+#[allow(dead_code, clippy::all)]
+pub mod common;
+
+pub mod bed;
+pub mod chains;
+pub mod control;
+pub mod packets;
+pub mod pagelists;
+pub mod wqes;
+
+/// A cursor over the fuzzer's bytes; reads past the end give zeros, so every input decodes.
+#[derive(Debug)]
+pub struct Input<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Input<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Input { data, pos: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+
+    pub fn u8(&mut self) -> u8 {
+        let v = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        v
+    }
+
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+
+    pub fn u32(&mut self) -> u32 {
+        u32::from(self.u16()) | (u32::from(self.u16()) << 16)
+    }
+
+    pub fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | (u64::from(self.u32()) << 32)
+    }
+
+    /// Up to `n` bytes (fewer at the end of the input).
+    pub fn bytes(&mut self, n: usize) -> &'a [u8] {
+        let start = self.pos.min(self.data.len());
+        let end = self.pos.saturating_add(n).min(self.data.len());
+        self.pos = self.pos.saturating_add(n);
+        &self.data[start..end]
+    }
+
+    /// Exactly `n` bytes, zero-padded.
+    pub fn padded(&mut self, n: usize) -> Vec<u8> {
+        let mut v = self.bytes(n).to_vec();
+        v.resize(n, 0);
+        v
+    }
+}
+
+/// `VRDMA_FUZZ_TRACE` set: the harnesses print what they did to stderr (checking seeds).
+pub fn trace() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VRDMA_FUZZ_TRACE").is_some())
+}
+
+/// Names of the targets, as `src/bin/<name>.rs`, `corpus/<name>/` and [`run`] know them.
+pub const TARGETS: [&str; 5] = ["control", "wqe", "pagelist", "packet", "vring"];
+
+/// Run target `name` on one input (for replays); false if the name is unknown.
+pub fn run(name: &str, data: &[u8]) -> bool {
+    match name {
+        "control" => control::run(data),
+        "wqe" => wqes::run(data),
+        "pagelist" => pagelists::run(data),
+        "packet" => packets::run(data),
+        "vring" => chains::run(data),
+        _ => return false,
+    }
+    true
+}

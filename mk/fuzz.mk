@@ -1,0 +1,54 @@
+# Coverage-guided fuzzing ([hardening] "Coverage-guided fuzzing"): AFL++ targets on the stable
+# toolchain through cargo-afl, in the crate fuzz/ (its own workspace and Cargo.lock; the main
+# workspace never builds it). Targets: control (commands), wqe (SQ WQEs), pagelist (REG_MR,
+# fast-reg and ring page lists), packet (wire frames, both roles), vring (descriptor chains).
+#
+#   make fuzz                      each target for FUZZ_SECONDS (60), with execs/s and coverage
+#   make fuzz FUZZ_TARGETS=packet FUZZ_SECONDS=600
+#   make fuzz-smoke                (in `make test`) every seed replayed, then each target fuzzed
+#                                  FUZZ_SMOKE_SECONDS (4) from fuzz/corpus/<target>/; fails loudly
+#   make fuzz-corpus               regenerate fuzz/corpus/ from real commands, WQEs and frames
+# Findings: $(RESULTS)/fuzz/<target>/default/crashes/; replay one with
+#   $(VRDMA_TARGET_DIR)/fuzz/release/<target> < <file>
+
+FUZZ_TARGETS ?= control wqe pagelist packet vring
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 4
+FUZZ_OUT ?= $(RESULTS)/fuzz
+# The fuzz build (instrumented, `fuzzing` feature) never shares artifacts with the workspace's.
+FUZZ_TARGET_DIR := $(VRDMA_TARGET_DIR)/fuzz
+FUZZ_BIN := $(FUZZ_TARGET_DIR)/release
+# Must match the `afl` crate version in fuzz/Cargo.lock.
+CARGO_AFL_VERSION := 0.18.2
+
+HOST_DEPS_STEPS += fuzz-deps
+BUILD_STEPS += fuzz-build
+TEST_STEPS += fuzz-smoke
+
+.PHONY: fuzz fuzz-deps fuzz-build fuzz-smoke fuzz-corpus
+
+# Idempotent: installs only what is missing. AFL++ itself is built by cargo-afl from the copy
+# of its sources in the crate (needs make and a C compiler), so crates.io and Debian suffice.
+fuzz-deps:
+	@command -v make >/dev/null || apt-get install -y --no-install-recommends make
+	@command -v cc >/dev/null || apt-get install -y --no-install-recommends gcc libc6-dev
+	@if ! $(CARGO) afl --version 2>/dev/null | grep -q "cargo-afl $(CARGO_AFL_VERSION)"; then \
+		echo "fuzz-deps: installing cargo-afl $(CARGO_AFL_VERSION)"; \
+		$(CARGO) install cargo-afl --locked --version $(CARGO_AFL_VERSION); \
+	fi
+	@out=$$($(CARGO) afl config --build 2>&1) || echo "$$out" | grep -q "already built" || { \
+		echo "$$out" >&2; echo "fuzz-deps: building AFL++ failed" >&2; exit 1; }
+
+fuzz-build:
+	cd "$(TOP)/fuzz" && CARGO_TARGET_DIR="$(FUZZ_TARGET_DIR)" $(CARGO) afl build --release --locked
+
+fuzz-smoke: fuzz-build
+	"$(TOP)/fuzz/fuzz.sh" smoke "$(FUZZ_BIN)" "$(FUZZ_OUT)/smoke" $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
+	@mkdir -p "$(FUZZ_OUT)"
+	"$(TOP)/fuzz/fuzz.sh" run "$(FUZZ_BIN)" "$(FUZZ_OUT)" $(FUZZ_SECONDS) $(FUZZ_TARGETS) \
+		| tee "$(FUZZ_OUT).txt"
+
+fuzz-corpus: fuzz-build
+	cd "$(TOP)/fuzz" && "$(FUZZ_BIN)/gen_corpus" corpus

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""make bench-vm: a Linux rxe pair and a vrdma pair of TCG guests in the same run, the same
+kernel, root filesystem and commands; a table with ratios and an SVG plot.
+
+  tests/bench_vm.py [--results DIR] [--plot FILE] [--iters N]
+
+Each pair is two guests on the udp uplink (rxe: QEMU's -netdev dgram; vrdma: vrdma-backend's
+udp uplink). The machine is shared and noisy: the figures are a ratio measured side by side,
+with the load average printed before and after each pair. Benchmarks, not pass criteria: the
+script fails only if a tool fails or prints no result.
+"""
+
+import argparse
+import os
+import re
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "images"))
+sys.path.insert(0, os.path.join(HERE, "vm"))
+
+import vrdmavm  # noqa: E402
+from harness import ib_dev, pair, roce_v2_gid_index  # noqa: E402
+
+# name, command (server side; the client adds the server's address), how to read the result,
+# unit, and whether bigger is better
+BW_ROW = r"^\s*%d\s+\d+\s+[\d.]+\s+([\d.]+)"
+
+
+def tools(iters):
+    return [
+        ("ib_write_bw 64 KiB", "ib_write_bw -d {dev} -x {gid} -s 65536 -n %d" % iters,
+         BW_ROW % 65536, "MB/s", True),
+        ("ib_read_bw 64 KiB", "ib_read_bw -d {dev} -x {gid} -s 65536 -n %d" % iters,
+         BW_ROW % 65536, "MB/s", True),
+        ("ib_send_bw 64 KiB", "ib_send_bw -d {dev} -x {gid} -s 65536 -n %d" % iters,
+         BW_ROW % 65536, "MB/s", True),
+        ("ib_atomic_bw 8 B", "ib_atomic_bw -d {dev} -x {gid} -n %d" % iters,
+         r"^\s*8\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", "Mpps", True),
+        ("ib_write_lat 8 B typical", "ib_write_lat -d {dev} -x {gid} -s 8 -n %d" % iters,
+         r"^\s*8\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", "us", False),
+        ("ibv_rc_pingpong 4 KiB", "ibv_rc_pingpong -d {dev} -g {gid} -s 4096 -n %d" % iters,
+         r"=\s*([\d.]+) usec/iter", "us/iter", False),
+    ]
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def measure(kind, iters, log):
+    out = {}
+    print("== %s pair (load %s)" % (kind, loadavg()), flush=True)
+    with vrdmavm.Cluster(n=2, kind=[kind, kind], uplink="udp") as c:
+        a, b = c.vms
+        for name, cmd, pattern, unit, _ in tools(iters):
+            srv = cmd.format(dev=ib_dev(a), gid=roce_v2_gid_index(a, ib_dev(a)))
+            cli = cmd.format(dev=ib_dev(b), gid=roce_v2_gid_index(b, ib_dev(b))) + " " + a.ip
+            sout, cout = pair(a, b, srv, cli, timeout=600, settle=2.0)
+            text = cout if "pingpong" not in cmd else cout + sout
+            log.write("### %s %s\n%s\n" % (kind, name, text))
+            m = re.search(pattern, text, re.M)
+            if m is None:
+                raise SystemExit("%s on the %s pair printed no result:\n%s" % (name, kind, text))
+            out[name] = float(m.group(1))
+            print("   %-26s %12.2f %s" % (name, out[name], unit), flush=True)
+    print("   (load %s)" % loadavg(), flush=True)
+    return out
+
+
+def svg(rows, path):
+    """Horizontal bars: how many times better vrdma is than rxe per metric (log scale)."""
+    import math
+    w, bar, gap, left, top = 760, 26, 12, 230, 50
+    h = top + len(rows) * (bar + gap) + 40
+    vmax = max(r[3] for r in rows)
+    span = math.log10(max(vmax, 10)) * 1.1
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+             'font-family="sans-serif" font-size="13">' % (w, h),
+             '<rect width="100%" height="100%" fill="white"/>',
+             '<text x="%d" y="24" font-size="15" font-weight="bold">vrdma vs Linux rxe, '
+             'two TCG guests each (x times better, log scale)</text>' % 10]
+    for i, (name, rxe, vr, ratio, unit) in enumerate(rows):
+        y = top + i * (bar + gap)
+        length = max(2, (w - left - 80) * math.log10(max(ratio, 1.0001)) / span)
+        parts.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (
+            left - 8, y + bar * 0.7, name))
+        parts.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="#3a7bd5"/>' % (
+            left, y, length, bar))
+        parts.append('<text x="%.1f" y="%d">%.1f×  (%.3g vs %.3g %s)</text>' % (
+            left + length + 6, y + bar * 0.7, ratio, vr, rxe, unit))
+    parts.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>' % (
+        left, top - 6, left, h - 34))
+    parts.append('<text x="10" y="%d" font-size="11" fill="#555">measured by make bench-vm on '
+                 '%s, 2-core host, QEMU TCG; vrdma over its udp uplink, rxe over -netdev dgram'
+                 '</text>' % (h - 12, time.strftime("%Y-%m-%d")))
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=os.path.join(REPO, "results"))
+    p.add_argument("--plot", default=None, help="SVG path (default RESULTS/bench-vm.svg)")
+    p.add_argument("--iters", type=int, default=500)
+    a = p.parse_args()
+    os.makedirs(a.results, exist_ok=True)
+    plot = a.plot or os.path.join(a.results, "bench-vm.svg")
+    with open(os.path.join(a.results, "bench-vm.log"), "w") as log:
+        rxe = measure("rxe", a.iters, log)
+        vr = measure("vrdma", a.iters, log)
+    rows = []
+    print("\n| metric | rxe pair | vrdma pair | vrdma vs rxe |\n|---|---|---|---|")
+    for name, _, _, unit, bigger in tools(a.iters):
+        ratio = vr[name] / rxe[name] if bigger else rxe[name] / vr[name]
+        rows.append((name, rxe[name], vr[name], ratio, unit))
+        print("| %s | %.2f %s | %.2f %s | %.1f× |" % (name, rxe[name], unit, vr[name], unit, ratio))
+    svg(rows, plot)
+    print("plot: %s" % plot)
+    w = rows[0]
+    print("bench-vm: ib_write_bw 64 KiB vrdma/rxe = %.1f x" % w[3])
+
+
+if __name__ == "__main__":
+    main()
