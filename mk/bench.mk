@@ -3,7 +3,8 @@
 #
 #   make bench                     every section, printed as tables (a few minutes at most)
 #   make bench BENCH_ARGS="engine odp-reg"    only some sections
-#                                  (engine, engine-qps, odp-reg, odp-touch, odp-steady, wire)
+#                                  (engine, engine-qps, odp-reg, odp-touch, odp-steady, wire,
+#                                  headline: the closing headline lines, run last)
 #   make bench BENCH_ARGS=--quick  fewer and shorter runs
 # The tables are also saved to $(RESULTS)/bench.txt.
 

@@ -29,7 +29,7 @@ use thiserror::Error;
 
 use crate::device::Device;
 use crate::qp::QpType;
-use crate::uplink::{Uplink, UplinkError};
+use crate::uplink::{RxFrame, Uplink, UplinkError};
 
 #[derive(Debug, Error)]
 pub enum StatsError {
@@ -148,6 +148,43 @@ impl<U: Uplink> Uplink for Metered<U> {
                 add(&self.stats.rx_bytes, *n);
             }
             Ok(None) => {}
+            Err(_) => bump(&self.stats.rx_errors),
+        }
+        r
+    }
+
+    // The batch calls forward to the inner uplink's own (sendmmsg / recvmmsg on UDP): the
+    // engine moves frames in batches, and the wrapper must not turn them back into one system
+    // call per frame.
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        let r = self.inner.send_batch(frames);
+        match &r {
+            Ok(n) => {
+                let sent = frames.get(..*n).unwrap_or(frames);
+                add(&self.stats.tx_frames, sent.len());
+                add(&self.stats.tx_bytes, sent.iter().map(|f| f.len()).sum());
+                // Frames not handed over are lost (a full socket buffer; RC retransmits).
+                add(&self.stats.drop_tx_busy, frames.len() - sent.len());
+            }
+            Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, frames.len()),
+            Err(_) => bump(&self.stats.tx_errors),
+        }
+        r
+    }
+
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        let before = frames.len();
+        let r = self.inner.recv_batch(bufs, frames);
+        match &r {
+            Ok(_) => {
+                let got = frames.get(before..).unwrap_or_default();
+                add(&self.stats.rx_frames, got.len());
+                add(&self.stats.rx_bytes, got.iter().map(|f| f.len).sum());
+            }
             Err(_) => bump(&self.stats.rx_errors),
         }
         r

@@ -132,6 +132,22 @@ impl<U: Uplink> Uplink for Counting<U> {
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         self.inner.recv(buf)
     }
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        let c = if self.a_to_b {
+            &self.frames.ab
+        } else {
+            &self.frames.ba
+        };
+        c.fetch_add(frames.len() as u64, Ordering::Relaxed);
+        self.inner.send_batch(frames)
+    }
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<vrdma_backend::uplink::RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        self.inner.recv_batch(bufs, frames)
+    }
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
@@ -144,6 +160,8 @@ pub struct Bed {
     pub link: Link,
     pub buf_len: u64,
     pub path_mtu: u32,
+    /// Ethernet MTU of both devices.
+    pub eth_mtu: u16,
 }
 
 /// IB MTU enum for a byte size.
@@ -201,8 +219,11 @@ impl Bed {
     ) -> Bed {
         // Each idle QP takes 4 pages of rings.
         let mem_mib = (buf_len >> 20) + 8 + (idle as u64 * 4 * 4096).div_ceil(1 << 20);
-        let mut a = Node::new(1, mem_mib, 9000);
-        let mut b = Node::new(2, mem_mib, 9000);
+        // The smallest standard Ethernet MTU that carries the path MTU (wire::mtu: 1500 holds
+        // 1024-byte RoCE payloads, 4096 needs jumbo frames).
+        let eth_mtu: u16 = if path_mtu <= 1024 { 1500 } else { 9000 };
+        let mut a = Node::new(1, mem_mib, eth_mtu);
+        let mut b = Node::new(2, mem_mib, eth_mtu);
         let pda = a.create_pd();
         let pdb = b.create_pd();
         let (ca, cqa) = a.create_cq(CQ_DEPTH);
@@ -295,6 +316,7 @@ impl Bed {
             link,
             buf_len,
             path_mtu,
+            eth_mtu,
         }
     }
 

@@ -2,7 +2,8 @@
 //! pass/fail tests). Release build, plain `std::time::Instant`, medians of many runs.
 //!
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
-//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire` (default: all).
+//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`, `headline`
+//! (default: all; `headline` last), `udp` (only the UDP headline points, for `perf record`).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs).
 
 #[path = "../../tests/common/mod.rs"]
@@ -10,19 +11,22 @@ mod common;
 
 mod bed;
 mod engine;
+mod headline;
 mod odp;
 mod util;
 mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 8] = [
     "engine",
     "engine-qps",
     "odp-reg",
     "odp-touch",
     "odp-steady",
     "wire",
+    "headline",
+    "udp",
 ];
 
 fn main() {
@@ -71,6 +75,13 @@ fn main() {
     }
     if on("wire") {
         wire::run(quick);
+    }
+    if on("headline") {
+        headline::run(quick);
+    }
+    // Not part of the default run (headline measures it): the UDP points alone, to profile.
+    if wanted.contains(&"udp") {
+        headline::print_udp(&headline::udp(quick));
     }
     println!();
     println!(

@@ -370,6 +370,7 @@ impl Device {
             sq_draining: false,
             req: Default::default(),
             resp: Default::default(),
+            tick: Default::default(),
             stats: Default::default(),
             charge,
         };

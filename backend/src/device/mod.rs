@@ -90,6 +90,12 @@ pub struct Device {
     flushing: bool,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
+    /// Transport deadlines and the tick worklist (transport/timers.rs).
+    pub timers: crate::transport::timers::TimerQueue,
+    /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
+    pub range_scratch: Vec<crate::memory::mr::GuestRange>,
+    /// The responder's reusable RETH translation vector.
+    pub resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
 }
 
 impl std::fmt::Debug for Device {
@@ -125,6 +131,9 @@ impl Device {
             flush_queue: VecDeque::new(),
             flushing: false,
             needs_reset: false,
+            timers: Default::default(),
+            range_scratch: Vec::new(),
+            resp_range_scratch: Vec::new(),
             config,
             mem,
             out,
@@ -144,6 +153,7 @@ impl Device {
         self.outbox.clear();
         self.flush_queue.clear();
         self.needs_reset = false;
+        self.timers.clear();
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

@@ -784,6 +784,26 @@ impl MrTable {
         len: u64,
         access: u32,
     ) -> Result<Vec<GuestRange>, MrError> {
+        let mut out = Vec::new();
+        self.resolve_into(waiter, key, pd, iova, len, access, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`MrTable::resolve_for`] into `out` (cleared first), so a caller on the data path can
+    /// reuse one vector: pinned MRs (DMA, page list, fast-reg) then translate without
+    /// allocating. On error `out` is left empty.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resolve_into(
+        &mut self,
+        waiter: Option<u32>,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+        out: &mut Vec<GuestRange>,
+    ) -> Result<(), MrError> {
+        out.clear();
         let now = self.odp.now();
         let idx = key_index(key) as usize;
         let mem = &self.mem;
@@ -799,7 +819,7 @@ impl MrTable {
         }
         check_mr(mr, key, pd, iova, len, access)?;
         if len == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let mr_iova = mr.iova;
         let mr_len = mr.length;
@@ -808,24 +828,27 @@ impl MrTable {
                 if !mem.check_range(iova, len) {
                     return Err(MrError::BadAddress { gpa: iova });
                 }
-                Ok(vec![GuestRange { gpa: iova, len }])
+                out.push(GuestRange { gpa: iova, len });
             }
             MrKind::PageList { page_shift, pages }
             | MrKind::FastReg {
                 page_shift, pages, ..
-            } => Ok(translate_pages(mr_iova, *page_shift, pages, iova, len)),
-            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => odp.resolve(
-                o,
-                key,
-                mr_iova,
-                mr_len,
-                iova,
-                len,
-                access & ACCESS_WRITES != 0,
-                waiter,
-                now,
-            ),
+            } => translate_pages(mr_iova, *page_shift, pages, iova, len, out),
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => {
+                *out = odp.resolve(
+                    o,
+                    key,
+                    mr_iova,
+                    mr_len,
+                    iova,
+                    len,
+                    access & ACCESS_WRITES != 0,
+                    waiter,
+                    now,
+                )?
+            }
         }
+        Ok(())
     }
 
     /// QPNs whose ODP faults were resolved (resident, failed or timed out) since the last call;
@@ -886,11 +909,11 @@ fn translate_pages(
     pages: &[u64],
     iova: u64,
     len: u64,
-) -> Vec<GuestRange> {
+    out: &mut Vec<GuestRange>,
+) {
     let ps = 1u64 << page_shift;
     let mut off = (mr_iova & (ps - 1)) + (iova - mr_iova);
     let mut left = len;
-    let mut out: Vec<GuestRange> = Vec::new();
     while left > 0 {
         let pi = (off >> page_shift) as usize;
         let in_page = off & (ps - 1);
@@ -907,7 +930,6 @@ fn translate_pages(
         off += n;
         left -= n;
     }
-    out
 }
 
 /// The checks `check_access` and `resolve_for` share, on an MR already found by its key: PD,

@@ -131,6 +131,8 @@ pub struct Qp {
     pub req: RequesterState,
     /// Responder protocol state (owned by transport/).
     pub resp: ResponderState,
+    /// The device timer queue's marks for this QP (owned by transport/timers.rs).
+    pub tick: crate::transport::timers::TickMarks,
     /// Transport counters (`stats.rs`), written by transport/.
     pub stats: crate::stats::QpStats,
     /// Host memory the QP holds for its whole life (spec §16, see
@@ -539,6 +541,7 @@ mod tests {
             sq_draining: false,
             req: Default::default(),
             resp: Default::default(),
+            tick: Default::default(),
             stats: Default::default(),
             charge: Default::default(),
         }

@@ -185,6 +185,7 @@ pub fn take_req(dev: &mut Device, qpn: u32) -> Option<RequesterState> {
 pub fn put_req(dev: &mut Device, qpn: u32, st: RequesterState) {
     if let Some(qp) = dev.qps.get_mut(qpn) {
         qp.req = st;
+        super::timers::note_req(dev, qpn);
     }
 }
 
@@ -202,6 +203,7 @@ pub fn take_resp(dev: &mut Device, qpn: u32) -> Option<ResponderState> {
 pub fn put_resp(dev: &mut Device, qpn: u32, st: ResponderState) {
     if let Some(qp) = dev.qps.get_mut(qpn) {
         qp.resp = st;
+        super::timers::note_resp(dev, qpn);
     }
 }
 
@@ -395,40 +397,6 @@ pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) 
 /// The transport counters of QP `qpn` (host-side stats, `stats.rs`).
 pub fn qp_stats(dev: &mut Device, qpn: u32) -> Option<&mut crate::stats::QpStats> {
     dev.qps.get_mut(qpn).map(|q| &mut q.stats)
-}
-
-/// QPNs whose responder has READ responses queued.
-pub fn qpns_with_replies(dev: &Device) -> Vec<u32> {
-    dev.qps
-        .iter()
-        .filter(|q| !q.resp.replies.is_empty())
-        .map(|q| q.qpn)
-        .collect()
-}
-
-/// QPNs in RTS with fetched WQEs not yet started (e.g. after SQD → RTS, which rings no doorbell).
-pub fn qpns_with_pending_sends(dev: &Device) -> Vec<u32> {
-    dev.qps
-        .iter()
-        .filter(|q| {
-            q.state == crate::qp::QpState::Rts
-                && q.req.odp_wait.is_none()
-                && q.req.rnr_deadline.is_none()
-                && !q.req.stopped
-                && q.req.wqes.iter().any(|w| !w.sent_once && !w.is_local())
-                && q.req.psn.wrapping_sub(q.req.una) & super::PSN_MASK < q.req.window()
-        })
-        .map(|q| q.qpn)
-        .collect()
-}
-
-/// QPNs whose requester has an armed timer.
-pub fn qpns_with_timers(dev: &Device) -> Vec<u32> {
-    dev.qps
-        .iter()
-        .filter(|q| q.req.retrans_deadline.is_some() || q.req.rnr_deadline.is_some())
-        .map(|q| q.qpn)
-        .collect()
 }
 
 /// A completion queue entry (spec §7, 64 bytes) as the transport builds it.

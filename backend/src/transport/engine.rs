@@ -28,10 +28,14 @@ use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
-use crate::uplink::{Uplink, UplinkError, MAX_FRAME};
+use crate::uplink::{RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
 
-/// Frames taken from the uplink per batch (bounds the time the device lock is held).
-const RX_BATCH: usize = 256;
+/// Frames taken from the uplink per batch (bounds the time the device lock is held, and the
+/// receive buffers: RX_BATCH × MAX_FRAME bytes per engine).
+const RX_BATCH: usize = 128;
+
+/// Received frames handled per clock read (see `run`).
+const FRAMES_PER_CLOCK: usize = 16;
 
 const TOKEN_KICK: u64 = 1;
 const TOKEN_TIMER: u64 = 2;
@@ -214,12 +218,16 @@ fn run(
     port: &PortStats,
 ) {
     let mut events = vec![EpollEvent::default(); 8];
-    let mut buf = vec![0u8; MAX_FRAME];
-    let mut frames: Vec<Vec<u8>> = Vec::with_capacity(RX_BATCH);
+    // Receive buffers, reused every batch: frames are parsed in place (no copy per frame).
+    let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
+    let mut frames: Vec<RxFrame> = Vec::with_capacity(RX_BATCH);
     let mut uplink_more = true;
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
     let mut looped: Vec<Vec<u8>> = Vec::new();
+    // Frames for the uplink, swapped with `Device::outbox` (both keep their capacity).
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut to_uplink: Vec<Vec<u8>> = Vec::new();
     loop {
         // Wait unless the last batch left frames on the uplink or looped back.
         let timeout = if uplink_more || !looped.is_empty() {
@@ -252,35 +260,53 @@ fn run(
         }
         let dbs = lock(&sender.queue).take();
         frames.clear();
+        let mut used = 0;
         uplink_more = false;
-        while frames.len() < RX_BATCH {
-            match uplink.recv(&mut buf) {
-                Ok(Some(len)) => frames.push(buf[..len].to_vec()),
-                Ok(None) => break,
-                Err(UplinkError::Truncated { .. }) => continue,
+        while used < RX_BATCH {
+            let from = frames.len();
+            match uplink.recv_batch(&mut bufs[used..], &mut frames) {
+                Ok(0) => break,
+                Ok(k) => {
+                    for f in &mut frames[from..] {
+                        f.slot += used;
+                    }
+                    used += k;
+                }
                 Err(e) => {
                     log::warn!("engine: uplink receive: {e}");
                     break;
                 }
             }
         }
-        if frames.len() == RX_BATCH {
+        if used == RX_BATCH {
             uplink_more = true;
         }
-        let now = Instant::now();
-        let (out, next) = {
+        let next = {
             let mut d = lock(&dev);
+            // One clock read per FRAMES_PER_CLOCK frames, not per frame: deadlines armed from
+            // it are at most that many frames' work early.
+            let mut now = Instant::now();
             super::on_doorbells(&mut d, &dbs);
             for f in looped.drain(..) {
-                super::on_frame(&mut d, &f);
+                super::on_frame_at(&mut d, &f, now);
+                super::packet::recycle_frame(f);
             }
-            for f in &frames {
+            for (i, rx) in frames.iter().enumerate() {
+                if i % FRAMES_PER_CLOCK == FRAMES_PER_CLOCK - 1 {
+                    now = Instant::now();
+                }
+                let Some(f) = bufs
+                    .get(rx.slot)
+                    .and_then(|b| b.get(rx.off..rx.off + rx.len))
+                else {
+                    continue;
+                };
                 let mac = d.config.mac;
                 let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
                 match dest {
                     Destination::Engine => {
                         bump(&port.rx_to_engine);
-                        super::on_frame(&mut d, f)
+                        super::on_frame_at(&mut d, f, now)
                     }
                     Destination::Guest => {
                         bump(&port.rx_to_guest);
@@ -295,23 +321,32 @@ fn run(
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let (back, out): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut d.outbox).into_iter().partition(|f| {
-                    tx_destination(f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine
-                });
-            for _ in &back {
-                bump(&port.loopback_frames);
+            std::mem::swap(&mut out, &mut d.outbox);
+            for f in out.drain(..) {
+                if tx_destination(&f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine {
+                    bump(&port.loopback_frames);
+                    looped.push(f);
+                } else {
+                    to_uplink.push(f);
+                }
             }
-            looped.extend(back);
-            (out, next)
+            std::mem::swap(&mut out, &mut to_uplink);
+            next
         };
-        for f in &out {
-            match uplink.send(f) {
-                Ok(()) => {}
-                // A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
-                Err(UplinkError::WouldBlock) => {}
+        // Batched (sendmmsg on UDP). A full socket buffer is packet loss; RC retransmits
+        // (IBTA 9.7.6).
+        let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+        for chunk in out.chunks(IO_BATCH) {
+            for (s, f) in slices.iter_mut().zip(chunk) {
+                *s = f;
+            }
+            match uplink.send_batch(&slices[..chunk.len()]) {
+                Ok(_) | Err(UplinkError::WouldBlock) => {}
                 Err(e) => log::warn!("engine: uplink send: {e}"),
             }
+        }
+        for f in out.drain(..) {
+            super::packet::recycle_frame(f);
         }
         arm(&mut timer, next, Instant::now());
     }

@@ -196,6 +196,12 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
 
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
+    on_frame_at(dev, frame, Instant::now());
+}
+
+/// [`on_frame`] with the time the caller read once for its whole batch (the engine: one clock
+/// read per batch instead of per frame; deadlines armed from it are at most a batch early).
+pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     use crate::stats::bump;
     let Some(pkt) = packet::parse(frame) else {
         // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
@@ -226,7 +232,6 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
         s.rx_packets += 1;
         s.rx_bytes += frame.len() as u64;
     }
-    let now = Instant::now();
     if pkt.info.is_response() {
         with_req(dev, qpn, |dev, c, st| {
             completer::on_response(dev, c, st, &pkt, now);

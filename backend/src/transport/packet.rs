@@ -5,7 +5,7 @@
 
 use crate::wire::{
     Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Ieth, ImmDt, IpVersion,
-    Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
+    Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport, WireError,
 };
 
 /// Addressing of a QP's primary path or of an AH (spec §15): everything below the BTH.
@@ -133,6 +133,37 @@ pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
     })
 }
 
+thread_local! {
+    /// Frame buffers of this thread, reused: the engine returns every frame it has sent
+    /// ([`recycle_frame`]) and [`build`] takes from here, so the steady state allocates no frame.
+    /// Per thread because the engine thread both builds and sends; no lock on the data path.
+    static FRAME_POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most buffers a thread's frame pool keeps (beyond that, returned frames are freed).
+pub const FRAME_POOL_MAX: usize = 1024;
+
+/// A buffer for a new frame (empty, capacity of some earlier frame if one was returned).
+pub fn frame_buf() -> Vec<u8> {
+    FRAME_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_default()
+}
+
+/// Return a frame that has been sent (or dropped) to this thread's pool.
+pub fn recycle_frame(mut f: Vec<u8>) {
+    if f.capacity() == 0 {
+        return;
+    }
+    f.clear();
+    FRAME_POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < FRAME_POOL_MAX {
+            p.push(f);
+        }
+    });
+}
+
 /// Build one frame for `path` (see `transport::build_frame`).
 #[allow(clippy::too_many_arguments)]
 pub fn build(
@@ -146,6 +177,78 @@ pub fn build(
     hdrs: &TxHdrs,
     payload: &[u8],
 ) -> Option<Vec<u8>> {
+    let b = builder(
+        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs,
+    );
+    let mut out = frame_buf();
+    match b.build(&[payload], &mut out) {
+        Ok(()) => Some(out),
+        Err(e) => {
+            recycle_frame(out);
+            log::warn!("transport: cannot build {opcode:?}: {e}");
+            None
+        }
+    }
+}
+
+/// Why [`build_with`]'s fill failed.
+enum Built<E> {
+    Wire(WireError),
+    Fill(E),
+}
+
+impl<E> From<WireError> for Built<E> {
+    fn from(e: WireError) -> Self {
+        Built::Wire(e)
+    }
+}
+
+/// Build one frame whose `payload_len`-byte payload `fill` writes in place, straight into the
+/// frame buffer (e.g. gathered from guest memory: one copy per packet, no intermediate buffer).
+/// `Err` is `fill`'s error (the frame is dropped); `Ok(None)` means `wire` rejected the header
+/// combination (a transport bug, logged, seen as a lost packet).
+#[allow(clippy::too_many_arguments)]
+pub fn build_with<E>(
+    path: &Path,
+    src_qpn: u32,
+    dst_qpn: u32,
+    opcode: Opcode,
+    psn: u32,
+    solicited: bool,
+    ack_req: bool,
+    hdrs: &TxHdrs,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Option<Vec<u8>>, E> {
+    let b = builder(
+        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs,
+    );
+    let mut out = frame_buf();
+    match b.build_with(payload_len, &mut out, |buf| fill(buf).map_err(Built::Fill)) {
+        Ok(()) => Ok(Some(out)),
+        Err(Built::Fill(e)) => {
+            recycle_frame(out);
+            Err(e)
+        }
+        Err(Built::Wire(e)) => {
+            recycle_frame(out);
+            log::warn!("transport: cannot build {opcode:?}: {e}");
+            Ok(None)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn builder(
+    path: &Path,
+    src_qpn: u32,
+    dst_qpn: u32,
+    opcode: Opcode,
+    psn: u32,
+    solicited: bool,
+    ack_req: bool,
+    hdrs: &TxHdrs,
+) -> PacketBuilder {
     // Spec §15.4: the AV's flow label if set, else a hash of the QP pair (as Linux
     // rdma_calc_flow_label); the UDP source port is derived from it.
     let fl = if path.flow_label & 0xf_ffff != 0 {
@@ -178,14 +281,7 @@ pub fn build(
         immdt: hdrs.imm,
         ieth: hdrs.ieth,
     };
-    let mut out = Vec::new();
-    match b.build(&[payload], &mut out) {
-        Ok(()) => Some(out),
-        Err(e) => {
-            log::warn!("transport: cannot build {opcode:?}: {e}");
-            None
-        }
-    }
+    b
 }
 
 /// Spec §15.4 flow label of a QP pair: `v = lqpn × rqpn`, `v ^= v >> 20`, `v ^= v >> 40`,

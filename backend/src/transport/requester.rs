@@ -687,6 +687,16 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     Ok(())
 }
 
+/// Where a request packet's payload comes from (`send_wqe`).
+#[derive(Clone, Copy)]
+enum Src {
+    Empty,
+    /// ATOMIC WRITE's 8 bytes.
+    Atomic([u8; 8]),
+    /// The message at the WQE's offset: its inline data or its SGEs.
+    Message,
+}
+
 /// Outcome of copying between local SGEs and a buffer.
 pub(crate) enum SgeError {
     Fault { key: u32, iova: u64 },
@@ -704,6 +714,24 @@ pub(crate) fn sge_copy(
     buf: &mut [u8],
     scatter: bool,
 ) -> Result<(), SgeError> {
+    // The device's reusable range vector (no allocation per packet for pinned MRs).
+    let mut ranges = std::mem::take(&mut dev.range_scratch);
+    let r = sge_copy_with(dev, waiter, pdn, sges, off, buf, scatter, &mut ranges);
+    dev.range_scratch = ranges;
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sge_copy_with(
+    dev: &mut Device,
+    waiter: Option<u32>,
+    pdn: u32,
+    sges: &[Sge],
+    off: u64,
+    buf: &mut [u8],
+    scatter: bool,
+    ranges: &mut Vec<crate::memory::mr::GuestRange>,
+) -> Result<(), SgeError> {
     let mut skip = off;
     let mut done = 0usize;
     for s in sges {
@@ -717,22 +745,22 @@ pub(crate) fn sge_copy(
         }
         let n = ((slen - skip) as usize).min(buf.len() - done);
         let access = if scatter { ACCESS_LOCAL_WRITE } else { 0 };
-        let ranges = dev
-            .mrs
-            .resolve_for(
+        dev.mrs
+            .resolve_into(
                 waiter,
                 s.lkey,
                 pdn,
                 s.addr.wrapping_add(skip),
                 n as u64,
                 access,
+                ranges,
             )
             .map_err(|e| match e {
                 MrError::Fault { key, iova } => SgeError::Fault { key, iova },
                 _ => SgeError::Prot,
             })?;
         let mut p = done;
-        for r in ranges {
+        for r in ranges.iter() {
             // The translation must cover exactly the requested bytes; never index past them.
             let chunk = p
                 .checked_add(r.len as usize)
@@ -835,7 +863,9 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             ..Default::default()
         };
         let solicited = w.flags & SEND_SOLICITED != 0;
-        let mut payload: Vec<u8> = Vec::new();
+        // Where the payload comes from; it is written straight into the frame (one copy).
+        let mut src = Src::Empty;
+        let mut plen = 0usize;
         let (op, pos, npsn, last) = match w.opcode {
             WR_RDMA_READ => {
                 // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1).
@@ -871,7 +901,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     rkey: w.rkey,
                     dma_len: 8,
                 });
-                payload = w.atomic_write_data.to_vec();
+                src = Src::Atomic(w.atomic_write_data);
+                plen = 8;
                 (Operation::AtomicWrite, Position::Only, 1, true)
             }
             WR_FLUSH => {
@@ -897,30 +928,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                payload = vec![0u8; n];
-                if let Some(data) = &w.inline {
-                    let o = w.offset as usize;
-                    payload.copy_from_slice(&data[o..o + n]);
-                } else if n > 0 {
-                    // Borrow the SGE list out of the WQE for the copy (no per-packet clone).
-                    let off = w.offset;
-                    let sges = std::mem::take(&mut st.wqes[i].sges);
-                    let r = sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, &mut payload, false);
-                    st.wqes[i].sges = sges;
-                    match r {
-                        Ok(()) => {}
-                        Err(SgeError::Fault { key, iova }) => {
-                            st.odp_wait = Some(OdpWait { key, iova });
-                            return false;
-                        }
-                        Err(_) => {
-                            let w = &mut st.wqes[i];
-                            w.finish(WC_LOC_PROT_ERR, true);
-                            return true;
-                        }
-                    }
-                }
-                let w = &st.wqes[i];
+                src = Src::Message;
+                plen = n;
                 let is_write = matches!(w.opcode, WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM);
                 if is_write && first {
                     hdrs.reth = Some(Reth {
@@ -957,7 +966,11 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             && (last
                 || psn.is_multiple_of(ACK_EVERY)
                 || psn_diff(next, st.una) >= st.window() as i32);
-        let frame = super::build_frame(
+        // Borrow the SGE list out of the WQE for the gather (no per-packet clone).
+        let sges = std::mem::take(&mut st.wqes[i].sges);
+        let w = &st.wqes[i];
+        let (off, inline) = (w.offset, w.inline.as_deref());
+        let frame = super::packet::build_with(
             &path,
             ctx.qpn,
             dqpn,
@@ -966,13 +979,46 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             solicited && last,
             ack_req,
             &hdrs,
-            &payload,
+            plen,
+            |buf: &mut [u8]| match (src, inline) {
+                (Src::Empty, _) => Ok(()),
+                (Src::Atomic(d), _) => {
+                    buf.copy_from_slice(&d);
+                    Ok(())
+                }
+                (Src::Message, Some(data)) => {
+                    let o = off as usize;
+                    let d = o
+                        .checked_add(buf.len())
+                        .and_then(|e| data.get(o..e))
+                        .ok_or(SgeError::Len)?;
+                    buf.copy_from_slice(d);
+                    Ok(())
+                }
+                (Src::Message, None) if buf.is_empty() => Ok(()),
+                (Src::Message, None) => {
+                    sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, buf, false)
+                }
+            },
         );
-        if let Some(f) = frame {
-            // Behind the highest PSN ever sent: go-back-N is sending this packet again.
-            let again = psn_diff(psn, st.psn_high) < 0;
-            ctx::send_frame(dev, ctx.qpn, f, again);
+        st.wqes[i].sges = sges;
+        match frame {
+            Ok(Some(f)) => {
+                // Behind the highest PSN ever sent: go-back-N is sending this packet again.
+                let again = psn_diff(psn, st.psn_high) < 0;
+                ctx::send_frame(dev, ctx.qpn, f, again);
+            }
+            Ok(None) => {}
+            Err(SgeError::Fault { key, iova }) => {
+                st.odp_wait = Some(OdpWait { key, iova });
+                return false;
+            }
+            Err(_) => {
+                st.wqes[i].finish(WC_LOC_PROT_ERR, true);
+                return true;
+            }
         }
+        let plen = plen as u64;
         st.psn = next;
         if psn_diff(next, st.psn_high) > 0 {
             st.psn_high = next;
@@ -987,7 +1033,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
             w.state = WqeState::Sent;
             return st.rd_atomic_outstanding < max_rd;
         }
-        w.offset += payload.len() as u64;
+        w.offset += plen;
         if last {
             if ctx.is_rc() {
                 w.state = WqeState::Sent;

@@ -292,7 +292,8 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
     let mut r = Responder {
         ctx,
         pkt,
-        ranges: Vec::new(),
+        // Reused across packets (no allocation per packet for pinned MRs).
+        ranges: std::mem::take(&mut dev.resp_range_scratch),
         recv_status: WC_SUCCESS,
         odp: false,
         mem_fault: false,
@@ -306,6 +307,7 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         }
         step = r.step(dev, st, step);
     }
+    dev.resp_range_scratch = r.ranges;
 }
 
 impl Responder<'_, '_> {
@@ -650,10 +652,7 @@ impl Responder<'_, '_> {
             return RespStep::Execute;
         }
         match self.resolve(dev, rkey, va, len, access) {
-            Ok(r) => {
-                self.ranges = r;
-                RespStep::Execute
-            }
+            Ok(()) => RespStep::Execute,
             Err(s) => s,
         }
     }
@@ -674,10 +673,7 @@ impl Responder<'_, '_> {
             reth.dma_len as u64
         };
         match self.resolve(dev, reth.rkey, reth.va, len, access) {
-            Ok(r) => {
-                self.ranges = r;
-                RespStep::Execute
-            }
+            Ok(()) => RespStep::Execute,
             Err(s) => s,
         }
     }
@@ -723,10 +719,14 @@ impl Responder<'_, '_> {
         va: u64,
         len: u64,
         access: u32,
-    ) -> Result<Vec<GuestRange>, RespStep> {
+    ) -> Result<(), RespStep> {
         self.check_odp_caps(dev, rkey, access)?;
-        match dev.mrs.resolve(rkey, self.ctx.pdn, va, len, access) {
-            Ok(r) => Ok(r),
+        let pdn = self.ctx.pdn;
+        match dev
+            .mrs
+            .resolve_into(None, rkey, pdn, va, len, access, &mut self.ranges)
+        {
+            Ok(()) => Ok(()),
             // ODP at the responder: RNR NAK now, the page request is already on its way.
             Err(MrError::Fault { .. }) => {
                 self.odp = true;

@@ -2,7 +2,17 @@
 //! and the RNR back-off (IBTA 9.7.5.2.8, table 45). Deadlines live in
 //! [`super::RequesterState`]; [`on_tick`] fires the expired ones and returns the next deadline so
 //! the engine can program its timerfd.
+//!
+//! The cost of a tick does not grow with idle QPs: a [`TimerQueue`] (one per device) holds a
+//! min-heap of `(deadline, qpn)` entries, fed when the requester state goes back into its QP
+//! (`ctx::put_req`) with a deadline not queued yet, and a worklist of QPs that need a tick without
+//! a deadline (READ responses to pace, sends after SQD → RTS). Entries are deleted lazily: an entry
+//! is live only while it matches the QP's `TickMarks::queued`; re-arming pushes a new entry and
+//! makes the old one stale, which is dropped when it reaches the top. A tick visits the expired
+//! entries (live or stale) and the worklist, nothing else.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use super::ctx::{self, QpCtx};
@@ -43,11 +53,116 @@ pub fn next_deadline(st: &super::RequesterState) -> Option<Instant> {
     }
 }
 
-/// Fire expired timers of every QP; return the earliest pending deadline.
+/// Per-QP bookkeeping of the [`TimerQueue`], kept in the `Qp` (outside the requester and
+/// responder states, which are taken out while the transport works on them).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TickMarks {
+    /// The deadline of this QP's live heap entry, if any.
+    pub queued: Option<Instant>,
+    /// The QP is on the worklist.
+    pub listed: bool,
+}
+
+/// The device's timer heap and tick worklist (see the module comment).
+#[derive(Debug, Default)]
+pub struct TimerQueue {
+    heap: BinaryHeap<Reverse<(Instant, u32)>>,
+    work: Vec<u32>,
+    /// Spare buffer the worklist is swapped with during a tick (no allocation per tick).
+    spare: Vec<u32>,
+    /// Heap entries and worklist slots examined by ticks so far (test hook: the work per tick).
+    visited: u64,
+}
+
+impl TimerQueue {
+    /// Entries (heap and worklist) examined by all ticks so far.
+    pub fn visited(&self) -> u64 {
+        self.visited
+    }
+
+    /// Heap entries, stale ones included.
+    pub fn heap_len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.heap.clear();
+        self.work.clear();
+    }
+}
+
+/// Called when QP `qpn`'s requester state has been put back: queue its earliest deadline if it is
+/// not queued yet, and put the QP on the worklist if it has fetched WQEs that nothing else will
+/// start (the old per-tick scan's condition, minus the QP state, which the tick checks).
+pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
+    let Device { qps, timers, .. } = dev;
+    let Some(qp) = qps.get_mut(qpn) else {
+        return;
+    };
+    let st = &qp.req;
+    if let Some(d) = next_deadline(st) {
+        if qp.tick.queued != Some(d) {
+            qp.tick.queued = Some(d);
+            timers.heap.push(Reverse((d, qpn)));
+        }
+    }
+    let pending = st.odp_wait.is_none()
+        && st.rnr_deadline.is_none()
+        && !st.stopped
+        && st.psn.wrapping_sub(st.una) & super::PSN_MASK < st.window()
+        && st.wqes.iter().rev().any(|w| !w.sent_once && !w.is_local());
+    if pending && !qp.tick.listed {
+        qp.tick.listed = true;
+        timers.work.push(qpn);
+    }
+    // Stale entries are bounded by the re-arm rate × the timeout; rebuild the heap from the live
+    // entries when they dominate (amortised O(1) per push).
+    if timers.heap.len() > 2 * qps.len() as usize + 1024 {
+        timers.heap.clear();
+        for q in qps.iter() {
+            if let Some(d) = q.tick.queued {
+                timers.heap.push(Reverse((d, q.qpn)));
+            }
+        }
+    }
+}
+
+/// Called when QP `qpn`'s responder state has been put back: READ responses still queued need
+/// the next tick (responder.rs READ_BURST pacing).
+pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
+    let Device { qps, timers, .. } = dev;
+    let Some(qp) = qps.get_mut(qpn) else {
+        return;
+    };
+    if !qp.resp.replies.is_empty() && !qp.tick.listed {
+        qp.tick.listed = true;
+        timers.work.push(qpn);
+    }
+}
+
+/// Fire expired timers; run the worklist; return the earliest pending deadline. Work is
+/// proportional to the expired heap entries and the listed QPs, not to the number of QPs.
 pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     let mut next: Option<Instant> = None;
-    for qpn in ctx::qpns_with_timers(dev) {
-        let fired = with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
+    while let Some(&Reverse((d, qpn))) = dev.timers.heap.peek() {
+        if d > now {
+            next = Some(d);
+            break;
+        }
+        dev.timers.heap.pop();
+        dev.timers.visited += 1;
+        let live = match dev.qps.get_mut(qpn) {
+            Some(qp) if qp.tick.queued == Some(d) => {
+                qp.tick.queued = None;
+                true
+            }
+            _ => false,
+        };
+        if !live {
+            continue;
+        }
+        // `note_req` (through `with_req`) queues whatever deadline the QP has afterwards.
+        with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
             let mut fired = false;
             if st.retrans_deadline.is_some_and(|d| d <= now) {
                 if let Some(s) = ctx::qp_stats(dev, ctx.qpn) {
@@ -63,24 +178,38 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
             if fired {
                 requester::process(dev, ctx, st, now);
             }
-            next_deadline(st)
         });
-        if let Some(Some(d)) = fired {
-            next = Some(next.map_or(d, |n: Instant| n.min(d)));
-        }
     }
-    // Sends that nothing else will trigger (SQD → RTS).
-    for qpn in ctx::qpns_with_pending_sends(dev) {
-        super::requester::run(dev, qpn, now);
-    }
-    // Paced READ responses (responder.rs READ_BURST): continue them now.
-    for qpn in ctx::qpns_with_replies(dev) {
-        let more = super::with_resp(dev, qpn, |dev, c, st| {
-            super::responder::pump_replies(dev, c, st, super::responder::READ_BURST)
-        });
-        if more == Some(true) {
-            next = Some(next.map_or(now, |n: Instant| n.min(now)));
+    // The worklist: sends that nothing else will trigger (SQD → RTS) and paced READ responses.
+    // QPs that still need a tick are listed again by note_req / note_resp.
+    let mut work = std::mem::take(&mut dev.timers.spare);
+    std::mem::swap(&mut work, &mut dev.timers.work);
+    for &qpn in &work {
+        dev.timers.visited += 1;
+        let Some(qp) = dev.qps.get_mut(qpn) else {
+            continue;
+        };
+        qp.tick.listed = false;
+        if qp.state == crate::qp::QpState::Rts {
+            super::requester::run(dev, qpn, now);
         }
+        if dev.qps.get(qpn).is_some_and(|q| !q.resp.replies.is_empty()) {
+            let more = super::with_resp(dev, qpn, |dev, c, st| {
+                super::responder::pump_replies(dev, c, st, super::responder::READ_BURST)
+            });
+            if more == Some(true) {
+                next = Some(now);
+            }
+        }
+        // Still pending (e.g. in SQD until MODIFY_QP → RTS, which kicks the engine): stay listed.
+        note_req(dev, qpn);
+    }
+    work.clear();
+    dev.timers.spare = work;
+    // Listed QPs that could not proceed (e.g. SQD) wait for a kick, like before; an expired
+    // deadline re-queued during the tick fires on the next one.
+    if let Some(&Reverse((d, _))) = dev.timers.heap.peek() {
+        next = Some(next.map_or(d, |n: Instant| n.min(d)));
     }
     next
 }

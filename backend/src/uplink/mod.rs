@@ -59,7 +59,10 @@ pub enum UplinkError {
     TooLarge(usize),
 }
 
-/// An Ethernet frame pipe. Frames are whole Ethernet frames without FCS. Both calls are
+/// Frames moved per batched system call (`sendmmsg` / `recvmmsg` on the UDP uplink).
+pub const IO_BATCH: usize = 64;
+
+/// An Ethernet frame pipe. Frames are whole Ethernet frames without FCS. All calls are
 /// non-blocking; wait for readability on [`Uplink::as_raw_fd`] (epoll) before `recv`.
 pub trait Uplink: Send + Sync {
     /// Send one frame.
@@ -68,11 +71,74 @@ pub trait Uplink: Send + Sync {
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError>;
     /// The fd to poll for readability.
     fn as_raw_fd(&self) -> RawFd;
+
+    /// Send frames in order; returns how many were handed to the uplink. Frames after a
+    /// [`UplinkError::WouldBlock`] are not sent (loss, which RC retransmits); other per-frame
+    /// errors are logged by the caller's policy and skipped. Uplinks with a batched system
+    /// call override this (UDP: `sendmmsg`).
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        for (i, f) in frames.iter().enumerate() {
+            match self.send(f) {
+                Ok(()) => {}
+                Err(UplinkError::WouldBlock) => return Ok(i),
+                Err(e) if i == 0 => return Err(e),
+                Err(_) => return Ok(i),
+            }
+        }
+        Ok(frames.len())
+    }
+
+    /// Receive into up to `bufs.len()` buffers; returns how many buffers were used (0: none
+    /// pending) and appends the frames found to `frames` (a buffer may hold several frames when
+    /// the uplink merges datagrams, UDP GRO). Truncated frames are dropped. Uplinks with a
+    /// batched system call override this (UDP: `recvmmsg`).
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        let mut n = 0;
+        while n < bufs.len() {
+            match self.recv(&mut bufs[n]) {
+                Ok(Some(len)) => {
+                    frames.push(RxFrame {
+                        slot: n,
+                        off: 0,
+                        len,
+                    });
+                    n += 1;
+                }
+                Ok(None) => break,
+                Err(UplinkError::Truncated { .. }) => continue,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// One received frame: `bufs[slot][off..off + len]` of a [`Uplink::recv_batch`] call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxFrame {
+    pub slot: usize,
+    pub off: usize,
+    pub len: usize,
 }
 
 impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         (**self).send(frame)
+    }
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        (**self).send_batch(frames)
+    }
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        (**self).recv_batch(bufs, frames)
     }
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         (**self).recv(buf)
@@ -85,6 +151,16 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
 impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         (**self).send(frame)
+    }
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        (**self).send_batch(frames)
+    }
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        (**self).recv_batch(bufs, frames)
     }
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         (**self).recv(buf)

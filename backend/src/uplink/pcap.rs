@@ -318,6 +318,33 @@ impl<U: Uplink> Uplink for PcapTee<U> {
         Ok(r)
     }
 
+    // Forwarded so the capture keeps the inner uplink's batched system calls.
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        let n = self.inner.send_batch(frames)?;
+        for f in frames.iter().take(n) {
+            self.pcap.capture(f);
+        }
+        Ok(n)
+    }
+
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<super::RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        let before = frames.len();
+        let n = self.inner.recv_batch(bufs, frames)?;
+        for rx in frames.iter().skip(before) {
+            if let Some(f) = bufs
+                .get(rx.slot)
+                .and_then(|b| b.get(rx.off..rx.off.saturating_add(rx.len)))
+            {
+                self.pcap.capture(f);
+            }
+        }
+        Ok(n)
+    }
+
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }

@@ -104,6 +104,15 @@ impl UplinkSpec {
             UplinkSpec::Tap { name } => Box::new(TapUplink::open(name)?),
         })
     }
+
+    /// Open for a port of Ethernet MTU `mtu`: a TAP interface's MTU is raised to it (a UDP
+    /// datagram carries any frame up to `MAX_FRAME`).
+    pub fn open_for_mtu(&self, mtu: u16) -> Result<Box<dyn Uplink>, UplinkError> {
+        Ok(match self {
+            UplinkSpec::Tap { name } => Box::new(TapUplink::open_with_mtu(name, mtu)?),
+            _ => self.open()?,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -37,10 +37,12 @@ pub enum StartError {
 pub fn open_uplink(config: &Config) -> Result<Arc<dyn Uplink>, StartError> {
     let raw: Box<dyn Uplink> = match &config.uplink {
         Some(spec) => {
-            let u = spec.open().map_err(|source| StartError::Uplink {
-                spec: spec.to_string(),
-                source,
-            })?;
+            let u = spec
+                .open_for_mtu(config.mtu)
+                .map_err(|source| StartError::Uplink {
+                    spec: spec.to_string(),
+                    source,
+                })?;
             info!("uplink {spec}");
             u
         }

@@ -1,0 +1,129 @@
+//! The closing headline lines of `make bench` ([datapath] issue), every figure measured in this
+//! run: memcpy on one core as the yardstick, RC WRITE 64 KiB over the UDP uplink (two engine
+//! threads on loopback) at Ethernet MTU 9000 (path MTU 4096) and 1500 (path MTU 1024), the
+//! in-process figures, and the 64 B WRITE rate with 10000 idle QPs per device relative to none.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use crate::bed::{Bed, Mode, Reg};
+use crate::engine::{latency, point, stream, Op, Point};
+use crate::util::{fmt_secs, loadavg, median};
+
+/// memcpy bandwidth of one core: 64 MiB copies (far beyond the caches), MB (10^6 B) per second.
+fn memcpy_mbs(runs: usize) -> f64 {
+    let len = 64 << 20;
+    let src = vec![0x5au8; len];
+    let mut dst = vec![0u8; len];
+    dst.copy_from_slice(&src); // first touch
+    let mut v = Vec::new();
+    for _ in 0..runs.max(3) {
+        let t0 = Instant::now();
+        dst.copy_from_slice(black_box(&src));
+        black_box(&mut dst);
+        v.push(len as f64 / t0.elapsed().as_secs_f64() / 1e6);
+    }
+    median(&mut v)
+}
+
+/// 64 B WRITE message rate in-process with 10000 idle QPs per device relative to none, both
+/// as wall-clock rate and per CPU second of the bench thread (which runs the transport itself;
+/// independent of how much of the shared machine the bench got). The two beds alternate run by
+/// run so load changes hit both alike.
+fn idle_ratio(n: u64, runs: usize) -> (f64, f64, f64) {
+    let mut beds = [0u32, 10_000].map(|idle| {
+        let mut b = Bed::with_idle_qps(
+            Mode::InProc,
+            1024,
+            1 << 20,
+            Reg::Pinned,
+            Reg::Pinned,
+            0,
+            idle,
+        );
+        stream(&mut b, Op::Write, 64, 256);
+        b
+    });
+    let (mut wall, mut cpu) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    for _ in 0..runs {
+        for (k, bed) in beds.iter_mut().enumerate() {
+            let c0 = bed.engine_cpu();
+            let el = stream(bed, Op::Write, 64, n).as_secs_f64();
+            let c = bed.engine_cpu() - c0;
+            wall[k].push(n as f64 / el);
+            cpu[k].push(n as f64 / c.max(1e-9));
+        }
+    }
+    for b in beds {
+        b.finish();
+    }
+    let none = median(&mut wall[0]);
+    (
+        none,
+        median(&mut wall[1]) / none,
+        median(&mut cpu[1]) / median(&mut cpu[0]),
+    )
+}
+
+/// The UDP uplink points only (`udp` section: what to profile with `perf record`).
+pub fn udp(quick: bool) -> Vec<(u16, Point)> {
+    let runs = if quick { 3 } else { 5 };
+    let budget: u64 = if quick { 8 << 20 } else { 32 << 20 };
+    let mut udp = Vec::new();
+    for (eth, pmtu) in [(9000u16, 4096u32), (1500, 1024)] {
+        let mut bed = Bed::new(Mode::Udp, pmtu, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
+        assert_eq!(bed.eth_mtu, eth, "bed Ethernet MTU for path MTU {pmtu}");
+        let p = point(&mut bed, Op::Write, 64 << 10, budget, runs);
+        bed.finish();
+        udp.push((eth, p));
+    }
+    udp
+}
+
+pub fn print_udp(udp: &[(u16, Point)]) {
+    for (eth, p) in udp {
+        println!(
+            "headline: udp uplink RC WRITE 64 KiB MTU {eth}: {:.0} MB/s ({:.0} MB per engine \
+             CPU-s, data frames / min {:.2})",
+            p.mbs, p.mb_per_cpu, p.data_frames
+        );
+    }
+}
+
+pub fn run(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let budget: u64 = if quick { 8 << 20 } else { 32 << 20 };
+    println!();
+    println!(
+        "Headline (each figure measured in this run; load average {} before)",
+        loadavg()
+    );
+    let memcpy = memcpy_mbs(runs);
+    let udp = udp(quick);
+    let mut bed = Bed::new(Mode::InProc, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
+    let inproc = point(&mut bed, Op::Write, 64 << 10, budget, runs);
+    bed.finish();
+    let mut bed = Bed::new(Mode::InProc, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0);
+    let mut lat = latency(&mut bed, 64, 2000);
+    bed.finish();
+    let n = if quick { 5000 } else { 20000 };
+    let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
+    println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
+    println!(
+        "headline: in-process RC WRITE 64 KiB path MTU 4096 (one thread, both sides): {:.0} MB/s \
+         ({:.1} % of memcpy)",
+        inproc.mbs,
+        inproc.mbs / memcpy * 100.0
+    );
+    println!(
+        "headline: in-process 64 B RC WRITE: {:.2} Mpps, median latency {}",
+        none / 1e6,
+        fmt_secs(median(&mut lat))
+    );
+    print_udp(&udp);
+    println!(
+        "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \
+         {idle_cpu:.2})"
+    );
+    println!("headline: load average {} after", loadavg());
+}
