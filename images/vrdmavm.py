@@ -26,6 +26,13 @@ Guest kinds:
   none   no network, no RDMA (agent only)
 
 Uplinks (how the guests' Ethernet meets):
+  fabric  (the default) every vrdma guest is a device of ONE vrdma-backend
+       process (--device socket=vu-<i>.sock,mac=<mac>, repeated; log
+       backend-fabric.log, capture capture-fabric.pcap), whose in-process
+       switch links them. At most one other guest (rxe) joins through the
+       daemon's UDP uplink (--uplink udp:..., the guest's -netdev dgram).
+  fabric+tap  the same daemon, its uplink a TAP (vrtapf) on a Linux bridge in
+       a network namespace, where other guests get their own TAPs (as tap).
   udp  exactly two guests, linked point to point over UDP on 127.0.0.1: a
        vrdma backend gets --uplink udp:local=127.0.0.1:P,remote=127.0.0.1:Q,
        an rxe guest gets -netdev dgram with the same ports. Both carry one
@@ -71,6 +78,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("vrdma", "rxe", "none")
 AGENT_PORT = "org.vrdma.agent"
+UPLINKS = ("fabric", "fabric+tap", "udp", "tap", "vxlan")
+FABRIC_TAP = "vrtapf"  # the fabric daemon's TAP with uplink fabric+tap
 
 
 def cache_dir():
@@ -346,12 +355,14 @@ class VM:
     def netns(self):
         """The network namespace of this guest's host side (None: the caller's)."""
         c = self.cluster
+        if c.fabric and self.kind == "vrdma":
+            return c.netns
         if c.uplink == "vxlan" and c.host_netns:
             return c.host_netns[self.index % len(c.host_netns)]
         return c.netns
 
     def _uplink(self):
-        if self.cluster.uplink in ("tap", "vxlan"):
+        if self.cluster.taps:
             return "tap:" + self.tap
         return "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % (self.local_port, self.remote_port)
 
@@ -366,7 +377,11 @@ class VM:
         return cmd
 
     def start_backend(self):
+        """Start this guest's vrdma-backend (on a fabric: the shared one, unless it runs)."""
         c = self.cluster
+        if c.fabric:
+            c.start_fabric_backend()
+            return
         env = dict(os.environ)
         env.setdefault("RUST_LOG", c.rust_log or "info")
         if c.rust_log:
@@ -424,7 +439,7 @@ class VM:
             cmd += ["-chardev", "socket,id=vu,path=" + self.vu_sock,
                     "-device", "vhost-user-rdma-pci,chardev=vu"]
         elif self.kind == "rxe":
-            if c.uplink in ("tap", "vxlan"):
+            if c.taps:
                 net = "tap,id=n0,ifname=%s,script=no,downscript=no" % self.tap
             else:
                 net = ("dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=%d,"
@@ -600,6 +615,11 @@ class VM:
             raise VMError("%s has no backend" % self.name)
         self.backend.kill()
         self.backend.wait()
+        if self.cluster.fabric:
+            # The fabric's daemon served every vrdma guest: all of them lost it.
+            for vm in self.cluster.vms:
+                if vm.backend is self.backend:
+                    vm.backend = None
         self.backend = None
 
     def stop(self):
@@ -622,7 +642,7 @@ class Cluster:
     raised; its path is in .workdir.
     """
 
-    def __init__(self, n=2, kind="vrdma", uplink="udp", workdir=None, qemu=None,
+    def __init__(self, n=2, kind="vrdma", uplink="fabric", workdir=None, qemu=None,
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
@@ -630,10 +650,12 @@ class Cluster:
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
-        if uplink not in ("udp", "tap", "vxlan"):
-            raise ValueError("uplink must be udp, tap or vxlan")
+        if uplink not in UPLINKS:
+            raise ValueError("uplink must be one of %s" % (UPLINKS,))
         if uplink == "udp" and n > 2 and any(k != "none" for k in kinds):
             raise ValueError("the udp uplink links exactly two guests; use uplink='tap'")
+        if uplink == "fabric" and sum(k not in ("vrdma", "none") for k in kinds) > 1:
+            raise ValueError("the fabric's UDP uplink links one other guest; use 'fabric+tap'")
         p = default_paths()
         self.qemu = qemu or p["qemu"]
         self.kernel = kernel or p["kernel"]
@@ -643,6 +665,12 @@ class Cluster:
         self.kvm = (os.environ.get("VRDMA_KVM") == "1") if kvm is None else kvm
         self.mem, self.smp, self.machine, self.append = mem, smp, machine, append
         self.uplink, self.boot_timeout, self.lifetime = uplink, boot_timeout, lifetime
+        # vrdma guests share one daemon; guests' host sides meet on TAPs on a bridge
+        self.fabric = uplink in ("fabric", "fabric+tap")
+        self.taps = uplink in ("tap", "vxlan", "fabric+tap")
+        self.fabric_backend = None
+        self.fabric_log = os.path.join(workdir or "", "backend-fabric.log")
+        self.fabric_udp = None  # (daemon port, guest port) of the fabric's UDP uplink
         self.rust_log, self.shell = rust_log, shell
         # > 0: every vrdma backend captures its port to capture-<i>.pcap, at most this many bytes
         self.pcap = pcap
@@ -650,9 +678,15 @@ class Cluster:
         self._own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="vrdma-run-")
         os.makedirs(self.workdir, exist_ok=True)
+        self.fabric_log = os.path.join(self.workdir, "backend-fabric.log")
         self.netns = None
         self.host_netns = []
         self.vms = [VM(self, i, k) for i, k in enumerate(kinds)]
+        if self.fabric:
+            for vm in self.vms:
+                if vm.kind == "vrdma":
+                    vm.backend_log = self.fabric_log
+                    vm.pcap = os.path.join(self.workdir, "capture-fabric.pcap")
         self._closed = False
         self._old_handlers = {}
         self._timer = None
@@ -673,6 +707,13 @@ class Cluster:
                 raise VMError("%s not found at %s (%s)" % (what, path, hint))
 
     def _setup_net(self):
+        if self.uplink == "fabric":
+            others = [vm for vm in self.vms if vm.kind not in ("vrdma", "none")]
+            if others:
+                ports = _free_udp_ports(2)
+                self.fabric_udp = (ports[0], ports[1])
+                others[0].local_port, others[0].remote_port = ports[1], ports[0]
+            return
         if self.uplink == "udp":
             # one guest: its remote port is a free port nobody listens on
             ports = _free_udp_ports(2)
@@ -681,7 +722,7 @@ class Cluster:
                 vm.remote_port = ports[1 - i]
             return
         tag = "vrdma-%d-%04x" % (os.getpid(), random.getrandbits(16))
-        if self.uplink == "tap":
+        if self.uplink in ("tap", "fabric+tap"):
             self.netns = tag
             self._add_host(self.netns, "10.0.0.254/24")
         else:
@@ -700,11 +741,14 @@ class Cluster:
                     "dev", dev)
                 _ip(*n, "link", "set", "vxlan42", "mtu", "1500", "master", "br0", "up")
         for vm in self.vms:
-            if vm.kind == "none":
+            if vm.kind == "none" or self.fabric and vm.kind == "vrdma":
                 continue
             n = ["-n", vm.netns]
             _ip(*n, "tuntap", "add", "dev", vm.tap, "mode", "tap")
             _ip(*n, "link", "set", vm.tap, "master", "br0", "up")
+        if self.fabric:
+            _ip("-n", self.netns, "tuntap", "add", "dev", FABRIC_TAP, "mode", "tap")
+            _ip("-n", self.netns, "link", "set", FABRIC_TAP, "master", "br0", "up")
 
     @staticmethod
     def _add_host(ns, addr):
@@ -723,8 +767,10 @@ class Cluster:
         atexit.register(self.close)
         try:
             self._setup_net()
+            if self.fabric:
+                self.start_fabric_backend()
             for vm in self.vms:
-                if vm.kind == "vrdma":
+                if vm.kind == "vrdma" and not self.fabric:
                     vm.start_backend()
             for vm in self.vms:
                 vm.start_qemu()
@@ -739,6 +785,56 @@ class Cluster:
             self.close(failed=True)
             raise
         return self
+
+    def fabric_backend_cmd(self):
+        """The shared daemon's command line: one --device per vrdma guest."""
+        cmd = [self.backend]
+        for vm in self.vms:
+            if vm.kind == "vrdma":
+                cmd += ["--device", "socket=%s,mac=%s" % (vm.vu_sock, vm.mac)]
+        if self.uplink == "fabric+tap":
+            cmd += ["--uplink", "tap:" + FABRIC_TAP]
+        elif self.fabric_udp:
+            cmd += ["--uplink", "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % self.fabric_udp]
+        cmd += list(self.backend_args)
+        if self.pcap:
+            cmd += ["--pcap", os.path.join(self.workdir, "capture-fabric.pcap"),
+                    "--pcap-max-bytes", str(self.pcap)]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns] + cmd
+        return cmd
+
+    def start_fabric_backend(self):
+        """Start the daemon that serves every vrdma guest (no-op while it runs); each vrdma
+        VM's .backend is that process."""
+        proc = self.fabric_backend
+        if proc is None or proc.poll() is not None:
+            env = dict(os.environ)
+            env["RUST_LOG"] = self.rust_log or env.get("RUST_LOG") or "info"
+            socks = [vm.vu_sock for vm in self.vms if vm.kind == "vrdma"]
+            for s in socks:
+                try:
+                    os.unlink(s)
+                except OSError:
+                    pass
+            with open(self.fabric_log, "ab") as log:
+                proc = subprocess.Popen(
+                    self.fabric_backend_cmd(), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    preexec_fn=_child_setup)
+            self.fabric_backend = proc
+            deadline = time.monotonic() + 20
+            while not all(os.path.exists(s) for s in socks):
+                if proc.poll() is not None:
+                    raise VMError("fabric backend exited with %s:\n%s" % (
+                        proc.returncode, _tail(self.fabric_log)))
+                if time.monotonic() > deadline:
+                    raise VMError("fabric backend did not create %s:\n%s" % (
+                        " ".join(socks), _tail(self.fabric_log)))
+                time.sleep(0.02)
+        for vm in self.vms:
+            if vm.kind == "vrdma":
+                vm.backend = proc
 
     def _expire(self):
         sys.stderr.write("vrdmavm: lifetime of %ss over, stopping all guests\n" % self.lifetime)
@@ -767,6 +863,7 @@ class Cluster:
             self._timer.cancel()
         for vm in self.vms:
             vm.stop()
+        _stop(self.fabric_backend)
         for ns in [self.netns] + self.host_netns:
             if ns:
                 _ip("netns", "del", ns, check=False)
@@ -807,8 +904,10 @@ def _add_common(p):
     g.add_argument("-n", "--guests", type=int, default=1, help="number of guests (default 1)")
     g.add_argument("-k", "--kind", default="vrdma",
                    help="vrdma, rxe or none; or a comma list, one per guest (default vrdma)")
-    g.add_argument("--uplink", choices=("udp", "tap", "vxlan"), default="udp",
-                   help="udp: two guests point to point; tap: bridge in a netns; vxlan: two netns hosts joined by VXLAN (default udp)")
+    g.add_argument("--uplink", choices=UPLINKS, default="fabric",
+                   help="fabric: the vrdma guests on one daemon's in-process switch (default); "
+                        "fabric+tap: that daemon's uplink on a bridge in a netns; udp: two guests "
+                        "point to point; tap: bridge in a netns; vxlan: two netns hosts joined by VXLAN")
     g.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     g.add_argument("--smp", type=int, default=1, help="guest CPUs (default 1)")
     g.add_argument("--append", default="", help="extra kernel command line")

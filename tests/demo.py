@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`make demo`: two guests with vrdma devices doing RDMA, shown to a person.
 
-Boots two TCG guests, each with its own vrdma-backend, their ports linked by
-the udp uplink; shows ibv_devinfo, runs ibv_rc_pingpong with implicit ODP (-O)
+Boots two TCG guests whose vrdma devices are served by one vrdma-backend, their
+ports linked by the daemon's in-process fabric; shows ibv_devinfo, runs ibv_rc_pingpong with implicit ODP (-O)
 and an ib_write_bw run between them, then prints a summary table. Everything
 is stopped and removed on exit or Ctrl-C.
 """
@@ -26,8 +26,8 @@ def banner(text):
 def main():
     rows = []
     t0 = time.monotonic()
-    banner("booting two guests (TCG), each with vrdma-backend; ports linked by the udp uplink")
-    with vrdmavm.Cluster(n=2, kind="vrdma", uplink="udp") as c:
+    banner("booting two guests (TCG); one vrdma-backend serves both devices on its fabric")
+    with vrdmavm.Cluster(n=2, kind="vrdma", uplink="fabric") as c:
         a, b = c.vms
         print("vm0 %s and vm1 %s up in %.1fs" % (a.ip, b.ip, time.monotonic() - t0))
         rows.append(("boot", "ok", "%.1fs" % (time.monotonic() - t0)))

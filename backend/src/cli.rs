@@ -67,6 +67,12 @@ pub enum CliError {
     BadHostMemory(String),
     #[error("invalid --impair {spec:?}: {reason}")]
     BadImpair { spec: String, reason: String },
+    #[error("invalid --device {spec:?}: {reason}")]
+    BadDevice { spec: String, reason: String },
+    #[error("more than one --uplink needs the fabric: describe the devices with --device")]
+    UplinksNeedFabric,
+    #[error("this command line describes devices on a fabric, not one device")]
+    NotSingleDevice,
 }
 
 /// vhost-user back end of the vrdma virtual RDMA (RoCEv2) device, virtio ID 42.
@@ -84,18 +90,36 @@ pub enum CliError {
 pub struct Args {
     /// Unix socket to listen on for the vhost-user connection (created; a stale socket there is
     /// replaced, any other kind of file is an error).
-    #[arg(long, value_name = "PATH")]
-    pub socket_path: PathBuf,
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "device",
+        conflicts_with = "device"
+    )]
+    pub socket_path: Option<PathBuf>,
 
     /// MAC address of the device's Ethernet port, e.g. 52:54:00:12:34:56 (unicast, not zero).
-    #[arg(long, value_name = "MAC")]
-    pub mac: String,
+    #[arg(
+        long,
+        value_name = "MAC",
+        required_unless_present = "device",
+        conflicts_with = "device"
+    )]
+    pub mac: Option<String>,
+
+    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC` (its vhost-user socket and
+    /// port MAC). Repeat for more devices; they share an in-process Ethernet switch, to which
+    /// every --uplink is connected as another port (instead of --socket-path and --mac).
+    #[arg(long, value_name = "SPEC")]
+    pub device: Vec<String>,
 
     /// Uplink carrying the Ethernet frames: `udp:local=ADDR:PORT,remote=ADDR:PORT` (frames
     /// tunnelled in UDP datagrams, like QEMU's -netdev dgram) or `tap:NAME` (a TAP interface).
-    /// Without it frames sent by the guest are dropped and nothing is received.
+    /// Without it frames sent by the guest are dropped and nothing is received (on a fabric:
+    /// only the daemon's devices are reachable). Repeatable with --device (each uplink is a
+    /// port of the fabric).
     #[arg(long, value_name = "SPEC")]
-    pub uplink: Option<String>,
+    pub uplink: Vec<String>,
 
     /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
@@ -156,7 +180,9 @@ pub struct Args {
     /// Capture every frame the port sends to and receives from the uplink (RoCEv2 and the
     /// guest's other Ethernet traffic) into this pcap file (Ethernet link type, microsecond
     /// timestamps; truncated at start). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
-    /// Frames between two QPs of this device stay inside the daemon and are not captured.
+    /// Frames between two QPs of this device stay inside the daemon and are not captured. With
+    /// --device, every frame the fabric switches (between its devices and uplinks) is
+    /// captured once, as it enters the fabric.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
 
@@ -258,79 +284,189 @@ impl Config {
     }
 }
 
-impl TryFrom<Args> for Config {
+/// What the daemon serves: one device wired straight to its uplink (`--socket-path`, `--mac`),
+/// or devices on an in-process fabric (`--device`, repeatable) with the uplinks as ports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonConfig {
+    /// One configuration per device; every option but the socket and MAC is shared. On a
+    /// fabric each device's `uplink` is `None` (the fabric owns the uplinks).
+    pub devices: Vec<Config>,
+    /// `Some`: the devices share a fabric with these uplinks as ports.
+    pub fabric: Option<FabricConfig>,
+}
+
+/// The fabric's uplink ports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FabricConfig {
+    pub uplinks: Vec<UplinkSpec>,
+}
+
+impl DaemonConfig {
+    /// Every vhost-user socket the daemon creates.
+    pub fn sockets(&self) -> Vec<PathBuf> {
+        self.devices.iter().map(|d| d.socket_path.clone()).collect()
+    }
+}
+
+fn parse_uplink(s: &str) -> Result<UplinkSpec, CliError> {
+    let bad = |reason: String| CliError::BadUplink {
+        spec: s.to_string(),
+        reason,
+    };
+    let spec = s.parse::<UplinkSpec>().map_err(|e| bad(e.to_string()))?;
+    if let UplinkSpec::Udp { local, remote } = &spec {
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(bad(
+                "local and remote must be the same address family".to_string()
+            ));
+        }
+    }
+    Ok(spec)
+}
+
+/// `socket=PATH,mac=MAC` of `--device`.
+fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
+    let bad = |reason: String| CliError::BadDevice {
+        spec: spec.to_string(),
+        reason,
+    };
+    let (mut socket, mut mac) = (None, None);
+    for kv in spec.split(',') {
+        match kv.split_once('=') {
+            Some(("socket", v)) if socket.is_none() => socket = Some(PathBuf::from(v)),
+            Some(("mac", v)) if mac.is_none() => {
+                mac = Some(parse_mac(v).map_err(|e| bad(e.to_string()))?)
+            }
+            Some(("socket" | "mac", _)) => return Err(bad(format!("{kv:?} given twice"))),
+            _ => {
+                return Err(bad(format!(
+                    "unknown key in {kv:?} (expected socket=, mac=)"
+                )))
+            }
+        }
+    }
+    let socket = socket.ok_or_else(|| bad("socket=PATH missing".to_string()))?;
+    let mac = mac.ok_or_else(|| bad("mac=MAC missing".to_string()))?;
+    check_socket_path(&socket).map_err(|e| bad(e.to_string()))?;
+    Ok((socket, mac))
+}
+
+impl TryFrom<Args> for DaemonConfig {
     type Error = CliError;
 
     fn try_from(args: Args) -> Result<Self, Self::Error> {
-        let mac = parse_mac(&args.mac)?;
-        check_socket_path(&args.socket_path)?;
-        let uplink = args
+        let mut uplinks = args
             .uplink
-            .as_deref()
-            .map(|s| {
-                let bad = |reason: String| CliError::BadUplink {
-                    spec: s.to_string(),
-                    reason,
-                };
-                let spec = s.parse::<UplinkSpec>().map_err(|e| bad(e.to_string()))?;
-                if let UplinkSpec::Udp { local, remote } = &spec {
-                    if local.is_ipv4() != remote.is_ipv4() {
-                        return Err(bad(
-                            "local and remote must be the same address family".to_string()
-                        ));
-                    }
-                }
-                Ok(spec)
-            })
-            .transpose()?;
-        if !(MIN_MTU..=MAX_MTU).contains(&args.mtu) {
-            return Err(CliError::BadMtu(args.mtu));
+            .iter()
+            .map(|s| parse_uplink(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let template = shared_options(&args)?;
+        if args.device.is_empty() {
+            let mac = parse_mac(args.mac.as_deref().unwrap_or_default())?;
+            let socket_path = args.socket_path.clone().unwrap_or_default();
+            check_socket_path(&socket_path)?;
+            if uplinks.len() > 1 {
+                return Err(CliError::UplinksNeedFabric);
+            }
+            let device = Config {
+                socket_path,
+                mac,
+                uplink: uplinks.pop(),
+                ..template
+            };
+            return Ok(DaemonConfig {
+                devices: vec![device],
+                fabric: None,
+            });
         }
-        let limits = Limits {
-            max_qp: check_limit("max-qp", args.max_qp, 1 << 24)?,
-            max_cq: check_limit("max-cq", args.max_cq, 1 << 24)?,
-            max_mr: check_limit("max-mr", args.max_mr, 1 << 24)?,
-            max_pd: check_limit("max-pd", args.max_pd, 1 << 24)?,
-            max_srq: check_limit("max-srq", args.max_srq, 1 << 24)?,
-            max_ah: check_limit("max-ah", args.max_ah, 1 << 24)?,
-        };
-        if !(12..=30).contains(&args.odp_chunk_shift) {
-            return Err(CliError::BadChunkShift(args.odp_chunk_shift));
+        let mut devices: Vec<Config> = Vec::new();
+        for spec in &args.device {
+            let (socket_path, mac) = parse_device(spec)?;
+            let bad = |reason: &str| CliError::BadDevice {
+                spec: spec.clone(),
+                reason: reason.to_string(),
+            };
+            if devices.iter().any(|d| d.socket_path == socket_path) {
+                return Err(bad("another --device has this socket"));
+            }
+            if devices.iter().any(|d| d.mac == mac) {
+                return Err(bad("another --device has this MAC"));
+            }
+            devices.push(Config {
+                socket_path,
+                mac,
+                ..template.clone()
+            });
         }
-        if args.odp_resident_chunks == 0 {
-            return Err(CliError::BadResidentChunks(0));
-        }
-        let max_host_memory = crate::budget::parse_bytes(&args.max_host_memory)
-            .filter(|&n| n >= MIN_HOST_MEMORY)
-            .ok_or_else(|| CliError::BadHostMemory(args.max_host_memory.clone()))?;
-        let impair = args
-            .impair
-            .as_deref()
-            .map(|s| {
-                s.parse::<ImpairConfig>().map_err(|e| CliError::BadImpair {
-                    spec: s.to_string(),
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()?;
-        Ok(Config {
-            socket_path: args.socket_path,
-            mac,
-            uplink,
-            mtu: args.mtu,
-            limits,
-            odp: OdpSettings {
-                enabled: !args.no_odp,
-                chunk_shift: args.odp_chunk_shift,
-                resident_chunks: args.odp_resident_chunks,
-            },
-            max_host_memory,
-            impair,
-            log_file: args.log_file,
-            pcap: args.pcap,
-            pcap_max_bytes: args.pcap_max_bytes,
+        Ok(DaemonConfig {
+            devices,
+            fabric: Some(FabricConfig { uplinks }),
         })
     }
+}
+
+impl TryFrom<Args> for Config {
+    type Error = CliError;
+
+    /// The one device of a `--socket-path` / `--mac` command line.
+    fn try_from(args: Args) -> Result<Self, Self::Error> {
+        let mut d = DaemonConfig::try_from(args)?;
+        match (d.fabric.is_none(), d.devices.len()) {
+            (true, 1) => Ok(d.devices.remove(0)),
+            _ => Err(CliError::NotSingleDevice),
+        }
+    }
+}
+
+/// Every option but the socket, MAC and uplink, validated (socket and MAC left empty).
+fn shared_options(args: &Args) -> Result<Config, CliError> {
+    if !(MIN_MTU..=MAX_MTU).contains(&args.mtu) {
+        return Err(CliError::BadMtu(args.mtu));
+    }
+    let limits = Limits {
+        max_qp: check_limit("max-qp", args.max_qp, 1 << 24)?,
+        max_cq: check_limit("max-cq", args.max_cq, 1 << 24)?,
+        max_mr: check_limit("max-mr", args.max_mr, 1 << 24)?,
+        max_pd: check_limit("max-pd", args.max_pd, 1 << 24)?,
+        max_srq: check_limit("max-srq", args.max_srq, 1 << 24)?,
+        max_ah: check_limit("max-ah", args.max_ah, 1 << 24)?,
+    };
+    if !(12..=30).contains(&args.odp_chunk_shift) {
+        return Err(CliError::BadChunkShift(args.odp_chunk_shift));
+    }
+    if args.odp_resident_chunks == 0 {
+        return Err(CliError::BadResidentChunks(0));
+    }
+    let max_host_memory = crate::budget::parse_bytes(&args.max_host_memory)
+        .filter(|&n| n >= MIN_HOST_MEMORY)
+        .ok_or_else(|| CliError::BadHostMemory(args.max_host_memory.clone()))?;
+    let impair = args
+        .impair
+        .as_deref()
+        .map(|s| {
+            s.parse::<ImpairConfig>().map_err(|e| CliError::BadImpair {
+                spec: s.to_string(),
+                reason: e.to_string(),
+            })
+        })
+        .transpose()?;
+    Ok(Config {
+        socket_path: PathBuf::new(),
+        mac: [0; 6],
+        uplink: None,
+        mtu: args.mtu,
+        limits,
+        odp: OdpSettings {
+            enabled: !args.no_odp,
+            chunk_shift: args.odp_chunk_shift,
+            resident_chunks: args.odp_resident_chunks,
+        },
+        max_host_memory,
+        impair,
+        log_file: args.log_file.clone(),
+        pcap: args.pcap.clone(),
+        pcap_max_bytes: args.pcap_max_bytes,
+    })
 }
 
 fn check_limit(name: &'static str, value: u32, max: u32) -> Result<u32, CliError> {

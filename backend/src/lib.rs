@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod cli;
 pub mod device;
+pub mod fabric;
 pub mod guest;
 pub mod ids;
 pub mod memory;

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use log::{error, info};
 
-use vrdma_backend::cli::{Args, Config, StatsArgs};
+use vrdma_backend::cli::{Args, Config, DaemonConfig, StatsArgs};
 use vrdma_backend::stats::{fetch, stats_socket_path};
-use vrdma_backend::vhost_user::start_backend;
+use vrdma_backend::vhost_user::start_daemon;
 
 fn init_logging(config: &Config) -> Result<(), String> {
     let mut builder =
@@ -28,8 +28,8 @@ fn init_logging(config: &Config) -> Result<(), String> {
 }
 
 /// Block SIGINT and SIGTERM in every thread (called before any thread is spawned) and wait for
-/// them on a dedicated thread, which removes the socket and exits with status 0.
-fn install_signal_thread(socket: PathBuf) -> Result<(), String> {
+/// them on a dedicated thread, which removes the sockets and exits with status 0.
+fn install_signal_thread(sockets: Vec<PathBuf>) -> Result<(), String> {
     // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it before use and
     // pthread_sigmask only reads it. No other thread exists yet, so every thread spawned later
     // inherits the blocked mask.
@@ -56,8 +56,10 @@ fn install_signal_thread(socket: PathBuf) -> Result<(), String> {
             let rc = unsafe { libc::sigwait(&set, &mut sig) };
             if rc == 0 {
                 info!("signal {sig} received, exiting");
-                let _ = std::fs::remove_file(stats_socket_path(&socket));
-                let _ = std::fs::remove_file(&socket);
+                for socket in &sockets {
+                    let _ = std::fs::remove_file(stats_socket_path(socket));
+                    let _ = std::fs::remove_file(socket);
+                }
                 std::process::exit(0);
             }
         })
@@ -89,23 +91,27 @@ fn main() -> ExitCode {
         return stats_main(rest);
     }
     let args = Args::parse_from(argv);
-    let config = match Config::try_from(args) {
+    let config = match DaemonConfig::try_from(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("vrdma-backend: {e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = init_logging(&config) {
+    let Some(first) = config.devices.first() else {
+        eprintln!("vrdma-backend: no device to serve");
+        return ExitCode::FAILURE;
+    };
+    if let Err(e) = init_logging(first) {
         eprintln!("vrdma-backend: {e}");
         return ExitCode::FAILURE;
     }
-    if let Err(e) = install_signal_thread(config.socket_path.clone()) {
+    let logs_to_file = first.log_file.is_some();
+    if let Err(e) = install_signal_thread(config.sockets()) {
         eprintln!("vrdma-backend: {e}");
         return ExitCode::FAILURE;
     }
-    let logs_to_file = config.log_file.is_some();
-    match start_backend(config) {
+    match start_daemon(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if logs_to_file {

@@ -89,7 +89,7 @@ pub fn bump(c: &AtomicU64) {
 }
 
 #[inline]
-fn add(c: &AtomicU64, n: usize) {
+pub fn add(c: &AtomicU64, n: usize) {
     c.fetch_add(n as u64, Ordering::Relaxed);
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
-use vrdma_backend::cli::{Args, CliError, Config};
+use vrdma_backend::cli::{Args, CliError, Config, DaemonConfig};
 use vrdma_backend::uplink::UplinkSpec;
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -237,6 +237,8 @@ fn help_documents_every_option() {
     for opt in [
         "--socket-path",
         "--mac",
+        "--device",
+        "socket=PATH,mac=MAC",
         "--uplink",
         "--mtu",
         "--max-qp",
@@ -387,4 +389,118 @@ fn max_host_memory_takes_suffixes_and_reaches_the_device() {
     }
     let help = Args::command().render_long_help().to_string();
     assert!(help.contains("--max-host-memory"), "{help}");
+}
+
+fn daemon(argv: &[&str]) -> Result<DaemonConfig, CliError> {
+    let mut v = vec!["vrdma-backend"];
+    v.extend(argv);
+    DaemonConfig::try_from(Args::try_parse_from(v).expect("clap accepts the syntax"))
+}
+
+#[test]
+fn devices_on_a_fabric() {
+    let d = tmpdir("fabric");
+    let s0 = format!("socket={},mac=52:54:00:00:00:01", d.join("a").display());
+    let s1 = format!("socket={},mac=52:54:00:00:00:02", d.join("b").display());
+    let up = "udp:local=127.0.0.1:4000,remote=127.0.0.1:4001";
+    let c = daemon(&[
+        "--device", &s0, "--device", &s1, "--uplink", up, "--mtu", "9000",
+    ])
+    .unwrap();
+    assert_eq!(c.devices.len(), 2);
+    assert_eq!(c.devices[1].mac, [0x52, 0x54, 0, 0, 0, 2]);
+    assert_eq!(c.devices[0].socket_path, d.join("a"));
+    assert!(c
+        .devices
+        .iter()
+        .all(|x| x.mtu == 9000 && x.uplink.is_none()));
+    let fabric = c.fabric.clone().expect("fabric");
+    assert_eq!(fabric.uplinks, vec![up.parse::<UplinkSpec>().unwrap()]);
+    assert_eq!(c.sockets(), vec![d.join("a"), d.join("b")]);
+    // One --device is a fabric of one (the uplinks are its ports); two uplinks are allowed.
+    let c = daemon(&["--device", &s0, "--uplink", up, "--uplink", "tap:vr0"]).unwrap();
+    assert_eq!(c.fabric.unwrap().uplinks.len(), 2);
+    // The single-device form: no fabric, at most one uplink.
+    let legacy = ["--socket-path", "/tmp/x.sock", "--mac", "52:54:00:00:00:09"];
+    let c = daemon(&legacy).unwrap();
+    assert!(c.fabric.is_none());
+    let mut two = legacy.to_vec();
+    two.extend(["--uplink", up, "--uplink", "tap:vr0"]);
+    assert_eq!(daemon(&two), Err(CliError::UplinksNeedFabric));
+    assert_eq!(
+        Config::try_from(Args::try_parse_from(["vrdma-backend", "--device", &s0]).unwrap()),
+        Err(CliError::NotSingleDevice)
+    );
+}
+
+#[test]
+fn bad_device_specs() {
+    let d = tmpdir("baddev");
+    let a = d.join("a").display().to_string();
+    for spec in [
+        format!("socket={a}"),
+        "mac=52:54:00:00:00:01".to_string(),
+        format!("socket={a},mac=52:54:00:00:00:01,mtu=9000"),
+        format!("socket={a},mac=zz:54:00:00:00:01"),
+        format!("socket={a},mac=01:54:00:00:00:01"),
+        format!("socket={a},socket={a},mac=52:54:00:00:00:01"),
+        "socket=/nonexistent-dir/s,mac=52:54:00:00:00:01".to_string(),
+    ] {
+        assert!(
+            matches!(
+                daemon(&["--device", &spec]),
+                Err(CliError::BadDevice { .. })
+            ),
+            "{spec} accepted"
+        );
+    }
+    let x = format!("socket={a},mac=52:54:00:00:00:01");
+    let same_mac = format!("socket={}/b,mac=52:54:00:00:00:01", d.display());
+    let same_sock = format!("socket={a},mac=52:54:00:00:00:02");
+    assert!(matches!(
+        daemon(&["--device", &x, "--device", &same_mac]),
+        Err(CliError::BadDevice { .. })
+    ));
+    assert!(matches!(
+        daemon(&["--device", &x, "--device", &same_sock]),
+        Err(CliError::BadDevice { .. })
+    ));
+    // --device and the single-device options exclude each other (a clap error).
+    assert!(Args::try_parse_from([
+        "vrdma-backend",
+        "--device",
+        &x,
+        "--mac",
+        "52:54:00:00:00:03"
+    ])
+    .is_err());
+}
+
+#[test]
+fn binary_serves_several_devices_and_removes_every_socket() {
+    let d = tmpdir("multi");
+    let log = d.join("daemon.log");
+    let socks: Vec<PathBuf> = (0..3).map(|i| d.join(format!("vu{i}.sock"))).collect();
+    let mut args: Vec<String> = Vec::new();
+    for (i, s) in socks.iter().enumerate() {
+        args.push("--device".into());
+        args.push(format!(
+            "socket={},mac=52:54:00:00:01:{:02x}",
+            s.display(),
+            i + 1
+        ));
+    }
+    args.extend(["--log-file".into(), log.display().to_string()]);
+    let mut child = Command::new(bin()).args(&args).spawn().unwrap();
+    for s in &socks {
+        wait_for(s);
+        wait_for(&PathBuf::from(format!("{}.stats", s.display())));
+    }
+    wait_for_log(&log, "fabric: 3 device(s), 0 uplink(s)");
+    // SAFETY: kill() on the pid of a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    for s in &socks {
+        assert!(!s.exists(), "{} removed on exit", s.display());
+    }
 }

@@ -33,7 +33,7 @@ class CommandLines(unittest.TestCase):
         return vrdmavm.Cluster(qemu="/q", kernel="/k", initrd="/i", backend="/b", **kw)
 
     def test_vrdma_pair_udp(self):
-        c = self.cluster(n=2, kind="vrdma")
+        c = self.cluster(n=2, kind="vrdma", uplink="udp")
         c._setup_net()
         a, b = c.vms
         self.assertEqual((a.local_port, a.remote_port), (b.remote_port, b.local_port))
@@ -54,7 +54,7 @@ class CommandLines(unittest.TestCase):
         self.assertEqual(q[0], "/q")  # QEMU stays in the host netns
 
     def test_mixed_udp_rxe_uses_dgram(self):
-        c = self.cluster(n=2, kind=["vrdma", "rxe"])
+        c = self.cluster(n=2, kind=["vrdma", "rxe"], uplink="udp")
         c._setup_net()
         q = c[1].qemu_cmd()
         net = opt(q, "-netdev")[0]
@@ -62,6 +62,36 @@ class CommandLines(unittest.TestCase):
         self.assertIn("local.port=%d" % c[1].local_port, net)
         self.assertIn("remote.port=%d" % c[0].local_port, net)
         self.assertIn("virtio-net-pci,netdev=n0,mac=%s,romfile=" % c[1].mac, opt(q, "-device"))
+
+    def test_fabric_is_the_default_one_daemon_for_every_vrdma_guest(self):
+        c = self.cluster(n=3, kind=["vrdma", "vrdma", "rxe"], pcap=1000)
+        self.assertEqual(c.uplink, "fabric")
+        c._setup_net()
+        bc = c.fabric_backend_cmd()
+        self.assertEqual(bc[0], "/b")
+        self.assertEqual(opt(bc, "--device"), [
+            "socket=%s,mac=%s" % (vm.vu_sock, vm.mac) for vm in c.vms[:2]])
+        self.assertNotIn("--socket-path", bc)
+        d, g = c.fabric_udp
+        self.assertEqual(opt(bc, "--uplink"), [
+            "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % (d, g)])
+        net = opt(c[2].qemu_cmd(), "-netdev")[0]
+        self.assertIn("local.port=%d" % g, net)
+        self.assertIn("remote.port=%d" % d, net)
+        self.assertEqual(opt(bc, "--pcap"), [os.path.join(self.tmp, "capture-fabric.pcap")])
+        self.assertEqual(c[0].backend_log, c[1].backend_log)
+        with self.assertRaises(ValueError):
+            self.cluster(n=3, kind=["vrdma", "rxe", "rxe"])
+
+    def test_fabric_tap_commands(self):
+        c = self.cluster(n=3, kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap")
+        c.netns = "vrdma-test"  # as _setup_net would
+        bc = c.fabric_backend_cmd()
+        self.assertEqual(bc[:4], ["ip", "netns", "exec", "vrdma-test"])
+        self.assertEqual(opt(bc, "--uplink"), ["tap:" + vrdmavm.FABRIC_TAP])
+        self.assertEqual(len(opt(bc, "--device")), 2)
+        q2 = c[2].qemu_cmd()
+        self.assertEqual(opt(q2, "-netdev"), ["tap,id=n0,ifname=vrtap2,script=no,downscript=no"])
 
     def test_udp_needs_two(self):
         with self.assertRaises(ValueError):

@@ -32,14 +32,16 @@ RUN_LAST = set()  # scenario names that run after the others of their topology
 
 # Topologies: how the guests are built and linked (see tests/README.md).
 TOPOLOGIES = {
-    "A": dict(kind=["vrdma", "vrdma"], uplink="udp"),
+    # one vrdma-backend serves both devices; its in-process fabric links them
+    "A": dict(kind=["vrdma", "vrdma"], uplink="fabric"),
     # with a capture of each backend's port (vrdma-backend --pcap) for tshark to read
     "B": dict(kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
     "C": dict(kind=["vrdma", "rxe"], uplink="udp"),
     # two "hosts" (network namespaces with a bridge each) joined by VXLAN over a veth underlay
     "D": dict(kind=["vrdma", "vrdma"], uplink="vxlan"),
-    # a third party on the victims' bridge: an rxe guest that crafts raw RoCEv2 frames
-    "E": dict(kind=["vrdma", "vrdma", "rxe"], uplink="tap"),
+    # a third party on the victims' bridge: an rxe guest that crafts raw RoCEv2 frames; the
+    # victims are devices of one daemon whose fabric has a TAP uplink on that bridge
+    "E": dict(kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap"),
 }
 
 # Kernel messages that mean the guest is unhealthy.

@@ -10,7 +10,7 @@
 //!   queues, queued internally while the driver has posted no buffer.
 //! - `inputq.rs`: doorbell records -> [`DoorbellSink`], eth tx frames -> [`FrameSink`].
 //! - `glue.rs`: the traits above implemented by `device::Device`, the engine and the uplink.
-//! - `daemon.rs`: the accept loop ([`serve`]); `start.rs`: [`start_backend`] wiring.
+//! - `daemon.rs`: the accept loop ([`serve`]); `start.rs`: [`start_backend`] (one device) and [`start_daemon`] (one device or a fabric of them) wiring.
 //!
 //! # Operation (what a launcher can rely on)
 //! - `vrdma-backend --socket-path S --mac M [--uplink udp:local=A:P,remote=A:P | tap:NAME]`.
@@ -65,7 +65,10 @@ pub use crate::device::{CmdOutcome, Ticket};
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
 pub use output::VirtqOutput;
-pub use start::{open_uplink, prepare, start_backend, Prepared, StartError};
+pub use start::{
+    open_uplink, prepare, prepare_fabric, prepare_with_uplink, start_backend, start_daemon,
+    Prepared, PreparedFabric, StartError,
+};
 
 /// Guest memory as mapped from the vhost-user memory table.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;

@@ -10,8 +10,9 @@ use vhost::vhost_user::Listener;
 use super::daemon::{listen, serve, DaemonError, ServeParts};
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
-use crate::cli::Config;
+use crate::cli::{Config, DaemonConfig};
 use crate::device::{Device, DeviceConfig};
+use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
 use crate::guest::GuestMem;
 use crate::stats::{device_label, stats_socket_path, Metered, StatsServer};
 use crate::transport::engine::{Engine, EngineError};
@@ -30,6 +31,12 @@ pub enum StartError {
     Daemon(#[from] DaemonError),
     #[error("--pcap: {0}")]
     Pcap(#[from] PcapError),
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    #[error("no device to serve")]
+    NoDevices,
+    #[error("cannot start a device thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// Open the uplink of `config`: the `--pcap` capture right on the uplink (so it records what is
@@ -84,6 +91,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Build the device, outputs, uplink and engine for `config` and bind the socket.
 pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
+    let uplink = open_uplink(config)?;
+    prepare_with_uplink(config, uplink)
+}
+
+/// [`prepare`] with the device's port already opened (a fabric port, or a test's uplink).
+pub fn prepare_with_uplink(
+    config: &Config,
+    uplink: Arc<dyn Uplink>,
+) -> Result<Prepared, StartError> {
     let dev_config = DeviceConfig::from_cli(config);
     let config_bytes = dev_config.config_space();
     let config_space: [u8; CONFIG_SIZE] = config_bytes
@@ -106,7 +122,7 @@ pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
     // The socket appears last: launchers start QEMU once it exists, so every other start-up
     // error (uplink bind, TAP open) happens before.
     let port_stats = lock(&device).port_stats.clone();
-    let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(open_uplink(config)?, port_stats));
+    let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
     let engine = Engine::start(device.clone(), uplink.clone())?;
     let listener = listen(&config.socket_path)?;
     let parts = ServeParts {
@@ -128,11 +144,17 @@ pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
 /// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
 /// handled by `main`). Returns only on a start-up error or a fatal listener error.
 pub fn start_backend(config: Config) -> Result<(), StartError> {
+    let prepared = prepare(&config)?;
+    run_device(&config, prepared)
+}
+
+/// Serve one prepared device: its stats socket, then vhost-user connections one after another.
+fn run_device(config: &Config, prepared: Prepared) -> Result<(), StartError> {
     let Prepared {
         mut listener,
         parts,
         engine,
-    } = prepare(&config)?;
+    } = prepared;
     // The counters are for operators: a daemon that cannot offer them still serves the guest
     // (e.g. a --socket-path whose ".stats" sibling passes the 107-byte unix path limit).
     let stats_path = stats_socket_path(&config.socket_path);
@@ -153,12 +175,7 @@ pub fn start_backend(config: Config) -> Result<(), StartError> {
     info!(
         "listening on {} (mac {}, mtu {}, odp {})",
         config.socket_path.display(),
-        config
-            .mac
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":"),
+        mac_string(&config.mac),
         config.mtu,
         if config.odp.enabled { "on" } else { "off" },
     );
@@ -169,4 +186,103 @@ pub fn start_backend(config: Config) -> Result<(), StartError> {
         let _ = std::fs::remove_file(&config.socket_path);
     }
     r.map_err(StartError::from)
+}
+
+fn mac_string(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The devices of a fabric daemon, ready to serve, and the fabric's bridge threads.
+pub struct PreparedFabric {
+    pub fabric: Arc<Fabric>,
+    pub devices: Vec<Prepared>,
+    pub bridges: Vec<Bridge>,
+}
+
+/// Build the fabric of `config` (uplink ports first, so start-up errors come before any socket
+/// exists), then every device on it.
+pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartError> {
+    let (Some(fc), Some(first)) = (&config.fabric, config.devices.first()) else {
+        return Err(StartError::NoDevices);
+    };
+    let mut b = FabricBuilder::new();
+    for spec in &fc.uplinks {
+        let u = spec
+            .open_for_mtu(first.mtu)
+            .map_err(|source| StartError::Uplink {
+                spec: spec.to_string(),
+                source,
+            })?;
+        info!("fabric uplink {spec}");
+        b.add_uplink(Arc::from(u));
+    }
+    if let Some(path) = &first.pcap {
+        let w = PcapWriter::create(path, first.pcap_max_bytes)?;
+        info!("capturing the fabric's frames to {}", path.display());
+        b.capture(w);
+    }
+    let ids = config
+        .devices
+        .iter()
+        .map(|d| b.add_device(d.mac))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fabric = b.build();
+    let mut devices = Vec::new();
+    for (d, id) in config.devices.iter().zip(ids) {
+        let port: Box<dyn Uplink> = Box::new(fabric.device_port(id)?);
+        let port: Arc<dyn Uplink> = match d.impair {
+            Some(imp) => Arc::new(Impaired::new(port, imp)),
+            None => Arc::from(port),
+        };
+        devices.push(prepare_with_uplink(d, port)?);
+    }
+    let bridges = fabric.start_bridges()?;
+    Ok(PreparedFabric {
+        fabric,
+        devices,
+        bridges,
+    })
+}
+
+/// Run the daemon of `config`: one device on its own uplink, or every device on the fabric,
+/// each served by its own thread. Returns on a start-up error or when a device's listener
+/// fails (the daemon then exits: a half-served fabric would look alive to the operator).
+pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
+    if config.fabric.is_none() {
+        let Some(device) = config.devices.into_iter().next() else {
+            return Err(StartError::NoDevices);
+        };
+        return start_backend(device);
+    }
+    let PreparedFabric {
+        fabric,
+        devices,
+        bridges,
+    } = prepare_fabric(&config)?;
+    info!(
+        "fabric: {} device(s), {} uplink(s)",
+        devices.len(),
+        fabric.port_count() - devices.len()
+    );
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mut threads = Vec::new();
+    for (cfg, prepared) in config.devices.into_iter().zip(devices) {
+        let done = done_tx.clone();
+        let t = std::thread::Builder::new()
+            .name("vrdma-device".into())
+            .spawn(move || {
+                let r = run_device(&cfg, prepared);
+                let _ = done.send(r);
+            })
+            .map_err(StartError::Thread)?;
+        threads.push(t);
+    }
+    drop(done_tx);
+    // The first device loop to end ends the daemon (they only end on a listener failure).
+    let r = done_rx.recv().unwrap_or(Ok(()));
+    drop(bridges);
+    r
 }

@@ -1,0 +1,362 @@
+//! The fabric: an in-process Ethernet switch between the devices one daemon serves and its
+//! uplinks (ARCHITECTURE.md "One daemon, many devices").
+//!
+//! Ports are fixed when the fabric is built: one [`DevicePort`] per device (static MAC, a bounded
+//! [`RxQueue`] its engine polls) and one port per uplink (frames to it are sent on the caller's
+//! thread; a [`Bridge`] thread feeds what the uplink receives into [`Fabric::forward`]).
+//!
+//! Switching rules, per frame (spec §16.2):
+//! 1. Shorter than an Ethernet header, or a group source MAC: dropped.
+//! 2. Ingress filter: a device port sends only with its own MAC as source; an uplink port never
+//!    with a local device's MAC. Otherwise dropped (`drop_spoofed`).
+//! 3. Group destination (broadcast, multicast): every other port.
+//! 4. A local device's MAC: that device (never back to the port it came from).
+//! 5. Other unicast: the uplink port the MAC was learned on (learning only with two or more
+//!    uplinks, [`MacTable`]), else every uplink port but the ingress one.
+//!
+//! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
+
+pub mod bridge;
+pub mod learning;
+pub mod port;
+pub mod rxqueue;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use thiserror::Error;
+
+pub use bridge::Bridge;
+pub use learning::MacTable;
+pub use port::DevicePort;
+pub use rxqueue::RxQueue;
+
+use crate::stats::bump;
+use crate::uplink::{PcapWriter, Uplink, UplinkError, IO_BATCH};
+use crate::wire::eth::{is_multicast, MacAddr};
+
+/// A port's index in its fabric.
+pub type PortId = usize;
+
+#[derive(Debug, Error)]
+pub enum FabricError {
+    #[error("two devices on the fabric have the MAC address {0}")]
+    DuplicateMac(String),
+    #[error("fabric: cannot create {what}: {source}")]
+    Setup {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("fabric: no device port {0}")]
+    NoSuchDevice(PortId),
+}
+
+/// Counters of one fabric port (monotonic, relaxed atomics).
+#[derive(Debug, Default)]
+pub struct FabricPortStats {
+    /// Frames that entered the fabric from this port and were switched.
+    pub in_frames: AtomicU64,
+    /// Frames delivered to this port (queued for a device, handed to an uplink).
+    pub out_frames: AtomicU64,
+    /// Frames from this port dropped by the ingress filter (rules 1 and 2).
+    pub drop_spoofed: AtomicU64,
+    /// Frames for this port dropped because its queue was full / the uplink was busy.
+    pub drop_full: AtomicU64,
+}
+
+enum PortKind {
+    Device { mac: MacAddr, rx: RxQueue },
+    Uplink { uplink: Arc<dyn Uplink> },
+}
+
+struct Port {
+    kind: PortKind,
+    stats: FabricPortStats,
+}
+
+/// Where one frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dest {
+    Drop,
+    Port(PortId),
+    /// Every port but the ingress one.
+    All,
+    /// Every uplink port but the ingress one.
+    Uplinks,
+}
+
+/// See the module documentation.
+pub struct Fabric {
+    ports: Vec<Port>,
+    devices: HashMap<MacAddr, PortId>,
+    uplinks: Vec<PortId>,
+    /// Some with two or more uplinks.
+    learned: Option<Mutex<MacTable>>,
+    capture: Option<Arc<PcapWriter>>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("ports", &self.ports.len())
+            .field("uplinks", &self.uplinks)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Collects the ports, then [`FabricBuilder::build`]s the fabric.
+#[derive(Default)]
+pub struct FabricBuilder {
+    ports: Vec<Port>,
+    capture: Option<Arc<PcapWriter>>,
+}
+
+impl std::fmt::Debug for FabricBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricBuilder")
+            .field("ports", &self.ports.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn mac_string(mac: &MacAddr) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+impl FabricBuilder {
+    pub fn new() -> FabricBuilder {
+        FabricBuilder::default()
+    }
+
+    /// A device port with the device's (unicast) MAC.
+    pub fn add_device(&mut self, mac: MacAddr) -> Result<PortId, FabricError> {
+        let dup = self
+            .ports
+            .iter()
+            .any(|p| matches!(&p.kind, PortKind::Device { mac: m, .. } if *m == mac));
+        if dup {
+            return Err(FabricError::DuplicateMac(mac_string(&mac)));
+        }
+        let rx = RxQueue::new().map_err(|source| FabricError::Setup {
+            what: "a port's eventfd",
+            source,
+        })?;
+        self.ports.push(Port {
+            kind: PortKind::Device { mac, rx },
+            stats: FabricPortStats::default(),
+        });
+        Ok(self.ports.len() - 1)
+    }
+
+    /// An uplink port. Its frames come in through a [`Bridge`] ([`Fabric::start_bridges`]).
+    pub fn add_uplink(&mut self, uplink: Arc<dyn Uplink>) -> PortId {
+        self.ports.push(Port {
+            kind: PortKind::Uplink { uplink },
+            stats: FabricPortStats::default(),
+        });
+        self.ports.len() - 1
+    }
+
+    /// Capture every frame the fabric switches, once, as it enters (`--pcap`).
+    pub fn capture(&mut self, writer: Arc<PcapWriter>) {
+        self.capture = Some(writer);
+    }
+
+    pub fn build(self) -> Arc<Fabric> {
+        let mut devices = HashMap::new();
+        let mut uplinks = Vec::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            match &p.kind {
+                PortKind::Device { mac, .. } => {
+                    devices.insert(*mac, i);
+                }
+                PortKind::Uplink { .. } => uplinks.push(i),
+            }
+        }
+        let learned = (uplinks.len() > 1).then(|| Mutex::new(MacTable::new()));
+        Arc::new(Fabric {
+            ports: self.ports,
+            devices,
+            uplinks,
+            learned,
+            capture: self.capture,
+        })
+    }
+}
+
+impl Fabric {
+    /// The [`Uplink`] the device on port `id` uses.
+    pub fn device_port(self: &Arc<Self>, id: PortId) -> Result<DevicePort, FabricError> {
+        match self.ports.get(id).map(|p| &p.kind) {
+            Some(PortKind::Device { .. }) => Ok(DevicePort::new(self.clone(), id)),
+            _ => Err(FabricError::NoSuchDevice(id)),
+        }
+    }
+
+    /// Start one [`Bridge`] thread per uplink port.
+    pub fn start_bridges(self: &Arc<Self>) -> Result<Vec<Bridge>, FabricError> {
+        let mut out = Vec::new();
+        for &id in &self.uplinks {
+            if let PortKind::Uplink { uplink } = &self.ports[id].kind {
+                if uplink.as_raw_fd() >= 0 {
+                    out.push(Bridge::start(self.clone(), id, uplink.clone())?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Number of ports.
+    pub fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// The counters of port `id`.
+    pub fn port_stats(&self, id: PortId) -> Option<&FabricPortStats> {
+        self.ports.get(id).map(|p| &p.stats)
+    }
+
+    pub(crate) fn rx_queue(&self, id: PortId) -> Option<&RxQueue> {
+        match &self.ports.get(id)?.kind {
+            PortKind::Device { rx, .. } => Some(rx),
+            PortKind::Uplink { .. } => None,
+        }
+    }
+
+    fn decide(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
+        let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else {
+            return Dest::Drop;
+        };
+        if frame.len() < 14 {
+            return Dest::Drop;
+        }
+        let mut d = [0u8; 6];
+        let mut s = [0u8; 6];
+        d.copy_from_slice(dst);
+        s.copy_from_slice(src);
+        if is_multicast(&s) {
+            return Dest::Drop;
+        }
+        let Some(port) = self.ports.get(from) else {
+            return Dest::Drop;
+        };
+        match &port.kind {
+            PortKind::Device { mac, .. } if *mac != s => return Dest::Drop,
+            PortKind::Device { .. } => {}
+            PortKind::Uplink { .. } => {
+                if self.devices.contains_key(&s) {
+                    return Dest::Drop;
+                }
+                if let (Some(t), Some(now)) = (&self.learned, now) {
+                    t.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .learn(s, from, now);
+                }
+            }
+        }
+        if is_multicast(&d) {
+            return Dest::All;
+        }
+        if let Some(&p) = self.devices.get(&d) {
+            return if p == from { Dest::Drop } else { Dest::Port(p) };
+        }
+        if let (Some(t), Some(now)) = (&self.learned, now) {
+            if let Some(p) = t.lock().unwrap_or_else(|p| p.into_inner()).lookup(&d, now) {
+                return if p == from { Dest::Drop } else { Dest::Port(p) };
+            }
+        }
+        Dest::Uplinks
+    }
+
+    fn deliver_to_device(&self, to: PortId, frame: &[u8]) {
+        let Some(port) = self.ports.get(to) else {
+            return;
+        };
+        if let PortKind::Device { rx, .. } = &port.kind {
+            if rx.push(frame) {
+                bump(&port.stats.out_frames);
+            } else {
+                bump(&port.stats.drop_full);
+            }
+        }
+    }
+
+    /// Switch `frames` that entered on port `from` (module documentation). Runs on the
+    /// caller's thread: device deliveries are queue pushes, uplink deliveries the uplink's
+    /// `send_batch`. Never blocks on a full queue or a busy uplink (those frames are dropped
+    /// and counted).
+    pub fn forward(&self, from: PortId, frames: &[&[u8]]) {
+        let Some(ingress) = self.ports.get(from) else {
+            return;
+        };
+        let now = self.learned.as_ref().map(|_| Instant::now());
+        for chunk in frames.chunks(IO_BATCH) {
+            let mut dest = [Dest::Drop; IO_BATCH];
+            for (d, f) in dest.iter_mut().zip(chunk) {
+                *d = self.decide(from, f, now);
+                if *d == Dest::Drop {
+                    bump(&ingress.stats.drop_spoofed);
+                    continue;
+                }
+                bump(&ingress.stats.in_frames);
+                if let Some(c) = &self.capture {
+                    c.capture(f);
+                }
+            }
+            for (d, f) in dest.iter().zip(chunk) {
+                match *d {
+                    Dest::Port(p) => self.deliver_to_device(p, f),
+                    Dest::All => {
+                        for (p, port) in self.ports.iter().enumerate() {
+                            if p != from && matches!(port.kind, PortKind::Device { .. }) {
+                                self.deliver_to_device(p, f);
+                            }
+                        }
+                    }
+                    Dest::Drop | Dest::Uplinks => {}
+                }
+            }
+            for &u in &self.uplinks {
+                if u == from {
+                    continue;
+                }
+                let mut out: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+                let mut n = 0;
+                for (d, f) in dest.iter().zip(chunk) {
+                    if matches!(*d, Dest::All | Dest::Uplinks) || *d == Dest::Port(u) {
+                        out[n] = f;
+                        n += 1;
+                    }
+                }
+                if n > 0 {
+                    self.send_uplink(u, &out[..n]);
+                }
+            }
+        }
+    }
+
+    fn send_uplink(&self, id: PortId, frames: &[&[u8]]) {
+        let port = &self.ports[id];
+        let PortKind::Uplink { uplink } = &port.kind else {
+            return;
+        };
+        let sent = match uplink.send_batch(frames) {
+            Ok(n) => n,
+            Err(UplinkError::WouldBlock) => 0,
+            Err(e) => {
+                log::warn!("fabric: uplink send: {e}");
+                0
+            }
+        };
+        crate::stats::add(&port.stats.out_frames, sent);
+        crate::stats::add(&port.stats.drop_full, frames.len().saturating_sub(sent));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,95 @@
+//! [`DevicePort`]: a device's attachment to the fabric, seen by its engine and eth tx path as an
+//! ordinary [`Uplink`].
+
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use super::{Fabric, PortId};
+use crate::uplink::{RxFrame, Uplink, UplinkError};
+
+/// See the module documentation. Sending switches the frames on the caller's thread
+/// ([`Fabric::forward`]); receiving pops the port's queue.
+pub struct DevicePort {
+    fabric: Arc<Fabric>,
+    id: PortId,
+}
+
+impl std::fmt::Debug for DevicePort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevicePort").field("id", &self.id).finish()
+    }
+}
+
+impl DevicePort {
+    pub(super) fn new(fabric: Arc<Fabric>, id: PortId) -> DevicePort {
+        DevicePort { fabric, id }
+    }
+
+    pub fn id(&self) -> PortId {
+        self.id
+    }
+
+    pub fn fabric(&self) -> &Arc<Fabric> {
+        &self.fabric
+    }
+}
+
+impl Uplink for DevicePort {
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+        self.fabric.forward(self.id, &[frame]);
+        Ok(())
+    }
+
+    /// Every frame is taken: the fabric counts what it could not deliver (full queue, busy
+    /// uplink) on the destination port.
+    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+        self.fabric.forward(self.id, frames);
+        Ok(frames.len())
+    }
+
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        let Some(rx) = self.fabric.rx_queue(self.id) else {
+            return Ok(None);
+        };
+        let mut slot = [Vec::new()];
+        if rx.pop_into(&mut slot) == 0 {
+            return Ok(None);
+        }
+        let f = &slot[0];
+        match buf.get_mut(..f.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(f);
+                Ok(Some(f.len()))
+            }
+            None => Err(UplinkError::Truncated {
+                len: f.len(),
+                buf: buf.len(),
+            }),
+        }
+    }
+
+    /// Zero-copy: the queued buffers are swapped into `bufs` (their old contents become the
+    /// queue's spares), one frame per buffer.
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        let Some(rx) = self.fabric.rx_queue(self.id) else {
+            return Ok(0);
+        };
+        let n = rx.pop_into(bufs);
+        for (slot, b) in bufs.iter().take(n).enumerate() {
+            frames.push(RxFrame {
+                slot,
+                off: 0,
+                len: b.len(),
+            });
+        }
+        Ok(n)
+    }
+
+    fn as_raw_fd(&self) -> RawFd {
+        self.fabric.rx_queue(self.id).map_or(-1, |q| q.as_raw_fd())
+    }
+}

@@ -1,0 +1,207 @@
+//! Switching rules of [`super::Fabric`] (module documentation, spec §16.2).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::uplink::{RxFrame, Uplink, UplinkError};
+
+const A: MacAddr = [0x02, 0, 0, 0, 0, 0xa];
+const B: MacAddr = [0x02, 0, 0, 0, 0, 0xb];
+const C: MacAddr = [0x02, 0, 0, 0, 0, 0xc];
+const REMOTE: MacAddr = [0x02, 0, 0, 0, 0, 0x77];
+const REMOTE2: MacAddr = [0x02, 0, 0, 0, 0, 0x78];
+
+/// An uplink that records what it is given.
+#[derive(Default)]
+struct Recorder {
+    sent: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Uplink for Recorder {
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+        self.sent.lock().unwrap().push(frame.to_vec());
+        Ok(())
+    }
+    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        Ok(None)
+    }
+    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
+        -1
+    }
+}
+
+fn frame(dst: MacAddr, src: MacAddr, tag: u8) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00, tag, 1, 2, 3]);
+    f
+}
+
+fn drain(p: &DevicePort) -> Vec<Vec<u8>> {
+    let mut bufs = vec![Vec::new(); 64];
+    let mut frames: Vec<RxFrame> = Vec::new();
+    let n = p.recv_batch(&mut bufs, &mut frames).unwrap();
+    assert_eq!(n, frames.len());
+    bufs.truncate(n);
+    bufs
+}
+
+struct Bed {
+    fabric: Arc<Fabric>,
+    ports: Vec<DevicePort>,
+    uplinks: Vec<(PortId, Arc<Recorder>)>,
+}
+
+fn bed(devices: &[MacAddr], uplinks: usize) -> Bed {
+    let mut b = FabricBuilder::new();
+    let ids: Vec<PortId> = devices.iter().map(|m| b.add_device(*m).unwrap()).collect();
+    let ups: Vec<(PortId, Arc<Recorder>)> = (0..uplinks)
+        .map(|_| {
+            let r = Arc::new(Recorder::default());
+            (b.add_uplink(r.clone()), r)
+        })
+        .collect();
+    let fabric = b.build();
+    let ports = ids
+        .iter()
+        .map(|&i| fabric.device_port(i).unwrap())
+        .collect();
+    Bed {
+        fabric,
+        ports,
+        uplinks: ups,
+    }
+}
+
+fn sent(r: &Recorder) -> Vec<Vec<u8>> {
+    std::mem::take(&mut *r.sent.lock().unwrap())
+}
+
+#[test]
+fn unicast_goes_to_its_device_only() {
+    let t = bed(&[A, B, C], 1);
+    let f = frame(B, A, 1);
+    t.ports[0].send(&f).unwrap();
+    assert_eq!(drain(&t.ports[1]), vec![f]);
+    assert!(drain(&t.ports[2]).is_empty());
+    assert!(drain(&t.ports[0]).is_empty());
+    assert!(sent(&t.uplinks[0].1).is_empty());
+}
+
+#[test]
+fn group_destinations_flood_to_every_other_port() {
+    let t = bed(&[A, B, C], 1);
+    let f = frame([0xff; 6], A, 2);
+    t.ports[0].send_batch(&[&f]).unwrap();
+    assert_eq!(drain(&t.ports[1]), vec![f.clone()]);
+    assert_eq!(drain(&t.ports[2]), vec![f.clone()]);
+    assert!(drain(&t.ports[0]).is_empty(), "never back to the sender");
+    assert_eq!(sent(&t.uplinks[0].1), vec![f]);
+}
+
+#[test]
+fn unknown_unicast_goes_to_the_uplinks_not_the_devices() {
+    let t = bed(&[A, B], 1);
+    let f = frame(REMOTE, A, 3);
+    t.ports[0].send(&f).unwrap();
+    assert!(drain(&t.ports[1]).is_empty());
+    assert_eq!(sent(&t.uplinks[0].1), vec![f]);
+}
+
+#[test]
+fn a_device_cannot_send_with_another_source_mac() {
+    let t = bed(&[A, B], 1);
+    t.ports[0].send(&frame(B, C, 4)).unwrap(); // C: not A's MAC
+    t.ports[0].send(&frame(B, B, 5)).unwrap(); // B's own MAC, from A
+    t.ports[0]
+        .send(&frame(B, [0x03, 0, 0, 0, 0, 1], 6))
+        .unwrap(); // group source
+    t.ports[0].send(&[0u8; 13]).unwrap(); // runt
+    assert!(drain(&t.ports[1]).is_empty());
+    assert!(sent(&t.uplinks[0].1).is_empty());
+    let s = t.fabric.port_stats(0).unwrap();
+    assert_eq!(s.drop_spoofed.load(Ordering::Relaxed), 4);
+    assert_eq!(s.in_frames.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn the_network_cannot_impersonate_a_local_device() {
+    let t = bed(&[A, B], 1);
+    let up = t.uplinks[0].0;
+    // A remote host claiming to be A, talking to B: dropped at the uplink port.
+    t.fabric.forward(up, &[&frame(B, A, 7)]);
+    assert!(drain(&t.ports[1]).is_empty());
+    // A genuine remote host reaches B.
+    let ok = frame(B, REMOTE, 8);
+    t.fabric.forward(up, &[&ok]);
+    assert_eq!(drain(&t.ports[1]), vec![ok]);
+    assert_eq!(
+        t.fabric
+            .port_stats(up)
+            .unwrap()
+            .drop_spoofed
+            .load(Ordering::Relaxed),
+        1
+    );
+}
+
+#[test]
+fn frames_to_the_own_mac_are_not_reflected() {
+    let t = bed(&[A, B], 1);
+    t.ports[0].send(&frame(A, A, 9)).unwrap();
+    assert!(drain(&t.ports[0]).is_empty());
+    assert!(sent(&t.uplinks[0].1).is_empty());
+}
+
+#[test]
+fn two_uplinks_learn_where_remote_macs_are() {
+    let t = bed(&[A], 2);
+    let (u0, r0) = (t.uplinks[0].0, t.uplinks[0].1.clone());
+    let (u1, r1) = (t.uplinks[1].0, t.uplinks[1].1.clone());
+    // Unknown: both uplinks.
+    let f = frame(REMOTE, A, 10);
+    t.ports[0].send(&f).unwrap();
+    assert_eq!(sent(&r0), vec![f.clone()]);
+    assert_eq!(sent(&r1), vec![f.clone()]);
+    // REMOTE speaks on uplink 1, REMOTE2 on uplink 0: learned.
+    t.fabric.forward(u1, &[&frame(A, REMOTE, 11)]);
+    t.fabric.forward(u0, &[&frame(A, REMOTE2, 12)]);
+    assert_eq!(drain(&t.ports[0]).len(), 2);
+    t.ports[0].send(&f).unwrap();
+    assert!(sent(&r0).is_empty());
+    assert_eq!(sent(&r1), vec![f]);
+    // A frame from uplink 0 for a MAC learned on uplink 0 stays there (not sent back out).
+    t.fabric.forward(u0, &[&frame(REMOTE2, REMOTE, 13)]);
+    assert!(sent(&r0).is_empty());
+    assert!(sent(&r1).is_empty());
+    // Broadcast from one uplink: the device and the other uplink.
+    let bc = frame([0xff; 6], REMOTE, 14);
+    t.fabric.forward(u1, &[&bc]);
+    assert_eq!(drain(&t.ports[0]), vec![bc.clone()]);
+    assert_eq!(sent(&r0), vec![bc]);
+    assert!(sent(&r1).is_empty());
+}
+
+#[test]
+fn a_full_queue_drops_and_counts() {
+    let t = bed(&[A, B], 0);
+    let f = frame(B, A, 15);
+    let n = rxqueue::RXQ_MAX_FRAMES + 10;
+    let slices: Vec<&[u8]> = (0..n).map(|_| f.as_slice()).collect();
+    t.ports[0].send_batch(&slices).unwrap();
+    let s = t.fabric.port_stats(1).unwrap();
+    assert_eq!(s.drop_full.load(Ordering::Relaxed), 10);
+    assert_eq!(
+        s.out_frames.load(Ordering::Relaxed),
+        rxqueue::RXQ_MAX_FRAMES as u64
+    );
+}
+
+#[test]
+fn duplicate_device_macs_are_refused() {
+    let mut b = FabricBuilder::new();
+    b.add_device(A).unwrap();
+    assert!(matches!(b.add_device(A), Err(FabricError::DuplicateMac(_))));
+}

@@ -1,0 +1,204 @@
+//! Devices of one daemon on the in-process fabric (ARCHITECTURE.md "One daemon, many devices"):
+//! engine threads on `DevicePort`s, RC traffic with data verified between 2 and 4 devices, and a
+//! fabric that also has a UDP uplink to a device of another daemon.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use vrdma_backend::fabric::{Fabric, FabricBuilder};
+use vrdma_backend::transport::engine::Engine;
+use vrdma_spec::*;
+
+/// One RC connection set up between two nodes, with an MR on each side.
+struct Conn {
+    qa: QpH,
+    cqa: RingH,
+    src: u64,
+    dst: u64,
+    ka: u32,
+    kb: u32,
+    len: u64,
+    data: Vec<u8>,
+}
+
+fn conn(a: &mut Node, b: &mut Node, len: u64, seed: u64) -> Conn {
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, cqa) = a.create_cq(256);
+    let (cb, _) = b.create_cq(256);
+    let qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
+    connect(a, &qa, b, &qb, 5, 14, 7, 7);
+    let src = a.alloc(len);
+    let dst = b.alloc(len);
+    let ka = a.reg_mr(pda, src, len, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+    let data = pattern(seed, len as usize);
+    a.write(src, &data);
+    Conn {
+        qa,
+        cqa,
+        src,
+        dst,
+        ka,
+        kb,
+        len,
+        data,
+    }
+}
+
+/// Post the connection's WRITE (one signaled WQE per MiB) and ring through `engine`.
+fn start_write(a: &Node, c: &mut Conn, engine: &Engine) {
+    let chunk: u64 = 1 << 20;
+    let n = c.len / chunk;
+    for i in 0..n {
+        post_send_mem(
+            &a.mem,
+            &mut c.qa,
+            &Wqe {
+                wr_id: i,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: if i == n - 1 { VRDMA_SEND_SIGNALED } else { 0 },
+                sges: vec![(c.src + i * chunk, chunk as u32, c.ka)],
+                remote_addr: c.dst + i * chunk,
+                rkey: c.kb,
+                ..Default::default()
+            },
+        );
+    }
+    engine.sender().push(VrdmaDoorbell {
+        type_: VRDMA_DB_SQ,
+        id: c.qa.qpn,
+    });
+}
+
+fn wait_write(a: &mut Node, b: &Node, c: &mut Conn) {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "WRITE did not complete"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        got = a.poll_cq(&mut c.cqa);
+    }
+    assert_eq!(got[0].status, VRDMA_WC_SUCCESS);
+    assert!(
+        b.read(c.dst, c.len as usize) == c.data,
+        "WRITE data differs"
+    );
+}
+
+/// A fabric with one port per node (and `uplinks`), each node's engine on its port.
+fn engines_on_fabric(
+    nodes: &mut [&mut Node],
+    uplinks: Vec<Arc<dyn vrdma_backend::uplink::Uplink>>,
+) -> (Arc<Fabric>, Vec<Engine>, Vec<usize>) {
+    let mut b = FabricBuilder::new();
+    for u in uplinks {
+        b.add_uplink(u);
+    }
+    let ids: Vec<usize> = nodes
+        .iter()
+        .map(|n| b.add_device(n.mac).expect("device port"))
+        .collect();
+    let fabric = b.build();
+    let engines = nodes
+        .iter_mut()
+        .zip(&ids)
+        .map(|(n, &id)| {
+            let port = fabric.device_port(id).expect("port");
+            Engine::start(detach(n), Arc::new(port)).expect("engine")
+        })
+        .collect();
+    (fabric, engines, ids)
+}
+
+#[test]
+fn rc_between_four_devices_on_one_fabric() {
+    let mut n: Vec<Node> = (1..=4).map(|i| Node::new(i, 32, 9000)).collect();
+    let (left, right) = n.split_at_mut(2);
+    let (n1, n2) = left.split_at_mut(1);
+    let (n3, n4) = right.split_at_mut(1);
+    let (n1, n2, n3, n4) = (&mut n1[0], &mut n2[0], &mut n3[0], &mut n4[0]);
+    let mut c12 = conn(n1, n2, 4 << 20, 12);
+    let mut c34 = conn(n3, n4, 4 << 20, 34);
+    let mut c41 = conn(n4, n1, 2 << 20, 41);
+    let (fabric, engines, ids) = engines_on_fabric(&mut [n1, n2, n3, n4], Vec::new());
+
+    // 1 -> 2 alone first: the other ports must see none of it (unicast is not flooded).
+    start_write(n1, &mut c12, &engines[0]);
+    wait_write(n1, n2, &mut c12);
+    for &p in &ids[2..] {
+        let s = fabric.port_stats(p).unwrap();
+        assert_eq!(
+            s.out_frames.load(Ordering::Relaxed),
+            0,
+            "port {p} saw another pair's frames"
+        );
+    }
+    // Then 3 -> 4 and 4 -> 1 at the same time.
+    start_write(n3, &mut c34, &engines[2]);
+    start_write(n4, &mut c41, &engines[3]);
+    wait_write(n3, n4, &mut c34);
+    wait_write(n4, n1, &mut c41);
+    for &p in &ids {
+        let s = fabric.port_stats(p).unwrap();
+        assert_eq!(s.drop_spoofed.load(Ordering::Relaxed), 0);
+        assert!(s.in_frames.load(Ordering::Relaxed) > 0);
+    }
+    for e in engines {
+        e.stop();
+    }
+}
+
+#[test]
+fn fabric_devices_and_a_remote_device_over_a_udp_uplink() {
+    // a and b on one fabric, c behind the fabric's UDP uplink (another daemon).
+    let mut a = Node::new(1, 32, 9000);
+    let mut b = Node::new(2, 32, 9000);
+    let mut c = Node::new(3, 32, 9000);
+    let mut ab = conn(&mut a, &mut b, 4 << 20, 1);
+    let mut ac = conn(&mut a, &mut c, 4 << 20, 2);
+    let mut cb = conn(&mut c, &mut b, 2 << 20, 3);
+    let (ua, uc) = udp_pair();
+    let (fabric, engines, ids) = engines_on_fabric(&mut [&mut a, &mut b], vec![Arc::new(ua)]);
+    let bridges = fabric.start_bridges().expect("bridge");
+    assert_eq!(bridges.len(), 1);
+    let ec = Engine::start(detach(&mut c), Arc::new(uc)).expect("engine c");
+
+    start_write(&a, &mut ab, &engines[0]);
+    start_write(&a, &mut ac, &engines[0]);
+    start_write(&c, &mut cb, &ec);
+    wait_write(&mut a, &b, &mut ab);
+    wait_write(&mut a, &c, &mut ac);
+    wait_write(&mut c, &b, &mut cb);
+    let uplink = fabric.port_stats(0).unwrap();
+    assert!(
+        uplink.in_frames.load(Ordering::Relaxed) > 0,
+        "c's frames came in"
+    );
+    assert!(
+        uplink.out_frames.load(Ordering::Relaxed) > 0,
+        "a's frames went out"
+    );
+    assert_eq!(
+        fabric
+            .port_stats(ids[1])
+            .unwrap()
+            .drop_full
+            .load(Ordering::Relaxed),
+        0
+    );
+    drop(bridges);
+    ec.stop();
+    for e in engines {
+        e.stop();
+    }
+}
