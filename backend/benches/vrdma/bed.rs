@@ -30,6 +30,8 @@ const CQ_DEPTH: u32 = 4096;
 pub enum Mode {
     InProc,
     Udp,
+    /// Two engine threads on one daemon's fabric (`fabric::DevicePort`s).
+    Fabric,
 }
 
 impl Mode {
@@ -37,6 +39,7 @@ impl Mode {
         match self {
             Mode::InProc => "in-process",
             Mode::Udp => "udp+engines",
+            Mode::Fabric => "fabric+engines",
         }
     }
 }
@@ -86,7 +89,8 @@ pub enum Link {
         out_a: Arc<RecordingOutput>,
         out_b: Arc<RecordingOutput>,
     },
-    Udp {
+    /// Two engine threads (UDP uplink pair or fabric ports).
+    Engines {
         ea: Engine,
         eb: Engine,
         #[allow(dead_code)]
@@ -290,6 +294,29 @@ impl Bed {
                     out_b,
                 }
             }
+            Mode::Fabric => {
+                let mut fb = vrdma_backend::fabric::FabricBuilder::new();
+                let (pa, pb) = (
+                    fb.add_device(a.mac).expect("port a"),
+                    fb.add_device(b.mac).expect("port b"),
+                );
+                let fabric = fb.build();
+                let da = detach(&mut a);
+                let db = detach(&mut b);
+                let ua = Counting {
+                    inner: fabric.device_port(pa).expect("port a"),
+                    frames: frames.clone(),
+                    a_to_b: true,
+                };
+                let ub = Counting {
+                    inner: fabric.device_port(pb).expect("port b"),
+                    frames: frames.clone(),
+                    a_to_b: false,
+                };
+                let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
+                let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
+                Link::Engines { ea, eb, da, db }
+            }
             Mode::Udp => {
                 let (ua, ub) = udp_pair();
                 let da = detach(&mut a);
@@ -306,7 +333,7 @@ impl Bed {
                 };
                 let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
                 let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
-                Link::Udp { ea, eb, da, db }
+                Link::Engines { ea, eb, da, db }
             }
         };
         Bed {
@@ -328,7 +355,7 @@ impl Bed {
         };
         match &mut self.link {
             Link::InProc { a, .. } => transport::on_doorbell(a, db),
-            Link::Udp { ea, .. } => ea.sender().doorbell(db),
+            Link::Engines { ea, .. } => ea.sender().doorbell(db),
         }
     }
 
@@ -376,7 +403,7 @@ impl Bed {
                 transport::on_tick(a, now);
                 transport::on_tick(b, now);
             }
-            Link::Udp { .. } => {
+            Link::Engines { .. } => {
                 if spin {
                     std::thread::yield_now();
                 } else {
@@ -423,13 +450,13 @@ impl Bed {
     pub fn engine_cpu(&self) -> f64 {
         match self.link {
             Link::InProc { .. } => crate::util::thread_cpu_secs(),
-            Link::Udp { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
+            Link::Engines { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
         }
     }
 
     /// Stop the engines (UDP) cleanly.
     pub fn finish(self) {
-        if let Link::Udp { ea, eb, .. } = self.link {
+        if let Link::Engines { ea, eb, .. } = self.link {
             ea.stop();
             eb.stop();
         }

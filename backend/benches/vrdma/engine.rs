@@ -237,13 +237,13 @@ pub fn run(quick: bool) {
             "engine CPU per msg",
         ],
     );
-    for mode in [Mode::InProc, Mode::Udp] {
+    for mode in [Mode::InProc, Mode::Fabric, Mode::Udp] {
         for mtu in [1024u32, 4096] {
             let mut bed = Bed::new(mode, mtu, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
             let budget: u64 = match (mode, quick) {
                 (_, true) => 8 << 20,
                 (Mode::InProc, false) => 32 << 20,
-                (Mode::Udp, false) => 16 << 20,
+                (Mode::Udp | Mode::Fabric, false) => 16 << 20,
             };
             let mut points = vec![
                 (Op::Write, 4u64 << 10),
@@ -277,7 +277,7 @@ pub fn run(quick: bool) {
             }
             if mtu == 1024 {
                 let iters = match (mode, quick) {
-                    (Mode::InProc, _) => 2000,
+                    (Mode::InProc | Mode::Fabric, _) => 2000,
                     (Mode::Udp, true) => 200,
                     (Mode::Udp, false) => 1000,
                 };

@@ -1,7 +1,8 @@
 //! The closing headline lines of `make bench` ([datapath] issue), every figure measured in this
 //! run: memcpy on one core as the yardstick, RC WRITE 64 KiB over the UDP uplink (two engine
 //! threads on loopback) at Ethernet MTU 9000 (path MTU 4096) and 1500 (path MTU 1024), the
-//! in-process figures, and the 64 B WRITE rate with 10000 idle QPs per device relative to none.
+//! in-process and fabric (two devices of one daemon, an engine thread each) figures, and the 64 B
+//! WRITE rate with 10000 idle QPs per device relative to none.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -107,6 +108,17 @@ pub fn run(quick: bool) {
     let mut lat = latency(&mut bed, 64, 2000);
     bed.finish();
     let n = if quick { 5000 } else { 20000 };
+    // Two devices of one daemon, each with its engine thread, on the fabric.
+    let mut bed = Bed::new(Mode::Fabric, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
+    let fabric = point(&mut bed, Op::Write, 64 << 10, budget, runs);
+    bed.finish();
+    let mut bed = Bed::new(Mode::Fabric, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0);
+    stream(&mut bed, Op::Write, 64, 256);
+    let mut rates: Vec<f64> = (0..runs)
+        .map(|_| n as f64 / stream(&mut bed, Op::Write, 64, n).as_secs_f64())
+        .collect();
+    let mut fab_lat = latency(&mut bed, 64, 2000);
+    bed.finish();
     let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
     println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
     println!(
@@ -120,7 +132,24 @@ pub fn run(quick: bool) {
         none / 1e6,
         fmt_secs(median(&mut lat))
     );
+    println!(
+        "headline: fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.1} % of memcpy; {:.0} MB per \
+         engine CPU-s, data frames / min {:.2})",
+        fabric.mbs,
+        fabric.mbs / memcpy * 100.0,
+        fabric.mb_per_cpu,
+        fabric.data_frames
+    );
+    println!(
+        "headline: fabric 64 B RC WRITE: {:.2} Mpps, median latency {}",
+        median(&mut rates) / 1e6,
+        fmt_secs(median(&mut fab_lat))
+    );
     print_udp(&udp);
+    println!(
+        "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: not measured (--engine-threads \
+         is not implemented: one engine thread per device)"
+    );
     println!(
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \
          {idle_cpu:.2})"
