@@ -29,7 +29,7 @@ use thiserror::Error;
 
 use crate::device::Device;
 use crate::qp::QpType;
-use crate::uplink::{RxFrame, Uplink, UplinkError};
+use crate::uplink::{RxFrame, Uplink, UplinkError, IO_BATCH};
 
 #[derive(Debug, Error)]
 pub enum StatsError {
@@ -170,6 +170,33 @@ impl<U: Uplink> Uplink for Metered<U> {
             Err(_) => bump(&self.stats.tx_errors),
         }
         r
+    }
+
+    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+        let mut sent = 0;
+        for chunk in frames.chunks_mut(IO_BATCH) {
+            // Lengths first: the inner uplink may swap the buffers.
+            let mut lens = [0usize; IO_BATCH];
+            for (l, f) in lens.iter_mut().zip(chunk.iter()) {
+                *l = f.len();
+            }
+            match self.inner.send_frames(chunk) {
+                Ok(n) => {
+                    add(&self.stats.tx_frames, n);
+                    add(&self.stats.tx_bytes, lens[..n.min(IO_BATCH)].iter().sum());
+                    add(&self.stats.drop_tx_busy, chunk.len().saturating_sub(n));
+                    sent += n;
+                }
+                Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, chunk.len()),
+                Err(e) => {
+                    bump(&self.stats.tx_errors);
+                    if sent == 0 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(sent)
     }
 
     fn recv_batch(

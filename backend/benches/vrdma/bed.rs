@@ -145,6 +145,15 @@ impl<U: Uplink> Uplink for Counting<U> {
         c.fetch_add(frames.len() as u64, Ordering::Relaxed);
         self.inner.send_batch(frames)
     }
+    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+        let c = if self.a_to_b {
+            &self.frames.ab
+        } else {
+            &self.frames.ba
+        };
+        c.fetch_add(frames.len() as u64, Ordering::Relaxed);
+        self.inner.send_frames(frames)
+    }
     fn recv_batch(
         &self,
         bufs: &mut [Vec<u8>],

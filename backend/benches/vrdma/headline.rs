@@ -81,6 +81,19 @@ pub fn udp(quick: bool) -> Vec<(u16, Point)> {
     udp
 }
 
+/// The fabric 64 KiB point alone (`fabric` section: what to profile with `perf record`).
+pub fn fabric_only(quick: bool) {
+    let runs = if quick { 3 } else { 10 };
+    let budget: u64 = if quick { 8 << 20 } else { 64 << 20 };
+    let mut bed = Bed::new(Mode::Fabric, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
+    let p = point(&mut bed, Op::Write, 64 << 10, budget, runs);
+    bed.finish();
+    println!(
+        "fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.0} MB per engine CPU-s)",
+        p.mbs, p.mb_per_cpu
+    );
+}
+
 pub fn print_udp(udp: &[(u16, Point)]) {
     for (eth, p) in udp {
         println!(

@@ -18,7 +18,7 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -27,6 +27,7 @@ const SECTIONS: [&str; 8] = [
     "wire",
     "headline",
     "udp",
+    "fabric",
 ];
 
 fn main() {
@@ -82,6 +83,9 @@ fn main() {
     // Not part of the default run (headline measures it): the UDP points alone, to profile.
     if wanted.contains(&"udp") {
         headline::print_udp(&headline::udp(quick));
+    }
+    if wanted.contains(&"fabric") {
+        headline::fabric_only(quick);
     }
     println!();
     println!(

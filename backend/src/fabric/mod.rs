@@ -291,51 +291,102 @@ impl Fabric {
     /// `send_batch`. Never blocks on a full queue or a busy uplink (those frames are dropped
     /// and counted).
     pub fn forward(&self, from: PortId, frames: &[&[u8]]) {
-        let Some(ingress) = self.ports.get(from) else {
+        if from >= self.ports.len() {
             return;
-        };
+        }
         let now = self.learned.as_ref().map(|_| Instant::now());
         for chunk in frames.chunks(IO_BATCH) {
             let mut dest = [Dest::Drop; IO_BATCH];
-            for (d, f) in dest.iter_mut().zip(chunk) {
-                *d = self.decide(from, f, now);
-                if *d == Dest::Drop {
-                    bump(&ingress.stats.drop_spoofed);
-                    continue;
-                }
-                bump(&ingress.stats.in_frames);
-                if let Some(c) = &self.capture {
-                    c.capture(f);
-                }
-            }
-            for (d, f) in dest.iter().zip(chunk) {
-                match *d {
-                    Dest::Port(p) => self.deliver_to_device(p, f),
-                    Dest::All => {
-                        for (p, port) in self.ports.iter().enumerate() {
-                            if p != from && matches!(port.kind, PortKind::Device { .. }) {
-                                self.deliver_to_device(p, f);
-                            }
+            self.decide_chunk(from, chunk.iter().copied(), &mut dest, now);
+            self.deliver(from, &dest[..chunk.len()], chunk, false);
+        }
+    }
+
+    /// [`Fabric::forward`] for owned frames: a frame for one local device moves into its
+    /// queue without a copy (a spare buffer takes its place in `frames`, for the caller to
+    /// recycle); flooded and uplink-bound frames are copied as in `forward`.
+    pub fn forward_owned(&self, from: PortId, frames: &mut [Vec<u8>]) {
+        if from >= self.ports.len() {
+            return;
+        }
+        let now = self.learned.as_ref().map(|_| Instant::now());
+        for chunk in frames.chunks_mut(IO_BATCH) {
+            let mut dest = [Dest::Drop; IO_BATCH];
+            self.decide_chunk(from, chunk.iter().map(Vec::as_slice), &mut dest, now);
+            for (d, f) in dest.iter().zip(chunk.iter_mut()) {
+                if let Dest::Port(p) = *d {
+                    if let Some(Port {
+                        kind: PortKind::Device { rx, .. },
+                        stats,
+                    }) = self.ports.get(p)
+                    {
+                        if rx.push_owned(f) {
+                            bump(&stats.out_frames);
+                        } else {
+                            bump(&stats.drop_full);
                         }
                     }
-                    Dest::Drop | Dest::Uplinks => {}
                 }
             }
-            for &u in &self.uplinks {
-                if u == from {
-                    continue;
-                }
-                let mut out: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
-                let mut n = 0;
-                for (d, f) in dest.iter().zip(chunk) {
-                    if matches!(*d, Dest::All | Dest::Uplinks) || *d == Dest::Port(u) {
-                        out[n] = f;
-                        n += 1;
+            let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+            for (s, f) in slices.iter_mut().zip(chunk.iter()) {
+                *s = f;
+            }
+            self.deliver(from, &dest[..chunk.len()], &slices[..chunk.len()], true);
+        }
+    }
+
+    /// Decide every frame of a chunk (at most `IO_BATCH`), count and capture at ingress.
+    fn decide_chunk<'a>(
+        &self,
+        from: PortId,
+        frames: impl Iterator<Item = &'a [u8]>,
+        dest: &mut [Dest; IO_BATCH],
+        now: Option<Instant>,
+    ) {
+        let ingress = &self.ports[from];
+        for (d, f) in dest.iter_mut().zip(frames) {
+            *d = self.decide(from, f, now);
+            if *d == Dest::Drop {
+                bump(&ingress.stats.drop_spoofed);
+                continue;
+            }
+            bump(&ingress.stats.in_frames);
+            if let Some(c) = &self.capture {
+                c.capture(f);
+            }
+        }
+    }
+
+    /// Deliver a decided chunk; `skip_devices`: unicast device frames were delivered already.
+    fn deliver(&self, from: PortId, dest: &[Dest], chunk: &[&[u8]], skip_devices: bool) {
+        for (d, f) in dest.iter().zip(chunk) {
+            match *d {
+                Dest::Port(p) if !skip_devices => self.deliver_to_device(p, f),
+                Dest::All => {
+                    for (p, port) in self.ports.iter().enumerate() {
+                        if p != from && matches!(port.kind, PortKind::Device { .. }) {
+                            self.deliver_to_device(p, f);
+                        }
                     }
                 }
-                if n > 0 {
-                    self.send_uplink(u, &out[..n]);
+                Dest::Port(_) | Dest::Drop | Dest::Uplinks => {}
+            }
+        }
+        for &u in &self.uplinks {
+            if u == from {
+                continue;
+            }
+            let mut out: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+            let mut n = 0;
+            for (d, f) in dest.iter().zip(chunk) {
+                if matches!(*d, Dest::All | Dest::Uplinks) || *d == Dest::Port(u) {
+                    out[n] = f;
+                    n += 1;
                 }
+            }
+            if n > 0 {
+                self.send_uplink(u, &out[..n]);
             }
         }
     }

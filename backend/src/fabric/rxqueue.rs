@@ -79,6 +79,26 @@ impl RxQueue {
         true
     }
 
+    /// Queue `frame` itself, leaving a spare buffer (or an empty one) in its place: no copy.
+    /// False (dropped, `frame` untouched) when the queue is full.
+    pub fn push_owned(&self, frame: &mut Vec<u8>) -> bool {
+        let was_empty = {
+            let mut s = self.lock();
+            if s.frames.len() >= RXQ_MAX_FRAMES || s.bytes + frame.len() > RXQ_MAX_BYTES {
+                return false;
+            }
+            let spare = s.spare.pop().unwrap_or_default();
+            let f = std::mem::replace(frame, spare);
+            s.bytes += f.len();
+            s.frames.push_back(f);
+            s.frames.len() == 1
+        };
+        if was_empty {
+            let _ = self.ready.write(1);
+        }
+        true
+    }
+
     /// Move up to `slots.len()` queued frames into `slots` (each swapped with the slot's old
     /// buffer, which becomes a spare); returns how many. An emptied queue clears the eventfd.
     pub fn pop_into(&self, slots: &mut [Vec<u8>]) -> usize {
@@ -165,6 +185,23 @@ mod tests {
         }
         assert!(!q.push(&big), "byte limit");
         assert_eq!(q.len(), fit);
+    }
+
+    #[test]
+    fn owned_frames_move_without_a_copy() {
+        let q = RxQueue::new().unwrap();
+        let mut f = vec![9u8; 300];
+        let ptr = f.as_ptr();
+        assert!(q.push_owned(&mut f));
+        assert!(f.is_empty(), "a spare (here: empty) buffer took its place");
+        let mut slots = vec![Vec::new()];
+        assert_eq!(q.pop_into(&mut slots), 1);
+        assert_eq!(slots[0].as_ptr(), ptr, "the same buffer arrived");
+        assert_eq!(slots[0], vec![9u8; 300]);
+        // The slot's old buffer is now the spare handed to the next sender.
+        let mut g = vec![1u8; 10];
+        q.push_owned(&mut g);
+        assert!(g.capacity() == 0 || g.is_empty());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use super::doorbells::DoorbellQueue;
 use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
-use crate::uplink::{RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
+use crate::uplink::{RxFrame, Uplink, UplinkError, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held, and the
 /// receive buffers: RX_BATCH × MAX_FRAME bytes per engine).
@@ -333,17 +333,11 @@ fn run(
             std::mem::swap(&mut out, &mut to_uplink);
             next
         };
-        // Batched (sendmmsg on UDP). A full socket buffer is packet loss; RC retransmits
-        // (IBTA 9.7.6).
-        let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
-        for chunk in out.chunks(IO_BATCH) {
-            for (s, f) in slices.iter_mut().zip(chunk) {
-                *s = f;
-            }
-            match uplink.send_batch(&slices[..chunk.len()]) {
-                Ok(_) | Err(UplinkError::WouldBlock) => {}
-                Err(e) => log::warn!("engine: uplink send: {e}"),
-            }
+        // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
+        // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
+        match uplink.send_frames(&mut out) {
+            Ok(_) | Err(UplinkError::WouldBlock) => {}
+            Err(e) => log::warn!("engine: uplink send: {e}"),
         }
         for f in out.drain(..) {
             super::packet::recycle_frame(f);

@@ -88,6 +88,26 @@ pub trait Uplink: Send + Sync {
         Ok(frames.len())
     }
 
+    /// Send owned frames in order (same outcome as [`Uplink::send_batch`]). An uplink that
+    /// keeps frames in memory (the fabric) may take a frame's buffer and leave another buffer
+    /// (any capacity, possibly empty) in its place, saving a copy; the caller recycles whatever
+    /// `frames` holds afterwards. The default sends slices through `send_batch`.
+    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+        let mut sent = 0;
+        for chunk in frames.chunks(IO_BATCH) {
+            let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+            for (s, f) in slices.iter_mut().zip(chunk) {
+                *s = f;
+            }
+            match self.send_batch(&slices[..chunk.len()]) {
+                Ok(n) => sent += n,
+                Err(e) if sent == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(sent)
+    }
+
     /// Receive into up to `bufs.len()` buffers; returns how many buffers were used (0: none
     /// pending) and appends the frames found to `frames` (a buffer may hold several frames when
     /// the uplink merges datagrams, UDP GRO). Truncated frames are dropped. Uplinks with a
@@ -130,6 +150,9 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         (**self).send(frame)
     }
+    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+        (**self).send_frames(frames)
+    }
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)
     }
@@ -151,6 +174,9 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
 impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         (**self).send(frame)
+    }
+    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+        (**self).send_frames(frames)
     }
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)

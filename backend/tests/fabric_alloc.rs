@@ -1,0 +1,152 @@
+//! Allocations on the fabric's data path: a steady-state RC WRITE stream between two devices of
+//! one daemon, each with its engine thread on a `fabric::DevicePort`. Every allocation in the
+//! process is counted while the stream runs (the test thread only waits, without allocating),
+//! so the figure covers the engines, the fabric and its queues ([datapath] issue item 3).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use vrdma_backend::fabric::FabricBuilder;
+use vrdma_backend::transport::engine::Engine;
+use vrdma_spec::*;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ON: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: forwards every call to the system allocator unchanged; it only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if ON.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if ON.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Same bound as the in-process stream (`transport_alloc.rs`): what remains is per message.
+const MAX_ALLOCS_PER_PACKET: f64 = 0.25;
+
+#[test]
+fn steady_state_fabric_rc_write_allocations_per_packet() {
+    let mut a = Node::new(1, 64, 9000);
+    let mut b = Node::new(2, 64, 9000);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, _) = a.create_cq(1024);
+    let (cb, _) = b.create_cq(1024);
+    let mut qa = a.create_qp(QpSpec {
+        sq_depth: 1024,
+        ..QpSpec::rc(pda, ca)
+    });
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
+    let msg: u64 = 64 << 10;
+    let slots = 16u64;
+    let src = a.alloc(msg * slots);
+    let dst = b.alloc(msg * slots);
+    let ka = a.reg_mr(pda, src, msg * slots, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, msg * slots, ACC_ALL);
+    // Message i carries the byte i+1 everywhere, so its arrival is visible in its last byte.
+    let post = |qa: &mut QpH, a: &Node, i: u64| {
+        let k = i % slots;
+        a.write(src + k * msg, &vec![(i % 250 + 1) as u8; msg as usize]);
+        post_send_mem(
+            &a.mem,
+            qa,
+            &Wqe {
+                wr_id: i,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: 0,
+                sges: vec![(src + k * msg, msg as u32, ka)],
+                remote_addr: dst + k * msg,
+                rkey: kb,
+                ..Default::default()
+            },
+        );
+    };
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).unwrap();
+    let pb = fb.add_device(b.mac).unwrap();
+    let fabric = fb.build();
+    let ea = Engine::start(detach(&mut a), Arc::new(fabric.device_port(pa).unwrap())).unwrap();
+    let eb = Engine::start(detach(&mut b), Arc::new(fabric.device_port(pb).unwrap())).unwrap();
+    let db = VrdmaDoorbell {
+        type_: VRDMA_DB_SQ,
+        id: qa.qpn,
+    };
+    // Waits for message `i` to land without allocating.
+    let wait_for = |b: &Node, i: u64| {
+        let k = i % slots;
+        let mut last = [0u8; 1];
+        let t0 = Instant::now();
+        loop {
+            b.mem.read(dst + (k + 1) * msg - 1, &mut last).unwrap();
+            if last[0] == (i % 250 + 1) as u8 {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "message {i} never landed"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    };
+    // Warm-up: pools, queues and tables reach their steady-state capacity.
+    for i in 0..slots {
+        post(&mut qa, &a, i);
+    }
+    ea.sender().push(db);
+    wait_for(&b, slots - 1);
+    std::thread::sleep(Duration::from_millis(50));
+    // Measured: `rounds` batches of `slots` messages; posting happens between the counted spans.
+    let rounds = 40u64;
+    let mut allocs = 0;
+    for r in 1..=rounds {
+        for i in r * slots..(r + 1) * slots {
+            post(&mut qa, &a, i);
+        }
+        ON.store(true, Ordering::Relaxed);
+        let a0 = ALLOCS.load(Ordering::Relaxed);
+        ea.sender().push(db);
+        wait_for(&b, (r + 1) * slots - 1);
+        std::thread::sleep(Duration::from_millis(5)); // the ACKs
+        allocs += ALLOCS.load(Ordering::Relaxed) - a0;
+        ON.store(false, Ordering::Relaxed);
+    }
+    let frames = rounds * slots * (msg / 4096);
+    let per_packet = allocs as f64 / frames as f64;
+    println!("{allocs} allocations for {frames} data frames: {per_packet:.3} per packet");
+    let s = fabric.port_stats(pb).unwrap();
+    assert!(
+        s.out_frames.load(Ordering::Relaxed) >= frames,
+        "frames crossed the fabric"
+    );
+    assert!(
+        per_packet <= MAX_ALLOCS_PER_PACKET,
+        "{per_packet:.3} allocations per packet (bound {MAX_ALLOCS_PER_PACKET})"
+    );
+    ea.stop();
+    eb.stop();
+}
