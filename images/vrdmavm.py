@@ -613,14 +613,13 @@ class VM:
         guest keeps running; from now on the VM counts as alive without a backend."""
         if self.backend is None:
             raise VMError("%s has no backend" % self.name)
-        self.backend.kill()
-        self.backend.wait()
-        if self.cluster.fabric:
-            # The fabric's daemon served every vrdma guest: all of them lost it.
-            for vm in self.cluster.vms:
-                if vm.backend is self.backend:
-                    vm.backend = None
-        self.backend = None
+        proc = self.backend
+        proc.kill()
+        proc.wait()
+        # On a fabric the daemon served every vrdma guest: all of them lost it.
+        for vm in self.cluster.vms:
+            if vm.backend is proc:
+                vm.backend = None
 
     def stop(self):
         if self.agent:

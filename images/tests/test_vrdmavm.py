@@ -83,6 +83,15 @@ class CommandLines(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.cluster(n=3, kind=["vrdma", "rxe", "rxe"])
 
+    def test_killing_the_fabric_daemon_is_seen_by_every_vrdma_guest(self):
+        c = self.cluster(n=2, kind="vrdma")
+        proc = subprocess.Popen(["sleep", "30"])
+        for vm in c.vms:
+            vm.backend = proc
+        c[0].kill_backend()
+        self.assertIsNotNone(proc.poll())
+        self.assertEqual([vm.backend for vm in c.vms], [None, None])
+
     def test_fabric_tap_commands(self):
         c = self.cluster(n=3, kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap")
         c.netns = "vrdma-test"  # as _setup_net would

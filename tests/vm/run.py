@@ -4,7 +4,7 @@
     tests/vm/run.py                 every scenario
     tests/vm/run.py -k rping        scenarios whose name contains "rping"
     tests/vm/run.py --list          list the scenarios
-    tests/vm/run.py --topology A    only topology A (two vrdma guests, udp uplink)
+    tests/vm/run.py --topology A    only topology A (two vrdma guests on one daemon's fabric)
 
 Needs the images (`make images`) and a release build of vrdma-backend. Evidence
 of each failing scenario is kept under --results (default tests/results/<time>).

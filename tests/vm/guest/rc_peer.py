@@ -29,16 +29,24 @@ def to_rts(qp, gidx, mine, peer, access, rd_atomic=1):
     qp.to_rts(attr)
 
 
+# Bytes received past the last line returned, per socket: a fast peer may send its next
+# message before we read the current one, and both can arrive in one recv().
+_pending = {}
+
+
 def exchange(sock, mine):
-    """Send our JSON line, return the peer's."""
+    """Send our JSON line, return the peer's next one."""
     sock.sendall((json.dumps(mine) + "\n").encode())
-    buf = b""
-    while not buf.endswith(b"\n"):
+    buf = _pending.pop(sock.fileno(), b"")
+    while b"\n" not in buf:
         chunk = sock.recv(4096)
         if not chunk:
             raise SystemExit("peer closed the connection")
         buf += chunk
-    return json.loads(buf)
+    line, rest = buf.split(b"\n", 1)
+    if rest:
+        _pending[sock.fileno()] = rest
+    return json.loads(line)
 
 
 def accept(port):
