@@ -514,6 +514,17 @@ impl StatsServer {
         dev: Arc<Mutex<Device>>,
         label: String,
     ) -> Result<StatsServer, StatsError> {
+        Self::start_with(path, dev, label, None)
+    }
+
+    /// [`StatsServer::start`], appending what `extra` renders (Prometheus text) to every
+    /// answer: the daemon's fabric counters on a fabric daemon.
+    pub fn start_with(
+        path: &Path,
+        dev: Arc<Mutex<Device>>,
+        label: String,
+        extra: Option<ExtraStats>,
+    ) -> Result<StatsServer, StatsError> {
         let listen_err = |source| StatsError::Listen {
             path: path.display().to_string(),
             source,
@@ -531,7 +542,7 @@ impl StatsServer {
         let s2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("vrdma-stats".into())
-            .spawn(move || serve(listener, &dev, &label, &s2))
+            .spawn(move || serve(listener, &dev, &label, extra.as_deref(), &s2))
             .map_err(StatsError::Spawn)?;
         Ok(StatsServer {
             path: path.to_path_buf(),
@@ -557,7 +568,16 @@ impl Drop for StatsServer {
     }
 }
 
-fn serve(listener: UnixListener, dev: &Mutex<Device>, label: &str, stop: &AtomicBool) {
+/// More counters for a stats answer (see [`StatsServer::start_with`]).
+pub type ExtraStats = Arc<dyn Fn() -> String + Send + Sync>;
+
+fn serve(
+    listener: UnixListener,
+    dev: &Mutex<Device>,
+    label: &str,
+    extra: Option<&(dyn Fn() -> String + Send + Sync)>,
+    stop: &AtomicBool,
+) {
     for conn in listener.incoming() {
         if stop.load(Ordering::Acquire) {
             return;
@@ -568,7 +588,10 @@ fn serve(listener: UnixListener, dev: &Mutex<Device>, label: &str, stop: &Atomic
             let d = dev.lock().unwrap_or_else(|p| p.into_inner());
             snapshot(&d, label)
         };
-        let text = format(snap);
+        let mut text = format(snap);
+        if let Some(f) = extra {
+            text.push_str(&f());
+        }
         // A client that does not read must not hold the thread for long.
         let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = conn.write_all(text.as_bytes());

@@ -497,6 +497,22 @@ fn binary_serves_several_devices_and_removes_every_socket() {
         wait_for(&PathBuf::from(format!("{}.stats", s.display())));
     }
     wait_for_log(&log, "fabric: 3 device(s), 0 uplink(s)");
+    // Every device's counters include the whole fabric's, per port.
+    let text = vrdma_backend::stats::fetch(&socks[0]).expect("stats");
+    for port in ["vu0", "vu1", "vu2"] {
+        for needle in [
+            format!("vrdma_fabric_frames_total{{port=\"{port}\",kind=\"device\",dir=\"in\"}} "),
+            format!(
+                "vrdma_fabric_drops_total{{port=\"{port}\",kind=\"device\",reason=\"spoofed\"}} 0"
+            ),
+        ] {
+            assert!(text.contains(&needle), "stats lack {needle}:\n{text}");
+        }
+    }
+    assert!(
+        text.contains("vrdma_port_rx_frames_total{device=\"vu0\"}"),
+        "{text}"
+    );
     // SAFETY: kill() on the pid of a child we spawned and have not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(child.wait().unwrap().code(), Some(0));

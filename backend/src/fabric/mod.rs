@@ -74,6 +74,8 @@ enum PortKind {
 struct Port {
     kind: PortKind,
     stats: FabricPortStats,
+    /// For the counters: the device's label or the uplink's spec.
+    name: String,
 }
 
 /// Where one frame goes.
@@ -149,6 +151,7 @@ impl FabricBuilder {
         self.ports.push(Port {
             kind: PortKind::Device { mac, rx },
             stats: FabricPortStats::default(),
+            name: format!("port{}", self.ports.len()),
         });
         Ok(self.ports.len() - 1)
     }
@@ -158,8 +161,16 @@ impl FabricBuilder {
         self.ports.push(Port {
             kind: PortKind::Uplink { uplink },
             stats: FabricPortStats::default(),
+            name: format!("port{}", self.ports.len()),
         });
         self.ports.len() - 1
+    }
+
+    /// Name port `id` in the counters (default `port<N>`).
+    pub fn name_port(&mut self, id: PortId, name: impl Into<String>) {
+        if let Some(p) = self.ports.get_mut(id) {
+            p.name = name.into();
+        }
     }
 
     /// Capture every frame the fabric switches, once, as it enters (`--pcap`).
@@ -219,6 +230,56 @@ impl Fabric {
     /// The counters of port `id`.
     pub fn port_stats(&self, id: PortId) -> Option<&FabricPortStats> {
         self.ports.get(id).map(|p| &p.stats)
+    }
+
+    /// Every port's counters in the Prometheus text format (appended to each device's
+    /// `<socket>.stats` answer on a fabric daemon).
+    pub fn render_stats(&self) -> String {
+        use std::fmt::Write;
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut out = String::new();
+        let kind = |p: &Port| match p.kind {
+            PortKind::Device { .. } => "device",
+            PortKind::Uplink { .. } => "uplink",
+        };
+        let _ = writeln!(
+            out,
+            "# HELP vrdma_fabric_frames_total Frames switched by the daemon's fabric, per port: \
+             in = entered from the port, out = delivered to it."
+        );
+        let _ = writeln!(out, "# TYPE vrdma_fabric_frames_total counter");
+        for p in &self.ports {
+            for (dir, c) in [("in", &p.stats.in_frames), ("out", &p.stats.out_frames)] {
+                let _ = writeln!(
+                    out,
+                    "vrdma_fabric_frames_total{{port=\"{}\",kind=\"{}\",dir=\"{dir}\"}} {}",
+                    p.name,
+                    kind(p),
+                    c.load(Relaxed)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
+             refused at ingress (source MAC), full = the port's queue or uplink had no room."
+        );
+        let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
+        for p in &self.ports {
+            for (why, c) in [
+                ("spoofed", &p.stats.drop_spoofed),
+                ("full", &p.stats.drop_full),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "vrdma_fabric_drops_total{{port=\"{}\",kind=\"{}\",reason=\"{why}\"}} {}",
+                    p.name,
+                    kind(p),
+                    c.load(Relaxed)
+                );
+            }
+        }
+        out
     }
 
     pub(crate) fn rx_queue(&self, id: PortId) -> Option<&RxQueue> {
@@ -318,6 +379,7 @@ impl Fabric {
                     if let Some(Port {
                         kind: PortKind::Device { rx, .. },
                         stats,
+                        ..
                     }) = self.ports.get(p)
                     {
                         if rx.push_owned(f) {

@@ -205,3 +205,24 @@ fn duplicate_device_macs_are_refused() {
     b.add_device(A).unwrap();
     assert!(matches!(b.add_device(A), Err(FabricError::DuplicateMac(_))));
 }
+
+#[test]
+fn counters_render_per_port() {
+    let mut b = FabricBuilder::new();
+    let a = b.add_device(A).unwrap();
+    let u = b.add_uplink(Arc::new(Recorder::default()));
+    b.name_port(a, "vm0");
+    b.name_port(u, "udp:local=1.2.3.4:5,remote=1.2.3.4:6");
+    let f = b.build();
+    let p = f.device_port(a).unwrap();
+    p.send(&frame(REMOTE, A, 1)).unwrap();
+    p.send(&frame(REMOTE, C, 2)).unwrap();
+    let text = f.render_stats();
+    for line in [
+        "vrdma_fabric_frames_total{port=\"vm0\",kind=\"device\",dir=\"in\"} 1",
+        "vrdma_fabric_drops_total{port=\"vm0\",kind=\"device\",reason=\"spoofed\"} 1",
+        "vrdma_fabric_frames_total{port=\"udp:local=1.2.3.4:5,remote=1.2.3.4:6\",kind=\"uplink\",dir=\"out\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+}

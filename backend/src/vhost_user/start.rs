@@ -14,7 +14,7 @@ use crate::cli::{Config, DaemonConfig};
 use crate::device::{Device, DeviceConfig};
 use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
 use crate::guest::GuestMem;
-use crate::stats::{device_label, stats_socket_path, Metered, StatsServer};
+use crate::stats::{device_label, stats_socket_path, ExtraStats, Metered, StatsServer};
 use crate::transport::engine::{Engine, EngineError};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
 
@@ -145,11 +145,15 @@ pub fn prepare_with_uplink(
 /// handled by `main`). Returns only on a start-up error or a fatal listener error.
 pub fn start_backend(config: Config) -> Result<(), StartError> {
     let prepared = prepare(&config)?;
-    run_device(&config, prepared)
+    run_device(&config, prepared, None)
 }
 
 /// Serve one prepared device: its stats socket, then vhost-user connections one after another.
-fn run_device(config: &Config, prepared: Prepared) -> Result<(), StartError> {
+fn run_device(
+    config: &Config,
+    prepared: Prepared,
+    extra_stats: Option<ExtraStats>,
+) -> Result<(), StartError> {
     let Prepared {
         mut listener,
         parts,
@@ -158,10 +162,11 @@ fn run_device(config: &Config, prepared: Prepared) -> Result<(), StartError> {
     // The counters are for operators: a daemon that cannot offer them still serves the guest
     // (e.g. a --socket-path whose ".stats" sibling passes the 107-byte unix path limit).
     let stats_path = stats_socket_path(&config.socket_path);
-    let stats = match StatsServer::start(
+    let stats = match StatsServer::start_with(
         &stats_path,
         parts.device.clone(),
         device_label(&config.socket_path),
+        extra_stats,
     ) {
         Ok(s) => {
             info!("counters on {}", stats_path.display());
@@ -217,18 +222,20 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
                 source,
             })?;
         info!("fabric uplink {spec}");
-        b.add_uplink(Arc::from(u));
+        let id = b.add_uplink(Arc::from(u));
+        b.name_port(id, spec.to_string());
     }
     if let Some(path) = &first.pcap {
         let w = PcapWriter::create(path, first.pcap_max_bytes)?;
         info!("capturing the fabric's frames to {}", path.display());
         b.capture(w);
     }
-    let ids = config
-        .devices
-        .iter()
-        .map(|d| b.add_device(d.mac))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut ids = Vec::new();
+    for d in &config.devices {
+        let id = b.add_device(d.mac)?;
+        b.name_port(id, device_label(&d.socket_path));
+        ids.push(id);
+    }
     let fabric = b.build();
     let mut devices = Vec::new();
     for (d, id) in config.devices.iter().zip(ids) {
@@ -271,10 +278,12 @@ pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
     let mut threads = Vec::new();
     for (cfg, prepared) in config.devices.into_iter().zip(devices) {
         let done = done_tx.clone();
+        let f = fabric.clone();
+        let extra: ExtraStats = Arc::new(move || f.render_stats());
         let t = std::thread::Builder::new()
             .name("vrdma-device".into())
             .spawn(move || {
-                let r = run_device(&cfg, prepared);
+                let r = run_device(&cfg, prepared, Some(extra));
                 let _ = done.send(r);
             })
             .map_err(StartError::Thread)?;
