@@ -4,7 +4,9 @@
 //!
 //! Rules, in order:
 //! 1. Shorter than an Ethernet header → [`Destination::Drop`].
-//! 2. Destination MAC: group (broadcast/multicast) → go on; one of the port's MACs → go on; any
+//! 2. Destination MAC: group (broadcast/multicast) → `Engine` if it is a RoCEv2 datagram to a
+//!    multicast group the device has QPs attached to (spec §15.8), else `Guest`; one of the
+//!    port's MACs → go on; any
 //!    other unicast MAC → `Drop`, unless `promiscuous`, then `Guest` (never the engine). Like a NIC
 //!    with a unicast MAC filter; the UDP uplink is a point-to-point "cable", a TAP/bridge may flood.
 //! 3. Unicast to our MAC, IPv4 or IPv6 (after at most one 802.1Q tag), not a fragment, UDP
@@ -46,7 +48,12 @@ pub fn classify_with(
         return Destination::Drop;
     };
     if is_multicast(&eth.dst) {
-        return Destination::Guest;
+        return match roce_dst_gid(eth.ethertype, l3) {
+            Some(g) if crate::objects::is_multicast_gid(&g) && is_our_gid(&g) => {
+                Destination::Engine
+            }
+            _ => Destination::Guest,
+        };
     }
     if !macs.contains(&eth.dst) {
         return if promiscuous {
@@ -69,12 +76,17 @@ pub enum TxDestination {
     Engine,
     /// Out on the uplink.
     Uplink,
+    /// Both: a multicast datagram to a group some of our QPs are attached to (spec §15.8).
+    EngineAndUplink,
 }
 
 /// Classify an outgoing frame (see [`TxDestination`]).
 pub fn tx_destination(frame: &[u8], is_our_gid: impl Fn(&Gid) -> bool) -> TxDestination {
     match EthHeader::parse(frame) {
         Ok((eth, l3)) => match roce_dst_gid(eth.ethertype, l3) {
+            Some(g) if is_our_gid(&g) && crate::objects::is_multicast_gid(&g) => {
+                TxDestination::EngineAndUplink
+            }
             Some(g) if is_our_gid(&g) => TxDestination::Engine,
             _ => TxDestination::Uplink,
         },
@@ -227,16 +239,23 @@ mod tests {
         ns.extend_from_slice(&[0x60, 0, 0, 0, 0, 32, 58, 255]);
         ns.extend_from_slice(&[0u8; 64]);
         assert_eq!(classify(&ns, &[OURS], &g, false), Destination::Guest);
-        // Multicast RoCE is not handled by the engine.
+        // Multicast RoCE for a group nobody attached is the guest's.
+        let group = gid_from_ipv4([239, 1, 2, 3]);
+        let mc = roce([0x01, 0, 0x5e, 1, 2, 3], group, None);
+        assert_eq!(classify(&mc, &[OURS], &g, false), Destination::Guest);
+        // With QPs attached to the group (the predicate says so): the engine's.
+        let mut with_group = g.clone();
+        with_group.push(group);
         assert_eq!(
-            classify(
-                &roce([0x01, 0, 0x5e, 0, 0, 1], our_v4(), None),
-                &[OURS],
-                &g,
-                false
-            ),
-            Destination::Guest
+            classify(&mc, &[OURS], &with_group, false),
+            Destination::Engine
         );
+        // Sending to an attached group also loops back to the device's own members.
+        assert_eq!(
+            tx_destination(&mc, |x| *x == group),
+            TxDestination::EngineAndUplink
+        );
+        assert_eq!(tx_destination(&mc, |_| false), TxDestination::Uplink);
         // Unicast to us, IPv4 header truncated: guest (its stack will drop it).
         let f = roce(OURS, our_v4(), None);
         assert_eq!(classify(&f[..20], &[OURS], &g, false), Destination::Guest);

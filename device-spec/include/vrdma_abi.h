@@ -95,7 +95,9 @@ struct vrdma_config {
 	__le64	page_size_cap;		/* bitmap of supported MR page sizes */
 	__le64	node_guid;
 	__le64	fw_ver;
-	__u8	reserved[96];
+	__le32	max_mcast_grp;		/* 0: UD multicast not supported */
+	__le32	max_mcast_qp_attach;	/* QPs per multicast group */
+	__u8	reserved[88];
 };
 
 /* §4 Rings in guest memory (SQ, RQ, SRQ, CQ) */
@@ -386,6 +388,8 @@ struct vrdma_page_req {
 #define VRDMA_CMD_ODP_PAGE_RESP		27
 #define VRDMA_CMD_ODP_INVALIDATE	28
 #define VRDMA_CMD_REREG_MR		29	/* page-list MR, same key */
+#define VRDMA_CMD_ATTACH_MCAST		40	/* UD QP joins a multicast GID */
+#define VRDMA_CMD_DETACH_MCAST		41
 
 /*
  * Size limits of one control chain (§11.1): a trailing page list holds at
@@ -644,6 +648,16 @@ struct vrdma_cmd_reg_mr {
 	__le32	page_shift;
 	__le32	npages;			/* REG_MR; max_num_sg for ALLOC_FAST_REG_MR */
 };
+
+/* ATTACH_MCAST / DETACH_MCAST (§15.8) */
+struct vrdma_cmd_mcast {
+	__le32	qpn;
+	__le32	reserved;
+	__u8	gid[16];		/* multicast GID */
+};
+
+/* BTH destination QP of multicast datagrams (IBTA 10.5) */
+#define VRDMA_MCAST_QPN			0xffffff
 
 /* REREG_MR: followed by npages __le64 page addresses, as REG_MR */
 struct vrdma_cmd_rereg_mr {

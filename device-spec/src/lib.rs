@@ -288,6 +288,8 @@ abi_consts! {
     VRDMA_NUM_VQS: u16 = 6;
 
     /// §2.2 `atomic_cap` values.
+    /// BTH destination QP of multicast datagrams (IBTA 10.5, §15.8).
+    VRDMA_MCAST_QPN: u32 = 0xff_ffff;
     VRDMA_ATOMIC_NONE: u32 = 0;
     VRDMA_ATOMIC_HCA: u32 = 1;
     VRDMA_ATOMIC_GLOB: u32 = 2;
@@ -457,6 +459,9 @@ abi_consts! {
     VRDMA_CMD_ODP_PAGE_RESP: u16 = 27;
     VRDMA_CMD_ODP_INVALIDATE: u16 = 28;
     VRDMA_CMD_REREG_MR: u16 = 29;
+    /// §15.8 UD QP joins / leaves a multicast GID.
+    VRDMA_CMD_ATTACH_MCAST: u16 = 40;
+    VRDMA_CMD_DETACH_MCAST: u16 = 41;
 
     /// §11.1 Largest trailing page list of one command, in `__le64` entries (64 MiB).
     VRDMA_CMD_MAX_PAGES: u32 = 1 << 23;
@@ -613,7 +618,11 @@ abi_structs! {
         pub page_size_cap: u64,
         pub node_guid: u64,
         pub fw_ver: u64,
-        pub reserved: [u8; 96],
+        /// 0: UD multicast not supported (§15.8).
+        pub max_mcast_grp: u32,
+        /// QPs attached to one multicast group.
+        pub max_mcast_qp_attach: u32,
+        pub reserved: [u8; 88],
     }
 
     /// §4 Page 0 of every ring.
@@ -854,6 +863,15 @@ abi_structs! {
         pub index: u32,
         /// `VRDMA_GID_TYPE_*`, ignored by DEL_GID (C field `type`).
         pub type_: u32,
+        pub gid: [u8; 16],
+    }
+
+    /// ATTACH_MCAST / DETACH_MCAST request (§15.8).
+    "vrdma_cmd_mcast", size 24:
+    pub struct VrdmaCmdMcast {
+        pub qpn: u32,
+        pub reserved: u32,
+        /// Multicast GID (IPv4-mapped 224.0.0.0/4 or IPv6 ff00::/8).
         pub gid: [u8; 16],
     }
 
@@ -1294,7 +1312,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 37);
+        assert_eq!(ABI_STRUCTS.len(), 38);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

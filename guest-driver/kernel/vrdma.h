@@ -329,6 +329,8 @@ void vrdma_fill_av(struct vrdma_av *av, const struct rdma_ah_attr *attr);
 int vrdma_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		    struct ib_udata *udata);
 int vrdma_destroy_ah(struct ib_ah *ibah, u32 flags);
+int vrdma_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
+int vrdma_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 
 /* vrdma_cq.c */
 int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,

@@ -51,6 +51,10 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	attr->max_srq_sge = VCFG(dev, max_srq_sge);
 	attr->max_ah = VCFG(dev, max_ah);
 	attr->max_mw = VCFG(dev, max_mw);
+	attr->max_mcast_grp = VCFG(dev, max_mcast_grp);
+	attr->max_mcast_qp_attach = VCFG(dev, max_mcast_qp_attach);
+	attr->max_total_mcast_qp_attach =
+		attr->max_mcast_grp * attr->max_mcast_qp_attach;
 	attr->max_fast_reg_page_list_len = VCFG(dev, max_fast_reg_page_list_len);
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
@@ -227,6 +231,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.alloc_mr = vrdma_alloc_mr,
 	.alloc_pd = vrdma_alloc_pd,
 	.alloc_ucontext = vrdma_alloc_ucontext,
+	.attach_mcast = vrdma_attach_mcast,
 	.create_ah = vrdma_create_ah,
 	.create_cq = vrdma_create_cq,
 	.create_qp = vrdma_create_qp,
@@ -237,6 +242,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.del_gid = vrdma_del_gid,
 	.dereg_mr = vrdma_dereg_mr,
 	.destroy_ah = vrdma_destroy_ah,
+	.detach_mcast = vrdma_detach_mcast,
 	.destroy_cq = vrdma_destroy_cq,
 	.destroy_qp = vrdma_destroy_qp,
 	.destroy_srq = vrdma_destroy_srq,

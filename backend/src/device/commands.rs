@@ -96,6 +96,8 @@ impl Device {
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
+            VRDMA_CMD_ATTACH_MCAST => self.cmd_mcast(req, true),
+            VRDMA_CMD_DETACH_MCAST => self.cmd_mcast(req, false),
             _ => Err(VRDMA_STATUS_INVALID),
         };
         CmdOutcome::Done(match r {
@@ -413,7 +415,30 @@ impl Device {
         if let Some(s) = qp.srqn.and_then(|s| self.srqs.get_mut(s)) {
             s.qp_refs = s.qp_refs.saturating_sub(1);
         }
+        if qp.qp_type == crate::qp::state::QpType::Ud {
+            self.mcast.detach_qp(c.handle);
+        }
         Ok(())
+    }
+
+    /// ATTACH_MCAST / DETACH_MCAST (spec §15.8): UD QPs only.
+    fn cmd_mcast(&mut self, req: &[u8], attach: bool) -> CmdResult {
+        use crate::objects::McastError;
+        let (c, _) = parse::<VrdmaCmdMcast>(req)?;
+        let qp = self.qps.get(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if attach && qp.qp_type != crate::qp::state::QpType::Ud {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let r = if attach {
+            self.mcast.attach(c.gid, c.qpn)
+        } else {
+            self.mcast.detach(&c.gid, c.qpn)
+        };
+        r.map_err(|e| match e {
+            McastError::NotMulticast => VRDMA_STATUS_INVALID,
+            McastError::Full => VRDMA_STATUS_NO_RESOURCES,
+            McastError::NotAttached => VRDMA_STATUS_NOT_FOUND,
+        })
     }
 
     fn cmd_create_srq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {

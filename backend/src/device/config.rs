@@ -177,6 +177,8 @@ impl DeviceConfig {
             max_mr: self.max_mr,
             max_ah: self.max_ah,
             max_mw: 0,
+            max_mcast_grp: crate::objects::mcast::MAX_MCAST_GROUPS,
+            max_mcast_qp_attach: crate::objects::mcast::MAX_MCAST_QP_ATTACH,
             max_qp_wr: self.max_qp_wr,
             max_srq_wr: self.max_srq_wr,
             max_cqe: self.max_cqe,
@@ -208,7 +210,7 @@ impl DeviceConfig {
             page_size_cap: PAGE_SIZE_CAP,
             node_guid: self.node_guid,
             fw_ver: self.fw_ver,
-            reserved: [0; 96],
+            reserved: [0; 88],
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Device {
     pub srqs: HandleTable<Srq>,
     pub ahs: AhTable,
     pub gids: GidTable,
+    /// UD multicast groups and their QPs (spec §15.8).
+    pub mcast: crate::objects::McastTable,
     pub mrs: MrTable,
     pub qps: QpTable,
     /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
@@ -120,6 +122,10 @@ impl Device {
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
+            mcast: crate::objects::McastTable::new(
+                crate::objects::mcast::MAX_MCAST_GROUPS,
+                crate::objects::mcast::MAX_MCAST_QP_ATTACH,
+            ),
             mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
                 .with_max_pages(config.max_mr_pages)
                 .with_budget(budget.clone()),
@@ -148,6 +154,7 @@ impl Device {
         self.srqs.clear();
         self.ahs.clear();
         self.gids.clear();
+        self.mcast.clear();
         self.mrs.clear();
         self.qps.clear();
         self.outbox.clear();

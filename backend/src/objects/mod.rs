@@ -1,14 +1,17 @@
-//! Device objects other than QPs and MRs: PDs, CQs, SRQs, AHs and the GID table.
+//! Device objects other than QPs and MRs: PDs, CQs, SRQs, AHs, the GID table and the
+//! multicast groups.
 
 pub mod ah;
 pub mod cq;
 pub mod gid;
+pub mod mcast;
 pub mod pd;
 pub mod srq;
 
 pub use ah::{Ah, AhTable};
 pub use cq::{Cq, CqError};
 pub use gid::{GidEntry, GidTable};
+pub use mcast::{is_multicast_gid, McastError, McastTable};
 pub use pd::{Pd, PdTable};
 pub use srq::Srq;
 

@@ -302,7 +302,9 @@ fn run(
                     continue;
                 };
                 let mac = d.config.mac;
-                let dest = classify_with(f, &[mac], false, |g| d.gids.find_v2(g).is_some());
+                let dest = classify_with(f, &[mac], false, |g| {
+                    d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
+                });
                 match dest {
                     Destination::Engine => {
                         bump(&port.rx_to_engine);
@@ -323,11 +325,18 @@ fn run(
             };
             std::mem::swap(&mut out, &mut d.outbox);
             for f in out.drain(..) {
-                if tx_destination(&f, |g| d.gids.find_v2(g).is_some()) == TxDestination::Engine {
-                    bump(&port.loopback_frames);
-                    looped.push(f);
-                } else {
-                    to_uplink.push(f);
+                let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
+                match tx_destination(&f, ours) {
+                    TxDestination::Engine => {
+                        bump(&port.loopback_frames);
+                        looped.push(f);
+                    }
+                    TxDestination::EngineAndUplink => {
+                        bump(&port.loopback_frames);
+                        looped.push(f.clone());
+                        to_uplink.push(f);
+                    }
+                    TxDestination::Uplink => to_uplink.push(f),
                 }
             }
             std::mem::swap(&mut out, &mut to_uplink);

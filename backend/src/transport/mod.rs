@@ -208,14 +208,34 @@ pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
         bump(&dev.port_stats.drop_malformed);
         return;
     };
-    let qpn = pkt.bth.dest_qp;
+    if pkt.bth.dest_qp == vrdma_spec::VRDMA_MCAST_QPN {
+        // A datagram for a multicast group: a copy for each attached QP (spec §15.8). Only UD
+        // packets reach a QP here (intake drops other transports).
+        let mut members = [0u32; crate::objects::mcast::MAX_MCAST_QP_ATTACH as usize];
+        let list = dev.mcast.members(&pkt.dgid);
+        let n = list.len().min(members.len());
+        members[..n].copy_from_slice(&list[..n]);
+        if n == 0 {
+            bump(&dev.port_stats.drop_unknown_qp);
+        }
+        for &qpn in &members[..n] {
+            deliver(dev, qpn, &pkt, frame, now);
+        }
+        return;
+    }
+    deliver(dev, pkt.bth.dest_qp, &pkt, frame, now);
+}
+
+/// The checks and the processing of one received packet for QP `qpn` (`on_frame_at`).
+fn deliver(dev: &mut Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: Instant) {
+    use crate::stats::bump;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
         bump(&dev.port_stats.drop_unknown_qp);
         return;
     };
     // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6), then the QP
     // state (IBTA 10.3): otherwise dropped, for responses as well as requests.
-    if let Err(why) = intake::check(&c, &pkt) {
+    if let Err(why) = intake::check(&c, pkt) {
         bump(why.counter(&dev.port_stats));
         return;
     }
@@ -234,13 +254,13 @@ pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     }
     if pkt.info.is_response() {
         with_req(dev, qpn, |dev, c, st| {
-            completer::on_response(dev, c, st, &pkt, now);
+            completer::on_response(dev, c, st, pkt, now);
             // Acknowledgements open the window / complete WQEs: continue sending and retire.
             requester::process(dev, c, st, now);
         });
     } else {
         with_resp(dev, qpn, |dev, c, st| {
-            responder::on_request(dev, c, st, &pkt)
+            responder::on_request(dev, c, st, pkt)
         });
     }
 }

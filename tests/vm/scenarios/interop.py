@@ -50,3 +50,14 @@ def interop_write_bw(ctx):
 @scenario("C")
 def interop_read_bw(ctx):
     perf(ctx, "ib_read_bw")
+
+
+@scenario("C")
+def interop_mckey_multicast(ctx):
+    """UD multicast between vrdma and Linux rxe, each side receiving once (spec §15.8)."""
+    from scenarios.rdmacm import mckey_pair
+    vrdma, rxe = ctx.a, ctx.b
+    mckey_pair(rxe, vrdma, group="239.2.0.1")
+    # rxe (6.12) puts only the first of back-to-back multicast sends on the wire, towards
+    # another rxe guest as well (seen with tcpdump-equivalent captures): one datagram.
+    mckey_pair(vrdma, rxe, group="239.2.0.2", count=1)

@@ -35,3 +35,27 @@ def perftest_send_bw_rdma_cm(ctx):
     sout, cout = pair(ctx.a, ctx.b, base, base + " " + ctx.a.ip, timeout=300, settle=2.0)
     expect(re.search(r"^\s*4096\s+200\s+[\d.]+", cout, re.M) is not None,
            "ib_send_bw -R printed a result row", cout)
+
+
+def mckey_pair(receiver, sender, group="239.1.2.3", count=10):
+    """mckey (rdma_cm UD multicast, spec §15.8): `receiver` joins `group` and waits for
+    `count` datagrams, `sender` joins and sends them. Returns (receiver, sender) output."""
+    rout, sout = pair(
+        receiver, sender,
+        "mckey -m %s -b %s -C %d" % (group, receiver.ip, count),
+        "mckey -m %s -b %s -s -C %d" % (group, sender.ip, count),
+        timeout=180, settle=3.0)
+    both = rout + sout
+    expect_in("joined dgid: ::ffff:%s" % group, rout, "the receiver's join")
+    expect_in("joined dgid: ::ffff:%s" % group, sout, "the sender's join")
+    expect_in("data transfers complete", rout, "the receiver")
+    expect("error" not in rout.lower() and "failed" not in rout.lower(),
+           "the receiver reported no error", rout)
+    return rout, sout
+
+
+@scenario("A")
+def mckey_multicast(ctx):
+    mckey_pair(ctx.a, ctx.b)
+    # And the other way round, on another group.
+    mckey_pair(ctx.b, ctx.a, group="239.1.2.4")

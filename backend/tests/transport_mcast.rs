@@ -1,0 +1,251 @@
+//! UD multicast (spec §15.8): ATTACH_MCAST / DETACH_MCAST, a datagram to a group reaching every
+//! attached QP of the receiving device (and no other), detach and DESTROY_QP, the error cases.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use vrdma_backend::transport::ctx::Cqe;
+use vrdma_spec::*;
+
+const QKEY: u32 = 0x1111_2222;
+
+fn group() -> [u8; 16] {
+    gid_v4([239, 1, 2, 3])
+}
+
+fn mcast(n: &mut Node, op: u16, qpn: u32, gid: [u8; 16]) -> Result<Vec<u8>, u32> {
+    let c = VrdmaCmdMcast {
+        qpn,
+        reserved: 0,
+        gid,
+    };
+    n.cmd(op, c.as_bytes())
+}
+
+struct Bed {
+    a: Node,
+    b: Node,
+    qa: QpH,
+    cqa: RingH,
+    cqb: RingH,
+    /// B's UD QPs; all get receive WQEs, only some are attached.
+    qb: Vec<QpH>,
+    ah: u32,
+    src: u64,
+    ka: u32,
+    dst: u64,
+    kb: u32,
+}
+
+fn bed(receivers: usize) -> Bed {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, cqa) = a.create_cq(256);
+    let (cb, cqb) = b.create_cq(256);
+    let ud = |pd, cq| QpSpec {
+        qp_type: VRDMA_QPT_UD,
+        ..QpSpec::rc(pd, cq)
+    };
+    let qa = a.create_qp(ud(pda, ca));
+    ud_rts(&mut a, &qa, QKEY);
+    let qb: Vec<QpH> = (0..receivers)
+        .map(|_| {
+            let q = b.create_qp(ud(pdb, cb));
+            ud_rts(&mut b, &q, QKEY);
+            q
+        })
+        .collect();
+    // The AH of a group: its GID and the IP multicast MAC (RFC 1112).
+    let av = VrdmaAv {
+        dgid: group(),
+        dmac: [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03],
+        ..a.av_to(&b)
+    };
+    let ah = a.create_ah(pda, av);
+    let src = a.alloc(4096);
+    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
+    let dst = b.alloc(4096 * receivers as u64);
+    let kb = b.reg_mr(pdb, dst, 4096 * receivers as u64, ACC_ALL);
+    Bed {
+        a,
+        b,
+        qa,
+        cqa,
+        cqb,
+        qb,
+        ah,
+        src,
+        ka,
+        dst,
+        kb,
+    }
+}
+
+impl Bed {
+    fn recv_all(&mut self, wr_base: u64) {
+        for (i, q) in self.qb.iter_mut().enumerate() {
+            let mut rq = q.rq.clone().unwrap();
+            let at = self.dst + 4096 * i as u64;
+            self.b
+                .post_recv(&mut rq, wr_base + i as u64, &[(at, 4096, self.kb)]);
+            q.rq = Some(rq);
+        }
+    }
+
+    fn send(&mut self, wr_id: u64, data: &[u8]) {
+        self.a.write(self.src, data);
+        let w = Wqe {
+            wr_id,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(self.src, data.len() as u32, self.ka)],
+            ah: self.ah,
+            remote_qpn: VRDMA_MCAST_QPN,
+            remote_qkey: QKEY,
+            ..Default::default()
+        };
+        self.a.post_send(&mut self.qa, &w);
+    }
+
+    /// Pump until A's send completed and B is quiet; B's receive completions.
+    fn run(&mut self) -> Vec<Cqe> {
+        let mut link = Link::clean();
+        let mut got_a = Vec::new();
+        let (cqa, cqb) = (&mut self.cqa, &mut self.cqb);
+        pump_until(
+            &mut self.a,
+            &mut self.b,
+            &mut link,
+            Duration::from_secs(10),
+            |a, _| {
+                got_a.extend(a.poll_cq(cqa));
+                !got_a.is_empty()
+            },
+        );
+        assert_eq!(got_a[0].status, VRDMA_WC_SUCCESS);
+        pump_idle(&mut self.a, &mut self.b, &mut link);
+        self.b.poll_cq(cqb)
+    }
+}
+
+#[test]
+fn a_datagram_to_a_group_reaches_every_attached_qp_and_no_other() {
+    let mut t = bed(3);
+    let (q0, q1, q2) = (t.qb[0].qpn, t.qb[1].qpn, t.qb[2].qpn);
+    mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, q0, group()).unwrap();
+    mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, q1, group()).unwrap();
+    // Attaching again changes nothing.
+    mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, q1, group()).unwrap();
+    t.recv_all(100);
+    let data = pattern(5, 700);
+    t.send(1, &data);
+    let mut got = t.run();
+    got.sort_by_key(|c| c.qpn);
+    let mut want = vec![q0, q1];
+    want.sort_unstable();
+    assert_eq!(got.iter().map(|c| c.qpn).collect::<Vec<_>>(), want);
+    for c in &got {
+        // byte_len counts the 40-byte GRH area too (IBTA 11.4.1.1).
+        assert_eq!((c.status, c.byte_len), (VRDMA_WC_SUCCESS, 740));
+        assert_eq!(c.src_qp, t.qa.qpn, "src_qp is the sender's QPN");
+        let slot = t.qb.iter().position(|q| q.qpn == c.qpn).unwrap() as u64;
+        // UD receives start with the 40-byte GRH area.
+        assert_eq!(t.b.read(t.dst + 4096 * slot + 40, 700), data);
+    }
+    assert_ne!(
+        t.b.read(t.dst + 4096 * 2 + 40, 700),
+        data,
+        "q2 is not attached"
+    );
+    let _ = q2;
+
+    // After DETACH only q0 gets the next datagram; q1 keeps its receive WQE.
+    mcast(&mut t.b, VRDMA_CMD_DETACH_MCAST, q1, group()).unwrap();
+    let mut rq = t.qb[0].rq.clone().unwrap();
+    let kb = t.kb;
+    t.b.post_recv(&mut rq, 200, &[(t.dst, 4096, kb)]);
+    t.qb[0].rq = Some(rq);
+    t.send(2, &pattern(6, 64));
+    let got = t.run();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].qpn, got[0].wr_id), (q0, 200));
+
+    // DESTROY_QP detaches: nobody is left in the group, the datagram is dropped.
+    let h = VrdmaHandle {
+        handle: q0,
+        reserved: 0,
+    };
+    t.b.cmd(VRDMA_CMD_DESTROY_QP, h.as_bytes()).unwrap();
+    assert!(!t.b.dev.mcast.has_group(&group()));
+    t.send(3, &pattern(7, 64));
+    assert!(t.run().is_empty());
+}
+
+#[test]
+fn attach_errors() {
+    let mut t = bed(1);
+    let q = t.qb[0].qpn;
+    let bad = |r: Result<Vec<u8>, u32>| r.unwrap_err();
+    // Not a multicast GID.
+    assert_eq!(
+        bad(mcast(
+            &mut t.b,
+            VRDMA_CMD_ATTACH_MCAST,
+            q,
+            gid_v4([10, 0, 0, 9])
+        )),
+        VRDMA_STATUS_INVALID
+    );
+    // Unknown QP.
+    assert_eq!(
+        bad(mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, 0xabcdef, group())),
+        VRDMA_STATUS_NOT_FOUND
+    );
+    // Not a UD QP.
+    let pd = t.b.create_pd();
+    let (cq, _) = t.b.create_cq(16);
+    let rc = t.b.create_qp(QpSpec::rc(pd, cq));
+    assert_eq!(
+        bad(mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, rc.qpn, group())),
+        VRDMA_STATUS_INVALID
+    );
+    // Detach what is not attached.
+    assert_eq!(
+        bad(mcast(&mut t.b, VRDMA_CMD_DETACH_MCAST, q, group())),
+        VRDMA_STATUS_NOT_FOUND
+    );
+    // Truncated request.
+    assert_eq!(
+        t.b.cmd(VRDMA_CMD_ATTACH_MCAST, &[0u8; 8]).unwrap_err(),
+        VRDMA_STATUS_INVALID
+    );
+    // The device advertises its limits.
+    let cfg = t.b.dev.config.to_vrdma_config();
+    assert!(cfg.max_mcast_grp > 0 && cfg.max_mcast_qp_attach > 0);
+    // QPs per group are bounded.
+    let mut n = 0;
+    let ud = QpSpec {
+        qp_type: VRDMA_QPT_UD,
+        ..QpSpec::rc(pd, cq)
+    };
+    let status = loop {
+        let qp = t.b.create_qp(QpSpec {
+            sq_depth: 4,
+            rq_depth: 4,
+            ..ud
+        });
+        match mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, qp.qpn, group()) {
+            Ok(_) => n += 1,
+            Err(s) => break s,
+        }
+        assert!(n <= cfg.max_mcast_qp_attach, "attachments beyond the limit");
+    };
+    assert_eq!(
+        (n, status),
+        (cfg.max_mcast_qp_attach, VRDMA_STATUS_NO_RESOURCES)
+    );
+}
