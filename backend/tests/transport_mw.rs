@@ -738,3 +738,45 @@ fn window_commands() {
     let cfg = VrdmaConfig::read_from(&n.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).unwrap()).unwrap();
     assert_eq!(cfg.max_mw, 1, "config space carries max_mw");
 }
+
+/// REREG_MR keeps the MR's key: a window bound to it reaches the new registration, but not
+/// once the MR moved to another PD (spec §12.8).
+#[test]
+fn rereg_of_the_mr_keeps_or_cuts_its_windows() {
+    let rereg = |p: &mut Pair, pd: u32| {
+        let pages: Vec<u64> = (0..4).map(|i| p.dst + i * 4096).collect();
+        let c = VrdmaCmdReregMr {
+            key: p.kdst,
+            pdn: pd,
+            access: MR_BIND,
+            page_shift: 12,
+            iova: p.dst,
+            length: 16384,
+            npages: 4,
+            reserved: 0,
+        };
+        p.b.cmd_pages(VRDMA_CMD_REREG_MR, &c, &pages)
+            .expect("rereg");
+    };
+    let mut link = Link::clean();
+    let mut p = pair();
+    let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
+    let rkey = bind_ok(&mut p, &mut link, mw, 0, 4096, RW);
+    let pdb = p.pdb;
+    rereg(&mut p, pdb);
+    let c = {
+        let (ra, rk) = (p.dst, rkey);
+        rdma(&mut p, &mut link, VRDMA_WR_RDMA_WRITE, ra, rk)
+    };
+    assert_eq!(
+        c.status, VRDMA_WC_SUCCESS,
+        "same PD: the window still works"
+    );
+    let pd2 = p.b.create_pd();
+    rereg(&mut p, pd2);
+    let c = {
+        let (ra, rk) = (p.dst, rkey);
+        rdma(&mut p, &mut link, VRDMA_WR_RDMA_WRITE, ra, rk)
+    };
+    assert_eq!(c.status, VRDMA_WC_REM_ACCESS_ERR, "MR moved to another PD");
+}

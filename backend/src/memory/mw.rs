@@ -335,7 +335,15 @@ impl MrTable {
             return Err(denied);
         }
         check_range_rights(w, key, iova, len, access)?;
+        // A REREG_MR keeps the MR's key but may move it to another PD: the window then no
+        // longer reaches it (IBTA: window, MR and QP share one PD).
         let mr_pd = self.get(b.mr_key)?.pd;
+        if mr_pd != w.pd {
+            return Err(MrError::WrongPd {
+                key: b.mr_key,
+                pd: w.pd,
+            });
+        }
         // The MR itself need not grant remote rights, only hold the memory: writes need its
         // LOCAL_WRITE (C10-74 was checked at bind; checked again in case of a REREG).
         let mr_access = if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0 {

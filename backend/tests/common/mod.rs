@@ -265,7 +265,7 @@ impl Node {
         }
     }
 
-    fn cmd_pages<T: Abi>(&mut self, op: u16, req: &T, pages: &[u64]) -> Result<Vec<u8>, u32> {
+    pub fn cmd_pages<T: Abi>(&mut self, op: u16, req: &T, pages: &[u64]) -> Result<Vec<u8>, u32> {
         let mut b = req.as_bytes().to_vec();
         for p in pages {
             b.extend_from_slice(&p.to_le_bytes());
