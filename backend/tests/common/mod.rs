@@ -895,6 +895,7 @@ impl Node {
             n.out.clone(),
             n.dev.config.odp.clone(),
         )
+        .with_max_mw(n.dev.config.max_mw)
         .with_budget(n.dev.budget.clone());
         n
     }
