@@ -534,7 +534,7 @@ fn type2_window_is_usable_only_by_its_qp() {
     let ka2 = p.a.reg_mr(pda2, src2, 4096, ACC_ALL);
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
     let rkey = bind_ok(&mut p, &mut link, mw, 0, 4096, RW);
-    // Through the other QP: R_Key violation (o10-37.2.43: the window belongs to its QP).
+    // Through the other QP: R_Key violation (a type 2B window belongs to its QP, spec §12.8).
     (p.qa, p.cqa) = (qa2, cqa2);
     p.src = src2;
     p.ka = ka2;
@@ -609,7 +609,7 @@ fn invalidation_errors() {
         VRDMA_WC_LOC_QP_OP_ERR,
         "free 2B"
     );
-    // A fast-reg MR with a window bound to it cannot be invalidated (IBTA 10.6.7.2.5).
+    // A fast-reg MR with a window bound to it cannot be invalidated (spec §12.8).
     let mut p = pair();
     let c = VrdmaCmdRegMr {
         pdn: p.pdb,

@@ -797,7 +797,7 @@ impl MrTable {
         if self.entry(key)?.is_window() {
             return self.invalidate_window(key, pd, qpn);
         }
-        // IBTA 10.6.7.2.5: a region with bound windows cannot be invalidated.
+        // IBTA 10.6.7 (as Linux rxe): a region with bound windows cannot be invalidated.
         if self.slots[key_index(key) as usize].bound_mws > 0 {
             return Err(MrError::InvalidOp(key));
         }
