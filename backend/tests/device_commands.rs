@@ -9,7 +9,7 @@ use vrdma_backend::objects::CqError;
 use vrdma_backend::qp::QpState;
 use vrdma_spec::*;
 
-const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=29;
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=31;
 
 #[test]
 fn query_device_and_port() {
@@ -19,7 +19,10 @@ fn query_device_and_port() {
     assert_eq!(r.len(), 256);
     let c = VrdmaConfig::read_from(&r).unwrap();
     assert_eq!(c.max_qp, 16384);
-    assert_eq!(c.max_mw, 0);
+    assert_eq!(
+        c.max_mw, 65536,
+        "memory windows: as many as MRs (spec §2.2)"
+    );
     assert_eq!(
         c.odp_general_caps,
         VRDMA_ODP_SUPPORT | VRDMA_ODP_SUPPORT_IMPLICIT,
@@ -929,7 +932,7 @@ fn resize_cq_counts_outstanding_sends() {
 fn short_and_empty_requests_never_panic() {
     let mut e = env();
     e.create_pd();
-    for op in ALL_OPS {
+    for op in ALL_OPS.chain([VRDMA_CMD_ATTACH_MCAST, VRDMA_CMD_DETACH_MCAST]) {
         for len in 0..8 {
             let (s, _) = e.cmd(op, &vec![0u8; len]);
             if op == VRDMA_CMD_QUERY_DEVICE || op == VRDMA_CMD_CREATE_PD {
@@ -940,7 +943,9 @@ fn short_and_empty_requests_never_panic() {
         }
     }
     assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(30, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(32, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(39, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(42, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
 }
 

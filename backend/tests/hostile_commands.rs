@@ -72,7 +72,8 @@ fn resp_size(op: u16) -> usize {
         | VRDMA_CMD_ALLOC_FAST_REG_MR
         | VRDMA_CMD_REG_ODP_MR
         | VRDMA_CMD_REG_IMPLICIT_MR
-        | VRDMA_CMD_REREG_MR => 8,
+        | VRDMA_CMD_REREG_MR
+        | VRDMA_CMD_ALLOC_MW => 8,
         VRDMA_CMD_QUERY_QP => 104,
         VRDMA_CMD_QUERY_SRQ => 16,
         _ => 0,
@@ -537,7 +538,8 @@ fn record(p: &mut Pools, op: u16, resp: &[u8]) {
         | VRDMA_CMD_REG_DMA_MR
         | VRDMA_CMD_ALLOC_FAST_REG_MR
         | VRDMA_CMD_REG_ODP_MR
-        | VRDMA_CMD_REG_IMPLICIT_MR => p.keys.push(h),
+        | VRDMA_CMD_REG_IMPLICIT_MR
+        | VRDMA_CMD_ALLOC_MW => p.keys.push(h),
         _ => {}
     }
 }
@@ -609,7 +611,7 @@ fn prove_usable(a: &mut Node) {
     assert_eq!(b.read(dst + 12000, 100), data[..100].to_vec());
 }
 
-const ALL_OPS: [u16; 29] = [
+const ALL_OPS: [u16; 33] = [
     VRDMA_CMD_QUERY_DEVICE,
     VRDMA_CMD_QUERY_PORT,
     VRDMA_CMD_ADD_GID,
@@ -639,6 +641,10 @@ const ALL_OPS: [u16; 29] = [
     VRDMA_CMD_ODP_PAGE_RESP,
     VRDMA_CMD_ODP_INVALIDATE,
     VRDMA_CMD_REREG_MR,
+    VRDMA_CMD_ALLOC_MW,
+    VRDMA_CMD_DEALLOC_MW,
+    VRDMA_CMD_ATTACH_MCAST,
+    VRDMA_CMD_DETACH_MCAST,
 ];
 
 fn run(seed: u64, odp: bool, budget: Duration) {

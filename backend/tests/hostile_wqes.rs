@@ -169,7 +169,33 @@ fn bed() -> Bed {
         .as_bytes(),
     )
     .unwrap();
-    let keys = vec![kx, kx, kx, kro, healthy.ka, kx ^ 1, kdead, 0, u32::MAX];
+    // Memory windows of both types in pdx (spec §12.8): their rkeys as lkeys, LOCAL_INV
+    // targets and BIND_MW arguments.
+    let mut mws = [VRDMA_MW_TYPE_1, VRDMA_MW_TYPE_2].map(|type_| {
+        let r = a
+            .cmd(
+                VRDMA_CMD_ALLOC_MW,
+                VrdmaCmdAllocMw { pdn: pdx, type_ }.as_bytes(),
+            )
+            .unwrap();
+        VrdmaHandle::read_from(&r).unwrap().handle
+    });
+    let kbind = a.reg_mr(pdx, xbuf, 65536, ACC_ALL | VRDMA_ACCESS_MW_BIND);
+    mws.sort_unstable();
+    let keys = vec![
+        kx,
+        kx,
+        kx,
+        kro,
+        healthy.ka,
+        kx ^ 1,
+        kdead,
+        0,
+        u32::MAX,
+        mws[0],
+        mws[1],
+        kbind,
+    ];
     let ah_ok = a.create_ah(pdx, a.av_to(&b));
     let ah_other = a.create_ah(pda, a.av_to(&b));
     let ahs = vec![ah_ok, ah_ok, ah_other, 0, 12345, u32::MAX];
@@ -237,8 +263,8 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
         opcode: if r.below(4) == 0 {
             r.next() as u8
         } else {
-            // Every defined opcode (0..=VRDMA_WR_FLUSH) and one beyond.
-            r.below(u64::from(VRDMA_WR_FLUSH) + 2) as u8
+            // Every defined opcode (0..=VRDMA_WR_BIND_MW) and one beyond.
+            r.below(u64::from(VRDMA_WR_BIND_MW) + 2) as u8
         },
         flags: if r.below(3) == 0 {
             r.next() as u8 & !VRDMA_SEND_INLINE
@@ -259,6 +285,7 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
         },
         remote_qkey: r.pick(&[0x2222, 0x8000_0000, 0, 1]),
         reg: None,
+        bind: None,
         inline: None,
         num_sge: if r.below(4) == 0 {
             Some(r.next() as u8)
@@ -289,6 +316,25 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
                 r.pick(&[t.xbuf, 0, u64::MAX - 7, x])
             },
         ));
+    }
+    if !ud && w.reg.is_none() && r.below(6) == 0 {
+        // Memory window binds (spec §12.8) with keys of the bed and random geometry / rights.
+        w.opcode = VRDMA_WR_BIND_MW;
+        w.bind = Some(VrdmaWqeBindMw {
+            addr: {
+                let x = r.next();
+                r.pick(&[t.xbuf, 0, u64::MAX - 7, x])
+            },
+            length: {
+                let x = r.next();
+                r.pick(&[0, 4096, u64::MAX, x])
+            },
+            mw_key: r.pick(&t.keys),
+            new_key: r.pick(&t.keys).wrapping_add(r.below(2) as u32),
+            mr_key: r.pick(&t.keys),
+            access: r.next() as u32 & 0x7f,
+            reserved: [0; 2],
+        });
     }
     let mut b = w.bytes(slot, ud);
     // Inline length beyond the slot / the QP max.

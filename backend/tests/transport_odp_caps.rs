@@ -193,6 +193,72 @@ fn uc_write_into_an_odp_mr_is_dropped() {
     );
 }
 
+/// The same through a memory window bound to the ODP MR (spec §12.8): the caps apply to the
+/// memory behind the window, so the WRITE is dropped without a page request.
+#[test]
+fn uc_write_through_a_window_into_an_odp_mr_is_dropped() {
+    let mut t = uc();
+    let src = t.a.alloc(65536);
+    let ka = t.a.reg_mr(t.pda, src, 65536, ACC_ALL);
+    let dst = t.b.alloc(4 * MIB);
+    let kb =
+        t.b.reg_odp_mr(t.pdb, dst, 4 * MIB, ACC_ALL | VRDMA_ACCESS_MW_BIND);
+    let r =
+        t.b.cmd(
+            VRDMA_CMD_ALLOC_MW,
+            VrdmaCmdAllocMw {
+                pdn: t.pdb,
+                type_: VRDMA_MW_TYPE_2,
+            }
+            .as_bytes(),
+        )
+        .expect("alloc mw");
+    let mw = VrdmaHandle::read_from(&r).unwrap().handle;
+    let rkey = (mw & !0xff) | ((mw + 1) & 0xff);
+    t.b.post_send(
+        &mut t.qb,
+        &Wqe {
+            wr_id: 9,
+            opcode: VRDMA_WR_BIND_MW,
+            flags: VRDMA_SEND_SIGNALED,
+            bind: Some(VrdmaWqeBindMw {
+                addr: dst,
+                length: 4096,
+                mw_key: mw,
+                new_key: rkey,
+                mr_key: kb,
+                access: VRDMA_ACCESS_REMOTE_WRITE,
+                reserved: [0; 2],
+            }),
+            ..Default::default()
+        },
+    );
+    settle(&mut t.a, &mut t.b);
+    assert_eq!(
+        poll(&mut t.b, &mut t.cqb),
+        vec![(9, VRDMA_WC_SUCCESS)],
+        "bound"
+    );
+    let data = pattern(5, 512);
+    t.a.write(src, &data);
+    t.a.post_send(
+        &mut t.qa,
+        &Wqe {
+            wr_id: 1,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 512, ka)],
+            remote_addr: dst,
+            rkey,
+            ..Default::default()
+        },
+    );
+    settle(&mut t.a, &mut t.b);
+    assert_eq!(t.b.answered, 0, "no page request at B");
+    assert!(t.b.read(dst, 512) != data, "nothing placed");
+    assert_eq!(t.b.qp_state(t.qb.qpn), VRDMA_QPS_RTS);
+}
+
 /// UC responder: a SEND into a receive WQE whose SGE is in an ODP MR (RECV not in
 /// `odp_uc_caps`) completes that WQE LOC_PROT_ERR; no page request.
 #[test]

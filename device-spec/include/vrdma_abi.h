@@ -67,7 +67,7 @@ struct vrdma_config {
 	__le32	max_srq;
 	__le32	max_mr;
 	__le32	max_ah;
-	__le32	max_mw;			/* 0: memory windows not supported */
+	__le32	max_mw;			/* 0: memory windows not supported (§12.8) */
 	__le32	max_qp_wr;		/* per SQ/RQ depth limit */
 	__le32	max_srq_wr;
 	__le32	max_cqe;
@@ -149,6 +149,7 @@ struct vrdma_sge {
 #define VRDMA_WR_SEND_WITH_INV		9
 #define VRDMA_WR_ATOMIC_WRITE		10	/* RC, VRDMA_DEVCAP_ATOMIC_WRITE */
 #define VRDMA_WR_FLUSH			11	/* RC, VRDMA_DEVCAP_FLUSH_GLOBAL */
+#define VRDMA_WR_BIND_MW		12	/* RC, UC; max_mw > 0 (§12.8) */
 
 /* Send flags (§6.1) */
 #define VRDMA_SEND_SIGNALED		(1U << 0)
@@ -212,6 +213,17 @@ struct vrdma_wqe_reg {
 	__le64	page_list_addr;
 };
 
+/* Memory window bind (§12.8), both window types. */
+struct vrdma_wqe_bind_mw {
+	__le64	addr;			/* first byte of the window, MR iova space */
+	__le64	length;			/* 0: unbind (type 1 only) */
+	__le32	mw_key;			/* the window's current rkey */
+	__le32	new_key;		/* its rkey after the bind; index bits must match */
+	__le32	mr_key;			/* lkey of the MR to bind to */
+	__le32	access;			/* VRDMA_ACCESS_REMOTE_*, ZERO_BASED */
+	__le32	reserved[2];
+};
+
 /*
  * Send WQE (§6.1): 64-byte header, then num_sge vrdma_sge entries, or
  * inline_len bytes of inline data when VRDMA_SEND_INLINE is set. The slot
@@ -233,6 +245,7 @@ struct vrdma_send_wqe {
 		struct vrdma_wqe_flush	flush;
 		struct vrdma_wqe_ud	ud;
 		struct vrdma_wqe_reg	reg;
+		struct vrdma_wqe_bind_mw bind_mw;
 		__u8			raw[40];
 	} wr;
 };
@@ -250,6 +263,7 @@ struct vrdma_recv_wqe {
 #define VRDMA_WC_RDMA_READ		2
 #define VRDMA_WC_COMP_SWAP		3
 #define VRDMA_WC_FETCH_ADD		4
+#define VRDMA_WC_BIND_MW		5
 #define VRDMA_WC_LOCAL_INV		6
 #define VRDMA_WC_REG_MR			8
 #define VRDMA_WC_ATOMIC_WRITE		9
@@ -388,6 +402,8 @@ struct vrdma_page_req {
 #define VRDMA_CMD_ODP_PAGE_RESP		27
 #define VRDMA_CMD_ODP_INVALIDATE	28
 #define VRDMA_CMD_REREG_MR		29	/* page-list MR, same key */
+#define VRDMA_CMD_ALLOC_MW		30	/* memory window (§12.8) */
+#define VRDMA_CMD_DEALLOC_MW		31
 #define VRDMA_CMD_ATTACH_MCAST		40	/* UD QP joins a multicast GID */
 #define VRDMA_CMD_DETACH_MCAST		41
 
@@ -674,6 +690,15 @@ struct vrdma_cmd_rereg_mr {
 struct vrdma_resp_reg_mr {
 	__le32	lkey;
 	__le32	rkey;
+};
+
+/* ALLOC_MW (§12.8); the response is a vrdma_handle with the rkey */
+#define VRDMA_MW_TYPE_1			1
+#define VRDMA_MW_TYPE_2			2	/* IBTA type 2B */
+
+struct vrdma_cmd_alloc_mw {
+	__le32	pdn;
+	__le32	type;			/* VRDMA_MW_TYPE_* */
 };
 
 /* ADVISE_MR */

@@ -342,6 +342,8 @@ abi_consts! {
     VRDMA_WR_SEND_WITH_INV: u8 = 9;
     VRDMA_WR_ATOMIC_WRITE: u8 = 10;
     VRDMA_WR_FLUSH: u8 = 11;
+    /// §12.8 memory window bind (RC, UC; `max_mw` > 0).
+    VRDMA_WR_BIND_MW: u8 = 12;
 
     /// §6.1 Send flags (`vrdma_send_wqe.flags`).
     VRDMA_SEND_SIGNALED: u8 = 1 << 0;
@@ -361,6 +363,7 @@ abi_consts! {
     VRDMA_WC_RDMA_READ: u8 = 2;
     VRDMA_WC_COMP_SWAP: u8 = 3;
     VRDMA_WC_FETCH_ADD: u8 = 4;
+    VRDMA_WC_BIND_MW: u8 = 5;
     VRDMA_WC_LOCAL_INV: u8 = 6;
     VRDMA_WC_REG_MR: u8 = 8;
     VRDMA_WC_ATOMIC_WRITE: u8 = 9;
@@ -459,6 +462,8 @@ abi_consts! {
     VRDMA_CMD_ODP_PAGE_RESP: u16 = 27;
     VRDMA_CMD_ODP_INVALIDATE: u16 = 28;
     VRDMA_CMD_REREG_MR: u16 = 29;
+    VRDMA_CMD_ALLOC_MW: u16 = 30;
+    VRDMA_CMD_DEALLOC_MW: u16 = 31;
     /// §15.8 UD QP joins / leaves a multicast GID.
     VRDMA_CMD_ATTACH_MCAST: u16 = 40;
     VRDMA_CMD_DETACH_MCAST: u16 = 41;
@@ -544,6 +549,10 @@ abi_consts! {
     /// §11 MODIFY_SRQ attribute mask bits.
     VRDMA_SRQ_MAX_WR: u32 = 1 << 0;
     VRDMA_SRQ_LIMIT: u32 = 1 << 1;
+
+    /// §12.8 ALLOC_MW window types (`vrdma_cmd_alloc_mw.type_`), equal to `enum ib_mw_type`.
+    VRDMA_MW_TYPE_1: u32 = 1;
+    VRDMA_MW_TYPE_2: u32 = 2;
 
     /// §11 ADVISE_MR advice values.
     VRDMA_ADVISE_PREFETCH: u32 = 0;
@@ -716,6 +725,24 @@ abi_structs! {
         pub page_list_addr: u64,
     }
 
+    /// §6.1 / §12.8 `wr.bind_mw`: memory window bind (BIND_MW WQE), both window types.
+    "vrdma_wqe_bind_mw", size 40:
+    pub struct VrdmaWqeBindMw {
+        /// First byte of the window, in the MR's iova space.
+        pub addr: u64,
+        /// 0: unbind (type 1 only).
+        pub length: u64,
+        /// The window's current rkey.
+        pub mw_key: u32,
+        /// Its rkey after the bind; the index bits must match `mw_key`'s.
+        pub new_key: u32,
+        /// lkey of the MR to bind to.
+        pub mr_key: u32,
+        /// `VRDMA_ACCESS_REMOTE_*`, `VRDMA_ACCESS_ZERO_BASED`.
+        pub access: u32,
+        pub reserved: [u32; 2],
+    }
+
     /// §6.1 Send WQE header: then `num_sge` [`VrdmaSge`]s, or `inline_len` bytes of inline data
     /// when `VRDMA_SEND_INLINE` is set. Use [`VrdmaSendWqe::rdma`] & co. for the `wr` union.
     "vrdma_send_wqe", size 64:
@@ -731,7 +758,7 @@ abi_structs! {
         pub ex: u32,
         pub inline_len: u32,
         pub reserved1: u32,
-        /// The C union `wr { rdma, atomic, atomic_write, flush, ud, reg, raw[40] }`.
+        /// The C union `wr { rdma, atomic, atomic_write, flush, ud, reg, bind_mw, raw[40] }`.
         pub wr: [u8; 40],
     }
     union wr {
@@ -741,6 +768,7 @@ abi_structs! {
         flush: VrdmaWqeFlush,
         ud: VrdmaWqeUd,
         reg: VrdmaWqeReg,
+        bind_mw: VrdmaWqeBindMw,
         raw: [u8; 40],
     }
 
@@ -1062,6 +1090,14 @@ abi_structs! {
         pub rkey: u32,
     }
 
+    /// ALLOC_MW request (§12.8); the response is a [`VrdmaHandle`] with the window's rkey.
+    "vrdma_cmd_alloc_mw", size 8:
+    pub struct VrdmaCmdAllocMw {
+        pub pdn: u32,
+        /// `VRDMA_MW_TYPE_*`.
+        pub type_: u32,
+    }
+
     /// ADVISE_MR request.
     "vrdma_cmd_advise_mr", size 32:
     pub struct VrdmaCmdAdviseMr {
@@ -1169,6 +1205,14 @@ impl VrdmaSendWqe {
     }
     /// Stores `wr.reg`, zeroing the rest of the union.
     pub fn set_reg(&mut self, v: VrdmaWqeReg) {
+        union_set(&mut self.wr, &v)
+    }
+    /// `wr.bind_mw` (BIND_MW).
+    pub fn bind_mw(&self) -> VrdmaWqeBindMw {
+        union_view(&self.wr)
+    }
+    /// Stores `wr.bind_mw`, zeroing the rest of the union.
+    pub fn set_bind_mw(&mut self, v: VrdmaWqeBindMw) {
         union_set(&mut self.wr, &v)
     }
 }
@@ -1312,7 +1356,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 38);
+        assert_eq!(ABI_STRUCTS.len(), 40);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

@@ -144,6 +144,11 @@ struct vrdma_mr {
 	struct completion free;
 };
 
+/* A memory window (§12.8): the device holds its state, the rkey is ibmw.rkey. */
+struct vrdma_mw {
+	struct ib_mw ibmw;
+};
+
 struct vrdma_dev {
 	struct ib_device ib;
 	struct virtio_device *vdev;
@@ -381,6 +386,8 @@ struct ib_mr *vrdma_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
 int vrdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
 		    unsigned int *sg_offset);
 int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+int vrdma_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
+int vrdma_dealloc_mw(struct ib_mw *ibmw);
 struct ib_mr *vrdma_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 				  u64 length, u64 virt_addr, int access,
 				  struct ib_pd *ibpd, struct ib_udata *udata);

@@ -437,3 +437,50 @@ out_free:
 	kfree(mrs);
 	return err;
 }
+
+/*
+ * Memory windows (§12.8). The device keeps the window; binding is a BIND_MW
+ * WQE that libvrdma posts on a QP (for type 1 on behalf of ibv_bind_mw), and
+ * kernel ULPs have no bind verb, so the kernel only allocates and frees.
+ */
+int vrdma_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ibmw->device);
+	struct vrdma_cmd_alloc_mw req = {
+		.pdn = cpu_to_le32(to_vpd(ibmw->pd)->pdn),
+	};
+	struct vrdma_handle resp;
+	int err;
+
+	switch (ibmw->type) {
+	case IB_MW_TYPE_1:
+		req.type = cpu_to_le32(VRDMA_MW_TYPE_1);
+		break;
+	case IB_MW_TYPE_2:
+		req.type = cpu_to_le32(VRDMA_MW_TYPE_2);
+		break;
+	default:
+		return -EINVAL;
+	}
+	err = vrdma_cmd(dev, VRDMA_CMD_ALLOC_MW, &req, sizeof(req), NULL, 0,
+			&resp, sizeof(resp));
+	if (err)
+		return err;
+	ibmw->rkey = le32_to_cpu(resp.handle);
+	return 0;
+}
+
+int vrdma_dealloc_mw(struct ib_mw *ibmw)
+{
+	struct vrdma_dev *dev = to_vdev(ibmw->device);
+	struct vrdma_handle req = { .handle = cpu_to_le32(ibmw->rkey) };
+	int err;
+
+	err = vrdma_cmd(dev, VRDMA_CMD_DEALLOC_MW, &req, sizeof(req), NULL, 0,
+			NULL, 0);
+	if (err && err != -EIO && err != -ETIMEDOUT)
+		dev_warn(&dev->vdev->dev, "DEALLOC_MW %#x: %d\n", ibmw->rkey,
+			 err);
+	/* A window holds no guest memory: the core may free it regardless. */
+	return 0;
+}

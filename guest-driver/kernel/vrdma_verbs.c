@@ -36,6 +36,10 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
 	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_FLUSH_GLOBAL)
 		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
+	/* §2.2: a nonzero max_mw offers both window types (§12.8). */
+	if (VCFG(dev, max_mw))
+		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW |
+					  IB_DEVICE_MEM_WINDOW_TYPE_2B;
 	attr->max_send_sge = VCFG(dev, max_send_sge);
 	attr->max_recv_sge = VCFG(dev, max_recv_sge);
 	attr->max_sge_rd = attr->max_send_sge;
@@ -229,6 +233,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.add_gid = vrdma_add_gid,
 	.advise_mr = vrdma_advise_mr,
 	.alloc_mr = vrdma_alloc_mr,
+	.alloc_mw = vrdma_alloc_mw,
 	.alloc_pd = vrdma_alloc_pd,
 	.alloc_ucontext = vrdma_alloc_ucontext,
 	.attach_mcast = vrdma_attach_mcast,
@@ -237,6 +242,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.create_qp = vrdma_create_qp,
 	.create_srq = vrdma_create_srq,
 	.create_user_ah = vrdma_create_ah,
+	.dealloc_mw = vrdma_dealloc_mw,
 	.dealloc_pd = vrdma_dealloc_pd,
 	.dealloc_ucontext = vrdma_dealloc_ucontext,
 	.del_gid = vrdma_del_gid,
@@ -273,6 +279,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, vrdma_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vrdma_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_mw, vrdma_mw, ibmw),
 	INIT_RDMA_OBJ_SIZE(ib_pd, vrdma_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vrdma_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, vrdma_srq, ibsrq),

@@ -172,6 +172,40 @@ static int vrdma_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
 				sizeof(resp));
 }
 
+/* Memory windows (§12.8): the kernel allocates them in the device. */
+static struct ibv_mw *vrdma_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct ib_uverbs_alloc_mw_resp resp;
+	struct ibv_alloc_mw cmd;
+	struct ibv_mw *mw;
+	int ret;
+
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_alloc_mw(pd, type, mw, &cmd, sizeof(cmd), &resp,
+			       sizeof(resp));
+	if (ret) {
+		free(mw);
+		errno = ret;
+		return NULL;
+	}
+	return mw;
+}
+
+static int vrdma_dealloc_mw(struct ibv_mw *mw)
+{
+	int ret;
+
+	ret = ibv_cmd_dealloc_mw(mw);
+	if (ret)
+		return ret;
+	free(mw);
+	return 0;
+}
+
 static int vrdma_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
 			   uint32_t flags, struct ibv_sge *sg_list,
 			   uint32_t num_sge)
@@ -227,6 +261,9 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.dereg_mr = vrdma_dereg_mr,
 	.rereg_mr = vrdma_rereg_mr,
 	.advise_mr = vrdma_advise_mr,
+	.alloc_mw = vrdma_alloc_mw,
+	.dealloc_mw = vrdma_dealloc_mw,
+	.bind_mw = vrdma_bind_mw,
 	.create_cq = vrdma_create_cq,
 	.create_cq_ex = vrdma_create_cq_ex,
 	.poll_cq = vrdma_poll_cq,

@@ -174,6 +174,8 @@ int vrdma_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 int vrdma_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		    int attr_mask);
 int vrdma_destroy_qp(struct ibv_qp *ibqp);
+int vrdma_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		  struct ibv_mw_bind *mw_bind);
 int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		    struct ibv_send_wr **bad_wr);
 int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,

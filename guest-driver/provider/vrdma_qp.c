@@ -33,11 +33,15 @@ static const uint32_t vrdma_qpt_ops[] = {
 		       VRDMA_OP(VRDMA_WR_ATOMIC_FETCH_AND_ADD) |
 		       VRDMA_OP(VRDMA_WR_SEND_WITH_INV) |
 		       VRDMA_OP(VRDMA_WR_ATOMIC_WRITE) |
-		       VRDMA_OP(VRDMA_WR_FLUSH),
+		       VRDMA_OP(VRDMA_WR_FLUSH) |
+		       VRDMA_OP(VRDMA_WR_LOCAL_INV) |
+		       VRDMA_OP(VRDMA_WR_BIND_MW),
 	[IBV_QPT_UC] = VRDMA_OP(VRDMA_WR_RDMA_WRITE) |
 		       VRDMA_OP(VRDMA_WR_RDMA_WRITE_WITH_IMM) |
 		       VRDMA_OP(VRDMA_WR_SEND) |
-		       VRDMA_OP(VRDMA_WR_SEND_WITH_IMM),
+		       VRDMA_OP(VRDMA_WR_SEND_WITH_IMM) |
+		       VRDMA_OP(VRDMA_WR_LOCAL_INV) |
+		       VRDMA_OP(VRDMA_WR_BIND_MW),
 	[IBV_QPT_UD] = VRDMA_OP(VRDMA_WR_SEND) |
 		       VRDMA_OP(VRDMA_WR_SEND_WITH_IMM),
 };
@@ -52,7 +56,8 @@ static const uint32_t vrdma_inline_ops =
 enum {
 	VRDMA_UD_SEND_OPS = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
 	VRDMA_UC_SEND_OPS = VRDMA_UD_SEND_OPS | IBV_QP_EX_WITH_RDMA_WRITE |
-			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+			    IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW,
 	VRDMA_RC_SEND_OPS = VRDMA_UC_SEND_OPS | IBV_QP_EX_WITH_RDMA_READ |
 			    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 			    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
@@ -83,8 +88,12 @@ static int vrdma_ibv_opcode(enum ibv_wr_opcode op)
 		return VRDMA_WR_ATOMIC_FETCH_AND_ADD;
 	case IBV_WR_SEND_WITH_INV:
 		return VRDMA_WR_SEND_WITH_INV;
+	case IBV_WR_LOCAL_INV:
+		return VRDMA_WR_LOCAL_INV;
+	case IBV_WR_BIND_MW:
+		return VRDMA_WR_BIND_MW;
 	default:
-		/* LOCAL_INV, BIND_MW, TSO, FLUSH, ATOMIC_WRITE, DRIVER1 */
+		/* TSO, FLUSH, ATOMIC_WRITE (ibv_wr_* only), DRIVER1 */
 		return -1;
 	}
 }
@@ -217,6 +226,46 @@ static int vrdma_wqe_sge_list(struct vrdma_qp *qp, struct vrdma_send_wqe *wqe,
 	return 0;
 }
 
+/* Window rights of a bind (§12.8 step 1); IBV_ACCESS_* bits as VRDMA_ACCESS_*. */
+static uint32_t vrdma_mw_access(unsigned int ibv_access)
+{
+	uint32_t a = 0;
+
+	if (ibv_access & IBV_ACCESS_LOCAL_WRITE)
+		a |= VRDMA_ACCESS_LOCAL_WRITE;
+	if (ibv_access & IBV_ACCESS_REMOTE_WRITE)
+		a |= VRDMA_ACCESS_REMOTE_WRITE;
+	if (ibv_access & IBV_ACCESS_REMOTE_READ)
+		a |= VRDMA_ACCESS_REMOTE_READ;
+	if (ibv_access & IBV_ACCESS_REMOTE_ATOMIC)
+		a |= VRDMA_ACCESS_REMOTE_ATOMIC;
+	if (ibv_access & IBV_ACCESS_ZERO_BASED)
+		a |= VRDMA_ACCESS_ZERO_BASED;
+	/* anything else is refused by the device (MW_BIND_ERR) */
+	if (ibv_access & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+			   IBV_ACCESS_ZERO_BASED))
+		a |= VRDMA_ACCESS_MW_BIND;
+	return a;
+}
+
+/* wr.bind_mw: the window by its current rkey, its rkey after the bind. */
+static void vrdma_wqe_bind(struct vrdma_send_wqe *wqe, struct ibv_mw *mw,
+			   uint32_t rkey, const struct ibv_mw_bind_info *bi)
+{
+	wqe->wr.bind_mw.mw_key = htole32(mw->rkey);
+	wqe->wr.bind_mw.new_key = htole32(rkey);
+	wqe->wr.bind_mw.mr_key = htole32(bi->mr ? bi->mr->lkey : 0);
+	wqe->wr.bind_mw.addr = htole64(bi->addr);
+	wqe->wr.bind_mw.length = htole64(bi->length);
+	wqe->wr.bind_mw.access = htole32(vrdma_mw_access(bi->mw_access_flags));
+	/*
+	 * The next bind names the window by this rkey (rdma-core's consumers
+	 * derive the next one with ibv_inc_rkey(mw->rkey)).
+	 */
+	mw->rkey = rkey;
+}
+
 /* Build one WQE from a classic ibv_send_wr. */
 static int vrdma_build_send_wqe(struct vrdma_qp *qp,
 				struct vrdma_send_wqe *wqe,
@@ -239,10 +288,22 @@ static int vrdma_build_send_wqe(struct vrdma_qp *qp,
 		memcpy(&wqe->ex, &wr->imm_data, sizeof(wqe->ex));
 		break;
 	case VRDMA_WR_SEND_WITH_INV:
+	case VRDMA_WR_LOCAL_INV:
 		wqe->ex = htole32(wr->invalidate_rkey);
 		break;
 	default:
 		break;
+	}
+
+	/* Local operations carry no SGEs and no inline data (§6.1). */
+	if (op == VRDMA_WR_LOCAL_INV)
+		return 0;
+	if (op == VRDMA_WR_BIND_MW) {
+		if (!wr->bind_mw.mw)
+			return EINVAL;
+		vrdma_wqe_bind(wqe, wr->bind_mw.mw, wr->bind_mw.rkey,
+			       &wr->bind_mw.bind_info);
+		return 0;
 	}
 
 	switch (op) {
@@ -518,6 +579,29 @@ static void vrdma_wr_send_inv(struct ibv_qp_ex *ibqp, uint32_t invalidate_rkey)
 		wqe->ex = htole32(invalidate_rkey);
 }
 
+static void vrdma_wr_local_inv(struct ibv_qp_ex *ibqp, uint32_t invalidate_rkey)
+{
+	struct vrdma_send_wqe *wqe = vrdma_wr_new(ibqp, VRDMA_WR_LOCAL_INV);
+
+	if (wqe)
+		wqe->ex = htole32(invalidate_rkey);
+}
+
+static void vrdma_wr_bind_mw(struct ibv_qp_ex *ibqp, struct ibv_mw *mw,
+			     uint32_t rkey,
+			     const struct ibv_mw_bind_info *bind_info)
+{
+	struct vrdma_send_wqe *wqe = vrdma_wr_new(ibqp, VRDMA_WR_BIND_MW);
+
+	if (!wqe)
+		return;
+	if (!mw || !bind_info) {
+		ex_to_vqp(ibqp)->wr_err = EINVAL;
+		return;
+	}
+	vrdma_wqe_bind(wqe, mw, rkey, bind_info);
+}
+
 static void vrdma_wr_set_ud_addr(struct ibv_qp_ex *ibqp, struct ibv_ah *ah,
 				 uint32_t remote_qpn, uint32_t remote_qkey)
 {
@@ -654,6 +738,10 @@ static void vrdma_set_wr_ops(struct vrdma_qp *qp, uint64_t ops)
 		ex->wr_send_imm = vrdma_wr_send_imm;
 	if (ops & IBV_QP_EX_WITH_SEND_WITH_INV)
 		ex->wr_send_inv = vrdma_wr_send_inv;
+	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
+		ex->wr_local_inv = vrdma_wr_local_inv;
+	if (ops & IBV_QP_EX_WITH_BIND_MW)
+		ex->wr_bind_mw = vrdma_wr_bind_mw;
 
 	ex->wr_set_ud_addr = vrdma_wr_set_ud_addr;
 	ex->wr_set_sge = vrdma_wr_set_sge;
@@ -691,7 +779,7 @@ static int vrdma_check_qp_attr(const struct ibv_qp_init_attr_ex *attr)
 		return EOPNOTSUPP;
 	}
 
-	/* LOCAL_INV, BIND_MW, TSO: not for user QPs */
+	/* TSO: not offered */
 	if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
 	    (attr->send_ops_flags & ~sup_ops))
 		return EOPNOTSUPP;
@@ -875,4 +963,27 @@ int vrdma_destroy_qp(struct ibv_qp *ibqp)
 	}
 	free(qp);
 	return 0;
+}
+
+/*
+ * ibv_bind_mw (type 1, §12.8): a BIND_MW WQE on @ibqp that gives the window
+ * its next rkey; ibv_bind_mw(3) promises the new rkey at return.
+ */
+int vrdma_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		  struct ibv_mw_bind *mw_bind)
+{
+	struct ibv_mw_bind_info *bi = &mw_bind->bind_info;
+	struct ibv_send_wr wr = {}, *bad;
+
+	if (mw->type != IBV_MW_TYPE_1)
+		return EINVAL;
+	if (!bi->mr && (bi->addr || bi->length))
+		return EINVAL;
+	wr.wr_id = mw_bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = mw_bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = *bi;
+	return vrdma_post_send(ibqp, &wr, &bad);
 }

@@ -185,6 +185,8 @@ static inline enum ibv_wc_opcode vrdma_wc_opcode(uint8_t op)
 		return IBV_WC_FETCH_ADD;
 	case VRDMA_WC_LOCAL_INV:
 		return IBV_WC_LOCAL_INV;
+	case VRDMA_WC_BIND_MW:
+		return IBV_WC_BIND_MW;
 	case VRDMA_WC_ATOMIC_WRITE:
 		return IBV_WC_ATOMIC_WRITE;
 	case VRDMA_WC_FLUSH:

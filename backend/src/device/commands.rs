@@ -93,6 +93,8 @@ impl Device {
             VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
+            VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
+            VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
@@ -415,6 +417,8 @@ impl Device {
         if let Some(s) = qp.srqn.and_then(|s| self.srqs.get_mut(s)) {
             s.qp_refs = s.qp_refs.saturating_sub(1);
         }
+        // Spec §12.8: type 2B windows bound through the QP are unbound with it.
+        self.mrs.unbind_qp(c.handle);
         if qp.qp_type == crate::qp::state::QpType::Ud {
             self.mcast.detach_qp(c.handle);
         }
@@ -630,6 +634,24 @@ impl Device {
     fn cmd_dereg_mr(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
         self.mrs.dereg(c.handle).map_err(|e| e.status())
+    }
+
+    /// ALLOC_MW (spec §12.8): the response handle is the window's rkey.
+    fn cmd_alloc_mw(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdAllocMw>(req)?;
+        if self.config.max_mw == 0 {
+            return Err(VRDMA_STATUS_NOT_SUPPORTED);
+        }
+        self.pd_exists(c.pdn)?;
+        let key = self.mrs.alloc_mw(c.pdn, c.type_).map_err(|e| e.status())?;
+        put(resp, &handle(key));
+        Ok(())
+    }
+
+    /// DEALLOC_MW (spec §12.8).
+    fn cmd_dealloc_mw(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        self.mrs.dealloc_mw(c.handle).map_err(|e| e.status())
     }
 
     fn status(s: u32) -> CmdResult {

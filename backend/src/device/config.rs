@@ -17,6 +17,8 @@ pub struct DeviceConfig {
     pub max_srq: u32,
     pub max_mr: u32,
     pub max_ah: u32,
+    /// Memory windows (spec §2.2, §12.8); 0: not supported. The CLI sets it to `max_mr`.
+    pub max_mw: u32,
     pub max_qp_wr: u32,
     pub max_srq_wr: u32,
     pub max_cqe: u32,
@@ -59,6 +61,7 @@ impl Default for DeviceConfig {
             max_srq: 4096,
             max_mr: 65536,
             max_ah: 65536,
+            max_mw: 65536,
             max_qp_wr: 16384,
             max_srq_wr: 16384,
             max_cqe: 65536,
@@ -176,7 +179,7 @@ impl DeviceConfig {
             max_srq: self.max_srq,
             max_mr: self.max_mr,
             max_ah: self.max_ah,
-            max_mw: 0,
+            max_mw: self.max_mw,
             max_mcast_grp: crate::objects::mcast::MAX_MCAST_GROUPS,
             max_mcast_qp_attach: crate::objects::mcast::MAX_MCAST_QP_ATTACH,
             max_qp_wr: self.max_qp_wr,
@@ -237,6 +240,7 @@ impl DeviceConfig {
             max_srq: c.limits.max_srq,
             max_mr: c.limits.max_mr,
             max_ah: c.limits.max_ah,
+            max_mw: c.limits.max_mr,
             max_host_memory: c.max_host_memory,
             odp: OdpConfig {
                 enabled: c.odp.enabled,

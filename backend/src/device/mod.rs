@@ -128,6 +128,7 @@ impl Device {
             ),
             mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
                 .with_max_pages(config.max_mr_pages)
+                .with_max_mw(config.max_mw)
                 .with_budget(budget.clone()),
             qps: QpTable::new(config.max_qp),
             budget,

@@ -3,7 +3,9 @@
 
 pub mod advise;
 pub mod mr;
+pub mod mw;
 pub mod odp;
 
 pub use mr::{GuestRange, Mr, MrError, MrKind, MrTable};
+pub use mw::{BindMw, Window};
 pub use odp::OdpConfig;

@@ -7,7 +7,9 @@
 //!
 //! Kinds: page-list MR, DMA MR (iova == GPA, local access only), fast-reg MR (allocated empty,
 //! filled by `fast_register`, emptied by `local_invalidate`), explicit ODP MR and implicit ODP MR
-//! (translated per chunk on demand, see `odp.rs`).
+//! (translated per chunk on demand, see `odp.rs`). Memory windows (spec §12.8, `mw.rs`) live in
+//! the same slots, so MR keys and window rkeys share one index space; [`MrTable::get`] and the
+//! local-access paths never return a window, only the `*_remote` paths translate through one.
 //!
 //! The transport checks a whole SGE / RETH range with [`MrTable::check_access`] (no ODP faults)
 //! and translates with [`MrTable::resolve`] / [`MrTable::resolve_for`] only the bytes of the
@@ -161,6 +163,9 @@ pub enum MrKind {
     Odp(OdpMr),
     /// Implicit ODP MR: the whole address space (iova 0, length u64::MAX), iova == guest virtual.
     ImplicitOdp(OdpMr),
+    /// A memory window (spec §12.8), not an MR: `Mr::access`, `iova`, `length` are the window's
+    /// rights and remote range while it is bound.
+    Window(super::mw::Window),
 }
 
 /// What REG_MR and REREG_MR describe: a PD, access flags, an iova range and the pages under it
@@ -194,6 +199,9 @@ impl Mr {
     pub fn is_odp(&self) -> bool {
         matches!(self.kind, MrKind::Odp(_) | MrKind::ImplicitOdp(_))
     }
+    pub fn is_window(&self) -> bool {
+        matches!(self.kind, MrKind::Window(_))
+    }
     /// Exclusive end of the MR's iova range (saturating for implicit MRs).
     pub fn end(&self) -> u64 {
         self.iova.saturating_add(self.length)
@@ -201,19 +209,25 @@ impl Mr {
 }
 
 #[derive(Debug, Default)]
-struct Slot {
-    variant: u8,
-    mr: Option<Mr>,
+pub(super) struct Slot {
+    pub(super) variant: u8,
+    pub(super) mr: Option<Mr>,
     /// Host memory the MR holds (spec §16): released with the MR.
     charge: Charge,
+    /// Memory windows bound to the MR in this slot (spec §12.8: such an MR cannot be
+    /// invalidated). Reset when the MR goes; a window bound to a gone MR does not count.
+    pub(super) bound_mws: u32,
 }
 
 /// The device's MR table.
 pub struct MrTable {
-    slots: Vec<Slot>,
-    free: VecDeque<u32>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) free: VecDeque<u32>,
     max_mr: u32,
     count: u32,
+    /// Memory windows (spec §12.8): their number and bound (`max_mw`, 0 = none).
+    pub(super) mw_count: u32,
+    pub(super) max_mw: u32,
     /// Page-list entries held by all MRs, and their bound (see [`DEFAULT_MAX_MR_PAGES`]).
     pages_held: u64,
     max_pages: u64,
@@ -261,6 +275,8 @@ impl MrTable {
             free: VecDeque::new(),
             max_mr,
             count: 0,
+            mw_count: 0,
+            max_mw: 0,
             pages_held: 0,
             max_pages: DEFAULT_MAX_MR_PAGES,
             budget: Budget::default(),
@@ -295,7 +311,13 @@ impl MrTable {
         (std::mem::size_of::<Slot>() as u64).saturating_add(pages.saturating_mul(8))
     }
 
-    fn charge(&self, pages: u64) -> Result<Charge, MrError> {
+    /// Allow `max_mw` memory windows (spec §2.2, §12.8; 0: ALLOC_MW is NOT_SUPPORTED).
+    pub fn with_max_mw(mut self, max_mw: u32) -> Self {
+        self.max_mw = max_mw.min(MAX_MR_INDEX);
+        self
+    }
+
+    pub(super) fn charge(&self, pages: u64) -> Result<Charge, MrError> {
         self.budget
             .try_charge(Self::charge_of(pages))
             .map_err(|_| MrError::NoResources)
@@ -338,15 +360,29 @@ impl MrTable {
         for s in &mut self.slots {
             s.mr = None;
             s.charge = Charge::default();
+            s.bound_mws = 0;
         }
         self.free = (1..self.slots.len() as u32).collect();
         self.count = 0;
+        self.mw_count = 0;
         self.pages_held = 0;
         self.odp.clear();
     }
 
-    /// Look up by key; checks index and variant.
+    /// Look up an MR by key; checks index and variant. A window's rkey is not an MR key
+    /// (`InvalidKey`).
     pub fn get(&self, key: u32) -> Result<&Mr, MrError> {
+        self.entry(key).and_then(|m| {
+            if m.is_window() {
+                Err(MrError::InvalidKey(key))
+            } else {
+                Ok(m)
+            }
+        })
+    }
+
+    /// Look up an MR or a window by key; checks index and variant.
+    pub(super) fn entry(&self, key: u32) -> Result<&Mr, MrError> {
         let s = self
             .slots
             .get(key_index(key) as usize)
@@ -359,7 +395,7 @@ impl MrTable {
         Ok(mr)
     }
 
-    fn get_mut(&mut self, key: u32) -> Result<&mut Mr, MrError> {
+    pub(super) fn get_mut(&mut self, key: u32) -> Result<&mut Mr, MrError> {
         let idx = key_index(key) as usize;
         if idx == 0 {
             return Err(MrError::InvalidKey(key));
@@ -372,6 +408,21 @@ impl MrTable {
         Ok(mr)
     }
 
+    /// Whether `key` names an ODP MR, directly or as a window bound to one (the responder's
+    /// ODP caps apply to the memory behind a window too, spec §2.2).
+    pub fn is_odp_key(&self, key: u32) -> bool {
+        match self.entry(key) {
+            Ok(Mr {
+                kind: MrKind::Window(w),
+                ..
+            }) => w
+                .bound
+                .is_some_and(|b| self.get(b.mr_key).is_ok_and(Mr::is_odp)),
+            Ok(m) => m.is_odp(),
+            Err(_) => false,
+        }
+    }
+
     /// Does any MR belong to `pd`? (DESTROY_PD → BUSY)
     pub fn pd_in_use(&self, pd: u32) -> bool {
         self.slots
@@ -380,8 +431,9 @@ impl MrTable {
     }
 
     /// Insert `mr`, which holds `charge` (see [`MrTable::charge_of`]).
-    fn alloc(&mut self, mut mr: Mr, charge: Charge) -> Result<u32, MrError> {
-        if self.count >= self.max_mr {
+    pub(super) fn alloc(&mut self, mut mr: Mr, charge: Charge) -> Result<u32, MrError> {
+        let window = mr.is_window();
+        if (!window && self.count >= self.max_mr) || (window && self.mw_count >= self.max_mw) {
             return Err(MrError::NoResources);
         }
         let pages = Self::pages_of(&mr);
@@ -399,8 +451,7 @@ impl MrTable {
                 // uniformly random as well.
                 self.slots.push(Slot {
                     variant: self.rng.next_u8(),
-                    mr: None,
-                    charge: Charge::default(),
+                    ..Default::default()
                 });
                 i
             }
@@ -411,7 +462,12 @@ impl MrTable {
         let key = mr.key;
         slot.mr = Some(mr);
         slot.charge = charge;
-        self.count += 1;
+        slot.bound_mws = 0;
+        if window {
+            self.mw_count += 1;
+        } else {
+            self.count += 1;
+        }
         self.pages_held += pages;
         Ok(key)
     }
@@ -630,6 +686,9 @@ impl MrTable {
         let idx = key_index(key);
         let mr = self.slots[idx as usize].mr.take();
         self.slots[idx as usize].charge = Charge::default();
+        // Windows bound to the MR stay bound to its (now stale) key: their accesses fail
+        // (spec §12.8), and their unbinding no longer counts against this slot.
+        self.slots[idx as usize].bound_mws = 0;
         if let Some(mr) = mr {
             self.pages_held -= Self::pages_of(&mr);
             self.odp.forget_mr(&mr);
@@ -722,8 +781,26 @@ impl MrTable {
         Ok(())
     }
 
-    /// LOCAL_INV WQE / SEND_WITH_INV: invalidate the fast-reg MR named by exactly `key` in `pd`.
+    /// LOCAL_INV WQE: invalidate the fast-reg MR or the type 2B window named by exactly `key` in
+    /// `pd` (spec §6.1, §12.8).
     pub fn local_invalidate(&mut self, key: u32, pd: u32) -> Result<(), MrError> {
+        self.invalidate(key, pd, None)
+    }
+
+    /// SEND_WITH_INV arriving on QP `qpn` of PD `pd`: as LOCAL_INV, and a type 2B window must be
+    /// associated with `qpn` (spec §12.8, §14.6).
+    pub fn remote_invalidate(&mut self, key: u32, pd: u32, qpn: u32) -> Result<(), MrError> {
+        self.invalidate(key, pd, Some(qpn))
+    }
+
+    fn invalidate(&mut self, key: u32, pd: u32, qpn: Option<u32>) -> Result<(), MrError> {
+        if self.entry(key)?.is_window() {
+            return self.invalidate_window(key, pd, qpn);
+        }
+        // IBTA 10.6.7 (as Linux rxe): a region with bound windows cannot be invalidated.
+        if self.slots[key_index(key) as usize].bound_mws > 0 {
+            return Err(MrError::InvalidOp(key));
+        }
         let mr = self.get_mut(key)?;
         if mr.pd != pd {
             return Err(MrError::WrongPd { key, pd });
@@ -821,6 +898,10 @@ impl MrTable {
         if len == 0 {
             return Ok(());
         }
+        if mr.is_window() {
+            // `check_mr` refused it already; kept so no window is ever translated here.
+            return Err(MrError::AccessDenied { key, access });
+        }
         let mr_iova = mr.iova;
         let mr_len = mr.length;
         match &mut mr.kind {
@@ -834,6 +915,7 @@ impl MrTable {
             | MrKind::FastReg {
                 page_shift, pages, ..
             } => translate_pages(mr_iova, *page_shift, pages, iova, len, out),
+            MrKind::Window(_) => return Err(MrError::AccessDenied { key, access }),
             MrKind::Odp(o) | MrKind::ImplicitOdp(o) => {
                 *out = odp.resolve(
                     o,
@@ -875,6 +957,9 @@ impl MrTable {
             .ok_or(MrError::InvalidKey(key))?;
         if mr.key != key {
             return Err(MrError::StaleKey(key));
+        }
+        if mr.is_window() {
+            return Err(MrError::InvalidKey(key));
         }
         Ok((mr, &mut self.odp, &self.mem))
     }
@@ -939,6 +1024,22 @@ fn check_mr(mr: &Mr, key: u32, pd: u32, iova: u64, len: u64, access: u32) -> Res
     if mr.pd != pd {
         return Err(MrError::WrongPd { key, pd });
     }
+    // A window's rkey is used only through `check_remote` / `resolve_remote_into` (spec §12.8),
+    // never as an lkey or without the QP a type 2B window is bound to.
+    if mr.is_window() {
+        return Err(MrError::AccessDenied { key, access });
+    }
+    check_range_rights(mr, key, iova, len, access)
+}
+
+/// Rights and bounds of an MR or a bound window (`mr.access`, `[mr.iova, mr.end())`).
+pub(super) fn check_range_rights(
+    mr: &Mr,
+    key: u32,
+    iova: u64,
+    len: u64,
+    access: u32,
+) -> Result<(), MrError> {
     let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ | ACCESS_FLUSH);
     if need & !mr.access != 0 {
         return Err(MrError::AccessDenied { key, access });

@@ -299,9 +299,7 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
 /// (the caller fails the operation: LOC_PROT_ERR, or a remote access error at the responder).
 /// `op` 0 (an operation without an ODP cap bit, e.g. FLUSH) is never denied here.
 pub fn odp_denied(dev: &Device, ctx: &QpCtx, key: u32, op: u32) -> bool {
-    op != 0
-        && dev.config.odp_caps(ctx.qp_type) & op == 0
-        && dev.mrs.get(key).is_ok_and(|m| m.is_odp())
+    op != 0 && dev.config.odp_caps(ctx.qp_type) & op == 0 && dev.mrs.is_odp_key(key)
 }
 
 /// The ODP cap bit a receive WQE's SGEs need (spec §2.2): RECV, or SRQ_RECV for an SRQ WQE.
@@ -506,6 +504,7 @@ pub mod abi {
     pub const WR_SEND_WITH_INV: u8 = 9;
     pub const WR_ATOMIC_WRITE: u8 = vrdma_spec::VRDMA_WR_ATOMIC_WRITE;
     pub const WR_FLUSH: u8 = vrdma_spec::VRDMA_WR_FLUSH;
+    pub const WR_BIND_MW: u8 = vrdma_spec::VRDMA_WR_BIND_MW;
     // FLUSH placement types and selectivity levels (wr.flush).
     pub const FLUSH_GLOBAL: u8 = vrdma_spec::VRDMA_FLUSH_GLOBAL;
     pub const FLUSH_PERSISTENT: u8 = vrdma_spec::VRDMA_FLUSH_PERSISTENT;
@@ -521,6 +520,7 @@ pub mod abi {
     pub const WC_RDMA_READ: u8 = 2;
     pub const WC_COMP_SWAP: u8 = 3;
     pub const WC_FETCH_ADD: u8 = 4;
+    pub const WC_BIND_MW: u8 = vrdma_spec::VRDMA_WC_BIND_MW;
     pub const WC_LOCAL_INV: u8 = 6;
     pub const WC_REG_MR: u8 = 8;
     pub const WC_ATOMIC_WRITE: u8 = vrdma_spec::VRDMA_WC_ATOMIC_WRITE;
@@ -533,6 +533,7 @@ pub mod abi {
     pub const WC_LOC_QP_OP_ERR: u8 = 2;
     pub const WC_LOC_PROT_ERR: u8 = 4;
     pub const WC_WR_FLUSH_ERR: u8 = 5;
+    pub const WC_MW_BIND_ERR: u8 = vrdma_spec::VRDMA_WC_MW_BIND_ERR;
     pub const WC_BAD_RESP_ERR: u8 = 7;
     pub const WC_LOC_ACCESS_ERR: u8 = 8;
     pub const WC_REM_INV_REQ_ERR: u8 = 9;

@@ -19,6 +19,7 @@ use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::device::Device;
 use crate::memory::mr::MrError;
+use crate::memory::BindMw;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Transport};
 
 /// Maximum packets outstanding (sent, not acknowledged) per RC QP.
@@ -150,6 +151,8 @@ pub struct SendWqe {
     pub remote_qkey: u32,
     /// REG_MR: the raw registration fields.
     pub reg: RegWqe,
+    /// BIND_MW: `wr.bind_mw` (the QP's PD and QPN are filled in when it executes).
+    pub bind: BindMw,
     pub sges: Vec<Sge>,
     pub inline: Option<Vec<u8>>,
     pub length: u64,
@@ -211,7 +214,7 @@ impl SendWqe {
         self.is_read() || self.is_atomic() || self.is_empty_read_like()
     }
     pub fn is_local(&self) -> bool {
-        matches!(self.opcode, WR_LOCAL_INV | WR_REG_MR)
+        matches!(self.opcode, WR_LOCAL_INV | WR_REG_MR | WR_BIND_MW)
     }
     /// Number of PSNs this WQE consumes for a given MTU (READ: one per response packet).
     pub fn npkts(&self, mtu: u32) -> u32 {
@@ -232,6 +235,7 @@ impl SendWqe {
             WR_FLUSH => WC_FLUSH,
             WR_LOCAL_INV => WC_LOCAL_INV,
             WR_REG_MR => WC_REG_MR,
+            WR_BIND_MW => WC_BIND_MW,
             _ => WC_SEND,
         }
     }
@@ -360,6 +364,17 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
                 page_list_addr: le64(56),
             };
         }
+        WR_BIND_MW => {
+            w.bind = BindMw {
+                addr: le64(24),
+                length: le64(32),
+                mw_key: le32(40),
+                new_key: le32(44),
+                mr_key: le32(48),
+                access: le32(52),
+                ..Default::default()
+            };
+        }
         _ => {}
     }
     // Opcode allowed for the QP type (IBTA 9.7 / spec §6.1): an invalid one completes with
@@ -371,6 +386,8 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
             ctx.is_rc()
         }
         WR_ATOMIC_WRITE | WR_FLUSH => ctx.is_rc(),
+        // Spec §6.1: windows are bound through RC and UC QPs; no SGEs.
+        WR_BIND_MW => (ctx.is_rc() || ctx.is_uc()) && num_sge == 0,
         _ => false,
     };
     // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
@@ -628,8 +645,24 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     }
 }
 
-/// Execute LOCAL_INV / REG_MR (spec §6.1, §12).
+/// Execute LOCAL_INV / REG_MR / BIND_MW (spec §6.1, §12).
 fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
+    if w.opcode == WR_BIND_MW {
+        // Spec §14.3: without windows the opcode is not offered (LOC_QP_OP_ERR); a bind that
+        // breaks a rule of §12.8 is MW_BIND_ERR. Both move the QP (RC/UC) to ERROR.
+        if dev.config.max_mw == 0 {
+            return w.finish(WC_LOC_QP_OP_ERR, true);
+        }
+        let b = BindMw {
+            qp_pd: ctx.pdn,
+            qpn: ctx.qpn,
+            ..w.bind
+        };
+        return match dev.mrs.bind_mw(&b) {
+            Ok(()) => w.finish(WC_SUCCESS, false),
+            Err(_) => w.finish(WC_MW_BIND_ERR, true),
+        };
+    }
     let r = if w.opcode == WR_LOCAL_INV {
         dev.mrs.local_invalidate(w.ex, ctx.pdn)
     } else {

@@ -688,7 +688,7 @@ impl Responder<'_, '_> {
         access: u32,
     ) -> Result<(), RespStep> {
         dev.mrs
-            .check_access(rkey, self.ctx.pdn, va, len, access)
+            .check_remote(rkey, self.ctx.pdn, self.ctx.qpn, va, len, access)
             .map_err(|_| RespStep::ErrRkeyViolation)?;
         self.check_odp_caps(dev, rkey, access)
     }
@@ -721,10 +721,10 @@ impl Responder<'_, '_> {
         access: u32,
     ) -> Result<(), RespStep> {
         self.check_odp_caps(dev, rkey, access)?;
-        let pdn = self.ctx.pdn;
+        let (pdn, qpn) = (self.ctx.pdn, self.ctx.qpn);
         match dev
             .mrs
-            .resolve_into(None, rkey, pdn, va, len, access, &mut self.ranges)
+            .resolve_remote_into(None, rkey, pdn, qpn, va, len, access, &mut self.ranges)
         {
             Ok(()) => Ok(()),
             // ODP at the responder: RNR NAK now, the page request is already on its way.
@@ -959,7 +959,8 @@ impl Responder<'_, '_> {
                 cqe.byte_len = w.offset as u32;
                 if let Some(ieth) = self.pkt.ieth {
                     // SEND_WITH_INV (IBTA 9.4.4 / 10.6): invalidate the named R_Key in our PD.
-                    if dev.mrs.local_invalidate(ieth.rkey, self.ctx.pdn).is_err() {
+                    let (pdn, qpn) = (self.ctx.pdn, self.ctx.qpn);
+                    if dev.mrs.remote_invalidate(ieth.rkey, pdn, qpn).is_err() {
                         // Spec §14.6: NAK Invalid Request, the receive WQE completes
                         // REM_INV_REQ_ERR, QP to ERROR.
                         cqe.status = WC_REM_INV_REQ_ERR;
@@ -1416,15 +1417,18 @@ pub(crate) fn pump_replies(
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            let ok = match dev.mrs.resolve_for(
+            let mut ranges = Vec::new();
+            let ok = match dev.mrs.resolve_remote_into(
                 Some(ctx.qpn),
                 r.rkey,
                 ctx.pdn,
+                ctx.qpn,
                 r.va,
                 n,
                 ACCESS_REMOTE_READ,
+                &mut ranges,
             ) {
-                Ok(ranges) => {
+                Ok(()) => {
                     let mut p = 0usize;
                     let mut ok = true;
                     for g in ranges {

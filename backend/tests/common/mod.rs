@@ -113,6 +113,8 @@ pub struct Wqe {
     /// FLUSH placement type and selectivity level (`wr.flush`; its length is `compare_add`).
     /// ATOMIC_WRITE needs no field: its 8 data bytes are `compare_add` in little-endian order.
     pub flush: Option<(u8, u8)>,
+    /// BIND_MW: `wr.bind_mw` (spec §12.8).
+    pub bind: Option<VrdmaWqeBindMw>,
 }
 
 impl Wqe {
@@ -127,6 +129,8 @@ impl Wqe {
             b[24..28].copy_from_slice(&self.ah.to_le_bytes());
             b[28..32].copy_from_slice(&self.remote_qpn.to_le_bytes());
             b[32..36].copy_from_slice(&self.remote_qkey.to_le_bytes());
+        } else if let Some(bm) = &self.bind {
+            b[24..64].copy_from_slice(bm.as_bytes());
         } else if let Some((iova, len, key, acc, pll, ps, pla)) = self.reg {
             b[24..32].copy_from_slice(&iova.to_le_bytes());
             b[32..40].copy_from_slice(&len.to_le_bytes());
@@ -261,7 +265,7 @@ impl Node {
         }
     }
 
-    fn cmd_pages<T: Abi>(&mut self, op: u16, req: &T, pages: &[u64]) -> Result<Vec<u8>, u32> {
+    pub fn cmd_pages<T: Abi>(&mut self, op: u16, req: &T, pages: &[u64]) -> Result<Vec<u8>, u32> {
         let mut b = req.as_bytes().to_vec();
         for p in pages {
             b.extend_from_slice(&p.to_le_bytes());
@@ -891,6 +895,7 @@ impl Node {
             n.out.clone(),
             n.dev.config.odp.clone(),
         )
+        .with_max_mw(n.dev.config.max_mw)
         .with_budget(n.dev.budget.clone());
         n
     }

@@ -109,7 +109,6 @@ static void test_qp_create_rejects(void)
 		.pd = &pd,
 	};
 	static const uint64_t bad_ops[] = {
-		IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
 		IBV_QP_EX_WITH_TSO,
 	};
 	size_t i;
@@ -230,11 +229,11 @@ static void test_post_send(void)
 	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL && bad == &wr[0]);
 	CHECK(le32toh(sq->producer) == 3 && doorbells() == 1);
 
-	/* kernel-only and unknown opcodes, READ with inline */
+	/* unknown opcodes, READ with inline */
 	wr[0].num_sge = 1;
-	wr[0].opcode = IBV_WR_LOCAL_INV;
+	wr[0].opcode = IBV_WR_TSO;
 	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL && bad == &wr[0]);
-	wr[0].opcode = IBV_WR_BIND_MW;
+	wr[0].opcode = IBV_WR_BIND_MW;	/* no window */
 	CHECK(vrdma_post_send(qp, wr, &bad) == EINVAL);
 	wr[0].opcode = IBV_WR_RDMA_READ;
 	wr[0].send_flags = IBV_SEND_INLINE;
@@ -318,6 +317,115 @@ static void test_post_send(void)
 		CHECK(le32toh(sq->producer) == 1);
 	}
 
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+}
+
+/* LOCAL_INV, BIND_MW (post_send, ibv_bind_mw, ibv_wr_*) build §6.1 WQEs. */
+static void test_memory_windows(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV |
+				    IBV_QP_EX_WITH_BIND_MW, NULL);
+	struct vrdma_ring_ctrl *sq = ctrl_at(STUB_SQ_OFF);
+	struct ibv_mr mr = { .lkey = 0x3301, .pd = &pd };
+	struct ibv_mw mw2 = { .rkey = 0x1207, .pd = &pd,
+			      .type = IBV_MW_TYPE_2 };
+	struct ibv_mw mw1 = { .rkey = 0x14ff, .pd = &pd,
+			      .type = IBV_MW_TYPE_1 };
+	struct ibv_sge sge = { .addr = 0x1000, .length = 8, .lkey = 1 };
+	struct ibv_send_wr wr[2] = {}, *bad = NULL;
+	struct ibv_mw_bind bind = {
+		.wr_id = 0xb1,
+		.send_flags = IBV_SEND_SIGNALED,
+		.bind_info = { .mr = &mr, .addr = 0x7000, .length = 0x2000,
+			       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE |
+						  IBV_ACCESS_LOCAL_WRITE },
+	};
+	struct ibv_mw_bind_info bi = bind.bind_info;
+	struct vrdma_send_wqe *w;
+	struct ibv_qp_ex *qpx;
+
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+	wr[0].wr_id = 0xa0;
+	wr[0].opcode = IBV_WR_LOCAL_INV;
+	wr[0].invalidate_rkey = 0x5511;
+	wr[0].sg_list = &sge;
+	wr[0].num_sge = 1;		/* ignored: no SGEs on a local op */
+	wr[0].next = &wr[1];
+	wr[1].wr_id = 0xa1;
+	wr[1].opcode = IBV_WR_BIND_MW;
+	wr[1].send_flags = IBV_SEND_SIGNALED;
+	wr[1].bind_mw.mw = &mw2;
+	wr[1].bind_mw.rkey = ibv_inc_rkey(mw2.rkey);
+	wr[1].bind_mw.bind_info = bi;
+	wr[1].bind_mw.bind_info.mw_access_flags |= IBV_ACCESS_ZERO_BASED;
+	CHECK(vrdma_post_send(qp, wr, &bad) == 0);
+	CHECK(le32toh(sq->producer) == 2 && doorbells() == 1);
+	w = entry_at(STUB_SQ_OFF, 0, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_LOCAL_INV && le32toh(w->ex) == 0x5511);
+	CHECK(w->num_sge == 0);
+	w = entry_at(STUB_SQ_OFF, 1, STUB_SQ_SHIFT);
+	CHECK(w->opcode == VRDMA_WR_BIND_MW && w->num_sge == 0 &&
+	      w->flags == VRDMA_SEND_SIGNALED);
+	CHECK(le32toh(w->wr.bind_mw.mw_key) == 0x1207 &&
+	      le32toh(w->wr.bind_mw.new_key) == 0x1208 &&
+	      le32toh(w->wr.bind_mw.mr_key) == 0x3301);
+	CHECK(le64toh(w->wr.bind_mw.addr) == 0x7000 &&
+	      le64toh(w->wr.bind_mw.length) == 0x2000);
+	CHECK(le32toh(w->wr.bind_mw.access) ==
+	      (VRDMA_ACCESS_REMOTE_WRITE | VRDMA_ACCESS_LOCAL_WRITE |
+	       VRDMA_ACCESS_ZERO_BASED));
+	CHECK(mw2.rkey == 0x1208);	/* the next bind names it by this */
+
+	/* ibv_bind_mw: type 1 only; the rkey's key byte wraps */
+	CHECK(vrdma_bind_mw(qp, &mw2, &bind) == EINVAL);
+	CHECK(vrdma_bind_mw(qp, &mw1, &bind) == 0);
+	CHECK(mw1.rkey == 0x1400 && le32toh(sq->producer) == 3);
+	w = entry_at(STUB_SQ_OFF, 2, STUB_SQ_SHIFT);
+	CHECK(le64toh(w->wr_id) == 0xb1 && w->opcode == VRDMA_WR_BIND_MW);
+	CHECK(le32toh(w->wr.bind_mw.mw_key) == 0x14ff &&
+	      le32toh(w->wr.bind_mw.new_key) == 0x1400);
+	bind.bind_info.mr = NULL;	/* unbind needs no MR, but no range */
+	CHECK(vrdma_bind_mw(qp, &mw1, &bind) == EINVAL);
+	bind.bind_info.addr = bind.bind_info.length = 0;
+	CHECK(vrdma_bind_mw(qp, &mw1, &bind) == 0);
+	w = entry_at(STUB_SQ_OFF, 3, STUB_SQ_SHIFT);
+	CHECK(le32toh(w->wr.bind_mw.mr_key) == 0 &&
+	      le64toh(w->wr.bind_mw.length) == 0);
+
+	/* the ibv_wr_* builders */
+	qpx = ibv_qp_to_qp_ex(qp);
+	CHECK(qpx && qpx->wr_local_inv && qpx->wr_bind_mw);
+	if (qpx) {
+		ibv_wr_start(qpx);
+		qpx->wr_id = 0xc0;
+		qpx->wr_flags = 0;
+		ibv_wr_local_inv(qpx, 0x6601);
+		qpx->wr_id = 0xc1;
+		ibv_wr_bind_mw(qpx, &mw2, ibv_inc_rkey(mw2.rkey), &bi);
+		CHECK(ibv_wr_complete(qpx) == 0);
+		CHECK(le32toh(sq->producer) == 6);
+		w = entry_at(STUB_SQ_OFF, 4, STUB_SQ_SHIFT);
+		CHECK(w->opcode == VRDMA_WR_LOCAL_INV &&
+		      le32toh(w->ex) == 0x6601);
+		w = entry_at(STUB_SQ_OFF, 5, STUB_SQ_SHIFT);
+		CHECK(w->opcode == VRDMA_WR_BIND_MW &&
+		      le32toh(w->wr.bind_mw.mw_key) == 0x1208 &&
+		      le32toh(w->wr.bind_mw.new_key) == 0x1209);
+	}
+
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+
+	/* UD has no windows */
+	qp = make_qp(IBV_QPT_UD, 0, NULL);
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+	wr[1].next = NULL;
+	CHECK(vrdma_post_send(qp, &wr[1], &bad) == EINVAL);
 	CHECK(vrdma_destroy_qp(qp) == 0);
 	reset_rings();
 }
@@ -961,6 +1069,7 @@ int main(void)
 	test_ring_init_rejects();
 	test_qp_create_rejects();
 	test_post_send();
+	test_memory_windows();
 	test_post_recv();
 	test_ud();
 	test_wr_api();

@@ -229,6 +229,19 @@ int ibv_cmd_dereg_mr(struct verbs_mr *vmr)
 	return EOPNOTSUPP;
 }
 
+int ibv_cmd_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type,
+		     struct ibv_mw *mw, struct ibv_alloc_mw *cmd,
+		     size_t cmd_size,
+		     struct ib_uverbs_alloc_mw_resp *resp, size_t resp_size)
+{
+	return EOPNOTSUPP;
+}
+
+int ibv_cmd_dealloc_mw(struct ibv_mw *mw)
+{
+	return EOPNOTSUPP;
+}
+
 int ibv_cmd_rereg_mr(struct verbs_mr *vmr, uint32_t flags, void *addr,
 		     size_t length, uint64_t hca_va, int access,
 		     struct ibv_pd *pd, struct ibv_rereg_mr *cmd,

@@ -80,3 +80,42 @@ def pyverbs_required_modules(ctx):
         total["ok"], total["fail"], total["skip"]))
     expect(total["ok"] > 0, "some pyverbs tests passed")
     expect(not problems, "pyverbs required modules:\n" + "\n".join(problems))
+
+
+# Memory windows (spec §12.8): every pyverbs test that binds, uses or invalidates one.
+MW_TESTS = {
+    "test_mr": ["MWTest.test_mw_type1", "MWTest.test_invalidate_mw_type1",
+                "MWTest.test_mw_type2", "MWTest.test_mw_type2_invalidate_local",
+                "MWTest.test_mw_type2_invalidate_remote",
+                "MWTest.test_mw_type2_invalidate_dealloc", "MWTest.test_reg_mw_wrong_type"],
+    "test_qpex": ["QpExTestCase.test_qp_ex_rc_bind_mw"],
+}
+
+
+@scenario("A", timeout=1800)
+def pyverbs_memory_windows(ctx):
+    """test_mr and test_qpex in full: nothing fails, and every memory-window test runs and
+    passes (type 1 via ibv_bind_mw, type 2B via IBV_WR_BIND_MW and ibv_wr_bind_mw, LOCAL_INV,
+    SEND_WITH_INV, dealloc, a window without rights)."""
+    vm = ctx.a
+    gid = roce_v2_gid_index(vm, "vrdma0")
+    with open(os.path.join(HERE, "guest", "pyverbs_run.py")) as f:
+        vm.write_file(RUNNER, f.read(), mode=0o755)
+    problems = []
+    for module, wanted in MW_TESTS.items():
+        out, counts, skips, fails, ran = run_module(vm, module, gid)
+        ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
+            module, counts["ok"], counts["fail"], counts["skip"], ran))
+        for s in skips:
+            ctx.note("  skipped %s" % s)
+        for f in fails:
+            ctx.note("  FAILED  %s" % f)
+        if ran is None:
+            problems.append("%s did not finish:\n%s" % (module, out[-3000:]))
+            continue
+        problems += ["%s: %s" % (module, f) for f in fails]
+        for t in wanted:
+            skipped = [s for s in skips if s.split(":")[0].endswith(t)]
+            if skipped:
+                problems.append("%s skipped: %s" % (t, skipped[0]))
+    expect(not problems, "pyverbs memory windows:\n" + "\n".join(problems))
