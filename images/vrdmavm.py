@@ -71,6 +71,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("vrdma", "rxe", "none")
 AGENT_PORT = "org.vrdma.agent"
+# How often QEMU tries to reach a vrdma backend that went away (-chardev reconnect-ms).
+RECONNECT_MS = 250
 
 
 def cache_dir():
@@ -421,7 +423,10 @@ class VM:
             cmd += ["-chardev", "file,id=ser0,path=" + self.serial_log,
                     "-serial", "chardev:ser0"]
         if self.kind == "vrdma":
-            cmd += ["-chardev", "socket,id=vu,path=" + self.vu_sock,
+            # reconnect-ms: QEMU connects again to a restarted backend, and the
+            # device asks the driver for a reset (device spec §2.4).
+            cmd += ["-chardev", "socket,id=vu,path=%s,reconnect-ms=%d" % (
+                        self.vu_sock, RECONNECT_MS),
                     "-device", "vhost-user-rdma-pci,chardev=vu"]
         elif self.kind == "rxe":
             if c.uplink in ("tap", "vxlan"):
@@ -601,6 +606,18 @@ class VM:
         self.backend.kill()
         self.backend.wait()
         self.backend = None
+
+    def restart_backend(self):
+        """Start this guest's backend again after kill_backend() (same socket, uplink
+        and log): QEMU reconnects within RECONNECT_MS and the guest's driver recovers."""
+        if self.backend is not None:
+            raise VMError("%s: the backend still runs" % self.name)
+        # The dead daemon's socket file: start_backend() waits for a new one.
+        try:
+            os.unlink(self.vu_sock)
+        except FileNotFoundError:
+            pass
+        self.start_backend()
 
     def stop(self):
         if self.agent:

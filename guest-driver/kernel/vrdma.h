@@ -182,6 +182,7 @@ struct vrdma_dev {
 
 	struct work_struct config_work;
 	struct work_struct fatal_work;	/* reports the device dead, once */
+	bool recovering;		/* a reset and re-probe is queued */
 	u32 port_state;
 
 	struct net_device *netdev;
@@ -306,6 +307,9 @@ void vrdma_port_event(struct vrdma_dev *dev, bool active);
 void vrdma_config_work(struct work_struct *work);
 void vrdma_mark_broken(struct vrdma_dev *dev);
 void vrdma_fatal_work(struct work_struct *work);
+
+/* vrdma_main.c */
+void vrdma_recover(struct vrdma_dev *dev);
 
 /* vrdma_netdev.c */
 int vrdma_eth_init(struct vrdma_dev *dev);
