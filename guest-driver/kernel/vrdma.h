@@ -352,6 +352,8 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 int vrdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		   struct ib_qp_init_attr *init);
 int vrdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+void vrdma_drain_sq(struct ib_qp *ibqp);
+void vrdma_drain_rq(struct ib_qp *ibqp);
 int vrdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		    const struct ib_send_wr **bad_wr);
 int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
