@@ -80,6 +80,8 @@ KINDS = ("vrdma", "rxe", "none")
 AGENT_PORT = "org.vrdma.agent"
 UPLINKS = ("fabric", "fabric+tap", "udp", "tap", "vxlan")
 FABRIC_TAP = "vrtapf"  # the fabric daemon's TAP with uplink fabric+tap
+# How often QEMU tries to reach a vrdma backend that went away (-chardev reconnect-ms).
+RECONNECT_MS = 250
 
 
 def cache_dir():
@@ -436,7 +438,10 @@ class VM:
             cmd += ["-chardev", "file,id=ser0,path=" + self.serial_log,
                     "-serial", "chardev:ser0"]
         if self.kind == "vrdma":
-            cmd += ["-chardev", "socket,id=vu,path=" + self.vu_sock,
+            # reconnect-ms: QEMU connects again to a restarted backend, and the
+            # device asks the driver for a reset (device spec §2.4).
+            cmd += ["-chardev", "socket,id=vu,path=%s,reconnect-ms=%d" % (
+                        self.vu_sock, RECONNECT_MS),
                     "-device", "vhost-user-rdma-pci,chardev=vu"]
         elif self.kind == "rxe":
             if c.taps:
@@ -620,6 +625,19 @@ class VM:
         for vm in self.cluster.vms:
             if vm.backend is proc:
                 vm.backend = None
+
+    def restart_backend(self):
+        """Start this guest's backend again after kill_backend() (same socket, uplink
+        and log): QEMU reconnects within RECONNECT_MS and the guest's driver recovers. On a
+        fabric this restarts the shared daemon: every vrdma guest's device recovers."""
+        if self.backend is not None:
+            raise VMError("%s: the backend still runs" % self.name)
+        # The dead daemon's socket file: start_backend() waits for a new one.
+        try:
+            os.unlink(self.vu_sock)
+        except FileNotFoundError:
+            pass
+        self.start_backend()
 
     def stop(self):
         if self.agent:

@@ -187,6 +187,7 @@ struct vrdma_dev {
 
 	struct work_struct config_work;
 	struct work_struct fatal_work;	/* reports the device dead, once */
+	bool recovering;		/* a reset and re-probe is queued */
 	u32 port_state;
 
 	struct net_device *netdev;
@@ -312,6 +313,9 @@ void vrdma_config_work(struct work_struct *work);
 void vrdma_mark_broken(struct vrdma_dev *dev);
 void vrdma_fatal_work(struct work_struct *work);
 
+/* vrdma_main.c */
+void vrdma_recover(struct vrdma_dev *dev);
+
 /* vrdma_netdev.c */
 int vrdma_eth_init(struct vrdma_dev *dev);
 void vrdma_eth_cleanup(struct vrdma_dev *dev);
@@ -355,6 +359,8 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 int vrdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		   struct ib_qp_init_attr *init);
 int vrdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+void vrdma_drain_sq(struct ib_qp *ibqp);
+void vrdma_drain_rq(struct ib_qp *ibqp);
 int vrdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		    const struct ib_send_wr **bad_wr);
 int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,

@@ -325,7 +325,7 @@ static int vrdma_cmd_result(struct vrdma_dev *dev, struct vrdma_cmd_ctx *ctx,
 	status = le32_to_cpu(ctx->out.hdr.status);
 	if (status != VRDMA_STATUS_OK) {
 		if (status == VRDMA_STATUS_NEEDS_RESET)
-			vrdma_mark_broken(dev);
+			vrdma_recover(dev);
 		dev_dbg(&dev->vdev->dev, "command %u: status %u\n", opcode,
 			status);
 		return vrdma_status_to_errno(status);

@@ -68,6 +68,13 @@ void vrdma_config_work(struct work_struct *work)
 					     config_work);
 	u32 state;
 
+	/* §2.4: e.g. a restarted backend that has none of our objects. */
+	if (dev->vdev->config->get_status(dev->vdev) &
+	    VIRTIO_CONFIG_S_NEEDS_RESET) {
+		dev_err(&dev->vdev->dev, "device needs a reset\n");
+		vrdma_recover(dev);
+		return;
+	}
 	virtio_cread_le(dev->vdev, struct vrdma_config, port_state, &state);
 	vrdma_port_event(dev, state == VRDMA_PORT_ACTIVE);
 }
@@ -190,7 +197,7 @@ static void vrdma_handle_event(struct vrdma_dev *dev,
 		break;
 	case VRDMA_EV_DEVICE_FATAL:
 		dev_err(&dev->vdev->dev, "device reported a fatal error\n");
-		vrdma_mark_broken(dev);
+		vrdma_recover(dev);
 		break;
 	default:
 		dev_warn_ratelimited(&dev->vdev->dev, "unknown event %u\n",

@@ -6,6 +6,7 @@
  * Ethernet port eth%d.
  */
 #include <linux/module.h>
+#include <linux/ratelimit.h>
 #include <linux/slab.h>
 #include <linux/virtio.h>
 #include <linux/virtio_config.h>
@@ -17,6 +18,89 @@
 #ifndef VIRTIO_ID_RDMA
 #define VIRTIO_ID_RDMA 42
 #endif
+
+static struct virtio_driver vrdma_driver;
+
+/*
+ * Recovery (§2.4): the device asked for a reset (DEVICE_NEEDS_RESET,
+ * VRDMA_EV_DEVICE_FATAL, a NEEDS_RESET command status). Users have heard
+ * IB_EVENT_DEVICE_FATAL; then the driver is unbound and bound again, as a
+ * module reload would: remove unregisters the RDMA device (user contexts are
+ * disassociated, ib_core clients remove theirs), resets the device and frees
+ * what it held; probe sets the device up afresh and registers it again.
+ * A command timeout does not recover: a device that does not answer may be
+ * gone, and asks for the reset itself when it is back.
+ *
+ * The work belongs to the module, not to the vrdma_dev it replaces: remove
+ * cannot wait for it. A device that keeps failing is left broken.
+ */
+static struct workqueue_struct *vrdma_recover_wq;
+static DEFINE_RATELIMIT_STATE(vrdma_recover_rs, 60 * HZ, 5);
+
+struct vrdma_recovery {
+	struct work_struct work;
+	struct virtio_device *vdev;
+};
+
+static void vrdma_recover_work(struct work_struct *work)
+{
+	struct vrdma_recovery *r = container_of(work, struct vrdma_recovery,
+						work);
+	struct device *d = &r->vdev->dev;
+	struct vrdma_dev *dev;
+	ktime_t t0 = ktime_get();
+	bool bound;
+	int err;
+
+	device_lock(d);
+	dev = d->driver == &vrdma_driver.driver ? r->vdev->priv : NULL;
+	/* IB_EVENT_DEVICE_FATAL goes out while the device is registered. */
+	if (dev)
+		flush_work(&dev->fatal_work);
+	device_unlock(d);
+	if (!dev)
+		goto out;	/* unbound meanwhile */
+
+	dev_warn(d, "resetting the device and probing it again\n");
+	err = device_reprobe(d);
+	device_lock(d);
+	bound = d->driver == &vrdma_driver.driver;
+	device_unlock(d);
+	if (err || !bound)
+		dev_err(d, "recovery failed (%d): the device is left unbound\n",
+			err);
+	else
+		dev_info(d, "recovered in %lld ms\n",
+			 ktime_ms_delta(ktime_get(), t0));
+out:
+	put_device(d);
+	kfree(r);
+}
+
+/* Any context. Marks the device broken at once; recovers from a work item. */
+void vrdma_recover(struct vrdma_dev *dev)
+{
+	struct vrdma_recovery *r;
+
+	vrdma_mark_broken(dev);
+	if (xchg(&dev->recovering, true))
+		return;
+	if (!__ratelimit(&vrdma_recover_rs)) {
+		dev_err(&dev->vdev->dev,
+			"too many recoveries: the device stays broken\n");
+		return;
+	}
+	r = kzalloc(sizeof(*r), GFP_ATOMIC);
+	if (!r) {
+		dev_err(&dev->vdev->dev,
+			"no memory to recover: the device stays broken\n");
+		return;
+	}
+	INIT_WORK(&r->work, vrdma_recover_work);
+	r->vdev = dev->vdev;
+	get_device(&dev->vdev->dev);
+	queue_work(vrdma_recover_wq, &r->work);
+}
 
 static void vrdma_config_changed(struct virtio_device *vdev)
 {
@@ -265,7 +349,28 @@ static struct virtio_driver vrdma_driver = {
 	.config_changed = vrdma_config_changed,
 };
 
-module_virtio_driver(vrdma_driver);
+static int __init vrdma_init(void)
+{
+	int err;
+
+	vrdma_recover_wq = alloc_workqueue("vrdma_recover", WQ_UNBOUND, 0);
+	if (!vrdma_recover_wq)
+		return -ENOMEM;
+	err = register_virtio_driver(&vrdma_driver);
+	if (err)
+		destroy_workqueue(vrdma_recover_wq);
+	return err;
+}
+
+static void __exit vrdma_exit(void)
+{
+	unregister_virtio_driver(&vrdma_driver);
+	/* Queued recoveries find the device unbound and only drop it. */
+	destroy_workqueue(vrdma_recover_wq);
+}
+
+module_init(vrdma_init);
+module_exit(vrdma_exit);
 
 MODULE_DESCRIPTION("virtio RDMA (RoCEv2) device driver");
 MODULE_LICENSE("GPL");

@@ -318,6 +318,93 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	return err;
 }
 
+/*
+ * ib_drain_sq() / ib_drain_rq(). ib_core's own drain moves the QP to ERROR,
+ * posts one more WR and waits for its completion. A broken device (§14.1)
+ * refuses the MODIFY_QP and completes nothing: the generic drain WARNs, or
+ * waits forever, in every kernel ULP that drains before it destroys a QP
+ * (nvmet-rdma, nvme-rdma, ...) and in the recovery (§2.4) that unregisters
+ * the device under them. Here a broken device has nothing left to drain;
+ * a working one is drained as ib_core would, with a wait that gives up if
+ * the device breaks meanwhile.
+ */
+struct vrdma_drain {
+	struct ib_cqe cqe;
+	struct completion done;
+};
+
+static void vrdma_drain_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct vrdma_drain *d = container_of(wc->wr_cqe, struct vrdma_drain,
+					     cqe);
+
+	complete(&d->done);
+}
+
+static void vrdma_drain(struct ib_qp *ibqp, bool sq)
+{
+	struct vrdma_dev *dev = to_vdev(ibqp->device);
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	struct ib_cq *cq = sq ? ibqp->send_cq : ibqp->recv_cq;
+	struct vrdma_drain *d;
+	int err;
+
+	if (READ_ONCE(dev->broken))
+		return;
+	err = ib_modify_qp(ibqp, &attr, IB_QP_STATE);
+	if (err)
+		goto fail;
+	d = kzalloc(sizeof(*d), GFP_KERNEL);
+	if (!d) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	d->cqe.done = vrdma_drain_done;
+	init_completion(&d->done);
+	if (sq) {
+		struct ib_rdma_wr wr = {
+			.wr = { .wr_cqe = &d->cqe, .opcode = IB_WR_RDMA_WRITE },
+		};
+
+		err = ib_post_send(ibqp, &wr.wr, NULL);
+	} else {
+		struct ib_recv_wr wr = { .wr_cqe = &d->cqe };
+
+		err = ib_post_recv(ibqp, &wr, NULL);
+	}
+	if (err) {
+		kfree(d);
+		goto fail;
+	}
+	while (!wait_for_completion_timeout(&d->done, HZ / 10)) {
+		if (cq->poll_ctx == IB_POLL_DIRECT)
+			ib_process_cq_direct(cq, -1);
+		/*
+		 * The device may still write the drain WR's completion, which
+		 * points at d: leave d to it (it is freed by nobody; a few
+		 * bytes per QP that was draining when the device broke).
+		 */
+		if (READ_ONCE(dev->broken))
+			return;
+	}
+	kfree(d);
+	return;
+fail:
+	if (!READ_ONCE(dev->broken))
+		dev_warn(&dev->vdev->dev, "QP %u: %s drain failed: %d\n",
+			 to_vqp(ibqp)->qpn, sq ? "SQ" : "RQ", err);
+}
+
+void vrdma_drain_sq(struct ib_qp *ibqp)
+{
+	vrdma_drain(ibqp, true);
+}
+
+void vrdma_drain_rq(struct ib_qp *ibqp)
+{
+	vrdma_drain(ibqp, false);
+}
+
 int vrdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		   struct ib_qp_init_attr *init)
 {

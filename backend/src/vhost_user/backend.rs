@@ -173,6 +173,9 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         );
     }
 
+    /// Exactly the table of spec §2.5: QEMU uses every feature both sides offer, so nothing the
+    /// vhost crate does not implement (STATUS) and nothing a restart could not honour
+    /// (INFLIGHT_SHMFD: a restarted daemon asks for a reset instead, §2.4).
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::CONFIG

@@ -1,5 +1,5 @@
-"""Driver lifecycle: rmmod/modprobe of vrdma with verbs objects open in another process, and
-a vrdma-backend that dies under a running guest.
+"""Driver lifecycle: rmmod/modprobe of vrdma with verbs objects open in another process, a
+vrdma-backend restarted under a running guest, and one that dies and stays dead.
 
 Both run last in topology A: they reload the driver, resp. kill a backend, under the other
 scenarios' feet."""
@@ -19,7 +19,7 @@ def module_reload_with_objects_open(ctx):
     expect(not holder.done(), "the ibv_rc_pingpong server is waiting with its objects open")
     for i in range(2):
         out = run_ok(a, "rmmod vrdma && modprobe vrdma && sleep 1 && "
-                        "ip link set eth0 up && ip addr add %s dev eth0 && sleep 2 && "
+                        "ip link set eth0 up && ip addr replace %s dev eth0 && sleep 2 && "
                         "ibv_devinfo -d vrdma0" % a.cidr, timeout=120)
         expect_in("PORT_ACTIVE", out, "ibv_devinfo after reload %d" % (i + 1))
     # The old process lost its device (disassociated) without blocking the unload; it still
@@ -31,6 +31,73 @@ def module_reload_with_objects_open(ctx):
     srv = "ibv_rc_pingpong -d vrdma0 -g 1 -n 100 -c"
     _, cout = pair(a, b, srv, srv + " " + a.ip, timeout=180)
     expect(re.search(r"100 iters in", cout) is not None, "pingpong after the reload", cout)
+
+
+def _wait_for(vm, cmd, deadline, step=0.25):
+    """Run cmd in vm until it exits 0 or the monotonic deadline passes; returns (ok, out)."""
+    while True:
+        rc, out = vm.run(cmd, timeout=30)
+        if rc == 0 or time.monotonic() > deadline:
+            return rc == 0, out
+        time.sleep(step)
+
+
+@scenario("A", timeout=400, last=True)
+def backend_restart_recovers(ctx):
+    """SIGKILL a guest's vrdma-backend under ib_write_bw and start it again (issue #16): QEMU
+    reconnects, the device asks for a reset (DEVICE_NEEDS_RESET, spec §2.4), vrdma.ko sends
+    IB_EVENT_DEVICE_FATAL, unregisters, resets and registers the device again on its own.
+    The old processes' contexts are dead but they exit on a signal; new ones work."""
+    a, b = ctx.a, ctx.b
+    # The driver's IB_EVENT_DEVICE_FATAL carries port 1 (the one uverbs adds when it
+    # disassociates the context carries port 0).
+    # (line-buffered: it may end on a signal, its stdout is a pipe)
+    watch = a.spawn("stdbuf -oL ibv_asyncwatch -d vrdma0 2>&1", timeout=300)
+    bw = "ib_write_bw -d vrdma0 -x 1 -F -D 120 -s 4096 -q 2"
+    srv = b.spawn(bw + " 2>&1", timeout=300)
+    time.sleep(2)
+    cli = a.spawn("%s %s 2>&1" % (bw, b.ip), timeout=300)
+    time.sleep(8)
+    expect(not cli.done() and not srv.done(), "ib_write_bw runs when the backend dies")
+    before = a.dmesg()
+
+    t_kill = time.monotonic()
+    a.kill_backend()
+    a.restart_backend()
+    t_started = time.monotonic() - t_kill
+
+    active, out = _wait_for(a, "ibv_devinfo -d vrdma0 | grep -q PORT_ACTIVE",
+                            t_kill + 90)
+    t_active = time.monotonic() - t_kill
+    expect(active, "vrdma0 is PORT_ACTIVE again within 90 s of the kill", out)
+    # The netdev came back as a new interface; the guest's init configures it like at boot.
+    ready, out = _wait_for(a, "ip -o addr show eth0 | grep -q 'inet %s'" % a.cidr, t_kill + 90)
+    expect(ready, "eth0 has its address again", out)
+
+    srv_pp = "ibv_rc_pingpong -d vrdma0 -g 1 -n 100 -p 18700"
+    _, cout = pair(b, a, srv_pp, srv_pp + " " + b.ip, timeout=180)
+    t_pingpong = time.monotonic() - t_kill
+    expect(re.search(r"100 iters in", cout) is not None, "a new pingpong after the restart", cout)
+    ctx.note("backend restarted %.1fs after the kill; kill -> PORT_ACTIVE %.1fs; "
+             "kill -> pingpong passed %.1fs" % (t_started, t_active, t_pingpong))
+
+    d = a.dmesg()[len(before):]
+    expect_in("device needs a reset", d, "the driver's dmesg after the restart")
+    m = re.search(r"recovered in (\d+) ms", d)
+    expect(m is not None, "the driver recovered on its own", d)
+    ctx.note("the driver's reset + re-probe took %s ms" % m.group(1))
+
+    # The old processes: their contexts died (disassociated), they end on a signal.
+    for name, p in (("ib_write_bw client", cli), ("ib_write_bw server", srv)):
+        if not p.done():
+            p.kill()
+        rc, pout = p.wait(timeout=60)
+        ctx.note("%s exited with %s: %s" % (name, rc, pout.strip().splitlines()[-1:]))
+    if not watch.done():
+        watch.kill()
+    _, wout = watch.wait(timeout=60)
+    ctx.note("ibv_asyncwatch: %s" % " | ".join(wout.strip().splitlines()[-4:]))
+    expect_in("IBV_EVENT_DEVICE_FATAL (8), port 1", wout, "ibv_asyncwatch: the driver's event")
 
 
 @scenario("A", last=True)
