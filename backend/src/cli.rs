@@ -9,6 +9,7 @@ use clap::Parser;
 use thiserror::Error;
 
 use crate::uplink::{ImpairConfig, UplinkSpec};
+use crate::vhost_user::delay::DelaySpec;
 
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
 pub const DEFAULT_MAX_QP: u32 = 16384;
@@ -73,6 +74,8 @@ pub enum CliError {
     UplinksNeedFabric,
     #[error("this command line describes devices on a fabric, not one device")]
     NotSingleDevice,
+    #[error("invalid --delay-commands {spec:?}: {reason}")]
+    BadDelayCommands { spec: String, reason: String },
 }
 
 /// vhost-user back end of the vrdma virtual RDMA (RoCEv2) device, virtio ID 42.
@@ -173,6 +176,14 @@ pub struct Args {
     #[arg(long, value_name = "SPEC")]
     pub impair: Option<String>,
 
+    /// TEST ONLY: execute the named control commands at once but return their responses late,
+    /// `OPCODE=MS[:MS...],...` (OPCODE: a command name without VRDMA_CMD_, e.g. resize_cq, or
+    /// its number). The n-th command of an opcode (from 0) is answered after MS[n mod count]
+    /// milliseconds, 0 = at once. Makes the driver's command timeout fire after the command took
+    /// effect, or two commands complete in the opposite order of their execution.
+    #[arg(long, value_name = "SPEC")]
+    pub delay_commands: Option<String>,
+
     /// Append log lines to this file instead of standard error.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
@@ -258,6 +269,8 @@ pub struct Config {
     /// `--max-host-memory` in bytes.
     pub max_host_memory: u64,
     pub impair: Option<ImpairConfig>,
+    /// TEST ONLY: `--delay-commands`.
+    pub delay_commands: Option<DelaySpec>,
     pub log_file: Option<PathBuf>,
     /// `--pcap`: capture file for the uplink's frames.
     pub pcap: Option<PathBuf>,
@@ -277,6 +290,7 @@ impl Config {
             odp: OdpSettings::default(),
             max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
             impair: None,
+            delay_commands: None,
             log_file: None,
             pcap: None,
             pcap_max_bytes: None,
@@ -450,6 +464,17 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
             })
         })
         .transpose()?;
+    let delay_commands = args
+        .delay_commands
+        .as_deref()
+        .map(|s| {
+            s.parse::<DelaySpec>()
+                .map_err(|e| CliError::BadDelayCommands {
+                    spec: s.to_string(),
+                    reason: e.to_string(),
+                })
+        })
+        .transpose()?;
     Ok(Config {
         socket_path: PathBuf::new(),
         mac: [0; 6],
@@ -463,6 +488,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
         },
         max_host_memory,
         impair,
+        delay_commands,
         log_file: args.log_file.clone(),
         pcap: args.pcap.clone(),
         pcap_max_bytes: args.pcap_max_bytes,

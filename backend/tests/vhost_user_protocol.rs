@@ -12,6 +12,7 @@ use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vrdma_backend::vhost_user::daemon::listen;
+use vrdma_backend::vhost_user::delay::{CommandDelays, DelaySpec};
 use vrdma_backend::vhost_user::{
     serve, CmdOutcome, DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, ServeParts,
     VirtqOutput, CONFIG_SIZE,
@@ -764,6 +765,54 @@ fn random_chains_never_break_the_daemon() {
     }
     let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
+    drop(fe);
+    h.thread.join().unwrap();
+}
+
+/// TEST ONLY `--delay-commands`: a delayed command is executed when it arrives, a later one is
+/// answered first, and the delayed response (header and body) comes after its delay.
+#[test]
+fn delayed_commands_run_at_once_and_are_answered_late() {
+    let h = start("delay", 1, true);
+    let spec: DelaySpec = "create_pd=400:0".parse().unwrap();
+    h.out.parked().set_delays(CommandDelays::new(&spec));
+    let (fe, mut guest, mut ctrl) = control_setup(&h, true);
+    let c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+    let chain = |guest: &mut Guest| {
+        let req = guest.alloc(c.len(), 8);
+        guest.write(req, &c);
+        let resp = guest.alloc(16, 8);
+        ([(req, c.len() as u32, false), (resp, 16u32, true)], resp)
+    };
+
+    let (bufs, first_resp) = chain(&mut guest);
+    let t0 = std::time::Instant::now();
+    let first = ctrl.add(&guest, &bufs);
+    ctrl.notify();
+    // Executed at once although not answered.
+    let executed = |h: &Harness| h.device.lock().unwrap().calls.len();
+    while executed(&h) < 1 {
+        assert!(t0.elapsed() < T, "the delayed command was not executed");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (bufs, second_resp) = chain(&mut guest);
+    let second = ctrl.add(&guest, &bufs);
+    ctrl.notify();
+    assert_eq!(ctrl.wait_used(&guest, T), Some((u32::from(second), 16)));
+    assert_eq!(ctrl.wait_used(&guest, T), Some((u32::from(first), 16)));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(400),
+        "answered after {:?}",
+        t0.elapsed()
+    );
+    let pd = |resp| {
+        let r = guest.read(resp, 16);
+        assert_eq!(status_of(&r), VRDMA_STATUS_OK);
+        VrdmaHandle::read_from(&r[8..]).unwrap().handle
+    };
+    let (p1, p2) = (pd(first_resp), pd(second_resp));
+    assert_eq!((p1, p2), (1, 2), "the delayed command ran first");
+
     drop(fe);
     h.thread.join().unwrap();
 }

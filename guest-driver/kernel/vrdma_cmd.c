@@ -17,6 +17,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/delay.h>
 #include <linux/ktime.h>
+#include <linux/moduleparam.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/virtio_config.h>
@@ -26,6 +27,20 @@
 
 #define VRDMA_CMD_MAX_BODY	256
 #define VRDMA_DB_TIMEOUT_MS	1000
+
+/*
+ * Tests shorten it to reach the timeout rules of §14.1 against a device
+ * that answers late; read once per command.
+ */
+static unsigned int cmd_timeout_ms = VRDMA_CMD_TIMEOUT_MS;
+module_param(cmd_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(cmd_timeout_ms,
+		 "ms a control command may take before the device is declared broken (default 10000, at least 100)");
+
+static unsigned int vrdma_cmd_timeout_ms(void)
+{
+	return max(READ_ONCE(cmd_timeout_ms), 100U);
+}
 
 struct vrdma_cmd_ctx {
 	struct {
@@ -342,12 +357,13 @@ static int vrdma_cmd_result(struct vrdma_dev *dev, struct vrdma_cmd_ctx *ctx,
 	return 0;
 }
 
-static void vrdma_cmd_timed_out(struct vrdma_dev *dev, u16 opcode)
+static void vrdma_cmd_timed_out(struct vrdma_dev *dev, u16 opcode,
+				unsigned int timeout_ms)
 {
 	if (!READ_ONCE(dev->broken))
 		dev_err(&dev->vdev->dev,
 			"command %u timed out after %u ms, device marked broken\n",
-			opcode, VRDMA_CMD_TIMEOUT_MS);
+			opcode, timeout_ms);
 	vrdma_mark_broken(dev);
 }
 
@@ -372,6 +388,7 @@ int vrdma_cmd(struct vrdma_dev *dev, u16 opcode, const void *req,
 	struct virtqueue *vq = dev->vqs[VRDMA_VQ_CONTROL];
 	unsigned int ntail = vrdma_tail_nents(tail, tail_len);
 	struct scatterlist *sgs[2], *sgl;
+	unsigned int timeout_ms = vrdma_cmd_timeout_ms();
 	struct vrdma_cmd_ctx *ctx;
 	unsigned long deadline, flags;
 	int err, n;
@@ -411,7 +428,7 @@ int vrdma_cmd(struct vrdma_dev *dev, u16 opcode, const void *req,
 		goto out_free;
 	}
 
-	deadline = jiffies + msecs_to_jiffies(VRDMA_CMD_TIMEOUT_MS);
+	deadline = jiffies + msecs_to_jiffies(timeout_ms);
 	spin_lock_irqsave(&dev->ctrl_lock, flags);
 	for (;;) {
 		if (READ_ONCE(dev->broken)) {
@@ -423,7 +440,7 @@ int vrdma_cmd(struct vrdma_dev *dev, u16 opcode, const void *req,
 			break;
 		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
 		if (time_after(jiffies, deadline)) {
-			vrdma_cmd_timed_out(dev, opcode);
+			vrdma_cmd_timed_out(dev, opcode, timeout_ms);
 			err = -ETIMEDOUT;
 			goto out_free;
 		}
@@ -442,12 +459,12 @@ int vrdma_cmd(struct vrdma_dev *dev, u16 opcode, const void *req,
 	sgl = NULL;
 
 	if (!wait_for_completion_timeout(&ctx->done,
-					 msecs_to_jiffies(VRDMA_CMD_TIMEOUT_MS))) {
+					 msecs_to_jiffies(timeout_ms))) {
 		spin_lock_irqsave(&dev->ctrl_lock, flags);
 		if (!ctx->finished) {
 			ctx->abandoned = true;
 			spin_unlock_irqrestore(&dev->ctrl_lock, flags);
-			vrdma_cmd_timed_out(dev, opcode);
+			vrdma_cmd_timed_out(dev, opcode, timeout_ms);
 			return -ETIMEDOUT;
 		}
 		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
@@ -477,6 +494,7 @@ int vrdma_cmd_atomic(struct vrdma_dev *dev, u16 opcode, const void *req,
 {
 	struct virtqueue *vq = dev->vqs[VRDMA_VQ_CONTROL];
 	struct scatterlist in, out, *sgs[2] = { &in, &out };
+	unsigned int timeout_ms = vrdma_cmd_timeout_ms();
 	struct vrdma_cmd_ctx *ctx;
 	unsigned long flags;
 	ktime_t deadline;
@@ -495,7 +513,7 @@ int vrdma_cmd_atomic(struct vrdma_dev *dev, u16 opcode, const void *req,
 	sg_init_one(&in, &ctx->in, sizeof(ctx->in.hdr) + req_len);
 	sg_init_one(&out, &ctx->out, sizeof(ctx->out.hdr) + resp_len);
 
-	deadline = ktime_add_ms(ktime_get(), VRDMA_CMD_TIMEOUT_MS);
+	deadline = ktime_add_ms(ktime_get(), timeout_ms);
 	spin_lock_irqsave(&dev->ctrl_lock, flags);
 	for (;;) {
 		err = virtqueue_add_sgs(vq, sgs, 1, 1, ctx, GFP_ATOMIC);
@@ -510,7 +528,7 @@ int vrdma_cmd_atomic(struct vrdma_dev *dev, u16 opcode, const void *req,
 		spin_unlock_irqrestore(&dev->ctrl_lock, flags);
 		kfree(ctx);
 		if (err == -ENOSPC) {
-			vrdma_cmd_timed_out(dev, opcode);
+			vrdma_cmd_timed_out(dev, opcode, timeout_ms);
 			err = -ETIMEDOUT;
 		}
 		return err;
@@ -525,7 +543,7 @@ int vrdma_cmd_atomic(struct vrdma_dev *dev, u16 opcode, const void *req,
 			ctx->abandoned = true;
 			spin_unlock_irqrestore(&dev->ctrl_lock, flags);
 			wake_up(&dev->ctrl_wait);
-			vrdma_cmd_timed_out(dev, opcode);
+			vrdma_cmd_timed_out(dev, opcode, timeout_ms);
 			return -ETIMEDOUT;
 		}
 		udelay(2);

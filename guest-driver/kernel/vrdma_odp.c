@@ -16,13 +16,25 @@
  * Page requests of one chunk are handled in the order the device sent
  * them (see vrdma_pagereq_queue()).
  */
+#include <linux/delay.h>
 #include <linux/hash.h>
 #include <linux/mm.h>
+#include <linux/moduleparam.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <rdma/ib_umem_odp.h>
 
 #include "vrdma.h"
+
+/*
+ * TEST ONLY: VM tests make the handling of a RECLAIM slow, as a preempted
+ * worker would be, to check that a later FAULT of the same chunk still waits
+ * for it (see vrdma_pagereq_queue()). 0 (the default) outside tests.
+ */
+static unsigned int test_reclaim_delay_ms;
+module_param(test_reclaim_delay_ms, uint, 0644);
+MODULE_PARM_DESC(test_reclaim_delay_ms,
+		 "TEST ONLY: ms to wait before acting on an ODP RECLAIM (default 0, at most 1000)");
 
 struct vrdma_pr_work {
 	struct work_struct work;
@@ -503,6 +515,10 @@ static void vrdma_pagereq_work(struct work_struct *work)
 			vrdma_odp_resp(dev, &pw->req, VRDMA_STATUS_BAD_ADDRESS,
 				       0, le64_to_cpu(pw->req.iova), NULL, 0);
 	} else if (type == VRDMA_PAGEREQ_RECLAIM) {
+		u32 delay = READ_ONCE(test_reclaim_delay_ms);
+
+		if (delay)
+			msleep(min(delay, 1000U));
 		if (mr)
 			vrdma_odp_reclaim(mr, &pw->req);
 	} else {

@@ -42,6 +42,12 @@ TOPOLOGIES = {
     # a third party on the victims' bridge: an rxe guest that crafts raw RoCEv2 frames; the
     # victims are devices of one daemon whose fabric has a TAP uplink on that bridge
     "E": dict(kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap"),
+    # one vrdma guest for the driver race tests: its backend answers the 1st, 3rd, ...
+    # RESIZE_CQ after 3 s and the others at once (TEST ONLY --delay-commands), and keeps at
+    # most 2 ODP chunks of 4 KiB resident
+    "F": dict(kind=["vrdma"], uplink="udp",
+              backend_args=["--delay-commands", "resize_cq=3000:0",
+                            "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
 }
 
 # Kernel messages that mean the guest is unhealthy.
@@ -152,12 +158,13 @@ def ib_dev(vm):
 
 
 class Context:
-    """What a scenario gets: the guests (a, b and, in three-guest topologies, c) and a place
-    for its notes."""
+    """What a scenario gets: the guests (a, b unless the topology has one guest, and, in
+    three-guest topologies, c) and a place for its notes."""
 
     def __init__(self, cluster, results):
         self.cluster = cluster
-        self.a, self.b = cluster.vms[0], cluster.vms[1]
+        self.a = cluster.vms[0]
+        self.b = cluster.vms[1] if len(cluster.vms) > 1 else None
         self.c = cluster.vms[2] if len(cluster.vms) > 2 else None
         self.results = results
         self.notes = []

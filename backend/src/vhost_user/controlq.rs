@@ -13,7 +13,9 @@
 //!   (so no object is created whose handle the driver could not learn);
 //! - otherwise the device executes it and the response is written; `len` = bytes written;
 //! - a command the device parks (ADVISE_MR with F_FLUSH, `CmdOutcome::Parked`) is not returned:
-//!   the chain goes to [`ParkedCommands`] and is completed there later (see `parked.rs`).
+//!   the chain goes to [`ParkedCommands`] and is completed there later (see `parked.rs`);
+//! - TEST ONLY: a command `--delay-commands` names is executed, and its response returned late
+//!   (see `delay.rs`).
 
 use std::sync::Mutex;
 
@@ -123,6 +125,24 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
     let mut out = Vec::with_capacity(RESP_HDR_LEN + body.len());
     out.extend_from_slice(hdr.as_bytes());
     out.extend_from_slice(&body);
+    // TEST ONLY (`--delay-commands`): executed now, answered later.
+    if let Some(delay) =
+        VrdmaCmdHdr::split_from(&chain.readable).and_then(|(hdr, _)| parked.delay_for(hdr.opcode))
+    {
+        let late = SplitChain {
+            head: chain.head,
+            readable: Vec::new(),
+            read_error: None,
+            writable: chain.writable.clone(),
+        };
+        if parked.deliver_later(late, out.clone(), delay) {
+            debug!(
+                "controlq: chain {} answered in {delay:?} (test only)",
+                chain.head
+            );
+            return None;
+        }
+    }
     Some(match chain.scatter(mem, &out) {
         Ok(n) => n as u32,
         Err(e) => {

@@ -49,6 +49,7 @@ mod backend;
 pub mod chain;
 pub mod controlq;
 pub mod daemon;
+pub mod delay;
 mod glue;
 pub mod inputq;
 pub mod output;

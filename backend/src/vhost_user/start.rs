@@ -8,6 +8,7 @@ use thiserror::Error;
 use vhost::vhost_user::Listener;
 
 use super::daemon::{listen, serve, DaemonError, ServeParts};
+use super::delay::CommandDelays;
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::{Config, DaemonConfig};
@@ -113,6 +114,10 @@ pub fn prepare_with_uplink(
         .saturating_add(limits.max_srq as usize)
         .saturating_add(64);
     let out = Arc::new(VirtqOutput::new(event_backlog));
+    if let Some(spec) = &config.delay_commands {
+        warn!("control command responses delayed (test only): {spec:?}");
+        out.parked().set_delays(CommandDelays::new(spec));
+    }
     let device = Arc::new(Mutex::new(Device::new(
         dev_config,
         GuestMem::empty(),
