@@ -449,6 +449,8 @@ fn srq_lifecycle_limit_and_events() {
         attr_mask: mask,
         max_wr: 32,
         srq_limit: limit,
+        npages: 0,
+        reserved: 0,
     };
     assert_eq!(
         e.cmd(
@@ -456,7 +458,8 @@ fn srq_lifecycle_limit_and_events() {
             modify(srqn, VRDMA_SRQ_MAX_WR, 0).as_bytes()
         )
         .0,
-        VRDMA_STATUS_NOT_SUPPORTED
+        VRDMA_STATUS_INVALID,
+        "a resize without the new ring's pages"
     );
     assert_eq!(
         e.cmd(
@@ -500,7 +503,11 @@ fn srq_lifecycle_limit_and_events() {
     assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
     let ev = e.out.take_events();
     assert_eq!(ev.len(), 1);
-    assert_eq!((ev[0].type_, ev[0].id), (VRDMA_EV_SRQ_LIMIT_REACHED, srqn));
+    assert_eq!(
+        (ev[0].type_, ev[0].id, ev[0].info),
+        (VRDMA_EV_SRQ_LIMIT_REACHED, srqn, 3),
+        "§9: info = the limit"
+    );
     assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
     assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
     assert_eq!(buf[0], 3);
@@ -531,6 +538,164 @@ fn srq_lifecycle_limit_and_events() {
     assert_eq!(
         e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn)).0,
         VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+/// Create an SRQ of `depth` 64-byte slots; returns (srqn, its pages).
+fn srq_of(e: &mut Env, pd: u32, depth: u32, limit: u32) -> (u32, Vec<u64>) {
+    let n = ring_npages(depth, 64).unwrap();
+    let pages = e.pages(n as usize);
+    let c = VrdmaCmdCreateSrq {
+        pdn: pd,
+        depth,
+        wqe_shift: 6,
+        reserved0: [0; 3],
+        max_sge: 3,
+        srq_limit: limit,
+        npages: n,
+    };
+    (
+        e.ok_handle(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&c, &pages)),
+        pages,
+    )
+}
+
+fn resize_req(srqn: u32, mask: u32, depth: u32, limit: u32, pages: &[u64]) -> Vec<u8> {
+    let c = VrdmaCmdModifySrq {
+        srqn,
+        attr_mask: mask,
+        max_wr: depth,
+        srq_limit: limit,
+        npages: pages.len() as u32,
+        reserved: 0,
+    };
+    req_with_pages(&c, pages)
+}
+
+/// §11.7 MODIFY_SRQ with MAX_WR: posted WQEs move to slots 0..n-1 of the new ring, in order,
+/// whole slots; refused (old ring kept) below the posted count or an armed limit.
+#[test]
+fn srq_resize_moves_posted_wqes() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (srqn, old) = srq_of(&mut e, pd, 8, 0);
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let cfg = VrdmaConfig::read_from(&r).unwrap();
+    assert_ne!(cfg.device_caps & VRDMA_DEVCAP_SRQ_RESIZE, 0);
+    // Post 8 (the ring is full), take 3: WQEs 3..7 are posted, the indices have moved on.
+    for i in 0..8u32 {
+        let ring = &e.dev.srqs.get(srqn).unwrap().ring;
+        let mut slot = [i as u8; 64];
+        slot[63] = 0xa0 | i as u8; // the last byte of the slot travels too
+        ring.write_entry(&e.mem, i, &slot).unwrap();
+    }
+    e.mem.store_u32_release(old[0] + CTRL_PRODUCER, 8).unwrap();
+    let mut buf = [0u8; 16];
+    for _ in 0..3 {
+        assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+    }
+    // Too shallow for 5 posted WQEs, and a limit above the new depth: INVALID, nothing changes.
+    let small = e.pages(ring_npages(4, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 4, 0, &small)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    let big = e.pages(ring_npages(32, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT, 32, 33, &big)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    // Wrong page count for the depth.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 128, 0, &big)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(e.dev.srqs.get(srqn).unwrap().ring.depth(), 8);
+    assert_eq!(e.dev.srqs.get(srqn).unwrap().limit, 0);
+    // Grow to 32 with a limit of 4 in the same command.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT, 32, 4, &big)
+        )
+        .0,
+        VRDMA_STATUS_OK
+    );
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn));
+    let q = VrdmaRespQuerySrq::read_from(&r).unwrap();
+    assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (32, 3, 4));
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_PRODUCER).unwrap(), 5);
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_CONSUMER).unwrap(), 0);
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_ERROR).unwrap(), 0);
+    let mut slot = [0u8; 64];
+    e.mem.read(big[1] + 4 * 64, &mut slot).unwrap();
+    assert_eq!((slot[0], slot[63]), (7, 0xa7), "slot 4 holds WQE 7, whole");
+    // The device takes WQEs 3, 4 from the new ring; 3 left < 4 fires the new limit.
+    e.dev.srq_pop(srqn, &mut buf).unwrap();
+    assert_eq!(buf[0], 3);
+    assert!(e.out.take_events().is_empty(), "4 left");
+    e.dev.srq_pop(srqn, &mut buf).unwrap();
+    assert_eq!(buf[0], 4);
+    let ev = e.out.take_events();
+    assert_eq!(
+        (ev.len(), ev[0].type_, ev[0].info),
+        (1, VRDMA_EV_SRQ_LIMIT_REACHED, 4)
+    );
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_CONSUMER).unwrap(), 2);
+    // The guest posts at the new producer; the old ring is no longer read.
+    e.mem.write(big[1] + 5 * 64, &[9u8; 16]).unwrap();
+    e.mem.store_u32_release(big[0] + CTRL_PRODUCER, 6).unwrap();
+    e.mem
+        .store_u32_release(old[0] + CTRL_PRODUCER, 100)
+        .unwrap();
+    for want in [5, 6, 7, 9] {
+        assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+        assert_eq!(buf[0], want);
+    }
+    assert!(!e.dev.srq_pop(srqn, &mut buf).unwrap(), "empty");
+    // Shrink to 4 while empty: allowed. A broken SRQ cannot be resized.
+    let small = e.pages(ring_npages(4, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 4, 0, &small)
+        )
+        .0,
+        VRDMA_STATUS_OK
+    );
+    e.mem
+        .store_u32_release(small[0] + CTRL_PRODUCER, 50)
+        .unwrap();
+    assert!(e.dev.srq_pop(srqn, &mut buf).is_err());
+    let again = e.pages(ring_npages(8, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 8, 0, &again)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    // Pages without MAX_WR: INVALID.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_LIMIT, 8, 0, &again)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
     );
 }
 

@@ -341,14 +341,21 @@ impl Fuzz {
                 b.extend(self.pages(np));
                 b
             }
-            VRDMA_CMD_MODIFY_SRQ => VrdmaCmdModifySrq {
-                srqn: self.u32v(),
-                attr_mask: self.u32v(),
-                max_wr: self.u32v(),
-                srq_limit: self.u32v(),
+            VRDMA_CMD_MODIFY_SRQ => {
+                let depth = 1u32 << self.rng.below(12);
+                let np = 1 + ((depth as u64) << 6).div_ceil(4096).min(64);
+                let c = VrdmaCmdModifySrq {
+                    srqn: self.u32v(),
+                    attr_mask: self.u32v(),
+                    max_wr: depth,
+                    srq_limit: self.u32v(),
+                    npages: np as u32,
+                    reserved: 0,
+                };
+                let mut b = c.as_bytes().to_vec();
+                b.extend(self.pages(np));
+                b
             }
-            .as_bytes()
-            .to_vec(),
             VRDMA_CMD_CREATE_AH => {
                 let mut gid = [0u8; 16];
                 gid[10] = 0xff;

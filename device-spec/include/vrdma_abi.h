@@ -52,6 +52,7 @@
 /* §2.2 device_caps: IBTA 1.5 remote operations the device executes */
 #define VRDMA_DEVCAP_ATOMIC_WRITE	(1U << 0) /* RC ATOMIC WRITE */
 #define VRDMA_DEVCAP_FLUSH_GLOBAL	(1U << 1) /* RC FLUSH, global visibility */
+#define VRDMA_DEVCAP_SRQ_RESIZE		(1U << 2) /* MODIFY_SRQ with MAX_WR, §11.7 */
 
 /* §2.2 port_state values (same as IB_PORT_*) */
 #define VRDMA_PORT_DOWN			1
@@ -613,11 +614,14 @@ struct vrdma_cmd_create_srq {
 #define VRDMA_SRQ_MAX_WR		(1U << 0)
 #define VRDMA_SRQ_LIMIT			(1U << 1)
 
+/* MODIFY_SRQ: with VRDMA_SRQ_MAX_WR the new ring's page list follows. */
 struct vrdma_cmd_modify_srq {
 	__le32	srqn;
-	__le32	attr_mask;		/* VRDMA_SRQ_*; MAX_WR -> NOT_SUPPORTED */
-	__le32	max_wr;
+	__le32	attr_mask;		/* VRDMA_SRQ_* */
+	__le32	max_wr;			/* MAX_WR: new depth, power of two */
 	__le32	srq_limit;
+	__le32	npages;			/* MAX_WR: trailing page list length, else 0 */
+	__le32	reserved;
 };
 
 struct vrdma_resp_query_srq {

@@ -307,6 +307,8 @@ abi_consts! {
     /// §2.2 `device_caps` bits: IBTA 1.5 remote operations the device executes.
     VRDMA_DEVCAP_ATOMIC_WRITE: u32 = 1 << 0;
     VRDMA_DEVCAP_FLUSH_GLOBAL: u32 = 1 << 1;
+    /// §11.7 MODIFY_SRQ with `VRDMA_SRQ_MAX_WR` (resize).
+    VRDMA_DEVCAP_SRQ_RESIZE: u32 = 1 << 2;
 
     /// §2.2 `port_state` values.
     VRDMA_PORT_DOWN: u32 = 1;
@@ -981,14 +983,18 @@ abi_structs! {
         pub npages: u32,
     }
 
-    /// MODIFY_SRQ request.
-    "vrdma_cmd_modify_srq", size 16:
+    /// MODIFY_SRQ request; with `VRDMA_SRQ_MAX_WR` the new ring's page list follows (§11.7).
+    "vrdma_cmd_modify_srq", size 24:
     pub struct VrdmaCmdModifySrq {
         pub srqn: u32,
-        /// `VRDMA_SRQ_*`; MAX_WR -> NOT_SUPPORTED.
+        /// `VRDMA_SRQ_*`.
         pub attr_mask: u32,
+        /// `VRDMA_SRQ_MAX_WR`: the new depth (power of two).
         pub max_wr: u32,
         pub srq_limit: u32,
+        /// `VRDMA_SRQ_MAX_WR`: trailing page list length; 0 otherwise.
+        pub npages: u32,
+        pub reserved: u32,
     }
 
     /// QUERY_SRQ response.

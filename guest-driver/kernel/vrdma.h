@@ -98,7 +98,9 @@ struct vrdma_srq {
 	u32 srqn;
 	bool user;
 	u32 max_sge;
-	spinlock_t lock;		/* producer index */
+	spinlock_t lock;		/* producer index, ring, resizing */
+	bool resizing;			/* MODIFY_SRQ with MAX_WR outstanding */
+	struct mutex resize_mutex;	/* one resize at a time */
 	struct vrdma_ring ring;
 	struct rdma_user_mmap_entry *mmap;
 	refcount_t refs;

@@ -36,6 +36,8 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
 	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_FLUSH_GLOBAL)
 		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_SRQ_RESIZE)
+		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	attr->max_send_sge = VCFG(dev, max_send_sge);
 	attr->max_recv_sge = VCFG(dev, max_recv_sge);
 	attr->max_sge_rd = attr->max_send_sge;

@@ -30,6 +30,7 @@
 #define _STRUCT_vrdma_create_qp_resp struct {}
 #define _STRUCT_vrdma_create_srq_resp struct {}
 #define _STRUCT_vrdma_create_ah_resp struct {}
+#define _STRUCT_vrdma_modify_srq_cmd struct {}
 
 DECLARE_DRV_CMD(uvrdma_alloc_ucontext, IB_USER_VERBS_CMD_GET_CONTEXT,
 		empty, vrdma_alloc_ucontext_resp);
@@ -45,6 +46,8 @@ DECLARE_DRV_CMD(uvrdma_create_srq, IB_USER_VERBS_CMD_CREATE_SRQ,
 		empty, vrdma_create_srq_resp);
 DECLARE_DRV_CMD(uvrdma_create_ah, IB_USER_VERBS_CMD_CREATE_AH,
 		empty, vrdma_create_ah_resp);
+DECLARE_DRV_CMD(uvrdma_modify_srq, IB_USER_VERBS_CMD_MODIFY_SRQ,
+		vrdma_modify_srq_cmd, empty);
 
 /* Fixed parts of the entries (§6). */
 #define VRDMA_SEND_WQE_HDR	sizeof(struct vrdma_send_wqe)	/* 64 */

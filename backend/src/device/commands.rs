@@ -450,21 +450,53 @@ impl Device {
         Ok(())
     }
 
+    /// MODIFY_SRQ (spec §11.7): every check before any change, so both bits apply or neither.
     fn cmd_modify_srq(&mut self, req: &[u8]) -> CmdResult {
-        let (c, _) = parse::<VrdmaCmdModifySrq>(req)?;
-        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let (c, rest) = parse::<VrdmaCmdModifySrq>(req)?;
+        let resize = c.attr_mask & VRDMA_SRQ_MAX_WR != 0;
+        if !resize && c.npages != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let pages = page_list(rest, c.npages)?;
+        let srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
             return Err(VRDMA_STATUS_INVALID);
         }
-        if c.attr_mask & VRDMA_SRQ_MAX_WR != 0 {
-            return Err(VRDMA_STATUS_NOT_SUPPORTED);
-        }
-        if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
-            if c.srq_limit > srq.ring.depth() {
+        let limit = if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
+            c.srq_limit
+        } else {
+            srq.limit
+        };
+        if !resize {
+            if limit > srq.ring.depth() {
                 return Err(VRDMA_STATUS_INVALID);
             }
-            srq.limit = c.srq_limit;
+            if let Some(srq) = self.srqs.get_mut(c.srqn) {
+                srq.limit = limit;
+            }
+            return Ok(());
         }
+        let shift = srq.ring.entry_shift();
+        // Both rings exist until the swap: the new one is charged first (§16.1).
+        let charge = self
+            .charge((std::mem::size_of::<Srq>() as u64).saturating_add(pages.len() as u64 * 8))?;
+        // Built without reset_indices: resize writes the new control page itself.
+        let new = Ring::new(
+            &self.mem,
+            &pages,
+            c.max_wr,
+            shift,
+            5,
+            self.config.max_srq_wr,
+        )
+        .map_err(|e| ring_status(&e))?;
+        let mem = self.mem.clone();
+        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        // Any failure of the copy (SRQ in error, bad old indices, a shallow new ring, guest
+        // memory) leaves the old ring in use: INVALID, or BAD_ADDRESS for memory.
+        srq.resize(&mem, new, limit).map_err(|e| ring_status(&e))?;
+        srq.limit = limit;
+        srq.charge = charge;
         Ok(())
     }
 
