@@ -9,7 +9,7 @@ use vrdma_backend::objects::CqError;
 use vrdma_backend::qp::QpState;
 use vrdma_spec::*;
 
-const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=29;
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=30;
 
 #[test]
 fn query_device_and_port() {
@@ -1105,7 +1105,7 @@ fn short_and_empty_requests_never_panic() {
         }
     }
     assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(30, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(31, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
 }
 

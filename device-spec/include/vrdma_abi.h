@@ -387,6 +387,7 @@ struct vrdma_page_req {
 #define VRDMA_CMD_ODP_PAGE_RESP		27
 #define VRDMA_CMD_ODP_INVALIDATE	28
 #define VRDMA_CMD_REREG_MR		29	/* page-list MR, same key */
+#define VRDMA_CMD_QUERY_STATS		30	/* port or QP counters */
 
 /*
  * Size limits of one control chain (§11.1): a trailing page list holds at
@@ -700,6 +701,29 @@ struct vrdma_cmd_odp_invalidate {
 	__le32	reserved;
 	__le64	iova;
 	__le64	length;
+};
+
+/* QUERY_STATS (§11.9): response vrdma_stats. */
+struct vrdma_cmd_query_stats {
+	__le32	qpn;			/* 0: the port */
+	__le32	flags;			/* must be 0 */
+};
+
+struct vrdma_stats {
+	__le64	tx_packets;
+	__le64	tx_bytes;
+	__le64	rx_packets;
+	__le64	rx_bytes;
+	__le64	retransmits;
+	__le64	timeouts;
+	__le64	rnr_naks_rx;
+	__le64	rnr_naks_tx;
+	__le64	seq_naks_rx;
+	__le64	seq_naks_tx;
+	__le64	icrc_errors;		/* port only */
+	__le64	rx_dropped;		/* port only */
+	__le64	odp_faults;		/* port only */
+	__le64	reserved[3];
 };
 
 /* MR keys (§12.1): key = (index << 8) | variant */

@@ -459,6 +459,7 @@ abi_consts! {
     VRDMA_CMD_ODP_PAGE_RESP: u16 = 27;
     VRDMA_CMD_ODP_INVALIDATE: u16 = 28;
     VRDMA_CMD_REREG_MR: u16 = 29;
+    VRDMA_CMD_QUERY_STATS: u16 = 30;
 
     /// §11.1 Largest trailing page list of one command, in `__le64` entries (64 MiB).
     VRDMA_CMD_MAX_PAGES: u32 = 1 << 23;
@@ -1087,6 +1088,37 @@ abi_structs! {
         pub iova: u64,
         pub length: u64,
     }
+
+    /// QUERY_STATS request (§11.9).
+    "vrdma_cmd_query_stats", size 8:
+    pub struct VrdmaCmdQueryStats {
+        /// 0: the port.
+        pub qpn: u32,
+        /// Must be 0.
+        pub flags: u32,
+    }
+
+    /// QUERY_STATS response (§11.9): counters since QP creation / device start.
+    "vrdma_stats", size 128:
+    pub struct VrdmaStats {
+        pub tx_packets: u64,
+        pub tx_bytes: u64,
+        pub rx_packets: u64,
+        pub rx_bytes: u64,
+        pub retransmits: u64,
+        pub timeouts: u64,
+        pub rnr_naks_rx: u64,
+        pub rnr_naks_tx: u64,
+        pub seq_naks_rx: u64,
+        pub seq_naks_tx: u64,
+        /// Port only.
+        pub icrc_errors: u64,
+        /// Port only.
+        pub rx_dropped: u64,
+        /// Port only.
+        pub odp_faults: u64,
+        pub reserved: [u64; 3],
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1300,7 +1332,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 37);
+        assert_eq!(ABI_STRUCTS.len(), 39);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

@@ -93,6 +93,7 @@ impl Device {
             VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
+            VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
@@ -413,6 +414,28 @@ impl Device {
         if let Some(s) = qp.srqn.and_then(|s| self.srqs.get_mut(s)) {
             s.qp_refs = s.qp_refs.saturating_sub(1);
         }
+        Ok(())
+    }
+
+    /// QUERY_STATS (spec §11.9): one QP's counters, or (qpn 0) the port's.
+    fn cmd_query_stats(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdQueryStats>(req)?;
+        if c.flags != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let s = if c.qpn == 0 {
+            let p = &self.port_stats;
+            VrdmaStats {
+                icrc_errors: p.drop_bad_icrc.load(std::sync::atomic::Ordering::Relaxed),
+                rx_dropped: p.rx_dropped(),
+                odp_faults: self.mrs.odp_faults(),
+                ..self.qps.stats_total().to_vrdma()
+            }
+        } else {
+            let qp = self.qps.get(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+            qp.stats.to_vrdma()
+        };
+        put(resp, &s);
         Ok(())
     }
 

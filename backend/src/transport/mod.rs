@@ -203,10 +203,17 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
 pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     use crate::stats::bump;
-    let Some(pkt) = packet::parse(frame) else {
+    let pkt = match packet::parse_checked(frame) {
+        Ok(p) => p,
         // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
-        bump(&dev.port_stats.drop_malformed);
-        return;
+        Err(crate::wire::WireError::BadIcrc { .. }) => {
+            bump(&dev.port_stats.drop_bad_icrc);
+            return;
+        }
+        Err(_) => {
+            bump(&dev.port_stats.drop_malformed);
+            return;
+        }
     };
     let qpn = pkt.bth.dest_qp;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
