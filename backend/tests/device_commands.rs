@@ -4,12 +4,14 @@
 mod device_util;
 
 use device_util::*;
+use std::time::{Duration, Instant};
 use vrdma_backend::guest::ring::{CTRL_CONSUMER, CTRL_CQ_ARM, CTRL_ERROR, CTRL_PRODUCER};
 use vrdma_backend::objects::CqError;
 use vrdma_backend::qp::QpState;
+use vrdma_backend::transport;
 use vrdma_spec::*;
 
-const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=30;
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=31;
 
 #[test]
 fn query_device_and_port() {
@@ -1014,6 +1016,100 @@ fn post_cqe_arm_and_overflow() {
     assert_eq!(e.dev.post_cqe(999, &cqe(6), false), Err(CqError::Broken));
 }
 
+/// Spec §5.5: a moderated, armed CQ signals after `cq_count` qualifying CQEs or `cq_period` µs
+/// after the first of them, whichever comes first; errors are not held back.
+#[test]
+fn cq_moderation_count_period_and_errors() {
+    let mut e = env();
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let cfg = VrdmaConfig::read_from(&r).unwrap();
+    assert_ne!(cfg.device_caps & VRDMA_DEVCAP_CQ_MODERATION, 0);
+    let (cq, pages) = e.create_cq(64);
+    let ctrl = pages[0];
+    let arm = |e: &mut Env| e.mem.store_u32_release(ctrl + CTRL_CQ_ARM, 1).unwrap();
+    let ok = |wr_id| VrdmaCqe {
+        wr_id,
+        ..VrdmaCqe::ZERO
+    };
+    let modify = |cqn, count, period| VrdmaCmdModifyCq {
+        cqn,
+        cq_count: count,
+        cq_period: period,
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq + 100, 4, 1000).as_bytes())
+            .0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    // A period long enough that only the count can fire in this part of the test.
+    assert_eq!(
+        e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq, 4, 60_000).as_bytes())
+            .0,
+        VRDMA_STATUS_OK
+    );
+    arm(&mut e);
+    for i in 0..3 {
+        e.dev.post_cqe(cq, &ok(i), false).unwrap();
+    }
+    assert!(e.out.take_events().is_empty(), "3 < count 4: held back");
+    assert_eq!(
+        e.mem.load_u32_acquire(ctrl + CTRL_CQ_ARM).unwrap(),
+        1,
+        "still armed"
+    );
+    let next = transport::on_tick(&mut e.dev, Instant::now());
+    assert!(next.is_some(), "the period timer is running");
+    assert!(e.out.take_events().is_empty());
+    e.dev.post_cqe(cq, &ok(3), false).unwrap();
+    let ev = e.out.take_events();
+    assert_eq!(
+        (ev.len(), ev[0].type_),
+        (1, VRDMA_EV_CQ_COMP),
+        "the 4th fires"
+    );
+    assert_eq!(e.mem.load_u32_acquire(ctrl + CTRL_CQ_ARM).unwrap(), 0);
+    // The stale timer of that round does nothing, even once expired.
+    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(120));
+    arm(&mut e);
+    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(120));
+    assert!(e.out.take_events().is_empty(), "no CQE held: nothing fires");
+    // Period: one CQE, then the timer expires.
+    e.dev.post_cqe(cq, &ok(4), false).unwrap();
+    assert!(e.out.take_events().is_empty());
+    transport::on_tick(&mut e.dev, Instant::now());
+    assert!(e.out.take_events().is_empty(), "not yet");
+    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(61));
+    let ev = e.out.take_events();
+    assert_eq!(
+        (ev.len(), ev[0].type_),
+        (1, VRDMA_EV_CQ_COMP),
+        "the period fires"
+    );
+    // An error CQE is not held back.
+    arm(&mut e);
+    e.dev.post_cqe(cq, &ok(5), false).unwrap();
+    let mut err = ok(6);
+    err.status = VRDMA_WC_WR_FLUSH_ERR;
+    e.dev.post_cqe(cq, &err, false).unwrap();
+    assert_eq!(e.out.take_events().len(), 1, "error: at once");
+    // Unarmed CQEs are not counted: after arming, 3 more are still below the count.
+    for i in 7..10 {
+        e.dev.post_cqe(cq, &ok(i), false).unwrap();
+    }
+    arm(&mut e);
+    for i in 10..13 {
+        e.dev.post_cqe(cq, &ok(i), false).unwrap();
+    }
+    assert!(e.out.take_events().is_empty());
+    e.dev.post_cqe(cq, &ok(13), false).unwrap();
+    assert_eq!(e.out.take_events().len(), 1);
+    // count < 2 turns moderation off: every CQE fires as §5.3.
+    e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq, 1, 100).as_bytes());
+    arm(&mut e);
+    e.dev.post_cqe(cq, &ok(14), false).unwrap();
+    assert_eq!(e.out.take_events().len(), 1);
+}
+
 #[test]
 fn resize_cq_keeps_unpolled_cqes() {
     let mut e = env();
@@ -1105,7 +1201,7 @@ fn short_and_empty_requests_never_panic() {
         }
     }
     assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(31, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(32, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
 }
 

@@ -53,6 +53,7 @@
 #define VRDMA_DEVCAP_ATOMIC_WRITE	(1U << 0) /* RC ATOMIC WRITE */
 #define VRDMA_DEVCAP_FLUSH_GLOBAL	(1U << 1) /* RC FLUSH, global visibility */
 #define VRDMA_DEVCAP_SRQ_RESIZE		(1U << 2) /* MODIFY_SRQ with MAX_WR, §11.7 */
+#define VRDMA_DEVCAP_CQ_MODERATION	(1U << 3) /* MODIFY_CQ, §5.5 */
 
 /* §2.2 port_state values (same as IB_PORT_*) */
 #define VRDMA_PORT_DOWN			1
@@ -388,6 +389,7 @@ struct vrdma_page_req {
 #define VRDMA_CMD_ODP_INVALIDATE	28
 #define VRDMA_CMD_REREG_MR		29	/* page-list MR, same key */
 #define VRDMA_CMD_QUERY_STATS		30	/* port or QP counters */
+#define VRDMA_CMD_MODIFY_CQ		31	/* CQ moderation */
 
 /*
  * Size limits of one control chain (§11.1): a trailing page list holds at
@@ -701,6 +703,13 @@ struct vrdma_cmd_odp_invalidate {
 	__le32	reserved;
 	__le64	iova;
 	__le64	length;
+};
+
+/* MODIFY_CQ (§5.5, §11.6) */
+struct vrdma_cmd_modify_cq {
+	__le32	cqn;
+	__le16	cq_count;		/* CQEs; < 2 or period 0: off */
+	__le16	cq_period;		/* microseconds */
 };
 
 /* QUERY_STATS (§11.9): response vrdma_stats. */

@@ -309,6 +309,8 @@ abi_consts! {
     VRDMA_DEVCAP_FLUSH_GLOBAL: u32 = 1 << 1;
     /// §11.7 MODIFY_SRQ with `VRDMA_SRQ_MAX_WR` (resize).
     VRDMA_DEVCAP_SRQ_RESIZE: u32 = 1 << 2;
+    /// §5.5 MODIFY_CQ (CQ moderation).
+    VRDMA_DEVCAP_CQ_MODERATION: u32 = 1 << 3;
 
     /// §2.2 `port_state` values.
     VRDMA_PORT_DOWN: u32 = 1;
@@ -460,6 +462,7 @@ abi_consts! {
     VRDMA_CMD_ODP_INVALIDATE: u16 = 28;
     VRDMA_CMD_REREG_MR: u16 = 29;
     VRDMA_CMD_QUERY_STATS: u16 = 30;
+    VRDMA_CMD_MODIFY_CQ: u16 = 31;
 
     /// §11.1 Largest trailing page list of one command, in `__le64` entries (64 MiB).
     VRDMA_CMD_MAX_PAGES: u32 = 1 << 23;
@@ -1089,6 +1092,16 @@ abi_structs! {
         pub length: u64,
     }
 
+    /// MODIFY_CQ request (§5.5).
+    "vrdma_cmd_modify_cq", size 8:
+    pub struct VrdmaCmdModifyCq {
+        pub cqn: u32,
+        /// CQEs; below 2 (or a period of 0) turns moderation off.
+        pub cq_count: u16,
+        /// Microseconds.
+        pub cq_period: u16,
+    }
+
     /// QUERY_STATS request (§11.9).
     "vrdma_cmd_query_stats", size 8:
     pub struct VrdmaCmdQueryStats {
@@ -1332,7 +1345,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 39);
+        assert_eq!(ABI_STRUCTS.len(), 40);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

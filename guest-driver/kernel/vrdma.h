@@ -348,6 +348,7 @@ int vrdma_destroy_ah(struct ib_ah *ibah, u32 flags);
 int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		    struct uverbs_attr_bundle *attrs);
 int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int vrdma_modify_cq(struct ib_cq *ibcq, u16 cq_count, u16 cq_period);
 int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
 int vrdma_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int vrdma_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);

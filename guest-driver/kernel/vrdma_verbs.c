@@ -38,6 +38,10 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
 	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_SRQ_RESIZE)
 		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_CQ_MODERATION) {
+		attr->cq_caps.max_cq_moderation_count = U16_MAX;
+		attr->cq_caps.max_cq_moderation_period = U16_MAX;
+	}
 	attr->max_send_sge = VCFG(dev, max_send_sge);
 	attr->max_recv_sge = VCFG(dev, max_recv_sge);
 	attr->max_sge_rd = attr->max_send_sge;
@@ -258,6 +262,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.map_mr_sg = vrdma_map_mr_sg,
 	.mmap = vrdma_mmap,
 	.mmap_free = vrdma_mmap_free,
+	.modify_cq = vrdma_modify_cq,
 	.modify_qp = vrdma_modify_qp,
 	.modify_srq = vrdma_modify_srq,
 	.poll_cq = vrdma_poll_cq,

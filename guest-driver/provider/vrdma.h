@@ -163,6 +163,7 @@ struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx,
 				     struct ibv_cq_init_attr_ex *attr);
 int vrdma_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+int vrdma_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr);
 int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe);
 void vrdma_cq_clean(struct vrdma_cq *cq, uint32_t qpn);
 int vrdma_destroy_cq(struct ibv_cq *ibcq);

@@ -94,6 +94,7 @@ impl Device {
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
+            VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
@@ -284,6 +285,16 @@ impl Device {
         let n = cq.resize(&mem, new, owed).map_err(|e| ring_status(&e))?;
         cq.charge = charge;
         put(resp, &handle(n));
+        Ok(())
+    }
+
+    /// MODIFY_CQ (spec §5.5): the moderation applies from the next CQE; CQEs already held keep
+    /// their deadline.
+    fn cmd_modify_cq(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdModifyCq>(req)?;
+        let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        cq.moderation.count = c.cq_count;
+        cq.moderation.period_us = c.cq_period;
         Ok(())
     }
 

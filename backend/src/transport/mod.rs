@@ -256,7 +256,11 @@ pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
 /// deadline.
 pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     resume_odp(dev, now);
-    timers::on_tick(dev, now)
+    let cq = dev.cq_moderation_tick(now);
+    match (timers::on_tick(dev, now), cq) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// QPs that waited for an ODP page request continue (spec §10): the requester, and READ

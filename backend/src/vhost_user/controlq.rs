@@ -69,6 +69,7 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
         | VRDMA_CMD_MODIFY_QP
         | VRDMA_CMD_DESTROY_QP
         | VRDMA_CMD_MODIFY_SRQ
+        | VRDMA_CMD_MODIFY_CQ
         | VRDMA_CMD_DESTROY_SRQ
         | VRDMA_CMD_DESTROY_AH
         | VRDMA_CMD_DEREG_MR

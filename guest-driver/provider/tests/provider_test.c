@@ -710,6 +710,17 @@ static void test_cq(void)
 		CHECK(vrdma_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 0x99);
 		CHECK(le32toh(nc->consumer) == 1);
 	}
+	/* modify_cq: count and period reach the kernel command as given */
+	{
+		struct ibv_modify_cq_attr ma = {
+			.attr_mask = IBV_CQ_ATTR_MODERATE,
+			.moderate = { .cq_count = 16, .cq_period = 50 },
+		};
+
+		CHECK(vrdma_modify_cq(cq, &ma) == 0);
+		CHECK(stub_modify_cq_attr.moderate.cq_count == 16 &&
+		      stub_modify_cq_attr.moderate.cq_period == 50);
+	}
 	CHECK(vrdma_destroy_cq(cq) == 0);
 	reset_rings();
 }

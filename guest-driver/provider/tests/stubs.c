@@ -131,6 +131,15 @@ int ibv_cmd_resize_cq(struct ibv_cq *cq, int cqe, struct ibv_resize_cq *cmd,
 	return 0;
 }
 
+struct ibv_modify_cq_attr stub_modify_cq_attr;
+
+int ibv_cmd_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr,
+		      struct ibv_modify_cq *cmd, size_t cmd_size)
+{
+	stub_modify_cq_attr = *attr;
+	return 0;
+}
+
 int ibv_cmd_destroy_cq(struct ibv_cq *cq)
 {
 	return 0;

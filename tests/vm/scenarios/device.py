@@ -35,6 +35,11 @@ def device_ibv_devinfo(ctx):
     expect_in("PORT_ACTIVE", out, "ibv_devinfo -v")
     expect(re.search(r"link_layer:\s+Ethernet", out) is not None, "link layer Ethernet", out)
     expect_in("ODP_SUPPORT_IMPLICIT", out, "ibv_devinfo -v (general ODP caps)")
+    # CQ moderation (spec §5.5) and SRQ resize (§11.7) reach user space.
+    expect(re.search(r"max_cq_count:\s*65535", out) is not None and
+           re.search(r"max_cq_period:\s*65535", out) is not None,
+           "CQ moderation caps", out)
+    expect_in("SRQ_RESIZE", out, "ibv_devinfo -v (device cap flags)")
     expect(re.search(r"rc_odp_caps:\s*\n(\s+SUPPORT_\w+\s*\n)+", out) is not None,
            "RC ODP caps listed", out)
     idx = roce_v2_gid_index(vm, "vrdma0")
