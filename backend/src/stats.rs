@@ -245,6 +245,9 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+    fn link_up(&self) -> Option<bool> {
+        self.inner.link_up()
+    }
 }
 
 /// One metric family: name, help, and its samples (labels, value).

@@ -1309,3 +1309,43 @@ fn ring_error_moves_qp_to_error_with_fatal_event() {
     e.dev.qp_ring_error(999, false, &err);
     assert!(e.out.take_events().is_empty());
 }
+
+/// Spec §2.2, §9: a link change updates `port_state` (config space and QUERY_PORT) and posts
+/// one PORT_ERR / PORT_ACTIVE; no change, no event. A UDP uplink has no link state.
+#[test]
+fn port_state_follows_the_link() {
+    let mut e = env();
+    let port = |e: &mut Env| {
+        let (s, r) = e.cmd(
+            VRDMA_CMD_QUERY_PORT,
+            VrdmaCmdQueryPort {
+                port: 1,
+                reserved: 0,
+            }
+            .as_bytes(),
+        );
+        assert_eq!(s, VRDMA_STATUS_OK);
+        let p = VrdmaRespQueryPort::read_from(&r).unwrap();
+        let c = VrdmaConfig::read_from(&e.dev.config_space()).unwrap();
+        assert_eq!(p.state, c.port_state);
+        (p.state, p.phys_state)
+    };
+    assert_eq!(port(&mut e), (VRDMA_PORT_ACTIVE, 5));
+    assert!(!e.dev.set_port_active(true));
+    assert!(e.out.take_events().is_empty());
+    assert!(e.dev.set_port_active(false));
+    assert_eq!(port(&mut e), (VRDMA_PORT_DOWN, 3));
+    let ev = e.out.take_events();
+    assert_eq!((ev.len(), ev[0].type_, ev[0].id), (1, VRDMA_EV_PORT_ERR, 1));
+    assert!(!e.dev.set_port_active(false));
+    assert!(e.out.take_events().is_empty());
+    assert!(e.dev.set_port_active(true));
+    assert_eq!(port(&mut e), (VRDMA_PORT_ACTIVE, 5));
+    assert_eq!(e.out.take_events()[0].type_, VRDMA_EV_PORT_ACTIVE);
+    let udp = vrdma_backend::uplink::UdpUplink::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:9".parse().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(vrdma_backend::uplink::Uplink::link_up(&udp), None);
+}

@@ -204,6 +204,24 @@ impl Device {
         r
     }
 
+    /// The uplink's link state (spec §2.2 `port_state`, §9): on a change, `port_state` in the
+    /// configuration space and QUERY_PORT follow, then `VRDMA_EV_PORT_ACTIVE` / `_PORT_ERR` is
+    /// posted. Returns whether the state changed.
+    pub fn set_port_active(&mut self, up: bool) -> bool {
+        if self.config.port_active == up {
+            return false;
+        }
+        self.config.port_active = up;
+        log::info!("port 1 {}", if up { "ACTIVE" } else { "DOWN" });
+        let ev = if up {
+            vrdma_spec::VRDMA_EV_PORT_ACTIVE
+        } else {
+            vrdma_spec::VRDMA_EV_PORT_ERR
+        };
+        self.out.event(output::event(ev, 1, 0));
+        true
+    }
+
     /// Fire the CQ moderation timers (spec §5.5) that expired by `now`; returns the next one.
     /// Entries of CQs destroyed or fired since are stale and skipped (`moderation_expired`
     /// compares the deadline); each held CQE pushes at most one entry per event.
