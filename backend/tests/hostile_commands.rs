@@ -75,6 +75,7 @@ fn resp_size(op: u16) -> usize {
         | VRDMA_CMD_REREG_MR => 8,
         VRDMA_CMD_QUERY_QP => 104,
         VRDMA_CMD_QUERY_SRQ => 16,
+        VRDMA_CMD_QUERY_STATS => 128,
         _ => 0,
     }
 }
@@ -495,7 +496,15 @@ impl Fuzz {
             }
             .as_bytes()
             .to_vec(),
-            // Handle-only commands (destroy/query/dereg) and CREATE_PD / QUERY_DEVICE.
+            VRDMA_CMD_MODIFY_CQ => VrdmaCmdModifyCq {
+                cqn: self.u32v(),
+                cq_count: self.rng.pick(&[0, 1, 2, 16, u16::MAX]),
+                cq_period: self.rng.pick(&[0, 1, 100, u16::MAX]),
+            }
+            .as_bytes()
+            .to_vec(),
+            // Handle-only commands (destroy/query/dereg), QUERY_STATS ({qpn, flags} has the
+            // handle's layout) and CREATE_PD / QUERY_DEVICE.
             _ => VrdmaHandle {
                 handle: self.u32v(),
                 reserved: 0,
@@ -616,7 +625,7 @@ fn prove_usable(a: &mut Node) {
     assert_eq!(b.read(dst + 12000, 100), data[..100].to_vec());
 }
 
-const ALL_OPS: [u16; 29] = [
+const ALL_OPS: [u16; 31] = [
     VRDMA_CMD_QUERY_DEVICE,
     VRDMA_CMD_QUERY_PORT,
     VRDMA_CMD_ADD_GID,
@@ -646,6 +655,8 @@ const ALL_OPS: [u16; 29] = [
     VRDMA_CMD_ODP_PAGE_RESP,
     VRDMA_CMD_ODP_INVALIDATE,
     VRDMA_CMD_REREG_MR,
+    VRDMA_CMD_QUERY_STATS,
+    VRDMA_CMD_MODIFY_CQ,
 ];
 
 fn run(seed: u64, odp: bool, budget: Duration) {
