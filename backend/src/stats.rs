@@ -63,8 +63,10 @@ pub struct PortStats {
     pub loopback_frames: AtomicU64,
     /// Drops by reason: runts and unicast for another MAC (port demux, `port.rs`).
     pub drop_filtered: AtomicU64,
-    /// RoCEv2 frames the transport could not parse (bad headers, ICRC, unsupported opcode).
+    /// RoCEv2 frames the transport could not parse (bad headers, unsupported opcode).
     pub drop_malformed: AtomicU64,
+    /// RoCEv2 frames dropped for a bad ICRC (spec §15.7).
+    pub drop_bad_icrc: AtomicU64,
     /// RoCEv2 frames for a QPN that does not exist.
     pub drop_unknown_qp: AtomicU64,
     /// RoCEv2 frames whose QP's type or state does not accept them (IBTA 9.6, 10.3).
@@ -112,6 +114,56 @@ pub struct QpStats {
     /// PSN sequence error NAKs received (requester) / sent (responder) (IBTA 9.7.5.2.2).
     pub seq_naks_rx: u64,
     pub seq_naks_tx: u64,
+}
+
+impl QpStats {
+    /// `self += o`, field by field (wrapping, like the 64-bit counters of spec §11.9).
+    pub fn add(&mut self, o: &QpStats) {
+        self.tx_packets = self.tx_packets.wrapping_add(o.tx_packets);
+        self.tx_bytes = self.tx_bytes.wrapping_add(o.tx_bytes);
+        self.rx_packets = self.rx_packets.wrapping_add(o.rx_packets);
+        self.rx_bytes = self.rx_bytes.wrapping_add(o.rx_bytes);
+        self.retransmits = self.retransmits.wrapping_add(o.retransmits);
+        self.timeouts = self.timeouts.wrapping_add(o.timeouts);
+        self.rnr_naks_rx = self.rnr_naks_rx.wrapping_add(o.rnr_naks_rx);
+        self.rnr_naks_tx = self.rnr_naks_tx.wrapping_add(o.rnr_naks_tx);
+        self.seq_naks_rx = self.seq_naks_rx.wrapping_add(o.seq_naks_rx);
+        self.seq_naks_tx = self.seq_naks_tx.wrapping_add(o.seq_naks_tx);
+    }
+
+    /// The QP part of a QUERY_STATS response (spec §11.9); the port-only fields are 0.
+    pub fn to_vrdma(&self) -> vrdma_spec::VrdmaStats {
+        vrdma_spec::VrdmaStats {
+            tx_packets: self.tx_packets,
+            tx_bytes: self.tx_bytes,
+            rx_packets: self.rx_packets,
+            rx_bytes: self.rx_bytes,
+            retransmits: self.retransmits,
+            timeouts: self.timeouts,
+            rnr_naks_rx: self.rnr_naks_rx,
+            rnr_naks_tx: self.rnr_naks_tx,
+            seq_naks_rx: self.seq_naks_rx,
+            seq_naks_tx: self.seq_naks_tx,
+            ..Default::default()
+        }
+    }
+}
+
+impl PortStats {
+    /// RoCEv2 frames dropped before reaching a QP (spec §11.9 `rx_dropped`).
+    pub fn rx_dropped(&self) -> u64 {
+        [
+            &self.drop_malformed,
+            &self.drop_bad_icrc,
+            &self.drop_unknown_qp,
+            &self.drop_qp_state,
+            &self.drop_bad_pkey,
+            &self.drop_bad_address,
+            &self.drop_uc_out_of_window,
+        ]
+        .iter()
+        .fold(0u64, |a, c| a.wrapping_add(c.load(Ordering::Relaxed)))
+    }
 }
 
 /// An [`Uplink`] that counts the frames and bytes passing through it into a [`PortStats`].
@@ -220,6 +272,9 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+    fn link_up(&self) -> Option<bool> {
+        self.inner.link_up()
+    }
 }
 
 /// One metric family: name, help, and its samples (labels, value).
@@ -314,6 +369,7 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
             samples: vec![
                 drop("filtered", &p.drop_filtered),
                 drop("malformed", &p.drop_malformed),
+                drop("bad_icrc", &p.drop_bad_icrc),
                 drop("unknown_qp", &p.drop_unknown_qp),
                 drop("qp_state", &p.drop_qp_state),
                 drop("bad_pkey", &p.drop_bad_pkey),

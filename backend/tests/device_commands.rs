@@ -4,12 +4,14 @@
 mod device_util;
 
 use device_util::*;
+use std::time::{Duration, Instant};
 use vrdma_backend::guest::ring::{CTRL_CONSUMER, CTRL_CQ_ARM, CTRL_ERROR, CTRL_PRODUCER};
 use vrdma_backend::objects::CqError;
 use vrdma_backend::qp::QpState;
+use vrdma_backend::transport;
 use vrdma_spec::*;
 
-const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=31;
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=33;
 
 #[test]
 fn query_device_and_port() {
@@ -452,6 +454,8 @@ fn srq_lifecycle_limit_and_events() {
         attr_mask: mask,
         max_wr: 32,
         srq_limit: limit,
+        npages: 0,
+        reserved: 0,
     };
     assert_eq!(
         e.cmd(
@@ -459,7 +463,8 @@ fn srq_lifecycle_limit_and_events() {
             modify(srqn, VRDMA_SRQ_MAX_WR, 0).as_bytes()
         )
         .0,
-        VRDMA_STATUS_NOT_SUPPORTED
+        VRDMA_STATUS_INVALID,
+        "a resize without the new ring's pages"
     );
     assert_eq!(
         e.cmd(
@@ -503,7 +508,11 @@ fn srq_lifecycle_limit_and_events() {
     assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
     let ev = e.out.take_events();
     assert_eq!(ev.len(), 1);
-    assert_eq!((ev[0].type_, ev[0].id), (VRDMA_EV_SRQ_LIMIT_REACHED, srqn));
+    assert_eq!(
+        (ev[0].type_, ev[0].id, ev[0].info),
+        (VRDMA_EV_SRQ_LIMIT_REACHED, srqn, 3),
+        "§9: info = the limit"
+    );
     assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
     assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
     assert_eq!(buf[0], 3);
@@ -534,6 +543,164 @@ fn srq_lifecycle_limit_and_events() {
     assert_eq!(
         e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn)).0,
         VRDMA_STATUS_NOT_FOUND
+    );
+}
+
+/// Create an SRQ of `depth` 64-byte slots; returns (srqn, its pages).
+fn srq_of(e: &mut Env, pd: u32, depth: u32, limit: u32) -> (u32, Vec<u64>) {
+    let n = ring_npages(depth, 64).unwrap();
+    let pages = e.pages(n as usize);
+    let c = VrdmaCmdCreateSrq {
+        pdn: pd,
+        depth,
+        wqe_shift: 6,
+        reserved0: [0; 3],
+        max_sge: 3,
+        srq_limit: limit,
+        npages: n,
+    };
+    (
+        e.ok_handle(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&c, &pages)),
+        pages,
+    )
+}
+
+fn resize_req(srqn: u32, mask: u32, depth: u32, limit: u32, pages: &[u64]) -> Vec<u8> {
+    let c = VrdmaCmdModifySrq {
+        srqn,
+        attr_mask: mask,
+        max_wr: depth,
+        srq_limit: limit,
+        npages: pages.len() as u32,
+        reserved: 0,
+    };
+    req_with_pages(&c, pages)
+}
+
+/// §11.7 MODIFY_SRQ with MAX_WR: posted WQEs move to slots 0..n-1 of the new ring, in order,
+/// whole slots; refused (old ring kept) below the posted count or an armed limit.
+#[test]
+fn srq_resize_moves_posted_wqes() {
+    let mut e = env();
+    let pd = e.create_pd();
+    let (srqn, old) = srq_of(&mut e, pd, 8, 0);
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let cfg = VrdmaConfig::read_from(&r).unwrap();
+    assert_ne!(cfg.device_caps & VRDMA_DEVCAP_SRQ_RESIZE, 0);
+    // Post 8 (the ring is full), take 3: WQEs 3..7 are posted, the indices have moved on.
+    for i in 0..8u32 {
+        let ring = &e.dev.srqs.get(srqn).unwrap().ring;
+        let mut slot = [i as u8; 64];
+        slot[63] = 0xa0 | i as u8; // the last byte of the slot travels too
+        ring.write_entry(&e.mem, i, &slot).unwrap();
+    }
+    e.mem.store_u32_release(old[0] + CTRL_PRODUCER, 8).unwrap();
+    let mut buf = [0u8; 16];
+    for _ in 0..3 {
+        assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+    }
+    // Too shallow for 5 posted WQEs, and a limit above the new depth: INVALID, nothing changes.
+    let small = e.pages(ring_npages(4, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 4, 0, &small)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    let big = e.pages(ring_npages(32, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT, 32, 33, &big)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    // Wrong page count for the depth.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 128, 0, &big)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    assert_eq!(e.dev.srqs.get(srqn).unwrap().ring.depth(), 8);
+    assert_eq!(e.dev.srqs.get(srqn).unwrap().limit, 0);
+    // Grow to 32 with a limit of 4 in the same command.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT, 32, 4, &big)
+        )
+        .0,
+        VRDMA_STATUS_OK
+    );
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn));
+    let q = VrdmaRespQuerySrq::read_from(&r).unwrap();
+    assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (32, 3, 4));
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_PRODUCER).unwrap(), 5);
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_CONSUMER).unwrap(), 0);
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_ERROR).unwrap(), 0);
+    let mut slot = [0u8; 64];
+    e.mem.read(big[1] + 4 * 64, &mut slot).unwrap();
+    assert_eq!((slot[0], slot[63]), (7, 0xa7), "slot 4 holds WQE 7, whole");
+    // The device takes WQEs 3, 4 from the new ring; 3 left < 4 fires the new limit.
+    e.dev.srq_pop(srqn, &mut buf).unwrap();
+    assert_eq!(buf[0], 3);
+    assert!(e.out.take_events().is_empty(), "4 left");
+    e.dev.srq_pop(srqn, &mut buf).unwrap();
+    assert_eq!(buf[0], 4);
+    let ev = e.out.take_events();
+    assert_eq!(
+        (ev.len(), ev[0].type_, ev[0].info),
+        (1, VRDMA_EV_SRQ_LIMIT_REACHED, 4)
+    );
+    assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_CONSUMER).unwrap(), 2);
+    // The guest posts at the new producer; the old ring is no longer read.
+    e.mem.write(big[1] + 5 * 64, &[9u8; 16]).unwrap();
+    e.mem.store_u32_release(big[0] + CTRL_PRODUCER, 6).unwrap();
+    e.mem
+        .store_u32_release(old[0] + CTRL_PRODUCER, 100)
+        .unwrap();
+    for want in [5, 6, 7, 9] {
+        assert!(e.dev.srq_pop(srqn, &mut buf).unwrap());
+        assert_eq!(buf[0], want);
+    }
+    assert!(!e.dev.srq_pop(srqn, &mut buf).unwrap(), "empty");
+    // Shrink to 4 while empty: allowed. A broken SRQ cannot be resized.
+    let small = e.pages(ring_npages(4, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 4, 0, &small)
+        )
+        .0,
+        VRDMA_STATUS_OK
+    );
+    e.mem
+        .store_u32_release(small[0] + CTRL_PRODUCER, 50)
+        .unwrap();
+    assert!(e.dev.srq_pop(srqn, &mut buf).is_err());
+    let again = e.pages(ring_npages(8, 64).unwrap() as usize);
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_MAX_WR, 8, 0, &again)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
+    );
+    // Pages without MAX_WR: INVALID.
+    assert_eq!(
+        e.cmd(
+            VRDMA_CMD_MODIFY_SRQ,
+            &resize_req(srqn, VRDMA_SRQ_LIMIT, 8, 0, &again)
+        )
+        .0,
+        VRDMA_STATUS_INVALID
     );
 }
 
@@ -852,6 +1019,100 @@ fn post_cqe_arm_and_overflow() {
     assert_eq!(e.dev.post_cqe(999, &cqe(6), false), Err(CqError::Broken));
 }
 
+/// Spec §5.5: a moderated, armed CQ signals after `cq_count` qualifying CQEs or `cq_period` µs
+/// after the first of them, whichever comes first; errors are not held back.
+#[test]
+fn cq_moderation_count_period_and_errors() {
+    let mut e = env();
+    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let cfg = VrdmaConfig::read_from(&r).unwrap();
+    assert_ne!(cfg.device_caps & VRDMA_DEVCAP_CQ_MODERATION, 0);
+    let (cq, pages) = e.create_cq(64);
+    let ctrl = pages[0];
+    let arm = |e: &mut Env| e.mem.store_u32_release(ctrl + CTRL_CQ_ARM, 1).unwrap();
+    let ok = |wr_id| VrdmaCqe {
+        wr_id,
+        ..VrdmaCqe::ZERO
+    };
+    let modify = |cqn, count, period| VrdmaCmdModifyCq {
+        cqn,
+        cq_count: count,
+        cq_period: period,
+    };
+    assert_eq!(
+        e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq + 100, 4, 1000).as_bytes())
+            .0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    // A period long enough that only the count can fire in this part of the test.
+    assert_eq!(
+        e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq, 4, 60_000).as_bytes())
+            .0,
+        VRDMA_STATUS_OK
+    );
+    arm(&mut e);
+    for i in 0..3 {
+        e.dev.post_cqe(cq, &ok(i), false).unwrap();
+    }
+    assert!(e.out.take_events().is_empty(), "3 < count 4: held back");
+    assert_eq!(
+        e.mem.load_u32_acquire(ctrl + CTRL_CQ_ARM).unwrap(),
+        1,
+        "still armed"
+    );
+    let next = transport::on_tick(&mut e.dev, Instant::now());
+    assert!(next.is_some(), "the period timer is running");
+    assert!(e.out.take_events().is_empty());
+    e.dev.post_cqe(cq, &ok(3), false).unwrap();
+    let ev = e.out.take_events();
+    assert_eq!(
+        (ev.len(), ev[0].type_),
+        (1, VRDMA_EV_CQ_COMP),
+        "the 4th fires"
+    );
+    assert_eq!(e.mem.load_u32_acquire(ctrl + CTRL_CQ_ARM).unwrap(), 0);
+    // The stale timer of that round does nothing, even once expired.
+    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(120));
+    arm(&mut e);
+    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(120));
+    assert!(e.out.take_events().is_empty(), "no CQE held: nothing fires");
+    // Period: one CQE, then the timer expires.
+    e.dev.post_cqe(cq, &ok(4), false).unwrap();
+    assert!(e.out.take_events().is_empty());
+    transport::on_tick(&mut e.dev, Instant::now());
+    assert!(e.out.take_events().is_empty(), "not yet");
+    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(61));
+    let ev = e.out.take_events();
+    assert_eq!(
+        (ev.len(), ev[0].type_),
+        (1, VRDMA_EV_CQ_COMP),
+        "the period fires"
+    );
+    // An error CQE is not held back.
+    arm(&mut e);
+    e.dev.post_cqe(cq, &ok(5), false).unwrap();
+    let mut err = ok(6);
+    err.status = VRDMA_WC_WR_FLUSH_ERR;
+    e.dev.post_cqe(cq, &err, false).unwrap();
+    assert_eq!(e.out.take_events().len(), 1, "error: at once");
+    // Unarmed CQEs are not counted: after arming, 3 more are still below the count.
+    for i in 7..10 {
+        e.dev.post_cqe(cq, &ok(i), false).unwrap();
+    }
+    arm(&mut e);
+    for i in 10..13 {
+        e.dev.post_cqe(cq, &ok(i), false).unwrap();
+    }
+    assert!(e.out.take_events().is_empty());
+    e.dev.post_cqe(cq, &ok(13), false).unwrap();
+    assert_eq!(e.out.take_events().len(), 1);
+    // count < 2 turns moderation off: every CQE fires as §5.3.
+    e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq, 1, 100).as_bytes());
+    arm(&mut e);
+    e.dev.post_cqe(cq, &ok(14), false).unwrap();
+    assert_eq!(e.out.take_events().len(), 1);
+}
+
 #[test]
 fn resize_cq_keeps_unpolled_cqes() {
     let mut e = env();
@@ -943,7 +1204,7 @@ fn short_and_empty_requests_never_panic() {
         }
     }
     assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(32, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(34, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(39, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(42, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
@@ -1052,4 +1313,44 @@ fn ring_error_moves_qp_to_error_with_fatal_event() {
     // Unknown QPN: nothing happens.
     e.dev.qp_ring_error(999, false, &err);
     assert!(e.out.take_events().is_empty());
+}
+
+/// Spec §2.2, §9: a link change updates `port_state` (config space and QUERY_PORT) and posts
+/// one PORT_ERR / PORT_ACTIVE; no change, no event. A UDP uplink has no link state.
+#[test]
+fn port_state_follows_the_link() {
+    let mut e = env();
+    let port = |e: &mut Env| {
+        let (s, r) = e.cmd(
+            VRDMA_CMD_QUERY_PORT,
+            VrdmaCmdQueryPort {
+                port: 1,
+                reserved: 0,
+            }
+            .as_bytes(),
+        );
+        assert_eq!(s, VRDMA_STATUS_OK);
+        let p = VrdmaRespQueryPort::read_from(&r).unwrap();
+        let c = VrdmaConfig::read_from(&e.dev.config_space()).unwrap();
+        assert_eq!(p.state, c.port_state);
+        (p.state, p.phys_state)
+    };
+    assert_eq!(port(&mut e), (VRDMA_PORT_ACTIVE, 5));
+    assert!(!e.dev.set_port_active(true));
+    assert!(e.out.take_events().is_empty());
+    assert!(e.dev.set_port_active(false));
+    assert_eq!(port(&mut e), (VRDMA_PORT_DOWN, 3));
+    let ev = e.out.take_events();
+    assert_eq!((ev.len(), ev[0].type_, ev[0].id), (1, VRDMA_EV_PORT_ERR, 1));
+    assert!(!e.dev.set_port_active(false));
+    assert!(e.out.take_events().is_empty());
+    assert!(e.dev.set_port_active(true));
+    assert_eq!(port(&mut e), (VRDMA_PORT_ACTIVE, 5));
+    assert_eq!(e.out.take_events()[0].type_, VRDMA_EV_PORT_ACTIVE);
+    let udp = vrdma_backend::uplink::UdpUplink::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:9".parse().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(vrdma_backend::uplink::Uplink::link_up(&udp), None);
 }

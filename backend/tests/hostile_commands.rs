@@ -76,6 +76,7 @@ fn resp_size(op: u16) -> usize {
         | VRDMA_CMD_ALLOC_MW => 8,
         VRDMA_CMD_QUERY_QP => 104,
         VRDMA_CMD_QUERY_SRQ => 16,
+        VRDMA_CMD_QUERY_STATS => 128,
         _ => 0,
     }
 }
@@ -342,14 +343,21 @@ impl Fuzz {
                 b.extend(self.pages(np));
                 b
             }
-            VRDMA_CMD_MODIFY_SRQ => VrdmaCmdModifySrq {
-                srqn: self.u32v(),
-                attr_mask: self.u32v(),
-                max_wr: self.u32v(),
-                srq_limit: self.u32v(),
+            VRDMA_CMD_MODIFY_SRQ => {
+                let depth = 1u32 << self.rng.below(12);
+                let np = 1 + ((depth as u64) << 6).div_ceil(4096).min(64);
+                let c = VrdmaCmdModifySrq {
+                    srqn: self.u32v(),
+                    attr_mask: self.u32v(),
+                    max_wr: depth,
+                    srq_limit: self.u32v(),
+                    npages: np as u32,
+                    reserved: 0,
+                };
+                let mut b = c.as_bytes().to_vec();
+                b.extend(self.pages(np));
+                b
             }
-            .as_bytes()
-            .to_vec(),
             VRDMA_CMD_CREATE_AH => {
                 let mut gid = [0u8; 16];
                 gid[10] = 0xff;
@@ -489,7 +497,15 @@ impl Fuzz {
             }
             .as_bytes()
             .to_vec(),
-            // Handle-only commands (destroy/query/dereg) and CREATE_PD / QUERY_DEVICE.
+            VRDMA_CMD_MODIFY_CQ => VrdmaCmdModifyCq {
+                cqn: self.u32v(),
+                cq_count: self.rng.pick(&[0, 1, 2, 16, u16::MAX]),
+                cq_period: self.rng.pick(&[0, 1, 100, u16::MAX]),
+            }
+            .as_bytes()
+            .to_vec(),
+            // Handle-only commands (destroy/query/dereg), QUERY_STATS ({qpn, flags} has the
+            // handle's layout) and CREATE_PD / QUERY_DEVICE.
             _ => VrdmaHandle {
                 handle: self.u32v(),
                 reserved: 0,
@@ -611,7 +627,7 @@ fn prove_usable(a: &mut Node) {
     assert_eq!(b.read(dst + 12000, 100), data[..100].to_vec());
 }
 
-const ALL_OPS: [u16; 33] = [
+const ALL_OPS: [u16; 35] = [
     VRDMA_CMD_QUERY_DEVICE,
     VRDMA_CMD_QUERY_PORT,
     VRDMA_CMD_ADD_GID,
@@ -645,6 +661,8 @@ const ALL_OPS: [u16; 33] = [
     VRDMA_CMD_DEALLOC_MW,
     VRDMA_CMD_ATTACH_MCAST,
     VRDMA_CMD_DETACH_MCAST,
+    VRDMA_CMD_QUERY_STATS,
+    VRDMA_CMD_MODIFY_CQ,
 ];
 
 fn run(seed: u64, odp: bool, budget: Duration) {

@@ -209,7 +209,11 @@ fn transport_drops_are_counted_by_reason() {
     let mut bad = frame.clone();
     *bad.last_mut().unwrap() ^= 0xff;
     transport::on_frame(&mut b.dev, &bad);
-    assert_eq!(load(&p.drop_malformed), 1);
+    assert_eq!(
+        (load(&p.drop_bad_icrc), load(&p.drop_malformed)),
+        (1, 0),
+        "ICRC errors are their own reason (spec §11.9)"
+    );
     // A QPN that does not exist (ICRC recomputed: the BTH is covered).
     let mut other = frame.clone();
     let bth = 14 + 20 + 8;
@@ -221,7 +225,8 @@ fn transport_drops_are_counted_by_reason() {
     b.qp_to_err(qb.qpn);
     transport::on_frame(&mut b.dev, &frame);
     assert_eq!(load(&p.drop_qp_state), 1);
-    assert_eq!(load(&p.drop_malformed), 1);
+    assert_eq!(load(&p.drop_bad_icrc), 1);
+    assert_eq!(p.rx_dropped(), 3);
     assert_eq!(b.dev.qps.get(qb.qpn).unwrap().stats.rx_packets, 0);
 }
 
@@ -447,4 +452,137 @@ fn daemon_without_room_for_the_stats_socket_still_serves() {
     assert!(alive && st.success(), "{text}");
     assert!(text.contains("no counters socket"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn query_stats(n: &mut Node, qpn: u32) -> Result<VrdmaStats, u32> {
+    let r = n.cmd(
+        VRDMA_CMD_QUERY_STATS,
+        VrdmaCmdQueryStats { qpn, flags: 0 }.as_bytes(),
+    )?;
+    assert_eq!(r.len(), VrdmaStats::SIZE);
+    Ok(VrdmaStats::read_from(&r).unwrap())
+}
+
+/// Spec §11.9: QUERY_STATS returns a QP's transport counters, and for the port the sum over
+/// every QP the device has had (destroyed ones included) plus ICRC errors and drops.
+#[test]
+fn query_stats_reports_qp_and_port_counters() {
+    let mut a = Node::new(1, 16, 1500);
+    let mut b = Node::new(2, 16, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, _cqb) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(8192);
+    let dst = b.alloc(8192);
+    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    // Lose the first MIDDLE once: a NAK, a go-back-N; keep a copy of one frame A sent.
+    let mut link = Link::clean();
+    let lost = Arc::new(AtomicUsize::new(0));
+    let l2 = lost.clone();
+    let seen: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
+    let s2 = seen.clone();
+    link.filter_ab = Some(Box::new(move |f| {
+        s2.lock().unwrap().clone_from(&f.to_vec());
+        if opcode(f) == RC_RDMA_WRITE_MIDDLE && l2.load(Ordering::Relaxed) == 0 {
+            l2.store(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }));
+    a.post_send(
+        &mut qa,
+        &Wqe {
+            wr_id: 1,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 4096, ka)],
+            remote_addr: dst,
+            rkey: kb,
+            ..Default::default()
+        },
+    );
+    let mut done = Vec::new();
+    pump_until(
+        &mut a,
+        &mut b,
+        &mut link,
+        Duration::from_secs(20),
+        |a, _| {
+            done.extend(a.poll_cq(&mut cqa));
+            !done.is_empty()
+        },
+    );
+    assert_eq!(done[0].status, VRDMA_WC_SUCCESS);
+
+    let sa = query_stats(&mut a, qa.qpn).unwrap();
+    let want = a.dev.qps.get(qa.qpn).unwrap().stats;
+    assert_eq!(
+        (sa.tx_packets, sa.tx_bytes, sa.rx_packets, sa.rx_bytes),
+        (
+            want.tx_packets,
+            want.tx_bytes,
+            want.rx_packets,
+            want.rx_bytes
+        )
+    );
+    assert_eq!((sa.retransmits, sa.seq_naks_rx), (3, 1), "{want:?}");
+    assert_eq!((sa.icrc_errors, sa.rx_dropped, sa.odp_faults), (0, 0, 0));
+    let sb = query_stats(&mut b, qb.qpn).unwrap();
+    assert_eq!(sb.seq_naks_tx, 1);
+
+    // The port: every QP (a second, idle QP adds nothing), and it survives the QP's destroy.
+    let idle = a.create_qp(QpSpec::rc(pda, ca));
+    let port = query_stats(&mut a, 0).unwrap();
+    assert_eq!((port.tx_packets, port.retransmits), (7, 3));
+    assert_eq!(port.rx_packets, sa.rx_packets);
+    a.cmd(
+        VRDMA_CMD_DESTROY_QP,
+        VrdmaHandle {
+            handle: qa.qpn,
+            reserved: 0,
+        }
+        .as_bytes(),
+    )
+    .unwrap();
+    let after = query_stats(&mut a, 0).unwrap();
+    assert_eq!((after.tx_packets, after.tx_bytes), (7, port.tx_bytes));
+    assert_eq!(
+        query_stats(&mut a, qa.qpn).unwrap_err(),
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert_eq!(query_stats(&mut a, idle.qpn).unwrap().tx_packets, 0);
+    // A device reset destroys the QPs, not the port's totals.
+    b.dev.reset();
+    let bp = query_stats(&mut b, 0).unwrap();
+    assert_eq!((bp.rx_packets, bp.seq_naks_tx), (sb.rx_packets, 1));
+
+    // A frame with a broken ICRC: counted as an ICRC error and a drop; a frame for a QPN that
+    // is gone (qa was destroyed): a drop only.
+    let mut f = seen.lock().unwrap().clone();
+    assert!(!f.is_empty());
+    let n = f.len();
+    f[n - 1] ^= 0xff;
+    let before = query_stats(&mut b, 0).unwrap();
+    transport::on_frame(&mut b.dev, &f);
+    f[n - 1] ^= 0xff;
+    transport::on_frame(&mut b.dev, &f);
+    let bp = query_stats(&mut b, 0).unwrap();
+    assert_eq!(bp.icrc_errors, before.icrc_errors + 1);
+    assert_eq!(bp.rx_dropped, before.rx_dropped + 2);
+    assert_eq!(bp.rx_packets, before.rx_packets);
+
+    // flags must be 0.
+    assert_eq!(
+        a.cmd(
+            VRDMA_CMD_QUERY_STATS,
+            VrdmaCmdQueryStats { qpn: 0, flags: 1 }.as_bytes()
+        )
+        .unwrap_err(),
+        VRDMA_STATUS_INVALID
+    );
 }

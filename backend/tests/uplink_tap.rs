@@ -251,3 +251,51 @@ fn tap_carries_mtu_9000_frames_both_ways() {
         unsafe { libc::close(ps) };
     });
 }
+
+/// `ip link set NAME up|down`: SIOCSIFFLAGS with IFF_UP set or cleared.
+fn set_if_up(name: &str, up: bool) {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    #[repr(C)]
+    struct Req {
+        name: [u8; 16],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    let mut r = Req {
+        name: [0; 16],
+        flags: if_flags(name),
+        _pad: [0; 22],
+    };
+    r.name[..name.len()].copy_from_slice(name.as_bytes());
+    if up {
+        r.flags |= libc::IFF_UP as libc::c_short;
+    } else {
+        r.flags &= !(libc::IFF_UP as libc::c_short);
+    }
+    // SAFETY: SIOCSIFFLAGS reads a valid ifreq-sized struct.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::unix::io::AsRawFd::as_raw_fd(&sock),
+            libc::SIOCSIFFLAGS as _,
+            &r,
+        )
+    };
+    assert_eq!(rc, 0, "SIOCSIFFLAGS: {}", std::io::Error::last_os_error());
+}
+
+/// Spec §2.2: a TAP uplink's link state is the interface's (up and carrier); the port follows.
+#[test]
+fn tap_link_state_follows_the_interface() {
+    in_netns(|| {
+        let tap = TapUplink::open("vrdmat3").unwrap();
+        assert_eq!(
+            tap.link_up(),
+            Some(true),
+            "open brings it up; the fd is the carrier"
+        );
+        set_if_up("vrdmat3", false);
+        assert_eq!(tap.link_up(), Some(false), "ip link set down");
+        set_if_up("vrdmat3", true);
+        assert_eq!(tap.link_up(), Some(true), "ip link set up");
+    });
+}

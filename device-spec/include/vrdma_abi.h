@@ -52,6 +52,8 @@
 /* §2.2 device_caps: IBTA 1.5 remote operations the device executes */
 #define VRDMA_DEVCAP_ATOMIC_WRITE	(1U << 0) /* RC ATOMIC WRITE */
 #define VRDMA_DEVCAP_FLUSH_GLOBAL	(1U << 1) /* RC FLUSH, global visibility */
+#define VRDMA_DEVCAP_SRQ_RESIZE		(1U << 2) /* MODIFY_SRQ with MAX_WR, §11.7 */
+#define VRDMA_DEVCAP_CQ_MODERATION	(1U << 3) /* MODIFY_CQ, §5.5 */
 
 /* §2.2 port_state values (same as IB_PORT_*) */
 #define VRDMA_PORT_DOWN			1
@@ -406,6 +408,8 @@ struct vrdma_page_req {
 #define VRDMA_CMD_DEALLOC_MW		31
 #define VRDMA_CMD_ATTACH_MCAST		40	/* UD QP joins a multicast GID */
 #define VRDMA_CMD_DETACH_MCAST		41
+#define VRDMA_CMD_QUERY_STATS		32	/* port or QP counters */
+#define VRDMA_CMD_MODIFY_CQ		33	/* CQ moderation */
 
 /*
  * Size limits of one control chain (§11.1): a trailing page list holds at
@@ -633,11 +637,14 @@ struct vrdma_cmd_create_srq {
 #define VRDMA_SRQ_MAX_WR		(1U << 0)
 #define VRDMA_SRQ_LIMIT			(1U << 1)
 
+/* MODIFY_SRQ: with VRDMA_SRQ_MAX_WR the new ring's page list follows. */
 struct vrdma_cmd_modify_srq {
 	__le32	srqn;
-	__le32	attr_mask;		/* VRDMA_SRQ_*; MAX_WR -> NOT_SUPPORTED */
-	__le32	max_wr;
+	__le32	attr_mask;		/* VRDMA_SRQ_* */
+	__le32	max_wr;			/* MAX_WR: new depth, power of two */
 	__le32	srq_limit;
+	__le32	npages;			/* MAX_WR: trailing page list length, else 0 */
+	__le32	reserved;
 };
 
 struct vrdma_resp_query_srq {
@@ -735,6 +742,36 @@ struct vrdma_cmd_odp_invalidate {
 	__le32	reserved;
 	__le64	iova;
 	__le64	length;
+};
+
+/* MODIFY_CQ (§5.5, §11.6) */
+struct vrdma_cmd_modify_cq {
+	__le32	cqn;
+	__le16	cq_count;		/* CQEs; < 2 or period 0: off */
+	__le16	cq_period;		/* microseconds */
+};
+
+/* QUERY_STATS (§11.9): response vrdma_stats. */
+struct vrdma_cmd_query_stats {
+	__le32	qpn;			/* 0: the port */
+	__le32	flags;			/* must be 0 */
+};
+
+struct vrdma_stats {
+	__le64	tx_packets;
+	__le64	tx_bytes;
+	__le64	rx_packets;
+	__le64	rx_bytes;
+	__le64	retransmits;
+	__le64	timeouts;
+	__le64	rnr_naks_rx;
+	__le64	rnr_naks_tx;
+	__le64	seq_naks_rx;
+	__le64	seq_naks_tx;
+	__le64	icrc_errors;		/* port only */
+	__le64	rx_dropped;		/* port only */
+	__le64	odp_faults;		/* port only */
+	__le64	reserved[3];
 };
 
 /* MR keys (§12.1): key = (index << 8) | variant */

@@ -57,6 +57,23 @@ struct vrdma_create_srq_resp {
 	__aligned_u64	mmap_size;
 };
 
+/*
+ * modify_srq with IB_SRQ_MAX_WR moves the SRQ to a new ring (device-spec
+ * §11.7). The uverbs MODIFY_SRQ command has no response, so the provider
+ * passes the address of a struct vrdma_modify_srq_resp that the kernel
+ * fills in with the new ring's mapping (as rxe does for its SRQ resize).
+ */
+struct vrdma_modify_srq_cmd {
+	__aligned_u64	resp_addr;	/* user address of vrdma_modify_srq_resp */
+};
+
+struct vrdma_modify_srq_resp {
+	__u32	depth;
+	__u32	reserved;
+	__aligned_u64	mmap_offset;
+	__aligned_u64	mmap_size;
+};
+
 struct vrdma_create_ah_resp {
 	__u32	ah_index;		/* goes into vrdma_wqe_ud.ah_index */
 	__u32	reserved;

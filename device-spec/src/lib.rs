@@ -309,6 +309,10 @@ abi_consts! {
     /// §2.2 `device_caps` bits: IBTA 1.5 remote operations the device executes.
     VRDMA_DEVCAP_ATOMIC_WRITE: u32 = 1 << 0;
     VRDMA_DEVCAP_FLUSH_GLOBAL: u32 = 1 << 1;
+    /// §11.7 MODIFY_SRQ with `VRDMA_SRQ_MAX_WR` (resize).
+    VRDMA_DEVCAP_SRQ_RESIZE: u32 = 1 << 2;
+    /// §5.5 MODIFY_CQ (CQ moderation).
+    VRDMA_DEVCAP_CQ_MODERATION: u32 = 1 << 3;
 
     /// §2.2 `port_state` values.
     VRDMA_PORT_DOWN: u32 = 1;
@@ -467,6 +471,8 @@ abi_consts! {
     /// §15.8 UD QP joins / leaves a multicast GID.
     VRDMA_CMD_ATTACH_MCAST: u16 = 40;
     VRDMA_CMD_DETACH_MCAST: u16 = 41;
+    VRDMA_CMD_QUERY_STATS: u16 = 32;
+    VRDMA_CMD_MODIFY_CQ: u16 = 33;
 
     /// §11.1 Largest trailing page list of one command, in `__le64` entries (64 MiB).
     VRDMA_CMD_MAX_PAGES: u32 = 1 << 23;
@@ -1027,14 +1033,18 @@ abi_structs! {
         pub npages: u32,
     }
 
-    /// MODIFY_SRQ request.
-    "vrdma_cmd_modify_srq", size 16:
+    /// MODIFY_SRQ request; with `VRDMA_SRQ_MAX_WR` the new ring's page list follows (§11.7).
+    "vrdma_cmd_modify_srq", size 24:
     pub struct VrdmaCmdModifySrq {
         pub srqn: u32,
-        /// `VRDMA_SRQ_*`; MAX_WR -> NOT_SUPPORTED.
+        /// `VRDMA_SRQ_*`.
         pub attr_mask: u32,
+        /// `VRDMA_SRQ_MAX_WR`: the new depth (power of two).
         pub max_wr: u32,
         pub srq_limit: u32,
+        /// `VRDMA_SRQ_MAX_WR`: trailing page list length; 0 otherwise.
+        pub npages: u32,
+        pub reserved: u32,
     }
 
     /// QUERY_SRQ response.
@@ -1134,6 +1144,47 @@ abi_structs! {
         pub reserved: u32,
         pub iova: u64,
         pub length: u64,
+    }
+
+    /// MODIFY_CQ request (§5.5).
+    "vrdma_cmd_modify_cq", size 8:
+    pub struct VrdmaCmdModifyCq {
+        pub cqn: u32,
+        /// CQEs; below 2 (or a period of 0) turns moderation off.
+        pub cq_count: u16,
+        /// Microseconds.
+        pub cq_period: u16,
+    }
+
+    /// QUERY_STATS request (§11.9).
+    "vrdma_cmd_query_stats", size 8:
+    pub struct VrdmaCmdQueryStats {
+        /// 0: the port.
+        pub qpn: u32,
+        /// Must be 0.
+        pub flags: u32,
+    }
+
+    /// QUERY_STATS response (§11.9): counters since QP creation / device start.
+    "vrdma_stats", size 128:
+    pub struct VrdmaStats {
+        pub tx_packets: u64,
+        pub tx_bytes: u64,
+        pub rx_packets: u64,
+        pub rx_bytes: u64,
+        pub retransmits: u64,
+        pub timeouts: u64,
+        pub rnr_naks_rx: u64,
+        pub rnr_naks_tx: u64,
+        pub seq_naks_rx: u64,
+        pub seq_naks_tx: u64,
+        /// Port only.
+        pub icrc_errors: u64,
+        /// Port only.
+        pub rx_dropped: u64,
+        /// Port only.
+        pub odp_faults: u64,
+        pub reserved: [u64; 3],
     }
 }
 
@@ -1356,7 +1407,7 @@ mod tests {
 
     #[test]
     fn tables_are_complete_and_unique() {
-        assert_eq!(ABI_STRUCTS.len(), 40);
+        assert_eq!(ABI_STRUCTS.len(), 43);
         let mut names: Vec<_> = ABI_STRUCTS.iter().map(|s| s.c_name).collect();
         names.sort_unstable();
         names.dedup();

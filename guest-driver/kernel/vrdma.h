@@ -98,12 +98,18 @@ struct vrdma_srq {
 	u32 srqn;
 	bool user;
 	u32 max_sge;
-	spinlock_t lock;		/* producer index */
+	spinlock_t lock;		/* producer index, ring, resizing */
+	bool resizing;			/* MODIFY_SRQ with MAX_WR outstanding */
+	struct mutex resize_mutex;	/* one resize at a time */
 	struct vrdma_ring ring;
 	struct rdma_user_mmap_entry *mmap;
 	refcount_t refs;
 	struct completion free;
 };
+
+/* §11.9 counters of struct vrdma_stats: all, and those a QP has */
+#define VRDMA_NR_STATS		13
+#define VRDMA_NR_QP_STATS	10
 
 struct vrdma_qp {
 	struct ib_qp ibqp;
@@ -122,6 +128,9 @@ struct vrdma_qp {
 	struct rdma_user_mmap_entry *rq_mmap;
 	refcount_t refs;
 	struct completion free;
+	/* bound to an rdma_counter (vrdma_stats.c), under its lock */
+	struct list_head ctr_node;
+	u64 ctr_base[VRDMA_NR_QP_STATS];
 };
 
 struct vrdma_mr {
@@ -184,6 +193,11 @@ struct vrdma_dev {
 	struct xarray qps;
 	struct xarray srqs;
 	struct xarray odp_mrs;		/* key index -> ODP MR */
+
+	/* hardware counters (vrdma_stats.c) */
+	struct xarray counters;		/* rdma_counter id -> vrdma_counter */
+	struct mutex ctr_lock;		/* ctr_attributed */
+	u64 ctr_attributed[VRDMA_NR_QP_STATS];
 
 	struct work_struct config_work;
 	struct work_struct fatal_work;	/* reports the device dead, once */
@@ -345,6 +359,7 @@ int vrdma_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 		    struct uverbs_attr_bundle *attrs);
 int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int vrdma_modify_cq(struct ib_cq *ibcq, u16 cq_count, u16 cq_period);
 int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
 int vrdma_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int vrdma_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
@@ -414,5 +429,17 @@ int vrdma_odp_wq_init(struct vrdma_dev *dev);
 void vrdma_odp_wq_destroy(struct vrdma_dev *dev);
 int vrdma_pagereq_init(struct vrdma_dev *dev);
 void vrdma_pagereq_cleanup(struct vrdma_dev *dev);
+
+/* vrdma_stats.c */
+struct rdma_hw_stats *vrdma_alloc_hw_port_stats(struct ib_device *ibdev,
+						u32 port_num);
+struct rdma_hw_stats *vrdma_alloc_hw_device_stats(struct ib_device *ibdev);
+int vrdma_get_hw_stats(struct ib_device *ibdev, struct rdma_hw_stats *stats,
+		       u32 port_num, int index);
+struct rdma_hw_stats *vrdma_counter_alloc_stats(struct rdma_counter *counter);
+int vrdma_counter_bind_qp(struct rdma_counter *counter, struct ib_qp *ibqp);
+int vrdma_counter_unbind_qp(struct ib_qp *ibqp);
+int vrdma_counter_update_stats(struct rdma_counter *counter);
+int vrdma_counter_dealloc(struct rdma_counter *counter);
 
 #endif /* VRDMA_H */

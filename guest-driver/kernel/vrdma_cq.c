@@ -243,6 +243,23 @@ out_unlock:
 	return err;
 }
 
+/* §5.5: the device holds CQ events back by count and period. */
+int vrdma_modify_cq(struct ib_cq *ibcq, u16 cq_count, u16 cq_period)
+{
+	struct vrdma_dev *dev = to_vdev(ibcq->device);
+	struct vrdma_cq *cq = to_vcq(ibcq);
+	struct vrdma_cmd_modify_cq req = {
+		.cqn = cpu_to_le32(cq->cqn),
+		.cq_count = cpu_to_le16(cq_count),
+		.cq_period = cpu_to_le16(cq_period),
+	};
+
+	if (!(VCFG(dev, device_caps) & VRDMA_DEVCAP_CQ_MODERATION))
+		return -EOPNOTSUPP;
+	return vrdma_cmd(dev, VRDMA_CMD_MODIFY_CQ, &req, sizeof(req), NULL, 0,
+			 NULL, 0);
+}
+
 /* VRDMA_WC_* equal enum ib_wc_opcode except REG_MR and FLUSH (§7). */
 static enum ib_wc_opcode vrdma_wc_opcode(u8 opcode)
 {

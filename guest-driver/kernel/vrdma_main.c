@@ -215,6 +215,8 @@ static int vrdma_probe(struct virtio_device *vdev)
 	xa_init_flags(&dev->qps, XA_FLAGS_LOCK_IRQ);
 	xa_init_flags(&dev->srqs, XA_FLAGS_LOCK_IRQ);
 	xa_init(&dev->odp_mrs);
+	xa_init_flags(&dev->counters, XA_FLAGS_ALLOC1);
+	mutex_init(&dev->ctr_lock);
 	INIT_WORK(&dev->config_work, vrdma_config_work);
 	INIT_WORK(&dev->fatal_work, vrdma_fatal_work);
 	dev->port_state = VRDMA_PORT_DOWN;

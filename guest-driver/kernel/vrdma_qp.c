@@ -143,6 +143,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	spin_lock_init(&qp->sq_lock);
 	spin_lock_init(&qp->rq_lock);
 	refcount_set(&qp->refs, 1);
+	INIT_LIST_HEAD(&qp->ctr_node);
 	init_completion(&qp->free);
 
 	sq_depth = roundup_pow_of_two(max(cap->max_send_wr, 1U));

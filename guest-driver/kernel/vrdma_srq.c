@@ -4,6 +4,7 @@
  * §6.2) that the device reads whenever it needs a receive WQE.
  */
 #include <linux/slab.h>
+#include <linux/uaccess.h>
 #include <rdma/uverbs_ioctl.h>
 
 #include "vrdma.h"
@@ -71,6 +72,7 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 
 	srq->user = !!udata;
 	spin_lock_init(&srq->lock);
+	mutex_init(&srq->resize_mutex);
 	refcount_set(&srq->refs, 1);
 	init_completion(&srq->free);
 
@@ -94,6 +96,7 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	if (err) {
 		/* After a timeout the device may yet create the SRQ. */
 		vrdma_ring_retire(dev, &srq->ring, !vrdma_cmd_unsettled(err));
+		mutex_destroy(&srq->resize_mutex);
 		return err;
 	}
 	srq->srqn = le32_to_cpu(resp.handle);
@@ -133,9 +136,122 @@ err_erase:
 err_destroy:
 	vrdma_ring_retire(dev, &srq->ring,
 			  vrdma_destroy_srq_cmd(dev, srq->srqn));
+	mutex_destroy(&srq->resize_mutex);
 	return err;
 err_ring:
 	vrdma_ring_free(dev, &srq->ring);
+	mutex_destroy(&srq->resize_mutex);
+	return err;
+}
+
+static void vrdma_srq_set_resizing(struct vrdma_srq *srq, bool on)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&srq->lock, flags);
+	srq->resizing = on;
+	spin_unlock_irqrestore(&srq->lock, flags);
+}
+
+/*
+ * §11.7 MODIFY_SRQ with VRDMA_SRQ_MAX_WR: the device copies the posted WQEs
+ * to the start of a new ring and takes WQEs from it when the command
+ * completes. Kernel posters are refused (-EBUSY) while the command is
+ * outstanding, because WQEs posted to the old ring then might not be
+ * copied; libvrdma holds its SRQ lock across the command for the same
+ * reason. For user SRQs the new ring's mapping goes to the address the
+ * provider passed (struct vrdma_modify_srq_cmd).
+ */
+static int vrdma_resize_srq(struct vrdma_dev *dev, struct vrdma_srq *srq,
+			    struct ib_srq_attr *attr,
+			    enum ib_srq_attr_mask mask, struct ib_udata *udata)
+{
+	struct rdma_user_mmap_entry *mmap = NULL;
+	struct vrdma_cmd_modify_srq req = {};
+	struct vrdma_modify_srq_resp uresp = {};
+	struct vrdma_modify_srq_cmd ucmd = {};
+	struct vrdma_ring ring, old;
+	unsigned long flags;
+	u32 depth;
+	__le64 *pl;
+	int err;
+
+	if (!(VCFG(dev, device_caps) & VRDMA_DEVCAP_SRQ_RESIZE))
+		return -EOPNOTSUPP;
+	if (!attr->max_wr || attr->max_wr > VCFG(dev, max_srq_wr))
+		return -EINVAL;
+	depth = roundup_pow_of_two(attr->max_wr);
+	if (depth > VCFG(dev, max_srq_wr))
+		return -EINVAL;
+	if ((mask & IB_SRQ_LIMIT) && attr->srq_limit > depth)
+		return -EINVAL;
+	if (udata) {
+		if (udata->inlen < sizeof(ucmd))
+			return -EINVAL;
+		err = ib_copy_from_udata(&ucmd, udata, sizeof(ucmd));
+		if (err)
+			return err;
+	}
+
+	mutex_lock(&srq->resize_mutex);
+	err = vrdma_ring_alloc(dev, &ring, depth, srq->ring.entry_shift);
+	if (err)
+		goto out_unlock;
+	pl = vrdma_ring_page_list(&ring);
+	if (!pl) {
+		vrdma_ring_free(dev, &ring);
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	req.srqn = cpu_to_le32(srq->srqn);
+	req.attr_mask = cpu_to_le32(VRDMA_SRQ_MAX_WR |
+				    (mask & IB_SRQ_LIMIT ? VRDMA_SRQ_LIMIT : 0));
+	req.max_wr = cpu_to_le32(depth);
+	req.srq_limit = cpu_to_le32(attr->srq_limit);
+	req.npages = cpu_to_le32(ring.npages);
+
+	vrdma_srq_set_resizing(srq, true);
+	err = vrdma_cmd(dev, VRDMA_CMD_MODIFY_SRQ, &req, sizeof(req), pl,
+			ring.npages * sizeof(*pl), NULL, 0);
+	vrdma_cmd_tail_free(dev, pl, err);
+	if (err) {
+		/* After a timeout the device may yet switch to @ring. */
+		vrdma_ring_retire(dev, &ring, !vrdma_cmd_unsettled(err));
+		vrdma_srq_set_resizing(srq, false);
+		goto out_unlock;
+	}
+
+	if (udata) {
+		mmap = vrdma_ring_mmap_entry(vrdma_uctx(udata), &ring,
+					     &uresp.mmap_offset,
+					     &uresp.mmap_size);
+		if (IS_ERR(mmap)) {
+			/* The device already uses the new ring. */
+			err = PTR_ERR(mmap);
+			mmap = NULL;
+		}
+	}
+
+	spin_lock_irqsave(&srq->lock, flags);
+	old = srq->ring;
+	srq->ring = ring;
+	srq->resizing = false;
+	spin_unlock_irqrestore(&srq->lock, flags);
+
+	if (srq->mmap)
+		rdma_user_mmap_entry_remove(srq->mmap);
+	srq->mmap = mmap;
+	/* The device acknowledged the switch: it no longer reads @old. */
+	vrdma_ring_free(dev, &old);
+
+	if (udata && !err) {
+		uresp.depth = depth;
+		if (copy_to_user(u64_to_user_ptr(ucmd.resp_addr), &uresp,
+				 sizeof(uresp)))
+			err = -EFAULT;
+	}
+out_unlock:
+	mutex_unlock(&srq->resize_mutex);
 	return err;
 }
 
@@ -149,7 +265,7 @@ int vrdma_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 	if (mask & ~(IB_SRQ_MAX_WR | IB_SRQ_LIMIT))
 		return -EINVAL;
 	if (mask & IB_SRQ_MAX_WR)
-		return -EOPNOTSUPP;
+		return vrdma_resize_srq(dev, srq, attr, mask, udata);
 	if ((mask & IB_SRQ_LIMIT) && attr->srq_limit > srq->ring.depth)
 		return -EINVAL;
 	req.srqn = cpu_to_le32(srq->srqn);
@@ -190,6 +306,7 @@ int vrdma_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 	if (srq->mmap)
 		rdma_user_mmap_entry_remove(srq->mmap);
 	vrdma_ring_retire(dev, &srq->ring, released);
+	mutex_destroy(&srq->resize_mutex);
 	return 0;
 }
 
@@ -207,6 +324,11 @@ int vrdma_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 		return -EINVAL;
 	}
 	spin_lock_irqsave(&srq->lock, flags);
+	if (srq->resizing) {
+		spin_unlock_irqrestore(&srq->lock, flags);
+		*bad_wr = wr;
+		return -EBUSY;
+	}
 	prod = le32_to_cpu(r->ctrl->producer);
 	for (; wr; wr = wr->next) {
 		cons = le32_to_cpu(READ_ONCE(r->ctrl->consumer));

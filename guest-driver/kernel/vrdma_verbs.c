@@ -40,6 +40,12 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	if (VCFG(dev, max_mw))
 		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW |
 					  IB_DEVICE_MEM_WINDOW_TYPE_2B;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_SRQ_RESIZE)
+		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_CQ_MODERATION) {
+		attr->cq_caps.max_cq_moderation_count = U16_MAX;
+		attr->cq_caps.max_cq_moderation_period = U16_MAX;
+	}
 	attr->max_send_sge = VCFG(dev, max_send_sge);
 	attr->max_recv_sge = VCFG(dev, max_recv_sge);
 	attr->max_sge_rd = attr->max_send_sge;
@@ -232,11 +238,18 @@ const struct ib_device_ops vrdma_dev_ops = {
 
 	.add_gid = vrdma_add_gid,
 	.advise_mr = vrdma_advise_mr,
+	.alloc_hw_device_stats = vrdma_alloc_hw_device_stats,
+	.alloc_hw_port_stats = vrdma_alloc_hw_port_stats,
 	.alloc_mr = vrdma_alloc_mr,
 	.alloc_mw = vrdma_alloc_mw,
 	.alloc_pd = vrdma_alloc_pd,
 	.alloc_ucontext = vrdma_alloc_ucontext,
 	.attach_mcast = vrdma_attach_mcast,
+	.counter_alloc_stats = vrdma_counter_alloc_stats,
+	.counter_bind_qp = vrdma_counter_bind_qp,
+	.counter_dealloc = vrdma_counter_dealloc,
+	.counter_unbind_qp = vrdma_counter_unbind_qp,
+	.counter_update_stats = vrdma_counter_update_stats,
 	.create_ah = vrdma_create_ah,
 	.create_cq = vrdma_create_cq,
 	.create_qp = vrdma_create_qp,
@@ -257,11 +270,13 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.drain_sq = vrdma_drain_sq,
 	.get_dev_fw_str = vrdma_get_dev_fw_str,
 	.get_dma_mr = vrdma_get_dma_mr,
+	.get_hw_stats = vrdma_get_hw_stats,
 	.get_link_layer = vrdma_get_link_layer,
 	.get_port_immutable = vrdma_get_port_immutable,
 	.map_mr_sg = vrdma_map_mr_sg,
 	.mmap = vrdma_mmap,
 	.mmap_free = vrdma_mmap_free,
+	.modify_cq = vrdma_modify_cq,
 	.modify_qp = vrdma_modify_qp,
 	.modify_srq = vrdma_modify_srq,
 	.poll_cq = vrdma_poll_cq,

@@ -269,6 +269,7 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.poll_cq = vrdma_poll_cq,
 	.req_notify_cq = vrdma_req_notify_cq,
 	.resize_cq = vrdma_resize_cq,
+	.modify_cq = vrdma_modify_cq,
 	.destroy_cq = vrdma_destroy_cq,
 	.create_srq = vrdma_create_srq,
 	.modify_srq = vrdma_modify_srq,

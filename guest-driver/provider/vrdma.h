@@ -30,6 +30,7 @@
 #define _STRUCT_vrdma_create_qp_resp struct {}
 #define _STRUCT_vrdma_create_srq_resp struct {}
 #define _STRUCT_vrdma_create_ah_resp struct {}
+#define _STRUCT_vrdma_modify_srq_cmd struct {}
 
 DECLARE_DRV_CMD(uvrdma_alloc_ucontext, IB_USER_VERBS_CMD_GET_CONTEXT,
 		empty, vrdma_alloc_ucontext_resp);
@@ -45,6 +46,8 @@ DECLARE_DRV_CMD(uvrdma_create_srq, IB_USER_VERBS_CMD_CREATE_SRQ,
 		empty, vrdma_create_srq_resp);
 DECLARE_DRV_CMD(uvrdma_create_ah, IB_USER_VERBS_CMD_CREATE_AH,
 		empty, vrdma_create_ah_resp);
+DECLARE_DRV_CMD(uvrdma_modify_srq, IB_USER_VERBS_CMD_MODIFY_SRQ,
+		vrdma_modify_srq_cmd, empty);
 
 /* Fixed parts of the entries (§6). */
 #define VRDMA_SEND_WQE_HDR	sizeof(struct vrdma_send_wqe)	/* 64 */
@@ -160,6 +163,7 @@ struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx,
 				     struct ibv_cq_init_attr_ex *attr);
 int vrdma_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+int vrdma_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr);
 int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe);
 void vrdma_cq_clean(struct vrdma_cq *cq, uint32_t qpn);
 int vrdma_destroy_cq(struct ibv_cq *ibcq);

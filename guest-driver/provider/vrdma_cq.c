@@ -335,6 +335,14 @@ out:
 	return ret;
 }
 
+/* §5.5 CQ moderation: count and period go to the device through the kernel. */
+int vrdma_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr)
+{
+	struct ibv_modify_cq cmd = {};
+
+	return ibv_cmd_modify_cq(ibcq, attr, &cmd, sizeof(cmd));
+}
+
 int vrdma_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct vrdma_cq *cq = to_vcq(ibcq);

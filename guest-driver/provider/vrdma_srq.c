@@ -55,15 +55,46 @@ err_free:
 	return NULL;
 }
 
-/* §11 MODIFY_SRQ: only the limit can change; resizing is NOT_SUPPORTED. */
+/*
+ * §11.7 MODIFY_SRQ. With IBV_SRQ_MAX_WR the device moves the posted WQEs to
+ * a new ring that the kernel maps for us: its mapping comes back through
+ * resp_addr (the uverbs command has no response). The SRQ lock is held
+ * across the command so that nothing is posted to the old ring while the
+ * device copies it; posting continues at the new ring's producer.
+ */
 int vrdma_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 		     int attr_mask)
 {
-	struct ibv_modify_srq cmd;
+	struct vrdma_srq *srq = to_vsrq(ibsrq);
+	struct vrdma_modify_srq_resp map = {};
+	struct uvrdma_modify_srq cmd = {};
+	struct vrdma_ring old;
+	int ret;
 
-	if (attr_mask & IBV_SRQ_MAX_WR)
-		return EOPNOTSUPP;
-	return ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd, sizeof(cmd));
+	if (!(attr_mask & IBV_SRQ_MAX_WR))
+		return ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
+					  sizeof(cmd));
+
+	cmd.drv_payload.resp_addr = (uintptr_t)&map;
+	pthread_spin_lock(&srq->rq.lock);
+	ret = ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
+				 sizeof(cmd));
+	if (ret)
+		goto out;
+	old = srq->rq.ring;
+	ret = vrdma_map_ring(ibsrq->context, &srq->rq.ring, map.mmap_offset,
+			     map.mmap_size, map.depth, old.shift,
+			     VRDMA_RQ_MIN_SHIFT);
+	if (ret) {
+		/* the device already uses the new ring: nothing to post to */
+		srq->rq.ring = old;
+		goto out;
+	}
+	vrdma_wq_sync(&srq->rq.ring);
+	vrdma_unmap_ring(&old);
+out:
+	pthread_spin_unlock(&srq->rq.lock);
+	return ret;
 }
 
 int vrdma_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)

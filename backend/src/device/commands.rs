@@ -95,6 +95,8 @@ impl Device {
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
+            VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
+            VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
@@ -290,6 +292,16 @@ impl Device {
         Ok(())
     }
 
+    /// MODIFY_CQ (spec §5.5): the moderation applies from the next CQE; CQEs already held keep
+    /// their deadline.
+    fn cmd_modify_cq(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdModifyCq>(req)?;
+        let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        cq.moderation.count = c.cq_count;
+        cq.moderation.period_us = c.cq_period;
+        Ok(())
+    }
+
     fn cmd_create_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateQp>(req)?;
         let t = QpType::from_u32(c.qp_type).ok_or(VRDMA_STATUS_INVALID)?;
@@ -445,6 +457,28 @@ impl Device {
         })
     }
 
+    /// QUERY_STATS (spec §11.9): one QP's counters, or (qpn 0) the port's.
+    fn cmd_query_stats(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdQueryStats>(req)?;
+        if c.flags != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let s = if c.qpn == 0 {
+            let p = &self.port_stats;
+            VrdmaStats {
+                icrc_errors: p.drop_bad_icrc.load(std::sync::atomic::Ordering::Relaxed),
+                rx_dropped: p.rx_dropped(),
+                odp_faults: self.mrs.odp_faults(),
+                ..self.qps.stats_total().to_vrdma()
+            }
+        } else {
+            let qp = self.qps.get(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+            qp.stats.to_vrdma()
+        };
+        put(resp, &s);
+        Ok(())
+    }
+
     fn cmd_create_srq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateSrq>(req)?;
         let pages = page_list(rest, c.npages)?;
@@ -479,21 +513,53 @@ impl Device {
         Ok(())
     }
 
+    /// MODIFY_SRQ (spec §11.7): every check before any change, so both bits apply or neither.
     fn cmd_modify_srq(&mut self, req: &[u8]) -> CmdResult {
-        let (c, _) = parse::<VrdmaCmdModifySrq>(req)?;
-        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let (c, rest) = parse::<VrdmaCmdModifySrq>(req)?;
+        let resize = c.attr_mask & VRDMA_SRQ_MAX_WR != 0;
+        if !resize && c.npages != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let pages = page_list(rest, c.npages)?;
+        let srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
             return Err(VRDMA_STATUS_INVALID);
         }
-        if c.attr_mask & VRDMA_SRQ_MAX_WR != 0 {
-            return Err(VRDMA_STATUS_NOT_SUPPORTED);
-        }
-        if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
-            if c.srq_limit > srq.ring.depth() {
+        let limit = if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
+            c.srq_limit
+        } else {
+            srq.limit
+        };
+        if !resize {
+            if limit > srq.ring.depth() {
                 return Err(VRDMA_STATUS_INVALID);
             }
-            srq.limit = c.srq_limit;
+            if let Some(srq) = self.srqs.get_mut(c.srqn) {
+                srq.limit = limit;
+            }
+            return Ok(());
         }
+        let shift = srq.ring.entry_shift();
+        // Both rings exist until the swap: the new one is charged first (§16.1).
+        let charge = self
+            .charge((std::mem::size_of::<Srq>() as u64).saturating_add(pages.len() as u64 * 8))?;
+        // Built without reset_indices: resize writes the new control page itself.
+        let new = Ring::new(
+            &self.mem,
+            &pages,
+            c.max_wr,
+            shift,
+            5,
+            self.config.max_srq_wr,
+        )
+        .map_err(|e| ring_status(&e))?;
+        let mem = self.mem.clone();
+        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        // Any failure of the copy (SRQ in error, bad old indices, a shallow new ring, guest
+        // memory) leaves the old ring in use: INVALID, or BAD_ADDRESS for memory.
+        srq.resize(&mem, new, limit).map_err(|e| ring_status(&e))?;
+        srq.limit = limit;
+        srq.charge = charge;
         Ok(())
     }
 

@@ -208,7 +208,10 @@ impl DeviceConfig {
             vendor_id: self.vendor_id,
             vendor_part_id: self.vendor_part_id,
             hw_ver: self.hw_ver,
-            device_caps: VRDMA_DEVCAP_ATOMIC_WRITE | VRDMA_DEVCAP_FLUSH_GLOBAL,
+            device_caps: VRDMA_DEVCAP_ATOMIC_WRITE
+                | VRDMA_DEVCAP_FLUSH_GLOBAL
+                | VRDMA_DEVCAP_SRQ_RESIZE
+                | VRDMA_DEVCAP_CQ_MODERATION,
             max_mr_size: self.max_mr_size,
             page_size_cap: PAGE_SIZE_CAP,
             node_guid: self.node_guid,

@@ -98,6 +98,8 @@ pub struct Device {
     pub range_scratch: Vec<crate::memory::mr::GuestRange>,
     /// The responder's reusable RETH translation vector.
     pub resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
+    /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
+    pub cq_timers: std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -141,6 +143,7 @@ impl Device {
             timers: Default::default(),
             range_scratch: Vec::new(),
             resp_range_scratch: Vec::new(),
+            cq_timers: Default::default(),
             config,
             mem,
             out,
@@ -162,6 +165,7 @@ impl Device {
         self.flush_queue.clear();
         self.needs_reset = false;
         self.timers.clear();
+        self.cq_timers.clear();
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's
@@ -190,6 +194,10 @@ impl Device {
             return Err(CqError::Broken);
         };
         let r = cq.post_cqe(&self.mem, &*self.out, cqe, solicited);
+        if let Ok(Some(deadline)) = r {
+            self.cq_timers.push(std::cmp::Reverse((deadline, cqn)));
+        }
+        let r = r.map(|_| ());
         if matches!(r, Err(CqError::Overflow) | Err(CqError::Access(_))) {
             let victims: Vec<u32> = self
                 .qps
@@ -202,6 +210,40 @@ impl Device {
             }
         }
         r
+    }
+
+    /// The uplink's link state (spec §2.2 `port_state`, §9): on a change, `port_state` in the
+    /// configuration space and QUERY_PORT follow, then `VRDMA_EV_PORT_ACTIVE` / `_PORT_ERR` is
+    /// posted. Returns whether the state changed.
+    pub fn set_port_active(&mut self, up: bool) -> bool {
+        if self.config.port_active == up {
+            return false;
+        }
+        self.config.port_active = up;
+        log::info!("port 1 {}", if up { "ACTIVE" } else { "DOWN" });
+        let ev = if up {
+            vrdma_spec::VRDMA_EV_PORT_ACTIVE
+        } else {
+            vrdma_spec::VRDMA_EV_PORT_ERR
+        };
+        self.out.event(output::event(ev, 1, 0));
+        true
+    }
+
+    /// Fire the CQ moderation timers (spec §5.5) that expired by `now`; returns the next one.
+    /// Entries of CQs destroyed or fired since are stale and skipped (`moderation_expired`
+    /// compares the deadline); each held CQE pushes at most one entry per event.
+    pub fn cq_moderation_tick(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
+        while let Some(&std::cmp::Reverse((d, cqn))) = self.cq_timers.peek() {
+            if d > now {
+                return Some(d);
+            }
+            self.cq_timers.pop();
+            if let Some(cq) = self.cqs.get_mut(cqn) {
+                cq.moderation_expired(&self.mem, &*self.out, d);
+            }
+        }
+        None
     }
 
     /// Move a QP to ERR (if it is not in RESET or ERR already), send `event` (VRDMA_EV_* with

@@ -303,6 +303,21 @@ impl Ring {
         })
     }
 
+    /// CQ: steps 1 and 2 of spec §5.3 without the exchange: would a CQE (`solicited_or_error`
+    /// as in [`Ring::cq_take_arm`]) fire the arm the guest has set now? (CQ moderation, §5.5.)
+    pub fn cq_arm_matches(
+        &self,
+        mem: &GuestMem,
+        solicited_or_error: bool,
+    ) -> Result<bool, RingError> {
+        fence(Ordering::SeqCst);
+        Ok(match mem.load_u32_acquire(self.ctrl_gpa() + CTRL_CQ_ARM)? {
+            CQ_ARM_NEXT => true,
+            CQ_ARM_SOLICITED => solicited_or_error,
+            _ => false,
+        })
+    }
+
     /// Write the ring's `error` field (device stops using the ring afterwards).
     pub fn set_error(&self, mem: &GuestMem, code: u32) -> Result<(), RingError> {
         Ok(mem.store_u32_release(self.ctrl_gpa() + CTRL_ERROR, code)?)

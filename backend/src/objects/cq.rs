@@ -7,6 +7,7 @@ use crate::budget::Charge;
 use crate::device::output::{event, DeviceOutput};
 use crate::guest::ring::{RING_ERR_ACCESS, RING_ERR_OVERFLOW};
 use crate::guest::{GuestMem, Ring, RingError};
+use std::time::{Duration, Instant};
 
 /// CQE size (fixed by the ABI).
 pub const CQE_SIZE: u32 = 64;
@@ -25,6 +26,28 @@ pub enum CqError {
     Access(RingError),
 }
 
+/// CQ moderation (spec §5.5): what MODIFY_CQ set, and the CQEs held back so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moderation {
+    pub count: u16,
+    pub period_us: u16,
+    /// Qualifying CQEs written since the last event.
+    pub held: u16,
+    /// When the held CQEs fire at the latest (set with the first of them).
+    pub deadline: Option<Instant>,
+}
+
+impl Moderation {
+    pub fn active(&self) -> bool {
+        self.count >= 2 && self.period_us >= 1
+    }
+
+    fn reset(&mut self) {
+        self.held = 0;
+        self.deadline = None;
+    }
+}
+
 /// A CQ.
 #[derive(Debug)]
 pub struct Cq {
@@ -34,6 +57,8 @@ pub struct Cq {
     pub broken: bool,
     /// Host memory the CQ holds (spec §16): its struct and ring page list.
     pub charge: Charge,
+    /// Spec §5.5.
+    pub moderation: Moderation,
 }
 
 impl Cq {
@@ -43,6 +68,7 @@ impl Cq {
             ring,
             broken: false,
             charge: Charge::default(),
+            moderation: Moderation::default(),
         }
     }
 
@@ -53,13 +79,15 @@ impl Cq {
     /// Write `cqe` and advance the producer (release). Then, if the CQ is armed for it, exchange
     /// `cq_arm` to NONE and send one `VRDMA_EV_CQ_COMP` (one event per arm). `solicited` marks a
     /// solicited completion; a CQE with a non-zero status counts as solicited for SOLICITED arms.
+    /// A moderated CQ (§5.5) holds successful CQEs back instead; `Ok(Some(deadline))` asks the
+    /// caller to call [`Cq::moderation_expired`] at `deadline`.
     pub fn post_cqe(
         &mut self,
         mem: &GuestMem,
         out: &dyn DeviceOutput,
         cqe: &VrdmaCqe,
         solicited: bool,
-    ) -> Result<(), CqError> {
+    ) -> Result<Option<Instant>, CqError> {
         if self.broken {
             return Err(CqError::Broken);
         }
@@ -75,6 +103,16 @@ impl Cq {
             }
         }
         let sol = solicited || cqe.status != 0;
+        if self.moderation.active() && cqe.status == 0 {
+            return self.hold(mem, out, sol);
+        }
+        self.fire(mem, out, sol)?;
+        Ok(None)
+    }
+
+    /// §5.3 step 3 (exchange, event); the moderation count and timer restart.
+    fn fire(&mut self, mem: &GuestMem, out: &dyn DeviceOutput, sol: bool) -> Result<(), CqError> {
+        self.moderation.reset();
         match self.ring.cq_take_arm(mem, sol) {
             Ok(true) => out.event(event(VRDMA_EV_CQ_COMP, self.cqn, 0)),
             Ok(false) => {}
@@ -84,6 +122,50 @@ impl Cq {
             }
         }
         Ok(())
+    }
+
+    /// §5.5 rule 1: count a qualifying CQE; fire at `count`, start the timer with the first.
+    fn hold(
+        &mut self,
+        mem: &GuestMem,
+        out: &dyn DeviceOutput,
+        sol: bool,
+    ) -> Result<Option<Instant>, CqError> {
+        match self.ring.cq_arm_matches(mem, sol) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => {
+                self.fail(mem, out, RING_ERR_ACCESS);
+                return Err(CqError::Access(e));
+            }
+        }
+        let m = &mut self.moderation;
+        m.held = m.held.saturating_add(1);
+        if m.held >= m.count {
+            self.fire(mem, out, sol)?;
+            return Ok(None);
+        }
+        if m.deadline.is_none() {
+            let d = Instant::now() + Duration::from_micros(u64::from(m.period_us));
+            m.deadline = Some(d);
+            return Ok(Some(d));
+        }
+        Ok(None)
+    }
+
+    /// §5.5 rule 2: the timer started at the first held CQE expired (`deadline` is the one
+    /// [`Cq::post_cqe`] returned; a stale one, after the CQEs fired otherwise, does nothing).
+    pub fn moderation_expired(
+        &mut self,
+        mem: &GuestMem,
+        out: &dyn DeviceOutput,
+        deadline: Instant,
+    ) {
+        if self.broken || self.moderation.deadline != Some(deadline) {
+            return;
+        }
+        // The held CQEs qualified for the arm when they were written.
+        let _ = self.fire(mem, out, true);
     }
 
     fn fail(&mut self, mem: &GuestMem, out: &dyn DeviceOutput, code: u32) {
@@ -100,6 +182,8 @@ impl Cq {
         }
         if let Ok(n) = self.ring.cq_unpolled(mem) {
             if n > 0 {
+                // §5.5 rule 3: not held back.
+                self.moderation.reset();
                 if let Ok(true) = self.ring.cq_take_arm(mem, false) {
                     out.event(event(VRDMA_EV_CQ_COMP, self.cqn, 0));
                 }

@@ -74,9 +74,43 @@ impl Srq {
         }
         if let Ok(n) = self.ring.pending(mem) {
             if n < self.limit {
+                // §9: info = the limit that fired.
+                out.event(event(VRDMA_EV_SRQ_LIMIT_REACHED, self.srqn, self.limit));
                 self.limit = 0;
-                out.event(event(VRDMA_EV_SRQ_LIMIT_REACHED, self.srqn, 0));
             }
         }
+    }
+
+    /// MODIFY_SRQ with `VRDMA_SRQ_MAX_WR` (spec §11.7): copy the posted, not yet taken WQEs
+    /// (whole slots, in order) to slots 0..n−1 of `new` (same slot size), write its control page
+    /// (`producer` = n, `consumer` = 0, `error` = 0) and switch to it. `limit` is the limit the
+    /// SRQ has after the command. Fails with nothing changed if the SRQ is in error, the old
+    /// indices are invalid, guest memory is inaccessible, or `new` is shallower than n or `limit`.
+    pub fn resize(&mut self, mem: &GuestMem, mut new: Ring, limit: u32) -> Result<u32, RingError> {
+        if self.broken {
+            return Err(RingError::Broken);
+        }
+        if new.entry_shift() != self.ring.entry_shift() {
+            return Err(RingError::BadEntryShift(new.entry_shift()));
+        }
+        let n = self.ring.pending(mem)?;
+        if n > new.depth() || limit > new.depth() {
+            return Err(RingError::BadDepth(new.depth()));
+        }
+        let first = self.ring.dev_index();
+        let mut slot = vec![0u8; self.ring.entry_size() as usize];
+        for i in 0..n {
+            self.ring
+                .read_entry(mem, first.wrapping_add(i), &mut slot)?;
+            new.write_entry(mem, i, &slot)?;
+        }
+        let c = new.ctrl_gpa();
+        mem.store_u32_release(c + crate::guest::ring::CTRL_CONSUMER, 0)?;
+        mem.store_u32_release(c + crate::guest::ring::CTRL_ERROR, 0)?;
+        // The producer last: the slots before it are written (§4.4).
+        mem.store_u32_release(c + crate::guest::ring::CTRL_PRODUCER, n)?;
+        new.set_dev_index(0);
+        self.ring = new;
+        Ok(n)
     }
 }

@@ -426,6 +426,9 @@ pub struct QpTable {
     rng: crate::ids::IdRng,
     max_qp: u32,
     count: u32,
+    /// The counters of every QP removed so far (destroyed or reset away): the port's
+    /// QUERY_STATS totals count from daemon start (spec §11.9).
+    retired: crate::stats::QpStats,
 }
 
 impl std::fmt::Debug for QpTable {
@@ -451,6 +454,7 @@ impl QpTable {
             // Strictly below the number of QPNs, so a free one always exists.
             max_qp: max_qp.min(MAX_QPN - VRDMA_FIRST_QPN),
             count: 0,
+            retired: Default::default(),
         }
     }
 
@@ -487,6 +491,7 @@ impl QpTable {
         if qpn != VRDMA_GSI_QPN {
             self.count -= 1;
         }
+        self.retired.add(&qp.stats);
         Some(qp)
     }
 
@@ -514,8 +519,20 @@ impl QpTable {
     }
 
     pub fn clear(&mut self) {
+        for qp in self.qps.values() {
+            self.retired.add(&qp.stats);
+        }
         self.qps.clear();
         self.count = 0;
+    }
+
+    /// The counters of every QP this table has had: the live ones and those removed (§11.9).
+    pub fn stats_total(&self) -> crate::stats::QpStats {
+        let mut t = self.retired;
+        for qp in self.qps.values() {
+            t.add(&qp.stats);
+        }
+        t
     }
 }
 

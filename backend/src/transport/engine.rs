@@ -193,6 +193,10 @@ impl Drop for Engine {
     }
 }
 
+/// How often the engine reads the uplink's link state (spec §2.2: a change reaches the guest
+/// within this, plus the event's delivery).
+pub const LINK_POLL: Duration = Duration::from_millis(250);
+
 /// Program `timer` for `deadline` (None: disarm).
 fn arm(timer: &mut TimerFd, deadline: Option<Instant>, now: Instant) {
     let r = match deadline {
@@ -228,10 +232,19 @@ fn run(
     // Frames for the uplink, swapped with `Device::outbox` (both keep their capacity).
     let mut out: Vec<Vec<u8>> = Vec::new();
     let mut to_uplink: Vec<Vec<u8>> = Vec::new();
+    // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
+    let has_link = uplink.link_up().is_some();
+    let mut link_next = Instant::now();
     loop {
-        // Wait unless the last batch left frames on the uplink or looped back.
+        // Wait unless the last batch left frames on the uplink or looped back; with a link
+        // state to poll, at most until the next poll.
         let timeout = if uplink_more || !looped.is_empty() {
             0
+        } else if has_link {
+            let ms = link_next
+                .saturating_duration_since(Instant::now())
+                .as_millis();
+            i32::try_from(ms).unwrap_or(i32::MAX).max(1)
         } else {
             -1
         };
@@ -286,6 +299,12 @@ fn run(
             // One clock read per FRAMES_PER_CLOCK frames, not per frame: deadlines armed from
             // it are at most that many frames' work early.
             let mut now = Instant::now();
+            if has_link && now >= link_next {
+                link_next = now + LINK_POLL;
+                if let Some(up) = uplink.link_up() {
+                    d.set_port_active(up);
+                }
+            }
             super::on_doorbells(&mut d, &dbs);
             for f in looped.drain(..) {
                 super::on_frame_at(&mut d, &f, now);

@@ -203,10 +203,17 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
 pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     use crate::stats::bump;
-    let Some(pkt) = packet::parse(frame) else {
+    let pkt = match packet::parse_checked(frame) {
+        Ok(p) => p,
         // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
-        bump(&dev.port_stats.drop_malformed);
-        return;
+        Err(crate::wire::WireError::BadIcrc { .. }) => {
+            bump(&dev.port_stats.drop_bad_icrc);
+            return;
+        }
+        Err(_) => {
+            bump(&dev.port_stats.drop_malformed);
+            return;
+        }
     };
     if pkt.bth.dest_qp == vrdma_spec::VRDMA_MCAST_QPN {
         // A datagram for a multicast group: a copy for each attached QP (spec §15.8). Only UD
@@ -269,7 +276,11 @@ fn deliver(dev: &mut Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], no
 /// deadline.
 pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     resume_odp(dev, now);
-    timers::on_tick(dev, now)
+    let cq = dev.cq_moderation_tick(now);
+    match (timers::on_tick(dev, now), cq) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// QPs that waited for an ODP page request continue (spec §10): the requester, and READ

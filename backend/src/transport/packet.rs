@@ -102,7 +102,12 @@ pub fn opcode_for(
 
 /// Parse and verify a frame (`wire` checks lengths, checksums, the opcode table and the ICRC).
 pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
-    let p = RocePacket::parse(frame).ok()?;
+    parse_checked(frame).ok()
+}
+
+/// [`parse`] that says why a frame was refused (the port counts ICRC errors apart, §11.9).
+pub fn parse_checked(frame: &[u8]) -> Result<RxPkt<'_>, crate::wire::WireError> {
+    let p = RocePacket::parse(frame)?;
     let ipv4 = p.ip_version == IpVersion::V4;
     let mut grh = [0u8; 40];
     if ipv4 {
@@ -112,7 +117,7 @@ pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
         let n = p.ip_header.len().min(40);
         grh[..n].copy_from_slice(&p.ip_header[..n]);
     }
-    Some(RxPkt {
+    Ok(RxPkt {
         info: p.info,
         bth: p.bth,
         feth: p.ext.feth,

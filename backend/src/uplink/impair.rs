@@ -198,6 +198,9 @@ impl<U: Uplink> Uplink for Impaired<U> {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+    fn link_up(&self) -> Option<bool> {
+        self.inner.link_up()
+    }
 }
 
 #[cfg(test)]

@@ -72,6 +72,13 @@ pub trait Uplink: Send + Sync {
     /// The fd to poll for readability.
     fn as_raw_fd(&self) -> RawFd;
 
+    /// The link state of the uplink (spec §2.2 `port_state`): `Some(up)` for an uplink that has
+    /// one (TAP: the interface is up and has carrier), `None` for one that has none (UDP: the
+    /// port stays ACTIVE). Called by the engine every `LINK_POLL`, so it must be cheap.
+    fn link_up(&self) -> Option<bool> {
+        None
+    }
+
     /// Send frames in order; returns how many were handed to the uplink. Frames after a
     /// [`UplinkError::WouldBlock`] are not sent (loss, which RC retransmits); other per-frame
     /// errors are logged by the caller's policy and skipped. Uplinks with a batched system
@@ -169,6 +176,9 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn as_raw_fd(&self) -> RawFd {
         (**self).as_raw_fd()
     }
+    fn link_up(&self) -> Option<bool> {
+        (**self).link_up()
+    }
 }
 
 impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
@@ -193,6 +203,9 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     }
     fn as_raw_fd(&self) -> RawFd {
         (**self).as_raw_fd()
+    }
+    fn link_up(&self) -> Option<bool> {
+        (**self).link_up()
     }
 }
 

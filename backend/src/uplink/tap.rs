@@ -202,6 +202,26 @@ impl TapUplink {
         Ok(())
     }
 
+    /// The interface flags (SIOCGIFFLAGS).
+    fn flags(&self) -> Result<libc::c_short, UplinkError> {
+        let sock = self.ifreq_socket()?;
+        let mut req = IfReqFlags::new(&self.name);
+        // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid `struct ifreq`, which `req` is.
+        let rc = unsafe {
+            libc::ioctl(
+                sock.as_raw_fd(),
+                libc::SIOCGIFFLAGS as _,
+                &mut req as *mut IfReqFlags,
+            )
+        };
+        if rc < 0 {
+            return Err(tap_err(&self.name, "SIOCGIFFLAGS")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(req.flags)
+    }
+
     /// SIOCGIFFLAGS / SIOCSIFFLAGS |= IFF_UP through a throwaway AF_INET socket.
     fn set_up(&self) -> Result<(), UplinkError> {
         // SAFETY: plain socket(2) call; the fd is owned (and closed) by `sock` below.
@@ -246,6 +266,13 @@ impl TapUplink {
 }
 
 impl Uplink for TapUplink {
+    /// Up = the interface is administratively up and has carrier (IFF_UP and IFF_RUNNING, what
+    /// `ip link` shows as UP and LOWER_UP). An interface that cannot be asked (gone) is down.
+    fn link_up(&self) -> Option<bool> {
+        let up = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        Some(self.flags().is_ok_and(|f| f & up == up))
+    }
+
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         if frame.len() > MAX_FRAME {
             return Err(UplinkError::TooLarge(frame.len()));

@@ -54,6 +54,7 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
         VRDMA_CMD_QUERY_PORT => VrdmaRespQueryPort::SIZE,
         VRDMA_CMD_QUERY_QP => VrdmaQpAttr::SIZE,
         VRDMA_CMD_QUERY_SRQ => VrdmaRespQuerySrq::SIZE,
+        VRDMA_CMD_QUERY_STATS => VrdmaStats::SIZE,
         VRDMA_CMD_CREATE_QP => VrdmaRespCreateQp::SIZE,
         VRDMA_CMD_CREATE_PD | VRDMA_CMD_CREATE_CQ | VRDMA_CMD_RESIZE_CQ | VRDMA_CMD_CREATE_SRQ
         | VRDMA_CMD_CREATE_AH => VrdmaHandle::SIZE,
@@ -70,6 +71,7 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
         | VRDMA_CMD_MODIFY_QP
         | VRDMA_CMD_DESTROY_QP
         | VRDMA_CMD_MODIFY_SRQ
+        | VRDMA_CMD_MODIFY_CQ
         | VRDMA_CMD_DESTROY_SRQ
         | VRDMA_CMD_DESTROY_AH
         | VRDMA_CMD_DEREG_MR

@@ -818,6 +818,17 @@ static void test_cq(void)
 		CHECK(vrdma_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 0x99);
 		CHECK(le32toh(nc->consumer) == 1);
 	}
+	/* modify_cq: count and period reach the kernel command as given */
+	{
+		struct ibv_modify_cq_attr ma = {
+			.attr_mask = IBV_CQ_ATTR_MODERATE,
+			.moderate = { .cq_count = 16, .cq_period = 50 },
+		};
+
+		CHECK(vrdma_modify_cq(cq, &ma) == 0);
+		CHECK(stub_modify_cq_attr.moderate.cq_count == 16 &&
+		      stub_modify_cq_attr.moderate.cq_period == 50);
+	}
 	CHECK(vrdma_destroy_cq(cq) == 0);
 	reset_rings();
 }
@@ -974,8 +985,27 @@ static void test_srq(void)
 	wr.num_sge = 3;
 	CHECK(vrdma_post_srq_recv(srq, &wr, &bad) == EINVAL && bad == &wr);
 
-	CHECK(vrdma_modify_srq(srq, &mod, IBV_SRQ_MAX_WR) == EOPNOTSUPP);
 	CHECK(vrdma_modify_srq(srq, &mod, IBV_SRQ_LIMIT) == 0);
+
+	/*
+	 * resize: the device copied the posted WQE to slot 0 of the new ring
+	 * and set its producer to 1; posting continues there.
+	 */
+	{
+		struct vrdma_ring_ctrl *nc = ctrl_at(STUB_CQ2_OFF);
+
+		nc->producer = htole32(1);
+		nc->consumer = 0;
+		CHECK(vrdma_modify_srq(srq, &mod, IBV_SRQ_MAX_WR) == 0);
+		CHECK(to_vsrq(srq)->rq.ring.depth == 2 * STUB_DEPTH);
+		wr.num_sge = 2;
+		wr.wr_id = 6;
+		CHECK(vrdma_post_srq_recv(srq, &wr, &bad) == 0);
+		CHECK(le32toh(nc->producer) == 2);
+		CHECK(le32toh(sc->producer) == 1);
+		w = entry_at(STUB_CQ2_OFF, 1, STUB_RQ_SHIFT);
+		CHECK(le64toh(w->wr_id) == 6 && le32toh(w->num_sge) == 2);
+	}
 
 	/* a QP on the SRQ has no RQ: post_recv on it is EINVAL */
 	qp = make_qp(IBV_QPT_RC, 0, srq);

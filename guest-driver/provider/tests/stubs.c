@@ -131,6 +131,15 @@ int ibv_cmd_resize_cq(struct ibv_cq *cq, int cqe, struct ibv_resize_cq *cmd,
 	return 0;
 }
 
+struct ibv_modify_cq_attr stub_modify_cq_attr;
+
+int ibv_cmd_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr,
+		      struct ibv_modify_cq *cmd, size_t cmd_size)
+{
+	stub_modify_cq_attr = *attr;
+	return 0;
+}
+
 int ibv_cmd_destroy_cq(struct ibv_cq *cq)
 {
 	return 0;
@@ -158,6 +167,18 @@ int ibv_cmd_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr,
 		       int srq_attr_mask, struct ibv_modify_srq *cmd,
 		       size_t cmd_size)
 {
+	struct uvrdma_modify_srq *c = (void *)cmd;
+	struct vrdma_modify_srq_resp *r;
+
+	if (!(srq_attr_mask & IBV_SRQ_MAX_WR))
+		return 0;
+	if (cmd_size < sizeof(*c) || !c->drv_payload.resp_addr)
+		return EINVAL;
+	/* the "kernel" moved the SRQ to a new ring at CQ2_OFF */
+	r = (void *)(uintptr_t)c->drv_payload.resp_addr;
+	r->depth = 2 * STUB_DEPTH;
+	r->mmap_offset = STUB_CQ2_OFF;
+	r->mmap_size = STUB_RING_SIZE;
 	return 0;
 }
 

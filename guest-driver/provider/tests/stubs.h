@@ -24,5 +24,6 @@ struct stub_state {
 };
 
 extern struct stub_state stub;
+extern struct ibv_modify_cq_attr stub_modify_cq_attr;
 
 #endif

@@ -1,10 +1,15 @@
-"""Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs."""
+"""Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs, and
+completion event moderation (ibv_modify_cq)."""
 
+import os
+import re
+import subprocess
+import tempfile
 import time
 
 import vrdmavm
 
-from harness import expect_in, push_guest_script, roce_v2_gid_index, scenario
+from harness import HERE, REPO, expect, expect_in, push_guest_script, roce_v2_gid_index, scenario
 
 SCRIPT = "/tmp/bad_rkey.py"
 
@@ -37,3 +42,37 @@ def async_bad_rkey_write_with_imm(ctx):
     both = bad_rkey(ctx, imm=True)
     expect_in("recv completion: LOC_ACCESS_ERR", both, "the responder's receive completion")
     expect_in("async event: none", both, "the responder's async events (none expected)")
+
+
+def build_guest_c(name):
+    """Compile tests/vm/guest/<name>.c on the host against the rdma-core 56.1 tree that
+    guest-driver/provider/build.sh keeps for this checkout (the guest has no compiler; its
+    libibverbs is the same 56.1). Returns the binary's bytes."""
+    build = subprocess.run(["sh", os.path.join(REPO, "guest-driver", "provider", "build.sh")],
+                           capture_output=True, text=True, timeout=1200)
+    expect(build.returncode == 0, "guest-driver/provider/build.sh", build.stderr[-3000:])
+    lib = os.path.dirname(build.stdout.strip().splitlines()[-1])  # <tree>/build/lib
+    inc = os.path.join(os.path.dirname(lib), "include")
+    out = os.path.join(tempfile.mkdtemp(prefix="vrdma-guest-c-"), name)
+    cc = subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-I", inc,
+                         os.path.join(HERE, "guest", name + ".c"), "-L", lib, "-libverbs",
+                         "-o", out], capture_output=True, text=True, timeout=120)
+    expect(cc.returncode == 0, "compile %s.c" % name, cc.stderr[-3000:])
+    with open(out, "rb") as f:
+        return f.read()
+
+
+@scenario("A")
+def cq_moderation_modify_cq(ctx):
+    """ibv_modify_cq (spec §5.5): with count 4 three CQEs do not signal and the fourth does;
+    with count 1000 and period 60 ms one CQE signals when the period ends, not before."""
+    vm = ctx.a
+    vm.write_file("/tmp/cq_moderation", build_guest_c("cq_moderation"), mode=0o755)
+    g = roce_v2_gid_index(vm, "vrdma0")
+    rc, out = vm.run("/tmp/cq_moderation vrdma0 %d" % g, timeout=120)
+    for line in out.strip().splitlines():
+        ctx.note(line)
+    expect_in("count: held 3, event after the 4th", out, "cq_moderation")
+    m = re.search(r"period: event after (\d+) us", out)
+    expect(m is not None and int(m.group(1)) >= 55000, "the period held the event back", out)
+    expect(rc == 0, "cq_moderation exited with %s" % rc, out)

@@ -1,6 +1,7 @@
 """The device as the guest sees it: virtio binding, ibv_devices, ibv_devinfo, rdma link."""
 
 import re
+import time
 
 from harness import expect, expect_in, roce_v2_gid_index, run_ok, scenario
 
@@ -34,6 +35,11 @@ def device_ibv_devinfo(ctx):
     expect_in("PORT_ACTIVE", out, "ibv_devinfo -v")
     expect(re.search(r"link_layer:\s+Ethernet", out) is not None, "link layer Ethernet", out)
     expect_in("ODP_SUPPORT_IMPLICIT", out, "ibv_devinfo -v (general ODP caps)")
+    # CQ moderation (spec §5.5) and SRQ resize (§11.7) reach user space.
+    expect(re.search(r"max_cq_count:\s*65535", out) is not None and
+           re.search(r"max_cq_period:\s*65535", out) is not None,
+           "CQ moderation caps", out)
+    expect_in("SRQ_RESIZE", out, "ibv_devinfo -v (device cap flags)")
     expect(re.search(r"rc_odp_caps:\s*\n(\s+SUPPORT_\w+\s*\n)+", out) is not None,
            "RC ODP caps listed", out)
     idx = roce_v2_gid_index(vm, "vrdma0")
@@ -47,3 +53,57 @@ def device_rdma_link(ctx):
     out = run_ok(ctx.a, "rdma link show")
     expect(re.search(r"link vrdma0/1 state ACTIVE .*netdev \w+", out) is not None,
            "rdma link shows vrdma0/1 ACTIVE with its netdev", out)
+
+
+def _port_stats(vm):
+    """`rdma statistic show link vrdma0/1` as a dict of counter -> value."""
+    out = run_ok(vm, "rdma statistic show link vrdma0/1")
+    return dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", out)), out
+
+
+@scenario("A")
+def device_rdma_statistic(ctx):
+    """Hardware counters (spec §11.9): the port's hw_counters in sysfs and `rdma statistic`
+    grow with ibv_rc_pingpong traffic; with auto binding by QP type the running pingpong's QP
+    gets its own counter, shown by `rdma statistic qp show`."""
+    a, b = ctx.a, ctx.b
+    for path in ("/sys/class/infiniband/vrdma0/ports/1/hw_counters/sent_pkts",
+                 "/sys/class/infiniband/vrdma0/hw_counters/rcvd_icrc_err"):
+        out = run_ok(a, "cat %s" % path)
+        expect(re.match(r"^\d+\s*$", out) is not None, "%s is a number" % path, out)
+    before, _ = _port_stats(a)
+    expect("sent_pkts" in before and "retransmits" in before,
+           "rdma statistic lists the port counters", str(before))
+    run_ok(a, "rdma statistic qp set link vrdma0/1 auto type on")
+    try:
+        g = roce_v2_gid_index(a, "vrdma0")
+        tool = "ibv_rc_pingpong -d vrdma0 -g %d -n 3000" % g
+        srv = a.spawn(tool, timeout=300)
+        time.sleep(1.0)
+        cli = b.spawn(tool + " " + a.ip, timeout=300)
+        seen = None
+        deadline = time.time() + 120
+        while time.time() < deadline and not srv.done():
+            rc, out = a.run("rdma statistic qp show link vrdma0/1")
+            m = re.search(r"cntn \d+ qp-type RC\b.*?sent_pkts (\d+)\s.*?rcvd_pkts (\d+)\s", out,
+                          re.S)
+            if rc == 0 and m and int(m.group(1)) > 0 and int(m.group(2)) > 0:
+                seen = out
+                break
+            time.sleep(0.5)
+        crc, cout = cli.wait(timeout=300)
+        src, sout = srv.wait(timeout=60)
+        expect(crc == 0 and src == 0, "ibv_rc_pingpong ran", cout + sout)
+        expect(seen is not None, "rdma statistic qp show: the pingpong QP's bound counter "
+               "counted its packets while it ran", out)
+        ctx.note(seen.strip().splitlines()[0][:200])
+    finally:
+        a.run("rdma statistic qp set link vrdma0/1 auto off")
+    after, out = _port_stats(a)
+    # 3000 iterations each way: every SEND and every ACK is a packet (the counter's share,
+    # moved to the port's history when the QP went away, included).
+    sent = after["sent_pkts"] - before["sent_pkts"]
+    rcvd = after["rcvd_pkts"] - before["rcvd_pkts"]
+    ctx.note("port: %d packets sent, %d received during the run" % (sent, rcvd))
+    expect(sent >= 3000 and rcvd >= 3000, "the port counted the pingpong's packets", out)
+    expect(after["rcvd_icrc_err"] == before["rcvd_icrc_err"], "no ICRC errors", out)

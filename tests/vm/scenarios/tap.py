@@ -6,7 +6,9 @@ import shutil
 import subprocess
 import time
 
-from harness import expect, expect_in, pair, roce_v2_gid_index, scenario
+import vrdmavm
+
+from harness import expect, expect_in, pair, roce_v2_gid_index, run_ok, scenario
 
 
 @scenario("B")
@@ -69,3 +71,59 @@ def tap_capture_decodes_as_roce(ctx):
     # 100 WRITEs of 16 KiB at path MTU 1024 are 1600 packets (FIRST/MIDDLE/LAST)
     expect(writes >= 1600, "the capture holds the RDMA WRITE packets (%d)" % writes)
     expect("17" in opcodes, "the capture holds the responder's ACKs (received frames)")
+
+
+def _port(vm):
+    """(ibv_devinfo's port state, rdma link's state) of vrdma0/1."""
+    dev = vm.run("ibv_devinfo -d vrdma0", timeout=30)[1]
+    link = vm.run("rdma link show vrdma0/1", timeout=30)[1]
+    m = re.search(r"state:\s+(PORT_\w+)", dev)
+    n = re.search(r"state (\w+)", link)
+    return (m.group(1) if m else dev), (n.group(1) if n else link)
+
+
+def _wait_port(vm, want, secs=20):
+    deadline = time.time() + secs
+    while True:
+        got = _port(vm)
+        if got[0] == want or time.time() > deadline:
+            return got
+        time.sleep(0.5)
+
+
+@scenario("B")
+def tap_link_down_up(ctx):
+    """Spec §2.2/§9: the TAP uplink's link state reaches the guest. `ip link set vrtapN down`
+    in the bridge's namespace: ibv_devinfo shows PORT_DOWN, rdma link DOWN, the netdev loses
+    carrier and ibv_asyncwatch sees IBV_EVENT_PORT_ERR; `up` brings PORT_ACTIVE and
+    IBV_EVENT_PORT_ACTIVE back, and RC traffic runs again."""
+    vm = ctx.a
+    netdev = re.search(r"netdev (\w+)", run_ok(vm, "rdma link show vrdma0/1")).group(1)
+    watch = vm.spawn("stdbuf -oL ibv_asyncwatch -d vrdma0", timeout=90)
+    time.sleep(1.0)
+    ns = ["ip", "netns", "exec", vm.netns, "ip", "link", "set", vm.tap]
+    try:
+        subprocess.run(ns + ["down"], check=True, timeout=30)
+        down = _wait_port(vm, "PORT_DOWN")
+        carrier_down = run_ok(vm, "cat /sys/class/net/%s/carrier" % netdev).strip()
+    finally:
+        subprocess.run(ns + ["up"], check=True, timeout=30)
+    up = _wait_port(vm, "PORT_ACTIVE")
+    carrier_up = run_ok(vm, "cat /sys/class/net/%s/carrier" % netdev).strip()
+    time.sleep(1.0)
+    watch.kill()
+    try:
+        _, events = watch.wait(timeout=30)
+    except vrdmavm.CommandTimeout as e:
+        events = getattr(e, "out", "")
+    ctx.note("down: %s, carrier %s; up: %s, carrier %s" % (down, carrier_down, up, carrier_up))
+    expect(down == ("PORT_DOWN", "DOWN"), "port DOWN after ip link set down", str(down))
+    expect(carrier_down == "0", "the netdev lost carrier", carrier_down)
+    expect(up == ("PORT_ACTIVE", "ACTIVE"), "port ACTIVE after ip link set up", str(up))
+    expect(carrier_up == "1", "the netdev has carrier again", carrier_up)
+    expect_in("IBV_EVENT_PORT_ERR", events, "ibv_asyncwatch")
+    expect(events.find("IBV_EVENT_PORT_ACTIVE") > events.find("IBV_EVENT_PORT_ERR"),
+           "PORT_ACTIVE after PORT_ERR", events)
+    g = roce_v2_gid_index(ctx.a, "vrdma0")
+    srv = "ibv_rc_pingpong -d vrdma0 -g %d -n 50 -c" % g
+    pair(ctx.a, ctx.b, srv, srv + " " + ctx.a.ip)
