@@ -60,7 +60,7 @@ def command_timeout_keeps_device_memory(ctx):
     dmesg = a.dmesg()
     # The device is broken until reset: reload the driver (the reset frees the quarantine).
     reload = run_ok(a, "rmmod vrdma && modprobe vrdma && sleep 1 && "
-                       "ip link set eth0 up && ip addr add %s dev eth0 && sleep 2 && "
+                       "ip link set eth0 up && ip addr replace %s dev eth0 && sleep 2 && "
                        "cat /sys/module/vrdma/parameters/cmd_timeout_ms && "
                        "ibv_devinfo -d vrdma0" % a.cidr, timeout=120)
     expect(rc == 0, "driver_races.py timeout exited with %s" % rc, out)
