@@ -75,7 +75,7 @@ pcap-check: ops-deps-tshark
 
 # Builds the daemon and the provider, then the three packages; leaves their paths in $$debs.
 DEB_BUILD_ALL = cd "$(TOP)" && $(DEB_BUILD); \
-	so=$$("$(PROVIDER_DIR)/build.sh" | tail -n1); \
+	so=$$("$(PROVIDER_DIR)/build.sh" | tail -n1); echo "provider: $$so"; \
 	debs="$$("$(PACKAGING)/deb/build-deb.sh" "$(DEB_BIN)" "$(RESULTS)" | tail -n1) \
 	$$("$(PACKAGING)/deb/build-deb-dkms.sh" "$(RESULTS)" | tail -n1) \
 	$$("$(PACKAGING)/deb/build-deb-libvrdma.sh" "$$so" "$(RESULTS)" | tail -n1)"

@@ -7,6 +7,8 @@
 # trixie's libibverbs 56.1 looks, binding IBVERBS_PRIVATE_34. Then dpkg purges all three.
 set -euo pipefail
 
+# A package builder that failed prints no path: say which packages arrived.
+[ $# -eq 3 ] || { echo "check-deb: expected 3 .deb files, got $#: $*" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 deb=$(realpath "$1")
