@@ -66,13 +66,25 @@ def backend_restart_recovers(ctx):
     a.restart_backend()
     t_started = time.monotonic() - t_kill
 
-    active, out = _wait_for(a, "ibv_devinfo -d vrdma0 | grep -q PORT_ACTIVE",
-                            t_kill + 90)
-    t_active = time.monotonic() - t_kill
-    expect(active, "vrdma0 is PORT_ACTIVE again within 90 s of the kill", out)
-    # The netdev came back as a new interface; the guest's init configures it like at boot.
-    ready, out = _wait_for(a, "ip -o addr show eth0 | grep -q 'inet %s'" % a.cidr, t_kill + 90)
-    expect(ready, "eth0 has its address again", out)
+    # On a fabric the daemon served both guests: both devices recover, and the pingpong
+    # below needs both (the server's eth0 address, the client's port).
+    t_active = {}
+    for vm in (a, b):
+        active, out = _wait_for(vm, "ibv_devinfo -d vrdma0 | grep -q PORT_ACTIVE",
+                                t_kill + 90)
+        t_active[vm.name] = time.monotonic() - t_kill
+        expect(active, "%s: vrdma0 is PORT_ACTIVE again within 90 s of the kill" % vm.name,
+               out)
+        # The netdev came back as a new interface; the guest's init configures it like at
+        # boot.
+        ready, out = _wait_for(vm, "ip -o addr show eth0 | grep -q 'inet %s'" % vm.cidr,
+                               t_kill + 90)
+        expect(ready, "%s: eth0 has its address again" % vm.name, out)
+    # The guests' neighbour entries went with the old netdevs: resolve again before the
+    # pingpong's TCP exchange (the retry in pair() covers only a server not yet listening).
+    ok, out = _wait_for(a, "busybox ping -c 1 -W 1 %s" % b.ip, t_kill + 90)
+    expect(ok, "%s reaches %s over the recovered netdevs" % (a.name, b.name), out)
+    t_active = t_active[a.name]
 
     srv_pp = "ibv_rc_pingpong -d vrdma0 -g 1 -n 100 -p 18700"
     _, cout = pair(b, a, srv_pp, srv_pp + " " + b.ip, timeout=180)
