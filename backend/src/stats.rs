@@ -275,6 +275,9 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn link_up(&self) -> Option<bool> {
         self.inner.link_up()
     }
+    fn icrc_offload(&self) -> bool {
+        self.inner.icrc_offload()
+    }
 }
 
 /// One metric family: name, help, and its samples (labels, value).

@@ -202,3 +202,91 @@ fn fabric_devices_and_a_remote_device_over_a_udp_uplink() {
         e.stop();
     }
 }
+
+/// A device port that records the RoCEv2 frames its engine sends (and forwards everything,
+/// the ICRC offload included).
+struct Peek {
+    inner: vrdma_backend::fabric::DevicePort,
+    roce: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl vrdma_backend::uplink::Uplink for Peek {
+    fn send(&self, frame: &[u8]) -> Result<(), vrdma_backend::uplink::UplinkError> {
+        self.inner.send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, vrdma_backend::uplink::UplinkError> {
+        self.inner.recv(buf)
+    }
+    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
+        self.inner.as_raw_fd()
+    }
+    fn send_frames(
+        &self,
+        frames: &mut [Vec<u8>],
+    ) -> Result<usize, vrdma_backend::uplink::UplinkError> {
+        {
+            let mut r = self.roce.lock().unwrap();
+            for f in frames.iter() {
+                if r.len() < 64
+                    && vrdma_backend::wire::RocePacket::parse_with(
+                        f,
+                        vrdma_backend::wire::IcrcCheck::Trusted,
+                    )
+                    .is_ok()
+                {
+                    r.push(f.clone());
+                }
+            }
+        }
+        self.inner.send_frames(frames)
+    }
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<vrdma_backend::uplink::RxFrame>,
+    ) -> Result<usize, vrdma_backend::uplink::UplinkError> {
+        self.inner.recv_batch(bufs, frames)
+    }
+    fn icrc_offload(&self) -> bool {
+        self.inner.icrc_offload()
+    }
+}
+
+/// Spec §16.2: engines on one fabric neither compute nor check the ICRC (the frames between
+/// them never leave the process); the data still arrives intact.
+#[test]
+fn engines_on_a_fabric_leave_the_icrc_to_it() {
+    use vrdma_backend::uplink::Uplink;
+    use vrdma_backend::wire::{IcrcCheck, RocePacket, WireError};
+    let mut a = Node::new(1, 32, 9000);
+    let mut b = Node::new(2, 32, 9000);
+    let mut ab = conn(&mut a, &mut b, 2 << 20, 5);
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("a");
+    let pb = fb.add_device(b.mac).expect("b");
+    let fabric = fb.build();
+    let peek = Arc::new(Peek {
+        inner: fabric.device_port(pa).expect("port a"),
+        roce: Default::default(),
+    });
+    assert!(peek.icrc_offload());
+    let ea = Engine::start(detach(&mut a), peek.clone()).expect("engine a");
+    let eb = Engine::start(
+        detach(&mut b),
+        Arc::new(fabric.device_port(pb).expect("port b")),
+    )
+    .expect("engine b");
+    start_write(&a, &mut ab, &ea);
+    wait_write(&mut a, &b, &mut ab);
+    let seen = peek.roce.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "a's engine sent RoCEv2 frames");
+    for f in &seen {
+        assert_eq!(&f[f.len() - 4..], &[0, 0, 0, 0], "no ICRC computed");
+        assert!(matches!(
+            RocePacket::parse_with(f, IcrcCheck::Verify),
+            Err(WireError::BadIcrc { .. })
+        ));
+    }
+    ea.stop();
+    eb.stop();
+}

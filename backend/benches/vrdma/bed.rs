@@ -164,6 +164,9 @@ impl<U: Uplink> Uplink for Counting<U> {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+    fn icrc_offload(&self) -> bool {
+        self.inner.icrc_offload()
+    }
 }
 
 pub struct Bed {

@@ -17,6 +17,7 @@
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 
 pub mod bridge;
+pub mod edge;
 pub mod learning;
 pub mod port;
 pub mod rxqueue;
@@ -64,6 +65,8 @@ pub struct FabricPortStats {
     pub drop_spoofed: AtomicU64,
     /// Frames for this port dropped because its queue was full / the uplink was busy.
     pub drop_full: AtomicU64,
+    /// RoCEv2 frames from this (uplink) port dropped for a wrong ICRC (spec §16.2).
+    pub drop_bad_icrc: AtomicU64,
 }
 
 enum PortKind {
@@ -262,13 +265,15 @@ impl Fabric {
         let _ = writeln!(
             out,
             "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
-             refused at ingress (source MAC), full = the port's queue or uplink had no room."
+             refused at ingress (source MAC), full = the port's queue or uplink had no room, \
+             bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC."
         );
         let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
         for p in &self.ports {
             for (why, c) in [
                 ("spoofed", &p.stats.drop_spoofed),
                 ("full", &p.stats.drop_full),
+                ("bad_icrc", &p.stats.drop_bad_icrc),
             ] {
                 let _ = writeln!(
                     out,
@@ -356,9 +361,19 @@ impl Fabric {
             return;
         }
         let now = self.learned.as_ref().map(|_| Instant::now());
+        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
         for chunk in frames.chunks(IO_BATCH) {
             let mut dest = [Dest::Drop; IO_BATCH];
             self.decide_chunk(from, chunk.iter().copied(), &mut dest, now);
+            for (d, f) in dest.iter_mut().zip(chunk) {
+                // The devices trust what the fabric hands them: check a frame from the network
+                // once, here (spec §16.2).
+                if from_uplink && self.reaches_device(*d) && !edge::intact(f) {
+                    bump(&self.ports[from].stats.drop_bad_icrc);
+                    *d = Dest::Drop;
+                }
+            }
+            self.capture_chunk(&dest[..chunk.len()], chunk.iter().copied());
             self.deliver(from, &dest[..chunk.len()], chunk, false);
         }
     }
@@ -374,6 +389,14 @@ impl Fabric {
         for chunk in frames.chunks_mut(IO_BATCH) {
             let mut dest = [Dest::Drop; IO_BATCH];
             self.decide_chunk(from, chunk.iter().map(Vec::as_slice), &mut dest, now);
+            // An engine on a fabric sends its RoCEv2 frames without an ICRC: a frame that leaves
+            // the process (or is captured) gets it now (spec §16.2).
+            for (d, f) in dest.iter().zip(chunk.iter_mut()) {
+                if self.capture.is_some() && *d != Dest::Drop || self.leaves(*d) {
+                    edge::seal(f);
+                }
+            }
+            self.capture_chunk(&dest[..chunk.len()], chunk.iter().map(Vec::as_slice));
             for (d, f) in dest.iter().zip(chunk.iter_mut()) {
                 if let Dest::Port(p) = *d {
                     if let Some(Port {
@@ -398,7 +421,42 @@ impl Fabric {
         }
     }
 
-    /// Decide every frame of a chunk (at most `IO_BATCH`), count and capture at ingress.
+    /// Does a frame sent to `d` reach a device port?
+    fn reaches_device(&self, d: Dest) -> bool {
+        match d {
+            Dest::All => true,
+            Dest::Port(p) => matches!(
+                self.ports.get(p).map(|p| &p.kind),
+                Some(PortKind::Device { .. })
+            ),
+            Dest::Drop | Dest::Uplinks => false,
+        }
+    }
+
+    /// Does a frame sent to `d` leave the process (through an uplink)?
+    fn leaves(&self, d: Dest) -> bool {
+        match d {
+            Dest::All | Dest::Uplinks => !self.uplinks.is_empty(),
+            Dest::Port(p) => matches!(
+                self.ports.get(p).map(|p| &p.kind),
+                Some(PortKind::Uplink { .. })
+            ),
+            Dest::Drop => false,
+        }
+    }
+
+    /// Capture the frames of a decided chunk that were not dropped (once each, at ingress).
+    fn capture_chunk<'a>(&self, dest: &[Dest], frames: impl Iterator<Item = &'a [u8]>) {
+        if let Some(c) = &self.capture {
+            for (d, f) in dest.iter().zip(frames) {
+                if *d != Dest::Drop {
+                    c.capture(f);
+                }
+            }
+        }
+    }
+
+    /// Decide every frame of a chunk (at most `IO_BATCH`) and count it at ingress.
     fn decide_chunk<'a>(
         &self,
         from: PortId,
@@ -414,9 +472,6 @@ impl Fabric {
                 continue;
             }
             bump(&ingress.stats.in_frames);
-            if let Some(c) = &self.capture {
-                c.capture(f);
-            }
         }
     }
 

@@ -47,7 +47,10 @@ impl Uplink for DevicePort {
         Ok(frames.len())
     }
 
-    /// Frames for one local device move into its queue without a copy.
+    /// The engine's frames: those for one local device move into its queue without a copy;
+    /// RoCEv2 frames come without an ICRC (`icrc_offload`), which the fabric adds to those that
+    /// leave the process. (`send` / `send_batch` carry the guest's own netdev frames, which the
+    /// fabric forwards as they are.)
     fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
         self.fabric.forward_owned(self.id, frames);
         Ok(frames.len())
@@ -97,5 +100,10 @@ impl Uplink for DevicePort {
 
     fn as_raw_fd(&self) -> RawFd {
         self.fabric.rx_queue(self.id).map_or(-1, |q| q.as_raw_fd())
+    }
+
+    /// Frames between devices never leave the process; the fabric seals and checks at its edge.
+    fn icrc_offload(&self) -> bool {
+        true
     }
 }

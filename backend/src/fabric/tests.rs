@@ -226,3 +226,83 @@ fn counters_render_per_port() {
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
 }
+
+/// A RoCEv2 SEND from `src` to `dst`, with or without its ICRC.
+fn roce(dst: MacAddr, src: MacAddr, icrc: bool) -> Vec<u8> {
+    use crate::wire::{gid_from_ipv4, Addressing, Bth, Opcode, PacketBuilder};
+    let addr = Addressing {
+        src_mac: src,
+        dst_mac: dst,
+        vlan: None,
+        src_gid: gid_from_ipv4([10, 0, 0, src[5]]),
+        dst_gid: gid_from_ipv4([10, 0, 0, dst[5]]),
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+        udp_src_port: 0xc000,
+    };
+    let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcSendOnly, 0x12, 9));
+    b.icrc = icrc;
+    let mut out = Vec::new();
+    b.build(&[b"sixteen bytes!!!"], &mut out).unwrap();
+    out
+}
+
+#[test]
+fn engine_frames_get_their_icrc_only_when_they_leave() {
+    let t = bed(&[A, B], 1);
+    assert!(t.ports[0].icrc_offload(), "a device port offloads the ICRC");
+    let (_, r) = &t.uplinks[0];
+    // A to B stays in the process: moved as it is, without an ICRC.
+    let mut to_b = vec![roce(B, A, false)];
+    t.ports[0].send_frames(&mut to_b).unwrap();
+    let got = drain(&t.ports[1]);
+    assert_eq!(got, vec![roce(B, A, false)]);
+    // A to a remote MAC leaves through the uplink: a standard frame with the right ICRC.
+    let mut out = vec![roce(REMOTE, A, false)];
+    t.ports[0].send_frames(&mut out).unwrap();
+    let s = sent(r);
+    assert_eq!(s, vec![roce(REMOTE, A, true)]);
+    assert!(crate::wire::RocePacket::parse(&s[0]).is_ok());
+}
+
+#[test]
+fn frames_from_the_network_are_checked_once_at_the_edge() {
+    let t = bed(&[A], 1);
+    let (up, _) = t.uplinks[0];
+    let good = roce(A, REMOTE, true);
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 10] ^= 0x40;
+    t.fabric.forward(up, &[&bad, &good, &frame(A, REMOTE, 3)]);
+    assert_eq!(drain(&t.ports[0]), vec![good, frame(A, REMOTE, 3)]);
+    let st = t.fabric.port_stats(up).unwrap();
+    assert_eq!(st.drop_bad_icrc.load(Ordering::Relaxed), 1);
+    assert!(t.fabric.render_stats().contains("reason=\"bad_icrc\"} 1"));
+}
+
+#[test]
+fn a_capture_sees_standard_frames() {
+    let dir = std::env::temp_dir().join(format!("vrdma-fabric-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cap.pcap");
+    let w = crate::uplink::PcapWriter::create(&path, None).unwrap();
+    let mut b = FabricBuilder::new();
+    let a = b.add_device(A).unwrap();
+    let bb = b.add_device(B).unwrap();
+    b.capture(w.clone());
+    let fabric = b.build();
+    let pa = fabric.device_port(a).unwrap();
+    let pb = fabric.device_port(bb).unwrap();
+    let mut to_b = vec![roce(B, A, false)];
+    pa.send_frames(&mut to_b).unwrap();
+    assert_eq!(drain(&pb), vec![roce(B, A, true)], "sealed for the capture");
+    w.close();
+    let bytes = std::fs::read(&path).unwrap();
+    let want = roce(B, A, true);
+    assert!(
+        bytes.windows(want.len()).any(|w| w == want.as_slice()),
+        "the capture holds the frame with its ICRC"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

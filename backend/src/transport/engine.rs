@@ -234,6 +234,7 @@ fn run(
     let mut to_uplink: Vec<Vec<u8>> = Vec::new();
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
     let has_link = uplink.link_up().is_some();
+    let icrc_offload = uplink.icrc_offload();
     let mut link_next = Instant::now();
     loop {
         // Wait unless the last batch left frames on the uplink or looped back; with a link
@@ -296,6 +297,8 @@ fn run(
         }
         let next = {
             let mut d = lock(&dev);
+            // Every batch: a reset may have replaced the device's state.
+            d.icrc_offload = icrc_offload;
             // One clock read per FRAMES_PER_CLOCK frames, not per frame: deadlines armed from
             // it are at most that many frames' work early.
             let mut now = Instant::now();

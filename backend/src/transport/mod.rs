@@ -203,7 +203,12 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
 pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     use crate::stats::bump;
-    let pkt = match packet::parse_checked(frame) {
+    let check = if dev.icrc_offload {
+        crate::wire::IcrcCheck::Trusted
+    } else {
+        crate::wire::IcrcCheck::Verify
+    };
+    let pkt = match packet::parse_checked_with(frame, check) {
         Ok(p) => p,
         // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
         Err(crate::wire::WireError::BadIcrc { .. }) => {

@@ -4,8 +4,9 @@
 //! adapts it so the state machines stay independent of frame layout details.
 
 use crate::wire::{
-    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, Ieth, ImmDt, IpVersion,
-    Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport, WireError,
+    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, IcrcCheck, Ieth, ImmDt,
+    IpVersion, Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
+    WireError,
 };
 
 /// Addressing of a QP's primary path or of an AH (spec §15): everything below the BTH.
@@ -20,6 +21,9 @@ pub struct Path {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
+    /// Compute the ICRC (false on a fabric port: the fabric seals frames that leave the
+    /// process, spec §16.2).
+    pub icrc: bool,
 }
 
 /// A received RoCEv2 packet, already validated by `wire` (lengths, ICRC).
@@ -107,7 +111,15 @@ pub fn parse(frame: &[u8]) -> Option<RxPkt<'_>> {
 
 /// [`parse`] that says why a frame was refused (the port counts ICRC errors apart, §11.9).
 pub fn parse_checked(frame: &[u8]) -> Result<RxPkt<'_>, crate::wire::WireError> {
-    let p = RocePacket::parse(frame)?;
+    parse_checked_with(frame, IcrcCheck::Verify)
+}
+
+/// [`parse_checked`], checking the ICRC or not (a frame from a fabric port, spec §16.2).
+pub fn parse_checked_with(
+    frame: &[u8],
+    icrc: IcrcCheck,
+) -> Result<RxPkt<'_>, crate::wire::WireError> {
+    let p = RocePacket::parse_with(frame, icrc)?;
     let ipv4 = p.ip_version == IpVersion::V4;
     let mut grh = [0u8; 40];
     if ipv4 {
@@ -148,7 +160,8 @@ thread_local! {
 /// Most buffers a thread's frame pool keeps (beyond that, returned frames are freed).
 pub const FRAME_POOL_MAX: usize = 1024;
 
-/// A buffer for a new frame (empty, capacity of some earlier frame if one was returned).
+/// A buffer for a new frame: an earlier frame's (any length and contents, which the builder
+/// overwrites) if one was returned, else a new one.
 pub fn frame_buf() -> Vec<u8> {
     FRAME_POOL
         .with(|p| p.borrow_mut().pop())
@@ -156,11 +169,11 @@ pub fn frame_buf() -> Vec<u8> {
 }
 
 /// Return a frame that has been sent (or dropped) to this thread's pool.
-pub fn recycle_frame(mut f: Vec<u8>) {
+pub fn recycle_frame(f: Vec<u8>) {
     if f.capacity() == 0 {
         return;
     }
-    f.clear();
+    // Not cleared: the builder overwrites every byte (`wire::frame`, `set_frame_len`).
     FRAME_POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < FRAME_POOL_MAX {
@@ -276,6 +289,7 @@ fn builder(
     bth.solicited = solicited;
     bth.ack_req = ack_req;
     let mut b = PacketBuilder::new(addr, bth);
+    b.icrc = path.icrc;
     b.ext = ExtHeaders {
         deth: hdrs.deth,
         feth: hdrs.feth,

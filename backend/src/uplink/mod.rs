@@ -79,6 +79,15 @@ pub trait Uplink: Send + Sync {
         None
     }
 
+    /// Whether the engine may send RoCEv2 frames without an ICRC and trust the frames it
+    /// receives without checking theirs (spec §16.2). Only a fabric device port says yes: the
+    /// fabric seals the frames that leave the process and checks those that enter it, so frames
+    /// between devices are never checksummed. Wrappers that look at the frames themselves (a
+    /// capture, fault injection) keep the default `false`.
+    fn icrc_offload(&self) -> bool {
+        false
+    }
+
     /// Send frames in order; returns how many were handed to the uplink. Frames after a
     /// [`UplinkError::WouldBlock`] are not sent (loss, which RC retransmits); other per-frame
     /// errors are logged by the caller's policy and skipped. Uplinks with a batched system
@@ -179,6 +188,9 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
     }
+    fn icrc_offload(&self) -> bool {
+        (**self).icrc_offload()
+    }
 }
 
 impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
@@ -206,6 +218,9 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     }
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
+    }
+    fn icrc_offload(&self) -> bool {
+        (**self).icrc_offload()
     }
 }
 

@@ -226,90 +226,193 @@ pub struct RocePacket<'a> {
     pub icrc: u32,
 }
 
+/// Give a (reused) frame buffer the length `total` without zeroing what it held: the builder
+/// writes every byte of a frame (headers, payload, pad, ICRC), so stale bytes of an earlier frame
+/// never survive (the test `every_byte_of_a_frame_is_written` checks each header combination).
+/// Buffers circulate between devices on a fabric; zeroing each one cost a memset per packet.
+fn set_frame_len(out: &mut Vec<u8>, total: usize) {
+    if out.len() >= total {
+        out.truncate(total);
+    } else {
+        out.resize(total, 0);
+    }
+}
+
+/// Whether [`RocePacket::parse_with`] checks the ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcrcCheck {
+    /// Compare the carried ICRC with the computed one (frames from a network).
+    Verify,
+    /// Do not look at the ICRC field: the frame never left the process (a fabric hop, spec
+    /// §16.2) or its ICRC was verified where it entered.
+    Trusted,
+}
+
+/// The headers of a RoCEv2 frame up to UDP, located and length-checked (what both parsing and
+/// [`seal_icrc`] need).
+struct Located<'a> {
+    eth: EthHeader,
+    ip_version: IpVersion,
+    ip_header: &'a [u8],
+    udp: UdpHeader,
+    /// The UDP header's bytes.
+    udp_header: &'a [u8],
+    /// BTH .. pad (the UDP payload without the ICRC).
+    body: &'a [u8],
+    icrc_found: u32,
+    src_gid: Gid,
+    dst_gid: Gid,
+    hop: u8,
+    tc: u8,
+    fl: u32,
+}
+
+fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
+    let (eth, l3) = EthHeader::parse(frame)?;
+    let (ip_version, ip_header, ip_payload, src_gid, dst_gid, hop, tc, fl) = match eth.ethertype {
+        ETHERTYPE_IPV4 => {
+            let (ip, after) = Ipv4Header::parse(l3)?;
+            let total = usize::from(ip.total_len);
+            if total < Ipv4Header::LEN || total > l3.len() {
+                return Err(WireError::IpLengthMismatch {
+                    ip_len: total,
+                    available: l3.len(),
+                });
+            }
+            if ip.is_fragment() {
+                return Err(WireError::Fragmented);
+            }
+            if ip.protocol != PROTO_UDP {
+                return Err(WireError::NotUdp(ip.protocol));
+            }
+            let payload = &after[..total - Ipv4Header::LEN];
+            (
+                IpVersion::V4,
+                &l3[..Ipv4Header::LEN],
+                payload,
+                gid_from_ipv4(ip.src),
+                gid_from_ipv4(ip.dst),
+                ip.ttl,
+                ip.tos,
+                0,
+            )
+        }
+        ETHERTYPE_IPV6 => {
+            let (ip, after) = Ipv6Header::parse(l3)?;
+            let plen = usize::from(ip.payload_len);
+            if plen > after.len() {
+                return Err(WireError::IpLengthMismatch {
+                    ip_len: plen + Ipv6Header::LEN,
+                    available: l3.len(),
+                });
+            }
+            if ip.next_header != PROTO_UDP {
+                return Err(WireError::NotUdp(ip.next_header));
+            }
+            (
+                IpVersion::V6,
+                &l3[..Ipv6Header::LEN],
+                &after[..plen],
+                ip.src,
+                ip.dst,
+                ip.hop_limit,
+                ip.traffic_class,
+                ip.flow_label,
+            )
+        }
+        t => return Err(WireError::NotIp(t)),
+    };
+    let (udp, udp_payload) = UdpHeader::parse(ip_payload)?;
+    if udp.dst_port != ROCEV2_UDP_PORT {
+        return Err(WireError::WrongPort(udp.dst_port));
+    }
+    if usize::from(udp.length) != ip_payload.len() {
+        return Err(WireError::UdpLengthMismatch {
+            udp_len: usize::from(udp.length),
+            ip_payload: ip_payload.len(),
+        });
+    }
+    let udp_header = &ip_payload[..UdpHeader::LEN];
+    if udp_payload.len() < Bth::LEN + ICRC_LEN {
+        return Err(WireError::Truncated {
+            what: "BTH + ICRC",
+            need: Bth::LEN + ICRC_LEN,
+            have: udp_payload.len(),
+        });
+    }
+    let (body, icrc_bytes) = udp_payload.split_at(udp_payload.len() - ICRC_LEN);
+    Ok(Located {
+        eth,
+        ip_version,
+        ip_header,
+        udp,
+        udp_header,
+        body,
+        icrc_found: u32::from_le_bytes([
+            icrc_bytes[0],
+            icrc_bytes[1],
+            icrc_bytes[2],
+            icrc_bytes[3],
+        ]),
+        src_gid,
+        dst_gid,
+        hop,
+        tc,
+        fl,
+    })
+}
+
+/// Compute and store the ICRC of a RoCEv2 frame built without one ([`PacketBuilder::icrc`]
+/// false), before it leaves the process (spec §16.2). `Ok(false)`: not a RoCEv2 frame (not
+/// IP/UDP to port 4791), left unchanged; a malformed RoCEv2 frame is an error, also unchanged.
+pub fn seal_icrc(frame: &mut [u8]) -> Result<bool, WireError> {
+    let (icrc, at) = match locate(frame) {
+        Ok(l) => {
+            let icrc = super::icrc::compute(l.ip_header, l.udp_header, l.body)?;
+            let at = l.body.as_ptr() as usize - frame.as_ptr() as usize + l.body.len();
+            (icrc, at)
+        }
+        Err(
+            WireError::NotIp(_)
+            | WireError::NotUdp(_)
+            | WireError::WrongPort(_)
+            | WireError::Fragmented,
+        ) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    frame[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+    Ok(true)
+}
+
 impl<'a> RocePacket<'a> {
     /// Parse and verify a whole Ethernet frame. Trailing bytes after the IP datagram (Ethernet
     /// minimum-size padding) are ignored. The UDP checksum is not checked (the ICRC covers the
     /// datagram; RoCEv2 senders commonly send 0).
     pub fn parse(frame: &'a [u8]) -> Result<RocePacket<'a>, WireError> {
-        let (eth, l3) = EthHeader::parse(frame)?;
-        let (ip_version, ip_header, ip_payload, src_gid, dst_gid, hop, tc, fl) = match eth.ethertype
-        {
-            ETHERTYPE_IPV4 => {
-                let (ip, after) = Ipv4Header::parse(l3)?;
-                let total = usize::from(ip.total_len);
-                if total < Ipv4Header::LEN || total > l3.len() {
-                    return Err(WireError::IpLengthMismatch {
-                        ip_len: total,
-                        available: l3.len(),
-                    });
-                }
-                if ip.is_fragment() {
-                    return Err(WireError::Fragmented);
-                }
-                if ip.protocol != PROTO_UDP {
-                    return Err(WireError::NotUdp(ip.protocol));
-                }
-                let payload = &after[..total - Ipv4Header::LEN];
-                (
-                    IpVersion::V4,
-                    &l3[..Ipv4Header::LEN],
-                    payload,
-                    gid_from_ipv4(ip.src),
-                    gid_from_ipv4(ip.dst),
-                    ip.ttl,
-                    ip.tos,
-                    0,
-                )
+        Self::parse_with(frame, IcrcCheck::Verify)
+    }
+
+    /// [`RocePacket::parse`], checking the ICRC or not (`check`).
+    pub fn parse_with(frame: &'a [u8], check: IcrcCheck) -> Result<RocePacket<'a>, WireError> {
+        let Located {
+            eth,
+            ip_version,
+            ip_header,
+            udp,
+            body,
+            icrc_found: found,
+            src_gid,
+            dst_gid,
+            hop,
+            tc,
+            fl,
+            udp_header,
+        } = locate(frame)?;
+        if check == IcrcCheck::Verify {
+            let computed = super::icrc::compute(ip_header, udp_header, body)?;
+            if computed != found {
+                return Err(WireError::BadIcrc { computed, found });
             }
-            ETHERTYPE_IPV6 => {
-                let (ip, after) = Ipv6Header::parse(l3)?;
-                let plen = usize::from(ip.payload_len);
-                if plen > after.len() {
-                    return Err(WireError::IpLengthMismatch {
-                        ip_len: plen + Ipv6Header::LEN,
-                        available: l3.len(),
-                    });
-                }
-                if ip.next_header != PROTO_UDP {
-                    return Err(WireError::NotUdp(ip.next_header));
-                }
-                (
-                    IpVersion::V6,
-                    &l3[..Ipv6Header::LEN],
-                    &after[..plen],
-                    ip.src,
-                    ip.dst,
-                    ip.hop_limit,
-                    ip.traffic_class,
-                    ip.flow_label,
-                )
-            }
-            t => return Err(WireError::NotIp(t)),
-        };
-        let (udp, udp_payload) = UdpHeader::parse(ip_payload)?;
-        if udp.dst_port != ROCEV2_UDP_PORT {
-            return Err(WireError::WrongPort(udp.dst_port));
-        }
-        if usize::from(udp.length) != ip_payload.len() {
-            return Err(WireError::UdpLengthMismatch {
-                udp_len: usize::from(udp.length),
-                ip_payload: ip_payload.len(),
-            });
-        }
-        let udp_header = &ip_payload[..UdpHeader::LEN];
-        if udp_payload.len() < Bth::LEN + ICRC_LEN {
-            return Err(WireError::Truncated {
-                what: "BTH + ICRC",
-                need: Bth::LEN + ICRC_LEN,
-                have: udp_payload.len(),
-            });
-        }
-        let (body, icrc_bytes) = udp_payload.split_at(udp_payload.len() - ICRC_LEN);
-        let found =
-            u32::from_le_bytes([icrc_bytes[0], icrc_bytes[1], icrc_bytes[2], icrc_bytes[3]]);
-        let computed = super::icrc::compute(ip_header, udp_header, body)?;
-        if computed != found {
-            return Err(WireError::BadIcrc { computed, found });
         }
 
         let (bth, after_bth) = Bth::parse(body)?;
@@ -404,6 +507,10 @@ pub struct PacketBuilder {
     /// rxe sends, RFC 6935 zero-checksum UDP tunnels; the ICRC protects the packet). IPv4 always
     /// sends 0.
     pub udp6_checksum: bool,
+    /// Compute the ICRC (`true`, the default). `false` leaves the field zero (and skips the IPv6
+    /// UDP checksum, which would cover it): for frames that go to a fabric, which seals them with
+    /// [`seal_icrc`] only if they leave the process (spec §16.2).
+    pub icrc: bool,
 }
 
 /// Offsets computed by [`PacketBuilder::layout`].
@@ -425,6 +532,7 @@ impl PacketBuilder {
             bth,
             ext: ExtHeaders::default(),
             udp6_checksum: false,
+            icrc: true,
         }
     }
 
@@ -600,6 +708,10 @@ impl PacketBuilder {
         let ip_start = l.eth_len;
         let udp_start = ip_start + l.ip_len;
         let icrc_at = l.total - ICRC_LEN;
+        if !self.icrc {
+            frame[icrc_at..l.total].fill(0);
+            return Ok(());
+        }
         // ICRC first: the optional IPv6 UDP checksum covers it (the ICRC masks the UDP checksum).
         let icrc = {
             let (ip, rest) = frame[ip_start..icrc_at].split_at(l.ip_len);
@@ -636,19 +748,18 @@ impl PacketBuilder {
         Ok(l.total)
     }
 
-    /// Build into `out` (cleared first, then resized to the frame length); the payload is the
+    /// Build into `out` (resized to the frame length, every byte written); the payload is the
     /// concatenation of the `payload` pieces (scatter list).
     pub fn build(&self, payload: &[&[u8]], out: &mut Vec<u8>) -> Result<(), WireError> {
         let len: usize = payload.iter().map(|p| p.len()).sum();
         let l = self.layout(len)?;
-        out.clear();
-        out.resize(l.total, 0);
+        set_frame_len(out, l.total);
         self.build_into(payload, out).map(|_| ())
     }
 
-    /// Build into `out` (cleared, then resized) with a payload of `payload_len` bytes written in
-    /// place by `fill` (e.g. straight from guest memory). `fill` gets exactly `payload_len` bytes;
-    /// its error aborts the build.
+    /// Build into `out` (resized to the frame length) with a payload of `payload_len` bytes
+    /// written in place by `fill` (e.g. straight from guest memory). `fill` gets exactly
+    /// `payload_len` bytes and must write all of them; its error aborts the build.
     pub fn build_with<E: From<WireError>>(
         &self,
         payload_len: usize,
@@ -656,8 +767,7 @@ impl PacketBuilder {
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let l = self.layout(payload_len)?;
-        out.clear();
-        out.resize(l.total, 0);
+        set_frame_len(out, l.total);
         let range = self.write_headers(&l, out)?;
         fill(&mut out[range])?;
         self.finish(&l, out)?;

@@ -35,8 +35,8 @@ pub use deth::Deth;
 pub use eth::{EthHeader, MacAddr};
 pub use feth::Feth;
 pub use frame::{
-    gid_from_ipv4, gid_to_ipv4, is_ipv4_mapped, udp_src_port, Addressing, ExtHeaders, Gid,
-    IpVersion, PacketBuilder, RocePacket,
+    gid_from_ipv4, gid_to_ipv4, is_ipv4_mapped, seal_icrc, udp_src_port, Addressing, ExtHeaders,
+    Gid, IcrcCheck, IpVersion, PacketBuilder, RocePacket,
 };
 pub use icrc::Icrc;
 pub use ieth::Ieth;
