@@ -84,10 +84,13 @@ pub enum TxDestination {
 pub fn tx_destination(frame: &[u8], is_our_gid: impl Fn(&Gid) -> bool) -> TxDestination {
     match EthHeader::parse(frame) {
         Ok((eth, l3)) => match roce_dst_gid(eth.ethertype, l3) {
-            Some(g) if is_our_gid(&g) && crate::objects::is_multicast_gid(&g) => {
-                TxDestination::EngineAndUplink
+            Some(g) if is_our_gid(&g) => {
+                if crate::objects::is_multicast_gid(&g) {
+                    TxDestination::EngineAndUplink
+                } else {
+                    TxDestination::Engine
+                }
             }
-            Some(g) if is_our_gid(&g) => TxDestination::Engine,
             _ => TxDestination::Uplink,
         },
         Err(_) => TxDestination::Uplink,

@@ -94,6 +94,31 @@ pub fn fabric_only(quick: bool) {
     );
 }
 
+/// The fabric 64 B points alone (`fabric-64` section: message rate and latency, to profile).
+pub fn fabric_small(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let n = if quick { 5000 } else { 50000 };
+    let mut bed = Bed::new(Mode::Fabric, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0);
+    stream(&mut bed, Op::Write, 64, 256);
+    let mut cpu: Vec<f64> = Vec::new();
+    let mut rates: Vec<f64> = (0..runs)
+        .map(|_| {
+            let c0 = bed.engine_cpu();
+            let r = n as f64 / stream(&mut bed, Op::Write, 64, n).as_secs_f64();
+            cpu.push((bed.engine_cpu() - c0) / n as f64);
+            r
+        })
+        .collect();
+    let mut lat = latency(&mut bed, 64, 2000);
+    bed.finish();
+    println!(
+        "fabric 64 B RC WRITE: {:.2} Mpps ({} engine CPU per msg), median latency {}",
+        median(&mut rates) / 1e6,
+        fmt_secs(median(&mut cpu)),
+        fmt_secs(median(&mut lat))
+    );
+}
+
 pub fn print_udp(udp: &[(u16, Point)]) {
     for (eth, p) in udp {
         println!(

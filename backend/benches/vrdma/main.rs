@@ -18,7 +18,7 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -28,6 +28,7 @@ const SECTIONS: [&str; 9] = [
     "headline",
     "udp",
     "fabric",
+    "fabric-64",
 ];
 
 fn main() {
@@ -86,6 +87,9 @@ fn main() {
     }
     if wanted.contains(&"fabric") {
         headline::fabric_only(quick);
+    }
+    if wanted.contains(&"fabric-64") {
+        headline::fabric_small(quick);
     }
     println!();
     println!(

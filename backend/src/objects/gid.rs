@@ -55,12 +55,16 @@ pub enum GidError {
 #[derive(Debug, Clone)]
 pub struct GidTable {
     entries: Vec<Option<GidEntry>>,
+    /// The RoCEv2 entries as (GID, index), in index order: every frame in and out looks its
+    /// addresses up here, and a port has a handful of them in a table of `max_gid` slots.
+    v2: Vec<([u8; 16], u32)>,
 }
 
 impl GidTable {
     pub fn new(size: u32) -> Self {
         GidTable {
             entries: vec![None; size as usize],
+            v2: Vec::new(),
         }
     }
 
@@ -82,6 +86,7 @@ impl GidTable {
             .get_mut(index as usize)
             .ok_or(GidError::BadIndex)?;
         *e = Some(GidEntry { gid, gid_type });
+        self.reindex();
         Ok(())
     }
 
@@ -91,7 +96,19 @@ impl GidTable {
             .entries
             .get_mut(index as usize)
             .ok_or(GidError::BadIndex)?;
-        e.take().map(|_| ()).ok_or(GidError::NotFound)
+        e.take().ok_or(GidError::NotFound)?;
+        self.reindex();
+        Ok(())
+    }
+
+    /// Rebuild `v2` (ADD_GID / DEL_GID are rare; lookups are per frame).
+    fn reindex(&mut self) {
+        self.v2.clear();
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Some(e) = e.filter(|e| e.gid_type == GID_TYPE_ROCE_V2) {
+                self.v2.push((e.gid, i as u32));
+            }
+        }
     }
 
     pub fn get(&self, index: u32) -> Option<&GidEntry> {
@@ -100,13 +117,7 @@ impl GidTable {
 
     /// Index of a RoCEv2 entry with exactly this GID.
     pub fn find_v2(&self, gid: &[u8; 16]) -> Option<u32> {
-        self.entries
-            .iter()
-            .position(|e| {
-                e.as_ref()
-                    .is_some_and(|e| e.gid_type == GID_TYPE_ROCE_V2 && &e.gid == gid)
-            })
-            .map(|i| i as u32)
+        self.v2.iter().find(|(g, _)| g == gid).map(|&(_, i)| i)
     }
 
     /// Is `ip` one of the port's RoCEv2 addresses? (port demux: frames to our GIDs → engine)
@@ -124,6 +135,7 @@ impl GidTable {
         for e in &mut self.entries {
             *e = None;
         }
+        self.v2.clear();
     }
 }
 
@@ -147,6 +159,12 @@ mod tests {
         );
         t.add(2, GID_TYPE_ROCE_V2, v6.octets()).unwrap();
         assert!(t.is_local_ip(IpAddr::V6(v6)));
+        assert_eq!(t.find_v2(&v6.octets()), Some(2));
+        // The same GID at a lower index too: the lowest index answers; replaced by RoCEv1,
+        // it no longer does.
+        t.add(1, GID_TYPE_ROCE_V2, v6.octets()).unwrap();
+        assert_eq!(t.find_v2(&v6.octets()), Some(1));
+        t.add(1, GID_TYPE_ROCE_V1, v6.octets()).unwrap();
         assert_eq!(t.find_v2(&v6.octets()), Some(2));
         assert_eq!(t.get(0).unwrap().ip(), IpAddr::V4(v4));
         assert!(gid_is_ipv4(&t.get(0).unwrap().gid));

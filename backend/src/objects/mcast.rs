@@ -98,7 +98,8 @@ impl McastTable {
     }
 
     pub fn has_group(&self, gid: &[u8; 16]) -> bool {
-        self.groups.contains_key(gid)
+        // Per frame: skip hashing while no QP is attached to any group (the common case).
+        !self.groups.is_empty() && self.groups.contains_key(gid)
     }
 
     pub fn clear(&mut self) {
