@@ -4,8 +4,8 @@
  * plain uverbs commands (device/port query, PD, MR, AH).
  *
  * Data-path objects live in vrdma_cq.c (CQ), vrdma_qp.c (QP, SQ/RQ) and
- * vrdma_srq.c (SRQ). Verbs left out of the ops table (memory windows,
- * XRC, WQs, flows, DM, ...) are answered EOPNOTSUPP by libibverbs.
+ * vrdma_srq.c (SRQ). Verbs left out of the ops table (XRC, WQs, flows,
+ * ...) are answered EOPNOTSUPP by libibverbs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -87,7 +87,7 @@ static struct ibv_pd *vrdma_alloc_pd(struct ibv_context *ctx)
 {
 	struct ib_uverbs_alloc_pd_resp resp;
 	struct ibv_alloc_pd cmd;
-	struct ibv_pd *pd;
+	struct vrdma_pd *pd;
 	int ret;
 
 	pd = calloc(1, sizeof(*pd));
@@ -96,25 +96,100 @@ static struct ibv_pd *vrdma_alloc_pd(struct ibv_context *ctx)
 		return NULL;
 	}
 
-	ret = ibv_cmd_alloc_pd(ctx, pd, &cmd, sizeof(cmd), &resp,
+	ret = ibv_cmd_alloc_pd(ctx, &pd->ibv_pd, &cmd, sizeof(cmd), &resp,
 			       sizeof(resp));
 	if (ret) {
 		free(pd);
 		errno = ret;
 		return NULL;
 	}
-	return pd;
+	return &pd->ibv_pd;
 }
 
-static int vrdma_dealloc_pd(struct ibv_pd *pd)
+int vrdma_dealloc_pd(struct ibv_pd *ibpd)
 {
+	struct vrdma_pd *pd = to_vpd(ibpd);
 	int ret;
 
-	ret = ibv_cmd_dealloc_pd(pd);
+	if (pd->protection_domain) {
+		/* A parent domain: nothing of it is in the kernel. */
+		atomic_fetch_sub(&pd->protection_domain->refs, 1);
+		if (pd->td)
+			atomic_fetch_sub(&pd->td->refs, 1);
+		free(pd);
+		return 0;
+	}
+	if (atomic_load(&pd->refs))
+		return EBUSY;
+	ret = ibv_cmd_dealloc_pd(ibpd);
 	if (ret)
 		return ret;
 	free(pd);
 	return 0;
+}
+
+/* Thread domains (ibv_alloc_td(3)) are a provider promise, not an object of the device. */
+struct ibv_td *vrdma_alloc_td(struct ibv_context *ctx,
+			      struct ibv_td_init_attr *attr)
+{
+	struct vrdma_td *td;
+
+	if (attr->comp_mask) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	td = calloc(1, sizeof(*td));
+	if (!td) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	td->ibv_td.context = ctx;
+	return &td->ibv_td;
+}
+
+int vrdma_dealloc_td(struct ibv_td *ibtd)
+{
+	struct vrdma_td *td = container_of(ibtd, struct vrdma_td, ibv_td);
+
+	if (atomic_load(&td->refs))
+		return EBUSY;
+	free(td);
+	return 0;
+}
+
+struct ibv_pd *
+vrdma_alloc_parent_domain(struct ibv_context *ctx,
+			  struct ibv_parent_domain_init_attr *attr)
+{
+	struct vrdma_pd *parent, *pd;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!attr->pd || attr->pd->context != ctx ||
+	    to_vpd(attr->pd)->protection_domain ||
+	    (attr->td && attr->td->context != ctx)) {
+		errno = EINVAL;
+		return NULL;
+	}
+
+	parent = calloc(1, sizeof(*parent));
+	if (!parent) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd = to_vpd(attr->pd);
+	parent->protection_domain = pd;
+	parent->ibv_pd.context = ctx;
+	parent->ibv_pd.handle = pd->ibv_pd.handle;
+	if (attr->td) {
+		parent->td = container_of(attr->td, struct vrdma_td, ibv_td);
+		atomic_fetch_add(&parent->td->refs, 1);
+	}
+	atomic_fetch_add(&pd->refs, 1);
+	return &parent->ibv_pd;
 }
 
 /*
@@ -257,6 +332,9 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.query_port = vrdma_query_port,
 	.alloc_pd = vrdma_alloc_pd,
 	.dealloc_pd = vrdma_dealloc_pd,
+	.alloc_td = vrdma_alloc_td,
+	.dealloc_td = vrdma_dealloc_td,
+	.alloc_parent_domain = vrdma_alloc_parent_domain,
 	.reg_mr = vrdma_reg_mr,
 	.dereg_mr = vrdma_dereg_mr,
 	.rereg_mr = vrdma_rereg_mr,
