@@ -365,8 +365,32 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.destroy_ah = vrdma_destroy_ah,
 	.attach_mcast = ibv_cmd_attach_mcast,
 	.detach_mcast = ibv_cmd_detach_mcast,
+	.alloc_dm = vrdma_alloc_dm,
+	.free_dm = vrdma_free_dm,
+	.reg_dm_mr = vrdma_reg_dm_mr,
+	.import_pd = vrdma_import_pd,
+	.unimport_pd = vrdma_unimport_pd,
+	.import_mr = vrdma_import_mr,
+	.unimport_mr = vrdma_unimport_mr,
 	.free_context = vrdma_free_context,
 };
+
+/* The response of alloc_ucontext, or of QUERY_CONTEXT for an import. */
+static int vrdma_set_context(struct vrdma_context *ctx,
+			     const struct vrdma_alloc_ucontext_resp *resp)
+{
+	if (resp->abi_version != VRDMA_UVERBS_ABI_VERSION) {
+		verbs_err(&ctx->ibv_ctx,
+			  "vrdma: kernel uverbs ABI %u, libvrdma expects %u\n",
+			  resp->abi_version, VRDMA_UVERBS_ABI_VERSION);
+		return EPROTONOSUPPORT;
+	}
+	ctx->max_inline_data = resp->max_inline_data;
+	ctx->max_send_sge = resp->max_send_sge;
+	ctx->max_recv_sge = resp->max_recv_sge;
+	verbs_set_ops(&ctx->ibv_ctx, &vrdma_ctx_ops);
+	return 0;
+}
 
 static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev,
 						 int cmd_fd,
@@ -375,6 +399,7 @@ static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev,
 	struct uvrdma_alloc_ucontext_resp resp = {};
 	struct vrdma_context *ctx;
 	struct ibv_get_context cmd;
+	int ret;
 
 	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
 					   RDMA_DRIVER_UNKNOWN);
@@ -384,26 +409,50 @@ static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev,
 	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
 				&resp.ibv_resp, sizeof(resp)))
 		goto err;
-
-	if (resp.drv_payload.abi_version != VRDMA_UVERBS_ABI_VERSION) {
-		verbs_err(&ctx->ibv_ctx,
-			  "vrdma: kernel uverbs ABI %u, libvrdma expects %u\n",
-			  resp.drv_payload.abi_version,
-			  VRDMA_UVERBS_ABI_VERSION);
-		errno = EPROTONOSUPPORT;
+	ret = vrdma_set_context(ctx, &resp.drv_payload);
+	if (ret) {
+		errno = ret;
 		goto err;
 	}
-	ctx->max_inline_data = resp.drv_payload.max_inline_data;
-	ctx->max_send_sge = resp.drv_payload.max_send_sge;
-	ctx->max_recv_sge = resp.drv_payload.max_recv_sge;
-
-	verbs_set_ops(&ctx->ibv_ctx, &vrdma_ctx_ops);
 	return &ctx->ibv_ctx;
 
 err:
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
 	return NULL;
+}
+
+/*
+ * ibv_import_device(3): a context on a command fd another context opened
+ * (shared with dup or over a unix socket). The kernel's ucontext already
+ * exists; QUERY_CONTEXT answers its vrdma_alloc_ucontext_resp again.
+ */
+static struct verbs_context *vrdma_import_context(struct ibv_device *ibdev,
+						  int cmd_fd)
+{
+	DECLARE_COMMAND_BUFFER_LINK(driver_attr, UVERBS_OBJECT_DEVICE,
+				    UVERBS_METHOD_QUERY_CONTEXT, 1, NULL);
+	struct vrdma_alloc_ucontext_resp resp = {};
+	struct vrdma_context *ctx;
+	int ret;
+
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   RDMA_DRIVER_UNKNOWN);
+	if (!ctx)
+		return NULL;
+
+	fill_attr_out_ptr(driver_attr, VRDMA_UAPI_ATTR_QUERY_CONTEXT_RESP,
+			  &resp);
+	ret = ibv_cmd_query_context(&ctx->ibv_ctx.context, driver_attr);
+	if (!ret)
+		ret = vrdma_set_context(ctx, &resp);
+	if (ret) {
+		verbs_uninit_context(&ctx->ibv_ctx);
+		free(ctx);
+		errno = ret;
+		return NULL;
+	}
+	return &ctx->ibv_ctx;
 }
 
 static void vrdma_free_context(struct ibv_context *ibctx)
@@ -441,5 +490,6 @@ static const struct verbs_device_ops vrdma_dev_ops = {
 	.alloc_device = vrdma_device_alloc,
 	.uninit_device = vrdma_uninit_device,
 	.alloc_context = vrdma_alloc_context,
+	.import_context = vrdma_import_context,
 };
 PROVIDER_DRIVER(vrdma, vrdma_dev_ops);

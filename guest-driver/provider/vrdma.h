@@ -15,6 +15,7 @@
 
 #include <infiniband/driver.h>
 #include <infiniband/kern-abi.h>
+#include <rdma/ib_user_ioctl_cmds.h>
 
 #include "vrdma_abi.h"
 #include "vrdma_uapi.h"
@@ -166,6 +167,13 @@ struct vrdma_srq {
 	struct vrdma_rq		rq;
 };
 
+struct vrdma_dm {
+	struct verbs_dm		vdm;
+	void			*map;		/* the kernel's pages */
+	size_t			map_size;
+	uint64_t		length;
+};
+
 struct vrdma_ah {
 	struct ibv_ah		ibv_ah;
 	uint32_t		ah_index;
@@ -212,6 +220,11 @@ static inline struct vrdma_srq *to_vsrq(struct ibv_srq *ibsrq)
 	return container_of(ibsrq, struct vrdma_srq, vsrq.srq);
 }
 
+static inline struct vrdma_dm *to_vdm(struct ibv_dm *ibdm)
+{
+	return container_of(ibdm, struct vrdma_dm, vdm.dm);
+}
+
 static inline struct vrdma_ah *to_vah(struct ibv_ah *ibah)
 {
 	return container_of(ibah, struct vrdma_ah, ibv_ah);
@@ -231,6 +244,18 @@ int vrdma_dealloc_td(struct ibv_td *ibtd);
 struct ibv_pd *
 vrdma_alloc_parent_domain(struct ibv_context *ctx,
 			  struct ibv_parent_domain_init_attr *attr);
+
+/* vrdma_dm.c */
+struct ibv_dm *vrdma_alloc_dm(struct ibv_context *ctx,
+			      struct ibv_alloc_dm_attr *attr);
+int vrdma_free_dm(struct ibv_dm *ibdm);
+struct ibv_mr *vrdma_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *ibdm,
+			       uint64_t dm_offset, size_t length,
+			       unsigned int access);
+struct ibv_pd *vrdma_import_pd(struct ibv_context *ctx, uint32_t pd_handle);
+void vrdma_unimport_pd(struct ibv_pd *ibpd);
+struct ibv_mr *vrdma_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
+void vrdma_unimport_mr(struct ibv_mr *mr);
 
 /* vrdma_cq.c */
 struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe,

@@ -1072,6 +1072,41 @@ static void test_parent_domain(void)
 	vpd.ibv_pd.handle = 0;
 }
 
+/*
+ * Device memory: the mapping of the kernel's pages (here the memfd at
+ * offset 0) is what ibv_memcpy_to_dm / _from_dm copy to and from, in 4-byte
+ * units and inside the DM only.
+ */
+static void test_dm(void)
+{
+	struct ibv_alloc_dm_attr attr = { .length = 100 };
+	uint8_t in[100], out[100];
+	struct ibv_dm *dm;
+
+	attr.comp_mask = 1;
+	CHECK(!vrdma_alloc_dm(&ctx, &attr) && errno == EINVAL);
+	attr.comp_mask = 0;
+	dm = vrdma_alloc_dm(&ctx, &attr);
+	CHECK(dm != NULL);
+	if (!dm)
+		return;
+	memset(in, 0xab, sizeof(in));
+	CHECK(ibv_memcpy_to_dm(dm, 4, in, 96) == 0);
+	CHECK(dev[3] == 0 && dev[4] == 0xab && dev[99] == 0xab);
+	dev[8] = 0x5c;
+	CHECK(ibv_memcpy_from_dm(out, dm, 8, 4) == 0 && out[0] == 0x5c &&
+	      out[3] == 0xab);
+	/* unaligned offset or length, or beyond the DM's 100 bytes */
+	CHECK(ibv_memcpy_to_dm(dm, 1, in, 4) == EINVAL);
+	CHECK(ibv_memcpy_to_dm(dm, 0, in, 6) == EINVAL);
+	CHECK(ibv_memcpy_to_dm(dm, 100, in, 4) == EINVAL);
+	CHECK(ibv_memcpy_from_dm(out, dm, 0, 104) == EINVAL);
+	CHECK(ibv_memcpy_from_dm(out, dm, UINT64_MAX - 3, 4) == EINVAL);
+	CHECK(dev[100] == 0);
+	CHECK(vrdma_free_dm(dm) == 0);
+	reset_rings();
+}
+
 static void test_srq(void)
 {
 	struct ibv_srq_init_attr attr = { .attr = { .max_wr = 8,
@@ -1218,6 +1253,7 @@ int main(void)
 	test_cq_clean();
 	test_cq_ex();
 	test_parent_domain();
+	test_dm();
 	test_srq();
 	test_stress();
 
