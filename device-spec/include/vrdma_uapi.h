@@ -108,6 +108,21 @@ enum vrdma_uapi_query_pd_attrs {
 };
 
 /*
+ * The driver's method VRDMA_UAPI_METHOD_DM_QUERY of UVERBS_OBJECT_DM, for
+ * ibv_import_dm(3): takes a DM handle of the context and answers the mmap
+ * offset (u64) and the length (u64) of that device memory.
+ */
+enum vrdma_uapi_dm_methods {
+	VRDMA_UAPI_METHOD_DM_QUERY = (1U << 12),
+};
+
+enum vrdma_uapi_query_dm_attrs {
+	VRDMA_UAPI_ATTR_QUERY_DM_HANDLE = (1U << 12),
+	VRDMA_UAPI_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+	VRDMA_UAPI_ATTR_QUERY_DM_RESP_LENGTH,
+};
+
+/*
  * Device memory is accessed by ibv_memcpy_to_dm / _from_dm in units of
  * 4 bytes: offset and length multiples of this.
  */

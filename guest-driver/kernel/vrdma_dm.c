@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * vrdma device memory (ibv_alloc_dm) and the driver's uverbs attributes and
- * methods (DM_ALLOC's mmap offset; QUERY_CONTEXT and PD_QUERY for importing
- * a shared context, ibv_import_device(3)).
+ * methods (DM_ALLOC's mmap offset; QUERY_CONTEXT, PD_QUERY and DM_QUERY for
+ * importing a shared context and its objects, ibv_import_device(3)).
  *
  * The device has no memory of its own that a guest could address: every
  * byte it reads or writes is guest RAM (§12.3). Device memory is therefore
@@ -202,10 +202,43 @@ DECLARE_UVERBS_NAMED_METHOD(
 ADD_UVERBS_METHODS(vrdma_ib_pd, UVERBS_OBJECT_PD,
 		   &UVERBS_METHOD(VRDMA_UAPI_METHOD_PD_QUERY));
 
+/* ibv_import_dm(3): where the DM of a handle of this context is mapped. */
+static int UVERBS_HANDLER(VRDMA_UAPI_METHOD_DM_QUERY)(
+	struct uverbs_attr_bundle *attrs)
+{
+	struct ib_dm *ibdm =
+		uverbs_attr_get_obj(attrs, VRDMA_UAPI_ATTR_QUERY_DM_HANDLE);
+	u64 offset, length;
+	int err;
+
+	if (IS_ERR(ibdm))
+		return PTR_ERR(ibdm);
+	offset = rdma_user_mmap_get_offset(to_vdm(ibdm)->mmap);
+	length = ibdm->length;
+	err = uverbs_copy_to(attrs, VRDMA_UAPI_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+			     &offset, sizeof(offset));
+	if (err)
+		return err;
+	return uverbs_copy_to(attrs, VRDMA_UAPI_ATTR_QUERY_DM_RESP_LENGTH,
+			      &length, sizeof(length));
+}
+
+DECLARE_UVERBS_NAMED_METHOD(
+	VRDMA_UAPI_METHOD_DM_QUERY,
+	UVERBS_ATTR_IDR(VRDMA_UAPI_ATTR_QUERY_DM_HANDLE, UVERBS_OBJECT_DM,
+			UVERBS_ACCESS_READ, UA_MANDATORY),
+	UVERBS_ATTR_PTR_OUT(VRDMA_UAPI_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+			    UVERBS_ATTR_TYPE(u64), UA_MANDATORY),
+	UVERBS_ATTR_PTR_OUT(VRDMA_UAPI_ATTR_QUERY_DM_RESP_LENGTH,
+			    UVERBS_ATTR_TYPE(u64), UA_MANDATORY));
+
 ADD_UVERBS_ATTRIBUTES_SIMPLE(
 	vrdma_ib_dm, UVERBS_OBJECT_DM, UVERBS_METHOD_DM_ALLOC,
 	UVERBS_ATTR_PTR_OUT(VRDMA_UAPI_ATTR_ALLOC_DM_MMAP_OFFSET,
 			    UVERBS_ATTR_TYPE(u64), UA_MANDATORY));
+
+ADD_UVERBS_METHODS(vrdma_ib_dm_query, UVERBS_OBJECT_DM,
+		   &UVERBS_METHOD(VRDMA_UAPI_METHOD_DM_QUERY));
 
 ADD_UVERBS_ATTRIBUTES_SIMPLE(
 	vrdma_ib_query_context, UVERBS_OBJECT_DEVICE,
@@ -217,6 +250,7 @@ ADD_UVERBS_ATTRIBUTES_SIMPLE(
 
 const struct uapi_definition vrdma_uapi_defs[] = {
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DM, &vrdma_ib_dm),
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DM, &vrdma_ib_dm_query),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &vrdma_ib_query_context),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_PD, &vrdma_ib_pd),
 	{}

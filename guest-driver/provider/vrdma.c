@@ -372,6 +372,8 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.unimport_pd = vrdma_unimport_pd,
 	.import_mr = vrdma_import_mr,
 	.unimport_mr = vrdma_unimport_mr,
+	.import_dm = vrdma_import_dm,
+	.unimport_dm = vrdma_unimport_dm,
 	.free_context = vrdma_free_context,
 };
 

@@ -256,6 +256,8 @@ struct ibv_pd *vrdma_import_pd(struct ibv_context *ctx, uint32_t pd_handle);
 void vrdma_unimport_pd(struct ibv_pd *ibpd);
 struct ibv_mr *vrdma_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
 void vrdma_unimport_mr(struct ibv_mr *mr);
+struct ibv_dm *vrdma_import_dm(struct ibv_context *ctx, uint32_t dm_handle);
+void vrdma_unimport_dm(struct ibv_dm *ibdm);
 
 /* vrdma_cq.c */
 struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe,

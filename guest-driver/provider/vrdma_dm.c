@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * libvrdma device memory (ibv_alloc_dm(3)) and imported objects
- * (ibv_import_device(3), ibv_import_pd, ibv_import_mr).
+ * (ibv_import_device(3), ibv_import_pd, ibv_import_mr, ibv_import_dm).
  *
  * vrdma.ko allocates device memory as zeroed guest pages and hands out
  * their mmap offset (vrdma_uapi.h); ibv_memcpy_to_dm / _from_dm are copies
@@ -136,6 +136,63 @@ struct ibv_mr *vrdma_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *ibdm,
 }
 
 /* Imported objects -------------------------------------------------------- */
+
+/* The DM of a handle of this (imported) context, mapped once more. */
+struct ibv_dm *vrdma_import_dm(struct ibv_context *ctx, uint32_t dm_handle)
+{
+	DECLARE_COMMAND_BUFFER(cmdb, UVERBS_OBJECT_DM,
+			       VRDMA_UAPI_METHOD_DM_QUERY, 3);
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t offset, length;
+	struct vrdma_dm *dm;
+	int ret;
+
+	dm = calloc(1, sizeof(*dm));
+	if (!dm) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	fill_attr_in_obj(cmdb, VRDMA_UAPI_ATTR_QUERY_DM_HANDLE, dm_handle);
+	fill_attr_out_ptr(cmdb, VRDMA_UAPI_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+			  &offset);
+	fill_attr_out_ptr(cmdb, VRDMA_UAPI_ATTR_QUERY_DM_RESP_LENGTH, &length);
+	ret = execute_ioctl(ctx, cmdb);
+	if (ret)
+		goto err;
+	if (!length || page <= 0 || length > SIZE_MAX - page) {
+		ret = EINVAL;
+		goto err;
+	}
+	dm->length = length;
+	dm->map_size = (length + page - 1) & ~((uint64_t)page - 1);
+	dm->map = mmap(NULL, dm->map_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       ctx->cmd_fd, offset);
+	if (dm->map == MAP_FAILED) {
+		ret = errno;
+		goto err;
+	}
+	dm->vdm.handle = dm_handle;
+	dm->vdm.dm.handle = dm_handle;
+	dm->vdm.dm.comp_mask = IBV_DM_MASK_HANDLE;
+	dm->vdm.dm.context = ctx;
+	dm->vdm.dm.memcpy_to_dm = vrdma_memcpy_to_dm;
+	dm->vdm.dm.memcpy_from_dm = vrdma_memcpy_from_dm;
+	return &dm->vdm.dm;
+
+err:
+	free(dm);
+	errno = ret;
+	return NULL;
+}
+
+/* Only the provider's object goes; the DM stays with its owner. */
+void vrdma_unimport_dm(struct ibv_dm *ibdm)
+{
+	struct vrdma_dm *dm = to_vdm(ibdm);
+
+	munmap(dm->map, dm->map_size);
+	free(dm);
+}
 
 struct ibv_pd *vrdma_import_pd(struct ibv_context *ctx, uint32_t pd_handle)
 {
