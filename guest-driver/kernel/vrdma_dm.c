@@ -24,7 +24,7 @@
 #define UVERBS_MODULE_NAME vrdma_ib
 #include <rdma/uverbs_named_ioctl.h>
 
-static inline struct vrdma_dm *to_vdm(struct ib_dm *ibdm)
+static struct vrdma_dm *to_vdm(struct ib_dm *ibdm)
 {
 	return container_of(ibdm, struct vrdma_dm, ibdm);
 }
