@@ -79,4 +79,53 @@ struct vrdma_create_ah_resp {
 	__u32	reserved;
 };
 
+/*
+ * Driver attributes of uverbs ioctl methods (their IDs are in the driver
+ * namespace, 1 << UVERBS_ID_NS_SHIFT upwards; these methods carry no udata).
+ *
+ * UVERBS_METHOD_DM_ALLOC: the kernel answers the mmap offset (u64) of the
+ * device memory's pages. The provider maps PAGE_ALIGN(length) bytes there.
+ */
+#define VRDMA_UAPI_ATTR_ALLOC_DM_MMAP_OFFSET	(1U << 12)
+/*
+ * UVERBS_METHOD_QUERY_CONTEXT: the kernel answers the context's
+ * struct vrdma_alloc_ucontext_resp again, for a context imported from a
+ * shared command fd (ibv_import_device(3)).
+ */
+#define VRDMA_UAPI_ATTR_QUERY_CONTEXT_RESP	(1U << 12)
+/*
+ * The driver's method VRDMA_UAPI_METHOD_PD_QUERY of UVERBS_OBJECT_PD: takes
+ * a PD handle of the context (ibv_import_pd(3) checks the handle with it)
+ * and answers the PD's number (u32).
+ */
+enum vrdma_uapi_pd_methods {	/* an enum: the kernel macros paste the name */
+	VRDMA_UAPI_METHOD_PD_QUERY = (1U << 12),
+};
+
+enum vrdma_uapi_query_pd_attrs {
+	VRDMA_UAPI_ATTR_QUERY_PD_HANDLE = (1U << 12),
+	VRDMA_UAPI_ATTR_QUERY_PD_RESP_PDN,
+};
+
+/*
+ * The driver's method VRDMA_UAPI_METHOD_DM_QUERY of UVERBS_OBJECT_DM, for
+ * ibv_import_dm(3): takes a DM handle of the context and answers the mmap
+ * offset (u64) and the length (u64) of that device memory.
+ */
+enum vrdma_uapi_dm_methods {
+	VRDMA_UAPI_METHOD_DM_QUERY = (1U << 12),
+};
+
+enum vrdma_uapi_query_dm_attrs {
+	VRDMA_UAPI_ATTR_QUERY_DM_HANDLE = (1U << 12),
+	VRDMA_UAPI_ATTR_QUERY_DM_RESP_MMAP_OFFSET,
+	VRDMA_UAPI_ATTR_QUERY_DM_RESP_LENGTH,
+};
+
+/*
+ * Device memory is accessed by ibv_memcpy_to_dm / _from_dm in units of
+ * 4 bytes: offset and length multiples of this.
+ */
+#define VRDMA_DM_ACCESS_ALIGN	4
+
 #endif /* VRDMA_UAPI_H */

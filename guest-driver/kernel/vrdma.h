@@ -137,6 +137,7 @@ struct vrdma_mr {
 	struct ib_mr ibmr;
 	struct vrdma_dev *dev;
 	struct ib_umem *umem;
+	struct vrdma_dm *dm;		/* an MR over device memory */
 	int access;			/* IB_ACCESS_* of a user MR, for rereg */
 	/* fast registration page list (alloc_mr + map_mr_sg) */
 	__le64 *pl;
@@ -152,6 +153,20 @@ struct vrdma_mr {
 	refcount_t refs;		/* page request workers vs. dereg */
 	struct completion free;
 };
+
+/*
+ * Device memory (ibv_alloc_dm): zeroed guest pages of the driver, mapped
+ * into the process; MRs over them are page-list MRs with iova 0.
+ */
+struct vrdma_dm {
+	struct ib_dm ibdm;
+	struct vrdma_ring mem;		/* pages and dma only: no ring in them */
+	struct rdma_user_mmap_entry *mmap;
+	bool unsettled;			/* an MR of it may still be in the device */
+};
+
+/* All device memory of one device together (ib_device_attr.max_dm_size). */
+#define VRDMA_DM_MAX_SIZE	(256 * 1024)
 
 /* A memory window (§12.8): the device holds its state, the rkey is ibmw.rkey. */
 struct vrdma_mw {
@@ -193,6 +208,7 @@ struct vrdma_dev {
 	struct xarray qps;
 	struct xarray srqs;
 	struct xarray odp_mrs;		/* key index -> ODP MR */
+	atomic64_t dm_bytes;		/* device memory allocated, in pages */
 
 	/* hardware counters (vrdma_stats.c) */
 	struct xarray counters;		/* rdma_counter id -> vrdma_counter */
@@ -306,6 +322,7 @@ static inline bool vrdma_released(int err)
 }
 
 /* vrdma_ring.c */
+int vrdma_pages_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 npages);
 int vrdma_ring_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 depth,
 		     u32 entry_shift);
 void vrdma_ring_free(struct vrdma_dev *dev, struct vrdma_ring *r);
@@ -339,6 +356,8 @@ void vrdma_eth_tx_done(struct virtqueue *vq);
 void vrdma_eth_carrier(struct vrdma_dev *dev, bool up);
 
 /* vrdma_verbs.c */
+void vrdma_fill_ucontext_resp(struct vrdma_dev *dev,
+			      struct vrdma_alloc_ucontext_resp *resp);
 extern const struct ib_device_ops vrdma_dev_ops;
 int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 		       struct ib_udata *udata);
@@ -397,7 +416,23 @@ int vrdma_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 struct vrdma_srq *vrdma_srq_get(struct vrdma_dev *dev, u32 srqn);
 void vrdma_srq_put(struct vrdma_srq *srq);
 
+/* vrdma_dm.c */
+extern const struct uapi_definition vrdma_uapi_defs[];
+struct ib_dm *vrdma_alloc_dm(struct ib_device *ibdev,
+			     struct ib_ucontext *uctx,
+			     struct ib_dm_alloc_attr *attr,
+			     struct uverbs_attr_bundle *attrs);
+int vrdma_dealloc_dm(struct ib_dm *ibdm, struct uverbs_attr_bundle *attrs);
+struct ib_mr *vrdma_reg_dm_mr(struct ib_pd *ibpd, struct ib_dm *ibdm,
+			      struct ib_dm_mr_attr *attr,
+			      struct uverbs_attr_bundle *attrs);
+int vrdma_query_ucontext(struct ib_ucontext *uctx,
+			 struct uverbs_attr_bundle *attrs);
+
 /* vrdma_mr.c */
+struct vrdma_mr *vrdma_mr_new(struct vrdma_dev *dev);
+void vrdma_mr_set_keys(struct vrdma_mr *mr,
+		       const struct vrdma_resp_reg_mr *resp);
 struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 				u64 virt_addr, int access,

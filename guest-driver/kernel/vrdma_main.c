@@ -165,6 +165,8 @@ static void vrdma_ib_init(struct vrdma_dev *dev)
 	/* User space rings the SQ doorbell with a post_send of no WRs (§8). */
 	ib->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND);
 	ib_set_device_ops(ib, &vrdma_dev_ops);
+	/* uverbs attributes of DM_ALLOC and QUERY_CONTEXT (vrdma_dm.c) */
+	ib->driver_def = vrdma_uapi_defs;
 }
 
 /* Reset the device and free everything it could still have used. */

@@ -26,7 +26,7 @@ u32 vrdma_access(int ib_access)
 			    VRDMA_ACCESS_FLUSH_PERSISTENT);
 }
 
-static struct vrdma_mr *vrdma_mr_new(struct vrdma_dev *dev)
+struct vrdma_mr *vrdma_mr_new(struct vrdma_dev *dev)
 {
 	struct vrdma_mr *mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 
@@ -39,8 +39,8 @@ static struct vrdma_mr *vrdma_mr_new(struct vrdma_dev *dev)
 	return mr;
 }
 
-static void vrdma_mr_set_keys(struct vrdma_mr *mr,
-			      const struct vrdma_resp_reg_mr *resp)
+void vrdma_mr_set_keys(struct vrdma_mr *mr,
+		       const struct vrdma_resp_reg_mr *resp)
 {
 	mr->ibmr.lkey = le32_to_cpu(resp->lkey);
 	mr->ibmr.rkey = le32_to_cpu(resp->rkey);
@@ -325,6 +325,11 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	bool released;
 	int err;
 
+	/* A DM MR of length 0 was never registered (vrdma_reg_dm_mr). */
+	if (mr->dm && !ibmr->lkey) {
+		kfree(mr);
+		return 0;
+	}
 	if (mr->odp)
 		vrdma_odp_unpublish(mr);
 	err = vrdma_dereg_cmd(dev, ibmr->lkey);
@@ -340,6 +345,9 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 		vrdma_odp_dereg(mr);
 	else if (mr->umem)
 		vrdma_umem_retire(dev, mr->umem, released);
+	else if (mr->dm && !released)
+		/* vrdma_dealloc_dm then keeps the pages until a reset */
+		WRITE_ONCE(mr->dm->unsettled, true);
 	/* The device reads the page list when a REG_MR WQE is executed. */
 	if (mr->pl && released)
 		dma_free_coherent(dev->dma_dev, pl_size, mr->pl, mr->pl_dma);

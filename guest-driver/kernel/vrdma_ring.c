@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * vrdma rings in guest memory (§4) and their user-space mappings.
+ * vrdma rings in guest memory (§4) and their user-space mappings; the same
+ * page sets back device memory (vrdma_dm.c).
  */
 #include <linux/dma-mapping.h>
 #include <linux/mm.h>
@@ -8,6 +9,44 @@
 #include <linux/vmalloc.h>
 
 #include "vrdma.h"
+
+/**
+ * vrdma_pages_alloc - allocate @npages zeroed, DMA-mapped pages into @r
+ * @dev: the device
+ * @r: cleared by the caller; gets pages, dma and npages (no mapping, no depth)
+ * @npages: number of pages
+ *
+ * The pages of a ring and of device memory (vrdma_dm.c). On failure @r is
+ * freed again.
+ */
+int vrdma_pages_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 npages)
+{
+	u32 i;
+
+	r->npages = npages;
+	r->pages = kvcalloc(npages, sizeof(*r->pages), GFP_KERNEL);
+	r->dma = kvcalloc(npages, sizeof(*r->dma), GFP_KERNEL);
+	if (!r->pages || !r->dma)
+		goto err;
+
+	for (i = 0; i < npages; i++) {
+		r->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!r->pages[i])
+			goto err;
+		r->dma[i] = dma_map_page(dev->dma_dev, r->pages[i], 0,
+					 PAGE_SIZE, DMA_BIDIRECTIONAL);
+		if (dma_mapping_error(dev->dma_dev, r->dma[i])) {
+			__free_page(r->pages[i]);
+			r->pages[i] = NULL;
+			goto err;
+		}
+	}
+	return 0;
+
+err:
+	vrdma_ring_free(dev, r);
+	return -ENOMEM;
+}
 
 /**
  * vrdma_ring_alloc - allocate a zeroed ring of @depth entries
@@ -20,7 +59,7 @@ int vrdma_ring_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 depth,
 		     u32 entry_shift)
 {
 	size_t bytes = (size_t)depth << entry_shift;
-	u32 i;
+	int err;
 
 	BUILD_BUG_ON(PAGE_SIZE != VRDMA_PAGE_SIZE);
 	BUILD_BUG_ON(sizeof(struct vrdma_ring_ctrl) > VRDMA_PAGE_SIZE);
@@ -31,37 +70,20 @@ int vrdma_ring_alloc(struct vrdma_dev *dev, struct vrdma_ring *r, u32 depth,
 	if (!is_power_of_2(depth) || entry_shift > VRDMA_MAX_WQE_SHIFT)
 		return -EINVAL;
 
+	err = vrdma_pages_alloc(dev, r, 1 + DIV_ROUND_UP(bytes, VRDMA_PAGE_SIZE));
+	if (err)
+		return err;
 	r->depth = depth;
 	r->entry_shift = entry_shift;
-	r->npages = 1 + DIV_ROUND_UP(bytes, VRDMA_PAGE_SIZE);
-	r->pages = kvcalloc(r->npages, sizeof(*r->pages), GFP_KERNEL);
-	r->dma = kvcalloc(r->npages, sizeof(*r->dma), GFP_KERNEL);
-	if (!r->pages || !r->dma)
-		goto err;
-
-	for (i = 0; i < r->npages; i++) {
-		r->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
-		if (!r->pages[i])
-			goto err;
-		r->dma[i] = dma_map_page(dev->dma_dev, r->pages[i], 0,
-					 PAGE_SIZE, DMA_BIDIRECTIONAL);
-		if (dma_mapping_error(dev->dma_dev, r->dma[i])) {
-			__free_page(r->pages[i]);
-			r->pages[i] = NULL;
-			goto err;
-		}
-	}
 
 	r->va = vmap(r->pages, r->npages, VM_MAP, PAGE_KERNEL);
-	if (!r->va)
-		goto err;
+	if (!r->va) {
+		vrdma_ring_free(dev, r);
+		return -ENOMEM;
+	}
 	r->ctrl = r->va;
 	r->entries = r->va + VRDMA_PAGE_SIZE;
 	return 0;
-
-err:
-	vrdma_ring_free(dev, r);
-	return -ENOMEM;
 }
 
 void vrdma_ring_free(struct vrdma_dev *dev, struct vrdma_ring *r)

@@ -19,6 +19,8 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	attr->fw_ver = VCFG64(dev, fw_ver);
 	attr->sys_image_guid = cpu_to_be64(VCFG64(dev, node_guid));
 	attr->max_mr_size = VCFG64(dev, max_mr_size);
+	/* A driver object in guest RAM (vrdma_dm.c), whatever the device. */
+	attr->max_dm_size = VRDMA_DM_MAX_SIZE;
 	attr->page_size_cap = VCFG64(dev, page_size_cap) & ~(u64)(SZ_4K - 1);
 	if (!attr->page_size_cap)
 		attr->page_size_cap = SZ_4K;
@@ -195,6 +197,15 @@ static int vrdma_del_gid(const struct ib_gid_attr *attr, void **context)
 	return err == -EIO || err == -ETIMEDOUT ? 0 : err;
 }
 
+void vrdma_fill_ucontext_resp(struct vrdma_dev *dev,
+			      struct vrdma_alloc_ucontext_resp *resp)
+{
+	resp->abi_version = VRDMA_UVERBS_ABI_VERSION;
+	resp->max_inline_data = VCFG(dev, max_inline_data);
+	resp->max_send_sge = VCFG(dev, max_send_sge);
+	resp->max_recv_sge = VCFG(dev, max_recv_sge);
+}
+
 static int vrdma_alloc_ucontext(struct ib_ucontext *uctx,
 				struct ib_udata *udata)
 {
@@ -205,10 +216,7 @@ static int vrdma_alloc_ucontext(struct ib_ucontext *uctx,
 	 * Allowed on a broken device: it needs no command, and lets tools
 	 * such as ibv_devinfo show the port down; every command fails.
 	 */
-	resp.abi_version = VRDMA_UVERBS_ABI_VERSION;
-	resp.max_inline_data = VCFG(dev, max_inline_data);
-	resp.max_send_sge = VCFG(dev, max_send_sge);
-	resp.max_recv_sge = VCFG(dev, max_recv_sge);
+	vrdma_fill_ucontext_resp(dev, &resp);
 	return ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 }
 
@@ -238,6 +246,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 
 	.add_gid = vrdma_add_gid,
 	.advise_mr = vrdma_advise_mr,
+	.alloc_dm = vrdma_alloc_dm,
 	.alloc_hw_device_stats = vrdma_alloc_hw_device_stats,
 	.alloc_hw_port_stats = vrdma_alloc_hw_port_stats,
 	.alloc_mr = vrdma_alloc_mr,
@@ -255,6 +264,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.create_qp = vrdma_create_qp,
 	.create_srq = vrdma_create_srq,
 	.create_user_ah = vrdma_create_ah,
+	.dealloc_dm = vrdma_dealloc_dm,
 	.dealloc_mw = vrdma_dealloc_mw,
 	.dealloc_pd = vrdma_dealloc_pd,
 	.dealloc_ucontext = vrdma_dealloc_ucontext,
@@ -288,7 +298,9 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.query_pkey = vrdma_query_pkey,
 	.query_port = vrdma_query_port,
 	.query_qp = vrdma_query_qp,
+	.query_ucontext = vrdma_query_ucontext,
 	.query_srq = vrdma_query_srq,
+	.reg_dm_mr = vrdma_reg_dm_mr,
 	.reg_user_mr = vrdma_reg_user_mr,
 	.rereg_user_mr = vrdma_rereg_user_mr,
 	.req_notify_cq = vrdma_req_notify_cq,

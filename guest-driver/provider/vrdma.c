@@ -4,8 +4,8 @@
  * plain uverbs commands (device/port query, PD, MR, AH).
  *
  * Data-path objects live in vrdma_cq.c (CQ), vrdma_qp.c (QP, SQ/RQ) and
- * vrdma_srq.c (SRQ). Verbs left out of the ops table (memory windows,
- * XRC, WQs, flows, DM, ...) are answered EOPNOTSUPP by libibverbs.
+ * vrdma_srq.c (SRQ). Verbs left out of the ops table (XRC, WQs, flows,
+ * ...) are answered EOPNOTSUPP by libibverbs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -87,7 +87,7 @@ static struct ibv_pd *vrdma_alloc_pd(struct ibv_context *ctx)
 {
 	struct ib_uverbs_alloc_pd_resp resp;
 	struct ibv_alloc_pd cmd;
-	struct ibv_pd *pd;
+	struct vrdma_pd *pd;
 	int ret;
 
 	pd = calloc(1, sizeof(*pd));
@@ -96,25 +96,100 @@ static struct ibv_pd *vrdma_alloc_pd(struct ibv_context *ctx)
 		return NULL;
 	}
 
-	ret = ibv_cmd_alloc_pd(ctx, pd, &cmd, sizeof(cmd), &resp,
+	ret = ibv_cmd_alloc_pd(ctx, &pd->ibv_pd, &cmd, sizeof(cmd), &resp,
 			       sizeof(resp));
 	if (ret) {
 		free(pd);
 		errno = ret;
 		return NULL;
 	}
-	return pd;
+	return &pd->ibv_pd;
 }
 
-static int vrdma_dealloc_pd(struct ibv_pd *pd)
+int vrdma_dealloc_pd(struct ibv_pd *ibpd)
 {
+	struct vrdma_pd *pd = to_vpd(ibpd);
 	int ret;
 
-	ret = ibv_cmd_dealloc_pd(pd);
+	if (pd->protection_domain) {
+		/* A parent domain: nothing of it is in the kernel. */
+		atomic_fetch_sub(&pd->protection_domain->refs, 1);
+		if (pd->td)
+			atomic_fetch_sub(&pd->td->refs, 1);
+		free(pd);
+		return 0;
+	}
+	if (atomic_load(&pd->refs))
+		return EBUSY;
+	ret = ibv_cmd_dealloc_pd(ibpd);
 	if (ret)
 		return ret;
 	free(pd);
 	return 0;
+}
+
+/* Thread domains (ibv_alloc_td(3)) are a provider promise, not an object of the device. */
+struct ibv_td *vrdma_alloc_td(struct ibv_context *ctx,
+			      struct ibv_td_init_attr *attr)
+{
+	struct vrdma_td *td;
+
+	if (attr->comp_mask) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	td = calloc(1, sizeof(*td));
+	if (!td) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	td->ibv_td.context = ctx;
+	return &td->ibv_td;
+}
+
+int vrdma_dealloc_td(struct ibv_td *ibtd)
+{
+	struct vrdma_td *td = container_of(ibtd, struct vrdma_td, ibv_td);
+
+	if (atomic_load(&td->refs))
+		return EBUSY;
+	free(td);
+	return 0;
+}
+
+struct ibv_pd *
+vrdma_alloc_parent_domain(struct ibv_context *ctx,
+			  struct ibv_parent_domain_init_attr *attr)
+{
+	struct vrdma_pd *parent, *pd;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!attr->pd || attr->pd->context != ctx ||
+	    to_vpd(attr->pd)->protection_domain ||
+	    (attr->td && attr->td->context != ctx)) {
+		errno = EINVAL;
+		return NULL;
+	}
+
+	parent = calloc(1, sizeof(*parent));
+	if (!parent) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd = to_vpd(attr->pd);
+	parent->protection_domain = pd;
+	parent->ibv_pd.context = ctx;
+	parent->ibv_pd.handle = pd->ibv_pd.handle;
+	if (attr->td) {
+		parent->td = container_of(attr->td, struct vrdma_td, ibv_td);
+		atomic_fetch_add(&parent->td->refs, 1);
+	}
+	atomic_fetch_add(&pd->refs, 1);
+	return &parent->ibv_pd;
 }
 
 /*
@@ -257,6 +332,9 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.query_port = vrdma_query_port,
 	.alloc_pd = vrdma_alloc_pd,
 	.dealloc_pd = vrdma_dealloc_pd,
+	.alloc_td = vrdma_alloc_td,
+	.dealloc_td = vrdma_dealloc_td,
+	.alloc_parent_domain = vrdma_alloc_parent_domain,
 	.reg_mr = vrdma_reg_mr,
 	.dereg_mr = vrdma_dereg_mr,
 	.rereg_mr = vrdma_rereg_mr,
@@ -287,8 +365,34 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.destroy_ah = vrdma_destroy_ah,
 	.attach_mcast = ibv_cmd_attach_mcast,
 	.detach_mcast = ibv_cmd_detach_mcast,
+	.alloc_dm = vrdma_alloc_dm,
+	.free_dm = vrdma_free_dm,
+	.reg_dm_mr = vrdma_reg_dm_mr,
+	.import_pd = vrdma_import_pd,
+	.unimport_pd = vrdma_unimport_pd,
+	.import_mr = vrdma_import_mr,
+	.unimport_mr = vrdma_unimport_mr,
+	.import_dm = vrdma_import_dm,
+	.unimport_dm = vrdma_unimport_dm,
 	.free_context = vrdma_free_context,
 };
+
+/* The response of alloc_ucontext, or of QUERY_CONTEXT for an import. */
+static int vrdma_set_context(struct vrdma_context *ctx,
+			     const struct vrdma_alloc_ucontext_resp *resp)
+{
+	if (resp->abi_version != VRDMA_UVERBS_ABI_VERSION) {
+		verbs_err(&ctx->ibv_ctx,
+			  "vrdma: kernel uverbs ABI %u, libvrdma expects %u\n",
+			  resp->abi_version, VRDMA_UVERBS_ABI_VERSION);
+		return EPROTONOSUPPORT;
+	}
+	ctx->max_inline_data = resp->max_inline_data;
+	ctx->max_send_sge = resp->max_send_sge;
+	ctx->max_recv_sge = resp->max_recv_sge;
+	verbs_set_ops(&ctx->ibv_ctx, &vrdma_ctx_ops);
+	return 0;
+}
 
 static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev,
 						 int cmd_fd,
@@ -297,6 +401,7 @@ static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev,
 	struct uvrdma_alloc_ucontext_resp resp = {};
 	struct vrdma_context *ctx;
 	struct ibv_get_context cmd;
+	int ret;
 
 	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
 					   RDMA_DRIVER_UNKNOWN);
@@ -306,26 +411,50 @@ static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev,
 	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
 				&resp.ibv_resp, sizeof(resp)))
 		goto err;
-
-	if (resp.drv_payload.abi_version != VRDMA_UVERBS_ABI_VERSION) {
-		verbs_err(&ctx->ibv_ctx,
-			  "vrdma: kernel uverbs ABI %u, libvrdma expects %u\n",
-			  resp.drv_payload.abi_version,
-			  VRDMA_UVERBS_ABI_VERSION);
-		errno = EPROTONOSUPPORT;
+	ret = vrdma_set_context(ctx, &resp.drv_payload);
+	if (ret) {
+		errno = ret;
 		goto err;
 	}
-	ctx->max_inline_data = resp.drv_payload.max_inline_data;
-	ctx->max_send_sge = resp.drv_payload.max_send_sge;
-	ctx->max_recv_sge = resp.drv_payload.max_recv_sge;
-
-	verbs_set_ops(&ctx->ibv_ctx, &vrdma_ctx_ops);
 	return &ctx->ibv_ctx;
 
 err:
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
 	return NULL;
+}
+
+/*
+ * ibv_import_device(3): a context on a command fd another context opened
+ * (shared with dup or over a unix socket). The kernel's ucontext already
+ * exists; QUERY_CONTEXT answers its vrdma_alloc_ucontext_resp again.
+ */
+static struct verbs_context *vrdma_import_context(struct ibv_device *ibdev,
+						  int cmd_fd)
+{
+	DECLARE_COMMAND_BUFFER_LINK(driver_attr, UVERBS_OBJECT_DEVICE,
+				    UVERBS_METHOD_QUERY_CONTEXT, 1, NULL);
+	struct vrdma_alloc_ucontext_resp resp = {};
+	struct vrdma_context *ctx;
+	int ret;
+
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   RDMA_DRIVER_UNKNOWN);
+	if (!ctx)
+		return NULL;
+
+	fill_attr_out_ptr(driver_attr, VRDMA_UAPI_ATTR_QUERY_CONTEXT_RESP,
+			  &resp);
+	ret = ibv_cmd_query_context(&ctx->ibv_ctx.context, driver_attr);
+	if (!ret)
+		ret = vrdma_set_context(ctx, &resp);
+	if (ret) {
+		verbs_uninit_context(&ctx->ibv_ctx);
+		free(ctx);
+		errno = ret;
+		return NULL;
+	}
+	return &ctx->ibv_ctx;
 }
 
 static void vrdma_free_context(struct ibv_context *ibctx)
@@ -363,5 +492,6 @@ static const struct verbs_device_ops vrdma_dev_ops = {
 	.alloc_device = vrdma_device_alloc,
 	.uninit_device = vrdma_uninit_device,
 	.alloc_context = vrdma_alloc_context,
+	.import_context = vrdma_import_context,
 };
 PROVIDER_DRIVER(vrdma, vrdma_dev_ops);

@@ -9,11 +9,13 @@
 #define VRDMA_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <infiniband/driver.h>
 #include <infiniband/kern-abi.h>
+#include <rdma/ib_user_ioctl_cmds.h>
 
 #include "vrdma_abi.h"
 #include "vrdma_uapi.h"
@@ -60,6 +62,62 @@ struct vrdma_device {
 	struct verbs_device	ibv_dev;
 };
 
+/*
+ * A spinlock the provider elides for the objects of a thread domain
+ * (ibv_alloc_td(3)): the application promises that one thread at a time
+ * uses them, so the lock would only cost atomics.
+ */
+struct vrdma_lock {
+	pthread_spinlock_t	lock;
+	bool			need;
+};
+
+static inline void vrdma_lock_init(struct vrdma_lock *l, bool need)
+{
+	l->need = need;
+	pthread_spin_init(&l->lock, PTHREAD_PROCESS_PRIVATE);
+}
+
+static inline void vrdma_lock(struct vrdma_lock *l)
+{
+	if (l->need)
+		pthread_spin_lock(&l->lock);
+}
+
+static inline void vrdma_unlock(struct vrdma_lock *l)
+{
+	if (l->need)
+		pthread_spin_unlock(&l->lock);
+}
+
+static inline void vrdma_lock_destroy(struct vrdma_lock *l)
+{
+	pthread_spin_destroy(&l->lock);
+}
+
+/* A thread domain exists only in the provider: the device has no such object. */
+struct vrdma_td {
+	struct ibv_td		ibv_td;
+	atomic_int		refs;	/* parent domains using it */
+};
+
+/*
+ * A PD, or a parent domain (ibv_alloc_parent_domain(3)) when
+ * protection_domain is set. A parent domain exists only in the provider:
+ * its ibv_pd.handle is the kernel handle of its protection domain, so every
+ * uverbs command that takes it (MR, MW, AH, QP, SRQ) uses that PD.
+ * Its allocators (IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) are accepted and
+ * never called: every ring is memory the kernel allocates and the provider
+ * mmaps (device-spec §4.1), and the provider allocates nothing else that
+ * the device reads.
+ */
+struct vrdma_pd {
+	struct ibv_pd		ibv_pd;
+	atomic_int		refs;	/* parent domains on this PD */
+	struct vrdma_pd		*protection_domain;
+	struct vrdma_td		*td;
+};
+
 struct vrdma_context {
 	struct verbs_context	ibv_ctx;
 	uint32_t		max_inline_data;
@@ -69,7 +127,7 @@ struct vrdma_context {
 
 struct vrdma_cq {
 	struct verbs_cq		vcq;
-	pthread_spinlock_t	lock;
+	struct vrdma_lock	lock;
 	struct vrdma_ring	ring;
 	uint32_t		cqn;
 	/* extended polling: the CQE between start_poll and end_poll */
@@ -78,13 +136,13 @@ struct vrdma_cq {
 
 /* A receive queue: the RQ of a QP or an SRQ. */
 struct vrdma_rq {
-	pthread_spinlock_t	lock;
+	struct vrdma_lock	lock;
 	struct vrdma_ring	ring;
 	uint32_t		max_sge;
 };
 
 struct vrdma_sq {
-	pthread_spinlock_t	lock;
+	struct vrdma_lock	lock;
 	struct vrdma_ring	ring;
 	uint32_t		max_sge;
 	uint32_t		max_inline;
@@ -109,6 +167,13 @@ struct vrdma_srq {
 	struct vrdma_rq		rq;
 };
 
+struct vrdma_dm {
+	struct verbs_dm		vdm;
+	void			*map;		/* the kernel's pages */
+	size_t			map_size;
+	uint64_t		length;
+};
+
 struct vrdma_ah {
 	struct ibv_ah		ibv_ah;
 	uint32_t		ah_index;
@@ -117,6 +182,17 @@ struct vrdma_ah {
 static inline struct vrdma_context *to_vctx(struct ibv_context *ibctx)
 {
 	return container_of(ibctx, struct vrdma_context, ibv_ctx.context);
+}
+
+static inline struct vrdma_pd *to_vpd(struct ibv_pd *ibpd)
+{
+	return container_of(ibpd, struct vrdma_pd, ibv_pd);
+}
+
+/* Objects created on a parent domain with a thread domain need no locks. */
+static inline bool vrdma_pd_single_threaded(struct ibv_pd *ibpd)
+{
+	return ibpd && to_vpd(ibpd)->td;
 }
 
 static inline struct vrdma_cq *to_vcq(struct ibv_cq *ibcq)
@@ -144,6 +220,11 @@ static inline struct vrdma_srq *to_vsrq(struct ibv_srq *ibsrq)
 	return container_of(ibsrq, struct vrdma_srq, vsrq.srq);
 }
 
+static inline struct vrdma_dm *to_vdm(struct ibv_dm *ibdm)
+{
+	return container_of(ibdm, struct vrdma_dm, vdm.dm);
+}
+
 static inline struct vrdma_ah *to_vah(struct ibv_ah *ibah)
 {
 	return container_of(ibah, struct vrdma_ah, ibv_ah);
@@ -154,6 +235,29 @@ int vrdma_map_ring(struct ibv_context *ctx, struct vrdma_ring *r,
 		   uint64_t offset, uint64_t size, uint32_t depth,
 		   uint32_t shift, uint32_t min_shift);
 void vrdma_unmap_ring(struct vrdma_ring *r);
+
+/* vrdma.c */
+int vrdma_dealloc_pd(struct ibv_pd *ibpd);
+struct ibv_td *vrdma_alloc_td(struct ibv_context *ctx,
+			      struct ibv_td_init_attr *attr);
+int vrdma_dealloc_td(struct ibv_td *ibtd);
+struct ibv_pd *
+vrdma_alloc_parent_domain(struct ibv_context *ctx,
+			  struct ibv_parent_domain_init_attr *attr);
+
+/* vrdma_dm.c */
+struct ibv_dm *vrdma_alloc_dm(struct ibv_context *ctx,
+			      struct ibv_alloc_dm_attr *attr);
+int vrdma_free_dm(struct ibv_dm *ibdm);
+struct ibv_mr *vrdma_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *ibdm,
+			       uint64_t dm_offset, size_t length,
+			       unsigned int access);
+struct ibv_pd *vrdma_import_pd(struct ibv_context *ctx, uint32_t pd_handle);
+void vrdma_unimport_pd(struct ibv_pd *ibpd);
+struct ibv_mr *vrdma_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
+void vrdma_unimport_mr(struct ibv_mr *mr);
+struct ibv_dm *vrdma_import_dm(struct ibv_context *ctx, uint32_t dm_handle);
+void vrdma_unimport_dm(struct ibv_dm *ibdm);
 
 /* vrdma_cq.c */
 struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe,

@@ -15,7 +15,8 @@
 
 enum {
 	VRDMA_CQ_SUP_WC_FLAGS = IBV_WC_STANDARD_FLAGS,
-	VRDMA_CQ_SUP_COMP_MASK = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+	VRDMA_CQ_SUP_COMP_MASK = IBV_CQ_INIT_ATTR_MASK_FLAGS |
+				 IBV_CQ_INIT_ATTR_MASK_PD,
 	VRDMA_CQ_SUP_CREATE_FLAGS = IBV_CREATE_CQ_ATTR_SINGLE_THREADED,
 };
 
@@ -59,7 +60,7 @@ struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe,
 	if (ret)
 		goto err_destroy;
 
-	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	vrdma_lock_init(&cq->lock, true);
 	return &cq->vcq.cq;
 
 err_destroy:
@@ -80,10 +81,10 @@ static int vrdma_start_poll(struct ibv_cq_ex *ibcq,
 	if (attr->comp_mask)
 		return EINVAL;
 
-	pthread_spin_lock(&cq->lock);
+	vrdma_lock(&cq->lock);
 	cq->cur = vrdma_cq_peek(&cq->ring);
 	if (!cq->cur) {
-		pthread_spin_unlock(&cq->lock);
+		vrdma_unlock(&cq->lock);
 		return ENOENT;
 	}
 	ibcq->wr_id = le64toh(cq->cur->wr_id);
@@ -113,7 +114,7 @@ static void vrdma_end_poll(struct ibv_cq_ex *ibcq)
 		cq->cur = NULL;
 	}
 	vrdma_cq_publish(&cq->ring);
-	pthread_spin_unlock(&cq->lock);
+	vrdma_unlock(&cq->lock);
 }
 
 static enum ibv_wc_opcode vrdma_read_opcode(struct ibv_cq_ex *ibcq)
@@ -177,6 +178,7 @@ struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx,
 	struct ibv_create_cq_ex cmd;
 	struct vrdma_cq *cq;
 	struct ibv_cq_ex *ex;
+	bool need_lock = true;
 	int ret;
 
 	if ((attr->wc_flags & ~(uint64_t)VRDMA_CQ_SUP_WC_FLAGS) ||
@@ -186,6 +188,23 @@ struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx,
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
+	/*
+	 * The CQ of a parent domain (ibv_create_cq_ex(3)) must name one; with
+	 * a thread domain, or when the application promises a single thread,
+	 * the provider takes no lock.
+	 */
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+		if (!attr->parent_domain ||
+		    !to_vpd(attr->parent_domain)->protection_domain) {
+			errno = EINVAL;
+			return NULL;
+		}
+		if (vrdma_pd_single_threaded(attr->parent_domain))
+			need_lock = false;
+	}
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	    (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
+		need_lock = false;
 
 	cq = calloc(1, sizeof(*cq));
 	if (!cq) {
@@ -202,7 +221,7 @@ struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx,
 	if (ret)
 		goto err_destroy;
 
-	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	vrdma_lock_init(&cq->lock, need_lock);
 
 	ex = &cq->vcq.cq_ex;
 	ex->start_poll = vrdma_start_poll;
@@ -241,7 +260,7 @@ int vrdma_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 	const struct vrdma_cqe *cqe;
 	int n;
 
-	pthread_spin_lock(&cq->lock);
+	vrdma_lock(&cq->lock);
 	for (n = 0; n < ne; n++) {
 		cqe = vrdma_cq_peek(&cq->ring);
 		if (!cqe)
@@ -254,7 +273,7 @@ int vrdma_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 	else if (vrdma_ring_error(&cq->ring) != VRDMA_RING_ERR_NONE)
 		/* §4: the device stopped this CQ (overflow); it is drained */
 		n = -1;
-	pthread_spin_unlock(&cq->lock);
+	vrdma_unlock(&cq->lock);
 	return n;
 }
 
@@ -276,7 +295,7 @@ void vrdma_cq_clean(struct vrdma_cq *cq, uint32_t qpn)
 	struct vrdma_ring *r = &cq->ring;
 	uint32_t prod, keep, i;
 
-	pthread_spin_lock(&cq->lock);
+	vrdma_lock(&cq->lock);
 	prod = vrdma_load_acquire(&r->ctrl->producer);
 	if (prod - r->head > r->depth)
 		goto out;	/* nonsense from the device: leave it to poll */
@@ -294,7 +313,7 @@ void vrdma_cq_clean(struct vrdma_cq *cq, uint32_t qpn)
 		vrdma_cq_publish(r);
 	}
 out:
-	pthread_spin_unlock(&cq->lock);
+	vrdma_unlock(&cq->lock);
 }
 
 int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe)
@@ -306,7 +325,7 @@ int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe)
 	struct vrdma_ring old;
 	int ret;
 
-	pthread_spin_lock(&cq->lock);
+	vrdma_lock(&cq->lock);
 	/* the kernel copies unpolled CQEs, so publish what we consumed */
 	vrdma_cq_publish(&cq->ring);
 	ret = ibv_cmd_resize_cq(ibcq, cqe, &cmd, sizeof(cmd), &resp.ibv_resp,
@@ -331,7 +350,7 @@ int vrdma_resize_cq(struct ibv_cq *ibcq, int cqe)
 	}
 	vrdma_unmap_ring(&old);
 out:
-	pthread_spin_unlock(&cq->lock);
+	vrdma_unlock(&cq->lock);
 	return ret;
 }
 
@@ -352,7 +371,7 @@ int vrdma_destroy_cq(struct ibv_cq *ibcq)
 	if (ret)
 		return ret;
 	vrdma_unmap_ring(&cq->ring);
-	pthread_spin_destroy(&cq->lock);
+	vrdma_lock_destroy(&cq->lock);
 	free(cq);
 	return 0;
 }

@@ -352,7 +352,7 @@ int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		return EINVAL;
 	}
 
-	pthread_spin_lock(&qp->sq.lock);
+	vrdma_lock(&qp->sq.lock);
 	start = sq->head;
 	for (; wr; wr = wr->next) {
 		if (!vrdma_wq_free(sq)) {
@@ -368,11 +368,11 @@ int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	if (ret)
 		*bad_wr = wr;
 	if (sq->head == start) {
-		pthread_spin_unlock(&qp->sq.lock);
+		vrdma_unlock(&qp->sq.lock);
 		return ret;
 	}
 	vrdma_sq_publish(qp);
-	pthread_spin_unlock(&qp->sq.lock);
+	vrdma_unlock(&qp->sq.lock);
 
 	db = vrdma_ring_sq_doorbell(qp);
 	return ret ? ret : db;
@@ -419,7 +419,7 @@ int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		return EINVAL;
 	}
 
-	pthread_spin_lock(&rq->lock);
+	vrdma_lock(&rq->lock);
 	start = rq->ring.head;
 	for (; wr; wr = wr->next) {
 		ret = vrdma_post_one_recv(rq, wr);
@@ -431,7 +431,7 @@ int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	/* no doorbell: the device reads the RQ producer when it needs one */
 	if (rq->ring.head != start)
 		vrdma_wq_publish(&rq->ring);
-	pthread_spin_unlock(&rq->lock);
+	vrdma_unlock(&rq->lock);
 	return ret;
 }
 
@@ -678,7 +678,7 @@ static void vrdma_wr_start(struct ibv_qp_ex *ibqp)
 {
 	struct vrdma_qp *qp = ex_to_vqp(ibqp);
 
-	pthread_spin_lock(&qp->sq.lock);
+	vrdma_lock(&qp->sq.lock);
 	qp->wr_start_head = qp->sq.ring.head;
 	qp->wr_cur = NULL;
 	qp->wr_err = vrdma_sq_state_ok(qp) ? 0 : EINVAL;
@@ -698,7 +698,7 @@ static int vrdma_wr_complete(struct ibv_qp_ex *ibqp)
 	if (posted)
 		vrdma_sq_publish(qp);
 	qp->wr_cur = NULL;
-	pthread_spin_unlock(&qp->sq.lock);
+	vrdma_unlock(&qp->sq.lock);
 
 	if (posted)
 		ret = vrdma_ring_sq_doorbell(qp);
@@ -711,7 +711,7 @@ static void vrdma_wr_abort(struct ibv_qp_ex *ibqp)
 
 	qp->sq.ring.head = qp->wr_start_head;
 	qp->wr_cur = NULL;
-	pthread_spin_unlock(&qp->sq.lock);
+	vrdma_unlock(&qp->sq.lock);
 }
 
 static void vrdma_set_wr_ops(struct vrdma_qp *qp, uint64_t ops)
@@ -795,6 +795,9 @@ static int vrdma_qp_map(struct ibv_context *ctx, struct vrdma_qp *qp,
 			const struct ibv_qp_init_attr_ex *attr,
 			const struct vrdma_create_qp_resp *resp)
 {
+	/* A QP of a thread domain is used by one thread at a time. */
+	bool need_lock = !((attr->comp_mask & IBV_QP_INIT_ATTR_PD) &&
+			   vrdma_pd_single_threaded(attr->pd));
 	uint32_t slot;
 	int ret;
 
@@ -810,7 +813,7 @@ static int vrdma_qp_map(struct ibv_context *ctx, struct vrdma_qp *qp,
 					 sizeof(struct vrdma_sge));
 	qp->sq.max_inline = min_u32(attr->cap.max_inline_data,
 				    slot - VRDMA_SEND_WQE_HDR);
-	pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
+	vrdma_lock_init(&qp->sq.lock, need_lock);
 
 	if (attr->srq)
 		return 0;
@@ -827,7 +830,7 @@ static int vrdma_qp_map(struct ibv_context *ctx, struct vrdma_qp *qp,
 	qp->rq.max_sge = min_u32(attr->cap.max_recv_sge,
 				 (slot - VRDMA_RECV_WQE_HDR) /
 					 sizeof(struct vrdma_sge));
-	pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
+	vrdma_lock_init(&qp->rq.lock, need_lock);
 	return 0;
 }
 
@@ -924,13 +927,13 @@ int vrdma_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	 * control page again so we agree with however the kernel reset it.
 	 */
 	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
-		pthread_spin_lock(&qp->sq.lock);
+		vrdma_lock(&qp->sq.lock);
 		vrdma_wq_sync(&qp->sq.ring);
-		pthread_spin_unlock(&qp->sq.lock);
+		vrdma_unlock(&qp->sq.lock);
 		if (qp->rq.ring.map) {
-			pthread_spin_lock(&qp->rq.lock);
+			vrdma_lock(&qp->rq.lock);
 			vrdma_wq_sync(&qp->rq.ring);
-			pthread_spin_unlock(&qp->rq.lock);
+			vrdma_unlock(&qp->rq.lock);
 		}
 		/*
 		 * Completions of the old life of the QP (flushes, errors) would
@@ -956,10 +959,10 @@ int vrdma_destroy_qp(struct ibv_qp *ibqp)
 		return ret;
 
 	vrdma_unmap_ring(&qp->sq.ring);
-	pthread_spin_destroy(&qp->sq.lock);
+	vrdma_lock_destroy(&qp->sq.lock);
 	if (qp->rq.ring.map) {
 		vrdma_unmap_ring(&qp->rq.ring);
-		pthread_spin_destroy(&qp->rq.lock);
+		vrdma_lock_destroy(&qp->rq.lock);
 	}
 	free(qp);
 	return 0;

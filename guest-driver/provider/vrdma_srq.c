@@ -44,7 +44,7 @@ struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd,
 	/* attr->attr was updated from the kernel's answer */
 	srq->rq.max_sge = attr->attr.max_sge < slot_sges ? attr->attr.max_sge :
 							    slot_sges;
-	pthread_spin_init(&srq->rq.lock, PTHREAD_PROCESS_PRIVATE);
+	vrdma_lock_init(&srq->rq.lock, true);
 	return &srq->vsrq.srq;
 
 err_destroy:
@@ -76,7 +76,7 @@ int vrdma_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 					  sizeof(cmd));
 
 	cmd.drv_payload.resp_addr = (uintptr_t)&map;
-	pthread_spin_lock(&srq->rq.lock);
+	vrdma_lock(&srq->rq.lock);
 	ret = ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
 				 sizeof(cmd));
 	if (ret)
@@ -93,7 +93,7 @@ int vrdma_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 	vrdma_wq_sync(&srq->rq.ring);
 	vrdma_unmap_ring(&old);
 out:
-	pthread_spin_unlock(&srq->rq.lock);
+	vrdma_unlock(&srq->rq.lock);
 	return ret;
 }
 
@@ -113,7 +113,7 @@ int vrdma_destroy_srq(struct ibv_srq *ibsrq)
 	if (ret)
 		return ret;
 	vrdma_unmap_ring(&srq->rq.ring);
-	pthread_spin_destroy(&srq->rq.lock);
+	vrdma_lock_destroy(&srq->rq.lock);
 	free(srq);
 	return 0;
 }
@@ -125,7 +125,7 @@ int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 	uint32_t start;
 	int ret = 0;
 
-	pthread_spin_lock(&rq->lock);
+	vrdma_lock(&rq->lock);
 	start = rq->ring.head;
 	for (; wr; wr = wr->next) {
 		ret = vrdma_post_one_recv(rq, wr);
@@ -136,6 +136,6 @@ int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 	}
 	if (rq->ring.head != start)
 		vrdma_wq_publish(&rq->ring);
-	pthread_spin_unlock(&rq->lock);
+	vrdma_unlock(&rq->lock);
 	return ret;
 }

@@ -36,7 +36,7 @@ static int failures;
 static int memfd;
 static uint8_t *dev;	/* the device's view of the memfd */
 static struct ibv_context ctx;
-static struct ibv_pd pd;
+static struct vrdma_pd vpd;	/* a PD as vrdma_alloc_pd makes it */
 
 static struct vrdma_ring_ctrl *ctrl_at(size_t off)
 {
@@ -70,7 +70,7 @@ static void setup(void)
 		   memfd, 0);
 	assert(dev != MAP_FAILED);
 	ctx.cmd_fd = memfd;
-	pd.context = &ctx;
+	vpd.ibv_pd.context = &ctx;
 	reset_rings();
 }
 
@@ -81,7 +81,7 @@ static struct ibv_qp *make_qp(enum ibv_qp_type type, uint64_t send_ops,
 		.qp_type = type,
 		.srq = srq,
 		.comp_mask = IBV_QP_INIT_ATTR_PD,
-		.pd = &pd,
+		.pd = &vpd.ibv_pd,
 		.cap = { .max_send_wr = 8, .max_recv_wr = 8,
 			 .max_send_sge = 4, .max_recv_sge = 3,
 			 .max_inline_data = 64 },
@@ -106,7 +106,7 @@ static void test_qp_create_rejects(void)
 		.qp_type = IBV_QPT_RC,
 		.comp_mask = IBV_QP_INIT_ATTR_PD |
 			     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-		.pd = &pd,
+		.pd = &vpd.ibv_pd,
 	};
 	static const uint64_t bad_ops[] = {
 		IBV_QP_EX_WITH_TSO,
@@ -327,10 +327,10 @@ static void test_memory_windows(void)
 	struct ibv_qp *qp = make_qp(IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV |
 				    IBV_QP_EX_WITH_BIND_MW, NULL);
 	struct vrdma_ring_ctrl *sq = ctrl_at(STUB_SQ_OFF);
-	struct ibv_mr mr = { .lkey = 0x3301, .pd = &pd };
-	struct ibv_mw mw2 = { .rkey = 0x1207, .pd = &pd,
+	struct ibv_mr mr = { .lkey = 0x3301, .pd = &vpd.ibv_pd };
+	struct ibv_mw mw2 = { .rkey = 0x1207, .pd = &vpd.ibv_pd,
 			      .type = IBV_MW_TYPE_2 };
-	struct ibv_mw mw1 = { .rkey = 0x14ff, .pd = &pd,
+	struct ibv_mw mw1 = { .rkey = 0x14ff, .pd = &vpd.ibv_pd,
 			      .type = IBV_MW_TYPE_1 };
 	struct ibv_sge sge = { .addr = 0x1000, .length = 8, .lkey = 1 };
 	struct ibv_send_wr wr[2] = {}, *bad = NULL;
@@ -962,6 +962,151 @@ static void test_cq_ex(void)
 	reset_rings();
 }
 
+/*
+ * Thread and parent domains (ibv_alloc_td(3), ibv_alloc_parent_domain(3)):
+ * a parent domain carries its PD's kernel handle, objects of a thread
+ * domain take no locks, and the domains are refcounted.
+ */
+static void test_parent_domain(void)
+{
+	struct ibv_td_init_attr td_attr = {};
+	struct ibv_parent_domain_init_attr pattr = { .pd = &vpd.ibv_pd };
+	struct ibv_cq_init_attr_ex cattr = {
+		.cqe = 8,
+		.wc_flags = IBV_WC_STANDARD_FLAGS,
+		.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD,
+	};
+	struct ibv_pd *plain_parent, *td_parent;
+	struct ibv_qp_init_attr_ex qattr = {
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8,
+			 .max_send_sge = 4, .max_recv_sge = 3 },
+	};
+	struct ibv_cq_ex *cq;
+	struct ibv_td *td;
+	struct ibv_qp *qp;
+
+	vpd.ibv_pd.handle = 0x77;
+	td_attr.comp_mask = 1;
+	CHECK(!vrdma_alloc_td(&ctx, &td_attr) && errno == EOPNOTSUPP);
+	td_attr.comp_mask = 0;
+	td = vrdma_alloc_td(&ctx, &td_attr);
+	CHECK(td != NULL);
+	if (!td)
+		return;
+
+	plain_parent = vrdma_alloc_parent_domain(&ctx, &pattr);
+	CHECK(plain_parent && plain_parent->handle == 0x77 &&
+	      plain_parent->context == &ctx);
+	/* a parent domain of a parent domain is not a thing */
+	pattr.pd = plain_parent;
+	CHECK(!vrdma_alloc_parent_domain(&ctx, &pattr) && errno == EINVAL);
+	pattr.pd = &vpd.ibv_pd;
+	pattr.td = td;
+	pattr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+			  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+	td_parent = vrdma_alloc_parent_domain(&ctx, &pattr);
+	CHECK(td_parent && td_parent->handle == 0x77);
+	if (!plain_parent || !td_parent)
+		return;
+
+	/* the PD and the TD stay while a parent domain uses them */
+	CHECK(vrdma_dealloc_pd(&vpd.ibv_pd) == EBUSY);
+	CHECK(vrdma_dealloc_td(td) == EBUSY);
+
+	/* QPs: locked on a PD and a plain parent domain, not on a TD's */
+	qattr.pd = &vpd.ibv_pd;
+	qp = vrdma_create_qp_ex(&ctx, &qattr);
+	CHECK(qp && to_vqp(qp)->sq.lock.need && to_vqp(qp)->rq.lock.need);
+	if (qp)
+		CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+	qattr.pd = plain_parent;
+	qp = vrdma_create_qp_ex(&ctx, &qattr);
+	CHECK(qp && to_vqp(qp)->sq.lock.need && to_vqp(qp)->rq.lock.need);
+	if (qp)
+		CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+	qattr.pd = td_parent;
+	qp = vrdma_create_qp_ex(&ctx, &qattr);
+	CHECK(qp && !to_vqp(qp)->sq.lock.need && !to_vqp(qp)->rq.lock.need);
+	if (qp) {
+		struct ibv_recv_wr wr = { .wr_id = 1 };
+		struct ibv_recv_wr *bad;
+
+		/* unlocked paths still post */
+		CHECK(vrdma_post_recv(qp, &wr, &bad) == 0);
+		CHECK(vrdma_destroy_qp(qp) == 0);
+	}
+	reset_rings();
+
+	/* CQs on a parent domain: it must be one; a TD's is unlocked */
+	cattr.parent_domain = &vpd.ibv_pd;
+	CHECK(!vrdma_create_cq_ex(&ctx, &cattr) && errno == EINVAL);
+	cattr.parent_domain = plain_parent;
+	cq = vrdma_create_cq_ex(&ctx, &cattr);
+	CHECK(cq && ex_to_vcq(cq)->lock.need);
+	if (cq)
+		CHECK(vrdma_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
+	reset_rings();
+	cattr.parent_domain = td_parent;
+	cq = vrdma_create_cq_ex(&ctx, &cattr);
+	CHECK(cq && !ex_to_vcq(cq)->lock.need);
+	if (cq)
+		CHECK(vrdma_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
+	reset_rings();
+	cattr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+	cattr.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+	cq = vrdma_create_cq_ex(&ctx, &cattr);
+	CHECK(cq && !ex_to_vcq(cq)->lock.need);
+	if (cq)
+		CHECK(vrdma_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
+	reset_rings();
+
+	/* parent domains go without a kernel command, then PD and TD are free */
+	CHECK(vrdma_dealloc_pd(td_parent) == 0);
+	CHECK(vrdma_dealloc_pd(plain_parent) == 0);
+	CHECK(atomic_load(&vpd.refs) == 0);
+	CHECK(vrdma_dealloc_td(td) == 0);
+	vpd.ibv_pd.handle = 0;
+}
+
+/*
+ * Device memory: the mapping of the kernel's pages (here the memfd at
+ * offset 0) is what ibv_memcpy_to_dm / _from_dm copy to and from, in 4-byte
+ * units and inside the DM only.
+ */
+static void test_dm(void)
+{
+	struct ibv_alloc_dm_attr attr = { .length = 100 };
+	uint8_t in[100], out[100];
+	struct ibv_dm *dm;
+
+	attr.comp_mask = 1;
+	CHECK(!vrdma_alloc_dm(&ctx, &attr) && errno == EINVAL);
+	attr.comp_mask = 0;
+	dm = vrdma_alloc_dm(&ctx, &attr);
+	CHECK(dm != NULL);
+	if (!dm)
+		return;
+	memset(in, 0xab, sizeof(in));
+	CHECK(ibv_memcpy_to_dm(dm, 4, in, 96) == 0);
+	CHECK(dev[3] == 0 && dev[4] == 0xab && dev[99] == 0xab);
+	dev[8] = 0x5c;
+	CHECK(ibv_memcpy_from_dm(out, dm, 8, 4) == 0 && out[0] == 0x5c &&
+	      out[3] == 0xab);
+	/* unaligned offset or length, or beyond the DM's 100 bytes */
+	CHECK(ibv_memcpy_to_dm(dm, 1, in, 4) == EINVAL);
+	CHECK(ibv_memcpy_to_dm(dm, 0, in, 6) == EINVAL);
+	CHECK(ibv_memcpy_to_dm(dm, 100, in, 4) == EINVAL);
+	CHECK(ibv_memcpy_from_dm(out, dm, 0, 104) == EINVAL);
+	CHECK(ibv_memcpy_from_dm(out, dm, UINT64_MAX - 3, 4) == EINVAL);
+	CHECK(dev[100] == 0);
+	CHECK(vrdma_free_dm(dm) == 0);
+	reset_rings();
+}
+
 static void test_srq(void)
 {
 	struct ibv_srq_init_attr attr = { .attr = { .max_wr = 8,
@@ -971,7 +1116,7 @@ static void test_srq(void)
 	struct ibv_recv_wr wr = { .wr_id = 5, .sg_list = sge, .num_sge = 2 };
 	struct ibv_recv_wr *bad;
 	struct ibv_srq_attr mod = { .max_wr = 16, .srq_limit = 2 };
-	struct ibv_srq *srq = vrdma_create_srq(&pd, &attr);
+	struct ibv_srq *srq = vrdma_create_srq(&vpd.ibv_pd, &attr);
 	struct ibv_qp *qp;
 	struct vrdma_recv_wqe *w;
 
@@ -1107,6 +1252,8 @@ int main(void)
 	test_cq();
 	test_cq_clean();
 	test_cq_ex();
+	test_parent_domain();
+	test_dm();
 	test_srq();
 	test_stress();
 

@@ -330,3 +330,44 @@ struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 
 	return (vqp->comp_mask & VERBS_QP_EX) ? &vqp->qp_ex : NULL;
 }
+
+/* Device memory: the "kernel" hands out offset 0 of the memfd. */
+int ibv_cmd_alloc_dm(struct ibv_context *ctx,
+		     const struct ibv_alloc_dm_attr *dm_attr,
+		     struct verbs_dm *dm, struct ibv_command_buffer *link)
+{
+	dm->dm.context = ctx;
+	dm->handle = 9;
+	return 0;
+}
+
+int ibv_cmd_free_dm(struct verbs_dm *dm)
+{
+	return 0;
+}
+
+int ibv_cmd_reg_dm_mr(struct ibv_pd *pd, struct verbs_dm *dm,
+		      uint64_t offset, size_t length, unsigned int access,
+		      struct verbs_mr *vmr, struct ibv_command_buffer *link)
+{
+	vmr->ibv_mr.pd = pd;
+	vmr->ibv_mr.lkey = 0x900;
+	return 0;
+}
+
+int ibv_cmd_query_mr(struct ibv_pd *pd, struct verbs_mr *vmr,
+		     uint32_t mr_handle)
+{
+	return EOPNOTSUPP;
+}
+
+int ibv_cmd_query_context(struct ibv_context *ctx,
+			  struct ibv_command_buffer *driver)
+{
+	return EOPNOTSUPP;
+}
+
+int execute_ioctl(struct ibv_context *context, struct ibv_command_buffer *cmd)
+{
+	return EOPNOTSUPP;
+}

@@ -1,5 +1,6 @@
-"""Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs, and
-completion event moderation (ibv_modify_cq)."""
+"""Affiliated async events at the responder (IBTA C9-222.1.1), checked with pyverbs,
+completion event moderation (ibv_modify_cq), and traffic on a thread domain's parent domain
+(ibv_alloc_td), which pyverbs cannot create: the last two are small C programs."""
 
 import os
 import re
@@ -76,3 +77,20 @@ def cq_moderation_modify_cq(ctx):
     m = re.search(r"period: event after (\d+) us", out)
     expect(m is not None and int(m.group(1)) >= 55000, "the period held the event back", out)
     expect(rc == 0, "cq_moderation exited with %s" % rc, out)
+
+
+@scenario("A")
+def thread_domain_traffic(ctx):
+    """A self-connected RC QP and an extended CQ on a parent domain with a thread domain
+    (libvrdma takes no SQ/RQ/CQ lock for them) carry SENDs and RDMA WRITEs; the PD and the TD
+    cannot go while the parent domain uses them (EBUSY)."""
+    vm = ctx.a
+    vm.write_file("/tmp/thread_domain", build_guest_c("thread_domain"), mode=0o755)
+    g = roce_v2_gid_index(vm, "vrdma0")
+    rc, out = vm.run("/tmp/thread_domain vrdma0 %d" % g, timeout=120)
+    for line in out.strip().splitlines():
+        ctx.note(line)
+    expect_in("busy: pd EBUSY, td EBUSY", out, "thread_domain")
+    expect_in("traffic: 200 sends, 200 writes", out, "thread_domain")
+    expect_in("teardown: ok", out, "thread_domain")
+    expect(rc == 0, "thread_domain exited with %s" % rc, out)

@@ -10,13 +10,35 @@ import time
 from harness import expect, expect_in, pair, run_ok, scenario
 
 
+# Holds device memory (spec §12.9) mapped and registered, with data in it, across the reloads.
+DM_HOLDER = r"""
+import time
+import pyverbs.device as d
+import pyverbs.enums as e
+from pyverbs.mr import DMMR
+from pyverbs.pd import PD
+ctx = d.Context(name="vrdma0")
+pd = PD(ctx)
+dm = d.DM(ctx, d.AllocDmAttr(length=8192))
+mr = DMMR(pd, 8192, e.IBV_ACCESS_ZERO_BASED | e.IBV_ACCESS_LOCAL_WRITE |
+          e.IBV_ACCESS_REMOTE_WRITE, dm, 0)
+dm.copy_to_dm(0, b"vrdma-dm" * 8, 64)
+assert dm.copy_from_dm(0, 64) == b"vrdma-dm" * 8
+print("holding DM", mr.lkey, flush=True)
+time.sleep(600)
+"""
+
+
 @scenario("A", last=True)
 def module_reload_with_objects_open(ctx):
     a, b = ctx.a, ctx.b
     # A server that holds a PD, MR, CQs, a QP and mmapped rings while it waits for a client.
     holder = a.spawn("ibv_rc_pingpong -d vrdma0 -g 1 -n 5", timeout=120)
+    a.write_file("/tmp/dm_holder.py", DM_HOLDER, mode=0o644)
+    dm_holder = a.spawn("python3 -u /tmp/dm_holder.py 2>&1", timeout=120)
     time.sleep(3)
     expect(not holder.done(), "the ibv_rc_pingpong server is waiting with its objects open")
+    expect(not dm_holder.done(), "the device-memory holder is waiting with its DM mapped")
     for i in range(2):
         out = run_ok(a, "rmmod vrdma && modprobe vrdma && sleep 1 && "
                         "ip link set eth0 up && ip addr replace %s dev eth0 && sleep 2 && "
@@ -27,6 +49,10 @@ def module_reload_with_objects_open(ctx):
     holder.kill()
     rc, hout = holder.wait(timeout=60)
     ctx.note("the holder exited with %s after SIGTERM" % rc)
+    dm_holder.kill()
+    rc, dout = dm_holder.wait(timeout=60)
+    ctx.note("the DM holder exited with %s after SIGTERM" % rc)
+    expect_in("holding DM", dout, "the DM holder had its DM and DM MR before the reloads")
     # And the reloaded device carries RDMA again.
     srv = "ibv_rc_pingpong -d vrdma0 -g 1 -n 100 -c"
     _, cout = pair(a, b, srv, srv + " " + a.ip, timeout=180)
