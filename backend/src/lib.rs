@@ -7,6 +7,7 @@ pub mod budget;
 pub mod cli;
 pub mod device;
 pub mod fabric;
+pub mod fasthash;
 pub mod guest;
 pub mod ids;
 pub mod memory;

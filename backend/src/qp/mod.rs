@@ -422,7 +422,8 @@ fn pick_qpn(rng: &mut crate::ids::IdRng, count: u32, used: impl Fn(u32) -> bool)
 /// The QP table: GSI is QPN 1, ordinary QPs get random QPNs in 16..=0xfffffe (spec §13.6, §16),
 /// unique among live QPs.
 pub struct QpTable {
-    qps: std::collections::HashMap<u32, Qp>,
+    /// Looked up several times per packet; QPNs are device-chosen (`fasthash`).
+    qps: crate::fasthash::FastMap<u32, Qp>,
     rng: crate::ids::IdRng,
     max_qp: u32,
     count: u32,
@@ -449,7 +450,7 @@ impl QpTable {
     /// As [`QpTable::new`] with a given generator (reproducible unit tests).
     pub fn with_rng(max_qp: u32, rng: crate::ids::IdRng) -> Self {
         QpTable {
-            qps: std::collections::HashMap::new(),
+            qps: crate::fasthash::FastMap::default(),
             rng,
             // Strictly below the number of QPNs, so a free one always exists.
             max_qp: max_qp.min(MAX_QPN - VRDMA_FIRST_QPN),
