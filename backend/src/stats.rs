@@ -275,7 +275,7 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn link_up(&self) -> Option<bool> {
         self.inner.link_up()
     }
-    fn icrc_offload(&self) -> bool {
+    fn icrc_offload(&self) -> crate::uplink::IcrcOffload {
         self.inner.icrc_offload()
     }
 }

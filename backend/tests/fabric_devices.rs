@@ -247,7 +247,7 @@ impl vrdma_backend::uplink::Uplink for Peek {
     ) -> Result<usize, vrdma_backend::uplink::UplinkError> {
         self.inner.recv_batch(bufs, frames)
     }
-    fn icrc_offload(&self) -> bool {
+    fn icrc_offload(&self) -> vrdma_backend::uplink::IcrcOffload {
         self.inner.icrc_offload()
     }
 }
@@ -269,7 +269,7 @@ fn engines_on_a_fabric_leave_the_icrc_to_it() {
         inner: fabric.device_port(pa).expect("port a"),
         roce: Default::default(),
     });
-    assert!(peek.icrc_offload());
+    assert!(peek.icrc_offload().seals_tx && peek.icrc_offload().checked_rx);
     let ea = Engine::start(detach(&mut a), peek.clone()).expect("engine a");
     let eb = Engine::start(
         detach(&mut b),
@@ -287,6 +287,40 @@ fn engines_on_a_fabric_leave_the_icrc_to_it() {
             Err(WireError::BadIcrc { .. })
         ));
     }
+    ea.stop();
+    eb.stop();
+}
+
+/// A device whose port is wrapped (fault injection sends through `send`, so its engine computes
+/// the ICRC) still takes the other device's unsealed frames: the receive half of the offload
+/// holds through the wrapper (spec §16.2).
+#[test]
+fn an_impaired_port_and_a_plain_one_on_one_fabric() {
+    use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink};
+    let mut a = Node::new(1, 32, 9000);
+    let mut b = Node::new(2, 32, 9000);
+    let mut ab = conn(&mut a, &mut b, 2 << 20, 8);
+    let mut ba = conn(&mut b, &mut a, 2 << 20, 9);
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("a");
+    let pb = fb.add_device(b.mac).expect("b");
+    let fabric = fb.build();
+    let ua = Impaired::new(
+        fabric.device_port(pa).expect("port a"),
+        ImpairConfig::default(),
+    );
+    let o = ua.icrc_offload();
+    assert!(!o.seals_tx && o.checked_rx);
+    let ea = Engine::start(detach(&mut a), Arc::new(ua)).expect("engine a");
+    let eb = Engine::start(
+        detach(&mut b),
+        Arc::new(fabric.device_port(pb).expect("port b")),
+    )
+    .expect("engine b");
+    start_write(&a, &mut ab, &ea);
+    start_write(&b, &mut ba, &eb);
+    wait_write(&mut a, &b, &mut ab);
+    wait_write(&mut b, &a, &mut ba);
     ea.stop();
     eb.stop();
 }

@@ -164,7 +164,7 @@ impl<U: Uplink> Uplink for Counting<U> {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
-    fn icrc_offload(&self) -> bool {
+    fn icrc_offload(&self) -> vrdma_backend::uplink::IcrcOffload {
         self.inner.icrc_offload()
     }
 }

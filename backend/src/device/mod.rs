@@ -100,9 +100,10 @@ pub struct Device {
     pub resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
     /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
     pub cq_timers: std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
-    /// The device's port is a fabric port (`Uplink::icrc_offload`, spec §16.2): RoCEv2 frames
-    /// are built without an ICRC and received ones are not checked. Set by the engine.
-    pub icrc_offload: bool,
+    /// What the device's port does with the ICRC (`Uplink::icrc_offload`, spec §16.2): on a
+    /// fabric port RoCEv2 frames are built without one and received ones are not checked. Set
+    /// by the engine.
+    pub icrc_offload: crate::uplink::IcrcOffload,
 }
 
 impl std::fmt::Debug for Device {
@@ -147,7 +148,7 @@ impl Device {
             range_scratch: Vec::new(),
             resp_range_scratch: Vec::new(),
             cq_timers: Default::default(),
-            icrc_offload: false,
+            icrc_offload: Default::default(),
             config,
             mem,
             out,

@@ -5,7 +5,7 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use super::{Fabric, PortId};
-use crate::uplink::{RxFrame, Uplink, UplinkError};
+use crate::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
 
 /// See the module documentation. Sending switches the frames on the caller's thread
 /// ([`Fabric::forward`]); receiving pops the port's queue.
@@ -103,7 +103,10 @@ impl Uplink for DevicePort {
     }
 
     /// Frames between devices never leave the process; the fabric seals and checks at its edge.
-    fn icrc_offload(&self) -> bool {
-        true
+    fn icrc_offload(&self) -> IcrcOffload {
+        IcrcOffload {
+            seals_tx: true,
+            checked_rx: true,
+        }
     }
 }

@@ -251,7 +251,11 @@ fn roce(dst: MacAddr, src: MacAddr, icrc: bool) -> Vec<u8> {
 #[test]
 fn engine_frames_get_their_icrc_only_when_they_leave() {
     let t = bed(&[A, B], 1);
-    assert!(t.ports[0].icrc_offload(), "a device port offloads the ICRC");
+    let o = t.ports[0].icrc_offload();
+    assert!(
+        o.seals_tx && o.checked_rx,
+        "a device port offloads the ICRC"
+    );
     let (_, r) = &t.uplinks[0];
     // A to B stays in the process: moved as it is, without an ICRC.
     let mut to_b = vec![roce(B, A, false)];

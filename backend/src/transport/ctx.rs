@@ -121,7 +121,7 @@ fn av_path(dev: &Device, av: &VrdmaAv, sgid: [u8; 16]) -> Path {
         // A hop limit of 0 would be dropped by the first IP hop: use 64 (Linux's default TTL).
         hop_limit: if av.hop_limit == 0 { 64 } else { av.hop_limit },
         flow_label: av.flow_label & 0x000f_ffff,
-        icrc: !dev.icrc_offload,
+        icrc: !dev.icrc_offload.seals_tx,
     }
 }
 

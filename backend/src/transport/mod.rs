@@ -203,7 +203,7 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
 pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
     use crate::stats::bump;
-    let check = if dev.icrc_offload {
+    let check = if dev.icrc_offload.checked_rx {
         crate::wire::IcrcCheck::Trusted
     } else {
         crate::wire::IcrcCheck::Verify

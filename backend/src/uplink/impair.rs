@@ -195,6 +195,15 @@ impl<U: Uplink> Uplink for Impaired<U> {
         self.inner.recv(buf)
     }
 
+    /// Received frames pass through untouched, so the inner port's receive promise holds.
+    /// Sends go through `send`, which no uplink seals: the engine computes the ICRC itself.
+    fn icrc_offload(&self) -> super::IcrcOffload {
+        super::IcrcOffload {
+            seals_tx: false,
+            checked_rx: self.inner.icrc_offload().checked_rx,
+        }
+    }
+
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }

@@ -59,6 +59,17 @@ pub enum UplinkError {
     TooLarge(usize),
 }
 
+/// See [`Uplink::icrc_offload`]. The default (both false) is a plain network link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IcrcOffload {
+    /// RoCEv2 frames handed to [`Uplink::send_frames`] may lack their ICRC: the uplink computes
+    /// it for every one that leaves the process.
+    pub seals_tx: bool,
+    /// Received frames never crossed a link, or their ICRC was checked where they entered: the
+    /// engine need not check it.
+    pub checked_rx: bool,
+}
+
 /// Frames moved per batched system call (`sendmmsg` / `recvmmsg` on the UDP uplink).
 pub const IO_BATCH: usize = 64;
 
@@ -79,13 +90,12 @@ pub trait Uplink: Send + Sync {
         None
     }
 
-    /// Whether the engine may send RoCEv2 frames without an ICRC and trust the frames it
-    /// receives without checking theirs (spec §16.2). Only a fabric device port says yes: the
-    /// fabric seals the frames that leave the process and checks those that enter it, so frames
-    /// between devices are never checksummed. Wrappers that look at the frames themselves (a
-    /// capture, fault injection) keep the default `false`.
-    fn icrc_offload(&self) -> bool {
-        false
+    /// What the uplink does with the RoCEv2 ICRC for the engine (spec §16.2). Only a fabric
+    /// device port offloads it: the fabric seals the frames that leave the process and checks
+    /// those that enter it, so frames between devices are never checksummed. A wrapper forwards
+    /// each half only if it keeps that half's promise.
+    fn icrc_offload(&self) -> IcrcOffload {
+        IcrcOffload::default()
     }
 
     /// Send frames in order; returns how many were handed to the uplink. Frames after a
@@ -188,7 +198,7 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
     }
-    fn icrc_offload(&self) -> bool {
+    fn icrc_offload(&self) -> IcrcOffload {
         (**self).icrc_offload()
     }
 }
@@ -219,7 +229,7 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
     }
-    fn icrc_offload(&self) -> bool {
+    fn icrc_offload(&self) -> IcrcOffload {
         (**self).icrc_offload()
     }
 }

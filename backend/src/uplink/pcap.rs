@@ -308,6 +308,16 @@ impl<U: Uplink> Uplink for PcapTee<U> {
         Ok(())
     }
 
+    /// Received frames pass through untouched (recorded as the port carries them: between the
+    /// devices of a fabric without an ICRC). Sent frames are recorded before they reach the
+    /// inner port, so the engine computes their ICRC itself.
+    fn icrc_offload(&self) -> super::IcrcOffload {
+        super::IcrcOffload {
+            seals_tx: false,
+            checked_rx: self.inner.icrc_offload().checked_rx,
+        }
+    }
+
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         let r = self.inner.recv(buf)?;
         if let Some(len) = r {
