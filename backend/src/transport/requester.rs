@@ -57,6 +57,10 @@ pub struct RequesterState {
     pub sq_fetch: u32,
     /// WQEs fetched from the SQ and not yet retired, in SQ order.
     pub wqes: VecDeque<SendWqe>,
+    /// `wqes[..sent_prefix]` are all Sent or Done, so [`send`] starts after them instead of
+    /// skipping a whole window of outstanding WQEs on every call. Only `restart` moves a WQE
+    /// back to Pending/Sending (it resets this to 0); `retire` pops Done WQEs off the front.
+    pub sent_prefix: usize,
     /// Host memory of the fetched WQEs beyond the first one, which the QP's own charge covers
     /// (spec §16: see [`wqe_floor`]); `wqe_bytes` is what all of `wqes` hold.
     pub wqe_charge: Charge,
@@ -585,10 +589,13 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         st.rnr_deadline = None;
     }
     let max_rd = ctx.max_rd_atomic.max(1);
-    let mut i = 0;
+    let mut i = st.sent_prefix.min(st.wqes.len());
     while i < st.wqes.len() {
         let state = st.wqes[i].state;
         if matches!(state, WqeState::Sent | WqeState::Done) {
+            if i == st.sent_prefix {
+                st.sent_prefix += 1;
+            }
             i += 1;
             continue;
         }
@@ -1093,6 +1100,7 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
             break;
         }
         let Some(w) = st.wqes.pop_front() else { break };
+        st.sent_prefix = st.sent_prefix.saturating_sub(1);
         st.wqe_bytes = st.wqe_bytes.saturating_sub(w.cost);
         if w.signaled || w.status != WC_SUCCESS {
             let cqe = Cqe {
@@ -1145,6 +1153,7 @@ fn arm_timer(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
 /// start and get the same PSNs again.
 pub(crate) fn restart(ctx: &QpCtx, st: &mut RequesterState) {
     st.restarts += 1;
+    st.sent_prefix = 0;
     let mtu = ctx.mtu as u64;
     // Everything before `una` was acknowledged: new WQEs must not reuse those PSNs (an ACK that
     // completes the WQE being resent leaves `psn` behind `una`).
