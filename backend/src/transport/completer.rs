@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::ctx::{abi::*, QpCtx};
 use super::packet::RxPkt;
 use super::requester::{
-    restart, restart_on_loss, sge_copy, OdpWait, RequesterState, SgeError, WqeState,
+    restart, restart_on_loss, sge_copy, OdpWait, RequesterState, SgeError, SgeIo, WqeState,
 };
 use super::{psn_add, psn_diff, timers};
 use crate::device::Device;
@@ -250,8 +250,14 @@ fn on_read_response(
     }
     if n > 0 {
         let sges = std::mem::take(&mut st.wqes[i].sges);
-        let mut buf = pkt.payload.to_vec();
-        let r = sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, offset, &mut buf, true);
+        let r = sge_copy(
+            dev,
+            Some(ctx.qpn),
+            ctx.pdn,
+            &sges,
+            offset,
+            SgeIo::Scatter(pkt.payload),
+        );
         st.wqes[i].sges = sges;
         match r {
             Ok(()) => {}
@@ -344,8 +350,8 @@ fn on_atomic_ack(
     }
     // The original remote value lands in the local SGE (8 bytes, host order = little-endian).
     let sges = w.sges.clone();
-    let mut buf = orig.to_le_bytes();
-    match sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, 0, &mut buf, true) {
+    let buf = orig.to_le_bytes();
+    match sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, 0, SgeIo::Scatter(&buf)) {
         Ok(()) => {}
         Err(SgeError::Fault { key, iova }) => {
             // The atomic was executed remotely; a resend is answered from the responder's

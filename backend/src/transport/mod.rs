@@ -45,6 +45,7 @@ pub mod intake;
 pub mod packet;
 pub mod requester;
 pub mod responder;
+pub mod sgelist;
 pub mod timers;
 
 use std::time::Instant;

@@ -40,6 +40,8 @@ const WQE_HDR: usize = 64;
 pub const MAX_READ_PSNS: u32 = 1 << 22;
 /// Size of one SGE.
 const SGE_SIZE: usize = 16;
+/// `retire`'s CQE vector is kept while it holds at most this many (a larger one was a burst).
+const CQE_SCRATCH_CAP: usize = 64;
 
 /// Requester-side protocol state of one QP, held in `Qp::req`.
 ///
@@ -61,6 +63,10 @@ pub struct RequesterState {
     /// skipping a whole window of outstanding WQEs on every call. Only `restart` moves a WQE
     /// back to Pending/Sending (it resets this to 0); `retire` pops Done WQEs off the front.
     pub sent_prefix: usize,
+    /// Reused so steady-state traffic allocates nothing per WQE ([datapath] item 3): the slot
+    /// buffer of `fetch` (within the QP's `wqe_floor` charge) and the CQEs `retire` collects.
+    pub wqe_buf: Vec<u8>,
+    pub cqe_scratch: Vec<Cqe>,
     /// Host memory of the fetched WQEs beyond the first one, which the QP's own charge covers
     /// (spec §16: see [`wqe_floor`]); `wqe_bytes` is what all of `wqes` hold.
     pub wqe_charge: Charge,
@@ -157,7 +163,7 @@ pub struct SendWqe {
     pub reg: RegWqe,
     /// BIND_MW: `wr.bind_mw` (the QP's PD and QPN are filled in when it executes).
     pub bind: BindMw,
-    pub sges: Vec<Sge>,
+    pub sges: super::sgelist::SgeList,
     pub inline: Option<Vec<u8>>,
     pub length: u64,
     pub state: WqeState,
@@ -549,7 +555,8 @@ pub fn wqe_floor(sq_wqe_size: u32) -> u64 {
 fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
     let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|f| Fatal::QpFatal(f.0))?;
     let floor = wqe_floor(ctx.sq_wqe_size);
-    let mut buf = vec![0u8; ctx.sq_wqe_size as usize];
+    let mut buf = std::mem::take(&mut st.wqe_buf);
+    buf.resize(ctx.sq_wqe_size as usize, 0);
     st.fetch_blocked = false;
     while st.sq_fetch != producer {
         if st.wqes.len() >= MAX_FETCHED {
@@ -574,6 +581,7 @@ fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), F
         st.wqes.push_back(w);
         st.sq_fetch = st.sq_fetch.wrapping_add(1);
     }
+    st.wqe_buf = buf;
     Ok(())
 }
 
@@ -744,38 +752,57 @@ pub(crate) enum SgeError {
     Len,
 }
 
-/// Copy `buf.len()` bytes at message offset `off` out of (gather) or into (scatter) an SGE list.
+/// The buffer side of [`sge_copy`]: filled from the SGEs (gather, a request's payload) or
+/// copied into them (scatter, a received payload, straight from the packet: no staging copy).
+pub(crate) enum SgeIo<'a> {
+    Gather(&'a mut [u8]),
+    Scatter(&'a [u8]),
+}
+
+impl SgeIo<'_> {
+    fn len(&self) -> usize {
+        match self {
+            SgeIo::Gather(b) => b.len(),
+            SgeIo::Scatter(b) => b.len(),
+        }
+    }
+}
+
+/// Copy the buffer's length in bytes at message offset `off` out of (gather) or into
+/// (scatter) an SGE list.
 pub(crate) fn sge_copy(
     dev: &mut Device,
     waiter: Option<u32>,
     pdn: u32,
     sges: &[Sge],
     off: u64,
-    buf: &mut [u8],
-    scatter: bool,
+    io: SgeIo<'_>,
 ) -> Result<(), SgeError> {
     // The device's reusable range vector (no allocation per packet for pinned MRs).
     let mut ranges = std::mem::take(&mut dev.range_scratch);
-    let r = sge_copy_with(dev, waiter, pdn, sges, off, buf, scatter, &mut ranges);
+    let r = sge_copy_with(dev, waiter, pdn, sges, off, io, &mut ranges);
     dev.range_scratch = ranges;
     r
 }
 
-#[allow(clippy::too_many_arguments)]
 fn sge_copy_with(
     dev: &mut Device,
     waiter: Option<u32>,
     pdn: u32,
     sges: &[Sge],
     off: u64,
-    buf: &mut [u8],
-    scatter: bool,
+    mut io: SgeIo<'_>,
     ranges: &mut Vec<crate::memory::mr::GuestRange>,
 ) -> Result<(), SgeError> {
+    let total = io.len();
+    let access = match io {
+        SgeIo::Scatter(_) => ACCESS_LOCAL_WRITE,
+        SgeIo::Gather(_) => 0,
+    };
     let mut skip = off;
     let mut done = 0usize;
     for s in sges {
-        if done == buf.len() {
+        if done == total {
             break;
         }
         let slen = s.len as u64;
@@ -783,8 +810,7 @@ fn sge_copy_with(
             skip -= slen;
             continue;
         }
-        let n = ((slen - skip) as usize).min(buf.len() - done);
-        let access = if scatter { ACCESS_LOCAL_WRITE } else { 0 };
+        let n = ((slen - skip) as usize).min(total - done);
         dev.mrs
             .resolve_into(
                 waiter,
@@ -802,22 +828,18 @@ fn sge_copy_with(
         let mut p = done;
         for r in ranges.iter() {
             // The translation must cover exactly the requested bytes; never index past them.
-            let chunk = p
-                .checked_add(r.len as usize)
-                .and_then(|e| buf.get_mut(p..e))
-                .ok_or(SgeError::Prot)?;
-            let res = if scatter {
-                dev.mem.write(r.gpa, chunk)
-            } else {
-                dev.mem.read(r.gpa, chunk)
+            let end = p.checked_add(r.len as usize).ok_or(SgeError::Prot)?;
+            let res = match &mut io {
+                SgeIo::Scatter(b) => b.get(p..end).map(|c| dev.mem.write(r.gpa, c)),
+                SgeIo::Gather(b) => b.get_mut(p..end).map(|c| dev.mem.read(r.gpa, c)),
             };
-            res.map_err(|_| SgeError::Prot)?;
-            p += r.len as usize;
+            res.ok_or(SgeError::Prot)?.map_err(|_| SgeError::Prot)?;
+            p = end;
         }
         done += n;
         skip = 0;
     }
-    if done != buf.len() {
+    if done != total {
         return Err(SgeError::Len);
     }
     Ok(())
@@ -1037,7 +1059,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
                 }
                 (Src::Message, None) if buf.is_empty() => Ok(()),
                 (Src::Message, None) => {
-                    sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, buf, false)
+                    sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, SgeIo::Gather(buf))
                 }
             },
         );
@@ -1094,7 +1116,8 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
 /// post again at once, and the driver checks SQ space against this consumer.
 pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
     let mut consumer = None;
-    let mut cqes = Vec::new();
+    let mut cqes = std::mem::take(&mut st.cqe_scratch);
+    cqes.clear();
     while let Some(w) = st.wqes.front() {
         if w.state != WqeState::Done {
             break;
@@ -1131,6 +1154,9 @@ pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
     }
     for cqe in &cqes {
         ctx::post_cqe(dev, ctx.send_cqn, cqe, false);
+    }
+    if cqes.capacity() <= CQE_SCRATCH_CAP {
+        st.cqe_scratch = cqes;
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI};
 use super::packet::{opcode_for, RxPkt, TxHdrs};
-use super::requester::{sge_copy, Sge, SgeError};
+use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::device::Device;
 use crate::memory::mr::{GuestRange, MrError};
@@ -79,7 +79,7 @@ pub enum MsgOp {
 #[derive(Debug, Clone, Default)]
 pub struct RecvWqe {
     pub wr_id: u64,
-    pub sges: Vec<Sge>,
+    pub sges: super::sgelist::SgeList,
     /// Total capacity of the SGEs.
     pub capacity: u64,
     /// Bytes already scattered.
@@ -755,11 +755,11 @@ impl Responder<'_, '_> {
                     self.recv_status = WC_LOC_PROT_ERR;
                     return RespStep::ErrRemoteOp;
                 }
-                let mut buf = pkt.payload.to_vec();
+                let buf = pkt.payload;
                 if !buf.is_empty() {
                     let off = w.offset;
                     let sges = std::mem::take(&mut w.sges);
-                    let r = sge_copy(dev, None, self.ctx.pdn, &sges, off, &mut buf, true);
+                    let r = sge_copy(dev, None, self.ctx.pdn, &sges, off, SgeIo::Scatter(buf));
                     if let Some(w) = st.recv.as_mut() {
                         w.sges = sges;
                     }
@@ -1560,7 +1560,7 @@ fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPk
         let mut buf = Vec::with_capacity(total as usize);
         buf.extend_from_slice(&pkt.grh);
         buf.extend_from_slice(pkt.payload);
-        match sge_copy(dev, None, ctx.pdn, &w.sges, 0, &mut buf, true) {
+        match sge_copy(dev, None, ctx.pdn, &w.sges, 0, SgeIo::Scatter(&buf)) {
             Ok(()) => cqe.byte_len = total as u32,
             // Spec §14.6: an ODP chunk that is not resident drops the datagram (UD has no RNR);
             // the chunk is being faulted in and the WQE stays the head for the next datagram.
