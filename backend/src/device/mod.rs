@@ -62,6 +62,8 @@ pub struct Device {
     pub mem: GuestMem,
     pub out: Arc<dyn DeviceOutput>,
     pub pds: PdTable,
+    /// XRC domains (spec §13.7).
+    pub xrcds: crate::objects::XrcdTable,
     pub cqs: HandleTable<Cq>,
     pub srqs: HandleTable<Srq>,
     pub ahs: AhTable,
@@ -120,6 +122,7 @@ impl Device {
         Device {
             _fixed: fixed,
             pds: PdTable::new(config.max_pd),
+            xrcds: crate::objects::XrcdTable::new(config.max_pd),
             cqs: HandleTable::new(config.max_cq),
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
@@ -154,6 +157,7 @@ impl Device {
     /// are kept (the vhost-user layer replaces them when the frontend does).
     pub fn reset(&mut self) {
         self.pds.clear();
+        self.xrcds.clear();
         self.cqs.clear();
         self.srqs.clear();
         self.ahs.clear();
@@ -328,6 +332,15 @@ impl Device {
     /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.mrs.odp_tick(now)
+    }
+
+    /// Is the XRC domain referenced by an XRC SRQ or an XRC_TGT QP (spec §13.7)?
+    pub fn xrcd_in_use(&self, xrcdn: u32) -> bool {
+        self.qps.iter().any(|q| q.xrcdn == Some(xrcdn))
+            || self
+                .srqs
+                .iter()
+                .any(|(_, s)| s.xrc.is_some_and(|x| x.xrcdn == xrcdn))
     }
 
     /// Is the PD referenced by any object?
