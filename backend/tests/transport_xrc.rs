@@ -579,3 +579,78 @@ fn tgt_without_rings_ignores_sq_doorbells() {
     assert_eq!(ca[0].status, VRDMA_WC_SUCCESS);
     assert_eq!((cb[0].wr_id, cb[0].qpn), (3, t.tgt));
 }
+
+/// Hostile XRC requests (spec §16: packets are untrusted): recorded XRC SEND / WRITE / READ
+/// frames with random XRC SRQ numbers, truncations and bit flips, resealed so that they reach
+/// the transport, never panic the target, and the device keeps answering commands.
+#[test]
+fn mutated_xrc_requests_never_panic_the_target() {
+    let mut t = bed();
+    let (dst, kb) = (t.dst, t.kb);
+    t.b.post_recv(&mut t.srq, 100, &[(dst, 4096, kb)]);
+    let mut link = Link::clean();
+    let captured: Arc<Mutex<Vec<Vec<u8>>>> = Default::default();
+    let c2 = captured.clone();
+    link.filter_ab = Some(Box::new(move |f| {
+        c2.lock().unwrap().push(f.to_vec());
+        true
+    }));
+    let (srqn, src, ka) = (t.srqn, t.src, t.ka);
+    for (i, (op, len)) in [
+        (VRDMA_WR_SEND, 3000u32),
+        (VRDMA_WR_RDMA_WRITE, 100),
+        (VRDMA_WR_RDMA_READ, 100),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let w = Wqe {
+            wr_id: i as u64,
+            opcode: op,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, len, ka)],
+            remote_addr: dst + 8192,
+            rkey: kb,
+            ..Default::default()
+        };
+        post_xrc(&mut t, &w, srqn);
+    }
+    let (ca, _) = wait(&mut t, &mut link, 3, 1);
+    assert!(ca.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
+    let frames = captured.lock().unwrap().clone();
+    assert!(frames.len() >= 5, "SEND x3, WRITE, READ request");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..3000 {
+        let mut f = frames[round % frames.len()].clone();
+        match next() % 4 {
+            // Another (mostly nonexistent) XRC SRQ number.
+            0 => {
+                let v = (next() as u32 & 0x00ff_ffff).to_be_bytes();
+                f[BTH + 13..BTH + 16].copy_from_slice(&v[1..]);
+            }
+            // Truncated into the XRCETH or the RETH.
+            1 => {
+                let n = BTH + 12 + (next() as usize % 24);
+                f.truncate(n.min(f.len()));
+            }
+            // Bit flips in the transport headers.
+            _ => {
+                for _ in 0..(1 + next() % 4) {
+                    let i = BTH + (next() as usize % (f.len() - BTH).min(40));
+                    f[i] ^= 1 << (next() % 8);
+                }
+            }
+        }
+        reseal(&mut f);
+        vrdma_backend::transport::on_frame(&mut t.b.dev, &f);
+        t.b.dev.outbox.clear();
+    }
+    let x = alloc_xrcd(&mut t.b);
+    assert!(create_tgt(&mut t.b, x).is_ok());
+}
