@@ -134,6 +134,7 @@ struct Bed {
     b: Node,
     ini: QpH,
     tgt: u32,
+    xrcd: u32,
     cqa: RingH,
     /// The XRC SRQ's CQ on B.
     cqb: RingH,
@@ -172,6 +173,7 @@ fn bed() -> Bed {
         b,
         ini,
         tgt,
+        xrcd,
         cqa,
         cqb,
         cqb_n: cb,
@@ -653,4 +655,37 @@ fn mutated_xrc_requests_never_panic_the_target() {
     }
     let x = alloc_xrcd(&mut t.b);
     assert!(create_tgt(&mut t.b, x).is_ok());
+}
+
+/// Spec §5.2 with §13.7: when the XRC SRQ's CQ overflows, the XRC_TGT that posted on it goes
+/// to ERROR with QP_FATAL like a QP on its own CQ.
+#[test]
+fn overflow_of_the_srq_cq_moves_the_target_to_error() {
+    let mut t = bed();
+    let (small, _ring) = t.b.create_cq(2);
+    let (srq2, mut ring2) =
+        create_xrc_srq(&mut t.b, t.pdb, t.xrcd, small, 16).expect("srq on a small cq");
+    let (dst, kb) = (t.dst, t.kb);
+    for i in 0..8 {
+        t.b.post_recv(&mut ring2, i, &[(dst, 64, kb)]);
+    }
+    let mut link = Link::clean();
+    let (src, ka) = (t.src, t.ka);
+    for i in 0..8 {
+        let w = Wqe {
+            wr_id: i,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, 8, ka)],
+            ..Default::default()
+        };
+        post_xrc(&mut t, &w, srq2);
+    }
+    pump_idle(&mut t.a, &mut t.b, &mut link);
+    assert_eq!(t.b.qp_state(t.tgt), VRDMA_QPS_ERR);
+    assert!(t
+        .b
+        .events()
+        .iter()
+        .any(|e| e.type_ == VRDMA_EV_QP_FATAL && e.id == t.tgt));
 }

@@ -203,10 +203,21 @@ impl Device {
         }
         let r = r.map(|_| ());
         if matches!(r, Err(CqError::Overflow) | Err(CqError::Access(_))) {
+            // An XRC_TGT posts on the CQ of the XRC SRQ a request named (spec §13.7): every
+            // target of a domain with an XRC SRQ on this CQ may have used it.
+            let xrc_domains: Vec<u32> = self
+                .srqs
+                .iter()
+                .filter_map(|(_, s)| s.xrc.filter(|x| x.cqn == cqn).map(|x| x.xrcdn))
+                .collect();
             let victims: Vec<u32> = self
                 .qps
                 .iter()
-                .filter(|q| q.send_cqn == cqn || q.recv_cqn == cqn)
+                .filter(|q| {
+                    q.send_cqn == cqn
+                        || q.recv_cqn == cqn
+                        || q.xrcdn.is_some_and(|x| xrc_domains.contains(&x))
+                })
                 .map(|q| q.qpn)
                 .collect();
             for q in victims {
