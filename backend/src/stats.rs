@@ -303,6 +303,8 @@ fn qp_type_name(t: QpType) -> &'static str {
     match t {
         QpType::Gsi => "gsi",
         QpType::Rc => "rc",
+        QpType::XrcIni => "xrc_ini",
+        QpType::XrcTgt => "xrc_tgt",
         QpType::Uc => "uc",
         QpType::Ud => "ud",
     }

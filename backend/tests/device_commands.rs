@@ -11,7 +11,7 @@ use vrdma_backend::qp::QpState;
 use vrdma_backend::transport;
 use vrdma_spec::*;
 
-const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=33;
+const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=35;
 
 #[test]
 fn query_device_and_port() {
@@ -424,7 +424,10 @@ fn srq_lifecycle_limit_and_events() {
         pdn: pd,
         depth: 16,
         wqe_shift: 6,
-        reserved0: [0; 3],
+        srq_type: 0,
+        reserved0: [0; 2],
+        xrcdn: 0,
+        cqn: 0,
         max_sge: 3,
         srq_limit: 0,
         npages: n,
@@ -554,7 +557,10 @@ fn srq_of(e: &mut Env, pd: u32, depth: u32, limit: u32) -> (u32, Vec<u64>) {
         pdn: pd,
         depth,
         wqe_shift: 6,
-        reserved0: [0; 3],
+        srq_type: 0,
+        reserved0: [0; 2],
+        xrcdn: 0,
+        cqn: 0,
         max_sge: 3,
         srq_limit: limit,
         npages: n,
@@ -1196,7 +1202,11 @@ fn short_and_empty_requests_never_panic() {
     for op in ALL_OPS.chain([VRDMA_CMD_ATTACH_MCAST, VRDMA_CMD_DETACH_MCAST]) {
         for len in 0..8 {
             let (s, _) = e.cmd(op, &vec![0u8; len]);
-            if op == VRDMA_CMD_QUERY_DEVICE || op == VRDMA_CMD_CREATE_PD {
+            // Requests that carry nothing (CREATE_PD, ALLOC_XRCD) succeed on any length.
+            if op == VRDMA_CMD_QUERY_DEVICE
+                || op == VRDMA_CMD_CREATE_PD
+                || op == VRDMA_CMD_ALLOC_XRCD
+            {
                 assert_eq!(s, VRDMA_STATUS_OK, "op {op}");
             } else {
                 assert_eq!(s, VRDMA_STATUS_INVALID, "op {op} with {len} bytes");
@@ -1204,7 +1214,7 @@ fn short_and_empty_requests_never_panic() {
         }
     }
     assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(34, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd(36, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(39, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(42, &[0; 64]).0, VRDMA_STATUS_INVALID);
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);

@@ -73,7 +73,8 @@ fn resp_size(op: u16) -> usize {
         | VRDMA_CMD_REG_ODP_MR
         | VRDMA_CMD_REG_IMPLICIT_MR
         | VRDMA_CMD_REREG_MR
-        | VRDMA_CMD_ALLOC_MW => 8,
+        | VRDMA_CMD_ALLOC_MW
+        | VRDMA_CMD_ALLOC_XRCD => 8,
         VRDMA_CMD_QUERY_QP => 104,
         VRDMA_CMD_QUERY_SRQ => 16,
         VRDMA_CMD_QUERY_STATS => 128,
@@ -245,7 +246,7 @@ impl Fuzz {
                     max_inline_data: self.rng.below(4) as u32 * self.rng.below(200) as u32,
                     sq_npages: sqn as u32,
                     rq_npages: rqn as u32,
-                    reserved1: 0,
+                    xrcdn: 0,
                 };
                 let mut b = c.as_bytes().to_vec();
                 b.extend(self.pages(sqn + rqn));
@@ -334,7 +335,10 @@ impl Fuzz {
                     pdn: self.u32v(),
                     depth,
                     wqe_shift: shift,
-                    reserved0: [0; 3],
+                    srq_type: 0,
+                    reserved0: [0; 2],
+                    xrcdn: 0,
+                    cqn: 0,
                     max_sge: self.rng.below(40) as u32,
                     srq_limit: self.u32v(),
                     npages: np as u32,
@@ -627,7 +631,7 @@ fn prove_usable(a: &mut Node) {
     assert_eq!(b.read(dst + 12000, 100), data[..100].to_vec());
 }
 
-const ALL_OPS: [u16; 35] = [
+const ALL_OPS: [u16; 37] = [
     VRDMA_CMD_QUERY_DEVICE,
     VRDMA_CMD_QUERY_PORT,
     VRDMA_CMD_ADD_GID,
@@ -663,6 +667,8 @@ const ALL_OPS: [u16; 35] = [
     VRDMA_CMD_DETACH_MCAST,
     VRDMA_CMD_QUERY_STATS,
     VRDMA_CMD_MODIFY_CQ,
+    VRDMA_CMD_ALLOC_XRCD,
+    VRDMA_CMD_DEALLOC_XRCD,
 ];
 
 fn run(seed: u64, odp: bool, budget: Duration) {
@@ -909,7 +915,7 @@ fn destroy_in_use_and_double_destroy() {
     );
     // Every handle-taking command with a truncated body → INVALID.
     for op in ALL_OPS {
-        if op == VRDMA_CMD_QUERY_DEVICE || op == VRDMA_CMD_CREATE_PD {
+        if op == VRDMA_CMD_QUERY_DEVICE || op == VRDMA_CMD_CREATE_PD || op == VRDMA_CMD_ALLOC_XRCD {
             continue;
         }
         for n in [0usize, 3, 7] {

@@ -78,7 +78,7 @@ fn create_qp_at(n: &mut Node, s: QpSpec, at: u64) -> QpH {
         max_inline_data: s.max_inline,
         sq_npages: sq.pages.len() as u32,
         rq_npages: rq.pages.len() as u32,
-        reserved1: 0,
+        xrcdn: 0,
     };
     let mut b = c.as_bytes().to_vec();
     for p in sq.pages.iter().chain(rq.pages.iter()) {

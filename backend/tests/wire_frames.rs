@@ -40,6 +40,9 @@ fn ext_for(mask: HdrMask) -> ExtHeaders {
             src_qp: 0x00ab_cdef,
         });
     }
+    if mask.contains(HdrMask::XRCETH) {
+        e.xrceth = Some(Xrceth { srqn: 0x05_a5a5 });
+    }
     if mask.contains(HdrMask::FETH) {
         e.feth = Some(Feth {
             placement: feth::PLACEMENT_GLOBAL,

@@ -54,6 +54,7 @@
 #define VRDMA_DEVCAP_FLUSH_GLOBAL	(1U << 1) /* RC FLUSH, global visibility */
 #define VRDMA_DEVCAP_SRQ_RESIZE		(1U << 2) /* MODIFY_SRQ with MAX_WR, §11.7 */
 #define VRDMA_DEVCAP_CQ_MODERATION	(1U << 3) /* MODIFY_CQ, §5.5 */
+#define VRDMA_DEVCAP_XRC		(1U << 4) /* XRC domains, SRQs, QPs, §13.7 */
 
 /* §2.2 port_state values (same as IB_PORT_*) */
 #define VRDMA_PORT_DOWN			1
@@ -239,7 +240,7 @@ struct vrdma_send_wqe {
 	__u8	reserved0;
 	__le32	ex;			/* imm_data (big-endian as on the wire) or rkey to invalidate */
 	__le32	inline_len;
-	__le32	reserved1;
+	__le32	xrc_srqn;		/* XRC_INI: remote XRC SRQ (XRCETH), else 0 */
 	union {
 		struct vrdma_wqe_rdma	rdma;
 		struct vrdma_wqe_atomic	atomic;
@@ -410,6 +411,8 @@ struct vrdma_page_req {
 #define VRDMA_CMD_DETACH_MCAST		41
 #define VRDMA_CMD_QUERY_STATS		32	/* port or QP counters */
 #define VRDMA_CMD_MODIFY_CQ		33	/* CQ moderation */
+#define VRDMA_CMD_ALLOC_XRCD		34	/* XRC domain (§13.7) */
+#define VRDMA_CMD_DEALLOC_XRCD		35
 
 /*
  * Size limits of one control chain (§11.1): a trailing page list holds at
@@ -481,7 +484,7 @@ struct vrdma_cmd_gid {
 
 /* CREATE_PD / DESTROY_PD and all single-handle commands */
 struct vrdma_handle {
-	__le32	handle;			/* pdn, cqn, qpn, srqn, ah index or lkey */
+	__le32	handle;			/* pdn, cqn, qpn, srqn, xrcdn, ah index or lkey */
 	__le32	reserved;
 };
 
@@ -501,10 +504,15 @@ struct vrdma_cmd_create_cq {
 #define VRDMA_QPT_UC			3
 #define VRDMA_QPT_UD			4
 #define VRDMA_QPT_GSI			1
+#define VRDMA_QPT_XRC_INI		9	/* XRC initiator: SQ only (§13.7) */
+#define VRDMA_QPT_XRC_TGT		10	/* XRC target: no rings (§13.7) */
 
 #define VRDMA_NO_SRQ			0xffffffffU
 
-/* CREATE_QP: trailing page list = SQ pages then RQ pages (RQ absent with SRQ) */
+/*
+ * CREATE_QP: trailing page list = SQ pages then RQ pages (RQ absent with SRQ,
+ * XRC_INI and XRC_TGT; SQ absent with XRC_TGT).
+ */
 struct vrdma_cmd_create_qp {
 	__le32	pdn;
 	__le32	qp_type;		/* VRDMA_QPT_* */
@@ -522,7 +530,7 @@ struct vrdma_cmd_create_qp {
 	__le32	max_inline_data;
 	__le32	sq_npages;
 	__le32	rq_npages;
-	__le32	reserved1;
+	__le32	xrcdn;			/* XRC_TGT: its XRC domain, else 0 */
 };
 
 struct vrdma_resp_create_qp {
@@ -623,15 +631,22 @@ struct vrdma_cmd_modify_qp {
 
 /* QUERY_QP: request vrdma_handle, response vrdma_qp_attr. */
 
+/* SRQ types (same values as enum ib_srq_type) */
+#define VRDMA_SRQT_BASIC		0
+#define VRDMA_SRQT_XRC			1	/* VRDMA_DEVCAP_XRC (§13.7) */
+
 /* CREATE_SRQ: trailing page list of the SRQ ring. */
 struct vrdma_cmd_create_srq {
 	__le32	pdn;
 	__le32	depth;			/* power of two */
 	__u8	wqe_shift;
-	__u8	reserved0[3];
+	__u8	srq_type;		/* VRDMA_SRQT_* */
+	__u8	reserved0[2];
 	__le32	max_sge;
 	__le32	srq_limit;
 	__le32	npages;
+	__le32	xrcdn;			/* XRC: its XRC domain, else 0 */
+	__le32	cqn;			/* XRC: CQ of its receive completions, else 0 */
 };
 
 #define VRDMA_SRQ_MAX_WR		(1U << 0)

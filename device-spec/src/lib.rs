@@ -313,6 +313,8 @@ abi_consts! {
     VRDMA_DEVCAP_SRQ_RESIZE: u32 = 1 << 2;
     /// §5.5 MODIFY_CQ (CQ moderation).
     VRDMA_DEVCAP_CQ_MODERATION: u32 = 1 << 3;
+    /// §13.7 XRC: ALLOC_XRCD / DEALLOC_XRCD, XRC SRQs, XRC_INI / XRC_TGT QPs.
+    VRDMA_DEVCAP_XRC: u32 = 1 << 4;
 
     /// §2.2 `port_state` values.
     VRDMA_PORT_DOWN: u32 = 1;
@@ -473,6 +475,9 @@ abi_consts! {
     VRDMA_CMD_DETACH_MCAST: u16 = 41;
     VRDMA_CMD_QUERY_STATS: u16 = 32;
     VRDMA_CMD_MODIFY_CQ: u16 = 33;
+    /// §13.7 XRC domains.
+    VRDMA_CMD_ALLOC_XRCD: u16 = 34;
+    VRDMA_CMD_DEALLOC_XRCD: u16 = 35;
 
     /// §11.1 Largest trailing page list of one command, in `__le64` entries (64 MiB).
     VRDMA_CMD_MAX_PAGES: u32 = 1 << 23;
@@ -505,6 +510,13 @@ abi_consts! {
     VRDMA_QPT_UC: u32 = 3;
     VRDMA_QPT_UD: u32 = 4;
     VRDMA_QPT_GSI: u32 = 1;
+    /// §13.7 XRC initiator (send queue only) and target (no rings) QPs; IB values.
+    VRDMA_QPT_XRC_INI: u32 = 9;
+    VRDMA_QPT_XRC_TGT: u32 = 10;
+
+    /// §11.7 SRQ types (`vrdma_cmd_create_srq.srq_type`, same as `enum ib_srq_type`).
+    VRDMA_SRQT_BASIC: u8 = 0;
+    VRDMA_SRQT_XRC: u8 = 1;
 
     /// `vrdma_cmd_create_qp.srqn` when the QP has no SRQ.
     VRDMA_NO_SRQ: u32 = 0xffff_ffff;
@@ -763,7 +775,8 @@ abi_structs! {
         /// imm_data (in wire byte order) or the rkey to invalidate.
         pub ex: u32,
         pub inline_len: u32,
-        pub reserved1: u32,
+        /// XRC_INI QPs: the remote XRC SRQ number sent in the XRCETH (§13.7); else 0.
+        pub xrc_srqn: u32,
         /// The C union `wr { rdma, atomic, atomic_write, flush, ud, reg, bind_mw, raw[40] }`.
         pub wr: [u8; 40],
     }
@@ -953,7 +966,8 @@ abi_structs! {
         pub max_inline_data: u32,
         pub sq_npages: u32,
         pub rq_npages: u32,
-        pub reserved1: u32,
+        /// XRC_TGT: its XRC domain (§13.7); else 0.
+        pub xrcdn: u32,
     }
 
     /// CREATE_QP response.
@@ -1021,16 +1035,22 @@ abi_structs! {
     }
 
     /// CREATE_SRQ request; the SRQ ring's page list follows.
-    "vrdma_cmd_create_srq", size 24:
+    "vrdma_cmd_create_srq", size 32:
     pub struct VrdmaCmdCreateSrq {
         pub pdn: u32,
         /// Power of two.
         pub depth: u32,
         pub wqe_shift: u8,
-        pub reserved0: [u8; 3],
+        /// `VRDMA_SRQT_*`.
+        pub srq_type: u8,
+        pub reserved0: [u8; 2],
         pub max_sge: u32,
         pub srq_limit: u32,
         pub npages: u32,
+        /// XRC SRQs: their XRC domain (§13.7); else 0.
+        pub xrcdn: u32,
+        /// XRC SRQs: the CQ of their receive completions; else 0.
+        pub cqn: u32,
     }
 
     /// MODIFY_SRQ request; with `VRDMA_SRQ_MAX_WR` the new ring's page list follows (§11.7).

@@ -179,7 +179,7 @@ fn rings(bed: &mut Bed, inp: &mut Input) {
         max_inline_data: 64,
         sq_npages: sq_pages.len() as u32,
         rq_npages: rq_pages.len() as u32,
-        reserved1: 0,
+        xrcdn: 0,
     };
     let pages = [sq_pages.as_slice(), rq_pages.as_slice()].concat();
     let Ok(r) = cmd_with_pages(bed, VRDMA_CMD_CREATE_QP, c.as_bytes(), &pages) else {

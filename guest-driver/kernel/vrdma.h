@@ -75,6 +75,12 @@ struct vrdma_pd {
 	u32 pdn;
 };
 
+/* XRC domain (§13.7) */
+struct vrdma_xrcd {
+	struct ib_xrcd ibxrcd;
+	u32 xrcdn;
+};
+
 struct vrdma_ah {
 	struct ib_ah ibah;
 	u32 ah_index;
@@ -241,6 +247,11 @@ static inline struct vrdma_pd *to_vpd(struct ib_pd *ibpd)
 	return container_of(ibpd, struct vrdma_pd, ibpd);
 }
 
+static inline struct vrdma_xrcd *to_vxrcd(struct ib_xrcd *ibxrcd)
+{
+	return container_of(ibxrcd, struct vrdma_xrcd, ibxrcd);
+}
+
 static inline struct vrdma_ah *to_vah(struct ib_ah *ibah)
 {
 	return container_of(ibah, struct vrdma_ah, ibah);
@@ -365,6 +376,8 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 /* vrdma_pd.c */
 int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int vrdma_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int vrdma_alloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
+int vrdma_dealloc_xrcd(struct ib_xrcd *ibxrcd, struct ib_udata *udata);
 
 /* vrdma_ah.c */
 void vrdma_fill_av(struct vrdma_av *av, const struct rdma_ah_attr *attr);

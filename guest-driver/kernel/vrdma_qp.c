@@ -37,9 +37,15 @@ static u32 vrdma_slot_shift(size_t bytes, u32 min_shift)
 	return max_t(u32, min_shift, order_base_2(bytes));
 }
 
-static int vrdma_qp_type(enum ib_qp_type type)
+static int vrdma_qp_type(struct vrdma_dev *dev, enum ib_qp_type type)
 {
+	bool xrc = VCFG(dev, device_caps) & VRDMA_DEVCAP_XRC;
+
 	switch (type) {
+	case IB_QPT_XRC_INI:
+		return xrc ? VRDMA_QPT_XRC_INI : -EOPNOTSUPP;
+	case IB_QPT_XRC_TGT:
+		return xrc ? VRDMA_QPT_XRC_TGT : -EOPNOTSUPP;
 	case IB_QPT_RC:
 		return VRDMA_QPT_RC;
 	case IB_QPT_UC:
@@ -113,6 +119,44 @@ static void vrdma_qp_free_rings(struct vrdma_dev *dev, struct vrdma_qp *qp,
 	vrdma_ring_retire(dev, &qp->rq, released);
 }
 
+/*
+ * An XRC target QP (§13.7) has no rings, CQs or PD, only its XRC domain.
+ * ib_core owns it (ib_create_qp_user() creates it without udata, and
+ * ibv_open_qp() shares it), so there is nothing to map for user space.
+ */
+static int vrdma_create_xrc_tgt(struct vrdma_dev *dev, struct vrdma_qp *qp,
+				struct ib_qp_init_attr *init)
+{
+	struct vrdma_cmd_create_qp req = {};
+	struct vrdma_resp_create_qp resp;
+	int err;
+
+	if (!init->xrcd)
+		return -EINVAL;
+	spin_lock_init(&qp->sq_lock);
+	spin_lock_init(&qp->rq_lock);
+	refcount_set(&qp->refs, 1);
+	INIT_LIST_HEAD(&qp->ctr_node);
+	init_completion(&qp->free);
+
+	req.qp_type = cpu_to_le32(VRDMA_QPT_XRC_TGT);
+	req.srqn = cpu_to_le32(VRDMA_NO_SRQ);
+	req.xrcdn = cpu_to_le32(to_vxrcd(init->xrcd)->xrcdn);
+	err = vrdma_cmd(dev, VRDMA_CMD_CREATE_QP, &req, sizeof(req), NULL, 0,
+			&resp, sizeof(resp));
+	if (err)
+		return err;
+	qp->qpn = le32_to_cpu(resp.qpn);
+	qp->ibqp.qp_num = qp->qpn;
+	err = xa_insert_irq(&dev->qps, qp->qpn, qp, GFP_KERNEL);
+	if (err) {
+		vrdma_destroy_qp_cmd(dev, qp->qpn);
+		return err;
+	}
+	memset(&init->cap, 0, sizeof(init->cap));
+	return 0;
+}
+
 int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 		    struct ib_udata *udata)
 {
@@ -126,11 +170,18 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	__le64 *pl;
 	int type, err;
 
-	type = vrdma_qp_type(init->qp_type);
+	type = vrdma_qp_type(dev, init->qp_type);
 	if (type < 0)
 		return type;
 	if (init->create_flags & ~IB_QP_CREATE_SCATTER_FCS)
 		return -EOPNOTSUPP;
+	if (type == VRDMA_QPT_XRC_TGT)
+		return vrdma_create_xrc_tgt(dev, qp, init);
+	/* An XRC initiator is a send queue only (§13.7). */
+	if (type == VRDMA_QPT_XRC_INI) {
+		cap->max_recv_wr = 0;
+		cap->max_recv_sge = 0;
+	}
 	max_wr = VCFG(dev, max_qp_wr);
 	if (cap->max_send_wr > max_wr || cap->max_recv_wr > max_wr ||
 	    cap->max_send_sge > VCFG(dev, max_send_sge) ||
@@ -159,7 +210,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	qp->max_inline = min_t(u32, (1U << sq_shift) - VRDMA_SEND_HDR,
 			       VCFG(dev, max_inline_data));
 
-	if (!init->srq) {
+	if (!init->srq && type != VRDMA_QPT_XRC_INI) {
 		rq_depth = roundup_pow_of_two(max(cap->max_recv_wr, 1U));
 		qp->max_recv_sge = max(cap->max_recv_sge, 1U);
 		rq_shift = vrdma_slot_shift(VRDMA_RECV_HDR + qp->max_recv_sge *
@@ -192,9 +243,10 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	req.pdn = cpu_to_le32(to_vpd(ibqp->pd)->pdn);
 	req.qp_type = cpu_to_le32(type);
 	req.send_cqn = cpu_to_le32(to_vcq(init->send_cq)->cqn);
-	req.recv_cqn = cpu_to_le32(to_vcq(init->recv_cq)->cqn);
-	req.srqn = cpu_to_le32(init->srq ? to_vsrq(init->srq)->srqn :
-				VRDMA_NO_SRQ);
+	req.recv_cqn = cpu_to_le32(init->recv_cq ?
+				   to_vcq(init->recv_cq)->cqn : 0);
+	req.srqn = cpu_to_le32(init->srq && type != VRDMA_QPT_XRC_INI ?
+			       to_vsrq(init->srq)->srqn : VRDMA_NO_SRQ);
 	req.sq_depth = cpu_to_le32(sq_depth);
 	req.rq_depth = cpu_to_le32(rq_depth);
 	req.sq_wqe_shift = sq_shift;

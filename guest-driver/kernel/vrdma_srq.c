@@ -54,7 +54,9 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	__le64 *pl;
 	int err;
 
-	if (init->srq_type != IB_SRQT_BASIC)
+	if (init->srq_type != IB_SRQT_BASIC &&
+	    (init->srq_type != IB_SRQT_XRC ||
+	     !(VCFG(dev, device_caps) & VRDMA_DEVCAP_XRC)))
 		return -EOPNOTSUPP;
 	if (attr->max_wr > VCFG(dev, max_srq_wr) ||
 	    attr->max_sge > VCFG(dev, max_srq_sge) ||
@@ -90,6 +92,12 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	req.max_sge = cpu_to_le32(srq->max_sge);
 	req.srq_limit = cpu_to_le32(attr->srq_limit);
 	req.npages = cpu_to_le32(srq->ring.npages);
+	if (init->srq_type == IB_SRQT_XRC) {
+		/* §13.7: its own domain and CQ; peers name it in the XRCETH. */
+		req.srq_type = VRDMA_SRQT_XRC;
+		req.xrcdn = cpu_to_le32(to_vxrcd(init->ext.xrc.xrcd)->xrcdn);
+		req.cqn = cpu_to_le32(to_vcq(init->ext.cq)->cqn);
+	}
 	err = vrdma_cmd(dev, VRDMA_CMD_CREATE_SRQ, &req, sizeof(req), pl,
 			srq->ring.npages * sizeof(*pl), &resp, sizeof(resp));
 	vrdma_cmd_tail_free(dev, pl, err);
@@ -100,6 +108,8 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		return err;
 	}
 	srq->srqn = le32_to_cpu(resp.handle);
+	if (init->srq_type == IB_SRQT_XRC)
+		ibsrq->ext.xrc.srq_num = srq->srqn;
 
 	err = xa_insert_irq(&dev->srqs, srq->srqn, srq, GFP_KERNEL);
 	if (err)

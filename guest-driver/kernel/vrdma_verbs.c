@@ -44,6 +44,8 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 					  IB_DEVICE_MEM_WINDOW_TYPE_2B;
 	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_SRQ_RESIZE)
 		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
+	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_XRC)
+		attr->device_cap_flags |= IB_DEVICE_XRC;
 	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_CQ_MODERATION) {
 		attr->cq_caps.max_cq_moderation_count = U16_MAX;
 		attr->cq_caps.max_cq_moderation_period = U16_MAX;
@@ -98,6 +100,10 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 			VCFG(dev, odp_uc_caps);
 		attr->odp_caps.per_transport_caps.ud_odp_caps =
 			VCFG(dev, odp_ud_caps);
+		/* XRC has RC's responder and so RC's ODP caps (§13.7). */
+		if (VCFG(dev, device_caps) & VRDMA_DEVCAP_XRC)
+			attr->odp_caps.per_transport_caps.xrc_odp_caps =
+				VCFG(dev, odp_rc_caps);
 	}
 	return 0;
 }
@@ -252,6 +258,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.alloc_mr = vrdma_alloc_mr,
 	.alloc_mw = vrdma_alloc_mw,
 	.alloc_pd = vrdma_alloc_pd,
+	.alloc_xrcd = vrdma_alloc_xrcd,
 	.alloc_ucontext = vrdma_alloc_ucontext,
 	.attach_mcast = vrdma_attach_mcast,
 	.counter_alloc_stats = vrdma_counter_alloc_stats,
@@ -267,6 +274,7 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.dealloc_dm = vrdma_dealloc_dm,
 	.dealloc_mw = vrdma_dealloc_mw,
 	.dealloc_pd = vrdma_dealloc_pd,
+	.dealloc_xrcd = vrdma_dealloc_xrcd,
 	.dealloc_ucontext = vrdma_dealloc_ucontext,
 	.del_gid = vrdma_del_gid,
 	.dereg_mr = vrdma_dereg_mr,
@@ -313,4 +321,5 @@ const struct ib_device_ops vrdma_dev_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_qp, vrdma_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, vrdma_srq, ibsrq),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, vrdma_ucontext, ibuc),
+	INIT_RDMA_OBJ_SIZE(ib_xrcd, vrdma_xrcd, ibxrcd),
 };

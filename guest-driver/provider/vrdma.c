@@ -192,6 +192,42 @@ vrdma_alloc_parent_domain(struct ibv_context *ctx,
 	return &parent->ibv_pd;
 }
 
+/* XRC domains (§13.7): the kernel shares them between processes by inode. */
+struct ibv_xrcd *vrdma_open_xrcd(struct ibv_context *ctx,
+				 struct ibv_xrcd_init_attr *attr)
+{
+	struct ib_uverbs_open_xrcd_resp resp = {};
+	struct ibv_open_xrcd cmd = {};
+	struct verbs_xrcd *xrcd;
+	int ret;
+
+	xrcd = calloc(1, sizeof(*xrcd));
+	if (!xrcd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_open_xrcd(ctx, xrcd, sizeof(*xrcd), attr, &cmd,
+				sizeof(cmd), &resp, sizeof(resp));
+	if (ret) {
+		free(xrcd);
+		errno = ret;
+		return NULL;
+	}
+	return &xrcd->xrcd;
+}
+
+int vrdma_close_xrcd(struct ibv_xrcd *ibxrcd)
+{
+	struct verbs_xrcd *xrcd = container_of(ibxrcd, struct verbs_xrcd, xrcd);
+	int ret;
+
+	ret = ibv_cmd_close_xrcd(xrcd);
+	if (ret)
+		return ret;
+	free(xrcd);
+	return 0;
+}
+
 /*
  * Plain, explicit ODP and implicit ODP MRs all go through the same command:
  * an implicit ODP MR is addr NULL, length SIZE_MAX, IBV_ACCESS_ON_DEMAND,
@@ -350,6 +386,11 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.modify_cq = vrdma_modify_cq,
 	.destroy_cq = vrdma_destroy_cq,
 	.create_srq = vrdma_create_srq,
+	.create_srq_ex = vrdma_create_srq_ex,
+	.get_srq_num = vrdma_get_srq_num,
+	.open_xrcd = vrdma_open_xrcd,
+	.close_xrcd = vrdma_close_xrcd,
+	.open_qp = vrdma_open_qp,
 	.modify_srq = vrdma_modify_srq,
 	.query_srq = vrdma_query_srq,
 	.destroy_srq = vrdma_destroy_srq,

@@ -46,6 +46,8 @@ DECLARE_DRV_CMD(uvrdma_create_qp_ex, IB_USER_VERBS_EX_CMD_CREATE_QP,
 		empty, vrdma_create_qp_resp);
 DECLARE_DRV_CMD(uvrdma_create_srq, IB_USER_VERBS_CMD_CREATE_SRQ,
 		empty, vrdma_create_srq_resp);
+DECLARE_DRV_CMD(uvrdma_create_xsrq, IB_USER_VERBS_CMD_CREATE_XSRQ,
+		empty, vrdma_create_srq_resp);
 DECLARE_DRV_CMD(uvrdma_create_ah, IB_USER_VERBS_CMD_CREATE_AH,
 		empty, vrdma_create_ah_resp);
 DECLARE_DRV_CMD(uvrdma_modify_srq, IB_USER_VERBS_CMD_MODIFY_SRQ,
@@ -296,6 +298,14 @@ int vrdma_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 		     int attr_mask);
 int vrdma_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr);
 int vrdma_destroy_srq(struct ibv_srq *ibsrq);
+struct ibv_srq *vrdma_create_srq_ex(struct ibv_context *ctx,
+				    struct ibv_srq_init_attr_ex *attr);
+int vrdma_get_srq_num(struct ibv_srq *ibsrq, uint32_t *srq_num);
+struct ibv_xrcd *vrdma_open_xrcd(struct ibv_context *ctx,
+				 struct ibv_xrcd_init_attr *attr);
+int vrdma_close_xrcd(struct ibv_xrcd *ibxrcd);
+struct ibv_qp *vrdma_open_qp(struct ibv_context *ctx,
+			     struct ibv_qp_open_attr *attr);
 int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 			struct ibv_recv_wr **bad_wr);
 int vrdma_post_one_recv(struct vrdma_rq *rq, const struct ibv_recv_wr *wr);

@@ -44,6 +44,16 @@ static const uint32_t vrdma_qpt_ops[] = {
 		       VRDMA_OP(VRDMA_WR_BIND_MW),
 	[IBV_QPT_UD] = VRDMA_OP(VRDMA_WR_SEND) |
 		       VRDMA_OP(VRDMA_WR_SEND_WITH_IMM),
+	/* §13.7: RC's operations except ATOMIC_WRITE, FLUSH and BIND_MW */
+	[IBV_QPT_XRC_SEND] = VRDMA_OP(VRDMA_WR_RDMA_WRITE) |
+			     VRDMA_OP(VRDMA_WR_RDMA_WRITE_WITH_IMM) |
+			     VRDMA_OP(VRDMA_WR_SEND) |
+			     VRDMA_OP(VRDMA_WR_SEND_WITH_IMM) |
+			     VRDMA_OP(VRDMA_WR_RDMA_READ) |
+			     VRDMA_OP(VRDMA_WR_ATOMIC_CMP_AND_SWP) |
+			     VRDMA_OP(VRDMA_WR_ATOMIC_FETCH_AND_ADD) |
+			     VRDMA_OP(VRDMA_WR_SEND_WITH_INV) |
+			     VRDMA_OP(VRDMA_WR_LOCAL_INV),
 };
 
 /* Opcodes whose payload may be carried inline */
@@ -64,7 +74,15 @@ enum {
 			    IBV_QP_EX_WITH_SEND_WITH_INV |
 			    IBV_QP_EX_WITH_ATOMIC_WRITE |
 			    IBV_QP_EX_WITH_FLUSH,
+	VRDMA_XRC_SEND_OPS = VRDMA_UD_SEND_OPS | IBV_QP_EX_WITH_RDMA_WRITE |
+			     IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+			     IBV_QP_EX_WITH_LOCAL_INV |
+			     IBV_QP_EX_WITH_RDMA_READ |
+			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+			     IBV_QP_EX_WITH_SEND_WITH_INV,
 	VRDMA_QP_SUP_COMP_MASK = IBV_QP_INIT_ATTR_PD |
+				 IBV_QP_INIT_ATTR_XRCD |
 				 IBV_QP_INIT_ATTR_CREATE_FLAGS |
 				 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 };
@@ -325,6 +343,10 @@ static int vrdma_build_send_wqe(struct vrdma_qp *qp,
 		break;
 	}
 
+	/* §6.1: the XRC SRQ at the target, carried in the XRCETH */
+	if (qp->vqp.qp.qp_type == IBV_QPT_XRC_SEND)
+		wqe->xrc_srqn = htole32(wr->qp_type.xrc.remote_srqn);
+
 	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
 			return EINVAL;
@@ -347,7 +369,8 @@ int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	uint32_t start;
 	int ret = 0, db;
 
-	if (wr && !vrdma_sq_state_ok(qp)) {
+	/* An XRC_RECV QP has no send queue (§13.7). */
+	if (wr && (!sq->map || !vrdma_sq_state_ok(qp))) {
 		*bad_wr = wr;
 		return EINVAL;
 	}
@@ -619,6 +642,21 @@ static void vrdma_wr_set_ud_addr(struct ibv_qp_ex *ibqp, struct ibv_ah *ah,
 	wqe->wr.ud.remote_qkey = htole32(remote_qkey);
 }
 
+static void vrdma_wr_set_xrc_srqn(struct ibv_qp_ex *ibqp,
+				  uint32_t remote_srqn)
+{
+	struct vrdma_qp *qp = ex_to_vqp(ibqp);
+	struct vrdma_send_wqe *wqe = qp->wr_cur;
+
+	if (!wqe)
+		return;
+	if (qp->vqp.qp.qp_type != IBV_QPT_XRC_SEND) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	wqe->xrc_srqn = htole32(remote_srqn);
+}
+
 static void vrdma_wr_set_sge(struct ibv_qp_ex *ibqp, uint32_t lkey,
 			     uint64_t addr, uint32_t length)
 {
@@ -744,6 +782,7 @@ static void vrdma_set_wr_ops(struct vrdma_qp *qp, uint64_t ops)
 		ex->wr_bind_mw = vrdma_wr_bind_mw;
 
 	ex->wr_set_ud_addr = vrdma_wr_set_ud_addr;
+	ex->wr_set_xrc_srqn = vrdma_wr_set_xrc_srqn;
 	ex->wr_set_sge = vrdma_wr_set_sge;
 	ex->wr_set_sge_list = vrdma_wr_set_sge_list;
 	ex->wr_set_inline_data = vrdma_wr_set_inline_data;
@@ -774,6 +813,15 @@ static int vrdma_check_qp_attr(const struct ibv_qp_init_attr_ex *attr)
 		break;
 	case IBV_QPT_UD:
 		sup_ops = VRDMA_UD_SEND_OPS;
+		break;
+	case IBV_QPT_XRC_SEND:
+		sup_ops = VRDMA_XRC_SEND_OPS;
+		break;
+	case IBV_QPT_XRC_RECV:
+		/* No send queue; created in the kernel on the XRCD (§13.7). */
+		if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)
+			return EINVAL;
+		sup_ops = 0;
 		break;
 	default:
 		return EOPNOTSUPP;
@@ -815,7 +863,8 @@ static int vrdma_qp_map(struct ibv_context *ctx, struct vrdma_qp *qp,
 				    slot - VRDMA_SEND_WQE_HDR);
 	vrdma_lock_init(&qp->sq.lock, need_lock);
 
-	if (attr->srq)
+	/* An XRC_SEND QP has no receive side. */
+	if (attr->srq || attr->qp_type == IBV_QPT_XRC_SEND)
 		return 0;
 
 	ret = vrdma_map_ring(ctx, &qp->rq.ring, resp->rq_mmap_offset,
@@ -859,6 +908,16 @@ struct ibv_qp *vrdma_create_qp_ex(struct ibv_context *ctx,
 	if (ret)
 		goto err_free;
 
+	if (attr->qp_type == IBV_QPT_XRC_RECV) {
+		/*
+		 * The kernel owns an XRC target (ib_core creates it without
+		 * our udata): no rings to map, the QPN is the core's answer.
+		 */
+		vrdma_lock_init(&qp->sq.lock, true);
+		qp->qpn = qp->vqp.qp.qp_num;
+		return &qp->vqp.qp;
+	}
+
 	ret = vrdma_qp_map(ctx, qp, attr, &resp.drv_payload);
 	if (ret)
 		goto err_destroy;
@@ -877,6 +936,35 @@ err_free:
 	free(qp);
 	errno = ret;
 	return NULL;
+}
+
+/*
+ * ibv_open_qp: another handle on an XRC target QP of a shared XRC domain
+ * (§13.7). It has no rings here either; the kernel does the sharing.
+ */
+struct ibv_qp *vrdma_open_qp(struct ibv_context *ctx,
+			     struct ibv_qp_open_attr *attr)
+{
+	struct ib_uverbs_create_qp_resp resp = {};
+	struct ibv_open_qp cmd = {};
+	struct vrdma_qp *qp;
+	int ret;
+
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_open_qp(ctx, &qp->vqp, sizeof(qp->vqp), attr, &cmd,
+			      sizeof(cmd), &resp, sizeof(resp));
+	if (ret) {
+		free(qp);
+		errno = ret;
+		return NULL;
+	}
+	vrdma_lock_init(&qp->sq.lock, true);
+	qp->qpn = qp->vqp.qp.qp_num;
+	return &qp->vqp.qp;
 }
 
 struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd,
@@ -926,7 +1014,8 @@ int vrdma_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	 * §13: any -> RESET discards the queues. Take our producer from the
 	 * control page again so we agree with however the kernel reset it.
 	 */
-	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
+	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET &&
+	    qp->sq.ring.map) {
 		vrdma_lock(&qp->sq.lock);
 		vrdma_wq_sync(&qp->sq.ring);
 		vrdma_unlock(&qp->sq.lock);

@@ -10,13 +10,34 @@
 
 #include "vrdma.h"
 
+/* Map the ring the kernel created; @max_sge is the kernel's answer. */
+static int vrdma_srq_map(struct ibv_context *ctx, struct vrdma_srq *srq,
+			 const struct vrdma_create_srq_resp *resp,
+			 uint32_t max_sge)
+{
+	uint32_t slot_sges;
+	int ret;
+
+	ret = vrdma_map_ring(ctx, &srq->rq.ring, resp->mmap_offset,
+			     resp->mmap_size, resp->depth, resp->wqe_shift,
+			     VRDMA_RQ_MIN_SHIFT);
+	if (ret)
+		return ret;
+	vrdma_wq_sync(&srq->rq.ring);
+	srq->srqn = resp->srqn;
+	slot_sges = ((1U << resp->wqe_shift) - VRDMA_RECV_WQE_HDR) /
+		    sizeof(struct vrdma_sge);
+	srq->rq.max_sge = max_sge < slot_sges ? max_sge : slot_sges;
+	vrdma_lock_init(&srq->rq.lock, true);
+	return 0;
+}
+
 struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd,
 				 struct ibv_srq_init_attr *attr)
 {
 	struct uvrdma_create_srq_resp resp = {};
 	struct ibv_create_srq cmd;
 	struct vrdma_srq *srq;
-	uint32_t slot_sges;
 	int ret;
 
 	srq = calloc(1, sizeof(*srq));
@@ -30,21 +51,11 @@ struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd,
 	if (ret)
 		goto err_free;
 
-	ret = vrdma_map_ring(pd->context, &srq->rq.ring,
-			     resp.drv_payload.mmap_offset,
-			     resp.drv_payload.mmap_size, resp.drv_payload.depth,
-			     resp.drv_payload.wqe_shift, VRDMA_RQ_MIN_SHIFT);
+	/* attr->attr was updated from the kernel's answer */
+	ret = vrdma_srq_map(pd->context, srq, &resp.drv_payload,
+			    attr->attr.max_sge);
 	if (ret)
 		goto err_destroy;
-
-	vrdma_wq_sync(&srq->rq.ring);
-	srq->srqn = resp.drv_payload.srqn;
-	slot_sges = ((1U << resp.drv_payload.wqe_shift) - VRDMA_RECV_WQE_HDR) /
-		    sizeof(struct vrdma_sge);
-	/* attr->attr was updated from the kernel's answer */
-	srq->rq.max_sge = attr->attr.max_sge < slot_sges ? attr->attr.max_sge :
-							    slot_sges;
-	vrdma_lock_init(&srq->rq.lock, true);
 	return &srq->vsrq.srq;
 
 err_destroy:
@@ -53,6 +64,82 @@ err_free:
 	free(srq);
 	errno = ret;
 	return NULL;
+}
+
+/*
+ * ibv_create_srq_ex: basic SRQs as ibv_create_srq, and XRC SRQs (§13.7)
+ * with their XRC domain and CQ. Posting works the same for both.
+ */
+struct ibv_srq *vrdma_create_srq_ex(struct ibv_context *ctx,
+				    struct ibv_srq_init_attr_ex *attr)
+{
+	const uint32_t sup = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+			     IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	struct uvrdma_create_xsrq_resp resp = {};
+	struct uvrdma_create_xsrq cmd = {};
+	enum ibv_srq_type type = IBV_SRQT_BASIC;
+	struct vrdma_srq *srq;
+	int ret;
+
+	if (attr->comp_mask & ~sup) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)
+		type = attr->srq_type;
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (type == IBV_SRQT_BASIC) {
+		struct ibv_srq_init_attr basic = {
+			.srq_context = attr->srq_context,
+			.attr = attr->attr,
+		};
+		struct ibv_srq *s = vrdma_create_srq(attr->pd, &basic);
+
+		if (s)
+			attr->attr = basic.attr;
+		return s;
+	}
+	if (type != IBV_SRQT_XRC ||
+	    !(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd ||
+	    !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+		errno = type == IBV_SRQT_XRC ? EINVAL : EOPNOTSUPP;
+		return NULL;
+	}
+
+	srq = calloc(1, sizeof(*srq));
+	if (!srq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_create_srq_ex(ctx, &srq->vsrq, attr, &cmd.ibv_cmd,
+				    sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (ret)
+		goto err_free;
+	ret = vrdma_srq_map(ctx, srq, &resp.drv_payload, attr->attr.max_sge);
+	if (ret)
+		goto err_destroy;
+	return &srq->vsrq.srq;
+
+err_destroy:
+	ibv_cmd_destroy_srq(&srq->vsrq.srq);
+err_free:
+	free(srq);
+	errno = ret;
+	return NULL;
+}
+
+/* ibv_get_srq_num: the XRC SRQ number peers put in the XRCETH (§13.7). */
+int vrdma_get_srq_num(struct ibv_srq *ibsrq, uint32_t *srq_num)
+{
+	struct verbs_srq *vsrq = &to_vsrq(ibsrq)->vsrq;
+
+	if (vsrq->srq_type != IBV_SRQT_XRC)
+		return EINVAL;
+	*srq_num = vsrq->srq_num;
+	return 0;
 }
 
 /*

@@ -97,6 +97,8 @@ impl Device {
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
             VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
             VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
+            VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
+            VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
@@ -185,6 +187,28 @@ impl Device {
         Ok(())
     }
 
+    /// ALLOC_XRCD (spec §13.7): the request carries nothing (like CREATE_PD).
+    fn cmd_alloc_xrcd(&mut self, resp: &mut Vec<u8>) -> CmdResult {
+        let h = self
+            .xrcds
+            .insert_with(|xrcdn| crate::objects::Xrcd { xrcdn })
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        put(resp, &handle(h));
+        Ok(())
+    }
+
+    fn cmd_dealloc_xrcd(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        if !self.xrcds.contains(c.handle) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        if self.xrcd_in_use(c.handle) {
+            return Err(VRDMA_STATUS_BUSY);
+        }
+        self.xrcds.remove(c.handle);
+        Ok(())
+    }
+
     /// Reserve `bytes` of the host-memory budget for an object being created (spec §16:
     /// NO_RESOURCES when they do not fit).
     fn charge(&self, bytes: u64) -> Result<Charge, u32> {
@@ -249,6 +273,10 @@ impl Device {
             .qps
             .iter()
             .any(|q| q.send_cqn == c.handle || q.recv_cqn == c.handle)
+            || self
+                .srqs
+                .iter()
+                .any(|(_, s)| s.xrc.is_some_and(|x| x.cqn == c.handle))
         {
             return Err(VRDMA_STATUS_BUSY);
         }
@@ -305,20 +333,33 @@ impl Device {
     fn cmd_create_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateQp>(req)?;
         let t = QpType::from_u32(c.qp_type).ok_or(VRDMA_STATUS_INVALID)?;
+        if t == QpType::XrcTgt {
+            return self.create_xrc_tgt(&c, resp);
+        }
+        if c.xrcdn != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
         let total = c
             .sq_npages
             .checked_add(c.rq_npages)
             .ok_or(VRDMA_STATUS_INVALID)?;
         let pages = page_list(rest, total)?;
         self.pd_exists(c.pdn)?;
-        if !self.cqs.contains(c.send_cqn) || !self.cqs.contains(c.recv_cqn) {
+        // An XRC_INI has no receive side (spec §13.7): no recv CQ, SRQ or RQ.
+        let ini = t == QpType::XrcIni;
+        if !self.cqs.contains(c.send_cqn) || (!ini && !self.cqs.contains(c.recv_cqn)) {
             return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        if ini && (c.srqn != VRDMA_NO_SRQ || c.rq_depth != 0 || c.rq_npages != 0) {
+            return Err(VRDMA_STATUS_INVALID);
         }
         let srqn = if c.srqn == VRDMA_NO_SRQ {
             None
         } else {
-            if !self.srqs.contains(c.srqn) {
-                return Err(VRDMA_STATUS_NOT_FOUND);
+            let srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+            // An XRC SRQ is reached through an XRC_TGT's XRCETH, never attached (§11.7).
+            if srq.xrc.is_some() {
+                return Err(VRDMA_STATUS_INVALID);
             }
             Some(c.srqn)
         };
@@ -336,7 +377,7 @@ impl Device {
         {
             return Err(VRDMA_STATUS_INVALID);
         }
-        if srqn.is_some() {
+        if srqn.is_some() || ini {
             if c.rq_depth != 0 || c.rq_npages != 0 {
                 return Err(VRDMA_STATUS_INVALID);
             }
@@ -353,9 +394,11 @@ impl Device {
         let (sq_pages, rq_pages) = pages.split_at(c.sq_npages as usize);
         let sq = self.make_ring(sq_pages, c.sq_depth, sq_shift, 6, max_wr)?;
         let rq = match srqn {
+            _ if ini => None,
             Some(_) => None,
             None => Some(self.make_ring(rq_pages, c.rq_depth, rq_shift, 5, max_wr)?),
         };
+        let no_rq = srqn.is_some() || ini;
         let qpn = self.qps.alloc_qpn(t).ok_or(if t == QpType::Gsi {
             VRDMA_STATUS_BUSY
         } else {
@@ -369,16 +412,17 @@ impl Device {
             qp_type: t,
             pd: c.pdn,
             send_cqn: c.send_cqn,
-            recv_cqn: c.recv_cqn,
+            recv_cqn: if ini { 0 } else { c.recv_cqn },
             srqn,
+            xrcdn: None,
             sq,
             rq,
             sq_sig_all: c.sq_sig_all != 0,
             caps: QpCaps {
                 max_send_wr: c.sq_depth,
-                max_recv_wr: if srqn.is_some() { 0 } else { c.rq_depth },
+                max_recv_wr: if no_rq { 0 } else { c.rq_depth },
                 max_send_sge: c.max_send_sge,
-                max_recv_sge: if srqn.is_some() { 0 } else { c.max_recv_sge },
+                max_recv_sge: if no_rq { 0 } else { c.max_recv_sge },
                 max_inline_data: c.max_inline_data,
             },
             state: QpState::Reset,
@@ -391,6 +435,49 @@ impl Device {
             charge,
         };
         self.qps.insert(qp);
+        put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
+        Ok(())
+    }
+
+    /// CREATE_QP of an XRC_TGT (spec §11.7, §13.7): no rings, no CQs, no PD; only its domain.
+    fn create_xrc_tgt(&mut self, c: &VrdmaCmdCreateQp, resp: &mut Vec<u8>) -> CmdResult {
+        if !self.xrcds.contains(c.xrcdn) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        if c.srqn != VRDMA_NO_SRQ
+            || c.sq_depth != 0
+            || c.rq_depth != 0
+            || c.sq_npages != 0
+            || c.rq_npages != 0
+        {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let charge = self.charge(self.qp_fixed_charge(0, 0))?;
+        let qpn = self
+            .qps
+            .alloc_qpn(QpType::XrcTgt)
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        self.qps.insert(Qp {
+            qpn,
+            qp_type: QpType::XrcTgt,
+            pd: 0,
+            send_cqn: 0,
+            recv_cqn: 0,
+            srqn: None,
+            xrcdn: Some(c.xrcdn),
+            sq: Ring::absent(),
+            rq: None,
+            sq_sig_all: false,
+            caps: QpCaps::default(),
+            state: QpState::Reset,
+            attrs: Default::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+            tick: Default::default(),
+            stats: Default::default(),
+            charge,
+        });
         put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
         Ok(())
     }
@@ -483,6 +570,19 @@ impl Device {
         let (c, rest) = parse::<VrdmaCmdCreateSrq>(req)?;
         let pages = page_list(rest, c.npages)?;
         self.pd_exists(c.pdn)?;
+        let xrc = match c.srq_type {
+            VRDMA_SRQT_BASIC if c.xrcdn == 0 && c.cqn == 0 => None,
+            VRDMA_SRQT_XRC => {
+                if !self.xrcds.contains(c.xrcdn) || !self.cqs.contains(c.cqn) {
+                    return Err(VRDMA_STATUS_NOT_FOUND);
+                }
+                Some(crate::objects::SrqXrc {
+                    xrcdn: c.xrcdn,
+                    cqn: c.cqn,
+                })
+            }
+            _ => return Err(VRDMA_STATUS_INVALID),
+        };
         let shift = c.wqe_shift as u32;
         if !(5..=12).contains(&shift) {
             return Err(VRDMA_STATUS_INVALID);
@@ -507,6 +607,7 @@ impl Device {
                 broken: false,
                 qp_refs: 0,
                 charge,
+                xrc,
             })
             .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
         put(resp, &handle(h));

@@ -137,7 +137,8 @@ impl DeviceConfig {
             return 0;
         }
         match qp_type {
-            VRDMA_QPT_RC => {
+            // XRC has RC's responder (RNR NAKs), so it gets RC's caps (spec §13.7).
+            VRDMA_QPT_RC | VRDMA_QPT_XRC_INI | VRDMA_QPT_XRC_TGT => {
                 VRDMA_ODP_SEND
                     | VRDMA_ODP_RECV
                     | VRDMA_ODP_WRITE
@@ -211,7 +212,8 @@ impl DeviceConfig {
             device_caps: VRDMA_DEVCAP_ATOMIC_WRITE
                 | VRDMA_DEVCAP_FLUSH_GLOBAL
                 | VRDMA_DEVCAP_SRQ_RESIZE
-                | VRDMA_DEVCAP_CQ_MODERATION,
+                | VRDMA_DEVCAP_CQ_MODERATION
+                | VRDMA_DEVCAP_XRC,
             max_mr_size: self.max_mr_size,
             page_size_cap: PAGE_SIZE_CAP,
             node_guid: self.node_guid,

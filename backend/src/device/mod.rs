@@ -62,6 +62,8 @@ pub struct Device {
     pub mem: GuestMem,
     pub out: Arc<dyn DeviceOutput>,
     pub pds: PdTable,
+    /// XRC domains (spec §13.7).
+    pub xrcds: crate::objects::XrcdTable,
     pub cqs: HandleTable<Cq>,
     pub srqs: HandleTable<Srq>,
     pub ahs: AhTable,
@@ -124,6 +126,7 @@ impl Device {
         Device {
             _fixed: fixed,
             pds: PdTable::new(config.max_pd),
+            xrcds: crate::objects::XrcdTable::new(config.max_pd),
             cqs: HandleTable::new(config.max_cq),
             srqs: HandleTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
@@ -159,6 +162,7 @@ impl Device {
     /// are kept (the vhost-user layer replaces them when the frontend does).
     pub fn reset(&mut self) {
         self.pds.clear();
+        self.xrcds.clear();
         self.cqs.clear();
         self.srqs.clear();
         self.ahs.clear();
@@ -204,10 +208,21 @@ impl Device {
         }
         let r = r.map(|_| ());
         if matches!(r, Err(CqError::Overflow) | Err(CqError::Access(_))) {
+            // An XRC_TGT posts on the CQ of the XRC SRQ a request named (spec §13.7): every
+            // target of a domain with an XRC SRQ on this CQ may have used it.
+            let xrc_domains: Vec<u32> = self
+                .srqs
+                .iter()
+                .filter_map(|(_, s)| s.xrc.filter(|x| x.cqn == cqn).map(|x| x.xrcdn))
+                .collect();
             let victims: Vec<u32> = self
                 .qps
                 .iter()
-                .filter(|q| q.send_cqn == cqn || q.recv_cqn == cqn)
+                .filter(|q| {
+                    q.send_cqn == cqn
+                        || q.recv_cqn == cqn
+                        || q.xrcdn.is_some_and(|x| xrc_domains.contains(&x))
+                })
                 .map(|q| q.qpn)
                 .collect();
             for q in victims {
@@ -333,6 +348,15 @@ impl Device {
     /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.mrs.odp_tick(now)
+    }
+
+    /// Is the XRC domain referenced by an XRC SRQ or an XRC_TGT QP (spec §13.7)?
+    pub fn xrcd_in_use(&self, xrcdn: u32) -> bool {
+        self.qps.iter().any(|q| q.xrcdn == Some(xrcdn))
+            || self
+                .srqs
+                .iter()
+                .any(|(_, s)| s.xrc.is_some_and(|x| x.xrcdn == xrcdn))
     }
 
     /// Is the PD referenced by any object?

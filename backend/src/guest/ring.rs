@@ -97,6 +97,10 @@ pub struct Ring {
     dev_index: u32,
 }
 
+/// The "page" of an absent ring: page aligned, never inside guest memory, and far enough below
+/// 2^64 that adding an in-page offset cannot overflow.
+const NO_PAGE: u64 = !(RING_PAGE_SIZE - 1);
+
 impl Ring {
     /// Validate and build a ring. `min_shift`/`max_shift` bound the entry size; `max_depth` bounds
     /// depth. Every page must be 4 KiB aligned and inside guest memory.
@@ -140,6 +144,18 @@ impl Ring {
         })
     }
 
+    /// A ring that does not exist (the SQ of an XRC_TGT QP, spec §13.7): no pages, depth 0.
+    /// Every access fails with an out-of-range guest address instead of touching memory, so a
+    /// doorbell the guest rings for it cannot do anything.
+    pub fn absent() -> Ring {
+        Ring {
+            pages: Vec::new(),
+            depth: 0,
+            entry_shift: 6,
+            dev_index: 0,
+        }
+    }
+
     pub fn depth(&self) -> u32 {
         self.depth
     }
@@ -154,16 +170,17 @@ impl Ring {
     }
     /// GPA of the control page.
     pub fn ctrl_gpa(&self) -> u64 {
-        self.pages[0]
+        self.pages.first().copied().unwrap_or(NO_PAGE)
     }
 
     /// GPA of the entry slot for free-running index `idx`.
     pub fn entry_gpa(&self, idx: u32) -> u64 {
-        let slot = (idx & (self.depth - 1)) as u64;
+        let slot = (idx & self.depth.wrapping_sub(1)) as u64;
         let off = slot << self.entry_shift;
         let page = 1 + (off / RING_PAGE_SIZE) as usize;
-        // page < pages.len() by construction (npages checked against depth and entry size).
-        self.pages[page] + off % RING_PAGE_SIZE
+        // page < pages.len() by construction (npages checked against depth and entry size),
+        // except for an absent ring.
+        self.pages.get(page).copied().unwrap_or(NO_PAGE) + off % RING_PAGE_SIZE
     }
 
     /// The guest-written producer (SQ/RQ/SRQ), acquire.

@@ -1,5 +1,5 @@
-//! Device objects other than QPs and MRs: PDs, CQs, SRQs, AHs, the GID table and the
-//! multicast groups.
+//! Device objects other than QPs and MRs: PDs, XRC domains, CQs, SRQs, AHs, the GID table and
+//! the multicast groups.
 
 pub mod ah;
 pub mod cq;
@@ -7,13 +7,15 @@ pub mod gid;
 pub mod mcast;
 pub mod pd;
 pub mod srq;
+pub mod xrcd;
 
 pub use ah::{Ah, AhTable};
 pub use cq::{Cq, CqError};
 pub use gid::{GidEntry, GidTable};
 pub use mcast::{is_multicast_gid, McastError, McastTable};
 pub use pd::{Pd, PdTable};
-pub use srq::Srq;
+pub use srq::{Srq, SrqXrc};
+pub use xrcd::{Xrcd, XrcdTable};
 
 use std::collections::VecDeque;
 

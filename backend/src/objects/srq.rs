@@ -21,6 +21,16 @@ pub struct Srq {
     pub qp_refs: u32,
     /// Host memory the SRQ holds (spec §16): its struct and ring page list.
     pub charge: Charge,
+    /// An XRC SRQ's domain and CQ (spec §13.7); `None` for a basic SRQ.
+    pub xrc: Option<SrqXrc>,
+}
+
+/// What makes an SRQ an XRC SRQ (spec §13.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqXrc {
+    pub xrcdn: u32,
+    /// The CQ its receive completions go to.
+    pub cqn: u32,
 }
 
 impl Srq {

@@ -118,6 +118,8 @@ pub struct Qp {
     pub recv_cqn: u32,
     /// SRQ attached at creation (then `rq` is `None`).
     pub srqn: Option<u32>,
+    /// XRC_TGT: its XRC domain (spec §13.7).
+    pub xrcdn: Option<u32>,
     pub sq: Ring,
     pub rq: Option<Ring>,
     pub sq_sig_all: bool,
@@ -550,6 +552,7 @@ mod tests {
             send_cqn: 1,
             recv_cqn: 1,
             srqn: None,
+            xrcdn: None,
             sq,
             rq: None,
             sq_sig_all: false,

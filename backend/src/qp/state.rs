@@ -80,6 +80,10 @@ pub enum QpType {
     Rc,
     Uc,
     Ud,
+    /// XRC initiator (spec §13.7): a send queue only.
+    XrcIni,
+    /// XRC target (spec §13.7): no rings, receives through XRC SRQs.
+    XrcTgt,
 }
 
 impl QpType {
@@ -89,6 +93,8 @@ impl QpType {
             VRDMA_QPT_RC => QpType::Rc,
             VRDMA_QPT_UC => QpType::Uc,
             VRDMA_QPT_UD => QpType::Ud,
+            VRDMA_QPT_XRC_INI => QpType::XrcIni,
+            VRDMA_QPT_XRC_TGT => QpType::XrcTgt,
             _ => return None,
         })
     }
@@ -98,7 +104,20 @@ impl QpType {
             QpType::Rc => VRDMA_QPT_RC,
             QpType::Uc => VRDMA_QPT_UC,
             QpType::Ud => VRDMA_QPT_UD,
+            QpType::XrcIni => VRDMA_QPT_XRC_INI,
+            QpType::XrcTgt => VRDMA_QPT_XRC_TGT,
         }
+    }
+    /// XRC_INI or XRC_TGT.
+    pub fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcIni | QpType::XrcTgt)
+    }
+    /// Connected service types, which have a primary path (RC, UC, XRC).
+    pub fn is_connected(self) -> bool {
+        matches!(
+            self,
+            QpType::Rc | QpType::Uc | QpType::XrcIni | QpType::XrcTgt
+        )
     }
     /// Datagram semantics (UD and GSI).
     pub fn is_datagram(self) -> bool {
@@ -143,7 +162,7 @@ impl Masks {
         match t {
             QpType::Ud => self.ud,
             QpType::Uc => self.uc,
-            QpType::Rc => self.rc,
+            QpType::Rc | QpType::XrcIni | QpType::XrcTgt => self.rc,
             QpType::Gsi => self.gsi,
         }
     }
@@ -240,7 +259,7 @@ fn transition(cur: QpState, next: QpState, t: QpType) -> Option<(u32, u32)> {
             gsi: (0, PKEY | QKEY),
         },
         (Sqe, Rts) => {
-            if t == QpType::Rc {
+            if matches!(t, QpType::Rc | QpType::XrcIni | QpType::XrcTgt) {
                 return None;
             }
             Masks {
@@ -252,7 +271,16 @@ fn transition(cur: QpState, next: QpState, t: QpType) -> Option<(u32, u32)> {
         }
         _ => return None,
     };
-    Some(m.for_type(t))
+    let (req, opt) = m.for_type(t);
+    // The XRC types use RC's table except where Linux's `qp_state_table` (the masks ib_core
+    // lets through for them) differs (spec §13.7): an XRC_INI has no receive side, an XRC_TGT
+    // no send side.
+    Some(match (t, cur, next) {
+        (QpType::XrcIni, Init, Rtr) => (req & !(VRDMA_QP_MAX_DEST_RD_ATOMIC | RNR_T), opt),
+        (QpType::XrcIni, Rtr, Rts) => (req, opt & !RNR_T),
+        (QpType::XrcTgt, Rtr, Rts) => (VRDMA_QP_TIMEOUT | VRDMA_QP_SQ_PSN, opt),
+        _ => (req, opt),
+    })
 }
 
 /// Check a MODIFY_QP transition. `mask` is the full attribute mask (VRDMA_QP_STATE included or

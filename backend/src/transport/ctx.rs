@@ -7,7 +7,6 @@ use super::packet::Path;
 use super::responder::{decode_recv, RecvWqe};
 use super::{RequesterState, ResponderState};
 use crate::device::Device;
-use crate::qp::QpType;
 use vrdma_spec::{VrdmaAv, VrdmaCqe};
 
 /// QP types (spec §13, `VRDMA_QPT_*`).
@@ -15,6 +14,8 @@ pub const QPT_GSI: u32 = 1;
 pub const QPT_RC: u32 = 2;
 pub const QPT_UC: u32 = 3;
 pub const QPT_UD: u32 = 4;
+pub const QPT_XRC_INI: u32 = vrdma_spec::VRDMA_QPT_XRC_INI;
+pub const QPT_XRC_TGT: u32 = vrdma_spec::VRDMA_QPT_XRC_TGT;
 
 /// QP states (`VRDMA_QPS_*`).
 pub const QPS_RESET: u32 = 0;
@@ -38,6 +39,8 @@ pub struct QpCtx {
     pub send_cqn: u32,
     pub recv_cqn: u32,
     pub srqn: Option<u32>,
+    /// XRC_TGT: its XRC domain (spec §13.7).
+    pub xrcdn: Option<u32>,
     /// Path MTU in bytes (256..4096).
     pub mtu: u32,
     pub dest_qpn: u32,
@@ -69,8 +72,24 @@ pub struct QpCtx {
 }
 
 impl QpCtx {
+    /// Reliable connected service: RC and the XRC types (spec §13.7: XRC has RC's reliability,
+    /// PSN rules, ACKs and responder resources).
     pub fn is_rc(&self) -> bool {
-        self.qp_type == QPT_RC
+        matches!(self.qp_type, QPT_RC | QPT_XRC_INI | QPT_XRC_TGT)
+    }
+    /// XRC_INI or XRC_TGT: packets use the XRC opcodes (spec §15.2).
+    pub fn is_xrc(&self) -> bool {
+        matches!(self.qp_type, QPT_XRC_INI | QPT_XRC_TGT)
+    }
+    /// The transport of this QP's packets.
+    pub fn transport(&self) -> crate::wire::Transport {
+        use crate::wire::Transport;
+        match self.qp_type {
+            QPT_RC => Transport::Rc,
+            QPT_UC => Transport::Uc,
+            QPT_XRC_INI | QPT_XRC_TGT => Transport::Xrc,
+            _ => Transport::Ud,
+        }
     }
     pub fn is_uc(&self) -> bool {
         self.qp_type == QPT_UC
@@ -129,8 +148,7 @@ fn av_path(dev: &Device, av: &VrdmaAv, sgid: [u8; 16]) -> Path {
 pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
     let qp = dev.qps.get(qpn)?;
     let a = &qp.attrs;
-    let path = (a.av_valid && matches!(qp.qp_type, QpType::Rc | QpType::Uc))
-        .then(|| av_path(dev, &a.av, a.sgid));
+    let path = (a.av_valid && qp.qp_type.is_connected()).then(|| av_path(dev, &a.av, a.sgid));
     Some(QpCtx {
         qpn,
         qp_type: qp.qp_type.as_u32(),
@@ -139,6 +157,7 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         send_cqn: qp.send_cqn,
         recv_cqn: qp.recv_cqn,
         srqn: qp.srqn,
+        xrcdn: qp.xrcdn,
         // UD/GSI have no path MTU attribute: datagrams are bounded by the port MTU (IBTA 9.8).
         mtu: if qp.qp_type.is_datagram() {
             mtu_bytes(dev.config.port_mtu())
@@ -167,6 +186,24 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
         path,
         sq_draining: qp.sq_draining,
         en_sqd_async_notify: a.en_sqd_async_notify,
+    })
+}
+
+/// The view of an XRC_TGT QP for one request packet (spec §13.7): the XRC SRQ its XRCETH names
+/// supplies the receive WQEs, the CQ and the PD memory accesses are checked in. `None` when the
+/// XRCETH names no XRC SRQ of the QP's domain (the responder NAKs Invalid Request, §14.6).
+pub fn xrc_target_ctx(dev: &Device, ctx: &QpCtx, srqn: Option<u32>) -> Option<QpCtx> {
+    let srqn = srqn?;
+    let srq = dev.srqs.get(srqn)?;
+    let x = srq.xrc?;
+    if ctx.xrcdn != Some(x.xrcdn) {
+        return None;
+    }
+    Some(QpCtx {
+        srqn: Some(srqn),
+        pdn: srq.pd,
+        recv_cqn: x.cqn,
+        ..ctx.clone()
     })
 }
 

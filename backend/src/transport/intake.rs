@@ -7,10 +7,10 @@
 //! type → P_Key → (RC/UC) source and destination GID equal the QP's path. The Q_Key of UD/GSI is
 //! checked by the responder (it needs the DETH of a request).
 
-use super::ctx::{QpCtx, QPT_GSI};
+use super::ctx::{QpCtx, QPT_GSI, QPT_XRC_INI, QPT_XRC_TGT};
 use super::packet::RxPkt;
 use crate::stats::PortStats;
-use crate::wire::{Transport, DEFAULT_PKEY};
+use crate::wire::DEFAULT_PKEY;
 use std::sync::atomic::AtomicU64;
 
 /// The port's P_Key table (spec §15.3): one entry, the default partition with full membership.
@@ -75,11 +75,14 @@ fn addr_ok(c: &QpCtx, pkt: &RxPkt<'_>) -> bool {
 
 /// Every intake check for a packet whose destination QP is `c` (see the module doc).
 pub fn check(c: &QpCtx, pkt: &RxPkt<'_>) -> Result<(), RxDrop> {
-    let ok = match pkt.info.transport {
-        Transport::Rc => c.is_rc(),
-        Transport::Uc => c.is_uc(),
-        Transport::Ud => c.is_ud(),
-    };
+    // `is_rc` also covers the XRC types, so compare the transport itself. An XRC_INI has no
+    // receive side and an XRC_TGT no send side (spec §13.7): each takes one direction only.
+    let ok = pkt.info.transport == c.transport()
+        && match c.qp_type {
+            QPT_XRC_INI => pkt.info.is_response(),
+            QPT_XRC_TGT => pkt.info.is_request(),
+            _ => true,
+        };
     if !ok {
         return Err(RxDrop::WrongTransport);
     }

@@ -6,7 +6,7 @@
 use crate::wire::{
     Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, ExtHeaders, Feth, IcrcCheck, Ieth, ImmDt,
     IpVersion, Opcode, OpcodeInfo, Operation, PacketBuilder, Position, Reth, RocePacket, Transport,
-    WireError,
+    WireError, Xrceth,
 };
 
 /// Addressing of a QP's primary path or of an AH (spec §15): everything below the BTH.
@@ -31,6 +31,8 @@ pub struct Path {
 pub struct RxPkt<'a> {
     pub info: &'static OpcodeInfo,
     pub bth: Bth,
+    /// XRC requests (spec §13.7): the XRC SRQ the request is for.
+    pub xrceth: Option<Xrceth>,
     pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
@@ -73,6 +75,7 @@ impl RxPkt<'_> {
 /// Extension headers of a packet to send.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TxHdrs {
+    pub xrceth: Option<Xrceth>,
     pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
@@ -91,7 +94,7 @@ pub fn opcode_for(
     imm: bool,
     inv: bool,
 ) -> Option<Opcode> {
-    // The table is small (39 rows): a linear search keeps this table-driven, not a hand switch.
+    // The table is small (62 rows): a linear search keeps this table-driven, not a hand switch.
     crate::wire::opcode::OPCODES
         .iter()
         .find(|r| {
@@ -132,6 +135,7 @@ pub fn parse_checked_with(
     Ok(RxPkt {
         info: p.info,
         bth: p.bth,
+        xrceth: p.ext.xrceth,
         feth: p.ext.feth,
         reth: p.ext.reth,
         aeth: p.ext.aeth,
@@ -292,6 +296,7 @@ fn builder(
     b.icrc = path.icrc;
     b.ext = ExtHeaders {
         deth: hdrs.deth,
+        xrceth: hdrs.xrceth,
         feth: hdrs.feth,
         reth: hdrs.reth,
         atomic_eth: hdrs.atomic,

@@ -13,14 +13,14 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD};
+use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD, QPT_RC, QPT_XRC_TGT};
 use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::device::Device;
 use crate::memory::mr::MrError;
 use crate::memory::BindMw;
-use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Transport};
+use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
 
 /// Maximum packets outstanding (sent, not acknowledged) per RC QP.
 pub const WINDOW: u32 = 128;
@@ -159,6 +159,8 @@ pub struct SendWqe {
     pub ah_index: u32,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
+    /// XRC_INI: the XRC SRQ at the target (`xrc_srqn`, sent in every request's XRCETH, §13.7).
+    pub xrc_srqn: u32,
     /// REG_MR: the raw registration fields.
     pub reg: RegWqe,
     /// BIND_MW: `wr.bind_mw` (the QP's PD and QPN are filled in when it executes).
@@ -328,6 +330,11 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         opcode: b[8],
         flags: b[9],
         ex: le32(12),
+        xrc_srqn: if ctx.is_xrc() {
+            le32(20) & 0x00ff_ffff
+        } else {
+            0
+        },
         ..Default::default()
     };
     w.signaled = w.flags & SEND_SIGNALED != 0 || ctx.sq_sig_all;
@@ -395,9 +402,10 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         WR_RDMA_READ | WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD | WR_SEND_WITH_INV => {
             ctx.is_rc()
         }
-        WR_ATOMIC_WRITE | WR_FLUSH => ctx.is_rc(),
+        // Not over XRC (spec §13.7: no XRC FLUSH / ATOMIC WRITE opcodes, no windows).
+        WR_ATOMIC_WRITE | WR_FLUSH => ctx.qp_type == QPT_RC,
         // Spec §6.1: windows are bound through RC and UC QPs; no SGEs.
-        WR_BIND_MW => (ctx.is_rc() || ctx.is_uc()) && num_sge == 0,
+        WR_BIND_MW => (ctx.qp_type == QPT_RC || ctx.is_uc()) && num_sge == 0,
         _ => false,
     };
     // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
@@ -487,6 +495,11 @@ pub fn run(dev: &mut Device, qpn: u32, now: Instant) {
 }
 
 pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    // An XRC_TGT has no send queue (spec §13.7): its SQ doorbells (the guest's, or the
+    // doorbell-overflow sweep's) have nothing to start or flush.
+    if ctx.qp_type == QPT_XRC_TGT {
+        return;
+    }
     if ctx.state == QPS_ERR {
         flush(dev, ctx, st);
         return;
@@ -906,13 +919,11 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         };
         (p, ctx.dest_qpn, None)
     };
-    let t = if ctx.is_rc() {
-        Transport::Rc
-    } else if ctx.is_uc() {
-        Transport::Uc
-    } else {
-        Transport::Ud
-    };
+    let t = ctx.transport();
+    // XRC: every request packet names the target's XRC SRQ (spec §13.7, §15.2).
+    let xrceth = ctx.is_xrc().then_some(Xrceth {
+        srqn: st.wqes[i].xrc_srqn,
+    });
 
     loop {
         let w = &st.wqes[i];
@@ -922,6 +933,7 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         let psn = st.psn;
         let mut hdrs = TxHdrs {
             deth,
+            xrceth,
             ..Default::default()
         };
         let solicited = w.flags & SEND_SOLICITED != 0;

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI};
+use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI, QPT_XRC_TGT};
 use super::packet::{opcode_for, RxPkt, TxHdrs};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
@@ -142,6 +142,9 @@ pub struct ReadReply {
     pub first: bool,
     /// MSN carried in the AETHs.
     pub msn: u32,
+    /// The PD the request was checked against: the QP's, or for an XRC_TGT the PD of the XRC
+    /// SRQ its XRCETH named (spec §13.7). Each packet is translated again in this PD.
+    pub pdn: u32,
 }
 
 /// READ response packets sent per request arrival or engine tick. A READ of many MTUs is answered
@@ -289,6 +292,27 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         ud_receive(dev, ctx, st, pkt);
         return;
     }
+    let mut step = RespStep::CheckPsn;
+    let xctx;
+    let ctx = if ctx.qp_type == QPT_XRC_TGT {
+        match ctx::xrc_target_ctx(dev, ctx, pkt.xrceth.map(|x| x.srqn)) {
+            Some(c) => {
+                xctx = c;
+                &xctx
+            }
+            // Spec §14.6: a new request naming no XRC SRQ of the target's domain is an
+            // Invalid Request. Duplicates and early packets take the PSN checks as usual (they
+            // need no SRQ: a duplicate is re-ACKed, an early one NAKed for its sequence).
+            None => {
+                if psn_diff(pkt.psn(), st.epsn) == 0 {
+                    step = RespStep::ErrInvalidRequest;
+                }
+                ctx
+            }
+        }
+    } else {
+        ctx
+    };
     let mut r = Responder {
         ctx,
         pkt,
@@ -298,7 +322,6 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         odp: false,
         mem_fault: false,
     };
-    let mut step = RespStep::CheckPsn;
     // Each state moves strictly forward or to a terminal state; the bound is a belt-and-braces
     // guarantee that a bug cannot spin the engine thread.
     for _ in 0..32 {
@@ -854,6 +877,7 @@ impl Responder<'_, '_> {
             remaining: reth.dma_len as u64,
             first: true,
             msn: st.msn,
+            pdn: self.ctx.pdn,
         });
         pump_replies(dev, self.ctx, st, READ_BURST);
         RespStep::Done
@@ -1060,6 +1084,7 @@ impl Responder<'_, '_> {
                     remaining: reth.dma_len as u64,
                     first: true,
                     msn: st.msn,
+                    pdn: self.ctx.pdn,
                 });
                 pump_replies(dev, self.ctx, st, READ_BURST);
             }
@@ -1227,6 +1252,7 @@ fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderSt
         remaining: 0,
         first: true,
         msn: st.msn,
+        pdn: ctx.pdn,
     });
     pump_replies(dev, ctx, st, READ_BURST);
 }
@@ -1254,6 +1280,7 @@ fn ack_in_order(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Ae
         remaining: 0,
         first: true,
         msn: aeth.msn,
+        pdn: ctx.pdn,
     };
     // A newer ACK supersedes a queued plain ACK (it acknowledges more); a queued NAK is kept
     // unless the new response is a NAK too, so a sequence error or RNR NAK is never lost.
@@ -1308,13 +1335,20 @@ fn atomic_ack_in_order(
         remaining: 0,
         first: true,
         msn: st.msn,
+        pdn: ctx.pdn,
     });
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
 pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
     let Some(path) = ctx.path else { return };
-    let Some(op) = opcode_for(Transport::Rc, Operation::Ack, Position::Only, false, false) else {
+    let Some(op) = opcode_for(
+        ctx.transport(),
+        Operation::Ack,
+        Position::Only,
+        false,
+        false,
+    ) else {
         return;
     };
     let hdrs = TxHdrs {
@@ -1339,7 +1373,7 @@ pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
 fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
     let Some(path) = ctx.path else { return };
     let Some(op) = opcode_for(
-        Transport::Rc,
+        ctx.transport(),
         Operation::AtomicAck,
         Position::Only,
         false,
@@ -1421,7 +1455,7 @@ pub(crate) fn pump_replies(
             let ok = match dev.mrs.resolve_remote_into(
                 Some(ctx.qpn),
                 r.rkey,
-                ctx.pdn,
+                r.pdn,
                 ctx.qpn,
                 r.va,
                 n,
@@ -1473,7 +1507,8 @@ pub(crate) fn pump_replies(
             st.replies.pop_front();
         }
         budget -= 1;
-        let Some(op) = opcode_for(Transport::Rc, Operation::ReadResponse, pos, false, false) else {
+        let Some(op) = opcode_for(ctx.transport(), Operation::ReadResponse, pos, false, false)
+        else {
             continue;
         };
         if let Some(f) = super::build_frame(

@@ -74,7 +74,11 @@ mod tests {
             assert_eq!(&l[..], &want[..], "{n} entries");
             assert_eq!(l.len(), n as usize);
             assert_eq!(l.iter().count(), n as usize);
-            assert_eq!(l.spill.is_empty(), n as usize <= INLINE, "spills only beyond {INLINE}");
+            assert_eq!(
+                l.spill.is_empty(),
+                n as usize <= INLINE,
+                "spills only beyond {INLINE}"
+            );
         }
     }
 }

@@ -13,7 +13,7 @@ use super::ipv6::Ipv6Header;
 use super::opcode::{HdrMask, OpcodeInfo};
 use super::udp::{ipv6_udp_checksum, UdpHeader};
 use super::{
-    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, Reth, WireError, ICRC_LEN,
+    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, Reth, WireError, Xrceth, ICRC_LEN,
     ROCEV2_UDP_PORT,
 };
 
@@ -109,6 +109,7 @@ impl Addressing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExtHeaders {
     pub deth: Option<Deth>,
+    pub xrceth: Option<Xrceth>,
     pub feth: Option<Feth>,
     pub reth: Option<Reth>,
     pub atomic_eth: Option<AtomicEth>,
@@ -128,6 +129,7 @@ impl ExtHeaders {
             }
         };
         add(self.deth.is_some(), HdrMask::DETH);
+        add(self.xrceth.is_some(), HdrMask::XRCETH);
         add(self.feth.is_some(), HdrMask::FETH);
         add(self.reth.is_some(), HdrMask::RETH);
         add(self.atomic_eth.is_some(), HdrMask::ATOMIC_ETH);
@@ -144,6 +146,11 @@ impl ExtHeaders {
         if mask.contains(HdrMask::DETH) {
             let (h, r) = Deth::parse(buf)?;
             e.deth = Some(h);
+            buf = r;
+        }
+        if mask.contains(HdrMask::XRCETH) {
+            let (h, r) = Xrceth::parse(buf)?;
+            e.xrceth = Some(h);
             buf = r;
         }
         if mask.contains(HdrMask::FETH) {
@@ -195,6 +202,7 @@ impl ExtHeaders {
             };
         }
         put!(self.deth);
+        put!(self.xrceth);
         put!(self.feth);
         put!(self.reth);
         put!(self.atomic_eth);
@@ -538,6 +546,10 @@ impl PacketBuilder {
 
     pub fn with_deth(mut self, h: Deth) -> Self {
         self.ext.deth = Some(h);
+        self
+    }
+    pub fn with_xrceth(mut self, h: Xrceth) -> Self {
+        self.ext.xrceth = Some(h);
         self
     }
     pub fn with_feth(mut self, h: Feth) -> Self {

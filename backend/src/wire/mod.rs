@@ -26,6 +26,7 @@ pub mod mtu;
 pub mod opcode;
 pub mod reth;
 pub mod udp;
+pub mod xrceth;
 
 pub use aeth::{Aeth, NakCode, Syndrome};
 pub use atomic_ack_eth::AtomicAckEth;
@@ -46,6 +47,7 @@ pub use ipv6::Ipv6Header;
 pub use opcode::{Direction, HdrMask, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use reth::Reth;
 pub use udp::UdpHeader;
+pub use xrceth::Xrceth;
 
 /// UDP destination port of RoCEv2 (IANA "roce").
 pub const ROCEV2_UDP_PORT: u16 = 4791;

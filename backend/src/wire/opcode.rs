@@ -3,10 +3,11 @@
 //! header length. Code asks the table instead of switching on opcodes.
 //!
 //! Supported: RC (0x00..=0x14, 0x16, 0x17, and the IBTA 1.5 FLUSH 0x1c and ATOMIC WRITE 0x1d),
-//! UC (0x20..=0x2b), UD SEND ONLY (+IMM) (0x64, 0x65). RD and CNP are not supported
+//! UC (0x20..=0x2b), UD SEND ONLY (+IMM) (0x64, 0x65), XRC (0xa0..=0xb4, 0xb6, 0xb7: the RC
+//! operations without FLUSH and ATOMIC WRITE, spec §13.7). RD and CNP are not supported
 //! (→ [`crate::wire::WireError::UnknownOpcode`]).
 
-use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth};
+use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, xrceth};
 
 /// Transport service of an opcode (BTH opcode bits 7:5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -14,6 +15,8 @@ pub enum Transport {
     Rc,
     Uc,
     Ud,
+    /// eXtended Reliable Connected (spec §13.7): RC semantics, XRCETH in requests.
+    Xrc,
 }
 
 /// What an opcode does.
@@ -51,9 +54,9 @@ pub enum Direction {
 }
 
 /// A set of extension headers. On the wire they follow the BTH in this order:
-/// DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+/// DETH, XRCETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct HdrMask(u8);
+pub struct HdrMask(u16);
 
 impl HdrMask {
     pub const NONE: HdrMask = HdrMask(0);
@@ -65,10 +68,12 @@ impl HdrMask {
     pub const IMMDT: HdrMask = HdrMask(1 << 5);
     pub const IETH: HdrMask = HdrMask(1 << 6);
     pub const FETH: HdrMask = HdrMask(1 << 7);
+    pub const XRCETH: HdrMask = HdrMask(1 << 8);
 
     /// The headers in wire order with their lengths.
-    pub const ORDER: [(HdrMask, usize, &'static str); 8] = [
+    pub const ORDER: [(HdrMask, usize, &'static str); 9] = [
         (Self::DETH, deth::Deth::LEN, "DETH"),
+        (Self::XRCETH, xrceth::Xrceth::LEN, "XRCETH"),
         (Self::FETH, feth::Feth::LEN, "FETH"),
         (Self::RETH, reth::Reth::LEN, "RETH"),
         (Self::ATOMIC_ETH, atomic_eth::AtomicEth::LEN, "AtomicETH"),
@@ -88,7 +93,7 @@ impl HdrMask {
     pub const fn contains(self, other: HdrMask) -> bool {
         self.0 & other.0 == other.0
     }
-    pub const fn bits(self) -> u8 {
+    pub const fn bits(self) -> u16 {
         self.0
     }
     /// Total length of the extension headers in this set.
@@ -189,6 +194,29 @@ pub enum Opcode {
     UcWriteOnlyImm = 0x2b,
     UdSendOnly = 0x64,
     UdSendOnlyImm = 0x65,
+    XrcSendFirst = 0xa0,
+    XrcSendMiddle = 0xa1,
+    XrcSendLast = 0xa2,
+    XrcSendLastImm = 0xa3,
+    XrcSendOnly = 0xa4,
+    XrcSendOnlyImm = 0xa5,
+    XrcWriteFirst = 0xa6,
+    XrcWriteMiddle = 0xa7,
+    XrcWriteLast = 0xa8,
+    XrcWriteLastImm = 0xa9,
+    XrcWriteOnly = 0xaa,
+    XrcWriteOnlyImm = 0xab,
+    XrcReadRequest = 0xac,
+    XrcReadResponseFirst = 0xad,
+    XrcReadResponseMiddle = 0xae,
+    XrcReadResponseLast = 0xaf,
+    XrcReadResponseOnly = 0xb0,
+    XrcAck = 0xb1,
+    XrcAtomicAck = 0xb2,
+    XrcCompareSwap = 0xb3,
+    XrcFetchAdd = 0xb4,
+    XrcSendLastInv = 0xb6,
+    XrcSendOnlyInv = 0xb7,
 }
 
 /// One row of the opcode table.
@@ -293,7 +321,7 @@ const AETH_ATMACK: HdrMask = H::AETH.union(H::ATOMIC_ACK_ETH);
 const FETH_RETH: HdrMask = H::FETH.union(H::RETH);
 
 /// Every supported opcode, in wire-value order.
-pub const OPCODES: [OpcodeInfo; 39] = [
+pub const OPCODES: [OpcodeInfo; 62] = [
     entry(
         Opcode::RcSendFirst,
         "RC_SEND_FIRST",
@@ -606,6 +634,190 @@ pub const OPCODES: [OpcodeInfo; 39] = [
         P::Only,
         DETH_IMM,
     ),
+    entry(
+        Opcode::XrcSendFirst,
+        "XRC_SEND_FIRST",
+        T::Xrc,
+        Op::Send,
+        P::First,
+        H::XRCETH,
+    ),
+    entry(
+        Opcode::XrcSendMiddle,
+        "XRC_SEND_MIDDLE",
+        T::Xrc,
+        Op::Send,
+        P::Middle,
+        H::XRCETH,
+    ),
+    entry(
+        Opcode::XrcSendLast,
+        "XRC_SEND_LAST",
+        T::Xrc,
+        Op::Send,
+        P::Last,
+        H::XRCETH,
+    ),
+    entry(
+        Opcode::XrcSendLastImm,
+        "XRC_SEND_LAST_WITH_IMMEDIATE",
+        T::Xrc,
+        Op::Send,
+        P::Last,
+        H::XRCETH.union(H::IMMDT),
+    ),
+    entry(
+        Opcode::XrcSendOnly,
+        "XRC_SEND_ONLY",
+        T::Xrc,
+        Op::Send,
+        P::Only,
+        H::XRCETH,
+    ),
+    entry(
+        Opcode::XrcSendOnlyImm,
+        "XRC_SEND_ONLY_WITH_IMMEDIATE",
+        T::Xrc,
+        Op::Send,
+        P::Only,
+        H::XRCETH.union(H::IMMDT),
+    ),
+    entry(
+        Opcode::XrcWriteFirst,
+        "XRC_RDMA_WRITE_FIRST",
+        T::Xrc,
+        Op::Write,
+        P::First,
+        H::XRCETH.union(H::RETH),
+    ),
+    entry(
+        Opcode::XrcWriteMiddle,
+        "XRC_RDMA_WRITE_MIDDLE",
+        T::Xrc,
+        Op::Write,
+        P::Middle,
+        H::XRCETH,
+    ),
+    entry(
+        Opcode::XrcWriteLast,
+        "XRC_RDMA_WRITE_LAST",
+        T::Xrc,
+        Op::Write,
+        P::Last,
+        H::XRCETH,
+    ),
+    entry(
+        Opcode::XrcWriteLastImm,
+        "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+        T::Xrc,
+        Op::Write,
+        P::Last,
+        H::XRCETH.union(H::IMMDT),
+    ),
+    entry(
+        Opcode::XrcWriteOnly,
+        "XRC_RDMA_WRITE_ONLY",
+        T::Xrc,
+        Op::Write,
+        P::Only,
+        H::XRCETH.union(H::RETH),
+    ),
+    entry(
+        Opcode::XrcWriteOnlyImm,
+        "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        T::Xrc,
+        Op::Write,
+        P::Only,
+        H::XRCETH.union(RETH_IMM),
+    ),
+    entry(
+        Opcode::XrcReadRequest,
+        "XRC_RDMA_READ_REQUEST",
+        T::Xrc,
+        Op::ReadRequest,
+        P::Only,
+        H::XRCETH.union(H::RETH),
+    ),
+    entry(
+        Opcode::XrcReadResponseFirst,
+        "XRC_RDMA_READ_RESPONSE_FIRST",
+        T::Xrc,
+        Op::ReadResponse,
+        P::First,
+        H::AETH,
+    ),
+    entry(
+        Opcode::XrcReadResponseMiddle,
+        "XRC_RDMA_READ_RESPONSE_MIDDLE",
+        T::Xrc,
+        Op::ReadResponse,
+        P::Middle,
+        NONE,
+    ),
+    entry(
+        Opcode::XrcReadResponseLast,
+        "XRC_RDMA_READ_RESPONSE_LAST",
+        T::Xrc,
+        Op::ReadResponse,
+        P::Last,
+        H::AETH,
+    ),
+    entry(
+        Opcode::XrcReadResponseOnly,
+        "XRC_RDMA_READ_RESPONSE_ONLY",
+        T::Xrc,
+        Op::ReadResponse,
+        P::Only,
+        H::AETH,
+    ),
+    entry(
+        Opcode::XrcAck,
+        "XRC_ACKNOWLEDGE",
+        T::Xrc,
+        Op::Ack,
+        P::Only,
+        H::AETH,
+    ),
+    entry(
+        Opcode::XrcAtomicAck,
+        "XRC_ATOMIC_ACKNOWLEDGE",
+        T::Xrc,
+        Op::AtomicAck,
+        P::Only,
+        AETH_ATMACK,
+    ),
+    entry(
+        Opcode::XrcCompareSwap,
+        "XRC_COMPARE_SWAP",
+        T::Xrc,
+        Op::CompareSwap,
+        P::Only,
+        H::XRCETH.union(H::ATOMIC_ETH),
+    ),
+    entry(
+        Opcode::XrcFetchAdd,
+        "XRC_FETCH_ADD",
+        T::Xrc,
+        Op::FetchAdd,
+        P::Only,
+        H::XRCETH.union(H::ATOMIC_ETH),
+    ),
+    entry(
+        Opcode::XrcSendLastInv,
+        "XRC_SEND_LAST_WITH_INVALIDATE",
+        T::Xrc,
+        Op::Send,
+        P::Last,
+        H::XRCETH.union(H::IETH),
+    ),
+    entry(
+        Opcode::XrcSendOnlyInv,
+        "XRC_SEND_ONLY_WITH_INVALIDATE",
+        T::Xrc,
+        Op::Send,
+        P::Only,
+        H::XRCETH.union(H::IETH),
+    ),
 ];
 
 /// Index into [`OPCODES`] by wire value; `NO_ENTRY` for unsupported values.
@@ -683,6 +895,7 @@ mod tests {
                 0 => Transport::Rc,
                 1 => Transport::Uc,
                 3 => Transport::Ud,
+                5 => Transport::Xrc,
                 x => panic!("bad transport bits {x}"),
             };
             assert_eq!(row.transport, t, "{}", row.name);
@@ -690,6 +903,7 @@ mod tests {
                 Transport::Rc => "RC_",
                 Transport::Uc => "UC_",
                 Transport::Ud => "UD_",
+                Transport::Xrc => "XRC_",
             };
             assert!(row.name.starts_with(prefix));
             assert_eq!(
@@ -705,7 +919,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(OPCODES.len(), 25 + 12 + 2);
+        assert_eq!(OPCODES.len(), 25 + 12 + 2 + 23);
     }
 
     #[test]
@@ -773,6 +987,34 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn xrc_rows_mirror_rc_with_xrceth_on_requests() {
+        // Spec §15.2: XRC = RC + 0xa0; requests carry the XRCETH first, responses do not.
+        let mut n = 0;
+        for row in OPCODES.iter().filter(|r| r.transport == Transport::Xrc) {
+            let rc = lookup(row.opcode as u8 - 0xa0).expect("RC twin");
+            assert_eq!(
+                (rc.operation, rc.position, rc.direction, rc.payload),
+                (row.operation, row.position, row.direction, row.payload)
+            );
+            if row.is_request() {
+                assert_eq!(row.offset(HdrMask::XRCETH), Some(12), "{}", row.name);
+                assert_eq!(row.hdr_len, rc.hdr_len + 4, "{}", row.name);
+            } else {
+                assert!(!row.has(HdrMask::XRCETH));
+                assert_eq!(row.hdr_len, rc.hdr_len, "{}", row.name);
+            }
+            n += 1;
+        }
+        assert_eq!(n, 23);
+        let i = Opcode::XrcWriteOnlyImm.info();
+        assert_eq!(i.offset(HdrMask::RETH), Some(16));
+        assert_eq!(i.offset(HdrMask::IMMDT), Some(32));
+        assert_eq!(Opcode::XrcCompareSwap.info().hdr_len, 44);
+        // No XRC FLUSH / ATOMIC WRITE (spec §13.7).
+        assert!(lookup(0xbc).is_none() && lookup(0xbd).is_none() && lookup(0xb5).is_none());
     }
 
     #[test]

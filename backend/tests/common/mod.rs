@@ -273,7 +273,7 @@ impl Node {
         self.cmd(op, &b)
     }
 
-    fn ring(&mut self, depth: u32, shift: u32) -> RingH {
+    pub fn ring(&mut self, depth: u32, shift: u32) -> RingH {
         let np = 1 + ((depth as u64) << shift).div_ceil(PAGE);
         let base = self.alloc(np * PAGE);
         RingH {
@@ -311,7 +311,10 @@ impl Node {
             pdn: pd,
             depth,
             wqe_shift: shift as u8,
-            reserved0: [0; 3],
+            srq_type: 0,
+            reserved0: [0; 2],
+            xrcdn: 0,
+            cqn: 0,
             max_sge,
             srq_limit: limit,
             npages: ring.pages.len() as u32,
@@ -347,7 +350,7 @@ impl Node {
             max_inline_data: s.max_inline,
             sq_npages: sq.pages.len() as u32,
             rq_npages: rq.as_ref().map_or(0, |r| r.pages.len() as u32),
-            reserved1: 0,
+            xrcdn: 0,
         };
         let mut pages = sq.pages.clone();
         if let Some(r) = &rq {

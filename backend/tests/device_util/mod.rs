@@ -149,7 +149,7 @@ impl Env {
                 max_inline_data: 128,
                 sq_npages: sq_n,
                 rq_npages: rq_n,
-                reserved1: 0,
+                xrcdn: 0,
             },
             pages,
         )

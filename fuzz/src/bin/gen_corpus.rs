@@ -87,7 +87,7 @@ fn control(root: &Path) {
         max_inline_data: 64,
         sq_npages: 2,
         rq_npages: 2,
-        reserved1: 0,
+        xrcdn: 0,
     };
     let pages = [
         BASE + 0x20000,
@@ -132,7 +132,10 @@ fn control(root: &Path) {
         pdn: pd,
         depth: 16,
         wqe_shift: 8,
-        reserved0: [0; 3],
+        srq_type: 0,
+        reserved0: [0; 2],
+        xrcdn: 0,
+        cqn: 0,
         max_sge: 4,
         srq_limit: 0,
         npages: 2,

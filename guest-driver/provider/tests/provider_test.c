@@ -1165,6 +1165,109 @@ static void test_srq(void)
 	reset_rings();
 }
 
+/*
+ * XRC (§13.7): an XRC_SEND QP has only an SQ and puts the remote SRQ number
+ * in every WQE (both posting APIs); an XRC_RECV QP has no rings at all; an
+ * XRC SRQ answers ibv_get_srq_num.
+ */
+static void test_xrc(void)
+{
+	struct ibv_xrcd_init_attr xattr = { .comp_mask = IBV_XRCD_INIT_ATTR_FD,
+					    .fd = -1 };
+	struct ibv_xrcd *xrcd = vrdma_open_xrcd(&ctx, &xattr);
+	struct ibv_srq_init_attr_ex sattr = {
+		.attr = { .max_wr = 8, .max_sge = 2 },
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+			     IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ,
+		.srq_type = IBV_SRQT_XRC,
+		.pd = &vpd.ibv_pd,
+		.xrcd = xrcd,
+		.cq = (struct ibv_cq *)1,
+	};
+	struct ibv_qp_init_attr_ex rattr = {
+		.qp_type = IBV_QPT_XRC_RECV,
+		.comp_mask = IBV_QP_INIT_ATTR_XRCD,
+		.xrcd = xrcd,
+	};
+	struct ibv_qp_open_attr oattr = {
+		.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+			     IBV_QP_OPEN_ATTR_TYPE,
+		.qp_num = 99,
+		.xrcd = xrcd,
+		.qp_type = IBV_QPT_XRC_RECV,
+	};
+	struct vrdma_ring_ctrl *sq = ctrl_at(STUB_SQ_OFF);
+	struct ibv_sge sge = { .addr = 0x100, .length = 8, .lkey = 1 };
+	struct ibv_send_wr wr = { .wr_id = 1, .opcode = IBV_WR_SEND,
+				  .sg_list = &sge, .num_sge = 1 };
+	struct ibv_send_wr *bad;
+	struct vrdma_send_wqe *w;
+	struct ibv_qp *qp, *tgt, *opened;
+	struct ibv_qp_ex *qpx;
+	struct ibv_srq *srq;
+	uint32_t num = 0;
+
+	CHECK(xrcd != NULL);
+	srq = vrdma_create_srq_ex(&ctx, &sattr);
+	CHECK(srq != NULL);
+	if (srq) {
+		CHECK(vrdma_get_srq_num(srq, &num) == 0 &&
+		      num == STUB_XRC_SRQN);
+		CHECK(vrdma_destroy_srq(srq) == 0);
+	}
+	/* An XRC SRQ without its CQ is refused before the kernel sees it. */
+	sattr.comp_mask &= ~IBV_SRQ_INIT_ATTR_CQ;
+	CHECK(vrdma_create_srq_ex(&ctx, &sattr) == NULL && errno == EINVAL);
+
+	qp = make_qp(IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_SEND, NULL);
+	CHECK(qp != NULL);
+	if (!qp)
+		return;
+	CHECK(to_vqp(qp)->rq.ring.map == NULL);
+	wr.qp_type.xrc.remote_srqn = 0xabcdef;
+	CHECK(vrdma_post_send(qp, &wr, &bad) == 0);
+	w = entry_at(STUB_SQ_OFF, 0, STUB_SQ_SHIFT);
+	CHECK(le32toh(w->xrc_srqn) == 0xabcdef && w->opcode == VRDMA_WR_SEND);
+	/* no XRC opcode for ATOMIC WRITE / FLUSH / BIND_MW */
+	wr.opcode = IBV_WR_BIND_MW;
+	CHECK(vrdma_post_send(qp, &wr, &bad) == EINVAL);
+	qpx = ibv_qp_to_qp_ex(qp);
+	CHECK(qpx && qpx->wr_set_xrc_srqn);
+	if (qpx) {
+		ibv_wr_start(qpx);
+		qpx->wr_id = 2;
+		ibv_wr_send(qpx);
+		ibv_wr_set_xrc_srqn(qpx, 77);
+		ibv_wr_set_sge(qpx, 1, 0x200, 4);
+		CHECK(ibv_wr_complete(qpx) == 0);
+		w = entry_at(STUB_SQ_OFF, 1, STUB_SQ_SHIFT);
+		CHECK(le64toh(w->wr_id) == 2 && le32toh(w->xrc_srqn) == 77);
+	}
+	CHECK(le32toh(sq->producer) == 2 && doorbells() == 2);
+	CHECK(vrdma_destroy_qp(qp) == 0);
+	reset_rings();
+
+	/* The target: nothing mapped, nothing to post. */
+	tgt = vrdma_create_qp_ex(&ctx, &rattr);
+	CHECK(tgt != NULL);
+	if (tgt) {
+		wr.opcode = IBV_WR_SEND;
+		CHECK(to_vqp(tgt)->sq.ring.map == NULL);
+		CHECK(vrdma_post_send(tgt, &wr, &bad) == EINVAL && bad == &wr);
+		CHECK(vrdma_destroy_qp(tgt) == 0);
+	}
+	rattr.comp_mask = 0;
+	CHECK(vrdma_create_qp_ex(&ctx, &rattr) == NULL);
+	opened = vrdma_open_qp(&ctx, &oattr);
+	CHECK(opened != NULL && opened->qp_num == 99);
+	if (opened)
+		CHECK(vrdma_destroy_qp(opened) == 0);
+	CHECK(doorbells() == 0);
+	if (xrcd)
+		CHECK(vrdma_close_xrcd(xrcd) == 0);
+	reset_rings();
+}
+
 static void test_ring_init_rejects(void)
 {
 	struct vrdma_ring r;
@@ -1255,6 +1358,7 @@ int main(void)
 	test_parent_domain();
 	test_dm();
 	test_srq();
+	test_xrc();
 	test_stress();
 
 	if (failures) {

@@ -163,6 +163,56 @@ int ibv_cmd_create_srq(struct ibv_pd *pd, struct ibv_srq *srq,
 	return 0;
 }
 
+/* An XRC SRQ (srq_num 0x1234) on the same ring as the basic one. */
+int ibv_cmd_create_srq_ex(struct ibv_context *context, struct verbs_srq *srq,
+			  struct ibv_srq_init_attr_ex *attr_ex,
+			  struct ibv_create_xsrq *cmd, size_t cmd_size,
+			  struct ib_uverbs_create_srq_resp *resp,
+			  size_t resp_size)
+{
+	struct uvrdma_create_xsrq_resp *r = (void *)resp;
+
+	if (resp_size != sizeof(*r))
+		return EINVAL;
+	srq->srq.context = context;
+	/* as libibverbs' create_srq_ex does */
+	srq->srq_type = attr_ex->srq_type;
+	srq->srq_num = STUB_XRC_SRQN;
+	r->drv_payload.srqn = STUB_XRC_SRQN;
+	r->drv_payload.depth = STUB_DEPTH;
+	r->drv_payload.wqe_shift = STUB_RQ_SHIFT;
+	r->drv_payload.mmap_offset = STUB_SRQ_OFF;
+	r->drv_payload.mmap_size = STUB_RING_SIZE;
+	attr_ex->attr.max_sge = 2;
+	return 0;
+}
+
+int ibv_cmd_open_xrcd(struct ibv_context *context, struct verbs_xrcd *xrcd,
+		      int vxrcd_size, struct ibv_xrcd_init_attr *attr,
+		      struct ibv_open_xrcd *cmd, size_t cmd_size,
+		      struct ib_uverbs_open_xrcd_resp *resp, size_t resp_size)
+{
+	xrcd->xrcd.context = context;
+	return 0;
+}
+
+int ibv_cmd_close_xrcd(struct verbs_xrcd *xrcd)
+{
+	return 0;
+}
+
+int ibv_cmd_open_qp(struct ibv_context *context, struct verbs_qp *qp,
+		    int vqp_sz, struct ibv_qp_open_attr *attr,
+		    struct ibv_open_qp *cmd, size_t cmd_size,
+		    struct ib_uverbs_create_qp_resp *resp, size_t resp_size)
+{
+	qp->qp.context = context;
+	qp->qp.qp_type = attr->qp_type;
+	qp->qp.qp_num = attr->qp_num;
+	qp->qp.state = IBV_QPS_RTS;
+	return 0;
+}
+
 int ibv_cmd_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr,
 		       int srq_attr_mask, struct ibv_modify_srq *cmd,
 		       size_t cmd_size)

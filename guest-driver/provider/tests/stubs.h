@@ -15,6 +15,7 @@
 #define STUB_CQ2_OFF	32768
 #define STUB_FILE_SIZE	65536
 #define STUB_DB_OFF	(1 << 20)	/* doorbell writes land here */
+#define STUB_XRC_SRQN	0x1234
 
 struct stub_state {
 	int modify_calls;

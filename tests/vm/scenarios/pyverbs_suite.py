@@ -133,3 +133,49 @@ def pyverbs_memory_windows(ctx):
             if skipped:
                 problems.append("%s skipped: %s" % (t, skipped[0]))
     expect(not problems, "pyverbs memory windows:\n" + "\n".join(problems))
+
+
+# XRC (spec §13.7): every pyverbs test that runs XRC traffic (XRC_SEND -> XRC_RECV through an
+# XRC SRQ of a shared XRCD, ibv_get_srq_num, wr.xrc.remote_srqn and wr_set_xrc_srqn).
+XRC_TESTS = {
+    "test_qpex": ["QpExTestCase.test_qp_ex_xrc_send", "QpExTestCase.test_qp_ex_xrc_send_imm"],
+    "test_cqex": ["CqExTestCase.test_xrc_traffic_cq_ex"],
+    "test_atomic": ["AtomicTest.test_xrc_atomic_fetch_and_add",
+                    "AtomicTest.test_xrc_atomic_cmp_and_swap"],
+    "test_relaxed_ordering": ["RoTestCase.test_ro_xrc_traffic"],
+    "test_odp": ["OdpTestCase.test_odp_xrc_traffic"],
+}
+
+
+@scenario("A", timeout=1800)
+def pyverbs_xrc(ctx):
+    """The modules with XRC tests in full: nothing fails, and every XRC traffic test runs
+    (none skipped) and passes."""
+    vm = ctx.a
+    gid = roce_v2_gid_index(vm, "vrdma0")
+    with open(os.path.join(HERE, "guest", "pyverbs_run.py")) as f:
+        vm.write_file(RUNNER, f.read(), mode=0o755)
+    rc, out = vm.run("echo %d > %s && cat %s" % (HUGE_PAGES, HUGE_POOL, HUGE_POOL))
+    expect(rc == 0, "huge pages for test_odp: %r" % out)
+    rc, out = vm.run("ibv_devinfo -v -d vrdma0 | grep -w XRC")
+    expect(rc == 0, "vrdma0 reports IBV_DEVICE_XRC: %r" % out)
+    problems = []
+    for module, wanted in XRC_TESTS.items():
+        if ONLY and module not in ONLY:
+            continue
+        out, counts, skips, fails, ran = run_module(vm, module, gid)
+        ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
+            module, counts["ok"], counts["fail"], counts["skip"], ran))
+        for s in skips:
+            ctx.note("  skipped %s" % s)
+        for f in fails:
+            ctx.note("  FAILED  %s" % f)
+        if ran is None:
+            problems.append("%s did not finish:\n%s" % (module, out[-3000:]))
+            continue
+        problems += ["%s: %s" % (module, f) for f in fails]
+        for t in wanted:
+            skipped = [s for s in skips if s.split(":")[0].endswith(t)]
+            if skipped:
+                problems.append("%s skipped: %s" % (t, skipped[0]))
+    expect(not problems, "pyverbs XRC:\n" + "\n".join(problems))

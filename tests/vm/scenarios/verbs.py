@@ -56,3 +56,15 @@ def ud_pingpong(ctx):
 @scenario("A")
 def srq_pingpong_several_qps(ctx):
     pingpong(ctx, "ibv_srq_pingpong", "-q 4 -n 100")
+
+
+@scenario("A")
+def xsrq_pingpong(ctx):
+    """XRC (spec §13.7) between the two guests: ibv_xsrq_pingpong opens an XRCD, creates an
+    XRC SRQ, XRC_RECV and XRC_SEND QPs and sends through the peer's SRQ number."""
+    g = roce_v2_gid_index(ctx.a, "vrdma0")
+    srv = "ibv_xsrq_pingpong -d vrdma0 -g %d -n 50" % g
+    sout, cout = pair(ctx.a, ctx.b, srv, srv + " " + ctx.a.ip)
+    expect_in("success", cout, "ibv_xsrq_pingpong client output")
+    expect_in("success", sout, "ibv_xsrq_pingpong server output")
+    ctx.note(cout.strip().splitlines()[-1])
