@@ -1,0 +1,63 @@
+"""Live migration of a vrdma guest with open RC QPs (device spec §17).
+
+Topology B: each guest has its own vrdma-backend with a TAP uplink on one bridge. The
+migrating guest moves to a new QEMU (-incoming) with a new backend (same MAC) on a new TAP of
+that bridge (vrdmavm.VM.migrate); the destination's RARP moves the bridge's entry for the MAC.
+They run last: the guest's TAP, QEMU and backend change under the other scenarios."""
+
+import re
+import time
+
+from harness import expect, expect_in, pair, push_guest_script, roce_v2_gid_index, run_ok, \
+    scenario
+
+GO = "/tmp/mig-go"
+
+
+def _migrate_with_rc_qp(ctx, busy):
+    a, b = ctx.a, ctx.b
+    script = push_guest_script([a, b], "mig_peer.py")
+    run_ok(a, "rm -f %s %s.ready" % (GO, GO))
+    ga, gb = roce_v2_gid_index(a, "vrdma0"), roce_v2_gid_index(b, "vrdma0")
+    resp = b.spawn("python3 %s responder vrdma0 %d" % (script, gb), timeout=900)
+    time.sleep(2)
+    req = a.spawn("python3 %s requester vrdma0 %d %s %s%s" % (
+        script, ga, b.ip, GO, " --busy" if busy else ""), timeout=900)
+    deadline = time.monotonic() + 180
+    while a.run("test -e %s.ready" % GO, timeout=30)[0] != 0:
+        expect(not req.done() and not resp.done(), "the QP pair connects",
+               "%s\n%s" % (req.wait(5)[1] if req.done() else "",
+                           resp.wait(5)[1] if resp.done() else ""))
+        expect(time.monotonic() < deadline, "the QP pair connected within 180 s")
+        time.sleep(0.5)
+    t0 = time.monotonic()
+    info = a.migrate()
+    wall = time.monotonic() - t0
+    ram = info.get("ram", {})
+    ctx.note("migration: downtime %s ms, total %s ms (%.1f s wall), %s MiB transferred, "
+             "%s dirty-sync rounds" % (
+                 info.get("downtime"), info.get("total-time"), wall,
+                 ram.get("transferred", 0) >> 20, ram.get("dirty-sync-count")))
+    a.write_file(GO, "")
+    rc, rout = req.wait(600)
+    src, sout = resp.wait(120)
+    both = "--- requester ---\n%s\n--- responder ---\n%s" % (rout, sout)
+    expect(rc == 0 and src == 0, "both ends of the QP finished (%s, %s)" % (rc, src), both)
+    m = re.search(r"rounds ok: (\d+)", rout)
+    expect(m is not None and int(m.group(1)) >= 40, "40 or more echo rounds verified", both)
+    expect_in("rounds ok: %s" % m.group(1), sout, "the responder's count")
+    # The port's addresses moved with the guest: new connections work too.
+    srv = "ibv_rc_pingpong -d vrdma0 -g %d -n 50" % gb
+    _, cout = pair(b, a, srv, "ibv_rc_pingpong -d vrdma0 -g %d -n 50 %s" % (ga, b.ip),
+                   timeout=180)
+    expect(re.search(r"50 iters in", cout) is not None, "a new pingpong after the migration", cout)
+    log = open(a.backend_log, errors="replace").read()
+    expect_in("device state loaded", log, "the destination backend's log")
+    return info
+
+
+@scenario("B", timeout=900, last=True)
+def migrate_idle_rc_qp(ctx):
+    """An RC QP that is connected and idle while its guest migrates carries on afterwards."""
+    _migrate_with_rc_qp(ctx, busy=False)
+
