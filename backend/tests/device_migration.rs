@@ -200,32 +200,130 @@ fn rc_traffic_continues_after_a_round_trip() {
     exchange(&mut p, &mut link, 40);
 }
 
-#[test]
-fn a_device_with_send_wqes_in_flight_refuses_to_save() {
-    let mut p = pair();
-    let mut link = Link::clean();
-    exchange(&mut p, &mut link, 1);
+/// Both directions mid-message: `a`'s 40 KiB RDMA WRITE half sent, the peer's 30 KiB SEND
+/// half received into `a`'s receive WQE, and the ACKs of both halves lost in the move.
+fn in_flight(p: &mut Pair) {
+    let wdata = pattern(11, 40_000);
+    let sdata = pattern(12, 30_000);
+    p.a.write(p.src_a, &wdata);
+    p.b.write(p.src_b, &sdata);
+    let mut rq = p.qa.rq.clone().unwrap();
+    p.a.post_recv(&mut rq, 50, &[(p.dst_a, LEN as u32, p.ka)]);
+    p.qa.rq = Some(rq);
     let mut qa = p.qa.clone();
     p.a.post_send(
         &mut qa,
         &Wqe {
-            wr_id: 5,
+            wr_id: 51,
             opcode: VRDMA_WR_RDMA_WRITE,
             flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_a, 4096, p.ka)],
+            sges: vec![(p.src_a, wdata.len() as u32, p.ka)],
             remote_addr: p.dst_b,
             rkey: p.kb,
             ..Default::default()
         },
     );
-    assert!(matches!(
-        snapshot::save(&p.a.dev),
-        Err(SnapshotError::Busy(_))
-    ));
-    // Once acknowledged it saves.
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!(ca[0].status, VRDMA_WC_SUCCESS);
-    assert!(snapshot::save(&p.a.dev).is_ok());
+    p.qa = qa;
+    let mut qb = p.qb.clone();
+    p.b.post_send(
+        &mut qb,
+        &Wqe {
+            wr_id: 52,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(p.src_b, sdata.len() as u32, p.kb)],
+            ..Default::default()
+        },
+    );
+    p.qb = qb;
+    let fa = std::mem::take(&mut p.a.dev.outbox);
+    let fb = std::mem::take(&mut p.b.dev.outbox);
+    assert!(
+        fa.len() >= 8 && fb.len() >= 8,
+        "{} / {} frames",
+        fa.len(),
+        fb.len()
+    );
+    for f in &fa[..fa.len() / 2] {
+        transport::on_frame(&mut p.b.dev, f);
+    }
+    for f in &fb[..fb.len() / 2] {
+        transport::on_frame(&mut p.a.dev, f);
+    }
+    p.a.dev.outbox.clear();
+    p.b.dev.outbox.clear();
+    let qp = p.a.dev.qps.get(p.qa.qpn).unwrap();
+    assert!(!qp.req.wqes.is_empty(), "the WRITE is in flight");
+    assert!(qp.resp.recv.is_some(), "the SEND is half received");
+}
+
+#[test]
+fn transport_state_in_flight_moves_and_completes() {
+    let mut p = pair();
+    let mut link = Link::clean();
+    exchange(&mut p, &mut link, 1);
+    in_flight(&mut p);
+    let state = migrate(&mut p.a);
+    let qp = p.a.dev.qps.get(p.qa.qpn).unwrap();
+    assert_eq!(qp.req.wqes.len(), 1, "the fetched WQE moved");
+    assert!(qp.resp.recv.is_some(), "the receive in progress moved");
+    assert_eq!(snapshot::save(&p.a.dev).unwrap(), state);
+    // a: the WRITE's and the RECV's completions; b: the SEND's.
+    let (ca, cb) = wait(&mut p, &mut link, 2, 1);
+    let mut ids: Vec<(u64, u8)> = ca.iter().map(|c| (c.wr_id, c.status)).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        vec![(50, VRDMA_WC_SUCCESS), (51, VRDMA_WC_SUCCESS)],
+        "{ca:?}"
+    );
+    assert_eq!((cb[0].wr_id, cb[0].status), (52, VRDMA_WC_SUCCESS));
+    assert_eq!(p.b.read(p.dst_b, 40_000), pattern(11, 40_000));
+    assert_eq!(p.a.read(p.dst_a, 30_000), pattern(12, 30_000));
+    let recv = ca.iter().find(|c| c.wr_id == 50).unwrap();
+    assert_eq!(recv.byte_len, 30_000);
+    exchange(&mut p, &mut link, 60);
+}
+
+#[test]
+fn a_device_waiting_for_read_responses_refuses_to_save() {
+    let mut p = pair();
+    let mut link = Link::clean();
+    exchange(&mut p, &mut link, 1);
+    // b READs 128 KiB from a: a's responder paces the responses (`READ_BURST` packets at a
+    // time), which do not migrate (spec §17.2).
+    let mut qb = p.qb.clone();
+    p.b.post_send(
+        &mut qb,
+        &Wqe {
+            wr_id: 5,
+            opcode: VRDMA_WR_RDMA_READ,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(p.src_b, 2 * LEN as u32, p.kb)],
+            remote_addr: p.src_a,
+            rkey: p.ka,
+            ..Default::default()
+        },
+    );
+    p.qb = qb;
+    for f in std::mem::take(&mut p.b.dev.outbox) {
+        transport::on_frame(&mut p.a.dev, &f);
+    }
+    let busy = !p.a.dev.qps.get(p.qa.qpn).unwrap().resp.replies.is_empty();
+    if busy {
+        assert!(matches!(
+            snapshot::save(&p.a.dev),
+            Err(SnapshotError::Busy(_))
+        ));
+    }
+    let (_, cb) = wait(&mut p, &mut link, 0, 1);
+    assert_eq!(cb[0].status, VRDMA_WC_SUCCESS);
+    pump_idle(&mut p.a, &mut p.b, &mut link);
+    assert!(snapshot::save(&p.a.dev).is_ok(), "idle again: saves");
+    assert!(
+        busy,
+        "a 128 KiB READ keeps responses queued after one burst"
+    );
 }
 
 /// A fresh destination device for `src`'s configuration.
@@ -245,10 +343,12 @@ fn reseal_state(s: &mut [u8]) {
     s[n..].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// A saved device with every kind of object and transport state in flight.
 fn saved_pair() -> (Pair, Vec<u8>) {
     let mut p = pair();
     let mut link = Link::clean();
     exchange(&mut p, &mut link, 3);
+    in_flight(&mut p);
     let s = snapshot::save(&p.a.dev).unwrap();
     (p, s)
 }

@@ -12,8 +12,10 @@
 //! AHs, CQs, SRQs, MRs, QPs), each a count followed by its entries, then the CRC-32 of
 //! everything before it.
 //!
-//! What is not carried (spec §17.2): transport state in flight — fetched send WQEs not yet
-//! retired, a message half received, READ responses being paced, an ODP fault being waited for —
+//! Transport state in flight moves too: the requester's fetched send WQEs with their progress
+//! (the destination retransmits from the unacknowledged PSN at once, as after a timeout, IBTA
+//! 9.7.6) and the responder's message in progress (its receive WQE and RDMA WRITE context).
+//! What is not carried (spec §17.2): READ responses being paced, an ODP fault being waited for,
 //! memory windows, multicast attachments and parked commands. [`save`] refuses a device that
 //! holds any of them ([`SnapshotError::Busy`]): the migration fails and the source keeps running.
 //! Responder resources for duplicate READ / atomic requests are dropped, ODP MRs come back with
@@ -30,6 +32,8 @@ use crate::memory::odp::OdpMr;
 use crate::objects::cq::CQE_SHIFT;
 use crate::objects::{Ah, Cq, Pd, Srq};
 use crate::qp::{Qp, QpAttrs, QpCaps, QpState, QpType};
+use crate::transport::requester::{SendWqe, Sge, WqeState};
+use crate::transport::responder::{MsgOp, RecvWqe, WriteCtx};
 
 /// First bytes of every device state stream.
 pub const MAGIC: [u8; 8] = *b"VRDMAST\0";
@@ -235,11 +239,11 @@ fn busy_reason(dev: &Device) -> Option<&'static str> {
         if req.taken || resp.taken || req.fatal.is_some() || resp.fatal.is_some() {
             return Some("a QP is in the middle of a transport step");
         }
-        if !req.wqes.is_empty() || req.odp_wait.is_some() || req.rd_atomic_outstanding > 0 {
-            return Some("a QP has send WQEs in flight");
+        if req.odp_wait.is_some() {
+            return Some("a QP waits for an ODP fault");
         }
-        if resp.cur.is_some() || resp.recv.is_some() || resp.write.is_some() {
-            return Some("a QP is receiving a multi-packet message");
+        if req.wqes.iter().any(|w| w.opcode == VRDMA_WR_BIND_MW) {
+            return Some("a QP has a BIND_MW WQE in flight");
         }
         if !resp.replies.is_empty() {
             return Some("a QP has responses to send");
@@ -486,6 +490,13 @@ fn put_qp(w: &mut Writer, qp: &Qp) {
     w.bool(q.fetch_blocked);
     w.u64(q.restarts);
     w.opt_u32(q.retry_psn);
+    w.u32(q.rd_atomic_outstanding);
+    w.bool(q.retrans_deadline.is_some());
+    w.bool(q.rnr_deadline.is_some());
+    w.u32(q.wqes.len() as u32);
+    for wqe in &q.wqes {
+        put_wqe(w, wqe);
+    }
     // Responder: expected PSN and MSN (IBTA 9.7.5.1).
     let s = &qp.resp;
     w.u32(s.epsn);
@@ -495,6 +506,84 @@ fn put_qp(w: &mut Writer, qp: &Qp) {
     w.bool(s.uc_drop);
     w.bool(s.comm_est);
     w.bool(s.last_wqe_reported);
+    w.u8(match s.cur {
+        None => 0,
+        Some(MsgOp::Send) => 1,
+        Some(MsgOp::Write) => 2,
+    });
+    w.bool(s.recv.is_some());
+    if let Some(r) = &s.recv {
+        w.u64(r.wr_id);
+        w.u64(r.capacity);
+        w.u64(r.offset);
+        w.opt_u32(r.srqn);
+        w.bool(r.malformed);
+        put_sges(w, &r.sges);
+    }
+    w.bool(s.write.is_some());
+    if let Some(x) = &s.write {
+        w.u64(x.va);
+        w.u32(x.rkey);
+        w.u64(x.remaining);
+        w.u64(x.total);
+    }
+}
+
+fn put_sges(w: &mut Writer, sges: &[Sge]) {
+    w.u32(sges.len() as u32);
+    for g in sges {
+        w.u64(g.addr);
+        w.u32(g.len);
+        w.u32(g.lkey);
+    }
+}
+
+fn put_wqe(w: &mut Writer, q: &SendWqe) {
+    w.u32(q.index);
+    w.u64(q.wr_id);
+    w.u8(q.opcode);
+    w.u8(q.flags);
+    w.bool(q.signaled);
+    w.u32(q.ex);
+    w.u64(q.remote_addr);
+    w.u32(q.rkey);
+    w.u64(q.compare_add);
+    w.u64(q.swap);
+    w.bytes(&q.atomic_write_data);
+    w.u8(q.flush.placement);
+    w.u8(q.flush.selectivity);
+    w.u64(q.flush.length);
+    w.u32(q.ah_index);
+    w.u32(q.remote_qpn);
+    w.u32(q.remote_qkey);
+    let r = &q.reg;
+    w.u64(r.iova);
+    w.u64(r.length);
+    for v in [r.key, r.access, r.page_list_len, r.page_shift] {
+        w.u32(v);
+    }
+    w.u64(r.page_list_addr);
+    put_sges(w, &q.sges);
+    w.bool(q.inline.is_some());
+    if let Some(d) = &q.inline {
+        w.u32(d.len() as u32);
+        w.bytes(d);
+    }
+    w.u64(q.length);
+    w.u8(match q.state {
+        WqeState::Pending => 0,
+        WqeState::Sending => 1,
+        WqeState::Sent => 2,
+        WqeState::Done => 3,
+    });
+    w.bool(q.validated);
+    w.bool(q.sent_once);
+    w.u32(q.first_psn);
+    w.u32(q.last_psn);
+    w.u64(q.offset);
+    w.u64(q.read_base);
+    w.u8(q.status);
+    w.bool(q.fatal);
 }
 
 /// Rebuild `dev` from `bytes` (spec §17.3). `dev` must be the destination's device; whatever it
@@ -705,7 +794,10 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
         if let Some(s) = qp.srqn.and_then(|s| dev.srqs.get_mut(s)) {
             s.qp_refs += 1;
         }
+        let qpn = qp.qpn;
         dev.qps.insert(qp);
+        // Arm the restored retransmission / RNR deadlines (transport/timers.rs).
+        crate::transport::timers::note_req(dev, qpn);
     }
     if r.pos != r.buf.len() {
         return Err(SnapshotError::Trailing(r.buf.len() - r.pos));
@@ -829,6 +921,12 @@ fn get_qp(r: &mut Reader, dev: &Device) -> Result<Qp, SnapshotError> {
         stats: Default::default(),
         charge,
     };
+    let (mtu, caps, max_rd, sq_entry) = (
+        qp.mtu_bytes(),
+        qp.caps,
+        qp.attrs.max_rd_atomic,
+        qp.sq.entry_size(),
+    );
     let q = &mut qp.req;
     q.psn = psn(r, "requester PSN")?;
     q.una = psn(r, "requester unacknowledged PSN")?;
@@ -851,6 +949,33 @@ fn get_qp(r: &mut Reader, dev: &Device) -> Result<Qp, SnapshotError> {
     if q.retry_psn.is_some_and(|p| p > 0xff_ffff) {
         return Err(invalid("retry PSN", qpn));
     }
+    q.rd_atomic_outstanding = r.u32()?;
+    let (retrans, rnr) = (r.bool()?, r.bool()?);
+    let nwqes = r.count(WQE_MIN_BYTES)?;
+    if nwqes as u64 > u64::from(caps.max_send_wr) {
+        return Err(invalid("fetched WQE count", nwqes as u64));
+    }
+    if q.rd_atomic_outstanding > u32::from(max_rd).max(1) {
+        return Err(invalid(
+            "outstanding READ/atomic count",
+            q.rd_atomic_outstanding,
+        ));
+    }
+    for _ in 0..nwqes {
+        let wqe = get_wqe(r, &caps, dev.config.max_msg_sz, mtu)?;
+        q.wqe_bytes += wqe.cost;
+        q.wqes.push_back(wqe);
+    }
+    let floor = crate::transport::requester::wqe_floor(sq_entry);
+    let beyond = q.wqe_bytes.saturating_sub(floor);
+    if beyond > 0 && q.wqe_charge.try_grow(&dev.budget, beyond).is_err() {
+        return Err(SnapshotError::NoResources);
+    }
+    // Whatever was in flight was lost with the source's port: retransmit at once (the
+    // timer path, IBTA 9.7.6.1.3), or end the RNR wait now.
+    let now = std::time::Instant::now();
+    q.retrans_deadline = retrans.then_some(now);
+    q.rnr_deadline = rnr.then_some(now);
     let s = &mut qp.resp;
     s.epsn = psn(r, "responder PSN")?;
     s.msn = r.u32()? & 0xff_ffff;
@@ -859,7 +984,147 @@ fn get_qp(r: &mut Reader, dev: &Device) -> Result<Qp, SnapshotError> {
     s.uc_drop = r.bool()?;
     s.comm_est = r.bool()?;
     s.last_wqe_reported = r.bool()?;
+    s.cur = match r.u8()? {
+        0 => None,
+        1 => Some(MsgOp::Send),
+        2 => Some(MsgOp::Write),
+        v => return Err(invalid("message in progress", v)),
+    };
+    if r.bool()? {
+        let wr_id = r.u64()?;
+        let capacity = r.u64()?;
+        let offset = r.u64()?;
+        let srqn = r.opt_u32()?;
+        let malformed = r.bool()?;
+        let sges = get_sges(r, MAX_SAVED_SGES)?;
+        let total: u64 = sges.iter().map(|g| u64::from(g.len)).sum();
+        if offset > capacity || capacity > total || srqn != qp.srqn {
+            return Err(invalid("receive WQE in progress", qpn));
+        }
+        s.recv = Some(RecvWqe {
+            wr_id,
+            sges,
+            capacity,
+            offset,
+            srqn,
+            malformed,
+        });
+    }
+    if r.bool()? {
+        let va = r.u64()?;
+        let rkey = r.u32()?;
+        let remaining = r.u64()?;
+        let total = r.u64()?;
+        if remaining > total || va.checked_add(remaining).is_none() {
+            return Err(invalid("RDMA WRITE in progress", qpn));
+        }
+        s.write = Some(WriteCtx {
+            va,
+            rkey,
+            remaining,
+            total,
+        });
+    }
     Ok(qp)
+}
+
+/// Fewest bytes a saved WQE takes (bounds the count before anything is allocated).
+const WQE_MIN_BYTES: usize = 159;
+/// SGEs of a receive WQE in progress: a receive slot holds at most 4 KiB of 16-byte SGEs.
+const MAX_SAVED_SGES: usize = 256;
+
+fn get_sges(r: &mut Reader, max: usize) -> Result<Vec<Sge>, SnapshotError> {
+    let n = r.count(16)?;
+    if n > max {
+        return Err(invalid("SGE count", n as u64));
+    }
+    (0..n)
+        .map(|_| {
+            Ok(Sge {
+                addr: r.u64()?,
+                len: r.u32()?,
+                lkey: r.u32()?,
+            })
+        })
+        .collect()
+}
+
+fn get_wqe(
+    r: &mut Reader,
+    caps: &QpCaps,
+    max_msg: u32,
+    mtu: u32,
+) -> Result<SendWqe, SnapshotError> {
+    let mut q = SendWqe {
+        index: r.u32()?,
+        wr_id: r.u64()?,
+        opcode: r.u8()?,
+        flags: r.u8()?,
+        signaled: r.bool()?,
+        ex: r.u32()?,
+        remote_addr: r.u64()?,
+        rkey: r.u32()?,
+        compare_add: r.u64()?,
+        swap: r.u64()?,
+        atomic_write_data: r.array::<8>()?,
+        ..Default::default()
+    };
+    if q.opcode > VRDMA_WR_FLUSH {
+        return Err(invalid("WQE opcode", q.opcode));
+    }
+    q.flush.placement = r.u8()?;
+    q.flush.selectivity = r.u8()?;
+    q.flush.length = r.u64()?;
+    q.ah_index = r.u32()?;
+    q.remote_qpn = r.u32()?;
+    q.remote_qkey = r.u32()?;
+    q.reg.iova = r.u64()?;
+    q.reg.length = r.u64()?;
+    q.reg.key = r.u32()?;
+    q.reg.access = r.u32()?;
+    q.reg.page_list_len = r.u32()?;
+    q.reg.page_shift = r.u32()?;
+    q.reg.page_list_addr = r.u64()?;
+    q.sges = get_sges(r, caps.max_send_sge as usize)?;
+    if r.bool()? {
+        let n = r.count(1)?;
+        if n > caps.max_inline_data as usize {
+            return Err(invalid("inline data length", n as u64));
+        }
+        q.inline = Some(r.take(n)?.to_vec());
+    }
+    q.length = r.u64()?;
+    q.state = match r.u8()? {
+        0 => WqeState::Pending,
+        1 => WqeState::Sending,
+        2 => WqeState::Sent,
+        3 => WqeState::Done,
+        v => return Err(invalid("WQE state", v)),
+    };
+    q.validated = r.bool()?;
+    q.sent_once = r.bool()?;
+    q.first_psn = psn(r, "WQE first PSN")?;
+    q.last_psn = psn(r, "WQE last PSN")?;
+    q.offset = r.u64()?;
+    q.read_base = r.u64()?;
+    q.status = r.u8()?;
+    q.fatal = r.bool()?;
+    if q.length > u64::from(max_msg) || q.offset > q.length || q.read_base > q.length {
+        return Err(invalid("WQE length", q.length));
+    }
+    // The PSN span of a sent WQE is what its length gives (the completer relies on it).
+    if q.sent_once
+        && !q.is_local()
+        && psn_span(q.first_psn, q.last_psn) != q.npkts(mtu).saturating_sub(1)
+    {
+        return Err(invalid("WQE PSN span", q.first_psn));
+    }
+    q.cost = crate::transport::requester::wqe_cost(&q);
+    Ok(q)
+}
+
+fn psn_span(first: u32, last: u32) -> u32 {
+    last.wrapping_sub(first) & 0xff_ffff
 }
 
 fn psn(r: &mut Reader, what: &'static str) -> Result<u32, SnapshotError> {
