@@ -705,7 +705,9 @@ class VM:
         self.agent_sock = os.path.join(d, "agent-%s.sock" % tag)
         self.backend_log = os.path.join(d, "backend-%s.log" % tag)
         self.pcap = os.path.join(d, "capture-%s.pcap" % tag)
-        self.backend = self.qemu = self.agent = None
+        # self.agent stays the source's connection until the swap: commands that end
+        # meanwhile are reported there.
+        self.backend = self.qemu = None
 
         def undo():
             _stop(self.qemu)
@@ -772,13 +774,14 @@ class VM:
             undo()
             raise
         if old["agent"]:
-            old["agent"].close()
+            old["agent"].close()  # its waiters were moved: it fails none of them
         _stop(old["qemu"])
         _stop(old["backend"])
         _ip("-n", self.netns, "link", "del", old["tap"], check=False)
-        self.agent = _AgentConn(self.agent_sock, self.name)
-        self.agent.waiters.update(waiters)
-        self.agent.next_id = next_id
+        new = _AgentConn(self.agent_sock, self.name)
+        new.waiters.update(waiters)
+        new.next_id = next_id
+        self.agent = new
         self.agent.connect(time.monotonic() + 60, self._alive)
         self._request({"op": "ping"}, 60)
         return info

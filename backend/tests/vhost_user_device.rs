@@ -456,3 +456,41 @@ fn dirty_log_marks_the_pages_the_device_writes() {
     drop(fe);
     d.thread.join().unwrap();
 }
+
+/// Spec §17.1: a migration that fails after the source stopped (the destination refused the
+/// state, the network broke) leaves the source with every object: QEMU starts the device again
+/// (SET_MEM_TABLE, rings) and the driver carries on.
+#[test]
+fn a_failed_migration_resumes_the_source_with_its_objects() {
+    use vhost::vhost_user::message::VhostUserVirtioFeatures;
+    use vhost::VhostBackend;
+
+    let d = start("mig-resume", 1, |_| {});
+    let none = vhost::vhost_user::message::VhostUserProtocolFeatures::empty();
+    let (mut fe, acked, _) = connect_with(&d.path, true, none);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
+    let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+    fe.set_features(acked | log_all).unwrap();
+    fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
+    // vm_start on the source: vhost_dev_start again (logging may already be off).
+    fe.set_features(acked).unwrap();
+    let mut ctrl2 = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl2]);
+    let (_, resp) = run(
+        &mut ctrl2,
+        &mut guest,
+        &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
+        8,
+    );
+    assert_eq!(
+        status_of(&resp),
+        VRDMA_STATUS_OK,
+        "the PD survived the stop"
+    );
+    drop(fe);
+    d.thread.join().unwrap();
+}

@@ -61,3 +61,45 @@ def migrate_idle_rc_qp(ctx):
     """An RC QP that is connected and idle while its guest migrates carries on afterwards."""
     _migrate_with_rc_qp(ctx, busy=False)
 
+
+@scenario("B", timeout=900, last=True)
+def migrate_busy_rc_qp(ctx):
+    """Echo rounds run all through the migration: WQEs in flight move with the guest, the
+    peer retransmits what the switch-over lost, every byte comes back intact."""
+    _migrate_with_rc_qp(ctx, busy=True)
+
+
+@scenario("B", timeout=900, last=True)
+def migrate_during_pingpong_and_write_bw(ctx):
+    """The distro's tools against a peer while the guest migrates: ibv_rc_pingpong and
+    ib_write_bw both finish without an error (the peer may retransmit)."""
+    a, b = ctx.a, ctx.b
+    ga, gb = roce_v2_gid_index(a, "vrdma0"), roce_v2_gid_index(b, "vrdma0")
+    ping_srv = b.spawn("ibv_rc_pingpong -d vrdma0 -g %d -n 20000 -s 4096 -p 18800" % gb,
+                       timeout=900)
+    bw_srv = b.spawn("ib_write_bw -d vrdma0 -x %d -D 40 -s 65536 -p 18801 -F" % gb,
+                     timeout=900)
+    time.sleep(2)
+    ping = a.spawn("ibv_rc_pingpong -d vrdma0 -g %d -n 20000 -s 4096 -p 18800 %s" % (
+        ga, b.ip), timeout=900)
+    bw = a.spawn("ib_write_bw -d vrdma0 -x %d -D 40 -s 65536 -p 18801 -F %s" % (
+        ga, b.ip), timeout=900)
+    time.sleep(8)
+    expect(not ping.done() and not bw.done(), "both clients still run when the migration "
+           "starts", "%s\n%s" % (ping.wait(1)[1] if ping.done() else "",
+                                 bw.wait(1)[1] if bw.done() else ""))
+    info = a.migrate()
+    ram = info.get("ram", {})
+    ctx.note("migration under traffic: downtime %s ms, total %s ms, %s MiB transferred, %s "
+             "dirty-sync rounds" % (info.get("downtime"), info.get("total-time"),
+                                    ram.get("transferred", 0) >> 20,
+                                    ram.get("dirty-sync-count")))
+    outs = []
+    for name, h in (("pingpong client", ping), ("pingpong server", ping_srv),
+                    ("write_bw client", bw), ("write_bw server", bw_srv)):
+        rc, out = h.wait(600)
+        outs.append("--- %s (rc %s) ---\n%s" % (name, rc, out))
+        expect(rc == 0, "%s exited with %s" % (name, rc), "\n".join(outs))
+    text = "\n".join(outs)
+    expect(re.search(r"20000 iters in", text) is not None, "the pingpong ran all iterations", text)
+    expect_in("BW average", text, "ib_write_bw's report")
