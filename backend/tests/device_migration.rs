@@ -451,3 +451,35 @@ fn header_and_configuration_errors_are_named() {
         Err(SnapshotError::Truncated(_))
     ));
 }
+
+#[test]
+fn counts_beyond_the_destinations_limits_are_refused_before_reading_the_objects() {
+    let mut n = Node::with_config(1, MEM_MIB, 1500, gid_v4([10, 0, 0, 1]), |c| c.max_pd = 2);
+    n.create_pd();
+    let s = snapshot::save(&n.dev).unwrap();
+    // header 16, config 50, GID section: tag 2, count 4, one 24-byte entry; then PDs.
+    let pd_count = 16 + 50 + 6 + 24 + 2;
+    assert_eq!(
+        &s[pd_count - 2..pd_count],
+        &2u16.to_le_bytes(),
+        "the PD section tag"
+    );
+    assert_eq!(&s[pd_count..pd_count + 4], &1u32.to_le_bytes());
+    let mut m = s.clone();
+    m[pd_count..pd_count + 4].copy_from_slice(&3u32.to_le_bytes());
+    reseal_state(&mut m);
+    let mut dev = Device::new(
+        n.dev.config.clone(),
+        n.mem.clone(),
+        Arc::new(RecordingOutput::new()),
+    );
+    assert_eq!(
+        snapshot::restore(&mut dev, &m),
+        Err(SnapshotError::Invalid {
+            what: "object count",
+            value: 3
+        })
+    );
+    snapshot::restore(&mut dev, &s).expect("the original restores");
+    assert_eq!(dev.pds.len(), 1);
+}

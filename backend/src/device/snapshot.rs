@@ -194,15 +194,27 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
-    fn pages(&mut self) -> Result<Vec<u64>, SnapshotError> {
-        let n = self.count(8)?;
+    /// [`Reader::count`], and at most `max` (a table's limit): what is read before the table
+    /// checks it is bounded by the destination's configuration, not by the stream's length.
+    fn count_at_most(&mut self, min_entry: usize, max: u32) -> Result<usize, SnapshotError> {
+        let n = self.count(min_entry)?;
+        if n as u64 > u64::from(max) {
+            return Err(invalid("object count", n as u64));
+        }
+        Ok(n)
+    }
+
+    /// A page list; no command delivers more than `VRDMA_CMD_MAX_PAGES` (fast-registration
+    /// lists: the device's `max_fast_reg_page_list_len`), so no more is read.
+    fn pages(&mut self, max: u32) -> Result<Vec<u64>, SnapshotError> {
+        let n = self.count_at_most(8, max)?;
         (0..n).map(|_| self.u64()).collect()
     }
     fn ring(&mut self, min_shift: u32, max_depth: u32) -> Result<Ring, SnapshotError> {
         let depth = self.u32()?;
         let shift = self.u32()?;
         let dev_index = self.u32()?;
-        let pages = self.pages()?;
+        let pages = self.pages(VRDMA_CMD_MAX_PAGES)?;
         Ok(Ring::from_saved(
             &pages, depth, shift, dev_index, min_shift, max_depth,
         )?)
@@ -632,7 +644,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
     check_config(&mut r, dev)?;
 
     r.section(SEC_GID)?;
-    for _ in 0..r.count(24)? {
+    for _ in 0..r.count_at_most(24, dev.gids.len())? {
         let i = r.u32()?;
         let t = r.u32()?;
         let gid = r.array::<16>()?;
@@ -646,7 +658,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
 
     r.section(SEC_PD)?;
     let mut pds = Vec::new();
-    for _ in 0..r.count(4)? {
+    for _ in 0..r.count_at_most(4, dev.pds.max())? {
         let h = r.u32()?;
         pds.push((h, Pd { pdn: h }));
     }
@@ -654,7 +666,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
 
     r.section(SEC_AH)?;
     let mut ahs = Vec::new();
-    for _ in 0..r.count(8 + VrdmaAv::SIZE + 16)? {
+    for _ in 0..r.count_at_most(8 + VrdmaAv::SIZE + 16, dev.ahs.max())? {
         let h = r.u32()?;
         let pd = r.u32()?;
         let av = r.abi::<VrdmaAv>()?;
@@ -669,7 +681,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
     r.section(SEC_CQ)?;
     let mut cqs = Vec::new();
     let now = std::time::Instant::now();
-    for _ in 0..r.count(23)? {
+    for _ in 0..r.count_at_most(23, dev.cqs.max())? {
         let h = r.u32()?;
         let ring = r.ring(CQE_SHIFT, dev.config.max_cqe)?;
         let charge = dev
@@ -695,7 +707,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
 
     r.section(SEC_SRQ)?;
     let mut srqs = Vec::new();
-    for _ in 0..r.count(29)? {
+    for _ in 0..r.count_at_most(29, dev.srqs.max())? {
         let h = r.u32()?;
         let pd = r.u32()?;
         if !dev.pds.contains(pd) {
@@ -734,7 +746,10 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
 
     r.section(SEC_MR)?;
     let mut slots = Vec::new();
-    for _ in 0..r.count(2)? {
+    // `MrTable::alloc` appends a slot only when none is free: never more than MRs + windows.
+    let max_slots = dev.config.max_mr.saturating_add(dev.config.max_mw);
+    let fast_reg_max = dev.config.max_fast_reg_page_list_len;
+    for _ in 0..r.count_at_most(2, max_slots)? {
         let variant = r.u8()?;
         let kind = r.u8()?;
         if kind == 0 {
@@ -754,7 +769,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
                 let page_shift = r.u32()?;
                 MrKind::PageList {
                     page_shift,
-                    pages: r.pages()?,
+                    pages: r.pages(VRDMA_CMD_MAX_PAGES)?,
                 }
             }
             MR_DMA => MrKind::Dma,
@@ -765,7 +780,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
                 MrKind::FastReg {
                     max_pages,
                     page_shift,
-                    pages: r.pages()?,
+                    pages: r.pages(fast_reg_max)?,
                     valid,
                 }
             }
@@ -789,7 +804,8 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
     dev.mrs.restore(slots, max_mr_size)?;
 
     r.section(SEC_QP)?;
-    for _ in 0..r.count(64)? {
+    // The GSI QP does not count against max_qp.
+    for _ in 0..r.count_at_most(64, dev.config.max_qp.saturating_add(1))? {
         let qp = get_qp(&mut r, dev)?;
         if let Some(s) = qp.srqn.and_then(|s| dev.srqs.get_mut(s)) {
             s.qp_refs += 1;
