@@ -483,3 +483,65 @@ fn counts_beyond_the_destinations_limits_are_refused_before_reading_the_objects(
     snapshot::restore(&mut dev, &s).expect("the original restores");
     assert_eq!(dev.pds.len(), 1);
 }
+
+/// Spec §17.2: an ODP MR moves without its resident chunks; the first access on the
+/// destination faults again, the driver answers, and the peer's WRITE lands.
+#[test]
+fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
+    let mut a = Node::new_odp(1, MEM_MIB);
+    let mut b = Node::new(2, MEM_MIB, 1500);
+    let (pda, pdb) = (a.create_pd(), b.create_pd());
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, mut cqb) = b.create_cq(64);
+    let qa = a.create_qp(QpSpec::rc(pda, ca));
+    let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let dst = a.alloc(LEN);
+    let ka = a.reg_odp_mr(pda, dst, LEN, ACC_ALL);
+    let src = b.alloc(LEN);
+    let kb = b.reg_mr(pdb, src, LEN, ACC_ALL);
+    let mut link = Link::clean();
+    let mut write = |a: &mut Node, b: &mut Node, qb: &mut QpH, cqb: &mut RingH, seed: u64| {
+        let data = pattern(seed, 8192);
+        b.write(src, &data);
+        b.post_send(
+            qb,
+            &Wqe {
+                wr_id: seed,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(src, 8192, kb)],
+                remote_addr: dst,
+                rkey: ka,
+                ..Default::default()
+            },
+        );
+        let mut got = Vec::new();
+        let mut faults = 0;
+        pump_until(a, b, &mut link, T, |a, b| {
+            faults += a.answer_page_requests();
+            got.extend(b.poll_cq(cqb));
+            !got.is_empty()
+        });
+        assert_eq!(got[0].status, VRDMA_WC_SUCCESS);
+        assert_eq!(a.read(dst, 8192), data);
+        faults
+    };
+    assert!(
+        write(&mut a, &mut b, &mut qb, &mut cqb, 1) > 0,
+        "the first access faults"
+    );
+    assert!(a.dev.mrs.odp_resident_total() > 0);
+    assert_eq!(
+        write(&mut a, &mut b, &mut qb, &mut cqb, 2),
+        0,
+        "resident: no fault"
+    );
+    migrate(&mut a);
+    assert_eq!(a.dev.mrs.odp_resident_total(), 0, "no chunk moved");
+    assert!(
+        write(&mut a, &mut b, &mut qb, &mut cqb, 3) > 0,
+        "the destination faults again"
+    );
+    let _ = a.poll_cq(&mut cqa);
+}
