@@ -326,6 +326,47 @@ class _AgentConn:
 # --------------------------------------------------------------------------
 # one guest
 
+class Qmp:
+    """A minimal QMP client (one command at a time) on a QEMU's -qmp unix socket."""
+
+    def __init__(self, path, timeout=30):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+        self._read()  # the greeting
+        self.execute("qmp_capabilities")
+
+    def _read(self):
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                if line.strip():
+                    msg = json.loads(line)
+                    if "event" not in msg:
+                        return msg
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise VMError("QMP connection closed")
+            self.buf += chunk
+
+    def execute(self, cmd, args=None):
+        req = {"execute": cmd}
+        if args is not None:
+            req["arguments"] = args
+        self.sock.sendall((json.dumps(req) + "\n").encode())
+        reply = self._read()
+        if "error" in reply:
+            raise VMError("QMP %s: %s" % (cmd, reply["error"].get("desc", reply)))
+        return reply.get("return", {})
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
 class VM:
     """One guest: its QEMU, its backend (vrdma kind) and its agent."""
 
@@ -435,7 +476,8 @@ class VM:
         if c.shell == self.index:
             cmd += ["-serial", "mon:stdio"]
         else:
-            cmd += ["-chardev", "file,id=ser0,path=" + self.serial_log,
+            # append: a migration's destination QEMU continues the same log
+            cmd += ["-chardev", "file,id=ser0,path=%s,append=on" % self.serial_log,
                     "-serial", "chardev:ser0"]
         if self.kind == "vrdma":
             # reconnect-ms: QEMU connects again to a restarted backend, and the
@@ -638,6 +680,111 @@ class VM:
         except FileNotFoundError:
             pass
         self.start_backend()
+
+    def migrate(self, timeout=600):
+        """Live-migrate this guest (device spec §17) to a new QEMU started with -incoming and
+        its own new vrdma-backend (same MAC) on a new TAP of the same bridge, then swap this
+        VM object over to them: agent, QMP, serial log, backend. The old QEMU and backend are
+        stopped. Only for a vrdma guest with its own backend on a TAP uplink (uplink "tap").
+        Returns QEMU's final query-migrate answer (status, total-time, downtime in ms, ram);
+        raises VMError if the migration fails (the guest then keeps running on the source)."""
+        c = self.cluster
+        if self.kind != "vrdma" or c.fabric or not c.taps or not self.netns:
+            raise VMError("%s: migrate needs a vrdma guest with its own backend on a TAP "
+                          "uplink" % self.name)
+        self._mig_gen = getattr(self, "_mig_gen", 0) + 1
+        tag = "%d-m%d" % (self.index, self._mig_gen)
+        d = c.workdir
+        old = {k: getattr(self, k) for k in (
+            "qemu", "backend", "agent", "tap", "vu_sock", "qmp_sock", "agent_sock",
+            "backend_log", "pcap")}
+        mig_sock = os.path.join(d, "mig-%s.sock" % tag)
+        self.tap = "vrtap%dm%d" % (self.index, self._mig_gen)
+        self.vu_sock = os.path.join(d, "vu-%s.sock" % tag)
+        self.qmp_sock = os.path.join(d, "qmp-%s.sock" % tag)
+        self.agent_sock = os.path.join(d, "agent-%s.sock" % tag)
+        self.backend_log = os.path.join(d, "backend-%s.log" % tag)
+        self.pcap = os.path.join(d, "capture-%s.pcap" % tag)
+        # self.agent stays the source's connection until the swap: commands that end
+        # meanwhile are reported there.
+        self.backend = self.qemu = None
+
+        def undo():
+            _stop(self.qemu)
+            _stop(self.backend)
+            _ip("-n", self.netns, "link", "del", self.tap, check=False)
+            for k, v in old.items():
+                setattr(self, k, v)
+
+        try:
+            _ip("-n", self.netns, "tuntap", "add", "dev", self.tap, "mode", "tap")
+            _ip("-n", self.netns, "link", "set", self.tap, "master", "br0", "up")
+            self.start_backend()
+            with open(self.qemu_log, "ab") as log:
+                self.qemu = subprocess.Popen(
+                    self.qemu_cmd() + ["-incoming", "unix:" + mig_sock],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, preexec_fn=_child_setup)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(mig_sock) or not os.path.exists(self.qmp_sock):
+                if self.qemu.poll() is not None:
+                    raise VMError("destination QEMU exited with %s:\n%s" % (
+                        self.qemu.returncode, _tail(self.qemu_log)))
+                if time.monotonic() > deadline:
+                    raise VMError("destination QEMU is not listening on " + mig_sock)
+                time.sleep(0.05)
+            src = Qmp(old["qmp_sock"])
+            try:
+                src.execute("migrate", {"uri": "unix:" + mig_sock})
+                deadline = time.monotonic() + timeout
+                while True:
+                    info = src.execute("query-migrate")
+                    if info.get("status") in ("completed", "failed", "cancelled"):
+                        break
+                    if time.monotonic() > deadline:
+                        src.execute("migrate_cancel")
+                        raise VMError("migration did not complete in %ss: %s" % (timeout, info))
+                    time.sleep(0.1)
+                if info.get("status") != "completed":
+                    raise VMError("migration %s: %s" % (info.get("status"),
+                                                        info.get("error-desc", info)))
+                # Commands spawned before the move finish on the destination: their waiters
+                # go over to the new agent connection (before the old one closes and fails
+                # them).
+                waiters, next_id = {}, 1
+                if old["agent"]:
+                    with old["agent"].lock:
+                        waiters = dict(old["agent"].waiters)
+                        old["agent"].waiters.clear()
+                        next_id = old["agent"].next_id
+                dst = Qmp(self.qmp_sock)
+                deadline = time.monotonic() + 60
+                while dst.execute("query-status").get("status") != "running":
+                    if time.monotonic() > deadline:
+                        raise VMError("the destination does not run after the migration")
+                    time.sleep(0.05)
+                dst.close()
+                try:
+                    src.execute("quit")
+                except (OSError, VMError):
+                    pass
+            finally:
+                src.close()
+        except BaseException:
+            undo()
+            raise
+        if old["agent"]:
+            old["agent"].close()  # its waiters were moved: it fails none of them
+        _stop(old["qemu"])
+        _stop(old["backend"])
+        _ip("-n", self.netns, "link", "del", old["tap"], check=False)
+        new = _AgentConn(self.agent_sock, self.name)
+        new.waiters.update(waiters)
+        new.next_id = next_id
+        self.agent = new
+        self.agent.connect(time.monotonic() + 60, self._alive)
+        self._request({"op": "ping"}, 60)
+        return info
 
     def stop(self):
         if self.agent:

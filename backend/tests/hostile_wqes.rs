@@ -120,7 +120,12 @@ fn bed() -> Bed {
     let mut a = Node::new(1, 32, 1500);
     let mut b = Node::new(2, 32, 1500);
     let map_without_r2: GuestMemoryMap = (*a.mem.atomic().memory()).clone();
-    let r2 = GuestRegionMmap::<()>::from_range(GuestAddress(R2), R2_LEN, None).unwrap();
+    let r2 = GuestRegionMmap::<vrdma_backend::vhost_user::DirtyBitmap>::from_range(
+        GuestAddress(R2),
+        R2_LEN,
+        None,
+    )
+    .unwrap();
     let with = map_without_r2.insert_region(Arc::new(r2)).unwrap();
     a.mem.set_memory(with);
     assert!(a.mem.check_range(R2, R2_LEN as u64));

@@ -262,3 +262,235 @@ fn eth_frames_flow_between_the_guest_and_a_udp_uplink() {
     drop(fe);
     d.thread.join().unwrap();
 }
+
+/// Spec §17: QEMU's migration as the vhost-user messages it sends. The source logs (LOG_ALL),
+/// is stopped (GET_VRING_BASE of the control queue suspends instead of resetting), its state
+/// leaves through SET_DEVICE_STATE_FD(SAVE) and enters a second daemon through
+/// SET_DEVICE_STATE_FD(LOAD); CHECK_DEVICE_STATE reports both ends. The destination, started
+/// with its memory table, has the source's PD.
+#[test]
+fn device_state_moves_between_two_daemons() {
+    use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+        VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures,
+    };
+    use vhost::vhost_user::VhostUserFrontend;
+    use vhost::VhostBackend;
+
+    let pipe = || {
+        let (r, w) = std::io::pipe().expect("pipe");
+        (r, w)
+    };
+    let src = start("mig-src", 1, |_| {});
+    let dst = start("mig-dst", 1, |_| {});
+    let extra = Pf::DEVICE_STATE | Pf::LOG_SHMFD;
+
+    let (mut fe, acked, _) = connect_with(&src.path, true, extra);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
+
+    // Migration starts: logging on, then the VM stops.
+    let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+    let offered = VhostBackend::get_features(&fe).unwrap();
+    assert_ne!(offered & log_all, 0, "LOG_ALL offered");
+    fe.set_features(acked | log_all).unwrap();
+    let next_avail = fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
+    let (mut r, w) = pipe();
+    let reply = fe
+        .set_device_state_fd(Dir::SAVE, Phase::STOPPED, OwnedFd::from(w))
+        .unwrap();
+    assert!(reply.is_none());
+    let mut state = Vec::new();
+    r.read_to_end(&mut state).unwrap();
+    fe.check_device_state().expect("source saved");
+    assert!(state.starts_with(b"VRDMAST\0"), "{} bytes", state.len());
+
+    let (mut fe2, acked2, _) = connect_with(&dst.path, true, extra);
+    // A damaged stream is refused and leaves a power-on device.
+    let (r, mut w) = pipe();
+    fe2.set_device_state_fd(Dir::LOAD, Phase::STOPPED, OwnedFd::from(r))
+        .unwrap();
+    w.write_all(&state[..state.len() - 1]).unwrap();
+    drop(w);
+    assert!(fe2.check_device_state().is_err());
+    let (r, mut w) = pipe();
+    fe2.set_device_state_fd(Dir::LOAD, Phase::STOPPED, OwnedFd::from(r))
+        .unwrap();
+    w.write_all(&state).unwrap();
+    drop(w);
+    fe2.check_device_state().expect("destination loaded");
+    // QEMU's vhost_dev_start on the destination: features, memory table, rings at the base
+    // the source reported.
+    fe2.set_features(acked2).unwrap();
+    let mut guest2 = Guest::new(0x4000_0000, 8 << 20);
+    let mut ctrl2 = DriverRing::new(&mut guest2, VRDMA_VQ_CONTROL as usize, 128);
+    // (A new guest memory and ring here: only the device state is under test.)
+    assert_eq!(next_avail, 1, "one command ran on the source");
+    start_rings(&mut fe2, &guest2, &[&ctrl2]);
+    let (_, resp) = run(
+        &mut ctrl2,
+        &mut guest2,
+        &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
+        8,
+    );
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK, "the PD moved");
+    drop(fe);
+    drop(fe2);
+    src.thread.join().unwrap();
+    dst.thread.join().unwrap();
+}
+
+/// Without LOG_ALL, stopping the control queue is a virtio reset (spec §2.4): nothing to save,
+/// and CHECK_DEVICE_STATE says so.
+#[test]
+fn device_state_save_of_a_reset_device_fails() {
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+        VhostUserProtocolFeatures as Pf,
+    };
+    use vhost::vhost_user::VhostUserFrontend;
+    use vhost::VhostBackend;
+
+    let src = start("mig-nolog", 1, |_| {});
+    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE);
+    // `connect_with` acks no LOG_ALL, as QEMU outside a migration.
+    let _ = acked;
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+    fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
+    let (mut r, w) = std::io::pipe().unwrap();
+    fe.set_device_state_fd(Dir::SAVE, Phase::STOPPED, OwnedFd::from(w))
+        .unwrap();
+    let mut state = Vec::new();
+    r.read_to_end(&mut state).unwrap();
+    assert!(state.is_empty());
+    assert!(fe.check_device_state().is_err());
+    drop(fe);
+    src.thread.join().unwrap();
+}
+
+/// Spec §17.1: with a log installed (SET_LOG_BASE, LOG_SHMFD), the pages the device writes are
+/// marked — through vm-memory (a command response) and through the atomics of guest/memory.rs
+/// (CREATE_CQ clears the ring's control words with release stores) — and others are not.
+#[test]
+fn dirty_log_marks_the_pages_the_device_writes() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
+    use vhost::{VhostBackend, VhostUserDirtyLogRegion};
+
+    let d = start("dirtylog", 1, |_| {});
+    let (mut fe, _, _) = connect_with(&d.path, true, Pf::LOG_SHMFD);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+
+    // One bit per 4 KiB page of guest-physical space, as QEMU sizes it.
+    let pages = (0x4000_0000u64 + (8 << 20)) / 4096;
+    let log_len = pages.div_ceil(8);
+    // SAFETY: memfd_create with a NUL-terminated name; the fd is owned below.
+    let fd = unsafe { libc::memfd_create(c"vrdma-log".as_ptr(), 0) };
+    assert!(fd >= 0);
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let log_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate on our own memfd.
+    let r = unsafe { libc::ftruncate(log_fd.as_raw_fd(), log_len as i64) };
+    assert_eq!(r, 0);
+    fe.set_log_base(
+        0,
+        Some(VhostUserDirtyLogRegion {
+            mmap_size: log_len,
+            mmap_offset: 0,
+            mmap_handle: log_fd.as_raw_fd(),
+        }),
+    )
+    .unwrap();
+    let dirty = |gpa: u64| {
+        let page = gpa / 4096;
+        let mut b = [0u8; 1];
+        // SAFETY: pread into a 1-byte buffer from our own memfd.
+        let n = unsafe {
+            libc::pread(
+                log_fd.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                1,
+                (page / 8) as i64,
+            )
+        };
+        assert_eq!(n, 1);
+        b[0] & (1 << (page % 8)) != 0
+    };
+
+    let ring = guest.alloc(2 * 4096, 4096);
+    let untouched = guest.alloc(4096, 4096);
+    guest.write(ring, &[0xff; 4]); // a stale producer index the device must clear
+    let mut req = VrdmaCmdCreateCq {
+        cqn: 0,
+        depth: 16,
+        npages: 2,
+        reserved: 0,
+    }
+    .as_bytes()
+    .to_vec();
+    req.extend_from_slice(&ring.to_le_bytes());
+    req.extend_from_slice(&(ring + 4096).to_le_bytes());
+    let before = (dirty(ring), dirty(untouched));
+    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_CQ, &req), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    assert_eq!(before, (false, false));
+    assert_eq!(guest.read(ring, 4), vec![0; 4], "producer index cleared");
+    assert!(dirty(ring), "the atomics marked the ring's control page");
+    assert!(dirty(ctrl.used), "the used ring is marked");
+    assert!(
+        !dirty(untouched),
+        "a page the device did not write is clean"
+    );
+    drop(fe);
+    d.thread.join().unwrap();
+}
+
+/// Spec §17.1: a migration that fails after the source stopped (the destination refused the
+/// state, the network broke) leaves the source with every object: QEMU starts the device again
+/// (SET_MEM_TABLE, rings) and the driver carries on.
+#[test]
+fn a_failed_migration_resumes_the_source_with_its_objects() {
+    use vhost::vhost_user::message::VhostUserVirtioFeatures;
+    use vhost::VhostBackend;
+
+    let d = start("mig-resume", 1, |_| {});
+    let none = vhost::vhost_user::message::VhostUserProtocolFeatures::empty();
+    let (mut fe, acked, _) = connect_with(&d.path, true, none);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
+    let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+    fe.set_features(acked | log_all).unwrap();
+    fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
+    // vm_start on the source: vhost_dev_start again (logging may already be off).
+    fe.set_features(acked).unwrap();
+    let mut ctrl2 = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl2]);
+    let (_, resp) = run(
+        &mut ctrl2,
+        &mut guest,
+        &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
+        8,
+    );
+    assert_eq!(
+        status_of(&resp),
+        VRDMA_STATUS_OK,
+        "the PD survived the stop"
+    );
+    drop(fe);
+    d.thread.join().unwrap();
+}

@@ -219,14 +219,14 @@ fn protocol_features_are_the_spec_table() {
         | VhostUserProtocolFeatures::CONFIG
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::RESET_DEVICE
-        | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+        | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+        | VhostUserProtocolFeatures::LOG_SHMFD
+        | VhostUserProtocolFeatures::DEVICE_STATE;
     assert_eq!(pf, spec, "offered {pf:?}, spec §2.5 says {spec:?}");
     for not_offered in [
         VhostUserProtocolFeatures::STATUS,
         VhostUserProtocolFeatures::INFLIGHT_SHMFD,
         VhostUserProtocolFeatures::BACKEND_REQ,
-        VhostUserProtocolFeatures::LOG_SHMFD,
-        VhostUserProtocolFeatures::DEVICE_STATE,
     ] {
         assert!(!pf.contains(not_offered), "{not_offered:?} offered");
     }

@@ -30,7 +30,7 @@ fn page_list(rest: &[u8], n: u32) -> Result<Vec<u64>, u32> {
 }
 
 /// Host memory a CQ with a ring of `npages` pages holds.
-fn cq_charge(npages: usize) -> u64 {
+pub(crate) fn cq_charge(npages: usize) -> u64 {
     (std::mem::size_of::<Cq>() as u64).saturating_add(npages as u64 * 8)
 }
 

@@ -32,6 +32,7 @@ pub mod commands;
 pub mod config;
 pub mod outcome;
 pub mod output;
+pub mod snapshot;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -106,6 +107,12 @@ pub struct Device {
     /// fabric port RoCEv2 frames are built without one and received ones are not checked. Set
     /// by the engine.
     pub icrc_offload: crate::uplink::IcrcOffload,
+    /// Migration (spec §17.1): the engine neither reads nor writes guest memory nor sends;
+    /// received frames are dropped (RC peers retransmit), doorbells wait for `resume_sweep`.
+    pub suspended: bool,
+    /// The next engine batch rings every QP's SQ and RQ doorbell: set by doorbells that arrived
+    /// while suspended and by a restore (doorbells the source had not handled yet).
+    pub resume_sweep: bool,
 }
 
 impl std::fmt::Debug for Device {
@@ -152,6 +159,8 @@ impl Device {
             resp_range_scratch: Vec::new(),
             cq_timers: Default::default(),
             icrc_offload: Default::default(),
+            suspended: false,
+            resume_sweep: false,
             config,
             mem,
             out,
@@ -175,6 +184,27 @@ impl Device {
         self.needs_reset = false;
         self.timers.clear();
         self.cq_timers.clear();
+        self.suspended = false;
+        self.resume_sweep = false;
+    }
+
+    /// Leaving a suspension (spec §17.4): ring every QP's doorbells at the next engine batch
+    /// and send a RARP frame with the port's MAC, so that switches between the peers and this
+    /// host learn where the port is now (as QEMU announces a migrated NIC).
+    pub fn announce(&mut self) {
+        self.resume_sweep = true;
+        let mut f = Vec::with_capacity(60);
+        f.extend_from_slice(&[0xff; 6]);
+        f.extend_from_slice(&self.config.mac);
+        f.extend_from_slice(&[0x80, 0x35]); // RARP
+                                            // htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4, op 3 (reverse request)
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 3]);
+        for _ in 0..2 {
+            f.extend_from_slice(&self.config.mac);
+            f.extend_from_slice(&[0; 4]);
+        }
+        f.resize(60, 0);
+        self.outbox.push(f);
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

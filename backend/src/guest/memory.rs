@@ -16,13 +16,15 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use thiserror::Error;
+use vm_memory::bitmap::Bitmap;
 use vm_memory::{
     GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
     GuestMemoryRegion, GuestRegionMmap, VolatileMemory,
 };
 
-/// The memory map type handed over by vhost-user (no dirty bitmap).
-pub type GuestMemoryMap = GuestMemoryMmap<()>;
+/// The memory map type handed over by vhost-user, with the dirty-page log of migration (spec
+/// §17.1): `copy_from` on its slices marks pages itself, the atomics below mark them by hand.
+pub type GuestMemoryMap = GuestMemoryMmap<crate::vhost_user::DirtyBitmap>;
 
 /// Errors of guest memory accesses.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -88,7 +90,9 @@ impl GuestMem {
     }
 
     /// Build from already-mapped regions (e.g. memfd-backed regions in tests).
-    pub fn from_regions(regions: Vec<GuestRegionMmap<()>>) -> Result<Self, GuestMemError> {
+    pub fn from_regions(
+        regions: Vec<GuestRegionMmap<crate::vhost_user::DirtyBitmap>>,
+    ) -> Result<Self, GuestMemError> {
         let map = GuestMemoryMap::from_regions(regions)
             .map_err(|e| GuestMemError::Setup(e.to_string()))?;
         Ok(Self::new(GuestMemoryAtomic::new(map)))
@@ -201,7 +205,14 @@ impl GuestMem {
         Ok(())
     }
 
-    fn with_u32<R>(&self, gpa: u64, f: impl FnOnce(&AtomicU32) -> R) -> Result<R, GuestMemError> {
+    /// `dirty`: the access may write, so the page goes into the migration log (spec §17.1);
+    /// atomics bypass the slice copies that mark pages by themselves.
+    fn with_u32<R>(
+        &self,
+        gpa: u64,
+        dirty: bool,
+        f: impl FnOnce(&AtomicU32) -> R,
+    ) -> Result<R, GuestMemError> {
         if !gpa.is_multiple_of(4) {
             return Err(GuestMemError::Misaligned { gpa, align: 4 });
         }
@@ -211,10 +222,21 @@ impl GuestMem {
         let s =
             GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 4).map_err(|_| oor.clone())?;
         let a = s.get_atomic_ref::<AtomicU32>(0).map_err(|_| oor)?;
-        Ok(f(a))
+        let r = f(a);
+        if dirty {
+            s.bitmap().mark_dirty(0, 4);
+        }
+        Ok(r)
     }
 
-    fn with_u64<R>(&self, gpa: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, GuestMemError> {
+    /// `dirty`: the access may write, so the page goes into the migration log (spec §17.1);
+    /// atomics bypass the slice copies that mark pages by themselves.
+    fn with_u64<R>(
+        &self,
+        gpa: u64,
+        dirty: bool,
+        f: impl FnOnce(&AtomicU64) -> R,
+    ) -> Result<R, GuestMemError> {
         if !gpa.is_multiple_of(8) {
             return Err(GuestMemError::Misaligned { gpa, align: 8 });
         }
@@ -224,28 +246,34 @@ impl GuestMem {
         let s =
             GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 8).map_err(|_| oor.clone())?;
         let a = s.get_atomic_ref::<AtomicU64>(0).map_err(|_| oor)?;
-        Ok(f(a))
+        let r = f(a);
+        if dirty {
+            s.bitmap().mark_dirty(0, 8);
+        }
+        Ok(r)
     }
 
     /// Little-endian u32 load with acquire ordering (ring indices).
     pub fn load_u32_acquire(&self, gpa: u64) -> Result<u32, GuestMemError> {
-        self.with_u32(gpa, |a| u32::from_le(a.load(Ordering::Acquire)))
+        self.with_u32(gpa, false, |a| u32::from_le(a.load(Ordering::Acquire)))
     }
 
     /// Little-endian u32 store with release ordering (ring indices).
     pub fn store_u32_release(&self, gpa: u64, v: u32) -> Result<(), GuestMemError> {
-        self.with_u32(gpa, |a| a.store(v.to_le(), Ordering::Release))
+        self.with_u32(gpa, true, |a| a.store(v.to_le(), Ordering::Release))
     }
 
     /// Atomic exchange of a little-endian u32 (CQ arm); sequentially consistent. Returns the old value.
     pub fn swap_u32(&self, gpa: u64, v: u32) -> Result<u32, GuestMemError> {
-        self.with_u32(gpa, |a| u32::from_le(a.swap(v.to_le(), Ordering::SeqCst)))
+        self.with_u32(gpa, true, |a| {
+            u32::from_le(a.swap(v.to_le(), Ordering::SeqCst))
+        })
     }
 
     /// Atomic compare-and-swap of a u64 in guest memory (IB atomic CMP_AND_SWP, little-endian host
     /// order in memory as the guest CPU sees it). Returns the original value.
     pub fn compare_swap_u64(&self, gpa: u64, expect: u64, new: u64) -> Result<u64, GuestMemError> {
-        self.with_u64(gpa, |a| {
+        self.with_u64(gpa, true, |a| {
             match a.compare_exchange(
                 expect.to_le(),
                 new.to_le(),
@@ -261,13 +289,13 @@ impl GuestMem {
     pub fn fetch_add_u64(&self, gpa: u64, add: u64) -> Result<u64, GuestMemError> {
         // The host is little-endian (vrdma-spec refuses big-endian targets), so the in-memory
         // representation is the native one and a native fetch_add is correct.
-        self.with_u64(gpa, |a| a.fetch_add(add, Ordering::SeqCst))
+        self.with_u64(gpa, true, |a| a.fetch_add(add, Ordering::SeqCst))
     }
 
     /// Store 8 bytes with one atomic 64-bit store (IBTA 1.5 ATOMIC WRITE); the bytes land in
     /// memory unchanged. Release ordering: every earlier write of the device is visible first.
     pub fn store_bytes8_atomic(&self, gpa: u64, bytes: [u8; 8]) -> Result<(), GuestMemError> {
-        self.with_u64(gpa, |a| {
+        self.with_u64(gpa, true, |a| {
             a.store(u64::from_ne_bytes(bytes), Ordering::Release)
         })
     }

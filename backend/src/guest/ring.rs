@@ -156,6 +156,41 @@ impl Ring {
         }
     }
 
+    /// Rebuild a ring from migrated state (spec §17.3): the same geometry checks as
+    /// [`Ring::new`] but not the guest-memory check, because the destination has no memory table
+    /// yet when the state arrives (every later access is bounds-checked anyway).
+    pub fn from_saved(
+        pages: &[u64],
+        depth: u32,
+        entry_shift: u32,
+        dev_index: u32,
+        min_shift: u32,
+        max_depth: u32,
+    ) -> Result<Ring, RingError> {
+        if depth == 0 || !depth.is_power_of_two() || depth > max_depth {
+            return Err(RingError::BadDepth(depth));
+        }
+        if entry_shift < min_shift || entry_shift > 12 {
+            return Err(RingError::BadEntryShift(entry_shift));
+        }
+        let expected = ring_npages(depth, entry_shift);
+        if pages.len() as u64 != expected {
+            return Err(RingError::BadPageCount {
+                expected,
+                got: pages.len() as u64,
+            });
+        }
+        if let Some(&p) = pages.iter().find(|&&p| p % RING_PAGE_SIZE != 0) {
+            return Err(RingError::UnalignedPage(p));
+        }
+        Ok(Ring {
+            pages: pages.to_vec(),
+            depth,
+            entry_shift,
+            dev_index,
+        })
+    }
+
     pub fn depth(&self) -> u32 {
         self.depth
     }

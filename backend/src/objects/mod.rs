@@ -121,6 +121,38 @@ impl<T> HandleTable<T> {
             .filter_map(|(i, s)| s.as_mut().map(|v| (i as u32, v)))
     }
 
+    /// Fill an empty table with objects at given handles (migration, spec §17.3). Fails, and
+    /// leaves the table empty, on handle 0, a duplicate, or more objects than `max`; the free
+    /// list is every unused handle below the highest one, in ascending order.
+    pub fn restore(&mut self, entries: Vec<(u32, T)>) -> Result<(), u32> {
+        self.clear();
+        if entries.len() as u64 > u64::from(self.max) {
+            return Err(0);
+        }
+        // `insert` only appends a slot when no handle is free, so handles never exceed `max`.
+        if let Some((h, _)) = entries.iter().find(|(h, _)| *h == 0 || *h > self.max) {
+            return Err(*h);
+        }
+        let top = entries.iter().map(|(h, _)| *h).max().unwrap_or(0);
+        let mut slots: Vec<Option<T>> = Vec::new();
+        slots.resize_with(top as usize + 1, || None);
+        let mut count = 0;
+        for (h, v) in entries {
+            let slot = &mut slots[h as usize];
+            if slot.is_some() {
+                return Err(h);
+            }
+            *slot = Some(v);
+            count += 1;
+        }
+        self.free = (1..slots.len() as u32)
+            .filter(|&h| slots[h as usize].is_none())
+            .collect();
+        self.slots = slots;
+        self.count = count;
+        Ok(())
+    }
+
     /// Remove everything (device reset); handle numbering starts over.
     pub fn clear(&mut self) {
         self.slots = vec![None];

@@ -395,7 +395,7 @@ pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
 }
 
 /// Highest QPN handed out: 0xffffff is the multicast QPN (IBTA 10.5), never a QP's.
-const MAX_QPN: u32 = MASK24 - 1;
+pub(crate) const MAX_QPN: u32 = MASK24 - 1;
 /// Random draws before [`QpTable::alloc_qpn`] walks from a random point instead; with
 /// `max_qp` far below the 2^24 space the first draw is free with overwhelming probability.
 const QPN_DRAWS: u32 = 16;

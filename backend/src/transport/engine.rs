@@ -308,61 +308,83 @@ fn run(
                     d.set_port_active(up);
                 }
             }
-            super::on_doorbells(&mut d, &dbs);
-            for f in looped.drain(..) {
-                super::on_frame_at(&mut d, &f, now);
-                super::packet::recycle_frame(f);
-            }
-            for (i, rx) in frames.iter().enumerate() {
-                if i % FRAMES_PER_CLOCK == FRAMES_PER_CLOCK - 1 {
-                    now = Instant::now();
+            if d.suspended {
+                // Spec §17.1: a suspended device touches neither guest memory nor the wire.
+                // Received frames are lost (RC peers retransmit); doorbells are handled by the
+                // sweep when the device resumes.
+                if !dbs.records.is_empty() || dbs.sweep {
+                    d.resume_sweep = true;
                 }
-                let Some(f) = bufs
-                    .get(rx.slot)
-                    .and_then(|b| b.get(rx.off..rx.off + rx.len))
-                else {
-                    continue;
+                looped.clear();
+                frames.clear();
+                d.outbox.clear();
+                None
+            } else {
+                if std::mem::take(&mut d.resume_sweep) {
+                    super::on_doorbells(
+                        &mut d,
+                        &super::doorbells::DoorbellBatch {
+                            records: Vec::new(),
+                            sweep: true,
+                        },
+                    );
+                }
+                super::on_doorbells(&mut d, &dbs);
+                for f in looped.drain(..) {
+                    super::on_frame_at(&mut d, &f, now);
+                    super::packet::recycle_frame(f);
+                }
+                for (i, rx) in frames.iter().enumerate() {
+                    if i % FRAMES_PER_CLOCK == FRAMES_PER_CLOCK - 1 {
+                        now = Instant::now();
+                    }
+                    let Some(f) = bufs
+                        .get(rx.slot)
+                        .and_then(|b| b.get(rx.off..rx.off + rx.len))
+                    else {
+                        continue;
+                    };
+                    let mac = d.config.mac;
+                    let dest = classify_with(f, &[mac], false, |g| {
+                        d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
+                    });
+                    match dest {
+                        Destination::Engine => {
+                            bump(&port.rx_to_engine);
+                            super::on_frame_at(&mut d, f, now)
+                        }
+                        Destination::Guest => {
+                            bump(&port.rx_to_guest);
+                            d.out.eth_rx(f)
+                        }
+                        Destination::Drop => bump(&port.drop_filtered),
+                    }
+                }
+                let t = super::on_tick(&mut d, now);
+                let o = d.odp_tick(now);
+                let next = match (t, o) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
                 };
-                let mac = d.config.mac;
-                let dest = classify_with(f, &[mac], false, |g| {
-                    d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
-                });
-                match dest {
-                    Destination::Engine => {
-                        bump(&port.rx_to_engine);
-                        super::on_frame_at(&mut d, f, now)
+                std::mem::swap(&mut out, &mut d.outbox);
+                for f in out.drain(..) {
+                    let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
+                    match tx_destination(&f, ours) {
+                        TxDestination::Engine => {
+                            bump(&port.loopback_frames);
+                            looped.push(f);
+                        }
+                        TxDestination::EngineAndUplink => {
+                            bump(&port.loopback_frames);
+                            looped.push(f.clone());
+                            to_uplink.push(f);
+                        }
+                        TxDestination::Uplink => to_uplink.push(f),
                     }
-                    Destination::Guest => {
-                        bump(&port.rx_to_guest);
-                        d.out.eth_rx(f)
-                    }
-                    Destination::Drop => bump(&port.drop_filtered),
                 }
+                std::mem::swap(&mut out, &mut to_uplink);
+                next
             }
-            let t = super::on_tick(&mut d, now);
-            let o = d.odp_tick(now);
-            let next = match (t, o) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            std::mem::swap(&mut out, &mut d.outbox);
-            for f in out.drain(..) {
-                let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
-                match tx_destination(&f, ours) {
-                    TxDestination::Engine => {
-                        bump(&port.loopback_frames);
-                        looped.push(f);
-                    }
-                    TxDestination::EngineAndUplink => {
-                        bump(&port.loopback_frames);
-                        looped.push(f.clone());
-                        to_uplink.push(f);
-                    }
-                    TxDestination::Uplink => to_uplink.push(f),
-                }
-            }
-            std::mem::swap(&mut out, &mut to_uplink);
-            next
         };
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).

@@ -1,11 +1,16 @@
 //! [`VhostUserRdma`]: the `VhostUserBackend` for one frontend connection.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use log::{info, warn};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
 use vhost_user_backend::VhostUserBackend;
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_ring::{
@@ -43,6 +48,20 @@ pub struct VhostUserRdma<D: RdmaDevice> {
     attached: AtomicBool,
     /// The device's host-memory budget, charged for control chains being gathered (§16).
     budget: Option<crate::budget::Budget>,
+    /// The frontend acked VHOST_F_LOG_ALL: a migration is running, stopping the control queue
+    /// suspends the device instead of resetting it (spec §17.1).
+    logging: AtomicBool,
+    /// The state transfer started by SET_DEVICE_STATE_FD, finished by CHECK_DEVICE_STATE.
+    transfer: Mutex<Option<Transfer>>,
+}
+
+/// A device state transfer in progress (spec §17.3): a thread moves the bytes through the
+/// frontend's pipe, because SET_DEVICE_STATE_FD must not block.
+enum Transfer {
+    /// Writing the saved state; `Err` if the device could not be saved.
+    Save(Result<JoinHandle<io::Result<()>>, String>),
+    /// Reading the state to load.
+    Load(JoinHandle<io::Result<Vec<u8>>>),
 }
 
 impl<D: RdmaDevice> VhostUserRdma<D> {
@@ -64,6 +83,8 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             | 1u64 << VIRTIO_RING_F_INDIRECT_DESC
             | 1u64 << VIRTIO_RING_F_EVENT_IDX
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            // Every device write to guest memory is logged (guest/memory.rs, spec §17.1).
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
             | VIRTIO_RDMA_F_ETH
             | (device_features & (VIRTIO_RDMA_F_ODP | VIRTIO_RDMA_F_ODP_IMPLICIT));
         let budget = device.lock().unwrap_or_else(|p| p.into_inner()).budget();
@@ -79,6 +100,8 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             event_idx: AtomicBool::new(false),
             attached: AtomicBool::new(false),
             budget,
+            logging: AtomicBool::new(false),
+            transfer: Mutex::new(None),
         }
     }
 
@@ -150,8 +173,27 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     }
 }
 
+/// The result of a state transfer thread (a panic there is an error, not ours).
+fn joined<T>(r: std::thread::Result<io::Result<T>>) -> io::Result<T> {
+    r.unwrap_or_else(|_| Err(io::Error::other("state transfer thread panicked")))
+}
+
+/// Read a whole state stream, at most `MAX_STATE_BYTES` (the frontend's data is untrusted).
+fn read_state(file: &mut File) -> io::Result<Vec<u8>> {
+    let max = crate::device::snapshot::MAX_STATE_BYTES;
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "device state stream too large",
+        ));
+    }
+    Ok(bytes)
+}
+
 impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
-    type Bitmap = ();
+    type Bitmap = super::DirtyBitmap;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -171,17 +213,24 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             "virtio features: offered {:#x}, acked {features:#x}",
             self.features
         );
+        let log = features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
+        if self.logging.swap(log, Ordering::AcqRel) != log {
+            info!("dirty page logging {}", if log { "on" } else { "off" });
+        }
     }
 
     /// Exactly the table of spec §2.5: QEMU uses every feature both sides offer, so nothing the
     /// vhost crate does not implement (STATUS) and nothing a restart could not honour
-    /// (INFLIGHT_SHMFD: a restarted daemon asks for a reset instead, §2.4).
+    /// (INFLIGHT_SHMFD: a restarted daemon asks for a reset instead, §2.4). LOG_SHMFD and
+    /// DEVICE_STATE are migration (§17).
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::RESET_DEVICE
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::LOG_SHMFD
+            | VhostUserProtocolFeatures::DEVICE_STATE
     }
 
     fn reset_device(&self) {
@@ -229,7 +278,16 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                 );
             }
         }
-        self.lock_device().set_guest_memory(mem);
+        let mut dev = self.lock_device();
+        dev.set_guest_memory(mem);
+        // QEMU starts a device with SET_MEM_TABLE (vhost_dev_start): after a failed migration
+        // on the source, or on the destination once the state is loaded (spec §17.4).
+        if dev.suspended() {
+            info!("device resumed");
+            dev.resume();
+            drop(dev);
+            self.doorbells.kick();
+        }
         Ok(())
     }
 
@@ -241,11 +299,92 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
         if queue_index == u32::from(VQ_CONTROL) {
-            // QEMU stops every ring on a virtio reset / driver unload: the next driver instance
-            // must find a power-on device.
-            self.reset_state("control queue stopped");
+            if self.logging.load(Ordering::Acquire) {
+                // A migrating VM stops: keep every object for SET_DEVICE_STATE_FD (spec §17.1).
+                info!("device suspended (control queue stopped while logging)");
+                self.lock_device().suspend();
+            } else {
+                // QEMU stops every ring on a virtio reset / driver unload: the next driver
+                // instance must find a power-on device.
+                self.reset_state("control queue stopped");
+            }
         }
         Ok(())
+    }
+
+    fn set_device_state_fd(
+        &self,
+        direction: VhostTransferStateDirection,
+        phase: VhostTransferStatePhase,
+        mut file: File,
+    ) -> io::Result<Option<File>> {
+        if phase != VhostTransferStatePhase::STOPPED {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "only the STOPPED phase is supported",
+            ));
+        }
+        let job = match direction {
+            VhostTransferStateDirection::SAVE => {
+                let saved = {
+                    let mut dev = self.lock_device();
+                    if dev.suspended() {
+                        dev.save_state()
+                    } else {
+                        Err("the device is not stopped".to_string())
+                    }
+                };
+                Transfer::Save(match saved {
+                    Ok(bytes) => {
+                        info!("saving device state: {} bytes", bytes.len());
+                        std::thread::Builder::new()
+                            .name("vrdma-state-save".into())
+                            .spawn(move || file.write_all(&bytes))
+                            .map_err(|e| e.to_string())
+                    }
+                    // Nothing is written: the frontend reads an empty stream and
+                    // CHECK_DEVICE_STATE reports the error (the migration fails cleanly).
+                    Err(e) => {
+                        warn!("cannot save the device state: {e}");
+                        Err(e)
+                    }
+                })
+            }
+            VhostTransferStateDirection::LOAD => Transfer::Load(
+                std::thread::Builder::new()
+                    .name("vrdma-state-load".into())
+                    .spawn(move || read_state(&mut file))?,
+            ),
+        };
+        *self.transfer.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+        Ok(None)
+    }
+
+    fn check_device_state(&self) -> io::Result<()> {
+        let job = self
+            .transfer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match job {
+            None => Err(io::Error::other("no device state transfer was started")),
+            Some(Transfer::Save(Err(e))) => Err(io::Error::other(e)),
+            Some(Transfer::Save(Ok(t))) => joined(t.join()),
+            Some(Transfer::Load(t)) => {
+                let bytes = joined(t.join())?;
+                let r = self.lock_device().load_state(&bytes);
+                match r {
+                    Ok(()) => {
+                        info!("device state loaded: {} bytes", bytes.len());
+                        Ok(())
+                    }
+                    Err(e) => {
+                        warn!("cannot load the device state: {e}");
+                        Err(io::Error::new(io::ErrorKind::InvalidData, e))
+                    }
+                }
+            }
+        }
     }
 
     fn handle_event(

@@ -27,6 +27,30 @@ impl RdmaDevice for Device {
     fn budget(&self) -> Option<crate::budget::Budget> {
         Some(self.budget.clone())
     }
+
+    fn suspend(&mut self) {
+        self.suspended = true;
+    }
+
+    fn resume(&mut self) {
+        if std::mem::take(&mut self.suspended) {
+            self.announce();
+        }
+    }
+
+    fn suspended(&self) -> bool {
+        self.suspended
+    }
+
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        crate::device::snapshot::save(self).map_err(|e| e.to_string())
+    }
+
+    fn load_state(&mut self, state: &[u8]) -> Result<(), String> {
+        let r = crate::device::snapshot::restore(self, state).map_err(|e| e.to_string());
+        self.suspended = true;
+        r
+    }
 }
 
 impl DeviceOutput for VirtqOutput {

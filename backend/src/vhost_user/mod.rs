@@ -23,7 +23,8 @@
 //! - The device is also reset when the frontend stops the control queue (GET_VRING_BASE on
 //!   queue 0, which QEMU sends on a guest virtio reset, driver unbind or VM reboot) and on
 //!   RESET_DEVICE: every RDMA object is destroyed and pending events/page requests/frames are
-//!   dropped. Pausing the VM (`stop`/`cont`) also stops the rings, so it resets the device too.
+//!   dropped. Pausing the VM (`stop`/`cont`) also stops the rings, so it resets the device too;
+//!   only while a migration logs dirty pages (VHOST_F_LOG_ALL) does the stop suspend it (§17.1).
 //! - SIGINT/SIGTERM: the socket is removed and the process exits with status 0.
 //! - Logs: env_logger on stderr (or `--log-file`), `RUST_LOG` (default `info`): one line per
 //!   connect/disconnect/reset; guest-triggered warnings are rate-limited; `debug` logs every
@@ -71,8 +72,11 @@ pub use start::{
     Prepared, PreparedFabric, StartError,
 };
 
+/// The dirty-page bitmap of a guest memory region: empty until SET_LOG_BASE, then the
+/// frontend's shared log (VHOST_USER_PROTOCOL_F_LOG_SHMFD, spec §17.1).
+pub type DirtyBitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
 /// Guest memory as mapped from the vhost-user memory table.
-pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<()>;
+pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyBitmap>;
 /// The swappable guest memory shared by the vrings and the device (SET_MEM_TABLE, ADD_MEM_REG
 /// and REM_MEM_REG replace its contents).
 pub type GuestMemoryAtomic = vm_memory::GuestMemoryAtomic<GuestMemoryMmap>;
@@ -114,6 +118,25 @@ pub trait RdmaDevice: Send + 'static {
     /// it gathers to it (spec §16).
     fn budget(&self) -> Option<crate::budget::Budget> {
         None
+    }
+    /// Migration (spec §17.1): stop touching guest memory and the network, keeping every object
+    /// (the frontend stopped the device while logging dirty pages). Undone by [`Self::resume`].
+    fn suspend(&mut self) {}
+    /// Leave the suspension (the frontend started the device again: migration failed on the
+    /// source, or the destination runs).
+    fn resume(&mut self) {}
+    /// Whether the device is suspended.
+    fn suspended(&self) -> bool {
+        false
+    }
+    /// The device state stream of spec §17.3 (the device is suspended).
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        Err("this device does not migrate".into())
+    }
+    /// Replace the device's state by the stream (untrusted); the device stays suspended until
+    /// resumed. On error the device is at power-on state.
+    fn load_state(&mut self, _state: &[u8]) -> Result<(), String> {
+        Err("this device does not migrate".into())
     }
 }
 

@@ -309,7 +309,9 @@ pub fn connect_with(
     fe.set_protocol_features(want_pf)
         .expect("SET_PROTOCOL_FEATURES");
     fe.set_owner().expect("SET_OWNER");
-    let mut acked = features & !VIRTIO_RING_F_EVENT_IDX;
+    // Like QEMU: VHOST_F_LOG_ALL only while a migration runs (spec §17.1).
+    let log_all = vhost::vhost_user::message::VhostUserVirtioFeatures::LOG_ALL.bits();
+    let mut acked = features & !VIRTIO_RING_F_EVENT_IDX & !log_all;
     if event_idx {
         acked |= features & VIRTIO_RING_F_EVENT_IDX;
     }

@@ -1,0 +1,1160 @@
+//! Device state for live migration (spec §17): [`save`] serializes what the daemon holds for a
+//! stopped device, [`restore`] rebuilds it in the destination daemon's device.
+//!
+//! The stream is untrusted input for the destination (it crossed the migration channel): every
+//! length is checked against the bytes that remain before anything is allocated, every handle
+//! against the table's limits, every reference (a QP's PD, CQs and SRQ, an MR's PD, ...) against
+//! the objects restored before it, and the CRC-32 of the whole stream is checked first. Any
+//! failure is a [`SnapshotError`] and leaves the device at power-on state, never a panic.
+//!
+//! Layout (all little endian, spec §17.3): header (`MAGIC`, version, body length), the
+//! configuration fingerprint, then one section per object kind in dependency order (GIDs, PDs,
+//! AHs, CQs, SRQs, MRs, QPs), each a count followed by its entries, then the CRC-32 of
+//! everything before it.
+//!
+//! Transport state in flight moves too: the requester's fetched send WQEs with their progress
+//! (the destination retransmits from the unacknowledged PSN at once, as after a timeout, IBTA
+//! 9.7.6) and the responder's message in progress (its receive WQE and RDMA WRITE context).
+//! What is not carried (spec §17.2): READ responses being paced, an ODP fault being waited for,
+//! memory windows, multicast attachments and parked commands. [`save`] refuses a device that
+//! holds any of them ([`SnapshotError::Busy`]): the migration fails and the source keeps running.
+//! Responder resources for duplicate READ / atomic requests are dropped, ODP MRs come back with
+//! no resident chunk (the driver gets page requests again on the destination).
+
+use thiserror::Error;
+use vrdma_spec::*;
+
+use super::commands::cq_charge;
+use super::Device;
+use crate::guest::{Ring, RingError};
+use crate::memory::mr::{Mr, MrError, MrKind};
+use crate::memory::odp::OdpMr;
+use crate::objects::cq::CQE_SHIFT;
+use crate::objects::{Ah, Cq, Pd, Srq};
+use crate::qp::{Qp, QpAttrs, QpCaps, QpState, QpType};
+use crate::transport::requester::{SendWqe, Sge, WqeState};
+use crate::transport::responder::{MsgOp, RecvWqe, WriteCtx};
+use crate::transport::sgelist::SgeList;
+
+/// First bytes of every device state stream.
+pub const MAGIC: [u8; 8] = *b"VRDMAST\0";
+/// The stream version this daemon writes and the only one it reads.
+pub const VERSION: u32 = 1;
+/// Largest stream accepted (bounds what a destination reads into memory).
+pub const MAX_STATE_BYTES: usize = 256 << 20;
+
+const SEC_GID: u16 = 1;
+const SEC_PD: u16 = 2;
+const SEC_AH: u16 = 3;
+const SEC_CQ: u16 = 4;
+const SEC_SRQ: u16 = 5;
+const SEC_MR: u16 = 6;
+const SEC_QP: u16 = 7;
+
+const MR_PAGE_LIST: u8 = 1;
+const MR_DMA: u8 = 2;
+const MR_FAST_REG: u8 = 3;
+const MR_ODP: u8 = 4;
+const MR_IMPLICIT_ODP: u8 = 5;
+
+/// Errors of saving and restoring device state.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// The device holds state that does not migrate (spec §17.2); try again when it is idle.
+    #[error("device state cannot be saved now: {0}")]
+    Busy(&'static str),
+    #[error("device state ends early at byte {0}")]
+    Truncated(usize),
+    #[error("not a vrdma device state stream (bad magic)")]
+    BadMagic,
+    #[error("device state version {0} is not supported (this daemon reads {VERSION})")]
+    Version(u32),
+    #[error("device state is {0} bytes, more than {MAX_STATE_BYTES}")]
+    TooLarge(usize),
+    #[error("device state checksum mismatch")]
+    Checksum,
+    #[error("device state has {0} trailing bytes")]
+    Trailing(usize),
+    #[error("device state section {found} where {expected} was expected")]
+    Section { expected: u16, found: u16 },
+    #[error("the destination device differs from the source: {0}")]
+    ConfigMismatch(&'static str),
+    #[error("invalid {what} in device state: {value:#x}")]
+    Invalid { what: &'static str, value: u64 },
+    #[error("ring in device state: {0}")]
+    Ring(#[from] RingError),
+    #[error("MR in device state: {0}")]
+    Mr(#[from] MrError),
+    #[error("restored objects exceed the host-memory budget")]
+    NoResources,
+}
+
+fn invalid(what: &'static str, value: impl Into<u64>) -> SnapshotError {
+    SnapshotError::Invalid {
+        what,
+        value: value.into(),
+    }
+}
+
+/// Little-endian writer.
+#[derive(Default)]
+struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+    fn bool(&mut self, v: bool) {
+        self.buf.push(v as u8);
+    }
+    fn u16(&mut self, v: u16) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+    fn opt_u32(&mut self, v: Option<u32>) {
+        self.bool(v.is_some());
+        self.u32(v.unwrap_or(0));
+    }
+    fn pages(&mut self, pages: &[u64]) {
+        self.u32(pages.len() as u32);
+        for &p in pages {
+            self.u64(p);
+        }
+    }
+    fn ring(&mut self, r: &Ring) {
+        self.u32(r.depth());
+        self.u32(r.entry_shift());
+        self.u32(r.dev_index());
+        self.pages(r.pages());
+    }
+}
+
+/// Bounds-checked little-endian reader over an untrusted stream.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(SnapshotError::Truncated(self.pos))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.array::<1>()?[0])
+    }
+    fn bool(&mut self) -> Result<bool, SnapshotError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(invalid("boolean", v)),
+        }
+    }
+    fn u16(&mut self) -> Result<u16, SnapshotError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn opt_u32(&mut self) -> Result<Option<u32>, SnapshotError> {
+        let some = self.bool()?;
+        let v = self.u32()?;
+        Ok(some.then_some(v))
+    }
+    /// A count of entries of at least `min_entry` bytes each: refused unless that many bytes
+    /// remain, so no allocation is ever sized by an unchecked number.
+    fn count(&mut self, min_entry: usize) -> Result<usize, SnapshotError> {
+        let n = self.u32()? as usize;
+        let remaining = self.buf.len() - self.pos;
+        if n.saturating_mul(min_entry.max(1)) > remaining {
+            return Err(SnapshotError::Truncated(self.pos));
+        }
+        Ok(n)
+    }
+    /// [`Reader::count`], and at most `max` (a table's limit): what is read before the table
+    /// checks it is bounded by the destination's configuration, not by the stream's length.
+    fn count_at_most(&mut self, min_entry: usize, max: u32) -> Result<usize, SnapshotError> {
+        let n = self.count(min_entry)?;
+        if n as u64 > u64::from(max) {
+            return Err(invalid("object count", n as u64));
+        }
+        Ok(n)
+    }
+
+    /// A page list; no command delivers more than `VRDMA_CMD_MAX_PAGES` (fast-registration
+    /// lists: the device's `max_fast_reg_page_list_len`), so no more is read.
+    fn pages(&mut self, max: u32) -> Result<Vec<u64>, SnapshotError> {
+        let n = self.count_at_most(8, max)?;
+        (0..n).map(|_| self.u64()).collect()
+    }
+    fn ring(&mut self, min_shift: u32, max_depth: u32) -> Result<Ring, SnapshotError> {
+        let depth = self.u32()?;
+        let shift = self.u32()?;
+        let dev_index = self.u32()?;
+        let pages = self.pages(VRDMA_CMD_MAX_PAGES)?;
+        Ok(Ring::from_saved(
+            &pages, depth, shift, dev_index, min_shift, max_depth,
+        )?)
+    }
+    fn abi<T: Abi>(&mut self) -> Result<T, SnapshotError> {
+        let b = self.take(T::SIZE)?;
+        T::read_from(b).ok_or(SnapshotError::Truncated(self.pos))
+    }
+    fn section(&mut self, expected: u16) -> Result<(), SnapshotError> {
+        let found = self.u16()?;
+        if found != expected {
+            return Err(SnapshotError::Section { expected, found });
+        }
+        Ok(())
+    }
+}
+
+/// Why `dev` cannot be saved now, if it cannot (spec §17.2).
+fn busy_reason(dev: &Device) -> Option<&'static str> {
+    if dev.needs_reset {
+        return Some("the device needs a reset");
+    }
+    if dev.mrs.mw_count() > 0 {
+        return Some("memory windows are allocated");
+    }
+    if dev.mcast.group_count() > 0 {
+        return Some("QPs are attached to multicast groups");
+    }
+    // XRC domains, XRC SRQs and XRC QPs (spec §13.7) are not in the state format yet.
+    if !dev.xrcds.is_empty() {
+        return Some("XRC domains are allocated");
+    }
+    if dev.mrs.odp.pending_requests() > 0 || dev.mrs.odp_parked_advises() > 0 {
+        return Some("ODP page requests are outstanding");
+    }
+    for qp in dev.qps.iter() {
+        let (req, resp) = (&qp.req, &qp.resp);
+        if req.taken || resp.taken || req.fatal.is_some() || resp.fatal.is_some() {
+            return Some("a QP is in the middle of a transport step");
+        }
+        if req.odp_wait.is_some() {
+            return Some("a QP waits for an ODP fault");
+        }
+        if req.wqes.iter().any(|w| w.opcode == VRDMA_WR_BIND_MW) {
+            return Some("a QP has a BIND_MW WQE in flight");
+        }
+        if !resp.replies.is_empty() {
+            return Some("a QP has responses to send");
+        }
+    }
+    None
+}
+
+fn put_config(w: &mut Writer, dev: &Device) {
+    let c = &dev.config;
+    w.bytes(&c.mac);
+    w.u16(c.mtu);
+    for v in [
+        c.max_pd,
+        c.max_qp,
+        c.max_cq,
+        c.max_srq,
+        c.max_mr,
+        c.max_ah,
+        c.max_gid,
+        c.max_qp_wr,
+        c.max_srq_wr,
+        c.max_cqe,
+    ] {
+        w.u32(v);
+    }
+    w.bool(c.odp.enabled);
+    w.bool(c.odp.implicit);
+}
+
+fn check_config(r: &mut Reader, dev: &Device) -> Result<(), SnapshotError> {
+    let c = &dev.config;
+    if r.array::<6>()? != c.mac {
+        return Err(SnapshotError::ConfigMismatch("MAC address"));
+    }
+    if r.u16()? != c.mtu {
+        return Err(SnapshotError::ConfigMismatch("MTU"));
+    }
+    for (name, v) in [
+        ("max_pd", c.max_pd),
+        ("max_qp", c.max_qp),
+        ("max_cq", c.max_cq),
+        ("max_srq", c.max_srq),
+        ("max_mr", c.max_mr),
+        ("max_ah", c.max_ah),
+        ("max_gid", c.max_gid),
+        ("max_qp_wr", c.max_qp_wr),
+        ("max_srq_wr", c.max_srq_wr),
+        ("max_cqe", c.max_cqe),
+    ] {
+        // The guest was told these limits (QUERY_DEVICE); a smaller destination could not hold
+        // what it created, a different one would change what it sees.
+        if r.u32()? != v {
+            return Err(SnapshotError::ConfigMismatch(name));
+        }
+    }
+    if r.bool()? != c.odp.enabled || r.bool()? != c.odp.implicit {
+        return Err(SnapshotError::ConfigMismatch("ODP"));
+    }
+    Ok(())
+}
+
+/// Serialize the state of a stopped device (spec §17.3).
+pub fn save(dev: &Device) -> Result<Vec<u8>, SnapshotError> {
+    if let Some(why) = busy_reason(dev) {
+        return Err(SnapshotError::Busy(why));
+    }
+    let mut w = Writer::default();
+    w.bytes(&MAGIC);
+    w.u32(VERSION);
+    w.u32(0); // body length, patched below
+    put_config(&mut w, dev);
+
+    w.u16(SEC_GID);
+    let gids: Vec<(u32, _)> = (0..dev.gids.len())
+        .filter_map(|i| dev.gids.get(i).map(|g| (i, g)))
+        .collect();
+    w.u32(gids.len() as u32);
+    for (i, g) in gids {
+        w.u32(i);
+        w.u32(g.gid_type);
+        w.bytes(&g.gid);
+    }
+
+    w.u16(SEC_PD);
+    w.u32(dev.pds.len());
+    for (h, _) in dev.pds.iter() {
+        w.u32(h);
+    }
+
+    w.u16(SEC_AH);
+    w.u32(dev.ahs.len());
+    for (h, ah) in dev.ahs.iter() {
+        w.u32(h);
+        w.u32(ah.pd);
+        w.bytes(ah.av.as_bytes());
+        w.bytes(&ah.sgid);
+    }
+
+    w.u16(SEC_CQ);
+    w.u32(dev.cqs.len());
+    for (h, cq) in dev.cqs.iter() {
+        w.u32(h);
+        w.ring(&cq.ring);
+        w.bool(cq.broken);
+        w.u16(cq.moderation.count);
+        w.u16(cq.moderation.period_us);
+        w.u16(cq.moderation.held);
+    }
+
+    w.u16(SEC_SRQ);
+    w.u32(dev.srqs.len());
+    for (h, srq) in dev.srqs.iter() {
+        w.u32(h);
+        w.u32(srq.pd);
+        w.ring(&srq.ring);
+        w.u32(srq.max_sge);
+        w.u32(srq.limit);
+        w.bool(srq.broken);
+    }
+
+    w.u16(SEC_MR);
+    let slots: Vec<_> = dev.mrs.saved_slots().collect();
+    w.u32(slots.len() as u32);
+    for (_, variant, mr) in slots {
+        w.u8(variant);
+        let Some(mr) = mr else {
+            w.u8(0);
+            continue;
+        };
+        match &mr.kind {
+            MrKind::PageList { .. } => w.u8(MR_PAGE_LIST),
+            MrKind::Dma => w.u8(MR_DMA),
+            MrKind::FastReg { .. } => w.u8(MR_FAST_REG),
+            MrKind::Odp(_) => w.u8(MR_ODP),
+            MrKind::ImplicitOdp(_) => w.u8(MR_IMPLICIT_ODP),
+            MrKind::Window(_) => return Err(SnapshotError::Busy("memory windows are allocated")),
+        }
+        w.u32(mr.key);
+        w.u32(mr.pd);
+        w.u32(mr.access);
+        w.u64(mr.iova);
+        w.u64(mr.length);
+        match &mr.kind {
+            MrKind::PageList { page_shift, pages } => {
+                w.u32(*page_shift);
+                w.pages(pages);
+            }
+            MrKind::FastReg {
+                max_pages,
+                page_shift,
+                pages,
+                valid,
+            } => {
+                w.u32(*max_pages);
+                w.u32(*page_shift);
+                w.bool(*valid);
+                w.pages(pages);
+            }
+            _ => {}
+        }
+    }
+
+    w.u16(SEC_QP);
+    let qpns = dev.qps.qpns();
+    w.u32(qpns.len() as u32);
+    for qpn in qpns {
+        let Some(qp) = dev.qps.get(qpn) else { continue };
+        put_qp(&mut w, qp);
+    }
+
+    let body = (w.buf.len() - 16) as u32;
+    w.buf[12..16].copy_from_slice(&body.to_le_bytes());
+    let crc = crc32fast::hash(&w.buf);
+    w.u32(crc);
+    if w.buf.len() > MAX_STATE_BYTES {
+        return Err(SnapshotError::TooLarge(w.buf.len()));
+    }
+    Ok(w.buf)
+}
+
+fn put_qp(w: &mut Writer, qp: &Qp) {
+    w.u32(qp.qpn);
+    w.u32(qp.qp_type.as_u32());
+    w.u32(qp.pd);
+    w.u32(qp.send_cqn);
+    w.u32(qp.recv_cqn);
+    w.opt_u32(qp.srqn);
+    w.ring(&qp.sq);
+    w.bool(qp.rq.is_some());
+    if let Some(rq) = &qp.rq {
+        w.ring(rq);
+    }
+    w.bool(qp.sq_sig_all);
+    let c = &qp.caps;
+    for v in [
+        c.max_send_wr,
+        c.max_recv_wr,
+        c.max_send_sge,
+        c.max_recv_sge,
+        c.max_inline_data,
+    ] {
+        w.u32(v);
+    }
+    w.u32(qp.state.as_u32());
+    w.bool(qp.sq_draining);
+    let a = &qp.attrs;
+    for v in [
+        a.path_mtu,
+        a.qkey,
+        a.rq_psn,
+        a.sq_psn,
+        a.dest_qpn,
+        a.access_flags,
+    ] {
+        w.u32(v);
+    }
+    w.u16(a.pkey_index);
+    w.bool(a.en_sqd_async_notify);
+    for v in [
+        a.max_rd_atomic,
+        a.max_dest_rd_atomic,
+        a.min_rnr_timer,
+        a.timeout,
+        a.retry_cnt,
+        a.rnr_retry,
+        a.port_num,
+    ] {
+        w.u8(v);
+    }
+    w.bytes(a.av.as_bytes());
+    w.bool(a.av_valid);
+    w.bytes(&a.sgid);
+    // Requester (IBTA 9.7): sequence numbers and retry counters. Nothing is in flight (see
+    // `busy_reason`), so the SQ resumes at `sq_fetch` with the next PSN.
+    let q = &qp.req;
+    for v in [q.psn, q.una, q.psn_high, q.sq_fetch, q.cwnd] {
+        w.u32(v);
+    }
+    w.u8(q.retry_left);
+    w.u8(q.rnr_left);
+    w.bool(q.counters_loaded);
+    w.bool(q.stopped);
+    w.bool(q.fetch_blocked);
+    w.u64(q.restarts);
+    w.opt_u32(q.retry_psn);
+    w.u32(q.rd_atomic_outstanding);
+    w.bool(q.retrans_deadline.is_some());
+    w.bool(q.rnr_deadline.is_some());
+    w.u32(q.wqes.len() as u32);
+    for wqe in &q.wqes {
+        put_wqe(w, wqe);
+    }
+    // Responder: expected PSN and MSN (IBTA 9.7.5.1).
+    let s = &qp.resp;
+    w.u32(s.epsn);
+    w.u32(s.msn);
+    w.u32(s.unacked);
+    w.bool(s.seq_nak_sent);
+    w.bool(s.uc_drop);
+    w.bool(s.comm_est);
+    w.bool(s.last_wqe_reported);
+    w.u8(match s.cur {
+        None => 0,
+        Some(MsgOp::Send) => 1,
+        Some(MsgOp::Write) => 2,
+    });
+    w.bool(s.recv.is_some());
+    if let Some(r) = &s.recv {
+        w.u64(r.wr_id);
+        w.u64(r.capacity);
+        w.u64(r.offset);
+        w.opt_u32(r.srqn);
+        w.bool(r.malformed);
+        put_sges(w, &r.sges);
+    }
+    w.bool(s.write.is_some());
+    if let Some(x) = &s.write {
+        w.u64(x.va);
+        w.u32(x.rkey);
+        w.u64(x.remaining);
+        w.u64(x.total);
+    }
+}
+
+fn put_sges(w: &mut Writer, sges: &[Sge]) {
+    w.u32(sges.len() as u32);
+    for g in sges {
+        w.u64(g.addr);
+        w.u32(g.len);
+        w.u32(g.lkey);
+    }
+}
+
+fn put_wqe(w: &mut Writer, q: &SendWqe) {
+    w.u32(q.index);
+    w.u64(q.wr_id);
+    w.u8(q.opcode);
+    w.u8(q.flags);
+    w.bool(q.signaled);
+    w.u32(q.ex);
+    w.u64(q.remote_addr);
+    w.u32(q.rkey);
+    w.u64(q.compare_add);
+    w.u64(q.swap);
+    w.bytes(&q.atomic_write_data);
+    w.u8(q.flush.placement);
+    w.u8(q.flush.selectivity);
+    w.u64(q.flush.length);
+    w.u32(q.ah_index);
+    w.u32(q.remote_qpn);
+    w.u32(q.remote_qkey);
+    let r = &q.reg;
+    w.u64(r.iova);
+    w.u64(r.length);
+    for v in [r.key, r.access, r.page_list_len, r.page_shift] {
+        w.u32(v);
+    }
+    w.u64(r.page_list_addr);
+    put_sges(w, &q.sges);
+    w.bool(q.inline.is_some());
+    if let Some(d) = &q.inline {
+        w.u32(d.len() as u32);
+        w.bytes(d);
+    }
+    w.u64(q.length);
+    w.u8(match q.state {
+        WqeState::Pending => 0,
+        WqeState::Sending => 1,
+        WqeState::Sent => 2,
+        WqeState::Done => 3,
+    });
+    w.bool(q.validated);
+    w.bool(q.sent_once);
+    w.u32(q.first_psn);
+    w.u32(q.last_psn);
+    w.u64(q.offset);
+    w.u64(q.read_base);
+    w.u8(q.status);
+    w.bool(q.fatal);
+}
+
+/// Rebuild `dev` from `bytes` (spec §17.3). `dev` must be the destination's device; whatever it
+/// held is dropped first. On error it is left at power-on state.
+pub fn restore(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
+    dev.reset();
+    let r = restore_inner(dev, bytes);
+    if r.is_err() {
+        dev.reset();
+    }
+    r
+}
+
+fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
+    if bytes.len() > MAX_STATE_BYTES {
+        return Err(SnapshotError::TooLarge(bytes.len()));
+    }
+    if bytes.len() < 20 {
+        return Err(SnapshotError::Truncated(bytes.len()));
+    }
+    if bytes[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let mut r = Reader { buf: bytes, pos: 8 };
+    let version = r.u32()?;
+    if version != VERSION {
+        return Err(SnapshotError::Version(version));
+    }
+    let body = r.u32()? as usize;
+    let end = 16usize
+        .checked_add(body)
+        .filter(|&e| e.checked_add(4).is_some_and(|t| t <= bytes.len()))
+        .ok_or(SnapshotError::Truncated(bytes.len()))?;
+    if end + 4 != bytes.len() {
+        return Err(SnapshotError::Trailing(bytes.len() - end - 4));
+    }
+    let crc = u32::from_le_bytes([bytes[end], bytes[end + 1], bytes[end + 2], bytes[end + 3]]);
+    if crc32fast::hash(&bytes[..end]) != crc {
+        return Err(SnapshotError::Checksum);
+    }
+    // From here on the reader only sees the body.
+    let mut r = Reader {
+        buf: &bytes[..end],
+        pos: 16,
+    };
+    check_config(&mut r, dev)?;
+
+    r.section(SEC_GID)?;
+    for _ in 0..r.count_at_most(24, dev.gids.len())? {
+        let i = r.u32()?;
+        let t = r.u32()?;
+        let gid = r.array::<16>()?;
+        if dev.gids.get(i).is_some() {
+            return Err(invalid("duplicate GID index", i));
+        }
+        dev.gids
+            .add(i, t, gid)
+            .map_err(|_| invalid("GID entry", i))?;
+    }
+
+    r.section(SEC_PD)?;
+    let mut pds = Vec::new();
+    for _ in 0..r.count_at_most(4, dev.pds.max())? {
+        let h = r.u32()?;
+        pds.push((h, Pd { pdn: h }));
+    }
+    dev.pds.restore(pds).map_err(|h| invalid("PD handle", h))?;
+
+    r.section(SEC_AH)?;
+    let mut ahs = Vec::new();
+    for _ in 0..r.count_at_most(8 + VrdmaAv::SIZE + 16, dev.ahs.max())? {
+        let h = r.u32()?;
+        let pd = r.u32()?;
+        let av = r.abi::<VrdmaAv>()?;
+        let sgid = r.array::<16>()?;
+        if !dev.pds.contains(pd) {
+            return Err(invalid("AH's PD", pd));
+        }
+        ahs.push((h, Ah { pd, av, sgid }));
+    }
+    dev.ahs.restore(ahs).map_err(|h| invalid("AH handle", h))?;
+
+    r.section(SEC_CQ)?;
+    let mut cqs = Vec::new();
+    let now = std::time::Instant::now();
+    for _ in 0..r.count_at_most(23, dev.cqs.max())? {
+        let h = r.u32()?;
+        let ring = r.ring(CQE_SHIFT, dev.config.max_cqe)?;
+        let charge = dev
+            .budget
+            .try_charge(cq_charge(ring.pages().len()))
+            .map_err(|_| SnapshotError::NoResources)?;
+        let mut cq = Cq {
+            charge,
+            ..Cq::new(h, ring)
+        };
+        cq.broken = r.bool()?;
+        cq.moderation.count = r.u16()?;
+        cq.moderation.period_us = r.u16()?;
+        cq.moderation.held = r.u16()?;
+        if cq.moderation.held > 0 {
+            // Held CQEs get their event once the destination runs (the period restarts now).
+            cq.moderation.deadline = Some(now);
+            dev.cq_timers.push(std::cmp::Reverse((now, h)));
+        }
+        cqs.push((h, cq));
+    }
+    dev.cqs.restore(cqs).map_err(|h| invalid("CQ handle", h))?;
+
+    r.section(SEC_SRQ)?;
+    let mut srqs = Vec::new();
+    for _ in 0..r.count_at_most(29, dev.srqs.max())? {
+        let h = r.u32()?;
+        let pd = r.u32()?;
+        if !dev.pds.contains(pd) {
+            return Err(invalid("SRQ's PD", pd));
+        }
+        let ring = r.ring(5, dev.config.max_srq_wr)?;
+        let max_sge = r.u32()?;
+        let limit = r.u32()?;
+        let broken = r.bool()?;
+        if max_sge > dev.config.max_srq_sge || limit > ring.depth() {
+            return Err(invalid("SRQ attributes", h));
+        }
+        let charge = dev
+            .budget
+            .try_charge(
+                (std::mem::size_of::<Srq>() as u64).saturating_add(ring.pages().len() as u64 * 8),
+            )
+            .map_err(|_| SnapshotError::NoResources)?;
+        srqs.push((
+            h,
+            Srq {
+                srqn: h,
+                pd,
+                ring,
+                max_sge,
+                limit,
+                broken,
+                qp_refs: 0,
+                charge,
+                // Refused at save while any XRC domain exists (`busy_reason`).
+                xrc: None,
+            },
+        ));
+    }
+    dev.srqs
+        .restore(srqs)
+        .map_err(|h| invalid("SRQ handle", h))?;
+
+    r.section(SEC_MR)?;
+    let mut slots = Vec::new();
+    // `MrTable::alloc` appends a slot only when none is free: never more than MRs + windows.
+    let max_slots = dev.config.max_mr.saturating_add(dev.config.max_mw);
+    let fast_reg_max = dev.config.max_fast_reg_page_list_len;
+    for _ in 0..r.count_at_most(2, max_slots)? {
+        let variant = r.u8()?;
+        let kind = r.u8()?;
+        if kind == 0 {
+            slots.push((variant, None));
+            continue;
+        }
+        let key = r.u32()?;
+        let pd = r.u32()?;
+        let access = r.u32()?;
+        let iova = r.u64()?;
+        let length = r.u64()?;
+        if !dev.pds.contains(pd) {
+            return Err(invalid("MR's PD", pd));
+        }
+        let kind = match kind {
+            MR_PAGE_LIST => {
+                let page_shift = r.u32()?;
+                MrKind::PageList {
+                    page_shift,
+                    pages: r.pages(VRDMA_CMD_MAX_PAGES)?,
+                }
+            }
+            MR_DMA => MrKind::Dma,
+            MR_FAST_REG => {
+                let max_pages = r.u32()?;
+                let page_shift = r.u32()?;
+                let valid = r.bool()?;
+                MrKind::FastReg {
+                    max_pages,
+                    page_shift,
+                    pages: r.pages(fast_reg_max)?,
+                    valid,
+                }
+            }
+            MR_ODP => MrKind::Odp(OdpMr::default()),
+            MR_IMPLICIT_ODP => MrKind::ImplicitOdp(OdpMr::default()),
+            k => return Err(invalid("MR kind", k)),
+        };
+        slots.push((
+            variant,
+            Some(Mr {
+                key,
+                pd,
+                access,
+                iova,
+                length,
+                kind,
+            }),
+        ));
+    }
+    let max_mr_size = dev.config.max_mr_size;
+    dev.mrs.restore(slots, max_mr_size)?;
+
+    r.section(SEC_QP)?;
+    // The GSI QP does not count against max_qp.
+    for _ in 0..r.count_at_most(64, dev.config.max_qp.saturating_add(1))? {
+        let qp = get_qp(&mut r, dev)?;
+        if let Some(s) = qp.srqn.and_then(|s| dev.srqs.get_mut(s)) {
+            s.qp_refs += 1;
+        }
+        let qpn = qp.qpn;
+        dev.qps.insert(qp);
+        // Arm the restored retransmission / RNR deadlines (transport/timers.rs).
+        crate::transport::timers::note_req(dev, qpn);
+    }
+    if r.pos != r.buf.len() {
+        return Err(SnapshotError::Trailing(r.buf.len() - r.pos));
+    }
+    Ok(())
+}
+
+fn get_qp(r: &mut Reader, dev: &Device) -> Result<Qp, SnapshotError> {
+    let qpn = r.u32()?;
+    let qp_type = QpType::from_u32(r.u32()?).ok_or(invalid("QP type", qpn))?;
+    let valid_qpn = match qp_type {
+        QpType::Gsi => qpn == VRDMA_GSI_QPN,
+        _ => (VRDMA_FIRST_QPN..=crate::qp::MAX_QPN).contains(&qpn),
+    };
+    if !valid_qpn || dev.qps.get(qpn).is_some() {
+        return Err(invalid("QPN", qpn));
+    }
+    if qp_type != QpType::Gsi && dev.qps.len() >= dev.config.max_qp {
+        return Err(invalid("QP count", dev.qps.len()));
+    }
+    let pd = r.u32()?;
+    let send_cqn = r.u32()?;
+    let recv_cqn = r.u32()?;
+    let srqn = r.opt_u32()?;
+    if !dev.pds.contains(pd) {
+        return Err(invalid("QP's PD", pd));
+    }
+    if !dev.cqs.contains(send_cqn) || !dev.cqs.contains(recv_cqn) {
+        return Err(invalid("QP's CQ", qpn));
+    }
+    if srqn.is_some_and(|s| !dev.srqs.contains(s)) {
+        return Err(invalid("QP's SRQ", qpn));
+    }
+    let max_wr = dev.config.max_qp_wr;
+    let sq = r.ring(6, max_wr)?;
+    let rq = if r.bool()? {
+        Some(r.ring(5, max_wr)?)
+    } else {
+        None
+    };
+    if rq.is_some() == srqn.is_some() {
+        return Err(invalid("QP receive queue", qpn));
+    }
+    let sq_sig_all = r.bool()?;
+    let caps = QpCaps {
+        max_send_wr: r.u32()?,
+        max_recv_wr: r.u32()?,
+        max_send_sge: r.u32()?,
+        max_recv_sge: r.u32()?,
+        max_inline_data: r.u32()?,
+    };
+    let cfg = &dev.config;
+    if caps.max_send_wr != sq.depth()
+        || caps.max_recv_wr != rq.as_ref().map_or(0, |q| q.depth())
+        || caps.max_send_sge > cfg.max_send_sge
+        || caps.max_recv_sge > cfg.max_recv_sge
+        || caps.max_inline_data > cfg.max_inline_data
+    {
+        return Err(invalid("QP capacities", qpn));
+    }
+    let state = QpState::from_u32(r.u32()?).ok_or(invalid("QP state", qpn))?;
+    let sq_draining = r.bool()?;
+    let mut attrs = QpAttrs {
+        path_mtu: r.u32()?,
+        qkey: r.u32()?,
+        rq_psn: r.u32()?,
+        sq_psn: r.u32()?,
+        dest_qpn: r.u32()?,
+        access_flags: r.u32()?,
+        pkey_index: r.u16()?,
+        en_sqd_async_notify: r.bool()?,
+        ..Default::default()
+    };
+    attrs.max_rd_atomic = r.u8()?;
+    attrs.max_dest_rd_atomic = r.u8()?;
+    attrs.min_rnr_timer = r.u8()?;
+    attrs.timeout = r.u8()?;
+    attrs.retry_cnt = r.u8()?;
+    attrs.rnr_retry = r.u8()?;
+    attrs.port_num = r.u8()?;
+    attrs.av = r.abi::<VrdmaAv>()?;
+    attrs.av_valid = r.bool()?;
+    attrs.sgid = r.array::<16>()?;
+    if attrs.path_mtu > 5
+        || u32::from(attrs.max_rd_atomic) > cfg.max_qp_rd_atom
+        || u32::from(attrs.max_dest_rd_atomic) > cfg.max_qp_init_rd_atom
+        || attrs.retry_cnt > 7
+        || attrs.rnr_retry > 7
+        || attrs.min_rnr_timer > 31
+        || attrs.timeout > 31
+        || attrs.rq_psn > 0xff_ffff
+        || attrs.sq_psn > 0xff_ffff
+        || attrs.dest_qpn > 0xff_ffff
+    {
+        return Err(invalid("QP attributes", qpn));
+    }
+    let charge = dev
+        .budget
+        .try_charge(dev.qp_fixed_charge(
+            (sq.pages().len() + rq.as_ref().map_or(0, |q| q.pages().len())) as u64,
+            sq.entry_size(),
+        ))
+        .map_err(|_| SnapshotError::NoResources)?;
+    let mut qp = Qp {
+        qpn,
+        qp_type,
+        pd,
+        send_cqn,
+        recv_cqn,
+        srqn,
+        sq,
+        rq,
+        sq_sig_all,
+        caps,
+        state,
+        attrs,
+        sq_draining,
+        req: Default::default(),
+        resp: Default::default(),
+        tick: Default::default(),
+        stats: Default::default(),
+        charge,
+        xrcdn: None,
+    };
+    let (mtu, caps, max_rd, sq_entry) = (
+        qp.mtu_bytes(),
+        qp.caps,
+        qp.attrs.max_rd_atomic,
+        qp.sq.entry_size(),
+    );
+    let q = &mut qp.req;
+    q.psn = psn(r, "requester PSN")?;
+    q.una = psn(r, "requester unacknowledged PSN")?;
+    q.psn_high = psn(r, "requester highest PSN")?;
+    q.sq_fetch = r.u32()?;
+    q.cwnd = r.u32()?;
+    if q.cwnd > crate::transport::requester::WINDOW {
+        return Err(invalid("congestion window", q.cwnd));
+    }
+    q.retry_left = r.u8()?;
+    q.rnr_left = r.u8()?;
+    if q.retry_left > 7 || q.rnr_left > 7 {
+        return Err(invalid("retry counter", qpn));
+    }
+    q.counters_loaded = r.bool()?;
+    q.stopped = r.bool()?;
+    q.fetch_blocked = r.bool()?;
+    q.restarts = r.u64()?;
+    q.retry_psn = r.opt_u32()?;
+    if q.retry_psn.is_some_and(|p| p > 0xff_ffff) {
+        return Err(invalid("retry PSN", qpn));
+    }
+    q.rd_atomic_outstanding = r.u32()?;
+    let (retrans, rnr) = (r.bool()?, r.bool()?);
+    let nwqes = r.count(WQE_MIN_BYTES)?;
+    if nwqes as u64 > u64::from(caps.max_send_wr) {
+        return Err(invalid("fetched WQE count", nwqes as u64));
+    }
+    if q.rd_atomic_outstanding > u32::from(max_rd).max(1) {
+        return Err(invalid(
+            "outstanding READ/atomic count",
+            q.rd_atomic_outstanding,
+        ));
+    }
+    for _ in 0..nwqes {
+        let wqe = get_wqe(r, &caps, dev.config.max_msg_sz, mtu)?;
+        q.wqe_bytes += wqe.cost;
+        q.wqes.push_back(wqe);
+    }
+    let floor = crate::transport::requester::wqe_floor(sq_entry);
+    let beyond = q.wqe_bytes.saturating_sub(floor);
+    if beyond > 0 && q.wqe_charge.try_grow(&dev.budget, beyond).is_err() {
+        return Err(SnapshotError::NoResources);
+    }
+    // Whatever was in flight was lost with the source's port: retransmit at once (the
+    // timer path, IBTA 9.7.6.1.3), or end the RNR wait now.
+    let now = std::time::Instant::now();
+    q.retrans_deadline = retrans.then_some(now);
+    q.rnr_deadline = rnr.then_some(now);
+    let s = &mut qp.resp;
+    s.epsn = psn(r, "responder PSN")?;
+    s.msn = r.u32()? & 0xff_ffff;
+    s.unacked = r.u32()?;
+    s.seq_nak_sent = r.bool()?;
+    s.uc_drop = r.bool()?;
+    s.comm_est = r.bool()?;
+    s.last_wqe_reported = r.bool()?;
+    s.cur = match r.u8()? {
+        0 => None,
+        1 => Some(MsgOp::Send),
+        2 => Some(MsgOp::Write),
+        v => return Err(invalid("message in progress", v)),
+    };
+    if r.bool()? {
+        let wr_id = r.u64()?;
+        let capacity = r.u64()?;
+        let offset = r.u64()?;
+        let srqn = r.opt_u32()?;
+        let malformed = r.bool()?;
+        let sges = get_sges(r, MAX_SAVED_SGES)?;
+        let total: u64 = sges.iter().map(|g| u64::from(g.len)).sum();
+        if offset > capacity || capacity > total || srqn != qp.srqn {
+            return Err(invalid("receive WQE in progress", qpn));
+        }
+        s.recv = Some(RecvWqe {
+            wr_id,
+            sges,
+            capacity,
+            offset,
+            srqn,
+            malformed,
+        });
+    }
+    if r.bool()? {
+        let va = r.u64()?;
+        let rkey = r.u32()?;
+        let remaining = r.u64()?;
+        let total = r.u64()?;
+        if remaining > total || va.checked_add(remaining).is_none() {
+            return Err(invalid("RDMA WRITE in progress", qpn));
+        }
+        s.write = Some(WriteCtx {
+            va,
+            rkey,
+            remaining,
+            total,
+        });
+    }
+    Ok(qp)
+}
+
+/// Fewest bytes a saved WQE takes (bounds the count before anything is allocated).
+const WQE_MIN_BYTES: usize = 159;
+/// SGEs of a receive WQE in progress: a receive slot holds at most 4 KiB of 16-byte SGEs.
+const MAX_SAVED_SGES: usize = 256;
+
+fn get_sges(r: &mut Reader, max: usize) -> Result<SgeList, SnapshotError> {
+    let n = r.count(16)?;
+    if n > max {
+        return Err(invalid("SGE count", n as u64));
+    }
+    let mut l = SgeList::default();
+    for _ in 0..n {
+        l.push(Sge {
+            addr: r.u64()?,
+            len: r.u32()?,
+            lkey: r.u32()?,
+        });
+    }
+    Ok(l)
+}
+
+fn get_wqe(
+    r: &mut Reader,
+    caps: &QpCaps,
+    max_msg: u32,
+    mtu: u32,
+) -> Result<SendWqe, SnapshotError> {
+    let mut q = SendWqe {
+        index: r.u32()?,
+        wr_id: r.u64()?,
+        opcode: r.u8()?,
+        flags: r.u8()?,
+        signaled: r.bool()?,
+        ex: r.u32()?,
+        remote_addr: r.u64()?,
+        rkey: r.u32()?,
+        compare_add: r.u64()?,
+        swap: r.u64()?,
+        atomic_write_data: r.array::<8>()?,
+        ..Default::default()
+    };
+    if q.opcode > VRDMA_WR_FLUSH {
+        return Err(invalid("WQE opcode", q.opcode));
+    }
+    q.flush.placement = r.u8()?;
+    q.flush.selectivity = r.u8()?;
+    q.flush.length = r.u64()?;
+    q.ah_index = r.u32()?;
+    q.remote_qpn = r.u32()?;
+    q.remote_qkey = r.u32()?;
+    q.reg.iova = r.u64()?;
+    q.reg.length = r.u64()?;
+    q.reg.key = r.u32()?;
+    q.reg.access = r.u32()?;
+    q.reg.page_list_len = r.u32()?;
+    q.reg.page_shift = r.u32()?;
+    q.reg.page_list_addr = r.u64()?;
+    q.sges = get_sges(r, caps.max_send_sge as usize)?;
+    if r.bool()? {
+        let n = r.count(1)?;
+        if n > caps.max_inline_data as usize {
+            return Err(invalid("inline data length", n as u64));
+        }
+        q.inline = Some(r.take(n)?.to_vec());
+    }
+    q.length = r.u64()?;
+    q.state = match r.u8()? {
+        0 => WqeState::Pending,
+        1 => WqeState::Sending,
+        2 => WqeState::Sent,
+        3 => WqeState::Done,
+        v => return Err(invalid("WQE state", v)),
+    };
+    q.validated = r.bool()?;
+    q.sent_once = r.bool()?;
+    q.first_psn = psn(r, "WQE first PSN")?;
+    q.last_psn = psn(r, "WQE last PSN")?;
+    q.offset = r.u64()?;
+    q.read_base = r.u64()?;
+    q.status = r.u8()?;
+    q.fatal = r.bool()?;
+    if q.length > u64::from(max_msg) || q.offset > q.length || q.read_base > q.length {
+        return Err(invalid("WQE length", q.length));
+    }
+    // The PSN span of a sent WQE is what its length gives (the completer relies on it).
+    if q.sent_once
+        && !q.is_local()
+        && psn_span(q.first_psn, q.last_psn) != q.npkts(mtu).saturating_sub(1)
+    {
+        return Err(invalid("WQE PSN span", q.first_psn));
+    }
+    q.cost = crate::transport::requester::wqe_cost(&q);
+    Ok(q)
+}
+
+fn psn_span(first: u32, last: u32) -> u32 {
+    last.wrapping_sub(first) & 0xff_ffff
+}
+
+fn psn(r: &mut Reader, what: &'static str) -> Result<u32, SnapshotError> {
+    let v = r.u32()?;
+    if v > 0xff_ffff {
+        return Err(invalid(what, v));
+    }
+    Ok(v)
+}
