@@ -545,3 +545,19 @@ fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
     );
     let _ = a.poll_cq(&mut cqa);
 }
+
+/// XRC objects are not in the state format (spec §17.2): a device with an XRC domain refuses to
+/// save, and saves again once the domain is gone.
+#[test]
+fn a_device_with_an_xrc_domain_refuses_to_save() {
+    let mut p = pair();
+    let r = p.a.cmd(VRDMA_CMD_ALLOC_XRCD, &[]).expect("xrcd");
+    let x = VrdmaHandle::read_from(&r).unwrap();
+    assert!(matches!(
+        snapshot::save(&p.a.dev),
+        Err(SnapshotError::Busy(_))
+    ));
+    p.a.cmd(VRDMA_CMD_DEALLOC_XRCD, x.as_bytes())
+        .expect("dealloc");
+    assert!(snapshot::save(&p.a.dev).is_ok(), "no XRC domain: saves");
+}
