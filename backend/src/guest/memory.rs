@@ -125,35 +125,16 @@ impl GuestMem {
     }
 
     fn check(&self, gpa: u64, len: u64) -> Result<(), GuestMemError> {
-        if len == 0 {
-            return Ok(());
-        }
-        let end = gpa
-            .checked_add(len - 1)
-            .ok_or(GuestMemError::Overflow { gpa, len })?;
-        let map = self.inner.memory();
-        // Walk regions covering the range; they must be contiguous.
-        let mut cur = gpa;
-        loop {
-            let r = map
-                .find_region(GuestAddress(cur))
-                .ok_or(GuestMemError::OutOfRange { gpa, len })?;
-            let last = r.last_addr().0;
-            if last >= end {
-                return Ok(());
-            }
-            cur = last + 1;
-        }
+        check_in(&self.inner.memory(), gpa, len)
     }
 
     /// Read `buf.len()` bytes at `gpa`.
     pub fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), GuestMemError> {
         let len = buf.len() as u64;
-        self.check(gpa, len)?;
-        if buf.is_empty() {
-            return Ok(());
-        }
+        // One snapshot of the table for the check and the copy (every packet reads and writes
+        // guest memory several times; each snapshot is an atomic operation).
         let map = self.inner.memory();
+        check_in(&map, gpa, len)?;
         let mut done = 0usize;
         while done < buf.len() {
             let cur = gpa + done as u64;
@@ -172,11 +153,8 @@ impl GuestMem {
     /// Write `buf` at `gpa`.
     pub fn write(&self, gpa: u64, buf: &[u8]) -> Result<(), GuestMemError> {
         let len = buf.len() as u64;
-        self.check(gpa, len)?;
-        if buf.is_empty() {
-            return Ok(());
-        }
         let map = self.inner.memory();
+        check_in(&map, gpa, len)?;
         let mut done = 0usize;
         while done < buf.len() {
             let cur = gpa + done as u64;
@@ -216,8 +194,9 @@ impl GuestMem {
         if !gpa.is_multiple_of(4) {
             return Err(GuestMemError::Misaligned { gpa, align: 4 });
         }
-        self.check(gpa, 4)?;
+        // One snapshot of the table; `get_slice` fails for a range outside one region.
         let map = self.inner.memory();
+        check_in(&map, gpa, 4)?;
         let oor = GuestMemError::OutOfRange { gpa, len: 4 };
         let s =
             GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 4).map_err(|_| oor.clone())?;
@@ -240,8 +219,9 @@ impl GuestMem {
         if !gpa.is_multiple_of(8) {
             return Err(GuestMemError::Misaligned { gpa, align: 8 });
         }
-        self.check(gpa, 8)?;
+        // One snapshot of the table; `get_slice` fails for a range outside one region.
         let map = self.inner.memory();
+        check_in(&map, gpa, 8)?;
         let oor = GuestMemError::OutOfRange { gpa, len: 8 };
         let s =
             GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 8).map_err(|_| oor.clone())?;
@@ -318,5 +298,27 @@ impl GuestMem {
         let mut b = [0u8; 4];
         self.read(gpa, &mut b)?;
         Ok(u32::from_le_bytes(b))
+    }
+}
+
+/// Is `[gpa, gpa + len)` inside `map` (contiguous regions allowed; zero length always is)?
+fn check_in(map: &GuestMemoryMap, gpa: u64, len: u64) -> Result<(), GuestMemError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let end = gpa
+        .checked_add(len - 1)
+        .ok_or(GuestMemError::Overflow { gpa, len })?;
+    // Walk regions covering the range; they must be contiguous.
+    let mut cur = gpa;
+    loop {
+        let r = map
+            .find_region(GuestAddress(cur))
+            .ok_or(GuestMemError::OutOfRange { gpa, len })?;
+        let last = r.last_addr().0;
+        if last >= end {
+            return Ok(());
+        }
+        cur = last + 1;
     }
 }
