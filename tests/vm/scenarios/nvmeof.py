@@ -221,11 +221,13 @@ def nvmeof_target_port_removed_during_io(ctx):
 
 
 
-@scenario("A", timeout=900, last=True)
+@scenario("D", timeout=900, last=True)
 def nvmeof_host_reconnects_after_target_backend_restart(ctx):
     """The target guest's vrdma-backend is SIGKILLed and started again under a connected NVMe-oF
-    host (issue #16). The target's vrdma.ko recovers (device spec §2.4) by unregistering and
-    registering its RDMA device; nvmet-rdma drains and tears its queues down on the broken
+    host (issue #16). Topology D: each guest has its own daemon (on its own netns host), so only
+    the target's device is lost; on one daemon's fabric both would be, and nvme-rdma deletes its
+    controllers when its own device goes. The target's vrdma.ko recovers (device spec §2.4) by
+    unregistering and registering its RDMA device; nvmet-rdma drains and tears its queues down on the broken
     device without a WARN (vrdma's drain ops). nvmet-rdma does not listen again on a device that
     was removed (it repairs its port only on an address change), so the admin re-enables the
     port once; the host's nvme-rdma reconnects by itself and I/O works again.
