@@ -101,6 +101,35 @@ pub struct Ring {
 /// 2^64 that adding an in-page offset cannot overflow.
 const NO_PAGE: u64 = !(RING_PAGE_SIZE - 1);
 
+/// The checks of a ring's shape that need no guest memory (spec §4): a power-of-two depth up to
+/// `max_depth`, an entry size between `min_shift` and a page, exactly as many pages as the
+/// entries fill, each 4 KiB aligned.
+fn check_geometry(
+    pages: &[u64],
+    depth: u32,
+    entry_shift: u32,
+    min_shift: u32,
+    max_depth: u32,
+) -> Result<(), RingError> {
+    if depth == 0 || !depth.is_power_of_two() || depth > max_depth {
+        return Err(RingError::BadDepth(depth));
+    }
+    if entry_shift < min_shift || entry_shift > 12 {
+        return Err(RingError::BadEntryShift(entry_shift));
+    }
+    let expected = ring_npages(depth, entry_shift);
+    if pages.len() as u64 != expected {
+        return Err(RingError::BadPageCount {
+            expected,
+            got: pages.len() as u64,
+        });
+    }
+    if let Some(&p) = pages.iter().find(|&&p| p % RING_PAGE_SIZE != 0) {
+        return Err(RingError::UnalignedPage(p));
+    }
+    Ok(())
+}
+
 impl Ring {
     /// Validate and build a ring. `min_shift`/`max_shift` bound the entry size; `max_depth` bounds
     /// depth. Every page must be 4 KiB aligned and inside guest memory.
@@ -112,23 +141,8 @@ impl Ring {
         min_shift: u32,
         max_depth: u32,
     ) -> Result<Ring, RingError> {
-        if depth == 0 || !depth.is_power_of_two() || depth > max_depth {
-            return Err(RingError::BadDepth(depth));
-        }
-        if entry_shift < min_shift || entry_shift > 12 {
-            return Err(RingError::BadEntryShift(entry_shift));
-        }
-        let expected = ring_npages(depth, entry_shift);
-        if pages.len() as u64 != expected {
-            return Err(RingError::BadPageCount {
-                expected,
-                got: pages.len() as u64,
-            });
-        }
+        check_geometry(pages, depth, entry_shift, min_shift, max_depth)?;
         for &p in pages {
-            if p % RING_PAGE_SIZE != 0 {
-                return Err(RingError::UnalignedPage(p));
-            }
             if !mem.check_range(p, RING_PAGE_SIZE) {
                 return Err(RingError::Access(GuestMemError::OutOfRange {
                     gpa: p,
@@ -167,22 +181,7 @@ impl Ring {
         min_shift: u32,
         max_depth: u32,
     ) -> Result<Ring, RingError> {
-        if depth == 0 || !depth.is_power_of_two() || depth > max_depth {
-            return Err(RingError::BadDepth(depth));
-        }
-        if entry_shift < min_shift || entry_shift > 12 {
-            return Err(RingError::BadEntryShift(entry_shift));
-        }
-        let expected = ring_npages(depth, entry_shift);
-        if pages.len() as u64 != expected {
-            return Err(RingError::BadPageCount {
-                expected,
-                got: pages.len() as u64,
-            });
-        }
-        if let Some(&p) = pages.iter().find(|&&p| p % RING_PAGE_SIZE != 0) {
-            return Err(RingError::UnalignedPage(p));
-        }
+        check_geometry(pages, depth, entry_shift, min_shift, max_depth)?;
         Ok(Ring {
             pages: pages.to_vec(),
             depth,
