@@ -61,28 +61,59 @@ def run_module(vm, module, gid):
     return out, counts, skips, fails, result["ran"]
 
 
-@scenario("A", timeout=3600)
-def pyverbs_required_modules(ctx):
-    vm = ctx.a
+def prepare(vm, huge_pages):
+    """Copy the runner into the guest and return vrdma0's RoCEv2 GID index; with `huge_pages`,
+    reserve the 2 MiB pages test_odp's huge-page cases register (they skip without a pool)."""
     gid = roce_v2_gid_index(vm, "vrdma0")
     with open(os.path.join(HERE, "guest", "pyverbs_run.py")) as f:
         vm.write_file(RUNNER, f.read(), mode=0o755)
-    # test_odp's huge-page cases register MRs on 2 MiB pages; they skip without a pool.
-    rc, out = vm.run("echo %d > %s && cat %s" % (HUGE_PAGES, HUGE_POOL, HUGE_POOL))
-    expect(rc == 0 and out.strip() == str(HUGE_PAGES),
-           "the guest reserved %d huge pages of 2 MiB: %r" % (HUGE_PAGES, out))
+    if huge_pages:
+        rc, out = vm.run("echo %d > %s && cat %s" % (HUGE_PAGES, HUGE_POOL, HUGE_POOL))
+        expect(rc == 0 and out.strip() == str(HUGE_PAGES),
+               "the guest reserved %d huge pages of 2 MiB: %r" % (HUGE_PAGES, out))
+    return gid
+
+
+def run_noted(ctx, vm, module, gid):
+    """run_module, with its counts, every skip and every failure in the scenario's notes."""
+    out, counts, skips, fails, ran = run_module(vm, module, gid)
+    ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
+        module, counts["ok"], counts["fail"], counts["skip"], ran))
+    for s in skips:
+        ctx.note("  skipped %s" % s)
+    for f in fails:
+        ctx.note("  FAILED  %s" % f)
+    return out, counts, skips, fails, ran
+
+
+def run_wanted(ctx, vm, gid, wanted_by_module, title):
+    """Run each module in full: nothing may fail, and none of its wanted tests may skip."""
+    problems = []
+    for module, wanted in wanted_by_module.items():
+        if ONLY and module not in ONLY:
+            continue
+        out, counts, skips, fails, ran = run_noted(ctx, vm, module, gid)
+        if ran is None:
+            problems.append("%s did not finish:\n%s" % (module, out[-3000:]))
+            continue
+        problems += ["%s: %s" % (module, f) for f in fails]
+        for t in wanted:
+            skipped = [s for s in skips if s.split(":")[0].endswith(t)]
+            if skipped:
+                problems.append("%s skipped: %s" % (t, skipped[0]))
+    expect(not problems, "%s:\n%s" % (title, "\n".join(problems)))
+
+
+@scenario("A", timeout=3600)
+def pyverbs_required_modules(ctx):
+    vm = ctx.a
+    gid = prepare(vm, huge_pages=True)
     total = {"ok": 0, "fail": 0, "skip": 0}
     problems = []
     for module in [m for m in REQUIRED if not ONLY or m in ONLY]:
-        out, counts, skips, fails, ran = run_module(vm, module, gid)
+        out, counts, skips, fails, ran = run_noted(ctx, vm, module, gid)
         for k in total:
             total[k] += counts[k]
-        ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
-            module, counts["ok"], counts["fail"], counts["skip"], ran))
-        for s in skips:
-            ctx.note("  skipped %s" % s)
-        for f in fails:
-            ctx.note("  FAILED  %s" % f)
         if ran is None:
             problems.append("%s did not finish:\n%s" % (module, out[-3000:]))
         elif fails:
@@ -114,28 +145,8 @@ def pyverbs_memory_windows(ctx):
     """test_mr and test_qpex in full: nothing fails, and every memory-window test runs and
     passes (type 1 via ibv_bind_mw, type 2B via IBV_WR_BIND_MW and ibv_wr_bind_mw, LOCAL_INV,
     SEND_WITH_INV, dealloc, a window without rights)."""
-    vm = ctx.a
-    gid = roce_v2_gid_index(vm, "vrdma0")
-    with open(os.path.join(HERE, "guest", "pyverbs_run.py")) as f:
-        vm.write_file(RUNNER, f.read(), mode=0o755)
-    problems = []
-    for module, wanted in MW_TESTS.items():
-        out, counts, skips, fails, ran = run_module(vm, module, gid)
-        ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
-            module, counts["ok"], counts["fail"], counts["skip"], ran))
-        for s in skips:
-            ctx.note("  skipped %s" % s)
-        for f in fails:
-            ctx.note("  FAILED  %s" % f)
-        if ran is None:
-            problems.append("%s did not finish:\n%s" % (module, out[-3000:]))
-            continue
-        problems += ["%s: %s" % (module, f) for f in fails]
-        for t in wanted:
-            skipped = [s for s in skips if s.split(":")[0].endswith(t)]
-            if skipped:
-                problems.append("%s skipped: %s" % (t, skipped[0]))
-    expect(not problems, "pyverbs memory windows:\n" + "\n".join(problems))
+    gid = prepare(ctx.a, huge_pages=False)
+    run_wanted(ctx, ctx.a, gid, MW_TESTS, "pyverbs memory windows")
 
 
 # XRC (spec §13.7): every pyverbs test that runs XRC traffic (XRC_SEND -> XRC_RECV through an
@@ -155,30 +166,7 @@ def pyverbs_xrc(ctx):
     """The modules with XRC tests in full: nothing fails, and every XRC traffic test runs
     (none skipped) and passes."""
     vm = ctx.a
-    gid = roce_v2_gid_index(vm, "vrdma0")
-    with open(os.path.join(HERE, "guest", "pyverbs_run.py")) as f:
-        vm.write_file(RUNNER, f.read(), mode=0o755)
-    rc, out = vm.run("echo %d > %s && cat %s" % (HUGE_PAGES, HUGE_POOL, HUGE_POOL))
-    expect(rc == 0, "huge pages for test_odp: %r" % out)
+    gid = prepare(vm, huge_pages=True)
     rc, out = vm.run("ibv_devinfo -v -d vrdma0 | grep -w XRC")
     expect(rc == 0, "vrdma0 reports IBV_DEVICE_XRC: %r" % out)
-    problems = []
-    for module, wanted in XRC_TESTS.items():
-        if ONLY and module not in ONLY:
-            continue
-        out, counts, skips, fails, ran = run_module(vm, module, gid)
-        ctx.note("%s: %d passed, %d failed, %d skipped (ran %s)" % (
-            module, counts["ok"], counts["fail"], counts["skip"], ran))
-        for s in skips:
-            ctx.note("  skipped %s" % s)
-        for f in fails:
-            ctx.note("  FAILED  %s" % f)
-        if ran is None:
-            problems.append("%s did not finish:\n%s" % (module, out[-3000:]))
-            continue
-        problems += ["%s: %s" % (module, f) for f in fails]
-        for t in wanted:
-            skipped = [s for s in skips if s.split(":")[0].endswith(t)]
-            if skipped:
-                problems.append("%s skipped: %s" % (t, skipped[0]))
-    expect(not problems, "pyverbs XRC:\n" + "\n".join(problems))
+    run_wanted(ctx, vm, gid, XRC_TESTS, "pyverbs XRC")
