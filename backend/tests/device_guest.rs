@@ -277,7 +277,7 @@ fn shared_file_mapping_atomics() {
     file.set_len(1 << 20).unwrap();
     let file = Arc::new(file);
     let map = |gpa: u64| {
-        let r = GuestRegionMmap::<vrdma_backend::vhost_user::DirtyBitmap>::from_range(
+        let r = GuestRegionMmap::<vrdma_backend::guest::DirtyBitmap>::from_range(
             GuestAddress(gpa),
             1 << 20,
             Some(FileOffset::from_arc(file.clone(), 0)),

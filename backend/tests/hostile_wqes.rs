@@ -120,7 +120,7 @@ fn bed() -> Bed {
     let mut a = Node::new(1, 32, 1500);
     let mut b = Node::new(2, 32, 1500);
     let map_without_r2: GuestMemoryMap = (*a.mem.atomic().memory()).clone();
-    let r2 = GuestRegionMmap::<vrdma_backend::vhost_user::DirtyBitmap>::from_range(
+    let r2 = GuestRegionMmap::<vrdma_backend::guest::DirtyBitmap>::from_range(
         GuestAddress(R2),
         R2_LEN,
         None,

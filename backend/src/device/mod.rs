@@ -10,7 +10,7 @@
 //! - `handle_command(opcode, req, resp)`: `req` = bytes after `vrdma_cmd_hdr`; returns
 //!   `CmdOutcome::Done(VRDMA_STATUS_*)` with `resp` = response body (empty on error), or
 //!   `CmdOutcome::Parked(ticket)` (ADVISE_MR + F_FLUSH): keep the chain until
-//!   `DeviceOutput::command_done(ticket, status)` (see `outcome.rs`).
+//!   `DeviceOutput::command_done(ticket, status)` (see `guest/outcome.rs`).
 //! - `set_guest_memory(&atomic)` on every SET_MEM_TABLE; `reset()` on device reset;
 //!   `config_space()` = the 256 config bytes; `set_output()` if the output sink changes.
 //!
@@ -30,8 +30,6 @@
 
 pub mod commands;
 pub mod config;
-pub mod outcome;
-pub mod output;
 pub mod snapshot;
 
 use std::collections::VecDeque;
@@ -41,8 +39,11 @@ use std::time::Instant;
 use vrdma_spec::*;
 
 pub use config::DeviceConfig;
-pub use outcome::{CmdOutcome, Ticket};
-pub use output::{DeviceOutput, NullOutput, RecordingOutput};
+// Part of `Device`'s own signatures (`handle_command`, `Device::new`), so its users need not know
+// that they are defined in `guest/` (the layer memory/ and objects/ also report through).
+pub use crate::guest::outcome::{CmdOutcome, Ticket};
+use crate::guest::output;
+pub use crate::guest::output::{DeviceOutput, NullOutput, RecordingOutput};
 
 use crate::guest::{GuestMem, GuestMemoryMap, RingError};
 use crate::memory::MrTable;

@@ -22,9 +22,15 @@ use vm_memory::{
     GuestMemoryRegion, GuestRegionMmap, VolatileMemory,
 };
 
+/// The dirty-page bitmap of a guest memory region: empty until SET_LOG_BASE, then the
+/// frontend's shared log (VHOST_USER_PROTOCOL_F_LOG_SHMFD, spec §17.1). Defined here, not in
+/// `vhost_user/`, because every guest access must know it: nothing below the vhost-user layer
+/// may depend on that layer (ARCHITECTURE.md "Layers").
+pub type DirtyBitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
+
 /// The memory map type handed over by vhost-user, with the dirty-page log of migration (spec
 /// §17.1): `copy_from` on its slices marks pages itself, the atomics below mark them by hand.
-pub type GuestMemoryMap = GuestMemoryMmap<crate::vhost_user::DirtyBitmap>;
+pub type GuestMemoryMap = GuestMemoryMmap<DirtyBitmap>;
 
 /// Errors of guest memory accesses.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -90,9 +96,7 @@ impl GuestMem {
     }
 
     /// Build from already-mapped regions (e.g. memfd-backed regions in tests).
-    pub fn from_regions(
-        regions: Vec<GuestRegionMmap<crate::vhost_user::DirtyBitmap>>,
-    ) -> Result<Self, GuestMemError> {
+    pub fn from_regions(regions: Vec<GuestRegionMmap<DirtyBitmap>>) -> Result<Self, GuestMemError> {
         let map = GuestMemoryMap::from_regions(regions)
             .map_err(|e| GuestMemError::Setup(e.to_string()))?;
         Ok(Self::new(GuestMemoryAtomic::new(map)))

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::device::Ticket;
+use crate::guest::Ticket;
 
 /// Flush advises the device keeps waiting at once; one more is refused with NO_RESOURCES (spec
 /// §11.8). Each holds a control-queue chain, so this also bounds what a driver can pin there.

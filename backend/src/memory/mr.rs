@@ -23,7 +23,7 @@ use thiserror::Error;
 
 use super::odp::{OdpConfig, OdpMr, OdpState};
 use crate::budget::{Budget, Charge};
-use crate::device::output::DeviceOutput;
+use crate::guest::output::DeviceOutput;
 use crate::guest::GuestMem;
 
 /// VRDMA_ACCESS_* bits.

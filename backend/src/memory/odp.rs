@@ -63,8 +63,8 @@ use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA
 use super::advise::FlushWaits;
 use super::mr::{key_index, GuestRange, Mr, MrError, MrKind, MrTable};
 use crate::budget::{Budget, Charge};
-use crate::device::output::DeviceOutput;
-use crate::device::CmdOutcome;
+use crate::guest::output::DeviceOutput;
+use crate::guest::CmdOutcome;
 
 /// 4 KiB ODP page.
 pub const ODP_PAGE_SHIFT: u32 = 12;

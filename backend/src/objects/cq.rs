@@ -4,7 +4,7 @@ use thiserror::Error;
 use vrdma_spec::{Abi, VrdmaCqe, VRDMA_EV_CQ_COMP, VRDMA_EV_CQ_ERR};
 
 use crate::budget::Charge;
-use crate::device::output::{event, DeviceOutput};
+use crate::guest::output::{event, DeviceOutput};
 use crate::guest::ring::{RING_ERR_ACCESS, RING_ERR_OVERFLOW};
 use crate::guest::{GuestMem, Ring, RingError};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 use vrdma_spec::{VRDMA_EV_SRQ_ERR, VRDMA_EV_SRQ_LIMIT_REACHED};
 
 use crate::budget::Charge;
-use crate::device::output::{event, DeviceOutput};
+use crate::guest::output::{event, DeviceOutput};
 use crate::guest::{GuestMem, Ring, RingError};
 
 /// An SRQ.

@@ -403,7 +403,7 @@ pub fn qp_to_error(dev: &mut Device, qpn: u32, event: Option<u32>) {
 
 /// Send an async event.
 pub fn event(dev: &Device, ty: u32, id: u32, info: u32) {
-    dev.out.event(crate::device::output::event(ty, id, info));
+    dev.out.event(crate::guest::output::event(ty, id, info));
 }
 
 /// The path of UD AH `index` if it exists in PD `pdn` (spec §6.1).

@@ -193,7 +193,7 @@ fn read_state(file: &mut File) -> io::Result<Vec<u8>> {
 }
 
 impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
-    type Bitmap = super::DirtyBitmap;
+    type Bitmap = crate::guest::DirtyBitmap;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {

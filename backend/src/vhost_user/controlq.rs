@@ -26,7 +26,7 @@ use super::chain::{ChainError, SplitChain};
 use super::inputq::ChainLimits;
 use super::parked::ParkedCommands;
 use super::RdmaDevice;
-use crate::device::CmdOutcome;
+use crate::guest::CmdOutcome;
 use vrdma_spec::*;
 
 /// Upper bound for a command's readable part (§11.1 `VRDMA_CMD_MAX_LEN`: 4 KiB of header and

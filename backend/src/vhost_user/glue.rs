@@ -7,7 +7,8 @@ use std::sync::Arc;
 use vrdma_spec::{VrdmaDoorbell, VrdmaEvent, VrdmaPageReq};
 
 use super::{DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VirtqOutput};
-use crate::device::{CmdOutcome, Device, DeviceOutput, Ticket};
+use crate::device::Device;
+use crate::guest::{CmdOutcome, DeviceOutput, Ticket};
 use crate::transport::engine::EngineSender;
 use crate::uplink::{Uplink, UplinkError};
 

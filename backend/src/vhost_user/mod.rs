@@ -63,7 +63,7 @@ use thiserror::Error;
 use vhost_user_backend::VringRwLock;
 use vrdma_spec::{self as spec, Abi};
 
-pub use crate::device::{CmdOutcome, Ticket};
+pub use crate::guest::{CmdOutcome, Ticket};
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
 pub use output::VirtqOutput;
@@ -72,11 +72,9 @@ pub use start::{
     Prepared, PreparedFabric, StartError,
 };
 
-/// The dirty-page bitmap of a guest memory region: empty until SET_LOG_BASE, then the
-/// frontend's shared log (VHOST_USER_PROTOCOL_F_LOG_SHMFD, spec §17.1).
-pub type DirtyBitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
-/// Guest memory as mapped from the vhost-user memory table.
-pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyBitmap>;
+/// Guest memory as mapped from the vhost-user memory table (one type with `guest::GuestMemoryMap`,
+/// whose regions carry the dirty-page log `guest::DirtyBitmap`).
+pub type GuestMemoryMmap = crate::guest::GuestMemoryMap;
 /// The swappable guest memory shared by the vrings and the device (SET_MEM_TABLE, ADD_MEM_REG
 /// and REM_MEM_REG replace its contents).
 pub type GuestMemoryAtomic = vm_memory::GuestMemoryAtomic<GuestMemoryMmap>;

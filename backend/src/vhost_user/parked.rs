@@ -27,7 +27,7 @@ use vrdma_spec::{Abi, VrdmaCmdRespHdr};
 use super::chain::SplitChain;
 use super::delay::CommandDelays;
 use super::{GuestMemoryAtomic, Vring};
-use crate::device::Ticket;
+use crate::guest::Ticket;
 
 #[derive(Default)]
 struct ParkedState {
