@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod cli;
 pub mod device;
+pub mod exporter;
 pub mod fabric;
 pub mod fasthash;
 pub mod guest;

@@ -9,7 +9,7 @@ use clap::Parser;
 use log::{error, info};
 
 use vrdma_backend::cli::{Args, Config, DaemonConfig, StatsArgs};
-use vrdma_backend::stats::{fetch, stats_socket_path};
+use vrdma_backend::exporter::{fetch, stats_socket_path};
 use vrdma_backend::vhost_user::start_daemon;
 
 fn init_logging(config: &Config) -> Result<(), String> {

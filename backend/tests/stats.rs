@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use vrdma_backend::stats::{fetch, stats_socket_path, Metered, PortStats, StatsServer};
+use vrdma_backend::exporter::{fetch, stats_socket_path, StatsServer};
+use vrdma_backend::stats::{Metered, PortStats};
 use vrdma_backend::transport;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_spec::*;

@@ -498,7 +498,7 @@ fn binary_serves_several_devices_and_removes_every_socket() {
     }
     wait_for_log(&log, "fabric: 3 device(s), 0 uplink(s)");
     // Every device's counters include the whole fabric's, per port.
-    let text = vrdma_backend::stats::fetch(&socks[0]).expect("stats");
+    let text = vrdma_backend::exporter::fetch(&socks[0]).expect("stats");
     for port in ["vu0", "vu1", "vu2"] {
         for needle in [
             format!("vrdma_fabric_frames_total{{port=\"{port}\",kind=\"device\",dir=\"in\"}} "),

@@ -13,9 +13,10 @@ use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::{Config, DaemonConfig};
 use crate::device::{Device, DeviceConfig};
+use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
 use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
 use crate::guest::GuestMem;
-use crate::stats::{device_label, stats_socket_path, ExtraStats, Metered, StatsServer};
+use crate::stats::Metered;
 use crate::transport::engine::{Engine, EngineError};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
 
