@@ -8,6 +8,7 @@
 
 use vrdma_spec::*;
 
+use super::Qp;
 use super::{CmdOutcome, Device};
 use crate::budget::Charge;
 use crate::guest::{Ring, RingError};
@@ -15,7 +16,7 @@ use crate::memory::mr::PageListSpec;
 use crate::objects::cq::CQE_SHIFT;
 use crate::objects::gid::GidError;
 use crate::objects::{Ah, Cq, Pd, Srq};
-use crate::qp::{check_av, ModifyLimits, Qp, QpCaps, QpState, QpType};
+use crate::qp::{check_av, ModifyLimits, QpCaps, QpState, QpType};
 use crate::transport::requester::wqe_floor;
 use crate::transport::responder::{RdAtomicRes, ReadReply};
 

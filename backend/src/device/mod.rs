@@ -49,6 +49,41 @@ use crate::guest::{GuestMem, GuestMemoryMap, RingError};
 use crate::memory::MrTable;
 use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
 use crate::qp::{QpState, QpTable};
+use crate::transport::timers::TickMarks;
+use crate::transport::{RequesterState, ResponderState};
+
+/// The protocol engine whose per-QP state the device's QPs hold: `transport/`'s RoCEv2
+/// requester, responder and timer marks. Named here, where both layers meet, so `qp/` does not
+/// depend on `transport/` (ARCHITECTURE.md "Layers").
+#[derive(Debug)]
+pub struct Rocev2;
+
+impl crate::qp::Protocol for Rocev2 {
+    type Req = RequesterState;
+    type Resp = ResponderState;
+    type Tick = TickMarks;
+}
+
+impl crate::qp::SendState for RequesterState {
+    fn set_sq_psn(&mut self, psn: u32) {
+        RequesterState::set_sq_psn(self, psn);
+    }
+    fn reset(&mut self) {
+        RequesterState::reset(self);
+    }
+}
+
+impl crate::qp::RecvState for ResponderState {
+    fn set_rq_psn(&mut self, psn: u32) {
+        ResponderState::set_rq_psn(self, psn);
+    }
+    fn reset(&mut self) {
+        ResponderState::reset(self);
+    }
+}
+
+/// A QP of this device.
+pub type Qp = crate::qp::Qp<Rocev2>;
 
 /// Budget reserved for parked control chains: `MAX_PARKED_ADVISE` chains of at most 8
 /// response descriptors (16 bytes each) plus their table entry.
@@ -73,7 +108,7 @@ pub struct Device {
     /// UD multicast groups and their QPs (spec §15.8).
     pub mcast: crate::objects::McastTable,
     pub mrs: MrTable,
-    pub qps: QpTable,
+    pub qps: QpTable<Rocev2>,
     /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
     /// chunk tables and the control queue's buffers are charged to it.
     pub budget: crate::budget::Budget,

@@ -26,12 +26,13 @@ use vrdma_spec::*;
 
 use super::commands::cq_charge;
 use super::Device;
+use super::Qp;
 use crate::guest::{Ring, RingError};
 use crate::memory::mr::{Mr, MrError, MrKind};
 use crate::memory::odp::OdpMr;
 use crate::objects::cq::CQE_SHIFT;
 use crate::objects::{Ah, Cq, Pd, Srq};
-use crate::qp::{Qp, QpAttrs, QpCaps, QpState, QpType};
+use crate::qp::{QpAttrs, QpCaps, QpState, QpType};
 use crate::transport::requester::{SendWqe, Sge, WqeState};
 use crate::transport::responder::{MsgOp, RecvWqe, WriteCtx};
 use crate::transport::sgelist::SgeList;

@@ -1,6 +1,7 @@
 //! Queue pairs (spec §13): the `Qp` object, its attributes and the QP table. The IBTA state machine
-//! and attribute-mask table are in `state.rs`; protocol state (`req`, `resp`) is owned by
-//! `transport/`.
+//! and attribute-mask table are in `state.rs`; protocol state (`req`, `resp`, `tick`) is owned by
+//! `transport/`, which sits above this module: `Qp` holds it through the [`Protocol`] types the
+//! device names (`device::Rocev2`), and only resets it and seeds its PSNs.
 
 pub mod state;
 
@@ -9,7 +10,6 @@ use vrdma_spec::*;
 
 use crate::guest::{GuestMem, Ring};
 use crate::objects::gid::{gid_is_ipv4, GidTable, GID_TYPE_ROCE_V2};
-use crate::transport::{RequesterState, ResponderState};
 pub use state::{QpState, QpType, StateError};
 
 /// Q_Key of the GSI QP (IBTA 13.4.6.1 / DESIGN.md).
@@ -109,8 +109,36 @@ pub struct ModifyLimits {
     pub max_dest_rd_atomic: u32,
 }
 
+/// The protocol engine's per-QP state as `qp/` sees it: storage it resets on a transition to RESET
+/// and whose PSNs MODIFY_QP sets (spec §13.4); everything else about it belongs to the engine.
+/// `device/` implements it for `transport/`'s types, so this layer does not depend on that one.
+pub trait Protocol {
+    /// Requester state (`Qp::req`).
+    type Req: SendState;
+    /// Responder state (`Qp::resp`).
+    type Resp: RecvState;
+    /// The device timer queue's marks for the QP (`Qp::tick`).
+    type Tick: Default;
+}
+
+/// The requester half of [`Protocol`].
+pub trait SendState: Default {
+    /// MODIFY_QP's `sq_psn`: the next PSN to send.
+    fn set_sq_psn(&mut self, psn: u32);
+    /// Back to the state of a new QP (transition to RESET).
+    fn reset(&mut self);
+}
+
+/// The responder half of [`Protocol`].
+pub trait RecvState: Default {
+    /// MODIFY_QP's `rq_psn`: the next PSN expected.
+    fn set_rq_psn(&mut self, psn: u32);
+    /// Back to the state of a new QP (transition to RESET).
+    fn reset(&mut self);
+}
+
 /// A queue pair.
-pub struct Qp {
+pub struct Qp<P: Protocol> {
     pub qpn: u32,
     pub qp_type: QpType,
     pub pd: u32,
@@ -130,11 +158,11 @@ pub struct Qp {
     /// `attrs.en_sqd_async_notify`) once no request is outstanding.
     pub sq_draining: bool,
     /// Requester protocol state (owned by transport/).
-    pub req: RequesterState,
+    pub req: P::Req,
     /// Responder protocol state (owned by transport/).
-    pub resp: ResponderState,
+    pub resp: P::Resp,
     /// The device timer queue's marks for this QP (owned by transport/timers.rs).
-    pub tick: crate::transport::timers::TickMarks,
+    pub tick: P::Tick,
     /// Transport counters (`stats.rs`), written by transport/.
     pub stats: crate::stats::QpStats,
     /// Host memory the QP holds for its whole life (spec §16, see
@@ -142,7 +170,7 @@ pub struct Qp {
     pub charge: crate::budget::Charge,
 }
 
-impl std::fmt::Debug for Qp {
+impl<P: Protocol> std::fmt::Debug for Qp<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.qpn)
@@ -160,7 +188,7 @@ pub struct Transition {
     pub to: QpState,
 }
 
-impl Qp {
+impl<P: Protocol> Qp<P> {
     /// Q_Key to use for this QP's datagrams.
     pub fn qkey(&self) -> u32 {
         if self.qp_type == QpType::Gsi {
@@ -423,9 +451,9 @@ fn pick_qpn(rng: &mut crate::ids::IdRng, count: u32, used: impl Fn(u32) -> bool)
 
 /// The QP table: GSI is QPN 1, ordinary QPs get random QPNs in 16..=0xfffffe (spec §13.6, §16),
 /// unique among live QPs.
-pub struct QpTable {
+pub struct QpTable<P: Protocol> {
     /// Looked up several times per packet; QPNs are device-chosen (`fasthash`).
-    qps: crate::fasthash::FastMap<u32, Qp>,
+    qps: crate::fasthash::FastMap<u32, Qp<P>>,
     rng: crate::ids::IdRng,
     max_qp: u32,
     count: u32,
@@ -434,7 +462,7 @@ pub struct QpTable {
     retired: crate::stats::QpStats,
 }
 
-impl std::fmt::Debug for QpTable {
+impl<P: Protocol> std::fmt::Debug for QpTable<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QpTable")
             .field("count", &self.count)
@@ -443,7 +471,7 @@ impl std::fmt::Debug for QpTable {
     }
 }
 
-impl QpTable {
+impl<P: Protocol> QpTable<P> {
     /// `max_qp` ordinary QPs (the GSI QP does not count); QPNs from an OS-seeded generator.
     pub fn new(max_qp: u32) -> Self {
         Self::with_rng(max_qp, crate::ids::IdRng::from_os())
@@ -474,22 +502,22 @@ impl QpTable {
     }
 
     /// Insert a QP whose QPN came from `alloc_qpn`.
-    pub fn insert(&mut self, qp: Qp) {
+    pub fn insert(&mut self, qp: Qp<P>) {
         if qp.qpn != VRDMA_GSI_QPN {
             self.count += 1;
         }
         self.qps.insert(qp.qpn, qp);
     }
 
-    pub fn get(&self, qpn: u32) -> Option<&Qp> {
+    pub fn get(&self, qpn: u32) -> Option<&Qp<P>> {
         self.qps.get(&qpn)
     }
 
-    pub fn get_mut(&mut self, qpn: u32) -> Option<&mut Qp> {
+    pub fn get_mut(&mut self, qpn: u32) -> Option<&mut Qp<P>> {
         self.qps.get_mut(&qpn)
     }
 
-    pub fn remove(&mut self, qpn: u32) -> Option<Qp> {
+    pub fn remove(&mut self, qpn: u32) -> Option<Qp<P>> {
         let qp = self.qps.remove(&qpn)?;
         if qpn != VRDMA_GSI_QPN {
             self.count -= 1;
@@ -513,11 +541,11 @@ impl QpTable {
         v
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Qp> {
+    pub fn iter(&self) -> impl Iterator<Item = &Qp<P>> {
         self.qps.values()
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Qp> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Qp<P>> {
         self.qps.values_mut()
     }
 
@@ -543,7 +571,33 @@ impl QpTable {
 mod tests {
     use super::*;
 
-    fn qp(mem: &GuestMem, qpn: u32, t: QpType) -> Qp {
+    /// Protocol state that only counts what `qp/` does to it.
+    #[derive(Default)]
+    struct Psn(u32);
+    impl SendState for Psn {
+        fn set_sq_psn(&mut self, psn: u32) {
+            self.0 = psn;
+        }
+        fn reset(&mut self) {
+            self.0 = 0;
+        }
+    }
+    impl RecvState for Psn {
+        fn set_rq_psn(&mut self, psn: u32) {
+            self.0 = psn;
+        }
+        fn reset(&mut self) {
+            self.0 = 0;
+        }
+    }
+    struct Test;
+    impl Protocol for Test {
+        type Req = Psn;
+        type Resp = Psn;
+        type Tick = ();
+    }
+
+    fn qp(mem: &GuestMem, qpn: u32, t: QpType) -> Qp<Test> {
         let sq = Ring::new(mem, &[0, 4096], 16, 6, 6, 16).unwrap();
         Qp {
             qpn,
@@ -571,7 +625,7 @@ mod tests {
     #[test]
     fn qpns_are_random_unique_and_in_range() {
         let mem = GuestMem::from_ranges(&[(0, 1 << 16)]).unwrap();
-        let mut t = QpTable::new(64);
+        let mut t = QpTable::<Test>::new(64);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..64 {
             let q = t.alloc_qpn(QpType::Rc).unwrap();
@@ -595,7 +649,7 @@ mod tests {
     #[test]
     fn a_dense_table_still_finds_the_free_qpn() {
         let span = MAX_QPN - VRDMA_FIRST_QPN + 1;
-        assert_eq!(QpTable::new(u32::MAX).max_qp, span - 1);
+        assert_eq!(QpTable::<Test>::new(u32::MAX).max_qp, span - 1);
         // Every QPN but one is live: the draws miss, the walk (≤ count + 1 steps) finds it.
         let mut rng = crate::ids::IdRng::from_seed(7);
         for free in [VRDMA_FIRST_QPN, 0x12_3456, MAX_QPN] {
