@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use thiserror::Error;
 
+use crate::device::config::guid_from_mac;
+use crate::device::DeviceConfig;
+use crate::memory::OdpConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
 use crate::vhost_user::delay::DelaySpec;
 
@@ -552,5 +555,65 @@ pub fn check_socket_path(path: &Path) -> Result<(), CliError> {
         Ok(_) => Err(bad("exists and is not a socket (refusing to replace it)")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(bad(&e.to_string())),
+    }
+}
+
+impl Config {
+    /// The device limits and identity from this CLI configuration (here, not in `device/`: the
+    /// device does not know the CLI, ARCHITECTURE.md "Layers"). ODP on the CLI enables
+    /// both explicit and implicit ODP; `resident_chunks` is the device budget (an MR may use
+    /// all of it).
+    pub fn device_config(&self) -> DeviceConfig {
+        let c = self;
+        let d = DeviceConfig::default();
+        let resident = (c.odp.resident_chunks as usize).max(2);
+        DeviceConfig {
+            mac: c.mac,
+            mtu: c.mtu,
+            node_guid: guid_from_mac(&c.mac),
+            max_pd: c.limits.max_pd,
+            max_qp: c.limits.max_qp,
+            max_cq: c.limits.max_cq,
+            max_srq: c.limits.max_srq,
+            max_mr: c.limits.max_mr,
+            max_ah: c.limits.max_ah,
+            max_mw: c.limits.max_mr,
+            max_host_memory: c.max_host_memory,
+            odp: OdpConfig {
+                enabled: c.odp.enabled,
+                implicit: c.odp.enabled,
+                chunk_shift: c.odp.chunk_shift.clamp(12, 30),
+                max_resident: resident,
+                max_resident_per_mr: resident,
+                ..d.odp.clone()
+            },
+            ..d
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_config_maps_limits_and_odp() {
+        let mut c = Config::new("/tmp/x.sock".into(), [2, 0, 0, 0, 0, 9]);
+        c.mtu = 9000;
+        c.limits.max_qp = 100;
+        c.odp.enabled = false;
+        let d = c.device_config();
+        assert_eq!(d.mac, [2, 0, 0, 0, 0, 9]);
+        assert_eq!(d.max_qp, 100);
+        assert_eq!(d.port_mtu(), 5);
+        assert!(!d.odp.enabled && !d.odp.implicit);
+        assert_eq!(d.odp_feature_bits(), 0);
+        let v = d.to_vrdma_config();
+        assert_eq!((v.max_qp, v.mtu, v.odp_general_caps), (100, 9000, 0));
+        c.odp.enabled = true;
+        c.odp.chunk_shift = 22;
+        let d = c.device_config();
+        assert_eq!(d.odp_feature_bits(), 0b11);
+        assert_eq!(d.to_vrdma_config().odp_chunk_shift, 22);
     }
 }

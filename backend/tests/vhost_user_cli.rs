@@ -375,7 +375,7 @@ fn max_host_memory_takes_suffixes_and_reaches_the_device() {
     for (arg, bytes) in [("64M", 64u64 << 20), ("2G", 2 << 30), ("1048576", 1 << 20)] {
         let c = parse(&["--max-host-memory", arg]).unwrap();
         assert_eq!(c.max_host_memory, bytes, "{arg}");
-        let d = vrdma_backend::device::DeviceConfig::from_cli(&c);
+        let d = c.device_config();
         assert_eq!(d.max_host_memory, bytes);
     }
     for bad in ["0", "1K", "12Q", "", "M"] {

@@ -12,7 +12,7 @@ use super::delay::CommandDelays;
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::{Config, DaemonConfig};
-use crate::device::{Device, DeviceConfig};
+use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
 use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
 use crate::guest::GuestMem;
@@ -102,7 +102,7 @@ pub fn prepare_with_uplink(
     config: &Config,
     uplink: Arc<dyn Uplink>,
 ) -> Result<Prepared, StartError> {
-    let dev_config = DeviceConfig::from_cli(config);
+    let dev_config = config.device_config();
     let config_bytes = dev_config.config_space();
     let config_space: [u8; CONFIG_SIZE] = config_bytes
         .as_slice()
