@@ -11,8 +11,9 @@ use std::time::Duration;
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures};
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
+use vrdma_backend::cli::delay::DelaySpec;
 use vrdma_backend::vhost_user::daemon::listen;
-use vrdma_backend::vhost_user::delay::{CommandDelays, DelaySpec};
+use vrdma_backend::vhost_user::delay::CommandDelays;
 use vrdma_backend::vhost_user::{
     serve, CmdOutcome, DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, ServeParts,
     VirtqOutput, CONFIG_SIZE,

@@ -3,6 +3,8 @@
 //!
 //! Every option is documented in `--help`; the test-only `--impair` option says so there.
 
+pub mod delay;
+
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -12,7 +14,7 @@ use crate::device::config::guid_from_mac;
 use crate::device::DeviceConfig;
 use crate::memory::OdpConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
-use crate::vhost_user::delay::DelaySpec;
+use delay::DelaySpec;
 
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
 pub const DEFAULT_MAX_QP: u32 = 16384;
