@@ -7,6 +7,7 @@ use vrdma_backend::device::RecordingOutput;
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
 use vrdma_backend::memory::{GuestRange, MrError, MrTable, OdpConfig};
+use vrdma_spec::*;
 
 /// REG_MR with its fields as arguments, to keep the many cases below on one line each.
 trait RegList {
@@ -46,10 +47,10 @@ impl RegList for MrTable {
     }
 }
 
-const LW: u32 = ACCESS_LOCAL_WRITE;
-const RW: u32 = ACCESS_REMOTE_WRITE;
-const RR: u32 = ACCESS_REMOTE_READ;
-const RA: u32 = ACCESS_REMOTE_ATOMIC;
+const LW: u32 = VRDMA_ACCESS_LOCAL_WRITE;
+const RW: u32 = VRDMA_ACCESS_REMOTE_WRITE;
+const RR: u32 = VRDMA_ACCESS_REMOTE_READ;
+const RA: u32 = VRDMA_ACCESS_REMOTE_ATOMIC;
 const MAX: u64 = 1 << 40;
 
 fn table() -> (MrTable, GuestMem) {

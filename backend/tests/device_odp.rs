@@ -16,7 +16,7 @@ use vrdma_backend::memory::{GuestRange, MrError, MrTable, OdpConfig};
 use vrdma_spec::*;
 
 const CHUNK: u64 = 2 << 20;
-const LW: u32 = ACCESS_LOCAL_WRITE;
+const LW: u32 = VRDMA_ACCESS_LOCAL_WRITE;
 
 fn odp_cfg() -> OdpConfig {
     OdpConfig {
@@ -64,8 +64,8 @@ fn registration_matrix() {
         .is_err());
     assert!(t.reg_odp(1, LW, 0, 1 << 41, false, 1 << 40).is_err());
     assert_eq!(
-        t.reg_odp(1, ACCESS_REMOTE_WRITE, 0, 4096, false, 1 << 40),
-        Err(MrError::BadAccess(ACCESS_REMOTE_WRITE))
+        t.reg_odp(1, VRDMA_ACCESS_REMOTE_WRITE, 0, 4096, false, 1 << 40),
+        Err(MrError::BadAccess(VRDMA_ACCESS_REMOTE_WRITE))
     );
     let k = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
     assert!(t.get(k).unwrap().is_odp());
@@ -541,7 +541,14 @@ fn odp_through_commands() {
     let err = e
         .dev
         .mrs
-        .resolve_for(Some(16), key, pd, 0x7f00_0000_0010, 16, ACCESS_REMOTE_READ)
+        .resolve_for(
+            Some(16),
+            key,
+            pd,
+            0x7f00_0000_0010,
+            16,
+            VRDMA_ACCESS_REMOTE_READ,
+        )
         .unwrap_err();
     assert!(matches!(err, MrError::Fault { .. }));
     let r = e.out.take_page_requests()[0];
@@ -574,7 +581,7 @@ fn odp_through_commands() {
     let g = e
         .dev
         .mrs
-        .resolve(key, pd, 0x7f00_0000_0010, 16, ACCESS_REMOTE_READ)
+        .resolve(key, pd, 0x7f00_0000_0010, 16, VRDMA_ACCESS_REMOTE_READ)
         .unwrap();
     assert_eq!(g[0].gpa, pages[0] + 0x10);
     let inv = VrdmaCmdOdpInvalidate {

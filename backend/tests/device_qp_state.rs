@@ -322,6 +322,10 @@ fn attribute_range_checks() {
         (0, Box::new(|a| a.port_num = 2)),
         (0, Box::new(|a| a.pkey_index = 1)),
         (0, Box::new(|a| a.qp_access_flags = 1 << 7)),
+        // MR-only bits are not QP access flags (spec §13.4 rule 4).
+        (0, Box::new(|a| a.qp_access_flags = VRDMA_ACCESS_MW_BIND)),
+        (0, Box::new(|a| a.qp_access_flags = VRDMA_ACCESS_ZERO_BASED)),
+        (0, Box::new(|a| a.qp_access_flags |= VRDMA_ACCESS_ON_DEMAND)),
         (1 << 25, Box::new(|_| {})),
         (0, Box::new(|a| a.qp_state = 7)),
     ];

@@ -796,5 +796,10 @@ struct vrdma_stats {
 /* Special QP numbers */
 #define VRDMA_GSI_QPN			1
 #define VRDMA_FIRST_QPN			16
+/* The GSI QP's Q_Key (§13.6, IBTA 13.4.6.1) */
+#define VRDMA_GSI_QKEY			0x80010000U
+
+/* vrdma_av.vlan_id / vrdma_cqe.vlan_id of an untagged frame (§11.5, §7) */
+#define VRDMA_VLAN_NONE			0xffff
 
 #endif /* VRDMA_ABI_H */

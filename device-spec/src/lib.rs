@@ -585,6 +585,10 @@ abi_consts! {
     /// Special QP numbers.
     VRDMA_GSI_QPN: u32 = 1;
     VRDMA_FIRST_QPN: u32 = 16;
+    /// §13.6 the GSI QP's Q_Key (IBTA 13.4.6.1).
+    VRDMA_GSI_QKEY: u32 = 0x8001_0000;
+    /// §11.5, §7 `vrdma_av.vlan_id` / `vrdma_cqe.vlan_id`: the frame is untagged.
+    VRDMA_VLAN_NONE: u16 = 0xffff;
 }
 
 // ---------------------------------------------------------------------------------------------

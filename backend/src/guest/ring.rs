@@ -11,28 +11,23 @@
 
 use std::sync::atomic::{fence, Ordering};
 
+use std::mem::offset_of;
+
 use thiserror::Error;
+use vrdma_spec::{
+    VrdmaRingCtrl, VRDMA_CQ_ARM_NEXT, VRDMA_CQ_ARM_NONE, VRDMA_CQ_ARM_SOLICITED, VRDMA_PAGE_SIZE,
+    VRDMA_RING_ERR_ACCESS, VRDMA_RING_ERR_INDEX, VRDMA_RING_ERR_OVERFLOW,
+};
 
 use super::memory::{GuestMem, GuestMemError};
 
-/// Ring page size (VRDMA_PAGE_SIZE).
-pub const RING_PAGE_SIZE: u64 = 4096;
-/// Offsets inside `struct vrdma_ring_ctrl`.
-pub const CTRL_PRODUCER: u64 = 0;
-pub const CTRL_CONSUMER: u64 = 64;
-pub const CTRL_CQ_ARM: u64 = 128;
-pub const CTRL_ERROR: u64 = 132;
-
-/// VRDMA_RING_ERR_* values.
-pub const RING_ERR_NONE: u32 = 0;
-pub const RING_ERR_OVERFLOW: u32 = 1;
-pub const RING_ERR_INDEX: u32 = 2;
-pub const RING_ERR_ACCESS: u32 = 3;
-
-/// VRDMA_CQ_ARM_* values.
-pub const CQ_ARM_NONE: u32 = 0;
-pub const CQ_ARM_NEXT: u32 = 1;
-pub const CQ_ARM_SOLICITED: u32 = 2;
+/// Ring page size (`VRDMA_PAGE_SIZE`, §4) as a guest-address quantity.
+pub const RING_PAGE_SIZE: u64 = VRDMA_PAGE_SIZE;
+/// Offsets inside `struct vrdma_ring_ctrl` (§4), taken from the spec's layout.
+pub const CTRL_PRODUCER: u64 = offset_of!(VrdmaRingCtrl, producer) as u64;
+pub const CTRL_CONSUMER: u64 = offset_of!(VrdmaRingCtrl, consumer) as u64;
+pub const CTRL_CQ_ARM: u64 = offset_of!(VrdmaRingCtrl, cq_arm) as u64;
+pub const CTRL_ERROR: u64 = offset_of!(VrdmaRingCtrl, error) as u64;
 
 /// Errors at ring creation (→ command status) and at run time (→ ring error / QP fatal).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -49,17 +44,17 @@ pub enum RingError {
     /// page address not 4 KiB aligned → STATUS_INVALID.
     #[error("ring page {0:#x} is not page aligned")]
     UnalignedPage(u64),
-    /// page outside guest memory → STATUS_BAD_ADDRESS (at creation) / RING_ERR_ACCESS (run time).
+    /// page outside guest memory → STATUS_BAD_ADDRESS (at creation) / VRDMA_RING_ERR_ACCESS (run time).
     #[error("ring page access failed: {0}")]
     Access(#[from] GuestMemError),
-    /// producer - consumer > depth (guest corrupted an index) → RING_ERR_INDEX.
+    /// producer - consumer > depth (guest corrupted an index) → VRDMA_RING_ERR_INDEX.
     #[error("ring index error: producer {producer} consumer {consumer} depth {depth}")]
     Index {
         producer: u32,
         consumer: u32,
         depth: u32,
     },
-    /// CQ full → RING_ERR_OVERFLOW.
+    /// CQ full → VRDMA_RING_ERR_OVERFLOW.
     #[error("completion queue overflow")]
     Overflow,
     /// The object owning the ring is already in error; the device no longer uses the ring.
@@ -74,9 +69,9 @@ impl RingError {
     /// The VRDMA_RING_ERR_* code for a run-time error written into the ring's `error` field.
     pub fn ring_error_code(&self) -> u32 {
         match self {
-            RingError::Overflow => RING_ERR_OVERFLOW,
-            RingError::Index { .. } => RING_ERR_INDEX,
-            _ => RING_ERR_ACCESS,
+            RingError::Overflow => VRDMA_RING_ERR_OVERFLOW,
+            RingError::Index { .. } => VRDMA_RING_ERR_INDEX,
+            _ => VRDMA_RING_ERR_ACCESS,
         }
     }
 }
@@ -329,8 +324,8 @@ impl Ring {
         let gpa = self.ctrl_gpa() + CTRL_CQ_ARM;
         let cur = mem.load_u32_acquire(gpa)?;
         let fire = match cur {
-            CQ_ARM_NEXT => true,
-            CQ_ARM_SOLICITED => solicited_or_error,
+            VRDMA_CQ_ARM_NEXT => true,
+            VRDMA_CQ_ARM_SOLICITED => solicited_or_error,
             _ => false,
         };
         if !fire {
@@ -338,15 +333,15 @@ impl Ring {
         }
         // Exchange to NONE: only the winner of the exchange posts the event. If the guest re-armed
         // with a different mode in between, honour what we swapped out.
-        let old = mem.swap_u32(gpa, CQ_ARM_NONE)?;
+        let old = mem.swap_u32(gpa, VRDMA_CQ_ARM_NONE)?;
         Ok(match old {
-            CQ_ARM_NEXT => true,
-            CQ_ARM_SOLICITED => {
+            VRDMA_CQ_ARM_NEXT => true,
+            VRDMA_CQ_ARM_SOLICITED => {
                 if solicited_or_error {
                     true
                 } else {
                     // Not ours to consume: put it back.
-                    mem.store_u32_release(gpa, CQ_ARM_SOLICITED)?;
+                    mem.store_u32_release(gpa, VRDMA_CQ_ARM_SOLICITED)?;
                     false
                 }
             }
@@ -363,8 +358,8 @@ impl Ring {
     ) -> Result<bool, RingError> {
         fence(Ordering::SeqCst);
         Ok(match mem.load_u32_acquire(self.ctrl_gpa() + CTRL_CQ_ARM)? {
-            CQ_ARM_NEXT => true,
-            CQ_ARM_SOLICITED => solicited_or_error,
+            VRDMA_CQ_ARM_NEXT => true,
+            VRDMA_CQ_ARM_SOLICITED => solicited_or_error,
             _ => false,
         })
     }

@@ -20,31 +20,34 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use thiserror::Error;
+use vrdma_spec::*;
 
 use super::odp::{OdpConfig, OdpMr, OdpState};
 use crate::budget::{Budget, Charge};
 use crate::guest::output::DeviceOutput;
 use crate::guest::GuestMem;
 
-/// VRDMA_ACCESS_* bits.
-pub const ACCESS_LOCAL_WRITE: u32 = 1 << 0;
-pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
-pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
-pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
-pub const ACCESS_MW_BIND: u32 = 1 << 4;
-pub const ACCESS_ZERO_BASED: u32 = 1 << 5;
-pub const ACCESS_ON_DEMAND: u32 = 1 << 6;
-pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
-pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+// The access bits themselves are `vrdma_spec::VRDMA_ACCESS_*` (spec §12.2); these are the groups
+// the checks below use.
 /// The IBTA 1.5 FLUSH rights (one per placement type).
-pub const ACCESS_FLUSH: u32 = ACCESS_FLUSH_GLOBAL | ACCESS_FLUSH_PERSISTENT;
+pub const ACCESS_FLUSH: u32 = VRDMA_ACCESS_FLUSH_GLOBAL | VRDMA_ACCESS_FLUSH_PERSISTENT;
 /// Every access bit the device knows.
-pub const ACCESS_ALL: u32 = ((1 << 7) - 1) | ACCESS_FLUSH;
+pub const ACCESS_ALL: u32 = VRDMA_ACCESS_LOCAL_WRITE
+    | VRDMA_ACCESS_REMOTE_WRITE
+    | VRDMA_ACCESS_REMOTE_READ
+    | VRDMA_ACCESS_REMOTE_ATOMIC
+    | VRDMA_ACCESS_MW_BIND
+    | VRDMA_ACCESS_ZERO_BASED
+    | VRDMA_ACCESS_ON_DEMAND
+    | ACCESS_FLUSH;
 /// Bits that need remote access rights.
-pub const ACCESS_REMOTE: u32 =
-    ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC | ACCESS_FLUSH;
+pub const ACCESS_REMOTE: u32 = VRDMA_ACCESS_REMOTE_WRITE
+    | VRDMA_ACCESS_REMOTE_READ
+    | VRDMA_ACCESS_REMOTE_ATOMIC
+    | ACCESS_FLUSH;
 /// Bits that imply a write into the MR's memory.
-pub const ACCESS_WRITES: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+pub const ACCESS_WRITES: u32 =
+    VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE | VRDMA_ACCESS_REMOTE_ATOMIC;
 
 /// Smallest and largest MR page shift accepted (4 KiB .. 1 GiB).
 pub const MIN_PAGE_SHIFT: u32 = 12;
@@ -253,13 +256,13 @@ pub fn check_access_flags(access: u32) -> Result<(), MrError> {
     if access & !ACCESS_ALL != 0 {
         return Err(MrError::Invalid("unknown access bits"));
     }
-    if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
-        && access & ACCESS_LOCAL_WRITE == 0
+    if access & (VRDMA_ACCESS_REMOTE_WRITE | VRDMA_ACCESS_REMOTE_ATOMIC) != 0
+        && access & VRDMA_ACCESS_LOCAL_WRITE == 0
     {
         return Err(MrError::BadAccess(access));
     }
     // Guest memory is host RAM: nothing can be made persistent, so no MR may promise it.
-    if access & ACCESS_FLUSH_PERSISTENT != 0 {
+    if access & VRDMA_ACCESS_FLUSH_PERSISTENT != 0 {
         return Err(MrError::NotSupported);
     }
     Ok(())
@@ -562,7 +565,7 @@ impl MrTable {
             }
             Ok(())
         };
-        if mr.access & ACCESS_FLUSH_PERSISTENT != 0 {
+        if mr.access & VRDMA_ACCESS_FLUSH_PERSISTENT != 0 {
             return Err(MrError::NotSupported);
         }
         match &mr.kind {
@@ -662,7 +665,7 @@ impl MrTable {
             pages,
         } = *spec;
         check_access_flags(access)?;
-        if access & ACCESS_ON_DEMAND != 0 {
+        if access & VRDMA_ACCESS_ON_DEMAND != 0 {
             return Err(MrError::Invalid("ON_DEMAND on a page-list MR"));
         }
         if !(MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_shift) {
@@ -723,7 +726,7 @@ impl MrTable {
     /// REG_DMA_MR: iova == GPA; remote access bits are refused (`BadAccess` → STATUS_ACCESS).
     pub fn reg_dma(&mut self, pd: u32, access: u32) -> Result<u32, MrError> {
         check_access_flags(access)?;
-        if access & (ACCESS_REMOTE | ACCESS_ON_DEMAND) != 0 {
+        if access & (ACCESS_REMOTE | VRDMA_ACCESS_ON_DEMAND) != 0 {
             return Err(MrError::BadAccess(access));
         }
         let charge = self.charge(0)?;
@@ -804,7 +807,7 @@ impl MrTable {
             Mr {
                 key: 0,
                 pd,
-                access: access | ACCESS_ON_DEMAND,
+                access: access | VRDMA_ACCESS_ON_DEMAND,
                 iova,
                 length,
                 kind: if implicit {
@@ -851,7 +854,7 @@ impl MrTable {
         page_list_len: u32,
     ) -> Result<(), MrError> {
         check_access_flags(access)?;
-        if access & ACCESS_ON_DEMAND != 0 {
+        if access & VRDMA_ACCESS_ON_DEMAND != 0 {
             return Err(MrError::BadAccess(access));
         }
         let idx = key_index(key) as usize;
@@ -1177,7 +1180,7 @@ pub(super) fn check_range_rights(
     len: u64,
     access: u32,
 ) -> Result<(), MrError> {
-    let need = access & (ACCESS_WRITES | ACCESS_REMOTE_READ | ACCESS_FLUSH);
+    let need = access & (ACCESS_WRITES | VRDMA_ACCESS_REMOTE_READ | ACCESS_FLUSH);
     if need & !mr.access != 0 {
         return Err(MrError::AccessDenied { key, access });
     }

@@ -10,19 +10,22 @@
 
 use super::mr::{
     check_range_rights, key_index, key_variant, GuestRange, Mr, MrError, MrKind, MrTable,
-    ACCESS_LOCAL_WRITE, ACCESS_MW_BIND, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE, ACCESS_ZERO_BASED,
 };
-use vrdma_spec::{VRDMA_MW_TYPE_1, VRDMA_MW_TYPE_2};
+use vrdma_spec::{
+    VRDMA_ACCESS_LOCAL_WRITE, VRDMA_ACCESS_MW_BIND, VRDMA_ACCESS_REMOTE_ATOMIC,
+    VRDMA_ACCESS_REMOTE_READ, VRDMA_ACCESS_REMOTE_WRITE, VRDMA_ACCESS_ZERO_BASED, VRDMA_MW_TYPE_1,
+    VRDMA_MW_TYPE_2,
+};
 
 /// Rights a bind may ask for (§12.8 step 1); `LOCAL_WRITE` is accepted and ignored.
-const BIND_ACCESS: u32 = ACCESS_REMOTE_WRITE
-    | ACCESS_REMOTE_READ
-    | ACCESS_REMOTE_ATOMIC
-    | ACCESS_ZERO_BASED
-    | ACCESS_LOCAL_WRITE;
+const BIND_ACCESS: u32 = VRDMA_ACCESS_REMOTE_WRITE
+    | VRDMA_ACCESS_REMOTE_READ
+    | VRDMA_ACCESS_REMOTE_ATOMIC
+    | VRDMA_ACCESS_ZERO_BASED
+    | VRDMA_ACCESS_LOCAL_WRITE;
 /// Rights a bound window keeps.
-const WINDOW_RIGHTS: u32 = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+const WINDOW_RIGHTS: u32 =
+    VRDMA_ACCESS_REMOTE_WRITE | VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_REMOTE_ATOMIC;
 
 /// A memory window's type and binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +188,7 @@ impl MrTable {
             });
         }
         // 3. per type.
-        let zero_based = b.access & ACCESS_ZERO_BASED != 0;
+        let zero_based = b.access & VRDMA_ACCESS_ZERO_BASED != 0;
         if win.mw_type == VRDMA_MW_TYPE_1 {
             if zero_based {
                 // o10-36.2.2
@@ -219,18 +222,18 @@ impl MrTable {
             MrKind::FastReg { valid: false, .. } => return Err(MrError::Invalidated(b.mr_key)),
             _ => {}
         }
-        if mr.access & ACCESS_MW_BIND == 0 {
+        if mr.access & VRDMA_ACCESS_MW_BIND == 0 {
             return Err(MrError::AccessDenied {
                 key: b.mr_key,
-                access: ACCESS_MW_BIND,
+                access: VRDMA_ACCESS_MW_BIND,
             });
         }
-        if b.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
-            && mr.access & ACCESS_LOCAL_WRITE == 0
+        if b.access & (VRDMA_ACCESS_REMOTE_WRITE | VRDMA_ACCESS_REMOTE_ATOMIC) != 0
+            && mr.access & VRDMA_ACCESS_LOCAL_WRITE == 0
         {
             return Err(MrError::AccessDenied {
                 key: b.mr_key,
-                access: ACCESS_LOCAL_WRITE,
+                access: VRDMA_ACCESS_LOCAL_WRITE,
             });
         }
         // 5. C10-75: the range inside the MR.
@@ -346,8 +349,8 @@ impl MrTable {
         }
         // The MR itself need not grant remote rights, only hold the memory: writes need its
         // LOCAL_WRITE (C10-74 was checked at bind; checked again in case of a REREG).
-        let mr_access = if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0 {
-            ACCESS_LOCAL_WRITE
+        let mr_access = if access & (VRDMA_ACCESS_REMOTE_WRITE | VRDMA_ACCESS_REMOTE_ATOMIC) != 0 {
+            VRDMA_ACCESS_LOCAL_WRITE
         } else {
             0
         };

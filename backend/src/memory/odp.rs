@@ -877,7 +877,7 @@ impl MrTable {
         let Ok((mr, odp, _)) = self.odp_parts(key) else {
             return done(VRDMA_STATUS_NOT_FOUND);
         };
-        if write && mr.access & super::mr::ACCESS_LOCAL_WRITE == 0 {
+        if write && mr.access & vrdma_spec::VRDMA_ACCESS_LOCAL_WRITE == 0 {
             return done(VRDMA_STATUS_ACCESS);
         }
         let (mr_iova, mr_len) = (mr.iova, mr.length);

@@ -1,17 +1,18 @@
 //! Completion queues (spec §5.3, §7).
 
 use thiserror::Error;
-use vrdma_spec::{Abi, VrdmaCqe, VRDMA_EV_CQ_COMP, VRDMA_EV_CQ_ERR};
+use vrdma_spec::{
+    Abi, VrdmaCqe, VRDMA_CQE_SIZE, VRDMA_EV_CQ_COMP, VRDMA_EV_CQ_ERR, VRDMA_RING_ERR_ACCESS,
+    VRDMA_RING_ERR_OVERFLOW,
+};
 
 use crate::budget::Charge;
 use crate::guest::output::{event, DeviceOutput};
-use crate::guest::ring::{RING_ERR_ACCESS, RING_ERR_OVERFLOW};
 use crate::guest::{GuestMem, Ring, RingError};
 use std::time::{Duration, Instant};
 
-/// CQE size (fixed by the ABI).
-pub const CQE_SIZE: u32 = 64;
-pub const CQE_SHIFT: u32 = 6;
+/// log2 of the CQE size (`VRDMA_CQE_SIZE`, §5), the slot shift of a CQ ring.
+pub const CQE_SHIFT: u32 = VRDMA_CQE_SIZE.trailing_zeros();
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CqError {
@@ -94,11 +95,11 @@ impl Cq {
         match self.ring.cq_push(mem, cqe.as_bytes()) {
             Ok(()) => {}
             Err(RingError::Overflow) => {
-                self.fail(mem, out, RING_ERR_OVERFLOW);
+                self.fail(mem, out, VRDMA_RING_ERR_OVERFLOW);
                 return Err(CqError::Overflow);
             }
             Err(e) => {
-                self.fail(mem, out, RING_ERR_ACCESS);
+                self.fail(mem, out, VRDMA_RING_ERR_ACCESS);
                 return Err(CqError::Access(e));
             }
         }
@@ -117,7 +118,7 @@ impl Cq {
             Ok(true) => out.event(event(VRDMA_EV_CQ_COMP, self.cqn, 0)),
             Ok(false) => {}
             Err(e) => {
-                self.fail(mem, out, RING_ERR_ACCESS);
+                self.fail(mem, out, VRDMA_RING_ERR_ACCESS);
                 return Err(CqError::Access(e));
             }
         }
@@ -135,7 +136,7 @@ impl Cq {
             Ok(true) => {}
             Ok(false) => return Ok(None),
             Err(e) => {
-                self.fail(mem, out, RING_ERR_ACCESS);
+                self.fail(mem, out, VRDMA_RING_ERR_ACCESS);
                 return Err(CqError::Access(e));
             }
         }
@@ -205,7 +206,7 @@ impl Cq {
         if n.saturating_add(reserve) > new.depth() {
             return Err(RingError::BadDepth(new.depth()));
         }
-        let mut buf = [0u8; CQE_SIZE as usize];
+        let mut buf = [0u8; VRDMA_CQE_SIZE as usize];
         for i in 0..n {
             self.ring
                 .read_entry(mem, consumer.wrapping_add(i), &mut buf)?;

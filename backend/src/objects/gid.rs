@@ -2,9 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// VRDMA_GID_TYPE_*.
-pub const GID_TYPE_ROCE_V1: u32 = 1;
-pub const GID_TYPE_ROCE_V2: u32 = 2;
+use vrdma_spec::{VRDMA_GID_TYPE_ROCE_V1, VRDMA_GID_TYPE_ROCE_V2};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GidEntry {
@@ -78,7 +76,7 @@ impl GidTable {
 
     /// ADD_GID: set (or replace) entry `index`.
     pub fn add(&mut self, index: u32, gid_type: u32, gid: [u8; 16]) -> Result<(), GidError> {
-        if gid_type != GID_TYPE_ROCE_V1 && gid_type != GID_TYPE_ROCE_V2 {
+        if gid_type != VRDMA_GID_TYPE_ROCE_V1 && gid_type != VRDMA_GID_TYPE_ROCE_V2 {
             return Err(GidError::BadType);
         }
         let e = self
@@ -105,7 +103,7 @@ impl GidTable {
     fn reindex(&mut self) {
         self.v2.clear();
         for (i, e) in self.entries.iter().enumerate() {
-            if let Some(e) = e.filter(|e| e.gid_type == GID_TYPE_ROCE_V2) {
+            if let Some(e) = e.filter(|e| e.gid_type == VRDMA_GID_TYPE_ROCE_V2) {
                 self.v2.push((e.gid, i as u32));
             }
         }
@@ -148,29 +146,32 @@ mod tests {
         let mut t = GidTable::new(4);
         let v4: Ipv4Addr = "192.168.1.7".parse().unwrap();
         let v6: Ipv6Addr = "fd00::7".parse().unwrap();
-        t.add(0, GID_TYPE_ROCE_V2, ip_to_gid(IpAddr::V4(v4)))
+        t.add(0, VRDMA_GID_TYPE_ROCE_V2, ip_to_gid(IpAddr::V4(v4)))
             .unwrap();
-        t.add(1, GID_TYPE_ROCE_V1, ip_to_gid(IpAddr::V6(v6)))
+        t.add(1, VRDMA_GID_TYPE_ROCE_V1, ip_to_gid(IpAddr::V6(v6)))
             .unwrap();
         assert!(t.is_local_ipv4(v4));
         assert!(
             !t.is_local_ip(IpAddr::V6(v6)),
             "RoCEv1 entries are not RoCEv2 addresses"
         );
-        t.add(2, GID_TYPE_ROCE_V2, v6.octets()).unwrap();
+        t.add(2, VRDMA_GID_TYPE_ROCE_V2, v6.octets()).unwrap();
         assert!(t.is_local_ip(IpAddr::V6(v6)));
         assert_eq!(t.find_v2(&v6.octets()), Some(2));
         // The same GID at a lower index too: the lowest index answers; replaced by RoCEv1,
         // it no longer does.
-        t.add(1, GID_TYPE_ROCE_V2, v6.octets()).unwrap();
+        t.add(1, VRDMA_GID_TYPE_ROCE_V2, v6.octets()).unwrap();
         assert_eq!(t.find_v2(&v6.octets()), Some(1));
-        t.add(1, GID_TYPE_ROCE_V1, v6.octets()).unwrap();
+        t.add(1, VRDMA_GID_TYPE_ROCE_V1, v6.octets()).unwrap();
         assert_eq!(t.find_v2(&v6.octets()), Some(2));
         assert_eq!(t.get(0).unwrap().ip(), IpAddr::V4(v4));
         assert!(gid_is_ipv4(&t.get(0).unwrap().gid));
         assert!(!gid_is_ipv4(&v6.octets()));
         assert_eq!(gid_to_ip(&v6.octets()), IpAddr::V6(v6));
-        assert_eq!(t.add(4, GID_TYPE_ROCE_V2, [0; 16]), Err(GidError::BadIndex));
+        assert_eq!(
+            t.add(4, VRDMA_GID_TYPE_ROCE_V2, [0; 16]),
+            Err(GidError::BadIndex)
+        );
         assert_eq!(t.add(3, 0, [0; 16]), Err(GidError::BadType));
         assert_eq!(t.del(3), Err(GidError::NotFound));
         assert_eq!(t.del(9), Err(GidError::BadIndex));

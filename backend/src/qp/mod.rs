@@ -9,11 +9,26 @@ use thiserror::Error;
 use vrdma_spec::*;
 
 use crate::guest::{GuestMem, Ring};
-use crate::objects::gid::{gid_is_ipv4, GidTable, GID_TYPE_ROCE_V2};
+use crate::objects::gid::{gid_is_ipv4, GidTable};
 pub use state::{QpState, QpType, StateError};
 
-/// Q_Key of the GSI QP (IBTA 13.4.6.1 / DESIGN.md).
-pub const GSI_QKEY: u32 = 0x8001_0000;
+/// An IB MTU enum in bytes (`vrdma_spec::ib_mtu_to_bytes`, §13.4); anything outside 1..=5 — only
+/// an unset `path_mtu` (0) can be, since MODIFY_QP refuses the rest — counts as 256, the smallest
+/// MTU. A connected QP cannot send unset (INIT → RTR requires PATH_MTU) and datagram QPs use the
+/// port's MTU (§15.6), so the fallback only keeps the value defined. The one definition: the
+/// transport's `ctx::mtu_bytes` is this function.
+pub fn path_mtu_bytes(mtu: u32) -> u32 {
+    ib_mtu_to_bytes(mtu).unwrap_or(256)
+}
+
+/// The access bits a QP's `qp_access_flags` may hold (spec §13.4 rule 4); MR-only bits (MW_BIND,
+/// ZERO_BASED, ON_DEMAND) are `INVALID` there.
+pub const QP_ACCESS_ALLOWED: u32 = VRDMA_ACCESS_LOCAL_WRITE
+    | VRDMA_ACCESS_REMOTE_WRITE
+    | VRDMA_ACCESS_REMOTE_READ
+    | VRDMA_ACCESS_REMOTE_ATOMIC
+    | VRDMA_ACCESS_FLUSH_GLOBAL
+    | VRDMA_ACCESS_FLUSH_PERSISTENT;
 /// 24-bit PSN / QPN mask.
 pub const MASK24: u32 = 0x00ff_ffff;
 
@@ -192,15 +207,15 @@ impl<P: Protocol> Qp<P> {
     /// Q_Key to use for this QP's datagrams.
     pub fn qkey(&self) -> u32 {
         if self.qp_type == QpType::Gsi {
-            GSI_QKEY
+            VRDMA_GSI_QKEY
         } else {
             self.attrs.qkey
         }
     }
 
-    /// Path MTU in bytes (256..4096; 256 if unset).
+    /// Path MTU in bytes (256..4096; see [`path_mtu_bytes`] if unset).
     pub fn mtu_bytes(&self) -> u32 {
-        ib_mtu_to_bytes(self.attrs.path_mtu).unwrap_or(256)
+        path_mtu_bytes(self.attrs.path_mtu)
     }
 
     /// Validate and apply a MODIFY_QP. Nothing changes unless the whole request is valid.
@@ -249,7 +264,7 @@ impl<P: Protocol> Qp<P> {
         if mask & VRDMA_QP_ACCESS_FLAGS != 0 {
             // Every known access bit is accepted (applications often pass their MR flags);
             // only the REMOTE_* bits mean something for a QP.
-            if a.qp_access_flags & !crate::memory::mr::ACCESS_ALL != 0 {
+            if a.qp_access_flags & !QP_ACCESS_ALLOWED != 0 {
                 return Err(QpError::Invalid("qp_access_flags"));
             }
             new.access_flags = a.qp_access_flags;
@@ -397,12 +412,12 @@ impl<P: Protocol> Qp<P> {
 
 /// Validate an address vector against the GID table; returns the source GID.
 /// sgid_index must name a RoCEv2 entry; the destination GID must be of the same IP family as the
-/// source (IPv4-mapped vs IPv6); flow label ≤ 20 bits; VLAN id < 4096 or 0xffff (untagged).
+/// source (IPv4-mapped vs IPv6); flow label ≤ 20 bits; VLAN id < 4096 or `VRDMA_VLAN_NONE` (untagged).
 pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
     let e = gids
         .get(av.sgid_index as u32)
         .ok_or(QpError::Invalid("sgid_index not in the GID table"))?;
-    if e.gid_type != GID_TYPE_ROCE_V2 {
+    if e.gid_type != VRDMA_GID_TYPE_ROCE_V2 {
         return Err(QpError::Invalid("source GID is not RoCEv2"));
     }
     if gid_is_ipv4(&e.gid) != gid_is_ipv4(&av.dgid) {
@@ -416,7 +431,7 @@ pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
     if av.flow_label > 0xf_ffff {
         return Err(QpError::Invalid("flow_label"));
     }
-    if av.vlan_id != 0xffff && av.vlan_id >= 4096 {
+    if av.vlan_id != VRDMA_VLAN_NONE && av.vlan_id >= 4096 {
         return Err(QpError::Invalid("vlan_id"));
     }
     Ok(e.gid)

@@ -58,19 +58,6 @@ impl QpState {
         QpState::Sqe,
         QpState::Err,
     ];
-
-    /// May the SQ be processed (new WQEs started)?
-    pub fn can_send(self) -> bool {
-        matches!(self, QpState::Rts)
-    }
-
-    /// May incoming requests be accepted?
-    pub fn can_receive(self) -> bool {
-        matches!(
-            self,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        )
-    }
 }
 
 /// QP types the table knows (VRDMA_QPT_*).
