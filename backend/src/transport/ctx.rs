@@ -10,24 +10,24 @@ use crate::device::Device;
 use vrdma_spec::{VrdmaAv, VrdmaCqe};
 
 /// QP types (spec §13, `VRDMA_QPT_*`).
-pub const QPT_GSI: u32 = 1;
-pub const QPT_RC: u32 = 2;
-pub const QPT_UC: u32 = 3;
-pub const QPT_UD: u32 = 4;
+pub const QPT_GSI: u32 = vrdma_spec::VRDMA_QPT_GSI;
+pub const QPT_RC: u32 = vrdma_spec::VRDMA_QPT_RC;
+pub const QPT_UC: u32 = vrdma_spec::VRDMA_QPT_UC;
+pub const QPT_UD: u32 = vrdma_spec::VRDMA_QPT_UD;
 pub const QPT_XRC_INI: u32 = vrdma_spec::VRDMA_QPT_XRC_INI;
 pub const QPT_XRC_TGT: u32 = vrdma_spec::VRDMA_QPT_XRC_TGT;
 
 /// QP states (`VRDMA_QPS_*`).
-pub const QPS_RESET: u32 = 0;
-pub const QPS_INIT: u32 = 1;
-pub const QPS_RTR: u32 = 2;
-pub const QPS_RTS: u32 = 3;
-pub const QPS_SQD: u32 = 4;
-pub const QPS_SQE: u32 = 5;
-pub const QPS_ERR: u32 = 6;
+pub const QPS_RESET: u32 = vrdma_spec::VRDMA_QPS_RESET;
+pub const QPS_INIT: u32 = vrdma_spec::VRDMA_QPS_INIT;
+pub const QPS_RTR: u32 = vrdma_spec::VRDMA_QPS_RTR;
+pub const QPS_RTS: u32 = vrdma_spec::VRDMA_QPS_RTS;
+pub const QPS_SQD: u32 = vrdma_spec::VRDMA_QPS_SQD;
+pub const QPS_SQE: u32 = vrdma_spec::VRDMA_QPS_SQE;
+pub const QPS_ERR: u32 = vrdma_spec::VRDMA_QPS_ERR;
 
 /// The well-known Q_Key of QP1 (IBTA 13.4.6 / spec §13).
-pub const GSI_QKEY: u32 = 0x8001_0000;
+pub const GSI_QKEY: u32 = vrdma_spec::VRDMA_GSI_QKEY;
 
 /// Snapshot of the QP attributes the transport reads, taken at the start of each operation.
 #[derive(Debug, Clone)]
@@ -107,16 +107,10 @@ impl QpCtx {
     }
 }
 
-/// IB MTU enum (1..5) to bytes; anything else is treated as 1024 (the core validates attributes).
+/// IB MTU enum (1..5) to bytes: `qp::path_mtu_bytes`, the one definition (its fallback for an
+/// unset enum is 256; this copy used to say 1024).
 pub fn mtu_bytes(e: u32) -> u32 {
-    match e {
-        1 => 256,
-        2 => 512,
-        3 => 1024,
-        4 => 2048,
-        5 => 4096,
-        _ => 1024,
-    }
+    crate::qp::path_mtu_bytes(e)
 }
 
 /// Why a ring access failed: the QP must go to ERROR with QP_FATAL (spec §4).
@@ -457,7 +451,7 @@ pub struct Cqe {
 }
 
 /// CQE `vlan_id` of every completion that is not a receive from a tagged frame (spec §7 table).
-pub const NO_VLAN: u16 = 0xffff;
+pub const NO_VLAN: u16 = vrdma_spec::VRDMA_VLAN_NONE;
 
 impl Default for Cqe {
     fn default() -> Self {
@@ -527,19 +521,20 @@ impl Cqe {
     }
 }
 
-/// ABI constants the transport uses (values from `include/vrdma_abi.h`, spec §6, §7, §9).
+/// ABI constants the transport uses, under short names: each is its `vrdma_spec::VRDMA_*` value
+/// (spec §6, §7, §9), never a literal.
 pub mod abi {
     // Send opcodes (§6.1).
-    pub const WR_RDMA_WRITE: u8 = 0;
-    pub const WR_RDMA_WRITE_WITH_IMM: u8 = 1;
-    pub const WR_SEND: u8 = 2;
-    pub const WR_SEND_WITH_IMM: u8 = 3;
-    pub const WR_RDMA_READ: u8 = 4;
-    pub const WR_ATOMIC_CMP_AND_SWP: u8 = 5;
-    pub const WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
-    pub const WR_LOCAL_INV: u8 = 7;
-    pub const WR_REG_MR: u8 = 8;
-    pub const WR_SEND_WITH_INV: u8 = 9;
+    pub const WR_RDMA_WRITE: u8 = vrdma_spec::VRDMA_WR_RDMA_WRITE;
+    pub const WR_RDMA_WRITE_WITH_IMM: u8 = vrdma_spec::VRDMA_WR_RDMA_WRITE_WITH_IMM;
+    pub const WR_SEND: u8 = vrdma_spec::VRDMA_WR_SEND;
+    pub const WR_SEND_WITH_IMM: u8 = vrdma_spec::VRDMA_WR_SEND_WITH_IMM;
+    pub const WR_RDMA_READ: u8 = vrdma_spec::VRDMA_WR_RDMA_READ;
+    pub const WR_ATOMIC_CMP_AND_SWP: u8 = vrdma_spec::VRDMA_WR_ATOMIC_CMP_AND_SWP;
+    pub const WR_ATOMIC_FETCH_AND_ADD: u8 = vrdma_spec::VRDMA_WR_ATOMIC_FETCH_AND_ADD;
+    pub const WR_LOCAL_INV: u8 = vrdma_spec::VRDMA_WR_LOCAL_INV;
+    pub const WR_REG_MR: u8 = vrdma_spec::VRDMA_WR_REG_MR;
+    pub const WR_SEND_WITH_INV: u8 = vrdma_spec::VRDMA_WR_SEND_WITH_INV;
     pub const WR_ATOMIC_WRITE: u8 = vrdma_spec::VRDMA_WR_ATOMIC_WRITE;
     pub const WR_FLUSH: u8 = vrdma_spec::VRDMA_WR_FLUSH;
     pub const WR_BIND_MW: u8 = vrdma_spec::VRDMA_WR_BIND_MW;
@@ -548,62 +543,62 @@ pub mod abi {
     pub const FLUSH_PERSISTENT: u8 = vrdma_spec::VRDMA_FLUSH_PERSISTENT;
     pub const FLUSH_MR: u8 = vrdma_spec::VRDMA_FLUSH_MR;
     // Send flags.
-    pub const SEND_SIGNALED: u8 = 1 << 0;
-    pub const SEND_SOLICITED: u8 = 1 << 1;
-    pub const SEND_INLINE: u8 = 1 << 2;
-    pub const SEND_FENCE: u8 = 1 << 3;
+    pub const SEND_SIGNALED: u8 = vrdma_spec::VRDMA_SEND_SIGNALED;
+    pub const SEND_SOLICITED: u8 = vrdma_spec::VRDMA_SEND_SOLICITED;
+    pub const SEND_INLINE: u8 = vrdma_spec::VRDMA_SEND_INLINE;
+    pub const SEND_FENCE: u8 = vrdma_spec::VRDMA_SEND_FENCE;
     // CQE opcodes (§7).
-    pub const WC_SEND: u8 = 0;
-    pub const WC_RDMA_WRITE: u8 = 1;
-    pub const WC_RDMA_READ: u8 = 2;
-    pub const WC_COMP_SWAP: u8 = 3;
-    pub const WC_FETCH_ADD: u8 = 4;
+    pub const WC_SEND: u8 = vrdma_spec::VRDMA_WC_SEND;
+    pub const WC_RDMA_WRITE: u8 = vrdma_spec::VRDMA_WC_RDMA_WRITE;
+    pub const WC_RDMA_READ: u8 = vrdma_spec::VRDMA_WC_RDMA_READ;
+    pub const WC_COMP_SWAP: u8 = vrdma_spec::VRDMA_WC_COMP_SWAP;
+    pub const WC_FETCH_ADD: u8 = vrdma_spec::VRDMA_WC_FETCH_ADD;
     pub const WC_BIND_MW: u8 = vrdma_spec::VRDMA_WC_BIND_MW;
-    pub const WC_LOCAL_INV: u8 = 6;
-    pub const WC_REG_MR: u8 = 8;
+    pub const WC_LOCAL_INV: u8 = vrdma_spec::VRDMA_WC_LOCAL_INV;
+    pub const WC_REG_MR: u8 = vrdma_spec::VRDMA_WC_REG_MR;
     pub const WC_ATOMIC_WRITE: u8 = vrdma_spec::VRDMA_WC_ATOMIC_WRITE;
     pub const WC_FLUSH: u8 = vrdma_spec::VRDMA_WC_FLUSH;
-    pub const WC_RECV: u8 = 128;
-    pub const WC_RECV_RDMA_WITH_IMM: u8 = 129;
+    pub const WC_RECV: u8 = vrdma_spec::VRDMA_WC_RECV;
+    pub const WC_RECV_RDMA_WITH_IMM: u8 = vrdma_spec::VRDMA_WC_RECV_RDMA_WITH_IMM;
     // CQE status (= enum ib_wc_status).
-    pub const WC_SUCCESS: u8 = 0;
-    pub const WC_LOC_LEN_ERR: u8 = 1;
-    pub const WC_LOC_QP_OP_ERR: u8 = 2;
-    pub const WC_LOC_PROT_ERR: u8 = 4;
-    pub const WC_WR_FLUSH_ERR: u8 = 5;
+    pub const WC_SUCCESS: u8 = vrdma_spec::VRDMA_WC_SUCCESS;
+    pub const WC_LOC_LEN_ERR: u8 = vrdma_spec::VRDMA_WC_LOC_LEN_ERR;
+    pub const WC_LOC_QP_OP_ERR: u8 = vrdma_spec::VRDMA_WC_LOC_QP_OP_ERR;
+    pub const WC_LOC_PROT_ERR: u8 = vrdma_spec::VRDMA_WC_LOC_PROT_ERR;
+    pub const WC_WR_FLUSH_ERR: u8 = vrdma_spec::VRDMA_WC_WR_FLUSH_ERR;
     pub const WC_MW_BIND_ERR: u8 = vrdma_spec::VRDMA_WC_MW_BIND_ERR;
-    pub const WC_BAD_RESP_ERR: u8 = 7;
-    pub const WC_LOC_ACCESS_ERR: u8 = 8;
-    pub const WC_REM_INV_REQ_ERR: u8 = 9;
-    pub const WC_REM_ACCESS_ERR: u8 = 10;
-    pub const WC_REM_OP_ERR: u8 = 11;
-    pub const WC_RETRY_EXC_ERR: u8 = 12;
-    pub const WC_RNR_RETRY_EXC_ERR: u8 = 13;
-    pub const WC_REM_INV_RD_REQ_ERR: u8 = 15;
-    pub const WC_GENERAL_ERR: u8 = 21;
+    pub const WC_BAD_RESP_ERR: u8 = vrdma_spec::VRDMA_WC_BAD_RESP_ERR;
+    pub const WC_LOC_ACCESS_ERR: u8 = vrdma_spec::VRDMA_WC_LOC_ACCESS_ERR;
+    pub const WC_REM_INV_REQ_ERR: u8 = vrdma_spec::VRDMA_WC_REM_INV_REQ_ERR;
+    pub const WC_REM_ACCESS_ERR: u8 = vrdma_spec::VRDMA_WC_REM_ACCESS_ERR;
+    pub const WC_REM_OP_ERR: u8 = vrdma_spec::VRDMA_WC_REM_OP_ERR;
+    pub const WC_RETRY_EXC_ERR: u8 = vrdma_spec::VRDMA_WC_RETRY_EXC_ERR;
+    pub const WC_RNR_RETRY_EXC_ERR: u8 = vrdma_spec::VRDMA_WC_RNR_RETRY_EXC_ERR;
+    pub const WC_REM_INV_RD_REQ_ERR: u8 = vrdma_spec::VRDMA_WC_REM_INV_RD_REQ_ERR;
+    pub const WC_GENERAL_ERR: u8 = vrdma_spec::VRDMA_WC_GENERAL_ERR;
     // CQE flags.
-    pub const WC_F_GRH: u8 = 1 << 0;
-    pub const WC_F_IMM: u8 = 1 << 1;
-    pub const WC_F_INV: u8 = 1 << 2;
-    pub const NETWORK_IPV4: u8 = 2;
-    pub const NETWORK_IPV6: u8 = 3;
+    pub const WC_F_GRH: u8 = vrdma_spec::VRDMA_WC_F_GRH;
+    pub const WC_F_IMM: u8 = vrdma_spec::VRDMA_WC_F_IMM;
+    pub const WC_F_INV: u8 = vrdma_spec::VRDMA_WC_F_INV;
+    pub const NETWORK_IPV4: u8 = vrdma_spec::VRDMA_NETWORK_IPV4;
+    pub const NETWORK_IPV6: u8 = vrdma_spec::VRDMA_NETWORK_IPV6;
     // Events (§9).
-    pub const EV_QP_FATAL: u32 = 3;
-    pub const EV_QP_REQ_ERR: u32 = 4;
-    pub const EV_QP_ACCESS_ERR: u32 = 5;
-    pub const EV_COMM_EST: u32 = 6;
-    pub const EV_SQ_DRAINED: u32 = 7;
-    pub const EV_QP_LAST_WQE_REACHED: u32 = 8;
+    pub const EV_QP_FATAL: u32 = vrdma_spec::VRDMA_EV_QP_FATAL;
+    pub const EV_QP_REQ_ERR: u32 = vrdma_spec::VRDMA_EV_QP_REQ_ERR;
+    pub const EV_QP_ACCESS_ERR: u32 = vrdma_spec::VRDMA_EV_QP_ACCESS_ERR;
+    pub const EV_COMM_EST: u32 = vrdma_spec::VRDMA_EV_COMM_EST;
+    pub const EV_SQ_DRAINED: u32 = vrdma_spec::VRDMA_EV_SQ_DRAINED;
+    pub const EV_QP_LAST_WQE_REACHED: u32 = vrdma_spec::VRDMA_EV_QP_LAST_WQE_REACHED;
     // Doorbells (§8).
-    pub const DB_SQ: u32 = 1;
-    pub const DB_RQ: u32 = 2;
-    pub const DB_SRQ: u32 = 3;
-    pub const DB_CQ_ARM: u32 = 4;
+    pub const DB_SQ: u32 = vrdma_spec::VRDMA_DB_SQ;
+    pub const DB_RQ: u32 = vrdma_spec::VRDMA_DB_RQ;
+    pub const DB_SRQ: u32 = vrdma_spec::VRDMA_DB_SRQ;
+    pub const DB_CQ_ARM: u32 = vrdma_spec::VRDMA_DB_CQ_ARM;
     // Access flags.
-    pub const ACCESS_LOCAL_WRITE: u32 = 1 << 0;
-    pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
-    pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
-    pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+    pub const ACCESS_LOCAL_WRITE: u32 = vrdma_spec::VRDMA_ACCESS_LOCAL_WRITE;
+    pub const ACCESS_REMOTE_WRITE: u32 = vrdma_spec::VRDMA_ACCESS_REMOTE_WRITE;
+    pub const ACCESS_REMOTE_READ: u32 = vrdma_spec::VRDMA_ACCESS_REMOTE_READ;
+    pub const ACCESS_REMOTE_ATOMIC: u32 = vrdma_spec::VRDMA_ACCESS_REMOTE_ATOMIC;
     pub const ACCESS_FLUSH_GLOBAL: u32 = vrdma_spec::VRDMA_ACCESS_FLUSH_GLOBAL;
     pub const ACCESS_FLUSH_PERSISTENT: u32 = vrdma_spec::VRDMA_ACCESS_FLUSH_PERSISTENT;
 }
