@@ -49,6 +49,10 @@
 #define VRDMA_ODP_ATOMIC		(1U << 4)
 #define VRDMA_ODP_SRQ_RECV		(1U << 5)
 
+/* §2.2 odp_chunk_shift: the range a device may offer */
+#define VRDMA_ODP_CHUNK_SHIFT_MIN	12
+#define VRDMA_ODP_CHUNK_SHIFT_MAX	30
+
 /* §2.2 device_caps: IBTA 1.5 remote operations the device executes */
 #define VRDMA_DEVCAP_ATOMIC_WRITE	(1U << 0) /* RC ATOMIC WRITE */
 #define VRDMA_DEVCAP_FLUSH_GLOBAL	(1U << 1) /* RC FLUSH, global visibility */

@@ -305,6 +305,9 @@ abi_consts! {
     VRDMA_ODP_READ: u32 = 1 << 3;
     VRDMA_ODP_ATOMIC: u32 = 1 << 4;
     VRDMA_ODP_SRQ_RECV: u32 = 1 << 5;
+    /// §2.2 `odp_chunk_shift`: the range a device may offer.
+    VRDMA_ODP_CHUNK_SHIFT_MIN: u32 = 12;
+    VRDMA_ODP_CHUNK_SHIFT_MAX: u32 = 30;
 
     /// §2.2 `device_caps` bits: IBTA 1.5 remote operations the device executes.
     VRDMA_DEVCAP_ATOMIC_WRITE: u32 = 1 << 0;

@@ -15,6 +15,7 @@ use crate::device::DeviceConfig;
 use crate::memory::OdpConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
 use delay::DelaySpec;
+use vrdma_spec::{VRDMA_ODP_CHUNK_SHIFT_MAX, VRDMA_ODP_CHUNK_SHIFT_MIN};
 
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
 pub const DEFAULT_MAX_QP: u32 = 16384;
@@ -450,7 +451,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
         max_srq: check_limit("max-srq", args.max_srq, 1 << 24)?,
         max_ah: check_limit("max-ah", args.max_ah, 1 << 24)?,
     };
-    if !(12..=30).contains(&args.odp_chunk_shift) {
+    if !(VRDMA_ODP_CHUNK_SHIFT_MIN..=VRDMA_ODP_CHUNK_SHIFT_MAX).contains(&args.odp_chunk_shift) {
         return Err(CliError::BadChunkShift(args.odp_chunk_shift));
     }
     if args.odp_resident_chunks == 0 {
@@ -584,7 +585,10 @@ impl Config {
             odp: OdpConfig {
                 enabled: c.odp.enabled,
                 implicit: c.odp.enabled,
-                chunk_shift: c.odp.chunk_shift.clamp(12, 30),
+                chunk_shift: c
+                    .odp
+                    .chunk_shift
+                    .clamp(VRDMA_ODP_CHUNK_SHIFT_MIN, VRDMA_ODP_CHUNK_SHIFT_MAX),
                 max_resident: resident,
                 max_resident_per_mr: resident,
                 ..d.odp.clone()

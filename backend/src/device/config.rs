@@ -200,7 +200,10 @@ impl DeviceConfig {
             odp_rc_caps: rc,
             odp_uc_caps: uc,
             odp_ud_caps: ud,
-            odp_chunk_shift: self.odp.chunk_shift.clamp(12, 30),
+            odp_chunk_shift: self
+                .odp
+                .chunk_shift
+                .clamp(VRDMA_ODP_CHUNK_SHIFT_MIN, VRDMA_ODP_CHUNK_SHIFT_MAX),
             port_state: if self.port_active {
                 VRDMA_PORT_ACTIVE
             } else {

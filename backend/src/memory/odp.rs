@@ -58,7 +58,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vrdma_spec::{VrdmaPageReq, VRDMA_PAGEREQ_FAULT, VRDMA_PAGEREQ_F_WRITE, VRDMA_PAGEREQ_RECLAIM};
+use vrdma_spec::{
+    VrdmaPageReq, VRDMA_ODP_CHUNK_SHIFT_MAX, VRDMA_ODP_CHUNK_SHIFT_MIN, VRDMA_PAGEREQ_FAULT,
+    VRDMA_PAGEREQ_F_WRITE, VRDMA_PAGEREQ_RECLAIM,
+};
 
 use super::advise::FlushWaits;
 use super::mr::{key_index, GuestRange, Mr, MrError, MrKind, MrTable};
@@ -235,7 +238,9 @@ impl OdpState {
     pub fn new(mut config: OdpConfig, out: Arc<dyn DeviceOutput>) -> Self {
         config.max_resident = config.max_resident.max(2);
         config.max_resident_per_mr = config.max_resident_per_mr.max(2);
-        config.chunk_shift = config.chunk_shift.clamp(12, 30);
+        config.chunk_shift = config
+            .chunk_shift
+            .clamp(VRDMA_ODP_CHUNK_SHIFT_MIN, VRDMA_ODP_CHUNK_SHIFT_MAX);
         config.max_requests = config.max_requests.max(1);
         // Deadlines are `Instant + timeout`: keep the sum far from overflowing.
         config.timeout = config.timeout.min(Duration::from_secs(3600));
