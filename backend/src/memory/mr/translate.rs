@@ -1,0 +1,200 @@
+//! iova -> guest-physical translation and the access checks on the way (spec §12.3): what the
+//! requester's gathers and the responder's RETH placements resolve through.
+
+use super::*;
+
+impl MrTable {
+    /// Resolve without a waiting QP (see [`MrTable::resolve_for`]).
+    pub fn resolve(
+        &mut self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Vec<GuestRange>, MrError> {
+        self.resolve_for(None, key, pd, iova, len, access)
+    }
+
+    /// Validate without translating and without ODP faults: key, variant, PD, access rights,
+    /// fast-reg validity and bounds, exactly as `resolve` checks them. Use it to validate whole
+    /// SGEs / RETH ranges up front, then `resolve_for` per packet: resolving a large ODP range at
+    /// once faults in every chunk of it, and a range larger than the resident budget could never
+    /// be resident as a whole.
+    pub fn check_access(
+        &self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), MrError> {
+        let mr = self.get(key)?;
+        check_mr(mr, key, pd, iova, len, access)?;
+        if len != 0 && matches!(mr.kind, MrKind::Dma) && !self.mem.check_range(iova, len) {
+            return Err(MrError::BadAddress { gpa: iova });
+        }
+        Ok(())
+    }
+
+    /// Translate `[iova, iova + len)` of the MR named by `key` for `access` (VRDMA_ACCESS_* bits;
+    /// local reads need no bit; pass LOCAL_WRITE for local writes, REMOTE_* for incoming requests).
+    /// `waiter` is the QPN to resume when an ODP fault is resolved (see `take_resumed`).
+    /// `len == 0` validates key, PD and access only and returns no ranges.
+    pub fn resolve_for(
+        &mut self,
+        waiter: Option<u32>,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Vec<GuestRange>, MrError> {
+        let mut out = Vec::new();
+        self.resolve_into(waiter, key, pd, iova, len, access, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`MrTable::resolve_for`] into `out` (cleared first), so a caller on the data path can
+    /// reuse one vector: pinned MRs (DMA, page list, fast-reg) then translate without
+    /// allocating. On error `out` is left empty.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resolve_into(
+        &mut self,
+        waiter: Option<u32>,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+        out: &mut Vec<GuestRange>,
+    ) -> Result<(), MrError> {
+        out.clear();
+        let now = self.odp.now();
+        let idx = key_index(key) as usize;
+        let mem = &self.mem;
+        let odp = &mut self.odp;
+        let mr = self
+            .slots
+            .get_mut(idx)
+            .filter(|_| idx != 0)
+            .and_then(|s| s.mr.as_mut())
+            .ok_or(MrError::InvalidKey(key))?;
+        if mr.key != key {
+            return Err(MrError::StaleKey(key));
+        }
+        check_mr(mr, key, pd, iova, len, access)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if mr.is_window() {
+            // `check_mr` refused it already; kept so no window is ever translated here.
+            return Err(MrError::AccessDenied { key, access });
+        }
+        let mr_iova = mr.iova;
+        let mr_len = mr.length;
+        match &mut mr.kind {
+            MrKind::Dma => {
+                if !mem.check_range(iova, len) {
+                    return Err(MrError::BadAddress { gpa: iova });
+                }
+                out.push(GuestRange { gpa: iova, len });
+            }
+            MrKind::PageList { page_shift, pages }
+            | MrKind::FastReg {
+                page_shift, pages, ..
+            } => translate_pages(mr_iova, *page_shift, pages, iova, len, out),
+            MrKind::Window(_) => return Err(MrError::AccessDenied { key, access }),
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => {
+                *out = odp.resolve(
+                    o,
+                    key,
+                    mr_iova,
+                    mr_len,
+                    iova,
+                    len,
+                    access & ACCESS_WRITES != 0,
+                    waiter,
+                    now,
+                )?
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Translate a range of a page-list MR into coalesced guest ranges. The caller checked bounds.
+fn translate_pages(
+    mr_iova: u64,
+    page_shift: u32,
+    pages: &[u64],
+    iova: u64,
+    len: u64,
+    out: &mut Vec<GuestRange>,
+) {
+    let ps = 1u64 << page_shift;
+    let mut off = (mr_iova & (ps - 1)) + (iova - mr_iova);
+    let mut left = len;
+    while left > 0 {
+        let pi = (off >> page_shift) as usize;
+        let in_page = off & (ps - 1);
+        let n = (ps - in_page).min(left);
+        // pi < pages.len(): bounds were checked against the MR and npages matches its length.
+        let Some(&page) = pages.get(pi) else {
+            break;
+        };
+        let gpa = page + in_page;
+        match out.last_mut() {
+            Some(last) if last.gpa + last.len == gpa => last.len += n,
+            _ => out.push(GuestRange { gpa, len: n }),
+        }
+        off += n;
+        left -= n;
+    }
+}
+
+/// The checks `check_access` and `resolve_for` share, on an MR already found by its key: PD,
+/// access rights, fast-reg validity, DMA MRs local only, and bounds (overflow-safe; DMA and
+/// implicit ODP MRs span the whole address space). One place, so both always agree.
+fn check_mr(mr: &Mr, key: u32, pd: u32, iova: u64, len: u64, access: u32) -> Result<(), MrError> {
+    if mr.pd != pd {
+        return Err(MrError::WrongPd { key, pd });
+    }
+    // A window's rkey is used only through `check_remote` / `resolve_remote_into` (spec §12.8),
+    // never as an lkey or without the QP a type 2B window is bound to.
+    if mr.is_window() {
+        return Err(MrError::AccessDenied { key, access });
+    }
+    check_range_rights(mr, key, iova, len, access)
+}
+
+/// Rights and bounds of an MR or a bound window (`mr.access`, `[mr.iova, mr.end())`).
+pub(in crate::memory) fn check_range_rights(
+    mr: &Mr,
+    key: u32,
+    iova: u64,
+    len: u64,
+    access: u32,
+) -> Result<(), MrError> {
+    let need = access & (ACCESS_WRITES | VRDMA_ACCESS_REMOTE_READ | ACCESS_FLUSH);
+    if need & !mr.access != 0 {
+        return Err(MrError::AccessDenied { key, access });
+    }
+    if let MrKind::FastReg { valid: false, .. } = mr.kind {
+        return Err(MrError::Invalidated(key));
+    }
+    if matches!(mr.kind, MrKind::Dma) && access & ACCESS_REMOTE != 0 {
+        return Err(MrError::AccessDenied { key, access });
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let oob = MrError::OutOfBounds { key, iova, len };
+    let end = iova.checked_add(len).ok_or(oob.clone())?;
+    if !matches!(mr.kind, MrKind::Dma | MrKind::ImplicitOdp(_))
+        && (iova < mr.iova || end > mr.iova.saturating_add(mr.length))
+    {
+        return Err(oob);
+    }
+    Ok(())
+}
