@@ -1,0 +1,376 @@
+//! The ODP commands on the MR table (spec §10, §11.8): ODP_PAGE_RESP installs a chunk (and
+//! enforces the residency budgets), ODP_INVALIDATE drops a range, ADVISE_MR prefetches, and the
+//! tick times out requests and expires failed chunks. The chunk states they move between are
+//! described in `odp.rs`.
+
+use super::*;
+
+impl MrTable {
+    /// ODP_PAGE_RESP. `pages` are the trailing 4 KiB GPAs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn odp_page_resp(
+        &mut self,
+        req_id: u32,
+        key: u32,
+        status: u32,
+        flags: u32,
+        iova: u64,
+        pages: &[u64],
+    ) -> OdpStatus {
+        use vrdma_spec::*;
+        let now = self.odp.now();
+        let Some(&Req {
+            key: rkey,
+            chunk: c,
+            ..
+        }) = self.odp.reqs.get(&req_id)
+        else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        // Spec §12.4 step 4: a request id that is not outstanding *for this key* is unknown. The
+        // request stays outstanding (a stray answer must not end another MR's fault).
+        if rkey != key {
+            return VRDMA_STATUS_NOT_FOUND;
+        }
+        let shift = self.odp.config.chunk_shift;
+        let Ok((mr, odp, mem)) = self.odp_parts(key) else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        let (mr_iova, mr_len) = (mr.iova, mr.length);
+        let o = match &mut mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            _ => return VRDMA_STATUS_INVALID,
+        };
+        let (s, e) = chunk_range(c, shift, mr_iova, mr_len);
+        let (sp, ep) = page_span(s, e);
+        let npages_need = ((ep - sp) >> ODP_PAGE_SHIFT) as usize;
+        // Decide the outcome, then update the chunk once.
+        let outcome: Result<(), (u32, u32)> = if status != VRDMA_STATUS_OK {
+            // The driver could not map the range (ACCESS, BAD_ADDRESS, NO_RESOURCES...): the
+            // answer is accepted and the waiters fail with its status.
+            Err((status, VRDMA_STATUS_OK))
+        } else if iova & (ODP_PAGE_SIZE - 1) != 0
+            || iova < sp
+            || pages.is_empty()
+            || ((iova - sp) >> ODP_PAGE_SHIFT) as usize + pages.len() > npages_need
+            || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
+        {
+            // The answer may cover part of the chunk (§12.4), never more.
+            Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
+        } else if pages.iter().any(|&p| !mem.check_range(p, ODP_PAGE_SIZE)) {
+            Err((VRDMA_STATUS_BAD_ADDRESS, VRDMA_STATUS_BAD_ADDRESS))
+        } else {
+            Ok(())
+        };
+        odp.end_request(req_id);
+        let (waiters, prior) = match o.chunks.remove(&c) {
+            Some(Chunk::Pending { waiters, prior, .. }) => (waiters, prior),
+            Some(other) => {
+                // Should not happen (a request id maps to a pending chunk); keep the state.
+                o.chunks.insert(c, other);
+                (Vec::new(), Vec::new())
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        odp.resume(waiters);
+        match outcome {
+            Err((chunk_status, cmd_status)) => {
+                odp.set_failed(o, key, c, chunk_status, now);
+                cmd_status
+            }
+            Ok(()) => {
+                // Merge with the pages a partially resident chunk already had.
+                let mut table = if prior.len() == npages_need {
+                    prior
+                } else {
+                    vec![ODP_ABSENT; npages_need]
+                };
+                let w = if flags & VRDMA_ODP_RESP_F_WRITABLE != 0 {
+                    ODP_PAGE_WRITABLE
+                } else {
+                    0
+                };
+                let first = ((iova - sp) >> ODP_PAGE_SHIFT) as usize;
+                for (slot, &p) in table[first..].iter_mut().zip(pages) {
+                    *slot = p | w;
+                }
+                let writable = table
+                    .iter()
+                    .all(|&p| p == ODP_ABSENT || p & ODP_PAGE_WRITABLE != 0);
+                let idx = key_index(key);
+                let t = odp.next_tick();
+                o.chunks.insert(
+                    c,
+                    Chunk::Resident {
+                        base: sp,
+                        pages: table,
+                        writable,
+                        last_use: t,
+                    },
+                );
+                o.lru.insert(t, c);
+                odp.lru.insert(t, (idx, c));
+                o.resident += 1;
+                odp.resident_total += 1;
+                if o.resident > odp.config.max_resident_per_mr {
+                    // The MR's least recently used chunk (never the one just installed, which
+                    // has the youngest tick).
+                    let victim = o.lru.values().copied().find(|&v| v != c);
+                    if let Some(victim) = victim {
+                        odp.remove_resident(o, victim);
+                        odp.send_reclaim(key, victim, mr_iova, mr_len);
+                    }
+                }
+                self.enforce_device_budget(idx, c);
+                VRDMA_STATUS_OK
+            }
+        }
+    }
+
+    /// Drop device-wide LRU chunks until the device budget holds (never the chunk just installed).
+    /// The device LRU map gives the victim directly: no walk over MRs or chunks.
+    fn enforce_device_budget(&mut self, keep_mr: u32, keep_chunk: u64) {
+        while self.odp.resident_total > self.odp.config.max_resident {
+            let Some((idx, c)) = self
+                .odp
+                .lru
+                .values()
+                .copied()
+                .find(|&v| v != (keep_mr, keep_chunk))
+            else {
+                return;
+            };
+            let Some((mr, odp)) = self.odp_parts_by_index(idx) else {
+                // An LRU entry without its MR would be a bookkeeping bug; drop it, don't spin.
+                self.odp.lru.retain(|_, v| *v != (idx, c));
+                continue;
+            };
+            let (key, mr_iova, mr_len) = (mr.key, mr.iova, mr.length);
+            let (MrKind::Odp(o) | MrKind::ImplicitOdp(o)) = &mut mr.kind else {
+                odp.lru.retain(|_, v| *v != (idx, c));
+                continue;
+            };
+            if odp.remove_resident(o, c).is_none() {
+                odp.lru.retain(|_, v| *v != (idx, c));
+                continue;
+            }
+            odp.send_reclaim(key, c, mr_iova, mr_len);
+        }
+    }
+
+    /// ODP_INVALIDATE: drop translations overlapping `[iova, iova + length)` of the ODP MR `key`.
+    pub fn odp_invalidate(&mut self, key: u32, iova: u64, length: u64) -> OdpStatus {
+        use vrdma_spec::*;
+        let Ok((mr, odp, _)) = self.odp_parts(key) else {
+            return VRDMA_STATUS_NOT_FOUND;
+        };
+        let shift = odp.config.chunk_shift;
+        let o = match &mut mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            _ => return VRDMA_STATUS_INVALID,
+        };
+        if length == 0 {
+            return VRDMA_STATUS_OK;
+        }
+        let end = iova.saturating_add(length);
+        let first = iova >> shift;
+        let last = (end - 1) >> shift;
+        // Iterate over the chunks that exist (the range may be huge for implicit MRs).
+        let hit: Vec<u64> = o
+            .chunks
+            .keys()
+            .copied()
+            .filter(|&c| c >= first && c <= last)
+            .collect();
+        for c in hit {
+            match o.chunks.get(&c) {
+                Some(Chunk::Resident { .. }) => {
+                    odp.remove_resident(o, c);
+                }
+                Some(Chunk::Pending { .. }) => {
+                    if let Some(Chunk::Pending {
+                        req_id, waiters, ..
+                    }) = o.chunks.remove(&c)
+                    {
+                        odp.end_request(req_id);
+                        odp.resume(waiters);
+                    }
+                }
+                Some(Chunk::Failed { .. }) => odp.remove_failed(o, key, c),
+                None => {}
+            }
+        }
+        VRDMA_STATUS_OK
+    }
+
+    /// ADVISE_MR (see the module documentation). `Parked` only with F_FLUSH while requests of
+    /// the range are outstanding.
+    pub fn odp_advise(
+        &mut self,
+        key: u32,
+        advice: u32,
+        flags: u32,
+        iova: u64,
+        length: u64,
+    ) -> CmdOutcome {
+        use vrdma_spec::*;
+        let done = CmdOutcome::Done;
+        let now = self.odp.now();
+        if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
+            return done(VRDMA_STATUS_INVALID);
+        }
+        let flush = flags & VRDMA_ADVISE_F_FLUSH != 0;
+        let write = match advice {
+            VRDMA_ADVISE_PREFETCH => false,
+            VRDMA_ADVISE_PREFETCH_WRITE => true,
+            VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
+            _ => return done(VRDMA_STATUS_INVALID),
+        };
+        let max = self.odp.config.max_resident as u64;
+        let Ok((mr, odp, _)) = self.odp_parts(key) else {
+            return done(VRDMA_STATUS_NOT_FOUND);
+        };
+        if write && mr.access & vrdma_spec::VRDMA_ACCESS_LOCAL_WRITE == 0 {
+            return done(VRDMA_STATUS_ACCESS);
+        }
+        let (mr_iova, mr_len) = (mr.iova, mr.length);
+        let implicit = matches!(mr.kind, MrKind::ImplicitOdp(_));
+        let o = match &mut mr.kind {
+            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
+            // Advice on a non-ODP MR is meaningless but harmless: everything is resident.
+            _ => return done(VRDMA_STATUS_OK),
+        };
+        if length == 0 {
+            return done(VRDMA_STATUS_OK);
+        }
+        let Some(end) = iova.checked_add(length) else {
+            return done(VRDMA_STATUS_INVALID);
+        };
+        if !implicit && (iova < mr_iova || end > mr_iova + mr_len) {
+            return done(VRDMA_STATUS_INVALID);
+        }
+        if advice == VRDMA_ADVISE_PREFETCH_NO_FAULT {
+            return done(VRDMA_STATUS_OK);
+        }
+        // Refused before anything is sent, so the command has no effect (§11.1).
+        if flush && odp.flush.is_full() {
+            return done(VRDMA_STATUS_NO_RESOURCES);
+        }
+        let shift = odp.config.chunk_shift;
+        let first = iova >> shift;
+        let last = (end - 1) >> shift;
+        let count = (last - first + 1).min(max);
+        // Requests a flush waits for: the ones sent here and the ones already outstanding.
+        // Advice is a hint: over the request cap (§12.4) the rest of the range is not
+        // requested; a flush then waits only for the requests that exist.
+        let room = odp.config.max_requests.saturating_sub(odp.reqs.len());
+        let mut awaited: Vec<u32> = Vec::new();
+        let mut to_request: Vec<u64> = Vec::new();
+        for c in first..first + count {
+            let need = match o.chunks.get(&c) {
+                None => true,
+                Some(Chunk::Resident { writable, .. }) => write && !*writable,
+                Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
+                Some(Chunk::Pending { req_id, .. }) => {
+                    awaited.push(*req_id);
+                    false
+                }
+            };
+            if need && to_request.len() < room {
+                to_request.push(c);
+            } else if to_request.len() >= room && !flush {
+                break; // nothing more will be requested, and no flush waits for the rest
+            }
+        }
+        // The new chunk entries are charged up front, so an advise the budget cannot take has
+        // no effect (§11.1, §16: NO_RESOURCES).
+        let new = to_request
+            .iter()
+            .filter(|c| !o.chunks.contains_key(c))
+            .count() as u64;
+        if !odp.charge_entries(o, new) {
+            return done(VRDMA_STATUS_NO_RESOURCES);
+        }
+        for c in to_request {
+            odp.remove_failed(o, key, c);
+            let prior = odp.remove_resident(o, c).unwrap_or_default();
+            let req_id = odp.send_fault(key, c, mr_iova, mr_len, write, now);
+            awaited.push(req_id);
+            o.chunks.insert(
+                c,
+                Chunk::Pending {
+                    req_id,
+                    write,
+                    sent: now,
+                    waiters: Vec::new(),
+                    prior,
+                },
+            );
+        }
+        if !flush || awaited.is_empty() {
+            return done(VRDMA_STATUS_OK);
+        }
+        CmdOutcome::Parked(odp.flush.park(&awaited))
+    }
+
+    /// Expire page requests older than the timeout (their chunks fail, waiters are resumed) and
+    /// drop failed chunks whose `FAIL_HOLD` is over. Returns the next deadline of either kind.
+    /// Call from the engine's timer tick; it costs what expires, not what is outstanding.
+    pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
+        self.odp.clock = Some(self.odp.clock.map_or(now, |c| c.max(now)));
+        let now = self.odp.now();
+        let starved = std::mem::take(&mut self.odp.budget_waiters);
+        let retry = (!starved.is_empty()).then(|| now + BUDGET_RETRY);
+        self.odp.resume(starved);
+        while let Some(&(deadline, req_id)) = self.odp.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            let Some(&Req { key, chunk: c, .. }) = self.odp.reqs.get(&req_id) else {
+                self.odp.deadlines.pop_first();
+                continue;
+            };
+            let Ok((mr, odp, _)) = self.odp_parts(key) else {
+                self.odp.end_request(req_id);
+                continue;
+            };
+            let (MrKind::Odp(o) | MrKind::ImplicitOdp(o)) = &mut mr.kind else {
+                odp.end_request(req_id);
+                continue;
+            };
+            let ours =
+                matches!(o.chunks.get(&c), Some(Chunk::Pending { req_id: r, .. }) if *r == req_id);
+            odp.end_request(req_id);
+            if ours {
+                if let Some(Chunk::Pending { waiters, .. }) = o.chunks.remove(&c) {
+                    odp.resume(waiters);
+                }
+                odp.set_failed(o, key, c, ODP_STATUS_TIMEOUT, now);
+            }
+        }
+        while let Some(&(expiry, key, c)) = self.odp.failed.first() {
+            if expiry > now {
+                break;
+            }
+            self.odp.failed.pop_first();
+            if let Ok((mr, _, _)) = self.odp_parts(key) {
+                if let MrKind::Odp(o) | MrKind::ImplicitOdp(o) = &mut mr.kind {
+                    if matches!(o.chunks.get(&c), Some(Chunk::Failed { at, .. }) if *at + FAIL_HOLD == expiry)
+                    {
+                        o.chunks.remove(&c);
+                    }
+                }
+            }
+        }
+        let a = self.odp.deadlines.first().map(|d| d.0);
+        let b = self.odp.failed.first().map(|f| f.0);
+        let next = match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (next, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
