@@ -38,6 +38,11 @@
 #define VRDMA_RQ_MIN_SHIFT	5	/* 32-byte receive WQE slots at least */
 #define VRDMA_MAX_WQE_SHIFT	12
 #define VRDMA_CQE_SHIFT		6	/* 64-byte CQEs */
+/* The shifts restate entry sizes of vrdma_abi.h (§5, §6): tie them to it. */
+static_assert(sizeof(struct vrdma_cqe) == 1 << VRDMA_CQE_SHIFT);
+static_assert(sizeof(struct vrdma_send_wqe) == 1 << VRDMA_SQ_MIN_SHIFT);
+static_assert(sizeof(struct vrdma_recv_wqe) + sizeof(struct vrdma_sge) ==
+	      1 << VRDMA_RQ_MIN_SHIFT);
 #define VRDMA_GRH_BYTES		40
 
 struct vrdma_eth;

@@ -13,7 +13,7 @@
 void vrdma_fill_av(struct vrdma_av *av, const struct rdma_ah_attr *attr)
 {
 	const struct ib_global_route *grh = rdma_ah_read_grh(attr);
-	u16 vlan_id = 0xffff;
+	u16 vlan_id = VRDMA_VLAN_NONE;
 
 	memset(av, 0, sizeof(*av));
 	memcpy(av->dgid, grh->dgid.raw, sizeof(av->dgid));
@@ -30,9 +30,9 @@ void vrdma_fill_av(struct vrdma_av *av, const struct rdma_ah_attr *attr)
 		ether_addr_copy(av->dmac, attr->roce.dmac);
 	if (grh->sgid_attr &&
 	    rdma_read_gid_l2_fields(grh->sgid_attr, &vlan_id, NULL))
-		vlan_id = 0xffff;
+		vlan_id = VRDMA_VLAN_NONE;
 	if (vlan_id >= VLAN_N_VID)
-		vlan_id = 0xffff;
+		vlan_id = VRDMA_VLAN_NONE;
 	av->vlan_id = cpu_to_le16(vlan_id);
 }
 

@@ -237,7 +237,8 @@ static u32 vrdma_odp_chunk_shift(struct vrdma_dev *dev)
 {
 	u32 shift = VCFG(dev, odp_chunk_shift);
 
-	if (shift < VRDMA_PAGE_SHIFT || shift > 30)
+	if (shift < VRDMA_ODP_CHUNK_SHIFT_MIN ||
+	    shift > VRDMA_ODP_CHUNK_SHIFT_MAX)
 		shift = 21;
 	return shift;
 }

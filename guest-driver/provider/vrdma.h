@@ -8,6 +8,7 @@
 #ifndef VRDMA_H
 #define VRDMA_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -59,6 +60,11 @@ DECLARE_DRV_CMD(uvrdma_modify_srq, IB_USER_VERBS_CMD_MODIFY_SRQ,
 #define VRDMA_SQ_MIN_SHIFT	6
 #define VRDMA_RQ_MIN_SHIFT	5
 #define VRDMA_CQE_SHIFT		6
+/* The shifts restate entry sizes of vrdma_abi.h (§5, §6): tie them to it. */
+static_assert(sizeof(struct vrdma_cqe) == 1 << VRDMA_CQE_SHIFT, "CQE size");
+static_assert(VRDMA_SEND_WQE_HDR == 1 << VRDMA_SQ_MIN_SHIFT, "send WQE size");
+static_assert(VRDMA_RECV_WQE_HDR + sizeof(struct vrdma_sge) == 1 << VRDMA_RQ_MIN_SHIFT,
+	      "receive WQE size");
 
 struct vrdma_device {
 	struct verbs_device	ibv_dev;
