@@ -1,0 +1,167 @@
+//! Memory commands (spec §11.8, §12): REG_MR, REREG_MR, REG_DMA_MR, ALLOC_FAST_REG_MR,
+//! REG_ODP_MR / REG_IMPLICIT_MR, DEREG_MR, ALLOC_MW / DEALLOC_MW, ADVISE_MR and the ODP
+//! commands (ODP_PAGE_RESP, ODP_INVALIDATE).
+
+use super::*;
+
+impl Device {
+    pub(super) fn put_key(resp: &mut Vec<u8>, key: u32) {
+        put(
+            resp,
+            &VrdmaRespRegMr {
+                lkey: key,
+                rkey: key,
+            },
+        );
+    }
+
+    pub(super) fn cmd_reg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdRegMr>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        self.pd_exists(c.pdn)?;
+        let spec = PageListSpec {
+            pd: c.pdn,
+            access: c.access,
+            iova: c.iova,
+            length: c.length,
+            page_shift: c.page_shift,
+            pages: &pages,
+        };
+        let key = self
+            .mrs
+            .reg_page_list(&spec, self.config.max_mr_size)
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    pub(super) fn cmd_rereg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdReregMr>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        self.mrs.get(c.key).map_err(|e| e.status())?;
+        self.pd_exists(c.pdn)?;
+        let spec = PageListSpec {
+            pd: c.pdn,
+            access: c.access,
+            iova: c.iova,
+            length: c.length,
+            page_shift: c.page_shift,
+            pages: &pages,
+        };
+        self.mrs
+            .rereg_page_list(c.key, &spec, self.config.max_mr_size)
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, c.key);
+        Ok(())
+    }
+
+    pub(super) fn cmd_reg_dma_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
+        self.pd_exists(c.pdn)?;
+        let key = self.mrs.reg_dma(c.pdn, c.access).map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    pub(super) fn cmd_alloc_fast_reg(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
+        self.pd_exists(c.pdn)?;
+        let key = self
+            .mrs
+            .alloc_fast_reg(c.pdn, c.npages, self.config.max_fast_reg_page_list_len)
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    pub(super) fn cmd_reg_odp(
+        &mut self,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+        implicit: bool,
+    ) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
+        self.pd_exists(c.pdn)?;
+        let key = self
+            .mrs
+            .reg_odp(
+                c.pdn,
+                c.access,
+                c.iova,
+                c.length,
+                implicit,
+                self.config.max_mr_size,
+            )
+            .map_err(|e| e.status())?;
+        Self::put_key(resp, key);
+        Ok(())
+    }
+
+    pub(super) fn cmd_dereg_mr(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        self.mrs.dereg(c.handle).map_err(|e| e.status())
+    }
+
+    /// ALLOC_MW (spec §12.8): the response handle is the window's rkey.
+    pub(super) fn cmd_alloc_mw(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdAllocMw>(req)?;
+        if self.config.max_mw == 0 {
+            return Err(VRDMA_STATUS_NOT_SUPPORTED);
+        }
+        self.pd_exists(c.pdn)?;
+        let key = self.mrs.alloc_mw(c.pdn, c.type_).map_err(|e| e.status())?;
+        put(resp, &handle(key));
+        Ok(())
+    }
+
+    /// DEALLOC_MW (spec §12.8).
+    pub(super) fn cmd_dealloc_mw(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        self.mrs.dealloc_mw(c.handle).map_err(|e| e.status())
+    }
+
+    pub(super) fn status(s: u32) -> CmdResult {
+        if s == VRDMA_STATUS_OK {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    }
+
+    /// ADVISE_MR, ODP_PAGE_RESP and ODP_INVALIDATE exist only with VIRTIO_RDMA_F_ODP.
+    pub(super) fn odp_commands(&self) -> CmdResult {
+        if self.mrs.odp_config().enabled {
+            Ok(())
+        } else {
+            Err(VRDMA_STATUS_NOT_SUPPORTED)
+        }
+    }
+
+    pub(super) fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdOutcome {
+        if let Err(s) = self.odp_commands() {
+            return CmdOutcome::Done(s);
+        }
+        match parse::<VrdmaCmdAdviseMr>(req) {
+            Ok((c, _)) => self
+                .mrs
+                .odp_advise(c.lkey, c.advice, c.flags, c.iova, c.length),
+            Err(s) => CmdOutcome::Done(s),
+        }
+    }
+
+    pub(super) fn cmd_odp_page_resp(&mut self, req: &[u8]) -> CmdResult {
+        self.odp_commands()?;
+        let (c, rest) = parse::<VrdmaCmdOdpPageResp>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        Self::status(
+            self.mrs
+                .odp_page_resp(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages),
+        )
+    }
+
+    pub(super) fn cmd_odp_invalidate(&mut self, req: &[u8]) -> CmdResult {
+        self.odp_commands()?;
+        let (c, _) = parse::<VrdmaCmdOdpInvalidate>(req)?;
+        Self::status(self.mrs.odp_invalidate(c.mr_key, c.iova, c.length))
+    }
+}

@@ -1,0 +1,220 @@
+//! QP commands (spec §11.6, §13): CREATE_QP (XRC_TGT included), MODIFY_QP, QUERY_QP,
+//! DESTROY_QP, and multicast ATTACH/DETACH (§15.8).
+
+use super::*;
+
+impl Device {
+    pub(super) fn cmd_create_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdCreateQp>(req)?;
+        let t = QpType::from_u32(c.qp_type).ok_or(VRDMA_STATUS_INVALID)?;
+        if t == QpType::XrcTgt {
+            return self.create_xrc_tgt(&c, resp);
+        }
+        if c.xrcdn != 0 {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let total = c
+            .sq_npages
+            .checked_add(c.rq_npages)
+            .ok_or(VRDMA_STATUS_INVALID)?;
+        let pages = page_list(rest, total)?;
+        self.pd_exists(c.pdn)?;
+        // An XRC_INI has no receive side (spec §13.7): no recv CQ, SRQ or RQ.
+        let ini = t == QpType::XrcIni;
+        if !self.cqs.contains(c.send_cqn) || (!ini && !self.cqs.contains(c.recv_cqn)) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        if ini && (c.srqn != VRDMA_NO_SRQ || c.rq_depth != 0 || c.rq_npages != 0) {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let srqn = if c.srqn == VRDMA_NO_SRQ {
+            None
+        } else {
+            let srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+            // An XRC SRQ is reached through an XRC_TGT's XRCETH, never attached (§11.7).
+            if srq.xrc.is_some() {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+            Some(c.srqn)
+        };
+        let cfg = &self.config;
+        // Capacities against the device limits and the slot sizes.
+        let sq_shift = c.sq_wqe_shift as u32;
+        let rq_shift = c.rq_wqe_shift as u32;
+        if !(6..=12).contains(&sq_shift) {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        if c.max_send_sge > cfg.max_send_sge
+            || c.max_send_sge > sq_max_sge(c.sq_wqe_shift)
+            || c.max_inline_data > cfg.max_inline_data
+            || c.max_inline_data > sq_max_inline(c.sq_wqe_shift)
+        {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        if srqn.is_some() || ini {
+            if c.rq_depth != 0 || c.rq_npages != 0 {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+        } else {
+            if !(5..=12).contains(&rq_shift) {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+            if c.max_recv_sge > cfg.max_recv_sge || c.max_recv_sge > rq_max_sge(c.rq_wqe_shift) {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+        }
+        let max_wr = cfg.max_qp_wr;
+        let charge = self.charge(self.qp_fixed_charge(pages.len() as u64, 1 << sq_shift))?;
+        let (sq_pages, rq_pages) = pages.split_at(c.sq_npages as usize);
+        let sq = self.make_ring(sq_pages, c.sq_depth, sq_shift, 6, max_wr)?;
+        let rq = match srqn {
+            _ if ini => None,
+            Some(_) => None,
+            None => Some(self.make_ring(rq_pages, c.rq_depth, rq_shift, 5, max_wr)?),
+        };
+        let no_rq = srqn.is_some() || ini;
+        let qpn = self.qps.alloc_qpn(t).ok_or(if t == QpType::Gsi {
+            VRDMA_STATUS_BUSY
+        } else {
+            VRDMA_STATUS_NO_RESOURCES
+        })?;
+        if let Some(s) = srqn.and_then(|s| self.srqs.get_mut(s)) {
+            s.qp_refs += 1;
+        }
+        let qp = Qp {
+            qpn,
+            qp_type: t,
+            pd: c.pdn,
+            send_cqn: c.send_cqn,
+            recv_cqn: if ini { 0 } else { c.recv_cqn },
+            srqn,
+            xrcdn: None,
+            sq,
+            rq,
+            sq_sig_all: c.sq_sig_all != 0,
+            caps: QpCaps {
+                max_send_wr: c.sq_depth,
+                max_recv_wr: if no_rq { 0 } else { c.rq_depth },
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: if no_rq { 0 } else { c.max_recv_sge },
+                max_inline_data: c.max_inline_data,
+            },
+            state: QpState::Reset,
+            attrs: Default::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+            tick: Default::default(),
+            stats: Default::default(),
+            charge,
+        };
+        self.qps.insert(qp);
+        put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
+        Ok(())
+    }
+
+    /// CREATE_QP of an XRC_TGT (spec §11.7, §13.7): no rings, no CQs, no PD; only its domain.
+    pub(super) fn create_xrc_tgt(&mut self, c: &VrdmaCmdCreateQp, resp: &mut Vec<u8>) -> CmdResult {
+        if !self.xrcds.contains(c.xrcdn) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        if c.srqn != VRDMA_NO_SRQ
+            || c.sq_depth != 0
+            || c.rq_depth != 0
+            || c.sq_npages != 0
+            || c.rq_npages != 0
+        {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let charge = self.charge(self.qp_fixed_charge(0, 0))?;
+        let qpn = self
+            .qps
+            .alloc_qpn(QpType::XrcTgt)
+            .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
+        self.qps.insert(Qp {
+            qpn,
+            qp_type: QpType::XrcTgt,
+            pd: 0,
+            send_cqn: 0,
+            recv_cqn: 0,
+            srqn: None,
+            xrcdn: Some(c.xrcdn),
+            sq: Ring::absent(),
+            rq: None,
+            sq_sig_all: false,
+            caps: QpCaps::default(),
+            state: QpState::Reset,
+            attrs: Default::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+            tick: Default::default(),
+            stats: Default::default(),
+            charge,
+        });
+        put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
+        Ok(())
+    }
+
+    pub(super) fn modify_limits(&self) -> ModifyLimits {
+        ModifyLimits {
+            port_mtu: self.config.port_mtu(),
+            max_rd_atomic: self.config.max_qp_rd_atom,
+            max_dest_rd_atomic: self.config.max_qp_init_rd_atom,
+        }
+    }
+
+    pub(super) fn cmd_modify_qp(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaCmdModifyQp>(req)?;
+        let limits = self.modify_limits();
+        let qp = self.qps.get_mut(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let tr = qp
+            .modify(&self.mem, &self.gids, &limits, c.attr_mask, &c.attr)
+            .map_err(|e| e.status())?;
+        if tr.to == QpState::Err && tr.from != QpState::Err {
+            self.schedule_flush(c.qpn);
+        }
+        Ok(())
+    }
+
+    pub(super) fn cmd_query_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        let qp = self.qps.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        put(resp, &qp.query());
+        Ok(())
+    }
+
+    pub(super) fn cmd_destroy_qp(&mut self, req: &[u8]) -> CmdResult {
+        let (c, _) = parse::<VrdmaHandle>(req)?;
+        let qp = self.qps.remove(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if let Some(s) = qp.srqn.and_then(|s| self.srqs.get_mut(s)) {
+            s.qp_refs = s.qp_refs.saturating_sub(1);
+        }
+        // Spec §12.8: type 2B windows bound through the QP are unbound with it.
+        self.mrs.unbind_qp(c.handle);
+        if qp.qp_type == crate::qp::state::QpType::Ud {
+            self.mcast.detach_qp(c.handle);
+        }
+        Ok(())
+    }
+
+    /// ATTACH_MCAST / DETACH_MCAST (spec §15.8): UD QPs only.
+    pub(super) fn cmd_mcast(&mut self, req: &[u8], attach: bool) -> CmdResult {
+        use crate::objects::McastError;
+        let (c, _) = parse::<VrdmaCmdMcast>(req)?;
+        let qp = self.qps.get(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if attach && qp.qp_type != crate::qp::state::QpType::Ud {
+            return Err(VRDMA_STATUS_INVALID);
+        }
+        let r = if attach {
+            self.mcast.attach(c.gid, c.qpn)
+        } else {
+            self.mcast.detach(&c.gid, c.qpn)
+        };
+        r.map_err(|e| match e {
+            McastError::NotMulticast => VRDMA_STATUS_INVALID,
+            McastError::Full => VRDMA_STATUS_NO_RESOURCES,
+            McastError::NotAttached => VRDMA_STATUS_NOT_FOUND,
+        })
+    }
+}
