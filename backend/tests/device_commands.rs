@@ -144,8 +144,8 @@ fn odp_caps_advertised_only_when_enabled() {
 fn gid_table() {
     let mut e = env();
     e.add_gid_v4(0, 1);
-    assert!(e.dev.gids.is_local_ipv4("10.0.0.1".parse().unwrap()));
-    assert!(!e.dev.gids.is_local_ipv4("10.0.0.2".parse().unwrap()));
+    assert!(e.dev.gids().is_local_ipv4("10.0.0.1".parse().unwrap()));
+    assert!(!e.dev.gids().is_local_ipv4("10.0.0.2".parse().unwrap()));
     let bad_idx = VrdmaCmdGid {
         index: 128,
         type_: VRDMA_GID_TYPE_ROCE_V2,
@@ -174,7 +174,7 @@ fn gid_table() {
         e.cmd(VRDMA_CMD_DEL_GID, del.as_bytes()).0,
         VRDMA_STATUS_NOT_FOUND
     );
-    assert!(!e.dev.gids.is_local_ipv4("10.0.0.1".parse().unwrap()));
+    assert!(!e.dev.gids().is_local_ipv4("10.0.0.1".parse().unwrap()));
 }
 
 #[test]
@@ -495,7 +495,7 @@ fn srq_lifecycle_limit_and_events() {
     assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (16, 3, 3));
     // Post 4 receive WQEs, take them: the limit event fires once when fewer than 3 remain.
     for i in 0..4u8 {
-        let ring = &e.dev.srqs.get(srqn).unwrap().ring;
+        let ring = &e.dev.srqs().get(srqn).unwrap().ring;
         ring.write_entry(&e.mem, i as u32, &[i; 16]).unwrap();
     }
     e.mem
@@ -595,7 +595,7 @@ fn srq_resize_moves_posted_wqes() {
     assert_ne!(cfg.device_caps & VRDMA_DEVCAP_SRQ_RESIZE, 0);
     // Post 8 (the ring is full), take 3: WQEs 3..7 are posted, the indices have moved on.
     for i in 0..8u32 {
-        let ring = &e.dev.srqs.get(srqn).unwrap().ring;
+        let ring = &e.dev.srqs().get(srqn).unwrap().ring;
         let mut slot = [i as u8; 64];
         slot[63] = 0xa0 | i as u8; // the last byte of the slot travels too
         ring.write_entry(&e.mem, i, &slot).unwrap();
@@ -633,8 +633,8 @@ fn srq_resize_moves_posted_wqes() {
         .0,
         VRDMA_STATUS_INVALID
     );
-    assert_eq!(e.dev.srqs.get(srqn).unwrap().ring.depth(), 8);
-    assert_eq!(e.dev.srqs.get(srqn).unwrap().limit, 0);
+    assert_eq!(e.dev.srqs().get(srqn).unwrap().ring.depth(), 8);
+    assert_eq!(e.dev.srqs().get(srqn).unwrap().limit, 0);
     // Grow to 32 with a limit of 4 in the same command.
     assert_eq!(
         e.cmd(
@@ -722,9 +722,9 @@ fn ah_create_and_pd_check() {
         av: av_to(2),
     };
     let ah = e.ok_handle(VRDMA_CMD_CREATE_AH, c.as_bytes());
-    assert!(e.dev.ahs.lookup_in_pd(ah, pd).is_some());
-    assert!(e.dev.ahs.lookup_in_pd(ah, pd2).is_none());
-    assert_eq!(e.dev.ahs.get(ah).unwrap().sgid, gid_v4(1));
+    assert!(e.dev.ahs().lookup_in_pd(ah, pd).is_some());
+    assert!(e.dev.ahs().lookup_in_pd(ah, pd2).is_none());
+    assert_eq!(e.dev.ahs().get(ah).unwrap().sgid, gid_v4(1));
     let mut bad = c;
     bad.av.sgid_index = 9;
     assert_eq!(
@@ -1268,9 +1268,9 @@ fn reset_returns_to_power_on() {
     e.dev.reset();
     assert!(e.dev.qps.is_empty());
     assert_eq!(e.dev.mrs.len(), 0);
-    assert!(e.dev.pds.is_empty());
-    assert!(e.dev.cqs.is_empty());
-    assert!(e.dev.gids.get(0).is_none());
+    assert!(e.dev.pds().is_empty());
+    assert!(e.dev.cqs().is_empty());
+    assert!(e.dev.gids().get(0).is_none());
     assert_eq!(e.cmd(VRDMA_CMD_QUERY_QP, &h(qpn)).0, VRDMA_STATUS_NOT_FOUND);
     // Same handle numbering as after power-on (QPNs are random, spec §16).
     assert_eq!(e.create_pd(), 1);

@@ -360,7 +360,7 @@ fn every_truncation_is_an_error_and_leaves_a_power_on_device() {
     for n in 0..s.len() {
         let r = snapshot::restore(&mut dev, &s[..n]);
         assert!(r.is_err(), "a {n}-byte prefix restored");
-        assert!(dev.qps.is_empty() && dev.cqs.is_empty() && dev.mrs.is_empty());
+        assert!(dev.qps.is_empty() && dev.cqs().is_empty() && dev.mrs.is_empty());
     }
     // A truncated stream with a valid checksum fails in the parser, not at the CRC.
     let mut t = s[..s.len() - 8].to_vec();
@@ -401,11 +401,11 @@ fn every_mutated_byte_is_an_error_or_a_consistent_device() {
                     let mut dev2 = destination(&p.a);
                     snapshot::restore(&mut dev2, &again).expect("and restores");
                     for qp in dev.qps.iter() {
-                        assert!(dev.pds.contains(qp.pd));
-                        assert!(dev.cqs.contains(qp.send_cqn) && dev.cqs.contains(qp.recv_cqn));
+                        assert!(dev.pds().contains(qp.pd));
+                        assert!(dev.cqs().contains(qp.send_cqn) && dev.cqs().contains(qp.recv_cqn));
                     }
                 }
-                Err(_) => assert!(dev.qps.is_empty() && dev.pds.is_empty()),
+                Err(_) => assert!(dev.qps.is_empty() && dev.pds().is_empty()),
             }
         }
     }
@@ -481,7 +481,7 @@ fn counts_beyond_the_destinations_limits_are_refused_before_reading_the_objects(
         })
     );
     snapshot::restore(&mut dev, &s).expect("the original restores");
-    assert_eq!(dev.pds.len(), 1);
+    assert_eq!(dev.pds().len(), 1);
 }
 
 /// Spec §17.2: an ODP MR moves without its resident chunks; the first access on the

@@ -180,7 +180,7 @@ fn a_datagram_to_a_group_reaches_every_attached_qp_and_no_other() {
         reserved: 0,
     };
     t.b.cmd(VRDMA_CMD_DESTROY_QP, h.as_bytes()).unwrap();
-    assert!(!t.b.dev.mcast.has_group(&group()));
+    assert!(!t.b.dev.mcast().has_group(&group()));
     t.send(3, &pattern(7, 64));
     assert!(t.run().is_empty());
 }

@@ -51,12 +51,12 @@ fn tick_with_ten_thousand_idle_qps_visits_only_expired_entries() {
     }
     pump_idle(&mut a, &mut b, &mut link);
     // Everything acknowledged: nothing is armed, so ticks visit nothing at all.
-    let v0 = a.dev.timers.visited();
+    let v0 = a.dev.timers().visited();
     let now = Instant::now();
     for _ in 0..1000 {
         transport::on_tick(&mut a.dev, now);
     }
-    let per_tick = (a.dev.timers.visited() - v0) as f64 / 1000.0;
+    let per_tick = (a.dev.timers().visited() - v0) as f64 / 1000.0;
     assert!(
         per_tick <= 1.0,
         "{per_tick} entries visited per idle tick with {IDLE} idle QPs"
@@ -65,17 +65,17 @@ fn tick_with_ten_thousand_idle_qps_visits_only_expired_entries() {
     // ticks visit nothing.
     let later = now + Duration::from_secs(3600);
     transport::on_tick(&mut a.dev, later);
-    let v1 = a.dev.timers.visited();
+    let v1 = a.dev.timers().visited();
     assert!(
         v1 - v0 <= 64,
         "stale entries of 20 rounds: {} visits",
         v1 - v0
     );
-    assert_eq!(a.dev.timers.heap_len(), 0, "no live deadline is left");
+    assert_eq!(a.dev.timers().heap_len(), 0, "no live deadline is left");
     for _ in 0..100 {
         transport::on_tick(&mut a.dev, later);
     }
-    assert_eq!(a.dev.timers.visited(), v1);
+    assert_eq!(a.dev.timers().visited(), v1);
 }
 
 #[test]
@@ -87,9 +87,9 @@ fn retransmission_fires_through_the_heap_among_idle_qps() {
     let n = Arc::new(AtomicUsize::new(0));
     let c = n.clone();
     link.filter_ab = Some(Box::new(move |_| c.fetch_add(1, Ordering::Relaxed) != 8));
-    let v0 = a.dev.timers.visited();
+    let v0 = a.dev.timers().visited();
     pair.round(&mut a, &mut b, &mut link, 1, 8192, 1024);
-    let visits = a.dev.timers.visited() - v0;
+    let visits = a.dev.timers().visited() - v0;
     assert!(n.load(Ordering::Relaxed) > 9, "the SEND was retransmitted");
     // A scan of every QP would visit 10,000 entries per tick.
     assert!(
@@ -113,9 +113,9 @@ fn rearming_keeps_the_heap_bounded() {
     for round in 0..400 {
         pair.round(&mut a, &mut b, &mut link, round, 32768, 4096);
         assert!(
-            a.dev.timers.heap_len() <= 2 * 2 + 1024 + 1,
+            a.dev.timers().heap_len() <= 2 * 2 + 1024 + 1,
             "heap holds {} entries",
-            a.dev.timers.heap_len()
+            a.dev.timers().heap_len()
         );
     }
 }

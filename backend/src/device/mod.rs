@@ -98,15 +98,15 @@ pub struct Device {
     pub config: DeviceConfig,
     pub mem: GuestMem,
     pub out: Arc<dyn DeviceOutput>,
-    pub pds: PdTable,
+    pub(crate) pds: PdTable,
     /// XRC domains (spec §13.7).
-    pub xrcds: crate::objects::XrcdTable,
-    pub cqs: HandleTable<Cq>,
-    pub srqs: HandleTable<Srq>,
-    pub ahs: AhTable,
-    pub gids: GidTable,
+    xrcds: crate::objects::XrcdTable,
+    pub(crate) cqs: HandleTable<Cq>,
+    pub(crate) srqs: HandleTable<Srq>,
+    pub(crate) ahs: AhTable,
+    pub(crate) gids: GidTable,
     /// UD multicast groups and their QPs (spec §15.8).
-    pub mcast: crate::objects::McastTable,
+    pub(crate) mcast: crate::objects::McastTable,
     pub mrs: MrTable,
     pub qps: QpTable<Rocev2>,
     /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
@@ -132,23 +132,24 @@ pub struct Device {
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
-    pub timers: crate::transport::timers::TimerQueue,
+    pub(crate) timers: crate::transport::timers::TimerQueue,
     /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
-    pub range_scratch: Vec<crate::memory::mr::GuestRange>,
+    pub(crate) range_scratch: Vec<crate::memory::mr::GuestRange>,
     /// The responder's reusable RETH translation vector.
-    pub resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
+    pub(crate) resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
     /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
-    pub cq_timers: std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
+    cq_timers:
+        std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
     /// What the device's port does with the ICRC (`Uplink::icrc_offload`, spec §16.2): on a
     /// fabric port RoCEv2 frames are built without one and received ones are not checked. Set
     /// by the engine.
-    pub icrc_offload: crate::uplink::IcrcOffload,
+    pub(crate) icrc_offload: crate::uplink::IcrcOffload,
     /// Migration (spec §17.1): the engine neither reads nor writes guest memory nor sends;
     /// received frames are dropped (RC peers retransmit), doorbells wait for `resume_sweep`.
-    pub suspended: bool,
+    pub(crate) suspended: bool,
     /// The next engine batch rings every QP's SQ and RQ doorbell: set by doorbells that arrived
     /// while suspended and by a restore (doorbells the source had not handled yet).
-    pub resume_sweep: bool,
+    pub(crate) resume_sweep: bool,
 }
 
 impl std::fmt::Debug for Device {
@@ -439,3 +440,31 @@ const _: () = {
     const fn assert_send<T: Send>() {}
     assert_send::<Device>();
 };
+
+/// Read access to the object tables for the crate's users (tests, tools). Inside the crate the
+/// fields are `pub(crate)`: `transport/` and `exporter.rs` use them directly (ARCHITECTURE.md
+/// "Device"); nothing outside may change a table behind the device's back.
+impl Device {
+    pub fn pds(&self) -> &PdTable {
+        &self.pds
+    }
+    pub fn cqs(&self) -> &HandleTable<Cq> {
+        &self.cqs
+    }
+    pub fn srqs(&self) -> &HandleTable<Srq> {
+        &self.srqs
+    }
+    pub fn ahs(&self) -> &AhTable {
+        &self.ahs
+    }
+    pub fn gids(&self) -> &GidTable {
+        &self.gids
+    }
+    pub fn mcast(&self) -> &crate::objects::McastTable {
+        &self.mcast
+    }
+    /// The transport's timer queue (its visit counter is what `tests/transport_timers.rs` checks).
+    pub fn timers(&self) -> &crate::transport::timers::TimerQueue {
+        &self.timers
+    }
+}
