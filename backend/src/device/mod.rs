@@ -138,8 +138,7 @@ pub struct Device {
     /// The responder's reusable RETH translation vector.
     pub(crate) resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
     /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
-    cq_timers:
-        std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
+    cq_timers: std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
     /// What the device's port does with the ICRC (`Uplink::icrc_offload`, spec §16.2): on a
     /// fabric port RoCEv2 frames are built without one and received ones are not checked. Set
     /// by the engine.

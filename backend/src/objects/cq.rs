@@ -3,7 +3,7 @@
 use thiserror::Error;
 use vrdma_spec::{
     Abi, VrdmaCqe, VRDMA_CQE_SIZE, VRDMA_EV_CQ_COMP, VRDMA_EV_CQ_ERR, VRDMA_RING_ERR_ACCESS,
-    VRDMA_RING_ERR_OVERFLOW,
+    VRDMA_RING_ERR_OVERFLOW, VRDMA_WC_SUCCESS,
 };
 
 use crate::budget::Charge;
@@ -103,8 +103,8 @@ impl Cq {
                 return Err(CqError::Access(e));
             }
         }
-        let sol = solicited || cqe.status != 0;
-        if self.moderation.active() && cqe.status == 0 {
+        let sol = solicited || cqe.status != VRDMA_WC_SUCCESS;
+        if self.moderation.active() && cqe.status == VRDMA_WC_SUCCESS {
             return self.hold(mem, out, sol);
         }
         self.fire(mem, out, sol)?;
