@@ -7,7 +7,7 @@ use std::mem::offset_of;
 
 use vrdma_backend::guest::ring::{CTRL_CONSUMER, CTRL_CQ_ARM, CTRL_ERROR, CTRL_PRODUCER};
 use vrdma_backend::objects::cq::CQE_SHIFT;
-use vrdma_backend::qp::{path_mtu_bytes, QP_ACCESS_ALLOWED};
+use vrdma_backend::qp::path_mtu_bytes;
 use vrdma_backend::transport::ctx;
 use vrdma_spec::*;
 
@@ -55,7 +55,7 @@ fn transport_short_names_are_the_spec_values() {
 #[test]
 fn qp_access_flags_are_the_spec_set() {
     assert_eq!(
-        QP_ACCESS_ALLOWED,
+        VRDMA_QP_ACCESS_ALLOWED,
         VRDMA_ACCESS_LOCAL_WRITE
             | VRDMA_ACCESS_REMOTE_WRITE
             | VRDMA_ACCESS_REMOTE_READ
@@ -68,6 +68,6 @@ fn qp_access_flags_are_the_spec_set() {
         VRDMA_ACCESS_ZERO_BASED,
         VRDMA_ACCESS_ON_DEMAND,
     ] {
-        assert_eq!(QP_ACCESS_ALLOWED & mr_only, 0);
+        assert_eq!(VRDMA_QP_ACCESS_ALLOWED & mr_only, 0);
     }
 }

@@ -597,6 +597,11 @@ struct vrdma_av {
 #define VRDMA_ACCESS_ON_DEMAND		(1U << 6)
 #define VRDMA_ACCESS_FLUSH_GLOBAL	(1U << 8)
 #define VRDMA_ACCESS_FLUSH_PERSISTENT	(1U << 9)
+/* The bits vrdma_qp_attr.qp_access_flags may hold (§13.4 rule 4) */
+#define VRDMA_QP_ACCESS_ALLOWED \
+	(VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE | \
+	 VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_REMOTE_ATOMIC | \
+	 VRDMA_ACCESS_FLUSH_GLOBAL | VRDMA_ACCESS_FLUSH_PERSISTENT)
 
 struct vrdma_qp_attr {
 	__le32	qp_state;

@@ -566,6 +566,13 @@ abi_consts! {
     VRDMA_ACCESS_ON_DEMAND: u32 = 1 << 6;
     VRDMA_ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
     VRDMA_ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+    /// §13.4 rule 4: the bits `vrdma_qp_attr.qp_access_flags` may hold.
+    VRDMA_QP_ACCESS_ALLOWED: u32 = VRDMA_ACCESS_LOCAL_WRITE
+        | VRDMA_ACCESS_REMOTE_WRITE
+        | VRDMA_ACCESS_REMOTE_READ
+        | VRDMA_ACCESS_REMOTE_ATOMIC
+        | VRDMA_ACCESS_FLUSH_GLOBAL
+        | VRDMA_ACCESS_FLUSH_PERSISTENT;
 
     /// §11 MODIFY_SRQ attribute mask bits.
     VRDMA_SRQ_MAX_WR: u32 = 1 << 0;

@@ -339,12 +339,7 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	a->dest_qp_num = cpu_to_le32(attr->dest_qp_num);
 	/* Only these mean something for a QP; ULPs pass MR flags too. */
 	a->qp_access_flags = cpu_to_le32(attr->qp_access_flags &
-					 (VRDMA_ACCESS_LOCAL_WRITE |
-					  VRDMA_ACCESS_REMOTE_WRITE |
-					  VRDMA_ACCESS_REMOTE_READ |
-					  VRDMA_ACCESS_REMOTE_ATOMIC |
-					  VRDMA_ACCESS_FLUSH_GLOBAL |
-					  VRDMA_ACCESS_FLUSH_PERSISTENT));
+					 VRDMA_QP_ACCESS_ALLOWED);
 	a->pkey_index = cpu_to_le16(attr->pkey_index);
 	a->en_sqd_async_notify = attr->en_sqd_async_notify;
 	a->max_rd_atomic = attr->max_rd_atomic;

@@ -21,14 +21,6 @@ pub fn path_mtu_bytes(mtu: u32) -> u32 {
     ib_mtu_to_bytes(mtu).unwrap_or(256)
 }
 
-/// The access bits a QP's `qp_access_flags` may hold (spec §13.4 rule 4); MR-only bits (MW_BIND,
-/// ZERO_BASED, ON_DEMAND) are `INVALID` there.
-pub const QP_ACCESS_ALLOWED: u32 = VRDMA_ACCESS_LOCAL_WRITE
-    | VRDMA_ACCESS_REMOTE_WRITE
-    | VRDMA_ACCESS_REMOTE_READ
-    | VRDMA_ACCESS_REMOTE_ATOMIC
-    | VRDMA_ACCESS_FLUSH_GLOBAL
-    | VRDMA_ACCESS_FLUSH_PERSISTENT;
 /// 24-bit PSN / QPN mask.
 pub const MASK24: u32 = 0x00ff_ffff;
 
@@ -264,7 +256,7 @@ impl<P: Protocol> Qp<P> {
         if mask & VRDMA_QP_ACCESS_FLAGS != 0 {
             // Every known access bit is accepted (applications often pass their MR flags);
             // only the REMOTE_* bits mean something for a QP.
-            if a.qp_access_flags & !QP_ACCESS_ALLOWED != 0 {
+            if a.qp_access_flags & !VRDMA_QP_ACCESS_ALLOWED != 0 {
                 return Err(QpError::Invalid("qp_access_flags"));
             }
             new.access_flags = a.qp_access_flags;
