@@ -209,7 +209,8 @@ struct vrdma_wqe_ud {
 };
 
 /* Fast registration: the page list is an array of __le64 guest physical
- * addresses at page_list_addr (guest physical), page_list_len entries. */
+ * addresses at page_list_addr (guest physical), page_list_len entries.
+ */
 struct vrdma_wqe_reg {
 	__le64	iova;
 	__le64	length;
@@ -501,7 +502,8 @@ struct vrdma_cmd_create_cq {
 };
 
 /* Response of CREATE_CQ: vrdma_handle (cqn). RESIZE_CQ: vrdma_handle with
- * the number of unpolled CQEs copied to the start of the new ring. */
+ * the number of unpolled CQEs copied to the start of the new ring.
+ */
 
 /* QP types */
 #define VRDMA_QPT_RC			2
@@ -686,7 +688,8 @@ struct vrdma_cmd_create_ah {
 };
 
 /* REG_MR: trailing __le64 page list, npages entries of 1 << page_shift bytes.
- * The first page may start at offset iova & ((1 << page_shift) - 1). */
+ * The first page may start at offset iova & ((1 << page_shift) - 1).
+ */
 struct vrdma_cmd_reg_mr {
 	__le32	pdn;
 	__le32	access;			/* VRDMA_ACCESS_* */
