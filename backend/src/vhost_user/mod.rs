@@ -74,7 +74,7 @@ pub use start::{
 
 /// The dirty-page bitmap of a guest memory region: empty until SET_LOG_BASE, then the
 /// frontend's shared log (VHOST_USER_PROTOCOL_F_LOG_SHMFD, spec §17.1).
-pub type DirtyBitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
+pub use crate::guest::memory::DirtyBitmap;
 /// Guest memory as mapped from the vhost-user memory table.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyBitmap>;
 /// The swappable guest memory shared by the vrings and the device (SET_MEM_TABLE, ADD_MEM_REG
