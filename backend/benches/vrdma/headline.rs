@@ -109,13 +109,17 @@ pub fn fabric_small(quick: bool) {
             r
         })
         .collect();
+    let c0 = bed.engine_cpu();
     let mut lat = latency(&mut bed, 64, 2000);
+    let lat_cpu = (bed.engine_cpu() - c0) / lat.len() as f64;
     bed.finish();
     println!(
-        "fabric 64 B RC WRITE: {:.2} Mpps ({} engine CPU per msg), median latency {}",
+        "fabric 64 B RC WRITE: {:.2} Mpps ({} engine CPU per msg), median latency {} ({} engine \
+         CPU per round trip)",
         median(&mut rates) / 1e6,
         fmt_secs(median(&mut cpu)),
-        fmt_secs(median(&mut lat))
+        fmt_secs(median(&mut lat)),
+        fmt_secs(lat_cpu)
     );
 }
 
