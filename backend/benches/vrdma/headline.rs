@@ -123,6 +123,18 @@ pub fn fabric_small(quick: bool) {
     );
 }
 
+/// The 10000-idle-QP headline point alone (section `idle-qps`, for `perf record`).
+pub fn idle_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let n = if quick { 5000 } else { 20000 };
+    let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
+    println!(
+        "idle-qps: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \
+         {idle_cpu:.2}; none: {:.2} Mpps)",
+        none / 1e6
+    );
+}
+
 pub fn print_udp(udp: &[(u16, Point)]) {
     for (eth, p) in udp {
         println!(
