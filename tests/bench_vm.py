@@ -72,6 +72,19 @@ def measure(kind, iters, log, uplink="udp"):
     return out
 
 
+def commit():
+    """The measured tree: short commit hash, "+changes" if the work tree differs from it."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "commit unknown"
+    return "commit " + head + ("+changes" if dirty else "")
+
+
 def svg(rows, path, how):
     """Horizontal bars: how many times better vrdma is than rxe per metric (log scale)."""
     import math
@@ -96,8 +109,8 @@ def svg(rows, path, how):
     parts.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>' % (
         left, top - 6, left, h - 34))
     parts.append('<text x="10" y="%d" font-size="11" fill="#555">measured by make bench-vm on '
-                 '%s, 2-core host, QEMU TCG; %s, rxe over -netdev dgram'
-                 '</text>' % (h - 12, time.strftime("%Y-%m-%d"), how))
+                 '%s (%s), 2-core host, QEMU TCG; %s, rxe over -netdev dgram'
+                 '</text>' % (h - 12, time.strftime("%Y-%m-%d"), commit(), how))
     parts.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
@@ -127,6 +140,7 @@ def main():
     svg(rows, plot, how)
     print("plot: %s" % plot)
     w = rows[0]
+    print("bench-vm: measured on %s, %s" % (time.strftime("%Y-%m-%d"), commit()))
     print("bench-vm: ib_write_bw 64 KiB vrdma/rxe = %.1f x" % w[3])
 
 

@@ -245,6 +245,9 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+    fn rx_pending(&self) -> Option<bool> {
+        self.inner.rx_pending()
+    }
     fn link_up(&self) -> Option<bool> {
         self.inner.link_up()
     }

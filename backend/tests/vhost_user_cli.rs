@@ -47,6 +47,22 @@ fn defaults() {
     assert_eq!((c.pcap.clone(), c.pcap_max_bytes), (None, None));
 }
 
+/// `--poll-us`: the engines' busy-poll window (default DEFAULT_POLL_US, 0 = never spin, bounded).
+#[test]
+fn poll_us() {
+    use vrdma_backend::transport::engine::DEFAULT_POLL;
+    assert_eq!(parse(&[]).unwrap().engine.poll, DEFAULT_POLL);
+    assert!(parse(&["--poll-us", "0"]).unwrap().engine.poll.is_zero());
+    assert_eq!(
+        parse(&["--poll-us", "20"]).unwrap().engine.poll,
+        Duration::from_micros(20)
+    );
+    assert_eq!(
+        parse(&["--poll-us", "99999999"]).unwrap().engine.poll,
+        Duration::from_micros(vrdma_backend::cli::MAX_POLL_US)
+    );
+}
+
 #[test]
 fn pcap_options() {
     let c = parse(&["--pcap", "/tmp/x.pcap", "--pcap-max-bytes", "1000000"]).unwrap();
@@ -254,6 +270,7 @@ fn help_documents_every_option() {
         "--log-file",
         "--pcap",
         "--pcap-max-bytes",
+        "--poll-us",
         "vrdma-backend stats --socket",
         "RUST_LOG",
         "TEST ONLY",

@@ -378,48 +378,47 @@ fn device_state_save_of_a_reset_device_fails() {
     src.thread.join().unwrap();
 }
 
-/// Spec §17.1: with a log installed (SET_LOG_BASE, LOG_SHMFD), the pages the device writes are
-/// marked — through vm-memory (a command response) and through the atomics of guest/memory.rs
-/// (CREATE_CQ clears the ring's control words with release stores) — and others are not.
-#[test]
-fn dirty_log_marks_the_pages_the_device_writes() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
-    use vhost::{VhostBackend, VhostUserDirtyLogRegion};
+/// QEMU's dirty log as SET_LOG_BASE hands it over (LOG_SHMFD): a memfd with one bit per 4 KiB
+/// page of guest-physical space.
+struct DirtyLog {
+    fd: std::os::fd::OwnedFd,
+}
 
-    let d = start("dirtylog", 1, |_| {});
-    let (mut fe, _, _) = connect_with(&d.path, true, Pf::LOG_SHMFD);
-    let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+impl DirtyLog {
+    /// Create a log covering GPAs below `gpa_end` and install it in the daemon.
+    fn install(fe: &mut vhost::vhost_user::Frontend, gpa_end: u64) -> DirtyLog {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use vhost::{VhostBackend, VhostUserDirtyLogRegion};
+        let log_len = (gpa_end / 4096).div_ceil(8);
+        // SAFETY: memfd_create with a NUL-terminated name; the fd is owned below.
+        let fd = unsafe { libc::memfd_create(c"vrdma-log".as_ptr(), 0) };
+        assert!(fd >= 0);
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on our own memfd.
+        let r = unsafe { libc::ftruncate(fd.as_raw_fd(), log_len as i64) };
+        assert_eq!(r, 0);
+        fe.set_log_base(
+            0,
+            Some(VhostUserDirtyLogRegion {
+                mmap_size: log_len,
+                mmap_offset: 0,
+                mmap_handle: fd.as_raw_fd(),
+            }),
+        )
+        .unwrap();
+        DirtyLog { fd }
+    }
 
-    // One bit per 4 KiB page of guest-physical space, as QEMU sizes it.
-    let pages = (0x4000_0000u64 + (8 << 20)) / 4096;
-    let log_len = pages.div_ceil(8);
-    // SAFETY: memfd_create with a NUL-terminated name; the fd is owned below.
-    let fd = unsafe { libc::memfd_create(c"vrdma-log".as_ptr(), 0) };
-    assert!(fd >= 0);
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    let log_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ftruncate on our own memfd.
-    let r = unsafe { libc::ftruncate(log_fd.as_raw_fd(), log_len as i64) };
-    assert_eq!(r, 0);
-    fe.set_log_base(
-        0,
-        Some(VhostUserDirtyLogRegion {
-            mmap_size: log_len,
-            mmap_offset: 0,
-            mmap_handle: log_fd.as_raw_fd(),
-        }),
-    )
-    .unwrap();
-    let dirty = |gpa: u64| {
+    /// Is the page of `gpa` marked?
+    fn dirty(&self, gpa: u64) -> bool {
+        use std::os::fd::AsRawFd;
         let page = gpa / 4096;
         let mut b = [0u8; 1];
         // SAFETY: pread into a 1-byte buffer from our own memfd.
         let n = unsafe {
             libc::pread(
-                log_fd.as_raw_fd(),
+                self.fd.as_raw_fd(),
                 b.as_mut_ptr().cast(),
                 1,
                 (page / 8) as i64,
@@ -427,7 +426,112 @@ fn dirty_log_marks_the_pages_the_device_writes() {
         };
         assert_eq!(n, 1);
         b[0] & (1 << (page % 8)) != 0
+    }
+}
+
+/// Spec §17.1: every way the device writes guest memory (`GuestMem::write`, `zero`, the release
+/// store and swap of ring indices, the IB atomics, ATOMIC WRITE) marks the page it wrote once a
+/// log is set, the reads mark nothing, and before SET_LOG_BASE the regions report no log (the
+/// writes take the fast path without the log's lock).
+#[test]
+fn every_guest_memory_write_marks_its_page_while_logging() {
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
+
+    let _ = env_logger::builder().is_test(true).try_init();
+    let path = socket_path("dirtypaths");
+    let Prepared {
+        mut listener,
+        parts,
+        engine,
+    } = prepare(&Config::new(path.clone(), MAC)).expect("prepare");
+    let device = parts.device.clone();
+    let thread = thread::spawn(move || {
+        serve(&mut listener, &parts, Some(1)).expect("serve");
+        engine.stop();
+    });
+    let (mut fe, _, _) = connect_with(&path, true, Pf::LOG_SHMFD);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+    // SET_MEM_TABLE reaches the device through the daemon's thread: wait for the table.
+    let t0 = std::time::Instant::now();
+    let mem = loop {
+        let mem = device.lock().unwrap().mem.clone();
+        if mem.check_range(0x4010_0000, 1 << 20) {
+            break mem;
+        }
+        assert!(t0.elapsed() < T, "the device never got the memory table");
+        thread::sleep(Duration::from_millis(5));
     };
+
+    // One page per access, so each mark is seen on its own.
+    let page = |i: u64| 0x4010_0000 + i * 4096;
+    let writes: [(&str, &dyn Fn(u64)); 8] = [
+        ("write", &|g| mem.write(g + 100, &[1; 64]).unwrap()),
+        ("zero", &|g| mem.zero(g + 8, 16).unwrap()),
+        ("store_u32_release", &|g| {
+            mem.store_u32_release(g, 7).unwrap()
+        }),
+        ("swap_u32", &|g| {
+            mem.swap_u32(g + 4, 7).unwrap();
+        }),
+        ("compare_swap_u64", &|g| {
+            mem.compare_swap_u64(g + 8, 0, 1).unwrap();
+        }),
+        ("fetch_add_u64", &|g| {
+            mem.fetch_add_u64(g + 16, 1).unwrap();
+        }),
+        ("store_bytes8_atomic", &|g| {
+            mem.store_bytes8_atomic(g + 24, [9; 8]).unwrap()
+        }),
+        ("read", &|g| {
+            let mut b = [0u8; 64];
+            mem.read(g, &mut b).unwrap();
+            mem.load_u32_acquire(g).unwrap();
+            mem.read_u64(g + 8).unwrap();
+        }),
+    ];
+    // Before the log: no region is logging, so every write returns before the log's lock.
+    assert!(!mem.logging(), "no dirty log before SET_LOG_BASE");
+    for (i, (_, w)) in writes.iter().enumerate() {
+        w(page(i as u64));
+    }
+    let log = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
+    assert!(mem.logging(), "SET_LOG_BASE turned logging on");
+    for (i, _) in writes.iter().enumerate() {
+        assert!(!log.dirty(page(i as u64)), "page {i} clean in a fresh log");
+    }
+    for (i, (name, w)) in writes.iter().enumerate() {
+        w(page(i as u64));
+        let is_read = *name == "read";
+        assert_eq!(log.dirty(page(i as u64)), !is_read, "{name} and the log");
+    }
+    // A write across a page boundary marks both pages.
+    let edge = page(20) + 4096 - 8;
+    mem.write(edge, &[2; 16]).unwrap();
+    assert!(
+        log.dirty(page(20)) && log.dirty(page(21)),
+        "both pages of a split write"
+    );
+    drop(fe);
+    thread.join().unwrap();
+}
+
+/// Spec §17.1: with a log installed (SET_LOG_BASE, LOG_SHMFD), the pages the device writes are
+/// marked — through vm-memory (a command response) and through the atomics of guest/memory.rs
+/// (CREATE_CQ clears the ring's control words with release stores) — and others are not.
+#[test]
+fn dirty_log_marks_the_pages_the_device_writes() {
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
+
+    let d = start("dirtylog", 1, |_| {});
+    let (mut fe, _, _) = connect_with(&d.path, true, Pf::LOG_SHMFD);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
+    start_rings(&mut fe, &guest, &[&ctrl]);
+
+    let log = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
+    let dirty = |gpa: u64| log.dirty(gpa);
 
     let ring = guest.alloc(2 * 4096, 4096);
     let untouched = guest.alloc(4096, 4096);

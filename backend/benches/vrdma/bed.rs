@@ -12,7 +12,7 @@ use vrdma_backend::device::{Device, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::MrKind;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::Engine;
+use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_backend::transport::{self};
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
@@ -167,6 +167,22 @@ impl<U: Uplink> Uplink for Counting<U> {
     fn icrc_offload(&self) -> vrdma_backend::uplink::IcrcOffload {
         self.inner.icrc_offload()
     }
+    fn rx_pending(&self) -> Option<bool> {
+        self.inner.rx_pending()
+    }
+}
+
+/// The engines' options: `VRDMA_BENCH_POLL_US` overrides `--poll-us`'s default (to measure the
+/// busy-poll with and without).
+fn engine_options() -> EngineOptions {
+    let mut o = EngineOptions::default();
+    if let Some(us) = std::env::var("VRDMA_BENCH_POLL_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        o.poll = Duration::from_micros(us);
+    }
+    o
 }
 
 pub struct Bed {
@@ -325,8 +341,10 @@ impl Bed {
                     frames: frames.clone(),
                     a_to_b: false,
                 };
-                let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
-                let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
+                let ea = Engine::start_with(da.clone(), Arc::new(ua), engine_options())
+                    .expect("engine a");
+                let eb = Engine::start_with(db.clone(), Arc::new(ub), engine_options())
+                    .expect("engine b");
                 Link::Engines { ea, eb, da, db }
             }
             Mode::Udp => {
@@ -343,8 +361,10 @@ impl Bed {
                     frames: frames.clone(),
                     a_to_b: false,
                 };
-                let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
-                let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
+                let ea = Engine::start_with(da.clone(), Arc::new(ua), engine_options())
+                    .expect("engine a");
+                let eb = Engine::start_with(db.clone(), Arc::new(ub), engine_options())
+                    .expect("engine b");
                 Link::Engines { ea, eb, da, db }
             }
         };

@@ -109,13 +109,29 @@ pub fn fabric_small(quick: bool) {
             r
         })
         .collect();
+    let c0 = bed.engine_cpu();
     let mut lat = latency(&mut bed, 64, 2000);
+    let lat_cpu = (bed.engine_cpu() - c0) / lat.len() as f64;
     bed.finish();
     println!(
-        "fabric 64 B RC WRITE: {:.2} Mpps ({} engine CPU per msg), median latency {}",
+        "fabric 64 B RC WRITE: {:.2} Mpps ({} engine CPU per msg), median latency {} ({} engine \
+         CPU per round trip)",
         median(&mut rates) / 1e6,
         fmt_secs(median(&mut cpu)),
-        fmt_secs(median(&mut lat))
+        fmt_secs(median(&mut lat)),
+        fmt_secs(lat_cpu)
+    );
+}
+
+/// The 10000-idle-QP headline point alone (section `idle-qps`, for `perf record`).
+pub fn idle_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let n = if quick { 5000 } else { 20000 };
+    let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
+    println!(
+        "idle-qps: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \
+         {idle_cpu:.2}; none: {:.2} Mpps)",
+        none / 1e6
     );
 }
 

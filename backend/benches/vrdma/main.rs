@@ -3,7 +3,8 @@
 //!
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
 //! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`, `headline`
-//! (default: all; `headline` last), `udp` (only the UDP headline points, for `perf record`).
+//! (default: all; `headline` last), `udp` (only the UDP headline points, for `perf record`),
+//! `fabric`, `fabric-64`, `idle-qps` (the other headline points alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs).
 
 #[path = "../../tests/common/mod.rs"]
@@ -18,7 +19,7 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -29,6 +30,7 @@ const SECTIONS: [&str; 10] = [
     "udp",
     "fabric",
     "fabric-64",
+    "idle-qps",
 ];
 
 fn main() {
@@ -90,6 +92,9 @@ fn main() {
     }
     if wanted.contains(&"fabric-64") {
         headline::fabric_small(quick);
+    }
+    if wanted.contains(&"idle-qps") {
+        headline::idle_only(quick);
     }
     println!();
     println!(

@@ -33,6 +33,8 @@ pub const DEFAULT_MAX_AH: u32 = 65536;
 pub const DEFAULT_ODP_CHUNK_SHIFT: u32 = 21;
 /// Default budget of resident ODP chunks (4 GiB of 2 MiB chunks).
 pub const DEFAULT_ODP_RESIDENT_CHUNKS: u32 = 2048;
+/// `--poll-us` above this is taken as this (10 ms: the back-off halves from there).
+pub const MAX_POLL_US: u64 = 10_000;
 /// Smallest `--max-host-memory` accepted (a device needs a few hundred KiB for a handful of QPs).
 pub const MIN_HOST_MEMORY: u64 = 1 << 20;
 /// Default Ethernet (IP) MTU.
@@ -206,6 +208,13 @@ pub struct Args {
     /// Stop capturing before the --pcap file would grow beyond this many bytes.
     #[arg(long, value_name = "BYTES", requires = "pcap")]
     pub pcap_max_bytes: Option<u64>,
+
+    /// Busy-poll: after a batch an engine whose uplink is an in-process fabric port spins for
+    /// up to this many microseconds for its next doorbell or frame before it sleeps (yielding
+    /// the CPU between checks; the window shrinks to nothing while the device is idle, so an
+    /// idle engine never spins). 0 never spins. UDP and TAP uplinks are never polled.
+    #[arg(long, value_name = "US", default_value_t = crate::transport::engine::DEFAULT_POLL_US)]
+    pub poll_us: u64,
 }
 
 /// `vrdma-backend stats --socket PATH`: print the host-side counters (Prometheus text format) of
@@ -282,6 +291,8 @@ pub struct Config {
     pub pcap: Option<PathBuf>,
     /// `--pcap-max-bytes`.
     pub pcap_max_bytes: Option<u64>,
+    /// `--poll-us`.
+    pub engine: crate::transport::engine::EngineOptions,
 }
 
 impl Config {
@@ -300,6 +311,7 @@ impl Config {
             log_file: None,
             pcap: None,
             pcap_max_bytes: None,
+            engine: Default::default(),
         }
     }
 }
@@ -498,6 +510,9 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
         log_file: args.log_file.clone(),
         pcap: args.pcap.clone(),
         pcap_max_bytes: args.pcap_max_bytes,
+        engine: crate::transport::engine::EngineOptions {
+            poll: std::time::Duration::from_micros(args.poll_us.min(MAX_POLL_US)),
+        },
     })
 }
 

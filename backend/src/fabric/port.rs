@@ -102,6 +102,11 @@ impl Uplink for DevicePort {
         self.fabric.rx_queue(self.id).map_or(-1, |q| q.as_raw_fd())
     }
 
+    /// The engine busy-polls the port's queue (an uncontended mutex, no system call).
+    fn rx_pending(&self) -> Option<bool> {
+        self.fabric.rx_queue(self.id).map(|q| !q.is_empty())
+    }
+
     /// Frames between devices never leave the process; the fabric seals and checks at its edge.
     fn icrc_offload(&self) -> IcrcOffload {
         IcrcOffload {

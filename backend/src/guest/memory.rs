@@ -13,24 +13,101 @@
 //! - The memory table can be swapped at any time (SET_MEM_TABLE); all clones of a `GuestMem` see
 //!   the new table at their next access.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::ops::Deref;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use thiserror::Error;
-use vm_memory::bitmap::Bitmap;
+use vhost_user_backend::bitmap::{AtomicBitmapMmap, BitmapMmapRegion, BitmapReplace};
+use vm_memory::bitmap::{Bitmap, BitmapSlice, WithBitmapSlice};
+use vm_memory::mmap::NewBitmap;
 use vm_memory::{
     GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
-    GuestMemoryRegion, GuestRegionMmap, VolatileMemory,
+    GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress,
 };
 
-/// The dirty-page bitmap of a guest memory region: empty until SET_LOG_BASE, then the
-/// frontend's shared log (VHOST_USER_PROTOCOL_F_LOG_SHMFD, spec §17.1). Defined here, not in
+/// The memory map type handed over by vhost-user, with the dirty-page log of migration (spec
+/// §17.1): every write of [`GuestMem`] marks the pages it touched in the region's [`DirtyBitmap`].
+pub type GuestMemoryMap = GuestMemoryMmap<DirtyBitmap>;
+
+/// The dirty-page log of one guest memory region (spec §17.1): vhost-user-backend's
+/// [`BitmapMmapRegion`] (empty until SET_LOG_BASE, then the frontend's shared log,
+/// VHOST_USER_PROTOCOL_F_LOG_SHMFD) behind a "logging on" flag. Defined here, not in
 /// `vhost_user/`, because every guest access must know it: nothing below the vhost-user layer
 /// may depend on that layer (ARCHITECTURE.md "Layers").
-pub type DirtyBitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
+///
+/// Why the flag: `BitmapMmapRegion::mark_dirty` takes an `RwLock` read (two locked RMWs on a
+/// cache line every engine thread shares) on every guest write, logging or not, and its slices
+/// clone an `Arc`. With the flag, a write while no log is set costs one fence and one load.
+/// No page is lost: the flag turns on only after the log is in place (`replace`), and a writer
+/// reads it only after its own write is globally visible (see `mark_dirty`).
+///
+/// vhost-user-backend never takes a log away again (it keeps marking after a failed
+/// migration), so the flag never turns off either.
+#[derive(Default, Debug, Clone)]
+pub struct DirtyBitmap {
+    log: BitmapMmapRegion,
+    state: Arc<LogState>,
+}
 
-/// The memory map type handed over by vhost-user, with the dirty-page log of migration (spec
-/// §17.1): `copy_from` on its slices marks pages itself, the atomics below mark them by hand.
-pub type GuestMemoryMap = GuestMemoryMmap<DirtyBitmap>;
+#[derive(Default, Debug)]
+struct LogState {
+    /// A log has been set (SET_LOG_BASE reached `replace`).
+    on: AtomicBool,
+}
+
+impl DirtyBitmap {
+    /// Is a dirty log set for this region?
+    pub fn logging(&self) -> bool {
+        self.state.on.load(Ordering::Acquire)
+    }
+}
+
+impl Bitmap for DirtyBitmap {
+    fn mark_dirty(&self, offset: usize, len: usize) {
+        // The caller wrote guest memory just before. If this load sees "off", that write must
+        // already be visible to whoever turns logging on and then reads the page (QEMU's first
+        // RAM pass starts after SET_LOG_BASE): a store -> load order, which only a SeqCst
+        // fence gives (x86 reorders a later load before an earlier store).
+        fence(Ordering::SeqCst);
+        if self.state.on.load(Ordering::Acquire) {
+            self.log.mark_dirty(offset, len);
+        }
+    }
+
+    fn dirty_at(&self, offset: usize) -> bool {
+        self.logging() && self.log.dirty_at(offset)
+    }
+
+    fn slice_at(&self, offset: usize) -> Self {
+        DirtyBitmap {
+            log: self.log.slice_at(offset),
+            state: Arc::clone(&self.state),
+        }
+    }
+}
+
+impl BitmapSlice for DirtyBitmap {}
+
+impl WithBitmapSlice<'_> for DirtyBitmap {
+    type S = Self;
+}
+
+impl NewBitmap for DirtyBitmap {
+    fn with_len(_len: usize) -> Self {
+        Self::default()
+    }
+}
+
+impl BitmapReplace for DirtyBitmap {
+    type InnerBitmap = AtomicBitmapMmap;
+
+    fn replace(&self, bitmap: AtomicBitmapMmap) {
+        self.log.replace(bitmap);
+        // Release after the log is in place: a writer that sees "on" marks into this log.
+        self.state.on.store(true, Ordering::SeqCst);
+    }
+}
 
 /// Errors of guest memory accesses.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -122,6 +199,14 @@ impl GuestMem {
         &self.inner
     }
 
+    /// Is a dirty-page log set (spec §17.1) for any region of the current table?
+    pub fn logging(&self) -> bool {
+        self.inner
+            .memory()
+            .iter()
+            .any(|r| r.deref().bitmap().logging())
+    }
+
     /// Is `[gpa, gpa + len)` entirely inside guest RAM (contiguous regions allowed)? Zero-length
     /// ranges are always valid.
     pub fn check_range(&self, gpa: u64, len: u64) -> bool {
@@ -134,44 +219,30 @@ impl GuestMem {
 
     /// Read `buf.len()` bytes at `gpa`.
     pub fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), GuestMemError> {
-        let len = buf.len() as u64;
         // One snapshot of the table for the check and the copy (every packet reads and writes
         // guest memory several times; each snapshot is an atomic operation).
         let map = self.inner.memory();
-        check_in(&map, gpa, len)?;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let cur = gpa + done as u64;
-            let oor = GuestMemError::OutOfRange { gpa, len };
-            let r = map.find_region(GuestAddress(cur)).ok_or(oor.clone())?;
-            let off = cur - r.start_addr().0;
-            let n = ((r.len() - off) as usize).min(buf.len() - done);
-            let s = GuestMemoryBackend::get_slice(&*map, GuestAddress(cur), n)
-                .map_err(|_| oor.clone())?;
-            s.copy_to(&mut buf[done..done + n]);
-            done += n;
-        }
-        Ok(())
+        let dst = buf.as_mut_ptr();
+        for_each_piece(&map, gpa, buf.len(), |_, host, done, n| {
+            // SAFETY: `host` is valid for `n` bytes of the region's mapping (`for_each_piece`)
+            // and `dst + done .. + n` lies inside `buf`. Guest RAM never overlaps a host
+            // buffer. The guest may change the bytes while they are copied (as with
+            // vm-memory's own slice copies): the caller gets some byte values, never UB in
+            // this process, because guest RAM is only ever accessed through raw pointers.
+            unsafe { std::ptr::copy_nonoverlapping(host, dst.add(done), n) };
+        })
     }
 
-    /// Write `buf` at `gpa`.
+    /// Write `buf` at `gpa`, marking the pages in the dirty log while one is set (spec §17.1).
     pub fn write(&self, gpa: u64, buf: &[u8]) -> Result<(), GuestMemError> {
-        let len = buf.len() as u64;
         let map = self.inner.memory();
-        check_in(&map, gpa, len)?;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let cur = gpa + done as u64;
-            let oor = GuestMemError::OutOfRange { gpa, len };
-            let r = map.find_region(GuestAddress(cur)).ok_or(oor.clone())?;
-            let off = cur - r.start_addr().0;
-            let n = ((r.len() - off) as usize).min(buf.len() - done);
-            let s = GuestMemoryBackend::get_slice(&*map, GuestAddress(cur), n)
-                .map_err(|_| oor.clone())?;
-            s.copy_from(&buf[done..done + n]);
-            done += n;
-        }
-        Ok(())
+        let src = buf.as_ptr();
+        for_each_piece(&map, gpa, buf.len(), |r, host, done, n| {
+            // SAFETY: as in `read`, with the roles of the two buffers exchanged.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(done), host, n) };
+            let off = host as usize - r.as_ptr() as usize;
+            r.deref().bitmap().mark_dirty(off, n);
+        })
     }
 
     /// Fill `[gpa, gpa + len)` with zeroes.
@@ -187,8 +258,7 @@ impl GuestMem {
         Ok(())
     }
 
-    /// `dirty`: the access may write, so the page goes into the migration log (spec §17.1);
-    /// atomics bypass the slice copies that mark pages by themselves.
+    /// `dirty`: the access may write, so the page goes into the migration log (spec §17.1).
     fn with_u32<R>(
         &self,
         gpa: u64,
@@ -198,22 +268,23 @@ impl GuestMem {
         if !gpa.is_multiple_of(4) {
             return Err(GuestMemError::Misaligned { gpa, align: 4 });
         }
-        // One snapshot of the table; `get_slice` fails for a range outside one region.
         let map = self.inner.memory();
-        check_in(&map, gpa, 4)?;
-        let oor = GuestMemError::OutOfRange { gpa, len: 4 };
-        let s =
-            GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 4).map_err(|_| oor.clone())?;
-        let a = s.get_atomic_ref::<AtomicU32>(0).map_err(|_| oor)?;
-        let r = f(a);
+        let (r, host) = host_of(&map, gpa, 4)?;
+        // SAFETY: `host` is valid for 4 bytes of a live mapping (`host_of`, and `map` keeps
+        // the table alive for this call) and 4-aligned (checked: the GPA is, and regions are
+        // mapped page-aligned, but the pointer itself is what counts). Guest RAM is shared
+        // memory only ever accessed atomically or through raw copies, so an atomic reference
+        // to it is sound for the duration of `f`.
+        let a = unsafe { &*(host as *const AtomicU32) };
+        let res = f(a);
         if dirty {
-            s.bitmap().mark_dirty(0, 4);
+            let off = host as usize - r.as_ptr() as usize;
+            r.deref().bitmap().mark_dirty(off, 4);
         }
-        Ok(r)
+        Ok(res)
     }
 
-    /// `dirty`: the access may write, so the page goes into the migration log (spec §17.1);
-    /// atomics bypass the slice copies that mark pages by themselves.
+    /// `dirty`: the access may write, so the page goes into the migration log (spec §17.1).
     fn with_u64<R>(
         &self,
         gpa: u64,
@@ -223,18 +294,20 @@ impl GuestMem {
         if !gpa.is_multiple_of(8) {
             return Err(GuestMemError::Misaligned { gpa, align: 8 });
         }
-        // One snapshot of the table; `get_slice` fails for a range outside one region.
         let map = self.inner.memory();
-        check_in(&map, gpa, 8)?;
-        let oor = GuestMemError::OutOfRange { gpa, len: 8 };
-        let s =
-            GuestMemoryBackend::get_slice(&*map, GuestAddress(gpa), 8).map_err(|_| oor.clone())?;
-        let a = s.get_atomic_ref::<AtomicU64>(0).map_err(|_| oor)?;
-        let r = f(a);
+        let (r, host) = host_of(&map, gpa, 8)?;
+        // SAFETY: `host` is valid for 8 bytes of a live mapping (`host_of`, and `map` keeps
+        // the table alive for this call) and 8-aligned (checked: the GPA is, and regions are
+        // mapped page-aligned, but the pointer itself is what counts). Guest RAM is shared
+        // memory only ever accessed atomically or through raw copies, so an atomic reference
+        // to it is sound for the duration of `f`.
+        let a = unsafe { &*(host as *const AtomicU64) };
+        let res = f(a);
         if dirty {
-            s.bitmap().mark_dirty(0, 8);
+            let off = host as usize - r.as_ptr() as usize;
+            r.deref().bitmap().mark_dirty(off, 8);
         }
-        Ok(r)
+        Ok(res)
     }
 
     /// Little-endian u32 load with acquire ordering (ring indices).
@@ -325,4 +398,54 @@ fn check_in(map: &GuestMemoryMap, gpa: u64, len: u64) -> Result<(), GuestMemErro
         }
         cur = last + 1;
     }
+}
+
+/// Walk `[gpa, gpa + len)` region by region (contiguous regions allowed), calling
+/// `f(region, host, done, n)` for each piece: `n` bytes at host address `host`, the piece
+/// starting `done` bytes into the access. Fails before any call if the range is not entirely
+/// guest RAM.
+fn for_each_piece(
+    map: &GuestMemoryMap,
+    gpa: u64,
+    len: usize,
+    mut f: impl FnMut(&GuestRegionMmap<DirtyBitmap>, *mut u8, usize, usize),
+) -> Result<(), GuestMemError> {
+    let len64 = len as u64;
+    check_in(map, gpa, len64)?;
+    let oor = || GuestMemError::OutOfRange { gpa, len: len64 };
+    let mut done = 0usize;
+    while done < len {
+        let cur = gpa + done as u64;
+        let r = map.find_region(GuestAddress(cur)).ok_or_else(oor)?;
+        let off = cur - r.start_addr().0;
+        let n = ((r.len() - off) as usize).min(len - done);
+        let host = r
+            .get_host_address(MemoryRegionAddress(off))
+            .map_err(|_| oor())?;
+        f(r, host, done, n);
+        done += n;
+    }
+    Ok(())
+}
+
+/// The region and host address of an `len`-byte atomic at `gpa` (inside one region, host
+/// address `len`-aligned).
+fn host_of(
+    map: &GuestMemoryMap,
+    gpa: u64,
+    len: u64,
+) -> Result<(&GuestRegionMmap<DirtyBitmap>, *mut u8), GuestMemError> {
+    let oor = GuestMemError::OutOfRange { gpa, len };
+    let r = map.find_region(GuestAddress(gpa)).ok_or(oor.clone())?;
+    let off = gpa - r.start_addr().0;
+    if r.len() - off < len {
+        return Err(oor);
+    }
+    let host = r
+        .get_host_address(MemoryRegionAddress(off))
+        .map_err(|_| oor)?;
+    if !(host as usize).is_multiple_of(len as usize) {
+        return Err(GuestMemError::Misaligned { gpa, align: len });
+    }
+    Ok((r, host))
 }

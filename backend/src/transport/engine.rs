@@ -58,6 +58,19 @@ pub struct EngineSender {
     queue: Arc<Mutex<DoorbellQueue>>,
     kick: Arc<EventFd>,
     stop: Arc<AtomicBool>,
+    wake: Arc<WakeFlags>,
+}
+
+/// How a kick reaches the engine without a system call while it busy-polls (`Poller`). A
+/// Dekker pair: the kicker sets `work` then reads `polling`; the engine clears `polling` then
+/// reads `work`. With SeqCst on both sides one of them sees the other's store, so either the
+/// kicker writes the eventfd or the engine sees the work before it sleeps.
+#[derive(Debug, Default)]
+struct WakeFlags {
+    /// Set by every kick; cleared by the engine when it starts a batch.
+    work: AtomicBool,
+    /// The engine is spinning and will see `work` without the eventfd.
+    polling: AtomicBool,
 }
 
 impl std::fmt::Debug for EngineSender {
@@ -97,6 +110,11 @@ impl EngineSender {
     /// Wake the engine to re-run timers and resumed QPs (call after control commands that may
     /// unblock work, e.g. ODP_PAGE_RESP, MODIFY_QP).
     pub fn kick(&self) {
+        self.wake.work.store(true, Ordering::SeqCst);
+        if self.wake.polling.load(Ordering::SeqCst) {
+            // The engine is busy-polling and sees `work` (see `WakeFlags`).
+            return;
+        }
         // An eventfd write only fails when the counter would overflow, i.e. the engine has
         // already been kicked; nothing is lost.
         let _ = self.kick.write(1);
@@ -115,9 +133,38 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Engine settings from the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// `--poll-us`: the longest busy-poll before the engine sleeps (see `Poller`); zero never
+    /// spins.
+    pub poll: Duration,
+}
+
+/// `--poll-us` default, chosen by measurement (ARCHITECTURE.md "Threads": 64 B fabric latency
+/// and CPU per message with and without).
+pub const DEFAULT_POLL: Duration = Duration::from_micros(DEFAULT_POLL_US);
+/// [`DEFAULT_POLL`] in microseconds (the CLI's unit).
+pub const DEFAULT_POLL_US: u64 = 50;
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { poll: DEFAULT_POLL }
+    }
+}
+
 impl Engine {
-    /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device.
+    /// Start the engine for `dev` on `uplink` with the default [`EngineOptions`].
     pub fn start(dev: Arc<Mutex<Device>>, uplink: Arc<dyn Uplink>) -> Result<Engine, EngineError> {
+        Self::start_with(dev, uplink, EngineOptions::default())
+    }
+
+    /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device.
+    pub fn start_with(
+        dev: Arc<Mutex<Device>>,
+        uplink: Arc<dyn Uplink>,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
         let setup = |what| move |source| EngineError::Setup { what, source };
         let kick = Arc::new(EventFd::new(EFD_NONBLOCK).map_err(setup("eventfd"))?);
         let timer = TimerFd::new().map_err(|e| EngineError::Setup {
@@ -154,12 +201,15 @@ impl Engine {
             queue: Arc::new(Mutex::new(DoorbellQueue::new())),
             kick,
             stop: Arc::new(AtomicBool::new(false)),
+            wake: Arc::new(WakeFlags::default()),
         };
         let s2 = sender.clone();
         let port = lock(&dev).port_stats.clone();
+        let alarm = Alarm { timer, armed: None };
+        let poller = Poller::new(opts.poll);
         let thread = std::thread::Builder::new()
             .name("vrdma-engine".into())
-            .spawn(move || run(dev, uplink, s2, epoll, timer, &port))
+            .spawn(move || run(dev, uplink, s2, epoll, alarm, poller, &port))
             .map_err(EngineError::Spawn)?;
         Ok(Engine {
             sender,
@@ -197,19 +247,111 @@ impl Drop for Engine {
 /// within this, plus the event's delivery).
 pub const LINK_POLL: Duration = Duration::from_millis(250);
 
-/// Program `timer` for `deadline` (None: disarm).
-fn arm(timer: &mut TimerFd, deadline: Option<Instant>, now: Instant) {
-    let r = match deadline {
+/// The timerfd with the deadline it is armed for. Re-arming costs a system call, so `set` keeps
+/// an armed deadline that is earlier than the wanted one: it fires early, the engine runs its
+/// timers (nothing due yet) and arms the real deadline then. Under a stream of ACKs the
+/// retransmit deadline moves later every batch; this turns a `timerfd_settime` per batch into one
+/// per timeout period.
+struct Alarm {
+    timer: TimerFd,
+    armed: Option<Instant>,
+}
+
+impl Alarm {
+    /// Make sure the timer fires no later than `deadline` (None: nothing due; a pending early
+    /// expiry is left, it only costs a wake-up).
+    fn set(&mut self, deadline: Option<Instant>, now: Instant) {
+        let Some(d) = deadline else {
+            return;
+        };
+        if self.armed.is_some_and(|a| a <= d && a > now) {
+            return;
+        }
         // A zero duration would disarm the timerfd: fire "now" as 1 µs.
-        Some(d) => timer.reset(
+        let r = self.timer.reset(
             d.saturating_duration_since(now)
                 .max(Duration::from_micros(1)),
             None,
-        ),
-        None => timer.clear(),
-    };
-    if let Err(e) = r {
-        log::warn!("engine: timerfd: {e}");
+        );
+        match r {
+            Ok(()) => self.armed = Some(d),
+            Err(e) => {
+                self.armed = None;
+                log::warn!("engine: timerfd: {e}");
+            }
+        }
+    }
+
+    /// The timer fired (its fd was readable): consume the expiry.
+    fn fired(&mut self) {
+        // Readable: the read does not block.
+        let _ = self.timer.wait();
+        self.armed = None;
+    }
+}
+
+/// Bounded adaptive busy-poll before the engine sleeps (`--poll-us`). A wake-up through the
+/// eventfd and epoll costs tens of microseconds on a loaded host (scheduler, a cross-core IPI);
+/// a 64 B round trip between two engines is a few. So after a batch the engine first spins for
+/// up to `window` on the doorbell flag and the uplink's queue (`Uplink::rx_pending`, no system
+/// call), yielding the CPU between checks so other runnable threads on its core still run.
+///
+/// The window adapts like KVM's halt polling: a sleep that ended within `max` (a longer spin
+/// would have caught it) doubles it up to `max`; a longer sleep halves it down to zero. An idle
+/// engine therefore sleeps in epoll without spinning at all: the first long sleep halves the
+/// window, and an engine that is never woken never spins. Uplinks that cannot tell cheaply
+/// whether frames wait (`rx_pending` = None: UDP, TAP) are never polled.
+struct Poller {
+    max: Duration,
+    window: Duration,
+}
+
+impl Poller {
+    fn new(max: Duration) -> Poller {
+        Poller { max, window: max }
+    }
+
+    /// Polling configured at all (`--poll-us` not 0)?
+    fn enabled(&self) -> bool {
+        !self.max.is_zero()
+    }
+
+    /// Spin until work shows up (true) or the window ends (false).
+    fn spin(&mut self, wake: &WakeFlags, uplink: &dyn Uplink) -> bool {
+        if self.window.is_zero() {
+            return false;
+        }
+        wake.polling.store(true, Ordering::SeqCst);
+        let t0 = Instant::now();
+        let mut found = loop {
+            if wake.work.load(Ordering::SeqCst) || uplink.rx_pending() == Some(true) {
+                break true;
+            }
+            if t0.elapsed() >= self.window {
+                break false;
+            }
+            // Not a pure spin: on this kind of host the engines, the vhost-user threads and
+            // vCPUs share few cores; spinning without yielding doubled the 64 B median.
+            std::thread::yield_now();
+        };
+        wake.polling.store(false, Ordering::SeqCst);
+        // The other half of the Dekker pair (`WakeFlags`): a kick that saw `polling` set
+        // skipped the eventfd.
+        found |= wake.work.load(Ordering::SeqCst);
+        found
+    }
+
+    /// The engine slept for `slept` after a spin that found nothing.
+    fn slept(&mut self, slept: Duration) {
+        if slept <= self.max {
+            let start = self.max / 8;
+            self.window = (self.window * 2).max(start).min(self.max);
+        } else {
+            self.window /= 2;
+            if self.window < Duration::from_micros(1) {
+                self.window = Duration::ZERO;
+            }
+        }
     }
 }
 
@@ -218,7 +360,8 @@ fn run(
     uplink: Arc<dyn Uplink>,
     sender: EngineSender,
     epoll: Epoll,
-    mut timer: TimerFd,
+    mut alarm: Alarm,
+    mut poller: Poller,
     port: &PortStats,
 ) {
     let mut events = vec![EpollEvent::default(); 8];
@@ -235,11 +378,13 @@ fn run(
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
     let has_link = uplink.link_up().is_some();
     let icrc_offload = uplink.icrc_offload();
+    let can_poll = poller.enabled() && uplink.rx_pending().is_some();
     let mut link_next = Instant::now();
     loop {
         // Wait unless the last batch left frames on the uplink or looped back; with a link
         // state to poll, at most until the next poll.
-        let timeout = if uplink_more || !looped.is_empty() {
+        let busy = uplink_more || !looped.is_empty();
+        let timeout = if busy {
             0
         } else if has_link {
             let ms = link_next
@@ -249,14 +394,28 @@ fn run(
         } else {
             -1
         };
-        let n = match epoll.wait(timeout, &mut events) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                log::error!("engine: epoll_wait: {e}");
-                return;
+        // Spin before sleeping (`Poller`); work found there needs no epoll round. The sleep is
+        // timed only where the poller can poll (a clock read costs on some hosts).
+        let pollable = can_poll && !busy;
+        let polled = pollable && poller.spin(&sender.wake, &*uplink);
+        let slept = (pollable && !polled && timeout != 0).then(Instant::now);
+        // After a successful spin the fds are not read: a readable eventfd or timerfd stays
+        // readable for the next epoll round, and the timers run every batch anyway.
+        let n = if polled {
+            0
+        } else {
+            match epoll.wait(timeout, &mut events) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::error!("engine: epoll_wait: {e}");
+                    return;
+                }
             }
         };
+        if let Some(t) = slept {
+            poller.slept(t.elapsed());
+        }
         if sender.stop.load(Ordering::Acquire) {
             return;
         }
@@ -265,13 +424,12 @@ fn run(
                 TOKEN_KICK => {
                     let _ = sender.kick.read();
                 }
-                TOKEN_TIMER => {
-                    // Readable: the read does not block.
-                    let _ = timer.wait();
-                }
+                TOKEN_TIMER => alarm.fired(),
                 _ => {}
             }
         }
+        // Before taking the queue: a kick after this take sets it again.
+        sender.wake.work.store(false, Ordering::SeqCst);
         let dbs = lock(&sender.queue).take();
         frames.clear();
         let mut used = 0;
@@ -395,6 +553,6 @@ fn run(
         for f in out.drain(..) {
             super::packet::recycle_frame(f);
         }
-        arm(&mut timer, next, Instant::now());
+        alarm.set(next, Instant::now());
     }
 }

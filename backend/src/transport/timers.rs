@@ -101,16 +101,26 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
     };
     let st = &qp.req;
     if let Some(d) = next_deadline(st) {
-        if qp.tick.queued != Some(d) {
+        // A live entry at or before `d` stays: it fires early, the tick finds nothing due and
+        // queues the QP's deadline then. Every ACK moves the retransmit deadline later, so
+        // pushing on each move filled the heap with stale entries, up to the rebuild bound
+        // below (which grows with the QP count: the 10000-idle-QP slowdown of the 64 B path).
+        if qp.tick.queued.is_none_or(|q| d < q) {
             qp.tick.queued = Some(d);
             timers.heap.push(Reverse((d, qpn)));
         }
     }
+    // `wqes[..sent_prefix]` are all sent (requester.rs): only the WQEs after them can be
+    // waiting for their first send, so the check is not O(window) per call.
     let pending = st.odp_wait.is_none()
         && st.rnr_deadline.is_none()
         && !st.stopped
         && st.psn.wrapping_sub(st.una) & super::PSN_MASK < st.window()
-        && st.wqes.iter().rev().any(|w| !w.sent_once && !w.is_local());
+        && st
+            .wqes
+            .iter()
+            .skip(st.sent_prefix)
+            .any(|w| !w.sent_once && !w.is_local());
     if pending && !qp.tick.listed {
         qp.tick.listed = true;
         timers.work.push(qpn);

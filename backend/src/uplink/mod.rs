@@ -90,6 +90,14 @@ pub trait Uplink: Send + Sync {
         None
     }
 
+    /// Are received frames waiting? Answered without a system call, for the engine's busy-poll
+    /// (`transport/engine.rs` `Poller`); `None` if the uplink cannot tell cheaply (sockets),
+    /// and then the engine never busy-polls it. Only an in-memory queue (a fabric device port)
+    /// answers.
+    fn rx_pending(&self) -> Option<bool> {
+        None
+    }
+
     /// What the uplink does with the RoCEv2 ICRC for the engine (spec §16.2). Only a fabric
     /// device port offloads it: the fabric seals the frames that leave the process and checks
     /// those that enter it, so frames between devices are never checksummed. A wrapper forwards
@@ -198,6 +206,9 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
     }
+    fn rx_pending(&self) -> Option<bool> {
+        (**self).rx_pending()
+    }
     fn icrc_offload(&self) -> IcrcOffload {
         (**self).icrc_offload()
     }
@@ -228,6 +239,9 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     }
     fn link_up(&self) -> Option<bool> {
         (**self).link_up()
+    }
+    fn rx_pending(&self) -> Option<bool> {
+        (**self).rx_pending()
     }
     fn icrc_offload(&self) -> IcrcOffload {
         (**self).icrc_offload()

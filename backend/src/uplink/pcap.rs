@@ -361,6 +361,10 @@ impl<U: Uplink> Uplink for PcapTee<U> {
     fn link_up(&self) -> Option<bool> {
         self.inner.link_up()
     }
+    /// Frames are captured when received, so the inner queue's state is this uplink's.
+    fn rx_pending(&self) -> Option<bool> {
+        self.inner.rx_pending()
+    }
 }
 
 #[cfg(test)]

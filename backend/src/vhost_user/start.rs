@@ -129,7 +129,7 @@ pub fn prepare_with_uplink(
     // error (uplink bind, TAP open) happens before.
     let port_stats = lock(&device).port_stats.clone();
     let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
-    let engine = Engine::start(device.clone(), uplink.clone())?;
+    let engine = Engine::start_with(device.clone(), uplink.clone(), config.engine)?;
     let listener = listen(&config.socket_path)?;
     let parts = ServeParts {
         device,

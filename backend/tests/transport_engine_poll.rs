@@ -1,0 +1,122 @@
+//! The engine's busy-poll (`--poll-us`, ARCHITECTURE.md "Threads"): engines on the in-process
+//! fabric spin for work before they sleep, and an idle engine does not spin. One test per file:
+//! the CPU time is read for every thread named `vrdma-engine` in the process.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use vrdma_backend::fabric::FabricBuilder;
+use vrdma_backend::transport::engine::{Engine, EngineOptions, DEFAULT_POLL};
+use vrdma_spec::*;
+
+/// CPU seconds of the threads named `vrdma-engine` (schedstat: time on a CPU, in ns).
+fn engine_cpu_secs() -> f64 {
+    let mut ns = 0u64;
+    for e in std::fs::read_dir("/proc/self/task")
+        .expect("/proc")
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != "vrdma-engine" {
+            continue;
+        }
+        let st = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+        ns += st
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    ns as f64 * 1e-9
+}
+
+/// 64 B WRITE round trips between two engines on one fabric with the default poll window (the
+/// engines spin between them), then one second without work: the two engines together use at
+/// most 20 ms of CPU in it. An engine that kept spinning (no bound, no back-off) uses the
+/// whole second.
+#[test]
+fn an_idle_engine_does_not_spin() {
+    assert!(!DEFAULT_POLL.is_zero(), "the default polls");
+    let mut a = Node::new(1, 4, 1500);
+    let mut b = Node::new(2, 4, 1500);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, mut cqa) = a.create_cq(64);
+    let (cb, _) = b.create_cq(64);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let src = a.alloc(4096);
+    let dst = b.alloc(4096);
+    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
+    a.write(src, &pattern(3, 64));
+
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("port a");
+    let pb = fb.add_device(b.mac).expect("port b");
+    let fabric = fb.build();
+    let opts = EngineOptions::default();
+    let ea = Engine::start_with(
+        detach(&mut a),
+        Arc::new(fabric.device_port(pa).expect("a")),
+        opts,
+    )
+    .expect("engine a");
+    let eb = Engine::start_with(
+        detach(&mut b),
+        Arc::new(fabric.device_port(pb).expect("b")),
+        opts,
+    )
+    .expect("engine b");
+
+    for i in 0..200u64 {
+        post_send_mem(
+            &a.mem,
+            &mut qa,
+            &Wqe {
+                wr_id: i,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(src, 64, ka)],
+                remote_addr: dst,
+                rkey: kb,
+                ..Default::default()
+            },
+        );
+        ea.sender().push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: qa.qpn,
+        });
+        let t0 = Instant::now();
+        loop {
+            let got = a.poll_cq(&mut cqa);
+            if let Some(c) = got.first() {
+                assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE {i}");
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "WRITE {i} stuck");
+            std::thread::yield_now();
+        }
+    }
+    assert_eq!(b.read(dst, 64), pattern(3, 64), "the data arrived");
+
+    // The ACK timer and the last spins end within a few ms; then nothing is due.
+    std::thread::sleep(Duration::from_millis(50));
+    let c0 = engine_cpu_secs();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = engine_cpu_secs() - c0;
+    let wall = t0.elapsed().as_secs_f64();
+    assert!(
+        used < 0.020,
+        "idle engines used {:.1} ms of CPU in {:.2} s",
+        used * 1e3,
+        wall
+    );
+    ea.stop();
+    eb.stop();
+}
