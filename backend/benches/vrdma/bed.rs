@@ -316,12 +316,12 @@ impl Bed {
                 let da = detach(&mut a);
                 let db = detach(&mut b);
                 let ua = Counting {
-                    inner: fabric.device_port(pa).expect("port a"),
+                    inner: fabric.device_port(pa).expect("port a").with_segments(),
                     frames: frames.clone(),
                     a_to_b: true,
                 };
                 let ub = Counting {
-                    inner: fabric.device_port(pb).expect("port b"),
+                    inner: fabric.device_port(pb).expect("port b").with_segments(),
                     frames: frames.clone(),
                     a_to_b: false,
                 };

@@ -331,33 +331,38 @@ fn run(
                 }
                 super::on_doorbells(&mut d, &dbs);
                 for f in looped.drain(..) {
-                    super::on_frame_at(&mut d, &f, now);
+                    for f in super::frames_of(&f, icrc_offload.segments) {
+                        super::on_frame_at(&mut d, f, now);
+                    }
                     super::packet::recycle_frame(f);
                 }
                 for (i, rx) in frames.iter().enumerate() {
                     if i % FRAMES_PER_CLOCK == FRAMES_PER_CLOCK - 1 {
                         now = Instant::now();
                     }
-                    let Some(f) = bufs
+                    let Some(buf) = bufs
                         .get(rx.slot)
                         .and_then(|b| b.get(rx.off..rx.off + rx.len))
                     else {
                         continue;
                     };
-                    let mac = d.config.mac;
-                    let dest = classify_with(f, &[mac], false, |g| {
-                        d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
-                    });
-                    match dest {
-                        Destination::Engine => {
-                            bump(&port.rx_to_engine);
-                            super::on_frame_at(&mut d, f, now)
+                    // A fabric segment is its frames, one after the other (spec §16.2 rule 6).
+                    for f in super::frames_of(buf, icrc_offload.segments) {
+                        let mac = d.config.mac;
+                        let dest = classify_with(f, &[mac], false, |g| {
+                            d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
+                        });
+                        match dest {
+                            Destination::Engine => {
+                                bump(&port.rx_to_engine);
+                                super::on_frame_at(&mut d, f, now)
+                            }
+                            Destination::Guest => {
+                                bump(&port.rx_to_guest);
+                                d.out.eth_rx(f)
+                            }
+                            Destination::Drop => bump(&port.drop_filtered),
                         }
-                        Destination::Guest => {
-                            bump(&port.rx_to_guest);
-                            d.out.eth_rx(f)
-                        }
-                        Destination::Drop => bump(&port.drop_filtered),
                     }
                 }
                 let t = super::on_tick(&mut d, now);
@@ -369,7 +374,11 @@ fn run(
                 std::mem::swap(&mut out, &mut d.outbox);
                 for f in out.drain(..) {
                     let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
-                    match tx_destination(&f, ours) {
+                    // A segment's frames share their addresses: the first one decides.
+                    let probe = super::frames_of(&f, icrc_offload.segments)
+                        .next()
+                        .unwrap_or(&f);
+                    match tx_destination(probe, ours) {
                         TxDestination::Engine => {
                             bump(&port.loopback_frames);
                             looped.push(f);

@@ -195,6 +195,44 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
     }
 }
 
+/// The standard frames in a received buffer: the frames of a fabric segment when the port
+/// delivers segments (`segments`, spec §16.2 rule 6), else the buffer itself. A buffer that
+/// looks like a segment but is not a valid one yields nothing (dropped): a segment is never
+/// mistaken for a guest's netdev frame. On a port without segments the EtherType means nothing
+/// special and the buffer is one frame.
+pub fn frames_of(buf: &[u8], segments: bool) -> FramesOf<'_> {
+    use crate::fabric::segment::{is_segment, Segment};
+    if segments && is_segment(buf) {
+        match Segment::parse(buf) {
+            Some(s) => FramesOf::Segment(s.frames()),
+            None => {
+                log::debug!("engine: dropping a malformed fabric segment");
+                FramesOf::One(None)
+            }
+        }
+    } else {
+        FramesOf::One(Some(buf))
+    }
+}
+
+/// See [`frames_of`].
+#[derive(Debug, Clone)]
+pub enum FramesOf<'a> {
+    One(Option<&'a [u8]>),
+    Segment(crate::fabric::segment::Frames<'a>),
+}
+
+impl<'a> Iterator for FramesOf<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            FramesOf::One(f) => f.take(),
+            FramesOf::Segment(s) => s.next(),
+        }
+    }
+}
+
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
 pub fn on_frame(dev: &mut Device, frame: &[u8]) {
     on_frame_at(dev, frame, Instant::now());

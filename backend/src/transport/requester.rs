@@ -18,6 +18,7 @@ use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::device::Device;
+use crate::fabric::segment::SegmentWriter;
 use crate::memory::mr::MrError;
 use crate::memory::BindMw;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
@@ -599,7 +600,38 @@ fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), F
 }
 
 /// Transmit as much as the window, max_rd_atomic, fences and RNR back-off allow.
+///
+/// On a fabric port that takes segments (spec §16.2 rule 6) the RC/UC/XRC packets of this call
+/// are written back to back into fabric segments (`fabric::segment`) instead of one buffer
+/// each; every packet is still a complete standard frame with its own PSN and AckReq, so
+/// nothing else here changes. UD/GSI packets (an address per WQE) stay single frames.
 fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    if st.odp_wait.is_some() || st.stopped {
+        return;
+    }
+    let mut seg = (dev.icrc_offload.segments && !ctx.is_ud())
+        .then(|| SegmentWriter::new(super::packet::segment_buf()));
+    send_packets(dev, ctx, st, now, &mut seg);
+    if let Some(mut w) = seg {
+        flush_segment(dev, &mut w);
+        super::packet::recycle_frame(w.into_buf());
+    }
+}
+
+/// Queue the packets written into `w` (if any) as one segment; `w` is empty afterwards.
+fn flush_segment(dev: &mut Device, w: &mut SegmentWriter) {
+    if let Some(b) = w.take() {
+        dev.outbox.push(b);
+    }
+}
+
+fn send_packets(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    now: Instant,
+    seg: &mut Option<SegmentWriter>,
+) {
     if st.odp_wait.is_some() || st.stopped {
         return;
     }
@@ -658,7 +690,7 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
         if ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32 {
             return;
         }
-        if !send_wqe(dev, ctx, st, i, max_rd) {
+        if !send_wqe(dev, ctx, st, i, max_rd, seg) {
             return;
         }
         if ctx.is_ud() {
@@ -860,7 +892,14 @@ fn sge_copy_with(
 
 /// Send the next packets of WQE `i`. Returns false when the QP must stop for now (window full,
 /// ODP suspension); true when the WQE has nothing more to send right now.
-fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, max_rd: u32) -> bool {
+fn send_wqe(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    i: usize,
+    max_rd: u32,
+    seg: &mut Option<SegmentWriter>,
+) -> bool {
     let mtu = ctx.mtu;
     if st.wqes[i].state == WqeState::Pending && st.wqes[i].offset == 0 {
         if st.wqes[i].is_read() && st.wqes[i].npkts(mtu) > MAX_READ_PSNS {
@@ -1044,45 +1083,71 @@ fn send_wqe(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, i: usize, ma
         let sges = std::mem::take(&mut st.wqes[i].sges);
         let w = &st.wqes[i];
         let (off, inline) = (w.offset, w.inline.as_deref());
-        let frame = super::packet::build_with(
-            &path,
-            ctx.qpn,
-            dqpn,
+        if let Some(w) = seg.as_mut() {
+            if !w.fits(plen) {
+                flush_segment(dev, w);
+                *w = SegmentWriter::new(super::packet::segment_buf());
+            }
+        }
+        let again = psn_diff(psn, st.psn_high) < 0;
+        let fill = |buf: &mut [u8]| match (src, inline) {
+            (Src::Empty, _) => Ok(()),
+            (Src::Atomic(d), _) => {
+                buf.copy_from_slice(&d);
+                Ok(())
+            }
+            (Src::Message, Some(data)) => {
+                let o = off as usize;
+                let d = o
+                    .checked_add(buf.len())
+                    .and_then(|e| data.get(o..e))
+                    .ok_or(SgeError::Len)?;
+                buf.copy_from_slice(d);
+                Ok(())
+            }
+            (Src::Message, None) if buf.is_empty() => Ok(()),
+            (Src::Message, None) => {
+                sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, SgeIo::Gather(buf))
+            }
+        };
+        let hdr = super::packet::TxMeta {
+            path: &path,
+            src_qpn: ctx.qpn,
+            dst_qpn: dqpn,
             opcode,
             psn,
-            solicited && last,
+            solicited: solicited && last,
             ack_req,
-            &hdrs,
-            plen,
-            |buf: &mut [u8]| match (src, inline) {
-                (Src::Empty, _) => Ok(()),
-                (Src::Atomic(d), _) => {
-                    buf.copy_from_slice(&d);
-                    Ok(())
+            hdrs: &hdrs,
+        };
+        // Behind the highest PSN ever sent (`again`): go-back-N is sending this packet again.
+        let sent = match seg.as_mut() {
+            Some(w) => super::packet::build_into_segment(&hdr, plen, w, fill).map(|len| {
+                if let Some(len) = len {
+                    ctx::count_tx(dev, ctx.qpn, len, again);
                 }
-                (Src::Message, Some(data)) => {
-                    let o = off as usize;
-                    let d = o
-                        .checked_add(buf.len())
-                        .and_then(|e| data.get(o..e))
-                        .ok_or(SgeError::Len)?;
-                    buf.copy_from_slice(d);
-                    Ok(())
+            }),
+            None => super::packet::build_with(
+                hdr.path,
+                hdr.src_qpn,
+                hdr.dst_qpn,
+                hdr.opcode,
+                hdr.psn,
+                hdr.solicited,
+                hdr.ack_req,
+                hdr.hdrs,
+                plen,
+                fill,
+            )
+            .map(|f| {
+                if let Some(f) = f {
+                    ctx::send_frame(dev, ctx.qpn, f, again);
                 }
-                (Src::Message, None) if buf.is_empty() => Ok(()),
-                (Src::Message, None) => {
-                    sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, SgeIo::Gather(buf))
-                }
-            },
-        );
+            }),
+        };
         st.wqes[i].sges = sges;
-        match frame {
-            Ok(Some(f)) => {
-                // Behind the highest PSN ever sent: go-back-N is sending this packet again.
-                let again = psn_diff(psn, st.psn_high) < 0;
-                ctx::send_frame(dev, ctx.qpn, f, again);
-            }
-            Ok(None) => {}
+        match sent {
+            Ok(()) => {}
             Err(SgeError::Fault { key, iova }) => {
                 st.odp_wait = Some(OdpWait { key, iova });
                 return false;

@@ -778,11 +778,30 @@ impl PacketBuilder {
         out: &mut Vec<u8>,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.build_with_at(payload_len, out, 0, fill)
+    }
+
+    /// [`PacketBuilder::build_with`] for a frame at offset `at` of `out` (bytes before it are
+    /// kept; `out` ends where the frame ends): frames written back to back into one buffer,
+    /// e.g. a fabric segment (`fabric::segment`).
+    pub fn build_with_at<E: From<WireError>>(
+        &self,
+        payload_len: usize,
+        out: &mut Vec<u8>,
+        at: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let l = self.layout(payload_len)?;
-        set_frame_len(out, l.total);
-        let range = self.write_headers(&l, out)?;
-        fill(&mut out[range])?;
-        self.finish(&l, out)?;
+        let end = at.checked_add(l.total).ok_or(WireError::BufferTooSmall {
+            what: "frame",
+            need: l.total,
+            have: usize::MAX - at,
+        })?;
+        set_frame_len(out, end);
+        let frame = &mut out[at..end];
+        let range = self.write_headers(&l, frame)?;
+        fill(&mut frame[range])?;
+        self.finish(&l, frame)?;
         Ok(())
     }
 }
