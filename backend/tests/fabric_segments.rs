@@ -76,10 +76,9 @@ impl Uplink for Tap {
                         let s = Segment::parse(buf).unwrap();
                         for (i, f) in s.frames().enumerate() {
                             if i != lost {
-                                let r = w.push_with(|b: &mut Vec<u8>, at| {
-                                    b.truncate(at);
-                                    b.extend_from_slice(f);
-                                    Ok::<(), ()>(())
+                                let r = w.push_with(f.len(), |room: &mut [u8]| {
+                                    room[..f.len()].copy_from_slice(f);
+                                    Ok::<usize, ()>(f.len())
                                 });
                                 assert!(r.unwrap().is_some());
                             }

@@ -39,6 +39,12 @@ const RECORD_LEN: usize = 2;
 /// the largest extension headers + pad + ICRC), for [`SegmentWriter::fits`].
 const MAX_HEADERS: usize = 160;
 
+/// The most bytes a request frame with `payload_len` bytes of payload takes (for
+/// [`SegmentWriter::push_with`]'s `max_len`).
+pub fn max_frame_len(payload_len: usize) -> usize {
+    payload_len.saturating_add(MAX_HEADERS)
+}
+
 /// Is `frame` a segment (by its EtherType; [`Segment::parse`] checks the rest)?
 #[inline]
 pub fn is_segment(frame: &[u8]) -> bool {
@@ -128,18 +134,25 @@ impl<'a> Iterator for Frames<'a> {
 }
 
 /// Builds a segment in a (reused) buffer, frame by frame, each frame written in place by the
-/// caller's builder (no copy of a finished frame).
+/// caller's builder (no copy of a finished frame). The buffer is not zeroed per frame: it grows
+/// only where its earlier use did not reach (a reused buffer mostly has the room already), only
+/// the bytes a frame's builder writes are used (the builder writes every byte of its frame),
+/// and [`SegmentWriter::take`] cuts the buffer to them.
 #[derive(Debug, Default)]
 pub struct SegmentWriter {
     buf: Vec<u8>,
+    used: usize,
     count: usize,
 }
 
 impl SegmentWriter {
     /// An empty writer around `buf` (its contents are discarded).
-    pub fn new(mut buf: Vec<u8>) -> SegmentWriter {
-        buf.clear();
-        SegmentWriter { buf, count: 0 }
+    pub fn new(buf: Vec<u8>) -> SegmentWriter {
+        SegmentWriter {
+            buf,
+            used: 0,
+            count: 0,
+        }
     }
 
     /// Frames written so far.
@@ -153,44 +166,43 @@ impl SegmentWriter {
 
     /// Bytes written so far (header included).
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.used
     }
 
     /// Can a frame with `payload_len` bytes of payload still be added?
     pub fn fits(&self, payload_len: usize) -> bool {
-        let used = self.buf.len().max(HEADER_LEN);
-        self.count < MAX_FRAMES && used + RECORD_LEN + payload_len + MAX_HEADERS <= MAX_BYTES
+        let used = self.used.max(HEADER_LEN);
+        self.count < MAX_FRAMES && used + RECORD_LEN + max_frame_len(payload_len) <= MAX_BYTES
     }
 
-    /// Add one frame that `build(buf, at)` writes into `buf` starting at offset `at` (growing
-    /// `buf` to exactly the frame's end). `Ok(Some(len))`: added, the frame is `len` bytes;
-    /// `Ok(None)`: refused (the segment is full, or the
-    /// frame is shorter than an Ethernet header, longer than a record or addressed otherwise
-    /// than the first frame); `Err`: the build's error. Either way the segment is as it was.
+    /// Add one frame of at most `max_len` bytes that `build(room)` writes at the start of
+    /// `room` (at least `max_len` bytes), returning its length. `Ok(Some(len))`: added;
+    /// `Ok(None)`: refused (the segment is full, or the frame is shorter than an Ethernet header
+    /// or addressed otherwise than the first frame); `Err`: the build's error. Either way the
+    /// segment is as it was.
     pub fn push_with<E>(
         &mut self,
-        build: impl FnOnce(&mut Vec<u8>, usize) -> Result<(), E>,
+        max_len: usize,
+        build: impl FnOnce(&mut [u8]) -> Result<usize, E>,
     ) -> Result<Option<usize>, E> {
-        if self.count >= MAX_FRAMES {
+        let start = self.used.max(HEADER_LEN) + RECORD_LEN;
+        let need = start.saturating_add(max_len);
+        if self.count >= MAX_FRAMES || need > MAX_BYTES {
             return Ok(None);
         }
-        let was = self.buf.len();
-        let start = was.max(HEADER_LEN) + RECORD_LEN;
-        if was < HEADER_LEN {
-            self.buf.resize(HEADER_LEN, 0);
+        if self.buf.len() < need {
+            // Only bytes no earlier use of the buffer reached are zeroed.
+            self.buf.resize(need, 0);
         }
-        self.buf.resize(start, 0);
-        if let Err(e) = build(&mut self.buf, start) {
-            self.buf.truncate(was);
-            return Err(e);
-        }
-        let len = self.buf.len().saturating_sub(start);
+        let Some(room) = self.buf.get_mut(start..) else {
+            return Ok(None);
+        };
+        let len = build(room)?;
         let ok = len >= 14
+            && len <= room.len()
             && len <= usize::from(u16::MAX)
-            && self.buf.len() <= MAX_BYTES
             && (self.count == 0 || self.buf[start..start + 12] == self.buf[..12]);
         if !ok {
-            self.buf.truncate(was);
             return Ok(None);
         }
         if self.count == 0 {
@@ -201,6 +213,7 @@ impl SegmentWriter {
         self.buf[start - RECORD_LEN..start].copy_from_slice(&(len as u16).to_be_bytes());
         self.count += 1;
         self.buf[14..16].copy_from_slice(&(self.count as u16).to_be_bytes());
+        self.used = start + len;
         Ok(Some(len))
     }
 
@@ -209,8 +222,25 @@ impl SegmentWriter {
         if self.count == 0 {
             return None;
         }
+        let mut b = std::mem::take(&mut self.buf);
+        b.truncate(self.used);
         self.count = 0;
-        Some(std::mem::take(&mut self.buf))
+        self.used = 0;
+        Some(b)
+    }
+
+    /// What to send: the segment, or for a single frame that frame alone (moved to the front of
+    /// the buffer: one frame gains nothing from a segment, and its receiver need not parse
+    /// one). `None` if nothing was added; the writer is empty again.
+    pub fn finish(&mut self) -> Option<Vec<u8>> {
+        if self.count != 1 {
+            return self.take();
+        }
+        let start = HEADER_LEN + RECORD_LEN;
+        let mut b = self.take()?;
+        b.copy_within(start.., 0);
+        b.truncate(b.len() - start);
+        Some(b)
     }
 
     /// The buffer back (e.g. for a frame pool), whatever it holds.
@@ -231,10 +261,9 @@ mod tests {
     }
 
     fn push(w: &mut SegmentWriter, f: &[u8]) -> bool {
-        w.push_with(|buf: &mut Vec<u8>, at| {
-            buf.truncate(at);
-            buf.extend_from_slice(f);
-            Ok::<(), ()>(())
+        w.push_with(f.len(), |room: &mut [u8]| {
+            room[..f.len()].copy_from_slice(f);
+            Ok::<usize, ()>(f.len())
         })
         .unwrap()
         .is_some()
@@ -262,14 +291,26 @@ mod tests {
     }
 
     #[test]
+    fn a_single_frame_leaves_as_itself() {
+        let mut w = SegmentWriter::new(vec![0xee; 100]);
+        assert!(w.finish().is_none());
+        let f = frame(3, 90, 9);
+        assert!(push(&mut w, &f));
+        assert_eq!(w.finish().unwrap(), f);
+        assert!(push(&mut w, &f) && push(&mut w, &f));
+        let two = w.finish().unwrap();
+        assert_eq!(Segment::parse(&two).unwrap().count(), 2);
+    }
+
+    #[test]
     fn a_frame_of_other_addresses_or_a_failed_build_is_refused() {
         let mut w = SegmentWriter::default();
         assert!(push(&mut w, &frame(1, 100, 0)));
         assert!(!push(&mut w, &frame(2, 100, 0)), "other MACs");
         assert!(!push(&mut w, &frame(1, 10, 0)), "shorter than Ethernet");
-        let r = w.push_with(|buf: &mut Vec<u8>, _| {
-            buf.extend_from_slice(&[1; 99]);
-            Err::<(), u8>(5)
+        let r = w.push_with(100, |room: &mut [u8]| {
+            room[..99].fill(1);
+            Err::<usize, u8>(5)
         });
         assert_eq!(r, Err(5));
         let seg = w.take().unwrap();

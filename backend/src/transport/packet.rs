@@ -337,8 +337,9 @@ pub fn build_into_segment<E>(
         m.ack_req,
         m.hdrs,
     );
-    let r = seg.push_with(|buf: &mut Vec<u8>, at| {
-        b.build_with_at(payload_len, buf, at, |p| fill(p).map_err(Built::Fill))
+    let max = crate::fabric::segment::max_frame_len(payload_len);
+    let r = seg.push_with(max, |room: &mut [u8]| {
+        b.build_with_in(payload_len, room, |p| fill(p).map_err(Built::Fill))
     });
     match r {
         Ok(Some(len)) => Ok(Some(len)),

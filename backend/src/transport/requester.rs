@@ -618,9 +618,10 @@ fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     }
 }
 
-/// Queue the packets written into `w` (if any) as one segment; `w` is empty afterwards.
+/// Queue the packets written into `w` (if any) as one segment (a single packet as a plain
+/// frame); `w` is empty afterwards.
 fn flush_segment(dev: &mut Device, w: &mut SegmentWriter) {
-    if let Some(b) = w.take() {
+    if let Some(b) = w.finish() {
         dev.outbox.push(b);
     }
 }

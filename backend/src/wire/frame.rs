@@ -778,30 +778,34 @@ impl PacketBuilder {
         out: &mut Vec<u8>,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.build_with_at(payload_len, out, 0, fill)
+        let l = self.layout(payload_len)?;
+        set_frame_len(out, l.total);
+        let range = self.write_headers(&l, out)?;
+        fill(&mut out[range])?;
+        self.finish(&l, out)?;
+        Ok(())
     }
 
-    /// [`PacketBuilder::build_with`] for a frame at offset `at` of `out` (bytes before it are
-    /// kept; `out` ends where the frame ends): frames written back to back into one buffer,
-    /// e.g. a fabric segment (`fabric::segment`).
-    pub fn build_with_at<E: From<WireError>>(
+    /// [`PacketBuilder::build_with`] into the start of `buf` (which must be at least the frame
+    /// long; bytes after the frame are left alone); returns the frame length. For frames
+    /// written back to back into one buffer without zeroing it first, e.g. a fabric segment
+    /// (`fabric::segment`).
+    pub fn build_with_in<E: From<WireError>>(
         &self,
         payload_len: usize,
-        out: &mut Vec<u8>,
-        at: usize,
+        buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
+    ) -> Result<usize, E> {
         let l = self.layout(payload_len)?;
-        let end = at.checked_add(l.total).ok_or(WireError::BufferTooSmall {
+        let have = buf.len();
+        let frame = buf.get_mut(..l.total).ok_or(WireError::BufferTooSmall {
             what: "frame",
             need: l.total,
-            have: usize::MAX - at,
+            have,
         })?;
-        set_frame_len(out, end);
-        let frame = &mut out[at..end];
         let range = self.write_headers(&l, frame)?;
         fill(&mut frame[range])?;
         self.finish(&l, frame)?;
-        Ok(())
+        Ok(l.total)
     }
 }
