@@ -3,7 +3,7 @@
 //!
 //! Files follow the IBTA roles:
 //! - `intake.rs`: checks every packet passes first: service type, P_Key, peer address (§14.6)
-//! - `requester.rs`: SQ WQEs -> request packets (spec §6.1)
+//! - `requester/`: SQ WQEs -> request packets (spec §6.1; `wqe.rs` decodes, `send.rs` sends)
 //! - `responder.rs`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
@@ -20,7 +20,7 @@
 //! in turn calls [`flush`].
 //!
 //! Decisions (beyond what IBTA fixes):
-//! - RC flow control: go-back-N (IBTA 9.7.5.1) inside a congestion window (requester.rs:
+//! - RC flow control: go-back-N (IBTA 9.7.5.1) inside a congestion window (requester/:
 //!   `cwnd`, 4..=128 packets, +1 per acknowledgement, halved per loss signal); one restart per
 //!   restart point (`retry_psn`) so bursts of out-of-order packets or duplicated NAKs do not each
 //!   trigger a retransmission.
