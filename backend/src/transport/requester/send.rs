@@ -5,10 +5,11 @@ use super::*;
 
 /// Transmit as much as the window, max_rd_atomic, fences and RNR back-off allow.
 ///
-/// On a fabric port that takes segments (spec §16.2 rule 6) the RC/UC/XRC packets of this call
-/// are written back to back into fabric segments (`fabric::segment`) instead of one buffer
-/// each; every packet is still a complete standard frame with its own PSN and AckReq, so
-/// nothing else here changes. UD/GSI packets (an address per WQE) stay single frames.
+/// On a fabric port that takes segments (spec §16.2 rule 6) the RC/UC/XRC packets of this
+/// call's multi-packet messages are written back to back into fabric segments
+/// (`fabric::segment`) instead of one buffer each; every packet is still a complete standard
+/// frame with its own PSN and AckReq, so nothing else here changes. One-packet messages and
+/// UD/GSI packets (an address per WQE) stay single frames.
 pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     if st.odp_wait.is_some() || st.stopped {
         return;
@@ -488,8 +489,12 @@ fn send_wqe(
         let sges = std::mem::take(&mut st.wqes[i].sges);
         let w = &st.wqes[i];
         let (off, inline) = (w.offset, w.inline.as_deref());
+        // Only messages of several packets go into segments: a one-packet message (64 B
+        // WRITEs, READ requests, atomics) gains nothing there and costs a segment buffer, so
+        // it leaves as a plain frame, after the segment so far (PSN order on the wire).
+        let multi = w.length > u64::from(mtu) && !w.is_rd_atomic();
         if let Some(w) = seg.as_mut() {
-            if !w.fits(plen) {
+            if !w.is_empty() && (!multi || !w.fits(plen)) {
                 flush_segment(dev, w);
                 *w = SegmentWriter::new(crate::transport::packet::segment_buf());
             }
@@ -526,7 +531,7 @@ fn send_wqe(
             hdrs: &hdrs,
         };
         // Behind the highest PSN ever sent (`again`): go-back-N is sending this packet again.
-        let sent = match seg.as_mut() {
+        let sent = match seg.as_mut().filter(|_| multi) {
             Some(w) => {
                 crate::transport::packet::build_into_segment(&hdr, plen, w, fill).map(|len| {
                     if let Some(len) = len {
