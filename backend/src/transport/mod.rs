@@ -4,7 +4,7 @@
 //! Files follow the IBTA roles:
 //! - `intake.rs`: checks every packet passes first: service type, P_Key, peer address (§14.6)
 //! - `requester/`: SQ WQEs -> request packets (spec §6.1; `wqe.rs` decodes, `send.rs` sends)
-//! - `responder.rs`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
+//! - `responder/`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
 //! - `engine.rs`: the engine thread (uplink rx, doorbells, timers)
