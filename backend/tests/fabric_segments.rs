@@ -133,14 +133,29 @@ struct Pair {
 const LEN: u64 = 1 << 20;
 
 fn pair(segments: bool, drop_in_first: Option<usize>, capture: Option<&std::path::Path>) -> Pair {
+    pair_of(VRDMA_QPT_RC, segments, drop_in_first, capture)
+}
+
+fn pair_of(
+    qp_type: u32,
+    segments: bool,
+    drop_in_first: Option<usize>,
+    capture: Option<&std::path::Path>,
+) -> Pair {
     let mut a = Node::new(1, 32, 9000);
     let mut b = Node::new(2, 32, 9000);
     let pda = a.create_pd();
     let pdb = b.create_pd();
     let (ca, cqa) = a.create_cq(256);
     let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    let qa = a.create_qp(QpSpec {
+        qp_type,
+        ..QpSpec::rc(pda, ca)
+    });
+    let qb = b.create_qp(QpSpec {
+        qp_type,
+        ..QpSpec::rc(pdb, cb)
+    });
     let rqb = qb.rq.clone().expect("an RQ");
     // timeout 14 (67 ms), retry 7, rnr_retry 7 (infinite).
     connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
@@ -364,6 +379,35 @@ fn a_segment_stream_gives_what_single_frames_give() {
         seg.seen_b.segments_in,
         seg.seen_b.requests.len()
     );
+}
+
+/// UC (IBTA 9.8): WRITEs and SENDs, completed once handed to the wire.
+fn uc(segments: bool) -> Outcome {
+    let mut p = pair_of(VRDMA_QPT_UC, segments, None, None);
+    for i in 0..3 {
+        p.recv(100 + i, 512 << 10 | i << 14, 16 << 10);
+    }
+    for i in 0..4 {
+        p.write(i, i << 16, 64 << 10);
+    }
+    for i in 0..3 {
+        p.send(10 + i, 256 << 10 | i << 14, 10 << 10);
+    }
+    p.ring();
+    let cqes = p.wait(7, 3);
+    // The last SEND's CQE at b means every packet before it landed (one path, in order).
+    let mut o = p.finish();
+    o.cqes = cqes;
+    o
+}
+
+#[test]
+fn uc_over_segments_gives_what_single_frames_give() {
+    let seg = uc(true);
+    let plain = uc(false);
+    check_same(&seg, &plain);
+    assert!(seg.cqes.1.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    assert!(seg.data_b[..256 << 10] == pattern(7, LEN as usize)[..256 << 10]);
 }
 
 #[test]
