@@ -200,14 +200,23 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
         let mut sent = 0;
         for chunk in frames.chunks_mut(IO_BATCH) {
-            // Lengths first: the inner uplink may swap the buffers.
+            // Lengths first: the inner uplink may swap the buffers. A fabric segment counts as
+            // the frames in it (spec §16.2 rule 6).
+            let seg = self.inner.icrc_offload().segments;
             let mut lens = [0usize; IO_BATCH];
-            for (l, f) in lens.iter_mut().zip(chunk.iter()) {
+            let mut counts = [1usize; IO_BATCH];
+            for ((l, c), f) in lens.iter_mut().zip(counts.iter_mut()).zip(chunk.iter()) {
                 *l = f.len();
+                if seg {
+                    *c = crate::fabric::segment::frame_count(f);
+                }
             }
             match self.inner.send_frames(chunk) {
                 Ok(n) => {
-                    add(&self.stats.tx_frames, n);
+                    add(
+                        &self.stats.tx_frames,
+                        counts[..n.min(IO_BATCH)].iter().sum(),
+                    );
                     add(&self.stats.tx_bytes, lens[..n.min(IO_BATCH)].iter().sum());
                     add(&self.stats.drop_tx_busy, chunk.len().saturating_sub(n));
                     sent += n;
@@ -234,7 +243,18 @@ impl<U: Uplink> Uplink for Metered<U> {
         match &r {
             Ok(_) => {
                 let got = frames.get(before..).unwrap_or_default();
-                add(&self.stats.rx_frames, got.len());
+                let n = if self.inner.icrc_offload().segments {
+                    got.iter()
+                        .map(|f| {
+                            bufs.get(f.slot)
+                                .and_then(|b| b.get(f.off..f.off + f.len))
+                                .map_or(1, crate::fabric::segment::frame_count)
+                        })
+                        .sum()
+                } else {
+                    got.len()
+                };
+                add(&self.stats.rx_frames, n);
                 add(&self.stats.rx_bytes, got.iter().map(|f| f.len).sum());
             }
             Err(_) => bump(&self.stats.rx_errors),

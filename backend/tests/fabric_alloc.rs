@@ -118,8 +118,10 @@ fn allocations_per_packet(msg: u64, slots: u64) -> f64 {
     let pa = fb.add_device(a.mac).unwrap();
     let pb = fb.add_device(b.mac).unwrap();
     let fabric = fb.build();
-    let ea = Engine::start(detach(&mut a), Arc::new(fabric.device_port(pa).unwrap())).unwrap();
-    let eb = Engine::start(detach(&mut b), Arc::new(fabric.device_port(pb).unwrap())).unwrap();
+    // Segments (spec §16.2 rule 6) on, as the daemon runs a port without a wrapper.
+    let port = |p| Arc::new(fabric.device_port(p).unwrap().with_segments());
+    let ea = Engine::start(detach(&mut a), port(pa)).unwrap();
+    let eb = Engine::start(detach(&mut b), port(pb)).unwrap();
     let db = VrdmaDoorbell {
         type_: VRDMA_DB_SQ,
         id: qa.qpn,

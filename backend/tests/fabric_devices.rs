@@ -113,7 +113,7 @@ fn engines_on_fabric(
         .iter_mut()
         .zip(&ids)
         .map(|(n, &id)| {
-            let port = fabric.device_port(id).expect("port");
+            let port = fabric.device_port(id).expect("port").with_segments();
             Engine::start(detach(n), Arc::new(port)).expect("engine")
         })
         .collect();
@@ -226,15 +226,18 @@ impl vrdma_backend::uplink::Uplink for Peek {
     ) -> Result<usize, vrdma_backend::uplink::UplinkError> {
         {
             let mut r = self.roce.lock().unwrap();
-            for f in frames.iter() {
-                if r.len() < 64
-                    && vrdma_backend::wire::RocePacket::parse_with(
-                        f,
-                        vrdma_backend::wire::IcrcCheck::Trusted,
-                    )
-                    .is_ok()
-                {
-                    r.push(f.clone());
+            // A segment (spec §16.2 rule 6) stands for the frames in it.
+            for buf in frames.iter() {
+                for f in vrdma_backend::transport::frames_of(buf, true) {
+                    if r.len() < 64
+                        && vrdma_backend::wire::RocePacket::parse_with(
+                            f,
+                            vrdma_backend::wire::IcrcCheck::Trusted,
+                        )
+                        .is_ok()
+                    {
+                        r.push(f.to_vec());
+                    }
                 }
             }
         }
@@ -266,14 +269,14 @@ fn engines_on_a_fabric_leave_the_icrc_to_it() {
     let pb = fb.add_device(b.mac).expect("b");
     let fabric = fb.build();
     let peek = Arc::new(Peek {
-        inner: fabric.device_port(pa).expect("port a"),
+        inner: fabric.device_port(pa).expect("port a").with_segments(),
         roce: Default::default(),
     });
     assert!(peek.icrc_offload().seals_tx && peek.icrc_offload().checked_rx);
     let ea = Engine::start(detach(&mut a), peek.clone()).expect("engine a");
     let eb = Engine::start(
         detach(&mut b),
-        Arc::new(fabric.device_port(pb).expect("port b")),
+        Arc::new(fabric.device_port(pb).expect("port b").with_segments()),
     )
     .expect("engine b");
     start_write(&a, &mut ab, &ea);
@@ -314,7 +317,8 @@ fn an_impaired_port_and_a_plain_one_on_one_fabric() {
     let ea = Engine::start(detach(&mut a), Arc::new(ua)).expect("engine a");
     let eb = Engine::start(
         detach(&mut b),
-        Arc::new(fabric.device_port(pb).expect("port b")),
+        // b sends segments; a's port takes none, so the fabric splits them for it.
+        Arc::new(fabric.device_port(pb).expect("port b").with_segments()),
     )
     .expect("engine b");
     start_write(&a, &mut ab, &ea);

@@ -151,7 +151,12 @@ impl<U: Uplink> Uplink for Counting<U> {
         } else {
             &self.frames.ba
         };
-        c.fetch_add(frames.len() as u64, Ordering::Relaxed);
+        // A fabric segment stands for the frames in it (spec §16.2 rule 6).
+        let n: usize = frames
+            .iter()
+            .map(|f| vrdma_backend::fabric::segment::frame_count(f))
+            .sum();
+        c.fetch_add(n as u64, Ordering::Relaxed);
         self.inner.send_frames(frames)
     }
     fn recv_batch(
@@ -332,12 +337,12 @@ impl Bed {
                 let da = detach(&mut a);
                 let db = detach(&mut b);
                 let ua = Counting {
-                    inner: fabric.device_port(pa).expect("port a"),
+                    inner: fabric.device_port(pa).expect("port a").with_segments(),
                     frames: frames.clone(),
                     a_to_b: true,
                 };
                 let ub = Counting {
-                    inner: fabric.device_port(pb).expect("port b"),
+                    inner: fabric.device_port(pb).expect("port b").with_segments(),
                     frames: frames.clone(),
                     a_to_b: false,
                 };

@@ -15,15 +15,23 @@
 //!    uplinks, [`MacTable`]), else every uplink port but the ingress one.
 //!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
+//!
+//! Segments ([`segment`], spec §16.2 rule 6): an engine may hand [`Fabric::forward_owned`] several
+//! consecutive frames of one QP in one buffer. The switch decides on the segment's addresses
+//! (those of every frame in it) and moves it whole to a device port that takes segments; for
+//! anything else (an uplink, flooding, the capture, a port that does not take them) it splits
+//! the segment into its standard frames first. Segments from anywhere else (a guest's netdev,
+//! an uplink) are dropped at ingress.
 
 pub mod bridge;
 pub mod edge;
 pub mod learning;
 pub mod port;
 pub mod rxqueue;
+pub mod segment;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -70,8 +78,16 @@ pub struct FabricPortStats {
 }
 
 enum PortKind {
-    Device { mac: MacAddr, rx: RxQueue },
-    Uplink { uplink: Arc<dyn Uplink> },
+    /// `segments`: the port's engine takes fabric segments as they are (opt-in,
+    /// [`DevicePort::with_segments`]: only an engine directly on the port knows to split them).
+    Device {
+        mac: MacAddr,
+        rx: RxQueue,
+        segments: AtomicBool,
+    },
+    Uplink {
+        uplink: Arc<dyn Uplink>,
+    },
 }
 
 struct Port {
@@ -152,7 +168,11 @@ impl FabricBuilder {
             source,
         })?;
         self.ports.push(Port {
-            kind: PortKind::Device { mac, rx },
+            kind: PortKind::Device {
+                mac,
+                rx,
+                segments: AtomicBool::new(false),
+            },
             stats: FabricPortStats::default(),
             name: format!("port{}", self.ports.len()),
         });
@@ -294,7 +314,30 @@ impl Fabric {
         }
     }
 
+    /// Does device port `id` take segments whole?
+    pub(crate) fn takes_segments(&self, id: PortId) -> bool {
+        matches!(
+            self.ports.get(id).map(|p| &p.kind),
+            Some(PortKind::Device { segments, .. }) if segments.load(Ordering::Relaxed)
+        )
+    }
+
+    pub(crate) fn set_takes_segments(&self, id: PortId, on: bool) {
+        if let Some(PortKind::Device { segments, .. }) = self.ports.get(id).map(|p| &p.kind) {
+            segments.store(on, Ordering::Relaxed);
+        }
+    }
+
     fn decide(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
+        // Segments are the engines' own (`forward_segment`), never a netdev's or the network's.
+        if segment::is_segment(frame) {
+            return Dest::Drop;
+        }
+        self.decide_addresses(from, frame, now)
+    }
+
+    /// The switching rules on the Ethernet addresses of `frame` (module documentation).
+    fn decide_addresses(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
         let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else {
             return Dest::Drop;
         };
@@ -381,10 +424,67 @@ impl Fabric {
     /// [`Fabric::forward`] for owned frames: a frame for one local device moves into its
     /// queue without a copy (a spare buffer takes its place in `frames`, for the caller to
     /// recycle); flooded and uplink-bound frames are copied as in `forward`.
+    ///
+    /// Segments among `frames` ([`segment`]) are switched whole or split (module
+    /// documentation); frames and segments keep their order.
     pub fn forward_owned(&self, from: PortId, frames: &mut [Vec<u8>]) {
         if from >= self.ports.len() {
             return;
         }
+        let mut start = 0;
+        for i in 0..frames.len() {
+            if segment::is_segment(&frames[i]) {
+                self.forward_owned_plain(from, &mut frames[start..i]);
+                self.forward_segment(from, &mut frames[i]);
+                start = i + 1;
+            }
+        }
+        if start < frames.len() {
+            self.forward_owned_plain(from, &mut frames[start..]);
+        }
+    }
+
+    /// One engine segment: moved whole into the queue of a device port that takes segments
+    /// (no capture configured), else split into its standard frames, which are switched as
+    /// owned frames (sealed where they leave, captured, flooded). A malformed segment is dropped.
+    fn forward_segment(&self, from: PortId, seg: &mut Vec<u8>) {
+        let ingress = &self.ports[from];
+        let Some(parsed) = segment::Segment::parse(seg) else {
+            bump(&ingress.stats.drop_spoofed);
+            return;
+        };
+        let n = parsed.count();
+        if !matches!(ingress.kind, PortKind::Device { .. }) {
+            crate::stats::add(&ingress.stats.drop_spoofed, n);
+            return;
+        }
+        let now = self.learned.as_ref().map(|_| Instant::now());
+        let d = self.decide_addresses(from, seg, now);
+        match d {
+            Dest::Drop => {
+                crate::stats::add(&ingress.stats.drop_spoofed, n);
+                return;
+            }
+            Dest::Port(p) if self.capture.is_none() && self.takes_segments(p) => {
+                crate::stats::add(&ingress.stats.in_frames, n);
+                let port = &self.ports[p];
+                if let PortKind::Device { rx, .. } = &port.kind {
+                    if rx.push_owned(seg) {
+                        crate::stats::add(&port.stats.out_frames, n);
+                    } else {
+                        crate::stats::add(&port.stats.drop_full, n);
+                    }
+                }
+                return;
+            }
+            _ => {}
+        }
+        // Software GSO: the standard frames, each in its own buffer.
+        let mut frames: Vec<Vec<u8>> = parsed.frames().map(<[u8]>::to_vec).collect();
+        self.forward_owned_plain(from, &mut frames);
+    }
+
+    fn forward_owned_plain(&self, from: PortId, frames: &mut [Vec<u8>]) {
         let now = self.learned.as_ref().map(|_| Instant::now());
         for chunk in frames.chunks_mut(IO_BATCH) {
             let mut dest = [Dest::Drop; IO_BATCH];

@@ -32,6 +32,16 @@ impl DevicePort {
     pub fn fabric(&self) -> &Arc<Fabric> {
         &self.fabric
     }
+
+    /// This port's engine sends and takes fabric segments (`fabric::segment`, spec §16.2 rule
+    /// 6): for a port handed straight to an engine (or through wrappers that forward
+    /// `icrc_offload` and every buffer as it is, like `stats::Metered`). Without it the port
+    /// carries standard frames only (the fabric splits segments for it), which is what a wrapper
+    /// that looks at single frames (`Impaired`, `PcapTee`) needs.
+    pub fn with_segments(self) -> DevicePort {
+        self.fabric.set_takes_segments(self.id, true);
+        self
+    }
 }
 
 impl Uplink for DevicePort {
@@ -112,6 +122,7 @@ impl Uplink for DevicePort {
         IcrcOffload {
             seals_tx: true,
             checked_rx: true,
+            segments: self.fabric.takes_segments(self.id),
         }
     }
 }

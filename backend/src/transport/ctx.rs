@@ -416,12 +416,18 @@ pub fn sq_drained(dev: &mut Device, qpn: u32) {
 /// Queue a frame QP `qpn` sends for the uplink, counting it in the QP's stats (`retransmit`:
 /// a request packet sent again).
 pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) {
+    count_tx(dev, qpn, frame.len(), retransmit);
+    dev.outbox.push(frame);
+}
+
+/// Count one `len`-byte frame QP `qpn` sends (a frame of a fabric segment is counted as it is
+/// written into the segment, which is then queued whole).
+pub fn count_tx(dev: &mut Device, qpn: u32, len: usize, retransmit: bool) {
     if let Some(s) = qp_stats(dev, qpn) {
         s.tx_packets += 1;
-        s.tx_bytes += frame.len() as u64;
+        s.tx_bytes += len as u64;
         s.retransmits += u64::from(retransmit);
     }
-    dev.outbox.push(frame);
 }
 
 /// The transport counters of QP `qpn` (host-side stats, `stats.rs`).

@@ -3,8 +3,8 @@
 //!
 //! Files follow the IBTA roles:
 //! - `intake.rs`: checks every packet passes first: service type, P_Key, peer address (§14.6)
-//! - `requester.rs`: SQ WQEs -> request packets (spec §6.1)
-//! - `responder.rs`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
+//! - `requester/`: SQ WQEs -> request packets (spec §6.1; `wqe.rs` decodes, `send.rs` sends)
+//! - `responder/`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
 //! - `engine.rs`: the engine thread (uplink rx, doorbells, timers)
@@ -20,7 +20,7 @@
 //! in turn calls [`flush`].
 //!
 //! Decisions (beyond what IBTA fixes):
-//! - RC flow control: go-back-N (IBTA 9.7.5.1) inside a congestion window (requester.rs:
+//! - RC flow control: go-back-N (IBTA 9.7.5.1) inside a congestion window (requester/:
 //!   `cwnd`, 4..=128 packets, +1 per acknowledgement, halved per loss signal); one restart per
 //!   restart point (`retry_psn`) so bursts of out-of-order packets or duplicated NAKs do not each
 //!   trigger a retransmission.
@@ -191,6 +191,44 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
             for type_ in [ctx::abi::DB_SQ, ctx::abi::DB_RQ] {
                 on_doorbell(dev, vrdma_spec::VrdmaDoorbell { type_, id: qpn });
             }
+        }
+    }
+}
+
+/// The standard frames in a received buffer: the frames of a fabric segment when the port
+/// delivers segments (`segments`, spec §16.2 rule 6), else the buffer itself. A buffer that
+/// looks like a segment but is not a valid one yields nothing (dropped): a segment is never
+/// mistaken for a guest's netdev frame. On a port without segments the EtherType means nothing
+/// special and the buffer is one frame.
+pub fn frames_of(buf: &[u8], segments: bool) -> FramesOf<'_> {
+    use crate::fabric::segment::{is_segment, Segment};
+    if segments && is_segment(buf) {
+        match Segment::parse(buf) {
+            Some(s) => FramesOf::Segment(s.frames()),
+            None => {
+                log::debug!("engine: dropping a malformed fabric segment");
+                FramesOf::One(None)
+            }
+        }
+    } else {
+        FramesOf::One(Some(buf))
+    }
+}
+
+/// See [`frames_of`].
+#[derive(Debug, Clone)]
+pub enum FramesOf<'a> {
+    One(Option<&'a [u8]>),
+    Segment(crate::fabric::segment::Frames<'a>),
+}
+
+impl<'a> Iterator for FramesOf<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            FramesOf::One(f) => f.take(),
+            FramesOf::Segment(s) => s.next(),
         }
     }
 }

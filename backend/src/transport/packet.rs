@@ -164,11 +164,36 @@ thread_local! {
 /// Most buffers a thread's frame pool keeps (beyond that, returned frames are freed).
 pub const FRAME_POOL_MAX: usize = 1024;
 
+thread_local! {
+    /// Large buffers (fabric segments, [`SEGMENT_BUF_MIN`] bytes or more) of this thread, kept
+    /// apart so a segment gets a buffer that already has its size (no reallocation per
+    /// segment) and single frames never pin one.
+    static SEGMENT_POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A returned buffer at least this large goes to the segment pool.
+pub const SEGMENT_BUF_MIN: usize = 32 << 10;
+/// Most buffers a thread's segment pool keeps (64 x at most 72 KiB).
+pub const SEGMENT_POOL_MAX: usize = 64;
+
+/// A buffer for a fabric segment: a large returned one if there is one, else any frame buffer,
+/// else a new one of a segment's full size (a small new one would be reallocated as the
+/// segment grows, and circulate on the fabric at that small size).
+pub fn segment_buf() -> Vec<u8> {
+    SEGMENT_POOL
+        .with(|p| p.borrow_mut().pop())
+        .or_else(|| FRAME_POOL.with(|p| p.borrow_mut().pop()))
+        .unwrap_or_else(|| Vec::with_capacity(crate::fabric::segment::MAX_BYTES))
+}
+
 /// A buffer for a new frame: an earlier frame's (any length and contents, which the builder
 /// overwrites) if one was returned, else a new one.
 pub fn frame_buf() -> Vec<u8> {
+    // Then a large one: a thread that only sends small frames (a responder's ACKs) but gets
+    // large buffers back must not starve.
     FRAME_POOL
         .with(|p| p.borrow_mut().pop())
+        .or_else(|| SEGMENT_POOL.with(|p| p.borrow_mut().pop()))
         .unwrap_or_default()
 }
 
@@ -178,6 +203,25 @@ pub fn recycle_frame(f: Vec<u8>) {
         return;
     }
     // Not cleared: the builder overwrites every byte (`wire::frame`, `set_frame_len`).
+    // Large ones (segments; also the 64 KiB receive buffers that circulate on a fabric) first
+    // fill the segment pool; beyond it they serve single frames like any buffer.
+    let f = if f.capacity() >= SEGMENT_BUF_MIN {
+        let kept = SEGMENT_POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < SEGMENT_POOL_MAX {
+                p.push(f);
+                None
+            } else {
+                Some(f)
+            }
+        });
+        match kept {
+            None => return,
+            Some(f) => f,
+        }
+    } else {
+        f
+    };
     FRAME_POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < FRAME_POOL_MAX {
@@ -255,6 +299,57 @@ pub fn build_with<E>(
         Err(Built::Wire(e)) => {
             recycle_frame(out);
             log::warn!("transport: cannot build {opcode:?}: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// What one request packet carries besides its payload (the arguments of [`build_with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TxMeta<'a> {
+    pub path: &'a Path,
+    pub src_qpn: u32,
+    pub dst_qpn: u32,
+    pub opcode: Opcode,
+    pub psn: u32,
+    pub solicited: bool,
+    pub ack_req: bool,
+    pub hdrs: &'a TxHdrs,
+}
+
+/// [`build_with`] appending the frame to a fabric segment (`fabric::segment`), built in place.
+/// `Ok(Some(len))`: added (the frame's length); `Ok(None)`: `wire` rejected the header
+/// combination or the segment refused the frame (a transport bug, logged, seen as a lost
+/// packet); `Err`: `fill`'s error. The segment is unchanged unless the frame was added.
+pub fn build_into_segment<E>(
+    m: &TxMeta<'_>,
+    payload_len: usize,
+    seg: &mut crate::fabric::segment::SegmentWriter,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Option<usize>, E> {
+    let b = builder(
+        m.path,
+        m.src_qpn,
+        m.dst_qpn,
+        m.opcode,
+        m.psn,
+        m.solicited,
+        m.ack_req,
+        m.hdrs,
+    );
+    let max = crate::fabric::segment::max_frame_len(payload_len);
+    let r = seg.push_with(max, |room: &mut [u8]| {
+        b.build_with_in(payload_len, room, |p| fill(p).map_err(Built::Fill))
+    });
+    match r {
+        Ok(Some(len)) => Ok(Some(len)),
+        Ok(None) => {
+            log::warn!("transport: a segment refused a {:?} frame", m.opcode);
+            Ok(None)
+        }
+        Err(Built::Fill(e)) => Err(e),
+        Err(Built::Wire(e)) => {
+            log::warn!("transport: cannot build {:?}: {e}", m.opcode);
             Ok(None)
         }
     }

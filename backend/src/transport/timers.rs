@@ -138,7 +138,7 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
 }
 
 /// Called when QP `qpn`'s responder state has been put back: READ responses still queued need
-/// the next tick (responder.rs READ_BURST pacing).
+/// the next tick (responder/ READ_BURST pacing).
 pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
     let Some(qp) = qps.get_mut(qpn) else {

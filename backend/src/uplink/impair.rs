@@ -201,6 +201,7 @@ impl<U: Uplink> Uplink for Impaired<U> {
         super::IcrcOffload {
             seals_tx: false,
             checked_rx: self.inner.icrc_offload().checked_rx,
+            segments: false,
         }
     }
 

@@ -68,6 +68,10 @@ pub struct IcrcOffload {
     /// Received frames never crossed a link, or their ICRC was checked where they entered: the
     /// engine need not check it.
     pub checked_rx: bool,
+    /// [`Uplink::send_frames`] takes fabric segments (several frames of one QP in one buffer,
+    /// `fabric::segment`) and received buffers may be segments (spec §16.2 rule 6). Only a
+    /// fabric device port; a wrapper never forwards it (it would see segments, not frames).
+    pub segments: bool,
 }
 
 /// Frames moved per batched system call (`sendmmsg` / `recvmmsg` on the UDP uplink).

@@ -315,6 +315,7 @@ impl<U: Uplink> Uplink for PcapTee<U> {
         super::IcrcOffload {
             seals_tx: false,
             checked_rx: self.inner.icrc_offload().checked_rx,
+            segments: false,
         }
     }
 

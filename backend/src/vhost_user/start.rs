@@ -245,10 +245,11 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     let fabric = b.build();
     let mut devices = Vec::new();
     for (d, id) in config.devices.iter().zip(ids) {
-        let port: Box<dyn Uplink> = Box::new(fabric.device_port(id)?);
+        let port = fabric.device_port(id)?;
         let port: Arc<dyn Uplink> = match d.impair {
+            // The impairment works on single frames: no segments for that port (§16.2).
             Some(imp) => Arc::new(Impaired::new(port, imp)),
-            None => Arc::from(port),
+            None => Arc::new(port.with_segments()),
         };
         devices.push(prepare_with_uplink(d, port)?);
     }

@@ -785,4 +785,27 @@ impl PacketBuilder {
         self.finish(&l, out)?;
         Ok(())
     }
+
+    /// [`PacketBuilder::build_with`] into the start of `buf` (which must be at least the frame
+    /// long; bytes after the frame are left alone); returns the frame length. For frames
+    /// written back to back into one buffer without zeroing it first, e.g. a fabric segment
+    /// (`fabric::segment`).
+    pub fn build_with_in<E: From<WireError>>(
+        &self,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let l = self.layout(payload_len)?;
+        let have = buf.len();
+        let frame = buf.get_mut(..l.total).ok_or(WireError::BufferTooSmall {
+            what: "frame",
+            need: l.total,
+            have,
+        })?;
+        let range = self.write_headers(&l, frame)?;
+        fill(&mut frame[range])?;
+        self.finish(&l, frame)?;
+        Ok(l.total)
+    }
 }

@@ -1,0 +1,596 @@
+//! Fabric segments (spec §16.2 rule 6, ARCHITECTURE.md "Segments"): engines on one fabric send
+//! the request packets of one QP as segments; the results (data, CQEs, the PSN / opcode /
+//! length of every request packet the responder sees) equal those of the same traffic as
+//! single frames, also with a packet lost inside a segment, an RNR in the middle of one, a
+//! receive overflow at its last packet, a capture (standard frames with a correct ICRC) and an
+//! uplink (standard frames).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use vrdma_backend::fabric::segment::{is_segment, Segment, SegmentWriter};
+use vrdma_backend::fabric::{DevicePort, FabricBuilder};
+use vrdma_backend::transport::engine::Engine;
+use vrdma_backend::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
+use vrdma_backend::wire::{IcrcCheck, RocePacket};
+use vrdma_spec::*;
+
+/// One completion: wr_id, status, opcode, byte_len.
+type C = (u64, u8, u8, u32);
+/// The send completions at a and the receive completions at b.
+type Cqes = (Vec<C>, Vec<C>);
+
+/// What a port saw: every request packet received (opcode, PSN, payload length, AckReq), and
+/// how many segments went each way.
+#[derive(Debug, Default)]
+struct Seen {
+    requests: Vec<(u8, u32, usize, bool)>,
+    segments_in: usize,
+    segments_out: usize,
+    /// Drop this frame (0-based) of the first received segment with more frames than that.
+    drop_in_first: Option<usize>,
+    dropped: usize,
+}
+
+/// A device port that records what passes (forwarding the offloads, so segments stay on).
+struct Tap {
+    inner: DevicePort,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Uplink for Tap {
+    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+        self.inner.send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        self.inner.recv(buf)
+    }
+    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
+        self.inner.as_raw_fd()
+    }
+    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+        let n = frames.iter().filter(|f| is_segment(f)).count();
+        self.seen.lock().unwrap().segments_out += n;
+        self.inner.send_frames(frames)
+    }
+    fn recv_batch(
+        &self,
+        bufs: &mut [Vec<u8>],
+        frames: &mut Vec<RxFrame>,
+    ) -> Result<usize, UplinkError> {
+        let from = frames.len();
+        let n = self.inner.recv_batch(bufs, frames)?;
+        let mut seen = self.seen.lock().unwrap();
+        for rx in frames[from..].iter_mut() {
+            let buf = &mut bufs[rx.slot];
+            if is_segment(buf) {
+                seen.segments_in += 1;
+                if let Some(lost) = seen.drop_in_first {
+                    let count = Segment::parse(buf).expect("valid segment").count();
+                    if count > lost {
+                        // Rebuild the segment without frame k (a loss inside it).
+                        let mut w = SegmentWriter::default();
+                        let s = Segment::parse(buf).unwrap();
+                        for (i, f) in s.frames().enumerate() {
+                            if i != lost {
+                                let r = w.push_with(f.len(), |room: &mut [u8]| {
+                                    room[..f.len()].copy_from_slice(f);
+                                    Ok::<usize, ()>(f.len())
+                                });
+                                assert!(r.unwrap().is_some());
+                            }
+                        }
+                        *buf = w.take().unwrap();
+                        rx.off = 0;
+                        rx.len = buf.len();
+                        seen.drop_in_first = None;
+                        seen.dropped += 1;
+                    }
+                }
+            }
+            let buf = &bufs[rx.slot][rx.off..rx.off + rx.len];
+            for f in vrdma_backend::transport::frames_of(buf, true) {
+                if let Ok(p) = RocePacket::parse_with(f, IcrcCheck::Trusted) {
+                    if !p.info.is_response() {
+                        seen.requests.push((
+                            p.bth.opcode as u8,
+                            p.bth.psn,
+                            p.payload.len(),
+                            p.bth.ack_req,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+    fn icrc_offload(&self) -> IcrcOffload {
+        self.inner.icrc_offload()
+    }
+}
+
+/// A pair of nodes on one fabric, RC connected (path MTU 4096), engines running.
+struct Pair {
+    a: Node,
+    b: Node,
+    qa: QpH,
+    cqa: RingH,
+    cqb: RingH,
+    rqb: RingH,
+    ea: Engine,
+    eb: Engine,
+    src: u64,
+    dst: u64,
+    ka: u32,
+    kb: u32,
+    seen_a: Arc<Mutex<Seen>>,
+    seen_b: Arc<Mutex<Seen>>,
+}
+
+const LEN: u64 = 1 << 20;
+
+fn pair(segments: bool, drop_in_first: Option<usize>, capture: Option<&std::path::Path>) -> Pair {
+    pair_of(VRDMA_QPT_RC, segments, drop_in_first, capture)
+}
+
+fn pair_of(
+    qp_type: u32,
+    segments: bool,
+    drop_in_first: Option<usize>,
+    capture: Option<&std::path::Path>,
+) -> Pair {
+    let mut a = Node::new(1, 32, 9000);
+    let mut b = Node::new(2, 32, 9000);
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, cqa) = a.create_cq(256);
+    let (cb, cqb) = b.create_cq(256);
+    let qa = a.create_qp(QpSpec {
+        qp_type,
+        ..QpSpec::rc(pda, ca)
+    });
+    let qb = b.create_qp(QpSpec {
+        qp_type,
+        ..QpSpec::rc(pdb, cb)
+    });
+    let rqb = qb.rq.clone().expect("an RQ");
+    // timeout 14 (67 ms), retry 7, rnr_retry 7 (infinite).
+    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
+    let src = a.alloc(LEN);
+    let dst = b.alloc(LEN);
+    let ka = a.reg_mr(pda, src, LEN, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, LEN, ACC_ALL);
+    a.write(src, &pattern(7, LEN as usize));
+    b.write(dst, &pattern(8, LEN as usize));
+    let mut fb = FabricBuilder::new();
+    if let Some(p) = capture {
+        fb.capture(vrdma_backend::uplink::PcapWriter::create(p, None).expect("pcap"));
+    }
+    let pa = fb.add_device(a.mac).unwrap();
+    let pb = fb.add_device(b.mac).unwrap();
+    let fabric = fb.build();
+    let port = |p| {
+        let d = fabric.device_port(p).unwrap();
+        if segments {
+            d.with_segments()
+        } else {
+            d
+        }
+    };
+    let seen_a = Arc::new(Mutex::new(Seen::default()));
+    let seen_b = Arc::new(Mutex::new(Seen {
+        drop_in_first,
+        ..Seen::default()
+    }));
+    let ta = Tap {
+        inner: port(pa),
+        seen: seen_a.clone(),
+    };
+    let tb = Tap {
+        inner: port(pb),
+        seen: seen_b.clone(),
+    };
+    let ea = Engine::start(detach(&mut a), Arc::new(ta)).unwrap();
+    let eb = Engine::start(detach(&mut b), Arc::new(tb)).unwrap();
+    Pair {
+        a,
+        b,
+        qa,
+        cqa,
+        cqb,
+        rqb,
+        ea,
+        eb,
+        src,
+        dst,
+        ka,
+        kb,
+        seen_a,
+        seen_b,
+    }
+}
+
+impl Pair {
+    fn post(&mut self, w: Wqe) {
+        post_send_mem(&self.a.mem, &mut self.qa, &w);
+    }
+    fn ring(&self) {
+        self.ea.sender().push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: self.qa.qpn,
+        });
+    }
+    fn recv(&mut self, wr_id: u64, off: u64, len: u32) {
+        let (dst, kb) = (self.dst, self.kb);
+        self.b
+            .post_recv(&mut self.rqb, wr_id, &[(dst + off, len, kb)]);
+    }
+    fn write(&mut self, wr_id: u64, off: u64, len: u32) {
+        let w = Wqe {
+            wr_id,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(self.src + off, len, self.ka)],
+            remote_addr: self.dst + off,
+            rkey: self.kb,
+            ..Default::default()
+        };
+        self.post(w);
+    }
+    fn send(&mut self, wr_id: u64, off: u64, len: u32) {
+        let w = Wqe {
+            wr_id,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(self.src + off, len, self.ka)],
+            ..Default::default()
+        };
+        self.post(w);
+    }
+    fn read(&mut self, wr_id: u64, off: u64, len: u32) {
+        let w = Wqe {
+            wr_id,
+            opcode: VRDMA_WR_RDMA_READ,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(self.src + off, len, self.ka)],
+            remote_addr: self.dst + off,
+            rkey: self.kb,
+            ..Default::default()
+        };
+        self.post(w);
+    }
+    /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
+    fn wait(&mut self, n: usize, m: usize) -> Cqes {
+        let key =
+            |c: &vrdma_backend::transport::ctx::Cqe| (c.wr_id, c.status, c.opcode, c.byte_len);
+        let (mut sa, mut sb) = (Vec::new(), Vec::new());
+        let t0 = Instant::now();
+        while sa.len() < n || sb.len() < m {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "completions missing: {sa:?} {sb:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+            sa.extend(self.a.poll_cq(&mut self.cqa).iter().map(key));
+            sb.extend(self.b.poll_cq(&mut self.cqb).iter().map(key));
+        }
+        (sa, sb)
+    }
+    fn finish(self) -> Outcome {
+        let data_b = self.b.read(self.dst, LEN as usize);
+        let data_a = self.a.read(self.src, LEN as usize);
+        self.ea.stop();
+        self.eb.stop();
+        let seen_b = std::mem::take(&mut *self.seen_b.lock().unwrap());
+        let seen_a = std::mem::take(&mut *self.seen_a.lock().unwrap());
+        Outcome {
+            data_a,
+            data_b,
+            seen_a,
+            seen_b,
+            cqes: Default::default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Outcome {
+    data_a: Vec<u8>,
+    data_b: Vec<u8>,
+    seen_a: Seen,
+    seen_b: Seen,
+    cqes: Cqes,
+}
+
+/// The request packets without AckReq (which follows the window, i.e. timing) and with the
+/// first transmission of each PSN only.
+fn first_sends(s: &Seen) -> Vec<(u8, u32, usize)> {
+    let mut seen = std::collections::HashSet::new();
+    s.requests
+        .iter()
+        .filter(|r| seen.insert(r.1))
+        .map(|r| (r.0, r.1, r.2))
+        .collect()
+}
+
+fn check_same(seg: &Outcome, plain: &Outcome) {
+    assert!(seg.seen_a.segments_out > 0, "segments were sent");
+    assert!(seg.seen_b.segments_in > 0, "segments arrived");
+    assert_eq!(
+        plain.seen_a.segments_out, 0,
+        "no segments without the offload"
+    );
+    assert_eq!(plain.seen_b.segments_in, 0);
+    assert_eq!(seg.cqes, plain.cqes, "the same completions");
+    assert!(seg.data_a == plain.data_a, "the same data at a");
+    assert!(seg.data_b == plain.data_b, "the same data at b");
+    assert_eq!(
+        first_sends(&seg.seen_b),
+        first_sends(&plain.seen_b),
+        "the same request packets (opcode, PSN, length)"
+    );
+    // AckReq on the last packet of every message, either way (spec §15, IBTA 9.2.3).
+    for o in [seg, plain] {
+        for r in &o.seen_b.requests {
+            let last = matches!(r.0, 0x04 | 0x05 | 0x02 | 0x03 | 0x08 | 0x09 | 0x0a | 0x0b);
+            assert!(!last || r.3, "AckReq on a last/only packet {r:?}");
+        }
+    }
+}
+
+/// WRITEs, SENDs and a READ, posted at once.
+fn mixed(segments: bool, drop_in_first: Option<usize>) -> Outcome {
+    let mut p = pair(segments, drop_in_first, None);
+    for i in 0..3 {
+        p.recv(100 + i, 512 << 10 | i << 14, 16 << 10);
+    }
+    for i in 0..4 {
+        p.write(i, i << 16, 64 << 10);
+    }
+    for i in 0..3 {
+        p.send(10 + i, 256 << 10 | i << 14, 10 << 10);
+    }
+    p.read(20, 768 << 10, 64 << 10);
+    p.ring();
+    let cqes = p.wait(8, 3);
+    let mut o = p.finish();
+    o.cqes = cqes;
+    o
+}
+
+#[test]
+fn a_segment_stream_gives_what_single_frames_give() {
+    let seg = mixed(true, None);
+    let plain = mixed(false, None);
+    check_same(&seg, &plain);
+    assert!(seg.cqes.0.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    // The data did move: the WRITE range at b is a's pattern, the READ range at a is b's.
+    let pa = pattern(7, LEN as usize);
+    let pb = pattern(8, LEN as usize);
+    assert!(seg.data_b[..256 << 10] == pa[..256 << 10]);
+    assert!(seg.data_a[768 << 10..832 << 10] == pb[768 << 10..832 << 10]);
+    // Fewer hand-offs than packets: 4 x 16 WRITE packets went in far fewer segments.
+    assert!(
+        seg.seen_b.segments_in * 4 <= seg.seen_b.requests.len(),
+        "{} segments for {} packets",
+        seg.seen_b.segments_in,
+        seg.seen_b.requests.len()
+    );
+}
+
+/// UC (IBTA 9.8): WRITEs and SENDs, completed once handed to the wire.
+fn uc(segments: bool) -> Outcome {
+    let mut p = pair_of(VRDMA_QPT_UC, segments, None, None);
+    for i in 0..3 {
+        p.recv(100 + i, 512 << 10 | i << 14, 16 << 10);
+    }
+    for i in 0..4 {
+        p.write(i, i << 16, 64 << 10);
+    }
+    for i in 0..3 {
+        p.send(10 + i, 256 << 10 | i << 14, 10 << 10);
+    }
+    p.ring();
+    let cqes = p.wait(7, 3);
+    // The last SEND's CQE at b means every packet before it landed (one path, in order).
+    let mut o = p.finish();
+    o.cqes = cqes;
+    o
+}
+
+#[test]
+fn uc_over_segments_gives_what_single_frames_give() {
+    let seg = uc(true);
+    let plain = uc(false);
+    check_same(&seg, &plain);
+    assert!(seg.cqes.1.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    assert!(seg.data_b[..256 << 10] == pattern(7, LEN as usize)[..256 << 10]);
+}
+
+#[test]
+fn a_packet_lost_inside_a_segment_is_retransmitted_per_packet() {
+    let seg = mixed(true, Some(3));
+    let plain = mixed(false, None);
+    assert_eq!(
+        seg.seen_b.dropped, 1,
+        "one packet was taken out of a segment"
+    );
+    // The responder saw a PSN twice: go-back-N resent from the lost packet (IBTA 9.7.5.1).
+    assert!(
+        first_sends(&seg.seen_b).len() < seg.seen_b.requests.len(),
+        "a retransmission"
+    );
+    assert_eq!(seg.cqes, plain.cqes);
+    assert!(seg.data_a == plain.data_a && seg.data_b == plain.data_b);
+}
+
+/// Three 8 KiB SENDs (two packets each) in one doorbell with one receive posted: the second
+/// message meets RNR in the middle of the segment; the receives posted later let it finish.
+fn rnr(segments: bool) -> Outcome {
+    let mut p = pair(segments, None, None);
+    p.recv(100, 512 << 10, 8 << 10);
+    for i in 0..3 {
+        p.send(i, i << 13, 8 << 10);
+    }
+    p.ring();
+    std::thread::sleep(Duration::from_millis(30));
+    p.recv(101, (512 << 10) + (8 << 10), 8 << 10);
+    p.recv(102, (512 << 10) + (16 << 10), 8 << 10);
+    let cqes = p.wait(3, 3);
+    let mut o = p.finish();
+    o.cqes = cqes;
+    o
+}
+
+#[test]
+fn rnr_in_the_middle_of_a_segment() {
+    let seg = rnr(true);
+    let plain = rnr(false);
+    assert!(seg.seen_a.segments_out > 0 && seg.seen_b.segments_in > 0);
+    assert_eq!(seg.cqes, plain.cqes);
+    assert!(seg.cqes.0.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    assert!(seg.data_b == plain.data_b);
+    assert!(seg.data_b[512 << 10..536 << 10] == pattern(7, LEN as usize)[..24 << 10]);
+    // The RNR'd message was sent again.
+    assert!(first_sends(&seg.seen_b).len() < seg.seen_b.requests.len());
+}
+
+/// A 64 KiB SEND into a 60 KiB receive: the 16th packet (the last of the segment) overflows.
+fn overflow(segments: bool) -> Outcome {
+    let mut p = pair(segments, None, None);
+    p.recv(100, 512 << 10, 60 << 10);
+    p.send(1, 0, 64 << 10);
+    p.ring();
+    let cqes = p.wait(1, 1);
+    let mut o = p.finish();
+    o.cqes = cqes;
+    o
+}
+
+#[test]
+fn a_receive_overflow_at_the_last_packet_of_a_segment() {
+    let seg = overflow(true);
+    let plain = overflow(false);
+    assert!(seg.seen_a.segments_out > 0);
+    assert_eq!(seg.cqes, plain.cqes);
+    assert_eq!(seg.cqes.0[0].1, VRDMA_WC_REM_INV_REQ_ERR, "{:?}", seg.cqes);
+    assert_eq!(seg.cqes.1[0].1, VRDMA_WC_LOC_LEN_ERR, "{:?}", seg.cqes);
+    // The first 15 packets landed, in both runs alike.
+    assert!(seg.data_b == plain.data_b);
+    assert!(
+        seg.data_b[512 << 10..(512 << 10) + (60 << 10)] == pattern(7, LEN as usize)[..60 << 10]
+    );
+}
+
+#[test]
+fn a_capture_sees_standard_frames_with_a_correct_icrc() {
+    let path = std::env::temp_dir().join(format!("vrdma-seg-{}.pcap", std::process::id()));
+    let mut p = pair(true, None, Some(&path));
+    for i in 0..4 {
+        p.write(i, i << 16, 64 << 10);
+    }
+    p.ring();
+    let cqes = p.wait(4, 0);
+    assert!(cqes.0.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    let o = p.finish();
+    assert!(o.seen_a.segments_out > 0, "the engine sent segments");
+    assert_eq!(
+        o.seen_b.segments_in, 0,
+        "with a capture the fabric splits them"
+    );
+    let b = std::fs::read(&path).expect("pcap");
+    let _ = std::fs::remove_file(&path);
+    let mut off = 24;
+    let (mut data, mut all) = (0, 0);
+    while off + 16 <= b.len() {
+        let incl = u32::from_ne_bytes(b[off + 8..off + 12].try_into().unwrap()) as usize;
+        let f = &b[off + 16..off + 16 + incl];
+        off += 16 + incl;
+        assert!(!is_segment(f), "no segment in a capture");
+        let pkt = RocePacket::parse_with(f, IcrcCheck::Verify).expect("a standard RoCEv2 frame");
+        all += 1;
+        if pkt.payload.len() == 4096 {
+            data += 1;
+        }
+    }
+    assert_eq!(off, b.len());
+    assert!(data >= 64, "{data} full data packets of {all} frames");
+    assert_eq!(o.data_b[..256 << 10], pattern(7, LEN as usize)[..256 << 10]);
+}
+
+#[test]
+fn an_uplink_gets_standard_frames() {
+    // a on the fabric (segments on), c behind the fabric's UDP uplink with a plain engine,
+    // which verifies every ICRC and knows nothing of segments.
+    let mut a = Node::new(1, 32, 9000);
+    let mut c = Node::new(3, 32, 9000);
+    let pda = a.create_pd();
+    let pdc = c.create_pd();
+    let (ca, mut cqa) = a.create_cq(256);
+    let (cc, _) = c.create_cq(256);
+    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qc = c.create_qp(QpSpec::rc(pdc, cc));
+    connect(&mut a, &qa, &mut c, &qc, 5, 14, 7, 7);
+    let src = a.alloc(LEN);
+    let dst = c.alloc(LEN);
+    let ka = a.reg_mr(pda, src, LEN, ACC_ALL);
+    let kc = c.reg_mr(pdc, dst, LEN, ACC_ALL);
+    let data = pattern(9, LEN as usize);
+    a.write(src, &data);
+    let (ua, uc) = udp_pair();
+    let mut fb = FabricBuilder::new();
+    fb.add_uplink(Arc::new(ua));
+    let pa = fb.add_device(a.mac).unwrap();
+    let fabric = fb.build();
+    let bridges = fabric.start_bridges().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let ta = Tap {
+        inner: fabric.device_port(pa).unwrap().with_segments(),
+        seen: seen.clone(),
+    };
+    let ea = Engine::start(detach(&mut a), Arc::new(ta)).unwrap();
+    let ec = Engine::start(detach(&mut c), Arc::new(uc)).unwrap();
+    for i in 0..16 {
+        post_send_mem(
+            &a.mem,
+            &mut qa,
+            &Wqe {
+                wr_id: i,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: if i == 15 { VRDMA_SEND_SIGNALED } else { 0 },
+                sges: vec![(src + (i << 16), 64 << 10, ka)],
+                remote_addr: dst + (i << 16),
+                rkey: kc,
+                ..Default::default()
+            },
+        );
+    }
+    ea.sender().push(VrdmaDoorbell {
+        type_: VRDMA_DB_SQ,
+        id: qa.qpn,
+    });
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    while got.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "WRITE over the uplink"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        got = a.poll_cq(&mut cqa);
+    }
+    assert_eq!(got[0].status, VRDMA_WC_SUCCESS);
+    assert!(c.read(dst, LEN as usize) == data, "the data crossed intact");
+    assert!(
+        seen.lock().unwrap().segments_out > 0,
+        "a's engine sent segments"
+    );
+    let up = fabric.port_stats(0).unwrap();
+    assert!(up.out_frames.load(std::sync::atomic::Ordering::Relaxed) >= 256);
+    drop(bridges);
+    ea.stop();
+    ec.stop();
+}
