@@ -208,7 +208,7 @@ impl<U: Uplink> Uplink for Metered<U> {
             for ((l, c), f) in lens.iter_mut().zip(counts.iter_mut()).zip(chunk.iter()) {
                 *l = f.len();
                 if seg {
-                    *c = crate::fabric::segment::frame_count(f);
+                    *c = crate::wire::segment::frame_count(f);
                 }
             }
             match self.inner.send_frames(chunk) {
@@ -248,7 +248,7 @@ impl<U: Uplink> Uplink for Metered<U> {
                         .map(|f| {
                             bufs.get(f.slot)
                                 .and_then(|b| b.get(f.off..f.off + f.len))
-                                .map_or(1, crate::fabric::segment::frame_count)
+                                .map_or(1, crate::wire::segment::frame_count)
                         })
                         .sum()
                 } else {

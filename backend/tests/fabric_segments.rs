@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use vrdma_backend::fabric::segment::{is_segment, Segment, SegmentWriter};
 use vrdma_backend::fabric::{DevicePort, FabricBuilder};
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
+use vrdma_backend::wire::segment::{is_segment, Segment, SegmentWriter};
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 use vrdma_spec::*;
 

@@ -154,7 +154,7 @@ impl<U: Uplink> Uplink for Counting<U> {
         // A fabric segment stands for the frames in it (spec §16.2 rule 6).
         let n: usize = frames
             .iter()
-            .map(|f| vrdma_backend::fabric::segment::frame_count(f))
+            .map(|f| vrdma_backend::wire::segment::frame_count(f))
             .sum();
         c.fetch_add(n as u64, Ordering::Relaxed);
         self.inner.send_frames(frames)

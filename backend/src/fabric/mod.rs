@@ -28,7 +28,6 @@ pub mod edge;
 pub mod learning;
 pub mod port;
 pub mod rxqueue;
-pub mod segment;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +44,7 @@ pub use rxqueue::RxQueue;
 use crate::stats::bump;
 use crate::uplink::{PcapWriter, Uplink, UplinkError, IO_BATCH};
 use crate::wire::eth::{is_multicast, MacAddr};
+use crate::wire::segment;
 
 /// A port's index in its fabric.
 pub type PortId = usize;

@@ -33,7 +33,7 @@ impl DevicePort {
         &self.fabric
     }
 
-    /// This port's engine sends and takes fabric segments (`fabric::segment`, spec §16.2 rule
+    /// This port's engine sends and takes fabric segments (`wire::segment`, spec §16.2 rule
     /// 6): for a port handed straight to an engine (or through wrappers that forward
     /// `icrc_offload` and every buffer as it is, like `stats::Metered`). Without it the port
     /// carries standard frames only (the fabric splits segments for it), which is what a wrapper

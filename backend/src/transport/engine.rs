@@ -465,7 +465,7 @@ fn run(
                             .map(|f| {
                                 bufs.get(f.slot)
                                     .and_then(|b| b.get(f.off..f.off + f.len))
-                                    .map_or(1, crate::fabric::segment::frame_count)
+                                    .map_or(1, crate::wire::segment::frame_count)
                             })
                             .sum::<usize>();
                         if packets >= SEGMENT_RX_BUDGET {

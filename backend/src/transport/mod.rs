@@ -201,7 +201,7 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
 /// mistaken for a guest's netdev frame. On a port without segments the EtherType means nothing
 /// special and the buffer is one frame.
 pub fn frames_of(buf: &[u8], segments: bool) -> FramesOf<'_> {
-    use crate::fabric::segment::{is_segment, Segment};
+    use crate::wire::segment::{is_segment, Segment};
     if segments && is_segment(buf) {
         match Segment::parse(buf) {
             Some(s) => FramesOf::Segment(s.frames()),
@@ -219,7 +219,7 @@ pub fn frames_of(buf: &[u8], segments: bool) -> FramesOf<'_> {
 #[derive(Debug, Clone)]
 pub enum FramesOf<'a> {
     One(Option<&'a [u8]>),
-    Segment(crate::fabric::segment::Frames<'a>),
+    Segment(crate::wire::segment::Frames<'a>),
 }
 
 impl<'a> Iterator for FramesOf<'a> {

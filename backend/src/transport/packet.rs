@@ -183,7 +183,7 @@ pub fn segment_buf() -> Vec<u8> {
     SEGMENT_POOL
         .with(|p| p.borrow_mut().pop())
         .or_else(|| FRAME_POOL.with(|p| p.borrow_mut().pop()))
-        .unwrap_or_else(|| Vec::with_capacity(crate::fabric::segment::MAX_BYTES))
+        .unwrap_or_else(|| Vec::with_capacity(crate::wire::segment::MAX_BYTES))
 }
 
 /// A buffer for a new frame: an earlier frame's (any length and contents, which the builder
@@ -317,14 +317,14 @@ pub struct TxMeta<'a> {
     pub hdrs: &'a TxHdrs,
 }
 
-/// [`build_with`] appending the frame to a fabric segment (`fabric::segment`), built in place.
+/// [`build_with`] appending the frame to a fabric segment (`wire::segment`), built in place.
 /// `Ok(Some(len))`: added (the frame's length); `Ok(None)`: `wire` rejected the header
 /// combination or the segment refused the frame (a transport bug, logged, seen as a lost
 /// packet); `Err`: `fill`'s error. The segment is unchanged unless the frame was added.
 pub fn build_into_segment<E>(
     m: &TxMeta<'_>,
     payload_len: usize,
-    seg: &mut crate::fabric::segment::SegmentWriter,
+    seg: &mut crate::wire::segment::SegmentWriter,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Option<usize>, E> {
     let b = builder(
@@ -337,7 +337,7 @@ pub fn build_into_segment<E>(
         m.ack_req,
         m.hdrs,
     );
-    let max = crate::fabric::segment::max_frame_len(payload_len);
+    let max = crate::wire::segment::max_frame_len(payload_len);
     let r = seg.push_with(max, |room: &mut [u8]| {
         b.build_with_in(payload_len, room, |p| fill(p).map_err(Built::Fill))
     });

@@ -69,7 +69,7 @@ pub struct IcrcOffload {
     /// engine need not check it.
     pub checked_rx: bool,
     /// [`Uplink::send_frames`] takes fabric segments (several frames of one QP in one buffer,
-    /// `fabric::segment`) and received buffers may be segments (spec §16.2 rule 6). Only a
+    /// `wire::segment`) and received buffers may be segments (spec §16.2 rule 6). Only a
     /// fabric device port; a wrapper never forwards it (it would see segments, not frames).
     pub segments: bool,
 }

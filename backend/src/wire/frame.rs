@@ -789,7 +789,7 @@ impl PacketBuilder {
     /// [`PacketBuilder::build_with`] into the start of `buf` (which must be at least the frame
     /// long; bytes after the frame are left alone); returns the frame length. For frames
     /// written back to back into one buffer without zeroing it first, e.g. a fabric segment
-    /// (`fabric::segment`).
+    /// (`wire::segment`).
     pub fn build_with_in<E: From<WireError>>(
         &self,
         payload_len: usize,

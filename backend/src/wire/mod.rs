@@ -25,6 +25,7 @@ pub mod ipv6;
 pub mod mtu;
 pub mod opcode;
 pub mod reth;
+pub mod segment;
 pub mod udp;
 pub mod xrceth;
 

@@ -22,9 +22,9 @@ use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::device::Device;
-use crate::fabric::segment::SegmentWriter;
 use crate::memory::mr::MrError;
 use crate::memory::BindMw;
+use crate::wire::segment::SegmentWriter;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
 
 mod send;

@@ -7,7 +7,7 @@ use super::*;
 ///
 /// On a fabric port that takes segments (spec §16.2 rule 6) the RC/UC/XRC packets of this
 /// call's multi-packet messages are written back to back into fabric segments
-/// (`fabric::segment`) instead of one buffer each; every packet is still a complete standard
+/// (`wire::segment`) instead of one buffer each; every packet is still a complete standard
 /// frame with its own PSN and AckReq, so nothing else here changes. One-packet messages and
 /// UD/GSI packets (an address per WQE) stay single frames.
 pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {

@@ -18,7 +18,7 @@
 //! ```
 //!
 //! Nothing from outside the process can inject one: the fabric drops this EtherType on every
-//! path except an engine's own owned frames ([`super::Fabric::forward_owned`]), and an engine
+//! path except an engine's own owned frames (`Fabric::forward_owned`), and an engine
 //! on a plain uplink never parses it. [`Segment::parse`] still checks every length, so a
 //! malformed buffer is refused, never over-read.
 
