@@ -200,23 +200,14 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
         let mut sent = 0;
         for chunk in frames.chunks_mut(IO_BATCH) {
-            // Lengths first: the inner uplink may swap the buffers. A fabric segment counts as
-            // the frames in it (spec §16.2 rule 6).
-            let seg = self.inner.icrc_offload().segments;
+            // Lengths first: the inner uplink may swap the buffers.
             let mut lens = [0usize; IO_BATCH];
-            let mut counts = [1usize; IO_BATCH];
-            for ((l, c), f) in lens.iter_mut().zip(counts.iter_mut()).zip(chunk.iter()) {
+            for (l, f) in lens.iter_mut().zip(chunk.iter()) {
                 *l = f.len();
-                if seg {
-                    *c = crate::wire::segment::frame_count(f);
-                }
             }
             match self.inner.send_frames(chunk) {
                 Ok(n) => {
-                    add(
-                        &self.stats.tx_frames,
-                        counts[..n.min(IO_BATCH)].iter().sum(),
-                    );
+                    add(&self.stats.tx_frames, n.min(chunk.len()));
                     add(&self.stats.tx_bytes, lens[..n.min(IO_BATCH)].iter().sum());
                     add(&self.stats.drop_tx_busy, chunk.len().saturating_sub(n));
                     sent += n;
@@ -233,6 +224,23 @@ impl<U: Uplink> Uplink for Metered<U> {
         Ok(sent)
     }
 
+    /// A fabric segment counts as the frames in it (spec §16.2 rule 6).
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        let len = seg.len();
+        let count = crate::wire::segment::frame_count(seg, true);
+        let r = self.inner.send_segment(seg);
+        match &r {
+            Ok(n) => {
+                add(&self.stats.tx_frames, *n);
+                add(&self.stats.tx_bytes, len);
+                add(&self.stats.drop_tx_busy, count.saturating_sub(*n));
+            }
+            Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, count),
+            Err(_) => bump(&self.stats.tx_errors),
+        }
+        r
+    }
+
     fn recv_batch(
         &self,
         bufs: &mut [Vec<u8>],
@@ -243,17 +251,15 @@ impl<U: Uplink> Uplink for Metered<U> {
         match &r {
             Ok(_) => {
                 let got = frames.get(before..).unwrap_or_default();
-                let n = if self.inner.icrc_offload().segments {
-                    got.iter()
-                        .map(|f| {
-                            bufs.get(f.slot)
-                                .and_then(|b| b.get(f.off..f.off + f.len))
-                                .map_or(1, crate::wire::segment::frame_count)
-                        })
-                        .sum()
-                } else {
-                    got.len()
-                };
+                // A fabric segment counts as the frames in it (spec §16.2 rule 6).
+                let n = got
+                    .iter()
+                    .map(|f| {
+                        bufs.get(f.slot)
+                            .and_then(|b| b.get(f.off..f.off + f.len))
+                            .map_or(1, |b| crate::wire::segment::frame_count(b, f.segment))
+                    })
+                    .sum();
                 add(&self.stats.rx_frames, n);
                 add(&self.stats.rx_bytes, got.iter().map(|f| f.len).sum());
             }

@@ -210,6 +210,24 @@ struct Peek {
     roce: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
+impl Peek {
+    /// Keep the RoCEv2 frames of `buf` (a segment, spec §16.2 rule 6, stands for its frames).
+    fn record(&self, buf: &[u8], segment: bool) {
+        let mut r = self.roce.lock().unwrap();
+        for f in vrdma_backend::transport::frames_of(buf, segment) {
+            if r.len() < 64
+                && vrdma_backend::wire::RocePacket::parse_with(
+                    f,
+                    vrdma_backend::wire::IcrcCheck::Trusted,
+                )
+                .is_ok()
+            {
+                r.push(f.to_vec());
+            }
+        }
+    }
+}
+
 impl vrdma_backend::uplink::Uplink for Peek {
     fn send(&self, frame: &[u8]) -> Result<(), vrdma_backend::uplink::UplinkError> {
         self.inner.send(frame)
@@ -224,24 +242,14 @@ impl vrdma_backend::uplink::Uplink for Peek {
         &self,
         frames: &mut [Vec<u8>],
     ) -> Result<usize, vrdma_backend::uplink::UplinkError> {
-        {
-            let mut r = self.roce.lock().unwrap();
-            // A segment (spec §16.2 rule 6) stands for the frames in it.
-            for buf in frames.iter() {
-                for f in vrdma_backend::transport::frames_of(buf, true) {
-                    if r.len() < 64
-                        && vrdma_backend::wire::RocePacket::parse_with(
-                            f,
-                            vrdma_backend::wire::IcrcCheck::Trusted,
-                        )
-                        .is_ok()
-                    {
-                        r.push(f.to_vec());
-                    }
-                }
-            }
+        for buf in frames.iter() {
+            self.record(buf, false);
         }
         self.inner.send_frames(frames)
+    }
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, vrdma_backend::uplink::UplinkError> {
+        self.record(seg, true);
+        self.inner.send_segment(seg)
     }
     fn recv_batch(
         &self,

@@ -14,7 +14,7 @@ use common::*;
 use vrdma_backend::fabric::{DevicePort, FabricBuilder};
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
-use vrdma_backend::wire::segment::{is_segment, Segment, SegmentWriter};
+use vrdma_backend::wire::segment::{Segment, SegmentWriter};
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 use vrdma_spec::*;
 
@@ -52,9 +52,11 @@ impl Uplink for Tap {
         self.inner.as_raw_fd()
     }
     fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
-        let n = frames.iter().filter(|f| is_segment(f)).count();
-        self.seen.lock().unwrap().segments_out += n;
         self.inner.send_frames(frames)
+    }
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        self.seen.lock().unwrap().segments_out += 1;
+        self.inner.send_segment(seg)
     }
     fn recv_batch(
         &self,
@@ -66,7 +68,7 @@ impl Uplink for Tap {
         let mut seen = self.seen.lock().unwrap();
         for rx in frames[from..].iter_mut() {
             let buf = &mut bufs[rx.slot];
-            if is_segment(buf) {
+            if rx.segment {
                 seen.segments_in += 1;
                 if let Some(lost) = seen.drop_in_first {
                     let count = Segment::parse(buf).expect("valid segment").count();
@@ -92,7 +94,7 @@ impl Uplink for Tap {
                 }
             }
             let buf = &bufs[rx.slot][rx.off..rx.off + rx.len];
-            for f in vrdma_backend::transport::frames_of(buf, true) {
+            for f in vrdma_backend::transport::frames_of(buf, rx.segment) {
                 if let Ok(p) = RocePacket::parse_with(f, IcrcCheck::Trusted) {
                     if !p.info.is_response() {
                         seen.requests.push((
@@ -509,7 +511,7 @@ fn a_capture_sees_standard_frames_with_a_correct_icrc() {
         let incl = u32::from_ne_bytes(b[off + 8..off + 12].try_into().unwrap()) as usize;
         let f = &b[off + 16..off + 16 + incl];
         off += 16 + incl;
-        assert!(!is_segment(f), "no segment in a capture");
+        // Every record is one standard frame (a segment would not parse as one).
         let pkt = RocePacket::parse_with(f, IcrcCheck::Verify).expect("a standard RoCEv2 frame");
         all += 1;
         if pkt.payload.len() == 4096 {
@@ -593,4 +595,88 @@ fn an_uplink_gets_standard_frames() {
     drop(bridges);
     ea.stop();
     ec.stop();
+}
+
+/// Spec §16.2 rule 6: a segment is marked out of band, so no EtherType is taken from the
+/// guests. A frame of EtherType 0x88b5 laid out as the first segment format was (and a buffer
+/// that is a valid segment today), sent by a guest's netdev or arriving from the network,
+/// reaches the other device's netdev unchanged, as one frame.
+#[test]
+fn a_guest_may_send_any_ethertype() {
+    let mut b = Node::new(2, 32, 9000);
+    let a_mac = [0x52, 0x54, 0x00, 0x00, 0x00, 0x01];
+    let remote = [0x52, 0x54, 0x00, 0x00, 0x00, 0x77];
+    let (ua, uc) = udp_pair();
+    let mut fb = FabricBuilder::new();
+    fb.add_uplink(Arc::new(ua));
+    let pa = fb.add_device(a_mac).unwrap();
+    let pb = fb.add_device(b.mac).unwrap();
+    let fabric = fb.build();
+    let bridges = fabric.start_bridges().unwrap();
+    let netdev_a = fabric.device_port(pa).unwrap().with_segments();
+    let eb = Engine::start(
+        detach(&mut b),
+        Arc::new(fabric.device_port(pb).unwrap().with_segments()),
+    )
+    .unwrap();
+    let frame = |dst: [u8; 6], src: [u8; 6], tag: u8| {
+        let mut f = Vec::new();
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x08, 0x00, tag]);
+        f.resize(64, tag);
+        f
+    };
+    // The first format: [macs][0x88b5][count 2] then length-prefixed frames.
+    let old_style = |src: [u8; 6]| {
+        let mut s = Vec::new();
+        s.extend_from_slice(&b.mac);
+        s.extend_from_slice(&src);
+        s.extend_from_slice(&[0x88, 0xb5, 0, 2]);
+        for tag in [1, 2] {
+            let f = frame(b.mac, src, tag);
+            s.extend_from_slice(&(f.len() as u16).to_be_bytes());
+            s.extend_from_slice(&f);
+        }
+        s
+    };
+    let new_style = |src: [u8; 6]| {
+        let mut w = SegmentWriter::default();
+        for tag in [3, 4] {
+            let f = frame(b.mac, src, tag);
+            let r = w.push_with(f.len(), |room: &mut [u8]| {
+                room[..f.len()].copy_from_slice(&f);
+                Ok::<usize, ()>(f.len())
+            });
+            assert!(r.unwrap().is_some());
+        }
+        let s = w.take().unwrap();
+        assert_eq!(Segment::parse(&s).map(|s| s.count()), Some(2));
+        s
+    };
+    let sent = vec![
+        old_style(a_mac),
+        new_style(a_mac),
+        old_style(remote),
+        new_style(remote),
+    ];
+    netdev_a.send(&sent[0]).unwrap();
+    netdev_a.send_batch(&[&sent[1]]).unwrap();
+    uc.send(&sent[2]).unwrap();
+    uc.send(&sent[3]).unwrap();
+    let t0 = Instant::now();
+    loop {
+        let got = b.out.frames.lock().unwrap().clone();
+        if got.len() >= sent.len() || t0.elapsed() > Duration::from_secs(10) {
+            let mut got = got;
+            let mut want = sent.clone();
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "each arrived once, unchanged, as one frame");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop(bridges);
+    eb.stop();
 }

@@ -45,16 +45,19 @@ impl Uplink for BatchOnly {
             slot: 0,
             off: 0,
             len: 60,
+            segment: false,
         });
         frames.push(RxFrame {
             slot: 0,
             off: 60,
             len: 40,
+            segment: false,
         });
         frames.push(RxFrame {
             slot: 1,
             off: 0,
             len: 60,
+            segment: false,
         });
         Ok(2)
     }

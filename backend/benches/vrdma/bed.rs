@@ -151,13 +151,19 @@ impl<U: Uplink> Uplink for Counting<U> {
         } else {
             &self.frames.ba
         };
-        // A fabric segment stands for the frames in it (spec §16.2 rule 6).
-        let n: usize = frames
-            .iter()
-            .map(|f| vrdma_backend::wire::segment::frame_count(f))
-            .sum();
-        c.fetch_add(n as u64, Ordering::Relaxed);
+        c.fetch_add(frames.len() as u64, Ordering::Relaxed);
         self.inner.send_frames(frames)
+    }
+    /// A fabric segment stands for the frames in it (spec §16.2 rule 6).
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        let c = if self.a_to_b {
+            &self.frames.ab
+        } else {
+            &self.frames.ba
+        };
+        let n = vrdma_backend::wire::segment::frame_count(seg, true);
+        c.fetch_add(n as u64, Ordering::Relaxed);
+        self.inner.send_segment(seg)
     }
     fn recv_batch(
         &self,

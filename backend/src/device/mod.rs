@@ -118,6 +118,10 @@ pub struct Device {
     _fixed: crate::budget::Charge,
     /// Frames the transport wants sent; the engine loop flushes it to the uplink.
     pub outbox: Vec<Vec<u8>>,
+    /// The indices in `outbox` (ascending) of the buffers that are fabric segments
+    /// (`wire::segment`, spec §16.2 rule 6; only [`Device::queue_segment`] adds one): the mark
+    /// travels beside the buffer, never in its bytes. Every other entry is one frame.
+    pub outbox_segments: Vec<usize>,
     /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
     pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
@@ -185,6 +189,7 @@ impl Device {
             qps: QpTable::new(config.max_qp),
             budget,
             outbox: Vec::new(),
+            outbox_segments: Vec::new(),
             port_stats: Arc::default(),
             flush_hook: None,
             flush_queue: VecDeque::new(),
@@ -216,12 +221,19 @@ impl Device {
         self.mrs.clear();
         self.qps.clear();
         self.outbox.clear();
+        self.outbox_segments.clear();
         self.flush_queue.clear();
         self.needs_reset = false;
         self.timers.clear();
         self.cq_timers.clear();
         self.suspended = false;
         self.resume_sweep = false;
+    }
+
+    /// Queue a fabric segment for the uplink, in order with the frames in `outbox`.
+    pub fn queue_segment(&mut self, seg: Vec<u8>) {
+        self.outbox_segments.push(self.outbox.len());
+        self.outbox.push(seg);
     }
 
     /// Leaving a suspension (spec §17.4): ring every QP's doorbells at the next engine batch

@@ -16,12 +16,14 @@
 //!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 //!
-//! Segments ([`segment`], spec §16.2 rule 6): an engine may hand [`Fabric::forward_owned`] several
-//! consecutive frames of one QP in one buffer. The switch decides on the segment's addresses
-//! (those of every frame in it) and moves it whole to a device port that takes segments; for
-//! anything else (an uplink, flooding, the capture, a port that does not take them) it splits
-//! the segment into its standard frames first. Segments from anywhere else (a guest's netdev,
-//! an uplink) are dropped at ingress.
+//! Segments (`wire::segment`, spec §16.2 rule 6): an engine may hand [`Fabric::forward_segment`]
+//! several consecutive frames of one QP in one buffer. The switch decides on the segment's
+//! addresses (those of every frame in it) and moves it whole, marked as a segment, to a device
+//! port that takes segments; for anything else (an uplink, flooding, the capture, a port that
+//! does not take them) it splits the segment into its standard frames first. The mark travels
+//! beside the buffer (this call, the [`RxQueue`] entry, `RxFrame::segment`), never in its
+//! bytes: every buffer from any other path (a guest's netdev, an uplink, `forward_owned`) is
+//! an ordinary frame and switched as one, whatever its EtherType or payload.
 
 pub mod bridge;
 pub mod edge;
@@ -328,16 +330,8 @@ impl Fabric {
         }
     }
 
-    fn decide(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
-        // Segments are the engines' own (`forward_segment`), never a netdev's or the network's.
-        if segment::is_segment(frame) {
-            return Dest::Drop;
-        }
-        self.decide_addresses(from, frame, now)
-    }
-
     /// The switching rules on the Ethernet addresses of `frame` (module documentation).
-    fn decide_addresses(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
+    fn decide(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
         let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else {
             return Dest::Drop;
         };
@@ -423,32 +417,25 @@ impl Fabric {
 
     /// [`Fabric::forward`] for owned frames: a frame for one local device moves into its
     /// queue without a copy (a spare buffer takes its place in `frames`, for the caller to
-    /// recycle); flooded and uplink-bound frames are copied as in `forward`.
-    ///
-    /// Segments among `frames` ([`segment`]) are switched whole or split (module
-    /// documentation); frames and segments keep their order.
+    /// recycle); flooded and uplink-bound frames are copied as in `forward`. Every buffer is
+    /// one ordinary frame (segments come through [`Fabric::forward_segment`] only).
     pub fn forward_owned(&self, from: PortId, frames: &mut [Vec<u8>]) {
         if from >= self.ports.len() {
             return;
         }
-        let mut start = 0;
-        for i in 0..frames.len() {
-            if segment::is_segment(&frames[i]) {
-                self.forward_owned_plain(from, &mut frames[start..i]);
-                self.forward_segment(from, &mut frames[i]);
-                start = i + 1;
-            }
-        }
-        if start < frames.len() {
-            self.forward_owned_plain(from, &mut frames[start..]);
-        }
+        self.forward_owned_plain(from, frames);
     }
 
-    /// One engine segment: moved whole into the queue of a device port that takes segments
-    /// (no capture configured), else split into its standard frames, which are switched as
-    /// owned frames (sealed where they leave, captured, flooded). A malformed segment is dropped.
-    fn forward_segment(&self, from: PortId, seg: &mut Vec<u8>) {
-        let ingress = &self.ports[from];
+    /// One engine segment (`wire::segment`; a device port's engine only): moved whole into the
+    /// queue of a device port that takes segments (no capture configured), marked as a
+    /// segment there, else split into its standard frames, which are switched as owned frames
+    /// (sealed where they leave, captured, flooded). A malformed segment, or one from an
+    /// uplink port, is dropped. `seg` may be left holding a spare buffer (for the caller to
+    /// recycle).
+    pub fn forward_segment(&self, from: PortId, seg: &mut Vec<u8>) {
+        let Some(ingress) = self.ports.get(from) else {
+            return;
+        };
         let Some(parsed) = segment::Segment::parse(seg) else {
             bump(&ingress.stats.drop_spoofed);
             return;
@@ -459,7 +446,7 @@ impl Fabric {
             return;
         }
         let now = self.learned.as_ref().map(|_| Instant::now());
-        let d = self.decide_addresses(from, seg, now);
+        let d = self.decide(from, seg, now);
         match d {
             Dest::Drop => {
                 crate::stats::add(&ingress.stats.drop_spoofed, n);
@@ -469,7 +456,7 @@ impl Fabric {
                 crate::stats::add(&ingress.stats.in_frames, n);
                 let port = &self.ports[p];
                 if let PortKind::Device { rx, .. } = &port.kind {
-                    if rx.push_owned(seg) {
+                    if rx.push_segment(seg) {
                         crate::stats::add(&port.stats.out_frames, n);
                     } else {
                         crate::stats::add(&port.stats.drop_full, n);

@@ -66,13 +66,28 @@ impl Uplink for DevicePort {
         Ok(frames.len())
     }
 
+    /// The engine's segment, switched whole (spec §16.2 rule 6); counted as its frames.
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        let n = crate::wire::segment::frame_count(seg, true);
+        self.fabric.forward_segment(self.id, seg);
+        Ok(n)
+    }
+
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
         let Some(rx) = self.fabric.rx_queue(self.id) else {
             return Ok(None);
         };
+        // One frame per call: a segment (only queued for an engine that takes them, which
+        // receives through `recv_batch`) is not one, and is skipped.
         let mut slot = [Vec::new()];
-        if rx.pop_into(&mut slot) == 0 {
-            return Ok(None);
+        loop {
+            let mut segment = false;
+            if rx.pop_into(&mut slot, |_, s| segment = s) == 0 {
+                return Ok(None);
+            }
+            if !segment {
+                break;
+            }
         }
         let f = &slot[0];
         match buf.get_mut(..f.len()) {
@@ -88,7 +103,7 @@ impl Uplink for DevicePort {
     }
 
     /// Zero-copy: the queued buffers are swapped into `bufs` (their old contents become the
-    /// queue's spares), one frame per buffer.
+    /// queue's spares), one frame or one segment (`RxFrame::segment`) per buffer.
     fn recv_batch(
         &self,
         bufs: &mut [Vec<u8>],
@@ -97,13 +112,18 @@ impl Uplink for DevicePort {
         let Some(rx) = self.fabric.rx_queue(self.id) else {
             return Ok(0);
         };
-        let n = rx.pop_into(bufs);
-        for (slot, b) in bufs.iter().take(n).enumerate() {
+        let start = frames.len();
+        let n = rx.pop_into(bufs, |slot, segment| {
             frames.push(RxFrame {
                 slot,
                 off: 0,
-                len: b.len(),
-            });
+                len: 0,
+                segment,
+            })
+        });
+        // Slots 0..n in order: the lengths of the buffers now in them.
+        for (f, b) in frames[start..].iter_mut().zip(bufs.iter()) {
+            f.len = b.len();
         }
         Ok(n)
     }

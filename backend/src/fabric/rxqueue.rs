@@ -5,6 +5,10 @@
 //! loss. The eventfd is readable while frames are queued, so the engine's level-triggered epoll
 //! wakes for them. Buffers circulate: the queue keeps a bounded pool of spare buffers that
 //! [`RxQueue::pop_into`] refills with the buffer it swaps out of the engine's receive slot.
+//!
+//! Each entry carries its kind beside the buffer: an ordinary frame, or a fabric segment
+//! (`wire::segment`, spec §16.2 rule 6) that only [`RxQueue::push_segment`] queues. The mark
+//! is never derived from a buffer's bytes.
 
 use std::collections::VecDeque;
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -23,7 +27,8 @@ const BUF_CAPACITY: usize = 9216;
 
 #[derive(Default)]
 struct State {
-    frames: VecDeque<Vec<u8>>,
+    /// Each buffer with its segment mark.
+    frames: VecDeque<(Vec<u8>, bool)>,
     bytes: usize,
     spare: Vec<Vec<u8>>,
 }
@@ -69,7 +74,7 @@ impl RxQueue {
             buf.clear();
             buf.extend_from_slice(frame);
             s.bytes += frame.len();
-            s.frames.push_back(buf);
+            s.frames.push_back((buf, false));
             s.frames.len() == 1
         };
         if was_empty {
@@ -82,6 +87,15 @@ impl RxQueue {
     /// Queue `frame` itself, leaving a spare buffer (or an empty one) in its place: no copy.
     /// False (dropped, `frame` untouched) when the queue is full.
     pub fn push_owned(&self, frame: &mut Vec<u8>) -> bool {
+        self.push_owned_as(frame, false)
+    }
+
+    /// [`RxQueue::push_owned`] for a fabric segment: popped with its segment mark.
+    pub fn push_segment(&self, seg: &mut Vec<u8>) -> bool {
+        self.push_owned_as(seg, true)
+    }
+
+    fn push_owned_as(&self, frame: &mut Vec<u8>, segment: bool) -> bool {
         let was_empty = {
             let mut s = self.lock();
             if s.frames.len() >= RXQ_MAX_FRAMES || s.bytes + frame.len() > RXQ_MAX_BYTES {
@@ -90,7 +104,7 @@ impl RxQueue {
             let spare = s.spare.pop().unwrap_or_default();
             let f = std::mem::replace(frame, spare);
             s.bytes += f.len();
-            s.frames.push_back(f);
+            s.frames.push_back((f, segment));
             s.frames.len() == 1
         };
         if was_empty {
@@ -99,17 +113,19 @@ impl RxQueue {
         true
     }
 
-    /// Move up to `slots.len()` queued frames into `slots` (each swapped with the slot's old
-    /// buffer, which becomes a spare); returns how many. An emptied queue clears the eventfd.
-    pub fn pop_into(&self, slots: &mut [Vec<u8>]) -> usize {
+    /// Move up to `slots.len()` queued buffers into `slots` (each swapped with the slot's old
+    /// buffer, which becomes a spare) and, for each, call `mark(i, segment)` with its slot
+    /// index and segment mark; returns how many. An emptied queue clears the eventfd.
+    pub fn pop_into(&self, slots: &mut [Vec<u8>], mut mark: impl FnMut(usize, bool)) -> usize {
         let mut s = self.lock();
         let mut n = 0;
         while n < slots.len() {
-            let Some(mut f) = s.frames.pop_front() else {
+            let Some((mut f, segment)) = s.frames.pop_front() else {
                 break;
             };
             s.bytes -= f.len();
             std::mem::swap(&mut slots[n], &mut f);
+            mark(n, segment);
             if s.spare.len() < SPARE_MAX {
                 s.spare.push(f);
             }
@@ -160,13 +176,13 @@ mod tests {
         assert!(q.push(&[4]));
         assert!(readable(q.as_raw_fd()));
         let mut slots = vec![Vec::new()];
-        assert_eq!(q.pop_into(&mut slots), 1);
+        assert_eq!(q.pop_into(&mut slots, |_, _| {}), 1);
         assert_eq!(slots[0], vec![1, 2, 3]);
         assert!(readable(q.as_raw_fd()), "one frame still queued");
-        assert_eq!(q.pop_into(&mut slots), 1);
+        assert_eq!(q.pop_into(&mut slots, |_, _| {}), 1);
         assert_eq!(slots[0], vec![4]);
         assert!(!readable(q.as_raw_fd()));
-        assert_eq!(q.pop_into(&mut slots), 0);
+        assert_eq!(q.pop_into(&mut slots, |_, _| {}), 0);
     }
 
     #[test]
@@ -177,7 +193,7 @@ mod tests {
         }
         assert!(!q.push(&[0; 8]), "frame limit");
         let mut slots = vec![Vec::new(); RXQ_MAX_FRAMES];
-        assert_eq!(q.pop_into(&mut slots), RXQ_MAX_FRAMES);
+        assert_eq!(q.pop_into(&mut slots, |_, _| {}), RXQ_MAX_FRAMES);
         let big = vec![0u8; 9000];
         let fit = RXQ_MAX_BYTES / big.len();
         for _ in 0..fit {
@@ -195,7 +211,7 @@ mod tests {
         assert!(q.push_owned(&mut f));
         assert!(f.is_empty(), "a spare (here: empty) buffer took its place");
         let mut slots = vec![Vec::new()];
-        assert_eq!(q.pop_into(&mut slots), 1);
+        assert_eq!(q.pop_into(&mut slots, |_, _| {}), 1);
         assert_eq!(slots[0].as_ptr(), ptr, "the same buffer arrived");
         assert_eq!(slots[0], vec![9u8; 300]);
         // The slot's old buffer is now the spare handed to the next sender.
@@ -209,10 +225,10 @@ mod tests {
         let q = RxQueue::new().unwrap();
         let mut slots = vec![Vec::with_capacity(BUF_CAPACITY)];
         q.push(&[7; 100]);
-        q.pop_into(&mut slots);
+        q.pop_into(&mut slots, |_, _| {});
         // The slot's old buffer became the spare; the next push reuses it.
         let spare_ptr = q.lock().spare[0].as_ptr();
         q.push(&[8; 100]);
-        assert_eq!(q.lock().frames[0].as_ptr(), spare_ptr);
+        assert_eq!(q.lock().frames[0].0.as_ptr(), spare_ptr);
     }
 }

@@ -310,3 +310,75 @@ fn a_capture_sees_standard_frames() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The bytes of a segment in the layout of the first version (EtherType 0x88b5, a count, then
+/// length-prefixed frames): what the fabric used to take for a segment by its bytes.
+fn old_style_segment(dst: MacAddr, src: MacAddr) -> Vec<u8> {
+    let mut s = Vec::new();
+    s.extend_from_slice(&dst);
+    s.extend_from_slice(&src);
+    s.extend_from_slice(&[0x88, 0xb5, 0, 2]);
+    for tag in [1, 2] {
+        let f = frame(dst, src, tag);
+        s.extend_from_slice(&(f.len() as u16).to_be_bytes());
+        s.extend_from_slice(&f);
+    }
+    s
+}
+
+/// A valid segment (today's layout) of two frames from `src` to `dst`.
+fn segment_of(dst: MacAddr, src: MacAddr) -> Vec<u8> {
+    let mut w = crate::wire::segment::SegmentWriter::default();
+    for tag in [1, 2] {
+        let f = frame(dst, src, tag);
+        let r = w.push_with(f.len(), |room: &mut [u8]| {
+            room[..f.len()].copy_from_slice(&f);
+            Ok::<usize, ()>(f.len())
+        });
+        assert!(r.unwrap().is_some());
+    }
+    w.take().unwrap()
+}
+
+/// What a device port's engine receives: each buffer with its segment mark.
+fn drain_marked(p: &DevicePort) -> Vec<(Vec<u8>, bool)> {
+    let mut bufs = vec![Vec::new(); 64];
+    let mut frames: Vec<RxFrame> = Vec::new();
+    let n = p.recv_batch(&mut bufs, &mut frames).unwrap();
+    assert_eq!(n, frames.len());
+    frames
+        .iter()
+        .map(|f| (bufs[f.slot][f.off..f.off + f.len].to_vec(), f.segment))
+        .collect()
+}
+
+/// Spec §16.2 rule 6: segment-ness is out of band. Whatever a guest's netdev or the network
+/// sends (EtherType 0x88b5, bytes that parse as a segment) is one ordinary frame, switched
+/// and delivered unchanged and unmarked; only `forward_segment` delivers a marked segment.
+#[test]
+fn no_bytes_make_a_segment() {
+    let t = bed(&[A, B], 1);
+    let b = t.fabric.device_port(1).unwrap().with_segments();
+    let (up, _) = t.uplinks[0];
+    let old = old_style_segment(B, A);
+    let new = segment_of(B, A);
+    // The guest's netdev (send / send_batch) and the engine's owned frames.
+    t.ports[0].send(&old).unwrap();
+    t.ports[0].send_batch(&[&new]).unwrap();
+    let mut owned = vec![old.clone(), new.clone()];
+    t.ports[0].send_frames(&mut owned).unwrap();
+    // The network.
+    let remote_old = old_style_segment(B, REMOTE);
+    let remote_new = segment_of(B, REMOTE);
+    t.fabric.forward(up, &[&remote_old, &remote_new]);
+    let got = drain_marked(&b);
+    let want: Vec<(Vec<u8>, bool)> = [&old, &new, &old, &new, &remote_old, &remote_new]
+        .iter()
+        .map(|f| ((*f).clone(), false))
+        .collect();
+    assert_eq!(got, want);
+    // Only the engine's segment call marks one.
+    let mut seg = new.clone();
+    assert_eq!(t.ports[0].send_segment(&mut seg).unwrap(), 2);
+    assert_eq!(drain_marked(&b), vec![(new, true)]);
+}

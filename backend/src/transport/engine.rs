@@ -378,10 +378,14 @@ fn run(
     let mut uplink_more = true;
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
-    let mut looped: Vec<Vec<u8>> = Vec::new();
-    // Frames for the uplink, swapped with `Device::outbox` (both keep their capacity).
+    // Each with its segment mark (spec §16.2 rule 6).
+    let mut looped: Vec<(Vec<u8>, bool)> = Vec::new();
+    // Frames for the uplink, swapped with `Device::outbox` (both keep their capacity), and
+    // the indices of the segments among them (`Device::outbox_segments`).
     let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut out_segments: Vec<usize> = Vec::new();
     let mut to_uplink: Vec<Vec<u8>> = Vec::new();
+    let mut to_uplink_segments: Vec<usize> = Vec::new();
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
     let has_link = uplink.link_up().is_some();
     let icrc_offload = uplink.icrc_offload();
@@ -465,7 +469,7 @@ fn run(
                             .map(|f| {
                                 bufs.get(f.slot)
                                     .and_then(|b| b.get(f.off..f.off + f.len))
-                                    .map_or(1, crate::wire::segment::frame_count)
+                                    .map_or(1, |b| crate::wire::segment::frame_count(b, f.segment))
                             })
                             .sum::<usize>();
                         if packets >= SEGMENT_RX_BUDGET {
@@ -506,6 +510,7 @@ fn run(
                 looped.clear();
                 frames.clear();
                 d.outbox.clear();
+                d.outbox_segments.clear();
                 None
             } else {
                 if std::mem::take(&mut d.resume_sweep) {
@@ -518,8 +523,8 @@ fn run(
                     );
                 }
                 super::on_doorbells(&mut d, &dbs);
-                for f in looped.drain(..) {
-                    for f in super::frames_of(&f, icrc_offload.segments) {
+                for (f, segment) in looped.drain(..) {
+                    for f in super::frames_of(&f, segment) {
                         super::on_frame_at(&mut d, f, now);
                     }
                     super::packet::recycle_frame(f);
@@ -534,8 +539,9 @@ fn run(
                     else {
                         continue;
                     };
-                    // A fabric segment is its frames, one after the other (spec §16.2 rule 6).
-                    for f in super::frames_of(buf, icrc_offload.segments) {
+                    // A fabric segment is its frames, one after the other (spec §16.2 rule 6);
+                    // only the port's mark makes a buffer one.
+                    for f in super::frames_of(buf, rx.segment) {
                         let mac = d.config.mac;
                         let dest = classify_with(f, &[mac], false, |g| {
                             d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
@@ -560,38 +566,70 @@ fn run(
                     (a, b) => a.or(b),
                 };
                 std::mem::swap(&mut out, &mut d.outbox);
-                for f in out.drain(..) {
+                std::mem::swap(&mut out_segments, &mut d.outbox_segments);
+                let mut marks = out_segments.iter().copied().peekable();
+                for (i, f) in out.drain(..).enumerate() {
+                    let segment = marks.next_if_eq(&i).is_some();
                     let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
                     // A segment's frames share their addresses: the first one decides.
-                    let probe = super::frames_of(&f, icrc_offload.segments)
-                        .next()
-                        .unwrap_or(&f);
+                    let probe = super::frames_of(&f, segment).next().unwrap_or(&f);
                     match tx_destination(probe, ours) {
                         TxDestination::Engine => {
                             bump(&port.loopback_frames);
-                            looped.push(f);
+                            looped.push((f, segment));
                         }
                         TxDestination::EngineAndUplink => {
                             bump(&port.loopback_frames);
-                            looped.push(f.clone());
+                            looped.push((f.clone(), segment));
+                            if segment {
+                                to_uplink_segments.push(to_uplink.len());
+                            }
                             to_uplink.push(f);
                         }
-                        TxDestination::Uplink => to_uplink.push(f),
+                        TxDestination::Uplink => {
+                            if segment {
+                                to_uplink_segments.push(to_uplink.len());
+                            }
+                            to_uplink.push(f);
+                        }
                     }
                 }
+                out_segments.clear();
                 std::mem::swap(&mut out, &mut to_uplink);
+                std::mem::swap(&mut out_segments, &mut to_uplink_segments);
                 next
             }
         };
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
-        match uplink.send_frames(&mut out) {
-            Ok(_) | Err(UplinkError::WouldBlock) => {}
-            Err(e) => log::warn!("engine: uplink send: {e}"),
-        }
+        send_out(&*uplink, &mut out, &out_segments);
+        out_segments.clear();
         for f in out.drain(..) {
             super::packet::recycle_frame(f);
         }
         alarm.set(next, Instant::now());
+    }
+}
+
+/// Send `out` in order: runs of frames through [`Uplink::send_frames`], each segment (the
+/// indices in `segments`, ascending; spec §16.2 rule 6) through [`Uplink::send_segment`].
+fn send_out(uplink: &dyn Uplink, out: &mut [Vec<u8>], segments: &[usize]) {
+    let sent = |r: Result<usize, UplinkError>| match r {
+        Ok(_) | Err(UplinkError::WouldBlock) => {}
+        Err(e) => log::warn!("engine: uplink send: {e}"),
+    };
+    let mut start = 0;
+    for &i in segments {
+        if i >= out.len() {
+            break;
+        }
+        if start < i {
+            sent(uplink.send_frames(&mut out[start..i]));
+        }
+        sent(uplink.send_segment(&mut out[i]));
+        start = i + 1;
+    }
+    if start < out.len() {
+        sent(uplink.send_frames(&mut out[start..]));
     }
 }

@@ -195,23 +195,21 @@ pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
     }
 }
 
-/// The standard frames in a received buffer: the frames of a fabric segment when the port
-/// delivers segments (`segments`, spec §16.2 rule 6), else the buffer itself. A buffer that
-/// looks like a segment but is not a valid one yields nothing (dropped): a segment is never
-/// mistaken for a guest's netdev frame. On a port without segments the EtherType means nothing
-/// special and the buffer is one frame.
-pub fn frames_of(buf: &[u8], segments: bool) -> FramesOf<'_> {
-    use crate::wire::segment::{is_segment, Segment};
-    if segments && is_segment(buf) {
-        match Segment::parse(buf) {
-            Some(s) => FramesOf::Segment(s.frames()),
-            None => {
-                log::debug!("engine: dropping a malformed fabric segment");
-                FramesOf::One(None)
-            }
+/// The standard frames in a buffer: the frames of a fabric segment when the buffer is marked
+/// as one (`segment`: `RxFrame::segment`, `Device::outbox_segments`; spec §16.2 rule 6), else
+/// the buffer itself, whatever its bytes (a guest's netdev frame of any EtherType). A marked
+/// buffer that is not a valid segment yields nothing (dropped).
+pub fn frames_of(buf: &[u8], segment: bool) -> FramesOf<'_> {
+    use crate::wire::segment::Segment;
+    if !segment {
+        return FramesOf::One(Some(buf));
+    }
+    match Segment::parse(buf) {
+        Some(s) => FramesOf::Segment(s.frames()),
+        None => {
+            log::debug!("engine: dropping a malformed fabric segment");
+            FramesOf::One(None)
         }
-    } else {
-        FramesOf::One(Some(buf))
     }
 }
 

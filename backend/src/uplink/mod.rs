@@ -146,6 +146,20 @@ pub trait Uplink: Send + Sync {
         Ok(sent)
     }
 
+    /// Send one fabric segment (`wire::segment`, spec §16.2 rule 6), marked as one by this
+    /// call and by nothing in its bytes; returns how many of its frames were handed on. Only
+    /// an engine whose uplink has [`IcrcOffload::segments`] calls it, in order with its
+    /// [`Uplink::send_frames`] calls. The default splits it into its standard frames (software
+    /// GSO) and sends those, so any uplink stays correct; a fabric device port moves it whole.
+    /// A buffer that does not parse as a segment is dropped.
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        let Some(s) = crate::wire::segment::Segment::parse(seg) else {
+            return Ok(0);
+        };
+        let mut frames: Vec<Vec<u8>> = s.frames().map(<[u8]>::to_vec).collect();
+        self.send_frames(&mut frames)
+    }
+
     /// Receive into up to `bufs.len()` buffers; returns how many buffers were used (0: none
     /// pending) and appends the frames found to `frames` (a buffer may hold several frames when
     /// the uplink merges datagrams, UDP GRO). Truncated frames are dropped. Uplinks with a
@@ -163,6 +177,7 @@ pub trait Uplink: Send + Sync {
                         slot: n,
                         off: 0,
                         len,
+                        segment: false,
                     });
                     n += 1;
                 }
@@ -182,6 +197,10 @@ pub struct RxFrame {
     pub slot: usize,
     pub off: usize,
     pub len: usize,
+    /// The buffer is a fabric segment (`wire::segment`, spec §16.2 rule 6), not one frame.
+    /// Set only by a fabric device port for what an engine handed to `send_segment`: every
+    /// other buffer is an ordinary frame, whatever its bytes.
+    pub segment: bool,
 }
 
 impl<T: Uplink + ?Sized> Uplink for Box<T> {
@@ -190,6 +209,9 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     }
     fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
         (**self).send_frames(frames)
+    }
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        (**self).send_segment(seg)
     }
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)
@@ -224,6 +246,9 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     }
     fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
         (**self).send_frames(frames)
+    }
+    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+        (**self).send_segment(seg)
     }
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)

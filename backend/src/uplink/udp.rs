@@ -274,6 +274,7 @@ impl Uplink for UdpUplink {
                     slot: used,
                     off: 0,
                     len: f.len,
+                    segment: false,
                 });
                 used += 1;
             }
@@ -357,11 +358,21 @@ impl UdpUplink {
                     let mut off = 0;
                     while off < len {
                         let l = g.min(len - off);
-                        frames.push(RxFrame { slot, off, len: l });
+                        frames.push(RxFrame {
+                            slot,
+                            off,
+                            len: l,
+                            segment: false,
+                        });
                         off += l;
                     }
                 }
-                _ => frames.push(RxFrame { slot, off: 0, len }),
+                _ => frames.push(RxFrame {
+                    slot,
+                    off: 0,
+                    len,
+                    segment: false,
+                }),
             }
         }
         Ok(n)

@@ -12,21 +12,20 @@
 //!
 //! ```text
 //! 0..12   destination and source MAC: those of every frame inside (the switch decides on them)
-//! 12..14  EtherType SEGMENT_ETHERTYPE
-//! 14..16  number of frames (big-endian, 1..=MAX_FRAMES)
+//! 12..14  number of frames (big-endian, 1..=MAX_FRAMES)
 //! then per frame: length (u16 big-endian), the frame (its first 12 bytes = bytes 0..12 above)
 //! ```
 //!
-//! Nothing from outside the process can inject one: the fabric drops this EtherType on every
-//! path except an engine's own owned frames (`Fabric::forward_owned`), and an engine
-//! on a plain uplink never parses it. [`Segment::parse`] still checks every length, so a
-//! malformed buffer is refused, never over-read.
+//! Nothing in a segment's bytes says it is one: segment-ness travels beside the buffer, out of
+//! band (the engine hands one to `Uplink::send_segment`, the fabric queues it with a segment
+//! mark, `RxFrame::segment` tells the receiving engine). Every other buffer on every path (a
+//! guest's netdev frame, an uplink's frame, a capture) is an ordinary frame whatever its
+//! EtherType or payload, so a guest may use any EtherType and nothing from outside the
+//! process can be taken for a segment. [`Segment::parse`] still checks every length of a
+//! buffer marked as one, so a malformed buffer is refused, never over-read.
 
-/// The EtherType marking a segment: IEEE 802 "Local Experimental EtherType 1" (never assigned
-/// to a public protocol). Not a guest-visible value: segments never reach a guest or a link.
-pub const SEGMENT_ETHERTYPE: u16 = 0x88b5;
 /// Bytes before the first frame record.
-pub const HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = 14;
 /// Most frames in one segment.
 pub const MAX_FRAMES: usize = 64;
 /// Most bytes of one segment: the 16 path-MTU-4096 packets of a 64 KiB message fit in one
@@ -45,18 +44,13 @@ pub fn max_frame_len(payload_len: usize) -> usize {
     payload_len.saturating_add(MAX_HEADERS)
 }
 
-/// Is `frame` a segment (by its EtherType; [`Segment::parse`] checks the rest)?
-#[inline]
-pub fn is_segment(frame: &[u8]) -> bool {
-    frame.get(12..14) == Some(&SEGMENT_ETHERTYPE.to_be_bytes()[..])
-}
-
-/// How many standard frames `frame` stands for: its count for a segment, else 1.
-pub fn frame_count(frame: &[u8]) -> usize {
-    if !is_segment(frame) {
+/// How many standard frames a received or sent buffer stands for: a segment's count (if it
+/// parses) when `segment` (the buffer's out-of-band mark), else 1.
+pub fn frame_count(buf: &[u8], segment: bool) -> usize {
+    if !segment {
         return 1;
     }
-    Segment::parse(frame).map_or(1, |s| s.count())
+    Segment::parse(buf).map_or(1, |s| s.count())
 }
 
 /// A validated segment (see the module documentation).
@@ -67,14 +61,14 @@ pub struct Segment<'a> {
 }
 
 impl<'a> Segment<'a> {
-    /// Check the layout: the EtherType, a count of 1..=MAX_FRAMES, records that exactly fill the
+    /// Check the layout of a buffer marked as a segment: a count of 1..=MAX_FRAMES, records that exactly fill the
     /// buffer, and frames that each have an Ethernet header equal to the segment's addresses.
     /// `None` for anything else.
     pub fn parse(buf: &'a [u8]) -> Option<Segment<'a>> {
-        if buf.len() < HEADER_LEN || buf.len() > MAX_BYTES || !is_segment(buf) {
+        if buf.len() < HEADER_LEN || buf.len() > MAX_BYTES {
             return None;
         }
-        let count = usize::from(u16::from_be_bytes([buf[14], buf[15]]));
+        let count = usize::from(u16::from_be_bytes([buf[12], buf[13]]));
         if count == 0 || count > MAX_FRAMES {
             return None;
         }
@@ -208,11 +202,10 @@ impl SegmentWriter {
         if self.count == 0 {
             let (hdr, rest) = self.buf.split_at_mut(HEADER_LEN);
             hdr[..12].copy_from_slice(&rest[RECORD_LEN..RECORD_LEN + 12]);
-            hdr[12..14].copy_from_slice(&SEGMENT_ETHERTYPE.to_be_bytes());
         }
         self.buf[start - RECORD_LEN..start].copy_from_slice(&(len as u16).to_be_bytes());
         self.count += 1;
-        self.buf[14..16].copy_from_slice(&(self.count as u16).to_be_bytes());
+        self.buf[12..14].copy_from_slice(&(self.count as u16).to_be_bytes());
         self.used = start + len;
         Ok(Some(len))
     }
@@ -231,7 +224,8 @@ impl SegmentWriter {
 
     /// What to send: the segment, or for a single frame that frame alone (moved to the front of
     /// the buffer: one frame gains nothing from a segment, and its receiver need not parse
-    /// one). `None` if nothing was added; the writer is empty again.
+    /// one). `None` if nothing was added; the writer is empty again. The result is a segment
+    /// (to be sent as one, out of band) exactly when [`SegmentWriter::count`] was above 1.
     pub fn finish(&mut self) -> Option<Vec<u8>> {
         if self.count != 1 {
             return self.take();
@@ -277,10 +271,10 @@ mod tests {
             assert!(push(&mut w, f));
         }
         let seg = w.take().unwrap();
-        assert!(is_segment(&seg));
         let s = Segment::parse(&seg).expect("valid");
         assert_eq!(s.count(), 5);
-        assert_eq!(frame_count(&seg), 5);
+        assert_eq!(frame_count(&seg, true), 5);
+        assert_eq!(frame_count(&seg, false), 1, "unmarked, it is one frame");
         assert_eq!(&seg[..12], &fs[0][..12]);
         let back: Vec<&[u8]> = s.frames().collect();
         assert_eq!(back.len(), 5);
@@ -353,19 +347,18 @@ mod tests {
         // Counts 0, too many, one more than present.
         for c in [0u16, MAX_FRAMES as u16 + 1, 3] {
             let mut b = good.clone();
-            b[14..16].copy_from_slice(&c.to_be_bytes());
+            b[12..14].copy_from_slice(&c.to_be_bytes());
             assert!(Segment::parse(&b).is_none(), "count {c}");
         }
         // A record length past the end; a frame whose addresses differ.
         let mut b = good.clone();
-        b[16..18].copy_from_slice(&u16::MAX.to_be_bytes());
+        b[HEADER_LEN..HEADER_LEN + 2].copy_from_slice(&u16::MAX.to_be_bytes());
         assert!(Segment::parse(&b).is_none());
         let mut b = good.clone();
         b[HEADER_LEN + 2] ^= 1;
         assert!(Segment::parse(&b).is_none());
         // Not a segment at all.
-        assert!(!is_segment(&frame(1, 100, 0)));
-        assert_eq!(frame_count(&frame(1, 100, 0)), 1);
+        assert_eq!(frame_count(&frame(1, 100, 0), true), 1);
         assert!(Segment::parse(&frame(1, 100, 0)).is_none());
     }
 }

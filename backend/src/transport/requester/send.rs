@@ -26,8 +26,13 @@ pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: 
 /// Queue the packets written into `w` (if any) as one segment (a single packet as a plain
 /// frame); `w` is empty afterwards.
 fn flush_segment(dev: &mut Device, w: &mut SegmentWriter) {
+    let segment = w.count() > 1;
     if let Some(b) = w.finish() {
-        dev.outbox.push(b);
+        if segment {
+            dev.queue_segment(b);
+        } else {
+            dev.outbox.push(b);
+        }
     }
 }
 
