@@ -1,9 +1,10 @@
 //! Fabric segments (spec §16.2 rule 6, ARCHITECTURE.md "Segments"): engines on one fabric send
-//! the request packets of one QP as segments; the results (data, CQEs, the PSN / opcode /
-//! length of every request packet the responder sees) equal those of the same traffic as
-//! single frames, also with a packet lost inside a segment, an RNR in the middle of one, a
-//! receive overflow at its last packet, a capture (standard frames with a correct ICRC) and an
-//! uplink (standard frames).
+//! the request packets of one QP, and the packets of multi-packet READ responses, as segments;
+//! the results (data, CQEs, the PSN / opcode / length of every request or READ response packet
+//! the peer sees) equal those of the same traffic as single frames, also with a packet lost
+//! inside a segment, an RNR in the middle of one, a receive overflow at its last packet, a
+//! capture (standard frames with a correct ICRC) and an uplink (standard frames). No bytes make
+//! a segment: a guest's frames of any EtherType pass as frames.
 
 mod common;
 
@@ -28,6 +29,8 @@ type Cqes = (Vec<C>, Vec<C>);
 #[derive(Debug, Default)]
 struct Seen {
     requests: Vec<(u8, u32, usize, bool)>,
+    /// Every response packet received (opcode, PSN, payload length).
+    responses: Vec<(u8, u32, usize)>,
     segments_in: usize,
     segments_out: usize,
     /// Drop this frame (0-based) of the first received segment with more frames than that.
@@ -96,7 +99,10 @@ impl Uplink for Tap {
             let buf = &bufs[rx.slot][rx.off..rx.off + rx.len];
             for f in vrdma_backend::transport::frames_of(buf, rx.segment) {
                 if let Ok(p) = RocePacket::parse_with(f, IcrcCheck::Trusted) {
-                    if !p.info.is_response() {
+                    if p.info.is_response() {
+                        seen.responses
+                            .push((p.bth.opcode as u8, p.bth.psn, p.payload.len()));
+                    } else {
                         seen.requests.push((
                             p.bth.opcode as u8,
                             p.bth.psn,
@@ -595,6 +601,92 @@ fn an_uplink_gets_standard_frames() {
     drop(bridges);
     ea.stop();
     ec.stop();
+}
+
+/// READs of several packets (16, 16, 16, 16 and 4) and one of a single packet, posted at once;
+/// `drop_in_first`: a's tap takes that frame out of the first response segment it receives.
+fn reads(segments: bool, drop_in_first: Option<usize>) -> Outcome {
+    let mut p = pair(segments, None, None);
+    p.seen_a.lock().unwrap().drop_in_first = drop_in_first;
+    for i in 0..4 {
+        p.read(i, i << 16, 64 << 10);
+    }
+    p.read(4, 4 << 16, 1000);
+    p.read(5, 5 << 16, 3 * 4096 + 5);
+    p.ring();
+    let cqes = p.wait(6, 0);
+    let mut o = p.finish();
+    o.cqes = cqes;
+    o
+}
+
+/// The READ responses (opcodes 0x0d..=0x10) a requester received, first copy of each PSN.
+fn first_read_responses(s: &Seen) -> Vec<(u8, u32, usize)> {
+    let mut seen = std::collections::HashSet::new();
+    s.responses
+        .iter()
+        .filter(|r| (0x0d..=0x10).contains(&r.0) && seen.insert(r.1))
+        .copied()
+        .collect()
+}
+
+/// Spec §16.2 rule 6 for the responder: the packets of multi-packet READ responses travel in
+/// segments, and the requester sees what it sees with single frames (data, CQEs, the opcode /
+/// PSN / length of every response packet).
+#[test]
+fn read_responses_in_segments_give_what_single_frames_give() {
+    let seg = reads(true, None);
+    let plain = reads(false, None);
+    assert!(seg.seen_b.segments_out > 0, "the responder sent segments");
+    assert!(seg.seen_a.segments_in > 0, "segments reached the requester");
+    assert_eq!(plain.seen_b.segments_out + plain.seen_a.segments_in, 0);
+    assert_eq!(seg.cqes, plain.cqes, "the same completions");
+    assert!(seg.cqes.0.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    assert!(seg.data_a == plain.data_a, "the same data at a");
+    let pb = pattern(8, LEN as usize);
+    assert!(
+        seg.data_a[..256 << 10] == pb[..256 << 10],
+        "b's data was read"
+    );
+    let (rs, rp) = (
+        first_read_responses(&seg.seen_a),
+        first_read_responses(&plain.seen_a),
+    );
+    assert_eq!(
+        rs, rp,
+        "the same READ response packets (opcode, PSN, length)"
+    );
+    assert_eq!(rs.len(), 4 * 16 + 1 + 4);
+    // Fewer hand-offs than packets; the one-packet response (ONLY, 0x10) went alone.
+    assert!(
+        seg.seen_a.segments_in * 4 <= rs.len(),
+        "{} segments for {} packets",
+        seg.seen_a.segments_in,
+        rs.len()
+    );
+    assert!(rs.iter().any(|r| r.0 == 0x10 && r.2 == 1000));
+}
+
+/// A READ response packet lost inside a segment: the requester asks again from the gap
+/// (IBTA 9.7.5.1.4), the responder answers the duplicate READ, and the result is the same.
+#[test]
+fn a_read_response_lost_inside_a_segment() {
+    let seg = reads(true, Some(3));
+    let plain = reads(false, None);
+    assert_eq!(seg.seen_a.dropped, 1, "one response packet was taken out");
+    assert!(
+        first_read_responses(&seg.seen_a).len()
+            < seg
+                .seen_a
+                .responses
+                .iter()
+                .filter(|r| (0x0d..=0x10).contains(&r.0))
+                .count(),
+        "a response PSN arrived twice (resent)"
+    );
+    assert_eq!(seg.cqes, plain.cqes);
+    assert!(seg.cqes.0.iter().all(|c| c.1 == VRDMA_WC_SUCCESS));
+    assert!(seg.data_a == plain.data_a && seg.data_b == plain.data_b);
 }
 
 /// Spec §16.2 rule 6: a segment is marked out of band, so no EtherType is taken from the

@@ -420,6 +420,19 @@ pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) 
     dev.outbox.push(frame);
 }
 
+/// Queue the packets written into `w` (if any) as one fabric segment (spec §16.2 rule 6; a
+/// single packet as a plain frame); `w` is empty afterwards.
+pub fn flush_segment(dev: &mut Device, w: &mut crate::wire::segment::SegmentWriter) {
+    let segment = w.count() > 1;
+    if let Some(b) = w.finish() {
+        if segment {
+            dev.queue_segment(b);
+        } else {
+            dev.outbox.push(b);
+        }
+    }
+}
+
 /// Count one `len`-byte frame QP `qpn` sends (a frame of a fabric segment is counted as it is
 /// written into the segment, which is then queued whole).
 pub fn count_tx(dev: &mut Device, qpn: u32, len: usize, retransmit: bool) {

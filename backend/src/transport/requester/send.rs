@@ -18,21 +18,8 @@ pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: 
         .then(|| SegmentWriter::new(crate::transport::packet::segment_buf()));
     send_packets(dev, ctx, st, now, &mut seg);
     if let Some(mut w) = seg {
-        flush_segment(dev, &mut w);
+        ctx::flush_segment(dev, &mut w);
         crate::transport::packet::recycle_frame(w.into_buf());
-    }
-}
-
-/// Queue the packets written into `w` (if any) as one segment (a single packet as a plain
-/// frame); `w` is empty afterwards.
-fn flush_segment(dev: &mut Device, w: &mut SegmentWriter) {
-    let segment = w.count() > 1;
-    if let Some(b) = w.finish() {
-        if segment {
-            dev.queue_segment(b);
-        } else {
-            dev.outbox.push(b);
-        }
     }
 }
 
@@ -500,7 +487,7 @@ fn send_wqe(
         let multi = w.length > u64::from(mtu) && !w.is_rd_atomic();
         if let Some(w) = seg.as_mut() {
             if !w.is_empty() && (!multi || !w.fits(plen)) {
-                flush_segment(dev, w);
+                ctx::flush_segment(dev, w);
                 *w = SegmentWriter::new(crate::transport::packet::segment_buf());
             }
         }

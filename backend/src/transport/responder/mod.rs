@@ -21,6 +21,7 @@ use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::device::Device;
 use crate::memory::mr::{GuestRange, MrError};
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
+use crate::wire::segment::SegmentWriter;
 use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Transport};
 
 mod checks;
@@ -602,17 +603,51 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
 /// ONLY, AETH on FIRST/LAST/ONLY). Returns true when the budget ran out with replies still
 /// queued (call again soon); false when the queue is empty or waits for an ODP fault, whose end
 /// resumes the QP (`transport::resume_odp`), so a waiting READ costs no timer spin.
+///
+/// On a fabric port that takes segments (spec §16.2 rule 6) the packets of multi-packet READ
+/// responses are written back to back into fabric segments, as the requester does for its
+/// requests; every packet is still a complete standard frame with its own PSN, and ONLY
+/// responses, ACKs and atomic ACKs stay single frames, sent after the segment so far (PSN order).
 pub(crate) fn pump_replies(
     dev: &mut Device,
     ctx: &QpCtx,
     st: &mut ResponderState,
+    budget: u32,
+) -> bool {
+    let mut seg = (dev.icrc_offload.segments && !ctx.is_ud())
+        .then(|| SegmentWriter::new(super::packet::segment_buf()));
+    let more = pump(dev, ctx, st, budget, &mut seg);
+    if let Some(mut w) = seg {
+        ctx::flush_segment(dev, &mut w);
+        super::packet::recycle_frame(w.into_buf());
+    }
+    more
+}
+
+/// Queue what `seg` holds (if anything) before a single frame, so PSN order holds on the wire.
+fn flush_before_single(dev: &mut Device, seg: &mut Option<SegmentWriter>) {
+    if let Some(w) = seg.as_mut() {
+        if !w.is_empty() {
+            ctx::flush_segment(dev, w);
+            *w = SegmentWriter::new(super::packet::segment_buf());
+        }
+    }
+}
+
+/// See [`pump_replies`]; `seg` is the open segment, if the port takes them.
+fn pump(
+    dev: &mut Device,
+    ctx: &QpCtx,
+    st: &mut ResponderState,
     mut budget: u32,
+    seg: &mut Option<SegmentWriter>,
 ) -> bool {
     let Some(path) = ctx.path else {
         st.replies.clear();
         return false;
     };
     let mtu = ctx.mtu as u64;
+    let mut ranges: Vec<GuestRange> = Vec::new();
     while budget > 0 {
         let Some(r) = st.replies.front_mut() else {
             break;
@@ -623,6 +658,7 @@ pub(crate) fn pump_replies(
             ReplyKind::Ack(aeth) => {
                 let psn = r.psn;
                 st.replies.pop_front();
+                flush_before_single(dev, seg);
                 send_ack(dev, ctx, aeth, psn);
                 budget -= 1;
                 continue;
@@ -630,6 +666,7 @@ pub(crate) fn pump_replies(
             ReplyKind::AtomicAck { orig } => {
                 let (psn, msn) = (r.psn, r.msn);
                 st.replies.pop_front();
+                flush_before_single(dev, seg);
                 send_atomic_ack(dev, ctx, msn, psn, orig);
                 budget -= 1;
                 continue;
@@ -643,13 +680,11 @@ pub(crate) fn pump_replies(
             (false, false) => Position::Middle,
             (false, true) => Position::Last,
         };
-        // `vec!` of zeroes is a zeroed allocation; `resize` is a per-byte loop in debug builds.
-        let mut buf = vec![0u8; n as usize];
+        ranges.clear();
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            let mut ranges = Vec::new();
-            let ok = match dev.mrs.resolve_remote_into(
+            match dev.mrs.resolve_remote_into(
                 Some(ctx.qpn),
                 r.rkey,
                 r.pdn,
@@ -659,35 +694,16 @@ pub(crate) fn pump_replies(
                 ACCESS_REMOTE_READ,
                 &mut ranges,
             ) {
-                Ok(()) => {
-                    let mut p = 0usize;
-                    let mut ok = true;
-                    for g in ranges {
-                        let Some(chunk) = p
-                            .checked_add(g.len as usize)
-                            .and_then(|e| buf.get_mut(p..e))
-                        else {
-                            ok = false;
-                            break;
-                        };
-                        if dev.mem.read(g.gpa, chunk).is_err() {
-                            ok = false;
-                            break;
-                        }
-                        p += g.len as usize;
-                    }
-                    ok
-                }
+                Ok(()) => {}
                 // Not resident (yet, or any more): the fault is in flight and its end resumes
                 // this QP; the responses continue from here, in PSN order (spec §12.4).
                 Err(MrError::Fault { .. }) => return false,
-                Err(_) => false,
-            };
-            if !ok {
-                // The requester times out and retries; a retry fails the R_Key check and gets
-                // the remote access NAK.
-                st.replies.pop_front();
-                continue;
+                Err(_) => {
+                    // The requester times out and retries; a retry fails the R_Key check and
+                    // gets the remote access NAK.
+                    st.replies.pop_front();
+                    continue;
+                }
             }
         }
         let hdrs = TxHdrs {
@@ -696,6 +712,71 @@ pub(crate) fn pump_replies(
             ..Default::default()
         };
         let psn = r.psn;
+        let Some(op) = opcode_for(ctx.transport(), Operation::ReadResponse, pos, false, false)
+        else {
+            st.replies.pop_front();
+            continue;
+        };
+        let multi = !matches!(pos, Position::Only);
+        if let Some(w) = seg.as_mut() {
+            if !w.is_empty() && (!multi || !w.fits(n as usize)) {
+                ctx::flush_segment(dev, w);
+                *w = SegmentWriter::new(super::packet::segment_buf());
+            }
+        }
+        // The payload, straight from guest memory into the frame (no intermediate buffer).
+        let mem = &dev.mem;
+        let fill = |buf: &mut [u8]| -> Result<(), ()> {
+            let mut p = 0usize;
+            for g in &ranges {
+                let chunk = p
+                    .checked_add(g.len as usize)
+                    .and_then(|e| buf.get_mut(p..e))
+                    .ok_or(())?;
+                mem.read(g.gpa, chunk).map_err(|_| ())?;
+                p += g.len as usize;
+            }
+            if p == buf.len() {
+                Ok(())
+            } else {
+                Err(())
+            }
+        };
+        let meta = super::packet::TxMeta {
+            path: &path,
+            src_qpn: ctx.qpn,
+            dst_qpn: ctx.dest_qpn,
+            opcode: op,
+            psn,
+            solicited: false,
+            ack_req: false,
+            hdrs: &hdrs,
+        };
+        let built = match seg.as_mut().filter(|_| multi) {
+            Some(w) => super::packet::build_into_segment(&meta, n as usize, w, fill)
+                .map(|len| len.map(|l| (l, None))),
+            None => super::packet::build_with(
+                meta.path,
+                meta.src_qpn,
+                meta.dst_qpn,
+                meta.opcode,
+                meta.psn,
+                false,
+                false,
+                meta.hdrs,
+                n as usize,
+                fill,
+            )
+            .map(|f| f.map(|f| (f.len(), Some(f)))),
+        };
+        let Ok(built) = built else {
+            // Guest memory could not be read: as an unreadable MR above.
+            st.replies.pop_front();
+            continue;
+        };
+        let Some(r) = st.replies.front_mut() else {
+            break;
+        };
         r.psn = psn_add(r.psn, 1);
         r.va = r.va.wrapping_add(n);
         r.remaining -= n;
@@ -704,22 +785,12 @@ pub(crate) fn pump_replies(
             st.replies.pop_front();
         }
         budget -= 1;
-        let Some(op) = opcode_for(ctx.transport(), Operation::ReadResponse, pos, false, false)
-        else {
-            continue;
-        };
-        if let Some(f) = super::build_frame(
-            &path,
-            ctx.qpn,
-            ctx.dest_qpn,
-            op,
-            psn,
-            false,
-            false,
-            &hdrs,
-            &buf,
-        ) {
-            ctx::send_frame(dev, ctx.qpn, f, false);
+        match built {
+            Some((_, Some(f))) => ctx::send_frame(dev, ctx.qpn, f, false),
+            Some((len, None)) => ctx::count_tx(dev, ctx.qpn, len, false),
+            // `wire` refused the frame (logged): seen as a lost packet, which the requester
+            // asks for again.
+            None => {}
         }
     }
     budget == 0 && !st.replies.is_empty()
