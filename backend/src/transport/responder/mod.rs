@@ -614,32 +614,30 @@ pub(crate) fn pump_replies(
     st: &mut ResponderState,
     budget: u32,
 ) -> bool {
-    let mut seg = (dev.icrc_offload.segments && !ctx.is_ud())
-        .then(|| SegmentWriter::new(super::packet::segment_buf()));
-    let more = pump(dev, ctx, st, budget, &mut seg);
-    if let Some(mut w) = seg {
-        ctx::flush_segment(dev, &mut w);
-        super::packet::recycle_frame(w.into_buf());
-    }
+    // Opened at the first packet that goes into one (an ONLY response or an ACK needs none).
+    let segments = dev.icrc_offload.segments && !ctx.is_ud();
+    let mut seg = None;
+    let more = pump(dev, ctx, st, budget, segments, &mut seg);
+    close_segment(dev, &mut seg);
     more
 }
 
-/// Queue what `seg` holds (if anything) before a single frame, so PSN order holds on the wire.
-fn flush_before_single(dev: &mut Device, seg: &mut Option<SegmentWriter>) {
-    if let Some(w) = seg.as_mut() {
-        if !w.is_empty() {
-            ctx::flush_segment(dev, w);
-            *w = SegmentWriter::new(super::packet::segment_buf());
-        }
+/// Queue what `seg` holds (if anything; it is closed) before a single frame or a new segment,
+/// so PSN order holds on the wire.
+fn close_segment(dev: &mut Device, seg: &mut Option<SegmentWriter>) {
+    if let Some(mut w) = seg.take() {
+        ctx::flush_segment(dev, &mut w);
+        super::packet::recycle_frame(w.into_buf());
     }
 }
 
-/// See [`pump_replies`]; `seg` is the open segment, if the port takes them.
+/// See [`pump_replies`]; `segments`: the port takes them; `seg`: the open segment.
 fn pump(
     dev: &mut Device,
     ctx: &QpCtx,
     st: &mut ResponderState,
     mut budget: u32,
+    segments: bool,
     seg: &mut Option<SegmentWriter>,
 ) -> bool {
     let Some(path) = ctx.path else {
@@ -658,7 +656,7 @@ fn pump(
             ReplyKind::Ack(aeth) => {
                 let psn = r.psn;
                 st.replies.pop_front();
-                flush_before_single(dev, seg);
+                close_segment(dev, seg);
                 send_ack(dev, ctx, aeth, psn);
                 budget -= 1;
                 continue;
@@ -666,7 +664,7 @@ fn pump(
             ReplyKind::AtomicAck { orig } => {
                 let (psn, msn) = (r.psn, r.msn);
                 st.replies.pop_front();
-                flush_before_single(dev, seg);
+                close_segment(dev, seg);
                 send_atomic_ack(dev, ctx, msn, psn, orig);
                 budget -= 1;
                 continue;
@@ -717,12 +715,12 @@ fn pump(
             st.replies.pop_front();
             continue;
         };
-        let multi = !matches!(pos, Position::Only);
-        if let Some(w) = seg.as_mut() {
-            if !w.is_empty() && (!multi || !w.fits(n as usize)) {
-                ctx::flush_segment(dev, w);
-                *w = SegmentWriter::new(super::packet::segment_buf());
-            }
+        let multi = segments && !matches!(pos, Position::Only);
+        if !multi || seg.as_ref().is_some_and(|w| !w.fits(n as usize)) {
+            close_segment(dev, seg);
+        }
+        if multi && seg.is_none() {
+            *seg = Some(SegmentWriter::new(super::packet::segment_buf()));
         }
         // The payload, straight from guest memory into the frame (no intermediate buffer).
         let mem = &dev.mem;
