@@ -539,51 +539,29 @@ fn atomic_ack_in_order(
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
 pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
-    let Some(path) = ctx.path else { return };
-    let Some(op) = opcode_for(
-        ctx.transport(),
-        Operation::Ack,
-        Position::Only,
-        false,
-        false,
-    ) else {
-        return;
-    };
     let hdrs = TxHdrs {
         aeth: Some(aeth),
         ..Default::default()
     };
-    if let Some(f) = super::build_frame(
-        &path,
-        ctx.qpn,
-        ctx.dest_qpn,
-        op,
-        psn,
-        false,
-        false,
-        &hdrs,
-        &[],
-    ) {
-        ctx::send_frame(dev, ctx.qpn, f, false);
-    }
+    send_payloadless(dev, ctx, Operation::Ack, psn, &hdrs);
 }
 
 fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
-    let Some(path) = ctx.path else { return };
-    let Some(op) = opcode_for(
-        ctx.transport(),
-        Operation::AtomicAck,
-        Position::Only,
-        false,
-        false,
-    ) else {
-        return;
-    };
     let hdrs = TxHdrs {
         aeth: Some(Aeth::ack(msn)),
         atomic_ack: Some(AtomicAckEth { orig }),
         ..Default::default()
     };
+    send_payloadless(dev, ctx, Operation::AtomicAck, psn, &hdrs);
+}
+
+/// One ONLY packet of `operation` without payload (an ACK or atomic ACK) for `psn`, sent as a
+/// single frame.
+fn send_payloadless(dev: &mut Device, ctx: &QpCtx, operation: Operation, psn: u32, hdrs: &TxHdrs) {
+    let Some(path) = ctx.path else { return };
+    let Some(op) = opcode_for(ctx.transport(), operation, Position::Only, false, false) else {
+        return;
+    };
     if let Some(f) = super::build_frame(
         &path,
         ctx.qpn,
@@ -592,7 +570,7 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
         psn,
         false,
         false,
-        &hdrs,
+        hdrs,
         &[],
     ) {
         ctx::send_frame(dev, ctx.qpn, f, false);
