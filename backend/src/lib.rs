@@ -16,6 +16,7 @@ pub mod objects;
 pub mod port;
 pub mod qp;
 pub mod stats;
+pub mod tables;
 pub mod transport;
 pub mod uplink;
 pub mod vhost_user;

@@ -547,7 +547,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
         if cq.moderation.held > 0 {
             // Held CQEs get their event once the destination runs (the period restarts now).
             cq.moderation.deadline = Some(now);
-            dev.cq_timers.push(std::cmp::Reverse((now, h)));
+            dev.arm_cq_timer(now, h);
         }
         cqs.push((h, cq));
     }

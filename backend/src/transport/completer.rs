@@ -11,7 +11,7 @@ use super::requester::{
     restart, restart_on_loss, sge_copy, OdpWait, RequesterState, SgeError, SgeIo, WqeState,
 };
 use super::{psn_add, psn_diff, timers};
-use crate::device::Device;
+use crate::transport::Device;
 use crate::wire::{NakCode, Operation, Position, Syndrome};
 
 /// A response for `ctx`'s QP arrived (RC only; the caller checked the QP state).

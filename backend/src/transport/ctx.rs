@@ -6,7 +6,7 @@
 use super::packet::Path;
 use super::responder::{decode_recv, RecvWqe};
 use super::{RequesterState, ResponderState};
-use crate::device::Device;
+use crate::transport::Device;
 use vrdma_spec::{VrdmaAv, VrdmaCqe};
 
 /// QP types (spec §13, `VRDMA_QPT_*`).

@@ -25,9 +25,9 @@ use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
 use super::doorbells::DoorbellQueue;
-use crate::device::Device;
 use crate::port::{classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
+use crate::transport::Device;
 use crate::uplink::{RxFrame, Uplink, UplinkError, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held, and the

@@ -53,9 +53,42 @@ use std::time::Instant;
 pub use requester::RequesterState;
 pub use responder::ResponderState;
 
-use crate::device::Device;
 use crate::wire::Opcode;
 use packet::{Path, TxHdrs};
+
+/// The RoCEv2 engine as the QP table's protocol: the requester, responder and timer marks
+/// every QP holds (`qp::Protocol`). Named here, so `qp/` and `tables/` do not depend on the
+/// transport (ARCHITECTURE.md "Layers").
+#[derive(Debug)]
+pub struct Rocev2;
+
+impl crate::qp::Protocol for Rocev2 {
+    type Req = RequesterState;
+    type Resp = ResponderState;
+    type Tick = timers::TickMarks;
+}
+
+impl crate::qp::SendState for RequesterState {
+    fn set_sq_psn(&mut self, psn: u32) {
+        RequesterState::set_sq_psn(self, psn);
+    }
+    fn reset(&mut self) {
+        RequesterState::reset(self);
+    }
+}
+
+impl crate::qp::RecvState for ResponderState {
+    fn set_rq_psn(&mut self, psn: u32) {
+        ResponderState::set_rq_psn(self, psn);
+    }
+    fn reset(&mut self) {
+        ResponderState::reset(self);
+    }
+}
+
+/// The device state the engine runs on: the device's tables with this engine's per-QP state.
+/// (`device::Device` is the same type; the transport sees only what `tables/` defines on it.)
+pub type Device = crate::tables::DeviceTables<Rocev2>;
 
 /// PSNs are 24-bit (IBTA 9.7.1).
 pub const PSN_MASK: u32 = 0x00ff_ffff;

@@ -12,12 +12,11 @@
 //! entries (live or stale) and the worklist, nothing else.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use super::ctx::{self, QpCtx};
 use super::{completer, requester, with_req};
-use crate::device::Device;
+use crate::transport::Device;
 
 /// Floor for the retransmission timeout. IBTA allows timeout codes down to 1 (8.192 µs), which
 /// would make a software engine retransmit before the peer's engine thread is even scheduled;
@@ -61,34 +60,6 @@ pub struct TickMarks {
     pub queued: Option<Instant>,
     /// The QP is on the worklist.
     pub listed: bool,
-}
-
-/// The device's timer heap and tick worklist (see the module comment).
-#[derive(Debug, Default)]
-pub struct TimerQueue {
-    heap: BinaryHeap<Reverse<(Instant, u32)>>,
-    work: Vec<u32>,
-    /// Spare buffer the worklist is swapped with during a tick (no allocation per tick).
-    spare: Vec<u32>,
-    /// Heap entries and worklist slots examined by ticks so far (test hook: the work per tick).
-    visited: u64,
-}
-
-impl TimerQueue {
-    /// Entries (heap and worklist) examined by all ticks so far.
-    pub fn visited(&self) -> u64 {
-        self.visited
-    }
-
-    /// Heap entries, stale ones included.
-    pub fn heap_len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn clear(&mut self) {
-        self.heap.clear();
-        self.work.clear();
-    }
 }
 
 /// Called when QP `qpn`'s requester state has been put back: queue its earliest deadline if it is

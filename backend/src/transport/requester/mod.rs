@@ -21,9 +21,9 @@ use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD, QPT_RC, QPT_XRC_TGT
 use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
-use crate::device::Device;
 use crate::memory::mr::MrError;
 use crate::memory::BindMw;
+use crate::transport::Device;
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
 

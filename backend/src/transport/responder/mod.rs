@@ -18,8 +18,8 @@ use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI, QPT_XRC_T
 use super::packet::{opcode_for, RxPkt, TxHdrs};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
-use crate::device::Device;
 use crate::memory::mr::{GuestRange, MrError};
+use crate::transport::Device;
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Transport};

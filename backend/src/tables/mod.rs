@@ -1,0 +1,436 @@
+//! The device's state that both paths share (spec §2, §5, §11): every object table, guest
+//! memory, the outputs, and the rules that span tables — posting a CQE (overflow moves the CQ's
+//! QPs to ERR), moving a QP to ERR (event, then its flush through [`FlushHook`]), taking an SRQ
+//! WQE (a broken SRQ moves its QPs to ERR). Generic over the QP protocol ([`Protocol`]), so the
+//! engine (`transport/`, which names the protocol `transport::Rocev2`) sits above it without
+//! knowing the command handlers, and the command handlers (`device/`, whose `Device` is
+//! `DeviceTables<Rocev2>`) sit above the engine whose per-QP state they save and restore
+//! (ARCHITECTURE.md "Layers"). Nothing in here blocks.
+//!
+//! # For `transport/`
+//! - CQEs: `post_cqe(cqn, &cqe, solicited)` (arming, events and overflow handled here).
+//! - Errors: `qp_to_error(qpn, Some(VRDMA_EV_*), info)`, `qp_ring_error(qpn, on_sq, &err)`; set
+//!   `flush_hook` at start-up: it is called after MODIFY_QP / `qp_to_error` moved a QP to ERR,
+//!   through a worklist (`schedule_flush`), never recursively.
+//! - Receive WQEs: `srq_pop(srqn, buf)` (limit / error events handled here), RQ via `qp.rq`.
+//! - Memory: `mrs.resolve_for(Some(qpn), key, pd, iova, len, access)`, `mrs.fast_register`,
+//!   `mrs.local_invalidate`; never keep a `GuestRange` across device-lock releases (ODP
+//!   invalidation relies on it). `take_resumed_qps()` after faults resolve; `odp_tick(now)` from
+//!   the timer tick (page-request timeouts; returns the next deadline).
+//! - Lookups: `ahs.lookup_in_pd(index, pd)`, `gids.get(i)`, `gids.is_local_ip(ip)`.
+//! - Memory: anything held in proportion to guest or peer input is charged to `budget` first
+//!   (spec §16.1, `crate::budget`); over budget, take the spec's outcome, never allocate anyway.
+
+pub mod config;
+pub mod timer_queue;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use vrdma_spec::*;
+
+pub use config::DeviceConfig;
+pub use timer_queue::TimerQueue;
+
+use crate::guest::output;
+use crate::guest::output::DeviceOutput;
+
+use crate::guest::{GuestMem, GuestMemoryMap, RingError};
+use crate::memory::MrTable;
+use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
+use crate::qp::{Protocol, QpState, QpTable};
+
+/// Budget reserved for parked control chains: `MAX_PARKED_ADVISE` chains of at most 8
+/// response descriptors (16 bytes each) plus their table entry.
+pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 * (8 * 16 + 128);
+
+/// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
+/// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
+pub type FlushHook<P> = fn(&mut DeviceTables<P>, u32);
+
+/// The device's tables and guest (see the module documentation).
+pub struct DeviceTables<P: Protocol> {
+    pub config: DeviceConfig,
+    pub mem: GuestMem,
+    pub out: Arc<dyn DeviceOutput>,
+    pub(crate) pds: PdTable,
+    /// XRC domains (spec §13.7).
+    pub(crate) xrcds: crate::objects::XrcdTable,
+    pub(crate) cqs: HandleTable<Cq>,
+    pub(crate) srqs: HandleTable<Srq>,
+    pub(crate) ahs: AhTable,
+    pub(crate) gids: GidTable,
+    /// UD multicast groups and their QPs (spec §15.8).
+    pub(crate) mcast: crate::objects::McastTable,
+    pub mrs: MrTable,
+    pub qps: QpTable<P>,
+    /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
+    /// chunk tables and the control queue's buffers are charged to it.
+    pub budget: crate::budget::Budget,
+    /// What the device holds of the budget for its whole life: the parked control chains
+    /// (at most `MAX_PARKED_ADVISE`, each keeping a few response descriptors, see
+    /// `vhost_user::controlq::response_descs`).
+    _fixed: crate::budget::Charge,
+    /// Frames the transport wants sent; the engine loop flushes it to the uplink.
+    pub outbox: Vec<Vec<u8>>,
+    /// The indices in `outbox` (ascending) of the buffers that are fabric segments
+    /// (`wire::segment`, spec §16.2 rule 6; only [`DeviceTables::queue_segment`] adds one): the mark
+    /// travels beside the buffer, never in its bytes. Every other entry is one frame.
+    pub outbox_segments: Vec<usize>,
+    /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
+    pub port_stats: Arc<crate::stats::PortStats>,
+    /// See [`FlushHook`].
+    pub flush_hook: Option<FlushHook<P>>,
+    /// QPs moved to ERR whose flush hook has not run yet. A flush can overflow another CQ,
+    /// which moves more QPs to ERR (spec §5.2); they are queued here and flushed one after the
+    /// other instead of recursively, so a chain of thousands of QPs and CQs cannot exhaust the
+    /// thread's stack. Each QP enters ERR once, so the list never holds more than `max_qp`.
+    flush_queue: VecDeque<u32>,
+    /// Set while [`DeviceTables::schedule_flush`] runs the hook: nested calls only queue.
+    flushing: bool,
+    /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
+    pub needs_reset: bool,
+    /// Transport deadlines and the tick worklist (transport/timers.rs).
+    pub(crate) timers: TimerQueue,
+    /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
+    pub(crate) range_scratch: Vec<crate::memory::mr::GuestRange>,
+    /// The responder's reusable RETH translation vector.
+    pub(crate) resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
+    /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
+    cq_timers: std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
+    /// What the device's port does with the ICRC (`Uplink::icrc_offload`, spec §16.2): on a
+    /// fabric port RoCEv2 frames are built without one and received ones are not checked. Set
+    /// by the engine.
+    pub(crate) icrc_offload: crate::uplink::IcrcOffload,
+    /// Migration (spec §17.1): the engine neither reads nor writes guest memory nor sends;
+    /// received frames are dropped (RC peers retransmit), doorbells wait for `resume_sweep`.
+    pub(crate) suspended: bool,
+    /// The next engine batch rings every QP's SQ and RQ doorbell: set by doorbells that arrived
+    /// while suspended and by a restore (doorbells the source had not handled yet).
+    pub(crate) resume_sweep: bool,
+}
+
+impl<P: Protocol> std::fmt::Debug for DeviceTables<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceTables")
+            .field("qps", &self.qps)
+            .field("mrs", &self.mrs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Protocol> DeviceTables<P> {
+    /// A device at power-on state.
+    pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
+        let budget = crate::budget::Budget::new(config.max_host_memory);
+        // A budget too small even for this (below the CLI's minimum) leaves it uncharged.
+        let fixed = budget.try_charge(PARKED_RESERVE).unwrap_or_default();
+        DeviceTables {
+            _fixed: fixed,
+            pds: PdTable::new(config.max_pd),
+            xrcds: crate::objects::XrcdTable::new(config.max_pd),
+            cqs: HandleTable::new(config.max_cq),
+            srqs: HandleTable::new(config.max_srq),
+            ahs: AhTable::new(config.max_ah),
+            gids: GidTable::new(config.max_gid),
+            mcast: crate::objects::McastTable::new(
+                crate::objects::mcast::MAX_MCAST_GROUPS,
+                crate::objects::mcast::MAX_MCAST_QP_ATTACH,
+            ),
+            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
+                .with_max_pages(config.max_mr_pages)
+                .with_max_mw(config.max_mw)
+                .with_budget(budget.clone()),
+            qps: QpTable::new(config.max_qp),
+            budget,
+            outbox: Vec::new(),
+            outbox_segments: Vec::new(),
+            port_stats: Arc::default(),
+            flush_hook: None,
+            flush_queue: VecDeque::new(),
+            flushing: false,
+            needs_reset: false,
+            timers: Default::default(),
+            range_scratch: Vec::new(),
+            resp_range_scratch: Vec::new(),
+            cq_timers: Default::default(),
+            icrc_offload: Default::default(),
+            suspended: false,
+            resume_sweep: false,
+            config,
+            mem,
+            out,
+        }
+    }
+
+    /// Back to power-on state: every object destroyed, GID table empty. Guest memory and outputs
+    /// are kept (the vhost-user layer replaces them when the frontend does).
+    pub fn reset(&mut self) {
+        self.pds.clear();
+        self.xrcds.clear();
+        self.cqs.clear();
+        self.srqs.clear();
+        self.ahs.clear();
+        self.gids.clear();
+        self.mcast.clear();
+        self.mrs.clear();
+        self.qps.clear();
+        self.outbox.clear();
+        self.outbox_segments.clear();
+        self.flush_queue.clear();
+        self.needs_reset = false;
+        self.timers.clear();
+        self.cq_timers.clear();
+        self.suspended = false;
+        self.resume_sweep = false;
+    }
+
+    /// Queue a fabric segment for the uplink, in order with the frames in `outbox`.
+    pub fn queue_segment(&mut self, seg: Vec<u8>) {
+        self.outbox_segments.push(self.outbox.len());
+        self.outbox.push(seg);
+    }
+
+    /// Leaving a suspension (spec §17.4): ring every QP's doorbells at the next engine batch
+    /// and send a RARP frame with the port's MAC, so that switches between the peers and this
+    /// host learn where the port is now (as QEMU announces a migrated NIC).
+    pub fn announce(&mut self) {
+        self.resume_sweep = true;
+        let mut f = Vec::with_capacity(60);
+        f.extend_from_slice(&[0xff; 6]);
+        f.extend_from_slice(&self.config.mac);
+        f.extend_from_slice(&[0x80, 0x35]); // RARP
+                                            // htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4, op 3 (reverse request)
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 3]);
+        for _ in 0..2 {
+            f.extend_from_slice(&self.config.mac);
+            f.extend_from_slice(&[0; 4]);
+        }
+        f.resize(60, 0);
+        self.outbox.push(f);
+    }
+
+    /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's
+    /// ODP page requests follow.
+    pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
+        self.out = out.clone();
+        self.mrs.set_output(out);
+    }
+
+    /// SET_MEM_TABLE: adopt the memory map currently in `atomic` (the vhost-user layer's memory
+    /// object). Every clone of `self.mem` (MR table included) sees the new table.
+    pub fn set_guest_memory(&mut self, atomic: &vm_memory::GuestMemoryAtomic<GuestMemoryMap>) {
+        self.mem.set_from_atomic(atomic);
+    }
+
+    /// The config space bytes (256).
+    pub fn config_space(&self) -> Vec<u8> {
+        self.config.config_space()
+    }
+
+    /// Post a CQE on `cqn`. On overflow the CQ goes to error (CQ_ERR sent) and every QP using it
+    /// is moved to ERR with QP_FATAL (DESIGN.md "Rings"). `solicited`: the completion is solicited
+    /// (a SOLICITED arm fires for it; error completions always count as solicited).
+    pub fn post_cqe(&mut self, cqn: u32, cqe: &VrdmaCqe, solicited: bool) -> Result<(), CqError> {
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            return Err(CqError::Broken);
+        };
+        let r = cq.post_cqe(&self.mem, &*self.out, cqe, solicited);
+        if let Ok(Some(deadline)) = r {
+            self.cq_timers.push(std::cmp::Reverse((deadline, cqn)));
+        }
+        let r = r.map(|_| ());
+        if matches!(r, Err(CqError::Overflow) | Err(CqError::Access(_))) {
+            // An XRC_TGT posts on the CQ of the XRC SRQ a request named (spec §13.7): every
+            // target of a domain with an XRC SRQ on this CQ may have used it.
+            let xrc_domains: Vec<u32> = self
+                .srqs
+                .iter()
+                .filter_map(|(_, s)| s.xrc.filter(|x| x.cqn == cqn).map(|x| x.xrcdn))
+                .collect();
+            let victims: Vec<u32> = self
+                .qps
+                .iter()
+                .filter(|q| {
+                    q.send_cqn == cqn
+                        || q.recv_cqn == cqn
+                        || q.xrcdn.is_some_and(|x| xrc_domains.contains(&x))
+                })
+                .map(|q| q.qpn)
+                .collect();
+            for q in victims {
+                self.qp_to_error(q, Some(VRDMA_EV_QP_FATAL), 0);
+            }
+        }
+        r
+    }
+
+    /// The uplink's link state (spec §2.2 `port_state`, §9): on a change, `port_state` in the
+    /// configuration space and QUERY_PORT follow, then `VRDMA_EV_PORT_ACTIVE` / `_PORT_ERR` is
+    /// posted. Returns whether the state changed.
+    pub fn set_port_active(&mut self, up: bool) -> bool {
+        if self.config.port_active == up {
+            return false;
+        }
+        self.config.port_active = up;
+        log::info!("port 1 {}", if up { "ACTIVE" } else { "DOWN" });
+        let ev = if up {
+            vrdma_spec::VRDMA_EV_PORT_ACTIVE
+        } else {
+            vrdma_spec::VRDMA_EV_PORT_ERR
+        };
+        self.out.event(output::event(ev, 1, 0));
+        true
+    }
+
+    /// Arm a CQ moderation timer (spec §5.5) for `cqn` at `at` (a restore re-arms the CQs that
+    /// held CQEs back).
+    pub(crate) fn arm_cq_timer(&mut self, at: std::time::Instant, cqn: u32) {
+        self.cq_timers.push(std::cmp::Reverse((at, cqn)));
+    }
+
+    /// Fire the CQ moderation timers (spec §5.5) that expired by `now`; returns the next one.
+    /// Entries of CQs destroyed or fired since are stale and skipped (`moderation_expired`
+    /// compares the deadline); each held CQE pushes at most one entry per event.
+    pub fn cq_moderation_tick(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
+        while let Some(&std::cmp::Reverse((d, cqn))) = self.cq_timers.peek() {
+            if d > now {
+                return Some(d);
+            }
+            self.cq_timers.pop();
+            if let Some(cq) = self.cqs.get_mut(cqn) {
+                cq.moderation_expired(&self.mem, &*self.out, d);
+            }
+        }
+        None
+    }
+
+    /// Move a QP to ERR (if it is not in RESET or ERR already), send `event` (VRDMA_EV_* with
+    /// `info`) if given, then flush it through [`DeviceTables::schedule_flush`].
+    pub fn qp_to_error(&mut self, qpn: u32, event: Option<u32>, info: u32) {
+        let Some(qp) = self.qps.get_mut(qpn) else {
+            return;
+        };
+        if matches!(qp.state, QpState::Err | QpState::Reset) {
+            return;
+        }
+        qp.enter(&self.mem, QpState::Err);
+        if let Some(ev) = event {
+            self.out.event(output::event(ev, qpn, info));
+        }
+        self.schedule_flush(qpn);
+    }
+
+    /// Run the flush hook for `qpn`, which just entered ERR. Called from inside a flush (the
+    /// flush overflowed a CQ and moved more QPs to ERR), it only queues `qpn`: the outermost
+    /// call flushes the queued QPs one after the other, in the order they entered ERR. The
+    /// stack depth is therefore bounded whatever the length of the overflow chain.
+    pub fn schedule_flush(&mut self, qpn: u32) {
+        let Some(hook) = self.flush_hook else {
+            return;
+        };
+        self.flush_queue.push_back(qpn);
+        if self.flushing {
+            return;
+        }
+        self.flushing = true;
+        while let Some(q) = self.flush_queue.pop_front() {
+            hook(self, q);
+        }
+        self.flushing = false;
+    }
+
+    /// A QP's SQ or RQ ring failed at run time (index error or inaccessible): write the ring's
+    /// error code, move the QP to ERR and send QP_FATAL.
+    pub fn qp_ring_error(&mut self, qpn: u32, on_sq: bool, err: &RingError) {
+        if let Some(qp) = self.qps.get(qpn) {
+            let ring = if on_sq { Some(&qp.sq) } else { qp.rq.as_ref() };
+            if let Some(r) = ring {
+                let _ = r.set_error(&self.mem, err.ring_error_code());
+            }
+        }
+        self.qp_to_error(qpn, Some(VRDMA_EV_QP_FATAL), err.ring_error_code());
+    }
+
+    /// Take the next receive WQE of an SRQ (see [`Srq::pop`]). When this call breaks the SRQ
+    /// (index or access error, SRQ_ERR sent), every QP attached to it goes to ERROR with
+    /// QP_FATAL (`info` = the ring error code): IBTA 10.2.9 / 11.6.3 (SRQ catastrophic error: the
+    /// associated QPs enter the Error state), spec §14.4. Each then flushes and reports
+    /// LAST_WQE_REACHED (spec §13).
+    pub fn srq_pop(&mut self, srqn: u32, buf: &mut [u8]) -> Result<bool, RingError> {
+        let srq = self.srqs.get_mut(srqn).ok_or(RingError::Broken)?;
+        let was_broken = srq.broken;
+        let r = srq.pop(&self.mem, &*self.out, buf);
+        if let Err(e) = &r {
+            if !was_broken {
+                let code = e.ring_error_code();
+                let victims: Vec<u32> = self
+                    .qps
+                    .iter()
+                    .filter(|q| q.srqn == Some(srqn))
+                    .map(|q| q.qpn)
+                    .collect();
+                for q in victims {
+                    self.qp_to_error(q, Some(VRDMA_EV_QP_FATAL), code);
+                }
+            }
+        }
+        r
+    }
+
+    /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or
+    /// timed out).
+    pub fn take_resumed_qps(&mut self) -> Vec<u32> {
+        self.mrs.take_resumed()
+    }
+
+    /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
+    pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
+        self.mrs.odp_tick(now)
+    }
+
+    /// Is the XRC domain referenced by an XRC SRQ or an XRC_TGT QP (spec §13.7)?
+    pub fn xrcd_in_use(&self, xrcdn: u32) -> bool {
+        self.qps.iter().any(|q| q.xrcdn == Some(xrcdn))
+            || self
+                .srqs
+                .iter()
+                .any(|(_, s)| s.xrc.is_some_and(|x| x.xrcdn == xrcdn))
+    }
+
+    /// Is the PD referenced by any object?
+    pub fn pd_in_use(&self, pd: u32) -> bool {
+        self.qps.iter().any(|q| q.pd == pd)
+            || self.srqs.iter().any(|(_, s)| s.pd == pd)
+            || self.ahs.iter().any(|(_, a)| a.pd == pd)
+            || self.mrs.pd_in_use(pd)
+    }
+}
+
+/// Read access to the object tables for the crate's users (tests, tools). Inside the crate the
+/// fields are `pub(crate)`: `transport/` and `exporter.rs` use them directly (ARCHITECTURE.md
+/// "Device"); nothing outside may change a table behind the device's back.
+impl<P: Protocol> DeviceTables<P> {
+    pub fn pds(&self) -> &PdTable {
+        &self.pds
+    }
+    pub fn cqs(&self) -> &HandleTable<Cq> {
+        &self.cqs
+    }
+    pub fn srqs(&self) -> &HandleTable<Srq> {
+        &self.srqs
+    }
+    pub fn ahs(&self) -> &AhTable {
+        &self.ahs
+    }
+    pub fn gids(&self) -> &GidTable {
+        &self.gids
+    }
+    pub fn mcast(&self) -> &crate::objects::McastTable {
+        &self.mcast
+    }
+    /// The transport's timer queue (its visit counter is what `tests/transport_timers.rs` checks).
+    pub fn timers(&self) -> &TimerQueue {
+        &self.timers
+    }
+}
