@@ -94,6 +94,50 @@ pub fn fabric_only(quick: bool) {
     );
 }
 
+/// What any sharding of one device's QPs over engine threads could gain on this machine at
+/// most: the aggregate 64 KiB WRITE rate of two independent fabric pairs (two daemons' worth
+/// of devices, four engine threads, two bench threads) run at the same time, relative to one
+/// pair alone. Alternated run by run; medians. Not the `--engine-threads` figure (not
+/// implemented), the ceiling it would meet.
+fn pair_ceiling(bytes: u64, runs: usize) -> f64 {
+    let one = |bed: &mut Bed| {
+        let n = (bytes / (64 << 10)).max(64);
+        let t = stream(bed, Op::Write, 64 << 10, n).as_secs_f64();
+        (n * (64 << 10)) as f64 / t / 1e6
+    };
+    let new_bed = || {
+        let mut b = Bed::new(Mode::Fabric, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
+        stream(&mut b, Op::Write, 64 << 10, 64);
+        b
+    };
+    let mut beds = [new_bed(), new_bed()];
+    let (mut single, mut both) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        single.push(one(&mut beds[0]));
+        let [a, b] = &mut beds;
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| one(a));
+            let rb = one(b);
+            (ta.join().unwrap_or(0.0), rb)
+        });
+        both.push(ra + rb);
+    }
+    for b in beds {
+        b.finish();
+    }
+    median(&mut both) / median(&mut single)
+}
+
+/// The engine-thread ceiling alone (section `pair-ceiling`).
+pub fn ceiling_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let budget: u64 = if quick { 8 << 20 } else { 32 << 20 };
+    println!(
+        "pair-ceiling: two independent fabric pairs at once vs one, 64 KiB WRITE: {:.2} x",
+        pair_ceiling(budget, runs)
+    );
+}
+
 /// The fabric 64 B points alone (`fabric-64` section: message rate and latency, to profile).
 pub fn fabric_small(quick: bool) {
     let runs = if quick { 3 } else { 5 };
@@ -174,6 +218,7 @@ pub fn run(quick: bool) {
     let mut fab_lat = latency(&mut bed, 64, 2000);
     bed.finish();
     let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
+    let ceiling = pair_ceiling(budget, runs);
     println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
     println!(
         "headline: in-process RC WRITE 64 KiB path MTU 4096 (one thread, both sides): {:.0} MB/s \
@@ -202,7 +247,8 @@ pub fn run(quick: bool) {
     print_udp(&udp);
     println!(
         "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: not measured (--engine-threads \
-         is not implemented: one engine thread per device)"
+         is not implemented: one engine thread per device; this machine's ceiling for any \
+         sharding: two independent fabric pairs at once give {ceiling:.2} x one pair)"
     );
     println!(
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \

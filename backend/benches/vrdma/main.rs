@@ -19,7 +19,7 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -31,6 +31,7 @@ const SECTIONS: [&str; 11] = [
     "fabric",
     "fabric-64",
     "idle-qps",
+    "pair-ceiling",
 ];
 
 fn main() {
@@ -92,6 +93,9 @@ fn main() {
     }
     if wanted.contains(&"fabric-64") {
         headline::fabric_small(quick);
+    }
+    if wanted.contains(&"pair-ceiling") {
+        headline::ceiling_only(quick);
     }
     if wanted.contains(&"idle-qps") {
         headline::idle_only(quick);
