@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use thiserror::Error;
 
-use crate::device::config::guid_from_mac;
-use crate::device::DeviceConfig;
 use crate::memory::OdpConfig;
+use crate::tables::config::guid_from_mac;
+use crate::tables::DeviceConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
 use delay::DelaySpec;
 use vrdma_spec::{VRDMA_ODP_CHUNK_SHIFT_MAX, VRDMA_ODP_CHUNK_SHIFT_MIN};

@@ -1,7 +1,7 @@
 //! Queue pairs (spec §13): the `Qp` object, its attributes and the QP table. The IBTA state machine
 //! and attribute-mask table are in `state.rs`; protocol state (`req`, `resp`, `tick`) is owned by
 //! `transport/`, which sits above this module: `Qp` holds it through the [`Protocol`] types the
-//! device names (`device::Rocev2`), and only resets it and seeds its PSNs.
+//! device names (`transport::Rocev2`), and only resets it and seeds its PSNs.
 
 pub mod state;
 
