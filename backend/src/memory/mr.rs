@@ -254,6 +254,13 @@ pub struct MrTable {
     rng: crate::ids::IdRng,
 }
 
+impl Drop for MrTable {
+    /// References made through a table that goes away are never read (spec §16.2 rule 6).
+    fn drop(&mut self) {
+        self.fence.fence_device();
+    }
+}
+
 impl std::fmt::Debug for MrTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MrTable")
