@@ -348,6 +348,44 @@ fn one_copy_gives_what_stage_one_gives() {
     }
 }
 
+/// WRITE, SEND, WRITE, SEND of two packets each, posted together: one segment holds frames
+/// by reference and frames with their bytes.
+fn interleaved(refs: bool) -> (Cqes, Vec<u8>, Seen) {
+    let mut r = rig(5, refs, None);
+    r.start_b();
+    for i in 0..2 {
+        r.recv(100 + i, (3 << 20) + (i << 16), 8 << 10);
+    }
+    for i in 0..2u64 {
+        r.write(2 * i, i << 16, 8 << 10);
+        r.send(2 * i + 1, (2 << 20) + (i << 16), 8 << 10);
+    }
+    r.ring();
+    let cqes = r.wait(4, 2);
+    let (_, b, seen) = r.stop();
+    (cqes, b, seen)
+}
+
+#[test]
+fn a_segment_may_mix_frames_by_reference_and_by_value() {
+    let (c1, b1, s1) = interleaved(false);
+    let (c2, b2, s2) = interleaved(true);
+    assert!(s2.refs_in > 0);
+    assert!(
+        s2.segments_in * 2 <= s2.requests.len() / 2,
+        "the messages shared segments: {} for {} packets",
+        s2.segments_in,
+        s2.requests.len()
+    );
+    assert_eq!(c1, c2);
+    assert!(
+        c2.0.iter().chain(&c2.1).all(|c| c.1 == VRDMA_WC_SUCCESS),
+        "{c2:?}"
+    );
+    assert!(b1 == b2);
+    assert_eq!(first_sends(&s1), first_sends(&s2));
+}
+
 /// The frames of a capture (pcap records), in order.
 fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
     let b = std::fs::read(path).expect("pcap");

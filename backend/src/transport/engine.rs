@@ -586,13 +586,16 @@ fn run(
                         match dest {
                             Destination::Engine => {
                                 bump(&port.rx_to_engine);
-                                let src = refs
-                                    .as_deref()
+                                // Only a frame whose payload is held by reference gets one;
+                                // the others of the segment carry their bytes.
+                                let src = held(&refs, k)
                                     .map(|r| super::packet::PayloadSrc { refs: r, frame: k });
                                 super::on_frame_ref_at(&mut d, f, now, src)
                             }
                             // Never the unfilled payload area of a by-reference frame.
-                            Destination::Guest if refs.is_some() => bump(&port.drop_filtered),
+                            Destination::Guest if held(&refs, k).is_some() => {
+                                bump(&port.drop_filtered)
+                            }
                             Destination::Guest => {
                                 bump(&port.rx_to_guest);
                                 d.out.eth_rx(f)
@@ -681,6 +684,11 @@ fn run(
 
 /// A segment's by-reference payloads (spec §16.2 rule 6).
 type SegRefs = Box<dyn crate::wire::segment::PayloadRefs>;
+
+/// The references of a segment if its frame `k` is held by them.
+fn held(refs: &Option<SegRefs>, k: usize) -> Option<&dyn crate::wire::segment::PayloadRefs> {
+    refs.as_deref().filter(|r| r.place(k).is_some())
+}
 
 /// Send `out` in order: runs of frames through [`Uplink::send_frames`], each segment (the
 /// indices in `segments`, ascending; spec §16.2 rule 6) through [`Uplink::send_segment`], or
