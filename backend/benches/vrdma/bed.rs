@@ -165,6 +165,22 @@ impl<U: Uplink> Uplink for Counting<U> {
         c.fetch_add(n as u64, Ordering::Relaxed);
         self.inner.send_segment(seg)
     }
+    /// The same for a segment whose payloads are held by reference (one copy, spec §16.2 rule
+    /// 6): forwarded as it is, so the bench measures what the daemon does.
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn vrdma_backend::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        let c = if self.a_to_b {
+            &self.frames.ab
+        } else {
+            &self.frames.ba
+        };
+        let n = vrdma_backend::wire::segment::frame_count(seg, true);
+        c.fetch_add(n as u64, Ordering::Relaxed);
+        self.inner.send_segment_refs(seg, refs)
+    }
     fn recv_batch(
         &self,
         bufs: &mut [Vec<u8>],
