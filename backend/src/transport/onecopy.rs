@@ -52,8 +52,10 @@ thread_local! {
 /// The by-reference payloads of one segment (see the module documentation).
 pub struct SourceRefs {
     pool: Arc<Pool>,
-    mem: GuestMem,
-    fence: Arc<DmaFence>,
+    /// The sender's memory and fence; `None` while pooled (a pooled entry must not keep a
+    /// guest's memory mapped after its device let it go).
+    mem: Option<GuestMem>,
+    fence: Option<Arc<DmaFence>>,
     device_gen: u64,
     slots: Vec<(SlotGen, u64)>,
     frames: Vec<FrameRef>,
@@ -77,15 +79,15 @@ impl SourceRefs {
         let fence = dev.mrs.fence();
         match got {
             Some(mut r) => {
-                r.mem = dev.mem.clone();
-                r.fence = Arc::clone(fence);
+                r.mem = Some(dev.mem.clone());
+                r.fence = Some(Arc::clone(fence));
                 r.device_gen = fence.device_gen();
                 r
             }
             None => Box::new(SourceRefs {
                 pool,
-                mem: dev.mem.clone(),
-                fence: Arc::clone(fence),
+                mem: Some(dev.mem.clone()),
+                fence: Some(Arc::clone(fence)),
                 device_gen: fence.device_gen(),
                 slots: Vec::with_capacity(MAX_SLOTS),
                 frames: Vec::with_capacity(MAX_FRAMES),
@@ -102,9 +104,9 @@ impl SourceRefs {
     }
 
     /// Are the generations recorded still current? Called under the fence's read side.
-    fn current(&self) -> bool {
+    fn current(&self, fence: &DmaFence) -> bool {
         use std::sync::atomic::Ordering;
-        self.fence.device_gen() == self.device_gen
+        fence.device_gen() == self.device_gen
             && self
                 .slots
                 .iter()
@@ -126,15 +128,17 @@ impl PayloadRefs for SourceRefs {
         let ranges = self.ranges.get(f.start..f.end).ok_or(StaleRef)?;
         // The fence's read side for the whole packet: a DEREG_MR / invalidation / reset of the
         // sender either waits for this copy or is seen by the check (memory::fence).
-        let _gate = self.fence.read();
-        if !self.current() {
+        let (Some(fence), Some(mem)) = (self.fence.as_deref(), self.mem.as_ref()) else {
+            return Err(StaleRef);
+        };
+        let _gate = fence.read();
+        if !self.current(fence) {
             return Err(StaleRef);
         }
         let mut at = 0usize;
         for r in ranges {
             let len = usize::try_from(r.len).map_err(|_| StaleRef)?;
-            self.mem
-                .with_host_ranges(r.gpa, len, |src, done, n| sink(src, at + done, n))
+            mem.with_host_ranges(r.gpa, len, |src, done, n| sink(src, at + done, n))
                 .map_err(|_| StaleRef)?;
             at += len;
         }
@@ -148,6 +152,8 @@ impl PayloadRefs for SourceRefs {
         self.slots.clear();
         self.frames.clear();
         self.ranges.clear();
+        self.mem = None;
+        self.fence = None;
         let pool = Arc::clone(&self.pool);
         let mut p = pool.lock().unwrap_or_else(|p| p.into_inner());
         if p.len() < POOL_MAX {
