@@ -145,9 +145,9 @@ fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
     let port = |p| {
         let d = fabric.device_port(p).unwrap().with_segments();
         if refs {
-            d
+            d.with_payload_refs()
         } else {
-            d.without_payload_refs()
+            d
         }
     };
     let seen_b = Arc::new(Mutex::new(Seen::default()));

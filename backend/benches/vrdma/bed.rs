@@ -358,13 +358,24 @@ impl Bed {
                 let fabric = fb.build();
                 let da = detach(&mut a);
                 let db = detach(&mut b);
+                // `VRDMA_BENCH_REFS=1`: RC WRITE payloads by reference (one copy, the daemon's
+                // `--payload-refs`; spec §16.2 rule 6) instead of copied into segments.
+                let refs = std::env::var_os("VRDMA_BENCH_REFS").is_some();
+                let port = |p| {
+                    let d = fabric.device_port(p).expect("port").with_segments();
+                    if refs {
+                        d.with_payload_refs()
+                    } else {
+                        d
+                    }
+                };
                 let ua = Counting {
-                    inner: fabric.device_port(pa).expect("port a").with_segments(),
+                    inner: port(pa),
                     frames: frames.clone(),
                     a_to_b: true,
                 };
                 let ub = Counting {
-                    inner: fabric.device_port(pb).expect("port b").with_segments(),
+                    inner: port(pb),
                     frames: frames.clone(),
                     a_to_b: false,
                 };

@@ -89,9 +89,9 @@ enum PortKind {
         mac: MacAddr,
         rx: RxQueue,
         segments: AtomicBool,
-        /// With `segments`: its engine may send payloads by reference (on unless turned off,
-        /// [`DevicePort::without_payload_refs`]).
-        no_refs: AtomicBool,
+        /// With `segments`: its engine sends payloads by reference (opt-in,
+        /// [`DevicePort::with_payload_refs`]).
+        refs: AtomicBool,
     },
     Uplink {
         uplink: Arc<dyn Uplink>,
@@ -180,7 +180,7 @@ impl FabricBuilder {
                 mac,
                 rx,
                 segments: AtomicBool::new(false),
-                no_refs: AtomicBool::new(false),
+                refs: AtomicBool::new(false),
             },
             stats: FabricPortStats::default(),
             name: format!("port{}", self.ports.len()),
@@ -333,19 +333,19 @@ impl Fabric {
         )
     }
 
-    /// May device port `id`'s engine send payloads by reference (it takes segments and this
-    /// was not turned off)?
+    /// Does device port `id`'s engine send payloads by reference (it takes segments and was
+    /// opted in)?
     pub(crate) fn sends_refs(&self, id: PortId) -> bool {
         matches!(
             self.ports.get(id).map(|p| &p.kind),
-            Some(PortKind::Device { segments, no_refs, .. })
-                if segments.load(Ordering::Relaxed) && !no_refs.load(Ordering::Relaxed)
+            Some(PortKind::Device { segments, refs, .. })
+                if segments.load(Ordering::Relaxed) && refs.load(Ordering::Relaxed)
         )
     }
 
-    pub(crate) fn set_no_refs(&self, id: PortId, off: bool) {
-        if let Some(PortKind::Device { no_refs, .. }) = self.ports.get(id).map(|p| &p.kind) {
-            no_refs.store(off, Ordering::Relaxed);
+    pub(crate) fn set_refs(&self, id: PortId, on: bool) {
+        if let Some(PortKind::Device { refs, .. }) = self.ports.get(id).map(|p| &p.kind) {
+            refs.store(on, Ordering::Relaxed);
         }
     }
 

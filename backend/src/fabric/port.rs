@@ -43,10 +43,12 @@ impl DevicePort {
         self
     }
 
-    /// This port's engine sends its segments with every payload copied in (stage 1), not by
-    /// reference (`IcrcOffload::payload_refs` off): for comparisons in tests and benchmarks.
-    pub fn without_payload_refs(self) -> DevicePort {
-        self.fabric.set_no_refs(self.id, true);
+    /// This port's engine leaves the RC WRITE payloads of its segments in guest memory (one
+    /// copy, spec §16.2 rule 6; `IcrcOffload::payload_refs`), with [`DevicePort::with_segments`].
+    /// Opt-in (daemon: `--payload-refs`): on the 2-core machine it was measured on, one copy
+    /// was slower than two (ARCHITECTURE.md "Segments").
+    pub fn with_payload_refs(self) -> DevicePort {
+        self.fabric.set_refs(self.id, true);
         self
     }
 }

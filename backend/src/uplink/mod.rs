@@ -74,7 +74,7 @@ pub struct IcrcOffload {
     pub segments: bool,
     /// Segments handed to [`Uplink::send_segment_refs`] may keep their payload by reference
     /// (`wire::segment::PayloadRefs`, spec §16.2 rule 6): the sender's engine then leaves it in
-    /// guest memory. Only with `segments`; a fabric device port unless turned off.
+    /// guest memory. Only with `segments`; a fabric device port that opted in.
     pub payload_refs: bool,
 }
 
