@@ -141,6 +141,7 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
                 drop("bad_pkey", &p.drop_bad_pkey),
                 drop("bad_address", &p.drop_bad_address),
                 drop("uc_out_of_window", &p.drop_uc_out_of_window),
+                drop("stale_ref", &p.drop_stale_ref),
                 drop("tx_busy", &p.drop_tx_busy),
             ],
         },

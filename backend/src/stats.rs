@@ -50,6 +50,10 @@ pub struct PortStats {
     pub drop_bad_address: AtomicU64,
     /// UC frames ahead of the expected PSN by the UC window or more (§14.6).
     pub drop_uc_out_of_window: AtomicU64,
+    /// Packets of a by-reference fabric segment whose payload the sender had fenced (DEREG_MR,
+    /// invalidation, reset, SET_MEM_TABLE, suspend) before this device copied it: lost, the
+    /// RC requester retransmits (spec §16.2 rule 6).
+    pub drop_stale_ref: AtomicU64,
     /// Frames the uplink could not take (socket buffer full): lost like on a wire.
     pub drop_tx_busy: AtomicU64,
     /// Other uplink send / receive errors.
@@ -133,6 +137,7 @@ impl PortStats {
             &self.drop_bad_pkey,
             &self.drop_bad_address,
             &self.drop_uc_out_of_window,
+            &self.drop_stale_ref,
         ]
         .iter()
         .fold(0u64, |a, c| a.wrapping_add(c.load(Ordering::Relaxed)))
@@ -229,6 +234,26 @@ impl<U: Uplink> Uplink for Metered<U> {
         let len = seg.len();
         let count = crate::wire::segment::frame_count(seg, true);
         let r = self.inner.send_segment(seg);
+        match &r {
+            Ok(n) => {
+                add(&self.stats.tx_frames, *n);
+                add(&self.stats.tx_bytes, len);
+                add(&self.stats.drop_tx_busy, count.saturating_sub(*n));
+            }
+            Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, count),
+            Err(_) => bump(&self.stats.tx_errors),
+        }
+        r
+    }
+
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        let len = seg.len();
+        let count = crate::wire::segment::frame_count(seg, true);
+        let r = self.inner.send_segment_refs(seg, refs);
         match &r {
             Ok(n) => {
                 add(&self.stats.tx_frames, *n);

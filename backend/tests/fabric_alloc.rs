@@ -51,7 +51,18 @@ const MAX_ALLOCS_PER_PACKET: f64 = 0.25;
 #[test]
 fn steady_state_fabric_rc_write_allocations_per_packet() {
     // 64 KiB messages, path MTU 4096: 16 data frames each.
-    let per_packet = allocations_per_packet(64 << 10, 16);
+    let per_packet = allocations_per_packet(64 << 10, 16, false);
+    assert!(
+        per_packet <= MAX_ALLOCS_PER_PACKET,
+        "{per_packet:.3} allocations per packet (bound {MAX_ALLOCS_PER_PACKET})"
+    );
+}
+
+/// The same with the payloads by reference (one copy, spec §16.2 rule 6): the references are
+/// pooled, so a segment costs no allocation either.
+#[test]
+fn steady_state_fabric_rc_write_by_reference_allocations_per_packet() {
+    let per_packet = allocations_per_packet(64 << 10, 16, true);
     assert!(
         per_packet <= MAX_ALLOCS_PER_PACKET,
         "{per_packet:.3} allocations per packet (bound {MAX_ALLOCS_PER_PACKET})"
@@ -62,7 +73,7 @@ fn steady_state_fabric_rc_write_allocations_per_packet() {
 /// SGE list, completion), so this bound covers the per-WQE work too.
 #[test]
 fn steady_state_fabric_64_byte_writes_allocate_nothing_per_packet() {
-    let per_packet = allocations_per_packet(64, 256);
+    let per_packet = allocations_per_packet(64, 256, false);
     assert!(
         per_packet <= MAX_ALLOCS_PER_SMALL_PACKET,
         "{per_packet:.3} allocations per 64 B message (bound {MAX_ALLOCS_PER_SMALL_PACKET})"
@@ -76,7 +87,7 @@ const MAX_ALLOCS_PER_SMALL_PACKET: f64 = 0.05;
 /// Stream `slots`-message batches of `msg`-byte RC WRITEs from a to b (message i carries the
 /// byte i+1) and count every allocation while the engines work; returns allocations per data
 /// frame.
-fn allocations_per_packet(msg: u64, slots: u64) -> f64 {
+fn allocations_per_packet(msg: u64, slots: u64, refs: bool) -> f64 {
     // The counter is process-wide: one measurement at a time.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
@@ -119,7 +130,10 @@ fn allocations_per_packet(msg: u64, slots: u64) -> f64 {
     let pb = fb.add_device(b.mac).unwrap();
     let fabric = fb.build();
     // Segments (spec §16.2 rule 6) on, as the daemon runs a port without a wrapper.
-    let port = |p| Arc::new(fabric.device_port(p).unwrap().with_segments());
+    let port = |p| {
+        let d = fabric.device_port(p).unwrap().with_segments();
+        Arc::new(if refs { d.with_payload_refs() } else { d })
+    };
     let ea = Engine::start(detach(&mut a), port(pa)).unwrap();
     let eb = Engine::start(detach(&mut b), port(pb)).unwrap();
     let db = VrdmaDoorbell {

@@ -46,18 +46,21 @@ impl Uplink for BatchOnly {
             off: 0,
             len: 60,
             segment: false,
+            refs: None,
         });
         frames.push(RxFrame {
             slot: 0,
             off: 60,
             len: 40,
             segment: false,
+            refs: None,
         });
         frames.push(RxFrame {
             slot: 1,
             off: 0,
             len: 60,
             segment: false,
+            refs: None,
         });
         Ok(2)
     }

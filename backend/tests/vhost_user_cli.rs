@@ -63,6 +63,13 @@ fn poll_us() {
     );
 }
 
+/// `--payload-refs`: one copy between the fabric's guests (spec §16.2 rule 6), off by default.
+#[test]
+fn payload_refs() {
+    assert!(!parse(&[]).unwrap().payload_refs);
+    assert!(parse(&["--payload-refs"]).unwrap().payload_refs);
+}
+
 #[test]
 fn pcap_options() {
     let c = parse(&["--pcap", "/tmp/x.pcap", "--pcap-max-bytes", "1000000"]).unwrap();
@@ -271,6 +278,7 @@ fn help_documents_every_option() {
         "--pcap",
         "--pcap-max-bytes",
         "--poll-us",
+        "--payload-refs",
         "vrdma-backend stats --socket",
         "RUST_LOG",
         "TEST ONLY",

@@ -165,6 +165,22 @@ impl<U: Uplink> Uplink for Counting<U> {
         c.fetch_add(n as u64, Ordering::Relaxed);
         self.inner.send_segment(seg)
     }
+    /// The same for a segment whose payloads are held by reference (one copy, spec §16.2 rule
+    /// 6): forwarded as it is, so the bench measures what the daemon does.
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn vrdma_backend::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        let c = if self.a_to_b {
+            &self.frames.ab
+        } else {
+            &self.frames.ba
+        };
+        let n = vrdma_backend::wire::segment::frame_count(seg, true);
+        c.fetch_add(n as u64, Ordering::Relaxed);
+        self.inner.send_segment_refs(seg, refs)
+    }
     fn recv_batch(
         &self,
         bufs: &mut [Vec<u8>],
@@ -342,13 +358,24 @@ impl Bed {
                 let fabric = fb.build();
                 let da = detach(&mut a);
                 let db = detach(&mut b);
+                // `VRDMA_BENCH_REFS=1`: RC WRITE payloads by reference (one copy, the daemon's
+                // `--payload-refs`; spec §16.2 rule 6) instead of copied into segments.
+                let refs = std::env::var_os("VRDMA_BENCH_REFS").is_some();
+                let port = |p| {
+                    let d = fabric.device_port(p).expect("port").with_segments();
+                    if refs {
+                        d.with_payload_refs()
+                    } else {
+                        d
+                    }
+                };
                 let ua = Counting {
-                    inner: fabric.device_port(pa).expect("port a").with_segments(),
+                    inner: port(pa),
                     frames: frames.clone(),
                     a_to_b: true,
                 };
                 let ub = Counting {
-                    inner: fabric.device_port(pb).expect("port b").with_segments(),
+                    inner: port(pb),
                     frames: frames.clone(),
                     a_to_b: false,
                 };

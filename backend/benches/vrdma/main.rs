@@ -5,7 +5,8 @@
 //! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`, `headline`
 //! (default: all; `headline` last), `udp` (only the UDP headline points, for `perf record`),
 //! `fabric`, `fabric-64`, `idle-qps` (the other headline points alone, likewise).
-//! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs).
+//! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
+//! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;

@@ -77,6 +77,9 @@ pub struct FabricPortStats {
     pub drop_full: AtomicU64,
     /// RoCEv2 frames from this (uplink) port dropped for a wrong ICRC (spec §16.2).
     pub drop_bad_icrc: AtomicU64,
+    /// Frames of a by-reference segment from this (device) port dropped because the sender
+    /// fenced a reference before it could be gathered (spec §16.2 rule 6).
+    pub drop_stale_ref: AtomicU64,
 }
 
 enum PortKind {
@@ -86,6 +89,9 @@ enum PortKind {
         mac: MacAddr,
         rx: RxQueue,
         segments: AtomicBool,
+        /// With `segments`: its engine sends payloads by reference (opt-in,
+        /// [`DevicePort::with_payload_refs`]).
+        refs: AtomicBool,
     },
     Uplink {
         uplink: Arc<dyn Uplink>,
@@ -174,6 +180,7 @@ impl FabricBuilder {
                 mac,
                 rx,
                 segments: AtomicBool::new(false),
+                refs: AtomicBool::new(false),
             },
             stats: FabricPortStats::default(),
             name: format!("port{}", self.ports.len()),
@@ -288,7 +295,8 @@ impl Fabric {
             out,
             "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
              refused at ingress (source MAC), full = the port's queue or uplink had no room, \
-             bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC."
+             bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC, stale_ref = a \
+             by-reference segment the sender fenced before it left."
         );
         let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
         for p in &self.ports {
@@ -296,6 +304,7 @@ impl Fabric {
                 ("spoofed", &p.stats.drop_spoofed),
                 ("full", &p.stats.drop_full),
                 ("bad_icrc", &p.stats.drop_bad_icrc),
+                ("stale_ref", &p.stats.drop_stale_ref),
             ] {
                 let _ = writeln!(
                     out,
@@ -322,6 +331,22 @@ impl Fabric {
             self.ports.get(id).map(|p| &p.kind),
             Some(PortKind::Device { segments, .. }) if segments.load(Ordering::Relaxed)
         )
+    }
+
+    /// Does device port `id`'s engine send payloads by reference (it takes segments and was
+    /// opted in)?
+    pub(crate) fn sends_refs(&self, id: PortId) -> bool {
+        matches!(
+            self.ports.get(id).map(|p| &p.kind),
+            Some(PortKind::Device { segments, refs, .. })
+                if segments.load(Ordering::Relaxed) && refs.load(Ordering::Relaxed)
+        )
+    }
+
+    pub(crate) fn set_refs(&self, id: PortId, on: bool) {
+        if let Some(PortKind::Device { refs, .. }) = self.ports.get(id).map(|p| &p.kind) {
+            refs.store(on, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn set_takes_segments(&self, id: PortId, on: bool) {
@@ -433,16 +458,47 @@ impl Fabric {
     /// uplink port, is dropped. `seg` may be left holding a spare buffer (for the caller to
     /// recycle).
     pub fn forward_segment(&self, from: PortId, seg: &mut Vec<u8>) {
+        self.forward_segment_with(from, seg, None);
+    }
+
+    /// [`Fabric::forward_segment`] for a segment whose payloads are held by reference (spec
+    /// §16.2 rule 6): moved whole with `refs` beside it to a device port that takes segments;
+    /// anywhere else (an uplink, the capture, flooding, a port without segments) its payloads
+    /// are first gathered into the buffer (`wire::segment::materialize`), which then goes on
+    /// exactly as a segment built by copy would. A stale reference drops the segment.
+    pub fn forward_segment_refs(
+        &self,
+        from: PortId,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn segment::PayloadRefs>,
+    ) {
+        self.forward_segment_with(from, seg, Some(refs));
+    }
+
+    fn forward_segment_with(
+        &self,
+        from: PortId,
+        seg: &mut Vec<u8>,
+        mut refs: Option<Box<dyn segment::PayloadRefs>>,
+    ) {
+        let recycle = |r: Option<Box<dyn segment::PayloadRefs>>| {
+            if let Some(r) = r {
+                r.recycle();
+            }
+        };
         let Some(ingress) = self.ports.get(from) else {
+            recycle(refs);
             return;
         };
         let Some(parsed) = segment::Segment::parse(seg) else {
             bump(&ingress.stats.drop_spoofed);
+            recycle(refs);
             return;
         };
         let n = parsed.count();
         if !matches!(ingress.kind, PortKind::Device { .. }) {
             crate::stats::add(&ingress.stats.drop_spoofed, n);
+            recycle(refs);
             return;
         }
         let now = self.learned.as_ref().map(|_| Instant::now());
@@ -450,22 +506,44 @@ impl Fabric {
         match d {
             Dest::Drop => {
                 crate::stats::add(&ingress.stats.drop_spoofed, n);
+                recycle(refs);
                 return;
             }
             Dest::Port(p) if self.capture.is_none() && self.takes_segments(p) => {
                 crate::stats::add(&ingress.stats.in_frames, n);
                 let port = &self.ports[p];
                 if let PortKind::Device { rx, .. } = &port.kind {
-                    if rx.push_segment(seg) {
+                    let queued = match refs {
+                        None => rx.push_segment(seg),
+                        Some(r) => rx
+                            .push_segment_refs(seg, r)
+                            .map_err(|r| r.recycle())
+                            .is_ok(),
+                    };
+                    if queued {
                         crate::stats::add(&port.stats.out_frames, n);
                     } else {
                         crate::stats::add(&port.stats.drop_full, n);
                     }
+                } else {
+                    recycle(refs);
                 }
                 return;
             }
             _ => {}
         }
+        if let Some(r) = refs.take() {
+            // Leaving as bytes: the frames a copying writer would have built.
+            let ok = segment::materialize(seg, &*r);
+            r.recycle();
+            if !ok {
+                crate::stats::add(&ingress.stats.drop_stale_ref, n);
+                return;
+            }
+        }
+        let Some(parsed) = segment::Segment::parse(seg) else {
+            return;
+        };
         // Software GSO: the standard frames, each in its own buffer.
         let mut frames: Vec<Vec<u8>> = parsed.frames().map(<[u8]>::to_vec).collect();
         self.forward_owned_plain(from, &mut frames);

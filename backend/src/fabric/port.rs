@@ -42,6 +42,15 @@ impl DevicePort {
         self.fabric.set_takes_segments(self.id, true);
         self
     }
+
+    /// This port's engine leaves the RC WRITE payloads of its segments in guest memory (one
+    /// copy, spec §16.2 rule 6; `IcrcOffload::payload_refs`), with [`DevicePort::with_segments`].
+    /// Opt-in (daemon: `--payload-refs`): on the 2-core machine it was measured on, one copy
+    /// was slower than two (ARCHITECTURE.md "Segments").
+    pub fn with_payload_refs(self) -> DevicePort {
+        self.fabric.set_refs(self.id, true);
+        self
+    }
 }
 
 impl Uplink for DevicePort {
@@ -70,6 +79,18 @@ impl Uplink for DevicePort {
     fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
         let n = crate::wire::segment::frame_count(seg, true);
         self.fabric.forward_segment(self.id, seg);
+        Ok(n)
+    }
+
+    /// The engine's by-reference segment (spec §16.2 rule 6): whole, with its references, to
+    /// an engine that takes segments; materialized anywhere else (`Fabric::forward_segment_refs`).
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        let n = crate::wire::segment::frame_count(seg, true);
+        self.fabric.forward_segment_refs(self.id, seg, refs);
         Ok(n)
     }
 
@@ -113,12 +134,13 @@ impl Uplink for DevicePort {
             return Ok(0);
         };
         let start = frames.len();
-        let n = rx.pop_into(bufs, |slot, segment| {
+        let n = rx.pop_into_refs(bufs, |slot, segment, refs| {
             frames.push(RxFrame {
                 slot,
                 off: 0,
                 len: 0,
                 segment,
+                refs,
             })
         });
         // Slots 0..n in order: the lengths of the buffers now in them.
@@ -143,6 +165,7 @@ impl Uplink for DevicePort {
             seals_tx: true,
             checked_rx: true,
             segments: self.fabric.takes_segments(self.id),
+            payload_refs: self.fabric.sends_refs(self.id),
         }
     }
 }

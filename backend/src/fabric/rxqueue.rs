@@ -8,7 +8,9 @@
 //!
 //! Each entry carries its kind beside the buffer: an ordinary frame, or a fabric segment
 //! (`wire::segment`, spec §16.2 rule 6) that only [`RxQueue::push_segment`] queues. The mark
-//! is never derived from a buffer's bytes.
+//! is never derived from a buffer's bytes. A segment may carry its by-reference payloads
+//! (`wire::segment::PayloadRefs`, [`RxQueue::push_segment_refs`]) beside it, popped with it by
+//! [`RxQueue::pop_into_refs`].
 
 use std::collections::VecDeque;
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -25,10 +27,13 @@ const SPARE_MAX: usize = 512;
 /// Capacity of a fresh buffer: a jumbo frame fits, so buffers never grow afterwards.
 const BUF_CAPACITY: usize = 9216;
 
+/// A segment's by-reference payloads.
+type Refs = Option<Box<dyn crate::wire::segment::PayloadRefs>>;
+
 #[derive(Default)]
 struct State {
-    /// Each buffer with its segment mark.
-    frames: VecDeque<(Vec<u8>, bool)>,
+    /// Each buffer with its segment mark (and a segment's by-reference payloads).
+    frames: VecDeque<(Vec<u8>, bool, Refs)>,
     bytes: usize,
     spare: Vec<Vec<u8>>,
 }
@@ -74,7 +79,7 @@ impl RxQueue {
             buf.clear();
             buf.extend_from_slice(frame);
             s.bytes += frame.len();
-            s.frames.push_back((buf, false));
+            s.frames.push_back((buf, false, None));
             s.frames.len() == 1
         };
         if was_empty {
@@ -87,45 +92,85 @@ impl RxQueue {
     /// Queue `frame` itself, leaving a spare buffer (or an empty one) in its place: no copy.
     /// False (dropped, `frame` untouched) when the queue is full.
     pub fn push_owned(&self, frame: &mut Vec<u8>) -> bool {
-        self.push_owned_as(frame, false)
+        self.push_owned_as(frame, false, None).is_ok()
     }
 
     /// [`RxQueue::push_owned`] for a fabric segment: popped with its segment mark.
     pub fn push_segment(&self, seg: &mut Vec<u8>) -> bool {
-        self.push_owned_as(seg, true)
+        self.push_owned_as(seg, true, None).is_ok()
     }
 
-    fn push_owned_as(&self, frame: &mut Vec<u8>, segment: bool) -> bool {
+    /// [`RxQueue::push_segment`] with the segment's by-reference payloads, which travel with
+    /// it; when the queue is full they come back (`Err`) with `seg` untouched.
+    pub fn push_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) -> Result<(), Box<dyn crate::wire::segment::PayloadRefs>> {
+        self.push_owned_as(seg, true, Some(refs))
+            .map_err(|r| r.expect("the refs pushed come back"))
+    }
+
+    fn push_owned_as(&self, frame: &mut Vec<u8>, segment: bool, refs: Refs) -> Result<(), Refs> {
         let was_empty = {
             let mut s = self.lock();
             if s.frames.len() >= RXQ_MAX_FRAMES || s.bytes + frame.len() > RXQ_MAX_BYTES {
-                return false;
+                return Err(refs);
             }
             let spare = s.spare.pop().unwrap_or_default();
             let f = std::mem::replace(frame, spare);
             s.bytes += f.len();
-            s.frames.push_back((f, segment));
+            s.frames.push_back((f, segment, refs));
             s.frames.len() == 1
         };
         if was_empty {
             let _ = self.ready.write(1);
         }
-        true
+        Ok(())
     }
 
     /// Move up to `slots.len()` queued buffers into `slots` (each swapped with the slot's old
     /// buffer, which becomes a spare) and, for each, call `mark(i, segment)` with its slot
-    /// index and segment mark; returns how many. An emptied queue clears the eventfd.
+    /// index and segment mark; returns how many. An emptied queue clears the eventfd. A
+    /// segment's by-reference payloads are gathered into its buffer first, for a caller that
+    /// does not take them (a stale one loses the segment: an empty, unmarked buffer).
     pub fn pop_into(&self, slots: &mut [Vec<u8>], mut mark: impl FnMut(usize, bool)) -> usize {
+        self.pop_with(slots, true, |i, segment, _| mark(i, segment))
+    }
+
+    /// [`RxQueue::pop_into`] handing each segment's by-reference payloads to `mark` as well.
+    pub fn pop_into_refs(
+        &self,
+        slots: &mut [Vec<u8>],
+        mark: impl FnMut(usize, bool, Refs),
+    ) -> usize {
+        self.pop_with(slots, false, mark)
+    }
+
+    fn pop_with(
+        &self,
+        slots: &mut [Vec<u8>],
+        materialize: bool,
+        mut mark: impl FnMut(usize, bool, Refs),
+    ) -> usize {
         let mut s = self.lock();
         let mut n = 0;
         while n < slots.len() {
-            let Some((mut f, segment)) = s.frames.pop_front() else {
+            let Some((mut f, mut segment, mut refs)) = s.frames.pop_front() else {
                 break;
             };
             s.bytes -= f.len();
             std::mem::swap(&mut slots[n], &mut f);
-            mark(n, segment);
+            if materialize {
+                if let Some(r) = refs.take() {
+                    if !crate::wire::segment::materialize(&mut slots[n], &*r) {
+                        slots[n].clear();
+                        segment = false;
+                    }
+                    r.recycle();
+                }
+            }
+            mark(n, segment, refs);
             if s.spare.len() < SPARE_MAX {
                 s.spare.push(f);
             }

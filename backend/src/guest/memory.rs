@@ -309,6 +309,52 @@ impl GuestMem {
         })
     }
 
+    /// Hand the host addresses of `[gpa, gpa + len)` to `f(host, done, n)`, piece by piece in
+    /// order (`done`: bytes before the piece), for a copy from this guest's memory straight
+    /// into another's (a fabric reference, spec §16.2 rule 6). `host` is valid for `n` bytes
+    /// during the call only (the table snapshot is held for it); reading through it is up to
+    /// the caller's `unsafe`, and must be a raw copy: the guest may change the bytes
+    /// meanwhile, so no `&[u8]` over them may exist. Fails (having called `f` for nothing)
+    /// if the range is not entirely in guest RAM.
+    pub fn with_host_ranges(
+        &self,
+        gpa: u64,
+        len: usize,
+        mut f: impl FnMut(*const u8, usize, usize),
+    ) -> Result<(), GuestMemError> {
+        self.with_map(|map| {
+            for_each_piece(map, gpa, len, |_, host, done, n| {
+                f(host.cast_const(), done, n)
+            })
+        })
+    }
+
+    /// [`GuestMem::write`] from a raw source: copy `len` bytes from `src` to `gpa`, marking
+    /// the pages in the dirty log while one is set (spec §17.1).
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes for the whole call (it may be another
+    /// guest's memory, which may change meanwhile: the copy is raw, so that is harmless).
+    pub unsafe fn write_from_ptr(
+        &self,
+        gpa: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), GuestMemError> {
+        self.with_map(|map| {
+            for_each_piece(map, gpa, len, |r, host, done, n| {
+                // SAFETY: `host` is valid for `n` bytes of the region's mapping
+                // (`for_each_piece`); `src + done .. + n` is inside the caller's `len` valid
+                // bytes (this function's contract). Distinct guests' RAM never overlaps, and a
+                // copy within one guest (a loopback) is a raw copy of some byte values: the
+                // device gives no guarantee for overlapping local and remote buffers either.
+                unsafe { std::ptr::copy(src.add(done), host, n) };
+                let off = host as usize - r.as_ptr() as usize;
+                r.deref().bitmap().mark_dirty(off, n);
+            })
+        })
+    }
+
     /// Fill `[gpa, gpa + len)` with zeroes.
     pub fn zero(&self, gpa: u64, len: u64) -> Result<(), GuestMemError> {
         self.check(gpa, len)?;

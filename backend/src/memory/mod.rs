@@ -2,6 +2,7 @@
 //! translation, and on-demand paging (§10).
 
 pub mod advise;
+pub mod fence;
 pub mod mr;
 pub mod mw;
 pub mod odp;

@@ -226,6 +226,10 @@ pub(super) struct Slot {
     /// Memory windows bound to the MR in this slot (spec §12.8: such an MR cannot be
     /// invalidated). Reset when the MR goes; a window bound to a gone MR does not count.
     pub(super) bound_mws: u32,
+    /// Generation of what this slot allows (spec §16.2 rule 6, `memory::fence`): moved by
+    /// every operation that takes a permission away, so fabric references made through the
+    /// slot before it are never read after it.
+    pub(super) gen: crate::memory::fence::SlotGen,
 }
 
 /// The device's MR table.
@@ -244,8 +248,17 @@ pub struct MrTable {
     budget: Budget,
     pub(crate) mem: GuestMem,
     pub(crate) odp: OdpState,
+    /// The DMA fence of this device's by-reference fabric segments (`memory::fence`).
+    pub(crate) fence: Arc<crate::memory::fence::DmaFence>,
     /// Draws the first variant of each new slot.
     rng: crate::ids::IdRng,
+}
+
+impl Drop for MrTable {
+    /// References made through a table that goes away are never read (spec §16.2 rule 6).
+    fn drop(&mut self) {
+        self.fence.fence_device();
+    }
 }
 
 impl std::fmt::Debug for MrTable {
@@ -291,6 +304,7 @@ impl MrTable {
             budget: Budget::default(),
             mem,
             odp: OdpState::new(odp, out),
+            fence: Arc::default(),
             rng: crate::ids::IdRng::from_os(),
         }
     }
@@ -371,6 +385,8 @@ impl MrTable {
 
     /// Drop every MR (device reset). Variants are kept so old keys stay invalid.
     pub fn clear(&mut self) {
+        // No reference made before the reset is read after it (spec §16.2 rule 6).
+        self.fence.fence_device();
         for s in &mut self.slots {
             s.mr = None;
             s.charge = Charge::default();
@@ -407,6 +423,26 @@ impl MrTable {
             return Err(MrError::StaleKey(key));
         }
         Ok(mr)
+    }
+
+    /// Fence the slot of `key` (spec §16.2 rule 6): called by each MR operation that takes a
+    /// permission away, after it succeeded and before it returns.
+    pub(crate) fn fence_slot(&self, key: u32) {
+        if let Some(s) = self.slots.get(key_index(key) as usize) {
+            self.fence.fence_slot(&s.gen);
+        }
+    }
+
+    /// The fence and the generation of `key`'s slot, for a fabric reference made through the
+    /// MR now (`transport::onecopy`); `None` for an unknown key.
+    pub fn reference_gen(&self, key: u32) -> Option<(&crate::memory::fence::SlotGen, u64)> {
+        let s = self.slots.get(key_index(key) as usize)?;
+        Some((&s.gen, s.gen.load(std::sync::atomic::Ordering::Acquire)))
+    }
+
+    /// The device's fence (shared with every reference its engine made).
+    pub fn fence(&self) -> &Arc<crate::memory::fence::DmaFence> {
+        &self.fence
     }
 
     pub(super) fn get_mut(&mut self, key: u32) -> Result<&mut Mr, MrError> {

@@ -77,6 +77,9 @@ pub struct DeviceTables<P: Protocol> {
     /// (`wire::segment`, spec §16.2 rule 6; only [`DeviceTables::queue_segment`] adds one): the mark
     /// travels beside the buffer, never in its bytes. Every other entry is one frame.
     pub outbox_segments: Vec<usize>,
+    /// The by-reference payloads of segments in `outbox` (their index, ascending; spec §16.2
+    /// rule 6): a segment listed here left its payloads in guest memory.
+    pub outbox_refs: Vec<(usize, Box<dyn crate::wire::segment::PayloadRefs>)>,
     /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
     pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
@@ -145,6 +148,7 @@ impl<P: Protocol> DeviceTables<P> {
             budget,
             outbox: Vec::new(),
             outbox_segments: Vec::new(),
+            outbox_refs: Vec::new(),
             port_stats: Arc::default(),
             flush_hook: None,
             flush_queue: VecDeque::new(),
@@ -177,6 +181,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.qps.clear();
         self.outbox.clear();
         self.outbox_segments.clear();
+        self.outbox_refs.clear();
         self.flush_queue.clear();
         self.needs_reset = false;
         self.timers.clear();
@@ -189,6 +194,16 @@ impl<P: Protocol> DeviceTables<P> {
     pub fn queue_segment(&mut self, seg: Vec<u8>) {
         self.outbox_segments.push(self.outbox.len());
         self.outbox.push(seg);
+    }
+
+    /// [`DeviceTables::queue_segment`] for a segment whose payloads `refs` holds by reference.
+    pub fn queue_segment_refs(
+        &mut self,
+        seg: Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) {
+        self.outbox_refs.push((self.outbox.len(), refs));
+        self.queue_segment(seg);
     }
 
     /// Leaving a suspension (spec §17.4): ring every QP's doorbells at the next engine batch
@@ -220,6 +235,9 @@ impl<P: Protocol> DeviceTables<P> {
     /// SET_MEM_TABLE: adopt the memory map currently in `atomic` (the vhost-user layer's memory
     /// object). Every clone of `self.mem` (MR table included) sees the new table.
     pub fn set_guest_memory(&mut self, atomic: &vm_memory::GuestMemoryAtomic<GuestMemoryMap>) {
+        // Before the swap: no fabric reference made under the old table is read under the new
+        // one (spec §16.2 rule 6).
+        self.mrs.fence().fence_device();
         self.mem.set_from_atomic(atomic);
     }
 

@@ -424,11 +424,13 @@ pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) 
 /// single packet as a plain frame); `w` is empty afterwards.
 pub fn flush_segment(dev: &mut Device, w: &mut crate::wire::segment::SegmentWriter) {
     let segment = w.count() > 1;
-    if let Some(b) = w.finish() {
-        if segment {
-            dev.queue_segment(b);
-        } else {
-            dev.outbox.push(b);
+    // By-reference payloads stay by reference in a segment; a single frame is materialized
+    // (spec §16.2 rule 6).
+    if let Some((b, refs)) = w.finish_with_refs() {
+        match (segment, refs) {
+            (true, Some(r)) => dev.queue_segment_refs(b, r),
+            (true, None) => dev.queue_segment(b),
+            (false, _) => dev.outbox.push(b),
         }
     }
 }

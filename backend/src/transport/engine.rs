@@ -386,6 +386,10 @@ fn run(
     let mut out_segments: Vec<usize> = Vec::new();
     let mut to_uplink: Vec<Vec<u8>> = Vec::new();
     let mut to_uplink_segments: Vec<usize> = Vec::new();
+    // The by-reference payloads of segments among them (`Device::outbox_refs`, spec §16.2
+    // rule 6), by index.
+    let mut out_refs: Vec<(usize, SegRefs)> = Vec::new();
+    let mut to_uplink_refs: Vec<(usize, SegRefs)> = Vec::new();
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
     let has_link = uplink.link_up().is_some();
     let icrc_offload = uplink.icrc_offload();
@@ -511,6 +515,7 @@ fn run(
                 frames.clear();
                 d.outbox.clear();
                 d.outbox_segments.clear();
+                d.outbox_refs.clear();
                 None
             } else {
                 if std::mem::take(&mut d.resume_sweep) {
@@ -529,19 +534,51 @@ fn run(
                     }
                     super::packet::recycle_frame(f);
                 }
-                for (i, rx) in frames.iter().enumerate() {
+                for (i, rx) in frames.iter_mut().enumerate() {
                     if i % FRAMES_PER_CLOCK == FRAMES_PER_CLOCK - 1 {
                         now = Instant::now();
+                    }
+                    // A by-reference segment (spec §16.2 rule 6) goes to the transport with its
+                    // references, unless its frames are not for the engine: then they become
+                    // bytes first (a guest's netdev must never see a payload area unfilled).
+                    let mut refs = rx.refs.take();
+                    if let Some(r) = refs.take() {
+                        let mac = d.config.mac;
+                        let for_engine = bufs
+                            .get(rx.slot)
+                            .and_then(|b| b.get(rx.off..rx.off + rx.len))
+                            .and_then(|b| super::frames_of(b, rx.segment).next())
+                            .is_some_and(|f| {
+                                classify_with(f, &[mac], false, |g| {
+                                    d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
+                                }) == Destination::Engine
+                            });
+                        if rx.segment && for_engine {
+                            refs = Some(r);
+                        } else {
+                            let ok = bufs
+                                .get_mut(rx.slot)
+                                .and_then(|b| b.get_mut(rx.off..rx.off + rx.len))
+                                .is_some_and(|b| crate::wire::segment::materialize(b, &*r));
+                            r.recycle();
+                            if !ok {
+                                bump(&port.drop_stale_ref);
+                                continue;
+                            }
+                        }
                     }
                     let Some(buf) = bufs
                         .get(rx.slot)
                         .and_then(|b| b.get(rx.off..rx.off + rx.len))
                     else {
+                        if let Some(r) = refs {
+                            r.recycle();
+                        }
                         continue;
                     };
                     // A fabric segment is its frames, one after the other (spec §16.2 rule 6);
                     // only the port's mark makes a buffer one.
-                    for f in super::frames_of(buf, rx.segment) {
+                    for (k, f) in super::frames_of(buf, rx.segment).enumerate() {
                         let mac = d.config.mac;
                         let dest = classify_with(f, &[mac], false, |g| {
                             d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
@@ -549,7 +586,15 @@ fn run(
                         match dest {
                             Destination::Engine => {
                                 bump(&port.rx_to_engine);
-                                super::on_frame_at(&mut d, f, now)
+                                // Only a frame whose payload is held by reference gets one;
+                                // the others of the segment carry their bytes.
+                                let src = held(&refs, k)
+                                    .map(|r| super::packet::PayloadSrc { refs: r, frame: k });
+                                super::on_frame_ref_at(&mut d, f, now, src)
+                            }
+                            // Never the unfilled payload area of a by-reference frame.
+                            Destination::Guest if held(&refs, k).is_some() => {
+                                bump(&port.drop_filtered)
                             }
                             Destination::Guest => {
                                 bump(&port.rx_to_guest);
@@ -557,6 +602,9 @@ fn run(
                             }
                             Destination::Drop => bump(&port.drop_filtered),
                         }
+                    }
+                    if let Some(r) = refs {
+                        r.recycle();
                     }
                 }
                 let t = super::on_tick(&mut d, now);
@@ -567,13 +615,31 @@ fn run(
                 };
                 std::mem::swap(&mut out, &mut d.outbox);
                 std::mem::swap(&mut out_segments, &mut d.outbox_segments);
+                std::mem::swap(&mut out_refs, &mut d.outbox_refs);
                 let mut marks = out_segments.iter().copied().peekable();
-                for (i, f) in out.drain(..).enumerate() {
+                let mut held = out_refs.drain(..).peekable();
+                for (i, mut f) in out.drain(..).enumerate() {
                     let segment = marks.next_if_eq(&i).is_some();
+                    let refs = held.next_if(|(j, _)| *j == i).map(|(_, r)| r);
                     let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
                     // A segment's frames share their addresses: the first one decides.
                     let probe = super::frames_of(&f, segment).next().unwrap_or(&f);
-                    match tx_destination(probe, ours) {
+                    let dest = tx_destination(probe, ours);
+                    let refs = match (dest, refs) {
+                        // Looped back (QP to QP on this device): as bytes (spec §16.2 rule 6).
+                        (TxDestination::Engine | TxDestination::EngineAndUplink, Some(r)) => {
+                            let ok = crate::wire::segment::materialize(&mut f, &*r);
+                            r.recycle();
+                            if !ok {
+                                bump(&port.drop_stale_ref);
+                                super::packet::recycle_frame(f);
+                                continue;
+                            }
+                            None
+                        }
+                        (_, r) => r,
+                    };
+                    match dest {
                         TxDestination::Engine => {
                             bump(&port.loopback_frames);
                             looped.push((f, segment));
@@ -590,19 +656,24 @@ fn run(
                             if segment {
                                 to_uplink_segments.push(to_uplink.len());
                             }
+                            if let Some(r) = refs {
+                                to_uplink_refs.push((to_uplink.len(), r));
+                            }
                             to_uplink.push(f);
                         }
                     }
                 }
+                drop(held);
                 out_segments.clear();
                 std::mem::swap(&mut out, &mut to_uplink);
                 std::mem::swap(&mut out_segments, &mut to_uplink_segments);
+                std::mem::swap(&mut out_refs, &mut to_uplink_refs);
                 next
             }
         };
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
-        send_out(&*uplink, &mut out, &out_segments);
+        send_out_refs(&*uplink, &mut out, &out_segments, &mut out_refs);
         out_segments.clear();
         for f in out.drain(..) {
             super::packet::recycle_frame(f);
@@ -611,9 +682,25 @@ fn run(
     }
 }
 
+/// A segment's by-reference payloads (spec §16.2 rule 6).
+type SegRefs = Box<dyn crate::wire::segment::PayloadRefs>;
+
+/// The references of a segment if its frame `k` is held by them.
+fn held(refs: &Option<SegRefs>, k: usize) -> Option<&dyn crate::wire::segment::PayloadRefs> {
+    refs.as_deref().filter(|r| r.place(k).is_some())
+}
+
 /// Send `out` in order: runs of frames through [`Uplink::send_frames`], each segment (the
-/// indices in `segments`, ascending; spec §16.2 rule 6) through [`Uplink::send_segment`].
-fn send_out(uplink: &dyn Uplink, out: &mut [Vec<u8>], segments: &[usize]) {
+/// indices in `segments`, ascending; spec §16.2 rule 6) through [`Uplink::send_segment`], or
+/// [`Uplink::send_segment_refs`] for those listed in `refs` (index, ascending: their payloads
+/// are held by reference); `refs` is empty afterwards.
+fn send_out_refs(
+    uplink: &dyn Uplink,
+    out: &mut [Vec<u8>],
+    segments: &[usize],
+    refs: &mut Vec<(usize, SegRefs)>,
+) {
+    let mut held = refs.drain(..).peekable();
     let sent = |r: Result<usize, UplinkError>| match r {
         Ok(_) | Err(UplinkError::WouldBlock) => {}
         Err(e) => log::warn!("engine: uplink send: {e}"),
@@ -626,7 +713,10 @@ fn send_out(uplink: &dyn Uplink, out: &mut [Vec<u8>], segments: &[usize]) {
         if start < i {
             sent(uplink.send_frames(&mut out[start..i]));
         }
-        sent(uplink.send_segment(&mut out[i]));
+        match held.next_if(|(j, _)| *j == i) {
+            Some((_, r)) => sent(uplink.send_segment_refs(&mut out[i], r)),
+            None => sent(uplink.send_segment(&mut out[i])),
+        }
         start = i + 1;
     }
     if start < out.len() {

@@ -42,6 +42,7 @@ pub mod ctx;
 pub mod doorbells;
 pub mod engine;
 pub mod intake;
+pub mod onecopy;
 pub mod packet;
 pub mod requester;
 pub mod responder;
@@ -272,13 +273,26 @@ pub fn on_frame(dev: &mut Device, frame: &[u8]) {
 /// [`on_frame`] with the time the caller read once for its whole batch (the engine: one clock
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
 pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
+    on_frame_ref_at(dev, frame, now, None);
+}
+
+/// [`on_frame_at`] for a frame of a by-reference fabric segment (spec §16.2 rule 6): its
+/// payload is `src` (in the sender's guest memory), not the payload bytes of `frame`. Only an
+/// RC WRITE request can carry one (`onecopy`); any other packet with a reference is dropped,
+/// so bytes that are not its payload are never read as one.
+pub fn on_frame_ref_at(
+    dev: &mut Device,
+    frame: &[u8],
+    now: Instant,
+    src: Option<packet::PayloadSrc<'_>>,
+) {
     use crate::stats::bump;
     let check = if dev.icrc_offload.checked_rx {
         crate::wire::IcrcCheck::Trusted
     } else {
         crate::wire::IcrcCheck::Verify
     };
-    let pkt = match packet::parse_checked_with(frame, check) {
+    let mut pkt = match packet::parse_checked_with(frame, check) {
         Ok(p) => p,
         // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
         Err(crate::wire::WireError::BadIcrc { .. }) => {
@@ -290,6 +304,18 @@ pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
             return;
         }
     };
+    if src.is_some() {
+        let rc_write = pkt.op() == crate::wire::Operation::Write
+            && matches!(
+                pkt.info.transport,
+                crate::wire::Transport::Rc | crate::wire::Transport::Xrc
+            );
+        if !rc_write || pkt.bth.dest_qp == vrdma_spec::VRDMA_MCAST_QPN {
+            bump(&dev.port_stats.drop_malformed);
+            return;
+        }
+        pkt.payload_ref = src;
+    }
     if pkt.bth.dest_qp == vrdma_spec::VRDMA_MCAST_QPN {
         // A datagram for a multicast group: a copy for each attached QP (spec §15.8). Only UD
         // packets reach a QP here (intake drops other transports).

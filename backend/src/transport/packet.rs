@@ -55,6 +55,19 @@ pub struct RxPkt<'a> {
     pub sgid: [u8; 16],
     /// Destination GID of the packet (IPv4-mapped for IPv4).
     pub dgid: [u8; 16],
+    /// The payload is held by reference in the sender's guest memory (a by-reference fabric
+    /// segment, spec §16.2 rule 6): then `payload` has the right length but NOT the bytes (it
+    /// must not be read), and the responder copies from here (`onecopy::write_payload`). Set
+    /// only by `transport::on_frame_ref_at`, never from a frame's bytes.
+    pub payload_ref: Option<PayloadSrc<'a>>,
+}
+
+/// The by-reference payload of one frame of a fabric segment: the segment's references and the
+/// frame's index in it.
+#[derive(Debug, Clone, Copy)]
+pub struct PayloadSrc<'a> {
+    pub refs: &'a dyn crate::wire::segment::PayloadRefs,
+    pub frame: usize,
 }
 
 impl RxPkt<'_> {
@@ -151,6 +164,7 @@ pub fn parse_checked_with(
         ipv4,
         sgid: p.addr.src_gid,
         dgid: p.addr.dst_gid,
+        payload_ref: None,
     })
 }
 

@@ -202,6 +202,7 @@ impl<U: Uplink> Uplink for Impaired<U> {
             seals_tx: false,
             checked_rx: self.inner.icrc_offload().checked_rx,
             segments: false,
+            payload_refs: false,
         }
     }
 

@@ -72,6 +72,10 @@ pub struct IcrcOffload {
     /// `wire::segment`) and received buffers may be segments (spec §16.2 rule 6). Only a
     /// fabric device port; a wrapper never forwards it (it would see segments, not frames).
     pub segments: bool,
+    /// Segments handed to [`Uplink::send_segment_refs`] may keep their payload by reference
+    /// (`wire::segment::PayloadRefs`, spec §16.2 rule 6): the sender's engine then leaves it in
+    /// guest memory. Only with `segments`; a fabric device port that opted in.
+    pub payload_refs: bool,
 }
 
 /// Frames moved per batched system call (`sendmmsg` / `recvmmsg` on the UDP uplink).
@@ -160,6 +164,24 @@ pub trait Uplink: Send + Sync {
         self.send_frames(&mut frames)
     }
 
+    /// [`Uplink::send_segment`] for a segment whose payloads are held by reference (`refs`,
+    /// out of band like the segment mark; spec §16.2 rule 6). The default gathers them into
+    /// the buffer (`wire::segment::materialize`: the frames a copying writer would have built)
+    /// and sends that; a stale reference loses the segment (`Ok(0)`). A fabric device port
+    /// moves it whole to an engine that takes segments.
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        let ok = crate::wire::segment::materialize(seg, &*refs);
+        refs.recycle();
+        if !ok {
+            return Ok(0);
+        }
+        self.send_segment(seg)
+    }
+
     /// Receive into up to `bufs.len()` buffers; returns how many buffers were used (0: none
     /// pending) and appends the frames found to `frames` (a buffer may hold several frames when
     /// the uplink merges datagrams, UDP GRO). Truncated frames are dropped. Uplinks with a
@@ -178,6 +200,7 @@ pub trait Uplink: Send + Sync {
                         off: 0,
                         len,
                         segment: false,
+                        refs: None,
                     });
                     n += 1;
                 }
@@ -192,7 +215,7 @@ pub trait Uplink: Send + Sync {
 }
 
 /// One received frame: `bufs[slot][off..off + len]` of a [`Uplink::recv_batch`] call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct RxFrame {
     pub slot: usize,
     pub off: usize,
@@ -201,6 +224,10 @@ pub struct RxFrame {
     /// Set only by a fabric device port for what an engine handed to `send_segment`: every
     /// other buffer is an ordinary frame, whatever its bytes.
     pub segment: bool,
+    /// The segment's payloads held by reference (`wire::segment::PayloadRefs`), if any: only
+    /// with `segment`, only from a fabric device port. A wrapper that changes the buffer must
+    /// first `materialize` them (and drop them).
+    pub refs: Option<Box<dyn crate::wire::segment::PayloadRefs>>,
 }
 
 impl<T: Uplink + ?Sized> Uplink for Box<T> {
@@ -212,6 +239,13 @@ impl<T: Uplink + ?Sized> Uplink for Box<T> {
     }
     fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
         (**self).send_segment(seg)
+    }
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        (**self).send_segment_refs(seg, refs)
     }
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)
@@ -249,6 +283,13 @@ impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
     }
     fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
         (**self).send_segment(seg)
+    }
+    fn send_segment_refs(
+        &self,
+        seg: &mut Vec<u8>,
+        refs: Box<dyn crate::wire::segment::PayloadRefs>,
+    ) -> Result<usize, UplinkError> {
+        (**self).send_segment_refs(seg, refs)
     }
     fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
         (**self).send_batch(frames)

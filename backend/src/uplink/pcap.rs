@@ -316,6 +316,7 @@ impl<U: Uplink> Uplink for PcapTee<U> {
             seals_tx: false,
             checked_rx: self.inner.icrc_offload().checked_rx,
             segments: false,
+            payload_refs: false,
         }
     }
 

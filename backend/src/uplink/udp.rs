@@ -275,6 +275,7 @@ impl Uplink for UdpUplink {
                     off: 0,
                     len: f.len,
                     segment: false,
+                    refs: None,
                 });
                 used += 1;
             }
@@ -363,6 +364,7 @@ impl UdpUplink {
                             off,
                             len: l,
                             segment: false,
+                            refs: None,
                         });
                         off += l;
                     }
@@ -372,6 +374,7 @@ impl UdpUplink {
                     off: 0,
                     len,
                     segment: false,
+                    refs: None,
                 }),
             }
         }

@@ -249,6 +249,7 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
         let port: Arc<dyn Uplink> = match d.impair {
             // The impairment works on single frames: no segments for that port (§16.2).
             Some(imp) => Arc::new(Impaired::new(port, imp)),
+            None if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
             None => Arc::new(port.with_segments()),
         };
         devices.push(prepare_with_uplink(d, port)?);

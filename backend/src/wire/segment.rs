@@ -24,6 +24,81 @@
 //! EtherType or payload, so a guest may use any EtherType and nothing from outside the
 //! process can be taken for a segment. [`Segment::parse`] still checks every length of a
 //! buffer marked as one, so a malformed buffer is refused, never over-read.
+//!
+//! By reference (stage 2, "one copy"): a segment may travel with [`PayloadRefs`] beside it (out
+//! of band too, a Rust object, never bytes): then the payload area of each frame it names is
+//! NOT written in the buffer (it holds whatever the reused buffer held) and the payload stays
+//! in the sending guest's memory until the receiving engine copies it from there straight into
+//! its own guest memory. Wherever such a segment must become bytes (an uplink, the capture, a
+//! port without segments, a loopback, a frame the engine does not take), [`materialize`]
+//! gathers each payload into its place first, which gives exactly the frames a copying writer
+//! would have built. Reading a reference goes through the sender's DMA fence
+//! (`memory::fence`): a stale one fails and the segment (or packet) is lost.
+
+/// A by-reference payload could not be read: the sender fenced it (DEREG_MR, invalidation,
+/// reset, SET_MEM_TABLE, suspend: spec §16.2 rule 6) or its memory is gone. The packet is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("stale payload reference")]
+pub struct StaleRef;
+
+/// The payloads of a by-reference segment's frames, held in the sender's memory (see the module
+/// documentation). Made only by a device's transmit path; type-erased here so the layers that
+/// move segments (uplink, fabric) need not know guest memory.
+pub trait PayloadRefs: std::fmt::Debug + Send + Sync + std::any::Any {
+    /// Where frame `frame`'s payload belongs in the segment buffer (byte offset, length) if it
+    /// is held by reference; `None` if the frame carries its payload in the buffer.
+    fn place(&self, frame: usize) -> Option<(usize, usize)>;
+
+    /// Read frame `frame`'s payload: `sink(src, off, n)` for each piece in order (`src` valid
+    /// for reads of `n` bytes during the call only; `off` the piece's offset in the payload),
+    /// all under the sender's fence. `Err` (nothing or only a part handed to `sink`): stale.
+    fn read(
+        &self,
+        frame: usize,
+        sink: &mut dyn FnMut(*const u8, usize, usize),
+    ) -> Result<(), StaleRef>;
+
+    /// Done with it (consumed, materialized or dropped): an implementation may keep it for
+    /// reuse (no allocation per segment). The default frees it.
+    fn recycle(self: Box<Self>) {}
+
+    /// For the implementation that made it, to add frames while the segment is being built.
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// A segment's by-reference payloads, as they travel beside it.
+pub type SegRefs = Box<dyn PayloadRefs>;
+
+/// Write the by-reference payloads of `refs` into their places in `seg` (the buffer of the
+/// segment they belong to), making it the segment a copying writer would have built. False if
+/// a reference is stale or a place is outside the buffer: the segment must then be dropped.
+pub fn materialize(seg: &mut [u8], refs: &dyn PayloadRefs) -> bool {
+    for frame in 0..MAX_FRAMES {
+        let Some((off, len)) = refs.place(frame) else {
+            continue;
+        };
+        let Some(dst) = off.checked_add(len).and_then(|e| seg.get_mut(off..e)) else {
+            return false;
+        };
+        let dst = dst.as_mut_ptr();
+        let mut ok = true;
+        let r = refs.read(frame, &mut |src, o, n| {
+            if o.checked_add(n).is_some_and(|e| e <= len) {
+                // SAFETY: `dst + o .. + n` lies inside the slice of `seg` taken above (checked
+                // just now); `src` is valid for `n` bytes during this call (`PayloadRefs::read`)
+                // and is guest memory, which never overlaps a host buffer. Raw copies only: the
+                // guest may change its bytes meanwhile, we get some values, never UB.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.add(o), n) };
+            } else {
+                ok = false;
+            }
+        });
+        if r.is_err() || !ok {
+            return false;
+        }
+    }
+    true
+}
 
 /// Bytes before the first frame record.
 pub const HEADER_LEN: usize = 14;
@@ -138,6 +213,8 @@ pub struct SegmentWriter {
     buf: Vec<u8>,
     used: usize,
     count: usize,
+    /// The payloads held by reference (see the module documentation), if any.
+    refs: Option<Box<dyn PayloadRefs>>,
 }
 
 impl SegmentWriter {
@@ -147,7 +224,51 @@ impl SegmentWriter {
             buf,
             used: 0,
             count: 0,
+            refs: None,
         }
+    }
+
+    /// The by-reference payloads of this segment (the transmit path that made them adds to
+    /// them as it writes frames).
+    pub fn refs_mut(&mut self) -> &mut Option<Box<dyn PayloadRefs>> {
+        &mut self.refs
+    }
+
+    /// The offset in the segment buffer of `p`, a pointer into a frame just written (what a
+    /// builder's fill got), if it points inside what was written.
+    pub fn offset_of(&self, p: *const u8) -> Option<usize> {
+        let base = self.buf.as_ptr() as usize;
+        let off = (p as usize).checked_sub(base)?;
+        (off <= self.used).then_some(off)
+    }
+
+    /// Gather every by-reference payload into the buffer (see [`materialize`]) and drop the
+    /// references; false if one was stale (the segment must then be dropped: `take` gives it
+    /// anyway, the caller decides).
+    fn materialize_refs(&mut self) -> bool {
+        let Some(r) = self.refs.take() else {
+            return true;
+        };
+        let ok = materialize(&mut self.buf[..self.used], &*r);
+        r.recycle();
+        ok
+    }
+
+    /// [`SegmentWriter::finish`], keeping by-reference payloads by reference when the result is
+    /// a segment (then the references come with it, to travel beside it); a single frame is
+    /// materialized. `None` if nothing was added, or if a single frame's reference was stale
+    /// (then the frame is lost: spec §16.2 rule 6).
+    pub fn finish_with_refs(&mut self) -> Option<(Vec<u8>, Option<SegRefs>)> {
+        if self.count > 1 {
+            let refs = self.refs.take();
+            return self.take().map(|b| (b, refs));
+        }
+        if !self.materialize_refs() {
+            self.count = 0;
+            self.used = 0;
+            return None;
+        }
+        self.finish().map(|b| (b, None))
     }
 
     /// Frames written so far.
@@ -216,6 +337,12 @@ impl SegmentWriter {
         if self.count == 0 {
             return None;
         }
+        if !self.materialize_refs() {
+            // A stale reference: the segment is lost (spec §16.2 rule 6).
+            self.count = 0;
+            self.used = 0;
+            return None;
+        }
         let mut b = std::mem::take(&mut self.buf);
         b.truncate(self.used);
         self.count = 0;
@@ -239,8 +366,11 @@ impl SegmentWriter {
     }
 
     /// The buffer back (e.g. for a frame pool), whatever it holds.
-    pub fn into_buf(self) -> Vec<u8> {
-        self.buf
+    pub fn into_buf(mut self) -> Vec<u8> {
+        if let Some(r) = self.refs.take() {
+            r.recycle();
+        }
+        std::mem::take(&mut self.buf)
     }
 }
 

@@ -37,6 +37,7 @@ impl MrTable {
         charge.shrink(held.saturating_sub(Self::charge_of(add)));
         charge.absorb(extra);
         self.pages_held = self.pages_held - release + add;
+        self.fence_slot(key);
         Ok(())
     }
 
@@ -227,6 +228,7 @@ impl MrTable {
         }
         self.free.push_back(idx);
         self.count -= 1;
+        self.fence_slot(key);
         Ok(())
     }
 
@@ -310,6 +312,9 @@ impl MrTable {
                 valid: true,
             };
         }
+        // The MR was invalid (so already fenced); fenced again so the rule reads "every
+        // change of a slot's translation moves its generation" (spec §16.2 rule 6).
+        self.fence_slot(key);
         Ok(())
     }
 
@@ -341,6 +346,7 @@ impl MrTable {
             MrKind::FastReg { valid, pages, .. } => {
                 *valid = false;
                 pages.clear();
+                self.fence_slot(key);
                 Ok(())
             }
             _ => Err(MrError::InvalidOp(key)),

@@ -200,6 +200,8 @@ impl MrTable {
                 None => {}
             }
         }
+        // Fabric references through this MR (spec §16.2 rule 6) die with the translation.
+        self.fence_slot(key);
         VRDMA_STATUS_OK
     }
 

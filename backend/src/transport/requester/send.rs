@@ -492,6 +492,37 @@ fn send_wqe(
             }
         }
         let again = psn_diff(psn, st.psn_high) < 0;
+        let hdr = crate::transport::packet::TxMeta {
+            path: &path,
+            src_qpn: ctx.qpn,
+            dst_qpn: dqpn,
+            opcode,
+            psn,
+            solicited: solicited && last,
+            ack_req,
+            hdrs: &hdrs,
+        };
+        // One copy (spec §16.2 rule 6, `onecopy`): an RC WRITE packet of a segment leaves its
+        // payload in guest memory, the receiving engine copies it from there. `None`: copied.
+        let mut by_ref = None;
+        let is_write = matches!(op, Operation::Write);
+        if let Some(w) = seg.as_mut().filter(|_| multi) {
+            use crate::transport::onecopy::{build_by_reference, by_reference, Built};
+            if matches!(src, Src::Message)
+                && by_reference(dev, ctx.is_rc(), is_write, inline.is_some(), plen)
+            {
+                by_ref = match build_by_reference(dev, ctx.qpn, ctx.pdn, &hdr, plen, w, &sges, off)
+                {
+                    Ok(Built::Added(len)) => {
+                        ctx::count_tx(dev, ctx.qpn, len, again);
+                        Some(Ok(()))
+                    }
+                    Ok(Built::Lost) => Some(Ok(())),
+                    Ok(Built::Copy) => None,
+                    Err(e) => Some(Err(e)),
+                };
+            }
+        }
         let fill = |buf: &mut [u8]| match (src, inline) {
             (Src::Empty, _) => Ok(()),
             (Src::Atomic(d), _) => {
@@ -512,26 +543,16 @@ fn send_wqe(
                 sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, SgeIo::Gather(buf))
             }
         };
-        let hdr = crate::transport::packet::TxMeta {
-            path: &path,
-            src_qpn: ctx.qpn,
-            dst_qpn: dqpn,
-            opcode,
-            psn,
-            solicited: solicited && last,
-            ack_req,
-            hdrs: &hdrs,
-        };
         // Behind the highest PSN ever sent (`again`): go-back-N is sending this packet again.
-        let sent = match seg.as_mut().filter(|_| multi) {
-            Some(w) => {
-                crate::transport::packet::build_into_segment(&hdr, plen, w, fill).map(|len| {
+        let sent = match (by_ref, seg.as_mut().filter(|_| multi)) {
+            (Some(r), _) => r,
+            (None, Some(w)) => crate::transport::packet::build_into_segment(&hdr, plen, w, fill)
+                .map(|len| {
                     if let Some(len) = len {
                         ctx::count_tx(dev, ctx.qpn, len, again);
                     }
-                })
-            }
-            None => crate::transport::packet::build_with(
+                }),
+            (None, None) => crate::transport::packet::build_with(
                 hdr.path,
                 hdr.src_qpn,
                 hdr.dst_qpn,

@@ -49,6 +49,23 @@ impl Responder<'_, '_> {
                 RespStep::Complete
             }
             Operation::Write => {
+                // One copy (spec §16.2 rule 6): a payload held by reference is copied from the
+                // sender's guest memory first, before any state changes, so a stale reference
+                // (the sender fenced it) is a lost packet the requester retransmits.
+                if let Some(src) = super::super::onecopy::payload_ref(pkt) {
+                    use super::super::onecopy::{write_payload, OneCopyError};
+                    match write_payload(dev, src, &self.ranges, pkt.payload.len()) {
+                        Ok(()) => {}
+                        Err(OneCopyError::Stale) => {
+                            crate::stats::bump(&dev.port_stats.drop_stale_ref);
+                            return RespStep::Drop;
+                        }
+                        Err(OneCopyError::Destination) => {
+                            self.mem_fault = true;
+                            return RespStep::ErrRemoteOp;
+                        }
+                    }
+                }
                 if let Some(reth) = pkt.reth {
                     st.write = Some(WriteCtx {
                         va: reth.va,
@@ -58,7 +75,7 @@ impl Responder<'_, '_> {
                     });
                 }
                 let n = pkt.payload.len();
-                if n > 0 {
+                if n > 0 && pkt.payload_ref.is_none() {
                     let mut p = 0usize;
                     for r in &self.ranges {
                         let Some(chunk) = p
