@@ -15,6 +15,8 @@ use vrdma_backend::transport;
 use vrdma_spec::*;
 
 const CH: u64 = 2 << 20;
+/// Guest memory (MiB) of each node in the 64 MiB transfer tests: source, target and slack.
+const MEM: u64 = 2 * 64 + 16;
 
 /// A 64 MiB RDMA READ from an ODP MR whose device keeps at most 4 chunks resident completes with
 /// the right data: the responder resolves one packet at a time instead of the whole range.
@@ -22,24 +24,11 @@ const CH: u64 = 2 << 20;
 fn read_64m_with_4_chunk_budget_completes() {
     const LEN: u64 = 64 << 20;
     const NB: usize = 4;
-    let cfg_b = OdpConfig {
-        max_resident: NB,
-        max_resident_per_mr: NB,
-        ..OdpConfig::default()
-    };
-    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, OdpConfig::default(), cfg_b, 1);
+    let mut p = Pair::with(MEM).odp_b(budget(NB)).build();
     p.budget_b = Some(NB);
-    let dst = p.a.alloc(LEN);
-    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
+    let (dst, ka) = p.mr(Side::A, LEN);
     let va = 0x7100_0000_0000u64;
-    let back = p.b.alloc(LEN);
-    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: LEN,
-    });
+    let (kb, back) = p.odp_mr(Side::B, va, LEN);
     let data = pattern(64, LEN as usize);
     p.b.write(back, &data);
     p.post(
@@ -63,24 +52,11 @@ fn read_64m_with_4_chunk_budget_completes() {
 fn write_64m_with_4_chunk_budget_completes() {
     const LEN: u64 = 64 << 20;
     const NB: usize = 4;
-    let cfg_b = OdpConfig {
-        max_resident: NB,
-        max_resident_per_mr: NB,
-        ..OdpConfig::default()
-    };
-    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, OdpConfig::default(), cfg_b, 1);
+    let mut p = Pair::with(MEM).odp_b(budget(NB)).build();
     p.budget_b = Some(NB);
-    let src = p.a.alloc(LEN);
-    let ka = p.a.reg_mr(p.pda, src, LEN, ACC_ALL);
+    let (src, ka) = p.mr(Side::A, LEN);
     let va = 0x7200_0000_0000u64;
-    let back = p.b.alloc(LEN);
-    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: LEN,
-    });
+    let (kb, back) = p.odp_mr(Side::B, va, LEN);
     let data = pattern(65, LEN as usize);
     p.a.write(src, &data);
     p.post(
@@ -104,23 +80,10 @@ fn write_64m_with_4_chunk_budget_completes() {
 fn write_64m_from_odp_lkey_with_4_chunk_budget_completes() {
     const LEN: u64 = 64 << 20;
     const NB: usize = 4;
-    let cfg_a = OdpConfig {
-        max_resident: NB,
-        max_resident_per_mr: NB,
-        ..OdpConfig::default()
-    };
-    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, cfg_a, OdpConfig::default(), 1);
+    let mut p = Pair::with(MEM).odp_a(budget(NB)).build();
     let va = 0x7300_0000_0000u64;
-    let src = p.a.alloc(LEN);
-    let ka = reg_odp(&mut p.a, p.pda, va, LEN, false);
-    p.pa.maps.push(Map {
-        key: ka,
-        va,
-        gpa: src,
-        len: LEN,
-    });
-    let dst = p.b.alloc(LEN);
-    let kb = p.b.reg_mr(p.pdb, dst, LEN, ACC_ALL);
+    let (ka, src) = p.odp_mr(Side::A, va, LEN);
+    let (dst, kb) = p.mr(Side::B, LEN);
     let data = pattern(66, LEN as usize);
     p.a.write(src, &data);
     p.post(
@@ -228,18 +191,10 @@ fn failed_chunks_expire() {
 #[test]
 fn read_waiting_for_a_fault_does_not_spin() {
     const LEN: u64 = 2 * CH;
-    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
-    let dst = p.a.alloc(LEN);
-    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
+    let mut p = Pair::with(32).build();
+    let (dst, ka) = p.mr(Side::A, LEN);
     let va = 0x7400_0000_0000u64;
-    let back = p.b.alloc(LEN);
-    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: LEN,
-    });
+    let (kb, back) = p.odp_mr(Side::B, va, LEN);
     let data = pattern(67, LEN as usize);
     p.b.write(back, &data);
     p.post(
@@ -270,23 +225,7 @@ fn read_waiting_for_a_fault_does_not_spin() {
     );
     // Answer the second chunk's FAULT: the READ completes.
     let r = p.pb.faults[1];
-    let pages: Vec<u64> = (0..r.length / 4096)
-        .map(|i| back + (r.iova - va) + i * 4096)
-        .collect();
-    let c = VrdmaCmdOdpPageResp {
-        req_id: r.req_id,
-        mr_key: kb,
-        status: VRDMA_STATUS_OK,
-        flags: VRDMA_ODP_RESP_F_WRITABLE,
-        iova: r.iova,
-        npages: pages.len() as u32,
-        reserved: 0,
-    };
-    let mut b = c.as_bytes().to_vec();
-    for pg in &pages {
-        b.extend_from_slice(&pg.to_le_bytes());
-    }
-    p.b.cmd(VRDMA_CMD_ODP_PAGE_RESP, &b).expect("page resp");
+    p.pb.reply(&mut p.b, &r);
     let c = p.run_until(0, 1);
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
     assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
@@ -299,10 +238,9 @@ fn read_waiting_for_a_fault_does_not_spin() {
 fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
     use vrdma_backend::wire::{Bth, ExtHeaders, Opcode, PacketBuilder, Reth, RocePacket, Syndrome};
     let cap = OdpConfig::default().max_requests;
-    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
-    let dst = p.a.alloc(4096);
-    let ka = p.a.reg_mr(p.pda, dst, 4096, ACC_ALL);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let (dst, ka) = p.mr(Side::A, 4096);
+    let kb = p.implicit_mr(Side::B);
     let base = 0x3000_0000_0000u64;
     p.post(0, &rdma(1, VRDMA_WR_RDMA_READ, (dst, 64, ka), base, kb));
     let good = p.a.dev.outbox.remove(0);

@@ -7,9 +7,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::odp::{reg_odp, Map, Pair as OdpPair};
+use common::odp::{Pair as OdpPair, Side};
 use common::*;
-use vrdma_backend::memory::odp::OdpConfig;
 use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::wire::RocePacket;
 use vrdma_spec::*;
@@ -435,7 +434,7 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
 
 #[test]
 fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
-    let mut p = OdpPair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
+    let mut p = OdpPair::with(32).build();
     // B's implicit MR with FLUSH_GLOBAL too.
     let c = VrdmaCmdRegMr {
         pdn: p.pdb,
@@ -447,16 +446,10 @@ fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
     };
     let r = p.b.cmd(VRDMA_CMD_REG_IMPLICIT_MR, c.as_bytes()).unwrap();
     let kb = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
-    let _ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
+    let _ka = p.implicit_mr(Side::A);
     let ch = 2u64 << 20;
     let va_b = 0x7b00_0000_0000u64;
-    let back_b = p.b.alloc(2 * ch);
-    p.pb.maps.push(Map {
-        key: kb,
-        va: va_b,
-        gpa: back_b,
-        len: 2 * ch,
-    });
+    let back_b = p.back(Side::B, kb, va_b, 2 * ch);
     // ATOMIC WRITE into chunk 0 (not resident): a write fault, then the store.
     p.post(0, &atomic_write(1, va_b + 0x100, kb, 0xfeed_f00d));
     let c = p.run_until(0, 1);
