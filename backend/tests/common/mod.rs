@@ -16,6 +16,9 @@ use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
 
 pub mod odp;
+pub mod rc_pair;
+
+pub use rc_pair::RcPair;
 
 /// Guest RAM of every node starts here (a fake GPA).
 pub const BASE: u64 = 0x4000_0000;
