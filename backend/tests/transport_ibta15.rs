@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::odp::{Pair as OdpPair, Side};
+use common::odp::Pair as OdpPair;
 use common::*;
 use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::wire::RocePacket;

@@ -20,6 +20,13 @@ pub mod rc_pair;
 
 pub use rc_pair::RcPair;
 
+/// Which node of a two-node fixture (`RcPair`, `odp::Pair`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
 /// Guest RAM of every node starts here (a fake GPA).
 pub const BASE: u64 = 0x4000_0000;
 const PAGE: u64 = 4096;

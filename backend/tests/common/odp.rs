@@ -188,13 +188,6 @@ pub struct Pair {
     mtu: u32,
 }
 
-/// Which node of a `Pair`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    A,
-    B,
-}
-
 /// An ODP config whose device keeps at most `chunks` chunks resident (in total and per MR).
 pub fn budget(chunks: usize) -> OdpConfig {
     OdpConfig {

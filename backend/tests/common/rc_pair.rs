@@ -79,6 +79,11 @@ impl RcPair {
         self.a.post_send(&mut self.qa, w);
     }
 
+    /// Post `w` on B's send queue (doorbell included).
+    pub fn post_b(&mut self, w: &Wqe) {
+        self.b.post_send(&mut self.qb, w);
+    }
+
     /// Post a receive of `len` bytes at `dst + off` (B's MR) on B's RQ.
     pub fn recv_b(&mut self, wr_id: u64, off: u64, len: u32) {
         let rq = self.qb.rq.as_mut().expect("B has an RQ");
@@ -91,6 +96,16 @@ impl RcPair {
         let rq = self.qa.rq.as_mut().expect("A has an RQ");
         self.a
             .post_recv(rq, wr_id, &[(self.src + off, len, self.ka)]);
+    }
+
+    /// A pinned MR over `len` fresh bytes of `side` (iova == GPA, all access); returns (GPA, key).
+    pub fn mr(&mut self, side: Side, len: u64) -> (u64, u32) {
+        let (n, pd) = match side {
+            Side::A => (&mut self.a, self.pda),
+            Side::B => (&mut self.b, self.pdb),
+        };
+        let gpa = n.alloc(len);
+        (gpa, n.reg_mr(pd, gpa, len, ACC_ALL))
     }
 
     /// Pump the link until A has `na` and B `nb` new completions (at most `WAIT`); returns them.
