@@ -9,9 +9,6 @@ use vrdma_spec::*;
 
 use super::*;
 
-/// How long `RcPair::wait` pumps before the test fails.
-pub const WAIT: Duration = Duration::from_secs(30);
-
 /// A connected pair, A → B.
 pub struct RcPair {
     pub a: Node,
@@ -31,6 +28,7 @@ pub struct RcPair {
     pub srq_b: Option<(u32, RingH)>,
     pub link: Link,
     serve_odp: bool,
+    patience: Duration,
 }
 
 /// The parameters of an `RcPair`; each setter names its default.
@@ -50,6 +48,7 @@ pub struct RcPairBuilder {
     srq_b: bool,
     link: Option<Link>,
     serve_odp: bool,
+    patience: Duration,
 }
 
 impl RcPair {
@@ -71,6 +70,7 @@ impl RcPair {
             srq_b: false,
             link: None,
             serve_odp: false,
+            patience: Duration::from_secs(30),
         }
     }
 
@@ -108,19 +108,26 @@ impl RcPair {
         (gpa, n.reg_mr(pd, gpa, len, ACC_ALL))
     }
 
-    /// Pump the link until A has `na` and B `nb` new completions (at most `WAIT`); returns them.
+    /// Pump the link until A has `na` and B `nb` new completions (failing after `patience`);
+    /// returns them.
     pub fn wait(&mut self, na: usize, nb: usize) -> (Vec<Cqe>, Vec<Cqe>) {
         let (mut ga, mut gb) = (Vec::new(), Vec::new());
         let (cqa, cqb, odp) = (&mut self.cqa, &mut self.cqb, self.serve_odp);
-        pump_until(&mut self.a, &mut self.b, &mut self.link, WAIT, |a, b| {
-            if odp {
-                a.answer_page_requests();
-                b.answer_page_requests();
-            }
-            ga.extend(a.poll_cq(cqa));
-            gb.extend(b.poll_cq(cqb));
-            ga.len() >= na && gb.len() >= nb
-        });
+        pump_until(
+            &mut self.a,
+            &mut self.b,
+            &mut self.link,
+            self.patience,
+            |a, b| {
+                if odp {
+                    a.answer_page_requests();
+                    b.answer_page_requests();
+                }
+                ga.extend(a.poll_cq(cqa));
+                gb.extend(b.poll_cq(cqb));
+                ga.len() >= na && gb.len() >= nb
+            },
+        );
         (ga, gb)
     }
 }
@@ -222,6 +229,12 @@ impl RcPairBuilder {
         self
     }
 
+    /// How long `wait` may pump before the test fails (default 30 s).
+    pub fn patience(mut self, d: Duration) -> Self {
+        self.patience = d;
+        self
+    }
+
     pub fn build(self) -> RcPair {
         let mut a = self
             .a
@@ -274,6 +287,7 @@ impl RcPairBuilder {
             srq_b,
             link: self.link.unwrap_or_else(Link::clean),
             serve_odp: self.serve_odp,
+            patience: self.patience,
         }
     }
 }
