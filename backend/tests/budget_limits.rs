@@ -391,18 +391,21 @@ fn exhaust(n: &mut Node, pd: u32, page: u64, leave: u64) -> Vec<u32> {
 /// Send 256 signaled RDMA WRITEs of 8 SGEs on `a` with `leave` bytes of budget free; returns
 /// the most WQEs `a`'s requester ever held fetched.
 fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
-    let mut a = node(1, budget);
-    let mut b = node(2, 64 * MIB);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, _) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        pda,
+        src,
+        dst,
+        ka,
+        kb,
+        ..
+    } = RcPair::new()
+        .nodes(node(1, budget), node(2, 64 * MIB))
+        .cq_depth(1024)
+        .build();
     let page = a.alloc(4096);
     let _fill = exhaust(&mut a, pda, page, leave);
     let used = a.dev.budget.used();
@@ -477,14 +480,19 @@ fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
 #[test]
 fn odp_without_budget_room_rnr_naks_then_completes() {
     let _g = serial();
-    let mut a = node(1, 64 * MIB);
-    let mut b = node(2, 4 * MIB);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .nodes(node(1, 64 * MIB), node(2, 4 * MIB))
+        .cq_depth(64)
+        .no_mrs()
+        .build();
     let src = a.alloc(8192);
     let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
     let dst = b.alloc(4 << 20);
@@ -552,14 +560,19 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
 #[test]
 fn local_odp_sge_without_budget_room_waits_then_completes() {
     let _g = serial();
-    let mut a = node(1, 4 * MIB);
-    let mut b = node(2, 64 * MIB);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .nodes(node(1, 4 * MIB), node(2, 64 * MIB))
+        .cq_depth(64)
+        .no_mrs()
+        .build();
     let src = a.alloc(4 << 20);
     let kodp = a.reg_odp_mr(pda, src, 4 << 20, ACC_ALL);
     let dst = b.alloc(8192);

@@ -38,16 +38,18 @@ struct Pair {
 const LEN: u64 = 64 << 10;
 
 fn pair() -> Pair {
-    let mut a = Node::new(1, MEM_MIB, 1500);
-    let mut b = Node::new(2, MEM_MIB, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // Short timeout (14: 67 ms): the peer's retransmission recovers what the move dropped.
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        qa,
+        qb,
+        cqa,
+        cqb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new().mem_mib(MEM_MIB).no_mrs().build();
     let (src_a, dst_a) = (a.alloc(LEN), a.alloc(LEN));
     let (src_b, dst_b) = (b.alloc(LEN), b.alloc(LEN));
     let ka = a.reg_mr(pda, src_a, 2 * LEN, ACC_ALL);
@@ -488,14 +490,20 @@ fn counts_beyond_the_destinations_limits_are_refused_before_reading_the_objects(
 /// destination faults again, the driver answers, and the peer's WRITE lands.
 #[test]
 fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
-    let mut a = Node::new_odp(1, MEM_MIB);
-    let mut b = Node::new(2, MEM_MIB, 1500);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qb,
+        mut cqa,
+        mut cqb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .nodes(Node::new_odp(1, MEM_MIB), Node::new(2, MEM_MIB, 1500))
+        .cq_depth(64)
+        .no_mrs()
+        .build();
     let dst = a.alloc(LEN);
     let ka = a.reg_odp_mr(pda, dst, LEN, ACC_ALL);
     let src = b.alloc(LEN);

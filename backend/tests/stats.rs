@@ -34,20 +34,20 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 #[test]
 fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // Path MTU 1024 (3): a 4 KiB WRITE is FIRST, MIDDLE, MIDDLE, LAST.
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(8192);
-    let dst = b.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        mut cqa,
+        mut cqb,
+        src,
+        dst,
+        ka,
+        kb,
+        ..
+    } = RcPair::new().cq_depth(64).mrs(8192, 8192).build();
     a.write(src, &pattern(3, 4096));
 
     // 1. Lose the first MIDDLE once: B NAKs the gap once (IBTA 9.7.5.2.2), A goes back.
@@ -184,15 +184,13 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
 
 #[test]
 fn transport_drops_are_counted_by_reason() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, _) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        ..
+    } = RcPair::new().cq_depth(64).no_mrs().build();
     a.post_send(
         &mut qa,
         &Wqe {
@@ -249,19 +247,17 @@ fn sample(text: &str, name_labels: &str) -> u64 {
 
 #[test]
 fn stats_socket_serves_port_and_qp_counters() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4096);
-    let dst = b.alloc(4096);
-    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        src,
+        dst,
+        ka,
+        kb,
+        ..
+    } = RcPair::new().cq_depth(64).mrs(4096, 4096).build();
 
     let (ua, ub) = udp_pair();
     let da = detach(&mut a);
@@ -468,19 +464,20 @@ fn query_stats(n: &mut Node, qpn: u32) -> Result<VrdmaStats, u32> {
 /// every QP the device has had (destroyed ones included) plus ICRC errors and drops.
 #[test]
 fn query_stats_reports_qp_and_port_counters() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(8192);
-    let dst = b.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        mut cqa,
+        cqna: ca,
+        pda,
+        src,
+        dst,
+        ka,
+        kb,
+        ..
+    } = RcPair::new().cq_depth(64).mrs(8192, 8192).build();
     // Lose the first MIDDLE once: a NAK, a go-back-N; keep a copy of one frame A sent.
     let mut link = Link::clean();
     let lost = Arc::new(AtomicUsize::new(0));

@@ -84,15 +84,21 @@ fn pump(a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>) -> u64 {
 
 #[test]
 fn steady_state_rc_write_allocations_per_packet() {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, _) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .mem_mib(64)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(5)
+        .no_mrs()
+        .build();
     let len = 1u64 << 20;
     let src = a.alloc(len);
     let dst = b.alloc(len);

@@ -12,16 +12,24 @@ use vrdma_spec::*;
 
 #[test]
 fn rc_over_udp_engines() {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, mut cqb) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
-    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        mut cqa,
+        mut cqb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .mem_mib(64)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(5)
+        .no_mrs()
+        .build();
     let len: u64 = 8 << 20;
     let src = a.alloc(len);
     let dst = b.alloc(len);

@@ -40,19 +40,21 @@ fn engine_cpu_secs() -> f64 {
 #[test]
 fn an_idle_engine_does_not_spin() {
     assert!(!DEFAULT_POLL.is_zero(), "the default polls");
-    let mut a = Node::new(1, 4, 1500);
-    let mut b = Node::new(2, 4, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4096);
-    let dst = b.alloc(4096);
-    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        src,
+        dst,
+        ka,
+        kb,
+        ..
+    } = RcPair::new()
+        .mem_mib(4)
+        .cq_depth(64)
+        .mrs(4096, 4096)
+        .build();
     a.write(src, &pattern(3, 64));
 
     let mut fb = FabricBuilder::new();

@@ -14,15 +14,24 @@ use vrdma_spec::*;
 
 #[test]
 fn sixty_four_mib_through_loss_dup_reorder() {
-    let mut a = Node::new(1, 160, 9000);
-    let mut b = Node::new(2, 160, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, mut cqb) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 8, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        mut cqa,
+        mut cqb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .mem_mib(160)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(5)
+        .timeout(8)
+        .no_mrs()
+        .build();
     let cfg = match std::env::var("VRDMA_TEST_IMPAIR") {
         Ok(s) => s.parse().expect("VRDMA_TEST_IMPAIR"),
         Err(_) => ImpairConfig {
@@ -123,15 +132,22 @@ fn sixty_four_mib_through_loss_dup_reorder() {
 
 /// One 1 MiB WRITE or READ with the listed frames (by index per direction) dropped.
 fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, _cqb) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 8, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new()
+        .mem_mib(64)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(5)
+        .timeout(8)
+        .no_mrs()
+        .build();
     let mut link = Link::clean();
     let n1 = Arc::new(AtomicUsize::new(0));
     let n2 = Arc::new(AtomicUsize::new(0));

@@ -19,16 +19,18 @@ const T: Duration = Duration::from_secs(60);
 /// frame B sends has a PSN not below the previous one, and A never rewinds.
 #[test]
 fn acks_wait_behind_paced_read_responses() {
-    let mut a = Node::new(1, 16, 9000);
-    let mut b = Node::new(2, 16, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(256);
-    let (cb, mut cqb) = b.create_cq(256);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
     // MTU 1024: the READ is 256 response packets, four READ_BURSTs.
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut qb,
+        mut cqa,
+        mut cqb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new().eth_mtu(9000).no_mrs().build();
     const RLEN: u64 = 256 << 10;
     let la = a.alloc(RLEN + 4096);
     let ka = a.reg_mr(pda, la, RLEN + 4096, ACC_ALL);
@@ -111,15 +113,15 @@ fn acks_wait_behind_paced_read_responses() {
 /// answer for it: the reply queue stays bounded however often the duplicate arrives (spec §16).
 #[test]
 fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
-    let mut a = Node::new(1, 16, 9000);
-    let mut b = Node::new(2, 16, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, _) = a.create_cq(256);
-    let (cb, _) = b.create_cq(256);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new().eth_mtu(9000).no_mrs().build();
     const RLEN: u64 = 256 << 10;
     let la = a.alloc(RLEN + 4096);
     let ka = a.reg_mr(pda, la, RLEN + 4096, ACC_ALL);

@@ -87,16 +87,18 @@ fn ud_receive_on_odp_fault_is_dropped() {
 /// SGE, which is smaller than the READ).
 #[test]
 fn read_spanning_too_many_psns_is_a_length_error() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // Path MTU 256 (code 1).
-    connect(&mut a, &qa, &mut b, &qb, 1, 14, 7, 7);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        mut cqa,
+        cqna: ca,
+        cqnb: cb,
+        pda,
+        pdb,
+        ..
+    } = RcPair::new().cq_depth(64).mtu(1).no_mrs().build();
     let la = a.alloc(4096);
     let ka = a.reg_mr(pda, la, 4096, ACC_ALL);
     for (wr_id, len) in [(1u64, (1u32 << 30) + 256), (2, 1 << 30)] {

@@ -86,19 +86,19 @@ fn wait_cqe(n: &mut Node, cq: &mut RingH, what: &str) -> Vec<Cqe> {
 
 /// Run an RC WRITE and a SEND from A to B with A's uplink captured into `path`.
 fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4096);
-    let dst = b.alloc(4096);
-    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
+    let RcPair {
+        mut a,
+        mut b,
+        mut qa,
+        qb,
+        mut cqa,
+        mut cqb,
+        src,
+        dst,
+        ka,
+        kb,
+        ..
+    } = RcPair::new().cq_depth(64).mrs(4096, 4096).build();
     a.write(src, &pattern(7, 256));
     let mut rq = qb.rq.clone().unwrap();
     b.post_recv(&mut rq, 9, &[(dst + 1024, 1024, kb)]);

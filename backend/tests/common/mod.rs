@@ -18,6 +18,8 @@ use vrdma_spec::*;
 pub mod odp;
 pub mod rc_pair;
 
+// Not every test binary builds an `RcPair` (same reason as the `dead_code` allow above).
+#[allow(unused_imports)]
 pub use rc_pair::RcPair;
 
 /// Which node of a two-node fixture (`RcPair`, `odp::Pair`).

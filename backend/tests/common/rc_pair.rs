@@ -17,6 +17,9 @@ pub struct RcPair {
     pub qb: QpH,
     pub cqa: RingH,
     pub cqb: RingH,
+    /// The CQ numbers of `cqa` and `cqb`.
+    pub cqna: u32,
+    pub cqnb: u32,
     pub pda: u32,
     pub pdb: u32,
     /// A's MR (`ka`) over `src` and B's (`kb`) over `dst`; 0 with `no_mrs`.
@@ -278,6 +281,8 @@ impl RcPairBuilder {
             qb,
             cqa,
             cqb,
+            cqna: ca,
+            cqnb: cb,
             pda,
             pdb,
             src,
