@@ -71,8 +71,7 @@ fn handle(h: u32) -> Vec<u8> {
 fn session(d: &Daemon) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
     let (mut fe, _) = connect(&d.path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     (fe, guest, ctrl)
 }
 
@@ -231,9 +230,8 @@ fn eth_frames_flow_between_the_guest_and_a_udp_uplink() {
     let d = start("dev-eth", 1, |c| c.uplink = Some(spec.parse().unwrap()));
     let (mut fe, _) = connect(&d.path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
-    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 16);
-    start_rings(&mut fe, &guest, &[&rxq, &txq]);
+    let [mut rxq, mut txq] =
+        start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX, VRDMA_VQ_ETH_TX], 16);
 
     // Guest -> wire.
     let mut frame = vec![0xffu8; 6];
@@ -289,8 +287,7 @@ fn device_state_moves_between_two_daemons() {
 
     let (mut fe, acked, _) = connect_with(&src.path, true, extra);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
@@ -364,8 +361,7 @@ fn device_state_save_of_a_reset_device_fails() {
     // `connect_with` acks no LOG_ALL, as QEMU outside a migration.
     let _ = acked;
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [_ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
     let (mut r, w) = std::io::pipe().unwrap();
     fe.set_device_state_fd(Dir::SAVE, Phase::STOPPED, OwnedFd::from(w))
@@ -451,8 +447,7 @@ fn every_guest_memory_write_marks_its_page_while_logging() {
     });
     let (mut fe, _, _) = connect_with(&path, true, Pf::LOG_SHMFD);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [_ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     // SET_MEM_TABLE reaches the device through the daemon's thread: wait for the table.
     let t0 = std::time::Instant::now();
     let mem = loop {
@@ -527,8 +522,7 @@ fn dirty_log_marks_the_pages_the_device_writes() {
     let d = start("dirtylog", 1, |_| {});
     let (mut fe, _, _) = connect_with(&d.path, true, Pf::LOG_SHMFD);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
 
     let log = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
     let dirty = |gpa: u64| log.dirty(gpa);
@@ -573,8 +567,7 @@ fn a_failed_migration_resumes_the_source_with_its_objects() {
     let none = vhost::vhost_user::message::VhostUserProtocolFeatures::empty();
     let (mut fe, acked, _) = connect_with(&d.path, true, none);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
     let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
@@ -582,8 +575,7 @@ fn a_failed_migration_resumes_the_source_with_its_objects() {
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
     // vm_start on the source: vhost_dev_start again (logging may already be off).
     fe.set_features(acked).unwrap();
-    let mut ctrl2 = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl2]);
+    let [mut ctrl2] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     let (_, resp) = run(
         &mut ctrl2,
         &mut guest,

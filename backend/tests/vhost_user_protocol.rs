@@ -278,8 +278,7 @@ fn config_space_reads_and_bounds() {
 fn control_setup(h: &Harness, event_idx: bool) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
     let (mut fe, _) = connect(&h.path, event_idx);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 64);
     (fe, guest, ctrl)
 }
 
@@ -480,8 +479,7 @@ fn events_wait_for_buffers_then_flush_in_order() {
     let h = start("events", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut evq = DriverRing::new(&mut guest, VRDMA_VQ_EVENT as usize, 16);
-    start_rings(&mut fe, &guest, &[&evq]);
+    let [mut evq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_EVENT], 16);
     let ev = |id| VrdmaEvent {
         type_: VRDMA_EV_CQ_COMP,
         id,
@@ -525,9 +523,12 @@ fn doorbells_and_eth_tx_reach_their_sinks() {
     let h = start("doorbell", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut dbq = DriverRing::new(&mut guest, VRDMA_VQ_DOORBELL as usize, 16);
-    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 16);
-    start_rings(&mut fe, &guest, &[&dbq, &txq]);
+    let [mut dbq, mut txq] = start_queues(
+        &mut fe,
+        &mut guest,
+        [VRDMA_VQ_DOORBELL, VRDMA_VQ_ETH_TX],
+        16,
+    );
 
     let mut recs = Vec::new();
     for (t, id) in [
@@ -622,9 +623,8 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     let h = start("ethrx", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
-    let mut prq = DriverRing::new(&mut guest, VRDMA_VQ_PAGEREQ as usize, 16);
-    start_rings(&mut fe, &guest, &[&rxq, &prq]);
+    let [mut rxq, mut prq] =
+        start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX, VRDMA_VQ_PAGEREQ], 16);
     let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
     for i in 0..300u32 {
         let mut f = vec![0u8; 60];
@@ -691,11 +691,17 @@ fn random_chains_never_break_the_daemon() {
     let h = start("fuzz", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
-    let mut dbq = DriverRing::new(&mut guest, VRDMA_VQ_DOORBELL as usize, 64);
-    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 64);
-    let mut evq = DriverRing::new(&mut guest, VRDMA_VQ_EVENT as usize, 64);
-    start_rings(&mut fe, &guest, &[&ctrl, &dbq, &txq, &evq]);
+    let [mut ctrl, mut dbq, mut txq, mut evq] = start_queues(
+        &mut fe,
+        &mut guest,
+        [
+            VRDMA_VQ_CONTROL,
+            VRDMA_VQ_DOORBELL,
+            VRDMA_VQ_ETH_TX,
+            VRDMA_VQ_EVENT,
+        ],
+        64,
+    );
     let scratch = guest.alloc(64 << 10, 4096);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rnd = move || {

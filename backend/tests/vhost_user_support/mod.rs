@@ -350,6 +350,19 @@ pub fn start_rings(fe: &mut Frontend, guest: &Guest, rings: &[&DriverRing]) {
     }
 }
 
+/// Driver rings of `size` entries for the virtqueues `queues` in `guest`, started as by
+/// `start_rings`.
+pub fn start_queues<const N: usize>(
+    fe: &mut Frontend,
+    guest: &mut Guest,
+    queues: [u16; N],
+    size: u16,
+) -> [DriverRing; N] {
+    let rings = queues.map(|q| DriverRing::new(guest, q as usize, size));
+    start_rings(fe, guest, &rings.each_ref());
+    rings
+}
+
 /// Read `len` bytes of config space at `offset`.
 pub fn get_config(fe: &mut Frontend, offset: u32, len: usize) -> vhost::Result<Vec<u8>> {
     let buf = vec![0u8; len];
