@@ -7,8 +7,9 @@ use std::net::UdpSocket;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
@@ -58,7 +59,8 @@ fn rc_between_qps_of_one_device_loops_back() {
     // A SEND and a 5000-byte RDMA WRITE (multi-packet at MTU 1024), both q1 -> q2.
     let data = pattern(3, 5000);
     a.write(buf + 8192, &data);
-    post_send_mem(
+    post_sq(
+        &e,
         &a.mem,
         &mut q1,
         &Wqe {
@@ -82,20 +84,13 @@ fn rc_between_qps_of_one_device_loops_back() {
             ..Default::default()
         },
     );
-    e.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: q1.qpn,
-    });
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.len() < 3 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "completions so far: {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-        got.extend(a.poll_cq(&mut cqr));
-    }
+    let got = wait_cqes(
+        &mut a,
+        &mut cqr,
+        3,
+        Duration::from_secs(10),
+        "three completions",
+    );
     let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
     ids.sort();
     assert_eq!(

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::exporter::{fetch, stats_socket_path, StatsServer};
 use vrdma_backend::stats::{Metered, PortStats};
@@ -265,7 +266,8 @@ fn stats_socket_serves_port_and_qp_counters() {
     let port: Arc<PortStats> = da.lock().unwrap().port_stats.clone();
     let ea = Engine::start(da.clone(), Arc::new(Metered::new(ua, port.clone()))).unwrap();
     let eb = Engine::start(db.clone(), Arc::new(ub)).unwrap();
-    post_send_mem(
+    post_sq(
+        &ea,
         &a.mem,
         &mut qa,
         &Wqe {
@@ -278,15 +280,7 @@ fn stats_socket_serves_port_and_qp_counters() {
             ..Default::default()
         },
     );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let start = Instant::now();
-    while a.poll_cq(&mut cqa).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(20), "WRITE");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_cqes(&mut a, &mut cqa, 1, Duration::from_secs(20), "WRITE");
     ea.stop();
     eb.stop();
 

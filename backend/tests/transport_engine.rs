@@ -4,8 +4,9 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_spec::*;
@@ -13,6 +14,7 @@ use vrdma_spec::*;
 #[test]
 fn rc_over_udp_engines() {
     // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
+    let len: u64 = 8 << 20;
     let RcPair {
         mut a,
         mut b,
@@ -20,21 +22,18 @@ fn rc_over_udp_engines() {
         qb,
         mut cqa,
         mut cqb,
-        pda,
-        pdb,
+        src,
+        dst,
+        ka,
+        kb,
         ..
     } = RcPair::new()
         .mem_mib(64)
         .eth_mtu(9000)
         .cq_depth(1024)
         .mtu(5)
-        .no_mrs()
+        .mrs(len, len)
         .build();
-    let len: u64 = 8 << 20;
-    let src = a.alloc(len);
-    let dst = b.alloc(len);
-    let ka = a.reg_mr(pda, src, len, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
     let data = pattern(42, len as usize);
     a.write(src, &data);
     let mut rq = qb.rq.clone().unwrap();
@@ -66,20 +65,12 @@ fn rc_over_udp_engines() {
         type_: VRDMA_DB_SQ,
         id: qa.qpn,
     });
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "WRITE did not complete"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-        got = a.poll_cq(&mut cqa);
-    }
+    let got = wait_cqes(&mut a, &mut cqa, 1, Duration::from_secs(30), "WRITE");
     assert_eq!((got[0].wr_id, got[0].status), (3, VRDMA_WC_SUCCESS));
     assert!(b.read(dst, len as usize) == data, "WRITE data differs");
 
-    post_send_mem(
+    post_sq(
+        &ea,
         &a.mem,
         &mut qa,
         &Wqe {
@@ -90,20 +81,7 @@ fn rc_over_udp_engines() {
             ..Default::default()
         },
     );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let mut gb = Vec::new();
-    let start = Instant::now();
-    while gb.is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "SEND did not arrive"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-        gb = b.poll_cq(&mut cqb);
-    }
+    let gb = wait_cqes(&mut b, &mut cqb, 1, Duration::from_secs(10), "SEND");
     assert_eq!(
         (gb[0].wr_id, gb[0].status, gb[0].byte_len),
         (9, VRDMA_WC_SUCCESS, 15)

@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::transport::engine::{Engine, EngineOptions, DEFAULT_POLL};
@@ -76,7 +77,8 @@ fn an_idle_engine_does_not_spin() {
     .expect("engine b");
 
     for i in 0..200u64 {
-        post_send_mem(
+        post_sq(
+            &ea,
             &a.mem,
             &mut qa,
             &Wqe {
@@ -89,10 +91,6 @@ fn an_idle_engine_does_not_spin() {
                 ..Default::default()
             },
         );
-        ea.sender().push(VrdmaDoorbell {
-            type_: VRDMA_DB_SQ,
-            id: qa.qpn,
-        });
         let t0 = Instant::now();
         loop {
             let got = a.poll_cq(&mut cqa);

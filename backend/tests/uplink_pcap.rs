@@ -9,10 +9,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::engine::*;
 use common::*;
-use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::pcap::{LINKTYPE_ETHERNET, PCAP_MAGIC_USEC, SNAPLEN};
 use vrdma_backend::uplink::{PcapTee, PcapWriter};
@@ -72,18 +72,6 @@ fn tmp(name: &str) -> PathBuf {
     p
 }
 
-fn wait_cqe(n: &mut Node, cq: &mut RingH, what: &str) -> Vec<Cqe> {
-    let start = Instant::now();
-    loop {
-        let got = n.poll_cq(cq);
-        if !got.is_empty() {
-            return got;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{what}: no CQE");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Run an RC WRITE and a SEND from A to B with A's uplink captured into `path`.
 fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
     let RcPair {
@@ -110,7 +98,8 @@ fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
     let ea = Engine::start(da, Arc::new(PcapTee::new(ua, pcap.clone()))).expect("engine a");
     let eb = Engine::start(db, Arc::new(ub)).expect("engine b");
 
-    post_send_mem(
+    post_sq(
+        &ea,
         &a.mem,
         &mut qa,
         &Wqe {
@@ -123,15 +112,12 @@ fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
             ..Default::default()
         },
     );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let c = wait_cqe(&mut a, &mut cqa, "WRITE");
+    let c = wait_cqes(&mut a, &mut cqa, 1, Duration::from_secs(20), "WRITE");
     assert_eq!((c[0].wr_id, c[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(b.read(dst, 256), pattern(7, 256));
 
-    post_send_mem(
+    post_sq(
+        &ea,
         &a.mem,
         &mut qa,
         &Wqe {
@@ -142,16 +128,18 @@ fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
             ..Default::default()
         },
     );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let c = wait_cqe(&mut b, &mut cqb, "SEND");
+    let c = wait_cqes(&mut b, &mut cqb, 1, Duration::from_secs(20), "SEND");
     assert_eq!(
         (c[0].wr_id, c[0].status, c[0].byte_len),
         (9, VRDMA_WC_SUCCESS, 8)
     );
-    let c = wait_cqe(&mut a, &mut cqa, "SEND completion");
+    let c = wait_cqes(
+        &mut a,
+        &mut cqa,
+        1,
+        Duration::from_secs(20),
+        "SEND completion",
+    );
     assert_eq!((c[0].wr_id, c[0].status), (2, VRDMA_WC_SUCCESS));
     ea.stop();
     eb.stop();

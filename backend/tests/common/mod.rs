@@ -15,6 +15,7 @@ use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
 
+pub mod engine;
 pub mod odp;
 pub mod rc_pair;
 
