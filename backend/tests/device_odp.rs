@@ -2,12 +2,13 @@
 //! request), page responses (good, error, hostile), invalidation, reclaim budgets, timeouts,
 //! ADVISE_MR, and the command layer.
 
-mod device_util;
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use device_util::*;
+use common::device::*;
+use common::rng::XorShift;
 use vrdma_backend::device::{CmdOutcome, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
@@ -624,20 +625,6 @@ fn odp_through_commands() {
     assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
 }
 
-/// xorshift64*: deterministic pseudo-random numbers.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Random interleavings of accesses, answers (good, bad, late, duplicate), invalidations,
 /// prefetches, timeouts, registrations and deregistrations: the bookkeeping stays consistent and
 /// budgets hold after every step.
@@ -651,7 +638,7 @@ fn random_odp_operations_keep_invariants() {
         ..odp_cfg()
     });
     const C: u64 = 1 << 16;
-    let mut rng = Rng(0xfeed_beef_1234_5678);
+    let mut rng = XorShift(0xfeed_beef_1234_5678);
     let mut keys: Vec<u32> = Vec::new();
     let mut reqs: Vec<VrdmaPageReq> = Vec::new();
     let mut now = Instant::now();

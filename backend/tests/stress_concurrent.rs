@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use common::rng::XorShift;
 use common::*;
 use vm_memory::GuestAddressSpace;
 use vrdma_backend::device::Device;
@@ -30,21 +31,6 @@ const BUDGET: u64 = 64 << 20;
 const CANARY: u64 = 64 << 10;
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-/// xorshift64*: deterministic per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A node whose real device lives behind the mutex the engine locks. The node itself (guest
 /// memory allocator, recording output, command helpers) is used by whoever holds `node`; lock
@@ -161,7 +147,7 @@ struct Fixture {
 const HOSTILE_IOVA: u64 = 0x10_0000_0000;
 
 /// One random command-side step.
-fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut Rng) {
+fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut XorShift) {
     match rng.below(8) {
         0 | 1 if h.pairs.len() < 16 && h.created < MAX_CREATED => {
             h.created += 1;
@@ -404,7 +390,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
         let (sa, sb, stop, f) = (sa.clone(), sb.clone(), stop.clone(), f.clone());
         let (ma, mb) = (mem_a.clone(), mem_b.clone());
         std::thread::spawn(move || {
-            let mut rng = Rng(seed | 1);
+            let mut rng = XorShift(seed | 1);
             let mut h = Hostile::default();
             let mut steps = 0u64;
             let mut hostile_errors = 0usize;
@@ -442,7 +428,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
     };
     // The pager also runs here between rounds, so the healthy ODP WRITEs never wait for the
     // churn thread alone.
-    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let mut rng = XorShift(seed.rotate_left(17) | 1);
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut rounds = 0u64;
     let mut rq = qb.rq.clone().unwrap();

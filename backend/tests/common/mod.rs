@@ -2,6 +2,10 @@
 //! fake GPAs and a recording output; objects are created through `Device::handle_command` with ABI
 //! structs (the driver's path), rings are written in guest memory like the driver does, and two
 //! nodes are linked in-process (optionally through the wire engineer's impairment wrapper).
+//!
+//! One concept per submodule: `rc_pair` (a connected QP pair in one call), `odp` (pager and
+//! two-node ODP harness), `engine` (tests with engine threads), `device` (one device without a
+//! transport, for the command-level tests), `rng` (seeded generators).
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -15,9 +19,11 @@ use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
 
+pub mod device;
 pub mod engine;
 pub mod odp;
 pub mod rc_pair;
+pub mod rng;
 
 // Not every test binary builds an `RcPair` (same reason as the `dead_code` allow above).
 #[allow(unused_imports)]
