@@ -26,6 +26,21 @@ fn opcode(f: &[u8]) -> u8 {
     f[14 + 20 + 8]
 }
 
+/// A link filter that drops the first frame with BTH opcode `op`, once; the count (0 or 1) is
+/// how many it dropped.
+fn drop_first(op: u8) -> (Filter, Arc<AtomicUsize>) {
+    let lost = Arc::new(AtomicUsize::new(0));
+    let l2 = lost.clone();
+    let filter: Filter = Box::new(move |f| {
+        if opcode(f) == op && l2.load(Ordering::Relaxed) == 0 {
+            l2.store(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    });
+    (filter, lost)
+}
+
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vrdma-stats-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -53,15 +68,8 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
 
     // 1. Lose the first MIDDLE once: B NAKs the gap once (IBTA 9.7.5.2.2), A goes back.
     let mut link = Link::clean();
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l2 = lost.clone();
-    link.filter_ab = Some(Box::new(move |f| {
-        if opcode(f) == RC_RDMA_WRITE_MIDDLE && l2.load(Ordering::Relaxed) == 0 {
-            l2.store(1, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }));
+    let (filter, lost) = drop_first(RC_RDMA_WRITE_MIDDLE);
+    link.filter_ab = Some(filter);
     a.post_send(
         &mut qa,
         &Wqe {
@@ -74,16 +82,13 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
             ..Default::default()
         },
     );
-    let mut done = Vec::new();
-    pump_until(
+    let done = pump_cqes(
         &mut a,
         &mut b,
         &mut link,
+        &mut cqa,
+        1,
         Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
     );
     assert_eq!((done[0].wr_id, done[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(b.read(dst, 4096), pattern(3, 4096));
@@ -103,16 +108,9 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
 
     // 2. Lose the ACK of a SEND once: A's retransmission timer fires and it resends.
     let before = a.dev.qps.get(qa.qpn).unwrap().stats;
-    let lost_ack = Arc::new(AtomicUsize::new(0));
-    let l3 = lost_ack.clone();
+    let (filter, lost_ack) = drop_first(RC_ACK);
     link.filter_ab = None;
-    link.filter_ba = Some(Box::new(move |f| {
-        if opcode(f) == RC_ACK && l3.load(Ordering::Relaxed) == 0 {
-            l3.store(1, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }));
+    link.filter_ba = Some(filter);
     let mut rq = qb.rq.clone().unwrap();
     b.post_recv(&mut rq, 20, &[(dst + 4096, 1024, kb)]);
     a.post_send(
@@ -125,16 +123,13 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
             ..Default::default()
         },
     );
-    let mut done = Vec::new();
-    pump_until(
+    let done = pump_cqes(
         &mut a,
         &mut b,
         &mut link,
+        &mut cqa,
+        1,
         Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
     );
     assert_eq!((done[0].wr_id, done[0].status), (2, VRDMA_WC_SUCCESS));
     let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
@@ -163,16 +158,13 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
         |_, b| b.dev.qps.get(qb.qpn).unwrap().stats.rnr_naks_tx >= 1,
     );
     b.post_recv(&mut rq, 21, &[(dst + 4096, 1024, kb)]);
-    let mut done = Vec::new();
-    pump_until(
+    let done = pump_cqes(
         &mut a,
         &mut b,
         &mut link,
+        &mut cqa,
+        1,
         Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
     );
     assert_eq!((done[0].wr_id, done[0].status), (3, VRDMA_WC_SUCCESS));
     let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
@@ -474,17 +466,12 @@ fn query_stats_reports_qp_and_port_counters() {
     } = RcPair::new().cq_depth(64).mrs(8192, 8192).build();
     // Lose the first MIDDLE once: a NAK, a go-back-N; keep a copy of one frame A sent.
     let mut link = Link::clean();
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l2 = lost.clone();
+    let (mut drop, _) = drop_first(RC_RDMA_WRITE_MIDDLE);
     let seen: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
     let s2 = seen.clone();
     link.filter_ab = Some(Box::new(move |f| {
         s2.lock().unwrap().clone_from(&f.to_vec());
-        if opcode(f) == RC_RDMA_WRITE_MIDDLE && l2.load(Ordering::Relaxed) == 0 {
-            l2.store(1, Ordering::Relaxed);
-            return false;
-        }
-        true
+        drop(f)
     }));
     a.post_send(
         &mut qa,
@@ -498,16 +485,13 @@ fn query_stats_reports_qp_and_port_counters() {
             ..Default::default()
         },
     );
-    let mut done = Vec::new();
-    pump_until(
+    let done = pump_cqes(
         &mut a,
         &mut b,
         &mut link,
+        &mut cqa,
+        1,
         Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
     );
     assert_eq!(done[0].status, VRDMA_WC_SUCCESS);
 

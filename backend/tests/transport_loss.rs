@@ -181,16 +181,13 @@ fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
         ..Default::default()
     };
     a.post_send(&mut qa, &w);
-    let mut got = Vec::new();
-    pump_until(
+    let got = pump_cqes(
         &mut a,
         &mut b,
         &mut link,
+        &mut cqa,
+        1,
         Duration::from_secs(10),
-        |a, _| {
-            got.extend(a.poll_cq(&mut cqa));
-            !got.is_empty()
-        },
     );
     assert_eq!((got[0].wr_id, got[0].status), (1, VRDMA_WC_SUCCESS));
     let landed = if op == VRDMA_WR_RDMA_READ {

@@ -774,6 +774,23 @@ pub fn pump_until(
     }
 }
 
+/// Pump until `cq` (a CQ of `a`) gave `n` CQEs, failing after `limit`; returns them.
+pub fn pump_cqes(
+    a: &mut Node,
+    b: &mut Node,
+    link: &mut Link,
+    cq: &mut RingH,
+    n: usize,
+    limit: Duration,
+) -> Vec<Cqe> {
+    let mut got = Vec::new();
+    pump_until(a, b, link, limit, |a, _| {
+        got.extend(a.poll_cq(cq));
+        got.len() >= n
+    });
+    got
+}
+
 /// Pump until both nodes are quiet with no timers left (or `limit`).
 pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
     let start = Instant::now();
