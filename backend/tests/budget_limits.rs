@@ -391,52 +391,41 @@ fn exhaust(n: &mut Node, pd: u32, page: u64, leave: u64) -> Vec<u32> {
 /// Send 256 signaled RDMA WRITEs of 8 SGEs on `a` with `leave` bytes of budget free; returns
 /// the most WQEs `a`'s requester ever held fetched.
 fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        mut cqa,
-        pda,
-        src,
-        dst,
-        ka,
-        kb,
-        ..
-    } = RcPair::new()
+    let mut p = RcPair::new()
         .nodes(node(1, budget), node(2, 64 * MIB))
         .cq_depth(1024)
         .build();
-    let page = a.alloc(4096);
-    let _fill = exhaust(&mut a, pda, page, leave);
-    let used = a.dev.budget.used();
+    let page = p.a.alloc(4096);
+    let _fill = exhaust(&mut p.a, p.pda, page, leave);
+    let used = p.a.dev.budget.used();
     for i in 0..256u64 {
-        a.post_send_nodb(
-            &mut qa,
+        p.a.post_send_nodb(
+            &mut p.qa,
             &Wqe {
                 wr_id: i,
                 opcode: VRDMA_WR_RDMA_WRITE,
                 flags: VRDMA_SEND_SIGNALED,
-                sges: (0..8).map(|s| (src + s * 64, 64, ka)).collect(),
-                remote_addr: dst + (i % 64) * 512,
-                rkey: kb,
+                sges: (0..8).map(|s| (p.src + s * 64, 64, p.ka)).collect(),
+                remote_addr: p.dst + (i % 64) * 512,
+                rkey: p.kb,
                 ..Default::default()
             },
         );
     }
-    a.doorbell(qa.qpn);
+    p.a.doorbell(p.qa.qpn);
     let mut cqes = Vec::new();
     let mut most = 0usize;
     let mut link = Link::clean();
-    let qpn = qa.qpn;
+    let qpn = p.qa.qpn;
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(60),
         |a, _| {
             most = most.max(a.dev.qps.get(qpn).map_or(0, |q| q.req.wqes.len()));
             assert!(a.dev.budget.used() <= a.dev.budget.limit());
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             cqes.len() >= 256
         },
     );
@@ -448,9 +437,9 @@ fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
         "each WQE completes exactly once"
     );
     assert!(cqes.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
-    assert_eq!(a.qp_state(qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(qpn), VRDMA_QPS_RTS);
     assert_eq!(
-        a.dev.budget.used(),
+        p.a.dev.budget.used(),
         used,
         "the fetched WQEs gave their charge back"
     );
@@ -480,29 +469,21 @@ fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
 #[test]
 fn odp_without_budget_room_rnr_naks_then_completes() {
     let _g = serial();
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        mut cqa,
-        pda,
-        pdb,
-        ..
-    } = RcPair::new()
+    let mut p = RcPair::new()
         .nodes(node(1, 64 * MIB), node(2, 4 * MIB))
         .cq_depth(64)
         .no_mrs()
         .build();
-    let src = a.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let dst = b.alloc(4 << 20);
-    let kodp = b.reg_odp_mr(pdb, dst, 4 << 20, ACC_ALL);
-    let page = b.alloc(4096);
-    let fill = exhaust(&mut b, pdb, page, 64);
+    let src = p.a.alloc(8192);
+    let ka = p.a.reg_mr(p.pda, src, 8192, ACC_ALL);
+    let dst = p.b.alloc(4 << 20);
+    let kodp = p.b.reg_odp_mr(p.pdb, dst, 4 << 20, ACC_ALL);
+    let page = p.b.alloc(4096);
+    let fill = exhaust(&mut p.b, p.pdb, page, 64);
     let data = pattern(77, 8192);
-    a.write(src, &data);
-    a.post_send(
-        &mut qa,
+    p.a.write(src, &data);
+    p.a.post_send(
+        &mut p.qa,
         &Wqe {
             wr_id: 1,
             opcode: VRDMA_WR_RDMA_WRITE,
@@ -517,41 +498,41 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
     let mut steps = 0;
     let mut cqes = Vec::new();
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(30),
         |a, b| {
             steps += 1;
             assert!(b.out.take_page_requests().is_empty(), "no room, no request");
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             steps > 200
         },
     );
     assert!(cqes.is_empty(), "{cqes:?}");
-    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
     assert!(
         link.frames_ba > 2,
         "RNR NAKs went back ({})",
         link.frames_ba
     );
     for k in fill {
-        b.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
+        p.b.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
     }
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(30),
         |a, b| {
             b.answer_page_requests();
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             !cqes.is_empty()
         },
     );
     assert_eq!((cqes[0].wr_id, cqes[0].status), (1, VRDMA_WC_SUCCESS));
-    assert!(b.answered > 0);
-    assert_eq!(b.read(dst + 4096, 8192), data);
+    assert!(p.b.answered > 0);
+    assert_eq!(p.b.read(dst + 4096, 8192), data);
 }
 
 /// A local ODP SGE whose chunk entry does not fit the requester's budget: the WQE waits (no
@@ -560,29 +541,21 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
 #[test]
 fn local_odp_sge_without_budget_room_waits_then_completes() {
     let _g = serial();
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        mut cqa,
-        pda,
-        pdb,
-        ..
-    } = RcPair::new()
+    let mut p = RcPair::new()
         .nodes(node(1, 4 * MIB), node(2, 64 * MIB))
         .cq_depth(64)
         .no_mrs()
         .build();
-    let src = a.alloc(4 << 20);
-    let kodp = a.reg_odp_mr(pda, src, 4 << 20, ACC_ALL);
-    let dst = b.alloc(8192);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
-    let page = a.alloc(4096);
-    let fill = exhaust(&mut a, pda, page, 64);
+    let src = p.a.alloc(4 << 20);
+    let kodp = p.a.reg_odp_mr(p.pda, src, 4 << 20, ACC_ALL);
+    let dst = p.b.alloc(8192);
+    let kb = p.b.reg_mr(p.pdb, dst, 8192, ACC_ALL);
+    let page = p.a.alloc(4096);
+    let fill = exhaust(&mut p.a, p.pda, page, 64);
     let data = pattern(78, 8192);
-    a.write(src + 8192, &data);
-    a.post_send(
-        &mut qa,
+    p.a.write(src + 8192, &data);
+    p.a.post_send(
+        &mut p.qa,
         &Wqe {
             wr_id: 2,
             opcode: VRDMA_WR_RDMA_WRITE,
@@ -600,16 +573,19 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
     // The engine's loop: transport timers (which resume waiting QPs), then the ODP tick.
     while t0.elapsed() < Duration::from_millis(100) {
         let now = std::time::Instant::now();
-        transport::on_tick(&mut a.dev, now);
-        if a.dev.odp_tick(now).is_some() {
+        transport::on_tick(&mut p.a.dev, now);
+        if p.a.dev.odp_tick(now).is_some() {
             retries += 1;
         }
         assert!(
-            a.dev.outbox.is_empty(),
+            p.a.dev.outbox.is_empty(),
             "nothing is sent while the WQE waits"
         );
-        assert!(a.out.take_page_requests().is_empty(), "no room, no request");
-        cqes.extend(a.poll_cq(&mut cqa));
+        assert!(
+            p.a.out.take_page_requests().is_empty(),
+            "no room, no request"
+        );
+        cqes.extend(p.a.poll_cq(&mut p.cqa));
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(cqes.is_empty(), "{cqes:?}");
@@ -617,25 +593,25 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
         retries > 0,
         "odp_tick keeps a retry deadline while a QP waits for room"
     );
-    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
     for k in fill {
-        a.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
+        p.a.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
     }
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(30),
         |a, _| {
             a.dev.odp_tick(std::time::Instant::now());
             transport::resume_odp(&mut a.dev, std::time::Instant::now());
             a.answer_page_requests();
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             !cqes.is_empty()
         },
     );
     assert_eq!((cqes[0].wr_id, cqes[0].status), (2, VRDMA_WC_SUCCESS));
-    assert_eq!(b.read(dst, 8192), data);
+    assert_eq!(p.b.read(dst, 8192), data);
 }
 
 /// UD sends complete as they are sent, so no response comes to resume a fetch the budget

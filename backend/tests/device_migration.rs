@@ -39,28 +39,18 @@ const LEN: u64 = 64 << 10;
 
 fn pair() -> Pair {
     // Short timeout (14: 67 ms): the peer's retransmission recovers what the move dropped.
-    let RcPair {
-        mut a,
-        mut b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        pda,
-        pdb,
-        ..
-    } = RcPair::new().mem_mib(MEM_MIB).no_mrs().build();
-    let (src_a, dst_a) = (a.alloc(LEN), a.alloc(LEN));
-    let (src_b, dst_b) = (b.alloc(LEN), b.alloc(LEN));
-    let ka = a.reg_mr(pda, src_a, 2 * LEN, ACC_ALL);
-    let kb = b.reg_mr(pdb, src_b, 2 * LEN, ACC_ALL);
+    let mut p = RcPair::new().mem_mib(MEM_MIB).no_mrs().build();
+    let (src_a, dst_a) = (p.a.alloc(LEN), p.a.alloc(LEN));
+    let (src_b, dst_b) = (p.b.alloc(LEN), p.b.alloc(LEN));
+    let ka = p.a.reg_mr(p.pda, src_a, 2 * LEN, ACC_ALL);
+    let kb = p.b.reg_mr(p.pdb, src_b, 2 * LEN, ACC_ALL);
     Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
+        a: p.a,
+        b: p.b,
+        qa: p.qa,
+        qb: p.qb,
+        cqa: p.cqa,
+        cqb: p.cqb,
         src_a,
         dst_a,
         src_b,
@@ -490,24 +480,15 @@ fn counts_beyond_the_destinations_limits_are_refused_before_reading_the_objects(
 /// destination faults again, the driver answers, and the peer's WRITE lands.
 #[test]
 fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
-    let RcPair {
-        mut a,
-        mut b,
-        mut qb,
-        mut cqa,
-        mut cqb,
-        pda,
-        pdb,
-        ..
-    } = RcPair::new()
+    let mut p = RcPair::new()
         .nodes(Node::new_odp(1, MEM_MIB), Node::new(2, MEM_MIB, 1500))
         .cq_depth(64)
         .no_mrs()
         .build();
-    let dst = a.alloc(LEN);
-    let ka = a.reg_odp_mr(pda, dst, LEN, ACC_ALL);
-    let src = b.alloc(LEN);
-    let kb = b.reg_mr(pdb, src, LEN, ACC_ALL);
+    let dst = p.a.alloc(LEN);
+    let ka = p.a.reg_odp_mr(p.pda, dst, LEN, ACC_ALL);
+    let src = p.b.alloc(LEN);
+    let kb = p.b.reg_mr(p.pdb, src, LEN, ACC_ALL);
     let mut link = Link::clean();
     let mut write = |a: &mut Node, b: &mut Node, qb: &mut QpH, cqb: &mut RingH, seed: u64| {
         let data = pattern(seed, 8192);
@@ -536,22 +517,22 @@ fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
         faults
     };
     assert!(
-        write(&mut a, &mut b, &mut qb, &mut cqb, 1) > 0,
+        write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 1) > 0,
         "the first access faults"
     );
-    assert!(a.dev.mrs.odp_resident_total() > 0);
+    assert!(p.a.dev.mrs.odp_resident_total() > 0);
     assert_eq!(
-        write(&mut a, &mut b, &mut qb, &mut cqb, 2),
+        write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 2),
         0,
         "resident: no fault"
     );
-    migrate(&mut a);
-    assert_eq!(a.dev.mrs.odp_resident_total(), 0, "no chunk moved");
+    migrate(&mut p.a);
+    assert_eq!(p.a.dev.mrs.odp_resident_total(), 0, "no chunk moved");
     assert!(
-        write(&mut a, &mut b, &mut qb, &mut cqb, 3) > 0,
+        write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 3) > 0,
         "the destination faults again"
     );
-    let _ = a.poll_cq(&mut cqa);
+    let _ = p.a.poll_cq(&mut p.cqa);
 }
 
 /// XRC objects are not in the state format (spec §17.2): a device with an XRC domain refuses to

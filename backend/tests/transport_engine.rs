@@ -15,19 +15,7 @@ use vrdma_spec::*;
 fn rc_over_udp_engines() {
     // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
     let len: u64 = 8 << 20;
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        qb,
-        mut cqa,
-        mut cqb,
-        src,
-        dst,
-        ka,
-        kb,
-        ..
-    } = RcPair::new()
+    let mut p = RcPair::new()
         .mem_mib(64)
         .eth_mtu(9000)
         .cq_depth(1024)
@@ -35,44 +23,44 @@ fn rc_over_udp_engines() {
         .mrs(len, len)
         .build();
     let data = pattern(42, len as usize);
-    a.write(src, &data);
-    let mut rq = qb.rq.clone().unwrap();
-    b.post_recv(&mut rq, 9, &[(dst, 4096, kb)]);
+    p.a.write(p.src, &data);
+    let mut rq = p.qb.rq.clone().unwrap();
+    p.b.post_recv(&mut rq, 9, &[(p.dst, 4096, p.kb)]);
 
     let (ua, ub) = udp_pair();
-    let da = detach(&mut a);
-    let db = detach(&mut b);
+    let da = detach(&mut p.a);
+    let db = detach(&mut p.b);
     let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
     let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
 
     // Four 2 MiB WRITEs (the last signaled) and a SEND.
     for i in 0..4u64 {
         post_send_mem(
-            &a.mem,
-            &mut qa,
+            &p.a.mem,
+            &mut p.qa,
             &Wqe {
                 wr_id: i,
                 opcode: VRDMA_WR_RDMA_WRITE,
                 flags: if i == 3 { VRDMA_SEND_SIGNALED } else { 0 },
-                sges: vec![(src + i * (2 << 20), 2 << 20, ka)],
-                remote_addr: dst + i * (2 << 20),
-                rkey: kb,
+                sges: vec![(p.src + i * (2 << 20), 2 << 20, p.ka)],
+                remote_addr: p.dst + i * (2 << 20),
+                rkey: p.kb,
                 ..Default::default()
             },
         );
     }
     ea.sender().push(VrdmaDoorbell {
         type_: VRDMA_DB_SQ,
-        id: qa.qpn,
+        id: p.qa.qpn,
     });
-    let got = wait_cqes(&mut a, &mut cqa, 1, Duration::from_secs(30), "WRITE");
+    let got = wait_cqes(&mut p.a, &mut p.cqa, 1, Duration::from_secs(30), "WRITE");
     assert_eq!((got[0].wr_id, got[0].status), (3, VRDMA_WC_SUCCESS));
-    assert!(b.read(dst, len as usize) == data, "WRITE data differs");
+    assert!(p.b.read(p.dst, len as usize) == data, "WRITE data differs");
 
     post_sq(
         &ea,
-        &a.mem,
-        &mut qa,
+        &p.a.mem,
+        &mut p.qa,
         &Wqe {
             wr_id: 50,
             opcode: VRDMA_WR_SEND,
@@ -81,14 +69,14 @@ fn rc_over_udp_engines() {
             ..Default::default()
         },
     );
-    let gb = wait_cqes(&mut b, &mut cqb, 1, Duration::from_secs(10), "SEND");
+    let gb = wait_cqes(&mut p.b, &mut p.cqb, 1, Duration::from_secs(10), "SEND");
     assert_eq!(
         (gb[0].wr_id, gb[0].status, gb[0].byte_len),
         (9, VRDMA_WC_SUCCESS, 15)
     );
-    assert_eq!(b.read(dst, 15), b"over the engine");
+    assert_eq!(p.b.read(p.dst, 15), b"over the engine");
     ea.stop();
     eb.stop();
     // After shutdown the device is still usable (the engine released it).
-    assert!(da.lock().unwrap().qps.get(qa.qpn).is_some());
+    assert!(da.lock().unwrap().qps.get(p.qa.qpn).is_some());
 }

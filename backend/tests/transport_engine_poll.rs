@@ -41,36 +41,26 @@ fn engine_cpu_secs() -> f64 {
 #[test]
 fn an_idle_engine_does_not_spin() {
     assert!(!DEFAULT_POLL.is_zero(), "the default polls");
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        mut cqa,
-        src,
-        dst,
-        ka,
-        kb,
-        ..
-    } = RcPair::new()
+    let mut p = RcPair::new()
         .mem_mib(4)
         .cq_depth(64)
         .mrs(4096, 4096)
         .build();
-    a.write(src, &pattern(3, 64));
+    p.a.write(p.src, &pattern(3, 64));
 
     let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(a.mac).expect("port a");
-    let pb = fb.add_device(b.mac).expect("port b");
+    let pa = fb.add_device(p.a.mac).expect("port a");
+    let pb = fb.add_device(p.b.mac).expect("port b");
     let fabric = fb.build();
     let opts = EngineOptions::default();
     let ea = Engine::start_with(
-        detach(&mut a),
+        detach(&mut p.a),
         Arc::new(fabric.device_port(pa).expect("a")),
         opts,
     )
     .expect("engine a");
     let eb = Engine::start_with(
-        detach(&mut b),
+        detach(&mut p.b),
         Arc::new(fabric.device_port(pb).expect("b")),
         opts,
     )
@@ -79,21 +69,21 @@ fn an_idle_engine_does_not_spin() {
     for i in 0..200u64 {
         post_sq(
             &ea,
-            &a.mem,
-            &mut qa,
+            &p.a.mem,
+            &mut p.qa,
             &Wqe {
                 wr_id: i,
                 opcode: VRDMA_WR_RDMA_WRITE,
                 flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 64, ka)],
-                remote_addr: dst,
-                rkey: kb,
+                sges: vec![(p.src, 64, p.ka)],
+                remote_addr: p.dst,
+                rkey: p.kb,
                 ..Default::default()
             },
         );
         let t0 = Instant::now();
         loop {
-            let got = a.poll_cq(&mut cqa);
+            let got = p.a.poll_cq(&mut p.cqa);
             if let Some(c) = got.first() {
                 assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE {i}");
                 break;
@@ -102,7 +92,7 @@ fn an_idle_engine_does_not_spin() {
             std::thread::yield_now();
         }
     }
-    assert_eq!(b.read(dst, 64), pattern(3, 64), "the data arrived");
+    assert_eq!(p.b.read(p.dst, 64), pattern(3, 64), "the data arrived");
 
     // The ACK timer and the last spins end within a few ms; then nothing is due.
     std::thread::sleep(Duration::from_millis(50));

@@ -88,22 +88,12 @@ fn ud_receive_on_odp_fault_is_dropped() {
 #[test]
 fn read_spanning_too_many_psns_is_a_length_error() {
     // Path MTU 256 (code 1).
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        mut cqa,
-        cqna: ca,
-        cqnb: cb,
-        pda,
-        pdb,
-        ..
-    } = RcPair::new().cq_depth(64).mtu(1).no_mrs().build();
-    let la = a.alloc(4096);
-    let ka = a.reg_mr(pda, la, 4096, ACC_ALL);
+    let mut p = RcPair::new().cq_depth(64).mtu(1).no_mrs().build();
+    let la = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, la, 4096, ACC_ALL);
     for (wr_id, len) in [(1u64, (1u32 << 30) + 256), (2, 1 << 30)] {
-        a.post_send(
-            &mut qa,
+        p.a.post_send(
+            &mut p.qa,
             &Wqe {
                 wr_id,
                 opcode: VRDMA_WR_RDMA_READ,
@@ -114,7 +104,7 @@ fn read_spanning_too_many_psns_is_a_length_error() {
                 ..Default::default()
             },
         );
-        let c = a.poll_cq(&mut cqa);
+        let c = p.a.poll_cq(&mut p.cqa);
         assert_eq!(c.len(), 1, "READ {wr_id} completes at once");
         let want = if wr_id == 1 {
             VRDMA_WC_LOC_LEN_ERR
@@ -122,12 +112,12 @@ fn read_spanning_too_many_psns_is_a_length_error() {
             VRDMA_WC_LOC_PROT_ERR
         };
         assert_eq!((c[0].wr_id, c[0].status), (wr_id, want));
-        assert!(a.dev.outbox.is_empty(), "nothing sent");
+        assert!(p.a.dev.outbox.is_empty(), "nothing sent");
         if wr_id == 1 {
             // The QP went to ERROR; start again for the boundary case.
-            qa = a.create_qp(QpSpec::rc(pda, ca));
-            let qb2 = b.create_qp(QpSpec::rc(pdb, cb));
-            connect(&mut a, &qa, &mut b, &qb2, 1, 14, 7, 7);
+            p.qa = p.a.create_qp(QpSpec::rc(p.pda, p.cqna));
+            let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, p.cqnb));
+            connect(&mut p.a, &p.qa, &mut p.b, &qb2, 1, 14, 7, 7);
         }
     }
 }

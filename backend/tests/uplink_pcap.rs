@@ -74,52 +74,40 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Run an RC WRITE and a SEND from A to B with A's uplink captured into `path`.
 fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
-    let RcPair {
-        mut a,
-        mut b,
-        mut qa,
-        qb,
-        mut cqa,
-        mut cqb,
-        src,
-        dst,
-        ka,
-        kb,
-        ..
-    } = RcPair::new().cq_depth(64).mrs(4096, 4096).build();
-    a.write(src, &pattern(7, 256));
-    let mut rq = qb.rq.clone().unwrap();
-    b.post_recv(&mut rq, 9, &[(dst + 1024, 1024, kb)]);
+    let mut p = RcPair::new().cq_depth(64).mrs(4096, 4096).build();
+    p.a.write(p.src, &pattern(7, 256));
+    let mut rq = p.qb.rq.clone().unwrap();
+    p.b.post_recv(&mut rq, 9, &[(p.dst + 1024, 1024, p.kb)]);
 
     let (ua, ub) = udp_pair();
     let pcap = PcapWriter::create(path, None).expect("create pcap");
-    let da = detach(&mut a);
-    let db = detach(&mut b);
+    let da = detach(&mut p.a);
+    let db = detach(&mut p.b);
     let ea = Engine::start(da, Arc::new(PcapTee::new(ua, pcap.clone()))).expect("engine a");
     let eb = Engine::start(db, Arc::new(ub)).expect("engine b");
 
     post_sq(
         &ea,
-        &a.mem,
-        &mut qa,
+        &p.a.mem,
+        &mut p.qa,
         &Wqe {
             wr_id: 1,
             opcode: VRDMA_WR_RDMA_WRITE,
             flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 256, ka)],
-            remote_addr: dst,
-            rkey: kb,
+            sges: vec![(p.src, 256, p.ka)],
+            remote_addr: p.dst,
+            rkey: p.kb,
             ..Default::default()
         },
     );
-    let c = wait_cqes(&mut a, &mut cqa, 1, Duration::from_secs(20), "WRITE");
+    let c = wait_cqes(&mut p.a, &mut p.cqa, 1, Duration::from_secs(20), "WRITE");
     assert_eq!((c[0].wr_id, c[0].status), (1, VRDMA_WC_SUCCESS));
-    assert_eq!(b.read(dst, 256), pattern(7, 256));
+    assert_eq!(p.b.read(p.dst, 256), pattern(7, 256));
 
     post_sq(
         &ea,
-        &a.mem,
-        &mut qa,
+        &p.a.mem,
+        &mut p.qa,
         &Wqe {
             wr_id: 2,
             opcode: VRDMA_WR_SEND,
@@ -128,14 +116,14 @@ fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
             ..Default::default()
         },
     );
-    let c = wait_cqes(&mut b, &mut cqb, 1, Duration::from_secs(20), "SEND");
+    let c = wait_cqes(&mut p.b, &mut p.cqb, 1, Duration::from_secs(20), "SEND");
     assert_eq!(
         (c[0].wr_id, c[0].status, c[0].byte_len),
         (9, VRDMA_WC_SUCCESS, 8)
     );
     let c = wait_cqes(
-        &mut a,
-        &mut cqa,
+        &mut p.a,
+        &mut p.cqa,
         1,
         Duration::from_secs(20),
         "SEND completion",
