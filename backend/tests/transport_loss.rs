@@ -12,16 +12,22 @@ use common::*;
 use vrdma_backend::uplink::ImpairConfig;
 use vrdma_spec::*;
 
-#[test]
-fn sixty_four_mib_through_loss_dup_reorder() {
-    let mut p = RcPair::new()
-        .mem_mib(160)
+/// An RC pair over 9000-byte Ethernet at path MTU 4096 with a 1 ms ACK timeout (8), 1024-deep
+/// CQs and `mem_mib` MiB of guest memory per node; no MRs.
+fn pair(mem_mib: u64) -> RcPair {
+    RcPair::new()
+        .mem_mib(mem_mib)
         .eth_mtu(9000)
         .cq_depth(1024)
         .mtu(5)
         .timeout(8)
         .no_mrs()
-        .build();
+        .build()
+}
+
+#[test]
+fn sixty_four_mib_through_loss_dup_reorder() {
+    let mut p = pair(160);
     let cfg = match std::env::var("VRDMA_TEST_IMPAIR") {
         Ok(s) => s.parse().expect("VRDMA_TEST_IMPAIR"),
         Err(_) => ImpairConfig {
@@ -122,14 +128,7 @@ fn sixty_four_mib_through_loss_dup_reorder() {
 
 /// One 1 MiB WRITE or READ with the listed frames (by index per direction) dropped.
 fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
-    let mut p = RcPair::new()
-        .mem_mib(64)
-        .eth_mtu(9000)
-        .cq_depth(1024)
-        .mtu(5)
-        .timeout(8)
-        .no_mrs()
-        .build();
+    let mut p = pair(64);
     let mut link = Link::clean();
     let n1 = Arc::new(AtomicUsize::new(0));
     let n2 = Arc::new(AtomicUsize::new(0));

@@ -19,6 +19,20 @@ use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
 
+/// Builder setters: each `/// doc` `name: Type;` becomes `pub fn name(self, v: Type) -> Self`
+/// storing `v` in the builder's field `name`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $t:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, v: $t) -> Self {
+                self.$name = v;
+                self
+            }
+        )*
+    };
+}
+
 pub mod device;
 pub mod engine;
 pub mod odp;

@@ -202,33 +202,20 @@ pub struct PairBuilder {
     mem_mib: u64,
     odp_a: OdpConfig,
     odp_b: OdpConfig,
-    nconns: usize,
+    conns: usize,
     mtu: u32,
 }
 
 impl PairBuilder {
-    /// ODP config of A's device (default: `OdpConfig::default()`).
-    pub fn odp_a(mut self, c: OdpConfig) -> Self {
-        self.odp_a = c;
-        self
-    }
-
-    /// ODP config of B's device (default: `OdpConfig::default()`).
-    pub fn odp_b(mut self, c: OdpConfig) -> Self {
-        self.odp_b = c;
-        self
-    }
-
-    /// Number of RC connections (default 1).
-    pub fn conns(mut self, n: usize) -> Self {
-        self.nconns = n;
-        self
-    }
-
-    /// Path MTU as the IBTA enum (default 5 = 4096).
-    pub fn mtu(mut self, mtu: u32) -> Self {
-        self.mtu = mtu;
-        self
+    setters! {
+        /// ODP config of A's device (default: `OdpConfig::default()`).
+        odp_a: OdpConfig;
+        /// ODP config of B's device (default: `OdpConfig::default()`).
+        odp_b: OdpConfig;
+        /// Number of RC connections (default 1).
+        conns: usize;
+        /// Path MTU as the IBTA enum (default 5 = 4096).
+        mtu: u32;
     }
 
     pub fn build(self) -> Pair {
@@ -252,7 +239,7 @@ impl PairBuilder {
             served: 0,
             mtu: self.mtu,
         };
-        for _ in 0..self.nconns {
+        for _ in 0..self.conns {
             p.conn(None);
         }
         p
@@ -266,7 +253,7 @@ impl Pair {
             mem_mib,
             odp_a: OdpConfig::default(),
             odp_b: OdpConfig::default(),
-            nconns: 1,
+            conns: 1,
             mtu: 5,
         }
     }

@@ -136,6 +136,29 @@ impl RcPair {
 }
 
 impl RcPairBuilder {
+    setters! {
+        /// Guest memory of each default node in MiB (default 16).
+        mem_mib: u64;
+        /// Ethernet MTU of the default nodes (default 1500).
+        eth_mtu: u16;
+        /// QP type of both QPs (default RC; UC works too).
+        qp_type: u32;
+        /// Depth of both CQs (default 256).
+        cq_depth: u32;
+        /// Path MTU as the IBTA enum (default 3 = 1024).
+        mtu: u32;
+        /// Local ACK timeout exponent (default 14: 67 ms).
+        timeout: u8;
+        /// Retry count (default 7).
+        retry: u8;
+        /// RNR retry count (default 7 = infinite).
+        rnr_retry: u8;
+        /// Access flags of B's MR (default `ACC_ALL`).
+        b_access: u32;
+        /// How long `wait` may pump before the test fails (default 30 s).
+        patience: Duration;
+    }
+
     /// Use these nodes (default: `Node::new(1|2, mem_mib, eth_mtu)`).
     pub fn nodes(mut self, a: Node, b: Node) -> Self {
         (self.a, self.b) = (Some(a), Some(b));
@@ -148,54 +171,6 @@ impl RcPairBuilder {
         self
     }
 
-    /// Guest memory of each default node in MiB (default 16).
-    pub fn mem_mib(mut self, mib: u64) -> Self {
-        self.mem_mib = mib;
-        self
-    }
-
-    /// Ethernet MTU of the default nodes (default 1500).
-    pub fn eth_mtu(mut self, mtu: u16) -> Self {
-        self.eth_mtu = mtu;
-        self
-    }
-
-    /// QP type of both QPs (default RC; UC works too).
-    pub fn qp_type(mut self, t: u32) -> Self {
-        self.qp_type = t;
-        self
-    }
-
-    /// Depth of both CQs (default 256).
-    pub fn cq_depth(mut self, d: u32) -> Self {
-        self.cq_depth = d;
-        self
-    }
-
-    /// Path MTU as the IBTA enum (default 3 = 1024).
-    pub fn mtu(mut self, mtu: u32) -> Self {
-        self.mtu = mtu;
-        self
-    }
-
-    /// Local ACK timeout exponent (default 14: 67 ms).
-    pub fn timeout(mut self, t: u8) -> Self {
-        self.timeout = t;
-        self
-    }
-
-    /// Retry count (default 7).
-    pub fn retry(mut self, r: u8) -> Self {
-        self.retry = r;
-        self
-    }
-
-    /// RNR retry count (default 7 = infinite).
-    pub fn rnr_retry(mut self, r: u8) -> Self {
-        self.rnr_retry = r;
-        self
-    }
-
     /// Sizes of A's `src` and B's `dst` MRs (default 64 KiB each).
     pub fn mrs(mut self, src_len: u64, dst_len: u64) -> Self {
         self.mr_len = Some((src_len, dst_len));
@@ -205,12 +180,6 @@ impl RcPairBuilder {
     /// Register no MRs (`src`, `dst`, `ka`, `kb` stay 0).
     pub fn no_mrs(mut self) -> Self {
         self.mr_len = None;
-        self
-    }
-
-    /// Access flags of B's MR (default `ACC_ALL`).
-    pub fn b_access(mut self, acc: u32) -> Self {
-        self.b_access = acc;
         self
     }
 
@@ -229,12 +198,6 @@ impl RcPairBuilder {
     /// Let `wait` answer ODP page requests on both nodes like the driver would.
     pub fn serve_odp(mut self) -> Self {
         self.serve_odp = true;
-        self
-    }
-
-    /// How long `wait` may pump before the test fails (default 30 s).
-    pub fn patience(mut self, d: Duration) -> Self {
-        self.patience = d;
         self
     }
 
