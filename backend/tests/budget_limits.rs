@@ -484,15 +484,7 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
     p.a.write(src, &data);
     p.a.post_send(
         &mut p.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 8192, ka)],
-            remote_addr: dst + 4096,
-            rkey: kodp,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 8192, ka), dst + 4096, kodp),
     );
     let mut link = Link::clean();
     let mut steps = 0;
@@ -556,15 +548,7 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
     p.a.write(src + 8192, &data);
     p.a.post_send(
         &mut p.qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src + 8192, 8192, kodp)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+        &rdma(2, VRDMA_WR_RDMA_WRITE, (src + 8192, 8192, kodp), dst, kb),
     );
     let mut link = Link::clean();
     let mut cqes = Vec::new();

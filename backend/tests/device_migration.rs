@@ -95,15 +95,13 @@ fn exchange(p: &mut Pair, link: &mut Link, seed: u64) {
     let mut qb = p.qb.clone();
     p.b.post_send(
         &mut qb,
-        &Wqe {
-            wr_id: seed + 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_b, write.len() as u32, p.kb)],
-            remote_addr: p.dst_a,
-            rkey: p.ka,
-            ..Default::default()
-        },
+        &rdma(
+            seed + 1,
+            VRDMA_WR_RDMA_WRITE,
+            (p.src_b, write.len() as u32, p.kb),
+            p.dst_a,
+            p.ka,
+        ),
     );
     p.qb = qb;
     // a: its SEND; b: the RECV and its WRITE.
@@ -205,15 +203,13 @@ fn in_flight(p: &mut Pair) {
     let mut qa = p.qa.clone();
     p.a.post_send(
         &mut qa,
-        &Wqe {
-            wr_id: 51,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_a, wdata.len() as u32, p.ka)],
-            remote_addr: p.dst_b,
-            rkey: p.kb,
-            ..Default::default()
-        },
+        &rdma(
+            51,
+            VRDMA_WR_RDMA_WRITE,
+            (p.src_a, wdata.len() as u32, p.ka),
+            p.dst_b,
+            p.kb,
+        ),
     );
     p.qa = qa;
     let mut qb = p.qb.clone();
@@ -287,15 +283,13 @@ fn a_device_waiting_for_read_responses_refuses_to_save() {
     let mut qb = p.qb.clone();
     p.b.post_send(
         &mut qb,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_b, 2 * LEN as u32, p.kb)],
-            remote_addr: p.src_a,
-            rkey: p.ka,
-            ..Default::default()
-        },
+        &rdma(
+            5,
+            VRDMA_WR_RDMA_READ,
+            (p.src_b, 2 * LEN as u32, p.kb),
+            p.src_a,
+            p.ka,
+        ),
     );
     p.qb = qb;
     for f in std::mem::take(&mut p.b.dev.outbox) {
@@ -495,15 +489,7 @@ fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
         b.write(src, &data);
         b.post_send(
             qb,
-            &Wqe {
-                wr_id: seed,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 8192, kb)],
-                remote_addr: dst,
-                rkey: ka,
-                ..Default::default()
-            },
+            &rdma(seed, VRDMA_WR_RDMA_WRITE, (src, 8192, kb), dst, ka),
         );
         let mut got = Vec::new();
         let mut faults = 0;

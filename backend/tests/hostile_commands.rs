@@ -568,15 +568,7 @@ fn prove_usable(a: &mut Node) {
     qb.rq = Some(rq);
     a.post_send(
         &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 10000, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 10000, ka), dst, kb),
     );
     a.post_send(
         &mut qa,

@@ -136,15 +136,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     }
     t.ub.rq = Some(urq);
     let ops: Vec<Wqe> = vec![
-        Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc, 3000, t.tka)],
-            remote_addr: t.tdst,
-            rkey: t.tkb,
-            ..Default::default()
-        },
+        rdma(1, VRDMA_WR_RDMA_WRITE, (t.tsrc, 3000, t.tka), t.tdst, t.tkb),
         Wqe {
             wr_id: 2,
             opcode: VRDMA_WR_SEND,
@@ -152,15 +144,13 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             sges: vec![(t.tsrc, 2500, t.tka)],
             ..Default::default()
         },
-        Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc + 8192, 3000, t.tka)],
-            remote_addr: t.tdst,
-            rkey: t.tkb,
-            ..Default::default()
-        },
+        rdma(
+            3,
+            VRDMA_WR_RDMA_READ,
+            (t.tsrc + 8192, 3000, t.tka),
+            t.tdst,
+            t.tkb,
+        ),
         Wqe {
             wr_id: 4,
             opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,

@@ -491,15 +491,7 @@ fn ring_pages_removed_from_guest_memory() {
     healthy_round(&mut t, 1);
     let mut q = t.xa.clone();
     let mut u = t.ua.clone();
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.xbuf, 100, t.keys[0])],
-        remote_addr: 0,
-        rkey: t.xkb,
-        ..Default::default()
-    };
+    let w = rdma(1, VRDMA_WR_RDMA_WRITE, (t.xbuf, 100, t.keys[0]), 0, t.xkb);
     t.a.post_send_nodb(&mut q, &w);
     t.a.post_send_nodb(&mut u, &w);
     let map = t.map_without_r2.clone();
@@ -553,15 +545,13 @@ fn send_wqe_errors_have_the_spec_status() {
         w.bytes(256, true)
     }
     fn write(t: &Bed) -> Wqe {
-        Wqe {
-            wr_id: 0xabc,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.xbuf, 100, t.keys[0])],
-            remote_addr: t.xbufb,
-            rkey: t.xkb,
-            ..Default::default()
-        }
+        rdma(
+            0xabc,
+            VRDMA_WR_RDMA_WRITE,
+            (t.xbuf, 100, t.keys[0]),
+            t.xbufb,
+            t.xkb,
+        )
     }
     fn send_ud(t: &Bed) -> Wqe {
         Wqe {

@@ -74,15 +74,7 @@ fn rc_between_qps_of_one_device_loops_back() {
     post_send_mem(
         &a.mem,
         &mut q1,
-        &Wqe {
-            wr_id: 6,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(buf + 8192, 5000, k)],
-            remote_addr: buf + 4096,
-            rkey: k,
-            ..Default::default()
-        },
+        &rdma(6, VRDMA_WR_RDMA_WRITE, (buf + 8192, 5000, k), buf + 4096, k),
     );
     let got = wait_cqes(
         &mut a,

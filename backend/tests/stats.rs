@@ -60,15 +60,7 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
     link.filter_ab = Some(filter);
     p.a.post_send(
         &mut p.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src, 4096, p.ka)],
-            remote_addr: p.dst,
-            rkey: p.kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb),
     );
     let done = pump_cqes(
         &mut p.a,
@@ -234,15 +226,7 @@ fn stats_socket_serves_port_and_qp_counters() {
         &ea,
         &p.a.mem,
         &mut p.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src, 4096, p.ka)],
-            remote_addr: p.dst,
-            rkey: p.kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb),
     );
     wait_cqes(&mut p.a, &mut p.cqa, 1, Duration::from_secs(20), "WRITE");
     ea.stop();
@@ -434,15 +418,7 @@ fn query_stats_reports_qp_and_port_counters() {
     }));
     p.a.post_send(
         &mut p.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src, 4096, p.ka)],
-            remote_addr: p.dst,
-            rkey: p.kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb),
     );
     let done = pump_cqes(
         &mut p.a,

@@ -188,15 +188,7 @@ fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut XorShi
             post_send_mem(
                 &a.mem,
                 qa,
-                &Wqe {
-                    wr_id: 7,
-                    opcode: VRDMA_WR_RDMA_WRITE,
-                    flags: VRDMA_SEND_SIGNALED,
-                    sges: vec![(src, 4096, ka)],
-                    remote_addr,
-                    rkey,
-                    ..Default::default()
-                },
+                &rdma(7, VRDMA_WR_RDMA_WRITE, (src, 4096, ka), remote_addr, rkey),
             );
             a.db.push(VrdmaDoorbell {
                 type_: VRDMA_DB_SQ,
@@ -444,15 +436,13 @@ fn engines_and_commands_concurrently_lose_nothing() {
             post_send_mem(
                 &mem_a,
                 &mut qa,
-                &Wqe {
-                    wr_id: base + i,
-                    opcode: VRDMA_WR_RDMA_WRITE,
-                    flags: VRDMA_SEND_SIGNALED,
-                    sges: vec![(src + off, len as u32, ka)],
-                    remote_addr: dst + off,
-                    rkey: kb,
-                    ..Default::default()
-                },
+                &rdma(
+                    base + i,
+                    VRDMA_WR_RDMA_WRITE,
+                    (src + off, len as u32, ka),
+                    dst + off,
+                    kb,
+                ),
             );
             want.push(base + i);
             expect_data.push((dst + off, data));
@@ -465,15 +455,13 @@ fn engines_and_commands_concurrently_lose_nothing() {
         post_send_mem(
             &mem_a,
             &mut qa,
-            &Wqe {
-                wr_id: base + 8,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src + (8 << 16), odp_len as u32, ka)],
-                remote_addr: odp + odp_off,
-                rkey: kodp,
-                ..Default::default()
-            },
+            &rdma(
+                base + 8,
+                VRDMA_WR_RDMA_WRITE,
+                (src + (8 << 16), odp_len as u32, ka),
+                odp + odp_off,
+                kodp,
+            ),
         );
         want.push(base + 8);
         expect_data.push((odp + odp_off, odp_data));

@@ -19,15 +19,7 @@ fn pair() -> RcPair {
 }
 
 fn write(p: &RcPair, wr_id: u64) -> Wqe {
-    Wqe {
-        wr_id,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src, 100, p.ka)],
-        remote_addr: p.dst,
-        rkey: p.kb,
-        ..Default::default()
-    }
+    rdma(wr_id, VRDMA_WR_RDMA_WRITE, (p.src, 100, p.ka), p.dst, p.kb)
 }
 
 fn ids(c: &[Cqe]) -> Vec<(u64, u8, u8)> {

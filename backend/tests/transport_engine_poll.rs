@@ -71,15 +71,7 @@ fn an_idle_engine_does_not_spin() {
             &ea,
             &p.a.mem,
             &mut p.qa,
-            &Wqe {
-                wr_id: i,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(p.src, 64, p.ka)],
-                remote_addr: p.dst,
-                rkey: p.kb,
-                ..Default::default()
-            },
+            &rdma(i, VRDMA_WR_RDMA_WRITE, (p.src, 64, p.ka), p.dst, p.kb),
         );
         let t0 = Instant::now();
         loop {

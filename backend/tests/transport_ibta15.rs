@@ -51,15 +51,13 @@ fn flush(wr_id: u64, raddr: u64, rkey: u32, len: u64, placement: u8, level: u8) 
 }
 
 fn write(p: &RcPair, wr_id: u64, off: u64, len: u32) -> Wqe {
-    Wqe {
+    rdma(
         wr_id,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src + off, len, p.ka)],
-        remote_addr: p.dst + off,
-        rkey: p.kb,
-        ..Default::default()
-    }
+        VRDMA_WR_RDMA_WRITE,
+        (p.src + off, len, p.ka),
+        p.dst + off,
+        p.kb,
+    )
 }
 
 fn has_event(n: &Node, ty: u32, qpn: u32) -> bool {
@@ -503,15 +501,13 @@ fn lost_flush_response_before_a_long_read_is_replayed() {
         VRDMA_FLUSH_GLOBAL,
         VRDMA_FLUSH_RANGE,
     ));
-    p.post(&Wqe {
-        wr_id: 2,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(local, len as u32, lk)],
-        remote_addr: remote,
-        rkey: rk,
-        ..Default::default()
-    });
+    p.post(&rdma(
+        2,
+        VRDMA_WR_RDMA_READ,
+        (local, len as u32, lk),
+        remote,
+        rk,
+    ));
     let (ca, _) = p.wait(2, 0);
     let got: Vec<_> = ca.iter().map(|c| (c.wr_id, c.status)).collect();
     assert_eq!(got, [(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_SUCCESS)]);

@@ -56,16 +56,20 @@ fn fast_reg(p: &mut RcPair, gpa: u64, len: u64, variant: u8) -> u32 {
     key
 }
 
-fn write_to(p: &mut RcPair, src: u64, ka: u32, dst: u64, rkey: u32, wr_id: u64) {
-    p.post(&Wqe {
+/// A signaled SEND_WITH_INV of one SGE that asks the responder to invalidate `key`.
+fn send_with_inv(wr_id: u64, key: u32, sge: (u64, u32, u32)) -> Wqe {
+    Wqe {
         wr_id,
-        opcode: VRDMA_WR_RDMA_WRITE,
+        opcode: VRDMA_WR_SEND_WITH_INV,
         flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src, 64, ka)],
-        remote_addr: dst,
-        rkey,
+        ex: key,
+        sges: vec![sge],
         ..Default::default()
-    });
+    }
+}
+
+fn write_to(p: &mut RcPair, src: u64, ka: u32, dst: u64, rkey: u32, wr_id: u64) {
+    p.post(&rdma(wr_id, VRDMA_WR_RDMA_WRITE, (src, 64, ka), dst, rkey));
 }
 
 #[test]
@@ -104,17 +108,8 @@ fn send_with_invalidate() {
     let dst = p.b.alloc(8192);
     let key = fast_reg(&mut p, dst, 8192, 0x07);
     let (rbuf, kr) = p.mr(Side::B, 4096);
-    let mut rq = p.qb.rq.clone().unwrap();
-    p.b.post_recv(&mut rq, 60, &[(rbuf, 4096, kr)]);
-    p.qb.rq = Some(rq);
-    p.post(&Wqe {
-        wr_id: 3,
-        opcode: VRDMA_WR_SEND_WITH_INV,
-        flags: VRDMA_SEND_SIGNALED,
-        ex: key,
-        sges: vec![(src, 32, ka)],
-        ..Default::default()
-    });
+    p.post_recv_b(60, &[(rbuf, 4096, kr)]);
+    p.post(&send_with_inv(3, key, (src, 32, ka)));
     let (ga, gb) = p.wait(1, 1);
     assert_eq!((ga[0].wr_id, ga[0].status), (3, VRDMA_WC_SUCCESS));
     let c = &gb[0];
@@ -141,15 +136,13 @@ fn odp_at_requester_and_responder() {
     let kb = p.b.reg_odp_mr(p.pdb, dst, len, ACC_ALL);
     let data = pattern(8, len as usize);
     p.a.write(src, &data);
-    p.post(&Wqe {
-        wr_id: 5,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src, len as u32, ka)],
-        remote_addr: dst,
-        rkey: kb,
-        ..Default::default()
-    });
+    p.post(&rdma(
+        5,
+        VRDMA_WR_RDMA_WRITE,
+        (src, len as u32, ka),
+        dst,
+        kb,
+    ));
     // The requester faults first (its QP waits), the responder RNR-NAKs and faults too.
     let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (5, VRDMA_WC_SUCCESS));
@@ -166,18 +159,9 @@ fn send_with_invalidate_of_a_bad_rkey_is_an_invalid_request() {
     let mut p = pair();
     let (src, ka) = p.mr(Side::A, 4096);
     let (rbuf, kr) = p.mr(Side::B, 4096);
-    let mut rq = p.qb.rq.clone().unwrap();
-    p.b.post_recv(&mut rq, 61, &[(rbuf, 4096, kr)]);
-    p.qb.rq = Some(rq);
+    p.post_recv_b(61, &[(rbuf, 4096, kr)]);
     // A page-list MR's key cannot be remotely invalidated (spec §14.6).
-    p.post(&Wqe {
-        wr_id: 7,
-        opcode: VRDMA_WR_SEND_WITH_INV,
-        flags: VRDMA_SEND_SIGNALED,
-        ex: kr,
-        sges: vec![(src, 16, ka)],
-        ..Default::default()
-    });
+    p.post(&send_with_inv(7, kr, (src, 16, ka)));
     let (ga, gb) = p.wait(1, 1);
     assert_eq!((ga[0].wr_id, ga[0].status), (7, VRDMA_WC_REM_INV_REQ_ERR));
     assert_eq!((gb[0].wr_id, gb[0].status), (61, VRDMA_WC_REM_INV_REQ_ERR));
@@ -272,17 +256,8 @@ fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
         };
         let rbuf = p.b.alloc(4096);
         let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
-        let mut rq = p.qb.rq.clone().unwrap();
-        p.b.post_recv(&mut rq, 62, &[(rbuf, 4096, kr)]);
-        p.qb.rq = Some(rq);
-        p.post(&Wqe {
-            wr_id: 8,
-            opcode: VRDMA_WR_SEND_WITH_INV,
-            flags: VRDMA_SEND_SIGNALED,
-            ex: target,
-            sges: vec![(src, 16, ka)],
-            ..Default::default()
-        });
+        p.post_recv_b(62, &[(rbuf, 4096, kr)]);
+        p.post(&send_with_inv(8, target, (src, 16, ka)));
         let (ga, gb) = p.wait(1, 1);
         assert_eq!(
             (ga[0].wr_id, ga[0].status),

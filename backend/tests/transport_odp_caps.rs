@@ -116,15 +116,7 @@ fn uc_write_from_an_odp_mr_is_a_local_protection_error() {
     t.a.write(src, &data);
     t.a.post_send(
         &mut t.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 512, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, kb),
     );
     assert!(t.a.dev.outbox.is_empty(), "nothing sent");
     assert_eq!(t.a.answer_page_requests(), 0, "no page request");
@@ -171,15 +163,7 @@ fn uc_write_into_an_odp_mr_is_dropped() {
     for wr_id in [1, 2] {
         t.a.post_send(
             &mut t.qa,
-            &Wqe {
-                wr_id,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 512, ka)],
-                remote_addr: dst,
-                rkey: kb,
-                ..Default::default()
-            },
+            &rdma(wr_id, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, kb),
         );
         settle(&mut t.a, &mut t.b);
         assert_eq!(t.b.answered, 0, "WRITE {wr_id}: no page request at B");
@@ -243,15 +227,7 @@ fn uc_write_through_a_window_into_an_odp_mr_is_dropped() {
     t.a.write(src, &data);
     t.a.post_send(
         &mut t.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 512, ka)],
-            remote_addr: dst,
-            rkey,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, rkey),
     );
     settle(&mut t.a, &mut t.b);
     assert_eq!(t.b.answered, 0, "no page request at B");

@@ -33,15 +33,7 @@ fn acks_wait_behind_paced_read_responses() {
         rc.b.post_recv(&mut rq, 100 + i, &[(lb + RLEN, 64, kb)]);
     }
     rc.qb.rq = Some(rq);
-    let read = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la, RLEN as u32, ka)],
-        remote_addr: lb,
-        rkey: kb,
-        ..Default::default()
-    };
+    let read = rdma(1, VRDMA_WR_RDMA_READ, (la, RLEN as u32, ka), lb, kb);
     rc.a.post_send_nodb(&mut rc.qa, &read);
     for i in 0..4u64 {
         let w = Wqe {
@@ -109,15 +101,7 @@ fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
     let ka = p.a.reg_mr(p.pda, la, RLEN + 4096, ACC_ALL);
     let lb = p.b.alloc(RLEN + 4096);
     let kb = p.b.reg_mr(p.pdb, lb, RLEN + 4096, ACC_ALL);
-    let read = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la, RLEN as u32, ka)],
-        remote_addr: lb,
-        rkey: kb,
-        ..Default::default()
-    };
+    let read = rdma(1, VRDMA_WR_RDMA_READ, (la, RLEN as u32, ka), lb, kb);
     let fadd = Wqe {
         wr_id: 2,
         opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,

@@ -126,15 +126,13 @@ fn transfer(p: &mut RcPair, len: u64, seed: u64) {
     p.a.write(b.src, &data2);
     post(
         p,
-        Wqe {
-            wr_id: 11,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, len as u32, b.ka)],
-            remote_addr: b.dst,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(
+            11,
+            VRDMA_WR_RDMA_WRITE,
+            (b.src, len as u32, b.ka),
+            b.dst,
+            b.kb,
+        ),
     );
     let (ca, _) = p.wait(1, 0);
     ok(&ca[0], 11, VRDMA_WC_RDMA_WRITE);
@@ -148,15 +146,13 @@ fn transfer(p: &mut RcPair, len: u64, seed: u64) {
     p.b.write(b.dst, &data3);
     post(
         p,
-        Wqe {
-            wr_id: 12,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(back, len as u32, kback)],
-            remote_addr: b.dst,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(
+            12,
+            VRDMA_WR_RDMA_READ,
+            (back, len as u32, kback),
+            b.dst,
+            b.kb,
+        ),
     );
     let (ca, _) = p.wait(1, 0);
     ok(&ca[0], 12, VRDMA_WC_RDMA_READ);
@@ -281,15 +277,7 @@ fn immediate_and_inline_and_multi_sge() {
     );
     post(
         &mut p,
-        Wqe {
-            wr_id: 24,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, 10, b.ka)],
-            remote_addr: b.dst + 20,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(24, VRDMA_WR_RDMA_WRITE, (b.src, 10, b.ka), b.dst + 20, b.kb),
     );
     let (ca, _) = p.wait(1, 0);
     pump_idle(&mut p.a, &mut p.b, &mut p.link);
@@ -355,15 +343,7 @@ fn fence_holds_a_write_behind_an_outstanding_read() {
     // READ dst into src[0..512], then a fenced WRITE of src[2048..2560] over dst.
     post(
         &mut p,
-        Wqe {
-            wr_id: 40,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, 512, b.ka)],
-            remote_addr: b.dst,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(40, VRDMA_WR_RDMA_READ, (b.src, 512, b.ka), b.dst, b.kb),
     );
     post(
         &mut p,

@@ -94,15 +94,7 @@ fn read_spanning_too_many_psns_is_a_length_error() {
     for (wr_id, len) in [(1u64, (1u32 << 30) + 256), (2, 1 << 30)] {
         p.a.post_send(
             &mut p.qa,
-            &Wqe {
-                wr_id,
-                opcode: VRDMA_WR_RDMA_READ,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(la, len, ka)],
-                remote_addr: 0x10000,
-                rkey: 0x100,
-                ..Default::default()
-            },
+            &rdma(wr_id, VRDMA_WR_RDMA_READ, (la, len, ka), 0x10000, 0x100),
         );
         let c = p.a.poll_cq(&mut p.cqa);
         assert_eq!(c.len(), 1, "READ {wr_id} completes at once");

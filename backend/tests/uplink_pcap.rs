@@ -90,15 +90,7 @@ fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
         &ea,
         &p.a.mem,
         &mut p.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src, 256, p.ka)],
-            remote_addr: p.dst,
-            rkey: p.kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 256, p.ka), p.dst, p.kb),
     );
     let c = wait_cqes(&mut p.a, &mut p.cqa, 1, Duration::from_secs(20), "WRITE");
     assert_eq!((c[0].wr_id, c[0].status), (1, VRDMA_WC_SUCCESS));

@@ -202,6 +202,19 @@ impl Wqe {
     }
 }
 
+/// A signaled RDMA WRITE / READ of one SGE `(addr, len, lkey)` to `raddr` / `rkey`.
+pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![sge],
+        remote_addr: raddr,
+        rkey,
+        ..Default::default()
+    }
+}
+
 pub struct Node {
     pub dev: Device,
     pub out: Arc<RecordingOutput>,
@@ -981,19 +994,25 @@ impl Node {
             let sp = r.iova & !(PAGE - 1);
             let ep = (r.iova + r.length + PAGE - 1) & !(PAGE - 1);
             let pages: Vec<u64> = (sp..ep).step_by(PAGE as usize).collect();
-            let c = VrdmaCmdOdpPageResp {
-                req_id: r.req_id,
-                mr_key: r.mr_key,
-                status: VRDMA_STATUS_OK,
-                flags: VRDMA_ODP_RESP_F_WRITABLE,
-                iova: sp,
-                npages: pages.len() as u32,
-                reserved: 0,
-            };
-            self.cmd_pages(VRDMA_CMD_ODP_PAGE_RESP, &c, &pages)
-                .expect("page resp");
+            self.page_resp(r, VRDMA_STATUS_OK, sp, &pages);
         }
         reqs.len()
+    }
+
+    /// Answer page request `r` with `status` and the writable `pages` from `iova` (an
+    /// ODP_PAGE_RESP, spec §12.4), as the driver does; the device must accept it.
+    pub fn page_resp(&mut self, r: &VrdmaPageReq, status: u32, iova: u64, pages: &[u64]) {
+        let c = VrdmaCmdOdpPageResp {
+            req_id: r.req_id,
+            mr_key: r.mr_key,
+            status,
+            flags: VRDMA_ODP_RESP_F_WRITABLE,
+            iova,
+            npages: pages.len() as u32,
+            reserved: 0,
+        };
+        self.cmd_pages(VRDMA_CMD_ODP_PAGE_RESP, &c, pages)
+            .expect("page resp accepted");
     }
 }
 

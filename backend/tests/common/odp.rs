@@ -107,17 +107,7 @@ impl Pager {
                 .map(|va| m.gpa + (va - m.va))
                 .collect();
         }
-        let c = VrdmaCmdOdpPageResp {
-            req_id: r.req_id,
-            mr_key: r.mr_key,
-            status,
-            flags: VRDMA_ODP_RESP_F_WRITABLE,
-            iova: start,
-            npages: pages.len() as u32,
-            reserved: 0,
-        };
-        n.cmd_pages(VRDMA_CMD_ODP_PAGE_RESP, &c, &pages)
-            .expect("page resp accepted");
+        n.page_resp(r, status, start, &pages);
     }
 }
 
@@ -407,18 +397,5 @@ impl Pair {
         let (seen, served) = (self.conns[i].ga.len(), self.served);
         let all = self.run_until(i, seen + n);
         (all[seen..].to_vec(), self.served - served)
-    }
-}
-
-/// An RDMA WRITE / READ WQE.
-pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32) -> Wqe {
-    Wqe {
-        wr_id,
-        opcode,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![sge],
-        remote_addr: raddr,
-        rkey,
-        ..Default::default()
     }
 }

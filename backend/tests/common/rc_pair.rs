@@ -94,6 +94,12 @@ impl RcPair {
             .post_recv(rq, wr_id, &[(self.dst + off, len, self.kb)]);
     }
 
+    /// Post a receive of `sges` on B's RQ.
+    pub fn post_recv_b(&mut self, wr_id: u64, sges: &[(u64, u32, u32)]) {
+        let rq = self.qb.rq.as_mut().expect("B has an RQ");
+        self.b.post_recv(rq, wr_id, sges);
+    }
+
     /// Post a receive of `len` bytes at `src + off` (A's MR) on A's RQ.
     pub fn recv_a(&mut self, wr_id: u64, off: u64, len: u32) {
         let rq = self.qa.rq.as_mut().expect("A has an RQ");
