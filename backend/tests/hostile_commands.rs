@@ -648,7 +648,7 @@ fn run(seed: u64, odp: bool, budget: Duration) {
     let area = a.alloc(area_pages * 4096);
     // A few real objects so that mutations hit live handles.
     let mut f = Fuzz {
-        rng: Rng(seed),
+        rng: Rng::new(seed),
         pools: Pools::default(),
         area,
         area_pages,

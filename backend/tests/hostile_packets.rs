@@ -390,7 +390,7 @@ fn run(seed: u64, budget: Duration) {
     let mut t = bed();
     let (reqs, resps) = templates(&mut t);
     healthy_round(&mut t, 1);
-    let mut r = Rng(seed);
+    let mut r = Rng::new(seed);
     let start = Instant::now();
     let mut n = 0u64;
     let mut round = 2;
@@ -484,7 +484,7 @@ fn truncate_every_length() {
 fn random_frames() {
     let mut t = bed();
     let (reqs, _) = templates(&mut t);
-    let mut r = Rng(99);
+    let mut r = Rng::new(99);
     for i in 0..20000u64 {
         let mut f: Vec<u8> = (0..r.below(1600)).map(|_| r.next() as u8).collect();
         if i % 2 == 0 && f.len() > BTH + 16 {

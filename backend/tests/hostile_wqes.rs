@@ -370,7 +370,7 @@ fn revive(t: &mut Bed, rc: bool) {
 fn run(seed: u64, budget: Duration) {
     let mut t = bed();
     healthy_round(&mut t, 1);
-    let mut r = Rng(seed);
+    let mut r = Rng::new(seed);
     let start = Instant::now();
     let mut round = 2;
     let mut cqes = 0usize;

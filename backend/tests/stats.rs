@@ -41,6 +41,20 @@ fn drop_first(op: u8) -> (Filter, Arc<AtomicUsize>) {
     (filter, lost)
 }
 
+/// RDMA WRITE 1: 4 KiB from A's MR to B's over `link`; returns A's completion.
+fn write_4k(p: &mut RcPair, link: &mut Link) -> Vec<vrdma_backend::transport::ctx::Cqe> {
+    let w = rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb);
+    p.a.post_send(&mut p.qa, &w);
+    pump_cqes(
+        &mut p.a,
+        &mut p.b,
+        link,
+        &mut p.cqa,
+        1,
+        Duration::from_secs(20),
+    )
+}
+
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vrdma-stats-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -58,18 +72,7 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
     let mut link = Link::clean();
     let (filter, lost) = drop_first(RC_RDMA_WRITE_MIDDLE);
     link.filter_ab = Some(filter);
-    p.a.post_send(
-        &mut p.qa,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb),
-    );
-    let done = pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        &mut link,
-        &mut p.cqa,
-        1,
-        Duration::from_secs(20),
-    );
+    let done = write_4k(&mut p, &mut link);
     assert_eq!((done[0].wr_id, done[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(p.dst, 4096), pattern(3, 4096));
     let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
@@ -416,18 +419,7 @@ fn query_stats_reports_qp_and_port_counters() {
         s2.lock().unwrap().clone_from(&f.to_vec());
         drop(f)
     }));
-    p.a.post_send(
-        &mut p.qa,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb),
-    );
-    let done = pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        &mut link,
-        &mut p.cqa,
-        1,
-        Duration::from_secs(20),
-    );
+    let done = write_4k(&mut p, &mut link);
     assert_eq!(done[0].status, VRDMA_WC_SUCCESS);
 
     let sa = query_stats(&mut p.a, p.qa.qpn).unwrap();

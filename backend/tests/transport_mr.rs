@@ -136,13 +136,8 @@ fn odp_at_requester_and_responder() {
     let kb = p.b.reg_odp_mr(p.pdb, dst, len, ACC_ALL);
     let data = pattern(8, len as usize);
     p.a.write(src, &data);
-    p.post(&rdma(
-        5,
-        VRDMA_WR_RDMA_WRITE,
-        (src, len as u32, ka),
-        dst,
-        kb,
-    ));
+    let w = rdma(5, VRDMA_WR_RDMA_WRITE, (src, len as u32, ka), dst, kb);
+    p.post(&w);
     // The requester faults first (its QP waits), the responder RNR-NAKs and faults too.
     let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (5, VRDMA_WC_SUCCESS));

@@ -1,15 +1,17 @@
-//! `Rng`: splitmix64, a tiny seeded generator for the hostile-input suites (a failure prints
-//! the seed, the same seed replays the same inputs).
+//! Seeded generators: `Rng` (the impairment wrapper's splitmix64) for the hostile-input suites,
+//! `XorShift` for the random-sequence tests. A failure prints the seed; the seed replays it.
 
-pub struct Rng(pub u64);
+use vrdma_backend::uplink::impair::SplitMix64;
+
+pub struct Rng(SplitMix64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(SplitMix64::new(seed))
+    }
+
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform-ish in `0..n` (0 when `n` is 0).
