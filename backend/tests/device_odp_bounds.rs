@@ -18,88 +18,79 @@ const CH: u64 = 2 << 20;
 /// Guest memory (MiB) of each node in the 64 MiB transfer tests: source, target and slack.
 const MEM: u64 = 2 * 64 + 16;
 
+/// One 64 MiB RDMA `op` (READ or WRITE) with the ODP MR at `va` on `odp` (B: the target, A: the
+/// local SGE), whose device keeps at most 4 chunks resident: it completes with the right data and
+/// without thrashing (fewer than two faults per chunk).
+fn transfer_64m_with_4_chunk_budget(op: u8, odp: Side, va: u64, seed: u64) {
+    const LEN: u64 = 64 << 20;
+    const NB: usize = 4;
+    let what = if op == VRDMA_WR_RDMA_READ {
+        "READ"
+    } else {
+        "WRITE"
+    };
+    let mut p = match odp {
+        Side::A => Pair::with(MEM).odp_a(budget(NB)).build(),
+        Side::B => Pair::with(MEM).odp_b(budget(NB)).build(),
+    };
+    if odp == Side::B {
+        p.budget_b = Some(NB);
+    }
+    let other = if odp == Side::A { Side::B } else { Side::A };
+    let (kodp, back) = p.odp_mr(odp, va, LEN);
+    let (pinned, kpin) = p.mr(other, LEN);
+    // The WQE's local SGE is on A, its remote range on B.
+    let (local, lkey, remote, rkey) = match odp {
+        Side::A => ((va, back), kodp, (pinned, pinned), kpin),
+        Side::B => ((pinned, pinned), kpin, (va, back), kodp),
+    };
+    let data = pattern(seed, LEN as usize);
+    // (address the WQE names, GPA that backs it) of the side the data comes from and goes to.
+    let (from, to) = if op == VRDMA_WR_RDMA_READ {
+        (remote, local)
+    } else {
+        (local, remote)
+    };
+    let from_node = if op == VRDMA_WR_RDMA_READ { &p.b } else { &p.a };
+    from_node.write(from.1, &data);
+    p.post(0, &rdma(1, op, (local.0, LEN as u32, lkey), remote.0, rkey));
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    if odp == Side::A {
+        assert!(p.a.dev.mrs.odp_resident_total() <= NB);
+    }
+    let to_node = if op == VRDMA_WR_RDMA_READ { &p.a } else { &p.b };
+    assert!(
+        to_node.read(to.1, LEN as usize) == data,
+        "{what} data differs"
+    );
+    let nch = (LEN / CH) as usize;
+    let faults = if odp == Side::A { &p.pa } else { &p.pb }.faults.len();
+    assert!(
+        faults < 2 * nch,
+        "{faults} faults for {nch} chunks: the {what} thrashed"
+    );
+}
+
 /// A 64 MiB RDMA READ from an ODP MR whose device keeps at most 4 chunks resident completes with
 /// the right data: the responder resolves one packet at a time instead of the whole range.
 #[test]
 fn read_64m_with_4_chunk_budget_completes() {
-    const LEN: u64 = 64 << 20;
-    const NB: usize = 4;
-    let mut p = Pair::with(MEM).odp_b(budget(NB)).build();
-    p.budget_b = Some(NB);
-    let (dst, ka) = p.mr(Side::A, LEN);
-    let va = 0x7100_0000_0000u64;
-    let (kb, back) = p.odp_mr(Side::B, va, LEN);
-    let data = pattern(64, LEN as usize);
-    p.b.write(back, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_READ, (dst, LEN as u32, ka), va, kb),
-    );
-    let c = p.run_until(0, 1);
-    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
-    assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
-    let nch = (LEN / CH) as usize;
-    assert!(
-        p.pb.faults.len() < 2 * nch,
-        "{} faults for {nch} chunks: the READ thrashed",
-        p.pb.faults.len()
-    );
+    transfer_64m_with_4_chunk_budget(VRDMA_WR_RDMA_READ, Side::B, 0x7100_0000_0000, 64);
 }
 
 /// A 64 MiB RDMA WRITE into an ODP MR with a 4-chunk budget completes: the first packet checks the
 /// whole RETH range without faulting it in.
 #[test]
 fn write_64m_with_4_chunk_budget_completes() {
-    const LEN: u64 = 64 << 20;
-    const NB: usize = 4;
-    let mut p = Pair::with(MEM).odp_b(budget(NB)).build();
-    p.budget_b = Some(NB);
-    let (src, ka) = p.mr(Side::A, LEN);
-    let va = 0x7200_0000_0000u64;
-    let (kb, back) = p.odp_mr(Side::B, va, LEN);
-    let data = pattern(65, LEN as usize);
-    p.a.write(src, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, LEN as u32, ka), va, kb),
-    );
-    let c = p.run_until(0, 1);
-    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
-    assert!(p.b.read(back, LEN as usize) == data, "WRITE data differs");
-    let nch = (LEN / CH) as usize;
-    assert!(
-        p.pb.faults.len() < 2 * nch,
-        "{} faults for {nch} chunks: the WRITE thrashed",
-        p.pb.faults.len()
-    );
+    transfer_64m_with_4_chunk_budget(VRDMA_WR_RDMA_WRITE, Side::B, 0x7200_0000_0000, 65);
 }
 
 /// A 64 MiB RDMA WRITE whose local SGE is an ODP MR on a device with a 4-chunk budget completes:
 /// the requester checks the SGE without faulting it in and resolves each packet's bytes.
 #[test]
 fn write_64m_from_odp_lkey_with_4_chunk_budget_completes() {
-    const LEN: u64 = 64 << 20;
-    const NB: usize = 4;
-    let mut p = Pair::with(MEM).odp_a(budget(NB)).build();
-    let va = 0x7300_0000_0000u64;
-    let (ka, src) = p.odp_mr(Side::A, va, LEN);
-    let (dst, kb) = p.mr(Side::B, LEN);
-    let data = pattern(66, LEN as usize);
-    p.a.write(src, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (va, LEN as u32, ka), dst, kb),
-    );
-    let c = p.run_until(0, 1);
-    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
-    assert!(p.a.dev.mrs.odp_resident_total() <= NB);
-    assert!(p.b.read(dst, LEN as usize) == data, "WRITE data differs");
-    let nch = (LEN / CH) as usize;
-    assert!(
-        p.pa.faults.len() < 2 * nch,
-        "{} faults for {nch} chunks: the WRITE thrashed",
-        p.pa.faults.len()
-    );
+    transfer_64m_with_4_chunk_budget(VRDMA_WR_RDMA_WRITE, Side::A, 0x7300_0000_0000, 66);
 }
 
 /// Accesses to thousands of fresh chunks (what a peer holding the rkey of an implicit ODP MR
