@@ -60,6 +60,14 @@ fn write(p: &RcPair, wr_id: u64, off: u64, len: u32) -> Wqe {
     )
 }
 
+/// Post `w` (WR 1): it completes with `status` at A and takes B's QP to ERROR.
+fn fails_at_b(p: &mut RcPair, w: &Wqe, status: u8) {
+    p.post(w);
+    let (ca, _) = p.wait(1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, status));
+    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+}
+
 fn has_event(n: &Node, ty: u32, qpn: u32) -> bool {
     n.events().iter().any(|e| e.type_ == ty && e.id == qpn)
 }
@@ -104,11 +112,9 @@ fn misaligned_atomic_write_is_invalid_request_on_both_sides() {
     let mut p = pair(ACC_ALL);
     p.b.write(p.dst, &[0x55; 16]);
     // The requester does not check the alignment: the responder does (spec §14.6).
-    p.post(&atomic_write(1, p.dst + 4, p.kb, u64::MAX));
-    let (ca, _) = p.wait(1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_INV_REQ_ERR));
+    let w = atomic_write(1, p.dst + 4, p.kb, u64::MAX);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_INV_REQ_ERR);
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_REQ_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst, 16), [0x55; 16]);
 }
@@ -117,12 +123,10 @@ fn misaligned_atomic_write_is_invalid_request_on_both_sides() {
 fn atomic_write_without_remote_write_is_access_error_c9_222_1_1() {
     let mut p = pair(VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ);
     p.b.write(p.dst + 8, &[0x77; 8]);
-    p.post(&atomic_write(1, p.dst + 8, p.kb, 1));
-    let (ca, _) = p.wait(1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
+    let w = atomic_write(1, p.dst + 8, p.kb, 1);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
     // Responder: not tied to a receive WQE → QP to ERROR and QP_ACCESS_ERR.
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst + 8, 8), [0x77; 8]);
 }
@@ -229,34 +233,23 @@ fn a_fenced_wqe_waits_for_an_outstanding_flush() {
 #[test]
 fn flush_without_flush_global_on_the_mr_is_access_error() {
     let mut p = pair(ACC_ALL);
-    p.post(&flush(
-        1,
-        p.dst,
-        p.kb,
-        64,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    ));
-    let (ca, _) = p.wait(1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    let w = flush(1, p.dst, p.kb, 64, VRDMA_FLUSH_GLOBAL, VRDMA_FLUSH_RANGE);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
 }
 
 #[test]
 fn flush_out_of_the_mr_range_is_access_error() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    p.post(&flush(
+    let w = flush(
         1,
         p.dst + 65000,
         p.kb,
         4096,
         VRDMA_FLUSH_GLOBAL,
         VRDMA_FLUSH_RANGE,
-    ));
-    let (ca, _) = p.wait(1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    );
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
 }
 
 #[test]
@@ -279,17 +272,15 @@ fn persistent_flush_is_not_offered() {
     );
     // ...so a persistent FLUSH fails the R_Key check (the QP allows it): REM_ACCESS_ERR, as rxe
     // answers on memory that is not persistent.
-    p.post(&flush(
+    let w = flush(
         1,
         p.dst,
         p.kb,
         64,
         VRDMA_FLUSH_PERSISTENT,
         VRDMA_FLUSH_RANGE,
-    ));
-    let (ca, _) = p.wait(1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    );
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
 }
 
@@ -464,10 +455,7 @@ fn rdma_write_to_a_qp_without_remote_write_is_invalid_request() {
         .expect("RTS -> RTS with new access flags");
     p.b.write(p.dst, &[0x33; 64]);
     let w = write(&p, 1, 0, 64);
-    p.post(&w);
-    let (ca, _) = p.wait(1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_INV_REQ_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_INV_REQ_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_REQ_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst, 64), [0x33; 64], "nothing written");
 }
