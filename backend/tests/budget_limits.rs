@@ -124,6 +124,25 @@ fn fill(n: &mut Node, what: &str, mut make: impl FnMut(&mut Node) -> Result<u32,
     made
 }
 
+/// `fill` with `make`, then free every object with the `free` command (DESTROY_* / DEREG_MR): the
+/// budget is back at `start`.
+fn fill_and_free(
+    n: &mut Node,
+    what: &str,
+    free: u16,
+    start: u64,
+    make: impl FnMut(&mut Node) -> Result<u32, u32>,
+) {
+    for h in fill(n, what, make) {
+        n.cmd(free, handle(h).as_bytes()).unwrap();
+    }
+    assert_eq!(
+        n.dev.budget.used(),
+        start,
+        "{what}: the charge is given back"
+    );
+}
+
 #[test]
 fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     let _g = serial();
@@ -265,44 +284,34 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     assert_eq!(n.dev.budget.used(), start, "MRs gave their charge back");
 
     // Fast-registration MRs reserve their whole capacity.
-    let frmrs = fill(&mut n, "ALLOC_FAST_REG_MR", |n| {
-        n.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, frmr.as_bytes())
-            .map(|r| VrdmaRespRegMr::read_from(&r).unwrap().lkey)
-    });
-    for k in frmrs {
-        n.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
+    fill_and_free(
+        &mut n,
+        "ALLOC_FAST_REG_MR",
+        VRDMA_CMD_DEREG_MR,
+        start,
+        |n| {
+            n.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, frmr.as_bytes())
+                .map(|r| VrdmaRespRegMr::read_from(&r).unwrap().lkey)
+        },
+    );
 
     // CQs of the largest depth, every ring page the same page.
-    let cqs = fill(&mut n, "CREATE_CQ", |n| {
+    fill_and_free(&mut n, "CREATE_CQ", VRDMA_CMD_DESTROY_CQ, start, |n| {
         n.cmd(VRDMA_CMD_CREATE_CQ, &create_cq)
             .map(|r| handle_of(&r))
     });
-    for c in cqs {
-        n.cmd(VRDMA_CMD_DESTROY_CQ, handle(c).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
 
     // QPs with the deepest rings of the largest slots.
-    let qps = fill(&mut n, "CREATE_QP", |n| {
+    fill_and_free(&mut n, "CREATE_QP", VRDMA_CMD_DESTROY_QP, start, |n| {
         n.cmd(VRDMA_CMD_CREATE_QP, &create_qp)
             .map(|r| VrdmaRespCreateQp::read_from(&r).unwrap().qpn)
     });
-    for q in qps {
-        n.cmd(VRDMA_CMD_DESTROY_QP, handle(q).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
 
     // SRQs.
-    let srqs = fill(&mut n, "CREATE_SRQ", |n| {
+    fill_and_free(&mut n, "CREATE_SRQ", VRDMA_CMD_DESTROY_SRQ, start, |n| {
         n.cmd(VRDMA_CMD_CREATE_SRQ, &create_srq)
             .map(|r| handle_of(&r))
     });
-    for s in srqs {
-        n.cmd(VRDMA_CMD_DESTROY_SRQ, handle(s).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
 
     // ODP chunk entries: ADVISE_MR PREFETCH over fresh ranges of an implicit MR (one page
     // request per chunk, never answered) until the budget refuses the next advise.
