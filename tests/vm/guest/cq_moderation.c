@@ -115,21 +115,15 @@ static void arm(void)
 int main(int argc, char **argv)
 {
 	struct ibv_qp_init_attr qa = {};
-	struct ibv_device **l;
 	struct ibv_pd *pd;
 	long long t;
-	int i, n, ok = 1;
+	int i, ok = 1;
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: %s DEV GID_INDEX\n", argv[0]);
 		return 2;
 	}
-	l = ibv_get_device_list(&n);
-	for (i = 0; l && i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), argv[1]))
-			ctx = ibv_open_device(l[i]);
-	if (!ctx)
-		die("open_device");
+	ctx = open_device_named(argv[1]);
 	pd = ibv_alloc_pd(ctx);
 	ch = ibv_create_comp_channel(ctx);
 	if (!pd || !ch)
@@ -218,6 +212,5 @@ int main(int argc, char **argv)
 	ibv_destroy_comp_channel(ch);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(l);
 	return ok ? 0 : 1;
 }

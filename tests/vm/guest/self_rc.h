@@ -2,8 +2,9 @@
 /*
  * Shared by the guest C helpers of the VM scenarios (built on the host by
  * build_guest_c() in tests/vm/scenarios/async_events.py, which finds this
- * header next to the .c file): failing loudly, and an RC QP connected to
- * itself through a RoCEv2 GID, so one guest can exercise a verb alone.
+ * header next to the .c file): failing loudly, opening a device by name,
+ * and an RC QP connected to itself through a RoCEv2 GID, so one guest can
+ * exercise a verb alone.
  */
 #ifndef VRDMA_TEST_SELF_RC_H
 #define VRDMA_TEST_SELF_RC_H
@@ -19,6 +20,25 @@ static inline void die(const char *what)
 {
 	perror(what);
 	exit(2);
+}
+
+/* The opened device named @name (exits through die() if there is none). */
+static inline struct ibv_context *open_device_named(const char *name)
+{
+	struct ibv_context *c = NULL;
+	struct ibv_device **l;
+	int i, n;
+
+	l = ibv_get_device_list(&n);
+	for (i = 0; l && i < n; i++)
+		if (!strcmp(ibv_get_device_name(l[i]), name))
+			c = ibv_open_device(l[i]);
+	/* An opened context outlives the list (ibv_get_device_list(3)). */
+	if (l)
+		ibv_free_device_list(l);
+	if (!c)
+		die("open_device");
+	return c;
 }
 
 /*

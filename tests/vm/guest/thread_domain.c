@@ -128,7 +128,6 @@ int main(int argc, char **argv)
 	struct ibv_td_init_attr ta = {};
 	struct ibv_qp_init_attr qa = {};
 	struct ibv_pd *pd, *parent;
-	struct ibv_device **l;
 	struct ibv_td *td;
 	int i, n, ok = 1;
 
@@ -136,12 +135,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s DEV GID_INDEX\n", argv[0]);
 		return 2;
 	}
-	l = ibv_get_device_list(&n);
-	for (i = 0; l && i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), argv[1]))
-			ctx = ibv_open_device(l[i]);
-	if (!ctx)
-		die("open_device");
+	ctx = open_device_named(argv[1]);
 	pd = ibv_alloc_pd(ctx);
 	td = ibv_alloc_td(ctx, &ta);
 	if (!pd || !td)
@@ -209,6 +203,5 @@ int main(int argc, char **argv)
 	}
 	printf("teardown: ok\n");
 	ibv_close_device(ctx);
-	ibv_free_device_list(l);
 	return ok ? 0 : 1;
 }
