@@ -35,13 +35,7 @@ fn write_64k_from_implicit_lkey_one_request() {
         0,
         &rdma(1, VRDMA_WR_RDMA_WRITE, (va + 0x3000, 64 << 10, ka), dst, kb),
     );
-    let c = p.run_until(0, 1);
-    assert_eq!(
-        (c[0].wr_id, c[0].status),
-        (1, VRDMA_WC_SUCCESS),
-        "{:?}",
-        c[0]
-    );
+    p.run_ok(0, 0, 1, 1);
     let f = p.pa.faults_for(ka);
     assert_eq!(f.len(), 1, "exactly one page request: {f:?}");
     assert_eq!((f[0].iova, f[0].length), (va, CH));
@@ -87,14 +81,7 @@ fn two_1m_writes_from_two_chunks_one_request_each() {
             kb,
         ),
     );
-    let c = p.run_until(0, 2);
-    for (i, c) in c.iter().enumerate() {
-        assert_eq!(
-            (c.wr_id, c.status),
-            (i as u64 + 1, VRDMA_WC_SUCCESS),
-            "{c:?}"
-        );
-    }
+    p.run_ok(0, 0, 2, 1);
     assert_eq!(chunks(&p.pa.faults_for(ka), va), vec![0, CH]);
     assert_eq!(p.b.read(dst, 1 << 20), d0);
     assert_eq!(p.b.read(dst + (1 << 20), 1 << 20), d1);
@@ -178,13 +165,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
             kb,
         ),
     );
-    let c = p.run_until(0, 1);
-    assert_eq!(
-        (c[0].wr_id, c[0].status),
-        (1, VRDMA_WC_SUCCESS),
-        "{:?}",
-        c[0]
-    );
+    p.run_ok(0, 0, 1, 1);
     assert_eq!(p.b.read(back_b + 0x2345, 64 << 10), wdata);
     let fb = p.pb.faults_for(kb);
     assert_eq!(fb.len(), 1);
@@ -206,13 +187,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
             kb,
         ),
     );
-    let c = p.run_until(0, 2);
-    assert_eq!(
-        (c[1].wr_id, c[1].status),
-        (2, VRDMA_WC_SUCCESS),
-        "{:?}",
-        c[1]
-    );
+    p.run_ok(0, 1, 2, 2);
     assert_eq!(p.a.read(back_a + 0x10_0000, 64 << 10), rdata);
     assert_eq!(chunks(&p.pb.faults_for(kb), va_b), vec![0, CH]);
     // Atomics on an invalidated (absent) chunk of B: they fault it in again.
@@ -267,14 +242,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
             ..Default::default()
         },
     );
-    let c = p.run_until(0, 5);
-    for (i, c) in c[2..].iter().enumerate() {
-        assert_eq!(
-            (c.wr_id, c.status),
-            (i as u64 + 3, VRDMA_WC_SUCCESS),
-            "{c:?}"
-        );
-    }
+    p.run_ok(0, 2, 5, 3);
     assert_eq!(p.a.read(back_a + 0x20_0000 - 64, 8), 1000u64.to_le_bytes());
     assert_eq!(p.b.read(back_b + 0x100, 8), 1023u64.to_le_bytes());
     assert_eq!(

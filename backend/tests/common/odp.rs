@@ -391,6 +391,20 @@ impl Pair {
         self.conns[i].ga.clone()
     }
 
+    /// Step until connection `i` has `n` requester completions and assert that those from index
+    /// `from` on succeeded, with wr_ids `first`, `first + 1`, ... in order; returns all `n`.
+    pub fn run_ok(&mut self, i: usize, from: usize, n: usize, first: u64) -> Vec<Cqe> {
+        let c = self.run_until(i, n);
+        for (k, c) in c[from..n].iter().enumerate() {
+            assert_eq!(
+                (c.wr_id, c.status),
+                (first + k as u64, VRDMA_WC_SUCCESS),
+                "{c:?}"
+            );
+        }
+        c
+    }
+
     /// Step until connection `i` has `n` requester completions more than now; returns those
     /// and how many page requests were answered meanwhile.
     pub fn run_more(&mut self, i: usize, n: usize) -> (Vec<Cqe>, usize) {
