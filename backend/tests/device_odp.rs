@@ -52,6 +52,20 @@ fn answer(t: &mut MrTable, r: &VrdmaPageReq, base: u64, writable: bool) -> u32 {
     )
 }
 
+/// A pinned (page-list) MR of one page at 0x100000 in PD 1, no access rights: a key that is
+/// not ODP.
+fn one_page_mr(t: &mut MrTable) -> u32 {
+    let spec = PageListSpec {
+        pd: 1,
+        access: 0,
+        iova: 0,
+        length: 4096,
+        page_shift: 12,
+        pages: &[0x100000],
+    };
+    t.reg_page_list(&spec, 1 << 40).unwrap()
+}
+
 #[test]
 fn registration_matrix() {
     let (mut t, _, _) = setup(odp_cfg());
@@ -309,19 +323,7 @@ fn error_answers_and_hostile_responses() {
         VRDMA_STATUS_INVALID
     );
     // An answer for a non-ODP key.
-    let pl = t
-        .reg_page_list(
-            &PageListSpec {
-                pd: 1,
-                access: 0,
-                iova: 0,
-                length: 4096,
-                page_shift: 12,
-                pages: &[0x100000],
-            },
-            1 << 40,
-        )
-        .unwrap();
+    let pl = one_page_mr(&mut t);
     assert_eq!(t.odp_page_resp(1, pl, 0, 0, 0, &[]), VRDMA_STATUS_NOT_FOUND);
 }
 
@@ -354,19 +356,7 @@ fn invalidate_drops_translations_and_cancels_requests() {
     // Invalidate outside resident chunks / zero length / wrong key.
     assert_eq!(t.odp_invalidate(k, 6 << 20, 0), VRDMA_STATUS_OK);
     assert_eq!(t.odp_invalidate(k ^ 0x80, 0, 8), VRDMA_STATUS_NOT_FOUND);
-    let pl = t
-        .reg_page_list(
-            &PageListSpec {
-                pd: 1,
-                access: 0,
-                iova: 0,
-                length: 4096,
-                page_shift: 12,
-                pages: &[0x100000],
-            },
-            1 << 40,
-        )
-        .unwrap();
+    let pl = one_page_mr(&mut t);
     assert_eq!(t.odp_invalidate(pl, 0, 8), VRDMA_STATUS_INVALID);
     // Implicit MR: a huge invalidation range is cheap.
     let imp = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
