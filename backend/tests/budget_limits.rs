@@ -4,68 +4,19 @@
 //! the daemon's real heap growth (counted by this binary's global allocator) stays under the
 //! budget plus a fixed slack, and destroying everything gives the charge back.
 //!
-//! The tests of this binary run one at a time (`SERIAL`): the allocator counts every thread.
+//! The tests of this binary run one at a time (`heap::serial`): the allocator counts every thread.
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use common::heap;
 use common::*;
 use vrdma_backend::transport;
 use vrdma_spec::*;
 
-/// Counts live heap bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-static PEAK: AtomicI64 = AtomicI64::new(0);
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn grew(n: usize) {
-    let now = LIVE.fetch_add(n as i64, Ordering::Relaxed) + n as i64;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every method forwards to the system allocator with the caller's layout and pointer
-// unchanged; the counters are plain atomics and never affect the allocation itself.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's (valid, non-zero-size) layout.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as `alloc`.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every path above uses it).
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr`/`layout` come from this allocator, as `realloc`'s contract requires.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-            grew(new_size);
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: heap::Counting = heap::Counting;
 
 const MIB: u64 = 1 << 20;
 const BUDGET: u64 = 64 * MIB;
@@ -76,10 +27,6 @@ const MR_PAGES: u64 = 1 << 20;
 /// command here carries a 16 MiB list) plus table growth the charges only estimate (vector
 /// doubling, hash-map buckets).
 const SLACK: i64 = (2 * 16 * MIB + 4 * MIB) as i64;
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn node(id: u8, budget: u64) -> Node {
     Node::with_config(id, 8, 1500, gid_v4([10, 0, 0, id]), |c| {
@@ -145,7 +92,7 @@ fn fill_and_free(
 
 #[test]
 fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
-    let _g = serial();
+    let _g = heap::serial();
     let mut n = node(1, BUDGET);
     let pd = n.create_pd();
     let (cq0, _) = n.create_cq(64);
@@ -248,8 +195,7 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     let (mut rereg_same, mut rereg_long, mut rereg_short) =
         (rereg(MR_PAGES), rereg(2 * MR_PAGES), rereg(MR_PAGES / 2));
     let start = n.dev.budget.used();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = heap::mark();
 
     // MR page lists: 8 MiB each, every entry the same page.
     let mrs = fill(&mut n, "REG_MR", |n| {
@@ -351,7 +297,7 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     );
 
     assert!(n.dev.budget.peak() <= BUDGET);
-    let growth = PEAK.load(Ordering::Relaxed) - base;
+    let growth = heap::peak() - base;
     assert!(
         growth <= BUDGET as i64 + SLACK,
         "heap grew by {growth} bytes, budget {BUDGET} + slack {SLACK}"
@@ -459,7 +405,7 @@ fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
 /// what fits, fetches the rest as earlier ones retire, and loses none (spec §16).
 #[test]
 fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
-    let _g = serial();
+    let _g = heap::serial();
     let roomy = writes_with_free_budget(64 * MIB, 64 * MIB);
     assert!(
         roomy > 64,
@@ -477,7 +423,7 @@ fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
 /// is given back the retry faults the chunk in and the WRITE completes.
 #[test]
 fn odp_without_budget_room_rnr_naks_then_completes() {
-    let _g = serial();
+    let _g = heap::serial();
     let mut p = RcPair::new()
         .nodes(node(1, 64 * MIB), node(2, 4 * MIB))
         .cq_depth(64)
@@ -541,7 +487,7 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
 /// is given back (spec §14.4, §16.1).
 #[test]
 fn local_odp_sge_without_budget_room_waits_then_completes() {
-    let _g = serial();
+    let _g = heap::serial();
     let mut p = RcPair::new()
         .nodes(node(1, 4 * MIB), node(2, 64 * MIB))
         .cq_depth(64)
@@ -612,7 +558,7 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
 /// all 64 complete (spec §14.4, §16.1).
 #[test]
 fn ud_sends_on_an_exhausted_budget_all_complete_on_one_doorbell() {
-    let _g = serial();
+    let _g = heap::serial();
     let mut a = node(1, 4 * MIB);
     let b = node(2, 64 * MIB);
     let pd = a.create_pd();

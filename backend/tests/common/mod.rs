@@ -4,7 +4,7 @@
 //! nodes are linked in-process (optionally through the wire engineer's impairment wrapper).
 //!
 //! One concept per submodule: `rc_pair` (a connected QP pair in one call), `odp` (pager and
-//! two-node ODP harness), `engine` (tests with engine threads), `device` (one device without a
+//! two-node ODP harness), `engine` (tests with engine threads), `heap` (a counting allocator), `device` (one device without a
 //! transport, for the command-level tests), `rng` (seeded generators).
 #![allow(dead_code)]
 
@@ -35,6 +35,7 @@ macro_rules! setters {
 
 pub mod device;
 pub mod engine;
+pub mod heap;
 pub mod odp;
 pub mod rc_pair;
 pub mod rng;
