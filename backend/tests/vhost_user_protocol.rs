@@ -94,6 +94,15 @@ struct Harness {
     thread: thread::JoinHandle<()>,
 }
 
+impl Harness {
+    /// Hang up `fe` and wait until the daemon thread ends (it serves a fixed number of
+    /// connections).
+    fn finish(self, fe: vhost::vhost_user::Frontend) {
+        drop(fe);
+        self.thread.join().unwrap();
+    }
+}
+
 fn test_config() -> [u8; CONFIG_SIZE] {
     let c = VrdmaConfig {
         mac: [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef],
@@ -205,8 +214,7 @@ fn features_protocol_features_and_queue_count() {
     }
     assert_eq!(acked & VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_EVENT_IDX);
     assert_eq!(fe.get_queue_num().unwrap(), 6);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 /// Spec §2.5: exactly the protocol features the daemon implements. QEMU uses every feature both
@@ -231,8 +239,7 @@ fn protocol_features_are_the_spec_table() {
     ] {
         assert!(!pf.contains(not_offered), "{not_offered:?} offered");
     }
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -243,8 +250,7 @@ fn no_odp_hides_odp_features() {
     assert_eq!(f & (1 << VIRTIO_RDMA_F_ODP), 0);
     assert_eq!(f & (1 << VIRTIO_RDMA_F_ODP_IMPLICIT), 0);
     assert_ne!(f & (1 << VIRTIO_RDMA_F_ETH), 0);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -354,8 +360,7 @@ fn control_round_trip_and_split_chains() {
         assert_eq!(ctrl.wait_used(&guest, T), Some((u32::from(head), 16)));
         assert_eq!(status_of(&guest.read(resp, 8)), VRDMA_STATUS_OK);
 
-        drop(fe);
-        h.thread.join().unwrap();
+        h.finish(fe);
     }
 }
 
@@ -433,8 +438,7 @@ fn malformed_control_chains_get_the_defined_outcome() {
     // The queue still works.
     let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -456,8 +460,7 @@ fn reconnect_starts_from_a_reset_device() {
     );
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_NOT_FOUND));
     assert!(h.device.lock().unwrap().resets >= 1);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -470,8 +473,7 @@ fn stopping_the_control_queue_resets_the_device() {
     // QEMU's vhost_dev_stop on a guest virtio reset: GET_VRING_BASE on every ring.
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
     assert!(h.device.lock().unwrap().pds.is_empty());
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -514,8 +516,7 @@ fn events_wait_for_buffers_then_flush_in_order() {
         ev(9)
     );
     assert!(evq.call.read().is_ok(), "the driver was interrupted");
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -564,8 +565,7 @@ fn doorbells_and_eth_tx_reach_their_sinks() {
         vec![frame],
         "oversized frame dropped"
     );
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -662,8 +662,7 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     h.out.push_page_req(&req);
     assert_eq!(prq.wait_used(&guest, T).map(|u| u.1), Some(32));
     assert_eq!(VrdmaPageReq::read_from(&guest.read(b, 32)).unwrap(), req);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -672,15 +671,13 @@ fn queue_size_limit_is_1024() {
     let (fe, _) = connect(&h.path, true);
     fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 1024)
         .expect("1024 accepted");
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
     // A larger size is refused (the vhost crate then ends that connection).
     let h = start("qsize2", 1, true);
     let (fe, _) = connect(&h.path, true);
     fe.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
     assert!(fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 2048).is_err());
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 /// Garbage chains on every driver -> device queue: random addresses (in and out of guest
@@ -772,8 +769,7 @@ fn random_chains_never_break_the_daemon() {
     }
     let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 /// TEST ONLY `--delay-commands`: a delayed command is executed when it arrives, a later one is
@@ -820,6 +816,5 @@ fn delayed_commands_run_at_once_and_are_answered_late() {
     let (p1, p2) = (pd(first_resp), pd(second_resp));
     assert_eq!((p1, p2), (1, 2), "the delayed command ran first");
 
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
