@@ -38,36 +38,6 @@ fn start(tag: &str, connections: usize, config: impl FnOnce(&mut Config)) -> Dae
     Daemon { path, thread }
 }
 
-fn run(
-    ring: &mut DriverRing,
-    guest: &mut Guest,
-    command: &[u8],
-    resp_len: usize,
-) -> (u32, Vec<u8>) {
-    let req = guest.alloc(command.len(), 8);
-    guest.write(req, command);
-    let resp = guest.alloc(resp_len, 8);
-    ring.add(
-        guest,
-        &[
-            (req, command.len() as u32, false),
-            (resp, resp_len as u32, true),
-        ],
-    );
-    ring.notify();
-    let (_, len) = ring.wait_used(guest, T).expect("command completed");
-    (len, guest.read(resp, resp_len))
-}
-
-fn handle(h: u32) -> Vec<u8> {
-    VrdmaHandle {
-        handle: h,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
 fn session(d: &Daemon) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
     let (mut fe, _) = connect(&d.path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
@@ -112,7 +82,7 @@ fn config_space_carries_the_cli_settings() {
     assert_ne!(features & (1 << VIRTIO_RDMA_F_ODP), 0);
 
     // QUERY_DEVICE answers the same structure.
-    let (len, resp) = run(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_QUERY_DEVICE, &[]),
@@ -142,18 +112,18 @@ fn no_odp_device() {
 fn pd_round_trip_and_errors() {
     let d = start("dev-pd", 1, |_| {});
     let (fe, mut guest, mut ctrl) = session(&d);
-    let (len, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
     assert_ne!(pdn, 0);
-    let (len, resp) = run(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
         8,
     );
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_OK));
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -161,7 +131,7 @@ fn pd_round_trip_and_errors() {
     );
     assert_eq!(status_of(&resp), VRDMA_STATUS_NOT_FOUND);
     // Request shorter than vrdma_handle.
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &[1, 0]),
@@ -169,10 +139,10 @@ fn pd_round_trip_and_errors() {
     );
     assert_eq!(status_of(&resp), VRDMA_STATUS_INVALID);
     // Unknown opcode.
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(200, &[]), 8);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(200, &[]), 8);
     assert_eq!(status_of(&resp), VRDMA_STATUS_INVALID);
     // QUERY_PORT with a response buffer too small for vrdma_resp_query_port.
-    let (len, resp) = run(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(
@@ -195,21 +165,21 @@ fn reconnect_finds_a_clean_device() {
     let d = start("dev-reconnect", 2, |_| {});
     let pdn = {
         let (fe, mut guest, mut ctrl) = session(&d);
-        let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
         assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
         drop(fe);
         VrdmaHandle::read_from(&resp[8..]).unwrap().handle
     };
     // QEMU reconnects (e.g. restarted): the PD created before is gone.
     let (fe, mut guest, mut ctrl) = session(&d);
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
         8,
     );
     assert_eq!(status_of(&resp), VRDMA_STATUS_NOT_FOUND);
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     drop(fe);
     d.thread.join().unwrap();
@@ -288,7 +258,7 @@ fn device_state_moves_between_two_daemons() {
     let (mut fe, acked, _) = connect_with(&src.path, true, extra);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
     let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
 
@@ -330,7 +300,7 @@ fn device_state_moves_between_two_daemons() {
     // (A new guest memory and ring here: only the device state is under test.)
     assert_eq!(next_avail, 1, "one command ran on the source");
     start_rings(&mut fe2, &guest2, &[&ctrl2]);
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl2,
         &mut guest2,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -541,7 +511,7 @@ fn dirty_log_marks_the_pages_the_device_writes() {
     req.extend_from_slice(&ring.to_le_bytes());
     req.extend_from_slice(&(ring + 4096).to_le_bytes());
     let before = (dirty(ring), dirty(untouched));
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_CQ, &req), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_CQ, &req), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     assert_eq!(before, (false, false));
     assert_eq!(guest.read(ring, 4), vec![0; 4], "producer index cleared");
@@ -568,7 +538,7 @@ fn a_failed_migration_resumes_the_source_with_its_objects() {
     let (mut fe, acked, _) = connect_with(&d.path, true, none);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
     let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
     let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
     fe.set_features(acked | log_all).unwrap();
@@ -576,7 +546,7 @@ fn a_failed_migration_resumes_the_source_with_its_objects() {
     // vm_start on the source: vhost_dev_start again (logging may already be off).
     fe.set_features(acked).unwrap();
     let [mut ctrl2] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl2,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),

@@ -166,36 +166,6 @@ fn control(
     (len, resp)
 }
 
-/// A command in one readable buffer and a response buffer of `resp_len` bytes.
-fn simple_cmd(
-    ring: &mut DriverRing,
-    guest: &mut Guest,
-    command: &[u8],
-    resp_len: usize,
-) -> (u32, Vec<u8>) {
-    let req = guest.alloc(command.len(), 8);
-    guest.write(req, command);
-    let resp = guest.alloc(resp_len, 8);
-    control(
-        ring,
-        guest,
-        &[
-            (req, command.len() as u32, false),
-            (resp, resp_len as u32, true),
-        ],
-        Some((resp, resp_len)),
-    )
-}
-
-fn handle(h: u32) -> Vec<u8> {
-    VrdmaHandle {
-        handle: h,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
 #[test]
 fn features_protocol_features_and_queue_count() {
     let h = start("features", 1, true);
@@ -294,7 +264,7 @@ fn control_round_trip_and_split_chains() {
         let h = start("control", 1, true);
         let (fe, mut guest, mut ctrl) = control_setup(&h, event_idx);
 
-        let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
         assert_eq!(len, 16);
         assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
         let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
@@ -339,7 +309,7 @@ fn control_round_trip_and_split_chains() {
         }
 
         // Same handle again: the device's NOT_FOUND reaches the driver.
-        let (len, resp) = simple_cmd(
+        let (len, resp) = run_command(
             &mut ctrl,
             &mut guest,
             &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -373,22 +343,22 @@ fn malformed_control_chains_get_the_defined_outcome() {
     // Nonzero flags -> INVALID, not executed.
     let mut c = cmd(VRDMA_CMD_CREATE_PD, &[]);
     c[2] = 1;
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &c, 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &c, 16);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
     assert_eq!(calls(&h), 0);
 
     // Readable part shorter than the command header -> INVALID.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &[5, 0, 0], 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &[5, 0, 0], 16);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
 
     // Writable part fits the header but not CREATE_PD's response -> INVALID, not executed.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 12);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 12);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
     assert_eq!(calls(&h), 0);
     assert!(h.device.lock().unwrap().pds.is_empty());
 
     // Writable part smaller than the response header -> returned with len 0.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 4);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 4);
     assert_eq!(len, 0);
     assert_eq!(resp, vec![0u8; 4]);
 
@@ -432,11 +402,11 @@ fn malformed_control_chains_get_the_defined_outcome() {
     assert_eq!(calls(&h), 0);
 
     // Unknown opcode: handed to the device, whose INVALID comes back.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(999, &[1, 2, 3]), 64);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(999, &[1, 2, 3]), 64);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
 
     // The queue still works.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
     h.finish(fe);
 }
@@ -446,13 +416,13 @@ fn reconnect_starts_from_a_reset_device() {
     let h = start("reconnect", 2, true);
     let pdn = {
         let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-        let (_, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
         assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
         drop(fe);
         VrdmaHandle::read_from(&resp[8..]).unwrap().handle
     };
     let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-    let (len, resp) = simple_cmd(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -467,7 +437,7 @@ fn reconnect_starts_from_a_reset_device() {
 fn stopping_the_control_queue_resets_the_device() {
     let h = start("stopreset", 1, true);
     let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-    let (_, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     assert_eq!(h.device.lock().unwrap().pds.len(), 1);
     // QEMU's vhost_dev_stop on a guest virtio reset: GET_VRING_BASE on every ring.
@@ -767,7 +737,7 @@ fn random_chains_never_break_the_daemon() {
     for _ in 0..40 {
         ctrl.wait_used(&guest, T).unwrap();
     }
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
     h.finish(fe);
 }
