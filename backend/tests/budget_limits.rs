@@ -37,6 +37,15 @@ fn node(id: u8, budget: u64) -> Node {
     })
 }
 
+/// An RC pair of `node`s with these budgets, 64-deep CQs, no MRs.
+fn pair(budget_a: u64, budget_b: u64) -> RcPair {
+    RcPair::new()
+        .nodes(node(1, budget_a), node(2, budget_b))
+        .cq_depth(64)
+        .no_mrs()
+        .build()
+}
+
 fn with_pages<T: Abi>(req: &T, npages: u64, page: u64) -> Vec<u8> {
     let mut b = req.as_bytes().to_vec();
     b.reserve(npages as usize * 8);
@@ -424,11 +433,7 @@ fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
 #[test]
 fn odp_without_budget_room_rnr_naks_then_completes() {
     let _g = heap::serial();
-    let mut p = RcPair::new()
-        .nodes(node(1, 64 * MIB), node(2, 4 * MIB))
-        .cq_depth(64)
-        .no_mrs()
-        .build();
+    let mut p = pair(64 * MIB, 4 * MIB);
     let src = p.a.alloc(8192);
     let ka = p.a.reg_mr(p.pda, src, 8192, ACC_ALL);
     let dst = p.b.alloc(4 << 20);
@@ -488,11 +493,7 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
 #[test]
 fn local_odp_sge_without_budget_room_waits_then_completes() {
     let _g = heap::serial();
-    let mut p = RcPair::new()
-        .nodes(node(1, 4 * MIB), node(2, 64 * MIB))
-        .cq_depth(64)
-        .no_mrs()
-        .build();
+    let mut p = pair(4 * MIB, 64 * MIB);
     let src = p.a.alloc(4 << 20);
     let kodp = p.a.reg_odp_mr(p.pda, src, 4 << 20, ACC_ALL);
     let dst = p.b.alloc(8192);
