@@ -59,18 +59,7 @@ fn rc_between_qps_of_one_device_loops_back() {
     // A SEND and a 5000-byte RDMA WRITE (multi-packet at MTU 1024), both q1 -> q2.
     let data = pattern(3, 5000);
     a.write(buf + 8192, &data);
-    post_sq(
-        &e,
-        &a.mem,
-        &mut q1,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"hello, myself".to_vec()),
-            ..Default::default()
-        },
-    );
+    post_sq(&e, &a.mem, &mut q1, &send_inline(5, b"hello, myself"));
     post_send_mem(
         &a.mem,
         &mut q1,

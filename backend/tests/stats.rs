@@ -41,18 +41,20 @@ fn drop_first(op: u8) -> (Filter, Arc<AtomicUsize>) {
     (filter, lost)
 }
 
-/// RDMA WRITE 1: 4 KiB from A's MR to B's over `link`; returns A's completion.
-fn write_4k(p: &mut RcPair, link: &mut Link) -> Vec<vrdma_backend::transport::ctx::Cqe> {
+/// An RC pair with 64-deep CQs and 8 KiB MRs whose `wait_a` gives up after 20 s.
+fn pair() -> RcPair {
+    RcPair::new()
+        .cq_depth(64)
+        .mrs(8192, 8192)
+        .patience(Duration::from_secs(20))
+        .build()
+}
+
+/// RDMA WRITE 1: 4 KiB from A's MR to B's; returns A's completion.
+fn write_4k(p: &mut RcPair) -> Vec<vrdma_backend::transport::ctx::Cqe> {
     let w = rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb);
-    p.a.post_send(&mut p.qa, &w);
-    pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        link,
-        &mut p.cqa,
-        1,
-        Duration::from_secs(20),
-    )
+    p.post(&w);
+    p.wait_a(1)
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -65,14 +67,13 @@ fn tmpdir(tag: &str) -> PathBuf {
 #[test]
 fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
     // Path MTU 1024 (3): a 4 KiB WRITE is FIRST, MIDDLE, MIDDLE, LAST.
-    let mut p = RcPair::new().cq_depth(64).mrs(8192, 8192).build();
+    let mut p = pair();
     p.a.write(p.src, &pattern(3, 4096));
 
     // 1. Lose the first MIDDLE once: B NAKs the gap once (IBTA 9.7.5.2.2), A goes back.
-    let mut link = Link::clean();
     let (filter, lost) = drop_first(RC_RDMA_WRITE_MIDDLE);
-    link.filter_ab = Some(filter);
-    let done = write_4k(&mut p, &mut link);
+    p.link.filter_ab = Some(filter);
+    let done = write_4k(&mut p);
     assert_eq!((done[0].wr_id, done[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(p.dst, 4096), pattern(3, 4096));
     let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
@@ -92,28 +93,12 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
     // 2. Lose the ACK of a SEND once: A's retransmission timer fires and it resends.
     let before = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
     let (filter, lost_ack) = drop_first(RC_ACK);
-    link.filter_ab = None;
-    link.filter_ba = Some(filter);
+    p.link.filter_ab = None;
+    p.link.filter_ba = Some(filter);
     let mut rq = p.qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, 20, &[(p.dst + 4096, 1024, p.kb)]);
-    p.a.post_send(
-        &mut p.qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"stats".to_vec()),
-            ..Default::default()
-        },
-    );
-    let done = pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        &mut link,
-        &mut p.cqa,
-        1,
-        Duration::from_secs(20),
-    );
+    p.a.post_send(&mut p.qa, &send_inline(2, b"stats"));
+    let done = p.wait_a(1);
     assert_eq!((done[0].wr_id, done[0].status), (2, VRDMA_WC_SUCCESS));
     let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
     assert_eq!(lost_ack.load(Ordering::Relaxed), 1);
@@ -122,33 +107,17 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
     assert_eq!(p.b.poll_cq(&mut p.cqb).len(), 1);
 
     // 3. A SEND with no receive posted: B answers RNR NAK (IBTA 9.7.5.2.8), A waits and resends.
-    link.filter_ba = None;
-    p.a.post_send(
-        &mut p.qa,
-        &Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"rnr".to_vec()),
-            ..Default::default()
-        },
-    );
+    p.link.filter_ba = None;
+    p.a.post_send(&mut p.qa, &send_inline(3, b"rnr"));
     pump_until(
         &mut p.a,
         &mut p.b,
-        &mut link,
+        &mut p.link,
         Duration::from_secs(20),
         |_, b| b.dev.qps.get(p.qb.qpn).unwrap().stats.rnr_naks_tx >= 1,
     );
     p.b.post_recv(&mut rq, 21, &[(p.dst + 4096, 1024, p.kb)]);
-    let done = pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        &mut link,
-        &mut p.cqa,
-        1,
-        Duration::from_secs(20),
-    );
+    let done = p.wait_a(1);
     assert_eq!((done[0].wr_id, done[0].status), (3, VRDMA_WC_SUCCESS));
     let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
     let sb = p.b.dev.qps.get(p.qb.qpn).unwrap().stats;
@@ -409,17 +378,16 @@ fn query_stats(n: &mut Node, qpn: u32) -> Result<VrdmaStats, u32> {
 /// every QP the device has had (destroyed ones included) plus ICRC errors and drops.
 #[test]
 fn query_stats_reports_qp_and_port_counters() {
-    let mut p = RcPair::new().cq_depth(64).mrs(8192, 8192).build();
+    let mut p = pair();
     // Lose the first MIDDLE once: a NAK, a go-back-N; keep a copy of one frame A sent.
-    let mut link = Link::clean();
     let (mut drop, _) = drop_first(RC_RDMA_WRITE_MIDDLE);
     let seen: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
     let s2 = seen.clone();
-    link.filter_ab = Some(Box::new(move |f| {
+    p.link.filter_ab = Some(Box::new(move |f| {
         s2.lock().unwrap().clone_from(&f.to_vec());
         drop(f)
     }));
-    let done = write_4k(&mut p, &mut link);
+    let done = write_4k(&mut p);
     assert_eq!(done[0].status, VRDMA_WC_SUCCESS);
 
     let sa = query_stats(&mut p.a, p.qa.qpn).unwrap();

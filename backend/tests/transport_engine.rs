@@ -61,13 +61,7 @@ fn rc_over_udp_engines() {
         &ea,
         &p.a.mem,
         &mut p.qa,
-        &Wqe {
-            wr_id: 50,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"over the engine".to_vec()),
-            ..Default::default()
-        },
+        &send_inline(50, b"over the engine"),
     );
     let gb = wait_cqes(&mut p.b, &mut p.cqb, 1, Duration::from_secs(10), "SEND");
     assert_eq!(

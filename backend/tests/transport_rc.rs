@@ -250,16 +250,7 @@ fn immediate_and_inline_and_multi_sge() {
 
     // Inline SEND, unsignaled WRITE before a signaled one (only one CQE).
     post_recv_b(&mut p, 4, &[(b.dst, 8192, b.kb)]);
-    post(
-        &mut p,
-        Wqe {
-            wr_id: 22,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"inline payload!".to_vec()),
-            ..Default::default()
-        },
-    );
+    post(&mut p, send_inline(22, b"inline payload!"));
     let (ca, cb) = p.wait(1, 1);
     ok(&ca[0], 22, VRDMA_WC_SEND);
     assert_eq!(cb[0].byte_len, 15);

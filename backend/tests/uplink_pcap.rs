@@ -96,18 +96,7 @@ fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
     assert_eq!((c[0].wr_id, c[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(p.dst, 256), pattern(7, 256));
 
-    post_sq(
-        &ea,
-        &p.a.mem,
-        &mut p.qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"captured".to_vec()),
-            ..Default::default()
-        },
-    );
+    post_sq(&ea, &p.a.mem, &mut p.qa, &send_inline(2, b"captured"));
     let c = wait_cqes(&mut p.b, &mut p.cqb, 1, Duration::from_secs(20), "SEND");
     assert_eq!(
         (c[0].wr_id, c[0].status, c[0].byte_len),

@@ -216,6 +216,17 @@ pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32)
     }
 }
 
+/// A signaled SEND whose payload `data` is inline in the WQE.
+pub fn send_inline(wr_id: u64, data: &[u8]) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode: VRDMA_WR_SEND,
+        flags: VRDMA_SEND_SIGNALED,
+        inline: Some(data.to_vec()),
+        ..Default::default()
+    }
+}
+
 pub struct Node {
     pub dev: Device,
     pub out: Arc<RecordingOutput>,

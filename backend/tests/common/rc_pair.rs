@@ -107,6 +107,20 @@ impl RcPair {
             .post_recv(rq, wr_id, &[(self.src + off, len, self.ka)]);
     }
 
+    /// Pump the link until A's CQ gave `n` new completions (B's CQ is left alone), failing
+    /// after `patience`; returns them.
+    pub fn wait_a(&mut self, n: usize) -> Vec<Cqe> {
+        let patience = self.patience;
+        pump_cqes(
+            &mut self.a,
+            &mut self.b,
+            &mut self.link,
+            &mut self.cqa,
+            n,
+            patience,
+        )
+    }
+
     /// A pinned MR over `len` fresh bytes of `side` (iova == GPA, all access); returns (GPA, key).
     pub fn mr(&mut self, side: Side, len: u64) -> (u64, u32) {
         let (n, pd) = match side {
