@@ -145,19 +145,7 @@ fn atomics_on_odp_mrs() {
     let va_b = 0x7200_0000_0000u64;
     let (kb, gpa_b) = p.odp_mr(Side::B, va_b, 4096);
     p.b.write(gpa_b + 8, &100u64.to_le_bytes());
-    p.post(
-        0,
-        &Wqe {
-            wr_id: 30,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a, 8, ka)],
-            remote_addr: va_b + 8,
-            rkey: kb,
-            compare_add: 5,
-            ..Default::default()
-        },
-    );
+    p.post(0, &fetch_add(30, (va_a, 8, ka), va_b + 8, kb, 5));
     let (ca, served) = p.run_more(0, 1);
     assert_eq!(
         (ca[0].wr_id, ca[0].status),

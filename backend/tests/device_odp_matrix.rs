@@ -202,45 +202,30 @@ fn remote_write_read_atomics_on_implicit_rkey() {
     p.b.write(back_b + CH + 0x200, &0xdead_beefu64.to_le_bytes());
     p.post(
         0,
-        &Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a + 0x20_0000 - 64, 8, ka)],
-            remote_addr: va_b + 0x100,
-            rkey: kb,
-            compare_add: 23,
-            ..Default::default()
-        },
+        &fetch_add(3, (va_a + 0x20_0000 - 64, 8, ka), va_b + 0x100, kb, 23),
     );
     p.post(
         0,
-        &Wqe {
-            wr_id: 4,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a + 0x20_0000 - 32, 8, ka)],
-            remote_addr: va_b + CH + 0x200,
-            rkey: kb,
-            compare_add: 0xdead_beef,
-            swap: 0x1234_5678_9abc_def0,
-            ..Default::default()
-        },
+        &cmp_swap(
+            4,
+            (va_a + 0x20_0000 - 32, 8, ka),
+            va_b + CH + 0x200,
+            kb,
+            0xdead_beef,
+            0x1234_5678_9abc_def0,
+        ),
     );
     // A CMP_SWP whose compare does not match leaves the target alone.
     p.post(
         0,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a + 0x20_0000 - 24, 8, ka)],
-            remote_addr: va_b + CH + 0x200,
-            rkey: kb,
-            compare_add: 0xdead_beef,
-            swap: 7,
-            ..Default::default()
-        },
+        &cmp_swap(
+            5,
+            (va_a + 0x20_0000 - 24, 8, ka),
+            va_b + CH + 0x200,
+            kb,
+            0xdead_beef,
+            7,
+        ),
     );
     p.run_ok(0, 2, 5, 3);
     assert_eq!(p.a.read(back_a + 0x20_0000 - 64, 8), 1000u64.to_le_bytes());

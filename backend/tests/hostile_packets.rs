@@ -151,27 +151,8 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             t.tdst,
             t.tkb,
         ),
-        Wqe {
-            wr_id: 4,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc + 16384, 8, t.tka)],
-            remote_addr: t.tdst + 64,
-            rkey: t.tkb,
-            compare_add: 5,
-            ..Default::default()
-        },
-        Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc + 16384, 8, t.tka)],
-            remote_addr: t.tdst + 64,
-            rkey: t.tkb,
-            compare_add: 5,
-            swap: 9,
-            ..Default::default()
-        },
+        fetch_add(4, (t.tsrc + 16384, 8, t.tka), t.tdst + 64, t.tkb, 5),
+        cmp_swap(5, (t.tsrc + 16384, 8, t.tka), t.tdst + 64, t.tkb, 5, 9),
         Wqe {
             wr_id: 6,
             opcode: VRDMA_WR_RDMA_WRITE_WITH_IMM,

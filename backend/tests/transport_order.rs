@@ -51,16 +51,7 @@ fn acks_wait_behind_paced_read_responses() {
         };
         rc.a.post_send_nodb(&mut rc.qa, &w);
     }
-    let fadd = Wqe {
-        wr_id: 20,
-        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la + RLEN + 2048, 8, ka)],
-        remote_addr: lb + RLEN + 2048,
-        rkey: kb,
-        compare_add: 1,
-        ..Default::default()
-    };
+    let fadd = fetch_add(20, (la + RLEN + 2048, 8, ka), lb + RLEN + 2048, kb, 1);
     rc.a.post_send(&mut rc.qa, &fadd);
     let seen: Rc<RefCell<Vec<(u8, u32)>>> = Rc::default();
     let mut link = Link::clean();
@@ -102,16 +93,7 @@ fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
     let lb = p.b.alloc(RLEN + 4096);
     let kb = p.b.reg_mr(p.pdb, lb, RLEN + 4096, ACC_ALL);
     let read = rdma(1, VRDMA_WR_RDMA_READ, (la, RLEN as u32, ka), lb, kb);
-    let fadd = Wqe {
-        wr_id: 2,
-        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la + RLEN, 8, ka)],
-        remote_addr: lb + RLEN,
-        rkey: kb,
-        compare_add: 1,
-        ..Default::default()
-    };
+    let fadd = fetch_add(2, (la + RLEN, 8, ka), lb + RLEN, kb, 1);
     // The atomic first, answered at once (nothing queued yet); keep its request frame.
     p.a.post_send(&mut p.qa, &fadd);
     let atomic = p.a.dev.outbox[0].clone();

@@ -283,19 +283,7 @@ fn atomics() {
     let b = bufs(&mut p, 4096);
     p.b.write(b.dst + 8, &100u64.to_le_bytes());
     // FETCH_ADD: returns 100, memory becomes 105.
-    post(
-        &mut p,
-        Wqe {
-            wr_id: 30,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, 8, b.ka)],
-            remote_addr: b.dst + 8,
-            rkey: b.kb,
-            compare_add: 5,
-            ..Default::default()
-        },
-    );
+    post(&mut p, fetch_add(30, (b.src, 8, b.ka), b.dst + 8, b.kb, 5));
     let (ca, _) = p.wait(1, 0);
     ok(&ca[0], 30, VRDMA_WC_FETCH_ADD);
     assert_eq!(p.a.read(b.src, 8), 100u64.to_le_bytes());
@@ -304,17 +292,7 @@ fn atomics() {
     for (wr, cmp, expect_mem) in [(31u64, 7u64, 105u64), (32, 105, 999)] {
         post(
             &mut p,
-            Wqe {
-                wr_id: wr,
-                opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(b.src + 16, 8, b.ka)],
-                remote_addr: b.dst + 8,
-                rkey: b.kb,
-                compare_add: cmp,
-                swap: 999,
-                ..Default::default()
-            },
+            cmp_swap(wr, (b.src + 16, 8, b.ka), b.dst + 8, b.kb, cmp, 999),
         );
         let (ca, _) = p.wait(1, 0);
         ok(&ca[0], wr, VRDMA_WC_COMP_SWAP);

@@ -312,16 +312,7 @@ fn write_with_imm_read_and_atomic_use_the_srq_pd_and_cq() {
     );
     post_xrc(&mut t, &r, srqn);
     t.b.write(dst + 16384, &40u64.to_le_bytes());
-    let f = Wqe {
-        wr_id: 3,
-        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src + 8192, 8, ka)],
-        remote_addr: dst + 16384,
-        rkey: kb,
-        compare_add: 2,
-        ..Default::default()
-    };
+    let f = fetch_add(3, (src + 8192, 8, ka), dst + 16384, kb, 2);
     post_xrc(&mut t, &f, srqn);
     let (ca, cb) = wait(&mut t, &mut link, 2, 0);
     assert!(cb.is_empty());

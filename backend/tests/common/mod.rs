@@ -216,6 +216,31 @@ pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32)
     }
 }
 
+/// A signaled ATOMIC FETCH_AND_ADD of `add` at `raddr` / `rkey`; the old value lands in `sge`.
+pub fn fetch_add(wr_id: u64, sge: (u64, u32, u32), raddr: u64, rkey: u32, add: u64) -> Wqe {
+    Wqe {
+        compare_add: add,
+        ..rdma(wr_id, VRDMA_WR_ATOMIC_FETCH_AND_ADD, sge, raddr, rkey)
+    }
+}
+
+/// A signaled ATOMIC CMP_AND_SWP at `raddr` / `rkey` (`swap` stored if the value is
+/// `compare`); the old value lands in `sge`.
+pub fn cmp_swap(
+    wr_id: u64,
+    sge: (u64, u32, u32),
+    raddr: u64,
+    rkey: u32,
+    compare: u64,
+    swap: u64,
+) -> Wqe {
+    Wqe {
+        compare_add: compare,
+        swap,
+        ..rdma(wr_id, VRDMA_WR_ATOMIC_CMP_AND_SWP, sge, raddr, rkey)
+    }
+}
+
 /// A signaled SEND whose payload `data` is inline in the WQE.
 pub fn send_inline(wr_id: u64, data: &[u8]) -> Wqe {
     Wqe {
