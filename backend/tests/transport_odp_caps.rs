@@ -13,42 +13,17 @@ use vrdma_spec::*;
 
 const MIB: u64 = 1 << 20;
 
-struct Uc {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    pda: u32,
-    pdb: u32,
-}
-
-/// A UC connection between two ODP-capable nodes.
-fn uc() -> Uc {
-    let mut a = Node::new_odp(1, 16);
-    let mut b = Node::new_odp(2, 16);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(64);
-    let (cb, cqb) = b.create_cq(64);
-    let spec = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UC,
-        ..QpSpec::rc(pd, cq)
-    };
-    let qa = a.create_qp(spec(pda, ca));
-    let qb = b.create_qp(spec(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 0, 0, 0);
-    Uc {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        pda,
-        pdb,
-    }
+/// A UC connection between two ODP-capable nodes (64-deep CQs, no MRs).
+fn uc() -> RcPair {
+    RcPair::new()
+        .nodes(Node::new_odp(1, 16), Node::new_odp(2, 16))
+        .qp_type(VRDMA_QPT_UC)
+        .cq_depth(64)
+        .timeout(0)
+        .retry(0)
+        .rnr_retry(0)
+        .no_mrs()
+        .build()
 }
 
 /// Move frames both ways, answering page requests, until nothing moves.
