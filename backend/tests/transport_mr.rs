@@ -11,21 +11,26 @@ fn pair() -> RcPair {
     RcPair::new().timeout(12).no_mrs().serve_odp().build()
 }
 
-/// Allocate a fast-reg MR on B and register `[gpa, gpa+len)` into it with a REG_MR WQE posted on
-/// B's own send queue. Returns the new key.
-fn fast_reg(p: &mut RcPair, gpa: u64, len: u64, variant: u8) -> u32 {
+/// ALLOC_FAST_REG_MR of 16 pages in `pd` on `n`; returns its key.
+fn alloc_frmr(n: &mut Node, pd: u32) -> u32 {
     let c = VrdmaCmdRegMr {
-        pdn: p.pdb,
+        pdn: pd,
         access: 0,
         iova: 0,
         length: 0,
         page_shift: 12,
         npages: 16,
     };
-    let r =
-        p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
-            .expect("alloc fast reg");
-    let k0 = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
+    let r = n
+        .cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
+        .expect("alloc fast reg");
+    VrdmaRespRegMr::read_from(&r).unwrap().lkey
+}
+
+/// Allocate a fast-reg MR on B and register `[gpa, gpa+len)` into it with a REG_MR WQE posted on
+/// B's own send queue. Returns the new key.
+fn fast_reg(p: &mut RcPair, gpa: u64, len: u64, variant: u8) -> u32 {
+    let k0 = alloc_frmr(&mut p.b, p.pdb);
     let key = (k0 & !0xff) | variant as u32;
     let np = len.div_ceil(4096);
     let list = p.b.alloc(np * 8);
@@ -236,18 +241,7 @@ fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
             (key & !0xff) | 0x20
         } else {
             let other_pd = p.b.create_pd();
-            let c = VrdmaCmdRegMr {
-                pdn: other_pd,
-                access: 0,
-                iova: 0,
-                length: 0,
-                page_shift: 12,
-                npages: 16,
-            };
-            let r =
-                p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
-                    .expect("alloc fast reg");
-            VrdmaRespRegMr::read_from(&r).unwrap().lkey
+            alloc_frmr(&mut p.b, other_pd)
         };
         let rbuf = p.b.alloc(4096);
         let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
