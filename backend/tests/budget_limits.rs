@@ -4,68 +4,19 @@
 //! the daemon's real heap growth (counted by this binary's global allocator) stays under the
 //! budget plus a fixed slack, and destroying everything gives the charge back.
 //!
-//! The tests of this binary run one at a time (`SERIAL`): the allocator counts every thread.
+//! The tests of this binary run one at a time (`heap::serial`): the allocator counts every thread.
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use common::heap;
 use common::*;
 use vrdma_backend::transport;
 use vrdma_spec::*;
 
-/// Counts live heap bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-static PEAK: AtomicI64 = AtomicI64::new(0);
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn grew(n: usize) {
-    let now = LIVE.fetch_add(n as i64, Ordering::Relaxed) + n as i64;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every method forwards to the system allocator with the caller's layout and pointer
-// unchanged; the counters are plain atomics and never affect the allocation itself.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's (valid, non-zero-size) layout.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as `alloc`.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every path above uses it).
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr`/`layout` come from this allocator, as `realloc`'s contract requires.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-            grew(new_size);
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: heap::Counting = heap::Counting;
 
 const MIB: u64 = 1 << 20;
 const BUDGET: u64 = 64 * MIB;
@@ -77,10 +28,6 @@ const MR_PAGES: u64 = 1 << 20;
 /// doubling, hash-map buckets).
 const SLACK: i64 = (2 * 16 * MIB + 4 * MIB) as i64;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn node(id: u8, budget: u64) -> Node {
     Node::with_config(id, 8, 1500, gid_v4([10, 0, 0, id]), |c| {
         c.max_host_memory = budget;
@@ -88,6 +35,15 @@ fn node(id: u8, budget: u64) -> Node {
         // drive ODP into.
         c.odp.max_requests = 1 << 24;
     })
+}
+
+/// An RC pair of `node`s with these budgets, 64-deep CQs, no MRs.
+fn pair(budget_a: u64, budget_b: u64) -> RcPair {
+    RcPair::new()
+        .nodes(node(1, budget_a), node(2, budget_b))
+        .cq_depth(64)
+        .no_mrs()
+        .build()
 }
 
 fn with_pages<T: Abi>(req: &T, npages: u64, page: u64) -> Vec<u8> {
@@ -124,9 +80,28 @@ fn fill(n: &mut Node, what: &str, mut make: impl FnMut(&mut Node) -> Result<u32,
     made
 }
 
+/// `fill` with `make`, then free every object with the `free` command (DESTROY_* / DEREG_MR): the
+/// budget is back at `start`.
+fn fill_and_free(
+    n: &mut Node,
+    what: &str,
+    free: u16,
+    start: u64,
+    make: impl FnMut(&mut Node) -> Result<u32, u32>,
+) {
+    for h in fill(n, what, make) {
+        n.cmd(free, handle(h).as_bytes()).unwrap();
+    }
+    assert_eq!(
+        n.dev.budget.used(),
+        start,
+        "{what}: the charge is given back"
+    );
+}
+
 #[test]
 fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
-    let _g = serial();
+    let _g = heap::serial();
     let mut n = node(1, BUDGET);
     let pd = n.create_pd();
     let (cq0, _) = n.create_cq(64);
@@ -229,8 +204,7 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     let (mut rereg_same, mut rereg_long, mut rereg_short) =
         (rereg(MR_PAGES), rereg(2 * MR_PAGES), rereg(MR_PAGES / 2));
     let start = n.dev.budget.used();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = heap::mark();
 
     // MR page lists: 8 MiB each, every entry the same page.
     let mrs = fill(&mut n, "REG_MR", |n| {
@@ -265,44 +239,34 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     assert_eq!(n.dev.budget.used(), start, "MRs gave their charge back");
 
     // Fast-registration MRs reserve their whole capacity.
-    let frmrs = fill(&mut n, "ALLOC_FAST_REG_MR", |n| {
-        n.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, frmr.as_bytes())
-            .map(|r| VrdmaRespRegMr::read_from(&r).unwrap().lkey)
-    });
-    for k in frmrs {
-        n.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
+    fill_and_free(
+        &mut n,
+        "ALLOC_FAST_REG_MR",
+        VRDMA_CMD_DEREG_MR,
+        start,
+        |n| {
+            n.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, frmr.as_bytes())
+                .map(|r| VrdmaRespRegMr::read_from(&r).unwrap().lkey)
+        },
+    );
 
     // CQs of the largest depth, every ring page the same page.
-    let cqs = fill(&mut n, "CREATE_CQ", |n| {
+    fill_and_free(&mut n, "CREATE_CQ", VRDMA_CMD_DESTROY_CQ, start, |n| {
         n.cmd(VRDMA_CMD_CREATE_CQ, &create_cq)
             .map(|r| handle_of(&r))
     });
-    for c in cqs {
-        n.cmd(VRDMA_CMD_DESTROY_CQ, handle(c).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
 
     // QPs with the deepest rings of the largest slots.
-    let qps = fill(&mut n, "CREATE_QP", |n| {
+    fill_and_free(&mut n, "CREATE_QP", VRDMA_CMD_DESTROY_QP, start, |n| {
         n.cmd(VRDMA_CMD_CREATE_QP, &create_qp)
             .map(|r| VrdmaRespCreateQp::read_from(&r).unwrap().qpn)
     });
-    for q in qps {
-        n.cmd(VRDMA_CMD_DESTROY_QP, handle(q).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
 
     // SRQs.
-    let srqs = fill(&mut n, "CREATE_SRQ", |n| {
+    fill_and_free(&mut n, "CREATE_SRQ", VRDMA_CMD_DESTROY_SRQ, start, |n| {
         n.cmd(VRDMA_CMD_CREATE_SRQ, &create_srq)
             .map(|r| handle_of(&r))
     });
-    for s in srqs {
-        n.cmd(VRDMA_CMD_DESTROY_SRQ, handle(s).as_bytes()).unwrap();
-    }
-    assert_eq!(n.dev.budget.used(), start);
 
     // ODP chunk entries: ADVISE_MR PREFETCH over fresh ranges of an implicit MR (one page
     // request per chunk, never answered) until the budget refuses the next advise.
@@ -342,7 +306,7 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
     );
 
     assert!(n.dev.budget.peak() <= BUDGET);
-    let growth = PEAK.load(Ordering::Relaxed) - base;
+    let growth = heap::peak() - base;
     assert!(
         growth <= BUDGET as i64 + SLACK,
         "heap grew by {growth} bytes, budget {BUDGET} + slack {SLACK}"
@@ -391,49 +355,41 @@ fn exhaust(n: &mut Node, pd: u32, page: u64, leave: u64) -> Vec<u32> {
 /// Send 256 signaled RDMA WRITEs of 8 SGEs on `a` with `leave` bytes of budget free; returns
 /// the most WQEs `a`'s requester ever held fetched.
 fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
-    let mut a = node(1, budget);
-    let mut b = node(2, 64 * MIB);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, _) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
-    let page = a.alloc(4096);
-    let _fill = exhaust(&mut a, pda, page, leave);
-    let used = a.dev.budget.used();
+    let mut p = RcPair::new()
+        .nodes(node(1, budget), node(2, 64 * MIB))
+        .cq_depth(1024)
+        .build();
+    let page = p.a.alloc(4096);
+    let _fill = exhaust(&mut p.a, p.pda, page, leave);
+    let used = p.a.dev.budget.used();
     for i in 0..256u64 {
-        a.post_send_nodb(
-            &mut qa,
+        p.a.post_send_nodb(
+            &mut p.qa,
             &Wqe {
                 wr_id: i,
                 opcode: VRDMA_WR_RDMA_WRITE,
                 flags: VRDMA_SEND_SIGNALED,
-                sges: (0..8).map(|s| (src + s * 64, 64, ka)).collect(),
-                remote_addr: dst + (i % 64) * 512,
-                rkey: kb,
+                sges: (0..8).map(|s| (p.src + s * 64, 64, p.ka)).collect(),
+                remote_addr: p.dst + (i % 64) * 512,
+                rkey: p.kb,
                 ..Default::default()
             },
         );
     }
-    a.doorbell(qa.qpn);
+    p.a.doorbell(p.qa.qpn);
     let mut cqes = Vec::new();
     let mut most = 0usize;
     let mut link = Link::clean();
-    let qpn = qa.qpn;
+    let qpn = p.qa.qpn;
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(60),
         |a, _| {
             most = most.max(a.dev.qps.get(qpn).map_or(0, |q| q.req.wqes.len()));
             assert!(a.dev.budget.used() <= a.dev.budget.limit());
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             cqes.len() >= 256
         },
     );
@@ -445,9 +401,9 @@ fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
         "each WQE completes exactly once"
     );
     assert!(cqes.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
-    assert_eq!(a.qp_state(qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(qpn), VRDMA_QPS_RTS);
     assert_eq!(
-        a.dev.budget.used(),
+        p.a.dev.budget.used(),
         used,
         "the fetched WQEs gave their charge back"
     );
@@ -458,7 +414,7 @@ fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
 /// what fits, fetches the rest as earlier ones retire, and loses none (spec §16).
 #[test]
 fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
-    let _g = serial();
+    let _g = heap::serial();
     let roomy = writes_with_free_budget(64 * MIB, 64 * MIB);
     assert!(
         roomy > 64,
@@ -476,74 +432,59 @@ fn an_exhausted_budget_makes_the_fetch_wait_without_losing_wqes() {
 /// is given back the retry faults the chunk in and the WRITE completes.
 #[test]
 fn odp_without_budget_room_rnr_naks_then_completes() {
-    let _g = serial();
-    let mut a = node(1, 64 * MIB);
-    let mut b = node(2, 4 * MIB);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let dst = b.alloc(4 << 20);
-    let kodp = b.reg_odp_mr(pdb, dst, 4 << 20, ACC_ALL);
-    let page = b.alloc(4096);
-    let fill = exhaust(&mut b, pdb, page, 64);
+    let _g = heap::serial();
+    let mut p = pair(64 * MIB, 4 * MIB);
+    let src = p.a.alloc(8192);
+    let ka = p.a.reg_mr(p.pda, src, 8192, ACC_ALL);
+    let dst = p.b.alloc(4 << 20);
+    let kodp = p.b.reg_odp_mr(p.pdb, dst, 4 << 20, ACC_ALL);
+    let page = p.b.alloc(4096);
+    let fill = exhaust(&mut p.b, p.pdb, page, 64);
     let data = pattern(77, 8192);
-    a.write(src, &data);
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 8192, ka)],
-            remote_addr: dst + 4096,
-            rkey: kodp,
-            ..Default::default()
-        },
+    p.a.write(src, &data);
+    p.a.post_send(
+        &mut p.qa,
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 8192, ka), dst + 4096, kodp),
     );
     let mut link = Link::clean();
     let mut steps = 0;
     let mut cqes = Vec::new();
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(30),
         |a, b| {
             steps += 1;
             assert!(b.out.take_page_requests().is_empty(), "no room, no request");
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             steps > 200
         },
     );
     assert!(cqes.is_empty(), "{cqes:?}");
-    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
     assert!(
         link.frames_ba > 2,
         "RNR NAKs went back ({})",
         link.frames_ba
     );
     for k in fill {
-        b.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
+        p.b.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
     }
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(30),
         |a, b| {
             b.answer_page_requests();
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             !cqes.is_empty()
         },
     );
     assert_eq!((cqes[0].wr_id, cqes[0].status), (1, VRDMA_WC_SUCCESS));
-    assert!(b.answered > 0);
-    assert_eq!(b.read(dst + 4096, 8192), data);
+    assert!(p.b.answered > 0);
+    assert_eq!(p.b.read(dst + 4096, 8192), data);
 }
 
 /// A local ODP SGE whose chunk entry does not fit the requester's budget: the WQE waits (no
@@ -551,34 +492,19 @@ fn odp_without_budget_room_rnr_naks_then_completes() {
 /// is given back (spec §14.4, §16.1).
 #[test]
 fn local_odp_sge_without_budget_room_waits_then_completes() {
-    let _g = serial();
-    let mut a = node(1, 4 * MIB);
-    let mut b = node(2, 64 * MIB);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4 << 20);
-    let kodp = a.reg_odp_mr(pda, src, 4 << 20, ACC_ALL);
-    let dst = b.alloc(8192);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
-    let page = a.alloc(4096);
-    let fill = exhaust(&mut a, pda, page, 64);
+    let _g = heap::serial();
+    let mut p = pair(4 * MIB, 64 * MIB);
+    let src = p.a.alloc(4 << 20);
+    let kodp = p.a.reg_odp_mr(p.pda, src, 4 << 20, ACC_ALL);
+    let dst = p.b.alloc(8192);
+    let kb = p.b.reg_mr(p.pdb, dst, 8192, ACC_ALL);
+    let page = p.a.alloc(4096);
+    let fill = exhaust(&mut p.a, p.pda, page, 64);
     let data = pattern(78, 8192);
-    a.write(src + 8192, &data);
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src + 8192, 8192, kodp)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+    p.a.write(src + 8192, &data);
+    p.a.post_send(
+        &mut p.qa,
+        &rdma(2, VRDMA_WR_RDMA_WRITE, (src + 8192, 8192, kodp), dst, kb),
     );
     let mut link = Link::clean();
     let mut cqes = Vec::new();
@@ -587,16 +513,19 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
     // The engine's loop: transport timers (which resume waiting QPs), then the ODP tick.
     while t0.elapsed() < Duration::from_millis(100) {
         let now = std::time::Instant::now();
-        transport::on_tick(&mut a.dev, now);
-        if a.dev.odp_tick(now).is_some() {
+        transport::on_tick(&mut p.a.dev, now);
+        if p.a.dev.odp_tick(now).is_some() {
             retries += 1;
         }
         assert!(
-            a.dev.outbox.is_empty(),
+            p.a.dev.outbox.is_empty(),
             "nothing is sent while the WQE waits"
         );
-        assert!(a.out.take_page_requests().is_empty(), "no room, no request");
-        cqes.extend(a.poll_cq(&mut cqa));
+        assert!(
+            p.a.out.take_page_requests().is_empty(),
+            "no room, no request"
+        );
+        cqes.extend(p.a.poll_cq(&mut p.cqa));
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(cqes.is_empty(), "{cqes:?}");
@@ -604,25 +533,25 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
         retries > 0,
         "odp_tick keeps a retry deadline while a QP waits for room"
     );
-    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
     for k in fill {
-        a.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
+        p.a.cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes()).unwrap();
     }
     pump_until(
-        &mut a,
-        &mut b,
+        &mut p.a,
+        &mut p.b,
         &mut link,
         Duration::from_secs(30),
         |a, _| {
             a.dev.odp_tick(std::time::Instant::now());
             transport::resume_odp(&mut a.dev, std::time::Instant::now());
             a.answer_page_requests();
-            cqes.extend(a.poll_cq(&mut cqa));
+            cqes.extend(a.poll_cq(&mut p.cqa));
             !cqes.is_empty()
         },
     );
     assert_eq!((cqes[0].wr_id, cqes[0].status), (2, VRDMA_WC_SUCCESS));
-    assert_eq!(b.read(dst, 8192), data);
+    assert_eq!(p.b.read(dst, 8192), data);
 }
 
 /// UD sends complete as they are sent, so no response comes to resume a fetch the budget
@@ -630,7 +559,7 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
 /// all 64 complete (spec §14.4, §16.1).
 #[test]
 fn ud_sends_on_an_exhausted_budget_all_complete_on_one_doorbell() {
-    let _g = serial();
+    let _g = heap::serial();
     let mut a = node(1, 4 * MIB);
     let b = node(2, 64 * MIB);
     let pd = a.create_pd();

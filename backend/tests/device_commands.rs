@@ -1,9 +1,10 @@
 //! Control commands: happy paths, hostile inputs → defined statuses, never a panic; CQ posting,
 //! CQ events and overflow, SRQ limit events, device reset.
 
-mod device_util;
+mod common;
 
-use device_util::*;
+use common::device::*;
+use common::rng::XorShift;
 use std::time::{Duration, Instant};
 use vrdma_backend::guest::ring::{CTRL_CONSUMER, CTRL_CQ_ARM, CTRL_ERROR, CTRL_PRODUCER};
 use vrdma_backend::objects::CqError;
@@ -861,7 +862,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
         npages,
         reserved: 0,
     };
-    let unchanged = |e: &mut device_util::Env| {
+    let unchanged = |e: &mut Env| {
         let r = e.dev.mrs.resolve(key, pd, 0x7000_0000, 8192, rw).unwrap();
         assert_eq!(r[0].gpa, old_pages[0], "the MR still maps its old pages");
     };
@@ -1181,7 +1182,7 @@ fn resize_cq_counts_outstanding_sends() {
     e.mem
         .store_u32_release(qpages[0] + CTRL_PRODUCER, 6)
         .unwrap();
-    let resize = |e: &mut device_util::Env, depth| {
+    let resize = |e: &mut Env, depth| {
         let (mut c, p) = e.cq_req(depth);
         c.cqn = cq;
         e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0
@@ -1220,17 +1221,6 @@ fn short_and_empty_requests_never_panic() {
     assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
 }
 
-/// xorshift64*: deterministic pseudo-random bytes without extra dependencies.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 #[test]
 fn random_commands_never_panic() {
     let mut cfg = config();
@@ -1241,7 +1231,7 @@ fn random_commands_never_panic() {
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
     e.create_qp(pd, VRDMA_QPT_RC, cq, None);
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = XorShift(0x1234_5678_9abc_def1);
     for _ in 0..20_000 {
         let op = (rng.next() % 30) as u16;
         let len = (rng.next() % 200) as usize;

@@ -38,27 +38,19 @@ struct Pair {
 const LEN: u64 = 64 << 10;
 
 fn pair() -> Pair {
-    let mut a = Node::new(1, MEM_MIB, 1500);
-    let mut b = Node::new(2, MEM_MIB, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // Short timeout (14: 67 ms): the peer's retransmission recovers what the move dropped.
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let (src_a, dst_a) = (a.alloc(LEN), a.alloc(LEN));
-    let (src_b, dst_b) = (b.alloc(LEN), b.alloc(LEN));
-    let ka = a.reg_mr(pda, src_a, 2 * LEN, ACC_ALL);
-    let kb = b.reg_mr(pdb, src_b, 2 * LEN, ACC_ALL);
+    let mut p = RcPair::new().mem_mib(MEM_MIB).no_mrs().build();
+    let (src_a, dst_a) = (p.a.alloc(LEN), p.a.alloc(LEN));
+    let (src_b, dst_b) = (p.b.alloc(LEN), p.b.alloc(LEN));
+    let ka = p.a.reg_mr(p.pda, src_a, 2 * LEN, ACC_ALL);
+    let kb = p.b.reg_mr(p.pdb, src_b, 2 * LEN, ACC_ALL);
     Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
+        a: p.a,
+        b: p.b,
+        qa: p.qa,
+        qb: p.qb,
+        cqa: p.cqa,
+        cqb: p.cqb,
         src_a,
         dst_a,
         src_b,
@@ -103,15 +95,13 @@ fn exchange(p: &mut Pair, link: &mut Link, seed: u64) {
     let mut qb = p.qb.clone();
     p.b.post_send(
         &mut qb,
-        &Wqe {
-            wr_id: seed + 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_b, write.len() as u32, p.kb)],
-            remote_addr: p.dst_a,
-            rkey: p.ka,
-            ..Default::default()
-        },
+        &rdma(
+            seed + 1,
+            VRDMA_WR_RDMA_WRITE,
+            (p.src_b, write.len() as u32, p.kb),
+            p.dst_a,
+            p.ka,
+        ),
     );
     p.qb = qb;
     // a: its SEND; b: the RECV and its WRITE.
@@ -213,15 +203,13 @@ fn in_flight(p: &mut Pair) {
     let mut qa = p.qa.clone();
     p.a.post_send(
         &mut qa,
-        &Wqe {
-            wr_id: 51,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_a, wdata.len() as u32, p.ka)],
-            remote_addr: p.dst_b,
-            rkey: p.kb,
-            ..Default::default()
-        },
+        &rdma(
+            51,
+            VRDMA_WR_RDMA_WRITE,
+            (p.src_a, wdata.len() as u32, p.ka),
+            p.dst_b,
+            p.kb,
+        ),
     );
     p.qa = qa;
     let mut qb = p.qb.clone();
@@ -295,15 +283,13 @@ fn a_device_waiting_for_read_responses_refuses_to_save() {
     let mut qb = p.qb.clone();
     p.b.post_send(
         &mut qb,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_b, 2 * LEN as u32, p.kb)],
-            remote_addr: p.src_a,
-            rkey: p.ka,
-            ..Default::default()
-        },
+        &rdma(
+            5,
+            VRDMA_WR_RDMA_READ,
+            (p.src_b, 2 * LEN as u32, p.kb),
+            p.src_a,
+            p.ka,
+        ),
     );
     p.qb = qb;
     for f in std::mem::take(&mut p.b.dev.outbox) {
@@ -488,33 +474,22 @@ fn counts_beyond_the_destinations_limits_are_refused_before_reading_the_objects(
 /// destination faults again, the driver answers, and the peer's WRITE lands.
 #[test]
 fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
-    let mut a = Node::new_odp(1, MEM_MIB);
-    let mut b = Node::new(2, MEM_MIB, 1500);
-    let (pda, pdb) = (a.create_pd(), b.create_pd());
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let dst = a.alloc(LEN);
-    let ka = a.reg_odp_mr(pda, dst, LEN, ACC_ALL);
-    let src = b.alloc(LEN);
-    let kb = b.reg_mr(pdb, src, LEN, ACC_ALL);
+    let mut p = RcPair::new()
+        .nodes(Node::new_odp(1, MEM_MIB), Node::new(2, MEM_MIB, 1500))
+        .cq_depth(64)
+        .no_mrs()
+        .build();
+    let dst = p.a.alloc(LEN);
+    let ka = p.a.reg_odp_mr(p.pda, dst, LEN, ACC_ALL);
+    let src = p.b.alloc(LEN);
+    let kb = p.b.reg_mr(p.pdb, src, LEN, ACC_ALL);
     let mut link = Link::clean();
     let mut write = |a: &mut Node, b: &mut Node, qb: &mut QpH, cqb: &mut RingH, seed: u64| {
         let data = pattern(seed, 8192);
         b.write(src, &data);
         b.post_send(
             qb,
-            &Wqe {
-                wr_id: seed,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 8192, kb)],
-                remote_addr: dst,
-                rkey: ka,
-                ..Default::default()
-            },
+            &rdma(seed, VRDMA_WR_RDMA_WRITE, (src, 8192, kb), dst, ka),
         );
         let mut got = Vec::new();
         let mut faults = 0;
@@ -528,22 +503,22 @@ fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
         faults
     };
     assert!(
-        write(&mut a, &mut b, &mut qb, &mut cqb, 1) > 0,
+        write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 1) > 0,
         "the first access faults"
     );
-    assert!(a.dev.mrs.odp_resident_total() > 0);
+    assert!(p.a.dev.mrs.odp_resident_total() > 0);
     assert_eq!(
-        write(&mut a, &mut b, &mut qb, &mut cqb, 2),
+        write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 2),
         0,
         "resident: no fault"
     );
-    migrate(&mut a);
-    assert_eq!(a.dev.mrs.odp_resident_total(), 0, "no chunk moved");
+    migrate(&mut p.a);
+    assert_eq!(p.a.dev.mrs.odp_resident_total(), 0, "no chunk moved");
     assert!(
-        write(&mut a, &mut b, &mut qb, &mut cqb, 3) > 0,
+        write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 3) > 0,
         "the destination faults again"
     );
-    let _ = a.poll_cq(&mut cqa);
+    let _ = p.a.poll_cq(&mut p.cqa);
 }
 
 /// XRC objects are not in the state format (spec §17.2): a device with an XRC domain refuses to

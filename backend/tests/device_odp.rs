@@ -2,12 +2,13 @@
 //! request), page responses (good, error, hostile), invalidation, reclaim budgets, timeouts,
 //! ADVISE_MR, and the command layer.
 
-mod device_util;
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use device_util::*;
+use common::device::*;
+use common::rng::XorShift;
 use vrdma_backend::device::{CmdOutcome, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
@@ -49,6 +50,20 @@ fn answer(t: &mut MrTable, r: &VrdmaPageReq, base: u64, writable: bool) -> u32 {
         start,
         &pages,
     )
+}
+
+/// A pinned (page-list) MR of one page at 0x100000 in PD 1, no access rights: a key that is
+/// not ODP.
+fn one_page_mr(t: &mut MrTable) -> u32 {
+    let spec = PageListSpec {
+        pd: 1,
+        access: 0,
+        iova: 0,
+        length: 4096,
+        page_shift: 12,
+        pages: &[0x100000],
+    };
+    t.reg_page_list(&spec, 1 << 40).unwrap()
 }
 
 #[test]
@@ -308,19 +323,7 @@ fn error_answers_and_hostile_responses() {
         VRDMA_STATUS_INVALID
     );
     // An answer for a non-ODP key.
-    let pl = t
-        .reg_page_list(
-            &PageListSpec {
-                pd: 1,
-                access: 0,
-                iova: 0,
-                length: 4096,
-                page_shift: 12,
-                pages: &[0x100000],
-            },
-            1 << 40,
-        )
-        .unwrap();
+    let pl = one_page_mr(&mut t);
     assert_eq!(t.odp_page_resp(1, pl, 0, 0, 0, &[]), VRDMA_STATUS_NOT_FOUND);
 }
 
@@ -353,19 +356,7 @@ fn invalidate_drops_translations_and_cancels_requests() {
     // Invalidate outside resident chunks / zero length / wrong key.
     assert_eq!(t.odp_invalidate(k, 6 << 20, 0), VRDMA_STATUS_OK);
     assert_eq!(t.odp_invalidate(k ^ 0x80, 0, 8), VRDMA_STATUS_NOT_FOUND);
-    let pl = t
-        .reg_page_list(
-            &PageListSpec {
-                pd: 1,
-                access: 0,
-                iova: 0,
-                length: 4096,
-                page_shift: 12,
-                pages: &[0x100000],
-            },
-            1 << 40,
-        )
-        .unwrap();
+    let pl = one_page_mr(&mut t);
     assert_eq!(t.odp_invalidate(pl, 0, 8), VRDMA_STATUS_INVALID);
     // Implicit MR: a huge invalidation range is cheap.
     let imp = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
@@ -624,20 +615,6 @@ fn odp_through_commands() {
     assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
 }
 
-/// xorshift64*: deterministic pseudo-random numbers.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Random interleavings of accesses, answers (good, bad, late, duplicate), invalidations,
 /// prefetches, timeouts, registrations and deregistrations: the bookkeeping stays consistent and
 /// budgets hold after every step.
@@ -651,7 +628,7 @@ fn random_odp_operations_keep_invariants() {
         ..odp_cfg()
     });
     const C: u64 = 1 << 16;
-    let mut rng = Rng(0xfeed_beef_1234_5678);
+    let mut rng = XorShift(0xfeed_beef_1234_5678);
     let mut keys: Vec<u32> = Vec::new();
     let mut reqs: Vec<VrdmaPageReq> = Vec::new();
     let mut now = Instant::now();

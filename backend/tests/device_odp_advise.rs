@@ -4,13 +4,13 @@
 //! error), the ODP timeout (test clock and the real engine thread), DEREG_MR, ODP_INVALIDATE,
 //! device reset, requests already pending, and the bound on parked advises.
 
-mod device_util;
+mod common;
 
 use std::os::unix::io::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use device_util::*;
+use common::device::*;
 use vrdma_backend::device::{CmdOutcome, Device, Ticket};
 use vrdma_backend::memory::advise::MAX_PARKED_ADVISE;
 use vrdma_backend::transport::engine::Engine;

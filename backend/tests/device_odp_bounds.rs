@@ -15,128 +15,82 @@ use vrdma_backend::transport;
 use vrdma_spec::*;
 
 const CH: u64 = 2 << 20;
+/// Guest memory (MiB) of each node in the 64 MiB transfer tests: source, target and slack.
+const MEM: u64 = 2 * 64 + 16;
+
+/// One 64 MiB RDMA `op` (READ or WRITE) with the ODP MR at `va` on `odp` (B: the target, A: the
+/// local SGE), whose device keeps at most 4 chunks resident: it completes with the right data and
+/// without thrashing (fewer than two faults per chunk).
+fn transfer_64m_with_4_chunk_budget(op: u8, odp: Side, va: u64, seed: u64) {
+    const LEN: u64 = 64 << 20;
+    const NB: usize = 4;
+    let what = if op == VRDMA_WR_RDMA_READ {
+        "READ"
+    } else {
+        "WRITE"
+    };
+    let mut p = match odp {
+        Side::A => Pair::with(MEM).odp_a(budget(NB)).build(),
+        Side::B => Pair::with(MEM).odp_b(budget(NB)).build(),
+    };
+    if odp == Side::B {
+        p.budget_b = Some(NB);
+    }
+    let other = if odp == Side::A { Side::B } else { Side::A };
+    let (kodp, back) = p.odp_mr(odp, va, LEN);
+    let (pinned, kpin) = p.mr(other, LEN);
+    // The WQE's local SGE is on A, its remote range on B.
+    let (local, lkey, remote, rkey) = match odp {
+        Side::A => ((va, back), kodp, (pinned, pinned), kpin),
+        Side::B => ((pinned, pinned), kpin, (va, back), kodp),
+    };
+    let data = pattern(seed, LEN as usize);
+    // (address the WQE names, GPA that backs it) of the side the data comes from and goes to.
+    let (from, to) = if op == VRDMA_WR_RDMA_READ {
+        (remote, local)
+    } else {
+        (local, remote)
+    };
+    let from_node = if op == VRDMA_WR_RDMA_READ { &p.b } else { &p.a };
+    from_node.write(from.1, &data);
+    p.post(0, &rdma(1, op, (local.0, LEN as u32, lkey), remote.0, rkey));
+    let c = p.run_until(0, 1);
+    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
+    if odp == Side::A {
+        assert!(p.a.dev.mrs.odp_resident_total() <= NB);
+    }
+    let to_node = if op == VRDMA_WR_RDMA_READ { &p.a } else { &p.b };
+    assert!(
+        to_node.read(to.1, LEN as usize) == data,
+        "{what} data differs"
+    );
+    let nch = (LEN / CH) as usize;
+    let faults = if odp == Side::A { &p.pa } else { &p.pb }.faults.len();
+    assert!(
+        faults < 2 * nch,
+        "{faults} faults for {nch} chunks: the {what} thrashed"
+    );
+}
 
 /// A 64 MiB RDMA READ from an ODP MR whose device keeps at most 4 chunks resident completes with
 /// the right data: the responder resolves one packet at a time instead of the whole range.
 #[test]
 fn read_64m_with_4_chunk_budget_completes() {
-    const LEN: u64 = 64 << 20;
-    const NB: usize = 4;
-    let cfg_b = OdpConfig {
-        max_resident: NB,
-        max_resident_per_mr: NB,
-        ..OdpConfig::default()
-    };
-    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, OdpConfig::default(), cfg_b, 1);
-    p.budget_b = Some(NB);
-    let dst = p.a.alloc(LEN);
-    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
-    let va = 0x7100_0000_0000u64;
-    let back = p.b.alloc(LEN);
-    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: LEN,
-    });
-    let data = pattern(64, LEN as usize);
-    p.b.write(back, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_READ, (dst, LEN as u32, ka), va, kb),
-    );
-    let c = p.run_until(0, 1);
-    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
-    assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
-    let nch = (LEN / CH) as usize;
-    assert!(
-        p.pb.faults.len() < 2 * nch,
-        "{} faults for {nch} chunks: the READ thrashed",
-        p.pb.faults.len()
-    );
+    transfer_64m_with_4_chunk_budget(VRDMA_WR_RDMA_READ, Side::B, 0x7100_0000_0000, 64);
 }
 
 /// A 64 MiB RDMA WRITE into an ODP MR with a 4-chunk budget completes: the first packet checks the
 /// whole RETH range without faulting it in.
 #[test]
 fn write_64m_with_4_chunk_budget_completes() {
-    const LEN: u64 = 64 << 20;
-    const NB: usize = 4;
-    let cfg_b = OdpConfig {
-        max_resident: NB,
-        max_resident_per_mr: NB,
-        ..OdpConfig::default()
-    };
-    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, OdpConfig::default(), cfg_b, 1);
-    p.budget_b = Some(NB);
-    let src = p.a.alloc(LEN);
-    let ka = p.a.reg_mr(p.pda, src, LEN, ACC_ALL);
-    let va = 0x7200_0000_0000u64;
-    let back = p.b.alloc(LEN);
-    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: LEN,
-    });
-    let data = pattern(65, LEN as usize);
-    p.a.write(src, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, LEN as u32, ka), va, kb),
-    );
-    let c = p.run_until(0, 1);
-    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
-    assert!(p.b.read(back, LEN as usize) == data, "WRITE data differs");
-    let nch = (LEN / CH) as usize;
-    assert!(
-        p.pb.faults.len() < 2 * nch,
-        "{} faults for {nch} chunks: the WRITE thrashed",
-        p.pb.faults.len()
-    );
+    transfer_64m_with_4_chunk_budget(VRDMA_WR_RDMA_WRITE, Side::B, 0x7200_0000_0000, 65);
 }
 
 /// A 64 MiB RDMA WRITE whose local SGE is an ODP MR on a device with a 4-chunk budget completes:
 /// the requester checks the SGE without faulting it in and resolves each packet's bytes.
 #[test]
 fn write_64m_from_odp_lkey_with_4_chunk_budget_completes() {
-    const LEN: u64 = 64 << 20;
-    const NB: usize = 4;
-    let cfg_a = OdpConfig {
-        max_resident: NB,
-        max_resident_per_mr: NB,
-        ..OdpConfig::default()
-    };
-    let mut p = Pair::new(2 * LEN / (1 << 20) + 16, cfg_a, OdpConfig::default(), 1);
-    let va = 0x7300_0000_0000u64;
-    let src = p.a.alloc(LEN);
-    let ka = reg_odp(&mut p.a, p.pda, va, LEN, false);
-    p.pa.maps.push(Map {
-        key: ka,
-        va,
-        gpa: src,
-        len: LEN,
-    });
-    let dst = p.b.alloc(LEN);
-    let kb = p.b.reg_mr(p.pdb, dst, LEN, ACC_ALL);
-    let data = pattern(66, LEN as usize);
-    p.a.write(src, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (va, LEN as u32, ka), dst, kb),
-    );
-    let c = p.run_until(0, 1);
-    assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
-    assert!(p.a.dev.mrs.odp_resident_total() <= NB);
-    assert!(p.b.read(dst, LEN as usize) == data, "WRITE data differs");
-    let nch = (LEN / CH) as usize;
-    assert!(
-        p.pa.faults.len() < 2 * nch,
-        "{} faults for {nch} chunks: the WRITE thrashed",
-        p.pa.faults.len()
-    );
+    transfer_64m_with_4_chunk_budget(VRDMA_WR_RDMA_WRITE, Side::A, 0x7300_0000_0000, 66);
 }
 
 /// Accesses to thousands of fresh chunks (what a peer holding the rkey of an implicit ODP MR
@@ -228,18 +182,10 @@ fn failed_chunks_expire() {
 #[test]
 fn read_waiting_for_a_fault_does_not_spin() {
     const LEN: u64 = 2 * CH;
-    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
-    let dst = p.a.alloc(LEN);
-    let ka = p.a.reg_mr(p.pda, dst, LEN, ACC_ALL);
+    let mut p = Pair::with(32).build();
+    let (dst, ka) = p.mr(Side::A, LEN);
     let va = 0x7400_0000_0000u64;
-    let back = p.b.alloc(LEN);
-    let kb = reg_odp(&mut p.b, p.pdb, va, LEN, false);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: LEN,
-    });
+    let (kb, back) = p.odp_mr(Side::B, va, LEN);
     let data = pattern(67, LEN as usize);
     p.b.write(back, &data);
     p.post(
@@ -270,23 +216,7 @@ fn read_waiting_for_a_fault_does_not_spin() {
     );
     // Answer the second chunk's FAULT: the READ completes.
     let r = p.pb.faults[1];
-    let pages: Vec<u64> = (0..r.length / 4096)
-        .map(|i| back + (r.iova - va) + i * 4096)
-        .collect();
-    let c = VrdmaCmdOdpPageResp {
-        req_id: r.req_id,
-        mr_key: kb,
-        status: VRDMA_STATUS_OK,
-        flags: VRDMA_ODP_RESP_F_WRITABLE,
-        iova: r.iova,
-        npages: pages.len() as u32,
-        reserved: 0,
-    };
-    let mut b = c.as_bytes().to_vec();
-    for pg in &pages {
-        b.extend_from_slice(&pg.to_le_bytes());
-    }
-    p.b.cmd(VRDMA_CMD_ODP_PAGE_RESP, &b).expect("page resp");
+    p.pb.reply(&mut p.b, &r);
     let c = p.run_until(0, 1);
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
     assert!(p.a.read(dst, LEN as usize) == data, "READ data differs");
@@ -299,10 +229,9 @@ fn read_waiting_for_a_fault_does_not_spin() {
 fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
     use vrdma_backend::wire::{Bth, ExtHeaders, Opcode, PacketBuilder, Reth, RocePacket, Syndrome};
     let cap = OdpConfig::default().max_requests;
-    let mut p = Pair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
-    let dst = p.a.alloc(4096);
-    let ka = p.a.reg_mr(p.pda, dst, 4096, ACC_ALL);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let (dst, ka) = p.mr(Side::A, 4096);
+    let kb = p.implicit_mr(Side::B);
     let base = 0x3000_0000_0000u64;
     p.post(0, &rdma(1, VRDMA_WR_RDMA_READ, (dst, 64, ka), base, kb));
     let good = p.a.dev.outbox.remove(0);

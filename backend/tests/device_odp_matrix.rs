@@ -13,10 +13,6 @@ use vrdma_spec::*;
 
 const CH: u64 = 2 << 20;
 
-fn odp_cfg() -> OdpConfig {
-    OdpConfig::default()
-}
-
 /// The chunk starts (relative to `va`) of the faults in `reqs`, sorted.
 fn chunks(reqs: &[VrdmaPageReq], va: u64) -> Vec<u64> {
     let mut v: Vec<u64> = reqs.iter().map(|r| r.iova - va).collect();
@@ -28,31 +24,18 @@ fn chunks(reqs: &[VrdmaPageReq], va: u64) -> Vec<u64> {
 /// request, data correct.
 #[test]
 fn write_64k_from_implicit_lkey_one_request() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 1);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let ka = p.implicit_mr(Side::A);
     let va = 0x7f00_0000_0000u64;
-    let back = p.a.alloc(CH);
-    p.pa.maps.push(Map {
-        key: ka,
-        va,
-        gpa: back,
-        len: CH,
-    });
-    let dst = p.b.alloc(64 << 10);
-    let kb = p.b.reg_mr(p.pdb, dst, 64 << 10, ACC_ALL);
+    let back = p.back(Side::A, ka, va, CH);
+    let (dst, kb) = p.mr(Side::B, 64 << 10);
     let data = pattern(1, 64 << 10);
     p.a.write(back + 0x3000, &data);
     p.post(
         0,
         &rdma(1, VRDMA_WR_RDMA_WRITE, (va + 0x3000, 64 << 10, ka), dst, kb),
     );
-    let c = p.run_until(0, 1);
-    assert_eq!(
-        (c[0].wr_id, c[0].status),
-        (1, VRDMA_WC_SUCCESS),
-        "{:?}",
-        c[0]
-    );
+    p.run_ok(0, 0, 1, 1);
     let f = p.pa.faults_for(ka);
     assert_eq!(f.len(), 1, "exactly one page request: {f:?}");
     assert_eq!((f[0].iova, f[0].length), (va, CH));
@@ -69,18 +52,11 @@ fn write_64k_from_implicit_lkey_one_request() {
 /// per chunk.
 #[test]
 fn two_1m_writes_from_two_chunks_one_request_each() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 1);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let ka = p.implicit_mr(Side::A);
     let va = 0x7e00_0000_0000u64;
-    let back = p.a.alloc(2 * CH);
-    p.pa.maps.push(Map {
-        key: ka,
-        va,
-        gpa: back,
-        len: 2 * CH,
-    });
-    let dst = p.b.alloc(2 << 20);
-    let kb = p.b.reg_mr(p.pdb, dst, 2 << 20, ACC_ALL);
+    let back = p.back(Side::A, ka, va, 2 * CH);
+    let (dst, kb) = p.mr(Side::B, 2 << 20);
     let d0 = pattern(20, 1 << 20);
     let d1 = pattern(21, 1 << 20);
     p.a.write(back + 0x1_0000, &d0);
@@ -105,14 +81,7 @@ fn two_1m_writes_from_two_chunks_one_request_each() {
             kb,
         ),
     );
-    let c = p.run_until(0, 2);
-    for (i, c) in c.iter().enumerate() {
-        assert_eq!(
-            (c.wr_id, c.status),
-            (i as u64 + 1, VRDMA_WC_SUCCESS),
-            "{c:?}"
-        );
-    }
+    p.run_ok(0, 0, 2, 1);
     assert_eq!(chunks(&p.pa.faults_for(ka), va), vec![0, CH]);
     assert_eq!(p.b.read(dst, 1 << 20), d0);
     assert_eq!(p.b.read(dst + (1 << 20), 1 << 20), d1);
@@ -122,18 +91,11 @@ fn two_1m_writes_from_two_chunks_one_request_each() {
 /// requested (once each), data correct.
 #[test]
 fn write_128k_sge_across_chunk_boundary() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 1);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let ka = p.implicit_mr(Side::A);
     let va = 0x7d00_0000_0000u64;
-    let back = p.a.alloc(2 * CH);
-    p.pa.maps.push(Map {
-        key: ka,
-        va,
-        gpa: back,
-        len: 2 * CH,
-    });
-    let dst = p.b.alloc(128 << 10);
-    let kb = p.b.reg_mr(p.pdb, dst, 128 << 10, ACC_ALL);
+    let back = p.back(Side::A, ka, va, 2 * CH);
+    let (dst, kb) = p.mr(Side::B, 128 << 10);
     for (i, back_off) in [1u64, 4095, 65537, 4096, 131071].into_iter().enumerate() {
         let off = CH - back_off;
         let data = pattern(30 + i as u64, 128 << 10);
@@ -183,25 +145,13 @@ fn write_128k_sge_across_chunk_boundary() {
 /// implicit MR (result buffers in an implicit MR of the requester too).
 #[test]
 fn remote_write_read_atomics_on_implicit_rkey() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 1);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let ka = p.implicit_mr(Side::A);
+    let kb = p.implicit_mr(Side::B);
     let va_a = 0x7c00_0000_0000u64;
     let va_b = 0x7b00_0000_0000u64;
-    let back_a = p.a.alloc(CH);
-    let back_b = p.b.alloc(2 * CH);
-    p.pa.maps.push(Map {
-        key: ka,
-        va: va_a,
-        gpa: back_a,
-        len: CH,
-    });
-    p.pb.maps.push(Map {
-        key: kb,
-        va: va_b,
-        gpa: back_b,
-        len: 2 * CH,
-    });
+    let back_a = p.back(Side::A, ka, va_a, CH);
+    let back_b = p.back(Side::B, kb, va_b, 2 * CH);
     // WRITE 64 KiB into chunk 0 of B's implicit MR.
     let wdata = pattern(40, 64 << 10);
     p.a.write(back_a, &wdata);
@@ -215,13 +165,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
             kb,
         ),
     );
-    let c = p.run_until(0, 1);
-    assert_eq!(
-        (c[0].wr_id, c[0].status),
-        (1, VRDMA_WC_SUCCESS),
-        "{:?}",
-        c[0]
-    );
+    p.run_ok(0, 0, 1, 1);
     assert_eq!(p.b.read(back_b + 0x2345, 64 << 10), wdata);
     let fb = p.pb.faults_for(kb);
     assert_eq!(fb.len(), 1);
@@ -243,13 +187,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
             kb,
         ),
     );
-    let c = p.run_until(0, 2);
-    assert_eq!(
-        (c[1].wr_id, c[1].status),
-        (2, VRDMA_WC_SUCCESS),
-        "{:?}",
-        c[1]
-    );
+    p.run_ok(0, 1, 2, 2);
     assert_eq!(p.a.read(back_a + 0x10_0000, 64 << 10), rdata);
     assert_eq!(chunks(&p.pb.faults_for(kb), va_b), vec![0, CH]);
     // Atomics on an invalidated (absent) chunk of B: they fault it in again.
@@ -264,54 +202,32 @@ fn remote_write_read_atomics_on_implicit_rkey() {
     p.b.write(back_b + CH + 0x200, &0xdead_beefu64.to_le_bytes());
     p.post(
         0,
-        &Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a + 0x20_0000 - 64, 8, ka)],
-            remote_addr: va_b + 0x100,
-            rkey: kb,
-            compare_add: 23,
-            ..Default::default()
-        },
+        &fetch_add(3, (va_a + 0x20_0000 - 64, 8, ka), va_b + 0x100, kb, 23),
     );
     p.post(
         0,
-        &Wqe {
-            wr_id: 4,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a + 0x20_0000 - 32, 8, ka)],
-            remote_addr: va_b + CH + 0x200,
-            rkey: kb,
-            compare_add: 0xdead_beef,
-            swap: 0x1234_5678_9abc_def0,
-            ..Default::default()
-        },
+        &cmp_swap(
+            4,
+            (va_a + 0x20_0000 - 32, 8, ka),
+            va_b + CH + 0x200,
+            kb,
+            0xdead_beef,
+            0x1234_5678_9abc_def0,
+        ),
     );
     // A CMP_SWP whose compare does not match leaves the target alone.
     p.post(
         0,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(va_a + 0x20_0000 - 24, 8, ka)],
-            remote_addr: va_b + CH + 0x200,
-            rkey: kb,
-            compare_add: 0xdead_beef,
-            swap: 7,
-            ..Default::default()
-        },
+        &cmp_swap(
+            5,
+            (va_a + 0x20_0000 - 24, 8, ka),
+            va_b + CH + 0x200,
+            kb,
+            0xdead_beef,
+            7,
+        ),
     );
-    let c = p.run_until(0, 5);
-    for (i, c) in c[2..].iter().enumerate() {
-        assert_eq!(
-            (c.wr_id, c.status),
-            (i as u64 + 3, VRDMA_WC_SUCCESS),
-            "{c:?}"
-        );
-    }
+    p.run_ok(0, 2, 5, 3);
     assert_eq!(p.a.read(back_a + 0x20_0000 - 64, 8), 1000u64.to_le_bytes());
     assert_eq!(p.b.read(back_b + 0x100, 8), 1023u64.to_le_bytes());
     assert_eq!(
@@ -333,24 +249,12 @@ fn remote_write_read_atomics_on_implicit_rkey() {
 /// same target chunk): exactly one page request per side, both complete.
 #[test]
 fn two_qps_fault_same_chunk_once() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 2);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32).conns(2).build();
+    let ka = p.implicit_mr(Side::A);
+    let kb = p.implicit_mr(Side::B);
     let va = 0x7a00_0000_0000u64;
-    let back_a = p.a.alloc(CH);
-    let back_b = p.b.alloc(CH);
-    p.pa.maps.push(Map {
-        key: ka,
-        va,
-        gpa: back_a,
-        len: CH,
-    });
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back_b,
-        len: CH,
-    });
+    let back_a = p.back(Side::A, ka, va, CH);
+    let back_b = p.back(Side::B, kb, va, CH);
     let d0 = pattern(50, 200 << 10);
     let d1 = pattern(51, 200 << 10);
     p.a.write(back_a + 0x1000, &d0);
@@ -398,19 +302,12 @@ fn two_qps_fault_same_chunk_once() {
 /// and the rest of the traffic, and later traffic, lands there.
 #[test]
 fn invalidate_races_with_inflight_writes() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 1);
-    let src = p.a.alloc(1 << 20);
-    let ka = p.a.reg_mr(p.pda, src, 1 << 20, ACC_ALL);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32).build();
+    let (src, ka) = p.mr(Side::A, 1 << 20);
+    let kb = p.implicit_mr(Side::B);
     let va = 0x7900_0000_0000u64;
-    let old = p.b.alloc(CH);
     let new = p.b.alloc(CH);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: old,
-        len: CH,
-    });
+    let old = p.back(Side::B, kb, va, CH);
     // Fault the chunk in with a first WRITE.
     let first = pattern(60, 4096);
     p.a.write(src, &first);
@@ -505,22 +402,15 @@ fn reclaim_budget_with_traffic() {
     const NB: usize = 2;
     let cfg_b = OdpConfig {
         max_resident: NB,
-        ..odp_cfg()
+        ..OdpConfig::default()
     };
-    let mut p = Pair::new(48, odp_cfg(), cfg_b, 1);
+    let mut p = Pair::with(48).odp_b(cfg_b).build();
     p.budget_b = Some(NB);
-    let src = p.a.alloc(1 << 20);
-    let ka = p.a.reg_mr(p.pda, src, 1 << 20, ACC_ALL);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let (src, ka) = p.mr(Side::A, 1 << 20);
+    let kb = p.implicit_mr(Side::B);
     let va = 0x7800_0000_0000u64;
     let nch = 4 * NB as u64;
-    let back = p.b.alloc(nch * CH);
-    p.pb.maps.push(Map {
-        key: kb,
-        va,
-        gpa: back,
-        len: nch * CH,
-    });
+    let back = p.back(Side::B, kb, va, nch * CH);
     const L: u64 = 96 << 10;
     let data: Vec<Vec<u8>> = (0..nch).map(|i| pattern(70 + i, L as usize)).collect();
     for i in 0..nch {
@@ -599,15 +489,13 @@ fn reclaim_budget_with_traffic() {
 /// responder access → NAK remote access error → REM_ACCESS_ERR at the requester (§12.4 step 5).
 #[test]
 fn error_answers_local_and_remote() {
-    let mut p = Pair::new(32, odp_cfg(), odp_cfg(), 2);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32).conns(2).build();
+    let ka = p.implicit_mr(Side::A);
+    let kb = p.implicit_mr(Side::B);
     p.pa.status.insert(ka, VRDMA_STATUS_ACCESS);
     p.pb.status.insert(kb, VRDMA_STATUS_BAD_ADDRESS);
-    let dst = p.b.alloc(8192);
-    let kdst = p.b.reg_mr(p.pdb, dst, 8192, ACC_ALL);
-    let src = p.a.alloc(8192);
-    let ksrc = p.a.reg_mr(p.pda, src, 8192, ACC_ALL);
+    let (dst, kdst) = p.mr(Side::B, 8192);
+    let (src, ksrc) = p.mr(Side::A, 8192);
     p.post(
         0,
         &rdma(
@@ -655,17 +543,19 @@ fn unanswered_fault_times_out_other_qp_continues() {
     let timeout = Duration::from_millis(1000);
     let cfg = OdpConfig {
         timeout,
-        ..odp_cfg()
+        ..OdpConfig::default()
     };
-    let mut p = Pair::new(32, cfg.clone(), cfg, 3);
-    let ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
-    let kb = reg_odp(&mut p.b, p.pdb, 0, 0, true);
+    let mut p = Pair::with(32)
+        .odp_a(cfg.clone())
+        .odp_b(cfg)
+        .conns(3)
+        .build();
+    let ka = p.implicit_mr(Side::A);
+    let kb = p.implicit_mr(Side::B);
     p.pa.silent.push(ka);
     p.pb.silent.push(kb);
-    let src = p.a.alloc(1 << 20);
-    let ksrc = p.a.reg_mr(p.pda, src, 1 << 20, ACC_ALL);
-    let dst = p.b.alloc(1 << 20);
-    let kdst = p.b.reg_mr(p.pdb, dst, 1 << 20, ACC_ALL);
+    let (src, ksrc) = p.mr(Side::A, 1 << 20);
+    let (dst, kdst) = p.mr(Side::B, 1 << 20);
     let t0 = p.vt;
     p.post(
         0,

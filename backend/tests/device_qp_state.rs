@@ -1,9 +1,9 @@
 //! QP state machine through MODIFY_QP: every legal transition accepted with its required mask,
 //! illegal transitions → BAD_STATE, missing / extra attributes → INVALID, attribute ranges.
 
-mod device_util;
+mod common;
 
-use device_util::*;
+use common::device::*;
 use vrdma_backend::qp::state::{is_legal, masks, QpState, QpType};
 use vrdma_spec::*;
 

@@ -13,35 +13,10 @@ use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::*;
 use vrdma_backend::device::{CmdOutcome, Ticket};
 use vrdma_spec::*;
-
-/// splitmix64: tiny, seeded, good enough for input generation.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.below(100) < pct
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len() as u64) as usize]
-    }
-}
 
 /// Handles the device has handed out so far (mutations draw from them).
 #[derive(Default)]
@@ -593,15 +568,7 @@ fn prove_usable(a: &mut Node) {
     qb.rq = Some(rq);
     a.post_send(
         &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 10000, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 10000, ka), dst, kb),
     );
     a.post_send(
         &mut qa,
@@ -681,7 +648,7 @@ fn run(seed: u64, odp: bool, budget: Duration) {
     let area = a.alloc(area_pages * 4096);
     // A few real objects so that mutations hit live handles.
     let mut f = Fuzz {
-        rng: Rng(seed),
+        rng: Rng::new(seed),
         pools: Pools::default(),
         area,
         area_pages,

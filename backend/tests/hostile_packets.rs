@@ -10,31 +10,10 @@ mod common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::*;
 use vrdma_backend::transport;
 use vrdma_spec::*;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len() as u64) as usize]
-    }
-}
 
 fn set_u32_be(f: &mut [u8], off: usize, v: u32) {
     if off + 4 <= f.len() {
@@ -157,15 +136,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     }
     t.ub.rq = Some(urq);
     let ops: Vec<Wqe> = vec![
-        Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc, 3000, t.tka)],
-            remote_addr: t.tdst,
-            rkey: t.tkb,
-            ..Default::default()
-        },
+        rdma(1, VRDMA_WR_RDMA_WRITE, (t.tsrc, 3000, t.tka), t.tdst, t.tkb),
         Wqe {
             wr_id: 2,
             opcode: VRDMA_WR_SEND,
@@ -173,36 +144,15 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             sges: vec![(t.tsrc, 2500, t.tka)],
             ..Default::default()
         },
-        Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc + 8192, 3000, t.tka)],
-            remote_addr: t.tdst,
-            rkey: t.tkb,
-            ..Default::default()
-        },
-        Wqe {
-            wr_id: 4,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc + 16384, 8, t.tka)],
-            remote_addr: t.tdst + 64,
-            rkey: t.tkb,
-            compare_add: 5,
-            ..Default::default()
-        },
-        Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc + 16384, 8, t.tka)],
-            remote_addr: t.tdst + 64,
-            rkey: t.tkb,
-            compare_add: 5,
-            swap: 9,
-            ..Default::default()
-        },
+        rdma(
+            3,
+            VRDMA_WR_RDMA_READ,
+            (t.tsrc + 8192, 3000, t.tka),
+            t.tdst,
+            t.tkb,
+        ),
+        fetch_add(4, (t.tsrc + 16384, 8, t.tka), t.tdst + 64, t.tkb, 5),
+        cmp_swap(5, (t.tsrc + 16384, 8, t.tka), t.tdst + 64, t.tkb, 5, 9),
         Wqe {
             wr_id: 6,
             opcode: VRDMA_WR_RDMA_WRITE_WITH_IMM,
@@ -421,7 +371,7 @@ fn run(seed: u64, budget: Duration) {
     let mut t = bed();
     let (reqs, resps) = templates(&mut t);
     healthy_round(&mut t, 1);
-    let mut r = Rng(seed);
+    let mut r = Rng::new(seed);
     let start = Instant::now();
     let mut n = 0u64;
     let mut round = 2;
@@ -515,7 +465,7 @@ fn truncate_every_length() {
 fn random_frames() {
     let mut t = bed();
     let (reqs, _) = templates(&mut t);
-    let mut r = Rng(99);
+    let mut r = Rng::new(99);
     for i in 0..20000u64 {
         let mut f: Vec<u8> = (0..r.below(1600)).map(|_| r.next() as u8).collect();
         if i % 2 == 0 && f.len() > BTH + 16 {

@@ -12,33 +12,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::rng::Rng;
 use common::*;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestRegionMmap};
 use vrdma_backend::guest::memory::GuestMemoryMap;
 use vrdma_backend::transport;
 use vrdma_spec::*;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len() as u64) as usize]
-    }
-}
 
 /// Second guest RAM region of node a; the hostile rings live here so it can be removed.
 const R2: u64 = BASE + (64 << 20);
@@ -391,7 +370,7 @@ fn revive(t: &mut Bed, rc: bool) {
 fn run(seed: u64, budget: Duration) {
     let mut t = bed();
     healthy_round(&mut t, 1);
-    let mut r = Rng(seed);
+    let mut r = Rng::new(seed);
     let start = Instant::now();
     let mut round = 2;
     let mut cqes = 0usize;
@@ -512,15 +491,7 @@ fn ring_pages_removed_from_guest_memory() {
     healthy_round(&mut t, 1);
     let mut q = t.xa.clone();
     let mut u = t.ua.clone();
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.xbuf, 100, t.keys[0])],
-        remote_addr: 0,
-        rkey: t.xkb,
-        ..Default::default()
-    };
+    let w = rdma(1, VRDMA_WR_RDMA_WRITE, (t.xbuf, 100, t.keys[0]), 0, t.xkb);
     t.a.post_send_nodb(&mut q, &w);
     t.a.post_send_nodb(&mut u, &w);
     let map = t.map_without_r2.clone();
@@ -574,15 +545,13 @@ fn send_wqe_errors_have_the_spec_status() {
         w.bytes(256, true)
     }
     fn write(t: &Bed) -> Wqe {
-        Wqe {
-            wr_id: 0xabc,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.xbuf, 100, t.keys[0])],
-            remote_addr: t.xbufb,
-            rkey: t.xkb,
-            ..Default::default()
-        }
+        rdma(
+            0xabc,
+            VRDMA_WR_RDMA_WRITE,
+            (t.xbuf, 100, t.keys[0]),
+            t.xbufb,
+            t.xkb,
+        )
     }
     fn send_ud(t: &Bed) -> Wqe {
         Wqe {

@@ -7,8 +7,9 @@ use std::net::UdpSocket;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
@@ -58,44 +59,19 @@ fn rc_between_qps_of_one_device_loops_back() {
     // A SEND and a 5000-byte RDMA WRITE (multi-packet at MTU 1024), both q1 -> q2.
     let data = pattern(3, 5000);
     a.write(buf + 8192, &data);
+    post_sq(&e, &a.mem, &mut q1, &send_inline(5, b"hello, myself"));
     post_send_mem(
         &a.mem,
         &mut q1,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"hello, myself".to_vec()),
-            ..Default::default()
-        },
+        &rdma(6, VRDMA_WR_RDMA_WRITE, (buf + 8192, 5000, k), buf + 4096, k),
     );
-    post_send_mem(
-        &a.mem,
-        &mut q1,
-        &Wqe {
-            wr_id: 6,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(buf + 8192, 5000, k)],
-            remote_addr: buf + 4096,
-            rkey: k,
-            ..Default::default()
-        },
+    let got = wait_cqes(
+        &mut a,
+        &mut cqr,
+        3,
+        Duration::from_secs(10),
+        "three completions",
     );
-    e.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: q1.qpn,
-    });
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.len() < 3 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "completions so far: {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-        got.extend(a.poll_cq(&mut cqr));
-    }
     let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
     ids.sort();
     assert_eq!(

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::exporter::{fetch, stats_socket_path, StatsServer};
 use vrdma_backend::stats::{Metered, PortStats};
@@ -25,6 +26,37 @@ fn opcode(f: &[u8]) -> u8 {
     f[14 + 20 + 8]
 }
 
+/// A link filter that drops the first frame with BTH opcode `op`, once; the count (0 or 1) is
+/// how many it dropped.
+fn drop_first(op: u8) -> (Filter, Arc<AtomicUsize>) {
+    let lost = Arc::new(AtomicUsize::new(0));
+    let l2 = lost.clone();
+    let filter: Filter = Box::new(move |f| {
+        if opcode(f) == op && l2.load(Ordering::Relaxed) == 0 {
+            l2.store(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    });
+    (filter, lost)
+}
+
+/// An RC pair with 64-deep CQs and 8 KiB MRs whose `wait_a` gives up after 20 s.
+fn pair() -> RcPair {
+    RcPair::new()
+        .cq_depth(64)
+        .mrs(8192, 8192)
+        .patience(Duration::from_secs(20))
+        .build()
+}
+
+/// RDMA WRITE 1: 4 KiB from A's MR to B's; returns A's completion.
+fn write_4k(p: &mut RcPair) -> Vec<vrdma_backend::transport::ctx::Cqe> {
+    let w = rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb);
+    p.post(&w);
+    p.wait_a(1)
+}
+
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vrdma-stats-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -34,60 +66,18 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 #[test]
 fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // Path MTU 1024 (3): a 4 KiB WRITE is FIRST, MIDDLE, MIDDLE, LAST.
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(8192);
-    let dst = b.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
-    a.write(src, &pattern(3, 4096));
+    let mut p = pair();
+    p.a.write(p.src, &pattern(3, 4096));
 
     // 1. Lose the first MIDDLE once: B NAKs the gap once (IBTA 9.7.5.2.2), A goes back.
-    let mut link = Link::clean();
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l2 = lost.clone();
-    link.filter_ab = Some(Box::new(move |f| {
-        if opcode(f) == RC_RDMA_WRITE_MIDDLE && l2.load(Ordering::Relaxed) == 0 {
-            l2.store(1, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }));
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 4096, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
-    );
-    let mut done = Vec::new();
-    pump_until(
-        &mut a,
-        &mut b,
-        &mut link,
-        Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
-    );
+    let (filter, lost) = drop_first(RC_RDMA_WRITE_MIDDLE);
+    p.link.filter_ab = Some(filter);
+    let done = write_4k(&mut p);
     assert_eq!((done[0].wr_id, done[0].status), (1, VRDMA_WC_SUCCESS));
-    assert_eq!(b.read(dst, 4096), pattern(3, 4096));
-    let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
-    let sb = b.dev.qps.get(qb.qpn).unwrap().stats;
+    assert_eq!(p.b.read(p.dst, 4096), pattern(3, 4096));
+    let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
+    let sb = p.b.dev.qps.get(p.qb.qpn).unwrap().stats;
     assert_eq!(lost.load(Ordering::Relaxed), 1);
     assert_eq!((sb.seq_naks_tx, sa.seq_naks_rx), (1, 1), "{sa:?} {sb:?}");
     // Go-back-N resends the lost MIDDLE and what followed it: 3 packets.
@@ -101,81 +91,36 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
     assert_eq!(sa.timeouts, 0);
 
     // 2. Lose the ACK of a SEND once: A's retransmission timer fires and it resends.
-    let before = a.dev.qps.get(qa.qpn).unwrap().stats;
-    let lost_ack = Arc::new(AtomicUsize::new(0));
-    let l3 = lost_ack.clone();
-    link.filter_ab = None;
-    link.filter_ba = Some(Box::new(move |f| {
-        if opcode(f) == RC_ACK && l3.load(Ordering::Relaxed) == 0 {
-            l3.store(1, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }));
-    let mut rq = qb.rq.clone().unwrap();
-    b.post_recv(&mut rq, 20, &[(dst + 4096, 1024, kb)]);
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"stats".to_vec()),
-            ..Default::default()
-        },
-    );
-    let mut done = Vec::new();
-    pump_until(
-        &mut a,
-        &mut b,
-        &mut link,
-        Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
-    );
+    let before = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
+    let (filter, lost_ack) = drop_first(RC_ACK);
+    p.link.filter_ab = None;
+    p.link.filter_ba = Some(filter);
+    let mut rq = p.qb.rq.clone().unwrap();
+    p.b.post_recv(&mut rq, 20, &[(p.dst + 4096, 1024, p.kb)]);
+    p.a.post_send(&mut p.qa, &send_inline(2, b"stats"));
+    let done = p.wait_a(1);
     assert_eq!((done[0].wr_id, done[0].status), (2, VRDMA_WC_SUCCESS));
-    let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
+    let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
     assert_eq!(lost_ack.load(Ordering::Relaxed), 1);
     assert_eq!(sa.timeouts - before.timeouts, 1, "{sa:?}");
     assert_eq!(sa.retransmits - before.retransmits, 1, "{sa:?}");
-    assert_eq!(b.poll_cq(&mut cqb).len(), 1);
+    assert_eq!(p.b.poll_cq(&mut p.cqb).len(), 1);
 
     // 3. A SEND with no receive posted: B answers RNR NAK (IBTA 9.7.5.2.8), A waits and resends.
-    link.filter_ba = None;
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"rnr".to_vec()),
-            ..Default::default()
-        },
-    );
+    p.link.filter_ba = None;
+    p.a.post_send(&mut p.qa, &send_inline(3, b"rnr"));
     pump_until(
-        &mut a,
-        &mut b,
-        &mut link,
+        &mut p.a,
+        &mut p.b,
+        &mut p.link,
         Duration::from_secs(20),
-        |_, b| b.dev.qps.get(qb.qpn).unwrap().stats.rnr_naks_tx >= 1,
+        |_, b| b.dev.qps.get(p.qb.qpn).unwrap().stats.rnr_naks_tx >= 1,
     );
-    b.post_recv(&mut rq, 21, &[(dst + 4096, 1024, kb)]);
-    let mut done = Vec::new();
-    pump_until(
-        &mut a,
-        &mut b,
-        &mut link,
-        Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
-    );
+    p.b.post_recv(&mut rq, 21, &[(p.dst + 4096, 1024, p.kb)]);
+    let done = p.wait_a(1);
     assert_eq!((done[0].wr_id, done[0].status), (3, VRDMA_WC_SUCCESS));
-    let sa = a.dev.qps.get(qa.qpn).unwrap().stats;
-    let sb = b.dev.qps.get(qb.qpn).unwrap().stats;
+    let sa = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
+    let sb = p.b.dev.qps.get(p.qb.qpn).unwrap().stats;
     assert!(
         sb.rnr_naks_tx >= 1 && sa.rnr_naks_rx == sb.rnr_naks_tx,
         "{sa:?} {sb:?}"
@@ -184,17 +129,9 @@ fn qp_counters_count_packets_naks_retransmits_and_timeouts() {
 
 #[test]
 fn transport_drops_are_counted_by_reason() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, _) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    a.post_send(
-        &mut qa,
+    let mut rc = RcPair::new().cq_depth(64).no_mrs().build();
+    rc.a.post_send(
+        &mut rc.qa,
         &Wqe {
             wr_id: 1,
             opcode: VRDMA_WR_SEND,
@@ -202,14 +139,14 @@ fn transport_drops_are_counted_by_reason() {
             ..Default::default()
         },
     );
-    let frame = a.dev.outbox.pop().expect("a SEND frame");
-    let p = b.dev.port_stats.clone();
+    let frame = rc.a.dev.outbox.pop().expect("a SEND frame");
+    let p = rc.b.dev.port_stats.clone();
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
 
     // Bad ICRC.
     let mut bad = frame.clone();
     *bad.last_mut().unwrap() ^= 0xff;
-    transport::on_frame(&mut b.dev, &bad);
+    transport::on_frame(&mut rc.b.dev, &bad);
     assert_eq!(
         (load(&p.drop_bad_icrc), load(&p.drop_malformed)),
         (1, 0),
@@ -220,15 +157,15 @@ fn transport_drops_are_counted_by_reason() {
     let bth = 14 + 20 + 8;
     other[bth + 5..bth + 8].copy_from_slice(&[0x00, 0x0f, 0xff]);
     fix_icrc(&mut other);
-    transport::on_frame(&mut b.dev, &other);
+    transport::on_frame(&mut rc.b.dev, &other);
     assert_eq!(load(&p.drop_unknown_qp), 1, "ICRC fix-up or QPN lookup");
     // The QP in ERROR does not accept requests.
-    b.qp_to_err(qb.qpn);
-    transport::on_frame(&mut b.dev, &frame);
+    rc.b.qp_to_err(rc.qb.qpn);
+    transport::on_frame(&mut rc.b.dev, &frame);
     assert_eq!(load(&p.drop_qp_state), 1);
     assert_eq!(load(&p.drop_bad_icrc), 1);
     assert_eq!(p.rx_dropped(), 3);
-    assert_eq!(b.dev.qps.get(qb.qpn).unwrap().stats.rx_packets, 0);
+    assert_eq!(rc.b.dev.qps.get(rc.qb.qpn).unwrap().stats.rx_packets, 0);
 }
 
 /// Recompute the RoCEv2 ICRC of an IPv4 frame.
@@ -249,48 +186,21 @@ fn sample(text: &str, name_labels: &str) -> u64 {
 
 #[test]
 fn stats_socket_serves_port_and_qp_counters() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4096);
-    let dst = b.alloc(4096);
-    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
+    let mut p = RcPair::new().cq_depth(64).mrs(4096, 4096).build();
 
     let (ua, ub) = udp_pair();
-    let da = detach(&mut a);
-    let db = detach(&mut b);
+    let da = detach(&mut p.a);
+    let db = detach(&mut p.b);
     let port: Arc<PortStats> = da.lock().unwrap().port_stats.clone();
     let ea = Engine::start(da.clone(), Arc::new(Metered::new(ua, port.clone()))).unwrap();
     let eb = Engine::start(db.clone(), Arc::new(ub)).unwrap();
-    post_send_mem(
-        &a.mem,
-        &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 4096, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+    post_sq(
+        &ea,
+        &p.a.mem,
+        &mut p.qa,
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 4096, p.ka), p.dst, p.kb),
     );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let start = Instant::now();
-    while a.poll_cq(&mut cqa).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(20), "WRITE");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_cqes(&mut p.a, &mut p.cqa, 1, Duration::from_secs(20), "WRITE");
     ea.stop();
     eb.stop();
 
@@ -326,7 +236,7 @@ fn stats_socket_serves_port_and_qp_counters() {
         sample(&text, &format!("vrdma_objects{{{dl},kind=\"cq\"}}")),
         1
     );
-    let q = format!("{{{dl},qpn=\"{}\",type=\"rc\"}}", qa.qpn);
+    let q = format!("{{{dl},qpn=\"{}\",type=\"rc\"}}", p.qa.qpn);
     assert_eq!(sample(&text, &format!("vrdma_qp_tx_packets_total{q}")), 4);
     assert_eq!(sample(&text, &format!("vrdma_qp_rx_packets_total{q}")), 1);
     assert_eq!(sample(&text, &format!("vrdma_qp_retransmits_total{q}")), 0);
@@ -468,60 +378,20 @@ fn query_stats(n: &mut Node, qpn: u32) -> Result<VrdmaStats, u32> {
 /// every QP the device has had (destroyed ones included) plus ICRC errors and drops.
 #[test]
 fn query_stats_reports_qp_and_port_counters() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(8192);
-    let dst = b.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    let mut p = pair();
     // Lose the first MIDDLE once: a NAK, a go-back-N; keep a copy of one frame A sent.
-    let mut link = Link::clean();
-    let lost = Arc::new(AtomicUsize::new(0));
-    let l2 = lost.clone();
+    let (mut drop, _) = drop_first(RC_RDMA_WRITE_MIDDLE);
     let seen: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
     let s2 = seen.clone();
-    link.filter_ab = Some(Box::new(move |f| {
+    p.link.filter_ab = Some(Box::new(move |f| {
         s2.lock().unwrap().clone_from(&f.to_vec());
-        if opcode(f) == RC_RDMA_WRITE_MIDDLE && l2.load(Ordering::Relaxed) == 0 {
-            l2.store(1, Ordering::Relaxed);
-            return false;
-        }
-        true
+        drop(f)
     }));
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 4096, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
-    );
-    let mut done = Vec::new();
-    pump_until(
-        &mut a,
-        &mut b,
-        &mut link,
-        Duration::from_secs(20),
-        |a, _| {
-            done.extend(a.poll_cq(&mut cqa));
-            !done.is_empty()
-        },
-    );
+    let done = write_4k(&mut p);
     assert_eq!(done[0].status, VRDMA_WC_SUCCESS);
 
-    let sa = query_stats(&mut a, qa.qpn).unwrap();
-    let want = a.dev.qps.get(qa.qpn).unwrap().stats;
+    let sa = query_stats(&mut p.a, p.qa.qpn).unwrap();
+    let want = p.a.dev.qps.get(p.qa.qpn).unwrap().stats;
     assert_eq!(
         (sa.tx_packets, sa.tx_bytes, sa.rx_packets, sa.rx_bytes),
         (
@@ -533,33 +403,33 @@ fn query_stats_reports_qp_and_port_counters() {
     );
     assert_eq!((sa.retransmits, sa.seq_naks_rx), (3, 1), "{want:?}");
     assert_eq!((sa.icrc_errors, sa.rx_dropped, sa.odp_faults), (0, 0, 0));
-    let sb = query_stats(&mut b, qb.qpn).unwrap();
+    let sb = query_stats(&mut p.b, p.qb.qpn).unwrap();
     assert_eq!(sb.seq_naks_tx, 1);
 
     // The port: every QP (a second, idle QP adds nothing), and it survives the QP's destroy.
-    let idle = a.create_qp(QpSpec::rc(pda, ca));
-    let port = query_stats(&mut a, 0).unwrap();
+    let idle = p.a.create_qp(QpSpec::rc(p.pda, p.cqna));
+    let port = query_stats(&mut p.a, 0).unwrap();
     assert_eq!((port.tx_packets, port.retransmits), (7, 3));
     assert_eq!(port.rx_packets, sa.rx_packets);
-    a.cmd(
+    p.a.cmd(
         VRDMA_CMD_DESTROY_QP,
         VrdmaHandle {
-            handle: qa.qpn,
+            handle: p.qa.qpn,
             reserved: 0,
         }
         .as_bytes(),
     )
     .unwrap();
-    let after = query_stats(&mut a, 0).unwrap();
+    let after = query_stats(&mut p.a, 0).unwrap();
     assert_eq!((after.tx_packets, after.tx_bytes), (7, port.tx_bytes));
     assert_eq!(
-        query_stats(&mut a, qa.qpn).unwrap_err(),
+        query_stats(&mut p.a, p.qa.qpn).unwrap_err(),
         VRDMA_STATUS_NOT_FOUND
     );
-    assert_eq!(query_stats(&mut a, idle.qpn).unwrap().tx_packets, 0);
+    assert_eq!(query_stats(&mut p.a, idle.qpn).unwrap().tx_packets, 0);
     // A device reset destroys the QPs, not the port's totals.
-    b.dev.reset();
-    let bp = query_stats(&mut b, 0).unwrap();
+    p.b.dev.reset();
+    let bp = query_stats(&mut p.b, 0).unwrap();
     assert_eq!((bp.rx_packets, bp.seq_naks_tx), (sb.rx_packets, 1));
 
     // A frame with a broken ICRC: counted as an ICRC error and a drop; a frame for a QPN that
@@ -568,18 +438,18 @@ fn query_stats_reports_qp_and_port_counters() {
     assert!(!f.is_empty());
     let n = f.len();
     f[n - 1] ^= 0xff;
-    let before = query_stats(&mut b, 0).unwrap();
-    transport::on_frame(&mut b.dev, &f);
+    let before = query_stats(&mut p.b, 0).unwrap();
+    transport::on_frame(&mut p.b.dev, &f);
     f[n - 1] ^= 0xff;
-    transport::on_frame(&mut b.dev, &f);
-    let bp = query_stats(&mut b, 0).unwrap();
+    transport::on_frame(&mut p.b.dev, &f);
+    let bp = query_stats(&mut p.b, 0).unwrap();
     assert_eq!(bp.icrc_errors, before.icrc_errors + 1);
     assert_eq!(bp.rx_dropped, before.rx_dropped + 2);
     assert_eq!(bp.rx_packets, before.rx_packets);
 
     // flags must be 0.
     assert_eq!(
-        a.cmd(
+        p.a.cmd(
             VRDMA_CMD_QUERY_STATS,
             VrdmaCmdQueryStats { qpn: 0, flags: 1 }.as_bytes()
         )

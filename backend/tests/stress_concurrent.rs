@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use common::rng::XorShift;
 use common::*;
 use vm_memory::GuestAddressSpace;
 use vrdma_backend::device::Device;
@@ -30,21 +31,6 @@ const BUDGET: u64 = 64 << 20;
 const CANARY: u64 = 64 << 10;
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-/// xorshift64*: deterministic per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A node whose real device lives behind the mutex the engine locks. The node itself (guest
 /// memory allocator, recording output, command helpers) is used by whoever holds `node`; lock
@@ -161,7 +147,7 @@ struct Fixture {
 const HOSTILE_IOVA: u64 = 0x10_0000_0000;
 
 /// One random command-side step.
-fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut Rng) {
+fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut XorShift) {
     match rng.below(8) {
         0 | 1 if h.pairs.len() < 16 && h.created < MAX_CREATED => {
             h.created += 1;
@@ -202,15 +188,7 @@ fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut Rng) {
             post_send_mem(
                 &a.mem,
                 qa,
-                &Wqe {
-                    wr_id: 7,
-                    opcode: VRDMA_WR_RDMA_WRITE,
-                    flags: VRDMA_SEND_SIGNALED,
-                    sges: vec![(src, 4096, ka)],
-                    remote_addr,
-                    rkey,
-                    ..Default::default()
-                },
+                &rdma(7, VRDMA_WR_RDMA_WRITE, (src, 4096, ka), remote_addr, rkey),
             );
             a.db.push(VrdmaDoorbell {
                 type_: VRDMA_DB_SQ,
@@ -404,7 +382,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
         let (sa, sb, stop, f) = (sa.clone(), sb.clone(), stop.clone(), f.clone());
         let (ma, mb) = (mem_a.clone(), mem_b.clone());
         std::thread::spawn(move || {
-            let mut rng = Rng(seed | 1);
+            let mut rng = XorShift(seed | 1);
             let mut h = Hostile::default();
             let mut steps = 0u64;
             let mut hostile_errors = 0usize;
@@ -442,7 +420,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
     };
     // The pager also runs here between rounds, so the healthy ODP WRITEs never wait for the
     // churn thread alone.
-    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let mut rng = XorShift(seed.rotate_left(17) | 1);
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut rounds = 0u64;
     let mut rq = qb.rq.clone().unwrap();
@@ -458,15 +436,13 @@ fn engines_and_commands_concurrently_lose_nothing() {
             post_send_mem(
                 &mem_a,
                 &mut qa,
-                &Wqe {
-                    wr_id: base + i,
-                    opcode: VRDMA_WR_RDMA_WRITE,
-                    flags: VRDMA_SEND_SIGNALED,
-                    sges: vec![(src + off, len as u32, ka)],
-                    remote_addr: dst + off,
-                    rkey: kb,
-                    ..Default::default()
-                },
+                &rdma(
+                    base + i,
+                    VRDMA_WR_RDMA_WRITE,
+                    (src + off, len as u32, ka),
+                    dst + off,
+                    kb,
+                ),
             );
             want.push(base + i);
             expect_data.push((dst + off, data));
@@ -479,15 +455,13 @@ fn engines_and_commands_concurrently_lose_nothing() {
         post_send_mem(
             &mem_a,
             &mut qa,
-            &Wqe {
-                wr_id: base + 8,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src + (8 << 16), odp_len as u32, ka)],
-                remote_addr: odp + odp_off,
-                rkey: kodp,
-                ..Default::default()
-            },
+            &rdma(
+                base + 8,
+                VRDMA_WR_RDMA_WRITE,
+                (src + (8 << 16), odp_len as u32, ka),
+                odp + odp_off,
+                kodp,
+            ),
         );
         want.push(base + 8);
         expect_data.push((odp + odp_off, odp_data));

@@ -84,21 +84,19 @@ fn pump(a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>) -> u64 {
 
 #[test]
 fn steady_state_rc_write_allocations_per_packet() {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, _) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
+    let mut p = RcPair::new()
+        .mem_mib(64)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(5)
+        .no_mrs()
+        .build();
     let len = 1u64 << 20;
-    let src = a.alloc(len);
-    let dst = b.alloc(len);
-    let ka = a.reg_mr(pda, src, len, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
-    a.write(src, &pattern(3, len as usize));
+    let src = p.a.alloc(len);
+    let dst = p.b.alloc(len);
+    let ka = p.a.reg_mr(p.pda, src, len, ACC_ALL);
+    let kb = p.b.reg_mr(p.pdb, dst, len, ACC_ALL);
+    p.a.write(src, &pattern(3, len as usize));
     let mut spare = Vec::new();
     let msg = 64u32 << 10;
     let mut round = |a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>, i: u64| {
@@ -112,9 +110,9 @@ fn steady_state_rc_write_allocations_per_packet() {
                 rkey: kb,
                 ..Default::default()
             };
-            a.post_send_nodb(&mut qa, &w);
+            a.post_send_nodb(&mut p.qa, &w);
         }
-        let qpn = qa.qpn;
+        let qpn = p.qa.qpn;
         counted(|| {
             transport::on_doorbell(
                 &mut a.dev,
@@ -126,19 +124,19 @@ fn steady_state_rc_write_allocations_per_packet() {
         });
         let frames = pump(a, b, spare);
         counted(|| transport::on_tick(&mut a.dev, Instant::now()));
-        let c = a.poll_cq(&mut cqa);
+        let c = a.poll_cq(&mut p.cqa);
         assert_eq!(c.len(), 1, "one signaled completion per round");
         assert_eq!(c[0].status, VRDMA_WC_SUCCESS);
         frames
     };
     // Warm-up: rings, tables, heaps and vectors reach their steady-state capacity.
     for i in 0..20 {
-        round(&mut a, &mut b, &mut spare, i);
+        round(&mut p.a, &mut p.b, &mut spare, i);
     }
     let a0 = ALLOCS.load(Ordering::Relaxed);
     let mut frames = 0;
     for i in 20..120 {
-        frames += round(&mut a, &mut b, &mut spare, i);
+        frames += round(&mut p.a, &mut p.b, &mut spare, i);
     }
     let allocs = ALLOCS.load(Ordering::Relaxed) - a0;
     let per_packet = allocs as f64 / frames as f64;
@@ -150,7 +148,7 @@ fn steady_state_rc_write_allocations_per_packet() {
     );
     let written = 8 * msg as usize;
     assert!(
-        b.read(dst, written) == a.read(src, written),
+        p.b.read(dst, written) == p.a.read(src, written),
         "WRITE data landed intact"
     );
 }

@@ -13,83 +13,13 @@ use vrdma_spec::*;
 
 const T: Duration = Duration::from_secs(30);
 
-struct Pair {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
+/// An RC pair at RTS with a 4 ms ACK timeout.
+fn pair() -> RcPair {
+    RcPair::new().timeout(10).build()
 }
 
-/// An RC pair at RTS; `srq_b` puts B's QP on an SRQ (returned with its ring).
-fn pair(srq_b: bool) -> (Pair, Option<(u32, RingH)>) {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let srq = srq_b.then(|| b.create_srq(pdb, 64, 4, 0));
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec {
-        srq: srq.as_ref().map(|s| s.0),
-        ..QpSpec::rc(pdb, cb)
-    });
-    connect(&mut a, &qa, &mut b, &qb, 3, 10, 7, 7);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
-    let p = Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        src,
-        dst,
-        ka,
-        kb,
-    };
-    (p, srq)
-}
-
-fn write(p: &Pair, wr_id: u64) -> Wqe {
-    Wqe {
-        wr_id,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src, 100, p.ka)],
-        remote_addr: p.dst,
-        rkey: p.kb,
-        ..Default::default()
-    }
-}
-
-fn post_a(p: &mut Pair, w: &Wqe) {
-    let mut q = p.qa.clone();
-    p.a.post_send(&mut q, w);
-    p.qa = q;
-}
-
-fn recv_b(p: &mut Pair, wr_id: u64) {
-    let mut rq = p.qb.rq.clone().expect("B has an RQ");
-    let (dst, kb) = (p.dst, p.kb);
-    p.b.post_recv(&mut rq, wr_id, &[(dst, 64, kb)]);
-    p.qb.rq = Some(rq);
-}
-
-fn recv_a(p: &mut Pair, wr_id: u64) {
-    let mut rq = p.qa.rq.clone().expect("A has an RQ");
-    let (src, ka) = (p.src, p.ka);
-    p.a.post_recv(&mut rq, wr_id, &[(src, 64, ka)]);
-    p.qa.rq = Some(rq);
+fn write(p: &RcPair, wr_id: u64) -> Wqe {
+    rdma(wr_id, VRDMA_WR_RDMA_WRITE, (p.src, 100, p.ka), p.dst, p.kb)
 }
 
 fn ids(c: &[Cqe]) -> Vec<(u64, u8, u8)> {
@@ -98,8 +28,8 @@ fn ids(c: &[Cqe]) -> Vec<(u64, u8, u8)> {
 
 #[test]
 fn receive_posted_in_error_is_flushed_on_the_rq_doorbell() {
-    let (mut p, _) = pair(false);
-    recv_b(&mut p, 10);
+    let mut p = pair();
+    p.recv_b(10, 0, 64);
     let qb = p.qb.qpn;
     p.b.qp_to_err(qb);
     let first = p.b.poll_cq(&mut p.cqb);
@@ -108,7 +38,7 @@ fn receive_posted_in_error_is_flushed_on_the_rq_doorbell() {
         vec![(10, VRDMA_WC_WR_FLUSH_ERR, VRDMA_WC_RECV)]
     );
     // ib_drain_rq(): one more receive, then the RQ doorbell.
-    recv_b(&mut p, 11);
+    p.recv_b(11, 0, 64);
     assert!(
         p.b.poll_cq(&mut p.cqb).is_empty(),
         "nothing before the doorbell"
@@ -126,13 +56,12 @@ fn receive_posted_in_error_is_flushed_on_the_rq_doorbell() {
 
 #[test]
 fn rq_doorbell_outside_error_consumes_nothing() {
-    let (mut p, _) = pair(false);
-    recv_b(&mut p, 20);
+    let mut p = pair();
+    p.recv_b(20, 0, 64);
     let qb = p.qb.qpn;
     p.b.ring_doorbell(VRDMA_DB_RQ, qb);
     assert!(p.b.poll_cq(&mut p.cqb).is_empty());
     // The receive is still there for a SEND.
-    let mut link = Link::clean();
     let w = Wqe {
         wr_id: 1,
         opcode: VRDMA_WR_SEND,
@@ -140,10 +69,10 @@ fn rq_doorbell_outside_error_consumes_nothing() {
         sges: vec![(p.src, 32, p.ka)],
         ..Default::default()
     };
-    post_a(&mut p, &w);
+    p.post(&w);
     let mut got = Vec::new();
     let cqb = &mut p.cqb;
-    pump_until(&mut p.a, &mut p.b, &mut link, T, |_, b| {
+    pump_until(&mut p.a, &mut p.b, &mut p.link, T, |_, b| {
         got.extend(b.poll_cq(cqb));
         !got.is_empty()
     });
@@ -152,13 +81,13 @@ fn rq_doorbell_outside_error_consumes_nothing() {
 
 #[test]
 fn send_posted_in_error_is_flushed_on_the_sq_doorbell() {
-    let (mut p, _) = pair(false);
+    let mut p = pair();
     let qa = p.qa.qpn;
     p.a.qp_to_err(qa);
     // ib_drain_sq(): an unsignaled-looking marker still completes (error CQEs are always written).
     let mut w = write(&p, 30);
     w.flags = 0;
-    post_a(&mut p, &w);
+    p.post(&w);
     let c = p.a.poll_cq(&mut p.cqa);
     assert_eq!(
         ids(&c),
@@ -168,21 +97,21 @@ fn send_posted_in_error_is_flushed_on_the_sq_doorbell() {
 
 #[test]
 fn drain_qp_with_work_in_flight_flushes_everything_in_order() {
-    let (mut p, _) = pair(false);
+    let mut p = pair();
     // Sends in flight (never acknowledged: the link is not pumped) and receives posted on A.
     for id in 1..=4 {
         let w = write(&p, id);
-        post_a(&mut p, &w);
+        p.post(&w);
     }
-    recv_a(&mut p, 100);
-    recv_a(&mut p, 101);
+    p.recv_a(100, 0, 64);
+    p.recv_a(101, 0, 64);
     assert!(!p.a.dev.outbox.is_empty(), "the writes went out");
     let qa = p.qa.qpn;
     // ib_drain_qp(): to ERROR, then a marker send and a marker receive, each with its doorbell.
     p.a.qp_to_err(qa);
     let w = write(&p, 5);
-    post_a(&mut p, &w);
-    recv_a(&mut p, 102);
+    p.post(&w);
+    p.recv_a(102, 0, 64);
     p.a.ring_doorbell(VRDMA_DB_RQ, qa);
     let c = p.a.poll_cq(&mut p.cqa);
     let sends: Vec<_> = c.iter().filter(|c| c.opcode != VRDMA_WC_RECV).collect();
@@ -208,15 +137,14 @@ fn drain_qp_with_work_in_flight_flushes_everything_in_order() {
         ]
     );
     // The late ACKs of the flushed writes complete nothing more.
-    let mut link = Link::clean();
-    pump_idle(&mut p.a, &mut p.b, &mut link);
+    pump_idle(&mut p.a, &mut p.b, &mut p.link);
     assert!(p.a.poll_cq(&mut p.cqa).is_empty());
 }
 
 #[test]
 fn srq_qp_drain_leaves_srq_wqes_and_reports_last_wqe_once() {
-    let (mut p, srq) = pair(true);
-    let (srqn, mut ring) = srq.expect("srq");
+    let mut p = RcPair::new().timeout(10).srq_b().build();
+    let (srqn, mut ring) = p.srq_b.take().expect("srq");
     let (dst, kb) = (p.dst, p.kb);
     p.b.post_recv(&mut ring, 40, &[(dst, 64, kb)]);
     p.b.post_recv(&mut ring, 41, &[(dst, 64, kb)]);
@@ -244,12 +172,12 @@ fn srq_qp_drain_leaves_srq_wqes_and_reports_last_wqe_once() {
 
 #[test]
 fn destroy_with_outstanding_work_returns_at_once() {
-    let (mut p, _) = pair(false);
+    let mut p = pair();
     for id in 1..=8 {
         let w = write(&p, id);
-        post_a(&mut p, &w);
+        p.post(&w);
     }
-    recv_a(&mut p, 200);
+    p.recv_a(200, 0, 64);
     let qa = p.qa.qpn;
     let h = VrdmaHandle {
         handle: qa,
@@ -257,8 +185,7 @@ fn destroy_with_outstanding_work_returns_at_once() {
     };
     assert!(p.a.cmd(VRDMA_CMD_DESTROY_QP, h.as_bytes()).is_ok());
     // The peer's ACKs for a destroyed QP are dropped; nothing is written to A's CQ.
-    let mut link = Link::clean();
-    pump_idle(&mut p.a, &mut p.b, &mut link);
+    pump_idle(&mut p.a, &mut p.b, &mut p.link);
     assert!(p.a.poll_cq(&mut p.cqa).is_empty());
     // A doorbell for the destroyed QP is ignored.
     p.a.ring_doorbell(VRDMA_DB_SQ, qa);

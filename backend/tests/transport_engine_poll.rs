@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::engine::*;
 use common::*;
 use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::transport::engine::{Engine, EngineOptions, DEFAULT_POLL};
@@ -40,60 +41,41 @@ fn engine_cpu_secs() -> f64 {
 #[test]
 fn an_idle_engine_does_not_spin() {
     assert!(!DEFAULT_POLL.is_zero(), "the default polls");
-    let mut a = Node::new(1, 4, 1500);
-    let mut b = Node::new(2, 4, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4096);
-    let dst = b.alloc(4096);
-    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
-    a.write(src, &pattern(3, 64));
+    let mut p = RcPair::new()
+        .mem_mib(4)
+        .cq_depth(64)
+        .mrs(4096, 4096)
+        .build();
+    p.a.write(p.src, &pattern(3, 64));
 
     let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(a.mac).expect("port a");
-    let pb = fb.add_device(b.mac).expect("port b");
+    let pa = fb.add_device(p.a.mac).expect("port a");
+    let pb = fb.add_device(p.b.mac).expect("port b");
     let fabric = fb.build();
     let opts = EngineOptions::default();
     let ea = Engine::start_with(
-        detach(&mut a),
+        detach(&mut p.a),
         Arc::new(fabric.device_port(pa).expect("a")),
         opts,
     )
     .expect("engine a");
     let eb = Engine::start_with(
-        detach(&mut b),
+        detach(&mut p.b),
         Arc::new(fabric.device_port(pb).expect("b")),
         opts,
     )
     .expect("engine b");
 
     for i in 0..200u64 {
-        post_send_mem(
-            &a.mem,
-            &mut qa,
-            &Wqe {
-                wr_id: i,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 64, ka)],
-                remote_addr: dst,
-                rkey: kb,
-                ..Default::default()
-            },
+        post_sq(
+            &ea,
+            &p.a.mem,
+            &mut p.qa,
+            &rdma(i, VRDMA_WR_RDMA_WRITE, (p.src, 64, p.ka), p.dst, p.kb),
         );
-        ea.sender().push(VrdmaDoorbell {
-            type_: VRDMA_DB_SQ,
-            id: qa.qpn,
-        });
         let t0 = Instant::now();
         loop {
-            let got = a.poll_cq(&mut cqa);
+            let got = p.a.poll_cq(&mut p.cqa);
             if let Some(c) = got.first() {
                 assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE {i}");
                 break;
@@ -102,7 +84,7 @@ fn an_idle_engine_does_not_spin() {
             std::thread::yield_now();
         }
     }
-    assert_eq!(b.read(dst, 64), pattern(3, 64), "the data arrived");
+    assert_eq!(p.b.read(p.dst, 64), pattern(3, 64), "the data arrived");
 
     // The ACK timer and the last spins end within a few ms; then nothing is due.
     std::thread::sleep(Duration::from_millis(50));

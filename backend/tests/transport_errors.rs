@@ -7,77 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use vrdma_backend::transport::ctx::Cqe;
 use vrdma_spec::*;
 
 const T: Duration = Duration::from_secs(30);
 
-struct Pair {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
+/// An RC pair with a 4 ms ACK timeout and these retry counts.
+fn pair(retry: u8, rnr_retry: u8) -> RcPair {
+    RcPair::new()
+        .timeout(10)
+        .retry(retry)
+        .rnr_retry(rnr_retry)
+        .build()
 }
 
-fn pair(retry: u8, rnr_retry: u8) -> Pair {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 10, retry, rnr_retry);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
-    Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        src,
-        dst,
-        ka,
-        kb,
-    }
-}
-
-fn post(p: &mut Pair, w: Wqe) {
-    let mut q = p.qa.clone();
-    p.a.post_send(&mut q, &w);
-    p.qa = q;
-}
-
-fn recv_b(p: &mut Pair, wr_id: u64, len: u32) {
-    let mut rq = p.qb.rq.clone().unwrap();
-    let (dst, kb) = (p.dst, p.kb);
-    p.b.post_recv(&mut rq, wr_id, &[(dst, len, kb)]);
-    p.qb.rq = Some(rq);
-}
-
-fn wait(p: &mut Pair, link: &mut Link, na: usize, nb: usize) -> (Vec<Cqe>, Vec<Cqe>) {
-    let (mut ga, mut gb) = (Vec::new(), Vec::new());
-    let (cqa, cqb) = (&mut p.cqa, &mut p.cqb);
-    pump_until(&mut p.a, &mut p.b, link, T, |a, b| {
-        ga.extend(a.poll_cq(cqa));
-        gb.extend(b.poll_cq(cqb));
-        ga.len() >= na && gb.len() >= nb
-    });
-    (ga, gb)
-}
-
-fn write(p: &Pair, wr_id: u64, rkey: u32, flags: u8) -> Wqe {
+fn write(p: &RcPair, wr_id: u64, rkey: u32, flags: u8) -> Wqe {
     Wqe {
         wr_id,
         opcode: VRDMA_WR_RDMA_WRITE,
@@ -92,33 +35,31 @@ fn write(p: &Pair, wr_id: u64, rkey: u32, flags: u8) -> Wqe {
 #[test]
 fn bad_lkey_is_loc_prot_err_and_flushes_the_rest() {
     let mut p = pair(7, 7);
-    let mut link = Link::clean();
     let mut w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
     w.sges = vec![(p.src, 100, p.ka ^ 0x100)]; // another index: no such MR
-    post(&mut p, w);
+    p.post(&w);
     let w2 = write(&p, 2, p.kb, 0);
-    post(&mut p, w2);
-    let (ca, _) = wait(&mut p, &mut link, 2, 0);
+    p.post(&w2);
+    let (ca, _) = p.wait(2, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_LOC_PROT_ERR));
     assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
     // Nothing reached the peer.
-    assert_eq!(link.frames_ab, 0);
+    assert_eq!(p.link.frames_ab, 0);
     // A WQE posted in ERROR is flushed too.
     let w3 = write(&p, 3, p.kb, VRDMA_SEND_SIGNALED);
-    post(&mut p, w3);
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    p.post(&w3);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (3, VRDMA_WC_WR_FLUSH_ERR));
 }
 
 #[test]
 fn bad_rkey_on_write_is_access_error_on_both_sides() {
     let mut p = pair(7, 7);
-    let mut link = Link::clean();
-    recv_b(&mut p, 70, 100);
+    p.recv_b(70, 0, 100);
     let w = write(&p, 1, p.kb + 1, VRDMA_SEND_SIGNALED); // wrong variant
-    post(&mut p, w);
-    let (ca, cb) = wait(&mut p, &mut link, 1, 1);
+    p.post(&w);
+    let (ca, cb) = p.wait(1, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
     // Responder (C9-222.1.1): QP to ERROR, QP_ACCESS_ERR event, posted receive flushed.
@@ -135,13 +76,12 @@ fn bad_rkey_on_write_is_access_error_on_both_sides() {
 #[test]
 fn bad_rkey_on_write_with_imm_completes_the_receive() {
     let mut p = pair(7, 7);
-    let mut link = Link::clean();
-    recv_b(&mut p, 71, 100);
+    p.recv_b(71, 0, 100);
     let mut w = write(&p, 1, 0x00ab_cd01, VRDMA_SEND_SIGNALED);
     w.opcode = VRDMA_WR_RDMA_WRITE_WITH_IMM;
     w.ex = 5;
-    post(&mut p, w);
-    let (ca, cb) = wait(&mut p, &mut link, 1, 1);
+    p.post(&w);
+    let (ca, cb) = p.wait(1, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
     assert_eq!((cb[0].wr_id, cb[0].status), (71, VRDMA_WC_LOC_ACCESS_ERR));
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
@@ -155,7 +95,6 @@ fn bad_rkey_on_write_with_imm_completes_the_receive() {
 #[test]
 fn rnr_recovers_when_a_receive_is_posted() {
     let mut p = pair(7, 3);
-    let mut link = Link::clean();
     let data = pattern(5, 300);
     p.a.write(p.src, &data);
     let w = Wqe {
@@ -165,18 +104,18 @@ fn rnr_recovers_when_a_receive_is_posted() {
         sges: vec![(p.src, 300, p.ka)],
         ..Default::default()
     };
-    post(&mut p, w);
+    p.post(&w);
     // Deliver until the first RNR NAK went back, then post the receive.
     let qpn = p.qa.qpn;
-    pump_until(&mut p.a, &mut p.b, &mut link, T, |a, _| {
+    pump_until(&mut p.a, &mut p.b, &mut p.link, T, |a, _| {
         // The requester got the RNR NAK once it is backing off.
         a.dev
             .qps
             .get(qpn)
             .is_some_and(|q| q.req.rnr_deadline.is_some())
     });
-    recv_b(&mut p, 9, 1000);
-    let (ca, cb) = wait(&mut p, &mut link, 1, 1);
+    p.recv_b(9, 0, 1000);
+    let (ca, cb) = p.wait(1, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(
         (cb[0].wr_id, cb[0].status, cb[0].byte_len),
@@ -188,10 +127,9 @@ fn rnr_recovers_when_a_receive_is_posted() {
 #[test]
 fn rnr_retry_exceeded() {
     let mut p = pair(7, 2);
-    let mut link = Link::clean();
     let sends = Arc::new(AtomicUsize::new(0));
     let s2 = sends.clone();
-    link.filter_ab = Some(Box::new(move |f| {
+    p.link.filter_ab = Some(Box::new(move |f| {
         // Untagged IPv4: the BTH opcode is at 14 + 20 + 8.
         if f.get(42) == Some(&0x04) {
             s2.fetch_add(1, Ordering::Relaxed);
@@ -205,10 +143,10 @@ fn rnr_retry_exceeded() {
         sges: vec![(p.src, 10, p.ka)],
         ..Default::default()
     };
-    post(&mut p, w);
+    p.post(&w);
     let w = write(&p, 2, p.kb, 0);
-    post(&mut p, w);
-    let (ca, _) = wait(&mut p, &mut link, 2, 0);
+    p.post(&w);
+    let (ca, _) = p.wait(2, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_RNR_RETRY_EXC_ERR));
     assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
@@ -219,13 +157,12 @@ fn rnr_retry_exceeded() {
 #[test]
 fn retry_exceeded_when_the_peer_is_gone() {
     let mut p = pair(3, 7);
-    let mut link = Link::clean();
-    link.filter_ab = Some(Box::new(|_| false));
+    p.link.filter_ab = Some(Box::new(|_| false));
     let w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
-    post(&mut p, w);
+    p.post(&w);
     let w = write(&p, 2, p.kb, VRDMA_SEND_SIGNALED);
-    post(&mut p, w);
-    let (ca, _) = wait(&mut p, &mut link, 2, 0);
+    p.post(&w);
+    let (ca, _) = p.wait(2, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_RETRY_EXC_ERR));
     assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
@@ -234,12 +171,11 @@ fn retry_exceeded_when_the_peer_is_gone() {
 #[test]
 fn modify_to_error_flushes_both_queues() {
     let mut p = pair(7, 7);
-    let mut link = Link::clean();
-    recv_b(&mut p, 80, 10);
-    recv_b(&mut p, 81, 10);
+    p.recv_b(80, 0, 10);
+    p.recv_b(81, 0, 10);
     let qb = p.qb.qpn;
     p.b.qp_to_err(qb);
-    let (_, cb) = wait(&mut p, &mut link, 0, 2);
+    let (_, cb) = p.wait(0, 2);
     assert_eq!(
         cb.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         vec![(80, VRDMA_WC_WR_FLUSH_ERR), (81, VRDMA_WC_WR_FLUSH_ERR)]
@@ -249,12 +185,11 @@ fn modify_to_error_flushes_both_queues() {
 #[test]
 fn hostile_frames_do_not_disturb_other_qps() {
     let mut p = pair(7, 7);
-    let mut link = Link::clean();
     // Capture one good frame to mutate.
     let w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
-    post(&mut p, w);
+    p.post(&w);
     let good = p.a.dev.outbox[0].clone();
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!(ca[0].status, VRDMA_WC_SUCCESS);
     let mut hostile: Vec<Vec<u8>> = vec![
         vec![],
@@ -329,8 +264,8 @@ fn hostile_frames_do_not_disturb_other_qps() {
     let data = pattern(77, 100);
     p.a.write(p.src, &data);
     let w = write(&p, 2, p.kb, VRDMA_SEND_SIGNALED);
-    post(&mut p, w);
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    p.post(&w);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(p.dst, 100), data);
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
@@ -339,9 +274,8 @@ fn hostile_frames_do_not_disturb_other_qps() {
 #[test]
 fn sqd_drains_and_reports_then_resumes_in_rts() {
     let mut p = pair(7, 7);
-    let mut link = Link::clean();
     let w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
-    post(&mut p, w);
+    p.post(&w);
     // RTS → SQD with the drain notification while WRITE 1 is in flight.
     let attr = VrdmaQpAttr {
         qp_state: VRDMA_QPS_SQD,
@@ -352,13 +286,11 @@ fn sqd_drains_and_reports_then_resumes_in_rts() {
     p.a.modify_qp(qa, VRDMA_QP_STATE | VRDMA_QP_EN_SQD_ASYNC_NOTIFY, attr)
         .expect("SQD");
     // Posted in SQD: not started until the QP is back in RTS.
-    let mut q = p.qa.clone();
     let w2 = write(&p, 2, p.kb, VRDMA_SEND_SIGNALED);
-    p.a.post_send(&mut q, &w2);
-    p.qa = q;
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    p.post(&w2);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
-    pump_idle(&mut p.a, &mut p.b, &mut link);
+    pump_idle(&mut p.a, &mut p.b, &mut p.link);
     assert!(p.a.poll_cq(&mut p.cqa).is_empty(), "WQE 2 must wait in SQD");
     let ev = p.a.events();
     assert_eq!(
@@ -375,6 +307,6 @@ fn sqd_drains_and_reports_then_resumes_in_rts() {
     p.a.modify_qp(qa, VRDMA_QP_STATE, attr)
         .expect("back to RTS");
     // No new doorbell: the engine tick picks up the fetched WQE.
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
 }

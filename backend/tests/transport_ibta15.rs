@@ -7,82 +7,23 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::odp::{reg_odp, Map, Pair as OdpPair};
+use common::odp::Pair as OdpPair;
 use common::*;
-use vrdma_backend::memory::odp::OdpConfig;
 use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::wire::RocePacket;
 use vrdma_spec::*;
 
 const T: Duration = Duration::from_secs(30);
+
+/// A connected RC pair (4 ms ACK timeout); B's 64 KiB target MR is registered with `b_access`.
+fn pair(b_access: u32) -> RcPair {
+    RcPair::new().timeout(10).b_access(b_access).build()
+}
 /// Untagged IPv4 frames: the BTH opcode byte.
 const BTH_OPCODE_AT: usize = 14 + 20 + 8;
 const OP_FLUSH: u8 = 0x1c;
 const OP_ATOMIC_WRITE: u8 = 0x1d;
 const OP_READ_RESPONSE_ONLY: u8 = 0x10;
-
-struct Pair {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
-    pda: u32,
-    pdb: u32,
-}
-
-/// A connected RC pair; B's 64 KiB target MR is registered with `b_access`.
-fn pair(b_access: u32) -> Pair {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 10, 7, 7);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, b_access);
-    Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        src,
-        dst,
-        ka,
-        kb,
-        pda,
-        pdb,
-    }
-}
-
-impl Pair {
-    fn post(&mut self, w: &Wqe) {
-        self.a.post_send(&mut self.qa, w);
-    }
-}
-
-fn wait(p: &mut Pair, link: &mut Link, na: usize, nb: usize) -> (Vec<Cqe>, Vec<Cqe>) {
-    let (mut ga, mut gb) = (Vec::new(), Vec::new());
-    let (cqa, cqb) = (&mut p.cqa, &mut p.cqb);
-    pump_until(&mut p.a, &mut p.b, link, T, |a, b| {
-        ga.extend(a.poll_cq(cqa));
-        gb.extend(b.poll_cq(cqb));
-        ga.len() >= na && gb.len() >= nb
-    });
-    (ga, gb)
-}
 
 fn atomic_write(wr_id: u64, raddr: u64, rkey: u32, value: u64) -> Wqe {
     Wqe {
@@ -109,16 +50,22 @@ fn flush(wr_id: u64, raddr: u64, rkey: u32, len: u64, placement: u8, level: u8) 
     }
 }
 
-fn write(p: &Pair, wr_id: u64, off: u64, len: u32) -> Wqe {
-    Wqe {
+fn write(p: &RcPair, wr_id: u64, off: u64, len: u32) -> Wqe {
+    rdma(
         wr_id,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src + off, len, p.ka)],
-        remote_addr: p.dst + off,
-        rkey: p.kb,
-        ..Default::default()
-    }
+        VRDMA_WR_RDMA_WRITE,
+        (p.src + off, len, p.ka),
+        p.dst + off,
+        p.kb,
+    )
+}
+
+/// Post `w` (WR 1): it completes with `status` at A and takes B's QP to ERROR.
+fn fails_at_b(p: &mut RcPair, w: &Wqe, status: u8) {
+    p.post(w);
+    let (ca, _) = p.wait(1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, status));
+    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
 }
 
 fn has_event(n: &Node, ty: u32, qpn: u32) -> bool {
@@ -142,11 +89,12 @@ fn recording_link() -> (Link, Arc<Mutex<Vec<u8>>>) {
 #[test]
 fn atomic_write_stores_the_8_bytes_and_completes_like_a_read() {
     let mut p = pair(ACC_ALL);
-    let (mut link, seen) = recording_link();
+    let (link, seen) = recording_link();
+    p.link = link;
     p.b.write(p.dst + 56, &[0xaa; 24]);
     let v = 0x1122_3344_5566_7788u64;
     p.post(&atomic_write(1, p.dst + 64, p.kb, v));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!(
         (ca[0].wr_id, ca[0].status, ca[0].opcode, ca[0].byte_len),
         (1, VRDMA_WC_SUCCESS, VRDMA_WC_ATOMIC_WRITE, 8)
@@ -162,14 +110,11 @@ fn atomic_write_stores_the_8_bytes_and_completes_like_a_read() {
 #[test]
 fn misaligned_atomic_write_is_invalid_request_on_both_sides() {
     let mut p = pair(ACC_ALL);
-    let mut link = Link::clean();
     p.b.write(p.dst, &[0x55; 16]);
     // The requester does not check the alignment: the responder does (spec §14.6).
-    p.post(&atomic_write(1, p.dst + 4, p.kb, u64::MAX));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_INV_REQ_ERR));
+    let w = atomic_write(1, p.dst + 4, p.kb, u64::MAX);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_INV_REQ_ERR);
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_REQ_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst, 16), [0x55; 16]);
 }
@@ -177,14 +122,11 @@ fn misaligned_atomic_write_is_invalid_request_on_both_sides() {
 #[test]
 fn atomic_write_without_remote_write_is_access_error_c9_222_1_1() {
     let mut p = pair(VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ);
-    let mut link = Link::clean();
     p.b.write(p.dst + 8, &[0x77; 8]);
-    p.post(&atomic_write(1, p.dst + 8, p.kb, 1));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
+    let w = atomic_write(1, p.dst + 8, p.kb, 1);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
     // Responder: not tied to a receive WQE → QP to ERROR and QP_ACCESS_ERR.
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst + 8, 8), [0x77; 8]);
 }
@@ -192,7 +134,8 @@ fn atomic_write_without_remote_write_is_access_error_c9_222_1_1() {
 #[test]
 fn flush_range_and_whole_mr_succeed_after_the_writes_before_them() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    let (mut link, seen) = recording_link();
+    let (link, seen) = recording_link();
+    p.link = link;
     let d1 = pattern(1, 3000);
     let d2 = pattern(2, 100);
     p.a.write(p.src, &d1);
@@ -219,7 +162,7 @@ fn flush_range_and_whole_mr_succeed_after_the_writes_before_them() {
     let mut done: Vec<Cqe> = Vec::new();
     let (cqa, dst) = (&mut p.cqa, p.dst);
     let (mut flush_saw, mut flush_mr_saw) = (Vec::new(), Vec::new());
-    pump_until(&mut p.a, &mut p.b, &mut link, T, |a, b| {
+    pump_until(&mut p.a, &mut p.b, &mut p.link, T, |a, b| {
         for c in a.poll_cq(cqa) {
             // When a FLUSH completes, the WRITEs before it are in B's memory.
             if c.wr_id == 2 {
@@ -290,36 +233,23 @@ fn a_fenced_wqe_waits_for_an_outstanding_flush() {
 #[test]
 fn flush_without_flush_global_on_the_mr_is_access_error() {
     let mut p = pair(ACC_ALL);
-    let mut link = Link::clean();
-    p.post(&flush(
-        1,
-        p.dst,
-        p.kb,
-        64,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    ));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    let w = flush(1, p.dst, p.kb, 64, VRDMA_FLUSH_GLOBAL, VRDMA_FLUSH_RANGE);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
 }
 
 #[test]
 fn flush_out_of_the_mr_range_is_access_error() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    let mut link = Link::clean();
-    p.post(&flush(
+    let w = flush(
         1,
         p.dst + 65000,
         p.kb,
         4096,
         VRDMA_FLUSH_GLOBAL,
         VRDMA_FLUSH_RANGE,
-    ));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    );
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
 }
 
 #[test]
@@ -342,18 +272,15 @@ fn persistent_flush_is_not_offered() {
     );
     // ...so a persistent FLUSH fails the R_Key check (the QP allows it): REM_ACCESS_ERR, as rxe
     // answers on memory that is not persistent.
-    let mut link = Link::clean();
-    p.post(&flush(
+    let w = flush(
         1,
         p.dst,
         p.kb,
         64,
         VRDMA_FLUSH_PERSISTENT,
         VRDMA_FLUSH_RANGE,
-    ));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_ACCESS_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    );
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
 }
 
@@ -385,12 +312,11 @@ fn malformed_flush_and_atomic_write_wqes_are_local_errors() {
         ),
     ] {
         let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-        let mut link = Link::clean();
         p.post(&w);
-        let (ca, _) = wait(&mut p, &mut link, 1, 0);
+        let (ca, _) = p.wait(1, 0);
         assert_eq!((ca[0].wr_id, ca[0].status), (1, status), "{w:?}");
         assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
-        assert_eq!(link.frames_ab, 0, "nothing is sent for {w:?}");
+        assert_eq!(p.link.frames_ab, 0, "nothing is sent for {w:?}");
     }
 }
 
@@ -412,8 +338,7 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
     let mut w = write(&p, 2, 0, 8);
     w.remote_addr = target;
     p.post(&w);
-    let mut link = Link::clean();
-    let (ca, _) = wait(&mut p, &mut link, 2, 0);
+    let (ca, _) = p.wait(2, 0);
     assert_eq!(
         ca.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         vec![(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_SUCCESS)]
@@ -435,7 +360,7 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
 
 #[test]
 fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
-    let mut p = OdpPair::new(32, OdpConfig::default(), OdpConfig::default(), 1);
+    let mut p = OdpPair::with(32).build();
     // B's implicit MR with FLUSH_GLOBAL too.
     let c = VrdmaCmdRegMr {
         pdn: p.pdb,
@@ -447,16 +372,10 @@ fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
     };
     let r = p.b.cmd(VRDMA_CMD_REG_IMPLICIT_MR, c.as_bytes()).unwrap();
     let kb = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
-    let _ka = reg_odp(&mut p.a, p.pda, 0, 0, true);
+    let _ka = p.implicit_mr(Side::A);
     let ch = 2u64 << 20;
     let va_b = 0x7b00_0000_0000u64;
-    let back_b = p.b.alloc(2 * ch);
-    p.pb.maps.push(Map {
-        key: kb,
-        va: va_b,
-        gpa: back_b,
-        len: 2 * ch,
-    });
+    let back_b = p.back(Side::B, kb, va_b, 2 * ch);
     // ATOMIC WRITE into chunk 0 (not resident): a write fault, then the store.
     p.post(0, &atomic_write(1, va_b + 0x100, kb, 0xfeed_f00d));
     let c = p.run_until(0, 1);
@@ -498,9 +417,8 @@ fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
 #[test]
 fn flush_right_after_an_atomic_write() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    let mut link = Link::clean();
     p.post(&atomic_write(1, p.dst + 64, p.kb, 5));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
     p.post(&flush(
         2,
@@ -510,7 +428,7 @@ fn flush_right_after_an_atomic_write() {
         VRDMA_FLUSH_GLOBAL,
         VRDMA_FLUSH_RANGE,
     ));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
     p.post(&flush(
         3,
@@ -520,7 +438,7 @@ fn flush_right_after_an_atomic_write() {
         VRDMA_FLUSH_GLOBAL,
         VRDMA_FLUSH_MR,
     ));
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (3, VRDMA_WC_SUCCESS));
 }
 
@@ -529,7 +447,6 @@ fn flush_right_after_an_atomic_write() {
 #[test]
 fn rdma_write_to_a_qp_without_remote_write_is_invalid_request() {
     let mut p = pair(ACC_ALL);
-    let mut link = Link::clean();
     let only_read = VrdmaQpAttr {
         qp_access_flags: VRDMA_ACCESS_REMOTE_READ,
         ..Default::default()
@@ -538,10 +455,7 @@ fn rdma_write_to_a_qp_without_remote_write_is_invalid_request() {
         .expect("RTS -> RTS with new access flags");
     p.b.write(p.dst, &[0x33; 64]);
     let w = write(&p, 1, 0, 64);
-    p.post(&w);
-    let (ca, _) = wait(&mut p, &mut link, 1, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_REM_INV_REQ_ERR));
-    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
+    fails_at_b(&mut p, &w, VRDMA_WC_REM_INV_REQ_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_REQ_ERR, p.qb.qpn));
     assert_eq!(p.b.read(p.dst, 64), [0x33; 64], "nothing written");
 }
@@ -551,9 +465,8 @@ fn rdma_write_to_a_qp_without_remote_write_is_invalid_request() {
 #[test]
 fn lost_flush_response_before_a_long_read_is_replayed() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    let mut link = Link::clean();
     let mut dropped = false;
-    link.filter_ba = Some(Box::new(move |f| {
+    p.link.filter_ba = Some(Box::new(move |f| {
         // The first response B sends is the FLUSH's (READ RESPONSE ONLY): lose it.
         if !dropped && f.get(BTH_OPCODE_AT) == Some(&OP_READ_RESPONSE_ONLY) {
             dropped = true;
@@ -576,16 +489,14 @@ fn lost_flush_response_before_a_long_read_is_replayed() {
         VRDMA_FLUSH_GLOBAL,
         VRDMA_FLUSH_RANGE,
     ));
-    p.post(&Wqe {
-        wr_id: 2,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(local, len as u32, lk)],
-        remote_addr: remote,
-        rkey: rk,
-        ..Default::default()
-    });
-    let (ca, _) = wait(&mut p, &mut link, 2, 0);
+    p.post(&rdma(
+        2,
+        VRDMA_WR_RDMA_READ,
+        (local, len as u32, lk),
+        remote,
+        rk,
+    ));
+    let (ca, _) = p.wait(2, 0);
     let got: Vec<_> = ca.iter().map(|c| (c.wr_id, c.status)).collect();
     assert_eq!(got, [(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_SUCCESS)]);
     assert!(p.a.read(local, len as usize) == data, "the READ data");

@@ -12,17 +12,22 @@ use common::*;
 use vrdma_backend::uplink::ImpairConfig;
 use vrdma_spec::*;
 
+/// An RC pair over 9000-byte Ethernet at path MTU 4096 with a 1 ms ACK timeout (8), 1024-deep
+/// CQs and `mem_mib` MiB of guest memory per node; no MRs.
+fn pair(mem_mib: u64) -> RcPair {
+    RcPair::new()
+        .mem_mib(mem_mib)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(5)
+        .timeout(8)
+        .no_mrs()
+        .build()
+}
+
 #[test]
 fn sixty_four_mib_through_loss_dup_reorder() {
-    let mut a = Node::new(1, 160, 9000);
-    let mut b = Node::new(2, 160, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, mut cqb) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 8, 7, 7);
+    let mut p = pair(160);
     let cfg = match std::env::var("VRDMA_TEST_IMPAIR") {
         Ok(s) => s.parse().expect("VRDMA_TEST_IMPAIR"),
         Err(_) => ImpairConfig {
@@ -34,22 +39,22 @@ fn sixty_four_mib_through_loss_dup_reorder() {
     };
     let mut link = Link::impaired(cfg);
     let chunk: u64 = 16 << 20;
-    let src = a.alloc(chunk);
-    let back = a.alloc(chunk);
-    let dst = b.alloc(chunk);
-    let ka = a.reg_mr(pda, src, chunk, ACC_ALL);
-    let kback = a.reg_mr(pda, back, chunk, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, chunk, ACC_ALL);
-    let mut rq = qb.rq.clone().unwrap();
+    let src = p.a.alloc(chunk);
+    let back = p.a.alloc(chunk);
+    let dst = p.b.alloc(chunk);
+    let ka = p.a.reg_mr(p.pda, src, chunk, ACC_ALL);
+    let kback = p.a.reg_mr(p.pda, back, chunk, ACC_ALL);
+    let kb = p.b.reg_mr(p.pdb, dst, chunk, ACC_ALL);
+    let mut rq = p.qb.rq.clone().unwrap();
     let start = Instant::now();
     let mut total = 0u64;
     // Round 1, 2: WRITE 16 MiB as 4 × 4 MiB; round 3: SEND 16 MiB as 16 × 1 MiB; round 4: READ.
     for round in 0..4u64 {
         let data = pattern(round + 1, chunk as usize);
         if round < 3 {
-            a.write(src, &data);
+            p.a.write(src, &data);
         } else {
-            b.write(dst, &data);
+            p.b.write(dst, &data);
         }
         let (n, piece) = if round == 2 {
             (16u64, 1u64 << 20)
@@ -68,7 +73,7 @@ fn sixty_four_mib_through_loss_dup_reorder() {
             };
             w.opcode = match round {
                 2 => {
-                    b.post_recv(&mut rq, 1000 + i, &[(dst + off, piece as u32, kb)]);
+                    p.b.post_recv(&mut rq, 1000 + i, &[(dst + off, piece as u32, kb)]);
                     VRDMA_WR_SEND
                 }
                 3 => {
@@ -77,19 +82,19 @@ fn sixty_four_mib_through_loss_dup_reorder() {
                 }
                 _ => VRDMA_WR_RDMA_WRITE,
             };
-            a.post_send(&mut qa, &w);
+            p.a.post_send(&mut p.qa, &w);
         }
         let mut got = Vec::new();
         let mut gotb = Vec::new();
         let need_b = if round == 2 { n as usize } else { 0 };
         pump_until(
-            &mut a,
-            &mut b,
+            &mut p.a,
+            &mut p.b,
             &mut link,
             Duration::from_secs(120),
             |a, b| {
-                got.extend(a.poll_cq(&mut cqa));
-                gotb.extend(b.poll_cq(&mut cqb));
+                got.extend(a.poll_cq(&mut p.cqa));
+                gotb.extend(b.poll_cq(&mut p.cqb));
                 got.len() >= n as usize && gotb.len() >= need_b
             },
         );
@@ -103,16 +108,16 @@ fn sixty_four_mib_through_loss_dup_reorder() {
             assert_eq!((c.wr_id, c.status), (1000 + i as u64, VRDMA_WC_SUCCESS));
         }
         let landed = if round < 3 {
-            b.read(dst, chunk as usize)
+            p.b.read(dst, chunk as usize)
         } else {
-            a.read(back, chunk as usize)
+            p.a.read(back, chunk as usize)
         };
         assert!(landed == data, "round {round}: data differs");
         total += chunk;
     }
     assert_eq!(total, 64 << 20);
-    assert_eq!(a.qp_state(qa.qpn), VRDMA_QPS_RTS);
-    assert_eq!(b.qp_state(qb.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
     eprintln!(
         "64 MiB through 5% drop / 1% dup / reorder in {:?} ({} frames a->b, {} b->a)",
         start.elapsed(),
@@ -123,15 +128,7 @@ fn sixty_four_mib_through_loss_dup_reorder() {
 
 /// One 1 MiB WRITE or READ with the listed frames (by index per direction) dropped.
 fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(1024);
-    let (cb, _cqb) = b.create_cq(1024);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 8, 7, 7);
+    let mut p = pair(64);
     let mut link = Link::clean();
     let n1 = Arc::new(AtomicUsize::new(0));
     let n2 = Arc::new(AtomicUsize::new(0));
@@ -145,15 +142,15 @@ fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
         !drop_ba.contains(&i)
     }));
     let len = 1u64 << 20;
-    let src = a.alloc(len);
-    let dst = b.alloc(len);
-    let ka = a.reg_mr(pda, src, len, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+    let src = p.a.alloc(len);
+    let dst = p.b.alloc(len);
+    let ka = p.a.reg_mr(p.pda, src, len, ACC_ALL);
+    let kb = p.b.reg_mr(p.pdb, dst, len, ACC_ALL);
     let data = pattern(1, len as usize);
     if op == VRDMA_WR_RDMA_READ {
-        b.write(dst, &data)
+        p.b.write(dst, &data)
     } else {
-        a.write(src, &data)
+        p.a.write(src, &data)
     };
     let w = Wqe {
         wr_id: 1,
@@ -164,23 +161,20 @@ fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
         rkey: kb,
         ..Default::default()
     };
-    a.post_send(&mut qa, &w);
-    let mut got = Vec::new();
-    pump_until(
-        &mut a,
-        &mut b,
+    p.a.post_send(&mut p.qa, &w);
+    let got = pump_cqes(
+        &mut p.a,
+        &mut p.b,
         &mut link,
+        &mut p.cqa,
+        1,
         Duration::from_secs(10),
-        |a, _| {
-            got.extend(a.poll_cq(&mut cqa));
-            !got.is_empty()
-        },
     );
     assert_eq!((got[0].wr_id, got[0].status), (1, VRDMA_WC_SUCCESS));
     let landed = if op == VRDMA_WR_RDMA_READ {
-        a.read(src, len as usize)
+        p.a.read(src, len as usize)
     } else {
-        b.read(dst, len as usize)
+        p.b.read(dst, len as usize)
     };
     assert!(landed == data, "data differs");
 }

@@ -3,74 +3,34 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use vrdma_backend::transport::ctx::Cqe;
 use vrdma_spec::*;
 
-const T: Duration = Duration::from_secs(30);
-
-struct Pair {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    pda: u32,
-    pdb: u32,
+/// An RC pair without MRs (16 ms ACK timeout) whose `wait` answers ODP page requests.
+fn pair() -> RcPair {
+    RcPair::new().timeout(12).no_mrs().serve_odp().build()
 }
 
-fn pair(a: Node, b: Node) -> Pair {
-    let (mut a, mut b) = (a, b);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 12, 7, 7);
-    Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        pda,
-        pdb,
-    }
-}
-
-fn wait(p: &mut Pair, link: &mut Link, na: usize, nb: usize) -> (Vec<Cqe>, Vec<Cqe>) {
-    let (mut ga, mut gb) = (Vec::new(), Vec::new());
-    let (cqa, cqb) = (&mut p.cqa, &mut p.cqb);
-    pump_until(&mut p.a, &mut p.b, link, T, |a, b| {
-        a.answer_page_requests();
-        b.answer_page_requests();
-        ga.extend(a.poll_cq(cqa));
-        gb.extend(b.poll_cq(cqb));
-        ga.len() >= na && gb.len() >= nb
-    });
-    (ga, gb)
-}
-
-/// Allocate a fast-reg MR on B and register `[gpa, gpa+len)` into it with a REG_MR WQE posted on
-/// B's own send queue. Returns the new key.
-fn fast_reg(p: &mut Pair, link: &mut Link, gpa: u64, len: u64, variant: u8) -> u32 {
+/// ALLOC_FAST_REG_MR of 16 pages in `pd` on `n`; returns its key.
+fn alloc_frmr(n: &mut Node, pd: u32) -> u32 {
     let c = VrdmaCmdRegMr {
-        pdn: p.pdb,
+        pdn: pd,
         access: 0,
         iova: 0,
         length: 0,
         page_shift: 12,
         npages: 16,
     };
-    let r =
-        p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
-            .expect("alloc fast reg");
-    let k0 = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
+    let r = n
+        .cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
+        .expect("alloc fast reg");
+    VrdmaRespRegMr::read_from(&r).unwrap().lkey
+}
+
+/// Allocate a fast-reg MR on B and register `[gpa, gpa+len)` into it with a REG_MR WQE posted on
+/// B's own send queue. Returns the new key.
+fn fast_reg(p: &mut RcPair, gpa: u64, len: u64, variant: u8) -> u32 {
+    let k0 = alloc_frmr(&mut p.b, p.pdb);
     let key = (k0 & !0xff) | variant as u32;
     let np = len.div_ceil(4096);
     let list = p.b.alloc(np * 8);
@@ -78,27 +38,22 @@ fn fast_reg(p: &mut Pair, link: &mut Link, gpa: u64, len: u64, variant: u8) -> u
         .flat_map(|i| (gpa + i * 4096).to_le_bytes())
         .collect();
     p.b.write(list, &bytes);
-    let mut qb = p.qb.clone();
-    p.b.post_send(
-        &mut qb,
-        &Wqe {
-            wr_id: 900,
-            opcode: VRDMA_WR_REG_MR,
-            flags: VRDMA_SEND_SIGNALED,
-            reg: Some((
-                gpa,
-                len,
-                key,
-                VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE,
-                np as u32,
-                12,
-                list,
-            )),
-            ..Default::default()
-        },
-    );
-    p.qb = qb;
-    let (_, gb) = wait(p, link, 0, 1);
+    p.post_b(&Wqe {
+        wr_id: 900,
+        opcode: VRDMA_WR_REG_MR,
+        flags: VRDMA_SEND_SIGNALED,
+        reg: Some((
+            gpa,
+            len,
+            key,
+            VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE,
+            np as u32,
+            12,
+            list,
+        )),
+        ..Default::default()
+    });
+    let (_, gb) = p.wait(0, 1);
     assert_eq!(
         (gb[0].wr_id, gb[0].status, gb[0].opcode),
         (900, VRDMA_WC_SUCCESS, VRDMA_WC_REG_MR)
@@ -106,100 +61,79 @@ fn fast_reg(p: &mut Pair, link: &mut Link, gpa: u64, len: u64, variant: u8) -> u
     key
 }
 
-fn write_to(p: &mut Pair, src: u64, ka: u32, dst: u64, rkey: u32, wr_id: u64) {
-    let mut qa = p.qa.clone();
-    p.a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 64, ka)],
-            remote_addr: dst,
-            rkey,
-            ..Default::default()
-        },
-    );
-    p.qa = qa;
+/// A signaled SEND_WITH_INV of one SGE that asks the responder to invalidate `key`.
+fn send_with_inv(wr_id: u64, key: u32, sge: (u64, u32, u32)) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode: VRDMA_WR_SEND_WITH_INV,
+        flags: VRDMA_SEND_SIGNALED,
+        ex: key,
+        sges: vec![sge],
+        ..Default::default()
+    }
+}
+
+fn write_to(p: &mut RcPair, src: u64, ka: u32, dst: u64, rkey: u32, wr_id: u64) {
+    p.post(&rdma(wr_id, VRDMA_WR_RDMA_WRITE, (src, 64, ka), dst, rkey));
 }
 
 #[test]
 fn fast_reg_then_local_inv() {
-    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
-    let mut link = Link::clean();
-    let src = p.a.alloc(4096);
-    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+    let mut p = pair();
+    let (src, ka) = p.mr(Side::A, 4096);
     p.a.write(src, &pattern(4, 64));
     let dst = p.b.alloc(8192);
-    let key = fast_reg(&mut p, &mut link, dst, 8192, 0x42);
+    let key = fast_reg(&mut p, dst, 8192, 0x42);
     write_to(&mut p, src, ka, dst + 4096, key, 1);
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(dst + 4096, 64), pattern(4, 64));
     // LOCAL_INV on B's SQ, then the rkey is dead.
-    let mut qb = p.qb.clone();
-    p.b.post_send(
-        &mut qb,
-        &Wqe {
-            wr_id: 901,
-            opcode: VRDMA_WR_LOCAL_INV,
-            flags: VRDMA_SEND_SIGNALED,
-            ex: key,
-            ..Default::default()
-        },
-    );
-    p.qb = qb;
-    let (_, gb) = wait(&mut p, &mut link, 0, 1);
+    p.post_b(&Wqe {
+        wr_id: 901,
+        opcode: VRDMA_WR_LOCAL_INV,
+        flags: VRDMA_SEND_SIGNALED,
+        ex: key,
+        ..Default::default()
+    });
+    let (_, gb) = p.wait(0, 1);
     assert_eq!(
         (gb[0].wr_id, gb[0].status, gb[0].opcode),
         (901, VRDMA_WC_SUCCESS, VRDMA_WC_LOCAL_INV)
     );
     write_to(&mut p, src, ka, dst, key, 2);
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (2, VRDMA_WC_REM_ACCESS_ERR));
 }
 
 #[test]
 fn send_with_invalidate() {
-    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
-    let mut link = Link::clean();
-    let src = p.a.alloc(4096);
-    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
+    let mut p = pair();
+    let (src, ka) = p.mr(Side::A, 4096);
     let dst = p.b.alloc(8192);
-    let key = fast_reg(&mut p, &mut link, dst, 8192, 0x07);
-    let rbuf = p.b.alloc(4096);
-    let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
-    let mut rq = p.qb.rq.clone().unwrap();
-    p.b.post_recv(&mut rq, 60, &[(rbuf, 4096, kr)]);
-    p.qb.rq = Some(rq);
-    let mut qa = p.qa.clone();
-    p.a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 3,
-            opcode: VRDMA_WR_SEND_WITH_INV,
-            flags: VRDMA_SEND_SIGNALED,
-            ex: key,
-            sges: vec![(src, 32, ka)],
-            ..Default::default()
-        },
-    );
-    p.qa = qa;
-    let (ga, gb) = wait(&mut p, &mut link, 1, 1);
+    let key = fast_reg(&mut p, dst, 8192, 0x07);
+    let (rbuf, kr) = p.mr(Side::B, 4096);
+    p.post_recv_b(60, &[(rbuf, 4096, kr)]);
+    p.post(&send_with_inv(3, key, (src, 32, ka)));
+    let (ga, gb) = p.wait(1, 1);
     assert_eq!((ga[0].wr_id, ga[0].status), (3, VRDMA_WC_SUCCESS));
     let c = &gb[0];
     assert_eq!((c.wr_id, c.status, c.byte_len), (60, VRDMA_WC_SUCCESS, 32));
     assert_eq!(c.flags & VRDMA_WC_F_INV, VRDMA_WC_F_INV);
     assert_eq!(c.ex, key);
     write_to(&mut p, src, ka, dst, key, 4);
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (4, VRDMA_WC_REM_ACCESS_ERR));
 }
 
 #[test]
 fn odp_at_requester_and_responder() {
-    let mut p = pair(Node::new_odp(1, 16), Node::new_odp(2, 16));
-    let mut link = Link::clean();
+    let mut p = RcPair::new()
+        .nodes(Node::new_odp(1, 16), Node::new_odp(2, 16))
+        .timeout(12)
+        .no_mrs()
+        .serve_odp()
+        .build();
     let len = 3 << 20; // spans two 2 MiB chunks
     let src = p.a.alloc(len);
     let dst = p.b.alloc(len);
@@ -207,22 +141,10 @@ fn odp_at_requester_and_responder() {
     let kb = p.b.reg_odp_mr(p.pdb, dst, len, ACC_ALL);
     let data = pattern(8, len as usize);
     p.a.write(src, &data);
-    let mut qa = p.qa.clone();
-    p.a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, len as u32, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
-    );
-    p.qa = qa;
+    let w = rdma(5, VRDMA_WR_RDMA_WRITE, (src, len as u32, ka), dst, kb);
+    p.post(&w);
     // The requester faults first (its QP waits), the responder RNR-NAKs and faults too.
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (5, VRDMA_WC_SUCCESS));
     assert!(p.b.read(dst, len as usize) == data, "ODP WRITE data");
     // Two chunks faulted on each side (spec §10), each answered once.
@@ -234,30 +156,13 @@ fn odp_at_requester_and_responder() {
 
 #[test]
 fn send_with_invalidate_of_a_bad_rkey_is_an_invalid_request() {
-    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
-    let mut link = Link::clean();
-    let src = p.a.alloc(4096);
-    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
-    let rbuf = p.b.alloc(4096);
-    let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
-    let mut rq = p.qb.rq.clone().unwrap();
-    p.b.post_recv(&mut rq, 61, &[(rbuf, 4096, kr)]);
-    p.qb.rq = Some(rq);
-    let mut qa = p.qa.clone();
+    let mut p = pair();
+    let (src, ka) = p.mr(Side::A, 4096);
+    let (rbuf, kr) = p.mr(Side::B, 4096);
+    p.post_recv_b(61, &[(rbuf, 4096, kr)]);
     // A page-list MR's key cannot be remotely invalidated (spec §14.6).
-    p.a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 7,
-            opcode: VRDMA_WR_SEND_WITH_INV,
-            flags: VRDMA_SEND_SIGNALED,
-            ex: kr,
-            sges: vec![(src, 16, ka)],
-            ..Default::default()
-        },
-    );
-    p.qa = qa;
-    let (ga, gb) = wait(&mut p, &mut link, 1, 1);
+    p.post(&send_with_inv(7, kr, (src, 16, ka)));
+    let (ga, gb) = p.wait(1, 1);
     assert_eq!((ga[0].wr_id, ga[0].status), (7, VRDMA_WC_REM_INV_REQ_ERR));
     assert_eq!((gb[0].wr_id, gb[0].status), (61, VRDMA_WC_REM_INV_REQ_ERR));
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_ERR);
@@ -267,15 +172,12 @@ fn send_with_invalidate_of_a_bad_rkey_is_an_invalid_request() {
 /// in the new pages; a re-registration without remote write then refuses the next WRITE.
 #[test]
 fn rereg_mr_moves_the_target_and_keeps_the_rkey() {
-    let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
-    let mut link = Link::clean();
-    let src = p.a.alloc(4096);
-    let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
-    let old = p.b.alloc(4096);
-    let key = p.b.reg_mr(p.pdb, old, 4096, ACC_ALL);
+    let mut p = pair();
+    let (src, ka) = p.mr(Side::A, 4096);
+    let (old, key) = p.mr(Side::B, 4096);
     p.a.write(src, &pattern(1, 64));
     write_to(&mut p, src, ka, old, key, 1);
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (1, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(old, 64), pattern(1, 64));
 
@@ -301,7 +203,7 @@ fn rereg_mr_moves_the_target_and_keeps_the_rkey() {
     assert_eq!(VrdmaRespRegMr::read_from(&r).unwrap().rkey, key);
     p.a.write(src, &pattern(2, 64));
     write_to(&mut p, src, ka, old, key, 2);
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (2, VRDMA_WC_SUCCESS));
     assert_eq!(p.b.read(new, 64), pattern(2, 64), "lands in the new page");
     assert_eq!(
@@ -314,7 +216,7 @@ fn rereg_mr_moves_the_target_and_keeps_the_rkey() {
         .expect("rereg without remote access");
     p.a.write(src, &pattern(3, 64));
     write_to(&mut p, src, ka, old, key, 3);
-    let (ga, _) = wait(&mut p, &mut link, 1, 0);
+    let (ga, _) = p.wait(1, 0);
     assert_eq!((ga[0].wr_id, ga[0].status), (3, VRDMA_WC_REM_ACCESS_ERR));
     assert_eq!(
         p.b.read(new, 64),
@@ -329,49 +231,23 @@ fn rereg_mr_moves_the_target_and_keeps_the_rkey() {
 #[test]
 fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
     for case in 0..2 {
-        let mut p = pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500));
-        let mut link = Link::clean();
+        let mut p = pair();
         let src = p.a.alloc(4096);
         let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
         let dst = p.b.alloc(8192);
-        let key = fast_reg(&mut p, &mut link, dst, 8192, 0x21);
+        let key = fast_reg(&mut p, dst, 8192, 0x21);
         let target = if case == 0 {
             // The key the MR had before this registration's variant.
             (key & !0xff) | 0x20
         } else {
             let other_pd = p.b.create_pd();
-            let c = VrdmaCmdRegMr {
-                pdn: other_pd,
-                access: 0,
-                iova: 0,
-                length: 0,
-                page_shift: 12,
-                npages: 16,
-            };
-            let r =
-                p.b.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, c.as_bytes())
-                    .expect("alloc fast reg");
-            VrdmaRespRegMr::read_from(&r).unwrap().lkey
+            alloc_frmr(&mut p.b, other_pd)
         };
         let rbuf = p.b.alloc(4096);
         let kr = p.b.reg_mr(p.pdb, rbuf, 4096, ACC_ALL);
-        let mut rq = p.qb.rq.clone().unwrap();
-        p.b.post_recv(&mut rq, 62, &[(rbuf, 4096, kr)]);
-        p.qb.rq = Some(rq);
-        let mut qa = p.qa.clone();
-        p.a.post_send(
-            &mut qa,
-            &Wqe {
-                wr_id: 8,
-                opcode: VRDMA_WR_SEND_WITH_INV,
-                flags: VRDMA_SEND_SIGNALED,
-                ex: target,
-                sges: vec![(src, 16, ka)],
-                ..Default::default()
-            },
-        );
-        p.qa = qa;
-        let (ga, gb) = wait(&mut p, &mut link, 1, 1);
+        p.post_recv_b(62, &[(rbuf, 4096, kr)]);
+        p.post(&send_with_inv(8, target, (src, 16, ka)));
+        let (ga, gb) = p.wait(1, 1);
         assert_eq!(
             (ga[0].wr_id, ga[0].status),
             (8, VRDMA_WC_REM_INV_REQ_ERR),

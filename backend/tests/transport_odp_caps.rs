@@ -13,42 +13,17 @@ use vrdma_spec::*;
 
 const MIB: u64 = 1 << 20;
 
-struct Uc {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    pda: u32,
-    pdb: u32,
-}
-
-/// A UC connection between two ODP-capable nodes.
-fn uc() -> Uc {
-    let mut a = Node::new_odp(1, 16);
-    let mut b = Node::new_odp(2, 16);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(64);
-    let (cb, cqb) = b.create_cq(64);
-    let spec = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UC,
-        ..QpSpec::rc(pd, cq)
-    };
-    let qa = a.create_qp(spec(pda, ca));
-    let qb = b.create_qp(spec(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 0, 0, 0);
-    Uc {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        pda,
-        pdb,
-    }
+/// A UC connection between two ODP-capable nodes (64-deep CQs, no MRs).
+fn uc() -> RcPair {
+    RcPair::new()
+        .nodes(Node::new_odp(1, 16), Node::new_odp(2, 16))
+        .qp_type(VRDMA_QPT_UC)
+        .cq_depth(64)
+        .timeout(0)
+        .retry(0)
+        .rnr_retry(0)
+        .no_mrs()
+        .build()
 }
 
 /// Move frames both ways, answering page requests, until nothing moves.
@@ -116,15 +91,7 @@ fn uc_write_from_an_odp_mr_is_a_local_protection_error() {
     t.a.write(src, &data);
     t.a.post_send(
         &mut t.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 512, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, kb),
     );
     assert!(t.a.dev.outbox.is_empty(), "nothing sent");
     assert_eq!(t.a.answer_page_requests(), 0, "no page request");
@@ -171,15 +138,7 @@ fn uc_write_into_an_odp_mr_is_dropped() {
     for wr_id in [1, 2] {
         t.a.post_send(
             &mut t.qa,
-            &Wqe {
-                wr_id,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 512, ka)],
-                remote_addr: dst,
-                rkey: kb,
-                ..Default::default()
-            },
+            &rdma(wr_id, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, kb),
         );
         settle(&mut t.a, &mut t.b);
         assert_eq!(t.b.answered, 0, "WRITE {wr_id}: no page request at B");
@@ -243,15 +202,7 @@ fn uc_write_through_a_window_into_an_odp_mr_is_dropped() {
     t.a.write(src, &data);
     t.a.post_send(
         &mut t.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 512, ka)],
-            remote_addr: dst,
-            rkey,
-            ..Default::default()
-        },
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, rkey),
     );
     settle(&mut t.a, &mut t.b);
     assert_eq!(t.b.answered, 0, "no page request at B");

@@ -19,38 +19,22 @@ const T: Duration = Duration::from_secs(60);
 /// frame B sends has a PSN not below the previous one, and A never rewinds.
 #[test]
 fn acks_wait_behind_paced_read_responses() {
-    let mut a = Node::new(1, 16, 9000);
-    let mut b = Node::new(2, 16, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(256);
-    let (cb, mut cqb) = b.create_cq(256);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
     // MTU 1024: the READ is 256 response packets, four READ_BURSTs.
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let mut rc = RcPair::new().eth_mtu(9000).no_mrs().build();
     const RLEN: u64 = 256 << 10;
-    let la = a.alloc(RLEN + 4096);
-    let ka = a.reg_mr(pda, la, RLEN + 4096, ACC_ALL);
-    let lb = b.alloc(RLEN + 4096);
-    let kb = b.reg_mr(pdb, lb, RLEN + 4096, ACC_ALL);
+    let la = rc.a.alloc(RLEN + 4096);
+    let ka = rc.a.reg_mr(rc.pda, la, RLEN + 4096, ACC_ALL);
+    let lb = rc.b.alloc(RLEN + 4096);
+    let kb = rc.b.reg_mr(rc.pdb, lb, RLEN + 4096, ACC_ALL);
     let data = pattern(5, RLEN as usize);
-    b.write(lb, &data);
-    let mut rq = qb.rq.clone().expect("RQ");
+    rc.b.write(lb, &data);
+    let mut rq = rc.qb.rq.clone().expect("RQ");
     for i in 0..4u64 {
-        b.post_recv(&mut rq, 100 + i, &[(lb + RLEN, 64, kb)]);
+        rc.b.post_recv(&mut rq, 100 + i, &[(lb + RLEN, 64, kb)]);
     }
-    qb.rq = Some(rq);
-    let read = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la, RLEN as u32, ka)],
-        remote_addr: lb,
-        rkey: kb,
-        ..Default::default()
-    };
-    a.post_send_nodb(&mut qa, &read);
+    rc.qb.rq = Some(rq);
+    let read = rdma(1, VRDMA_WR_RDMA_READ, (la, RLEN as u32, ka), lb, kb);
+    rc.a.post_send_nodb(&mut rc.qa, &read);
     for i in 0..4u64 {
         let w = Wqe {
             wr_id: 10 + i,
@@ -65,19 +49,10 @@ fn acks_wait_behind_paced_read_responses() {
             rkey: kb,
             ..Default::default()
         };
-        a.post_send_nodb(&mut qa, &w);
+        rc.a.post_send_nodb(&mut rc.qa, &w);
     }
-    let fadd = Wqe {
-        wr_id: 20,
-        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la + RLEN + 2048, 8, ka)],
-        remote_addr: lb + RLEN + 2048,
-        rkey: kb,
-        compare_add: 1,
-        ..Default::default()
-    };
-    a.post_send(&mut qa, &fadd);
+    let fadd = fetch_add(20, (la + RLEN + 2048, 8, ka), lb + RLEN + 2048, kb, 1);
+    rc.a.post_send(&mut rc.qa, &fadd);
     let seen: Rc<RefCell<Vec<(u8, u32)>>> = Rc::default();
     let mut link = Link::clean();
     let s = seen.clone();
@@ -87,14 +62,14 @@ fn acks_wait_behind_paced_read_responses() {
         true
     }));
     let mut ga = Vec::new();
-    pump_until(&mut a, &mut b, &mut link, T, |a, _| {
-        ga.extend(a.poll_cq(&mut cqa));
+    pump_until(&mut rc.a, &mut rc.b, &mut link, T, |a, _| {
+        ga.extend(a.poll_cq(&mut rc.cqa));
         ga.len() >= 6
     });
     assert!(ga.iter().all(|c| c.status == VRDMA_WC_SUCCESS), "{ga:?}");
-    assert!(a.read(la, RLEN as usize) == data, "READ data");
-    assert_eq!(b.poll_cq(&mut cqb).len(), 2, "two receives");
-    let restarts = a.dev.qps.get(qa.qpn).map(|q| q.req.restarts);
+    assert!(rc.a.read(la, RLEN as usize) == data, "READ data");
+    assert_eq!(rc.b.poll_cq(&mut rc.cqb).len(), 2, "two receives");
+    let restarts = rc.a.dev.qps.get(rc.qa.qpn).map(|q| q.req.restarts);
     assert_eq!(restarts, Some(0), "the requester rewound");
     let seen = seen.borrow();
     for w in seen.windows(2) {
@@ -111,61 +86,36 @@ fn acks_wait_behind_paced_read_responses() {
 /// answer for it: the reply queue stays bounded however often the duplicate arrives (spec §16).
 #[test]
 fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
-    let mut a = Node::new(1, 16, 9000);
-    let mut b = Node::new(2, 16, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, _) = a.create_cq(256);
-    let (cb, _) = b.create_cq(256);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+    let mut p = RcPair::new().eth_mtu(9000).no_mrs().build();
     const RLEN: u64 = 256 << 10;
-    let la = a.alloc(RLEN + 4096);
-    let ka = a.reg_mr(pda, la, RLEN + 4096, ACC_ALL);
-    let lb = b.alloc(RLEN + 4096);
-    let kb = b.reg_mr(pdb, lb, RLEN + 4096, ACC_ALL);
-    let read = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la, RLEN as u32, ka)],
-        remote_addr: lb,
-        rkey: kb,
-        ..Default::default()
-    };
-    let fadd = Wqe {
-        wr_id: 2,
-        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(la + RLEN, 8, ka)],
-        remote_addr: lb + RLEN,
-        rkey: kb,
-        compare_add: 1,
-        ..Default::default()
-    };
+    let la = p.a.alloc(RLEN + 4096);
+    let ka = p.a.reg_mr(p.pda, la, RLEN + 4096, ACC_ALL);
+    let lb = p.b.alloc(RLEN + 4096);
+    let kb = p.b.reg_mr(p.pdb, lb, RLEN + 4096, ACC_ALL);
+    let read = rdma(1, VRDMA_WR_RDMA_READ, (la, RLEN as u32, ka), lb, kb);
+    let fadd = fetch_add(2, (la + RLEN, 8, ka), lb + RLEN, kb, 1);
     // The atomic first, answered at once (nothing queued yet); keep its request frame.
-    a.post_send(&mut qa, &fadd);
-    let atomic = a.dev.outbox[0].clone();
+    p.a.post_send(&mut p.qa, &fadd);
+    let atomic = p.a.dev.outbox[0].clone();
     let mut link = Link::clean();
-    pump_idle(&mut a, &mut b, &mut link);
+    pump_idle(&mut p.a, &mut p.b, &mut link);
     // Then the READ: B paces its responses and they stay queued (B's outbox is not drained).
-    a.post_send(&mut qa, &read);
-    for f in std::mem::take(&mut a.dev.outbox) {
-        vrdma_backend::transport::on_frame(&mut b.dev, &f);
+    p.a.post_send(&mut p.qa, &read);
+    for f in std::mem::take(&mut p.a.dev.outbox) {
+        vrdma_backend::transport::on_frame(&mut p.b.dev, &f);
     }
-    let queued = |b: &Node| b.dev.qps.get(qb.qpn).expect("qp").resp.replies.len();
-    let before = queued(&b);
+    let queued = |b: &Node| b.dev.qps.get(p.qb.qpn).expect("qp").resp.replies.len();
+    let before = queued(&p.b);
     assert!(before >= 1, "the READ is paced: its responses are queued");
     // The duplicate atomic, again and again, while B's responses are not drained.
     for _ in 0..10_000 {
-        vrdma_backend::transport::on_frame(&mut b.dev, &atomic);
+        vrdma_backend::transport::on_frame(&mut p.b.dev, &atomic);
     }
-    let after = queued(&b);
+    let after = queued(&p.b);
     assert!(
         after <= before + 1,
         "reply queue grew from {before} to {after} entries on duplicates"
     );
     // The atomic ran once.
-    assert_eq!(b.read(lb + RLEN, 8), 1u64.to_le_bytes());
+    assert_eq!(p.b.read(lb + RLEN, 8), 1u64.to_le_bytes());
 }

@@ -11,55 +11,21 @@ use vrdma_spec::*;
 
 const T: Duration = Duration::from_secs(60);
 
-struct Pair {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    pda: u32,
-    pdb: u32,
-}
-
-fn pair(mtu: u32, mem_mib: u64) -> Pair {
-    let mut a = Node::new(1, mem_mib, 9000);
-    let mut b = Node::new(2, mem_mib, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(1024);
-    let (cb, cqb) = b.create_cq(1024);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, mtu, 14, 7, 7);
-    Pair {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        pda,
-        pdb,
-    }
-}
-
-fn wait_cqes(p: &mut Pair, link: &mut Link, na: usize, nb: usize) -> (Vec<Cqe>, Vec<Cqe>) {
-    let mut ga = Vec::new();
-    let mut gb = Vec::new();
-    let (cqa, cqb) = (&mut p.cqa, &mut p.cqb);
-    pump_until(&mut p.a, &mut p.b, link, T, |a, b| {
-        ga.extend(a.poll_cq(cqa));
-        gb.extend(b.poll_cq(cqb));
-        ga.len() >= na && gb.len() >= nb
-    });
-    (ga, gb)
+/// An RC pair over 9000-byte Ethernet at path MTU `mtu`, 1024-deep CQs, no MRs.
+fn pair(mtu: u32, mem_mib: u64) -> RcPair {
+    RcPair::new()
+        .mem_mib(mem_mib)
+        .eth_mtu(9000)
+        .cq_depth(1024)
+        .mtu(mtu)
+        .no_mrs()
+        .patience(T)
+        .build()
 }
 
 #[test]
 fn send_recv_small() {
     let mut p = pair(3, 16);
-    let mut link = Link::clean();
     let src = p.a.alloc(4096);
     let dst = p.b.alloc(4096);
     let ka = p.a.reg_mr(p.pda, src, 4096, ACC_ALL);
@@ -79,7 +45,7 @@ fn send_recv_small() {
             ..Default::default()
         },
     );
-    let (ca, cb) = wait_cqes(&mut p, &mut link, 1, 1);
+    let (ca, cb) = p.wait(1, 1);
     assert_eq!(ca[0].wr_id, 5);
     assert_eq!(ca[0].status, VRDMA_WC_SUCCESS);
     assert_eq!(ca[0].opcode, VRDMA_WC_SEND);
@@ -99,7 +65,7 @@ struct Bufs {
     _len: u64,
 }
 
-fn bufs(p: &mut Pair, len: u64) -> Bufs {
+fn bufs(p: &mut RcPair, len: u64) -> Bufs {
     let src = p.a.alloc(len.max(1));
     let dst = p.b.alloc(len.max(1));
     let ka = p.a.reg_mr(p.pda, src, len.max(1), ACC_ALL);
@@ -113,13 +79,13 @@ fn bufs(p: &mut Pair, len: u64) -> Bufs {
     }
 }
 
-fn post(p: &mut Pair, w: Wqe) {
+fn post(p: &mut RcPair, w: Wqe) {
     let mut qa = p.qa.clone();
     p.a.post_send(&mut qa, &w);
     p.qa = qa;
 }
 
-fn post_recv_b(p: &mut Pair, wr_id: u64, sges: &[(u64, u32, u32)]) {
+fn post_recv_b(p: &mut RcPair, wr_id: u64, sges: &[(u64, u32, u32)]) {
     let mut rq = p.qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, wr_id, sges);
     p.qb.rq = Some(rq);
@@ -134,7 +100,7 @@ fn ok(c: &Cqe, wr_id: u64, opcode: u8) {
 }
 
 /// SEND, WRITE and READ of `len` bytes with path MTU `mtu`, verified byte for byte.
-fn transfer(p: &mut Pair, link: &mut Link, len: u64, seed: u64) {
+fn transfer(p: &mut RcPair, len: u64, seed: u64) {
     let b = bufs(p, len);
     let data = pattern(seed, len as usize);
     p.a.write(b.src, &data);
@@ -150,7 +116,7 @@ fn transfer(p: &mut Pair, link: &mut Link, len: u64, seed: u64) {
             ..Default::default()
         },
     );
-    let (ca, cb) = wait_cqes(p, link, 1, 1);
+    let (ca, cb) = p.wait(1, 1);
     ok(&ca[0], 10, VRDMA_WC_SEND);
     ok(&cb[0], 1, VRDMA_WC_RECV);
     assert_eq!(cb[0].byte_len as u64, len);
@@ -160,40 +126,35 @@ fn transfer(p: &mut Pair, link: &mut Link, len: u64, seed: u64) {
     p.a.write(b.src, &data2);
     post(
         p,
-        Wqe {
-            wr_id: 11,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, len as u32, b.ka)],
-            remote_addr: b.dst,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(
+            11,
+            VRDMA_WR_RDMA_WRITE,
+            (b.src, len as u32, b.ka),
+            b.dst,
+            b.kb,
+        ),
     );
-    let (ca, _) = wait_cqes(p, link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     ok(&ca[0], 11, VRDMA_WC_RDMA_WRITE);
     assert!(
         p.b.read(b.dst, len as usize) == data2,
         "WRITE data len {len}"
     );
     // READ back into a fresh buffer on A
-    let back = p.a.alloc(len.max(1));
-    let kback = p.a.reg_mr(p.pda, back, len.max(1), ACC_ALL);
+    let (back, kback) = p.mr(Side::A, len.max(1));
     let data3 = pattern(seed + 2000, len as usize);
     p.b.write(b.dst, &data3);
     post(
         p,
-        Wqe {
-            wr_id: 12,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(back, len as u32, kback)],
-            remote_addr: b.dst,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(
+            12,
+            VRDMA_WR_RDMA_READ,
+            (back, len as u32, kback),
+            b.dst,
+            b.kb,
+        ),
     );
-    let (ca, _) = wait_cqes(p, link, 1, 0);
+    let (ca, _) = p.wait(1, 0);
     ok(&ca[0], 12, VRDMA_WC_RDMA_READ);
     assert!(p.a.read(back, len as usize) == data3, "READ data len {len}");
 }
@@ -203,12 +164,11 @@ fn every_mtu_and_size() {
     for mtu in 1..=5u32 {
         let m = 128u64 << mtu;
         let mut p = pair(mtu, 64);
-        let mut link = Link::clean();
         for (i, len) in [0, 1, m - 1, m, m + 1, 3 * m + 5, 65536 + 3, (1 << 20) + 7]
             .into_iter()
             .enumerate()
         {
-            transfer(&mut p, &mut link, len, mtu as u64 * 100 + i as u64);
+            transfer(&mut p, len, mtu as u64 * 100 + i as u64);
         }
     }
 }
@@ -217,15 +177,13 @@ fn every_mtu_and_size() {
 fn eight_mib_messages() {
     for mtu in [1u32, 5] {
         let mut p = pair(mtu, 96);
-        let mut link = Link::clean();
-        transfer(&mut p, &mut link, 8 << 20, 7 + mtu as u64);
+        transfer(&mut p, 8 << 20, 7 + mtu as u64);
     }
 }
 
 #[test]
 fn immediate_and_inline_and_multi_sge() {
     let mut p = pair(3, 16);
-    let mut link = Link::clean();
     let b = bufs(&mut p, 8192);
     let data = pattern(3, 8192);
     p.a.write(b.src, &data);
@@ -254,7 +212,7 @@ fn immediate_and_inline_and_multi_sge() {
             ..Default::default()
         },
     );
-    let (ca, cb) = wait_cqes(&mut p, &mut link, 1, 1);
+    let (ca, cb) = p.wait(1, 1);
     ok(&ca[0], 20, VRDMA_WC_SEND);
     ok(&cb[0], 2, VRDMA_WC_RECV);
     assert_eq!(cb[0].byte_len, 5100);
@@ -283,7 +241,7 @@ fn immediate_and_inline_and_multi_sge() {
             ..Default::default()
         },
     );
-    let (ca, cb) = wait_cqes(&mut p, &mut link, 1, 1);
+    let (ca, cb) = p.wait(1, 1);
     ok(&ca[0], 21, VRDMA_WC_RDMA_WRITE);
     ok(&cb[0], 3, VRDMA_WC_RECV_RDMA_WITH_IMM);
     assert_eq!(cb[0].byte_len, 2500);
@@ -292,17 +250,8 @@ fn immediate_and_inline_and_multi_sge() {
 
     // Inline SEND, unsignaled WRITE before a signaled one (only one CQE).
     post_recv_b(&mut p, 4, &[(b.dst, 8192, b.kb)]);
-    post(
-        &mut p,
-        Wqe {
-            wr_id: 22,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"inline payload!".to_vec()),
-            ..Default::default()
-        },
-    );
-    let (ca, cb) = wait_cqes(&mut p, &mut link, 1, 1);
+    post(&mut p, send_inline(22, b"inline payload!"));
+    let (ca, cb) = p.wait(1, 1);
     ok(&ca[0], 22, VRDMA_WC_SEND);
     assert_eq!(cb[0].byte_len, 15);
     assert_eq!(p.b.read(b.dst, 15), b"inline payload!");
@@ -319,18 +268,10 @@ fn immediate_and_inline_and_multi_sge() {
     );
     post(
         &mut p,
-        Wqe {
-            wr_id: 24,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, 10, b.ka)],
-            remote_addr: b.dst + 20,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(24, VRDMA_WR_RDMA_WRITE, (b.src, 10, b.ka), b.dst + 20, b.kb),
     );
-    let (ca, _) = wait_cqes(&mut p, &mut link, 1, 0);
-    pump_idle(&mut p.a, &mut p.b, &mut link);
+    let (ca, _) = p.wait(1, 0);
+    pump_idle(&mut p.a, &mut p.b, &mut p.link);
     let more = p.a.poll_cq(&mut p.cqa);
     assert_eq!(ca.len() + more.len(), 1, "unsignaled WQE produced a CQE");
     ok(&ca[0], 24, VRDMA_WC_RDMA_WRITE);
@@ -339,24 +280,11 @@ fn immediate_and_inline_and_multi_sge() {
 #[test]
 fn atomics() {
     let mut p = pair(3, 16);
-    let mut link = Link::clean();
     let b = bufs(&mut p, 4096);
     p.b.write(b.dst + 8, &100u64.to_le_bytes());
     // FETCH_ADD: returns 100, memory becomes 105.
-    post(
-        &mut p,
-        Wqe {
-            wr_id: 30,
-            opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, 8, b.ka)],
-            remote_addr: b.dst + 8,
-            rkey: b.kb,
-            compare_add: 5,
-            ..Default::default()
-        },
-    );
-    let (ca, _) = wait_cqes(&mut p, &mut link, 1, 0);
+    post(&mut p, fetch_add(30, (b.src, 8, b.ka), b.dst + 8, b.kb, 5));
+    let (ca, _) = p.wait(1, 0);
     ok(&ca[0], 30, VRDMA_WC_FETCH_ADD);
     assert_eq!(p.a.read(b.src, 8), 100u64.to_le_bytes());
     assert_eq!(p.b.read(b.dst + 8, 8), 105u64.to_le_bytes());
@@ -364,19 +292,9 @@ fn atomics() {
     for (wr, cmp, expect_mem) in [(31u64, 7u64, 105u64), (32, 105, 999)] {
         post(
             &mut p,
-            Wqe {
-                wr_id: wr,
-                opcode: VRDMA_WR_ATOMIC_CMP_AND_SWP,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(b.src + 16, 8, b.ka)],
-                remote_addr: b.dst + 8,
-                rkey: b.kb,
-                compare_add: cmp,
-                swap: 999,
-                ..Default::default()
-            },
+            cmp_swap(wr, (b.src + 16, 8, b.ka), b.dst + 8, b.kb, cmp, 999),
         );
-        let (ca, _) = wait_cqes(&mut p, &mut link, 1, 0);
+        let (ca, _) = p.wait(1, 0);
         ok(&ca[0], wr, VRDMA_WC_COMP_SWAP);
         assert_eq!(p.a.read(b.src + 16, 8), 105u64.to_le_bytes());
         assert_eq!(p.b.read(b.dst + 8, 8), expect_mem.to_le_bytes());
@@ -386,7 +304,6 @@ fn atomics() {
 #[test]
 fn fence_holds_a_write_behind_an_outstanding_read() {
     let mut p = pair(3, 16);
-    let mut link = Link::clean();
     let b = bufs(&mut p, 4096);
     let old = pattern(61, 512);
     p.b.write(b.dst, &old);
@@ -395,15 +312,7 @@ fn fence_holds_a_write_behind_an_outstanding_read() {
     // READ dst into src[0..512], then a fenced WRITE of src[2048..2560] over dst.
     post(
         &mut p,
-        Wqe {
-            wr_id: 40,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, 512, b.ka)],
-            remote_addr: b.dst,
-            rkey: b.kb,
-            ..Default::default()
-        },
+        rdma(40, VRDMA_WR_RDMA_READ, (b.src, 512, b.ka), b.dst, b.kb),
     );
     post(
         &mut p,
@@ -419,7 +328,7 @@ fn fence_holds_a_write_behind_an_outstanding_read() {
     );
     // IBTA 10.8.3.3: the fenced WRITE is not sent while the READ is outstanding.
     assert_eq!(p.a.dev.outbox.len(), 1, "only the READ request goes out");
-    let (ca, _) = wait_cqes(&mut p, &mut link, 2, 0);
+    let (ca, _) = p.wait(2, 0);
     ok(&ca[0], 40, VRDMA_WC_RDMA_READ);
     ok(&ca[1], 41, VRDMA_WC_RDMA_WRITE);
     assert_eq!(

@@ -87,32 +87,16 @@ fn ud_receive_on_odp_fault_is_dropped() {
 /// SGE, which is smaller than the READ).
 #[test]
 fn read_spanning_too_many_psns_is_a_length_error() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, _cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // Path MTU 256 (code 1).
-    connect(&mut a, &qa, &mut b, &qb, 1, 14, 7, 7);
-    let la = a.alloc(4096);
-    let ka = a.reg_mr(pda, la, 4096, ACC_ALL);
+    let mut p = RcPair::new().cq_depth(64).mtu(1).no_mrs().build();
+    let la = p.a.alloc(4096);
+    let ka = p.a.reg_mr(p.pda, la, 4096, ACC_ALL);
     for (wr_id, len) in [(1u64, (1u32 << 30) + 256), (2, 1 << 30)] {
-        a.post_send(
-            &mut qa,
-            &Wqe {
-                wr_id,
-                opcode: VRDMA_WR_RDMA_READ,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(la, len, ka)],
-                remote_addr: 0x10000,
-                rkey: 0x100,
-                ..Default::default()
-            },
+        p.a.post_send(
+            &mut p.qa,
+            &rdma(wr_id, VRDMA_WR_RDMA_READ, (la, len, ka), 0x10000, 0x100),
         );
-        let c = a.poll_cq(&mut cqa);
+        let c = p.a.poll_cq(&mut p.cqa);
         assert_eq!(c.len(), 1, "READ {wr_id} completes at once");
         let want = if wr_id == 1 {
             VRDMA_WC_LOC_LEN_ERR
@@ -120,12 +104,12 @@ fn read_spanning_too_many_psns_is_a_length_error() {
             VRDMA_WC_LOC_PROT_ERR
         };
         assert_eq!((c[0].wr_id, c[0].status), (wr_id, want));
-        assert!(a.dev.outbox.is_empty(), "nothing sent");
+        assert!(p.a.dev.outbox.is_empty(), "nothing sent");
         if wr_id == 1 {
             // The QP went to ERROR; start again for the boundary case.
-            qa = a.create_qp(QpSpec::rc(pda, ca));
-            let qb2 = b.create_qp(QpSpec::rc(pdb, cb));
-            connect(&mut a, &qa, &mut b, &qb2, 1, 14, 7, 7);
+            p.qa = p.a.create_qp(QpSpec::rc(p.pda, p.cqna));
+            let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, p.cqnb));
+            connect(&mut p.a, &p.qa, &mut p.b, &qb2, 1, 14, 7, 7);
         }
     }
 }

@@ -18,61 +18,13 @@ const T: Duration = Duration::from_secs(30);
 const EPSN: u32 = 1000;
 const FOREIGN: [u8; 4] = [10, 0, 0, 66];
 
-struct Conn {
-    a: Node,
-    b: Node,
-    qa: QpH,
-    qb: QpH,
-    cqa: RingH,
-    cqb: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
-    link: Link,
+/// A connected pair of `qp_type` (RC or UC) with 64 KiB MRs.
+fn conn(qp_type: u32) -> RcPair {
+    RcPair::new().qp_type(qp_type).build()
 }
 
-fn conn(qp_type: u32) -> Conn {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let spec = |pd, cq| QpSpec {
-        qp_type,
-        ..QpSpec::rc(pd, cq)
-    };
-    let qa = a.create_qp(spec(pda, ca));
-    let qb = b.create_qp(spec(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
-    Conn {
-        a,
-        b,
-        qa,
-        qb,
-        cqa,
-        cqb,
-        src,
-        dst,
-        ka,
-        kb,
-        link: Link::clean(),
-    }
-}
-
-impl Conn {
-    fn recv_b(&mut self, wr_id: u64, off: u64) {
-        let mut rq = self.qb.rq.clone().unwrap();
-        self.b
-            .post_recv(&mut rq, wr_id, &[(self.dst + off, 4096, self.kb)]);
-        self.qb.rq = Some(rq);
-    }
-
+/// Frame crafting and B-side waiting for the pair under attack.
+impl RcPair {
     /// a → b addressing as a's QP sends it, with the source IP replaced by `src_ip` if given.
     fn addr_ab(&self, src_ip: Option<[u8; 4]>) -> Addressing {
         Addressing {
@@ -92,18 +44,13 @@ impl Conn {
     fn genuine_send(&mut self, wr_id: u64, seed: u64, len: u32) -> Vec<u8> {
         let data = pattern(seed, len as usize);
         self.a.write(self.src, &data);
-        let mut qa = self.qa.clone();
-        self.a.post_send(
-            &mut qa,
-            &Wqe {
-                wr_id,
-                opcode: VRDMA_WR_SEND,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(self.src, len, self.ka)],
-                ..Default::default()
-            },
-        );
-        self.qa = qa;
+        self.post(&Wqe {
+            wr_id,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(self.src, len, self.ka)],
+            ..Default::default()
+        });
         data
     }
 
@@ -126,7 +73,7 @@ fn frame(addr: Addressing, bth: Bth, ext: ExtHeaders, payload: &[u8]) -> Vec<u8>
     f
 }
 
-fn send_only(c: &Conn, op: Opcode, psn: u32, pkey: u16, src_ip: Option<[u8; 4]>) -> Vec<u8> {
+fn send_only(c: &RcPair, op: Opcode, psn: u32, pkey: u16, src_ip: Option<[u8; 4]>) -> Vec<u8> {
     let mut bth = Bth::new(op, c.qb.qpn, psn);
     bth.pkey = pkey;
     frame(c.addr_ab(src_ip), bth, ExtHeaders::default(), b"EVIL-EVIL")
@@ -141,7 +88,7 @@ fn connected_qps_drop_packets_from_a_foreign_address() {
         } else {
             Opcode::UcSendOnly
         };
-        c.recv_b(1, 0);
+        c.recv_b(1, 0, 4096);
         // A SEND with the expected PSN from an IP that is not the QP's peer.
         let f = send_only(&c, op, EPSN, 0xffff, Some(FOREIGN));
         transport::on_frame(&mut c.b.dev, &f);
@@ -181,7 +128,7 @@ fn connected_qps_drop_packets_from_a_foreign_address() {
 #[test]
 fn rc_requester_ignores_acks_from_a_foreign_address() {
     let mut c = conn(VRDMA_QPT_RC);
-    c.recv_b(1, 0);
+    c.recv_b(1, 0, 4096);
     let _ = c.genuine_send(7, 5, 300);
     assert_eq!(c.a.dev.outbox.len(), 1, "the SEND is on its way");
     let held = std::mem::take(&mut c.a.dev.outbox);
@@ -227,8 +174,8 @@ fn rc_requester_ignores_acks_from_a_foreign_address() {
 #[test]
 fn rc_pkey_rules() {
     let mut c = conn(VRDMA_QPT_RC);
-    c.recv_b(1, 0);
-    c.recv_b(2, 4096);
+    c.recv_b(1, 0, 4096);
+    c.recv_b(2, 4096, 4096);
     // Another partition: dropped (no NAK, the PSN stays expected).
     let f = send_only(&c, Opcode::RcSendOnly, EPSN, 0x1234, None);
     transport::on_frame(&mut c.b.dev, &f);
@@ -322,8 +269,8 @@ fn ud_and_gsi_pkey_rules() {
 #[test]
 fn uc_accepts_only_psns_within_its_window() {
     let mut c = conn(VRDMA_QPT_UC);
-    c.recv_b(1, 0);
-    c.recv_b(2, 4096);
+    c.recv_b(1, 0, 4096);
+    c.recv_b(2, 4096, 4096);
     // From the genuine peer address, but far ahead: dropped, the expected PSN does not move.
     for d in [UC_PSN_WINDOW, UC_PSN_WINDOW + 1, 0x7f_ffff] {
         let f = send_only(&c, Opcode::UcSendOnly, (EPSN + d) & 0xff_ffff, 0xffff, None);
@@ -365,7 +312,7 @@ fn uc_accepts_only_psns_within_its_window() {
     // A long message whose FIRST was lost: its MIDDLE packets (dropped) keep the expected PSN
     // moving, so the next message is accepted although it is more than a window past the last
     // accepted PSN.
-    c.recv_b(3, 8192);
+    c.recv_b(3, 8192, 4096);
     let base = EPSN + UC_PSN_WINDOW;
     let mut psn = base;
     for _ in 0..3 {

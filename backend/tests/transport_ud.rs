@@ -357,15 +357,7 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
     a.write(src, &data);
     let mut link = Link::clean();
     // WRITE of 3000 bytes (12 packets at MTU 256).
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src, 3000, ka)],
-        remote_addr: dst,
-        rkey: kb,
-        ..Default::default()
-    };
+    let w = rdma(1, VRDMA_WR_RDMA_WRITE, (src, 3000, ka), dst, kb);
     a.post_send(&mut qa, &w);
     let (ga, _) = poll_until(&mut a, &mut b, &mut link, &mut cqa, &mut cqb, 1, 0);
     assert_eq!(ga[0].status, VRDMA_WC_SUCCESS);

@@ -303,27 +303,16 @@ fn write_with_imm_read_and_atomic_use_the_srq_pd_and_cq() {
     assert_eq!((cb[0].wr_id, cb[0].qpn, cb[0].ex), (9, t.tgt, 0x1122_3344));
     assert_eq!(t.b.read(dst + 8192, 2000), data);
     // READ back into A (no receive WQE needed), then a FETCH_ADD on B's memory.
-    let r = Wqe {
-        wr_id: 2,
-        opcode: VRDMA_WR_RDMA_READ,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src + 4096, 2000, ka)],
-        remote_addr: dst + 8192,
-        rkey: kb,
-        ..Default::default()
-    };
+    let r = rdma(
+        2,
+        VRDMA_WR_RDMA_READ,
+        (src + 4096, 2000, ka),
+        dst + 8192,
+        kb,
+    );
     post_xrc(&mut t, &r, srqn);
     t.b.write(dst + 16384, &40u64.to_le_bytes());
-    let f = Wqe {
-        wr_id: 3,
-        opcode: VRDMA_WR_ATOMIC_FETCH_AND_ADD,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src + 8192, 8, ka)],
-        remote_addr: dst + 16384,
-        rkey: kb,
-        compare_add: 2,
-        ..Default::default()
-    };
+    let f = fetch_add(3, (src + 8192, 8, ka), dst + 16384, kb, 2);
     post_xrc(&mut t, &f, srqn);
     let (ca, cb) = wait(&mut t, &mut link, 2, 0);
     assert!(cb.is_empty());
@@ -397,15 +386,7 @@ fn rkey_is_checked_in_the_srq_pd() {
     let other = t.b.alloc(4096);
     let k2 = t.b.reg_mr(pd2, other, 4096, ACC_ALL);
     let mut link = Link::clean();
-    let w = Wqe {
-        wr_id: 8,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.src, 64, t.ka)],
-        remote_addr: other,
-        rkey: k2,
-        ..Default::default()
-    };
+    let w = rdma(8, VRDMA_WR_RDMA_WRITE, (t.src, 64, t.ka), other, k2);
     let srqn = t.srqn;
     post_xrc(&mut t, &w, srqn);
     let (ca, _) = wait(&mut t, &mut link, 1, 0);

@@ -9,10 +9,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::engine::*;
 use common::*;
-use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::pcap::{LINKTYPE_ETHERNET, PCAP_MAGIC_USEC, SNAPLEN};
 use vrdma_backend::uplink::{PcapTee, PcapWriter};
@@ -72,86 +72,43 @@ fn tmp(name: &str) -> PathBuf {
     p
 }
 
-fn wait_cqe(n: &mut Node, cq: &mut RingH, what: &str) -> Vec<Cqe> {
-    let start = Instant::now();
-    loop {
-        let got = n.poll_cq(cq);
-        if !got.is_empty() {
-            return got;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{what}: no CQE");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Run an RC WRITE and a SEND from A to B with A's uplink captured into `path`.
 fn capture_write_and_send(path: &Path) -> Arc<PcapWriter> {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let mut qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(4096);
-    let dst = b.alloc(4096);
-    let ka = a.reg_mr(pda, src, 4096, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 4096, ACC_ALL);
-    a.write(src, &pattern(7, 256));
-    let mut rq = qb.rq.clone().unwrap();
-    b.post_recv(&mut rq, 9, &[(dst + 1024, 1024, kb)]);
+    let mut p = RcPair::new().cq_depth(64).mrs(4096, 4096).build();
+    p.a.write(p.src, &pattern(7, 256));
+    let mut rq = p.qb.rq.clone().unwrap();
+    p.b.post_recv(&mut rq, 9, &[(p.dst + 1024, 1024, p.kb)]);
 
     let (ua, ub) = udp_pair();
     let pcap = PcapWriter::create(path, None).expect("create pcap");
-    let da = detach(&mut a);
-    let db = detach(&mut b);
+    let da = detach(&mut p.a);
+    let db = detach(&mut p.b);
     let ea = Engine::start(da, Arc::new(PcapTee::new(ua, pcap.clone()))).expect("engine a");
     let eb = Engine::start(db, Arc::new(ub)).expect("engine b");
 
-    post_send_mem(
-        &a.mem,
-        &mut qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 256, ka)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        },
+    post_sq(
+        &ea,
+        &p.a.mem,
+        &mut p.qa,
+        &rdma(1, VRDMA_WR_RDMA_WRITE, (p.src, 256, p.ka), p.dst, p.kb),
     );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let c = wait_cqe(&mut a, &mut cqa, "WRITE");
+    let c = wait_cqes(&mut p.a, &mut p.cqa, 1, Duration::from_secs(20), "WRITE");
     assert_eq!((c[0].wr_id, c[0].status), (1, VRDMA_WC_SUCCESS));
-    assert_eq!(b.read(dst, 256), pattern(7, 256));
+    assert_eq!(p.b.read(p.dst, 256), pattern(7, 256));
 
-    post_send_mem(
-        &a.mem,
-        &mut qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            inline: Some(b"captured".to_vec()),
-            ..Default::default()
-        },
-    );
-    ea.sender().push(VrdmaDoorbell {
-        type_: VRDMA_DB_SQ,
-        id: qa.qpn,
-    });
-    let c = wait_cqe(&mut b, &mut cqb, "SEND");
+    post_sq(&ea, &p.a.mem, &mut p.qa, &send_inline(2, b"captured"));
+    let c = wait_cqes(&mut p.b, &mut p.cqb, 1, Duration::from_secs(20), "SEND");
     assert_eq!(
         (c[0].wr_id, c[0].status, c[0].byte_len),
         (9, VRDMA_WC_SUCCESS, 8)
     );
-    let c = wait_cqe(&mut a, &mut cqa, "SEND completion");
+    let c = wait_cqes(
+        &mut p.a,
+        &mut p.cqa,
+        1,
+        Duration::from_secs(20),
+        "SEND completion",
+    );
     assert_eq!((c[0].wr_id, c[0].status), (2, VRDMA_WC_SUCCESS));
     ea.stop();
     eb.stop();

@@ -89,6 +89,36 @@ fn packet_socket(idx: u32) -> RawFd {
     fd
 }
 
+/// Read the packet socket `ps` into `buf` until frame `f` arrives (other frames are skipped);
+/// fails with `what` after 5 s.
+fn wait_on_interface(ps: RawFd, buf: &mut [u8], f: &[u8], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // SAFETY: valid buffer for the call.
+        let n = unsafe { libc::recv(ps, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n > 0 && buf[..n as usize] == f[..] {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Read `tap` into `buf` until frame `g` comes out (the kernel's own frames are skipped); fails
+/// with `what` after 5 s.
+fn wait_from_tap(tap: &TapUplink, buf: &mut [u8], g: &[u8], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match tap.recv(buf).unwrap() {
+            Some(n) if buf[..n] == g[..] => return,
+            _ => {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
 fn frame(marker: u8) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x88, 0xb5]; // local exp. type
     f.extend_from_slice(&[marker; 60]);
@@ -112,19 +142,7 @@ fn tap_frames_both_ways_in_a_private_netns() {
         let f = frame(0xa5);
         tap.send(&f).unwrap();
         let mut buf = vec![0u8; 65536];
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            // SAFETY: valid buffer for the call.
-            let n = unsafe { libc::recv(ps, buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n > 0 && buf[..n as usize] == f[..] {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "frame never seen on the interface"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_on_interface(ps, &mut buf, &f, "frame never seen on the interface");
 
         // Interface transmit -> TAP fd. The kernel may also emit its own frames (IPv6 ND/MLD):
         // look for ours.
@@ -132,16 +150,7 @@ fn tap_frames_both_ways_in_a_private_netns() {
         // SAFETY: valid buffer; the socket is bound to the interface so send goes out on it.
         let n = unsafe { libc::send(ps, g.as_ptr().cast(), g.len(), 0) };
         assert_eq!(n, g.len() as isize);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match tap.recv(&mut buf).unwrap() {
-                Some(n) if buf[..n] == g[..] => break,
-                _ => {
-                    assert!(Instant::now() < deadline, "frame never came out of the TAP");
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-        }
+        wait_from_tap(&tap, &mut buf, &g, "frame never came out of the TAP");
         // SAFETY: closing our own fd.
         unsafe { libc::close(ps) };
 
@@ -217,16 +226,7 @@ fn tap_carries_mtu_9000_frames_both_ways() {
         f.extend((0..9000u32).map(|i| i as u8));
         tap.send(&f).unwrap();
         let mut buf = vec![0u8; 65536];
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            // SAFETY: valid buffer for the call.
-            let n = unsafe { libc::recv(ps, buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n > 0 && buf[..n as usize] == f[..] {
-                break;
-            }
-            assert!(Instant::now() < deadline, "jumbo frame never seen");
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_on_interface(ps, &mut buf, &f, "jumbo frame never seen");
         let mut g = f.clone();
         g[14..].reverse();
         // SAFETY: valid buffer; the socket is bound to the interface.
@@ -237,16 +237,7 @@ fn tap_carries_mtu_9000_frames_both_ways() {
             "send on the interface: {}",
             std::io::Error::last_os_error()
         );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match tap.recv(&mut buf).unwrap() {
-                Some(n) if buf[..n] == g[..] => break,
-                _ => {
-                    assert!(Instant::now() < deadline, "jumbo frame never came out");
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-        }
+        wait_from_tap(&tap, &mut buf, &g, "jumbo frame never came out");
         // SAFETY: closing our own fd.
         unsafe { libc::close(ps) };
     });

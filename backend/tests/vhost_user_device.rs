@@ -38,41 +38,10 @@ fn start(tag: &str, connections: usize, config: impl FnOnce(&mut Config)) -> Dae
     Daemon { path, thread }
 }
 
-fn run(
-    ring: &mut DriverRing,
-    guest: &mut Guest,
-    command: &[u8],
-    resp_len: usize,
-) -> (u32, Vec<u8>) {
-    let req = guest.alloc(command.len(), 8);
-    guest.write(req, command);
-    let resp = guest.alloc(resp_len, 8);
-    ring.add(
-        guest,
-        &[
-            (req, command.len() as u32, false),
-            (resp, resp_len as u32, true),
-        ],
-    );
-    ring.notify();
-    let (_, len) = ring.wait_used(guest, T).expect("command completed");
-    (len, guest.read(resp, resp_len))
-}
-
-fn handle(h: u32) -> Vec<u8> {
-    VrdmaHandle {
-        handle: h,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
 fn session(d: &Daemon) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
     let (mut fe, _) = connect(&d.path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     (fe, guest, ctrl)
 }
 
@@ -113,7 +82,7 @@ fn config_space_carries_the_cli_settings() {
     assert_ne!(features & (1 << VIRTIO_RDMA_F_ODP), 0);
 
     // QUERY_DEVICE answers the same structure.
-    let (len, resp) = run(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_QUERY_DEVICE, &[]),
@@ -143,18 +112,18 @@ fn no_odp_device() {
 fn pd_round_trip_and_errors() {
     let d = start("dev-pd", 1, |_| {});
     let (fe, mut guest, mut ctrl) = session(&d);
-    let (len, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
     assert_ne!(pdn, 0);
-    let (len, resp) = run(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
         8,
     );
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_OK));
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -162,7 +131,7 @@ fn pd_round_trip_and_errors() {
     );
     assert_eq!(status_of(&resp), VRDMA_STATUS_NOT_FOUND);
     // Request shorter than vrdma_handle.
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &[1, 0]),
@@ -170,10 +139,10 @@ fn pd_round_trip_and_errors() {
     );
     assert_eq!(status_of(&resp), VRDMA_STATUS_INVALID);
     // Unknown opcode.
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(200, &[]), 8);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(200, &[]), 8);
     assert_eq!(status_of(&resp), VRDMA_STATUS_INVALID);
     // QUERY_PORT with a response buffer too small for vrdma_resp_query_port.
-    let (len, resp) = run(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(
@@ -196,21 +165,21 @@ fn reconnect_finds_a_clean_device() {
     let d = start("dev-reconnect", 2, |_| {});
     let pdn = {
         let (fe, mut guest, mut ctrl) = session(&d);
-        let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
         assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
         drop(fe);
         VrdmaHandle::read_from(&resp[8..]).unwrap().handle
     };
     // QEMU reconnects (e.g. restarted): the PD created before is gone.
     let (fe, mut guest, mut ctrl) = session(&d);
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
         8,
     );
     assert_eq!(status_of(&resp), VRDMA_STATUS_NOT_FOUND);
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     drop(fe);
     d.thread.join().unwrap();
@@ -231,9 +200,8 @@ fn eth_frames_flow_between_the_guest_and_a_udp_uplink() {
     let d = start("dev-eth", 1, |c| c.uplink = Some(spec.parse().unwrap()));
     let (mut fe, _) = connect(&d.path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
-    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 16);
-    start_rings(&mut fe, &guest, &[&rxq, &txq]);
+    let [mut rxq, mut txq] =
+        start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX, VRDMA_VQ_ETH_TX], 16);
 
     // Guest -> wire.
     let mut frame = vec![0xffu8; 6];
@@ -289,9 +257,8 @@ fn device_state_moves_between_two_daemons() {
 
     let (mut fe, acked, _) = connect_with(&src.path, true, extra);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
 
@@ -333,7 +300,7 @@ fn device_state_moves_between_two_daemons() {
     // (A new guest memory and ring here: only the device state is under test.)
     assert_eq!(next_avail, 1, "one command ran on the source");
     start_rings(&mut fe2, &guest2, &[&ctrl2]);
-    let (_, resp) = run(
+    let (_, resp) = run_command(
         &mut ctrl2,
         &mut guest2,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -364,8 +331,7 @@ fn device_state_save_of_a_reset_device_fails() {
     // `connect_with` acks no LOG_ALL, as QEMU outside a migration.
     let _ = acked;
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [_ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
     let (mut r, w) = std::io::pipe().unwrap();
     fe.set_device_state_fd(Dir::SAVE, Phase::STOPPED, OwnedFd::from(w))
@@ -451,8 +417,7 @@ fn every_guest_memory_write_marks_its_page_while_logging() {
     });
     let (mut fe, _, _) = connect_with(&path, true, Pf::LOG_SHMFD);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [_ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
     // SET_MEM_TABLE reaches the device through the daemon's thread: wait for the table.
     let t0 = std::time::Instant::now();
     let mem = loop {
@@ -527,8 +492,7 @@ fn dirty_log_marks_the_pages_the_device_writes() {
     let d = start("dirtylog", 1, |_| {});
     let (mut fe, _, _) = connect_with(&d.path, true, Pf::LOG_SHMFD);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
 
     let log = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
     let dirty = |gpa: u64| log.dirty(gpa);
@@ -547,7 +511,7 @@ fn dirty_log_marks_the_pages_the_device_writes() {
     req.extend_from_slice(&ring.to_le_bytes());
     req.extend_from_slice(&(ring + 4096).to_le_bytes());
     let before = (dirty(ring), dirty(untouched));
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_CQ, &req), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_CQ, &req), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     assert_eq!(before, (false, false));
     assert_eq!(guest.read(ring, 4), vec![0; 4], "producer index cleared");
@@ -573,18 +537,16 @@ fn a_failed_migration_resumes_the_source_with_its_objects() {
     let none = vhost::vhost_user::message::VhostUserProtocolFeatures::empty();
     let (mut fe, acked, _) = connect_with(&d.path, true, none);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl]);
-    let (_, resp) = run(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
     let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
     fe.set_features(acked | log_all).unwrap();
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
     // vm_start on the source: vhost_dev_start again (logging may already be off).
     fe.set_features(acked).unwrap();
-    let mut ctrl2 = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 128);
-    start_rings(&mut fe, &guest, &[&ctrl2]);
-    let (_, resp) = run(
+    let [mut ctrl2] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+    let (_, resp) = run_command(
         &mut ctrl2,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),

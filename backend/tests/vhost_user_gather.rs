@@ -5,12 +5,13 @@
 //! The driver side is written by hand into a small guest memory (descriptor table, avail ring,
 //! indirect tables) and the queue is served by the real `drain_queue` + `controlq::run_command`
 //! over a mock device. A counting global allocator measures the peak heap growth of one drain;
-//! the tests of this binary take [`SERIAL`] so they never measure each other.
+//! the tests of this binary take `heap::serial()` so they never measure each other.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
 use std::sync::{Arc, Mutex};
 
+use common::heap;
 use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
 use vrdma_backend::budget::Budget;
@@ -22,67 +23,15 @@ use vrdma_backend::vhost_user::{
 };
 use vrdma_spec::*;
 
-/// Heap bytes in use and the high-water mark since the last [`reset_peak`].
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to `System`, which upholds the `GlobalAlloc`
-// contract; the counters are only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same layout contract as our caller's.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same layout contract as our caller's.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` (through us) with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr` was allocated by `System` (through us) with `layout`.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-            grew(new_size);
-        }
-        p
-    }
-}
-
-fn grew(n: usize) {
-    let now = CURRENT.fetch_add(n, Ordering::Relaxed) + n;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: heap::Counting = heap::Counting;
 
 /// Peak heap growth while `f` runs.
 fn peak_growth(f: impl FnOnce()) -> usize {
-    let base = CURRENT.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = heap::mark();
     f();
-    PEAK.load(Ordering::Relaxed).saturating_sub(base)
+    (heap::peak() - base).max(0) as usize
 }
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const MIB: usize = 1 << 20;
 const QSIZE: u16 = 64;
@@ -248,7 +197,7 @@ impl Queue {
 /// bytes: gathering all 32 before handling any (the old drain) allocated 128 MiB at once.
 #[test]
 fn one_kick_gathers_one_chain_at_a_time() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = heap::serial();
     let mut q = Queue::new();
     let table_len = q.indirect_table(TABLES, 1024, 4096);
     let chains = 32u16;
@@ -275,7 +224,7 @@ fn one_kick_gathers_one_chain_at_a_time() {
 /// a buffer for it.
 #[test]
 fn chain_longer_than_the_command_limit_is_invalid_and_not_read() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = heap::serial();
     let mut q = Queue::new();
     let table_len = q.indirect_table(TABLES, 80, MIB as u32);
     q.add_indirect(0, TABLES, table_len);
@@ -294,7 +243,7 @@ fn chain_longer_than_the_command_limit_is_invalid_and_not_read() {
 /// exactly the limit is still executed.
 #[test]
 fn chain_with_too_many_descriptors_is_returned_unexecuted() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = heap::serial();
     let mut q = Queue::new();
     let max = VRDMA_CMD_MAX_DESCS as u16;
     // Readable descriptors: the 8-byte header once, then zero-length ones; one writable.
@@ -320,7 +269,7 @@ fn chain_with_too_many_descriptors_is_returned_unexecuted() {
 /// back to zero once the chains are returned.
 #[test]
 fn chain_beyond_the_host_memory_budget_is_no_resources_and_not_read() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = heap::serial();
     let mut q = Queue::new();
     let budget = Budget::new(2 * MIB as u64);
     // 4 MiB declared over one page: within VRDMA_CMD_MAX_LEN, beyond the budget.

@@ -94,6 +94,15 @@ struct Harness {
     thread: thread::JoinHandle<()>,
 }
 
+impl Harness {
+    /// Hang up `fe` and wait until the daemon thread ends (it serves a fixed number of
+    /// connections).
+    fn finish(self, fe: vhost::vhost_user::Frontend) {
+        drop(fe);
+        self.thread.join().unwrap();
+    }
+}
+
 fn test_config() -> [u8; CONFIG_SIZE] {
     let c = VrdmaConfig {
         mac: [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef],
@@ -157,36 +166,6 @@ fn control(
     (len, resp)
 }
 
-/// A command in one readable buffer and a response buffer of `resp_len` bytes.
-fn simple_cmd(
-    ring: &mut DriverRing,
-    guest: &mut Guest,
-    command: &[u8],
-    resp_len: usize,
-) -> (u32, Vec<u8>) {
-    let req = guest.alloc(command.len(), 8);
-    guest.write(req, command);
-    let resp = guest.alloc(resp_len, 8);
-    control(
-        ring,
-        guest,
-        &[
-            (req, command.len() as u32, false),
-            (resp, resp_len as u32, true),
-        ],
-        Some((resp, resp_len)),
-    )
-}
-
-fn handle(h: u32) -> Vec<u8> {
-    VrdmaHandle {
-        handle: h,
-        reserved: 0,
-    }
-    .as_bytes()
-    .to_vec()
-}
-
 #[test]
 fn features_protocol_features_and_queue_count() {
     let h = start("features", 1, true);
@@ -205,8 +184,7 @@ fn features_protocol_features_and_queue_count() {
     }
     assert_eq!(acked & VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_EVENT_IDX);
     assert_eq!(fe.get_queue_num().unwrap(), 6);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 /// Spec §2.5: exactly the protocol features the daemon implements. QEMU uses every feature both
@@ -231,8 +209,7 @@ fn protocol_features_are_the_spec_table() {
     ] {
         assert!(!pf.contains(not_offered), "{not_offered:?} offered");
     }
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -243,8 +220,7 @@ fn no_odp_hides_odp_features() {
     assert_eq!(f & (1 << VIRTIO_RDMA_F_ODP), 0);
     assert_eq!(f & (1 << VIRTIO_RDMA_F_ODP_IMPLICIT), 0);
     assert_ne!(f & (1 << VIRTIO_RDMA_F_ETH), 0);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -278,8 +254,7 @@ fn config_space_reads_and_bounds() {
 fn control_setup(h: &Harness, event_idx: bool) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
     let (mut fe, _) = connect(&h.path, event_idx);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
-    start_rings(&mut fe, &guest, &[&ctrl]);
+    let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 64);
     (fe, guest, ctrl)
 }
 
@@ -289,7 +264,7 @@ fn control_round_trip_and_split_chains() {
         let h = start("control", 1, true);
         let (fe, mut guest, mut ctrl) = control_setup(&h, event_idx);
 
-        let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
         assert_eq!(len, 16);
         assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
         let pdn = VrdmaHandle::read_from(&resp[8..]).unwrap().handle;
@@ -334,7 +309,7 @@ fn control_round_trip_and_split_chains() {
         }
 
         // Same handle again: the device's NOT_FOUND reaches the driver.
-        let (len, resp) = simple_cmd(
+        let (len, resp) = run_command(
             &mut ctrl,
             &mut guest,
             &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -355,8 +330,7 @@ fn control_round_trip_and_split_chains() {
         assert_eq!(ctrl.wait_used(&guest, T), Some((u32::from(head), 16)));
         assert_eq!(status_of(&guest.read(resp, 8)), VRDMA_STATUS_OK);
 
-        drop(fe);
-        h.thread.join().unwrap();
+        h.finish(fe);
     }
 }
 
@@ -369,22 +343,22 @@ fn malformed_control_chains_get_the_defined_outcome() {
     // Nonzero flags -> INVALID, not executed.
     let mut c = cmd(VRDMA_CMD_CREATE_PD, &[]);
     c[2] = 1;
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &c, 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &c, 16);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
     assert_eq!(calls(&h), 0);
 
     // Readable part shorter than the command header -> INVALID.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &[5, 0, 0], 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &[5, 0, 0], 16);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
 
     // Writable part fits the header but not CREATE_PD's response -> INVALID, not executed.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 12);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 12);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
     assert_eq!(calls(&h), 0);
     assert!(h.device.lock().unwrap().pds.is_empty());
 
     // Writable part smaller than the response header -> returned with len 0.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 4);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 4);
     assert_eq!(len, 0);
     assert_eq!(resp, vec![0u8; 4]);
 
@@ -428,14 +402,13 @@ fn malformed_control_chains_get_the_defined_outcome() {
     assert_eq!(calls(&h), 0);
 
     // Unknown opcode: handed to the device, whose INVALID comes back.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(999, &[1, 2, 3]), 64);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(999, &[1, 2, 3]), 64);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
 
     // The queue still works.
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -443,13 +416,13 @@ fn reconnect_starts_from_a_reset_device() {
     let h = start("reconnect", 2, true);
     let pdn = {
         let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-        let (_, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
         assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
         drop(fe);
         VrdmaHandle::read_from(&resp[8..]).unwrap().handle
     };
     let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-    let (len, resp) = simple_cmd(
+    let (len, resp) = run_command(
         &mut ctrl,
         &mut guest,
         &cmd(VRDMA_CMD_DESTROY_PD, &handle(pdn)),
@@ -457,22 +430,20 @@ fn reconnect_starts_from_a_reset_device() {
     );
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_NOT_FOUND));
     assert!(h.device.lock().unwrap().resets >= 1);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
 fn stopping_the_control_queue_resets_the_device() {
     let h = start("stopreset", 1, true);
     let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-    let (_, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
     assert_eq!(h.device.lock().unwrap().pds.len(), 1);
     // QEMU's vhost_dev_stop on a guest virtio reset: GET_VRING_BASE on every ring.
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
     assert!(h.device.lock().unwrap().pds.is_empty());
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -480,8 +451,7 @@ fn events_wait_for_buffers_then_flush_in_order() {
     let h = start("events", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut evq = DriverRing::new(&mut guest, VRDMA_VQ_EVENT as usize, 16);
-    start_rings(&mut fe, &guest, &[&evq]);
+    let [mut evq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_EVENT], 16);
     let ev = |id| VrdmaEvent {
         type_: VRDMA_EV_CQ_COMP,
         id,
@@ -516,8 +486,7 @@ fn events_wait_for_buffers_then_flush_in_order() {
         ev(9)
     );
     assert!(evq.call.read().is_ok(), "the driver was interrupted");
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -525,9 +494,12 @@ fn doorbells_and_eth_tx_reach_their_sinks() {
     let h = start("doorbell", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut dbq = DriverRing::new(&mut guest, VRDMA_VQ_DOORBELL as usize, 16);
-    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 16);
-    start_rings(&mut fe, &guest, &[&dbq, &txq]);
+    let [mut dbq, mut txq] = start_queues(
+        &mut fe,
+        &mut guest,
+        [VRDMA_VQ_DOORBELL, VRDMA_VQ_ETH_TX],
+        16,
+    );
 
     let mut recs = Vec::new();
     for (t, id) in [
@@ -563,8 +535,7 @@ fn doorbells_and_eth_tx_reach_their_sinks() {
         vec![frame],
         "oversized frame dropped"
     );
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -622,9 +593,8 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     let h = start("ethrx", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut rxq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_RX as usize, 16);
-    let mut prq = DriverRing::new(&mut guest, VRDMA_VQ_PAGEREQ as usize, 16);
-    start_rings(&mut fe, &guest, &[&rxq, &prq]);
+    let [mut rxq, mut prq] =
+        start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX, VRDMA_VQ_PAGEREQ], 16);
     let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
     for i in 0..300u32 {
         let mut f = vec![0u8; 60];
@@ -662,8 +632,7 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     h.out.push_page_req(&req);
     assert_eq!(prq.wait_used(&guest, T).map(|u| u.1), Some(32));
     assert_eq!(VrdmaPageReq::read_from(&guest.read(b, 32)).unwrap(), req);
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 #[test]
@@ -672,15 +641,13 @@ fn queue_size_limit_is_1024() {
     let (fe, _) = connect(&h.path, true);
     fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 1024)
         .expect("1024 accepted");
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
     // A larger size is refused (the vhost crate then ends that connection).
     let h = start("qsize2", 1, true);
     let (fe, _) = connect(&h.path, true);
     fe.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
     assert!(fe.set_vring_num(VRDMA_VQ_CONTROL as usize, 2048).is_err());
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 /// Garbage chains on every driver -> device queue: random addresses (in and out of guest
@@ -691,11 +658,17 @@ fn random_chains_never_break_the_daemon() {
     let h = start("fuzz", 1, true);
     let (mut fe, _) = connect(&h.path, true);
     let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let mut ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
-    let mut dbq = DriverRing::new(&mut guest, VRDMA_VQ_DOORBELL as usize, 64);
-    let mut txq = DriverRing::new(&mut guest, VRDMA_VQ_ETH_TX as usize, 64);
-    let mut evq = DriverRing::new(&mut guest, VRDMA_VQ_EVENT as usize, 64);
-    start_rings(&mut fe, &guest, &[&ctrl, &dbq, &txq, &evq]);
+    let [mut ctrl, mut dbq, mut txq, mut evq] = start_queues(
+        &mut fe,
+        &mut guest,
+        [
+            VRDMA_VQ_CONTROL,
+            VRDMA_VQ_DOORBELL,
+            VRDMA_VQ_ETH_TX,
+            VRDMA_VQ_EVENT,
+        ],
+        64,
+    );
     let scratch = guest.alloc(64 << 10, 4096);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rnd = move || {
@@ -764,10 +737,9 @@ fn random_chains_never_break_the_daemon() {
     for _ in 0..40 {
         ctrl.wait_used(&guest, T).unwrap();
     }
-    let (len, resp) = simple_cmd(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!((len, status_of(&resp)), (16, VRDMA_STATUS_OK));
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }
 
 /// TEST ONLY `--delay-commands`: a delayed command is executed when it arrives, a later one is
@@ -814,6 +786,5 @@ fn delayed_commands_run_at_once_and_are_answered_late() {
     let (p1, p2) = (pd(first_resp), pd(second_resp));
     assert_eq!((p1, p2), (1, 2), "the delayed command ran first");
 
-    drop(fe);
-    h.thread.join().unwrap();
+    h.finish(fe);
 }

@@ -2,6 +2,10 @@
 //! fake GPAs and a recording output; objects are created through `Device::handle_command` with ABI
 //! structs (the driver's path), rings are written in guest memory like the driver does, and two
 //! nodes are linked in-process (optionally through the wire engineer's impairment wrapper).
+//!
+//! One concept per submodule: `rc_pair` (a connected QP pair in one call), `odp` (pager and
+//! two-node ODP harness), `engine` (tests with engine threads), `heap` (a counting allocator), `device` (one device without a
+//! transport, for the command-level tests), `rng` (seeded generators).
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -15,7 +19,37 @@ use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
 
+/// Builder setters: each `/// doc` `name: Type;` becomes `pub fn name(self, v: Type) -> Self`
+/// storing `v` in the builder's field `name`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $t:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, v: $t) -> Self {
+                self.$name = v;
+                self
+            }
+        )*
+    };
+}
+
+pub mod device;
+pub mod engine;
+pub mod heap;
 pub mod odp;
+pub mod rc_pair;
+pub mod rng;
+
+// Not every test binary builds an `RcPair` (same reason as the `dead_code` allow above).
+#[allow(unused_imports)]
+pub use rc_pair::RcPair;
+
+/// Which node of a two-node fixture (`RcPair`, `odp::Pair`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
 
 /// Guest RAM of every node starts here (a fake GPA).
 pub const BASE: u64 = 0x4000_0000;
@@ -166,6 +200,55 @@ impl Wqe {
             }
         }
         b
+    }
+}
+
+/// A signaled RDMA WRITE / READ of one SGE `(addr, len, lkey)` to `raddr` / `rkey`.
+pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![sge],
+        remote_addr: raddr,
+        rkey,
+        ..Default::default()
+    }
+}
+
+/// A signaled ATOMIC FETCH_AND_ADD of `add` at `raddr` / `rkey`; the old value lands in `sge`.
+pub fn fetch_add(wr_id: u64, sge: (u64, u32, u32), raddr: u64, rkey: u32, add: u64) -> Wqe {
+    Wqe {
+        compare_add: add,
+        ..rdma(wr_id, VRDMA_WR_ATOMIC_FETCH_AND_ADD, sge, raddr, rkey)
+    }
+}
+
+/// A signaled ATOMIC CMP_AND_SWP at `raddr` / `rkey` (`swap` stored if the value is
+/// `compare`); the old value lands in `sge`.
+pub fn cmp_swap(
+    wr_id: u64,
+    sge: (u64, u32, u32),
+    raddr: u64,
+    rkey: u32,
+    compare: u64,
+    swap: u64,
+) -> Wqe {
+    Wqe {
+        compare_add: compare,
+        swap,
+        ..rdma(wr_id, VRDMA_WR_ATOMIC_CMP_AND_SWP, sge, raddr, rkey)
+    }
+}
+
+/// A signaled SEND whose payload `data` is inline in the WQE.
+pub fn send_inline(wr_id: u64, data: &[u8]) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode: VRDMA_WR_SEND,
+        flags: VRDMA_SEND_SIGNALED,
+        inline: Some(data.to_vec()),
+        ..Default::default()
     }
 }
 
@@ -755,6 +838,23 @@ pub fn pump_until(
     }
 }
 
+/// Pump until `cq` (a CQ of `a`) gave `n` CQEs, failing after `limit`; returns them.
+pub fn pump_cqes(
+    a: &mut Node,
+    b: &mut Node,
+    link: &mut Link,
+    cq: &mut RingH,
+    n: usize,
+    limit: Duration,
+) -> Vec<Cqe> {
+    let mut got = Vec::new();
+    pump_until(a, b, link, limit, |a, _| {
+        got.extend(a.poll_cq(cq));
+        got.len() >= n
+    });
+    got
+}
+
 /// Pump until both nodes are quiet with no timers left (or `limit`).
 pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
     let start = Instant::now();
@@ -931,19 +1031,25 @@ impl Node {
             let sp = r.iova & !(PAGE - 1);
             let ep = (r.iova + r.length + PAGE - 1) & !(PAGE - 1);
             let pages: Vec<u64> = (sp..ep).step_by(PAGE as usize).collect();
-            let c = VrdmaCmdOdpPageResp {
-                req_id: r.req_id,
-                mr_key: r.mr_key,
-                status: VRDMA_STATUS_OK,
-                flags: VRDMA_ODP_RESP_F_WRITABLE,
-                iova: sp,
-                npages: pages.len() as u32,
-                reserved: 0,
-            };
-            self.cmd_pages(VRDMA_CMD_ODP_PAGE_RESP, &c, &pages)
-                .expect("page resp");
+            self.page_resp(r, VRDMA_STATUS_OK, sp, &pages);
         }
         reqs.len()
+    }
+
+    /// Answer page request `r` with `status` and the writable `pages` from `iova` (an
+    /// ODP_PAGE_RESP, spec §12.4), as the driver does; the device must accept it.
+    pub fn page_resp(&mut self, r: &VrdmaPageReq, status: u32, iova: u64, pages: &[u64]) {
+        let c = VrdmaCmdOdpPageResp {
+            req_id: r.req_id,
+            mr_key: r.mr_key,
+            status,
+            flags: VRDMA_ODP_RESP_F_WRITABLE,
+            iova,
+            npages: pages.len() as u32,
+            reserved: 0,
+        };
+        self.cmd_pages(VRDMA_CMD_ODP_PAGE_RESP, &c, pages)
+            .expect("page resp accepted");
     }
 }
 

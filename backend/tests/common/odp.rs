@@ -79,43 +79,35 @@ impl Pager {
             if self.silent.contains(&r.mr_key) {
                 continue;
             }
-            let start = r.iova & !4095;
-            let end = (r.iova + r.length).next_multiple_of(4096);
-            let status = self
-                .status
-                .get(&r.mr_key)
-                .copied()
-                .unwrap_or(VRDMA_STATUS_OK);
-            let mut pages = Vec::new();
-            if status == VRDMA_STATUS_OK {
-                let m = self
-                    .maps
-                    .iter()
-                    .find(|m| m.key == r.mr_key && start >= m.va && end <= m.va + m.len)
-                    .unwrap_or_else(|| panic!("fault outside the mapped ranges: {r:?}"));
-                pages = (start..end)
-                    .step_by(4096)
-                    .map(|va| m.gpa + (va - m.va))
-                    .collect();
-            }
-            let c = VrdmaCmdOdpPageResp {
-                req_id: r.req_id,
-                mr_key: r.mr_key,
-                status,
-                flags: VRDMA_ODP_RESP_F_WRITABLE,
-                iova: start,
-                npages: pages.len() as u32,
-                reserved: 0,
-            };
-            let mut b = c.as_bytes().to_vec();
-            for p in &pages {
-                b.extend_from_slice(&p.to_le_bytes());
-            }
-            n.cmd(VRDMA_CMD_ODP_PAGE_RESP, &b)
-                .expect("page resp accepted");
+            self.reply(n, &r);
             k += 1;
         }
         k
+    }
+
+    /// Answer FAULT `r` of `n` now (its status from `status`, its pages from `maps`), also one
+    /// that was held back by `silent`.
+    pub fn reply(&self, n: &mut Node, r: &VrdmaPageReq) {
+        let start = r.iova & !4095;
+        let end = (r.iova + r.length).next_multiple_of(4096);
+        let status = self
+            .status
+            .get(&r.mr_key)
+            .copied()
+            .unwrap_or(VRDMA_STATUS_OK);
+        let mut pages = Vec::new();
+        if status == VRDMA_STATUS_OK {
+            let m = self
+                .maps
+                .iter()
+                .find(|m| m.key == r.mr_key && start >= m.va && end <= m.va + m.len)
+                .unwrap_or_else(|| panic!("fault outside the mapped ranges: {r:?}"));
+            pages = (start..end)
+                .step_by(4096)
+                .map(|va| m.gpa + (va - m.va))
+                .collect();
+        }
+        n.page_resp(r, status, start, &pages);
     }
 }
 
@@ -180,46 +172,150 @@ pub struct Pair {
     /// If set, every step asserts that B's resident chunk count is at most this.
     pub budget_b: Option<usize>,
     pub started: Instant,
+    /// Page requests both pagers answered so far.
+    pub served: usize,
+    /// Path MTU (IBTA enum) of the connections `conn` adds.
+    mtu: u32,
 }
 
-impl Pair {
-    pub fn new(mem_mib: u64, odp_a: OdpConfig, odp_b: OdpConfig, nconns: usize) -> Pair {
-        let mut a = Node::new(1, mem_mib, 9000);
-        let mut b = Node::new(2, mem_mib, 9000);
-        enable_odp(&mut a, odp_a);
-        enable_odp(&mut b, odp_b);
+/// An ODP config whose device keeps at most `chunks` chunks resident (in total and per MR).
+pub fn budget(chunks: usize) -> OdpConfig {
+    OdpConfig {
+        max_resident: chunks,
+        max_resident_per_mr: chunks,
+        ..OdpConfig::default()
+    }
+}
+
+/// How a `Pair` is built: `Pair::with(32).mtu(3).odp_b(budget(4)).conns(2).build()`.
+pub struct PairBuilder {
+    mem_mib: u64,
+    odp_a: OdpConfig,
+    odp_b: OdpConfig,
+    conns: usize,
+    mtu: u32,
+}
+
+impl PairBuilder {
+    setters! {
+        /// ODP config of A's device (default: `OdpConfig::default()`).
+        odp_a: OdpConfig;
+        /// ODP config of B's device (default: `OdpConfig::default()`).
+        odp_b: OdpConfig;
+        /// Number of RC connections (default 1).
+        conns: usize;
+        /// Path MTU as the IBTA enum (default 5 = 4096).
+        mtu: u32;
+    }
+
+    pub fn build(self) -> Pair {
+        let mut a = Node::new(1, self.mem_mib, 9000);
+        let mut b = Node::new(2, self.mem_mib, 9000);
+        enable_odp(&mut a, self.odp_a);
+        enable_odp(&mut b, self.odp_b);
         let pda = a.create_pd();
         let pdb = b.create_pd();
-        let mut conns = Vec::new();
-        for _ in 0..nconns {
-            let (ca, cqa) = a.create_cq(256);
-            let (cb, cqb) = b.create_cq(256);
-            let qa = a.create_qp(QpSpec::rc(pda, ca));
-            let qb = b.create_qp(QpSpec::rc(pdb, cb));
-            // MTU 4096, timeout 14, retry 7, rnr_retry 7 (infinite: the responder RNR-NAKs
-            // while a chunk is faulted in).
-            connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
-            conns.push(Conn {
-                qa,
-                qb,
-                cqa,
-                cqb,
-                ga: Vec::new(),
-                gb: Vec::new(),
-            });
-        }
-        Pair {
+        let mut p = Pair {
             a,
             b,
             pa: Pager::default(),
             pb: Pager::default(),
             pda,
             pdb,
-            conns,
+            conns: Vec::new(),
             vt: Instant::now(),
             budget_b: None,
             started: Instant::now(),
+            served: 0,
+            mtu: self.mtu,
+        };
+        for _ in 0..self.conns {
+            p.conn(None);
         }
+        p
+    }
+}
+
+impl Pair {
+    /// Two nodes with `mem_mib` MiB of guest memory each, see `PairBuilder` for the rest.
+    pub fn with(mem_mib: u64) -> PairBuilder {
+        PairBuilder {
+            mem_mib,
+            odp_a: OdpConfig::default(),
+            odp_b: OdpConfig::default(),
+            conns: 1,
+            mtu: 5,
+        }
+    }
+
+    pub fn new(mem_mib: u64, odp_a: OdpConfig, odp_b: OdpConfig, nconns: usize) -> Pair {
+        Pair::with(mem_mib)
+            .odp_a(odp_a)
+            .odp_b(odp_b)
+            .conns(nconns)
+            .build()
+    }
+
+    /// Add an RC connection (B's QP on SRQ `srq_b` if given); returns its index.
+    pub fn conn(&mut self, srq_b: Option<u32>) -> usize {
+        let (a, b) = (&mut self.a, &mut self.b);
+        let (ca, cqa) = a.create_cq(256);
+        let (cb, cqb) = b.create_cq(256);
+        let qa = a.create_qp(QpSpec::rc(self.pda, ca));
+        let qb = b.create_qp(QpSpec {
+            srq: srq_b,
+            ..QpSpec::rc(self.pdb, cb)
+        });
+        // timeout 14, retry 7, rnr_retry 7 (infinite: the responder RNR-NAKs while a chunk is
+        // faulted in).
+        connect(a, &qa, b, &qb, self.mtu, 14, 7, 7);
+        self.conns.push(Conn {
+            qa,
+            qb,
+            cqa,
+            cqb,
+            ga: Vec::new(),
+            gb: Vec::new(),
+        });
+        self.conns.len() - 1
+    }
+
+    /// Node, pager and PD of `side`.
+    pub fn side(&mut self, side: Side) -> (&mut Node, &mut Pager, u32) {
+        match side {
+            Side::A => (&mut self.a, &mut self.pa, self.pda),
+            Side::B => (&mut self.b, &mut self.pb, self.pdb),
+        }
+    }
+
+    /// The implicit ODP MR of `side` (its key; back VAs with `back`).
+    pub fn implicit_mr(&mut self, side: Side) -> u32 {
+        let (n, _, pd) = self.side(side);
+        reg_odp(n, pd, 0, 0, true)
+    }
+
+    /// Back [va, va + len) of ODP MR `key` on `side` by fresh guest pages its pager maps;
+    /// returns their GPA.
+    pub fn back(&mut self, side: Side, key: u32, va: u64, len: u64) -> u64 {
+        let (n, pager, _) = self.side(side);
+        let gpa = n.alloc(len);
+        pager.maps.push(Map { key, va, gpa, len });
+        gpa
+    }
+
+    /// An explicit ODP MR over [va, va + len) on `side`, backed as by `back`; returns
+    /// (key, GPA of the backing).
+    pub fn odp_mr(&mut self, side: Side, va: u64, len: u64) -> (u32, u64) {
+        let (n, _, pd) = self.side(side);
+        let key = reg_odp(n, pd, va, len, false);
+        (key, self.back(side, key, va, len))
+    }
+
+    /// A pinned MR over `len` fresh bytes of `side` (iova == GPA); returns (GPA, key).
+    pub fn mr(&mut self, side: Side, len: u64) -> (u64, u32) {
+        let (n, _, pd) = self.side(side);
+        let gpa = n.alloc(len);
+        (gpa, n.reg_mr(pd, gpa, len, ACC_ALL))
     }
 
     /// Post a WQE on connection `i`, side A.
@@ -230,7 +326,9 @@ impl Pair {
 
     /// Serve page requests on both sides.
     pub fn serve(&mut self) -> usize {
-        self.pa.serve(&mut self.a) + self.pb.serve(&mut self.b)
+        let k = self.pa.serve(&mut self.a) + self.pb.serve(&mut self.b);
+        self.served += k;
+        k
     }
 
     /// Deliver frames both ways (A's frames: at most `limit_a`, the rest stay queued).
@@ -292,17 +390,26 @@ impl Pair {
         }
         self.conns[i].ga.clone()
     }
-}
 
-/// An RDMA WRITE / READ WQE.
-pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32) -> Wqe {
-    Wqe {
-        wr_id,
-        opcode,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![sge],
-        remote_addr: raddr,
-        rkey,
-        ..Default::default()
+    /// Step until connection `i` has `n` requester completions and assert that those from index
+    /// `from` on succeeded, with wr_ids `first`, `first + 1`, ... in order; returns all `n`.
+    pub fn run_ok(&mut self, i: usize, from: usize, n: usize, first: u64) -> Vec<Cqe> {
+        let c = self.run_until(i, n);
+        for (k, c) in c[from..n].iter().enumerate() {
+            assert_eq!(
+                (c.wr_id, c.status),
+                (first + k as u64, VRDMA_WC_SUCCESS),
+                "{c:?}"
+            );
+        }
+        c
+    }
+
+    /// Step until connection `i` has `n` requester completions more than now; returns those
+    /// and how many page requests were answered meanwhile.
+    pub fn run_more(&mut self, i: usize, n: usize) -> (Vec<Cqe>, usize) {
+        let (seen, served) = (self.conns[i].ga.len(), self.served);
+        let all = self.run_until(i, seen + n);
+        (all[seen..].to_vec(), self.served - served)
     }
 }

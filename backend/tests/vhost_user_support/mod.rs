@@ -19,6 +19,7 @@ use vm_memory::{
     Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
 };
 use vmm_sys_util::eventfd::EventFd;
+use vrdma_spec::{Abi, VrdmaHandle};
 
 pub type Mem = GuestMemoryMmap<()>;
 
@@ -350,6 +351,19 @@ pub fn start_rings(fe: &mut Frontend, guest: &Guest, rings: &[&DriverRing]) {
     }
 }
 
+/// Driver rings of `size` entries for the virtqueues `queues` in `guest`, started as by
+/// `start_rings`.
+pub fn start_queues<const N: usize>(
+    fe: &mut Frontend,
+    guest: &mut Guest,
+    queues: [u16; N],
+    size: u16,
+) -> [DriverRing; N] {
+    let rings = queues.map(|q| DriverRing::new(guest, q as usize, size));
+    start_rings(fe, guest, &rings.each_ref());
+    rings
+}
+
 /// Read `len` bytes of config space at `offset`.
 pub fn get_config(fe: &mut Frontend, offset: u32, len: usize) -> vhost::Result<Vec<u8>> {
     let buf = vec![0u8; len];
@@ -370,6 +384,43 @@ pub fn cmd(opcode: u16, req: &[u8]) -> Vec<u8> {
     v.extend_from_slice(&0u32.to_le_bytes());
     v.extend_from_slice(req);
     v
+}
+
+/// A control-queue handle request (`VrdmaHandle`) for object `h`.
+pub fn handle(h: u32) -> Vec<u8> {
+    VrdmaHandle {
+        handle: h,
+        reserved: 0,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+/// Run one command on the control `ring`: `command` in one readable buffer, a writable
+/// response buffer of `resp_len` bytes; the next used chain (within 5 s) must be this one.
+/// Returns (used len, response bytes).
+pub fn run_command(
+    ring: &mut DriverRing,
+    guest: &mut Guest,
+    command: &[u8],
+    resp_len: usize,
+) -> (u32, Vec<u8>) {
+    let req = guest.alloc(command.len(), 8);
+    guest.write(req, command);
+    let resp = guest.alloc(resp_len, 8);
+    let head = ring.add(
+        guest,
+        &[
+            (req, command.len() as u32, false),
+            (resp, resp_len as u32, true),
+        ],
+    );
+    ring.notify();
+    let (id, len) = ring
+        .wait_used(guest, Duration::from_secs(5))
+        .expect("command completed");
+    assert_eq!(id, u32::from(head), "another chain completed first");
+    (len, guest.read(resp, resp_len))
 }
 
 /// Response status of a response buffer.

@@ -20,6 +20,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "self_rc.h"
+
 #define PERIOD_US 60000
 
 static struct ibv_context *ctx;
@@ -29,60 +31,12 @@ static struct ibv_qp *qp;
 static struct ibv_mr *mr;
 static char buf[4096];
 
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
-
 static long long now_us(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec * 1000000LL + t.tv_nsec / 1000;
-}
-
-static void connect_self(int gidx)
-{
-	struct ibv_qp_attr a = {};
-	union ibv_gid gid;
-
-	if (ibv_query_gid(ctx, 1, gidx, &gid))
-		die("query_gid");
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			  IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("modify INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qp->qp_num;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = gidx;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-			  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify RTS");
 }
 
 static void post_write(void)
@@ -161,21 +115,15 @@ static void arm(void)
 int main(int argc, char **argv)
 {
 	struct ibv_qp_init_attr qa = {};
-	struct ibv_device **l;
 	struct ibv_pd *pd;
 	long long t;
-	int i, n, ok = 1;
+	int i, ok = 1;
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: %s DEV GID_INDEX\n", argv[0]);
 		return 2;
 	}
-	l = ibv_get_device_list(&n);
-	for (i = 0; l && i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), argv[1]))
-			ctx = ibv_open_device(l[i]);
-	if (!ctx)
-		die("open_device");
+	ctx = open_device_named(argv[1]);
 	pd = ibv_alloc_pd(ctx);
 	ch = ibv_create_comp_channel(ctx);
 	if (!pd || !ch)
@@ -195,7 +143,7 @@ int main(int argc, char **argv)
 	qp = ibv_create_qp(pd, &qa);
 	if (!qp)
 		die("create_qp");
-	connect_self(atoi(argv[2]));
+	connect_self(ctx, qp, atoi(argv[2]));
 
 	/* No moderation: the first CQE signals. */
 	arm();
@@ -264,6 +212,5 @@ int main(int argc, char **argv)
 	ibv_destroy_comp_channel(ch);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(l);
 	return ok ? 0 : 1;
 }

@@ -25,6 +25,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "self_rc.h"
+
 #define ITERS 200
 #define MSG 256
 
@@ -35,52 +37,6 @@ static struct ibv_cq_ex *cq;
 static struct ibv_qp *qp;
 static struct ibv_mr *mr;
 static char buf[4 * 4096];
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
-
-static void connect_self(int gidx)
-{
-	struct ibv_qp_attr a = {};
-	union ibv_gid gid;
-
-	if (ibv_query_gid(ctx, 1, gidx, &gid))
-		die("query_gid");
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			  IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("modify INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qp->qp_num;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = gidx;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-			  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify RTS");
-}
 
 static long long now_ms(void)
 {
@@ -172,7 +128,6 @@ int main(int argc, char **argv)
 	struct ibv_td_init_attr ta = {};
 	struct ibv_qp_init_attr qa = {};
 	struct ibv_pd *pd, *parent;
-	struct ibv_device **l;
 	struct ibv_td *td;
 	int i, n, ok = 1;
 
@@ -180,12 +135,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s DEV GID_INDEX\n", argv[0]);
 		return 2;
 	}
-	l = ibv_get_device_list(&n);
-	for (i = 0; l && i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), argv[1]))
-			ctx = ibv_open_device(l[i]);
-	if (!ctx)
-		die("open_device");
+	ctx = open_device_named(argv[1]);
 	pd = ibv_alloc_pd(ctx);
 	td = ibv_alloc_td(ctx, &ta);
 	if (!pd || !td)
@@ -222,7 +172,7 @@ int main(int argc, char **argv)
 	qp = ibv_create_qp(parent, &qa);
 	if (!qp)
 		die("create_qp on the parent domain");
-	connect_self(atoi(argv[2]));
+	connect_self(ctx, qp, atoi(argv[2]));
 
 	/* buf: [0, 4K) source, [4K, 8K) receive target, [8K, 12K) write target */
 	for (i = 0; i < ITERS; i++) {
@@ -253,6 +203,5 @@ int main(int argc, char **argv)
 	}
 	printf("teardown: ok\n");
 	ibv_close_device(ctx);
-	ibv_free_device_list(l);
 	return ok ? 0 : 1;
 }

@@ -18,44 +18,30 @@ def rc_pingpong_sizes_checked(ctx):
         pingpong(ctx, "ibv_rc_pingpong", "-s %d -n %d -c" % (size, iters))
 
 
-@scenario("A")
-def rc_pingpong_new_send_api(ctx):
-    pingpong(ctx, "ibv_rc_pingpong", "-N -n 200 -c")
+# One scenario per row: (scenario name, ibverbs example, its options). A failure names the row's
+# scenario, as a hand-written function of that name would.
+PINGPONGS = (
+    ("rc_pingpong_new_send_api", "ibv_rc_pingpong", "-N -n 200 -c"),
+    ("rc_pingpong_events", "ibv_rc_pingpong", "-e -n 200"),
+    ("rc_pingpong_odp_explicit", "ibv_rc_pingpong", "-o -n 200 -c"),
+    ("rc_pingpong_odp_implicit", "ibv_rc_pingpong", "-O -n 200 -c"),
+    ("rc_pingpong_odp_implicit_prefetch", "ibv_rc_pingpong", "-O -P -n 200 -c"),
+    ("uc_pingpong", "ibv_uc_pingpong", "-n 200"),
+    ("ud_pingpong", "ibv_ud_pingpong", "-s 512 -n 200"),
+    ("srq_pingpong_several_qps", "ibv_srq_pingpong", "-q 4 -n 100"),
+)
 
 
-@scenario("A")
-def rc_pingpong_events(ctx):
-    pingpong(ctx, "ibv_rc_pingpong", "-e -n 200")
+def _pingpong_scenario(name, tool, extra):
+    def run(ctx):
+        pingpong(ctx, tool, extra)
+    run.__name__ = name
+    run.__doc__ = "%s %s between the two guests." % (tool, extra)
+    return scenario("A")(run)
 
 
-@scenario("A")
-def rc_pingpong_odp_explicit(ctx):
-    pingpong(ctx, "ibv_rc_pingpong", "-o -n 200 -c")
-
-
-@scenario("A")
-def rc_pingpong_odp_implicit(ctx):
-    pingpong(ctx, "ibv_rc_pingpong", "-O -n 200 -c")
-
-
-@scenario("A")
-def rc_pingpong_odp_implicit_prefetch(ctx):
-    pingpong(ctx, "ibv_rc_pingpong", "-O -P -n 200 -c")
-
-
-@scenario("A")
-def uc_pingpong(ctx):
-    pingpong(ctx, "ibv_uc_pingpong", "-n 200")
-
-
-@scenario("A")
-def ud_pingpong(ctx):
-    pingpong(ctx, "ibv_ud_pingpong", "-s 512 -n 200")
-
-
-@scenario("A")
-def srq_pingpong_several_qps(ctx):
-    pingpong(ctx, "ibv_srq_pingpong", "-q 4 -n 100")
+for _row in PINGPONGS:
+    _pingpong_scenario(*_row)
 
 
 @scenario("A")

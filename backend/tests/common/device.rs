@@ -1,6 +1,5 @@
-//! Shared helpers for the device-model tests (no VM): a device over anonymous guest memory, a
-//! page allocator, and command builders.
-#![allow(dead_code)]
+//! One device without a peer or transport, for the device-model tests (no VM): `Env` is a
+//! device over anonymous guest memory with a page allocator, plus command builders.
 
 use std::sync::Arc;
 
@@ -162,14 +161,10 @@ impl Env {
 
     /// Add a RoCEv2 GID for 10.0.0.<last> at `index`.
     pub fn add_gid_v4(&mut self, index: u32, last: u8) {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&[10, 0, 0, last]);
         let c = VrdmaCmdGid {
             index,
             type_: VRDMA_GID_TYPE_ROCE_V2,
-            gid,
+            gid: gid_v4(last),
         };
         let (s, _) = self.cmd(VRDMA_CMD_ADD_GID, c.as_bytes());
         assert_eq!(s, VRDMA_STATUS_OK);
@@ -209,11 +204,7 @@ impl Env {
 
 /// An IPv4-mapped GID 10.0.0.<last>.
 pub fn gid_v4(last: u8) -> [u8; 16] {
-    let mut gid = [0u8; 16];
-    gid[10] = 0xff;
-    gid[11] = 0xff;
-    gid[12..].copy_from_slice(&[10, 0, 0, last]);
-    gid
+    super::gid_v4([10, 0, 0, last])
 }
 
 /// A valid AV towards 10.0.0.<last> using sgid index 0.
