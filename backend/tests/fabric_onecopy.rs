@@ -12,80 +12,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::fabric_rc::{wait_cqes, Cqes, FabricRc};
+use common::fabric_tap::{Seen, Tap};
 use common::*;
 use vrdma_backend::device::Device;
-use vrdma_backend::fabric::{DevicePort, FabricBuilder};
 use vrdma_backend::transport::engine::Engine;
-use vrdma_backend::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
-use vrdma_backend::wire::segment::PayloadRefs;
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 use vrdma_spec::*;
-
-/// What a port saw: request packets received (opcode, PSN, payload length), segments that
-/// arrived with payload references, and whether to hold everything received.
-#[derive(Debug, Default)]
-struct Seen {
-    requests: Vec<(u8, u32, usize)>,
-    refs_in: usize,
-    segments_in: usize,
-}
-
-/// A device port that records what it receives and forwards everything, references included.
-struct RefTap {
-    inner: DevicePort,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl Uplink for RefTap {
-    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
-        self.inner.send(frame)
-    }
-    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        self.inner.recv(buf)
-    }
-    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
-        self.inner.as_raw_fd()
-    }
-    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
-        self.inner.send_frames(frames)
-    }
-    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
-        self.inner.send_segment(seg)
-    }
-    fn send_segment_refs(
-        &self,
-        seg: &mut Vec<u8>,
-        refs: Box<dyn PayloadRefs>,
-    ) -> Result<usize, UplinkError> {
-        self.inner.send_segment_refs(seg, refs)
-    }
-    fn recv_batch(
-        &self,
-        bufs: &mut [Vec<u8>],
-        frames: &mut Vec<RxFrame>,
-    ) -> Result<usize, UplinkError> {
-        let from = frames.len();
-        let n = self.inner.recv_batch(bufs, frames)?;
-        let mut seen = self.seen.lock().unwrap();
-        for rx in &frames[from..] {
-            seen.segments_in += usize::from(rx.segment);
-            seen.refs_in += usize::from(rx.refs.is_some());
-            let buf = &bufs[rx.slot][rx.off..rx.off + rx.len];
-            for f in vrdma_backend::transport::frames_of(buf, rx.segment) {
-                if let Ok(p) = RocePacket::parse_with(f, IcrcCheck::Trusted) {
-                    if !p.info.is_response() {
-                        seen.requests
-                            .push((p.bth.opcode as u8, p.bth.psn, p.payload.len()));
-                    }
-                }
-            }
-        }
-        Ok(n)
-    }
-    fn icrc_offload(&self) -> IcrcOffload {
-        self.inner.icrc_offload()
-    }
-}
 
 const LEN: u64 = 4 << 20;
 
@@ -103,7 +36,7 @@ struct Rig {
     eb: Option<Engine>,
     dev_a: Arc<Mutex<Device>>,
     dev_b: Option<Arc<Mutex<Device>>>,
-    port_b: Option<RefTap>,
+    port_b: Option<Tap>,
     src: u64,
     dst: u64,
     ka: u32,
@@ -114,34 +47,24 @@ struct Rig {
 /// `mtu`: the path MTU enum (3 = 1024, 5 = 4096); `refs`: payloads by reference (stage 2)
 /// or copied (stage 1); `capture`: a pcap of the fabric.
 fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
-    let mut a = Node::new(1, 32, 9000);
-    let mut b = Node::new(2, 32, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(1024);
-    let (cb, cqb) = b.create_cq(1024);
-    let qa = a.create_qp(QpSpec {
-        sq_depth: 256,
-        ..QpSpec::rc(pda, ca)
-    });
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    let rqb = qb.rq.clone().expect("an RQ");
     // timeout 17 (537 ms: nothing is retransmitted while b's engine waits to start), retry
     // 7, rnr_retry 7.
-    connect(&mut a, &qa, &mut b, &qb, mtu, 17, 7, 7);
-    let src = a.alloc(LEN);
-    let dst = b.alloc(LEN);
-    let ka = a.reg_mr(pda, src, LEN, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, LEN, ACC_ALL);
-    a.write(src, &pattern(7, LEN as usize));
-    b.write(dst, &pattern(8, LEN as usize));
-    let mut fb = FabricBuilder::new();
-    if let Some(p) = capture {
-        fb.capture(vrdma_backend::uplink::PcapWriter::create(p, None).expect("pcap"));
-    }
-    let pa = fb.add_device(a.mac).unwrap();
-    let pb = fb.add_device(b.mac).unwrap();
-    let fabric = fb.build();
+    let FabricRc {
+        mut a,
+        mut b,
+        qa,
+        cqa,
+        cqb,
+        rqb,
+        pda,
+        src,
+        dst,
+        ka,
+        kb,
+        fabric,
+        pa,
+        pb,
+    } = FabricRc::new(VRDMA_QPT_RC, mtu, 17, 1024, LEN, capture);
     let port = |p| {
         let d = fabric.device_port(p).unwrap().with_segments();
         if refs {
@@ -153,10 +76,7 @@ fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
     let seen_b = Arc::new(Mutex::new(Seen::default()));
     let dev_a = detach(&mut a);
     let ea = Engine::start(dev_a.clone(), Arc::new(port(pa))).unwrap();
-    let port_b = RefTap {
-        inner: port(pb),
-        seen: seen_b.clone(),
-    };
+    let port_b = Tap::new(port(pb), &seen_b);
     Rig {
         dev_b: Some(detach(&mut b)),
         a,
@@ -177,10 +97,6 @@ fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
         seen_b,
     }
 }
-
-type C = (u64, u8, u8, u32);
-/// The send completions at a and the receive completions at b.
-type Cqes = (Vec<C>, Vec<C>);
 
 impl Rig {
     fn start_b(&mut self) {
@@ -237,20 +153,7 @@ impl Rig {
     }
     /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
     fn wait(&mut self, n: usize, m: usize) -> Cqes {
-        let key =
-            |c: &vrdma_backend::transport::ctx::Cqe| (c.wr_id, c.status, c.opcode, c.byte_len);
-        let (mut sa, mut sb) = (Vec::new(), Vec::new());
-        let t0 = Instant::now();
-        while sa.len() < n || sb.len() < m {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "completions missing: {sa:?} {sb:?}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-            sa.extend(self.a.poll_cq(&mut self.cqa).iter().map(key));
-            sb.extend(self.b.poll_cq(&mut self.cqb).iter().map(key));
-        }
-        (sa, sb)
+        wait_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
     }
     /// Wait until b's queue holds `n` segments from a (b's engine not started).
     fn wait_queued(&self, what: impl Fn(&Device) -> bool) {
@@ -272,15 +175,6 @@ impl Rig {
         let seen = std::mem::take(&mut *self.seen_b.lock().unwrap());
         (data_a, data_b, seen)
     }
-}
-
-fn first_sends(s: &Seen) -> Vec<(u8, u32, usize)> {
-    let mut seen = std::collections::HashSet::new();
-    s.requests
-        .iter()
-        .filter(|r| seen.insert(r.1))
-        .copied()
-        .collect()
 }
 
 fn bytes_of(mtu: u32) -> u32 {
@@ -337,8 +231,8 @@ fn one_copy_gives_what_stage_one_gives() {
         assert!(a1 == a2, "the same data at a (mtu {mtu})");
         assert!(b1 == b2, "the same data at b (mtu {mtu})");
         assert_eq!(
-            first_sends(&s1),
-            first_sends(&s2),
+            s1.first_sends(),
+            s2.first_sends(),
             "the same request packets (opcode, PSN, length)"
         );
         // The WRITEs did land: the first one's range and the 64-packet one's at b hold a's
@@ -383,7 +277,7 @@ fn a_segment_may_mix_frames_by_reference_and_by_value() {
         "{c2:?}"
     );
     assert!(b1 == b2);
-    assert_eq!(first_sends(&s1), first_sends(&s2));
+    assert_eq!(s1.first_sends(), s2.first_sends());
 }
 
 /// The frames of a capture (pcap records), in order.

@@ -11,114 +11,15 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::fabric_rc::{wait_cqes, Cqes, FabricRc};
+use common::fabric_tap::{Seen, Tap};
 use common::*;
-use vrdma_backend::fabric::{DevicePort, FabricBuilder};
+use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::transport::engine::Engine;
-use vrdma_backend::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
+use vrdma_backend::uplink::Uplink;
 use vrdma_backend::wire::segment::{Segment, SegmentWriter};
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 use vrdma_spec::*;
-
-/// One completion: wr_id, status, opcode, byte_len.
-type C = (u64, u8, u8, u32);
-/// The send completions at a and the receive completions at b.
-type Cqes = (Vec<C>, Vec<C>);
-
-/// What a port saw: every request packet received (opcode, PSN, payload length, AckReq), and
-/// how many segments went each way.
-#[derive(Debug, Default)]
-struct Seen {
-    requests: Vec<(u8, u32, usize, bool)>,
-    /// Every response packet received (opcode, PSN, payload length).
-    responses: Vec<(u8, u32, usize)>,
-    segments_in: usize,
-    segments_out: usize,
-    /// Drop this frame (0-based) of the first received segment with more frames than that.
-    drop_in_first: Option<usize>,
-    dropped: usize,
-}
-
-/// A device port that records what passes (forwarding the offloads, so segments stay on).
-struct Tap {
-    inner: DevicePort,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl Uplink for Tap {
-    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
-        self.inner.send(frame)
-    }
-    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        self.inner.recv(buf)
-    }
-    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
-        self.inner.as_raw_fd()
-    }
-    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
-        self.inner.send_frames(frames)
-    }
-    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
-        self.seen.lock().unwrap().segments_out += 1;
-        self.inner.send_segment(seg)
-    }
-    fn recv_batch(
-        &self,
-        bufs: &mut [Vec<u8>],
-        frames: &mut Vec<RxFrame>,
-    ) -> Result<usize, UplinkError> {
-        let from = frames.len();
-        let n = self.inner.recv_batch(bufs, frames)?;
-        let mut seen = self.seen.lock().unwrap();
-        for rx in frames[from..].iter_mut() {
-            let buf = &mut bufs[rx.slot];
-            if rx.segment {
-                seen.segments_in += 1;
-                if let Some(lost) = seen.drop_in_first {
-                    let count = Segment::parse(buf).expect("valid segment").count();
-                    if count > lost {
-                        // Rebuild the segment without frame k (a loss inside it).
-                        let mut w = SegmentWriter::default();
-                        let s = Segment::parse(buf).unwrap();
-                        for (i, f) in s.frames().enumerate() {
-                            if i != lost {
-                                let r = w.push_with(f.len(), |room: &mut [u8]| {
-                                    room[..f.len()].copy_from_slice(f);
-                                    Ok::<usize, ()>(f.len())
-                                });
-                                assert!(r.unwrap().is_some());
-                            }
-                        }
-                        *buf = w.take().unwrap();
-                        rx.off = 0;
-                        rx.len = buf.len();
-                        seen.drop_in_first = None;
-                        seen.dropped += 1;
-                    }
-                }
-            }
-            let buf = &bufs[rx.slot][rx.off..rx.off + rx.len];
-            for f in vrdma_backend::transport::frames_of(buf, rx.segment) {
-                if let Ok(p) = RocePacket::parse_with(f, IcrcCheck::Trusted) {
-                    if p.info.is_response() {
-                        seen.responses
-                            .push((p.bth.opcode as u8, p.bth.psn, p.payload.len()));
-                    } else {
-                        seen.requests.push((
-                            p.bth.opcode as u8,
-                            p.bth.psn,
-                            p.payload.len(),
-                            p.bth.ack_req,
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(n)
-    }
-    fn icrc_offload(&self) -> IcrcOffload {
-        self.inner.icrc_offload()
-    }
-}
 
 /// A pair of nodes on one fabric, RC connected (path MTU 4096), engines running.
 struct Pair {
@@ -150,36 +51,23 @@ fn pair_of(
     drop_in_first: Option<usize>,
     capture: Option<&std::path::Path>,
 ) -> Pair {
-    let mut a = Node::new(1, 32, 9000);
-    let mut b = Node::new(2, 32, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec {
-        qp_type,
-        ..QpSpec::rc(pda, ca)
-    });
-    let qb = b.create_qp(QpSpec {
-        qp_type,
-        ..QpSpec::rc(pdb, cb)
-    });
-    let rqb = qb.rq.clone().expect("an RQ");
     // timeout 14 (67 ms), retry 7, rnr_retry 7 (infinite).
-    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
-    let src = a.alloc(LEN);
-    let dst = b.alloc(LEN);
-    let ka = a.reg_mr(pda, src, LEN, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, LEN, ACC_ALL);
-    a.write(src, &pattern(7, LEN as usize));
-    b.write(dst, &pattern(8, LEN as usize));
-    let mut fb = FabricBuilder::new();
-    if let Some(p) = capture {
-        fb.capture(vrdma_backend::uplink::PcapWriter::create(p, None).expect("pcap"));
-    }
-    let pa = fb.add_device(a.mac).unwrap();
-    let pb = fb.add_device(b.mac).unwrap();
-    let fabric = fb.build();
+    let FabricRc {
+        mut a,
+        mut b,
+        qa,
+        cqa,
+        cqb,
+        rqb,
+        src,
+        dst,
+        ka,
+        kb,
+        fabric,
+        pa,
+        pb,
+        ..
+    } = FabricRc::new(qp_type, 5, 14, 256, LEN, capture);
     let port = |p| {
         let d = fabric.device_port(p).unwrap();
         if segments {
@@ -272,20 +160,7 @@ impl Pair {
     }
     /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
     fn wait(&mut self, n: usize, m: usize) -> Cqes {
-        let key =
-            |c: &vrdma_backend::transport::ctx::Cqe| (c.wr_id, c.status, c.opcode, c.byte_len);
-        let (mut sa, mut sb) = (Vec::new(), Vec::new());
-        let t0 = Instant::now();
-        while sa.len() < n || sb.len() < m {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "completions missing: {sa:?} {sb:?}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-            sa.extend(self.a.poll_cq(&mut self.cqa).iter().map(key));
-            sb.extend(self.b.poll_cq(&mut self.cqb).iter().map(key));
-        }
-        (sa, sb)
+        wait_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
     }
     fn finish(self) -> Outcome {
         let data_b = self.b.read(self.dst, LEN as usize);
@@ -315,15 +190,6 @@ struct Outcome {
 
 /// The request packets without AckReq (which follows the window, i.e. timing) and with the
 /// first transmission of each PSN only.
-fn first_sends(s: &Seen) -> Vec<(u8, u32, usize)> {
-    let mut seen = std::collections::HashSet::new();
-    s.requests
-        .iter()
-        .filter(|r| seen.insert(r.1))
-        .map(|r| (r.0, r.1, r.2))
-        .collect()
-}
-
 fn check_same(seg: &Outcome, plain: &Outcome) {
     assert!(seg.seen_a.segments_out > 0, "segments were sent");
     assert!(seg.seen_b.segments_in > 0, "segments arrived");
@@ -336,8 +202,8 @@ fn check_same(seg: &Outcome, plain: &Outcome) {
     assert!(seg.data_a == plain.data_a, "the same data at a");
     assert!(seg.data_b == plain.data_b, "the same data at b");
     assert_eq!(
-        first_sends(&seg.seen_b),
-        first_sends(&plain.seen_b),
+        seg.seen_b.first_sends(),
+        plain.seen_b.first_sends(),
         "the same request packets (opcode, PSN, length)"
     );
     // AckReq on the last packet of every message, either way (spec §15, IBTA 9.2.3).
@@ -428,7 +294,7 @@ fn a_packet_lost_inside_a_segment_is_retransmitted_per_packet() {
     );
     // The responder saw a PSN twice: go-back-N resent from the lost packet (IBTA 9.7.5.1).
     assert!(
-        first_sends(&seg.seen_b).len() < seg.seen_b.requests.len(),
+        seg.seen_b.first_sends().len() < seg.seen_b.requests.len(),
         "a retransmission"
     );
     assert_eq!(seg.cqes, plain.cqes);
@@ -463,7 +329,7 @@ fn rnr_in_the_middle_of_a_segment() {
     assert!(seg.data_b == plain.data_b);
     assert!(seg.data_b[512 << 10..536 << 10] == pattern(7, LEN as usize)[..24 << 10]);
     // The RNR'd message was sent again.
-    assert!(first_sends(&seg.seen_b).len() < seg.seen_b.requests.len());
+    assert!(seg.seen_b.first_sends().len() < seg.seen_b.requests.len());
 }
 
 /// A 64 KiB SEND into a 60 KiB receive: the 16th packet (the last of the segment) overflows.

@@ -35,6 +35,8 @@ macro_rules! setters {
 
 pub mod device;
 pub mod engine;
+pub mod fabric_rc;
+pub mod fabric_tap;
 pub mod heap;
 pub mod odp;
 pub mod rc_pair;
