@@ -124,6 +124,12 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
             &p.rx_to_guest,
         ),
         port(
+            "vrdma_port_rx_by_reference_packets_total",
+            "Received RC WRITE packets whose payload was copied straight from the sending \
+             guest's memory (fabric, --payload-refs).",
+            &p.rx_by_reference,
+        ),
+        port(
             "vrdma_port_loopback_frames_total",
             "RoCEv2 frames between QPs of this device (not on the uplink).",
             &p.loopback_frames,

@@ -50,6 +50,10 @@ pub struct PortStats {
     pub drop_bad_address: AtomicU64,
     /// UC frames ahead of the expected PSN by the UC window or more (§14.6).
     pub drop_uc_out_of_window: AtomicU64,
+    /// RC WRITE packets whose payload came by reference on the fabric (`--payload-refs`) and
+    /// was copied straight from the sender's guest memory into this guest's (spec §16.2
+    /// rule 6).
+    pub rx_by_reference: AtomicU64,
     /// Packets of a by-reference fabric segment whose payload the sender had fenced (DEREG_MR,
     /// invalidation, reset, SET_MEM_TABLE, suspend) before this device copied it: lost, the
     /// RC requester retransmits (spec §16.2 rule 6).

@@ -37,6 +37,8 @@ struct Rig {
     dev_a: Arc<Mutex<Device>>,
     dev_b: Option<Arc<Mutex<Device>>>,
     port_b: Option<Tap>,
+    /// b's port counters (`rx_by_reference`, `drop_stale_ref`).
+    stats_b: Arc<vrdma_backend::stats::PortStats>,
     src: u64,
     dst: u64,
     ka: u32,
@@ -77,8 +79,11 @@ fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
     let dev_a = detach(&mut a);
     let ea = Engine::start(dev_a.clone(), Arc::new(port(pa))).unwrap();
     let port_b = Tap::new(port(pb), &seen_b);
+    let dev_b = detach(&mut b);
+    let stats_b = dev_b.lock().unwrap().port_stats.clone();
     Rig {
-        dev_b: Some(detach(&mut b)),
+        dev_b: Some(dev_b),
+        stats_b,
         a,
         b,
         qa,
@@ -172,7 +177,10 @@ impl Rig {
         if let Some(e) = self.eb {
             e.stop();
         }
-        let seen = std::mem::take(&mut *self.seen_b.lock().unwrap());
+        let mut seen = std::mem::take(&mut *self.seen_b.lock().unwrap());
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        seen.copied_by_reference = count(&self.stats_b.rx_by_reference);
+        seen.stale_references = count(&self.stats_b.drop_stale_ref);
         (data_a, data_b, seen)
     }
 }
@@ -225,6 +233,14 @@ fn one_copy_gives_what_stage_one_gives() {
         let (c2, a2, b2, s2) = traffic(mtu, true);
         assert_eq!(s1.refs_in, 0, "stage 1 copies every payload");
         assert!(s2.refs_in > 0, "payloads went by reference (mtu {mtu})");
+        assert_eq!(
+            s1.copied_by_reference, 0,
+            "stage 1 counts no copy by reference"
+        );
+        assert!(
+            s2.copied_by_reference > 0 && s2.stale_references == 0,
+            "b counted its copies by reference and no stale one: {s2:?}"
+        );
         assert!(s2.segments_in > 0 && s1.segments_in > 0);
         assert_eq!(c1, c2, "the same completions (mtu {mtu})");
         assert!(c2.0.iter().all(|c| c.1 == VRDMA_WC_SUCCESS), "{c2:?}");
@@ -420,6 +436,10 @@ fn a_reference_made_before_dereg_mr_is_never_read_after_it() {
     let (sa, _) = r.wait(2, 0);
     let (_, b, seen) = r.stop();
     assert!(seen.refs_in > 0, "the segments arrived by reference");
+    assert!(
+        seen.stale_references > 0,
+        "b counted the fenced packets: {seen:?}"
+    );
     let old_a = pattern(7, LEN as usize);
     let old_b = pattern(8, LEN as usize);
     // The first WRITE: never delivered (its retransmission finds no MR: WC_LOC_PROT_ERR).

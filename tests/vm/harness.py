@@ -48,6 +48,9 @@ TOPOLOGIES = {
     "F": dict(kind=["vrdma"], uplink="udp",
               backend_args=["--delay-commands", "resize_cq=3000:0",
                             "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
+    # A with one copy on the fabric (--payload-refs): RC WRITE payloads by reference, behind
+    # the DMA fence (spec §16.2 rule 6)
+    "G": dict(kind=["vrdma", "vrdma"], uplink="fabric", backend_args=["--payload-refs"]),
 }
 
 # Kernel messages that mean the guest is unhealthy.
@@ -123,6 +126,16 @@ def push_guest_script(vms, name):
         for vm in vms:
             vm.write_file("/tmp/" + f, text, mode=0o755)
     return "/tmp/" + name
+
+
+def port_counters(vm):
+    """The `vrdma_port_*` counters of vm's device that have one sample (no per-reason
+    labels), from its backend's stats socket."""
+    import subprocess
+    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
+                         capture_output=True, text=True, timeout=30).stdout
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r'^(vrdma_port_\w+)\{device="[^"]*"\} (\d+)$', out, re.M)}
 
 
 def roce_v2_gid_index(vm, dev):

@@ -24,6 +24,11 @@ pub struct Seen {
     /// frames than that.
     pub drop_in_first: Option<usize>,
     pub dropped: usize,
+    /// The receiving device's counters of payloads copied by reference and of stale
+    /// references dropped (`PortStats::rx_by_reference`, `drop_stale_ref`), for the tests that
+    /// read them.
+    pub copied_by_reference: u64,
+    pub stale_references: u64,
 }
 
 impl Seen {

@@ -55,7 +55,7 @@ impl Responder<'_, '_> {
                 if let Some(src) = super::super::onecopy::payload_ref(pkt) {
                     use super::super::onecopy::{write_payload, OneCopyError};
                     match write_payload(dev, src, &self.ranges, pkt.payload.len()) {
-                        Ok(()) => {}
+                        Ok(()) => crate::stats::bump(&dev.port_stats.rx_by_reference),
                         Err(OneCopyError::Stale) => {
                             crate::stats::bump(&dev.port_stats.drop_stale_ref);
                             return RespStep::Drop;
