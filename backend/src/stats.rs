@@ -160,6 +160,30 @@ impl<U> Metered<U> {
     }
 }
 
+impl<U: Uplink> Metered<U> {
+    /// Send one fabric segment through `send` and count it as the frames in it: those the
+    /// inner uplink took as sent, the rest as `tx_busy` drops.
+    fn count_segment(
+        &self,
+        seg: &mut Vec<u8>,
+        send: impl FnOnce(&U, &mut Vec<u8>) -> Result<usize, UplinkError>,
+    ) -> Result<usize, UplinkError> {
+        let len = seg.len();
+        let count = crate::wire::segment::frame_count(seg, true);
+        let r = send(&self.inner, seg);
+        match &r {
+            Ok(n) => {
+                add(&self.stats.tx_frames, *n);
+                add(&self.stats.tx_bytes, len);
+                add(&self.stats.drop_tx_busy, count.saturating_sub(*n));
+            }
+            Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, count),
+            Err(_) => bump(&self.stats.tx_errors),
+        }
+        r
+    }
+}
+
 impl<U: Uplink> Uplink for Metered<U> {
     fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
         let r = self.inner.send(frame);
@@ -235,19 +259,7 @@ impl<U: Uplink> Uplink for Metered<U> {
 
     /// A fabric segment counts as the frames in it (spec §16.2 rule 6).
     fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
-        let len = seg.len();
-        let count = crate::wire::segment::frame_count(seg, true);
-        let r = self.inner.send_segment(seg);
-        match &r {
-            Ok(n) => {
-                add(&self.stats.tx_frames, *n);
-                add(&self.stats.tx_bytes, len);
-                add(&self.stats.drop_tx_busy, count.saturating_sub(*n));
-            }
-            Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, count),
-            Err(_) => bump(&self.stats.tx_errors),
-        }
-        r
+        self.count_segment(seg, |inner, seg| inner.send_segment(seg))
     }
 
     fn send_segment_refs(
@@ -255,19 +267,7 @@ impl<U: Uplink> Uplink for Metered<U> {
         seg: &mut Vec<u8>,
         refs: Box<dyn crate::wire::segment::PayloadRefs>,
     ) -> Result<usize, UplinkError> {
-        let len = seg.len();
-        let count = crate::wire::segment::frame_count(seg, true);
-        let r = self.inner.send_segment_refs(seg, refs);
-        match &r {
-            Ok(n) => {
-                add(&self.stats.tx_frames, *n);
-                add(&self.stats.tx_bytes, len);
-                add(&self.stats.drop_tx_busy, count.saturating_sub(*n));
-            }
-            Err(UplinkError::WouldBlock) => add(&self.stats.drop_tx_busy, count),
-            Err(_) => bump(&self.stats.tx_errors),
-        }
-        r
+        self.count_segment(seg, |inner, seg| inner.send_segment_refs(seg, refs))
     }
 
     fn recv_batch(
