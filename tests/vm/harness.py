@@ -228,6 +228,28 @@ def save_evidence(cluster, dest, text):
                 f.write("dmesg unavailable: %s\n" % e)
 
 
+def tail(text, n):
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-n:]
+
+
+def print_evidence(cluster, err):
+    """The end of a failure's output, of each backend's log and of each guest's kernel log, in
+    the run's own output: a CI log is often all that is left of a failure."""
+    for line in tail(err, 24)[1:]:
+        print("  | " + line, flush=True)
+    for vm in cluster.vms:
+        if vm.backend_log and os.path.exists(vm.backend_log):
+            with open(vm.backend_log, errors="replace") as f:
+                for line in tail(f.read(), 8):
+                    print("  | %s backend: %s" % (vm.name, line), flush=True)
+        try:
+            for line in tail(vm.dmesg(), 8):
+                print("  | %s dmesg: %s" % (vm.name, line), flush=True)
+        except Exception as e:  # the guest may be gone
+            print("  | %s dmesg unavailable: %s" % (vm.name, e), flush=True)
+
+
 def run(selected, results, keep=False):
     """Run the selected scenario names; returns (passed, failed) lists."""
     passed, failed = [], []
@@ -282,6 +304,7 @@ def run(selected, results, keep=False):
                 print("FAIL %s (%.1fs): %s" % (name, dt, err.splitlines()[0]), flush=True)
                 save_evidence(cluster, os.path.join(results, name),
                               err + "\n\nnotes:\n" + "\n".join(ctx.notes))
+                print_evidence(cluster, err)
                 if any("QEMU is not running" in p or "backend exited" in p for p in problems):
                     broken = problems[0]
             else:
