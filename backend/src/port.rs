@@ -19,7 +19,7 @@
 //! the engine instead of the uplink (local QP-to-QP traffic); everything else goes out.
 
 use crate::wire::eth::{is_multicast, EthHeader, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-use crate::wire::frame::{gid_from_ipv4, Gid};
+use crate::wire::frame::{gid_from_ipv4, locate, Gid, Located};
 use crate::wire::ipv4::PROTO_UDP;
 use crate::wire::ROCEV2_UDP_PORT;
 
@@ -47,22 +47,66 @@ pub fn classify_with(
     let Ok((eth, l3)) = EthHeader::parse(frame) else {
         return Destination::Drop;
     };
-    if is_multicast(&eth.dst) {
-        return match roce_dst_gid(eth.ethertype, l3) {
+    decide(
+        &eth.dst,
+        roce_dst_gid(eth.ethertype, l3),
+        macs,
+        promiscuous,
+        is_our_gid,
+    )
+}
+
+/// [`classify_with`] for the engine's receive path, which reads a frame's headers once: a
+/// well-formed RoCEv2 frame is located here ([`locate`]) and, when it is for the engine, handed
+/// on with its located headers for the transport to parse on from. Frames that are not
+/// well-formed RoCEv2 (ARP, other IP, a malformed RoCEv2 datagram) get [`classify_with`]'s
+/// verdict and no headers; a malformed one for the engine is dropped there, as before.
+pub fn classify_located<'a>(
+    frame: &'a [u8],
+    macs: &[MacAddr],
+    promiscuous: bool,
+    is_our_gid: impl Fn(&Gid) -> bool,
+) -> (Destination, Option<Located<'a>>) {
+    match locate(frame) {
+        Ok(l) => {
+            let d = decide(
+                &l.dst_mac(),
+                Some(l.dst_gid()),
+                macs,
+                promiscuous,
+                is_our_gid,
+            );
+            (d, (d == Destination::Engine).then_some(l))
+        }
+        Err(_) => (classify_with(frame, macs, promiscuous, is_our_gid), None),
+    }
+}
+
+/// Rules 2-4 of the module comment, given the destination MAC and, for a RoCEv2 datagram, its
+/// destination GID.
+fn decide(
+    dst: &MacAddr,
+    roce_gid: Option<Gid>,
+    macs: &[MacAddr],
+    promiscuous: bool,
+    is_our_gid: impl Fn(&Gid) -> bool,
+) -> Destination {
+    if is_multicast(dst) {
+        return match roce_gid {
             Some(g) if crate::objects::is_multicast_gid(&g) && is_our_gid(&g) => {
                 Destination::Engine
             }
             _ => Destination::Guest,
         };
     }
-    if !macs.contains(&eth.dst) {
+    if !macs.contains(dst) {
         return if promiscuous {
             Destination::Guest
         } else {
             Destination::Drop
         };
     }
-    match roce_dst_gid(eth.ethertype, l3) {
+    match roce_gid {
         Some(gid) if is_our_gid(&gid) => Destination::Engine,
         _ => Destination::Guest,
     }
@@ -262,6 +306,62 @@ mod tests {
         // Unicast to us, IPv4 header truncated: guest (its stack will drop it).
         let f = roce(OURS, our_v4(), None);
         assert_eq!(classify(&f[..20], &[OURS], &g, false), Destination::Guest);
+    }
+
+    /// The engine's classifier reads the headers once; it must decide exactly as
+    /// `classify_with` for every frame, and hand on located headers only with an engine
+    /// verdict and only for frames that parse. Frames: well-formed RoCEv2 of each kind above,
+    /// and each of them with every single byte of its headers changed (wrong ethertype,
+    /// version, IHL, checksum, protocol, fragment bits, port, lengths, truncations).
+    #[test]
+    fn located_classification_agrees_with_classify_with() {
+        let group = gid_from_ipv4([239, 1, 2, 3]);
+        let ours = |x: &Gid| *x == our_v4() || *x == our_v6() || *x == group;
+        let mut frames = Vec::new();
+        for vlan in [None, Some(7)] {
+            for (mac, gid) in [
+                (OURS, our_v4()),
+                (OURS, our_v6()),
+                (OURS, gid_from_ipv4([10, 0, 0, 9])),
+                (PEER, our_v4()),
+                ([0x01, 0, 0x5e, 1, 2, 3], group),
+                ([0x01, 0, 0x5e, 1, 2, 4], gid_from_ipv4([239, 1, 2, 4])),
+            ] {
+                frames.push(roce(mac, gid, vlan));
+            }
+        }
+        let mut corpus = Vec::new();
+        for f in &frames {
+            corpus.push(f.clone());
+            for n in [0, 13, 14, 20, 33, 41, f.len() - 4] {
+                corpus.push(f[..n].to_vec());
+            }
+            for i in 0..f.len().min(66) {
+                for x in [0x01u8, 0x40, 0xff] {
+                    let mut m = f.clone();
+                    m[i] ^= x;
+                    corpus.push(m);
+                }
+            }
+        }
+        let mut engine_located = 0;
+        for f in &corpus {
+            for promiscuous in [false, true] {
+                let want = classify_with(f, &[OURS], promiscuous, ours);
+                let (got, located) = classify_located(f, &[OURS], promiscuous, ours);
+                assert_eq!(got, want, "frame {f:02x?}");
+                if let Some(l) = located {
+                    assert_eq!(got, Destination::Engine);
+                    assert_eq!(l.frame(), &f[..]);
+                    engine_located += 1;
+                }
+            }
+        }
+        // Not vacuous: the unmodified frames for the engine came with their headers.
+        assert!(
+            engine_located >= 8,
+            "{engine_located} located engine frames"
+        );
     }
 
     #[test]

@@ -124,6 +124,9 @@ struct Hostile {
     mrs_b: Vec<u32>,
     /// QPs created so far: each takes fresh ring memory from the node's bump allocator.
     created: u32,
+    /// Pairs made, and pairs a device refused for its budget.
+    made: u32,
+    refused: u32,
 }
 
 /// Most hostile pairs created in one run (ring memory is never reused).
@@ -152,18 +155,40 @@ fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut XorShi
         0 | 1 if h.pairs.len() < 16 && h.created < MAX_CREATED => {
             h.created += 1;
             let (mut ha, mut hb) = (Held::new(a), Held::new(b));
-            let qa = ha.create_qp(QpSpec {
+            let qa = ha.try_create_qp(QpSpec {
                 sq_depth: 64,
                 rq_depth: 64,
                 ..QpSpec::rc(f.pda, f.cqa)
             });
-            let qb = hb.create_qp(QpSpec {
+            let qb = hb.try_create_qp(QpSpec {
                 sq_depth: 64,
                 rq_depth: 64,
                 ..QpSpec::rc(f.pdb, f.cqb)
             });
+            // The hostile MRs (step 4) can fill a device's budget: then the device refuses
+            // the QP (spec §16.1), and the half that was made goes again.
+            let (qa, qb) = match (qa, qb) {
+                (Ok(qa), Ok(qb)) => (qa, qb),
+                (qa, qb) => {
+                    for (held, q) in [(&mut ha, &qa), (&mut hb, &qb)] {
+                        match q {
+                            Ok(q) => {
+                                held.cmd(VRDMA_CMD_DESTROY_QP, handle(q.qpn).as_bytes())
+                                    .unwrap();
+                            }
+                            Err(status) => assert_eq!(
+                                *status, VRDMA_STATUS_NO_RESOURCES,
+                                "CREATE_QP refused with status {status}"
+                            ),
+                        }
+                    }
+                    h.refused += 1;
+                    return;
+                }
+            };
             connect(&mut ha, &qa, &mut hb, &qb, 3, 10, 1, 1);
             h.pairs.push((qa, qb));
+            h.made += 1;
         }
         2 if !h.pairs.is_empty() => {
             // A WRITE at B's canary with a random rkey or with the key of an MR that does not
@@ -415,7 +440,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
                     .cmd(VRDMA_CMD_DEREG_MR, handle(k).as_bytes())
                     .unwrap();
             }
-            (steps, hostile_errors)
+            (steps, hostile_errors, h.made, h.refused)
         })
     };
     // The pager also runs here between rounds, so the healthy ODP WRITEs never wait for the
@@ -526,7 +551,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
         rounds += 1;
     }
     stop.store(true, Ordering::Release);
-    let (steps, hostile_errors) = churn.join().expect("command thread panicked");
+    let (steps, hostile_errors, made, refused) = churn.join().expect("command thread panicked");
     let answered = ANSWERED.load(Ordering::Relaxed);
     // Nothing arrives late on the healthy CQs: no CQE twice.
     std::thread::sleep(Duration::from_millis(50));
@@ -579,9 +604,11 @@ fn engines_and_commands_concurrently_lose_nothing() {
     );
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");
     eprintln!(
-        "stress: {rounds} healthy rounds, {steps} command steps, {hostile_errors} hostile \
-         error CQEs, {answered} page requests answered in {secs} s"
+        "stress: {rounds} healthy rounds, {steps} command steps, {made} hostile pairs made \
+         ({refused} refused for the budget), {hostile_errors} hostile error CQEs, {answered} \
+         page requests answered in {secs} s"
     );
+    assert!(made > 0, "no hostile pair was made ({refused} refused)");
     assert!(
         rounds > 0 && steps > 0,
         "rounds {rounds}, command steps {steps}"

@@ -25,7 +25,7 @@ use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
 use super::doorbells::DoorbellQueue;
-use crate::port::{classify_with, tx_destination, Destination, TxDestination};
+use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
 use crate::transport::Device;
 use crate::uplink::{RxFrame, Uplink, UplinkError, MAX_FRAME};
@@ -580,7 +580,7 @@ fn run(
                     // only the port's mark makes a buffer one.
                     for (k, f) in super::frames_of(buf, rx.segment).enumerate() {
                         let mac = d.config.mac;
-                        let dest = classify_with(f, &[mac], false, |g| {
+                        let (dest, located) = classify_located(f, &[mac], false, |g| {
                             d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
                         });
                         match dest {
@@ -590,7 +590,10 @@ fn run(
                                 // the others of the segment carry their bytes.
                                 let src = held(&refs, k)
                                     .map(|r| super::packet::PayloadSrc { refs: r, frame: k });
-                                super::on_frame_ref_at(&mut d, f, now, src)
+                                match located {
+                                    Some(l) => super::on_located_ref_at(&mut d, l, now, src),
+                                    None => super::on_frame_ref_at(&mut d, f, now, src),
+                                }
                             }
                             // Never the unfilled payload area of a by-reference frame.
                             Destination::Guest if held(&refs, k).is_some() => {

@@ -135,7 +135,18 @@ pub fn parse_checked_with(
     frame: &[u8],
     icrc: IcrcCheck,
 ) -> Result<RxPkt<'_>, crate::wire::WireError> {
-    let p = RocePacket::parse_with(frame, icrc)?;
+    rx_pkt(RocePacket::parse_with(frame, icrc)?)
+}
+
+/// [`parse_checked_with`] for a frame whose headers up to UDP the port already located.
+pub fn parse_located(
+    l: crate::wire::Located<'_>,
+    icrc: IcrcCheck,
+) -> Result<RxPkt<'_>, crate::wire::WireError> {
+    rx_pkt(RocePacket::from_located(l, icrc)?)
+}
+
+fn rx_pkt(p: RocePacket<'_>) -> Result<RxPkt<'_>, crate::wire::WireError> {
     let ipv4 = p.ip_version == IpVersion::V4;
     let mut grh = [0u8; 40];
     if ipv4 {

@@ -256,9 +256,13 @@ pub enum IcrcCheck {
     Trusted,
 }
 
-/// The headers of a RoCEv2 frame up to UDP, located and length-checked (what both parsing and
-/// [`seal_icrc`] need).
-struct Located<'a> {
+/// The headers of a RoCEv2 frame up to UDP, located and length-checked (what parsing, the
+/// port's classification and [`seal_icrc`] need): a received frame's Ethernet, IP and UDP
+/// headers are read once, by [`locate`], and [`RocePacket::from_located`] goes on from here.
+#[derive(Debug, Clone, Copy)]
+pub struct Located<'a> {
+    /// The whole frame.
+    frame: &'a [u8],
     eth: EthHeader,
     ip_version: IpVersion,
     ip_header: &'a [u8],
@@ -275,7 +279,26 @@ struct Located<'a> {
     fl: u32,
 }
 
-fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
+impl<'a> Located<'a> {
+    /// The whole frame.
+    pub fn frame(&self) -> &'a [u8] {
+        self.frame
+    }
+
+    /// The Ethernet destination MAC.
+    pub fn dst_mac(&self) -> MacAddr {
+        self.eth.dst
+    }
+
+    /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
+    pub fn dst_gid(&self) -> Gid {
+        self.dst_gid
+    }
+}
+
+/// Locate and length-check the Ethernet, IP and UDP headers of a RoCEv2 frame. Frames that are
+/// not RoCEv2 at all fail with [`WireError::is_not_roce`] errors; the others are malformed.
+pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
     let (eth, l3) = EthHeader::parse(frame)?;
     let (ip_version, ip_header, ip_payload, src_gid, dst_gid, hop, tc, fl) = match eth.ethertype {
         ETHERTYPE_IPV4 => {
@@ -350,6 +373,7 @@ fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
     }
     let (body, icrc_bytes) = udp_payload.split_at(udp_payload.len() - ICRC_LEN);
     Ok(Located {
+        frame,
         eth,
         ip_version,
         ip_header,
@@ -380,12 +404,7 @@ pub fn seal_icrc(frame: &mut [u8]) -> Result<bool, WireError> {
             let at = l.body.as_ptr() as usize - frame.as_ptr() as usize + l.body.len();
             (icrc, at)
         }
-        Err(
-            WireError::NotIp(_)
-            | WireError::NotUdp(_)
-            | WireError::WrongPort(_)
-            | WireError::Fragmented,
-        ) => return Ok(false),
+        Err(e) if e.is_not_roce() => return Ok(false),
         Err(e) => return Err(e),
     };
     frame[at..at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
@@ -402,7 +421,14 @@ impl<'a> RocePacket<'a> {
 
     /// [`RocePacket::parse`], checking the ICRC or not (`check`).
     pub fn parse_with(frame: &'a [u8], check: IcrcCheck) -> Result<RocePacket<'a>, WireError> {
+        Self::from_located(locate(frame)?, check)
+    }
+
+    /// Parse the rest of a frame whose headers up to UDP [`locate`] found (BTH, extension
+    /// headers, payload, pad), checking the ICRC or not (`check`).
+    pub fn from_located(l: Located<'a>, check: IcrcCheck) -> Result<RocePacket<'a>, WireError> {
         let Located {
+            frame: _,
             eth,
             ip_version,
             ip_header,
@@ -415,7 +441,7 @@ impl<'a> RocePacket<'a> {
             tc,
             fl,
             udp_header,
-        } = locate(frame)?;
+        } = l;
         if check == IcrcCheck::Verify {
             let computed = super::icrc::compute(ip_header, udp_header, body)?;
             if computed != found {

@@ -37,8 +37,8 @@ pub use deth::Deth;
 pub use eth::{EthHeader, MacAddr};
 pub use feth::Feth;
 pub use frame::{
-    gid_from_ipv4, gid_to_ipv4, is_ipv4_mapped, seal_icrc, udp_src_port, Addressing, ExtHeaders,
-    Gid, IcrcCheck, IpVersion, PacketBuilder, RocePacket,
+    gid_from_ipv4, gid_to_ipv4, is_ipv4_mapped, locate, seal_icrc, udp_src_port, Addressing,
+    ExtHeaders, Gid, IcrcCheck, IpVersion, Located, PacketBuilder, RocePacket,
 };
 pub use icrc::Icrc;
 pub use ieth::Ieth;
@@ -141,6 +141,20 @@ pub enum WireError {
     /// Builder: the frame would exceed the maximum size (IP length field or 64 KiB).
     #[error("frame too large: {0} bytes")]
     FrameTooLarge(usize),
+}
+
+impl WireError {
+    /// The frame is not a RoCEv2 datagram at all (not IP, not UDP, not to port 4791, or an IP
+    /// fragment), as opposed to a RoCEv2 datagram that is malformed.
+    pub fn is_not_roce(&self) -> bool {
+        matches!(
+            self,
+            WireError::NotIp(_)
+                | WireError::NotUdp(_)
+                | WireError::WrongPort(_)
+                | WireError::Fragmented
+        )
+    }
 }
 
 /// Bounds-checked slice split: `buf[..n]`, `buf[n..]` or `Truncated`.

@@ -412,6 +412,11 @@ impl Node {
     }
 
     pub fn create_qp(&mut self, s: QpSpec) -> QpH {
+        self.try_create_qp(s).expect("create qp")
+    }
+
+    /// [`Node::create_qp`], returning the device's status if it refuses.
+    pub fn try_create_qp(&mut self, s: QpSpec) -> Result<QpH, u32> {
         let sq = self.ring(s.sq_depth, s.sq_shift as u32);
         let rq = if s.srq.is_none() {
             Some(self.ring(s.rq_depth, s.rq_shift as u32))
@@ -441,15 +446,13 @@ impl Node {
         if let Some(r) = &rq {
             pages.extend_from_slice(&r.pages);
         }
-        let r = self
-            .cmd_pages(VRDMA_CMD_CREATE_QP, &c, &pages)
-            .expect("create qp");
-        QpH {
+        let r = self.cmd_pages(VRDMA_CMD_CREATE_QP, &c, &pages)?;
+        Ok(QpH {
             qpn: VrdmaRespCreateQp::read_from(&r).unwrap().qpn,
             qp_type: s.qp_type,
             sq,
             rq,
-        }
+        })
     }
 
     pub fn modify_qp(&mut self, qpn: u32, mask: u32, attr: VrdmaQpAttr) -> Result<(), u32> {
