@@ -114,42 +114,34 @@ impl Rig {
             id: self.qa.qpn,
         });
     }
-    fn write_with(&mut self, wr_id: u64, key: u32, off: u64, len: u32) {
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src + off, len, key)],
-            remote_addr: self.dst + off,
-            rkey: self.kb,
-            ..Default::default()
-        };
+    fn post(&mut self, w: Wqe) {
         post_send_mem(&self.a.mem, &mut self.qa, &w);
+    }
+    fn write_with(&mut self, wr_id: u64, key: u32, off: u64, len: u32) {
+        let sge = (self.src + off, len, key);
+        self.post(rdma(
+            wr_id,
+            VRDMA_WR_RDMA_WRITE,
+            sge,
+            self.dst + off,
+            self.kb,
+        ));
     }
     fn write(&mut self, wr_id: u64, off: u64, len: u32) {
         self.write_with(wr_id, self.ka, off, len);
     }
     fn send(&mut self, wr_id: u64, off: u64, len: u32) {
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src + off, len, self.ka)],
-            ..Default::default()
-        };
-        post_send_mem(&self.a.mem, &mut self.qa, &w);
+        self.post(send(wr_id, (self.src + off, len, self.ka)));
     }
     fn read(&mut self, wr_id: u64, off: u64, len: u32) {
-        let w = Wqe {
+        let sge = (self.src + off, len, self.ka);
+        self.post(rdma(
             wr_id,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src + off, len, self.ka)],
-            remote_addr: self.dst + off,
-            rkey: self.kb,
-            ..Default::default()
-        };
-        post_send_mem(&self.a.mem, &mut self.qa, &w);
+            VRDMA_WR_RDMA_READ,
+            sge,
+            self.dst + off,
+            self.kb,
+        ));
     }
     fn recv(&mut self, wr_id: u64, off: u64, len: u32) {
         let (dst, kb) = (self.dst, self.kb);

@@ -125,38 +125,27 @@ impl Pair {
             .post_recv(&mut self.rqb, wr_id, &[(dst + off, len, kb)]);
     }
     fn write(&mut self, wr_id: u64, off: u64, len: u32) {
-        let w = Wqe {
+        let sge = (self.src + off, len, self.ka);
+        self.post(rdma(
             wr_id,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src + off, len, self.ka)],
-            remote_addr: self.dst + off,
-            rkey: self.kb,
-            ..Default::default()
-        };
-        self.post(w);
+            VRDMA_WR_RDMA_WRITE,
+            sge,
+            self.dst + off,
+            self.kb,
+        ));
     }
     fn send(&mut self, wr_id: u64, off: u64, len: u32) {
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src + off, len, self.ka)],
-            ..Default::default()
-        };
-        self.post(w);
+        self.post(send(wr_id, (self.src + off, len, self.ka)));
     }
     fn read(&mut self, wr_id: u64, off: u64, len: u32) {
-        let w = Wqe {
+        let sge = (self.src + off, len, self.ka);
+        self.post(rdma(
             wr_id,
-            opcode: VRDMA_WR_RDMA_READ,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src + off, len, self.ka)],
-            remote_addr: self.dst + off,
-            rkey: self.kb,
-            ..Default::default()
-        };
-        self.post(w);
+            VRDMA_WR_RDMA_READ,
+            sge,
+            self.dst + off,
+            self.kb,
+        ));
     }
     /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
     fn wait(&mut self, n: usize, m: usize) -> Cqes {

@@ -18,6 +18,7 @@ pub mod tap;
 pub mod udp;
 
 use std::os::unix::io::RawFd;
+use std::sync::Arc;
 
 pub use impair::{ImpairConfig, ImpairStats, Impaired};
 pub use pcap::{PcapError, PcapStats, PcapTee, PcapWriter};
@@ -230,93 +231,58 @@ pub struct RxFrame {
     pub refs: Option<Box<dyn crate::wire::segment::PayloadRefs>>,
 }
 
-impl<T: Uplink + ?Sized> Uplink for Box<T> {
-    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
-        (**self).send(frame)
-    }
-    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
-        (**self).send_frames(frames)
-    }
-    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
-        (**self).send_segment(seg)
-    }
-    fn send_segment_refs(
-        &self,
-        seg: &mut Vec<u8>,
-        refs: Box<dyn crate::wire::segment::PayloadRefs>,
-    ) -> Result<usize, UplinkError> {
-        (**self).send_segment_refs(seg, refs)
-    }
-    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
-        (**self).send_batch(frames)
-    }
-    fn recv_batch(
-        &self,
-        bufs: &mut [Vec<u8>],
-        frames: &mut Vec<RxFrame>,
-    ) -> Result<usize, UplinkError> {
-        (**self).recv_batch(bufs, frames)
-    }
-    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        (**self).recv(buf)
-    }
-    fn as_raw_fd(&self) -> RawFd {
-        (**self).as_raw_fd()
-    }
-    fn link_up(&self) -> Option<bool> {
-        (**self).link_up()
-    }
-    fn rx_pending(&self) -> Option<bool> {
-        (**self).rx_pending()
-    }
-    fn icrc_offload(&self) -> IcrcOffload {
-        (**self).icrc_offload()
-    }
+/// An uplink behind a smart pointer is that uplink: every method, the batch calls included,
+/// goes to it (a pointer left on the per-frame defaults would undo the batching).
+macro_rules! forward_uplink {
+    ($ptr:ident) => {
+        impl<T: Uplink + ?Sized> Uplink for $ptr<T> {
+            fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
+                (**self).send(frame)
+            }
+            fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
+                (**self).send_frames(frames)
+            }
+            fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
+                (**self).send_segment(seg)
+            }
+            fn send_segment_refs(
+                &self,
+                seg: &mut Vec<u8>,
+                refs: Box<dyn crate::wire::segment::PayloadRefs>,
+            ) -> Result<usize, UplinkError> {
+                (**self).send_segment_refs(seg, refs)
+            }
+            fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
+                (**self).send_batch(frames)
+            }
+            fn recv_batch(
+                &self,
+                bufs: &mut [Vec<u8>],
+                frames: &mut Vec<RxFrame>,
+            ) -> Result<usize, UplinkError> {
+                (**self).recv_batch(bufs, frames)
+            }
+            fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+                (**self).recv(buf)
+            }
+            fn as_raw_fd(&self) -> RawFd {
+                (**self).as_raw_fd()
+            }
+            fn link_up(&self) -> Option<bool> {
+                (**self).link_up()
+            }
+            fn rx_pending(&self) -> Option<bool> {
+                (**self).rx_pending()
+            }
+            fn icrc_offload(&self) -> IcrcOffload {
+                (**self).icrc_offload()
+            }
+        }
+    };
 }
 
-impl<T: Uplink + ?Sized> Uplink for std::sync::Arc<T> {
-    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
-        (**self).send(frame)
-    }
-    fn send_frames(&self, frames: &mut [Vec<u8>]) -> Result<usize, UplinkError> {
-        (**self).send_frames(frames)
-    }
-    fn send_segment(&self, seg: &mut Vec<u8>) -> Result<usize, UplinkError> {
-        (**self).send_segment(seg)
-    }
-    fn send_segment_refs(
-        &self,
-        seg: &mut Vec<u8>,
-        refs: Box<dyn crate::wire::segment::PayloadRefs>,
-    ) -> Result<usize, UplinkError> {
-        (**self).send_segment_refs(seg, refs)
-    }
-    fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, UplinkError> {
-        (**self).send_batch(frames)
-    }
-    fn recv_batch(
-        &self,
-        bufs: &mut [Vec<u8>],
-        frames: &mut Vec<RxFrame>,
-    ) -> Result<usize, UplinkError> {
-        (**self).recv_batch(bufs, frames)
-    }
-    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        (**self).recv(buf)
-    }
-    fn as_raw_fd(&self) -> RawFd {
-        (**self).as_raw_fd()
-    }
-    fn link_up(&self) -> Option<bool> {
-        (**self).link_up()
-    }
-    fn rx_pending(&self) -> Option<bool> {
-        (**self).rx_pending()
-    }
-    fn icrc_offload(&self) -> IcrcOffload {
-        (**self).icrc_offload()
-    }
-}
+forward_uplink!(Box);
+forward_uplink!(Arc);
 
 /// `recv(2)` with MSG_TRUNC on a non-blocking fd: one datagram/frame or `None`.
 pub(crate) fn recv_frame(

@@ -218,6 +218,17 @@ pub fn rdma(wr_id: u64, opcode: u8, sge: (u64, u32, u32), raddr: u64, rkey: u32)
     }
 }
 
+/// A signaled SEND of one SGE `(addr, len, lkey)`.
+pub fn send(wr_id: u64, sge: (u64, u32, u32)) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode: VRDMA_WR_SEND,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![sge],
+        ..Default::default()
+    }
+}
+
 /// A signaled ATOMIC FETCH_AND_ADD of `add` at `raddr` / `rkey`; the old value lands in `sge`.
 pub fn fetch_add(wr_id: u64, sge: (u64, u32, u32), raddr: u64, rkey: u32, add: u64) -> Wqe {
     Wqe {
