@@ -303,6 +303,9 @@ impl<U: Uplink> Uplink for Metered<U> {
     fn rx_pending(&self) -> Option<bool> {
         self.inner.rx_pending()
     }
+    fn set_rx_polling(&self, polling: bool) {
+        self.inner.set_rx_polling(polling)
+    }
     fn link_up(&self) -> Option<bool> {
         self.inner.link_up()
     }

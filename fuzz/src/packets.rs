@@ -9,7 +9,7 @@
 //! ICRC are recomputed, so the frame reaches the transport. Bit 1 set: `bytes` are the whole
 //! frame, unsealed (parser and ICRC checks).
 
-use vrdma_backend::transport;
+use vrdma_backend::{port, transport};
 use vrdma_spec::*;
 
 use crate::bed::Bed;
@@ -124,7 +124,19 @@ pub fn run(data: &[u8]) {
             f
         };
         let dev = if to_a { &mut bed.a.dev } else { &mut bed.b.dev };
-        transport::on_frame(dev, &frame);
+        // The engine's path: the port locates the headers once and the transport parses on
+        // from them. Frames the port would not give the engine still go to the transport, whose
+        // own checks must hold for any bytes.
+        let mac = dev.config.mac;
+        let (dest, located) = port::classify_located(&frame, &[mac], false, |g| {
+            dev.gids.find_v2(g).is_some() || dev.mcast.has_group(g)
+        });
+        match (dest, located) {
+            (port::Destination::Engine, Some(l)) => {
+                transport::on_located_ref_at(dev, l, std::time::Instant::now(), None)
+            }
+            _ => transport::on_frame(dev, &frame),
+        }
         bed.settle(0);
     }
     bed.settle(2);

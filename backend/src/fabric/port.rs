@@ -159,6 +159,13 @@ impl Uplink for DevicePort {
         self.fabric.rx_queue(self.id).map(|q| !q.is_empty())
     }
 
+    /// Pushes to the port's queue skip the eventfd while the engine polls it.
+    fn set_rx_polling(&self, polling: bool) {
+        if let Some(q) = self.fabric.rx_queue(self.id) {
+            q.set_polling(polling);
+        }
+    }
+
     /// Frames between devices never leave the process; the fabric seals and checks at its edge.
     fn icrc_offload(&self) -> IcrcOffload {
         IcrcOffload {

@@ -329,6 +329,7 @@ impl Poller {
             return false;
         }
         wake.polling.store(true, Ordering::SeqCst);
+        uplink.set_rx_polling(true);
         let t0 = Instant::now();
         let mut found = loop {
             if wake.work.load(Ordering::SeqCst) || uplink.rx_pending() == Some(true) {
@@ -342,9 +343,10 @@ impl Poller {
             std::thread::yield_now();
         };
         wake.polling.store(false, Ordering::SeqCst);
-        // The other half of the Dekker pair (`WakeFlags`): a kick that saw `polling` set
-        // skipped the eventfd.
-        found |= wake.work.load(Ordering::SeqCst);
+        uplink.set_rx_polling(false);
+        // The other halves of the Dekker pairs (`WakeFlags`, `fabric::rxqueue`): a kick or a
+        // frame that saw polling set skipped the eventfd.
+        found |= wake.work.load(Ordering::SeqCst) || uplink.rx_pending() == Some(true);
         found
     }
 

@@ -107,6 +107,11 @@ pub trait Uplink: Send + Sync {
         None
     }
 
+    /// The engine starts (`true`) or stops busy-polling [`Uplink::rx_pending`]: while it polls,
+    /// an in-memory queue may skip the eventfd that wakes a sleeping engine. After it stops, the
+    /// engine looks at `rx_pending` once more before it sleeps. Sockets ignore it.
+    fn set_rx_polling(&self, _polling: bool) {}
+
     /// What the uplink does with the RoCEv2 ICRC for the engine (spec §16.2). Only a fabric
     /// device port offloads it: the fabric seals the frames that leave the process and checks
     /// those that enter it, so frames between devices are never checksummed. A wrapper forwards
@@ -273,6 +278,9 @@ macro_rules! forward_uplink {
             }
             fn rx_pending(&self) -> Option<bool> {
                 (**self).rx_pending()
+            }
+            fn set_rx_polling(&self, polling: bool) {
+                (**self).set_rx_polling(polling)
             }
             fn icrc_offload(&self) -> IcrcOffload {
                 (**self).icrc_offload()

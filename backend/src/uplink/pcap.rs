@@ -367,6 +367,9 @@ impl<U: Uplink> Uplink for PcapTee<U> {
     fn rx_pending(&self) -> Option<bool> {
         self.inner.rx_pending()
     }
+    fn set_rx_polling(&self, polling: bool) {
+        self.inner.set_rx_polling(polling)
+    }
 }
 
 #[cfg(test)]
