@@ -129,7 +129,7 @@ pub fn run(data: &[u8]) {
         // own checks must hold for any bytes.
         let mac = dev.config.mac;
         let (dest, located) = port::classify_located(&frame, &[mac], false, |g| {
-            dev.gids.find_v2(g).is_some() || dev.mcast.has_group(g)
+            dev.gids().find_v2(g).is_some() || dev.mcast().has_group(g)
         });
         match (dest, located) {
             (port::Destination::Engine, Some(l)) => {
