@@ -4,14 +4,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::engine::*;
 use common::*;
-use vrdma_backend::fabric::FabricBuilder;
-use vrdma_backend::transport::engine::{Engine, EngineOptions, DEFAULT_POLL};
-use vrdma_spec::*;
+use vrdma_backend::transport::engine::{EngineOptions, DEFAULT_POLL};
 
 /// CPU seconds of the threads named `vrdma-engine` (schedstat: time on a CPU, in ns).
 fn engine_cpu_secs() -> f64 {
@@ -48,41 +45,10 @@ fn an_idle_engine_does_not_spin() {
         .build();
     p.a.write(p.src, &pattern(3, 64));
 
-    let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(p.a.mac).expect("port a");
-    let pb = fb.add_device(p.b.mac).expect("port b");
-    let fabric = fb.build();
-    let opts = EngineOptions::default();
-    let ea = Engine::start_with(
-        detach(&mut p.a),
-        Arc::new(fabric.device_port(pa).expect("a")),
-        opts,
-    )
-    .expect("engine a");
-    let eb = Engine::start_with(
-        detach(&mut p.b),
-        Arc::new(fabric.device_port(pb).expect("b")),
-        opts,
-    )
-    .expect("engine b");
+    let (ea, eb) = fabric_engines(&mut p, EngineOptions::default());
 
     for i in 0..200u64 {
-        post_sq(
-            &ea,
-            &p.a.mem,
-            &mut p.qa,
-            &rdma(i, VRDMA_WR_RDMA_WRITE, (p.src, 64, p.ka), p.dst, p.kb),
-        );
-        let t0 = Instant::now();
-        loop {
-            let got = p.a.poll_cq(&mut p.cqa);
-            if let Some(c) = got.first() {
-                assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE {i}");
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "WRITE {i} stuck");
-            std::thread::yield_now();
-        }
+        write_and_wait(&ea, &mut p, i, 64, Duration::from_secs(20), "stuck");
     }
     assert_eq!(p.b.read(p.dst, 64), pattern(3, 64), "the data arrived");
 

@@ -6,15 +6,12 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::engine::*;
 use common::rng::XorShift;
 use common::*;
-use vrdma_backend::fabric::FabricBuilder;
-use vrdma_backend::transport::engine::{Engine, EngineOptions};
-use vrdma_spec::*;
+use vrdma_backend::transport::engine::EngineOptions;
 
 /// 64 B WRITE round trips with pauses of varied length between them, so each engine is found
 /// spinning, just stopping, or asleep when a frame arrives. Every WRITE completes well before
@@ -29,49 +26,24 @@ fn frames_between_polling_engines_are_never_left_waiting_for_a_timer() {
         .build();
     p.a.write(p.src, &pattern(5, 64));
 
-    let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(p.a.mac).expect("port a");
-    let pb = fb.add_device(p.b.mac).expect("port b");
-    let fabric = fb.build();
     // A window short enough that pauses of up to 200 us often outlast it.
     let opts = EngineOptions {
         poll: Duration::from_micros(20),
     };
-    let ea = Engine::start_with(
-        detach(&mut p.a),
-        Arc::new(fabric.device_port(pa).expect("a")),
-        opts,
-    )
-    .expect("engine a");
-    let eb = Engine::start_with(
-        detach(&mut p.b),
-        Arc::new(fabric.device_port(pb).expect("b")),
-        opts,
-    )
-    .expect("engine b");
+    let (ea, eb) = fabric_engines(&mut p, opts);
 
     let mut rng = XorShift(0x77_1234_5678);
     let mut slowest = Duration::ZERO;
     for i in 0..2000u64 {
-        post_sq(
+        let took = write_and_wait(
             &ea,
-            &p.a.mem,
-            &mut p.qa,
-            &rdma(i, VRDMA_WR_RDMA_WRITE, (p.src, 64, p.ka), p.dst, p.kb),
+            &mut p,
+            i,
+            64,
+            Duration::from_secs(4),
+            "a frame was left in a queue (a lost wake-up)",
         );
-        let t0 = Instant::now();
-        loop {
-            if let Some(c) = p.a.poll_cq(&mut p.cqa).first() {
-                assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE {i}");
-                break;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(4),
-                "WRITE {i} waited 4 s: a frame was left in a queue (a lost wake-up)"
-            );
-            std::thread::yield_now();
-        }
-        slowest = slowest.max(t0.elapsed());
+        slowest = slowest.max(took);
         match rng.below(4) {
             0 => {}
             1 => std::thread::yield_now(),

@@ -3,12 +3,58 @@
 
 use std::time::{Duration, Instant};
 
+use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::Engine;
+use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_spec::*;
 
 use super::*;
+
+/// Start an engine for each node of `p` (detached: the engines own the devices), linked by a
+/// fabric of their two device ports. Returns (a's engine, b's engine).
+pub fn fabric_engines(p: &mut RcPair, opts: EngineOptions) -> (Engine, Engine) {
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(p.a.mac).expect("port a");
+    let pb = fb.add_device(p.b.mac).expect("port b");
+    let fabric = fb.build();
+    let start = |n: &mut Node, port| {
+        Engine::start_with(
+            detach(n),
+            Arc::new(fabric.device_port(port).expect("device port")),
+            opts,
+        )
+        .expect("engine")
+    };
+    (start(&mut p.a, pa), start(&mut p.b, pb))
+}
+
+/// One signaled `len`-byte WRITE from `p.src` to `p.dst` through a's engine `ea`, then poll
+/// a's CQ from this thread until its CQE: it must be a success within `patience` (`what` says
+/// what it means if not). Returns how long it took.
+pub fn write_and_wait(
+    ea: &Engine,
+    p: &mut RcPair,
+    wr_id: u64,
+    len: u32,
+    patience: Duration,
+    what: &str,
+) -> Duration {
+    let w = rdma(wr_id, VRDMA_WR_RDMA_WRITE, (p.src, len, p.ka), p.dst, p.kb);
+    post_sq(ea, &p.a.mem, &mut p.qa, &w);
+    let t0 = Instant::now();
+    loop {
+        if let Some(c) = p.a.poll_cq(&mut p.cqa).first() {
+            assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE {wr_id}");
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < patience,
+            "WRITE {wr_id} waited {patience:?}: {what}"
+        );
+        std::thread::yield_now();
+    }
+}
 
 /// Post `w` on `qp` in `mem` and ring its SQ doorbell through `e`, as the vhost-user thread does.
 pub fn post_sq(e: &Engine, mem: &GuestMem, qp: &mut QpH, w: &Wqe) {
