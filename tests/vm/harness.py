@@ -234,8 +234,9 @@ def tail(text, n):
 
 
 def print_evidence(cluster, err):
-    """The end of a failure's output, of each backend's log and of each guest's kernel log, in
-    the run's own output: a CI log is often all that is left of a failure."""
+    """The end of a failure's output, of each backend's log and of each guest's kernel log,
+    and each vrdma device's loss counters, in the run's own output: a CI log is often all that
+    is left of a failure."""
     for line in tail(err, 24)[1:]:
         print("  | " + line, flush=True)
     for vm in cluster.vms:
@@ -248,6 +249,27 @@ def print_evidence(cluster, err):
                 print("  | %s dmesg: %s" % (vm.name, line), flush=True)
         except Exception as e:  # the guest may be gone
             print("  | %s dmesg unavailable: %s" % (vm.name, e), flush=True)
+        for line in loss_counters(vm):
+            print("  | %s counters: %s" % (vm.name, line), flush=True)
+
+
+def loss_counters(vm):
+    """The port counters of vm's vrdma device that tell loss and recovery apart from a
+    guest-side error (spec §11.9, the driver's hw_counters: totals over every QP, destroyed
+    ones included), or why they could not be read; nothing for a guest without one."""
+    if vm.kind != "vrdma":
+        return []
+    d = "/sys/class/infiniband/vrdma0/ports/1/hw_counters"
+    names = ("sent_pkts rcvd_pkts retransmits local_ack_timeouts rcvd_rnr_naks sent_rnr_naks "
+             "rcvd_seq_naks sent_seq_naks rcvd_icrc_err rcvd_dropped")
+    try:
+        rc, out = vm.run("cd %s && for c in %s; do echo $c $(cat $c); done" % (d, names),
+                         timeout=10)
+    except Exception as e:  # the guest may be gone
+        return ["unavailable: %s" % e]
+    if rc != 0:
+        return ["unavailable: %s" % out.strip()[-200:]]
+    return [", ".join(line.strip() for line in out.splitlines() if line.strip())]
 
 
 def run(selected, results, keep=False):
