@@ -286,24 +286,18 @@ pub fn on_frame_ref_at(
     now: Instant,
     src: Option<packet::PayloadSrc<'_>>,
 ) {
-    on_received(dev, Err(frame), now, src);
+    match crate::wire::locate(frame) {
+        Ok(l) => on_located_ref_at(dev, l, now, src),
+        // Headers that do not locate are malformed (never an ICRC error: not checked yet).
+        Err(_) => crate::stats::bump(&dev.port_stats.drop_malformed),
+    }
 }
 
-/// [`on_frame_ref_at`] for a frame whose headers up to UDP the port located when it classified
-/// the frame (`port::classify_located`): they are not read again.
+/// [`on_frame_ref_at`] for a frame whose headers up to UDP are located already (by the port
+/// when it classified the frame, `port::classify_located`): they are not read again.
 pub fn on_located_ref_at(
     dev: &mut Device,
     located: crate::wire::Located<'_>,
-    now: Instant,
-    src: Option<packet::PayloadSrc<'_>>,
-) {
-    on_received(dev, Ok(located), now, src);
-}
-
-/// A received frame, located (`Ok`) or still to be parsed from its bytes (`Err`).
-fn on_received(
-    dev: &mut Device,
-    frame: Result<crate::wire::Located<'_>, &[u8]>,
     now: Instant,
     src: Option<packet::PayloadSrc<'_>>,
 ) {
@@ -313,11 +307,8 @@ fn on_received(
     } else {
         crate::wire::IcrcCheck::Verify
     };
-    let (parsed, frame) = match frame {
-        Ok(l) => (packet::parse_located(l, check), l.frame()),
-        Err(bytes) => (packet::parse_checked_with(bytes, check), bytes),
-    };
-    let mut pkt = match parsed {
+    let frame = located.frame();
+    let mut pkt = match packet::parse_located(located, check) {
         Ok(p) => p,
         // Malformed, bad ICRC, unsupported opcode: silently dropped (IBTA 9.7.5.2).
         Err(crate::wire::WireError::BadIcrc { .. }) => {

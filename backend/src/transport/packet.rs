@@ -138,7 +138,7 @@ pub fn parse_checked_with(
     rx_pkt(RocePacket::parse_with(frame, icrc)?)
 }
 
-/// [`parse_checked_with`] for a frame whose headers up to UDP the port already located.
+/// [`parse_checked_with`] for a frame whose headers up to UDP are located already.
 pub fn parse_located(
     l: crate::wire::Located<'_>,
     icrc: IcrcCheck,
