@@ -111,11 +111,11 @@ abi-test:
 define run_steps
 	@pass=0; fail=0; failed=""; mkdir -p "$(RESULTS)"; \
 	for s in $(2); do \
-		echo "=== $$s"; \
+		echo "=== $$s ($$(date -u +%TZ))"; t0=$$(date +%s); \
 		if $(MAKE) -f "$(firstword $(MAKEFILE_LIST))" $$s; then \
-			pass=$$((pass + 1)); echo "--- PASS $$s"; \
+			pass=$$((pass + 1)); echo "--- PASS $$s ($$(($$(date +%s) - t0)) s)"; \
 		else \
-			fail=$$((fail + 1)); failed="$$failed $$s"; echo "--- FAIL $$s"; \
+			fail=$$((fail + 1)); failed="$$failed $$s"; echo "--- FAIL $$s ($$(($$(date +%s) - t0)) s)"; \
 		fi; \
 	done; \
 	line="$(1): $$pass passed, $$fail failed$${failed:+ (failed:$$failed)}"; \

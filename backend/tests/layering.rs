@@ -299,3 +299,44 @@ fn scanner_catches_each_form_of_a_dependency() {
         ]
     );
 }
+
+/// Source files allowed over [`MAX_LINES`], each with its reason (#13 item 7: "no file over
+/// ~800 lines without reason").
+const LONG_FILES: &[(&str, &str)] = &[(
+    "wire/opcode.rs",
+    "the IBTA opcode table: one row per opcode with its header mask and lengths",
+)];
+
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_file_is_long_without_a_reason() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let root = src();
+    let mut long = Vec::new();
+    for f in &files {
+        let lines = fs::read_to_string(f).expect("read source").lines().count();
+        let rel = f
+            .strip_prefix(&root)
+            .expect("under src")
+            .to_string_lossy()
+            .into_owned();
+        if lines > MAX_LINES && !LONG_FILES.iter().any(|(p, _)| *p == rel) {
+            long.push(format!("{rel}: {lines} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these files or give the reason in LONG_FILES: {long:?}"
+    );
+    for (p, _) in LONG_FILES {
+        let n = fs::read_to_string(root.join(p))
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        assert!(
+            n > MAX_LINES,
+            "{p} is {n} lines now: remove it from LONG_FILES"
+        );
+    }
+}
