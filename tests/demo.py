@@ -2,7 +2,8 @@
 """`make demo`: two guests with vrdma devices doing RDMA, shown to a person.
 
 Boots two TCG guests whose vrdma devices are served by one vrdma-backend, their
-ports linked by the daemon's in-process fabric; shows ibv_devinfo, runs ibv_rc_pingpong with implicit ODP (-O)
+ports linked by the daemon's in-process fabric at Ethernet MTU 9000 (RoCE path MTU
+4096: nothing but the daemon lies between the guests); shows ibv_devinfo, runs ibv_rc_pingpong with implicit ODP (-O)
 and an ib_write_bw run between them, then prints a summary table. Everything
 is stopped and removed on exit or Ctrl-C.
 """
@@ -26,8 +27,10 @@ def banner(text):
 def main():
     rows = []
     t0 = time.monotonic()
-    banner("booting two guests (TCG); one vrdma-backend serves both devices on its fabric")
-    with vrdmavm.Cluster(n=2, kind="vrdma", uplink="fabric") as c:
+    banner("booting two guests (TCG); one vrdma-backend serves both devices on its fabric "
+           "(MTU 9000)")
+    with vrdmavm.Cluster(n=2, kind="vrdma", uplink="fabric",
+                         backend_args=("--mtu", "9000")) as c:
         a, b = c.vms
         print("vm0 %s and vm1 %s up in %.1fs" % (a.ip, b.ip, time.monotonic() - t0))
         rows.append(("boot", "ok", "%.1fs" % (time.monotonic() - t0)))
@@ -53,7 +56,7 @@ def main():
         _, cout = harness.pair(a, b, cmd, cmd + " " + a.ip, timeout=300, settle=2.0)
         print(cout.strip())
         m = re.search(r"^\s*65536\s+1000\s+([\d.]+)\s+([\d.]+)", cout, re.M)
-        rows.append(("ib_write_bw 64 KiB", "ok", (m.group(2) + " MB/s avg") if m else "done"))
+        rows.append(("ib_write_bw 64 KiB", "ok", (m.group(2) + " MiB/s avg") if m else "done"))
 
     banner("summary")
     w = max(len(r[0]) for r in rows)
