@@ -14,6 +14,9 @@
 #   BUILD_STEPS     += <target>   run by `make build` and by `make test`
 #   CHECK_STEPS     += <target>   run by `make check` and by `make test` (static checks, C builds)
 #   TEST_STEPS      += <target>   run by `make test` only, after the checks (e.g. the VM tests in CI)
+#   BACKGROUND_STEPS += <target>  started by `make test` right after host-deps; the target must
+#                                 detach its work (nice, output to a log) and the step that needs
+#                                 the result must wait for it (e.g. the images' step locks)
 #   DEMO_TARGET     := <target>   what `make demo` runs
 #   VM_TEST_TARGET  := <target>   what `make vm-test` runs
 #   BENCH_TARGET    := <target>   what `make bench` runs
@@ -42,6 +45,7 @@ HOST_DEPS_STEPS :=
 BUILD_STEPS :=
 CHECK_STEPS :=
 TEST_STEPS :=
+BACKGROUND_STEPS :=
 DEMO_TARGET :=
 VM_TEST_TARGET :=
 BENCH_TARGET :=
@@ -128,6 +132,7 @@ check: rust-toolchain
 	$(call run_steps,make check,$(CHECK_ALL))
 
 test: host-deps
+	@for s in $(BACKGROUND_STEPS); do $(MAKE) -s -f "$(firstword $(MAKEFILE_LIST))" $$s; done
 	$(call run_steps,make test,$(TEST_ALL))
 
 # ---- entry points owned by fragments ----------------------------------------------------------
