@@ -85,7 +85,7 @@ fi
 log "built in $(($(date +%s) - t0)) s"
 
 cp "$build/qemu-system-x86_64" "$bin"
-"$bin" -device help 2>/dev/null | grep -q '"vhost-user-rdma-pci"' ||
+"$bin" -device help 2>/dev/null | grep '"vhost-user-rdma-pci"' >/dev/null ||
 	die "built QEMU lacks vhost-user-rdma-pci"
 # keep the binary, drop the 1 GB of objects and sources
 rm -rf "$build" "$src"

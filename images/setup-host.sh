@@ -111,7 +111,7 @@ sys.exit(0 if (1, 5) <= v < (1, 9) else 1)
 PYEOF
 	log "pip installing meson>=1.5,<1.9 pycotap for $PY"
 	extra=()
-	if "$PY" -m pip install --help 2>/dev/null | grep -q break-system-packages; then
+	if "$PY" -m pip install --help 2>/dev/null | grep break-system-packages >/dev/null; then
 		extra=(--break-system-packages)
 	fi
 	run_logged "$VRDMA_CACHE/pip.log" "$PY" -m pip install "${extra[@]}" 'meson>=1.5,<1.9' pycotap

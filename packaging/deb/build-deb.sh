@@ -49,7 +49,7 @@ incl=$stage/man.h2m
 help2man --no-info --no-discard-stderr --include="$incl" \
 	--name="vhost-user back end of the vrdma virtual RDMA (RoCEv2) device" \
 	--version-string="$version" "$bin" >"$stage/$name.1"
-sed 's/\\-/-/g' "$stage/$name.1" | grep -q -- '--pcap'
+sed 's/\\-/-/g' "$stage/$name.1" | grep -- '--pcap' >/dev/null
 gzip -9n <"$stage/$name.1" >"$root/usr/share/man/man1/$name.1.gz"
 
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)

@@ -37,8 +37,8 @@ for f in usr/bin/vrdma-backend lib/systemd/system/vrdma-backend@.service \
 	[ -f "$root/$f" ] || fail "/$f not installed"
 done
 [ -x "$root/usr/bin/vrdma-backend" ]
-"$root/usr/bin/vrdma-backend" --version | grep -q '^vrdma-backend '
-dpk -L vrdma-backend | grep -qx /usr/bin/vrdma-backend
+"$root/usr/bin/vrdma-backend" --version | grep '^vrdma-backend ' >/dev/null
+dpk -L vrdma-backend | grep -x /usr/bin/vrdma-backend >/dev/null
 man_text=$(zcat "$root/usr/share/man/man1/vrdma-backend.1.gz" | sed 's/\\-/-/g')
 for w in '--socket-path' '--pcap' 'stats --socket' '/etc/vrdma/DEVICE.conf'; do
 	grep -qF -- "$w" <<<"$man_text" || { echo "check-deb: man page lacks $w" >&2; exit 1; }
