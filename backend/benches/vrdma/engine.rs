@@ -146,6 +146,9 @@ pub struct Point {
     pub mb_per_cpu: f64,
     /// Data-carrying frames sent / the minimum (1.00 = no retransmission).
     pub data_frames: f64,
+    /// The slowest and the fastest run's MB/s: on a shared machine the spread says how far
+    /// the median can be trusted.
+    pub mbs_range: (f64, f64),
 }
 
 /// Throughput of one (op, size) point: median over `runs` runs of `bytes` each.
@@ -171,7 +174,11 @@ pub fn point(bed: &mut Bed, op: Op, size: u64, bytes: u64, runs: usize) -> Point
     if op == Op::Write {
         verify_last(bed, size, n);
     }
+    let mbs_range = mbs.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &v| {
+        (lo.min(v), hi.max(v))
+    });
     Point {
+        mbs_range,
         mbs: median(&mut mbs),
         msgs: median(&mut mps),
         mb_per_cpu: median(&mut cpu),

@@ -11,6 +11,18 @@ use crate::bed::{Bed, Mode, Reg};
 use crate::engine::{latency, point, stream, Op, Point};
 use crate::util::{fmt_secs, loadavg, median};
 
+/// Payload bytes per run of a 64 KiB point. A full run is long enough (tens to hundreds of
+/// ms) for the scheduler to spread the engine threads over the cores: 32 MiB runs (about 8 ms
+/// on the fabric) came out bimodal on a shared machine (3.0 and 5.0 GB/s in back-to-back
+/// runs), depending on whether both engines happened to share one core for the whole run.
+fn stream_bytes(quick: bool) -> u64 {
+    if quick {
+        8 << 20
+    } else {
+        256 << 20
+    }
+}
+
 /// memcpy bandwidth of one core: 64 MiB copies (far beyond the caches), MB (10^6 B) per second.
 fn memcpy_mbs(runs: usize) -> f64 {
     let len = 64 << 20;
@@ -69,7 +81,7 @@ fn idle_ratio(n: u64, runs: usize) -> (f64, f64, f64) {
 /// The UDP uplink points only (`udp` section: what to profile with `perf record`).
 pub fn udp(quick: bool) -> Vec<(u16, Point)> {
     let runs = if quick { 3 } else { 5 };
-    let budget: u64 = if quick { 8 << 20 } else { 32 << 20 };
+    let budget: u64 = stream_bytes(quick);
     let mut udp = Vec::new();
     for (eth, pmtu) in [(9000u16, 4096u32), (1500, 1024)] {
         let mut bed = Bed::new(Mode::Udp, pmtu, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
@@ -84,13 +96,13 @@ pub fn udp(quick: bool) -> Vec<(u16, Point)> {
 /// The fabric 64 KiB point alone (`fabric` section: what to profile with `perf record`).
 pub fn fabric_only(quick: bool) {
     let runs = if quick { 3 } else { 10 };
-    let budget: u64 = if quick { 8 << 20 } else { 64 << 20 };
+    let budget: u64 = stream_bytes(quick);
     let mut bed = Bed::new(Mode::Fabric, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
     let p = point(&mut bed, Op::Write, 64 << 10, budget, runs);
     bed.finish();
     println!(
-        "fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.0} MB per engine CPU-s)",
-        p.mbs, p.mb_per_cpu
+        "fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.0} MB per engine CPU-s, runs {:.0}-{:.0})",
+        p.mbs, p.mb_per_cpu, p.mbs_range.0, p.mbs_range.1
     );
 }
 
@@ -131,7 +143,7 @@ fn pair_ceiling(bytes: u64, runs: usize) -> f64 {
 /// The engine-thread ceiling alone (section `pair-ceiling`).
 pub fn ceiling_only(quick: bool) {
     let runs = if quick { 3 } else { 5 };
-    let budget: u64 = if quick { 8 << 20 } else { 32 << 20 };
+    let budget: u64 = stream_bytes(quick);
     println!(
         "pair-ceiling: two independent fabric pairs at once vs one, 64 KiB WRITE: {:.2} x",
         pair_ceiling(budget, runs)
@@ -183,15 +195,15 @@ pub fn print_udp(udp: &[(u16, Point)]) {
     for (eth, p) in udp {
         println!(
             "headline: udp uplink RC WRITE 64 KiB MTU {eth}: {:.0} MB/s ({:.0} MB per engine \
-             CPU-s, data frames / min {:.2})",
-            p.mbs, p.mb_per_cpu, p.data_frames
+             CPU-s, data frames / min {:.2}, runs {:.0}-{:.0})",
+            p.mbs, p.mb_per_cpu, p.data_frames, p.mbs_range.0, p.mbs_range.1
         );
     }
 }
 
 pub fn run(quick: bool) {
     let runs = if quick { 3 } else { 5 };
-    let budget: u64 = if quick { 8 << 20 } else { 32 << 20 };
+    let budget: u64 = stream_bytes(quick);
     println!();
     println!(
         "Headline (each figure measured in this run; load average {} before)",
@@ -233,11 +245,13 @@ pub fn run(quick: bool) {
     );
     println!(
         "headline: fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.1} % of memcpy; {:.0} MB per \
-         engine CPU-s, data frames / min {:.2})",
+         engine CPU-s, data frames / min {:.2}, runs {:.0}-{:.0})",
         fabric.mbs,
         fabric.mbs / memcpy * 100.0,
         fabric.mb_per_cpu,
-        fabric.data_frames
+        fabric.data_frames,
+        fabric.mbs_range.0,
+        fabric.mbs_range.1
     );
     println!(
         "headline: fabric 64 B RC WRITE: {:.2} Mpps, median latency {}",
