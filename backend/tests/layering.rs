@@ -340,3 +340,23 @@ fn no_file_is_long_without_a_reason() {
         );
     }
 }
+
+/// Everything under `src/` is Rust source: a `.orig`/`.rej` left by a patch or an editor's
+/// backup is never built, so nothing else would notice it was committed (one was, in the
+/// `tables/` split).
+#[test]
+fn src_holds_only_rust_sources() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in fs::read_dir(dir).expect("read src dir") {
+            let p = e.expect("dir entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_none_or(|e| e != "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut stray = Vec::new();
+    walk(&src(), &mut stray);
+    assert!(stray.is_empty(), "not Rust sources under src/: {stray:?}");
+}
