@@ -54,9 +54,6 @@ use std::time::Instant;
 pub use requester::RequesterState;
 pub use responder::ResponderState;
 
-use crate::wire::Opcode;
-use packet::{Path, TxHdrs};
-
 /// The RoCEv2 engine as the QP table's protocol: the requester, responder and timer marks
 /// every QP holds (`qp::Protocol`). Named here, so `qp/` and `tables/` do not depend on the
 /// transport (ARCHITECTURE.md "Layers").
@@ -422,23 +419,4 @@ pub fn resume_odp(dev: &mut Device, now: Instant) {
 pub fn flush(dev: &mut Device, qpn: u32) {
     with_req(dev, qpn, requester::flush);
     with_resp(dev, qpn, responder::flush);
-}
-
-/// Build one frame. `None` only if `wire` rejects the header combination (a transport bug, which
-/// is then visible as a missing packet and a retransmission rather than a crash).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn build_frame(
-    path: &Path,
-    src_qpn: u32,
-    dst_qpn: u32,
-    opcode: Opcode,
-    psn: u32,
-    solicited: bool,
-    ack_req: bool,
-    hdrs: &TxHdrs,
-    payload: &[u8],
-) -> Option<Vec<u8>> {
-    packet::build(
-        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs, payload,
-    )
 }

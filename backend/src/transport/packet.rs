@@ -255,7 +255,9 @@ pub fn recycle_frame(f: Vec<u8>) {
     });
 }
 
-/// Build one frame for `path` (see `transport::build_frame`).
+/// Build one frame for `path`. `None` only if `wire` rejects the header combination (a
+/// transport bug, which is then visible as a missing packet and a retransmission rather than a
+/// crash).
 #[allow(clippy::too_many_arguments)]
 pub fn build(
     path: &Path,

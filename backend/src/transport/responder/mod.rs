@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI, QPT_XRC_TGT};
-use super::packet::{opcode_for, RxPkt, TxHdrs};
+use super::packet::{self, opcode_for, RxPkt, TxHdrs};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::memory::mr::{GuestRange, MrError};
@@ -564,7 +564,7 @@ fn send_payloadless(dev: &mut Device, ctx: &QpCtx, operation: Operation, psn: u3
     let Some(op) = opcode_for(ctx.transport(), operation, Position::Only, false, false) else {
         return;
     };
-    if let Some(f) = super::build_frame(
+    if let Some(f) = packet::build(
         &path,
         ctx.qpn,
         ctx.dest_qpn,
