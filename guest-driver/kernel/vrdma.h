@@ -417,8 +417,8 @@ int vrdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		    const struct ib_send_wr **bad_wr);
 int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		    const struct ib_recv_wr **bad_wr);
-int vrdma_write_recv_wqe(void *slot, const struct ib_recv_wr *wr,
-			 u32 max_sge);
+int vrdma_post_recv_ring(struct vrdma_ring *r, const struct ib_recv_wr **wr,
+			 u32 max_sge, int *posted);
 struct vrdma_qp *vrdma_qp_get(struct vrdma_dev *dev, u32 qpn);
 void vrdma_qp_put(struct vrdma_qp *qp);
 

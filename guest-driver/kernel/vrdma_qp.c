@@ -710,7 +710,8 @@ int vrdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	return err;
 }
 
-int vrdma_write_recv_wqe(void *slot, const struct ib_recv_wr *wr, u32 max_sge)
+static int vrdma_write_recv_wqe(void *slot, const struct ib_recv_wr *wr,
+				u32 max_sge)
 {
 	struct vrdma_recv_wqe *wqe = slot;
 	struct vrdma_sge *sge = slot + VRDMA_RECV_HDR;
@@ -729,30 +730,26 @@ int vrdma_write_recv_wqe(void *slot, const struct ib_recv_wr *wr, u32 max_sge)
 	return 0;
 }
 
-int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
-		    const struct ib_recv_wr **bad_wr)
+/*
+ * Write the chain @*wr into the receive ring @r (a QP's RQ or an SRQ) and
+ * publish what fit with one producer store (§4). The caller holds the
+ * ring's lock. Returns 0, or the error of the WR left in @*wr, the first one
+ * not posted; *@posted counts the WQEs published.
+ */
+int vrdma_post_recv_ring(struct vrdma_ring *r, const struct ib_recv_wr **wr,
+			 u32 max_sge, int *posted)
 {
-	struct vrdma_qp *qp = to_vqp(ibqp);
-	struct vrdma_ring *r = &qp->rq;
-	unsigned long flags;
-	u32 prod, cons;
+	u32 prod = le32_to_cpu(r->ctrl->producer), cons;
 	int err = 0, n = 0;
 
-	if (qp->user || !r->depth) {
-		*bad_wr = wr;
-		return -EINVAL;
-	}
-
-	spin_lock_irqsave(&qp->rq_lock, flags);
-	prod = le32_to_cpu(r->ctrl->producer);
-	for (; wr; wr = wr->next) {
+	for (; *wr; *wr = (*wr)->next) {
 		cons = le32_to_cpu(READ_ONCE(r->ctrl->consumer));
 		if (prod - cons >= r->depth) {
 			err = -ENOMEM;
 			break;
 		}
-		err = vrdma_write_recv_wqe(vrdma_ring_entry(r, prod), wr,
-					   qp->max_recv_sge);
+		err = vrdma_write_recv_wqe(vrdma_ring_entry(r, prod), *wr,
+					   max_sge);
 		if (err)
 			break;
 		prod++;
@@ -763,6 +760,25 @@ int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		virt_wmb();
 		WRITE_ONCE(r->ctrl->producer, cpu_to_le32(prod));
 	}
+	*posted = n;
+	return err;
+}
+
+int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		    const struct ib_recv_wr **bad_wr)
+{
+	struct vrdma_qp *qp = to_vqp(ibqp);
+	struct vrdma_ring *r = &qp->rq;
+	unsigned long flags;
+	int err, n;
+
+	if (qp->user || !r->depth) {
+		*bad_wr = wr;
+		return -EINVAL;
+	}
+
+	spin_lock_irqsave(&qp->rq_lock, flags);
+	err = vrdma_post_recv_ring(r, &wr, qp->max_recv_sge, &n);
 	spin_unlock_irqrestore(&qp->rq_lock, flags);
 	if (err)
 		*bad_wr = wr;

@@ -326,8 +326,7 @@ int vrdma_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 	struct vrdma_srq *srq = to_vsrq(ibsrq);
 	struct vrdma_ring *r = &srq->ring;
 	unsigned long flags;
-	u32 prod, cons;
-	int err = 0, n = 0;
+	int err, n;
 
 	if (srq->user) {
 		*bad_wr = wr;
@@ -339,25 +338,7 @@ int vrdma_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 		*bad_wr = wr;
 		return -EBUSY;
 	}
-	prod = le32_to_cpu(r->ctrl->producer);
-	for (; wr; wr = wr->next) {
-		cons = le32_to_cpu(READ_ONCE(r->ctrl->consumer));
-		if (prod - cons >= r->depth) {
-			err = -ENOMEM;
-			break;
-		}
-		err = vrdma_write_recv_wqe(vrdma_ring_entry(r, prod), wr,
-					   srq->max_sge);
-		if (err)
-			break;
-		prod++;
-		n++;
-	}
-	if (n) {
-		/* Entries before the producer (§4). */
-		virt_wmb();
-		WRITE_ONCE(r->ctrl->producer, cpu_to_le32(prod));
-	}
+	err = vrdma_post_recv_ring(r, &wr, srq->max_sge, &n);
 	spin_unlock_irqrestore(&srq->lock, flags);
 	if (err)
 		*bad_wr = wr;
