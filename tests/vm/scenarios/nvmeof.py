@@ -19,10 +19,13 @@ CFS = "/sys/kernel/config/nvmet"
 TEARDOWN_S = 30
 
 
-def target_up(vm, size_mb=256):
-    """Export a memory-backed null_blk of `size_mb` MiB as namespace 1 of NQN on an RDMA port."""
+def target_up(vm, size_mb=256, use_srq=False):
+    """Export a memory-backed null_blk of `size_mb` MiB as namespace 1 of NQN on an RDMA port.
+    `use_srq`: nvmet-rdma posts its receives to shared receive queues, one per completion
+    vector (the kernel's SRQ verbs), instead of an RQ per queue pair."""
     run_ok(vm, " && ".join([
-        "modprobe nvmet-rdma",
+        "modprobe nvmet-rdma use_srq=%d" % use_srq,
+        "grep -qx %s /sys/module/nvmet_rdma/parameters/use_srq" % ("Y" if use_srq else "N"),
         "(test -e /sys/kernel/config/nullb || modprobe null_blk nr_devices=0)",
         "mkdir -p /sys/kernel/config/nullb/nullb0",
         "cd /sys/kernel/config/nullb/nullb0",
@@ -148,13 +151,17 @@ def fio_rate(out, what):
     return "%s IOPS, %s" % (m.group(1), m.group(2)) if m else "?"
 
 
-def nvmeof_round_trip(ctx, target, host):
+def nvmeof_round_trip(ctx, target, host, use_srq=False):
     patterns = PATTERNS_RXE if "rxe" in (target.kind, host.kind) else PATTERNS
-    target_up(target)
+    target_up(target, use_srq=use_srq)
     try:
         host_prepare(host)
         discover(host, target)
         dev = connect(host, target)
+        if use_srq:
+            srqs = run_ok(target, "rdma resource show srq")
+            ctx.note("target SRQs: %s" % srqs.strip().replace("\n", "; "))
+            expect("nvmet" in srqs, "nvmet-rdma receives through SRQs of the device", srqs)
         rates = fio_write_verify(host, dev, patterns)
         ctx.note("%s host -> %s target fio randwrite+verify qd16: %s" % (
             host.kind, target.kind, ", ".join("%s %s" % r for r in rates)))
@@ -176,7 +183,9 @@ def nvmeof_round_trip(ctx, target, host):
 
 @scenario("A", timeout=900)
 def nvmeof_vrdma_target_vrdma_host(ctx):
-    nvmeof_round_trip(ctx, ctx.a, ctx.b)
+    """With the target on SRQs (nvmet-rdma use_srq=1): the kernel's ib_post_srq_recv and
+    SRQ-attached QPs under a ULP; the other round trips keep the per-QP receive queues."""
+    nvmeof_round_trip(ctx, ctx.a, ctx.b, use_srq=True)
 
 
 @scenario("G", timeout=900)
