@@ -4,7 +4,9 @@
 #   make bench                     every section, printed as tables (a few minutes at most)
 #   make bench BENCH_ARGS="engine odp-reg"    only some sections
 #                                  (engine, engine-qps, odp-reg, odp-touch, odp-steady, wire,
-#                                  headline: the closing headline lines, run last)
+#                                  control-wait, headline: the closing headline lines, run last;
+#                                  only when named: udp, fabric, fabric-64, idle-qps,
+#                                  pair-ceiling, the headline's points alone, to profile)
 #   make bench BENCH_ARGS=--quick  fewer and shorter runs
 # The tables are also saved to $(RESULTS)/bench.txt.
 

@@ -93,7 +93,6 @@ pub enum Link {
     Engines {
         ea: Engine,
         eb: Engine,
-        #[allow(dead_code)]
         da: Arc<Mutex<Device>>,
         #[allow(dead_code)]
         db: Arc<Mutex<Device>>,
@@ -521,6 +520,14 @@ impl Bed {
         match self.link {
             Link::InProc { .. } => crate::util::thread_cpu_secs(),
             Link::Engines { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
+        }
+    }
+
+    /// Device A's lock, the one its control commands take (engine modes only).
+    pub fn device_a(&self) -> Option<Arc<Mutex<Device>>> {
+        match &self.link {
+            Link::Engines { da, .. } => Some(Arc::clone(da)),
+            Link::InProc { .. } => None,
         }
     }
 

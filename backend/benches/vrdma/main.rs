@@ -2,9 +2,11 @@
 //! pass/fail tests). Release build, plain `std::time::Instant`, medians of many runs.
 //!
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
-//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`, `headline`
-//! (default: all; `headline` last), `udp` (only the UDP headline points, for `perf record`),
-//! `fabric`, `fabric-64`, `idle-qps` (the other headline points alone, likewise).
+//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`,
+//! `control-wait` (a control command's wait for the device lock while another QP streams),
+//! `headline` (default: all of these; `headline` last), `udp` (only the UDP headline points, for
+//! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling` (the other headline points
+//! alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
 //! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
 
@@ -12,6 +14,7 @@
 mod common;
 
 mod bed;
+mod control;
 mod engine;
 mod headline;
 mod odp;
@@ -20,7 +23,7 @@ mod wire;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -33,6 +36,7 @@ const SECTIONS: [&str; 12] = [
     "fabric-64",
     "idle-qps",
     "pair-ceiling",
+    "control-wait",
 ];
 
 fn main() {
@@ -81,6 +85,9 @@ fn main() {
     }
     if on("wire") {
         wire::run(quick);
+    }
+    if on("control-wait") {
+        control::run(quick);
     }
     if on("headline") {
         headline::run(quick);
