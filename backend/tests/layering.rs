@@ -48,7 +48,8 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file below `dir`, in path order.
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = fs::read_dir(dir)
         .expect("read src dir")
         .map(|e| e.expect("dir entry").path())
@@ -56,11 +57,21 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     entries.sort();
     for p in entries {
         if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
+            all_files(&p, out);
+        } else {
             out.push(p);
         }
     }
+}
+
+fn is_rust(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "rs")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut all = Vec::new();
+    all_files(dir, &mut all);
+    out.extend(all.into_iter().filter(|p| is_rust(p)));
 }
 
 /// The top-level module a file of `src/` belongs to (`None` for lib.rs / main.rs).
@@ -346,17 +357,8 @@ fn no_file_is_long_without_a_reason() {
 /// `tables/` split).
 #[test]
 fn src_holds_only_rust_sources() {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in fs::read_dir(dir).expect("read src dir") {
-            let p = e.expect("dir entry").path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_none_or(|e| e != "rs") {
-                out.push(p);
-            }
-        }
-    }
-    let mut stray = Vec::new();
-    walk(&src(), &mut stray);
+    let mut files = Vec::new();
+    all_files(&src(), &mut files);
+    let stray: Vec<_> = files.iter().filter(|p| !is_rust(p)).collect();
     assert!(stray.is_empty(), "not Rust sources under src/: {stray:?}");
 }
