@@ -6,14 +6,14 @@
 //! wait, once while one QP streams 64 KiB WRITEs over the fabric and once with the device idle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::device::Device;
 
 use crate::bed::{Bed, Mode, Reg};
 use crate::engine::{stream, Op};
-use crate::util::fmt_secs;
+use crate::util::{fmt_secs, median, percentile};
 
 /// Lock waits (seconds) of the probe until `stop` is set.
 fn probe(dev: &Mutex<Device>, stop: &AtomicBool) -> Vec<f64> {
@@ -33,13 +33,11 @@ fn summary(v: &mut [f64]) -> String {
     if v.is_empty() {
         return "no probes".into();
     }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
     format!(
         "median {}, p99 {}, max {} ({} probes)",
-        fmt_secs(at(0.5)),
-        fmt_secs(at(0.99)),
-        fmt_secs(v[v.len() - 1]),
+        fmt_secs(median(v)),
+        fmt_secs(percentile(v, 99.0)),
+        fmt_secs(percentile(v, 100.0)),
         v.len()
     )
 }
@@ -51,7 +49,7 @@ pub fn run(quick: bool) {
     let Some(dev) = bed.device_a() else {
         unreachable!("a fabric bed runs engine threads");
     };
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = AtomicBool::new(false);
     let n = bytes / (64 << 10);
     let (mut busy, elapsed) = std::thread::scope(|s| {
         let p = s.spawn(|| probe(&dev, &stop));

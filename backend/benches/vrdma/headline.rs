@@ -14,7 +14,7 @@ use crate::util::{fmt_secs, loadavg, median};
 /// Payload bytes per run of a 64 KiB point. A full run is long enough (tens to hundreds of
 /// ms) for the scheduler to spread the engine threads over the cores: 32 MiB runs (about 8 ms
 /// on the fabric) came out bimodal on a shared machine (3.0 and 5.0 GB/s in back-to-back
-/// runs), depending on whether both engines happened to share one core for the whole run.
+/// runs), apparently as both engines did or did not share one core for the whole run.
 fn stream_bytes(quick: bool) -> u64 {
     if quick {
         8 << 20
