@@ -15,13 +15,14 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::device::Device;
+use crate::handoff::HandoffMutex;
 use crate::qp::QpType;
 use crate::stats::QpStats;
 
@@ -340,7 +341,7 @@ impl StatsServer {
     /// Bind `path` (replacing a stale socket) and serve `dev`'s counters labelled `label`.
     pub fn start(
         path: &Path,
-        dev: Arc<Mutex<Device>>,
+        dev: Arc<HandoffMutex<Device>>,
         label: String,
     ) -> Result<StatsServer, StatsError> {
         Self::start_with(path, dev, label, None)
@@ -350,7 +351,7 @@ impl StatsServer {
     /// answer: the daemon's fabric counters on a fabric daemon.
     pub fn start_with(
         path: &Path,
-        dev: Arc<Mutex<Device>>,
+        dev: Arc<HandoffMutex<Device>>,
         label: String,
         extra: Option<ExtraStats>,
     ) -> Result<StatsServer, StatsError> {
@@ -402,7 +403,7 @@ pub type ExtraStats = Arc<dyn Fn() -> String + Send + Sync>;
 
 fn serve(
     listener: UnixListener,
-    dev: &Mutex<Device>,
+    dev: &HandoffMutex<Device>,
     label: &str,
     extra: Option<&(dyn Fn() -> String + Send + Sync)>,
     stop: &AtomicBool,
@@ -414,7 +415,7 @@ fn serve(
         let Ok(mut conn) = conn else { continue };
         // Copy under the lock, format outside it (the engine waits for the lock).
         let snap = {
-            let d = dev.lock().unwrap_or_else(|p| p.into_inner());
+            let d = dev.lock();
             snapshot(&d, label)
         };
         let mut text = format(snap);

@@ -10,6 +10,7 @@ pub mod exporter;
 pub mod fabric;
 pub mod fasthash;
 pub mod guest;
+pub mod handoff;
 pub mod ids;
 pub mod memory;
 pub mod objects;

@@ -7,11 +7,12 @@
 mod common;
 
 use std::os::unix::io::RawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::device::*;
 use vrdma_backend::device::{CmdOutcome, Device, Ticket};
+use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::memory::advise::MAX_PARKED_ADVISE;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
@@ -371,7 +372,7 @@ fn engine_thread_completes_a_flush_at_the_timeout() {
     let out = e.out.clone();
     let cfg = e.dev.config.clone();
     let dev = std::mem::replace(&mut e.dev, Device::new(cfg, e.mem.clone(), out.clone()));
-    let dev = Arc::new(Mutex::new(dev));
+    let dev = Arc::new(HandoffMutex::new(dev));
     let start = Instant::now();
     let engine = Engine::start(dev.clone(), Arc::new(Silent)).expect("engine");
     engine.sender().kick();
@@ -389,7 +390,7 @@ fn engine_thread_completes_a_flush_at_the_timeout() {
     engine.stop();
     assert_eq!(done, vec![(t, VRDMA_STATUS_OK)]);
     assert!(start.elapsed() >= Duration::from_millis(150));
-    let d = dev.lock().unwrap();
+    let d = dev.lock();
     assert_eq!(d.mrs.odp_parked_advises(), 0);
     d.mrs.odp_check_invariants().unwrap();
 }

@@ -16,6 +16,7 @@ use common::fabric_rc::{wait_cqes, Cqes, FabricRc};
 use common::fabric_tap::{Seen, Tap};
 use common::*;
 use vrdma_backend::device::Device;
+use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 use vrdma_spec::*;
@@ -34,8 +35,8 @@ struct Rig {
     pda: u32,
     ea: Engine,
     eb: Option<Engine>,
-    dev_a: Arc<Mutex<Device>>,
-    dev_b: Option<Arc<Mutex<Device>>>,
+    dev_a: Arc<HandoffMutex<Device>>,
+    dev_b: Option<Arc<HandoffMutex<Device>>>,
     port_b: Option<Tap>,
     /// b's port counters (`rx_by_reference`, `drop_stale_ref`).
     stats_b: Arc<vrdma_backend::stats::PortStats>,
@@ -80,7 +81,7 @@ fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
     let ea = Engine::start(dev_a.clone(), Arc::new(port(pa))).unwrap();
     let port_b = Tap::new(port(pb), &seen_b);
     let dev_b = detach(&mut b);
-    let stats_b = dev_b.lock().unwrap().port_stats.clone();
+    let stats_b = dev_b.lock().port_stats.clone();
     Rig {
         dev_b: Some(dev_b),
         stats_b,
@@ -155,7 +156,7 @@ impl Rig {
     /// Wait until b's queue holds `n` segments from a (b's engine not started).
     fn wait_queued(&self, what: impl Fn(&Device) -> bool) {
         let t0 = Instant::now();
-        while !what(&self.dev_a.lock().unwrap()) {
+        while !what(&self.dev_a.lock()) {
             assert!(t0.elapsed() < Duration::from_secs(10), "a did not send");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -382,7 +383,7 @@ fn a_reference_made_before_dereg_mr_is_never_read_after_it() {
     // A second MR over the second MiB: its segments must keep flowing.
     let (pda, src) = (r.pda, r.src);
     let k2 = {
-        let mut d = r.dev_a.lock().unwrap();
+        let mut d = r.dev_a.lock();
         let np = 256u64;
         let pages: Vec<u64> = (0..np).map(|i| src + (1 << 20) + i * 4096).collect();
         let c = VrdmaCmdRegMr {
@@ -410,7 +411,7 @@ fn a_reference_made_before_dereg_mr_is_never_read_after_it() {
     // DEREG_MR of the first MR, then new bytes where it was: after the fence completed no
     // reference through it may be read, so b must never see them.
     {
-        let mut d = r.dev_a.lock().unwrap();
+        let mut d = r.dev_a.lock();
         let h = VrdmaHandle {
             handle: ka,
             ..Default::default()
@@ -457,7 +458,7 @@ fn a_reference_made_before_a_reset_is_never_read_after_it() {
     r.ring();
     let qpn = r.qa.qpn;
     r.wait_queued(|d| d.qps.get(qpn).is_some_and(|q| q.stats.tx_packets >= 16));
-    r.dev_a.lock().unwrap().reset();
+    r.dev_a.lock().reset();
     r.a.write(r.src, &pattern(99, 64 << 10));
     r.start_b();
     std::thread::sleep(Duration::from_millis(300));

@@ -13,6 +13,7 @@ const ORDER: &[&str] = &[
     "fasthash",
     "ids",
     "budget",
+    "handoff",
     // Frames: parsing and building (wire), moving them (uplink), counting them (stats).
     "wire",
     "uplink",

@@ -191,7 +191,7 @@ fn stats_socket_serves_port_and_qp_counters() {
     let (ua, ub) = udp_pair();
     let da = detach(&mut p.a);
     let db = detach(&mut p.b);
-    let port: Arc<PortStats> = da.lock().unwrap().port_stats.clone();
+    let port: Arc<PortStats> = da.lock().port_stats.clone();
     let ea = Engine::start(da.clone(), Arc::new(Metered::new(ua, port.clone()))).unwrap();
     let eb = Engine::start(db.clone(), Arc::new(ub)).unwrap();
     post_sq(

@@ -23,6 +23,7 @@ use common::*;
 use vm_memory::GuestAddressSpace;
 use vrdma_backend::device::Device;
 use vrdma_backend::guest::GuestMem;
+use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::{Engine, EngineSender};
 use vrdma_spec::*;
@@ -37,7 +38,7 @@ static PANICS: AtomicUsize = AtomicUsize::new(0);
 /// order: node, then device (A before B).
 struct Side {
     node: Mutex<Node>,
-    dev: Arc<Mutex<Device>>,
+    dev: Arc<HandoffMutex<Device>>,
     db: EngineSender,
     mem: GuestMem,
 }
@@ -52,10 +53,7 @@ struct Held<'a> {
 impl Held<'_> {
     fn new(s: &Side) -> Held<'_> {
         let mut node = s.node.lock().unwrap_or_else(|p| p.into_inner());
-        let mut slot = s
-            .dev
-            .lock()
-            .expect("device lock poisoned: a thread panicked");
+        let mut slot = s.dev.lock();
         std::mem::swap(&mut node.dev, &mut *slot);
         Held { node, slot }
     }
@@ -111,10 +109,7 @@ fn poll(mem: &GuestMem, cq: &mut RingH) -> Vec<Cqe> {
 fn swap_mem_table(s: &Side) {
     let map = (*s.mem.atomic().memory()).clone();
     let atomic = vm_memory::GuestMemoryAtomic::new(map);
-    s.dev
-        .lock()
-        .expect("device lock poisoned")
-        .set_guest_memory(&atomic);
+    s.dev.lock().set_guest_memory(&atomic);
 }
 
 /// What the command thread made and must destroy again.
@@ -421,7 +416,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
                     .count();
                 let _ = poll(&mb, &mut hostile_cqb);
                 for s in [&sa, &sb] {
-                    let dev = s.dev.lock().expect("device lock poisoned");
+                    let dev = s.dev.lock();
                     assert!(dev.budget.used() <= dev.budget.limit());
                 }
                 steps += 1;
@@ -599,7 +594,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
     ea.stop();
     eb.stop();
     assert!(
-        da.lock().is_ok() && db.lock().is_ok(),
+        !da.is_poisoned() && !db.is_poisoned(),
         "a device lock is poisoned"
     );
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");

@@ -72,5 +72,5 @@ fn rc_over_udp_engines() {
     ea.stop();
     eb.stop();
     // After shutdown the device is still usable (the engine released it).
-    assert!(da.lock().unwrap().qps.get(p.qa.qpn).is_some());
+    assert!(da.lock().qps.get(p.qa.qpn).is_some());
 }

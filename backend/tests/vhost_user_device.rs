@@ -421,7 +421,7 @@ fn every_guest_memory_write_marks_its_page_while_logging() {
     // SET_MEM_TABLE reaches the device through the daemon's thread: wait for the table.
     let t0 = std::time::Instant::now();
     let mem = loop {
-        let mem = device.lock().unwrap().mem.clone();
+        let mem = device.lock().mem.clone();
         if mem.check_range(0x4010_0000, 1 << 20) {
             break mem;
         }

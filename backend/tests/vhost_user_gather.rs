@@ -9,12 +9,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::heap;
 use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
 use vrdma_backend::budget::Budget;
+use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::vhost_user::controlq;
 use vrdma_backend::vhost_user::inputq::{drain_queue, drain_queue_charged};
 use vrdma_backend::vhost_user::parked::ParkedCommands;
@@ -139,7 +140,7 @@ impl Queue {
     }
 
     /// Serve the queue once, as the backend does on a kick. Returns the peak heap growth.
-    fn drain(&self, dev: &Mutex<CountingDevice>, parked: &ParkedCommands) -> usize {
+    fn drain(&self, dev: &HandoffMutex<CountingDevice>, parked: &ParkedCommands) -> usize {
         peak_growth(|| {
             drain_queue(
                 VQ_CONTROL,
@@ -156,7 +157,7 @@ impl Queue {
     /// [`Queue::drain`] charging the gathered chains to `budget` (spec §16.1).
     fn drain_charged(
         &self,
-        dev: &Mutex<CountingDevice>,
+        dev: &HandoffMutex<CountingDevice>,
         parked: &ParkedCommands,
         budget: &Budget,
     ) -> usize {
@@ -204,11 +205,11 @@ fn one_kick_gathers_one_chain_at_a_time() {
     for head in 0..chains {
         q.add_indirect(head, TABLES, table_len);
     }
-    let dev = Arc::new(Mutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     let peak = q.drain(&dev, &parked);
     let per_chain = 1024 * 4096;
-    assert_eq!(dev.lock().unwrap().executed, chains as usize);
+    assert_eq!(dev.lock().executed, chains as usize);
     let used = q.used();
     assert_eq!(used.len(), chains as usize);
     assert!(used.iter().all(|&(_, len)| len == 8), "{used:?}");
@@ -229,10 +230,10 @@ fn chain_longer_than_the_command_limit_is_invalid_and_not_read() {
     let table_len = q.indirect_table(TABLES, 80, MIB as u32);
     q.add_indirect(0, TABLES, table_len);
     assert!(80 * MIB > VRDMA_CMD_MAX_LEN as usize);
-    let dev = Arc::new(Mutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     let peak = q.drain(&dev, &parked);
-    assert_eq!(dev.lock().unwrap().executed, 0);
+    assert_eq!(dev.lock().executed, 0);
     assert_eq!(q.used(), vec![(0, 8)]);
     assert_eq!(q.resp_status(), VRDMA_STATUS_INVALID);
     assert!(peak < MIB, "peak heap growth {peak} bytes");
@@ -257,11 +258,11 @@ fn chain_with_too_many_descriptors_is_returned_unexecuted() {
     let at_limit_table = TABLES + 0x10_0000;
     let at_limit = build(&q, at_limit_table, max - 1);
     q.add_indirect(1, at_limit_table, at_limit);
-    let dev = Arc::new(Mutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     q.drain(&dev, &parked);
     assert_eq!(q.used(), vec![(0, 0), (1, 8)]);
-    assert_eq!(dev.lock().unwrap().executed, 1);
+    assert_eq!(dev.lock().executed, 1);
 }
 
 /// With a host-memory budget (spec §16.1), a chain that does not fit it is answered
@@ -275,10 +276,10 @@ fn chain_beyond_the_host_memory_budget_is_no_resources_and_not_read() {
     // 4 MiB declared over one page: within VRDMA_CMD_MAX_LEN, beyond the budget.
     let big = q.indirect_table(TABLES, 1024, 4096);
     q.add_indirect(0, TABLES, big);
-    let dev = Arc::new(Mutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     let peak = q.drain_charged(&dev, &parked, &budget);
-    assert_eq!(dev.lock().unwrap().executed, 0);
+    assert_eq!(dev.lock().executed, 0);
     assert_eq!(q.used(), vec![(0, 8)]);
     assert_eq!(q.resp_status(), VRDMA_STATUS_NO_RESOURCES);
     assert!(peak < MIB, "peak heap growth {peak} bytes");
@@ -287,7 +288,7 @@ fn chain_beyond_the_host_memory_budget_is_no_resources_and_not_read() {
     let small = q.indirect_table(small_table, 256, 4096);
     q.add_indirect(1, small_table, small);
     q.drain_charged(&dev, &parked, &budget);
-    assert_eq!(dev.lock().unwrap().executed, 1);
+    assert_eq!(dev.lock().executed, 1);
     assert_eq!(q.used(), vec![(0, 8), (1, 8)]);
     assert_eq!(q.resp_status(), VRDMA_STATUS_OK);
     assert!(budget.peak() > MIB as u64 && budget.peak() <= 2 * MIB as u64);

@@ -12,6 +12,7 @@ use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vrdma_backend::cli::delay::DelaySpec;
+use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::vhost_user::daemon::listen;
 use vrdma_backend::vhost_user::delay::CommandDelays;
 use vrdma_backend::vhost_user::{
@@ -87,7 +88,7 @@ impl FrameSink for Recorder {
 
 struct Harness {
     path: std::path::PathBuf,
-    device: Arc<Mutex<MockDevice>>,
+    device: Arc<HandoffMutex<MockDevice>>,
     out: Arc<VirtqOutput>,
     rec: Arc<Recorder>,
     config: [u8; CONFIG_SIZE],
@@ -120,7 +121,7 @@ fn test_config() -> [u8; CONFIG_SIZE] {
 fn start(tag: &str, connections: usize, odp: bool) -> Harness {
     let _ = env_logger::builder().is_test(true).try_init();
     let path = socket_path(tag);
-    let device = Arc::new(Mutex::new(MockDevice::default()));
+    let device = Arc::new(HandoffMutex::new(MockDevice::default()));
     let out = Arc::new(VirtqOutput::new(64));
     let rec = Arc::new(Recorder::default());
     let config = test_config();
@@ -298,7 +299,7 @@ fn control_round_trip_and_split_chains() {
         st.extend(guest.read(r2, 5));
         assert_eq!(status_of(&st), VRDMA_STATUS_OK);
         {
-            let dev = h.device.lock().unwrap();
+            let dev = h.device.lock();
             let (op, req) = dev.calls.last().unwrap();
             assert_eq!(*op, VRDMA_CMD_DESTROY_PD);
             assert_eq!(
@@ -338,7 +339,7 @@ fn control_round_trip_and_split_chains() {
 fn malformed_control_chains_get_the_defined_outcome() {
     let h = start("malformed", 1, true);
     let (fe, mut guest, mut ctrl) = control_setup(&h, true);
-    let calls = |h: &Harness| h.device.lock().unwrap().calls.len();
+    let calls = |h: &Harness| h.device.lock().calls.len();
 
     // Nonzero flags -> INVALID, not executed.
     let mut c = cmd(VRDMA_CMD_CREATE_PD, &[]);
@@ -355,7 +356,7 @@ fn malformed_control_chains_get_the_defined_outcome() {
     let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 12);
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_INVALID));
     assert_eq!(calls(&h), 0);
-    assert!(h.device.lock().unwrap().pds.is_empty());
+    assert!(h.device.lock().pds.is_empty());
 
     // Writable part smaller than the response header -> returned with len 0.
     let (len, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 4);
@@ -429,7 +430,7 @@ fn reconnect_starts_from_a_reset_device() {
         8,
     );
     assert_eq!((len, status_of(&resp)), (8, VRDMA_STATUS_NOT_FOUND));
-    assert!(h.device.lock().unwrap().resets >= 1);
+    assert!(h.device.lock().resets >= 1);
     h.finish(fe);
 }
 
@@ -439,10 +440,10 @@ fn stopping_the_control_queue_resets_the_device() {
     let (fe, mut guest, mut ctrl) = control_setup(&h, true);
     let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
     assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
-    assert_eq!(h.device.lock().unwrap().pds.len(), 1);
+    assert_eq!(h.device.lock().pds.len(), 1);
     // QEMU's vhost_dev_stop on a guest virtio reset: GET_VRING_BASE on every ring.
     fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
-    assert!(h.device.lock().unwrap().pds.is_empty());
+    assert!(h.device.lock().pds.is_empty());
     h.finish(fe);
 }
 
@@ -570,7 +571,7 @@ fn memory_regions_added_and_removed_one_by_one() {
     );
     assert_eq!(len, 16);
     assert_eq!(status_of(&g2.read(resp, 8)), VRDMA_STATUS_OK);
-    assert!(h.device.lock().unwrap().mem_updates >= 2);
+    assert!(h.device.lock().mem_updates >= 2);
 
     // After REM_MEM_REG the second region is no longer guest memory: the response cannot be
     // written and the chain comes back with len 0.
@@ -763,7 +764,7 @@ fn delayed_commands_run_at_once_and_are_answered_late() {
     let first = ctrl.add(&guest, &bufs);
     ctrl.notify();
     // Executed at once although not answered.
-    let executed = |h: &Harness| h.device.lock().unwrap().calls.len();
+    let executed = |h: &Harness| h.device.lock().calls.len();
     while executed(&h) < 1 {
         assert!(t0.elapsed() < T, "the delayed command was not executed");
         thread::sleep(Duration::from_millis(5));

@@ -5,11 +5,12 @@
 
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::device::{Device, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
+use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::memory::mr::MrKind;
 use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::{Engine, EngineOptions};
@@ -93,9 +94,9 @@ pub enum Link {
     Engines {
         ea: Engine,
         eb: Engine,
-        da: Arc<Mutex<Device>>,
+        da: Arc<HandoffMutex<Device>>,
         #[allow(dead_code)]
-        db: Arc<Mutex<Device>>,
+        db: Arc<HandoffMutex<Device>>,
     },
 }
 
@@ -524,7 +525,7 @@ impl Bed {
     }
 
     /// Device A's lock, the one its control commands take (engine modes only).
-    pub fn device_a(&self) -> Option<Arc<Mutex<Device>>> {
+    pub fn device_a(&self) -> Option<Arc<HandoffMutex<Device>>> {
         match &self.link {
             Link::Engines { da, .. } => Some(Arc::clone(da)),
             Link::InProc { .. } => None,
@@ -543,7 +544,7 @@ impl Bed {
 fn take_dev(n: &mut Node) -> Device {
     let d = detach(n);
     let m = Arc::try_unwrap(d).unwrap_or_else(|_| panic!("device still shared"));
-    m.into_inner().unwrap_or_else(|p| p.into_inner())
+    m.into_inner()
 }
 
 /// The driver stand-in: answer every FAULT page request of `dev` with the GPAs of the chunk's

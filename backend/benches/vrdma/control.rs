@@ -1,31 +1,38 @@
 //! `control-wait` section: how long a control command waits for the device while the data
-//! path of another QP is busy. Today every control command takes the device-wide
-//! `Mutex<Device>` that the engine holds per batch (ARCHITECTURE.md "Threads"); the planned
-//! engine threads (#13 item 5) are to bound this by one batch of the command's own QP. This
-//! measures the status quo: a probe thread takes device A's lock every 200 µs and records the
-//! wait, once while one QP streams 64 KiB WRITEs over the fabric and once with the device idle.
+//! path of another QP is busy. Every control command takes the device's `HandoffMutex`, which
+//! the engine holds per batch and hands to a waiting command between two units of work (one
+//! doorbell record, one received buffer; ARCHITECTURE.md "Threads"). A probe thread takes
+//! device A's lock every 200 µs and records the wait while one QP streams 64 KiB WRITEs over
+//! the fabric, alternating between the control path's announced lock (`lock`, handed off) and
+//! an unannounced one (`lock_long`, which the engine does not see: what every command waited
+//! before hand-offs, the rest of the batch), then with the device idle. The engine-threads plan
+//! (#13 item 5) is to bound the wait by one batch of the command's own QP.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::device::Device;
+use vrdma_backend::handoff::HandoffMutex;
 
 use crate::bed::{Bed, Mode, Reg};
 use crate::engine::{stream, Op};
 use crate::util::{fmt_secs, median, percentile};
 
-/// Lock waits (seconds) of the probe until `stop` is set.
-fn probe(dev: &Mutex<Device>, stop: &AtomicBool) -> Vec<f64> {
-    let mut waits = Vec::new();
+/// Lock waits (seconds) of the probe until `stop` is set: announced (`lock`, handed off by the
+/// engine) and unannounced (`lock_long`), taken in turn so both see the same traffic.
+fn probe(dev: &HandoffMutex<Device>, stop: &AtomicBool) -> (Vec<f64>, Vec<f64>) {
+    let (mut announced, mut unannounced) = (Vec::new(), Vec::new());
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
-        // A poisoned lock means an engine panicked: the bench reports the wait all the same.
         drop(dev.lock());
-        waits.push(t0.elapsed().as_secs_f64());
+        announced.push(t0.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_micros(200));
+        let t0 = Instant::now();
+        drop(dev.lock_long());
+        unannounced.push(t0.elapsed().as_secs_f64());
         std::thread::sleep(Duration::from_micros(200));
     }
-    waits
+    (announced, unannounced)
 }
 
 /// "median M, p99 P, max X (N probes)" of `v`.
@@ -51,25 +58,39 @@ pub fn run(quick: bool) {
     };
     let stop = AtomicBool::new(false);
     let n = bytes / (64 << 10);
-    let (mut busy, elapsed) = std::thread::scope(|s| {
+    let ((mut busy, mut busy_plain), elapsed) = std::thread::scope(|s| {
         let p = s.spawn(|| probe(&dev, &stop));
         let el = stream(&mut bed, Op::Write, 64 << 10, n);
         stop.store(true, Ordering::Relaxed);
         (p.join().unwrap_or_default(), el)
     });
     stop.store(false, Ordering::Relaxed);
-    let mut idle = std::thread::scope(|s| {
+    let (mut idle, _) = std::thread::scope(|s| {
         let p = s.spawn(|| probe(&dev, &stop));
         std::thread::sleep(elapsed);
         stop.store(true, Ordering::Relaxed);
         p.join().unwrap_or_default()
     });
     bed.finish();
+    let ratio = |a: &mut [f64], b: &mut [f64]| {
+        if a.is_empty() || b.is_empty() {
+            return "no probes".to_string();
+        }
+        let (ma, pa) = (median(a), percentile(a, 99.0));
+        let (mb, pb) = (median(b), percentile(b, 99.0));
+        format!("median {:.2} x, p99 {:.2} x", ma / mb, pa / pb)
+    };
+    let hand_off_vs_batch = ratio(&mut busy_plain, &mut busy);
     println!(
-        "control-wait: device lock while one QP streams 64 KiB WRITEs ({:.0} MB/s): {}",
+        "control-wait: device lock while one QP streams 64 KiB WRITEs ({:.0} MB/s), handed off: {}",
         (n * (64 << 10)) as f64 / elapsed.as_secs_f64() / 1e6,
         summary(&mut busy)
     );
+    println!(
+        "control-wait: same stream, unannounced (waits for the batch): {}",
+        summary(&mut busy_plain)
+    );
+    println!("control-wait: batch wait / handed-off wait: {hand_off_vs_batch}");
     println!(
         "control-wait: device lock, device idle: {}",
         summary(&mut idle)

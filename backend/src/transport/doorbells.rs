@@ -48,6 +48,16 @@ pub struct DoorbellBatch {
     pub sweep: bool,
 }
 
+impl DoorbellBatch {
+    /// No records, only the sweep (a resume after migration, spec §17.1).
+    pub fn sweep_only() -> Self {
+        DoorbellBatch {
+            records: Vec::new(),
+            sweep: true,
+        }
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct DoorbellQueue {

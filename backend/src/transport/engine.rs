@@ -4,8 +4,9 @@
 //!   plain kick after a control command that may unblock QPs, e.g. ODP_PAGE_RESP),
 //! - a timerfd programmed with the earliest transport / ODP deadline,
 //!
-//! and then, under the `Mutex<Device>` held once per batch, runs doorbells, received frames and
-//! timers through the transport. Frames the transport queued in `Device::outbox` are sent to the
+//! and then, under the device lock (`HandoffMutex`) held once per batch and handed to a waiting
+//! control command after every doorbell record and received buffer (see [`hand_off`]), runs
+//! doorbells, received frames and timers through the transport. Frames the transport queued in `Device::outbox` are sent to the
 //! uplink after the lock is released. RoCEv2 frames for our GIDs go to `transport::on_frame`,
 //! everything else the port demux (`port.rs`) gives the guest goes to `DeviceOutput::eth_rx`.
 //!
@@ -24,7 +25,8 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
-use super::doorbells::DoorbellQueue;
+use super::doorbells::{DoorbellBatch, DoorbellQueue};
+use crate::handoff::HandoffMutex;
 use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
 use crate::transport::Device;
@@ -162,13 +164,16 @@ impl Default for EngineOptions {
 
 impl Engine {
     /// Start the engine for `dev` on `uplink` with the default [`EngineOptions`].
-    pub fn start(dev: Arc<Mutex<Device>>, uplink: Arc<dyn Uplink>) -> Result<Engine, EngineError> {
+    pub fn start(
+        dev: Arc<HandoffMutex<Device>>,
+        uplink: Arc<dyn Uplink>,
+    ) -> Result<Engine, EngineError> {
         Self::start_with(dev, uplink, EngineOptions::default())
     }
 
     /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device.
     pub fn start_with(
-        dev: Arc<Mutex<Device>>,
+        dev: Arc<HandoffMutex<Device>>,
         uplink: Arc<dyn Uplink>,
         opts: EngineOptions,
     ) -> Result<Engine, EngineError> {
@@ -203,7 +208,7 @@ impl Engine {
                 )
                 .map_err(setup("epoll add uplink"))?;
         }
-        lock(&dev).flush_hook = Some(super::flush);
+        dev.lock_long().flush_hook = Some(super::flush);
         let sender = EngineSender {
             queue: Arc::new(Mutex::new(DoorbellQueue::new())),
             kick,
@@ -211,7 +216,7 @@ impl Engine {
             wake: Arc::new(WakeFlags::default()),
         };
         let s2 = sender.clone();
-        let port = lock(&dev).port_stats.clone();
+        let port = dev.lock_long().port_stats.clone();
         let alarm = Alarm { timer, armed: None };
         let poller = Poller::new(opts.poll);
         let thread = std::thread::Builder::new()
@@ -365,7 +370,7 @@ impl Poller {
 }
 
 fn run(
-    dev: Arc<Mutex<Device>>,
+    dev: Arc<HandoffMutex<Device>>,
     uplink: Arc<dyn Uplink>,
     sender: EngineSender,
     epoll: Epoll,
@@ -494,7 +499,7 @@ fn run(
             uplink_more = true;
         }
         let next = {
-            let mut d = lock(&dev);
+            let mut d = dev.lock_long();
             // Every batch: a reset may have replaced the device's state.
             d.icrc_offload = icrc_offload;
             // One clock read per FRAMES_PER_CLOCK frames, not per frame: deadlines armed from
@@ -506,37 +511,46 @@ fn run(
                     d.set_port_active(up);
                 }
             }
-            if d.suspended {
-                // Spec §17.1: a suspended device touches neither guest memory nor the wire.
-                // Received frames are lost (RC peers retransmit); doorbells are handled by the
-                // sweep when the device resumes.
-                if !dbs.records.is_empty() || dbs.sweep {
-                    d.resume_sweep = true;
+            // False once the device is suspended: at the start of the batch, or by a control
+            // command at a hand-off point (`hand_off`).
+            let mut live = !d.suspended;
+            'work: {
+                if !live {
+                    break 'work;
                 }
-                looped.clear();
-                frames.clear();
-                d.outbox.clear();
-                d.outbox_segments.clear();
-                d.outbox_refs.clear();
-                None
-            } else {
                 if std::mem::take(&mut d.resume_sweep) {
-                    super::on_doorbells(
-                        &mut d,
-                        &super::doorbells::DoorbellBatch {
-                            records: Vec::new(),
-                            sweep: true,
-                        },
-                    );
+                    super::on_doorbells(&mut d, &DoorbellBatch::sweep_only());
                 }
-                super::on_doorbells(&mut d, &dbs);
+                // A hand-off point after every unit of work (a doorbell record, a looped or
+                // received buffer): a waiting control command gets the device there instead of
+                // after the whole batch.
+                for db in &dbs.records {
+                    super::on_doorbell(&mut d, *db);
+                    (d, live) = hand_off(&dev, d, icrc_offload, &mut now);
+                    if !live {
+                        break 'work;
+                    }
+                }
+                if dbs.sweep {
+                    super::on_doorbells(&mut d, &DoorbellBatch::sweep_only());
+                }
                 for (f, segment) in looped.drain(..) {
                     for f in super::frames_of(&f, segment) {
                         super::on_frame_at(&mut d, f, now);
                     }
                     super::packet::recycle_frame(f);
+                    (d, live) = hand_off(&dev, d, icrc_offload, &mut now);
+                    if !live {
+                        break 'work;
+                    }
                 }
                 for (i, rx) in frames.iter_mut().enumerate() {
+                    if i > 0 {
+                        (d, live) = hand_off(&dev, d, icrc_offload, &mut now);
+                        if !live {
+                            break 'work;
+                        }
+                    }
                     if i % FRAMES_PER_CLOCK == FRAMES_PER_CLOCK - 1 {
                         now = Instant::now();
                     }
@@ -612,6 +626,21 @@ fn run(
                         r.recycle();
                     }
                 }
+            }
+            if !live {
+                // Spec §17.1: a suspended device touches neither guest memory nor the wire.
+                // Received frames are lost (RC peers retransmit); doorbells are handled by the
+                // sweep when the device resumes (also those of this batch not run yet).
+                if !dbs.records.is_empty() || dbs.sweep {
+                    d.resume_sweep = true;
+                }
+                looped.clear();
+                frames.clear();
+                d.outbox.clear();
+                d.outbox_segments.clear();
+                d.outbox_refs.clear();
+                None
+            } else {
                 let t = super::on_tick(&mut d, now);
                 let o = d.odp_tick(now);
                 let next = match (t, o) {
@@ -685,6 +714,26 @@ fn run(
         }
         alarm.set(next, Instant::now());
     }
+}
+
+/// A hand-off point of the engine's batch (`HandoffMutex::hand_off`): a control command that
+/// waits for the device gets it here. Returns the guard and whether the batch may go on: not
+/// when the command suspended the device (spec §17.1: from then on the batch touches neither
+/// guest memory nor the wire). After a hand-off the clock is read again and what the engine
+/// sets per batch is set again (a RESET_DEVICE may have run).
+fn hand_off<'a>(
+    dev: &'a HandoffMutex<Device>,
+    d: MutexGuard<'a, Device>,
+    icrc_offload: crate::uplink::IcrcOffload,
+    now: &mut Instant,
+) -> (MutexGuard<'a, Device>, bool) {
+    let (mut d, released) = dev.hand_off(d);
+    if released {
+        d.icrc_offload = icrc_offload;
+        *now = Instant::now();
+    }
+    let live = !d.suspended;
+    (d, live)
 }
 
 /// A segment's by-reference payloads (spec §16.2 rule 6).

@@ -32,11 +32,12 @@ use super::{
     VIRTIO_RDMA_F_ODP_IMPLICIT, VQ_CONTROL, VQ_DOORBELL, VQ_ETH_RX, VQ_ETH_TX, VQ_EVENT,
     VQ_PAGEREQ,
 };
+use crate::handoff::HandoffMutex;
 
 /// The vrdma device as a vhost-user backend, for one connection. Created per connection by
 /// the daemon loop; the device, its outputs and the sinks outlive it.
 pub struct VhostUserRdma<D: RdmaDevice> {
-    device: Arc<Mutex<D>>,
+    device: Arc<HandoffMutex<D>>,
     out: Arc<VirtqOutput>,
     doorbells: Arc<dyn DoorbellSink>,
     eth_tx: Arc<dyn FrameSink>,
@@ -70,7 +71,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     /// `mtu` bounds eth tx frames; `mem` must be the atomic given to the `VhostUserDaemon`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        device: Arc<Mutex<D>>,
+        device: Arc<HandoffMutex<D>>,
         out: Arc<VirtqOutput>,
         doorbells: Arc<dyn DoorbellSink>,
         eth_tx: Arc<dyn FrameSink>,
@@ -87,7 +88,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             | VhostUserVirtioFeatures::LOG_ALL.bits()
             | VIRTIO_RDMA_F_ETH
             | (device_features & (VIRTIO_RDMA_F_ODP | VIRTIO_RDMA_F_ODP_IMPLICIT));
-        let budget = device.lock().unwrap_or_else(|p| p.into_inner()).budget();
+        let budget = device.lock().budget();
         VhostUserRdma {
             device,
             out,
@@ -106,7 +107,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     }
 
     fn lock_device(&self) -> std::sync::MutexGuard<'_, D> {
-        self.device.lock().unwrap_or_else(|p| p.into_inner())
+        self.device.lock()
     }
 
     /// Reset the device model and drop pending device -> driver records and parked control

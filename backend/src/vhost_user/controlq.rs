@@ -17,8 +17,6 @@
 //! - TEST ONLY: a command `--delay-commands` names is executed, and its response returned late
 //!   (see `delay.rs`).
 
-use std::sync::Mutex;
-
 use log::debug;
 use vm_memory::{GuestAddress, GuestMemory, Permissions};
 
@@ -27,6 +25,7 @@ use super::inputq::ChainLimits;
 use super::parked::ParkedCommands;
 use super::RdmaDevice;
 use crate::guest::CmdOutcome;
+use crate::handoff::HandoffMutex;
 use vrdma_spec::*;
 
 /// Upper bound for a command's readable part (§11.1 `VRDMA_CMD_MAX_LEN`: 4 KiB of header and
@@ -86,7 +85,7 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
 /// `len` for the used ring, or `None` when the command was parked in `parked` (do not return the
 /// chain now).
 pub fn run_command<D: RdmaDevice, M: GuestMemory>(
-    device: &Mutex<D>,
+    device: &HandoffMutex<D>,
     mem: &M,
     chain: &SplitChain,
     parked: &ParkedCommands,
@@ -178,7 +177,7 @@ pub fn response_descs(writable: &[(GuestAddress, u32)]) -> Vec<(GuestAddress, u3
 /// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`. `None`: the device parked the command
 /// and the chain is in `parked`.
 fn execute<D: RdmaDevice>(
-    device: &Mutex<D>,
+    device: &HandoffMutex<D>,
     chain: &SplitChain,
     cap: u64,
     body: &mut Vec<u8>,
@@ -213,7 +212,7 @@ fn execute<D: RdmaDevice>(
         }
     }
     let status = {
-        let mut dev = device.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dev = device.lock();
         match dev.handle_command(opcode, args, body) {
             CmdOutcome::Done(s) => s,
             CmdOutcome::Parked(ticket) => {

@@ -5,7 +5,7 @@
 //! when it ends, the device is reset, pending records dropped and the guest memory unmapped.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use log::{info, warn};
 use thiserror::Error;
@@ -16,6 +16,7 @@ use super::{
     DoorbellSink, FrameSink, GuestMemoryAtomic, GuestMemoryMmap, RdmaDevice, VhostUserRdma,
     VirtqOutput, CONFIG_SIZE,
 };
+use crate::handoff::HandoffMutex;
 
 /// Errors that end the daemon.
 #[derive(Debug, Error)]
@@ -33,7 +34,7 @@ pub enum DaemonError {
 
 /// Everything a connection's backend is built from.
 pub struct ServeParts<D: RdmaDevice> {
-    pub device: Arc<Mutex<D>>,
+    pub device: Arc<HandoffMutex<D>>,
     pub out: Arc<VirtqOutput>,
     pub doorbells: Arc<dyn DoorbellSink>,
     pub eth_tx: Arc<dyn FrameSink>,
@@ -114,6 +115,6 @@ fn stop_workers<D: RdmaDevice>(daemon: &VhostUserDaemon<Arc<VhostUserRdma<D>>>) 
     }
 }
 
-fn lock<D>(m: &Mutex<D>) -> std::sync::MutexGuard<'_, D> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<D>(m: &HandoffMutex<D>) -> std::sync::MutexGuard<'_, D> {
+    m.lock()
 }

@@ -1,7 +1,7 @@
 //! `start_backend(config)`: build the device, its virtqueue outputs, the uplink and the engine,
 //! then run the vhost-user daemon loop until the process is stopped.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use log::{info, warn};
 use thiserror::Error;
@@ -16,6 +16,7 @@ use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
 use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
 use crate::guest::GuestMem;
+use crate::handoff::HandoffMutex;
 use crate::stats::Metered;
 use crate::transport::engine::{Engine, EngineError};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
@@ -87,10 +88,6 @@ pub struct Prepared {
     pub engine: Engine,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Build the device, outputs, uplink and engine for `config` and bind the socket.
 pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
     let uplink = open_uplink(config)?;
@@ -119,7 +116,7 @@ pub fn prepare_with_uplink(
         warn!("control command responses delayed (test only): {spec:?}");
         out.parked().set_delays(CommandDelays::new(spec));
     }
-    let device = Arc::new(Mutex::new(Device::new(
+    let device = Arc::new(HandoffMutex::new(Device::new(
         dev_config,
         GuestMem::empty(),
         out.clone(),
@@ -127,7 +124,7 @@ pub fn prepare_with_uplink(
 
     // The socket appears last: launchers start QEMU once it exists, so every other start-up
     // error (uplink bind, TAP open) happens before.
-    let port_stats = lock(&device).port_stats.clone();
+    let port_stats = device.lock().port_stats.clone();
     let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
     let engine = Engine::start_with(device.clone(), uplink.clone(), config.engine)?;
     let listener = listen(&config.socket_path)?;

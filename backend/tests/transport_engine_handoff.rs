@@ -1,0 +1,155 @@
+//! A control command gets the device in the middle of an engine batch (`handoff.rs`): the
+//! engine hands the device lock to a waiting command after the buffer it is working on, not
+//! after its whole batch, and a command that suspends the device there (spec §17.1) stops the
+//! rest of the batch from reaching the guest.
+//!
+//! The batch: `FRAMES` non-RoCE Ethernet frames for the device's MAC, queued on an in-memory
+//! uplink before the engine starts, so one receive call takes them all. Each goes to the
+//! guest's netdev (`DeviceOutput::eth_rx`, under the device lock); the output holds the engine
+//! inside the first one until the command has announced itself.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::os::unix::io::RawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use vrdma_backend::device::{Device, DeviceConfig, DeviceOutput, Ticket};
+use vrdma_backend::guest::GuestMem;
+use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::transport::engine::Engine;
+use vrdma_backend::uplink::{Uplink, UplinkError};
+use vrdma_backend::vhost_user::RdmaDevice;
+use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
+
+const FRAMES: usize = 16;
+const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x00, 0x00, 0x07];
+const LONG: Duration = Duration::from_secs(60);
+
+/// Frames queued before the engine starts; nothing sent is kept.
+#[derive(Default)]
+struct Queued(Mutex<VecDeque<Vec<u8>>>);
+
+impl Uplink for Queued {
+    fn send(&self, _frame: &[u8]) -> Result<(), UplinkError> {
+        Ok(())
+    }
+    fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        Ok(self.0.lock().unwrap().pop_front().map(|f| {
+            buf[..f.len()].copy_from_slice(&f);
+            f.len()
+        }))
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        -1
+    }
+}
+
+/// Counts the frames the guest's netdev got; holds the engine inside the first one until a
+/// control command waits for the device.
+#[derive(Default)]
+struct Gate {
+    delivered: AtomicUsize,
+    dev: OnceLock<Weak<HandoffMutex<Device>>>,
+}
+
+impl DeviceOutput for Gate {
+    fn event(&self, _ev: VrdmaEvent) {}
+    fn page_request(&self, _req: VrdmaPageReq) {}
+    fn command_done(&self, _ticket: Ticket, _status: u32) {}
+    fn eth_rx(&self, _frame: &[u8]) {
+        if self.delivered.fetch_add(1, Ordering::SeqCst) != 0 {
+            return;
+        }
+        let dev = self.dev.get().and_then(Weak::upgrade).expect("device set");
+        let t0 = Instant::now();
+        while !dev.contended() {
+            assert!(t0.elapsed() < LONG, "no control command announced itself");
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// An ARP frame for the device's MAC: the port gives it to the guest's netdev.
+fn arp_frame(i: u8) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[..6].copy_from_slice(&MAC);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, i]);
+    f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    f
+}
+
+/// A device with the gate as its output and the queued batch on its uplink, its engine
+/// started: returns the device, the gate, and the engine (stopped when dropped).
+fn start() -> (Arc<HandoffMutex<Device>>, Arc<Gate>, Engine) {
+    let gate = Arc::new(Gate::default());
+    let mem = GuestMem::from_ranges(&[(0x10_0000, 1 << 20)]).expect("guest memory");
+    let cfg = DeviceConfig {
+        mac: MAC,
+        ..DeviceConfig::default()
+    };
+    let dev = Arc::new(HandoffMutex::with_limit(
+        Device::new(cfg, mem, gate.clone()),
+        LONG,
+    ));
+    assert!(
+        gate.dev.set(Arc::downgrade(&dev)).is_ok(),
+        "device set twice"
+    );
+    let uplink = Arc::new(Queued::default());
+    uplink
+        .0
+        .lock()
+        .unwrap()
+        .extend((0..FRAMES as u8).map(arp_frame));
+    let engine = Engine::start(dev.clone(), uplink).expect("engine");
+    (dev, gate, engine)
+}
+
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < LONG, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_control_command_gets_the_device_after_one_buffer_of_the_batch() {
+    let (dev, gate, engine) = start();
+    wait_for("the first frame", || {
+        gate.delivered.load(Ordering::SeqCst) >= 1
+    });
+    let seen = {
+        let _d = dev.lock();
+        gate.delivered.load(Ordering::SeqCst)
+    };
+    // Before hand-offs the command waited for the batch: it saw all FRAMES.
+    assert_eq!(seen, 1, "the command waited for {seen} of {FRAMES} frames");
+    // The engine goes on with the rest of its batch.
+    wait_for("the rest of the batch", || {
+        gate.delivered.load(Ordering::SeqCst) == FRAMES
+    });
+    engine.stop();
+}
+
+#[test]
+fn a_suspend_at_a_hand_off_point_ends_the_batch() {
+    let (dev, gate, engine) = start();
+    wait_for("the first frame", || {
+        gate.delivered.load(Ordering::SeqCst) >= 1
+    });
+    dev.lock().suspend();
+    // The engine sees the suspension when it takes the device back, and drops the rest of
+    // its batch; give it ample time to (wrongly) deliver them.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        gate.delivered.load(Ordering::SeqCst),
+        1,
+        "frames reached the guest after the device was suspended"
+    );
+    assert!(dev.lock().suspended());
+    engine.stop();
+}
