@@ -40,6 +40,12 @@ VRDMA_TARGET_DIR ?= $(TOP)/target
 export CARGO_TARGET_DIR := $(VRDMA_TARGET_DIR)
 CARGO ?= cargo
 RESULTS ?= $(TOP)/results
+# One value per top-level make, inherited by every sub-make: lets a step find what a
+# BACKGROUND_STEP of the same `make test` started (mk/vm-test.mk).
+ifndef VRDMA_RUN_ID
+VRDMA_RUN_ID := $(shell date +%s%N)-$(shell echo $$PPID)
+endif
+export VRDMA_RUN_ID
 
 HOST_DEPS_STEPS :=
 BUILD_STEPS :=
