@@ -18,7 +18,7 @@ TEST_STEPS += vm-test-ci
 # allowed), because they need only the release daemon and the images: measured on the 2-core CI
 # host, the scenarios leave 34-42 % of the CPU idle (TCG guests waiting for each other, boots),
 # and the Rust checks in the foreground use it instead of starting the 11-minute VM run after
-# them. The TEST_STEP vm-test-ci then waits for that run, prints its log and has its status.
+# them (the long compiles as SCHED_IDLE, `IDLE_CPU` in the Makefile). The TEST_STEP vm-test-ci then waits for that run, prints its log and has its status.
 # VRDMA_RUN_ID (set once per top-level make, inherited by the sub-makes) ties the two: a
 # vm-test-ci outside such a `make test` (or a stale log from an earlier one) runs the
 # scenarios itself.
