@@ -30,8 +30,9 @@
 //!   connect/disconnect/reset; guest-triggered warnings are rate-limited; `debug` logs every
 //!   control command.
 //!
-//! Lock order: device mutex -> output queue / parked-chain mutex -> vring lock. Nothing here takes the device
-//! mutex while holding a vring lock, and no vhost-user thread waits for the network or a timer.
+//! Lock order (the whole of it: ARCHITECTURE.md "Threads"): device lock -> output queue /
+//! parked-chain mutex -> vring lock. Nothing here takes the device lock while holding a vring
+//! lock, and no vhost-user thread waits for the network or a timer.
 //!
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
 
