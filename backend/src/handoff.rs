@@ -95,9 +95,9 @@ impl<T> HandoffMutex<T> {
 
     /// A hand-off point of the holder of `guard` (taken with [`HandoffMutex::lock_long`]): if a
     /// [`HandoffMutex::lock`] caller waits, release the lock until one of them has had it (or
-    /// its limit passed, [`HANDOFF_LIMIT`] by default), then take it again. Returns the guard and whether the lock
-    /// was released: if it was, whatever the holder derived from the state before may be stale
-    /// (the waiter may have reset or suspended the device).
+    /// the lock's limit passed, [`HANDOFF_LIMIT`] by default), then take it again. Returns the
+    /// guard and whether the lock was released: if it was, whatever the holder derived from the
+    /// state before may be stale (the waiter may have reset or suspended the device).
     pub fn hand_off<'a>(&'a self, guard: MutexGuard<'a, T>) -> (MutexGuard<'a, T>, bool) {
         if !self.contended() {
             return (guard, false);
