@@ -39,19 +39,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 VRDMA_TARGET_DIR ?= $(TOP)/target
 export CARGO_TARGET_DIR := $(VRDMA_TARGET_DIR)
 CARGO ?= cargo
-# Compiles that no test waits on run as SCHED_IDLE: on CPU only when nothing else wants it. In
-# `make test` the VM scenarios run beside them (mk/vm-test.mk) and leave a third of the 2-core
-# host idle; at nice -5 against normal-priority compiles the scenarios ran 1134 s instead of
-# 700-950 s alone, and TCG guests time out when starved. Alone, an idle-class compile runs at
-# full speed. Never for steps that run tests (their timeouts assume a fair share of the CPU).
-IDLE_CPU := $(shell chrt --idle 0 true 2>/dev/null && echo chrt --idle 0)
 RESULTS ?= $(TOP)/results
-# One value per top-level make, inherited by every sub-make: lets a step find what a
-# BACKGROUND_STEP of the same `make test` started (mk/vm-test.mk).
-ifndef VRDMA_RUN_ID
-VRDMA_RUN_ID := $(shell date +%s%N)-$(shell echo $$PPID)
-endif
-export VRDMA_RUN_ID
 
 HOST_DEPS_STEPS :=
 BUILD_STEPS :=
@@ -101,7 +89,7 @@ host-deps: rust-toolchain $(HOST_DEPS_STEPS)
 # ---- build and checks -------------------------------------------------------------------------
 
 cargo-build:
-	cd "$(TOP)" && $(IDLE_CPU) $(CARGO) build --workspace --all-targets
+	cd "$(TOP)" && $(CARGO) build --workspace --all-targets
 
 build: cargo-build $(BUILD_STEPS)
 
@@ -112,7 +100,7 @@ fmt-check:
 	cd "$(TOP)" && $(CARGO) fmt --all --check
 
 clippy:
-	cd "$(TOP)" && $(IDLE_CPU) $(CARGO) clippy --workspace --all-targets -- -D warnings
+	cd "$(TOP)" && $(CARGO) clippy --workspace --all-targets -- -D warnings
 
 cargo-test:
 	cd "$(TOP)" && $(CARGO) test --workspace

@@ -40,7 +40,7 @@ fuzz-deps:
 		echo "$$out" >&2; echo "fuzz-deps: building AFL++ failed" >&2; exit 1; }
 
 fuzz-build:
-	cd "$(TOP)/fuzz" && CARGO_TARGET_DIR="$(FUZZ_TARGET_DIR)" $(IDLE_CPU) $(CARGO) afl build --release --locked
+	cd "$(TOP)/fuzz" && CARGO_TARGET_DIR="$(FUZZ_TARGET_DIR)" $(CARGO) afl build --release --locked
 
 fuzz-smoke: fuzz-build
 	"$(TOP)/fuzz/fuzz.sh" smoke "$(FUZZ_BIN)" "$(FUZZ_OUT)/smoke" $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
