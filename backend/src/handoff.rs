@@ -6,13 +6,14 @@
 //! counters read) needs it for microseconds. With a plain mutex the command waits for the rest
 //! of the batch: for other QPs' data path. Here the command announces itself before it blocks
 //! ([`HandoffMutex::lock`]); the engine, between two units of work (one doorbell record, one
-//! received buffer), calls [`HandoffMutex::hand_off`], which costs one atomic load when nobody
+//! received buffer), calls [`LongGuard::hand_off`], which costs one atomic load when nobody
 //! waits and otherwise releases the lock until one waiter has had it. A command therefore waits
 //! for at most one unit of someone else's work, not for a batch.
 //!
 //! A plain release and re-lock would not do: the futex mutex is not fair, and the releasing
 //! thread, still running, takes it back before the woken waiter is scheduled.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -61,20 +62,28 @@ impl<T> HandoffMutex<T> {
         }
     }
 
-    /// Lock for a short critical section: a holder that calls [`HandoffMutex::hand_off`] gives
+    /// Lock for a short critical section: a holder that calls [`LongGuard::hand_off`] gives
     /// the lock to this thread at its next hand-off point.
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let counted = Waiting(&self.waiting);
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.lock_inner();
         self.granted.fetch_add(1, Ordering::SeqCst);
         drop(counted);
         g
     }
 
     /// Lock for a long holder (the engine's batch), which hands the lock off to
-    /// [`HandoffMutex::lock`] callers at its own points. It does not count as a waiter itself.
-    pub fn lock_long(&self) -> MutexGuard<'_, T> {
+    /// [`HandoffMutex::lock`] callers at its own points ([`LongGuard::hand_off`]). It does not
+    /// count as a waiter itself.
+    pub fn lock_long(&self) -> LongGuard<'_, T> {
+        LongGuard {
+            guard: self.lock_inner(),
+            lock: self,
+        }
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, T> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -92,27 +101,51 @@ impl<T> HandoffMutex<T> {
     pub fn contended(&self) -> bool {
         self.waiting.load(Ordering::SeqCst) != 0
     }
+}
 
-    /// A hand-off point of the holder of `guard` (taken with [`HandoffMutex::lock_long`]): if a
-    /// [`HandoffMutex::lock`] caller waits, release the lock until one of them has had it (or
-    /// the lock's limit passed, [`HANDOFF_LIMIT`] by default), then take it again. Returns the
-    /// guard and whether the lock was released: if it was, whatever the holder derived from the
-    /// state before may be stale (the waiter may have reset or suspended the device).
-    pub fn hand_off<'a>(&'a self, guard: MutexGuard<'a, T>) -> (MutexGuard<'a, T>, bool) {
-        if !self.contended() {
-            return (guard, false);
+/// The guard of a long holder ([`HandoffMutex::lock_long`]). It remembers its lock, so a
+/// hand-off can only ever release the mutex this guard holds.
+#[derive(Debug)]
+pub struct LongGuard<'a, T> {
+    guard: MutexGuard<'a, T>,
+    lock: &'a HandoffMutex<T>,
+}
+
+impl<'a, T> LongGuard<'a, T> {
+    /// A hand-off point: if a [`HandoffMutex::lock`] caller waits, release the lock until one
+    /// of them has had it (or the lock's limit passed, [`HANDOFF_LIMIT`] by default), then take
+    /// it again. Returns the guard and whether the lock was released: if it was, whatever the
+    /// holder derived from the state before may be stale (the waiter may have reset or
+    /// suspended the device).
+    pub fn hand_off(self) -> (Self, bool) {
+        let lock = self.lock;
+        if !lock.contended() {
+            return (self, false);
         }
-        let before = self.granted.load(Ordering::SeqCst);
-        drop(guard);
+        let before = lock.granted.load(Ordering::SeqCst);
+        drop(self);
         let t0 = Instant::now();
-        while self.contended()
-            && self.granted.load(Ordering::SeqCst) == before
-            && t0.elapsed() < self.limit
+        while lock.contended()
+            && lock.granted.load(Ordering::SeqCst) == before
+            && t0.elapsed() < lock.limit
         {
             // The waiter needs a CPU to run on; on a host with few cores it is this one.
             std::thread::yield_now();
         }
-        (self.lock_long(), true)
+        (lock.lock_long(), true)
+    }
+}
+
+impl<T> Deref for LongGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> DerefMut for LongGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
     }
 }
 
@@ -126,7 +159,7 @@ mod tests {
     fn uncontended_hand_off_keeps_the_lock() {
         let m = HandoffMutex::new(5u32);
         let g = m.lock_long();
-        let (g, released) = m.hand_off(g);
+        let (g, released) = g.hand_off();
         assert!(!released);
         assert_eq!(*g, 5);
     }
@@ -153,7 +186,7 @@ mod tests {
             std::thread::yield_now();
         }
         g.push("unit before");
-        let (mut g, released) = m.hand_off(g);
+        let (mut g, released) = g.hand_off();
         assert!(released);
         g.push("unit after");
         drop(g);

@@ -27,7 +27,7 @@ use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
 use super::doorbells::{DoorbellBatch, DoorbellQueue};
-use crate::handoff::HandoffMutex;
+use crate::handoff::{HandoffMutex, LongGuard};
 use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
 use crate::transport::Device;
@@ -527,7 +527,7 @@ fn run(
                 // after the whole batch.
                 for db in &dbs.records {
                     super::on_doorbell(&mut d, *db);
-                    (d, live) = hand_off(&dev, d, icrc_offload, &mut now);
+                    (d, live) = hand_off(d, icrc_offload, &mut now);
                     if !live {
                         break 'work;
                     }
@@ -540,14 +540,14 @@ fn run(
                         super::on_frame_at(&mut d, f, now);
                     }
                     super::packet::recycle_frame(f);
-                    (d, live) = hand_off(&dev, d, icrc_offload, &mut now);
+                    (d, live) = hand_off(d, icrc_offload, &mut now);
                     if !live {
                         break 'work;
                     }
                 }
                 for (i, rx) in frames.iter_mut().enumerate() {
                     if i > 0 {
-                        (d, live) = hand_off(&dev, d, icrc_offload, &mut now);
+                        (d, live) = hand_off(d, icrc_offload, &mut now);
                         if !live {
                             break 'work;
                         }
@@ -717,18 +717,17 @@ fn run(
     }
 }
 
-/// A hand-off point of the engine's batch (`HandoffMutex::hand_off`): a control command that
+/// A hand-off point of the engine's batch (`LongGuard::hand_off`): a control command that
 /// waits for the device gets it here. Returns the guard and whether the batch may go on: not
 /// when the command suspended the device (spec §17.1: from then on the batch touches neither
 /// guest memory nor the wire). After a hand-off the clock is read again and what the engine
 /// sets per batch is set again (a RESET_DEVICE may have run).
 fn hand_off<'a>(
-    dev: &'a HandoffMutex<Device>,
-    d: MutexGuard<'a, Device>,
+    d: LongGuard<'a, Device>,
     icrc_offload: crate::uplink::IcrcOffload,
     now: &mut Instant,
-) -> (MutexGuard<'a, Device>, bool) {
-    let (mut d, released) = dev.hand_off(d);
+) -> (LongGuard<'a, Device>, bool) {
+    let (mut d, released) = d.hand_off();
     if released {
         d.icrc_offload = icrc_offload;
         *now = Instant::now();
