@@ -135,6 +135,11 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
             "RoCEv2 frames between QPs of this device (not on the uplink).",
             &p.loopback_frames,
         ),
+        port(
+            "vrdma_port_worker_handoff_frames_total",
+            "RoCEv2 frames one engine worker handed to the worker of their QP (--engine-threads).",
+            &p.handed_to_worker,
+        ),
         Family {
             name: "vrdma_port_drops_total",
             help: "Frames dropped by the port, by reason.",
@@ -150,6 +155,7 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
                 drop("uc_out_of_window", &p.drop_uc_out_of_window),
                 drop("stale_ref", &p.drop_stale_ref),
                 drop("tx_busy", &p.drop_tx_busy),
+                drop("worker_busy", &p.drop_worker_busy),
             ],
         },
         Family {

@@ -34,6 +34,9 @@ pub struct PortStats {
     pub rx_to_guest: AtomicU64,
     /// RoCEv2 frames between two QPs of this device, looped back without the uplink.
     pub loopback_frames: AtomicU64,
+    /// Received or looped RoCEv2 frames one engine worker handed to the worker of their QP
+    /// (`--engine-threads`, `transport/workers.rs`).
+    pub handed_to_worker: AtomicU64,
     /// Drops by reason: runts and unicast for another MAC (port demux, `port.rs`).
     pub drop_filtered: AtomicU64,
     /// RoCEv2 frames the transport could not parse (bad headers, unsupported opcode).
@@ -60,6 +63,9 @@ pub struct PortStats {
     pub drop_stale_ref: AtomicU64,
     /// Frames the uplink could not take (socket buffer full): lost like on a wire.
     pub drop_tx_busy: AtomicU64,
+    /// Received or looped frames for a QP of another engine worker whose inbox was full
+    /// (`transport/workers.rs`): lost, RC retransmits.
+    pub drop_worker_busy: AtomicU64,
     /// Other uplink send / receive errors.
     pub tx_errors: AtomicU64,
     pub rx_errors: AtomicU64,
@@ -142,6 +148,7 @@ impl PortStats {
             &self.drop_bad_address,
             &self.drop_uc_out_of_window,
             &self.drop_stale_ref,
+            &self.drop_worker_busy,
         ]
         .iter()
         .fold(0u64, |a, c| a.wrapping_add(c.load(Ordering::Relaxed)))

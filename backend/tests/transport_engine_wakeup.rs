@@ -29,6 +29,7 @@ fn frames_between_polling_engines_are_never_left_waiting_for_a_timer() {
     // A window short enough that pauses of up to 200 us often outlast it.
     let opts = EngineOptions {
         poll: Duration::from_micros(20),
+        ..Default::default()
     };
     let (ea, eb) = fabric_engines(&mut p, opts);
 

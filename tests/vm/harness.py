@@ -49,8 +49,10 @@ TOPOLOGIES = {
               backend_args=["--delay-commands", "resize_cq=3000:0",
                             "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
     # A with one copy on the fabric (--payload-refs): RC WRITE payloads by reference, behind
-    # the DMA fence (spec §16.2 rule 6)
-    "G": dict(kind=["vrdma", "vrdma"], uplink="fabric", backend_args=["--payload-refs"]),
+    # the DMA fence (spec §16.2 rule 6), and two engine workers per device (--engine-threads 2:
+    # each QP on one of them, worker 0 handing received frames on)
+    "G": dict(kind=["vrdma", "vrdma"], uplink="fabric",
+              backend_args=["--payload-refs", "--engine-threads", "2"]),
 }
 
 # Kernel messages that mean the guest is unhealthy.

@@ -109,8 +109,8 @@ pub fn fabric_only(quick: bool) {
 /// What any sharding of one device's QPs over engine threads could gain on this machine at
 /// most: the aggregate 64 KiB WRITE rate of two independent fabric pairs (two daemons' worth
 /// of devices, four engine threads, two bench threads) run at the same time, relative to one
-/// pair alone. Alternated run by run; medians. Not the `--engine-threads` figure (not
-/// implemented), the ceiling it would meet.
+/// pair alone. Alternated run by run; medians. Not the `--engine-threads` figure
+/// (`workers.rs`), the ceiling it meets.
 fn pair_ceiling(bytes: u64, runs: usize) -> f64 {
     let one = |bed: &mut Bed| {
         let n = (bytes / (64 << 10)).max(64);
@@ -138,6 +138,16 @@ fn pair_ceiling(bytes: u64, runs: usize) -> f64 {
         b.finish();
     }
     median(&mut both) / median(&mut single)
+}
+
+/// The `--engine-threads` point alone (section `workers`).
+pub fn workers_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    let (ratio, one, two) = crate::workers::two_vs_one(stream_bytes(quick), runs);
+    println!(
+        "workers: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {ratio:.2} x ({one:.0} vs {two:.0} \
+         MB/s)"
+    );
 }
 
 /// The engine-thread ceiling alone (section `pair-ceiling`).
@@ -231,6 +241,7 @@ pub fn run(quick: bool) {
     bed.finish();
     let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
     let ceiling = pair_ceiling(budget, runs);
+    let (workers, one, two) = crate::workers::two_vs_one(budget, runs);
     println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
     println!(
         "headline: in-process RC WRITE 64 KiB path MTU 4096 (one thread, both sides): {:.0} MB/s \
@@ -260,9 +271,9 @@ pub fn run(quick: bool) {
     );
     print_udp(&udp);
     println!(
-        "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: not measured (--engine-threads \
-         is not implemented: one engine thread per device; this machine's ceiling for any \
-         sharding: two independent fabric pairs at once give {ceiling:.2} x one pair)"
+        "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {workers:.2} x ({one:.0} vs \
+         {two:.0} MB/s; the workers of a device take turns on its lock; this machine's ceiling \
+         for any sharding: two independent fabric pairs at once give {ceiling:.2} x one pair)"
     );
     println!(
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \

@@ -5,8 +5,8 @@
 //! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`,
 //! `control-wait` (a control command's wait for the device lock while another QP streams),
 //! `headline` (default: all of these; `headline` last), `udp` (only the UDP headline points, for
-//! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling` (the other headline points
-//! alone, likewise).
+//! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling`, `workers` (the other
+//! headline points alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
 //! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
 
@@ -20,10 +20,11 @@ mod headline;
 mod odp;
 mod util;
 mod wire;
+mod workers;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -37,6 +38,7 @@ const SECTIONS: [&str; 13] = [
     "idle-qps",
     "pair-ceiling",
     "control-wait",
+    "workers",
 ];
 
 fn main() {
@@ -104,6 +106,9 @@ fn main() {
     }
     if wanted.contains(&"pair-ceiling") {
         headline::ceiling_only(quick);
+    }
+    if wanted.contains(&"workers") {
+        headline::workers_only(quick);
     }
     if wanted.contains(&"idle-qps") {
         headline::idle_only(quick);

@@ -528,6 +528,16 @@ impl MrTable {
         self.odp.take_resumed()
     }
 
+    /// The resumed QPs `mine` accepts (one engine worker's, `transport::resume_odp_of`).
+    pub fn take_resumed_where(&mut self, mine: impl Fn(u32) -> bool) -> Vec<u32> {
+        self.odp.take_resumed_where(mine)
+    }
+
+    /// Resumed QPs not taken yet (a worker that took its own kicks the others).
+    pub fn resumed_pending(&self) -> bool {
+        self.odp.resumed_pending()
+    }
+
     /// Configured chunk shift.
     pub fn odp_config(&self) -> &OdpConfig {
         &self.odp.config

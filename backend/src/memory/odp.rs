@@ -337,6 +337,21 @@ impl OdpState {
         v
     }
 
+    /// [`take_resumed`](Self::take_resumed) for the QPs `mine` accepts (one engine worker's);
+    /// the others stay for their worker.
+    pub fn take_resumed_where(&mut self, mine: impl Fn(u32) -> bool) -> Vec<u32> {
+        let (mut v, rest): (Vec<u32>, Vec<u32>) = self.resumed.drain(..).partition(|&q| mine(q));
+        self.resumed = rest;
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// QPs resumed and not taken yet.
+    pub fn resumed_pending(&self) -> bool {
+        !self.resumed.is_empty()
+    }
+
     fn resume(&mut self, waiters: Vec<u32>) {
         self.resumed.extend(waiters);
     }

@@ -435,6 +435,17 @@ pub(crate) const MAX_QPN: u32 = MASK24 - 1;
 /// `max_qp` far below the 2^24 space the first draw is free with overwhelming probability.
 const QPN_DRAWS: u32 = 16;
 
+/// The engine worker a QP belongs to (`--engine-threads`, ARCHITECTURE.md "Engine workers"):
+/// its QPN modulo the number of workers. A pure function of the QPN, so the vhost-user thread
+/// routes a doorbell and worker 0 routes a received frame without a table or a lock;
+/// [`QpTable::alloc_qpn`] spreads new QPs over the workers by choosing the residue.
+pub fn worker_of(qpn: u32, workers: usize) -> usize {
+    match u32::try_from(workers) {
+        Ok(n) if n > 1 => (qpn % n) as usize,
+        _ => 0,
+    }
+}
+
 /// A random QPN in 16..=MAX_QPN for which `used` is false, `None` if `count` + 1 steps of the
 /// fallback walk find none (impossible while `count` QPNs are used and count < the space).
 ///
@@ -464,6 +475,10 @@ pub struct QpTable<P: Protocol> {
     rng: crate::ids::IdRng,
     max_qp: u32,
     count: u32,
+    /// Engine workers the QPNs are spread over ([`worker_of`]); 1 without sharding.
+    workers: u32,
+    /// The worker the next QP goes to (round robin).
+    next_worker: u32,
     /// The counters of every QP removed so far (destroyed or reset away): the port's
     /// QUERY_STATS totals count from daemon start (spec §11.9).
     retired: crate::stats::QpStats,
@@ -492,8 +507,15 @@ impl<P: Protocol> QpTable<P> {
             // Strictly below the number of QPNs, so a free one always exists.
             max_qp: max_qp.min(MAX_QPN - VRDMA_FIRST_QPN),
             count: 0,
+            workers: 1,
+            next_worker: 0,
             retired: Default::default(),
         }
+    }
+
+    /// Spread the QPs created from now on over `workers` engine workers ([`worker_of`]).
+    pub fn set_workers(&mut self, workers: usize) {
+        self.workers = u32::try_from(workers).unwrap_or(u32::MAX).max(1);
     }
 
     /// Reserve a QPN for a new QP of type `t`; `None` if none left (or the GSI QP exists).
@@ -505,6 +527,20 @@ impl<P: Protocol> QpTable<P> {
             return None;
         }
         let qps = &self.qps;
+        if self.workers > 1 {
+            // Round robin over the workers: a random QPN moved into the worker's residue
+            // class (the QPN keeps all but log2(workers) bits of its randomness).
+            let (n, w) = (self.workers, self.next_worker % self.workers);
+            self.next_worker = self.next_worker.wrapping_add(1);
+            for _ in 0..QPN_DRAWS {
+                let q = self.rng.in_range(VRDMA_FIRST_QPN, MAX_QPN);
+                let q = q - q % n + w;
+                let q = if q < VRDMA_FIRST_QPN { q + n } else { q };
+                if q <= MAX_QPN && !qps.contains_key(&q) {
+                    return Some(q);
+                }
+            }
+        }
         pick_qpn(&mut self.rng, self.count, |q| qps.contains_key(&q))
     }
 

@@ -102,6 +102,12 @@ impl DoorbellQueue {
         Pushed::Queued
     }
 
+    /// Make the next batch sweep (another engine worker took a device-wide sweep request,
+    /// `workers.rs`).
+    pub fn request_sweep(&mut self) {
+        self.sweep = true;
+    }
+
     /// Distinct records pending.
     pub fn len(&self) -> usize {
         self.order.len()

@@ -1,12 +1,15 @@
-//! The engine thread (ARCHITECTURE.md "Threads"): one thread per device that waits (epoll) on
-//! - the uplink fd (frames from the network),
+//! The engine threads (ARCHITECTURE.md "Threads"): one or more workers per device
+//! (`--engine-threads`, `workers.rs`: a QP belongs to one worker), each waiting (epoll) on
+//! - the uplink fd (frames from the network; worker 0 only, which hands the frames for other
+//!   workers' QPs to them),
 //! - an eventfd kicked by the vhost-user thread (doorbell records queued in [`EngineSender`], or a
 //!   plain kick after a control command that may unblock QPs, e.g. ODP_PAGE_RESP),
 //! - a timerfd programmed with the earliest transport / ODP deadline,
 //!
 //! and then, under the device lock (`HandoffMutex`) held once per batch and handed to a waiting
 //! control command after every doorbell record and received buffer (see [`hand_off`]), runs
-//! doorbells, received frames and timers through the transport. Frames the transport queued in
+//! doorbells, received frames and timers through the transport. Workers of one device take
+//! turns on the device lock, a batch each; they receive, send and sleep in parallel. Frames the transport queued in
 //! `Device::outbox` are sent to the uplink after the lock is released. RoCEv2 frames for our
 //! GIDs go to `transport::on_frame`, everything else the port demux (`port.rs`) gives the guest
 //! goes to `DeviceOutput::eth_rx`.
@@ -26,7 +29,12 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 use vrdma_spec::VrdmaDoorbell;
 
-use super::doorbells::{DoorbellBatch, DoorbellQueue};
+use super::doorbells::DoorbellBatch;
+use super::wait::{Alarm, Poller};
+use super::workers::{
+    doorbell_worker, each_bit, hand, looped_elsewhere, received_elsewhere, Handed, Inbox,
+    MAX_WORKERS,
+};
 use crate::handoff::{HandoffMutex, LongGuard};
 use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
@@ -65,22 +73,9 @@ pub enum EngineError {
 /// Handle the vhost-user side uses to feed the engine. Cheap to clone.
 #[derive(Clone)]
 pub struct EngineSender {
-    queue: Arc<Mutex<DoorbellQueue>>,
-    kick: Arc<EventFd>,
+    /// One per worker (`workers.rs`).
+    inboxes: Arc<[Inbox]>,
     stop: Arc<AtomicBool>,
-    wake: Arc<WakeFlags>,
-}
-
-/// How a kick reaches the engine without a system call while it busy-polls (`Poller`). A
-/// Dekker pair: the kicker sets `work` then reads `polling`; the engine clears `polling` then
-/// reads `work`. With SeqCst on both sides one of them sees the other's store, so either the
-/// kicker writes the eventfd or the engine sees the work before it sleeps.
-#[derive(Debug, Default)]
-struct WakeFlags {
-    /// Set by every kick; cleared by the engine when it starts a batch.
-    work: AtomicBool,
-    /// The engine is spinning and will see `work` without the eventfd.
-    polling: AtomicBool,
 }
 
 impl std::fmt::Debug for EngineSender {
@@ -98,13 +93,27 @@ impl EngineSender {
     /// per record, records for the same object merged, pending records bounded (see
     /// `doorbells.rs`).
     pub fn doorbells(&self, dbs: &[VrdmaDoorbell]) {
-        {
-            let mut q = lock(&self.queue);
+        let n = self.inboxes.len();
+        let mut kicked = 0u32;
+        if n == 1 {
+            if let Some(inbox) = self.inboxes.first() {
+                let mut q = lock(&inbox.queue);
+                for db in dbs {
+                    q.push(*db);
+                }
+                kicked = 1;
+            }
+        } else {
+            // Each record to its QP's worker (`workers.rs`).
             for db in dbs {
-                q.push(*db);
+                let w = doorbell_worker(db, n);
+                if let Some(inbox) = self.inboxes.get(w) {
+                    lock(&inbox.queue).push(*db);
+                    kicked |= 1 << w;
+                }
             }
         }
-        self.kick();
+        self.kick_workers(kicked);
     }
 
     /// Queue one doorbell record.
@@ -118,23 +127,32 @@ impl EngineSender {
     }
 
     /// Wake the engine to re-run timers and resumed QPs (call after control commands that may
-    /// unblock work, e.g. ODP_PAGE_RESP, MODIFY_QP).
+    /// unblock work, e.g. ODP_PAGE_RESP, MODIFY_QP): every worker.
     pub fn kick(&self) {
-        self.wake.work.store(true, Ordering::SeqCst);
-        if self.wake.polling.load(Ordering::SeqCst) {
-            // The engine is busy-polling and sees `work` (see `WakeFlags`).
-            return;
+        for inbox in self.inboxes.iter() {
+            inbox.kick();
         }
-        // An eventfd write only fails when the counter would overflow, i.e. the engine has
-        // already been kicked; nothing is lost.
-        let _ = self.kick.write(1);
+    }
+
+    /// Wake the workers set in `mask`.
+    fn kick_workers(&self, mask: u32) {
+        for w in each_bit(mask) {
+            if let Some(inbox) = self.inboxes.get(w) {
+                inbox.kick();
+            }
+        }
+    }
+
+    /// The number of workers.
+    pub fn workers(&self) -> usize {
+        self.inboxes.len()
     }
 }
 
-/// The running engine thread. Dropping it stops and joins the thread.
+/// The running engine threads. Dropping it stops and joins them.
 pub struct Engine {
     sender: EngineSender,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -149,6 +167,8 @@ pub struct EngineOptions {
     /// `--poll-us`: the longest busy-poll before the engine sleeps (see `Poller`); zero never
     /// spins.
     pub poll: Duration,
+    /// `--engine-threads`: workers per device (1..=[`MAX_WORKERS`]; out of range is clamped).
+    pub threads: usize,
 }
 
 /// `--poll-us` default, chosen by measurement (ARCHITECTURE.md "Threads": 64 B fabric latency
@@ -159,7 +179,10 @@ pub const DEFAULT_POLL_US: u64 = 50;
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { poll: DEFAULT_POLL }
+        EngineOptions {
+            poll: DEFAULT_POLL,
+            threads: 1,
+        }
     }
 }
 
@@ -172,62 +195,87 @@ impl Engine {
         Self::start_with(dev, uplink, EngineOptions::default())
     }
 
-    /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device.
+    /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device
+    /// and spreads its QPs over the workers.
     pub fn start_with(
         dev: Arc<HandoffMutex<Device>>,
         uplink: Arc<dyn Uplink>,
         opts: EngineOptions,
     ) -> Result<Engine, EngineError> {
+        let n = opts.threads.clamp(1, MAX_WORKERS);
         let setup = |what| move |source| EngineError::Setup { what, source };
-        let kick = Arc::new(EventFd::new(EFD_NONBLOCK).map_err(setup("eventfd"))?);
-        let timer = TimerFd::new().map_err(|e| EngineError::Setup {
-            what: "timerfd",
-            source: std::io::Error::from_raw_os_error(e.errno()),
-        })?;
-        let epoll = Epoll::new().map_err(setup("epoll"))?;
-        epoll
-            .ctl(
-                ControlOperation::Add,
-                kick.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, TOKEN_KICK),
-            )
-            .map_err(setup("epoll add eventfd"))?;
-        epoll
-            .ctl(
-                ControlOperation::Add,
-                timer.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, TOKEN_TIMER),
-            )
-            .map_err(setup("epoll add timerfd"))?;
-        let ufd = uplink.as_raw_fd();
-        if ufd >= 0 {
+        let mut inboxes = Vec::with_capacity(n);
+        let mut waits = Vec::with_capacity(n);
+        for w in 0..n {
+            let kick = EventFd::new(EFD_NONBLOCK).map_err(setup("eventfd"))?;
+            let timer = TimerFd::new().map_err(|e| EngineError::Setup {
+                what: "timerfd",
+                source: std::io::Error::from_raw_os_error(e.errno()),
+            })?;
+            let epoll = Epoll::new().map_err(setup("epoll"))?;
             epoll
                 .ctl(
                     ControlOperation::Add,
-                    ufd,
-                    EpollEvent::new(EventSet::IN, TOKEN_UPLINK),
+                    kick.as_raw_fd(),
+                    EpollEvent::new(EventSet::IN, TOKEN_KICK),
                 )
-                .map_err(setup("epoll add uplink"))?;
+                .map_err(setup("epoll add eventfd"))?;
+            epoll
+                .ctl(
+                    ControlOperation::Add,
+                    timer.as_raw_fd(),
+                    EpollEvent::new(EventSet::IN, TOKEN_TIMER),
+                )
+                .map_err(setup("epoll add timerfd"))?;
+            // Worker 0 receives for all (`workers.rs`).
+            let ufd = uplink.as_raw_fd();
+            if w == 0 && ufd >= 0 {
+                epoll
+                    .ctl(
+                        ControlOperation::Add,
+                        ufd,
+                        EpollEvent::new(EventSet::IN, TOKEN_UPLINK),
+                    )
+                    .map_err(setup("epoll add uplink"))?;
+            }
+            inboxes.push(Inbox::new(kick));
+            waits.push((epoll, Alarm { timer, armed: None }));
         }
-        dev.lock_long().flush_hook = Some(super::flush);
-        let sender = EngineSender {
-            queue: Arc::new(Mutex::new(DoorbellQueue::new())),
-            kick,
-            stop: Arc::new(AtomicBool::new(false)),
-            wake: Arc::new(WakeFlags::default()),
+        let port = {
+            let mut d = dev.lock_long();
+            d.flush_hook = Some(super::flush);
+            super::timers::set_workers(&mut d, n);
+            d.port_stats.clone()
         };
-        let s2 = sender.clone();
-        let port = dev.lock_long().port_stats.clone();
-        let alarm = Alarm { timer, armed: None };
-        let poller = Poller::new(opts.poll);
-        let thread = std::thread::Builder::new()
-            .name("vrdma-engine".into())
-            .spawn(move || run(dev, uplink, s2, epoll, alarm, poller, &port))
-            .map_err(EngineError::Spawn)?;
-        Ok(Engine {
-            sender,
-            thread: Some(thread),
-        })
+        let sender = EngineSender {
+            inboxes: inboxes.into(),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let mut engine = Engine {
+            sender: sender.clone(),
+            threads: Vec::with_capacity(n),
+        };
+        for (w, (epoll, alarm)) in waits.into_iter().enumerate() {
+            let worker = Worker {
+                w,
+                dev: dev.clone(),
+                uplink: uplink.clone(),
+                sender: sender.clone(),
+                port: port.clone(),
+            };
+            let poller = Poller::new(opts.poll);
+            let name = if n == 1 {
+                "vrdma-engine".to_string()
+            } else {
+                format!("vrdma-engine{w}")
+            };
+            let thread = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || run(worker, epoll, alarm, poller))
+                .map_err(EngineError::Spawn)?;
+            engine.threads.push(thread);
+        }
+        Ok(engine)
     }
 
     pub fn sender(&self) -> EngineSender {
@@ -242,7 +290,7 @@ impl Engine {
     fn shutdown(&mut self) {
         self.sender.stop.store(true, Ordering::Release);
         self.sender.kick();
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             if t.join().is_err() {
                 log::error!("engine thread panicked");
             }
@@ -260,130 +308,40 @@ impl Drop for Engine {
 /// within this, plus the event's delivery).
 pub const LINK_POLL: Duration = Duration::from_millis(250);
 
-/// The timerfd with the deadline it is armed for. Re-arming costs a system call, so `set` keeps
-/// an armed deadline that is earlier than the wanted one: it fires early, the engine runs its
-/// timers (nothing due yet) and arms the real deadline then. Under a stream of ACKs the
-/// retransmit deadline moves later every batch; this turns a `timerfd_settime` per batch into one
-/// per timeout period.
-struct Alarm {
-    timer: TimerFd,
-    armed: Option<Instant>,
-}
-
-impl Alarm {
-    /// Make sure the timer fires no later than `deadline` (None: nothing due; a pending early
-    /// expiry is left, it only costs a wake-up).
-    fn set(&mut self, deadline: Option<Instant>, now: Instant) {
-        let Some(d) = deadline else {
-            return;
-        };
-        if self.armed.is_some_and(|a| a <= d && a > now) {
-            return;
-        }
-        // A zero duration would disarm the timerfd: fire "now" as 1 µs.
-        let r = self.timer.reset(
-            d.saturating_duration_since(now)
-                .max(Duration::from_micros(1)),
-            None,
-        );
-        match r {
-            Ok(()) => self.armed = Some(d),
-            Err(e) => {
-                self.armed = None;
-                log::warn!("engine: timerfd: {e}");
-            }
-        }
-    }
-
-    /// The timer fired (its fd was readable): consume the expiry.
-    fn fired(&mut self) {
-        // Readable: the read does not block.
-        let _ = self.timer.wait();
-        self.armed = None;
-    }
-}
-
-/// Bounded adaptive busy-poll before the engine sleeps (`--poll-us`). A wake-up through the
-/// eventfd and epoll costs tens of microseconds on a loaded host (scheduler, a cross-core IPI);
-/// a 64 B round trip between two engines is a few. So after a batch the engine first spins for
-/// up to `window` on the doorbell flag and the uplink's queue (`Uplink::rx_pending`, no system
-/// call), yielding the CPU between checks so other runnable threads on its core still run.
-///
-/// The window adapts like KVM's halt polling: a sleep that ended within `max` (a longer spin
-/// would have caught it) doubles it up to `max`; a longer sleep halves it down to zero. An idle
-/// engine therefore sleeps in epoll without spinning at all: the first long sleep halves the
-/// window, and an engine that is never woken never spins. Uplinks that cannot tell cheaply
-/// whether frames wait (`rx_pending` = None: UDP, TAP) are never polled.
-struct Poller {
-    max: Duration,
-    window: Duration,
-}
-
-impl Poller {
-    fn new(max: Duration) -> Poller {
-        Poller { max, window: max }
-    }
-
-    /// Polling configured at all (`--poll-us` not 0)?
-    fn enabled(&self) -> bool {
-        !self.max.is_zero()
-    }
-
-    /// Spin until work shows up (true) or the window ends (false).
-    fn spin(&mut self, wake: &WakeFlags, uplink: &dyn Uplink) -> bool {
-        if self.window.is_zero() {
-            return false;
-        }
-        wake.polling.store(true, Ordering::SeqCst);
-        uplink.set_rx_polling(true);
-        let t0 = Instant::now();
-        let mut found = loop {
-            if wake.work.load(Ordering::SeqCst) || uplink.rx_pending() == Some(true) {
-                break true;
-            }
-            if t0.elapsed() >= self.window {
-                break false;
-            }
-            // Not a pure spin: on this kind of host the engines, the vhost-user threads and
-            // vCPUs share few cores; spinning without yielding doubled the 64 B median.
-            std::thread::yield_now();
-        };
-        wake.polling.store(false, Ordering::SeqCst);
-        uplink.set_rx_polling(false);
-        // The other halves of the Dekker pairs (`WakeFlags`, `fabric::rxqueue`): a kick or a
-        // frame that saw polling set skipped the eventfd.
-        found |= wake.work.load(Ordering::SeqCst) || uplink.rx_pending() == Some(true);
-        found
-    }
-
-    /// The engine slept for `slept` after a spin that found nothing.
-    fn slept(&mut self, slept: Duration) {
-        if slept <= self.max {
-            let start = self.max / 8;
-            self.window = (self.window * 2).max(start).min(self.max);
-        } else {
-            self.window /= 2;
-            if self.window < Duration::from_micros(1) {
-                self.window = Duration::ZERO;
-            }
-        }
-    }
-}
-
-fn run(
+/// What one worker thread runs with (`workers.rs`).
+struct Worker {
+    /// Its index: worker 0 receives from the uplink.
+    w: usize,
     dev: Arc<HandoffMutex<Device>>,
     uplink: Arc<dyn Uplink>,
+    /// Every worker's inbox, this one's included.
     sender: EngineSender,
-    epoll: Epoll,
-    mut alarm: Alarm,
-    mut poller: Poller,
-    port: &PortStats,
-) {
+    port: Arc<PortStats>,
+}
+
+fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
+    let Worker {
+        w,
+        dev,
+        uplink,
+        sender,
+        port,
+    } = worker;
+    let port = &*port;
+    let inboxes = &*sender.inboxes;
+    let workers = inboxes.len();
+    let Some(inbox) = inboxes.get(w) else {
+        return;
+    };
+    let receives = w == 0;
+    let rx_uplink: Option<&dyn Uplink> = receives.then_some(&*uplink);
+    // Frames other workers handed to this one's QPs (`workers.rs`), swapped with the inbox.
+    let mut handed: Vec<Handed> = Vec::new();
     let mut events = vec![EpollEvent::default(); 8];
     // Receive buffers, reused every batch: frames are parsed in place (no copy per frame).
     let mut bufs: Vec<Vec<u8>> = (0..RX_BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
     let mut frames: Vec<RxFrame> = Vec::with_capacity(RX_BATCH);
-    let mut uplink_more = true;
+    let mut uplink_more = receives;
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
     // Each with its segment mark (spec §16.2 rule 6).
@@ -399,9 +357,10 @@ fn run(
     let mut out_refs: Vec<(usize, SegRefs)> = Vec::new();
     let mut to_uplink_refs: Vec<(usize, SegRefs)> = Vec::new();
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
-    let has_link = uplink.link_up().is_some();
+    let has_link = receives && uplink.link_up().is_some();
     let icrc_offload = uplink.icrc_offload();
-    let can_poll = poller.enabled() && uplink.rx_pending().is_some();
+    // A worker that does not receive polls its inbox's flag only.
+    let can_poll = poller.enabled() && (!receives || uplink.rx_pending().is_some());
     let mut link_next = Instant::now();
     loop {
         // Wait unless the last batch left frames on the uplink or looped back; with a link
@@ -420,7 +379,7 @@ fn run(
         // Spin before sleeping (`Poller`); work found there needs no epoll round. The sleep is
         // timed only where the poller can poll (a clock read costs on some hosts).
         let pollable = can_poll && !busy;
-        let polled = pollable && poller.spin(&sender.wake, &*uplink);
+        let polled = pollable && poller.spin(&inbox.wake, rx_uplink);
         let slept = (pollable && !polled && timeout != 0).then(Instant::now);
         // After a successful spin the fds are not read: a readable eventfd or timerfd stays
         // readable for the next epoll round, and the timers run every batch anyway.
@@ -445,15 +404,18 @@ fn run(
         for ev in &events[..n] {
             match ev.data() {
                 TOKEN_KICK => {
-                    let _ = sender.kick.read();
+                    let _ = inbox.kick.read();
                 }
                 TOKEN_TIMER => alarm.fired(),
                 _ => {}
             }
         }
         // Before taking the queue: a kick after this take sets it again.
-        sender.wake.work.store(false, Ordering::SeqCst);
-        let dbs = lock(&sender.queue).take();
+        inbox.wake.work.store(false, Ordering::SeqCst);
+        let dbs = lock(&inbox.queue).take();
+        inbox.take_frames(&mut handed);
+        // The other workers this batch handed frames or a sweep to (kicked after it).
+        let mut kick_mask = 0u32;
         frames.clear();
         let mut used = 0;
         uplink_more = false;
@@ -461,7 +423,7 @@ fn run(
         // ends after SEGMENT_RX_BUDGET of them so its ACKs go back without waiting for a whole
         // window's worth of segments (the peer's window keeps moving).
         let mut packets = 0;
-        while used < RX_BATCH {
+        while receives && used < RX_BATCH {
             let from = frames.len();
             let end = if icrc_offload.segments {
                 (used + SEGMENT_RX_STEP).min(RX_BATCH)
@@ -520,7 +482,12 @@ fn run(
                     break 'work;
                 }
                 if std::mem::take(&mut d.resume_sweep) {
-                    super::on_doorbells(&mut d, &DoorbellBatch::sweep_only());
+                    // Each worker sweeps its own QPs: the others get the request.
+                    for (i, other) in inboxes.iter().enumerate().filter(|(i, _)| *i != w) {
+                        lock(&other.queue).request_sweep();
+                        kick_mask |= 1 << i;
+                    }
+                    super::on_worker_doorbells(&mut d, &DoorbellBatch::sweep_only(), w, workers);
                 }
                 // A hand-off point after every unit of work (a doorbell record, a looped or
                 // received buffer): a waiting control command gets the device there instead of
@@ -533,9 +500,9 @@ fn run(
                     }
                 }
                 if dbs.sweep {
-                    super::on_doorbells(&mut d, &DoorbellBatch::sweep_only());
+                    super::on_worker_doorbells(&mut d, &DoorbellBatch::sweep_only(), w, workers);
                 }
-                for (f, segment) in looped.drain(..) {
+                for (f, segment) in looped.drain(..).chain(handed.drain(..)) {
                     for f in super::frames_of(&f, segment) {
                         super::on_frame_at(&mut d, f, now);
                     }
@@ -593,6 +560,24 @@ fn run(
                         }
                         continue;
                     };
+                    // Frames for another worker's QP go to it whole (`workers.rs`); by-reference
+                    // ones stay (correct on any worker under the device lock).
+                    if workers > 1 && refs.is_none() {
+                        let mac = d.config.mac;
+                        let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
+                        if let Some(o) = received_elsewhere(buf, rx.segment, mac, ours, w, workers)
+                        {
+                            let count = super::frames_of(buf, rx.segment).count();
+                            let mut copy = super::packet::frame_buf();
+                            copy.clear();
+                            copy.extend_from_slice(buf);
+                            if hand(inboxes, o, (copy, rx.segment), count, port) {
+                                crate::stats::add(&port.rx_to_engine, count);
+                                kick_mask |= 1 << o;
+                            }
+                            continue;
+                        }
+                    }
                     // A fabric segment is its frames, one after the other (spec §16.2 rule 6);
                     // only the port's mark makes a buffer one.
                     for (k, f) in super::frames_of(buf, rx.segment).enumerate() {
@@ -636,14 +621,19 @@ fn run(
                     d.resume_sweep = true;
                 }
                 looped.clear();
+                handed.clear();
                 frames.clear();
                 d.outbox.clear();
                 d.outbox_segments.clear();
                 d.outbox_refs.clear();
                 None
             } else {
-                let t = super::on_tick(&mut d, now);
+                let t = super::on_worker_tick(&mut d, now, w);
                 let o = d.odp_tick(now);
+                if workers > 1 && d.mrs.resumed_pending() {
+                    // ODP resumptions of other workers' QPs: each takes its own.
+                    kick_mask |= !(1u32 << w) & ((1u32 << workers) - 1);
+                }
                 let next = match (t, o) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -674,14 +664,25 @@ fn run(
                         }
                         (_, r) => r,
                     };
+                    // A looped frame is received by its destination QP's worker.
+                    let mut loop_back = |f: Vec<u8>| match looped_elsewhere(&f, segment, w, workers)
+                    {
+                        Some(o) => {
+                            let count = super::frames_of(&f, segment).count();
+                            if hand(inboxes, o, (f, segment), count, port) {
+                                kick_mask |= 1 << o;
+                            }
+                        }
+                        None => looped.push((f, segment)),
+                    };
                     match dest {
                         TxDestination::Engine => {
                             bump(&port.loopback_frames);
-                            looped.push((f, segment));
+                            loop_back(f);
                         }
                         TxDestination::EngineAndUplink => {
                             bump(&port.loopback_frames);
-                            looped.push((f.clone(), segment));
+                            loop_back(f.clone());
                             if segment {
                                 to_uplink_segments.push(to_uplink.len());
                             }
@@ -706,6 +707,7 @@ fn run(
                 next
             }
         };
+        sender.kick_workers(kick_mask & !(1 << w));
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
         send_out_refs(&*uplink, &mut out, &out_segments, &mut out_refs);

@@ -7,8 +7,11 @@
 //! - `responder/`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
-//! - `engine.rs`: the engine thread (uplink rx, doorbells, timers)
+//! - `engine.rs`: the engine threads (uplink rx, doorbells, timers); `wait.rs`: how one waits
+//!   (timerfd, busy-poll)
 //! - `doorbells.rs`: the merging, bounded queue of doorbell records feeding the engine
+//! - `workers.rs`: engine workers (`--engine-threads`): which worker a QP, doorbell or frame
+//!   belongs to, and what the other threads hand a worker
 //! - `ctx.rs`: the narrow interface to the device (QP attribute snapshot, rings, CQs, AHs)
 //! - `packet.rs`: the transport's view of packets on top of `wire`
 //!
@@ -48,6 +51,8 @@ pub mod requester;
 pub mod responder;
 pub mod sgelist;
 pub mod timers;
+mod wait;
+pub mod workers;
 
 use std::time::Instant;
 
@@ -212,11 +217,27 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
 /// an SQ and an RQ doorbell for every QP (in QPN order), which covers whatever was not queued
 /// (spec §8).
 pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
+    on_worker_doorbells(dev, batch, 0, 1);
+}
+
+/// [`on_doorbells`] for engine worker `w` of `workers`: its sweep rings only its own QPs
+/// (`qp::worker_of`; the records were routed to it already).
+pub fn on_worker_doorbells(
+    dev: &mut Device,
+    batch: &doorbells::DoorbellBatch,
+    w: usize,
+    workers: usize,
+) {
     for db in &batch.records {
         on_doorbell(dev, *db);
     }
     if batch.sweep {
-        let mut qpns: Vec<u32> = dev.qps.iter().map(|q| q.qpn).collect();
+        let mut qpns: Vec<u32> = dev
+            .qps
+            .iter()
+            .map(|q| q.qpn)
+            .filter(|&q| crate::qp::worker_of(q, workers) == w)
+            .collect();
         qpns.sort_unstable();
         for qpn in qpns {
             for type_ in [ctx::abi::DB_SQ, ctx::abi::DB_RQ] {
@@ -397,10 +418,30 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     }
 }
 
+/// [`on_tick`] for engine worker `w` of several (`--engine-threads`): its own QPs' timers and
+/// ODP resumptions, and the device-wide deadlines (CQ moderation), which any worker may fire.
+pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instant> {
+    let workers = dev.timers.shards();
+    let resumed = dev
+        .mrs
+        .take_resumed_where(|q| crate::qp::worker_of(q, workers) == w);
+    resume_qps(dev, resumed, now);
+    let cq = dev.cq_moderation_tick(now);
+    match (timers::on_worker_tick(dev, now, w), cq) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// QPs that waited for an ODP page request continue (spec §10): the requester, and READ
 /// responses the responder held back on a fault (`responder::pump_replies`).
 pub fn resume_odp(dev: &mut Device, now: Instant) {
-    for qpn in dev.mrs.take_resumed() {
+    let resumed = dev.mrs.take_resumed();
+    resume_qps(dev, resumed, now);
+}
+
+fn resume_qps(dev: &mut Device, resumed: Vec<u32>, now: Instant) {
+    for qpn in resumed {
         with_req(dev, qpn, |dev, c, st| {
             st.odp_wait = None;
             requester::process(dev, c, st, now);

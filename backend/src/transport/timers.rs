@@ -3,10 +3,10 @@
 //! [`super::RequesterState`]; [`on_tick`] fires the expired ones and returns the next deadline so
 //! the engine can program its timerfd.
 //!
-//! The cost of a tick does not grow with idle QPs: a [`TimerQueue`] (one per device) holds a
-//! min-heap of `(deadline, qpn)` entries, fed when the requester state goes back into its QP
-//! (`ctx::put_req`) with a deadline not queued yet, and a worklist of QPs that need a tick without
-//! a deadline (READ responses to pace, sends after SQD → RTS). Entries are deleted lazily: an entry
+//! The cost of a tick does not grow with idle QPs: a [`TimerQueue`] (one shard per engine
+//! worker, `qp::worker_of`) holds a min-heap of `(deadline, qpn)` entries, fed when the
+//! requester state goes back into its QP (`ctx::put_req`) with a deadline not queued yet, and a
+//! worklist of QPs that need a tick without a deadline (READ responses to pace, sends after SQD → RTS). Entries are deleted lazily: an entry
 //! is live only while it matches the QP's `TickMarks::queued`; re-arming pushes a new entry and
 //! makes the old one stale, which is dropped when it reaches the top. A tick visits the expired
 //! entries (live or stale) and the worklist, nothing else.
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::ctx::{self, QpCtx};
 use super::{completer, requester, with_req};
+use crate::qp::worker_of;
 use crate::transport::Device;
 
 /// Floor for the retransmission timeout. IBTA allows timeout codes down to 1 (8.192 µs), which
@@ -67,6 +68,9 @@ pub struct TickMarks {
 /// start (the old per-tick scan's condition, minus the QP state, which the tick checks).
 pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
+    let w = worker_of(qpn, timers.shards());
+    let workers = timers.shards();
+    let timers = timers.shard(w);
     let Some(qp) = qps.get_mut(qpn) else {
         return;
     };
@@ -100,10 +104,28 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
     // entries when they dominate (amortised O(1) per push).
     if timers.heap.len() > 2 * qps.len() as usize + 1024 {
         timers.heap.clear();
-        for q in qps.iter() {
+        for q in qps.iter().filter(|q| worker_of(q.qpn, workers) == w) {
             if let Some(d) = q.tick.queued {
                 timers.heap.push(Reverse((d, q.qpn)));
             }
+        }
+    }
+}
+
+/// Spread the device's QPs and timers over `workers` engine workers (`qp::worker_of`): new
+/// QPNs round robin, and each live QP's deadline and worklist entry moved to its worker's shard.
+pub fn set_workers(dev: &mut Device, workers: usize) {
+    dev.qps.set_workers(workers);
+    let Device { qps, timers, .. } = dev;
+    timers.reshard(workers);
+    let n = timers.shards();
+    for qp in qps.iter() {
+        let shard = timers.shard(worker_of(qp.qpn, n));
+        if let Some(d) = qp.tick.queued {
+            shard.heap.push(Reverse((d, qp.qpn)));
+        }
+        if qp.tick.listed {
+            shard.work.push(qp.qpn);
         }
     }
 }
@@ -112,6 +134,7 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
 /// the next tick (responder/ READ_BURST pacing).
 pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
+    let timers = timers.shard(worker_of(qpn, timers.shards()));
     let Some(qp) = qps.get_mut(qpn) else {
         return;
     };
@@ -121,17 +144,31 @@ pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
     }
 }
 
-/// Fire expired timers; run the worklist; return the earliest pending deadline. Work is
-/// proportional to the expired heap entries and the listed QPs, not to the number of QPs.
+/// Fire expired timers of every worker's shard; run the worklists; return the earliest
+/// pending deadline (for callers that are not one engine worker: unit tests, one worker).
 pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     let mut next: Option<Instant> = None;
-    while let Some(&Reverse((d, qpn))) = dev.timers.heap.peek() {
+    for w in 0..dev.timers.shards() {
+        if let Some(d) = on_worker_tick(dev, now, w) {
+            next = Some(next.map_or(d, |n: Instant| n.min(d)));
+        }
+    }
+    next
+}
+
+/// Fire the expired timers of worker `w`'s QPs; run its worklist; return its earliest pending
+/// deadline. Work is proportional to the expired heap entries and the listed QPs, not to the
+/// number of QPs.
+pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instant> {
+    let mut next: Option<Instant> = None;
+    while let Some(&Reverse((d, qpn))) = dev.timers.shard(w).heap.peek() {
         if d > now {
             next = Some(d);
             break;
         }
-        dev.timers.heap.pop();
-        dev.timers.visited += 1;
+        let shard = dev.timers.shard(w);
+        shard.heap.pop();
+        shard.visited += 1;
         let live = match dev.qps.get_mut(qpn) {
             Some(qp) if qp.tick.queued == Some(d) => {
                 qp.tick.queued = None;
@@ -163,10 +200,11 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
     }
     // The worklist: sends that nothing else will trigger (SQD → RTS) and paced READ responses.
     // QPs that still need a tick are listed again by note_req / note_resp.
-    let mut work = std::mem::take(&mut dev.timers.spare);
-    std::mem::swap(&mut work, &mut dev.timers.work);
+    let shard = dev.timers.shard(w);
+    let mut work = std::mem::take(&mut shard.spare);
+    std::mem::swap(&mut work, &mut shard.work);
     for &qpn in &work {
-        dev.timers.visited += 1;
+        dev.timers.shard(w).visited += 1;
         let Some(qp) = dev.qps.get_mut(qpn) else {
             continue;
         };
@@ -186,10 +224,10 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
         note_req(dev, qpn);
     }
     work.clear();
-    dev.timers.spare = work;
+    dev.timers.shard(w).spare = work;
     // Listed QPs that could not proceed (e.g. SQD) wait for a kick, like before; an expired
     // deadline re-queued during the tick fires on the next one.
-    if let Some(&Reverse((d, _))) = dev.timers.heap.peek() {
+    if let Some(&Reverse((d, _))) = dev.timers.shard(w).heap.peek() {
         next = Some(next.map_or(d, |n: Instant| n.min(d)));
     }
     next

@@ -2,7 +2,7 @@
 
 import re
 
-from harness import expect, pair, roce_v2_gid_index, scenario
+from harness import expect, pair, port_counters, roce_v2_gid_index, scenario
 
 # A perftest result line: "#bytes #iterations BW peak BW average MsgRate" or a latency line.
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", re.M)
@@ -21,6 +21,19 @@ def perf(ctx, tool, extra="", size=65536, iters=200):
 @scenario("A")
 def perftest_write_bw(ctx):
     perf(ctx, "ib_write_bw")
+
+
+@scenario("G")
+def perftest_write_bw_qps_two_engine_workers(ctx):
+    """4 QPs over a daemon with two engine workers per device (--engine-threads 2): the QPs
+    are spread over the workers, worker 0 hands the frames of the others' QPs on."""
+    perf(ctx, "ib_write_bw", "-q 4")
+    for vm in (ctx.a, ctx.b):
+        c = port_counters(vm)
+        handed = c.get("vrdma_port_worker_handoff_frames_total", 0)
+        ctx.note("%s: %d of %d received RoCEv2 frames handed to another worker" % (
+            vm.name, handed, c.get("vrdma_port_rx_engine_frames_total", 0)))
+        expect(handed > 0, "frames reached the QPs of worker 1 through worker 0", str(c))
 
 
 @scenario("A")

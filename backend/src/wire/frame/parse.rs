@@ -71,6 +71,11 @@ impl<'a> Located<'a> {
     pub fn dst_gid(&self) -> Gid {
         self.dst_gid
     }
+
+    /// The BTH's destination QP, if the UDP payload holds a whole BTH.
+    pub fn dest_qpn(&self) -> Option<u32> {
+        Bth::parse(self.body).ok().map(|(b, _)| b.dest_qp)
+    }
 }
 
 /// Locate and length-check the Ethernet, IP and UDP headers of a RoCEv2 frame. Frames that are

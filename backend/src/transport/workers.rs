@@ -1,0 +1,196 @@
+//! Engine workers (`--engine-threads N`, ARCHITECTURE.md "Engine workers"): what the other
+//! threads hand one worker, and where a doorbell record or a received frame goes.
+//!
+//! A QP belongs to one worker for its life: `qp::worker_of(qpn, N)`. Everything a QP sends is
+//! sent by its worker (its doorbells, the frames addressed to it, its timers and ODP
+//! resumptions), so the frames of one QP leave in the order the transport made them even
+//! though workers send outside the device lock. Device-wide work (CQ_ARM hints, CQ moderation,
+//! page-request timeouts) may run on any worker.
+//!
+//! Each worker has an [`Inbox`]: its doorbell queue, its eventfd and busy-poll flags, and the
+//! frames other workers took for its QPs (worker 0 from the uplink, any worker looped back to
+//! a QP of the same device). The inbox is bounded ([`INBOX_FRAMES`]): beyond it a frame is
+//! dropped and counted (`PortStats::drop_worker_busy`); RC retransmits.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use vmm_sys_util::eventfd::EventFd;
+use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_RQ, VRDMA_DB_SQ};
+
+use super::doorbells::DoorbellQueue;
+use crate::port::{classify_located, Destination};
+use crate::qp::worker_of;
+use crate::stats::PortStats;
+
+/// Most engine workers per device (`--engine-threads`).
+pub const MAX_WORKERS: usize = 16;
+
+/// Frames an inbox holds for its worker before it drops (a worker that stopped taking them
+/// must not grow host memory): a few receive batches.
+pub const INBOX_FRAMES: usize = 1024;
+
+/// How a kick reaches a worker without a system call while it busy-polls (`Poller`). A
+/// Dekker pair: the kicker sets `work` then reads `polling`; the worker clears `polling` then
+/// reads `work`. With SeqCst on both sides one of them sees the other's store, so either the
+/// kicker writes the eventfd or the worker sees the work before it sleeps.
+#[derive(Debug, Default)]
+pub(super) struct WakeFlags {
+    /// Set by every kick; cleared by the worker when it starts a batch.
+    pub(super) work: AtomicBool,
+    /// The worker is spinning and will see `work` without the eventfd.
+    pub(super) polling: AtomicBool,
+}
+
+/// A frame handed to a worker, with its segment mark (spec §16.2 rule 6).
+pub(super) type Handed = (Vec<u8>, bool);
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(super) struct Inbox {
+    pub(super) queue: Mutex<DoorbellQueue>,
+    pub(super) kick: EventFd,
+    pub(super) wake: WakeFlags,
+    frames: Mutex<Vec<Handed>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inbox {
+    pub(super) fn new(kick: EventFd) -> Inbox {
+        Inbox {
+            queue: Mutex::new(DoorbellQueue::new()),
+            kick,
+            wake: WakeFlags::default(),
+            frames: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Wake the worker (see [`WakeFlags`]).
+    pub(super) fn kick(&self) {
+        self.wake.work.store(true, Ordering::SeqCst);
+        if self.wake.polling.load(Ordering::SeqCst) {
+            return;
+        }
+        // An eventfd write only fails when the counter would overflow, i.e. the worker has
+        // already been kicked; nothing is lost.
+        let _ = self.kick.write(1);
+    }
+
+    /// Queue a frame for the worker (the caller kicks it). A full inbox gives the frame back.
+    pub(super) fn hand(&self, frame: Handed) -> Result<(), Handed> {
+        let mut q = lock(&self.frames);
+        if q.len() >= INBOX_FRAMES {
+            return Err(frame);
+        }
+        q.push(frame);
+        Ok(())
+    }
+
+    /// Move every handed frame into `into` (empty; it keeps its capacity for the inbox).
+    pub(super) fn take_frames(&self, into: &mut Vec<Handed>) {
+        std::mem::swap(into, &mut *lock(&self.frames));
+    }
+}
+
+/// The worker a doorbell record is for: an SQ or RQ record its QP's, anything else (CQ_ARM,
+/// which any worker may run under the device lock) worker 0.
+pub(super) fn doorbell_worker(db: &VrdmaDoorbell, workers: usize) -> usize {
+    match db.type_ {
+        VRDMA_DB_SQ | VRDMA_DB_RQ => worker_of(db.id, workers),
+        _ => 0,
+    }
+}
+
+/// The workers set in a bit mask (at most [`MAX_WORKERS`], so a `u32`).
+pub(super) fn each_bit(mask: u32) -> impl Iterator<Item = usize> {
+    (0..MAX_WORKERS).filter(move |w| mask & (1 << w) != 0)
+}
+
+/// The worker other than `w` (of `n`) whose QP a received buffer is for: its first frame is a
+/// RoCEv2 frame for the engine (`classify_located`), and the BTH's destination QP belongs to
+/// that worker. `None`: this worker handles it (its own QP, or a frame for the guest).
+pub(super) fn received_elsewhere(
+    buf: &[u8],
+    segment: bool,
+    mac: crate::wire::eth::MacAddr,
+    ours: impl Fn(&crate::wire::frame::Gid) -> bool,
+    w: usize,
+    n: usize,
+) -> Option<usize> {
+    let f = super::frames_of(buf, segment).next()?;
+    match classify_located(f, &[mac], false, ours) {
+        (Destination::Engine, Some(l)) => {
+            Some(crate::qp::worker_of(l.dest_qpn()?, n)).filter(|&o| o != w)
+        }
+        _ => None,
+    }
+}
+
+/// [`received_elsewhere`] for a frame the engine looped back (always for the engine).
+pub(super) fn looped_elsewhere(buf: &[u8], segment: bool, w: usize, n: usize) -> Option<usize> {
+    if n <= 1 {
+        return None;
+    }
+    let f = super::frames_of(buf, segment).next()?;
+    let qpn = crate::wire::frame::locate(f).ok()?.dest_qpn()?;
+    Some(crate::qp::worker_of(qpn, n)).filter(|&o| o != w)
+}
+
+/// Hand `frame` (holding `count` frames) to worker `o`'s inbox; a full inbox drops it, counted
+/// as `drop_worker_busy`. True if handed (the caller kicks the worker).
+pub(super) fn hand(
+    inboxes: &[Inbox],
+    o: usize,
+    frame: Handed,
+    count: usize,
+    port: &PortStats,
+) -> bool {
+    match inboxes.get(o).map(|i| i.hand(frame)) {
+        Some(Ok(())) => {
+            crate::stats::add(&port.handed_to_worker, count);
+            true
+        }
+        Some(Err((f, _))) => {
+            super::packet::recycle_frame(f);
+            crate::stats::add(&port.drop_worker_busy, count);
+            false
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vmm_sys_util::eventfd::EFD_NONBLOCK;
+    use vrdma_spec::VRDMA_DB_CQ_ARM;
+
+    #[test]
+    fn qp_doorbells_go_to_the_qps_worker_others_to_worker_0() {
+        let db = |type_, id| VrdmaDoorbell { type_, id };
+        assert_eq!(doorbell_worker(&db(VRDMA_DB_SQ, 17), 2), 1);
+        assert_eq!(doorbell_worker(&db(VRDMA_DB_RQ, 17), 2), 1);
+        assert_eq!(doorbell_worker(&db(VRDMA_DB_SQ, 18), 2), 0);
+        assert_eq!(doorbell_worker(&db(VRDMA_DB_SQ, 17), 3), 2);
+        assert_eq!(doorbell_worker(&db(VRDMA_DB_CQ_ARM, 17), 2), 0);
+        assert_eq!(doorbell_worker(&db(VRDMA_DB_SQ, 17), 1), 0);
+        assert_eq!(each_bit(0b1010).collect::<Vec<_>>(), [1, 3]);
+    }
+
+    #[test]
+    fn a_full_inbox_gives_the_frame_back() {
+        let inbox = Inbox::new(EventFd::new(EFD_NONBLOCK).unwrap());
+        for i in 0..INBOX_FRAMES {
+            assert!(inbox.hand((vec![i as u8], false)).is_ok());
+        }
+        let back = inbox.hand((vec![1, 2, 3], true));
+        assert_eq!(back, Err((vec![1, 2, 3], true)));
+        let mut got = Vec::new();
+        inbox.take_frames(&mut got);
+        assert_eq!(got.len(), INBOX_FRAMES);
+        assert!(inbox.hand((vec![9], false)).is_ok());
+    }
+}

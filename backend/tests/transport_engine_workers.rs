@@ -1,0 +1,240 @@
+//! Engine workers (`--engine-threads`, `transport/workers.rs`): QPs spread over the workers,
+//! doorbells and frames routed to a QP's worker, traffic correct whichever worker sends or
+//! receives — between QPs of one device (looped frames handed between workers) and between
+//! devices on a fabric (worker 0 receives and hands on).
+
+mod common;
+
+use std::net::UdpSocket;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::engine::*;
+use common::*;
+use vrdma_backend::fabric::FabricBuilder;
+use vrdma_backend::qp::worker_of;
+use vrdma_backend::transport::engine::{Engine, EngineOptions};
+use vrdma_backend::transport::timers::set_workers;
+use vrdma_backend::uplink::{Uplink, UplinkError};
+use vrdma_spec::*;
+
+fn two_workers() -> EngineOptions {
+    EngineOptions {
+        threads: 2,
+        ..Default::default()
+    }
+}
+
+/// An uplink that counts what it is asked to send and never receives.
+struct Counting {
+    sock: UdpSocket,
+    sent: AtomicUsize,
+}
+
+impl Uplink for Counting {
+    fn send(&self, _frame: &[u8]) -> Result<(), UplinkError> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        Ok(None)
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+#[test]
+fn new_qps_are_spread_round_robin_over_the_workers() {
+    let mut a = Node::new(1, 16, 1500);
+    set_workers(&mut a.dev, 3);
+    let pd = a.create_pd();
+    let (cq, _) = a.create_cq(64);
+    let owners: Vec<usize> = (0..6)
+        .map(|_| worker_of(a.create_qp(QpSpec::rc(pd, cq)).qpn, 3))
+        .collect();
+    assert_eq!(owners, [0, 1, 2, 0, 1, 2]);
+    assert_eq!(a.dev.timers().shards(), 3);
+}
+
+#[test]
+fn rc_between_qps_of_one_device_on_different_workers() {
+    let mut a = Node::new(1, 64, 1500);
+    set_workers(&mut a.dev, 2);
+    let pd = a.create_pd();
+    let (cq, mut cqr) = a.create_cq(256);
+    let mut q1 = a.create_qp(QpSpec::rc(pd, cq));
+    let q2 = a.create_qp(QpSpec::rc(pd, cq));
+    assert_ne!(worker_of(q1.qpn, 2), worker_of(q2.qpn, 2));
+    let av = a.av_to(&a);
+    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
+    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    let len = 256 << 10;
+    let buf = a.alloc(2 * len as u64 + 4096);
+    let k = a.reg_mr(pd, buf, 2 * len as u64 + 4096, ACC_ALL);
+    let mut rq = q2.rq.clone().unwrap();
+    a.post_recv(&mut rq, 77, &[(buf, 4096, k)]);
+
+    let up = Arc::new(Counting {
+        sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
+        sent: AtomicUsize::new(0),
+    });
+    let stats = a.dev.port_stats.clone();
+    let e = Engine::start_with(detach(&mut a), up.clone(), two_workers()).expect("engine");
+    assert_eq!(e.sender().workers(), 2);
+
+    // A SEND and a 256 KiB WRITE (256 packets at MTU 1024), q1 -> q2: q1's worker sends,
+    // q2's worker receives and acknowledges, q1's worker completes.
+    let src = buf + 4096;
+    let dst = src + len as u64;
+    let data = pattern(9, len);
+    a.write(src, &data);
+    post_sq(&e, &a.mem, &mut q1, &send_inline(5, b"to the other worker"));
+    post_sq(
+        &e,
+        &a.mem,
+        &mut q1,
+        &rdma(6, VRDMA_WR_RDMA_WRITE, (src, len as u32, k), dst, k),
+    );
+    let got = wait_cqes(
+        &mut a,
+        &mut cqr,
+        3,
+        Duration::from_secs(30),
+        "three completions",
+    );
+    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        vec![
+            (5, VRDMA_WC_SUCCESS),
+            (6, VRDMA_WC_SUCCESS),
+            (77, VRDMA_WC_SUCCESS)
+        ]
+    );
+    assert_eq!(a.read(buf, 19), b"to the other worker");
+    assert!(a.read(dst, len) == data, "WRITE data differs");
+    e.stop();
+    // Each looped frame was received by the other QP's worker.
+    assert!(stats.handed_to_worker.load(Ordering::Relaxed) > 0);
+    assert_eq!(stats.drop_worker_busy.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        up.sent.load(Ordering::SeqCst),
+        0,
+        "frames leaked to the uplink"
+    );
+}
+
+/// One RC connection a -> b with its buffers.
+struct Conn {
+    qa: QpH,
+    cqa: RingH,
+    src: u64,
+    dst: u64,
+    ka: u32,
+    kb: u32,
+    data: Vec<u8>,
+}
+
+const CONN_LEN: usize = 2 << 20;
+
+fn conn(a: &mut Node, b: &mut Node, seed: u64) -> Conn {
+    let pda = a.create_pd();
+    let pdb = b.create_pd();
+    let (ca, cqa) = a.create_cq(256);
+    let (cb, _) = b.create_cq(256);
+    let qa = a.create_qp(QpSpec::rc(pda, ca));
+    let qb = b.create_qp(QpSpec::rc(pdb, cb));
+    connect(a, &qa, b, &qb, 5, 14, 7, 7);
+    let src = a.alloc(CONN_LEN as u64);
+    let dst = b.alloc(CONN_LEN as u64);
+    let ka = a.reg_mr(pda, src, CONN_LEN as u64, ACC_ALL);
+    let kb = b.reg_mr(pdb, dst, CONN_LEN as u64, ACC_ALL);
+    let data = pattern(seed, CONN_LEN);
+    a.write(src, &data);
+    Conn {
+        qa,
+        cqa,
+        src,
+        dst,
+        ka,
+        kb,
+        data,
+    }
+}
+
+#[test]
+fn four_connections_between_two_fabric_devices_with_two_workers_each() {
+    let mut a = Node::new(1, 64, 9000);
+    let mut b = Node::new(2, 64, 9000);
+    set_workers(&mut a.dev, 2);
+    set_workers(&mut b.dev, 2);
+    let mut conns: Vec<Conn> = (0..4).map(|i| conn(&mut a, &mut b, 40 + i)).collect();
+    // Both workers of each side own some of the QPs.
+    for w in 0..2 {
+        assert!(conns.iter().any(|c| worker_of(c.qa.qpn, 2) == w));
+    }
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("port a");
+    let pb = fb.add_device(b.mac).expect("port b");
+    let fabric = fb.build();
+    let stats_a = a.dev.port_stats.clone();
+    let stats_b = b.dev.port_stats.clone();
+    let start = |n: &mut Node, port| {
+        let port = fabric.device_port(port).expect("port").with_segments();
+        Engine::start_with(detach(n), Arc::new(port), two_workers()).expect("engine")
+    };
+    let ea = start(&mut a, pa);
+    let eb = start(&mut b, pb);
+
+    // All four at once, one signaled WRITE each (in 256 KiB WQEs).
+    let chunk: usize = 256 << 10;
+    for c in &mut conns {
+        let n = CONN_LEN / chunk;
+        for i in 0..n {
+            let off = (i * chunk) as u64;
+            let flags = if i == n - 1 { VRDMA_SEND_SIGNALED } else { 0 };
+            post_send_mem(
+                &a.mem,
+                &mut c.qa,
+                &Wqe {
+                    wr_id: i as u64,
+                    opcode: VRDMA_WR_RDMA_WRITE,
+                    flags,
+                    sges: vec![(c.src + off, chunk as u32, c.ka)],
+                    remote_addr: c.dst + off,
+                    rkey: c.kb,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    let dbs: Vec<VrdmaDoorbell> = conns
+        .iter()
+        .map(|c| VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: c.qa.qpn,
+        })
+        .collect();
+    ea.sender().doorbells(&dbs);
+    for c in &mut conns {
+        let got = wait_cqes(&mut a, &mut c.cqa, 1, Duration::from_secs(60), "WRITE");
+        assert_eq!(got[0].status, VRDMA_WC_SUCCESS);
+        assert!(
+            b.read(c.dst, CONN_LEN) == c.data,
+            "WRITE data differs on QP {}",
+            c.qa.qpn
+        );
+    }
+    ea.stop();
+    eb.stop();
+    for s in [&stats_a, &stats_b] {
+        assert_eq!(s.drop_worker_busy.load(Ordering::Relaxed), 0);
+        assert!(s.rx_to_engine.load(Ordering::Relaxed) > 0);
+        // Worker 0 receives: the frames for worker 1's QPs (b: requests, a: ACKs) went on.
+        assert!(s.handed_to_worker.load(Ordering::Relaxed) > 0);
+    }
+}
