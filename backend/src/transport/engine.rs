@@ -359,6 +359,9 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
     let has_link = receives && uplink.link_up().is_some();
     let icrc_offload = uplink.icrc_offload();
+    // The uplink is an in-memory queue whose `recv_batch` swaps whole buffers in (a fabric
+    // device port): a frame for another worker moves to it without a copy.
+    let swaps_buffers = uplink.rx_pending().is_some();
     // A worker that does not receive polls its inbox's flag only.
     let can_poll = poller.enabled() && (!receives || uplink.rx_pending().is_some());
     let mut link_next = Instant::now();
@@ -568,10 +571,21 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         if let Some(o) = received_elsewhere(buf, rx.segment, mac, ours, w, workers)
                         {
                             let count = super::frames_of(buf, rx.segment).count();
-                            let mut copy = super::packet::frame_buf();
-                            copy.clear();
-                            copy.extend_from_slice(buf);
-                            if hand(inboxes, o, (copy, rx.segment), count, port) {
+                            // A queue's buffer that the frame fills (`recv_batch` swapped it
+                            // in) moves as it is; a socket's receive buffer keeps its size for
+                            // the next receive, so its frame is copied.
+                            let frame = if swaps_buffers && rx.off == 0 && rx.len == buf.len() {
+                                let spare = super::packet::segment_buf();
+                                bufs.get_mut(rx.slot).map(|b| std::mem::replace(b, spare))
+                            } else {
+                                let mut copy = super::packet::frame_buf();
+                                copy.clear();
+                                copy.extend_from_slice(buf);
+                                Some(copy)
+                            };
+                            let handed = frame
+                                .is_some_and(|f| hand(inboxes, o, (f, rx.segment), count, port));
+                            if handed {
                                 crate::stats::add(&port.rx_to_engine, count);
                                 kick_mask |= 1 << o;
                             }
