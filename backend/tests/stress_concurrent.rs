@@ -1,7 +1,7 @@
-//! Concurrency stress: two devices, each with its engine thread on a real UDP uplink, while a
-//! command thread per pair of devices plays the vhost-user side (it locks the device as the
-//! daemon does, spec §3.1) with a seeded random mix of commands: hostile RC pairs created,
-//! connected, aimed at memory their peer never granted, moved to ERR and destroyed; MRs with
+//! Concurrency stress: two devices, each with its engine (one worker, then two) on a real UDP
+//! uplink, while a command thread per pair of devices plays the vhost-user side (it locks the
+//! device as the daemon does, spec §3.1) with a seeded random mix of commands: hostile RC pairs
+//! created, connected, aimed at memory their peer never granted, moved to ERR and destroyed; MRs with
 //! aliased page lists registered and deregistered; ODP page requests answered; doorbell storms
 //! for random objects; memory-table swaps (SET_MEM_TABLE). Meanwhile the test thread drives a
 //! healthy RC pair (RDMA WRITEs into a page-list MR and into an ODP MR, SENDs).
@@ -25,7 +25,7 @@ use vrdma_backend::device::Device;
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::handoff::HandoffMutex;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::{Engine, EngineSender};
+use vrdma_backend::transport::engine::{Engine, EngineOptions, EngineSender};
 use vrdma_spec::*;
 
 const BUDGET: u64 = 64 << 20;
@@ -328,8 +328,23 @@ fn answer_pages(s: &Side) {
     }
 }
 
+/// One run at a time: each keeps every core busy for its whole duration.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
 fn engines_and_commands_concurrently_lose_nothing() {
+    stress(1);
+}
+
+/// The same with two engine workers per device (`--engine-threads 2`): the healthy and the
+/// hostile QPs spread over both, ODP resumptions and doorbell storms routed to their workers.
+#[test]
+fn engines_with_two_workers_and_commands_concurrently_lose_nothing() {
+    stress(2);
+}
+
+fn stress(threads: usize) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let secs = std::env::var("VRDMA_STRESS_SECS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
@@ -382,8 +397,12 @@ fn engines_and_commands_concurrently_lose_nothing() {
     let (mem_a, mem_b) = (a.mem.clone(), b.mem.clone());
     let da = detach(&mut a);
     let db = detach(&mut b);
-    let ea = Engine::start(da.clone(), Arc::new(ua)).expect("engine a");
-    let eb = Engine::start(db.clone(), Arc::new(ub)).expect("engine b");
+    let opts = EngineOptions {
+        threads,
+        ..Default::default()
+    };
+    let ea = Engine::start_with(da.clone(), Arc::new(ua), opts).expect("engine a");
+    let eb = Engine::start_with(db.clone(), Arc::new(ub), opts).expect("engine b");
     let sa = Arc::new(Side {
         node: Mutex::new(a),
         dev: da.clone(),
@@ -599,7 +618,7 @@ fn engines_and_commands_concurrently_lose_nothing() {
     );
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");
     eprintln!(
-        "stress: {rounds} healthy rounds, {steps} command steps, {made} hostile pairs made \
+        "stress ({threads} engine workers): {rounds} healthy rounds, {steps} command steps, {made} hostile pairs made \
          ({refused} refused for the budget), {hostile_errors} hostile error CQEs, {answered} \
          page requests answered in {secs} s"
     );

@@ -18,6 +18,7 @@ use vrdma_backend::qp::worker_of;
 use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_backend::transport::timers::set_workers;
 use vrdma_backend::uplink::{Uplink, UplinkError};
+use vrdma_backend::vhost_user::RdmaDevice;
 use vrdma_spec::*;
 
 fn two_workers() -> EngineOptions {
@@ -237,4 +238,71 @@ fn four_connections_between_two_fabric_devices_with_two_workers_each() {
         // Worker 0 receives: the frames for worker 1's QPs (b: requests, a: ACKs) went on.
         assert!(s.handed_to_worker.load(Ordering::Relaxed) > 0);
     }
+}
+
+#[test]
+fn doorbells_rung_while_suspended_run_on_every_worker_after_resume() {
+    // Spec §17.1: a suspended device sends nothing; the doorbells it got meanwhile become the
+    // resume sweep, which each worker runs for its own QPs.
+    let mut a = Node::new(1, 64, 1500);
+    set_workers(&mut a.dev, 2);
+    let pd = a.create_pd();
+    let (cq, mut cqr) = a.create_cq(256);
+    let mut q1 = a.create_qp(QpSpec::rc(pd, cq));
+    let mut q2 = a.create_qp(QpSpec::rc(pd, cq));
+    assert_ne!(worker_of(q1.qpn, 2), worker_of(q2.qpn, 2));
+    let av = a.av_to(&a);
+    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
+    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    let len = 64 << 10;
+    let buf = a.alloc(4 * len as u64);
+    let k = a.reg_mr(pd, buf, 4 * len as u64, ACC_ALL);
+    let (d1, d2) = (pattern(1, len), pattern(2, len));
+    a.write(buf, &d1);
+    a.write(buf + len as u64, &d2);
+    let up = Arc::new(Counting {
+        sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
+        sent: AtomicUsize::new(0),
+    });
+    let dev = detach(&mut a);
+    let e = Engine::start_with(dev.clone(), up, two_workers()).expect("engine");
+
+    RdmaDevice::suspend(&mut *dev.lock());
+    let w1 = rdma(
+        1,
+        VRDMA_WR_RDMA_WRITE,
+        (buf, len as u32, k),
+        buf + 2 * len as u64,
+        k,
+    );
+    let w2 = rdma(
+        2,
+        VRDMA_WR_RDMA_WRITE,
+        (buf + len as u64, len as u32, k),
+        buf + 3 * len as u64,
+        k,
+    );
+    post_sq(&e, &a.mem, &mut q1, &w1);
+    post_sq(&e, &a.mem, &mut q2, &w2);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        a.poll_cq(&mut cqr).is_empty(),
+        "a suspended device completed work"
+    );
+
+    RdmaDevice::resume(&mut *dev.lock());
+    e.sender().kick();
+    let got = wait_cqes(
+        &mut a,
+        &mut cqr,
+        2,
+        Duration::from_secs(30),
+        "both WRITEs after resume",
+    );
+    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    ids.sort();
+    assert_eq!(ids, [(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_SUCCESS)]);
+    assert!(a.read(buf + 2 * len as u64, len) == d1, "q1's WRITE data");
+    assert!(a.read(buf + 3 * len as u64, len) == d2, "q2's WRITE data");
+    e.stop();
 }
