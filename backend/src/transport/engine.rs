@@ -8,10 +8,10 @@
 //!
 //! and then, under the device lock (`HandoffMutex`) held once per batch and handed to a waiting
 //! control command after every doorbell record and received buffer (see [`hand_off`]), runs
-//! doorbells, received frames and timers through the transport. Workers of one device take
-//! turns on the device lock, a batch each; they receive, send and sleep in parallel. Frames the transport queued in
-//! `Device::outbox` are sent to the uplink after the lock is released. RoCEv2 frames for our
-//! GIDs go to `transport::on_frame`, everything else the port demux (`port.rs`) gives the guest
+//! doorbells, received frames and timers through the transport. Workers of one device take turns on
+//! the device lock, a batch each; they receive, send and sleep in parallel. Frames the transport
+//! queued in `Device::outbox` are sent to the uplink after the lock is released. RoCEv2 frames for
+//! our GIDs go to `transport::on_frame`, everything else the port demux (`port.rs`) gives the guest
 //! goes to `DeviceOutput::eth_rx`.
 //!
 //! The vhost-user thread never blocks on the engine: [`EngineSender::doorbell`] only adds to a

@@ -3,13 +3,13 @@
 //! [`super::RequesterState`]; [`on_tick`] fires the expired ones and returns the next deadline so
 //! the engine can program its timerfd.
 //!
-//! The cost of a tick does not grow with idle QPs: a [`TimerQueue`] (one shard per engine
-//! worker, `qp::worker_of`) holds a min-heap of `(deadline, qpn)` entries, fed when the
-//! requester state goes back into its QP (`ctx::put_req`) with a deadline not queued yet, and a
-//! worklist of QPs that need a tick without a deadline (READ responses to pace, sends after SQD → RTS). Entries are deleted lazily: an entry
-//! is live only while it matches the QP's `TickMarks::queued`; re-arming pushes a new entry and
-//! makes the old one stale, which is dropped when it reaches the top. A tick visits the expired
-//! entries (live or stale) and the worklist, nothing else.
+//! The cost of a tick does not grow with idle QPs: a [`TimerQueue`] (one shard per engine worker,
+//! `qp::worker_of`) holds a min-heap of `(deadline, qpn)` entries, fed when the requester state
+//! goes back into its QP (`ctx::put_req`) with a deadline not queued yet, and a worklist of QPs
+//! that need a tick without a deadline (READ responses to pace, sends after SQD → RTS). Entries are
+//! deleted lazily: an entry is live only while it matches the QP's `TickMarks::queued`; re-arming
+//! pushes a new entry and makes the old one stale, which is dropped when it reaches the top. A tick
+//! visits the expired entries (live or stale) and the worklist, nothing else.
 
 use std::cmp::Reverse;
 use std::time::{Duration, Instant};

@@ -9,8 +9,8 @@
 //!
 //! Each worker has an [`Inbox`]: its doorbell queue, its eventfd and busy-poll flags, and the
 //! frames other workers took for its QPs (worker 0 from the uplink, any worker looped back to
-//! a QP of the same device). The inbox is bounded ([`INBOX_FRAMES`]): beyond it a frame is
-//! dropped and counted (`PortStats::drop_worker_busy`); RC retransmits.
+//! a QP of the same device). The inbox is bounded ([`INBOX_FRAMES`], [`INBOX_BYTES`]): beyond
+//! it a frame is dropped and counted (`PortStats::drop_worker_busy`); RC retransmits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -27,8 +27,11 @@ use crate::stats::PortStats;
 pub const MAX_WORKERS: usize = 16;
 
 /// Frames an inbox holds for its worker before it drops (a worker that stopped taking them
-/// must not grow host memory): a few receive batches.
+/// must not grow host memory): a few receive batches...
 pub const INBOX_FRAMES: usize = 1024;
+/// ...and at most this many bytes of buffers (their capacity: what they hold of the host),
+/// like a fabric port's receive queue (`fabric::rxqueue::RXQ_MAX_BYTES`).
+pub const INBOX_BYTES: usize = 16 << 20;
 
 /// How a kick reaches a worker without a system call while it busy-polls (`Poller`). A
 /// Dekker pair: the kicker sets `work` then reads `polling`; the worker clears `polling` then
@@ -51,7 +54,14 @@ pub(super) struct Inbox {
     pub(super) queue: Mutex<DoorbellQueue>,
     pub(super) kick: EventFd,
     pub(super) wake: WakeFlags,
-    frames: Mutex<Vec<Handed>>,
+    frames: Mutex<HandedFrames>,
+}
+
+/// An inbox's frames and the bytes their buffers hold.
+#[derive(Debug, Default)]
+struct HandedFrames {
+    frames: Vec<Handed>,
+    bytes: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -64,7 +74,7 @@ impl Inbox {
             queue: Mutex::new(DoorbellQueue::new()),
             kick,
             wake: WakeFlags::default(),
-            frames: Mutex::new(Vec::new()),
+            frames: Mutex::new(HandedFrames::default()),
         }
     }
 
@@ -82,16 +92,20 @@ impl Inbox {
     /// Queue a frame for the worker (the caller kicks it). A full inbox gives the frame back.
     pub(super) fn hand(&self, frame: Handed) -> Result<(), Handed> {
         let mut q = lock(&self.frames);
-        if q.len() >= INBOX_FRAMES {
+        let bytes = frame.0.capacity();
+        if q.frames.len() >= INBOX_FRAMES || q.bytes + bytes > INBOX_BYTES {
             return Err(frame);
         }
-        q.push(frame);
+        q.bytes += bytes;
+        q.frames.push(frame);
         Ok(())
     }
 
     /// Move every handed frame into `into` (empty; it keeps its capacity for the inbox).
     pub(super) fn take_frames(&self, into: &mut Vec<Handed>) {
-        std::mem::swap(into, &mut *lock(&self.frames));
+        let mut q = lock(&self.frames);
+        std::mem::swap(into, &mut q.frames);
+        q.bytes = 0;
     }
 }
 
@@ -192,5 +206,23 @@ mod tests {
         inbox.take_frames(&mut got);
         assert_eq!(got.len(), INBOX_FRAMES);
         assert!(inbox.hand((vec![9], false)).is_ok());
+    }
+
+    #[test]
+    fn an_inbox_is_bounded_in_bytes_too() {
+        let inbox = Inbox::new(EventFd::new(EFD_NONBLOCK).unwrap());
+        let big = || (Vec::with_capacity(64 << 10), true);
+        let fit = INBOX_BYTES / (64 << 10);
+        for _ in 0..fit {
+            assert!(inbox.hand(big()).is_ok());
+        }
+        assert!(inbox.hand(big()).is_err());
+        let mut got = Vec::new();
+        inbox.take_frames(&mut got);
+        assert_eq!(got.len(), fit);
+        assert!(
+            inbox.hand(big()).is_ok(),
+            "taking the frames frees the bytes"
+        );
     }
 }
