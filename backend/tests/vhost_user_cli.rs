@@ -63,6 +63,33 @@ fn poll_us() {
     );
 }
 
+/// `--engine-threads`: engine workers per device, 1 by default, 1..=MAX_WORKERS.
+#[test]
+fn engine_threads() {
+    use vrdma_backend::transport::workers::MAX_WORKERS;
+    assert_eq!(parse(&[]).unwrap().engine.threads, 1);
+    assert_eq!(parse(&["--engine-threads", "2"]).unwrap().engine.threads, 2);
+    let max = MAX_WORKERS.to_string();
+    assert_eq!(
+        parse(&["--engine-threads", &max]).unwrap().engine.threads,
+        MAX_WORKERS
+    );
+    let too_many = (MAX_WORKERS + 1).to_string();
+    for bad in ["0", too_many.as_str(), "two"] {
+        let argv = [
+            "vrdma-backend",
+            "--socket-path",
+            "/tmp/x.sock",
+            "--mac",
+            "52:54:00:12:34:56",
+            "--engine-threads",
+            bad,
+        ];
+        let e = Args::try_parse_from(argv).expect_err(bad);
+        assert!(e.to_string().contains("--engine-threads"), "{bad}: {e}");
+    }
+}
+
 /// `--payload-refs`: one copy between the fabric's guests (spec §16.2 rule 6), off by default.
 #[test]
 fn payload_refs() {
@@ -278,6 +305,7 @@ fn help_documents_every_option() {
         "--pcap",
         "--pcap-max-bytes",
         "--poll-us",
+        "--engine-threads",
         "--payload-refs",
         "vrdma-backend stats --socket",
         "RUST_LOG",
