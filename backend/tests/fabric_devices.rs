@@ -8,52 +8,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::write_conn::WriteConn;
 use common::*;
 use vrdma_backend::fabric::{Fabric, FabricBuilder};
 use vrdma_backend::transport::engine::Engine;
 use vrdma_spec::*;
 
-/// One RC connection set up between two nodes, with an MR on each side.
-struct Conn {
-    qa: QpH,
-    cqa: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
-    len: u64,
-    data: Vec<u8>,
-}
-
-fn conn(a: &mut Node, b: &mut Node, len: u64, seed: u64) -> Conn {
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, _) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
-    connect(a, &qa, b, &qb, 5, 14, 7, 7);
-    let src = a.alloc(len);
-    let dst = b.alloc(len);
-    let ka = a.reg_mr(pda, src, len, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
-    let data = pattern(seed, len as usize);
-    a.write(src, &data);
-    Conn {
-        qa,
-        cqa,
-        src,
-        dst,
-        ka,
-        kb,
-        len,
-        data,
-    }
-}
-
 /// Post the connection's WRITE (one signaled WQE per MiB) and ring through `engine`.
-fn start_write(a: &Node, c: &mut Conn, engine: &Engine) {
+fn start_write(a: &Node, c: &mut WriteConn, engine: &Engine) {
     let chunk: u64 = 1 << 20;
     let n = c.len / chunk;
     for i in 0..n {
@@ -77,7 +39,7 @@ fn start_write(a: &Node, c: &mut Conn, engine: &Engine) {
     });
 }
 
-fn wait_write(a: &mut Node, b: &Node, c: &mut Conn) {
+fn wait_write(a: &mut Node, b: &Node, c: &mut WriteConn) {
     let start = Instant::now();
     let mut got = Vec::new();
     while got.is_empty() {
@@ -127,9 +89,9 @@ fn rc_between_four_devices_on_one_fabric() {
     let (n1, n2) = left.split_at_mut(1);
     let (n3, n4) = right.split_at_mut(1);
     let (n1, n2, n3, n4) = (&mut n1[0], &mut n2[0], &mut n3[0], &mut n4[0]);
-    let mut c12 = conn(n1, n2, 4 << 20, 12);
-    let mut c34 = conn(n3, n4, 4 << 20, 34);
-    let mut c41 = conn(n4, n1, 2 << 20, 41);
+    let mut c12 = WriteConn::new(n1, n2, 4 << 20, 12);
+    let mut c34 = WriteConn::new(n3, n4, 4 << 20, 34);
+    let mut c41 = WriteConn::new(n4, n1, 2 << 20, 41);
     let (fabric, engines, ids) = engines_on_fabric(&mut [n1, n2, n3, n4], Vec::new());
 
     // 1 -> 2 alone first: the other ports must see none of it (unicast is not flooded).
@@ -164,9 +126,9 @@ fn fabric_devices_and_a_remote_device_over_a_udp_uplink() {
     let mut a = Node::new(1, 32, 9000);
     let mut b = Node::new(2, 32, 9000);
     let mut c = Node::new(3, 32, 9000);
-    let mut ab = conn(&mut a, &mut b, 4 << 20, 1);
-    let mut ac = conn(&mut a, &mut c, 4 << 20, 2);
-    let mut cb = conn(&mut c, &mut b, 2 << 20, 3);
+    let mut ab = WriteConn::new(&mut a, &mut b, 4 << 20, 1);
+    let mut ac = WriteConn::new(&mut a, &mut c, 4 << 20, 2);
+    let mut cb = WriteConn::new(&mut c, &mut b, 2 << 20, 3);
     let (ua, uc) = udp_pair();
     let (fabric, engines, ids) = engines_on_fabric(&mut [&mut a, &mut b], vec![Arc::new(ua)]);
     let bridges = fabric.start_bridges().expect("bridge");
@@ -271,7 +233,7 @@ fn engines_on_a_fabric_leave_the_icrc_to_it() {
     use vrdma_backend::wire::{IcrcCheck, RocePacket, WireError};
     let mut a = Node::new(1, 32, 9000);
     let mut b = Node::new(2, 32, 9000);
-    let mut ab = conn(&mut a, &mut b, 2 << 20, 5);
+    let mut ab = WriteConn::new(&mut a, &mut b, 2 << 20, 5);
     let mut fb = FabricBuilder::new();
     let pa = fb.add_device(a.mac).expect("a");
     let pb = fb.add_device(b.mac).expect("b");
@@ -310,8 +272,8 @@ fn an_impaired_port_and_a_plain_one_on_one_fabric() {
     use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink};
     let mut a = Node::new(1, 32, 9000);
     let mut b = Node::new(2, 32, 9000);
-    let mut ab = conn(&mut a, &mut b, 2 << 20, 8);
-    let mut ba = conn(&mut b, &mut a, 2 << 20, 9);
+    let mut ab = WriteConn::new(&mut a, &mut b, 2 << 20, 8);
+    let mut ba = WriteConn::new(&mut b, &mut a, 2 << 20, 9);
     let mut fb = FabricBuilder::new();
     let pa = fb.add_device(a.mac).expect("a");
     let pb = fb.add_device(b.mac).expect("b");

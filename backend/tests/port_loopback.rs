@@ -3,36 +3,13 @@
 
 mod common;
 
-use std::net::UdpSocket;
-use std::os::unix::io::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::engine::*;
 use common::*;
 use vrdma_backend::transport::engine::Engine;
-use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
-
-/// An uplink that counts what it is asked to send and never receives.
-struct Counting {
-    sock: UdpSocket,
-    sent: AtomicUsize,
-}
-
-impl Uplink for Counting {
-    fn send(&self, _frame: &[u8]) -> Result<(), UplinkError> {
-        self.sent.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        Ok(None)
-    }
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
-    }
-}
 
 #[test]
 fn rc_between_qps_of_one_device_loops_back() {
@@ -49,10 +26,7 @@ fn rc_between_qps_of_one_device_loops_back() {
     let mut rq = q2.rq.clone().unwrap();
     a.post_recv(&mut rq, 77, &[(buf, 4096, k)]);
 
-    let up = Arc::new(Counting {
-        sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
-        sent: AtomicUsize::new(0),
-    });
+    let up = CountingUplink::new();
     let d = detach(&mut a);
     let e = Engine::start(d.clone(), up.clone()).expect("engine");
 

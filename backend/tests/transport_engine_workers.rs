@@ -5,19 +5,17 @@
 
 mod common;
 
-use std::net::UdpSocket;
-use std::os::unix::io::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::engine::*;
+use common::write_conn::WriteConn;
 use common::*;
 use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::qp::worker_of;
 use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_backend::transport::timers::set_workers;
-use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_backend::vhost_user::RdmaDevice;
 use vrdma_spec::*;
 
@@ -25,25 +23,6 @@ fn two_workers() -> EngineOptions {
     EngineOptions {
         threads: 2,
         ..Default::default()
-    }
-}
-
-/// An uplink that counts what it is asked to send and never receives.
-struct Counting {
-    sock: UdpSocket,
-    sent: AtomicUsize,
-}
-
-impl Uplink for Counting {
-    fn send(&self, _frame: &[u8]) -> Result<(), UplinkError> {
-        self.sent.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        Ok(None)
-    }
-    fn as_raw_fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
     }
 }
 
@@ -78,10 +57,7 @@ fn rc_between_qps_of_one_device_on_different_workers() {
     let mut rq = q2.rq.clone().unwrap();
     a.post_recv(&mut rq, 77, &[(buf, 4096, k)]);
 
-    let up = Arc::new(Counting {
-        sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
-        sent: AtomicUsize::new(0),
-    });
+    let up = CountingUplink::new();
     let stats = a.dev.port_stats.clone();
     let e = Engine::start_with(detach(&mut a), up.clone(), two_workers()).expect("engine");
     assert_eq!(e.sender().workers(), 2);
@@ -129,43 +105,7 @@ fn rc_between_qps_of_one_device_on_different_workers() {
     );
 }
 
-/// One RC connection a -> b with its buffers.
-struct Conn {
-    qa: QpH,
-    cqa: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
-    data: Vec<u8>,
-}
-
 const CONN_LEN: usize = 2 << 20;
-
-fn conn(a: &mut Node, b: &mut Node, seed: u64) -> Conn {
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, _) = b.create_cq(256);
-    let qa = a.create_qp(QpSpec::rc(pda, ca));
-    let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(a, &qa, b, &qb, 5, 14, 7, 7);
-    let src = a.alloc(CONN_LEN as u64);
-    let dst = b.alloc(CONN_LEN as u64);
-    let ka = a.reg_mr(pda, src, CONN_LEN as u64, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, CONN_LEN as u64, ACC_ALL);
-    let data = pattern(seed, CONN_LEN);
-    a.write(src, &data);
-    Conn {
-        qa,
-        cqa,
-        src,
-        dst,
-        ka,
-        kb,
-        data,
-    }
-}
 
 #[test]
 fn four_connections_between_two_fabric_devices_with_two_workers_each() {
@@ -173,7 +113,9 @@ fn four_connections_between_two_fabric_devices_with_two_workers_each() {
     let mut b = Node::new(2, 64, 9000);
     set_workers(&mut a.dev, 2);
     set_workers(&mut b.dev, 2);
-    let mut conns: Vec<Conn> = (0..4).map(|i| conn(&mut a, &mut b, 40 + i)).collect();
+    let mut conns: Vec<WriteConn> = (0..4)
+        .map(|i| WriteConn::new(&mut a, &mut b, CONN_LEN as u64, 40 + i))
+        .collect();
     // Both workers of each side own some of the QPs.
     for w in 0..2 {
         assert!(conns.iter().any(|c| worker_of(c.qa.qpn, 2) == w));
@@ -260,10 +202,7 @@ fn doorbells_rung_while_suspended_run_on_every_worker_after_resume() {
     let (d1, d2) = (pattern(1, len), pattern(2, len));
     a.write(buf, &d1);
     a.write(buf + len as u64, &d2);
-    let up = Arc::new(Counting {
-        sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
-        sent: AtomicUsize::new(0),
-    });
+    let up = CountingUplink::new();
     let dev = detach(&mut a);
     let e = Engine::start_with(dev.clone(), up, two_workers()).expect("engine");
 

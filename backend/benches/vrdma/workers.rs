@@ -10,6 +10,7 @@ use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_backend::transport::timers::set_workers;
 use vrdma_spec::*;
 
+use crate::common::write_conn::WriteConn;
 use crate::common::*;
 use crate::util::median;
 
@@ -20,19 +21,10 @@ const BUF: usize = 4 << 20;
 /// Outstanding WRITEs per QP (all signaled).
 const DEPTH: u64 = 32;
 
-struct Qp {
-    q: QpH,
-    cq: RingH,
-    src: u64,
-    dst: u64,
-    ka: u32,
-    kb: u32,
-}
-
 /// Two fabric devices with `workers` engine workers each and [`QPS`] connections a -> b.
 struct Setup {
     a: Node,
-    qps: Vec<Qp>,
+    qps: Vec<WriteConn>,
     ea: Engine,
     eb: Engine,
 }
@@ -43,28 +35,8 @@ fn setup(workers: usize) -> Setup {
     let mut b = Node::new(2, mem, 9000);
     set_workers(&mut a.dev, workers);
     set_workers(&mut b.dev, workers);
-    let qps = (0..QPS)
-        .map(|_| {
-            let pda = a.create_pd();
-            let pdb = b.create_pd();
-            let (ca, cq) = a.create_cq(256);
-            let (cb, _) = b.create_cq(256);
-            let q = a.create_qp(QpSpec::rc(pda, ca));
-            let qb = b.create_qp(QpSpec::rc(pdb, cb));
-            connect(&mut a, &q, &mut b, &qb, 5, 14, 7, 7);
-            let src = a.alloc(BUF as u64);
-            let dst = b.alloc(BUF as u64);
-            let ka = a.reg_mr(pda, src, BUF as u64, ACC_ALL);
-            let kb = b.reg_mr(pdb, dst, BUF as u64, ACC_ALL);
-            Qp {
-                q,
-                cq,
-                src,
-                dst,
-                ka,
-                kb,
-            }
-        })
+    let qps = (0..QPS as u64)
+        .map(|i| WriteConn::new(&mut a, &mut b, BUF as u64, i))
         .collect();
     let mut fb = FabricBuilder::new();
     let pa = fb.add_device(a.mac).expect("port a");
@@ -97,7 +69,7 @@ fn stream(s: &mut Setup, per_qp: u64) -> Duration {
                 let off = (posted[i] as usize * MSG % BUF) as u64;
                 post_send_mem(
                     &s.a.mem,
-                    &mut qp.q,
+                    &mut qp.qa,
                     &Wqe {
                         wr_id: posted[i],
                         opcode: VRDMA_WR_RDMA_WRITE,
@@ -113,7 +85,7 @@ fn stream(s: &mut Setup, per_qp: u64) -> Duration {
             if posted[i] != before {
                 dbs.push(VrdmaDoorbell {
                     type_: VRDMA_DB_SQ,
-                    id: qp.q.qpn,
+                    id: qp.qa.qpn,
                 });
             }
         }
@@ -121,8 +93,8 @@ fn stream(s: &mut Setup, per_qp: u64) -> Duration {
             s.ea.sender().doorbells(&dbs);
         }
         for (i, qp) in s.qps.iter_mut().enumerate() {
-            for c in s.a.poll_cq(&mut qp.cq) {
-                assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE on QP {}", qp.q.qpn);
+            for c in s.a.poll_cq(&mut qp.cqa) {
+                assert_eq!(c.status, VRDMA_WC_SUCCESS, "WRITE on QP {}", qp.qa.qpn);
                 done[i] += 1;
             }
         }

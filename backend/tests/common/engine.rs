@@ -85,3 +85,32 @@ pub fn wait_cqes(
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// An uplink that counts what it is asked to send and never receives: for traffic that must
+/// stay inside one device (looped back).
+pub struct CountingUplink {
+    sock: std::net::UdpSocket,
+    pub sent: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingUplink {
+    pub fn new() -> Arc<CountingUplink> {
+        Arc::new(CountingUplink {
+            sock: std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket"),
+            sent: Default::default(),
+        })
+    }
+}
+
+impl vrdma_backend::uplink::Uplink for CountingUplink {
+    fn send(&self, _frame: &[u8]) -> Result<(), vrdma_backend::uplink::UplinkError> {
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, vrdma_backend::uplink::UplinkError> {
+        Ok(None)
+    }
+    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
+        std::os::unix::io::AsRawFd::as_raw_fd(&self.sock)
+    }
+}

@@ -42,6 +42,7 @@ pub mod heap;
 pub mod odp;
 pub mod rc_pair;
 pub mod rng;
+pub mod write_conn;
 
 // Not every test binary builds an `RcPair` (same reason as the `dead_code` allow above).
 #[allow(unused_imports)]
