@@ -518,7 +518,7 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
             retries += 1;
         }
         assert!(
-            p.a.dev.outbox.is_empty(),
+            p.a.dev.outbox(0).frames.is_empty(),
             "nothing is sent while the WQE waits"
         );
         assert!(
@@ -596,5 +596,5 @@ fn ud_sends_on_an_exhausted_budget_all_complete_on_one_doorbell() {
     let ids: Vec<u64> = cqes.iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, (0..64).collect::<Vec<_>>(), "{cqes:?}");
     assert!(cqes.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
-    assert_eq!(a.dev.outbox.len(), 64);
+    assert_eq!(a.dev.outbox(0).frames.len(), 64);
 }

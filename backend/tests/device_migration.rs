@@ -162,7 +162,7 @@ fn rc_traffic_continues_after_a_round_trip() {
         },
     );
     p.qb = qb;
-    let lost = std::mem::take(&mut p.b.dev.outbox);
+    let lost = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert!(!lost.is_empty(), "the peer sent its SEND");
 
     let state = migrate(&mut p.a);
@@ -224,8 +224,8 @@ fn in_flight(p: &mut Pair) {
         },
     );
     p.qb = qb;
-    let fa = std::mem::take(&mut p.a.dev.outbox);
-    let fb = std::mem::take(&mut p.b.dev.outbox);
+    let fa = std::mem::take(&mut p.a.dev.outbox(0).frames);
+    let fb = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert!(
         fa.len() >= 8 && fb.len() >= 8,
         "{} / {} frames",
@@ -238,8 +238,8 @@ fn in_flight(p: &mut Pair) {
     for f in &fb[..fb.len() / 2] {
         transport::on_frame(&mut p.a.dev, f);
     }
-    p.a.dev.outbox.clear();
-    p.b.dev.outbox.clear();
+    p.a.dev.outbox(0).frames.clear();
+    p.b.dev.outbox(0).frames.clear();
     let qp = p.a.dev.qps.get(p.qa.qpn).unwrap();
     assert!(!qp.req.wqes.is_empty(), "the WRITE is in flight");
     assert!(qp.resp.recv.is_some(), "the SEND is half received");
@@ -292,7 +292,7 @@ fn a_device_waiting_for_read_responses_refuses_to_save() {
         ),
     );
     p.qb = qb;
-    for f in std::mem::take(&mut p.b.dev.outbox) {
+    for f in std::mem::take(&mut p.b.dev.outbox(0).frames) {
         transport::on_frame(&mut p.a.dev, &f);
     }
     let busy = !p.a.dev.qps.get(p.qa.qpn).unwrap().resp.replies.is_empty();

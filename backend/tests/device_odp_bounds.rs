@@ -234,7 +234,7 @@ fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
     let kb = p.implicit_mr(Side::B);
     let base = 0x3000_0000_0000u64;
     p.post(0, &rdma(1, VRDMA_WR_RDMA_READ, (dst, 64, ka), base, kb));
-    let good = p.a.dev.outbox.remove(0);
+    let good = p.a.dev.outbox(0).frames.remove(0);
     let parsed = RocePacket::parse(&good).expect("READ request parses");
     assert_eq!(parsed.bth.opcode, Opcode::RcReadRequest);
     let (qpn, psn) = (parsed.bth.dest_qp, parsed.bth.psn);
@@ -253,7 +253,7 @@ fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
         b.build(&[], &mut f).expect("build");
         transport::on_frame(&mut p.b.dev, &f);
     }
-    let replies = std::mem::take(&mut p.b.dev.outbox);
+    let replies = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert_eq!(replies.len(), n as usize, "one reply per request");
     for f in &replies {
         let r = RocePacket::parse(f).expect("reply parses");

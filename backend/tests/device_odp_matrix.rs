@@ -333,7 +333,7 @@ fn invalidate_races_with_inflight_writes() {
         );
     }
     // Deliver only part of the packets: the rest are on the wire when the invalidation runs.
-    let queued = p.a.dev.outbox.len();
+    let queued = p.a.dev.outbox(0).frames.len();
     assert!(queued > 20, "enough packets in flight ({queued})");
     p.deliver(20);
     let landed = p.b.read(old + 0x10_0000, (N * L) as usize);

@@ -175,11 +175,12 @@ fn every_qp_is_served_after_a_doorbell_flood() {
     }
     let batch = q.take();
     assert!(batch.sweep);
-    a.dev.outbox.clear();
+    a.dev.outbox(0).frames.clear();
     transport::on_doorbells(&mut a.dev, &batch);
     let mut served: Vec<u32> = a
         .dev
-        .outbox
+        .outbox(0)
+        .frames
         .iter()
         .filter_map(|f| packet::parse(f).map(|p| p.bth.dest_qp))
         .collect();

@@ -203,7 +203,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         },
     );
     t.ua = ua;
-    let reqs: Vec<Vec<u8>> = std::mem::take(&mut t.a.dev.outbox);
+    let reqs: Vec<Vec<u8>> = std::mem::take(&mut t.a.dev.outbox(0).frames);
     assert!(
         reqs.len() >= 10,
         "expected many request frames, got {}",
@@ -212,13 +212,13 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     for f in &reqs {
         transport::on_frame(&mut t.b.dev, f);
     }
-    let resps: Vec<Vec<u8>> = std::mem::take(&mut t.b.dev.outbox);
+    let resps: Vec<Vec<u8>> = std::mem::take(&mut t.b.dev.outbox(0).frames);
     assert!(resps.len() >= 3, "expected responses, got {}", resps.len());
     // Let the target pair settle with the real responses so that both sides are in sync.
     for f in &resps {
         transport::on_frame(&mut t.a.dev, f);
     }
-    t.a.dev.outbox.clear();
+    t.a.dev.outbox(0).frames.clear();
     (reqs, resps)
 }
 
@@ -394,14 +394,14 @@ fn run(seed: u64, budget: Duration) {
             n += 1;
         }
         // Hostile NAKs/ACKs the devices produced go nowhere; timers must not panic either.
-        t.a.dev.outbox.clear();
-        t.b.dev.outbox.clear();
+        t.a.dev.outbox(0).frames.clear();
+        t.b.dev.outbox(0).frames.clear();
         let now = Instant::now();
         let ra = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&mut t.a.dev, now)));
         let rb = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&mut t.b.dev, now)));
         assert!(ra.is_ok() && rb.is_ok(), "seed {seed}: on_tick panicked");
-        t.a.dev.outbox.clear();
-        t.b.dev.outbox.clear();
+        t.a.dev.outbox(0).frames.clear();
+        t.b.dev.outbox(0).frames.clear();
         // Drain the hostile CQs so they never overflow (overflow is a defined outcome too, but
         // it is not what this test is about).
         t.a.poll_cq(&mut t.tcqa);
@@ -449,8 +449,8 @@ fn truncate_every_length() {
                 assert!(res.is_ok(), "template {i} resealed at {n}: panic");
             }
         }
-        t.a.dev.outbox.clear();
-        t.b.dev.outbox.clear();
+        t.a.dev.outbox(0).frames.clear();
+        t.b.dev.outbox(0).frames.clear();
         t.a.poll_cq(&mut t.tcqa);
         t.b.poll_cq(&mut t.tcqb);
         t.b.poll_cq(&mut t.ucqb);
@@ -475,12 +475,12 @@ fn random_frames() {
         let res = catch_unwind(AssertUnwindSafe(|| transport::on_frame(&mut t.b.dev, &f)));
         assert!(res.is_ok(), "frame {i}: panic on {f:02x?}");
         if i % 256 == 0 {
-            t.b.dev.outbox.clear();
+            t.b.dev.outbox(0).frames.clear();
             t.b.poll_cq(&mut t.tcqb);
             t.b.poll_cq(&mut t.ucqb);
         }
     }
-    t.b.dev.outbox.clear();
+    t.b.dev.outbox(0).frames.clear();
     check_canary(&t);
     healthy_round(&mut t, 3);
 }
@@ -508,7 +508,7 @@ fn fresh() -> (Bed, Vec<Vec<u8>>) {
 /// Feed `f` to b; return the AETH syndromes of the ACK/NAK frames b answered with.
 fn feed_b(t: &mut Bed, f: &[u8]) -> Vec<u8> {
     transport::on_frame(&mut t.b.dev, f);
-    std::mem::take(&mut t.b.dev.outbox)
+    std::mem::take(&mut t.b.dev.outbox(0).frames)
         .iter()
         .filter(|g| g.len() > BTH + 16 && g[BTH] == 0x11)
         .map(|g| g[BTH + 12])
@@ -650,7 +650,7 @@ fn ud_wrong_qkey_is_dropped() {
         reseal(&mut f);
         transport::on_frame(&mut t.b.dev, &f);
     }
-    assert!(t.b.dev.outbox.is_empty(), "UD never answers");
+    assert!(t.b.dev.outbox(0).frames.is_empty(), "UD never answers");
     assert!(t.b.poll_cq(&mut t.ucqb).is_empty(), "wrong Q_Key delivered");
     assert_eq!(consumer(&t), c0, "receive WQE consumed");
     // The right Q_Key is delivered (the template itself).

@@ -139,7 +139,7 @@ fn transport_drops_are_counted_by_reason() {
             ..Default::default()
         },
     );
-    let frame = rc.a.dev.outbox.pop().expect("a SEND frame");
+    let frame = rc.a.dev.outbox(0).frames.pop().expect("a SEND frame");
     let p = rc.b.dev.port_stats.clone();
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
 

@@ -58,7 +58,7 @@ fn counted<R>(f: impl FnOnce() -> R) -> R {
 fn pump(a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>) -> u64 {
     let mut ab = 0;
     loop {
-        std::mem::swap(spare, &mut a.dev.outbox);
+        std::mem::swap(spare, &mut a.dev.outbox(0).frames);
         let n1 = spare.len();
         ab += n1 as u64;
         for f in spare.drain(..) {
@@ -68,7 +68,7 @@ fn pump(a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>) -> u64 {
                 transport::packet::recycle_frame(f);
             });
         }
-        std::mem::swap(spare, &mut b.dev.outbox);
+        std::mem::swap(spare, &mut b.dev.outbox(0).frames);
         let n2 = spare.len();
         for f in spare.drain(..) {
             counted(|| {

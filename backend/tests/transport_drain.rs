@@ -105,7 +105,7 @@ fn drain_qp_with_work_in_flight_flushes_everything_in_order() {
     }
     p.recv_a(100, 0, 64);
     p.recv_a(101, 0, 64);
-    assert!(!p.a.dev.outbox.is_empty(), "the writes went out");
+    assert!(!p.a.dev.outbox(0).frames.is_empty(), "the writes went out");
     let qa = p.qa.qpn;
     // ib_drain_qp(): to ERROR, then a marker send and a marker receive, each with its doorbell.
     p.a.qp_to_err(qa);

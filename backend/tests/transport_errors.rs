@@ -188,7 +188,7 @@ fn hostile_frames_do_not_disturb_other_qps() {
     // Capture one good frame to mutate.
     let w = write(&p, 1, p.kb, VRDMA_SEND_SIGNALED);
     p.post(&w);
-    let good = p.a.dev.outbox[0].clone();
+    let good = p.a.dev.outbox(0).frames[0].clone();
     let (ca, _) = p.wait(1, 0);
     assert_eq!(ca[0].status, VRDMA_WC_SUCCESS);
     let mut hostile: Vec<Vec<u8>> = vec![
@@ -250,7 +250,7 @@ fn hostile_frames_do_not_disturb_other_qps() {
     }
     // Replies are acknowledgements only: re-ACKs of the duplicates (bit flips in the MACs are
     // not covered by the ICRC) and one PSN sequence NAK for the far-ahead PSN.
-    for f in std::mem::take(&mut p.b.dev.outbox) {
+    for f in std::mem::take(&mut p.b.dev.outbox(0).frames) {
         let r = vrdma_backend::wire::RocePacket::parse(&f).expect("reply parses");
         assert_eq!(r.bth.opcode, vrdma_backend::wire::Opcode::RcAck);
     }
@@ -259,7 +259,7 @@ fn hostile_frames_do_not_disturb_other_qps() {
     assert!(p.b.events().is_empty());
     // Replaying the old (valid) frame is a duplicate: re-acknowledged, nothing breaks.
     vrdma_backend::transport::on_frame(&mut p.b.dev, &good);
-    p.b.dev.outbox.clear();
+    p.b.dev.outbox(0).frames.clear();
     // The QP still works.
     let data = pattern(77, 100);
     p.a.write(p.src, &data);

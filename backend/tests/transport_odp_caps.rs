@@ -32,11 +32,11 @@ fn settle(a: &mut Node, b: &mut Node) {
         let mut moved = a.answer_page_requests() + b.answer_page_requests();
         transport::resume_odp(&mut a.dev, Instant::now());
         transport::resume_odp(&mut b.dev, Instant::now());
-        for f in std::mem::take(&mut a.dev.outbox) {
+        for f in std::mem::take(&mut a.dev.outbox(0).frames) {
             transport::on_frame(&mut b.dev, &f);
             moved += 1;
         }
-        for f in std::mem::take(&mut b.dev.outbox) {
+        for f in std::mem::take(&mut b.dev.outbox(0).frames) {
             transport::on_frame(&mut a.dev, &f);
             moved += 1;
         }
@@ -93,7 +93,7 @@ fn uc_write_from_an_odp_mr_is_a_local_protection_error() {
         &mut t.qa,
         &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 512, ka), dst, kb),
     );
-    assert!(t.a.dev.outbox.is_empty(), "nothing sent");
+    assert!(t.a.dev.outbox(0).frames.is_empty(), "nothing sent");
     assert_eq!(t.a.answer_page_requests(), 0, "no page request");
     assert_eq!(poll(&mut t.a, &mut t.cqa), vec![(1, VRDMA_WC_LOC_PROT_ERR)]);
     assert_eq!(t.a.qp_state(t.qa.qpn), VRDMA_QPS_ERR);

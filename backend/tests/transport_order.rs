@@ -96,12 +96,12 @@ fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
     let fadd = fetch_add(2, (la + RLEN, 8, ka), lb + RLEN, kb, 1);
     // The atomic first, answered at once (nothing queued yet); keep its request frame.
     p.a.post_send(&mut p.qa, &fadd);
-    let atomic = p.a.dev.outbox[0].clone();
+    let atomic = p.a.dev.outbox(0).frames[0].clone();
     let mut link = Link::clean();
     pump_idle(&mut p.a, &mut p.b, &mut link);
     // Then the READ: B paces its responses and they stay queued (B's outbox is not drained).
     p.a.post_send(&mut p.qa, &read);
-    for f in std::mem::take(&mut p.a.dev.outbox) {
+    for f in std::mem::take(&mut p.a.dev.outbox(0).frames) {
         vrdma_backend::transport::on_frame(&mut p.b.dev, &f);
     }
     let queued = |b: &Node| b.dev.qps.get(p.qb.qpn).expect("qp").resp.replies.len();

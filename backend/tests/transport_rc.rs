@@ -327,7 +327,11 @@ fn fence_holds_a_write_behind_an_outstanding_read() {
         },
     );
     // IBTA 10.8.3.3: the fenced WRITE is not sent while the READ is outstanding.
-    assert_eq!(p.a.dev.outbox.len(), 1, "only the READ request goes out");
+    assert_eq!(
+        p.a.dev.outbox(0).frames.len(),
+        1,
+        "only the READ request goes out"
+    );
     let (ca, _) = p.wait(2, 0);
     ok(&ca[0], 40, VRDMA_WC_RDMA_READ);
     ok(&ca[1], 41, VRDMA_WC_RDMA_WRITE);

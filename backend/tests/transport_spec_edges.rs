@@ -18,7 +18,7 @@ fn ud_qp(n: &mut Node, pd: u32, cq: u32) -> QpH {
 
 /// Deliver A's frames to B once.
 fn deliver(a: &mut Node, b: &mut Node) -> usize {
-    let f = std::mem::take(&mut a.dev.outbox);
+    let f = std::mem::take(&mut a.dev.outbox(0).frames);
     let n = f.len();
     for x in f {
         transport::on_frame(&mut b.dev, &x);
@@ -104,7 +104,7 @@ fn read_spanning_too_many_psns_is_a_length_error() {
             VRDMA_WC_LOC_PROT_ERR
         };
         assert_eq!((c[0].wr_id, c[0].status), (wr_id, want));
-        assert!(p.a.dev.outbox.is_empty(), "nothing sent");
+        assert!(p.a.dev.outbox(0).frames.is_empty(), "nothing sent");
         if wr_id == 1 {
             // The QP went to ERROR; start again for the boundary case.
             p.qa = p.a.create_qp(QpSpec::rc(p.pda, p.cqna));

@@ -108,7 +108,10 @@ fn connected_qps_drop_packets_from_a_foreign_address() {
             b"EVIL-EVIL",
         );
         transport::on_frame(&mut c.b.dev, &f);
-        assert!(c.b.dev.outbox.is_empty(), "no ACK/NAK for foreign packets");
+        assert!(
+            c.b.dev.outbox(0).frames.is_empty(),
+            "no ACK/NAK for foreign packets"
+        );
         assert!(c.b.poll_cq(&mut c.cqb).is_empty(), "qpt {qp_type}: no CQE");
         assert_ne!(c.b.read(c.dst, 9), b"EVIL-EVIL", "qpt {qp_type}: no data");
         assert_eq!(
@@ -130,8 +133,8 @@ fn rc_requester_ignores_acks_from_a_foreign_address() {
     let mut c = conn(VRDMA_QPT_RC);
     c.recv_b(1, 0, 4096);
     let _ = c.genuine_send(7, 5, 300);
-    assert_eq!(c.a.dev.outbox.len(), 1, "the SEND is on its way");
-    let held = std::mem::take(&mut c.a.dev.outbox);
+    assert_eq!(c.a.dev.outbox(0).frames.len(), 1, "the SEND is on its way");
+    let held = std::mem::take(&mut c.a.dev.outbox(0).frames);
     // A forged ACK for that PSN from a foreign IP, b → a.
     let addr = Addressing {
         src_mac: c.b.mac,
@@ -159,7 +162,7 @@ fn rc_requester_ignores_acks_from_a_foreign_address() {
         1
     );
     // The real SEND goes through and its real ACK completes the WQE.
-    c.a.dev.outbox = held;
+    c.a.dev.outbox(0).frames = held;
     let (mut ga, mut gb) = (Vec::new(), Vec::new());
     let (cqa, cqb) = (&mut c.cqa, &mut c.cqb);
     pump_until(&mut c.a, &mut c.b, &mut c.link, T, |a, b| {
@@ -185,7 +188,7 @@ fn rc_pkey_rules() {
         let f = send_only(&c, Opcode::RcSendOnly, EPSN, pkey, None);
         transport::on_frame(&mut c.b.dev, &f);
     }
-    assert!(c.b.dev.outbox.is_empty());
+    assert!(c.b.dev.outbox(0).frames.is_empty());
     assert!(c.b.poll_cq(&mut c.cqb).is_empty());
     assert_eq!(c.b.dev.port_stats.drop_bad_pkey.load(Ordering::Relaxed), 4);
     // Limited member (0x7fff) to the QP's full-member P_Key (0xffff): accepted (IBTA 10.9). The

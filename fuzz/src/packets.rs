@@ -91,11 +91,11 @@ pub fn bed_with_traffic() -> (Bed, Vec<Vec<u8>>, Vec<Vec<u8>>) {
         },
     );
     t.qa = qa;
-    let reqs = std::mem::take(&mut t.a.dev.outbox);
+    let reqs = std::mem::take(&mut t.a.dev.outbox(0).frames);
     for f in &reqs {
         transport::on_frame(&mut t.b.dev, f);
     }
-    let resps = std::mem::take(&mut t.b.dev.outbox);
+    let resps = std::mem::take(&mut t.b.dev.outbox(0).frames);
     (t, reqs, resps)
 }
 

@@ -448,8 +448,8 @@ impl Bed {
                 for _ in 0..64 {
                     serve(a, out_a, &mut self.a);
                     serve(b, out_b, &mut self.b);
-                    let fa = std::mem::take(&mut a.outbox);
-                    let fb = std::mem::take(&mut b.outbox);
+                    let fa = std::mem::take(&mut a.outbox(0).frames);
+                    let fb = std::mem::take(&mut b.outbox(0).frames);
                     if fa.is_empty() && fb.is_empty() {
                         break;
                     }

@@ -22,6 +22,7 @@
 //!   (spec §16.1, `crate::budget`); over budget, take the spec's outcome, never allocate anyway.
 
 pub mod config;
+pub mod outbox;
 pub mod timer_queue;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use std::time::Instant;
 use vrdma_spec::*;
 
 pub use config::DeviceConfig;
+pub use outbox::Outbox;
 pub use timer_queue::TimerQueue;
 
 use crate::guest::output;
@@ -71,15 +73,9 @@ pub struct DeviceTables<P: Protocol> {
     /// (at most `MAX_PARKED_ADVISE`, each keeping a few response descriptors, see
     /// `vhost_user::controlq::response_descs`).
     _fixed: crate::budget::Charge,
-    /// Frames the transport wants sent; the engine loop flushes it to the uplink.
-    pub outbox: Vec<Vec<u8>>,
-    /// The indices in `outbox` (ascending) of the buffers that are fabric segments
-    /// (`wire::segment`, spec §16.2 rule 6; only [`DeviceTables::queue_segment`] adds one): the mark
-    /// travels beside the buffer, never in its bytes. Every other entry is one frame.
-    pub outbox_segments: Vec<usize>,
-    /// The by-reference payloads of segments in `outbox` (their index, ascending; spec §16.2
-    /// rule 6): a segment listed here left its payloads in guest memory.
-    pub outbox_refs: Vec<(usize, Box<dyn crate::wire::segment::PayloadRefs>)>,
+    /// What the QPs queued for the uplink, one outbox per engine worker (`outbox.rs`); the
+    /// worker flushes its own after its batch.
+    outboxes: Vec<Outbox>,
     /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
     pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
@@ -146,9 +142,7 @@ impl<P: Protocol> DeviceTables<P> {
                 .with_budget(budget.clone()),
             qps: QpTable::new(config.max_qp),
             budget,
-            outbox: Vec::new(),
-            outbox_segments: Vec::new(),
-            outbox_refs: Vec::new(),
+            outboxes: vec![Outbox::default()],
             port_stats: Arc::default(),
             flush_hook: None,
             flush_queue: VecDeque::new(),
@@ -179,9 +173,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.mcast.clear();
         self.mrs.clear();
         self.qps.clear();
-        self.outbox.clear();
-        self.outbox_segments.clear();
-        self.outbox_refs.clear();
+        self.outboxes.iter_mut().for_each(Outbox::clear);
         self.flush_queue.clear();
         self.needs_reset = false;
         self.timers.clear();
@@ -190,20 +182,27 @@ impl<P: Protocol> DeviceTables<P> {
         self.resume_sweep = false;
     }
 
-    /// Queue a fabric segment for the uplink, in order with the frames in `outbox`.
-    pub fn queue_segment(&mut self, seg: Vec<u8>) {
-        self.outbox_segments.push(self.outbox.len());
-        self.outbox.push(seg);
+    /// Shard the device over `workers` engine workers (`qp::worker_of`): QPN allocation and
+    /// one outbox each. Called by the engine before it starts, with the device quiet.
+    pub(crate) fn set_workers(&mut self, workers: usize) {
+        let n = workers.max(1);
+        self.qps.set_workers(n);
+        let mut kept = std::mem::take(&mut self.outboxes);
+        kept.resize_with(n, Outbox::default);
+        self.outboxes = kept;
     }
 
-    /// [`DeviceTables::queue_segment`] for a segment whose payloads `refs` holds by reference.
-    pub fn queue_segment_refs(
-        &mut self,
-        seg: Vec<u8>,
-        refs: Box<dyn crate::wire::segment::PayloadRefs>,
-    ) {
-        self.outbox_refs.push((self.outbox.len(), refs));
-        self.queue_segment(seg);
+    /// The outbox of engine worker `worker` (worker 0's when there are fewer; a device driven
+    /// without an engine, as in tests, has one).
+    pub fn outbox(&mut self, worker: usize) -> &mut Outbox {
+        let n = self.outboxes.len();
+        &mut self.outboxes[if worker < n { worker } else { 0 }]
+    }
+
+    /// The outbox of the worker that owns QP `qpn`: where the frames it sends go.
+    pub fn outbox_of(&mut self, qpn: u32) -> &mut Outbox {
+        let w = crate::qp::worker_of(qpn, self.outboxes.len());
+        self.outbox(w)
     }
 
     /// Leaving a suspension (spec §17.4): ring every QP's doorbells at the next engine batch
@@ -222,7 +221,7 @@ impl<P: Protocol> DeviceTables<P> {
             f.extend_from_slice(&[0; 4]);
         }
         f.resize(60, 0);
-        self.outbox.push(f);
+        self.outbox(0).push(f);
     }
 
     /// Replace the output sink (e.g. when the vhost-user layer is (re)connected). The MR table's

@@ -417,20 +417,21 @@ pub fn sq_drained(dev: &mut Device, qpn: u32) {
 /// a request packet sent again).
 pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) {
     count_tx(dev, qpn, frame.len(), retransmit);
-    dev.outbox.push(frame);
+    dev.outbox_of(qpn).push(frame);
 }
 
-/// Queue the packets written into `w` (if any) as one fabric segment (spec §16.2 rule 6; a
-/// single packet as a plain frame); `w` is empty afterwards.
-pub fn flush_segment(dev: &mut Device, w: &mut crate::wire::segment::SegmentWriter) {
+/// Queue the packets QP `qpn` wrote into `w` (if any) as one fabric segment (spec §16.2 rule
+/// 6; a single packet as a plain frame); `w` is empty afterwards.
+pub fn flush_segment(dev: &mut Device, qpn: u32, w: &mut crate::wire::segment::SegmentWriter) {
     let segment = w.count() > 1;
     // By-reference payloads stay by reference in a segment; a single frame is materialized
     // (spec §16.2 rule 6).
     if let Some((b, refs)) = w.finish_with_refs() {
+        let out = dev.outbox_of(qpn);
         match (segment, refs) {
-            (true, Some(r)) => dev.queue_segment_refs(b, r),
-            (true, None) => dev.queue_segment(b),
-            (false, _) => dev.outbox.push(b),
+            (true, Some(r)) => out.push_segment_refs(b, r),
+            (true, None) => out.push_segment(b),
+            (false, _) => out.push(b),
         }
     }
 }

@@ -8,11 +8,11 @@
 //!
 //! and then, under the device lock (`HandoffMutex`) held once per batch and handed to a waiting
 //! control command after every doorbell record and received buffer (see [`hand_off`]), runs
-//! doorbells, received frames and timers through the transport. Workers of one device take turns on
-//! the device lock, a batch each; they receive, send and sleep in parallel. Frames the transport
-//! queued in `Device::outbox` are sent to the uplink after the lock is released. RoCEv2 frames for
-//! our GIDs go to `transport::on_frame`, everything else the port demux (`port.rs`) gives the guest
-//! goes to `DeviceOutput::eth_rx`.
+//! doorbells, received frames and timers through the transport. Workers of one device take turns
+//! on the device lock, a batch each; they receive, send and sleep in parallel. Frames the
+//! transport queued in the worker's outbox (`Device::outbox`) are sent to the uplink after the
+//! lock is released. RoCEv2 frames for our GIDs go to `transport::on_frame`, everything else the
+//! port demux (`port.rs`) gives the guest goes to `DeviceOutput::eth_rx`.
 //!
 //! The vhost-user thread never blocks on the engine: [`EngineSender::doorbell`] only adds to a
 //! bounded, merging queue (`doorbells.rs`) and writes the eventfd.
@@ -38,6 +38,7 @@ use super::workers::{
 use crate::handoff::{HandoffMutex, LongGuard};
 use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
+use crate::tables::Outbox;
 use crate::transport::Device;
 use crate::uplink::{RxFrame, Uplink, UplinkError, MAX_FRAME};
 
@@ -346,16 +347,10 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
     // received in the next round instead of going out on the uplink.
     // Each with its segment mark (spec §16.2 rule 6).
     let mut looped: Vec<(Vec<u8>, bool)> = Vec::new();
-    // Frames for the uplink, swapped with `Device::outbox` (both keep their capacity), and
-    // the indices of the segments among them (`Device::outbox_segments`).
-    let mut out: Vec<Vec<u8>> = Vec::new();
-    let mut out_segments: Vec<usize> = Vec::new();
-    let mut to_uplink: Vec<Vec<u8>> = Vec::new();
-    let mut to_uplink_segments: Vec<usize> = Vec::new();
-    // The by-reference payloads of segments among them (`Device::outbox_refs`, spec §16.2
-    // rule 6), by index.
-    let mut out_refs: Vec<(usize, SegRefs)> = Vec::new();
-    let mut to_uplink_refs: Vec<(usize, SegRefs)> = Vec::new();
+    // Frames for the uplink, swapped with this worker's outbox (`Device::outbox`, both keep
+    // their capacity), and those of them that leave through the uplink.
+    let mut out = Outbox::default();
+    let mut to_uplink = Outbox::default();
     // The uplink's link state is polled every LINK_POLL (spec §2.2: UDP has none).
     let has_link = receives && uplink.link_up().is_some();
     let icrc_offload = uplink.icrc_offload();
@@ -637,9 +632,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 looped.clear();
                 handed.clear();
                 frames.clear();
-                d.outbox.clear();
-                d.outbox_segments.clear();
-                d.outbox_refs.clear();
+                d.outbox(w).clear();
                 None
             } else {
                 let t = super::on_worker_tick(&mut d, now, w);
@@ -652,12 +645,10 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                std::mem::swap(&mut out, &mut d.outbox);
-                std::mem::swap(&mut out_segments, &mut d.outbox_segments);
-                std::mem::swap(&mut out_refs, &mut d.outbox_refs);
-                let mut marks = out_segments.iter().copied().peekable();
-                let mut held = out_refs.drain(..).peekable();
-                for (i, mut f) in out.drain(..).enumerate() {
+                std::mem::swap(&mut out, d.outbox(w));
+                let mut marks = out.segments.iter().copied().peekable();
+                let mut held = out.refs.drain(..).peekable();
+                for (i, mut f) in out.frames.drain(..).enumerate() {
                     let segment = marks.next_if_eq(&i).is_some();
                     let refs = held.next_if(|(j, _)| *j == i).map(|(_, r)| r);
                     let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
@@ -697,36 +688,31 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         TxDestination::EngineAndUplink => {
                             bump(&port.loopback_frames);
                             loop_back(f.clone());
-                            if segment {
-                                to_uplink_segments.push(to_uplink.len());
+                            match segment {
+                                true => to_uplink.push_segment(f),
+                                false => to_uplink.push(f),
                             }
-                            to_uplink.push(f);
                         }
-                        TxDestination::Uplink => {
-                            if segment {
-                                to_uplink_segments.push(to_uplink.len());
-                            }
-                            if let Some(r) = refs {
-                                to_uplink_refs.push((to_uplink.len(), r));
-                            }
-                            to_uplink.push(f);
-                        }
+                        TxDestination::Uplink => match (segment, refs) {
+                            (true, Some(r)) => to_uplink.push_segment_refs(f, r),
+                            (true, None) => to_uplink.push_segment(f),
+                            (false, _) => to_uplink.push(f),
+                        },
                     }
                 }
                 drop(held);
-                out_segments.clear();
+                drop(marks);
+                out.clear();
                 std::mem::swap(&mut out, &mut to_uplink);
-                std::mem::swap(&mut out_segments, &mut to_uplink_segments);
-                std::mem::swap(&mut out_refs, &mut to_uplink_refs);
                 next
             }
         };
         sender.kick_workers(kick_mask & !(1 << w));
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
-        send_out_refs(&*uplink, &mut out, &out_segments, &mut out_refs);
-        out_segments.clear();
-        for f in out.drain(..) {
+        send_out(&*uplink, &mut out);
+        out.segments.clear();
+        for f in out.frames.drain(..) {
             super::packet::recycle_frame(f);
         }
         alarm.set(next, Instant::now());
@@ -760,23 +746,23 @@ fn held(refs: &Option<SegRefs>, k: usize) -> Option<&dyn crate::wire::segment::P
     refs.as_deref().filter(|r| r.place(k).is_some())
 }
 
-/// Send `out` in order: runs of frames through [`Uplink::send_frames`], each segment (the
-/// indices in `segments`, ascending; spec §16.2 rule 6) through [`Uplink::send_segment`], or
-/// [`Uplink::send_segment_refs`] for those listed in `refs` (index, ascending: their payloads
-/// are held by reference); `refs` is empty afterwards.
-fn send_out_refs(
-    uplink: &dyn Uplink,
-    out: &mut [Vec<u8>],
-    segments: &[usize],
-    refs: &mut Vec<(usize, SegRefs)>,
-) {
+/// Send `out` in order: runs of frames through [`Uplink::send_frames`], each segment
+/// (`Outbox::segments`; spec §16.2 rule 6) through [`Uplink::send_segment`], or
+/// [`Uplink::send_segment_refs`] for those listed in `Outbox::refs` (their payloads are held by
+/// reference); the references are gone afterwards, the buffers stay for recycling.
+fn send_out(uplink: &dyn Uplink, out: &mut Outbox) {
+    let Outbox {
+        frames: out,
+        segments,
+        refs,
+    } = out;
     let mut held = refs.drain(..).peekable();
     let sent = |r: Result<usize, UplinkError>| match r {
         Ok(_) | Err(UplinkError::WouldBlock) => {}
         Err(e) => log::warn!("engine: uplink send: {e}"),
     };
     let mut start = 0;
-    for &i in segments {
+    for &i in segments.iter() {
         if i >= out.len() {
             break;
         }

@@ -248,7 +248,7 @@ pub fn on_worker_doorbells(
 }
 
 /// The standard frames in a buffer: the frames of a fabric segment when the buffer is marked
-/// as one (`segment`: `RxFrame::segment`, `Device::outbox_segments`; spec §16.2 rule 6), else
+/// as one (`segment`: `RxFrame::segment`, `Outbox::segments`; spec §16.2 rule 6), else
 /// the buffer itself, whatever its bytes (a guest's netdev frame of any EtherType). A marked
 /// buffer that is not a valid segment yields nothing (dropped).
 pub fn frames_of(buf: &[u8], segment: bool) -> FramesOf<'_> {

@@ -115,7 +115,7 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
 /// Spread the device's QPs and timers over `workers` engine workers (`qp::worker_of`): new
 /// QPNs round robin, and each live QP's deadline and worklist entry moved to its worker's shard.
 pub fn set_workers(dev: &mut Device, workers: usize) {
-    dev.qps.set_workers(workers);
+    dev.set_workers(workers);
     let Device { qps, timers, .. } = dev;
     timers.reshard(workers);
     let n = timers.shards();

@@ -803,7 +803,7 @@ pub fn pump_until(
         }
         assert!(start.elapsed() < limit, "pump: timed out");
         let mut moved = 0;
-        for f in std::mem::take(&mut a.dev.outbox) {
+        for f in std::mem::take(&mut a.dev.outbox(0).frames) {
             if link.filter_ab.as_mut().is_none_or(|flt| flt(&f)) {
                 let _ = link.ab.send(&f);
             }
@@ -814,7 +814,7 @@ pub fn pump_until(
             link.frames_ab += 1;
             moved += 1;
         }
-        for f in std::mem::take(&mut b.dev.outbox) {
+        for f in std::mem::take(&mut b.dev.outbox(0).frames) {
             if link.filter_ba.as_mut().is_none_or(|flt| flt(&f)) {
                 let _ = link.ba.send(&f);
             }
@@ -825,12 +825,12 @@ pub fn pump_until(
             link.frames_ba += 1;
             moved += 1;
         }
-        if moved == 0 && a.dev.outbox.is_empty() && b.dev.outbox.is_empty() {
+        if moved == 0 && a.dev.outbox(0).frames.is_empty() && b.dev.outbox(0).frames.is_empty() {
             // Quiet: advance virtual time to the earliest transport deadline.
             let now = Instant::now().max(vt);
             let na = transport::on_tick(&mut a.dev, now);
             let nb = transport::on_tick(&mut b.dev, now);
-            if !a.dev.outbox.is_empty() || !b.dev.outbox.is_empty() {
+            if !a.dev.outbox(0).frames.is_empty() || !b.dev.outbox(0).frames.is_empty() {
                 continue;
             }
             match (na, nb) {
@@ -878,7 +878,7 @@ pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
     let start = Instant::now();
     loop {
         let mut moved = 0;
-        for f in std::mem::take(&mut a.dev.outbox) {
+        for f in std::mem::take(&mut a.dev.outbox(0).frames) {
             let _ = link.ab.send(&f);
         }
         let _ = link.ab.flush();
@@ -886,7 +886,7 @@ pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
             transport::on_frame(&mut b.dev, &f);
             moved += 1;
         }
-        for f in std::mem::take(&mut b.dev.outbox) {
+        for f in std::mem::take(&mut b.dev.outbox(0).frames) {
             let _ = link.ba.send(&f);
         }
         let _ = link.ba.flush();

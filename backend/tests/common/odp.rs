@@ -333,7 +333,7 @@ impl Pair {
 
     /// Deliver frames both ways (A's frames: at most `limit_a`, the rest stay queued).
     pub fn deliver(&mut self, limit_a: usize) {
-        let mut fa = std::mem::take(&mut self.a.dev.outbox);
+        let mut fa = std::mem::take(&mut self.a.dev.outbox(0).frames);
         let rest = if fa.len() > limit_a {
             fa.split_off(limit_a)
         } else {
@@ -343,10 +343,10 @@ impl Pair {
             transport::on_frame(&mut self.b.dev, &f);
         }
         // Frames A produced meanwhile go after the held-back ones.
-        let mut later = std::mem::take(&mut self.a.dev.outbox);
-        self.a.dev.outbox = rest;
-        self.a.dev.outbox.append(&mut later);
-        for f in std::mem::take(&mut self.b.dev.outbox) {
+        let mut later = std::mem::take(&mut self.a.dev.outbox(0).frames);
+        self.a.dev.outbox(0).frames = rest;
+        self.a.dev.outbox(0).frames.append(&mut later);
+        for f in std::mem::take(&mut self.b.dev.outbox(0).frames) {
             transport::on_frame(&mut self.a.dev, &f);
         }
     }

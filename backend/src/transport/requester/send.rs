@@ -18,7 +18,7 @@ pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: 
         .then(|| SegmentWriter::new(crate::transport::packet::segment_buf()));
     send_packets(dev, ctx, st, now, &mut seg);
     if let Some(mut w) = seg {
-        ctx::flush_segment(dev, &mut w);
+        ctx::flush_segment(dev, ctx.qpn, &mut w);
         crate::transport::packet::recycle_frame(w.into_buf());
     }
 }
@@ -487,7 +487,7 @@ fn send_wqe(
         let multi = w.length > u64::from(mtu) && !w.is_rd_atomic();
         if let Some(w) = seg.as_mut() {
             if !w.is_empty() && (!multi || !w.fits(plen)) {
-                ctx::flush_segment(dev, w);
+                ctx::flush_segment(dev, ctx.qpn, w);
                 *w = SegmentWriter::new(crate::transport::packet::segment_buf());
             }
         }

@@ -23,15 +23,15 @@ pub(crate) fn pump_replies(
     let segments = dev.icrc_offload.segments && !ctx.is_ud();
     let mut seg = None;
     let more = pump(dev, ctx, st, budget, segments, &mut seg);
-    close_segment(dev, &mut seg);
+    close_segment(dev, ctx.qpn, &mut seg);
     more
 }
 
 /// Queue what `seg` holds (if anything; it is closed) before a single frame or a new segment,
 /// so PSN order holds on the wire.
-fn close_segment(dev: &mut Device, seg: &mut Option<SegmentWriter>) {
+fn close_segment(dev: &mut Device, qpn: u32, seg: &mut Option<SegmentWriter>) {
     if let Some(mut w) = seg.take() {
-        ctx::flush_segment(dev, &mut w);
+        ctx::flush_segment(dev, qpn, &mut w);
         crate::transport::packet::recycle_frame(w.into_buf());
     }
 }
@@ -61,7 +61,7 @@ fn pump(
             ReplyKind::Ack(aeth) => {
                 let psn = r.psn;
                 st.replies.pop_front();
-                close_segment(dev, seg);
+                close_segment(dev, ctx.qpn, seg);
                 send_ack(dev, ctx, aeth, psn);
                 budget -= 1;
                 continue;
@@ -69,7 +69,7 @@ fn pump(
             ReplyKind::AtomicAck { orig } => {
                 let (psn, msn) = (r.psn, r.msn);
                 st.replies.pop_front();
-                close_segment(dev, seg);
+                close_segment(dev, ctx.qpn, seg);
                 send_atomic_ack(dev, ctx, msn, psn, orig);
                 budget -= 1;
                 continue;
@@ -122,7 +122,7 @@ fn pump(
         };
         let multi = segments && !matches!(pos, Position::Only);
         if !multi || seg.as_ref().is_some_and(|w| !w.fits(n as usize)) {
-            close_segment(dev, seg);
+            close_segment(dev, ctx.qpn, seg);
         }
         if multi && seg.is_none() {
             *seg = Some(SegmentWriter::new(crate::transport::packet::segment_buf()));
