@@ -173,6 +173,7 @@ fn rc_traffic_continues_after_a_round_trip() {
         "PSNs carried over"
     );
     assert_eq!(qp.state.as_u32(), VRDMA_QPS_RTS);
+    drop(qp);
     // Saving the restored device gives the same stream (nothing lost or invented).
     assert_eq!(snapshot::save(&p.a.dev).unwrap(), state);
 
@@ -255,6 +256,7 @@ fn transport_state_in_flight_moves_and_completes() {
     let qp = p.a.dev.qps.get(p.qa.qpn).unwrap();
     assert_eq!(qp.req.wqes.len(), 1, "the fetched WQE moved");
     assert!(qp.resp.recv.is_some(), "the receive in progress moved");
+    drop(qp);
     assert_eq!(snapshot::save(&p.a.dev).unwrap(), state);
     // a: the WRITE's and the RECV's completions; b: the SEND's.
     let (ca, cb) = wait(&mut p, &mut link, 2, 1);

@@ -224,6 +224,7 @@ fn rc_to_rts_and_query() {
     let qp = f.env.dev.qps.get(qpn).unwrap();
     assert_eq!(qp.attrs.sgid, gid_v4(1), "source GID resolved");
     assert_eq!(qp.req.psn, 200, "transport's requester PSN set");
+    drop(qp);
     // RTS -> SQD -> RTS, then to ERR and RESET.
     assert_eq!(
         f.env

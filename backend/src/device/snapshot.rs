@@ -433,7 +433,7 @@ pub fn save(dev: &Device) -> Result<Vec<u8>, SnapshotError> {
     w.u32(qpns.len() as u32);
     for qpn in qpns {
         let Some(qp) = dev.qps.get(qpn) else { continue };
-        put_qp(&mut w, qp);
+        put_qp(&mut w, &qp);
     }
 
     let body = (w.buf.len() - 16) as u32;

@@ -5,6 +5,8 @@
 
 pub mod state;
 
+use std::sync::{Mutex, MutexGuard};
+
 use thiserror::Error;
 use vrdma_spec::*;
 
@@ -446,6 +448,17 @@ pub fn worker_of(qpn: u32, workers: usize) -> usize {
     }
 }
 
+/// Lock a QP; poisoning is ignored, as everywhere in the daemon (a panic leaves the state as
+/// consistent as the code between two statements).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A QP of an exclusively borrowed table, without locking.
+fn unlocked<T>(m: &mut Mutex<T>) -> &mut T {
+    m.get_mut().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A random QPN in 16..=MAX_QPN for which `used` is false, `None` if `count` + 1 steps of the
 /// fallback walk find none (impossible while `count` QPNs are used and count < the space).
 ///
@@ -470,8 +483,10 @@ fn pick_qpn(rng: &mut crate::ids::IdRng, count: u32, used: impl Fn(u32) -> bool)
 /// The QP table: GSI is QPN 1, ordinary QPs get random QPNs in 16..=0xfffffe (spec §13.6, §16),
 /// unique among live QPs.
 pub struct QpTable<P: Protocol> {
-    /// Looked up several times per packet; QPNs are device-chosen (`fasthash`).
-    qps: crate::fasthash::FastMap<u32, Qp<P>>,
+    /// Looked up several times per packet; QPNs are device-chosen (`fasthash`). Each QP has
+    /// its own lock, so an engine worker and a command about another QP do not wait for each
+    /// other (ARCHITECTURE.md "Locks"); with the table borrowed mutably nothing is locked.
+    qps: crate::fasthash::FastMap<u32, Mutex<Qp<P>>>,
     rng: crate::ids::IdRng,
     max_qp: u32,
     count: u32,
@@ -549,19 +564,28 @@ impl<P: Protocol> QpTable<P> {
         if qp.qpn != VRDMA_GSI_QPN {
             self.count += 1;
         }
-        self.qps.insert(qp.qpn, qp);
+        self.qps.insert(qp.qpn, Mutex::new(qp));
     }
 
-    pub fn get(&self, qpn: u32) -> Option<&Qp<P>> {
-        self.qps.get(&qpn)
+    /// QP `qpn`, locked until the guard drops. Never lock a QP while holding its guard (the
+    /// lock is not re-entrant), nor two QPs at once (ARCHITECTURE.md "Locks": one QP at a time).
+    pub fn get(&self, qpn: u32) -> Option<MutexGuard<'_, Qp<P>>> {
+        self.qps.get(&qpn).map(lock)
     }
 
+    /// QP `qpn` through the exclusively borrowed table: no lock taken.
     pub fn get_mut(&mut self, qpn: u32) -> Option<&mut Qp<P>> {
-        self.qps.get_mut(&qpn)
+        self.qps.get_mut(&qpn).map(unlocked)
+    }
+
+    /// Is there a QP `qpn`? (Takes no QP lock.)
+    pub fn contains(&self, qpn: u32) -> bool {
+        self.qps.contains_key(&qpn)
     }
 
     pub fn remove(&mut self, qpn: u32) -> Option<Qp<P>> {
         let qp = self.qps.remove(&qpn)?;
+        let qp = qp.into_inner().unwrap_or_else(|p| p.into_inner());
         if qpn != VRDMA_GSI_QPN {
             self.count -= 1;
         }
@@ -584,16 +608,17 @@ impl<P: Protocol> QpTable<P> {
         v
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Qp<P>> {
-        self.qps.values()
+    /// Every QP, each locked while the iteration is at it (drop the guard before the next).
+    pub fn iter(&self) -> impl Iterator<Item = MutexGuard<'_, Qp<P>>> {
+        self.qps.values().map(lock)
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Qp<P>> {
-        self.qps.values_mut()
+        self.qps.values_mut().map(unlocked)
     }
 
     pub fn clear(&mut self) {
-        for qp in self.qps.values() {
+        for qp in self.qps.values_mut().map(unlocked) {
             self.retired.add(&qp.stats);
         }
         self.qps.clear();
@@ -603,7 +628,7 @@ impl<P: Protocol> QpTable<P> {
     /// The counters of every QP this table has had: the live ones and those removed (§11.9).
     pub fn stats_total(&self) -> crate::stats::QpStats {
         let mut t = self.retired;
-        for qp in self.qps.values() {
+        for qp in self.iter() {
             t.add(&qp.stats);
         }
         t
