@@ -412,7 +412,7 @@ impl Device {
             return Err(VRDMA_STATUS_INVALID);
         }
         let pages = page_list(rest, c.npages)?;
-        let srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
             return Err(VRDMA_STATUS_INVALID);
         }
@@ -471,7 +471,7 @@ impl Device {
 
     fn cmd_destroy_srq(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        let srq = self.srqs.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let srq = self.srqs.get_mut(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         if srq.qp_refs > 0 {
             return Err(VRDMA_STATUS_BUSY);
         }

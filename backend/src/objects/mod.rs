@@ -4,6 +4,7 @@
 pub mod ah;
 pub mod cq;
 pub mod gid;
+pub mod locked;
 pub mod mcast;
 pub mod pd;
 pub mod srq;
@@ -12,6 +13,7 @@ pub mod xrcd;
 pub use ah::{Ah, AhTable};
 pub use cq::{Cq, CqError};
 pub use gid::{GidEntry, GidTable};
+pub use locked::LockedTable;
 pub use mcast::{is_multicast_gid, McastError, McastTable};
 pub use pd::{Pd, PdTable};
 pub use srq::{Srq, SrqXrc};

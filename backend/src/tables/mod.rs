@@ -39,7 +39,7 @@ use crate::guest::output::DeviceOutput;
 
 use crate::guest::{GuestMem, GuestMemoryMap, RingError};
 use crate::memory::MrTable;
-use crate::objects::{AhTable, Cq, CqError, GidTable, HandleTable, PdTable, Srq};
+use crate::objects::{AhTable, Cq, CqError, GidTable, LockedTable, PdTable, Srq};
 use crate::qp::{Protocol, QpState, QpTable};
 
 /// Budget reserved for parked control chains: `MAX_PARKED_ADVISE` chains of at most 8
@@ -58,8 +58,8 @@ pub struct DeviceTables<P: Protocol> {
     pub(crate) pds: PdTable,
     /// XRC domains (spec §13.7).
     pub(crate) xrcds: crate::objects::XrcdTable,
-    pub(crate) cqs: HandleTable<Cq>,
-    pub(crate) srqs: HandleTable<Srq>,
+    pub(crate) cqs: LockedTable<Cq>,
+    pub(crate) srqs: LockedTable<Srq>,
     pub(crate) ahs: AhTable,
     pub(crate) gids: GidTable,
     /// UD multicast groups and their QPs (spec §15.8).
@@ -128,8 +128,8 @@ impl<P: Protocol> DeviceTables<P> {
             _fixed: fixed,
             pds: PdTable::new(config.max_pd),
             xrcds: crate::objects::XrcdTable::new(config.max_pd),
-            cqs: HandleTable::new(config.max_cq),
-            srqs: HandleTable::new(config.max_srq),
+            cqs: LockedTable::new(config.max_cq),
+            srqs: LockedTable::new(config.max_srq),
             ahs: AhTable::new(config.max_ah),
             gids: GidTable::new(config.max_gid),
             mcast: crate::objects::McastTable::new(
@@ -431,10 +431,10 @@ impl<P: Protocol> DeviceTables<P> {
     pub fn pds(&self) -> &PdTable {
         &self.pds
     }
-    pub fn cqs(&self) -> &HandleTable<Cq> {
+    pub fn cqs(&self) -> &LockedTable<Cq> {
         &self.cqs
     }
-    pub fn srqs(&self) -> &HandleTable<Srq> {
+    pub fn srqs(&self) -> &LockedTable<Srq> {
         &self.srqs
     }
     pub fn ahs(&self) -> &AhTable {
