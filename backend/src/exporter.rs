@@ -93,6 +93,17 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
             c.load(Ordering::Relaxed),
         )
     };
+    // One MR-table lock for all its figures (a guard in the list below would live until the
+    // end of the statement, and a second lock of the table would wait for it forever).
+    let (mr_count, odp_faults, odp_resident, odp_pending) = {
+        let mrs = dev.mrs.lock();
+        (
+            mrs.len(),
+            mrs.odp_faults(),
+            mrs.odp_resident_total(),
+            mrs.odp_pending_requests(),
+        )
+    };
     let mut families = vec![
         port(
             "vrdma_port_rx_frames_total",
@@ -180,7 +191,7 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
             samples: [
                 ("qp", dev.qps.len()),
                 ("cq", dev.cqs.len()),
-                ("mr", dev.mrs.len()),
+                ("mr", mr_count),
                 ("pd", dev.pds.len()),
                 ("srq", dev.srqs.len()),
                 ("ah", dev.ahs.len()),
@@ -192,17 +203,17 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
         port(
             "vrdma_odp_faults_total",
             "ODP page requests (faults) sent to the guest (spec §10).",
-            &AtomicU64::new(dev.mrs.odp_faults()),
+            &AtomicU64::new(odp_faults),
         ),
         gauge(
             "vrdma_odp_resident_chunks",
             "ODP chunks currently resident.",
-            dev.mrs.odp_resident_total() as u64,
+            odp_resident as u64,
         ),
         gauge(
             "vrdma_odp_pending_requests",
             "ODP page requests not yet answered.",
-            dev.mrs.odp_pending_requests() as u64,
+            odp_pending as u64,
         ),
     ];
     type Get = fn(&QpStats) -> u64;

@@ -17,6 +17,7 @@ pub mod objects;
 pub mod port;
 pub mod qp;
 pub mod stats;
+pub mod sync;
 pub mod tables;
 pub mod transport;
 pub mod uplink;

@@ -755,6 +755,7 @@ fn mr_commands() {
     let r = e
         .dev
         .mrs
+        .lock()
         .resolve(key, pd, 0x7000_0000, 8192, VRDMA_ACCESS_LOCAL_WRITE)
         .unwrap();
     assert_eq!(r.len(), 1, "contiguous test pages coalesce");
@@ -863,7 +864,12 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
         reserved: 0,
     };
     let unchanged = |e: &mut Env| {
-        let r = e.dev.mrs.resolve(key, pd, 0x7000_0000, 8192, rw).unwrap();
+        let r = e
+            .dev
+            .mrs
+            .lock()
+            .resolve(key, pd, 0x7000_0000, 8192, rw)
+            .unwrap();
         assert_eq!(r[0].gpa, old_pages[0], "the MR still maps its old pages");
     };
     let cases: [(VrdmaCmdReregMr, Vec<u64>, u32, &str); 7] = [
@@ -931,18 +937,31 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     assert_eq!(st, VRDMA_STATUS_OK);
     let r = VrdmaRespRegMr::read_from(&body).unwrap();
     assert_eq!((r.lkey, r.rkey), (key, key), "the keys do not change");
-    let m = e.dev.mrs.resolve(key, pd2, 0x1000, 4096, ro).unwrap();
+    let m = e
+        .dev
+        .mrs
+        .lock()
+        .resolve(key, pd2, 0x1000, 4096, ro)
+        .unwrap();
     assert_eq!(m[0].gpa, new_pages[0]);
     assert!(
-        e.dev.mrs.resolve(key, pd, 0x1000, 4096, ro).is_err(),
+        e.dev.mrs.lock().resolve(key, pd, 0x1000, 4096, ro).is_err(),
         "old PD"
     );
     assert!(
-        e.dev.mrs.resolve(key, pd2, 0x7000_0000, 4096, ro).is_err(),
+        e.dev
+            .mrs
+            .lock()
+            .resolve(key, pd2, 0x7000_0000, 4096, ro)
+            .is_err(),
         "old range"
     );
     assert!(
-        e.dev.mrs.resolve(key, pd2, 0x1000, 4096, rw).is_err(),
+        e.dev
+            .mrs
+            .lock()
+            .resolve(key, pd2, 0x1000, 4096, rw)
+            .is_err(),
         "write access was removed"
     );
     // The old PD has no MR left; the new one has.
@@ -1257,7 +1276,7 @@ fn reset_returns_to_power_on() {
     e.reg_mr(pd, 0, 0, 4096);
     e.dev.reset();
     assert!(e.dev.qps.is_empty());
-    assert_eq!(e.dev.mrs.len(), 0);
+    assert_eq!(e.dev.mrs.lock().len(), 0);
     assert!(e.dev.pds().is_empty());
     assert!(e.dev.cqs().is_empty());
     assert!(e.dev.gids().get(0).is_none());

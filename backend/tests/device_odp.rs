@@ -532,6 +532,7 @@ fn odp_through_commands() {
     let err = e
         .dev
         .mrs
+        .lock()
         .resolve_for(
             Some(16),
             key,
@@ -572,6 +573,7 @@ fn odp_through_commands() {
     let g = e
         .dev
         .mrs
+        .lock()
         .resolve(key, pd, 0x7f00_0000_0010, 16, VRDMA_ACCESS_REMOTE_READ)
         .unwrap();
     assert_eq!(g[0].gpa, pages[0] + 0x10);
@@ -585,7 +587,12 @@ fn odp_through_commands() {
         e.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
-    assert!(e.dev.mrs.resolve(key, pd, 0x7f00_0000_0010, 16, 0).is_err());
+    assert!(e
+        .dev
+        .mrs
+        .lock()
+        .resolve(key, pd, 0x7f00_0000_0010, 16, 0)
+        .is_err());
     let adv = VrdmaCmdAdviseMr {
         lkey: key,
         advice: VRDMA_ADVISE_PREFETCH,
@@ -604,7 +611,7 @@ fn odp_through_commands() {
     imp.length = u64::MAX;
     let ik = e.ok_handle(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes());
     assert!(matches!(
-        e.dev.mrs.resolve(ik, pd, 0x5555_0000_1000, 8, 0),
+        e.dev.mrs.lock().resolve(ik, pd, 0x5555_0000_1000, 8, 0),
         Err(MrError::Fault { .. })
     ));
     imp.length = 1 << 20;

@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "ids",
     "budget",
     "handoff",
+    "sync",
     // Frames: parsing and building (wire), moving them (uplink), counting them (stats).
     "wire",
     "uplink",

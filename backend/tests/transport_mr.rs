@@ -263,6 +263,7 @@ fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
             .b
             .dev
             .mrs
+            .lock()
             .check_access(key, p.pdb, dst, 64, VRDMA_ACCESS_REMOTE_WRITE)
             .is_ok());
     }

@@ -345,7 +345,7 @@ impl Device {
             VrdmaStats {
                 icrc_errors: p.drop_bad_icrc.load(std::sync::atomic::Ordering::Relaxed),
                 rx_dropped: p.rx_dropped(),
-                odp_faults: self.mrs.odp_faults(),
+                odp_faults: self.mrs.get_mut().odp_faults(),
                 ..self.qps.stats_total().to_vrdma()
             }
         } else {

@@ -242,7 +242,7 @@ fn busy_reason(dev: &Device) -> Option<&'static str> {
     if dev.needs_reset {
         return Some("the device needs a reset");
     }
-    if dev.mrs.mw_count() > 0 {
+    if dev.mrs.lock().mw_count() > 0 {
         return Some("memory windows are allocated");
     }
     if dev.mcast.group_count() > 0 {
@@ -252,7 +252,11 @@ fn busy_reason(dev: &Device) -> Option<&'static str> {
     if !dev.xrcds.is_empty() {
         return Some("XRC domains are allocated");
     }
-    if dev.mrs.odp.pending_requests() > 0 || dev.mrs.odp_parked_advises() > 0 {
+    let odp_busy = {
+        let mrs = dev.mrs.lock();
+        mrs.odp.pending_requests() > 0 || mrs.odp_parked_advises() > 0
+    };
+    if odp_busy {
         return Some("ODP page requests are outstanding");
     }
     for qp in dev.qps.iter() {
@@ -387,7 +391,8 @@ pub fn save(dev: &Device) -> Result<Vec<u8>, SnapshotError> {
     }
 
     w.u16(SEC_MR);
-    let slots: Vec<_> = dev.mrs.saved_slots().collect();
+    let mrs = dev.mrs.lock();
+    let slots: Vec<_> = mrs.saved_slots().collect();
     w.u32(slots.len() as u32);
     for (_, variant, mr) in slots {
         w.u8(variant);
@@ -651,7 +656,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
         ));
     }
     let max_mr_size = dev.config.max_mr_size;
-    dev.mrs.restore(slots, max_mr_size)?;
+    dev.mrs.get_mut().restore(slots, max_mr_size)?;
 
     r.section(SEC_QP)?;
     // The GSI QP does not count against max_qp.

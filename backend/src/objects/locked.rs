@@ -5,16 +5,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use crate::sync::{lock, unlocked};
+
 use super::HandleTable;
-
-/// Lock an object; poisoning is ignored, as everywhere in the daemon.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn unlocked<T>(m: &mut Mutex<T>) -> &mut T {
-    m.get_mut().unwrap_or_else(|p| p.into_inner())
-}
 
 /// [`HandleTable`] with a `Mutex` per object (see the module documentation).
 #[derive(Debug)]

@@ -7,6 +7,8 @@ pub mod state;
 
 use std::sync::{Mutex, MutexGuard};
 
+use crate::sync::{lock, unlocked};
+
 use thiserror::Error;
 use vrdma_spec::*;
 
@@ -446,17 +448,6 @@ pub fn worker_of(qpn: u32, workers: usize) -> usize {
         Ok(n) if n > 1 => (qpn % n) as usize,
         _ => 0,
     }
-}
-
-/// Lock a QP; poisoning is ignored, as everywhere in the daemon (a panic leaves the state as
-/// consistent as the code between two statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A QP of an exclusively borrowed table, without locking.
-fn unlocked<T>(m: &mut Mutex<T>) -> &mut T {
-    m.get_mut().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A random QPN in 16..=MAX_QPN for which `used` is false, `None` if `count` + 1 steps of the

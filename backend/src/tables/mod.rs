@@ -64,7 +64,9 @@ pub struct DeviceTables<P: Protocol> {
     pub(crate) gids: GidTable,
     /// UD multicast groups and their QPs (spec §15.8).
     pub(crate) mcast: crate::objects::McastTable,
-    pub mrs: MrTable,
+    /// One lock for the whole table for now (ARCHITECTURE.md "Locks": a lock per slot is
+    /// the plan); held for a translation, never for the copy.
+    pub mrs: crate::sync::Locked<MrTable>,
     pub qps: QpTable<P>,
     /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
     /// chunk tables and the control queue's buffers are charged to it.
@@ -136,10 +138,12 @@ impl<P: Protocol> DeviceTables<P> {
                 crate::objects::mcast::MAX_MCAST_GROUPS,
                 crate::objects::mcast::MAX_MCAST_QP_ATTACH,
             ),
-            mrs: MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
-                .with_max_pages(config.max_mr_pages)
-                .with_max_mw(config.max_mw)
-                .with_budget(budget.clone()),
+            mrs: crate::sync::Locked::new(
+                MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
+                    .with_max_pages(config.max_mr_pages)
+                    .with_max_mw(config.max_mw)
+                    .with_budget(budget.clone()),
+            ),
             qps: QpTable::new(config.max_qp),
             budget,
             outboxes: vec![Outbox::default()],
@@ -171,7 +175,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.ahs.clear();
         self.gids.clear();
         self.mcast.clear();
-        self.mrs.clear();
+        self.mrs.get_mut().clear();
         self.qps.clear();
         self.outboxes.iter_mut().for_each(Outbox::clear);
         self.flush_queue.clear();
@@ -228,7 +232,7 @@ impl<P: Protocol> DeviceTables<P> {
     /// ODP page requests follow.
     pub fn set_output(&mut self, out: Arc<dyn DeviceOutput>) {
         self.out = out.clone();
-        self.mrs.set_output(out);
+        self.mrs.get_mut().set_output(out);
     }
 
     /// SET_MEM_TABLE: adopt the memory map currently in `atomic` (the vhost-user layer's memory
@@ -236,7 +240,7 @@ impl<P: Protocol> DeviceTables<P> {
     pub fn set_guest_memory(&mut self, atomic: &vm_memory::GuestMemoryAtomic<GuestMemoryMap>) {
         // Before the swap: no fabric reference made under the old table is read under the new
         // one (spec §16.2 rule 6).
-        self.mrs.fence().fence_device();
+        self.mrs.get_mut().fence().fence_device();
         self.mem.set_from_atomic(atomic);
     }
 
@@ -398,12 +402,12 @@ impl<P: Protocol> DeviceTables<P> {
     /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or
     /// timed out).
     pub fn take_resumed_qps(&mut self) -> Vec<u32> {
-        self.mrs.take_resumed()
+        self.mrs.get_mut().take_resumed()
     }
 
     /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
-        self.mrs.odp_tick(now)
+        self.mrs.get_mut().odp_tick(now)
     }
 
     /// Is the XRC domain referenced by an XRC SRQ or an XRC_TGT QP (spec §13.7)?
@@ -420,7 +424,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.qps.iter().any(|q| q.pd == pd)
             || self.srqs.iter().any(|(_, s)| s.pd == pd)
             || self.ahs.iter().any(|(_, a)| a.pd == pd)
-            || self.mrs.pd_in_use(pd)
+            || self.mrs.lock().pd_in_use(pd)
     }
 }
 

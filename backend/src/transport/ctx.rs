@@ -331,7 +331,7 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
 /// (the caller fails the operation: LOC_PROT_ERR, or a remote access error at the responder).
 /// `op` 0 (an operation without an ODP cap bit, e.g. FLUSH) is never denied here.
 pub fn odp_denied(dev: &Device, ctx: &QpCtx, key: u32, op: u32) -> bool {
-    op != 0 && dev.config.odp_caps(ctx.qp_type) & op == 0 && dev.mrs.is_odp_key(key)
+    op != 0 && dev.config.odp_caps(ctx.qp_type) & op == 0 && dev.mrs.lock().is_odp_key(key)
 }
 
 /// The ODP cap bit a receive WQE's SGEs need (spec §2.2): RECV, or SRQ_RECV for an SRQ WQE.

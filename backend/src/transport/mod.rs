@@ -424,6 +424,7 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
     let workers = dev.timers.shards();
     let resumed = dev
         .mrs
+        .lock()
         .take_resumed_where(|q| crate::qp::worker_of(q, workers) == w);
     resume_qps(dev, resumed, now);
     let cq = dev.cq_moderation_tick(now);
@@ -436,7 +437,7 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
 /// QPs that waited for an ODP page request continue (spec §10): the requester, and READ
 /// responses the responder held back on a fault (`responder::pump_replies`).
 pub fn resume_odp(dev: &mut Device, now: Instant) {
-    let resumed = dev.mrs.take_resumed();
+    let resumed = dev.mrs.lock().take_resumed();
     resume_qps(dev, resumed, now);
 }
 

@@ -76,7 +76,7 @@ impl SourceRefs {
     fn take(dev: &Device) -> Box<SourceRefs> {
         let pool = POOL.with(Arc::clone);
         let got = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let fence = dev.mrs.fence();
+        let fence = &Arc::clone(dev.mrs.lock().fence());
         match got {
             Some(mut r) => {
                 r.mem = Some(dev.mem.clone());
@@ -283,6 +283,7 @@ fn resolve(
         }
         let n = ((slen - skip) as usize).min(total - done);
         dev.mrs
+            .lock()
             .resolve_into(
                 Some(qpn),
                 s.lkey,
@@ -309,14 +310,17 @@ fn resolve(
         if refs.ranges.len() + ranges.len() > MAX_RANGES {
             return Ok(false);
         }
-        let Some((gen, v)) = dev.mrs.reference_gen(s.lkey) else {
-            return Err(SgeError::Prot);
-        };
-        if !refs.slots.iter().any(|(g, _)| Arc::ptr_eq(g, gen)) {
-            if refs.slots.len() == MAX_SLOTS {
-                return Ok(false);
+        {
+            let mrs = dev.mrs.lock();
+            let Some((gen, v)) = mrs.reference_gen(s.lkey) else {
+                return Err(SgeError::Prot);
+            };
+            if !refs.slots.iter().any(|(g, _)| Arc::ptr_eq(g, gen)) {
+                if refs.slots.len() == MAX_SLOTS {
+                    return Ok(false);
+                }
+                refs.slots.push((Arc::clone(gen), v));
             }
-            refs.slots.push((Arc::clone(gen), v));
         }
         refs.ranges.extend_from_slice(ranges);
         done += n;

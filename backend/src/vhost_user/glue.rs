@@ -33,7 +33,7 @@ impl RdmaDevice for Device {
         self.suspended = true;
         // Spec §17.1: a suspended device's memory is not read, by its peers' engines neither
         // (spec §16.2 rule 6).
-        self.mrs.fence().fence_device();
+        self.mrs.get_mut().fence().fence_device();
     }
 
     fn resume(&mut self) {
@@ -53,7 +53,7 @@ impl RdmaDevice for Device {
     fn load_state(&mut self, state: &[u8]) -> Result<(), String> {
         let r = crate::device::snapshot::restore(self, state).map_err(|e| e.to_string());
         self.suspended = true;
-        self.mrs.fence().fence_device();
+        self.mrs.get_mut().fence().fence_device();
         r
     }
 }

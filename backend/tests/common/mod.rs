@@ -1013,7 +1013,7 @@ impl Node {
         let mut n = Node::new(id, mem_mib, 1500);
         n.dev.config.odp.enabled = true;
         n.dev.config.odp.implicit = true;
-        n.dev.mrs = vrdma_backend::memory::MrTable::new(
+        *n.dev.mrs.get_mut() = vrdma_backend::memory::MrTable::new(
             n.dev.config.max_mr,
             n.mem.clone(),
             n.out.clone(),

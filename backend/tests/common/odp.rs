@@ -364,10 +364,20 @@ impl Pair {
             d.odp_tick(now);
             transport::on_tick(d, now);
         }
-        self.a.dev.mrs.odp_check_invariants().expect("A ODP state");
-        self.b.dev.mrs.odp_check_invariants().expect("B ODP state");
+        self.a
+            .dev
+            .mrs
+            .lock()
+            .odp_check_invariants()
+            .expect("A ODP state");
+        self.b
+            .dev
+            .mrs
+            .lock()
+            .odp_check_invariants()
+            .expect("B ODP state");
         if let Some(n) = self.budget_b {
-            let r = self.b.dev.mrs.odp_resident_total();
+            let r = self.b.dev.mrs.lock().odp_resident_total();
             assert!(r <= n, "B has {r} resident chunks, budget {n}");
         }
     }

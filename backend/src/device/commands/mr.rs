@@ -29,6 +29,7 @@ impl Device {
         };
         let key = self
             .mrs
+            .get_mut()
             .reg_page_list(&spec, self.config.max_mr_size)
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
@@ -38,7 +39,7 @@ impl Device {
     pub(super) fn cmd_rereg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdReregMr>(req)?;
         let pages = page_list(rest, c.npages)?;
-        self.mrs.get(c.key).map_err(|e| e.status())?;
+        self.mrs.get_mut().get(c.key).map_err(|e| e.status())?;
         self.pd_exists(c.pdn)?;
         let spec = PageListSpec {
             pd: c.pdn,
@@ -49,6 +50,7 @@ impl Device {
             pages: &pages,
         };
         self.mrs
+            .get_mut()
             .rereg_page_list(c.key, &spec, self.config.max_mr_size)
             .map_err(|e| e.status())?;
         Self::put_key(resp, c.key);
@@ -58,7 +60,11 @@ impl Device {
     pub(super) fn cmd_reg_dma_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
         self.pd_exists(c.pdn)?;
-        let key = self.mrs.reg_dma(c.pdn, c.access).map_err(|e| e.status())?;
+        let key = self
+            .mrs
+            .get_mut()
+            .reg_dma(c.pdn, c.access)
+            .map_err(|e| e.status())?;
         Self::put_key(resp, key);
         Ok(())
     }
@@ -68,6 +74,7 @@ impl Device {
         self.pd_exists(c.pdn)?;
         let key = self
             .mrs
+            .get_mut()
             .alloc_fast_reg(c.pdn, c.npages, self.config.max_fast_reg_page_list_len)
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
@@ -84,6 +91,7 @@ impl Device {
         self.pd_exists(c.pdn)?;
         let key = self
             .mrs
+            .get_mut()
             .reg_odp(
                 c.pdn,
                 c.access,
@@ -99,7 +107,7 @@ impl Device {
 
     pub(super) fn cmd_dereg_mr(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        self.mrs.dereg(c.handle).map_err(|e| e.status())
+        self.mrs.get_mut().dereg(c.handle).map_err(|e| e.status())
     }
 
     /// ALLOC_MW (spec §12.8): the response handle is the window's rkey.
@@ -109,7 +117,11 @@ impl Device {
             return Err(VRDMA_STATUS_NOT_SUPPORTED);
         }
         self.pd_exists(c.pdn)?;
-        let key = self.mrs.alloc_mw(c.pdn, c.type_).map_err(|e| e.status())?;
+        let key = self
+            .mrs
+            .get_mut()
+            .alloc_mw(c.pdn, c.type_)
+            .map_err(|e| e.status())?;
         put(resp, &handle(key));
         Ok(())
     }
@@ -117,7 +129,10 @@ impl Device {
     /// DEALLOC_MW (spec §12.8).
     pub(super) fn cmd_dealloc_mw(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        self.mrs.dealloc_mw(c.handle).map_err(|e| e.status())
+        self.mrs
+            .get_mut()
+            .dealloc_mw(c.handle)
+            .map_err(|e| e.status())
     }
 
     pub(super) fn status(s: u32) -> CmdResult {
@@ -130,7 +145,7 @@ impl Device {
 
     /// ADVISE_MR, ODP_PAGE_RESP and ODP_INVALIDATE exist only with VIRTIO_RDMA_F_ODP.
     pub(super) fn odp_commands(&self) -> CmdResult {
-        if self.mrs.odp_config().enabled {
+        if self.mrs.lock().odp_config().enabled {
             Ok(())
         } else {
             Err(VRDMA_STATUS_NOT_SUPPORTED)
@@ -144,6 +159,7 @@ impl Device {
         match parse::<VrdmaCmdAdviseMr>(req) {
             Ok((c, _)) => self
                 .mrs
+                .get_mut()
                 .odp_advise(c.lkey, c.advice, c.flags, c.iova, c.length),
             Err(s) => CmdOutcome::Done(s),
         }
@@ -155,6 +171,7 @@ impl Device {
         let pages = page_list(rest, c.npages)?;
         Self::status(
             self.mrs
+                .get_mut()
                 .odp_page_resp(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages),
         )
     }
@@ -162,6 +179,10 @@ impl Device {
     pub(super) fn cmd_odp_invalidate(&mut self, req: &[u8]) -> CmdResult {
         self.odp_commands()?;
         let (c, _) = parse::<VrdmaCmdOdpInvalidate>(req)?;
-        Self::status(self.mrs.odp_invalidate(c.mr_key, c.iova, c.length))
+        Self::status(
+            self.mrs
+                .get_mut()
+                .odp_invalidate(c.mr_key, c.iova, c.length),
+        )
     }
 }

@@ -191,7 +191,7 @@ impl Device {
             s.qp_refs = s.qp_refs.saturating_sub(1);
         }
         // Spec §12.8: type 2B windows bound through the QP are unbound with it.
-        self.mrs.unbind_qp(c.handle);
+        self.mrs.get_mut().unbind_qp(c.handle);
         if qp.qp_type == crate::qp::state::QpType::Ud {
             self.mcast.detach_qp(c.handle);
         }

@@ -116,16 +116,17 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
             qpn: ctx.qpn,
             ..w.bind
         };
-        return match dev.mrs.bind_mw(&b) {
+        let bound = dev.mrs.lock().bind_mw(&b);
+        return match bound {
             Ok(()) => w.finish(WC_SUCCESS, false),
             Err(_) => w.finish(WC_MW_BIND_ERR, true),
         };
     }
     let r = if w.opcode == WR_LOCAL_INV {
-        dev.mrs.local_invalidate(w.ex, ctx.pdn)
+        dev.mrs.lock().local_invalidate(w.ex, ctx.pdn)
     } else {
         let g = w.reg;
-        dev.mrs.fast_register(
+        dev.mrs.lock().fast_register(
             ctx.pdn,
             g.key,
             g.access,
@@ -167,6 +168,7 @@ fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     };
     for s in &w.sges {
         dev.mrs
+            .lock()
             .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
         if ctx::odp_denied(dev, ctx, s.lkey, odp_op) {
             return Err(MrError::AccessDenied {
@@ -255,6 +257,7 @@ fn sge_copy_with(
         }
         let n = ((slen - skip) as usize).min(total - done);
         dev.mrs
+            .lock()
             .resolve_into(
                 waiter,
                 s.lkey,

@@ -252,7 +252,12 @@ impl Responder<'_, '_> {
                 if let Some(ieth) = self.pkt.ieth {
                     // SEND_WITH_INV (IBTA 9.4.4 / 10.6): invalidate the named R_Key in our PD.
                     let (pdn, qpn) = (self.ctx.pdn, self.ctx.qpn);
-                    if dev.mrs.remote_invalidate(ieth.rkey, pdn, qpn).is_err() {
+                    if dev
+                        .mrs
+                        .lock()
+                        .remote_invalidate(ieth.rkey, pdn, qpn)
+                        .is_err()
+                    {
                         // Spec §14.6: NAK Invalid Request, the receive WQE completes
                         // REM_INV_REQ_ERR, QP to ERROR.
                         cqe.status = WC_REM_INV_REQ_ERR;

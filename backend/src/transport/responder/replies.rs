@@ -87,7 +87,7 @@ fn pump(
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            match dev.mrs.resolve_remote_into(
+            let resolved = dev.mrs.lock().resolve_remote_into(
                 Some(ctx.qpn),
                 r.rkey,
                 r.pdn,
@@ -96,7 +96,8 @@ fn pump(
                 n,
                 ACCESS_REMOTE_READ,
                 &mut ranges,
-            ) {
+            );
+            match resolved {
                 Ok(()) => {}
                 // Not resident (yet, or any more): the fault is in flight and its end resumes
                 // this QP; the responses continue from here, in PSN order (spec §12.4).

@@ -1,0 +1,66 @@
+//! Lock helpers shared by the device's tables (ARCHITECTURE.md "Locks"). Poisoning is ignored
+//! everywhere in the daemon: a panic in one thread leaves the state as consistent as the code
+//! between two statements, and the device must keep serving its other QPs.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Lock `m`, ignoring poisoning.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The value of an exclusively borrowed mutex: no lock taken.
+pub fn unlocked<T>(m: &mut Mutex<T>) -> &mut T {
+    m.get_mut().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A value that the engine workers reach through a shared device (each access locks it) and
+/// control commands through the exclusively borrowed device (no lock).
+#[derive(Debug, Default)]
+pub struct Locked<T>(Mutex<T>);
+
+impl<T> Locked<T> {
+    pub fn new(v: T) -> Self {
+        Locked(Mutex::new(v))
+    }
+
+    /// Lock for a short section. Never lock again while holding the guard (not re-entrant).
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        lock(&self.0)
+    }
+
+    /// Through an exclusive borrow: no lock taken.
+    pub fn get_mut(&mut self) -> &mut T {
+        unlocked(&mut self.0)
+    }
+
+    pub fn into_inner(self) -> T {
+        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_access_locks_exclusive_access_does_not() {
+        let mut l = Locked::new(1);
+        *l.lock() += 1;
+        *l.get_mut() += 1;
+        assert_eq!(l.into_inner(), 3);
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_serves() {
+        let m = std::sync::Arc::new(Mutex::new(5));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock().unwrap();
+            panic!("poison it");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        assert_eq!(*lock(&m), 5);
+    }
+}
