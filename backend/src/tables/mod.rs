@@ -50,6 +50,14 @@ pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 
 /// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
 pub type FlushHook<P> = fn(&mut DeviceTables<P>, u32);
 
+/// QPs moved to ERR whose flush hook has not run yet (see [`DeviceTables::schedule_flush`]).
+#[derive(Debug, Default)]
+struct FlushQueue {
+    queue: VecDeque<u32>,
+    /// Set while the hook runs: nested calls only queue.
+    flushing: bool,
+}
+
 /// The device's tables and guest (see the module documentation).
 pub struct DeviceTables<P: Protocol> {
     pub config: DeviceConfig,
@@ -77,7 +85,7 @@ pub struct DeviceTables<P: Protocol> {
     _fixed: crate::budget::Charge,
     /// What the QPs queued for the uplink, one outbox per engine worker (`outbox.rs`); the
     /// worker flushes its own after its batch.
-    outboxes: Vec<Outbox>,
+    outboxes: Vec<crate::sync::Locked<Outbox>>,
     /// Port counters (`stats.rs`), kept across resets: they count from daemon start.
     pub port_stats: Arc<crate::stats::PortStats>,
     /// See [`FlushHook`].
@@ -86,19 +94,19 @@ pub struct DeviceTables<P: Protocol> {
     /// which moves more QPs to ERR (spec §5.2); they are queued here and flushed one after the
     /// other instead of recursively, so a chain of thousands of QPs and CQs cannot exhaust the
     /// thread's stack. Each QP enters ERR once, so the list never holds more than `max_qp`.
-    flush_queue: VecDeque<u32>,
-    /// Set while [`DeviceTables::schedule_flush`] runs the hook: nested calls only queue.
-    flushing: bool,
+    flush_queue: crate::sync::Locked<FlushQueue>,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
     pub(crate) timers: TimerQueue,
     /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
-    pub(crate) range_scratch: Vec<crate::memory::mr::GuestRange>,
+    pub(crate) range_scratch: crate::sync::Locked<Vec<crate::memory::mr::GuestRange>>,
     /// The responder's reusable RETH translation vector.
-    pub(crate) resp_range_scratch: Vec<crate::memory::mr::GuestRange>,
+    pub(crate) resp_range_scratch: crate::sync::Locked<Vec<crate::memory::mr::GuestRange>>,
     /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
-    cq_timers: std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
+    cq_timers: crate::sync::Locked<
+        std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
+    >,
     /// What the device's port does with the ICRC (`Uplink::icrc_offload`, spec §16.2): on a
     /// fabric port RoCEv2 frames are built without one and received ones are not checked. Set
     /// by the engine.
@@ -108,7 +116,7 @@ pub struct DeviceTables<P: Protocol> {
     pub(crate) suspended: bool,
     /// The next engine batch rings every QP's SQ and RQ doorbell: set by doorbells that arrived
     /// while suspended and by a restore (doorbells the source had not handled yet).
-    pub(crate) resume_sweep: bool,
+    pub(crate) resume_sweep: std::sync::atomic::AtomicBool,
 }
 
 impl<P: Protocol> std::fmt::Debug for DeviceTables<P> {
@@ -146,19 +154,18 @@ impl<P: Protocol> DeviceTables<P> {
             ),
             qps: QpTable::new(config.max_qp),
             budget,
-            outboxes: vec![Outbox::default()],
+            outboxes: vec![Default::default()],
             port_stats: Arc::default(),
             flush_hook: None,
-            flush_queue: VecDeque::new(),
-            flushing: false,
+            flush_queue: Default::default(),
             needs_reset: false,
             timers: Default::default(),
-            range_scratch: Vec::new(),
-            resp_range_scratch: Vec::new(),
+            range_scratch: Default::default(),
+            resp_range_scratch: Default::default(),
             cq_timers: Default::default(),
             icrc_offload: Default::default(),
             suspended: false,
-            resume_sweep: false,
+            resume_sweep: Default::default(),
             config,
             mem,
             out,
@@ -177,13 +184,15 @@ impl<P: Protocol> DeviceTables<P> {
         self.mcast.clear();
         self.mrs.get_mut().clear();
         self.qps.clear();
-        self.outboxes.iter_mut().for_each(Outbox::clear);
-        self.flush_queue.clear();
+        for o in &mut self.outboxes {
+            o.get_mut().clear();
+        }
+        self.flush_queue.get_mut().queue.clear();
         self.needs_reset = false;
         self.timers.clear();
-        self.cq_timers.clear();
+        self.cq_timers.get_mut().clear();
         self.suspended = false;
-        self.resume_sweep = false;
+        *self.resume_sweep.get_mut() = false;
     }
 
     /// Shard the device over `workers` engine workers (`qp::worker_of`): QPN allocation and
@@ -192,19 +201,20 @@ impl<P: Protocol> DeviceTables<P> {
         let n = workers.max(1);
         self.qps.set_workers(n);
         let mut kept = std::mem::take(&mut self.outboxes);
-        kept.resize_with(n, Outbox::default);
+        kept.resize_with(n, Default::default);
         self.outboxes = kept;
     }
 
     /// The outbox of engine worker `worker` (worker 0's when there are fewer; a device driven
     /// without an engine, as in tests, has one).
-    pub fn outbox(&mut self, worker: usize) -> &mut Outbox {
+    /// Locked until the guard drops (only its worker and tests lock it, so nobody waits).
+    pub fn outbox(&self, worker: usize) -> std::sync::MutexGuard<'_, Outbox> {
         let n = self.outboxes.len();
-        &mut self.outboxes[if worker < n { worker } else { 0 }]
+        self.outboxes[if worker < n { worker } else { 0 }].lock()
     }
 
     /// The outbox of the worker that owns QP `qpn`: where the frames it sends go.
-    pub fn outbox_of(&mut self, qpn: u32) -> &mut Outbox {
+    pub fn outbox_of(&self, qpn: u32) -> std::sync::MutexGuard<'_, Outbox> {
         let w = crate::qp::worker_of(qpn, self.outboxes.len());
         self.outbox(w)
     }
@@ -213,7 +223,7 @@ impl<P: Protocol> DeviceTables<P> {
     /// and send a RARP frame with the port's MAC, so that switches between the peers and this
     /// host learn where the port is now (as QEMU announces a migrated NIC).
     pub fn announce(&mut self) {
-        self.resume_sweep = true;
+        *self.resume_sweep.get_mut() = true;
         let mut f = Vec::with_capacity(60);
         f.extend_from_slice(&[0xff; 6]);
         f.extend_from_slice(&self.config.mac);
@@ -258,7 +268,9 @@ impl<P: Protocol> DeviceTables<P> {
         };
         let r = cq.post_cqe(&self.mem, &*self.out, cqe, solicited);
         if let Ok(Some(deadline)) = r {
-            self.cq_timers.push(std::cmp::Reverse((deadline, cqn)));
+            self.cq_timers
+                .lock()
+                .push(std::cmp::Reverse((deadline, cqn)));
         }
         let r = r.map(|_| ());
         if matches!(r, Err(CqError::Overflow) | Err(CqError::Access(_))) {
@@ -307,18 +319,18 @@ impl<P: Protocol> DeviceTables<P> {
     /// Arm a CQ moderation timer (spec §5.5) for `cqn` at `at` (a restore re-arms the CQs that
     /// held CQEs back).
     pub(crate) fn arm_cq_timer(&mut self, at: std::time::Instant, cqn: u32) {
-        self.cq_timers.push(std::cmp::Reverse((at, cqn)));
+        self.cq_timers.lock().push(std::cmp::Reverse((at, cqn)));
     }
 
     /// Fire the CQ moderation timers (spec §5.5) that expired by `now`; returns the next one.
     /// Entries of CQs destroyed or fired since are stale and skipped (`moderation_expired`
     /// compares the deadline); each held CQE pushes at most one entry per event.
     pub fn cq_moderation_tick(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
-        while let Some(&std::cmp::Reverse((d, cqn))) = self.cq_timers.peek() {
+        while let Some(&std::cmp::Reverse((d, cqn))) = self.cq_timers.get_mut().peek() {
             if d > now {
                 return Some(d);
             }
-            self.cq_timers.pop();
+            self.cq_timers.get_mut().pop();
             if let Some(cq) = self.cqs.get_mut(cqn) {
                 cq.moderation_expired(&self.mem, &*self.out, d);
             }
@@ -350,15 +362,16 @@ impl<P: Protocol> DeviceTables<P> {
         let Some(hook) = self.flush_hook else {
             return;
         };
-        self.flush_queue.push_back(qpn);
-        if self.flushing {
+        let fq = self.flush_queue.get_mut();
+        fq.queue.push_back(qpn);
+        if fq.flushing {
             return;
         }
-        self.flushing = true;
-        while let Some(q) = self.flush_queue.pop_front() {
+        fq.flushing = true;
+        while let Some(q) = self.flush_queue.get_mut().queue.pop_front() {
             hook(self, q);
         }
-        self.flushing = false;
+        self.flush_queue.get_mut().flushing = false;
     }
 
     /// A QP's SQ or RQ ring failed at run time (index error or inaccessible): write the ring's

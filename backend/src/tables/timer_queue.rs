@@ -7,12 +7,17 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::MutexGuard;
 use std::time::Instant;
+
+use crate::sync::Locked;
 
 /// The device's timer shards, one per engine worker (at least one).
 #[derive(Debug)]
 pub struct TimerQueue {
-    shards: Vec<TimerShard>,
+    /// Each behind its own lock: only its worker takes it, so workers never wait for each
+    /// other's timers.
+    shards: Vec<Locked<TimerShard>>,
 }
 
 /// One worker's timer heap and tick worklist.
@@ -29,7 +34,7 @@ pub struct TimerShard {
 impl Default for TimerQueue {
     fn default() -> Self {
         TimerQueue {
-            shards: vec![TimerShard::default()],
+            shards: vec![Default::default()],
         }
     }
 }
@@ -37,17 +42,17 @@ impl Default for TimerQueue {
 impl TimerQueue {
     /// Entries (heaps and worklists) examined by all ticks so far.
     pub fn visited(&self) -> u64 {
-        self.shards.iter().map(|s| s.visited).sum()
+        self.shards.iter().map(|s| s.lock().visited).sum()
     }
 
     /// Heap entries, stale ones included.
     pub fn heap_len(&self) -> usize {
-        self.shards.iter().map(|s| s.heap.len()).sum()
+        self.shards.iter().map(|s| s.lock().heap.len()).sum()
     }
 
     /// Empty every shard (the number of shards stays).
     pub fn clear(&mut self) {
-        for s in &mut self.shards {
+        for s in self.shards.iter_mut().map(Locked::get_mut) {
             s.heap.clear();
             s.work.clear();
         }
@@ -60,12 +65,19 @@ impl TimerQueue {
 
     /// `n` empty shards (at least one); the caller queues the live deadlines again.
     pub(crate) fn reshard(&mut self, n: usize) {
-        self.shards = (0..n.max(1)).map(|_| TimerShard::default()).collect();
+        self.shards = (0..n.max(1)).map(|_| Default::default()).collect();
     }
 
     /// Worker `w`'s shard (`w` below [`TimerQueue::shards`]; a larger one is taken modulo).
-    pub(crate) fn shard(&mut self, w: usize) -> &mut TimerShard {
+    /// Locked until the guard drops.
+    pub(crate) fn shard(&self, w: usize) -> MutexGuard<'_, TimerShard> {
         let n = self.shards.len();
-        &mut self.shards[w % n]
+        self.shards[w % n].lock()
+    }
+
+    /// [`TimerQueue::shard`] through the exclusively borrowed queue: no lock taken.
+    pub(crate) fn shard_mut(&mut self, w: usize) -> &mut TimerShard {
+        let n = self.shards.len();
+        self.shards[w % n].get_mut()
     }
 }

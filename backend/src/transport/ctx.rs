@@ -427,7 +427,7 @@ pub fn flush_segment(dev: &mut Device, qpn: u32, w: &mut crate::wire::segment::S
     // By-reference payloads stay by reference in a segment; a single frame is materialized
     // (spec §16.2 rule 6).
     if let Some((b, refs)) = w.finish_with_refs() {
-        let out = dev.outbox_of(qpn);
+        let mut out = dev.outbox_of(qpn);
         match (segment, refs) {
             (true, Some(r)) => out.push_segment_refs(b, r),
             (true, None) => out.push_segment(b),

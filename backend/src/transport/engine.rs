@@ -479,7 +479,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 if !live {
                     break 'work;
                 }
-                if std::mem::take(&mut d.resume_sweep) {
+                if d.resume_sweep.swap(false, Ordering::SeqCst) {
                     // Each worker sweeps its own QPs: the others get the request.
                     for (i, other) in inboxes.iter().enumerate().filter(|(i, _)| *i != w) {
                         lock(&other.queue).request_sweep();
@@ -627,7 +627,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 // Received frames are lost (RC peers retransmit); doorbells are handled by the
                 // sweep when the device resumes (also those of this batch not run yet).
                 if !dbs.records.is_empty() || dbs.sweep {
-                    d.resume_sweep = true;
+                    d.resume_sweep.store(true, Ordering::SeqCst);
                 }
                 looped.clear();
                 handed.clear();
@@ -645,7 +645,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                std::mem::swap(&mut out, d.outbox(w));
+                std::mem::swap(&mut out, &mut *d.outbox(w));
                 let mut marks = out.segments.iter().copied().peekable();
                 let mut held = out.refs.drain(..).peekable();
                 for (i, mut f) in out.frames.drain(..).enumerate() {

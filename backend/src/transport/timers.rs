@@ -70,7 +70,8 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
     let w = worker_of(qpn, timers.shards());
     let workers = timers.shards();
-    let timers = timers.shard(w);
+    // Lock order: a shard, then a QP (ARCHITECTURE.md "Locks").
+    let mut timers = timers.shard(w);
     let Some(qp) = qps.get_mut(qpn) else {
         return;
     };
@@ -119,8 +120,8 @@ pub fn set_workers(dev: &mut Device, workers: usize) {
     let Device { qps, timers, .. } = dev;
     timers.reshard(workers);
     let n = timers.shards();
-    for qp in qps.iter() {
-        let shard = timers.shard(worker_of(qp.qpn, n));
+    for qp in qps.iter_mut() {
+        let shard = timers.shard_mut(worker_of(qp.qpn, n));
         if let Some(d) = qp.tick.queued {
             shard.heap.push(Reverse((d, qp.qpn)));
         }
@@ -134,7 +135,7 @@ pub fn set_workers(dev: &mut Device, workers: usize) {
 /// the next tick (responder/ READ_BURST pacing).
 pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
-    let timers = timers.shard(worker_of(qpn, timers.shards()));
+    let mut timers = timers.shard(worker_of(qpn, timers.shards()));
     let Some(qp) = qps.get_mut(qpn) else {
         return;
     };
@@ -161,14 +162,22 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
 /// number of QPs.
 pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instant> {
     let mut next: Option<Instant> = None;
-    while let Some(&Reverse((d, qpn))) = dev.timers.shard(w).heap.peek() {
-        if d > now {
-            next = Some(d);
-            break;
-        }
-        let shard = dev.timers.shard(w);
-        shard.heap.pop();
-        shard.visited += 1;
+    loop {
+        // The shard is locked only to take an entry: firing it locks the QP (and may queue
+        // deadlines in this shard again).
+        let (d, qpn) = {
+            let mut shard = dev.timers.shard(w);
+            let Some(&Reverse((d, qpn))) = shard.heap.peek() else {
+                break;
+            };
+            if d > now {
+                next = Some(d);
+                break;
+            }
+            shard.heap.pop();
+            shard.visited += 1;
+            (d, qpn)
+        };
         let live = match dev.qps.get_mut(qpn) {
             Some(qp) if qp.tick.queued == Some(d) => {
                 qp.tick.queued = None;
@@ -200,9 +209,12 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
     }
     // The worklist: sends that nothing else will trigger (SQD → RTS) and paced READ responses.
     // QPs that still need a tick are listed again by note_req / note_resp.
-    let shard = dev.timers.shard(w);
-    let mut work = std::mem::take(&mut shard.spare);
-    std::mem::swap(&mut work, &mut shard.work);
+    let mut work = {
+        let mut shard = dev.timers.shard(w);
+        let mut work = std::mem::take(&mut shard.spare);
+        std::mem::swap(&mut work, &mut shard.work);
+        work
+    };
     for &qpn in &work {
         dev.timers.shard(w).visited += 1;
         let Some(qp) = dev.qps.get_mut(qpn) else {
@@ -227,7 +239,8 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
     dev.timers.shard(w).spare = work;
     // Listed QPs that could not proceed (e.g. SQD) wait for a kick, like before; an expired
     // deadline re-queued during the tick fires on the next one.
-    if let Some(&Reverse((d, _))) = dev.timers.shard(w).heap.peek() {
+    let first = dev.timers.shard(w).heap.peek().map(|&Reverse((d, _))| d);
+    if let Some(d) = first {
         next = Some(next.map_or(d, |n: Instant| n.min(d)));
     }
     next

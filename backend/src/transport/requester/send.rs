@@ -224,9 +224,9 @@ pub(crate) fn sge_copy(
     io: SgeIo<'_>,
 ) -> Result<(), SgeError> {
     // The device's reusable range vector (no allocation per packet for pinned MRs).
-    let mut ranges = std::mem::take(&mut dev.range_scratch);
+    let mut ranges = std::mem::take(&mut *dev.range_scratch.lock());
     let r = sge_copy_with(dev, waiter, pdn, sges, off, io, &mut ranges);
-    dev.range_scratch = ranges;
+    *dev.range_scratch.lock() = ranges;
     r
 }
 

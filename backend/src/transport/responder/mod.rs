@@ -332,7 +332,7 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         ctx,
         pkt,
         // Reused across packets (no allocation per packet for pinned MRs).
-        ranges: std::mem::take(&mut dev.resp_range_scratch),
+        ranges: std::mem::take(&mut *dev.resp_range_scratch.lock()),
         recv_status: WC_SUCCESS,
         odp: false,
         mem_fault: false,
@@ -345,7 +345,7 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
         }
         step = r.step(dev, st, step);
     }
-    dev.resp_range_scratch = r.ranges;
+    *dev.resp_range_scratch.lock() = r.ranges;
 }
 
 impl Responder<'_, '_> {
