@@ -1299,7 +1299,7 @@ fn reset_returns_to_power_on() {
 fn ring_error_moves_qp_to_error_with_fatal_event() {
     use std::sync::atomic::{AtomicU32, Ordering};
     static FLUSHES: AtomicU32 = AtomicU32::new(0);
-    fn hook(_d: &mut vrdma_backend::device::Device, _qpn: u32) {
+    fn hook(_d: &vrdma_backend::device::Device, _qpn: u32) {
         FLUSHES.fetch_add(1, Ordering::SeqCst);
     }
     let mut e = env();

@@ -373,7 +373,7 @@ fn attribute_range_checks() {
 fn to_error_calls_flush_hook() {
     use std::sync::atomic::{AtomicU32, Ordering};
     static FLUSHED: AtomicU32 = AtomicU32::new(0);
-    fn hook(_d: &mut vrdma_backend::device::Device, qpn: u32) {
+    fn hook(_d: &vrdma_backend::device::Device, qpn: u32) {
         FLUSHED.store(qpn, Ordering::SeqCst);
     }
     let mut f = fixture();

@@ -48,7 +48,7 @@ pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 
 
 /// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
 /// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
-pub type FlushHook<P> = fn(&mut DeviceTables<P>, u32);
+pub type FlushHook<P> = fn(&DeviceTables<P>, u32);
 
 /// QPs moved to ERR whose flush hook has not run yet (see [`DeviceTables::schedule_flush`]).
 #[derive(Debug, Default)]
@@ -262,11 +262,13 @@ impl<P: Protocol> DeviceTables<P> {
     /// Post a CQE on `cqn`. On overflow the CQ goes to error (CQ_ERR sent) and every QP using it
     /// is moved to ERR with QP_FATAL (DESIGN.md "Rings"). `solicited`: the completion is solicited
     /// (a SOLICITED arm fires for it; error completions always count as solicited).
-    pub fn post_cqe(&mut self, cqn: u32, cqe: &VrdmaCqe, solicited: bool) -> Result<(), CqError> {
-        let Some(cq) = self.cqs.get_mut(cqn) else {
-            return Err(CqError::Broken);
+    pub fn post_cqe(&self, cqn: u32, cqe: &VrdmaCqe, solicited: bool) -> Result<(), CqError> {
+        // Lock order (ARCHITECTURE.md "Locks"): the CQ only for the post; the overflow path
+        // below locks SRQs and QPs after it is released.
+        let r = match self.cqs.get(cqn) {
+            Some(mut cq) => cq.post_cqe(&self.mem, &*self.out, cqe, solicited),
+            None => return Err(CqError::Broken),
         };
-        let r = cq.post_cqe(&self.mem, &*self.out, cqe, solicited);
         if let Ok(Some(deadline)) = r {
             self.cq_timers
                 .lock()
@@ -318,36 +320,44 @@ impl<P: Protocol> DeviceTables<P> {
 
     /// Arm a CQ moderation timer (spec §5.5) for `cqn` at `at` (a restore re-arms the CQs that
     /// held CQEs back).
-    pub(crate) fn arm_cq_timer(&mut self, at: std::time::Instant, cqn: u32) {
+    pub(crate) fn arm_cq_timer(&self, at: std::time::Instant, cqn: u32) {
         self.cq_timers.lock().push(std::cmp::Reverse((at, cqn)));
     }
 
     /// Fire the CQ moderation timers (spec §5.5) that expired by `now`; returns the next one.
     /// Entries of CQs destroyed or fired since are stale and skipped (`moderation_expired`
     /// compares the deadline); each held CQE pushes at most one entry per event.
-    pub fn cq_moderation_tick(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
-        while let Some(&std::cmp::Reverse((d, cqn))) = self.cq_timers.get_mut().peek() {
-            if d > now {
-                return Some(d);
-            }
-            self.cq_timers.get_mut().pop();
-            if let Some(cq) = self.cqs.get_mut(cqn) {
+    pub fn cq_moderation_tick(&self, now: std::time::Instant) -> Option<std::time::Instant> {
+        loop {
+            let (d, cqn) = {
+                let mut heap = self.cq_timers.lock();
+                match heap.peek() {
+                    Some(&std::cmp::Reverse((d, _))) if d > now => return Some(d),
+                    Some(&std::cmp::Reverse(e)) => {
+                        heap.pop();
+                        e
+                    }
+                    None => return None,
+                }
+            };
+            if let Some(mut cq) = self.cqs.get(cqn) {
                 cq.moderation_expired(&self.mem, &*self.out, d);
             }
         }
-        None
     }
 
     /// Move a QP to ERR (if it is not in RESET or ERR already), send `event` (VRDMA_EV_* with
     /// `info`) if given, then flush it through [`DeviceTables::schedule_flush`].
-    pub fn qp_to_error(&mut self, qpn: u32, event: Option<u32>, info: u32) {
-        let Some(qp) = self.qps.get_mut(qpn) else {
-            return;
-        };
-        if matches!(qp.state, QpState::Err | QpState::Reset) {
-            return;
+    pub fn qp_to_error(&self, qpn: u32, event: Option<u32>, info: u32) {
+        {
+            let Some(mut qp) = self.qps.get(qpn) else {
+                return;
+            };
+            if matches!(qp.state, QpState::Err | QpState::Reset) {
+                return;
+            }
+            qp.enter(&self.mem, QpState::Err);
         }
-        qp.enter(&self.mem, QpState::Err);
         if let Some(ev) = event {
             self.out.event(output::event(ev, qpn, info));
         }
@@ -358,25 +368,35 @@ impl<P: Protocol> DeviceTables<P> {
     /// flush overflowed a CQ and moved more QPs to ERR), it only queues `qpn`: the outermost
     /// call flushes the queued QPs one after the other, in the order they entered ERR. The
     /// stack depth is therefore bounded whatever the length of the overflow chain.
-    pub fn schedule_flush(&mut self, qpn: u32) {
+    pub fn schedule_flush(&self, qpn: u32) {
         let Some(hook) = self.flush_hook else {
             return;
         };
-        let fq = self.flush_queue.get_mut();
-        fq.queue.push_back(qpn);
-        if fq.flushing {
-            return;
+        {
+            let mut fq = self.flush_queue.lock();
+            fq.queue.push_back(qpn);
+            if fq.flushing {
+                return;
+            }
+            fq.flushing = true;
         }
-        fq.flushing = true;
-        while let Some(q) = self.flush_queue.get_mut().queue.pop_front() {
+        loop {
+            let next = {
+                let mut fq = self.flush_queue.lock();
+                let q = fq.queue.pop_front();
+                if q.is_none() {
+                    fq.flushing = false;
+                }
+                q
+            };
+            let Some(q) = next else { break };
             hook(self, q);
         }
-        self.flush_queue.get_mut().flushing = false;
     }
 
     /// A QP's SQ or RQ ring failed at run time (index error or inaccessible): write the ring's
     /// error code, move the QP to ERR and send QP_FATAL.
-    pub fn qp_ring_error(&mut self, qpn: u32, on_sq: bool, err: &RingError) {
+    pub fn qp_ring_error(&self, qpn: u32, on_sq: bool, err: &RingError) {
         if let Some(qp) = self.qps.get(qpn) {
             let ring = if on_sq { Some(&qp.sq) } else { qp.rq.as_ref() };
             if let Some(r) = ring {
@@ -391,10 +411,13 @@ impl<P: Protocol> DeviceTables<P> {
     /// QP_FATAL (`info` = the ring error code): IBTA 10.2.9 / 11.6.3 (SRQ catastrophic error: the
     /// associated QPs enter the Error state), spec §14.4. Each then flushes and reports
     /// LAST_WQE_REACHED (spec §13).
-    pub fn srq_pop(&mut self, srqn: u32, buf: &mut [u8]) -> Result<bool, RingError> {
-        let srq = self.srqs.get_mut(srqn).ok_or(RingError::Broken)?;
-        let was_broken = srq.broken;
-        let r = srq.pop(&self.mem, &*self.out, buf);
+    pub fn srq_pop(&self, srqn: u32, buf: &mut [u8]) -> Result<bool, RingError> {
+        // The SRQ only for the pop; the QPs are locked after it is released (lock order).
+        let (was_broken, r) = {
+            let mut srq = self.srqs.get(srqn).ok_or(RingError::Broken)?;
+            let was_broken = srq.broken;
+            (was_broken, srq.pop(&self.mem, &*self.out, buf))
+        };
         if let Err(e) = &r {
             if !was_broken {
                 let code = e.ring_error_code();
@@ -414,13 +437,13 @@ impl<P: Protocol> DeviceTables<P> {
 
     /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or
     /// timed out).
-    pub fn take_resumed_qps(&mut self) -> Vec<u32> {
-        self.mrs.get_mut().take_resumed()
+    pub fn take_resumed_qps(&self) -> Vec<u32> {
+        self.mrs.lock().take_resumed()
     }
 
     /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
-    pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
-        self.mrs.get_mut().odp_tick(now)
+    pub fn odp_tick(&self, now: Instant) -> Option<Instant> {
+        self.mrs.lock().odp_tick(now)
     }
 
     /// Is the XRC domain referenced by an XRC SRQ or an XRC_TGT QP (spec §13.7)?

@@ -16,7 +16,7 @@ use crate::wire::{NakCode, Operation, Position, Syndrome};
 
 /// A response for `ctx`'s QP arrived (RC only; the caller checked the QP state).
 pub(crate) fn on_response(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut RequesterState,
     pkt: &RxPkt<'_>,
@@ -42,7 +42,7 @@ pub(crate) fn on_response(
                     ack_upto(ctx, st, psn, now);
                 }
                 Syndrome::RnrNak { timer } => {
-                    if let Some(s) = super::ctx::qp_stats(dev, ctx.qpn) {
+                    if let Some(mut s) = super::ctx::qp_stats(dev, ctx.qpn) {
                         s.rnr_naks_rx += 1;
                     }
                     ack_upto(ctx, st, psn_add(psn, super::PSN_MASK), now);
@@ -50,7 +50,7 @@ pub(crate) fn on_response(
                 }
                 Syndrome::Nak(code) => {
                     if code == NakCode::PsnSequenceError {
-                        if let Some(s) = super::ctx::qp_stats(dev, ctx.qpn) {
+                        if let Some(mut s) = super::ctx::qp_stats(dev, ctx.qpn) {
                             s.seq_naks_rx += 1;
                         }
                     }
@@ -187,7 +187,7 @@ fn implicit_ack_before(st: &mut RequesterState, psn: u32) -> Option<usize> {
 }
 
 fn on_read_response(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut RequesterState,
     pkt: &RxPkt<'_>,
@@ -328,7 +328,7 @@ fn retire_read_like(ctx: &QpCtx, st: &mut RequesterState, i: usize, psn: u32, no
 }
 
 fn on_atomic_ack(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut RequesterState,
     pkt: &RxPkt<'_>,

@@ -204,8 +204,8 @@ pub fn xrc_target_ctx(dev: &Device, ctx: &QpCtx, srqn: Option<u32>) -> Option<Qp
 /// Take the requester state out of the QP. `None` if the QP does not exist or its state is
 /// already taken (a nested call, e.g. a CQ overflow moving this very QP to ERROR: the outer call
 /// notices the state change and flushes, see `with_req`).
-pub fn take_req(dev: &mut Device, qpn: u32) -> Option<RequesterState> {
-    let qp = dev.qps.get_mut(qpn)?;
+pub fn take_req(dev: &Device, qpn: u32) -> Option<RequesterState> {
+    let mut qp = dev.qps.get(qpn)?;
     if qp.req.taken {
         return None;
     }
@@ -214,16 +214,17 @@ pub fn take_req(dev: &mut Device, qpn: u32) -> Option<RequesterState> {
     Some(st)
 }
 
-pub fn put_req(dev: &mut Device, qpn: u32, st: RequesterState) {
-    if let Some(qp) = dev.qps.get_mut(qpn) {
-        qp.req = st;
+pub fn put_req(dev: &Device, qpn: u32, st: RequesterState) {
+    // The QP is unlocked before `note_req`, which locks its worker's timer shard first.
+    let put = dev.qps.get(qpn).map(|mut qp| qp.req = st).is_some();
+    if put {
         super::timers::note_req(dev, qpn);
     }
 }
 
 /// See [`take_req`].
-pub fn take_resp(dev: &mut Device, qpn: u32) -> Option<ResponderState> {
-    let qp = dev.qps.get_mut(qpn)?;
+pub fn take_resp(dev: &Device, qpn: u32) -> Option<ResponderState> {
+    let mut qp = dev.qps.get(qpn)?;
     if qp.resp.taken {
         return None;
     }
@@ -232,9 +233,9 @@ pub fn take_resp(dev: &mut Device, qpn: u32) -> Option<ResponderState> {
     Some(st)
 }
 
-pub fn put_resp(dev: &mut Device, qpn: u32, st: ResponderState) {
-    if let Some(qp) = dev.qps.get_mut(qpn) {
-        qp.resp = st;
+pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) {
+    let put = dev.qps.get(qpn).map(|mut qp| qp.resp = st).is_some();
+    if put {
         super::timers::note_resp(dev, qpn);
     }
 }
@@ -246,7 +247,7 @@ pub fn qp_state(dev: &Device, qpn: u32) -> Option<u32> {
 
 /// The SQ producer, checked against the ring depth (spec §4: producer − consumer > depth →
 /// ring error INDEX; the caller moves the QP to ERROR + QP_FATAL).
-pub fn sq_producer(dev: &mut Device, qpn: u32) -> Result<u32, RingFault> {
+pub fn sq_producer(dev: &Device, qpn: u32) -> Result<u32, RingFault> {
     let qp = dev.qps.get(qpn).ok_or(RingFault(0))?;
     match qp.sq.pending(&dev.mem) {
         Ok(n) => Ok(qp.sq.dev_index().wrapping_add(n)),
@@ -267,10 +268,9 @@ pub fn sq_read(dev: &Device, qpn: u32, idx: u32, buf: &mut [u8]) -> Result<(), R
 }
 
 /// Publish the SQ consumer (spec §4: advanced when WQEs are completed or flushed).
-pub fn sq_set_consumer(dev: &mut Device, qpn: u32, v: u32) {
-    let Device { qps, mem, .. } = dev;
-    if let Some(qp) = qps.get_mut(qpn) {
-        let _ = qp.sq.set_consumer(mem, v);
+pub fn sq_set_consumer(dev: &Device, qpn: u32, v: u32) {
+    if let Some(mut qp) = dev.qps.get(qpn) {
+        let _ = qp.sq.set_consumer(&dev.mem, v);
     }
 }
 
@@ -279,7 +279,7 @@ pub fn sq_set_consumer(dev: &mut Device, qpn: u32, v: u32) {
 /// consumed but does not decode (completes LOC_QP_OP_ERR). `Err`: ring broken (the SRQ path already
 /// reported SRQ_ERR and moved every attached QP to ERROR; the caller moves the QP to ERROR with
 /// QP_FATAL).
-pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault> {
+pub fn recv_take(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault> {
     if let Some(srqn) = ctx.srqn {
         let (size, max_sge) = {
             let srq = dev.srqs.get(srqn).ok_or(RingFault(0))?;
@@ -298,8 +298,8 @@ pub fn recv_take(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingF
             Err(e) => Err(RingFault(e.ring_error_code())),
         };
     }
-    let Device { qps, mem, .. } = dev;
-    let qp = qps.get_mut(ctx.qpn).ok_or(RingFault(0))?;
+    let mem = &dev.mem;
+    let mut qp = dev.qps.get(ctx.qpn).ok_or(RingFault(0))?;
     let max_sge = qp.caps.max_recv_sge;
     let rq = qp.rq.as_mut().ok_or(RingFault(0))?;
     let n = match rq.pending(mem) {
@@ -344,10 +344,13 @@ pub fn odp_recv_op(w: &RecvWqe) -> u32 {
 }
 
 /// Take every posted RQ WQE (flush), returning their wr_ids.
-pub fn rq_drain(dev: &mut Device, ctx: &QpCtx) -> Vec<u64> {
+pub fn rq_drain(dev: &Device, ctx: &QpCtx) -> Vec<u64> {
     let mut out = Vec::new();
-    let Device { qps, mem, .. } = dev;
-    let Some(rq) = qps.get_mut(ctx.qpn).and_then(|q| q.rq.as_mut()) else {
+    let mem = &dev.mem;
+    let Some(mut qp) = dev.qps.get(ctx.qpn) else {
+        return out;
+    };
+    let Some(rq) = qp.rq.as_mut() else {
         return out;
     };
     let Ok(n) = rq.pending(mem) else { return out };
@@ -368,7 +371,7 @@ pub fn rq_drain(dev: &mut Device, ctx: &QpCtx) -> Vec<u64> {
 }
 
 /// Post a CQE (the core handles overflow: CQ_ERR + QPs to ERROR).
-pub fn post_cqe(dev: &mut Device, cqn: u32, cqe: &Cqe, solicited: bool) {
+pub fn post_cqe(dev: &Device, cqn: u32, cqe: &Cqe, solicited: bool) {
     let c = VrdmaCqe {
         wr_id: cqe.wr_id,
         qpn: cqe.qpn,
@@ -391,7 +394,7 @@ pub fn post_cqe(dev: &mut Device, cqn: u32, cqe: &Cqe, solicited: bool) {
 }
 
 /// Move a QP to ERROR through the core (which sends `event` and calls the flush hook).
-pub fn qp_to_error(dev: &mut Device, qpn: u32, event: Option<u32>) {
+pub fn qp_to_error(dev: &Device, qpn: u32, event: Option<u32>) {
     dev.qp_to_error(qpn, event, 0);
 }
 
@@ -407,22 +410,22 @@ pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
 }
 
 /// The SQ of a QP in SQD has drained (IBTA 10.3.1): clear the flag.
-pub fn sq_drained(dev: &mut Device, qpn: u32) {
-    if let Some(qp) = dev.qps.get_mut(qpn) {
+pub fn sq_drained(dev: &Device, qpn: u32) {
+    if let Some(mut qp) = dev.qps.get(qpn) {
         qp.sq_draining = false;
     }
 }
 
 /// Queue a frame QP `qpn` sends for the uplink, counting it in the QP's stats (`retransmit`:
 /// a request packet sent again).
-pub fn send_frame(dev: &mut Device, qpn: u32, frame: Vec<u8>, retransmit: bool) {
+pub fn send_frame(dev: &Device, qpn: u32, frame: Vec<u8>, retransmit: bool) {
     count_tx(dev, qpn, frame.len(), retransmit);
     dev.outbox_of(qpn).push(frame);
 }
 
 /// Queue the packets QP `qpn` wrote into `w` (if any) as one fabric segment (spec §16.2 rule
 /// 6; a single packet as a plain frame); `w` is empty afterwards.
-pub fn flush_segment(dev: &mut Device, qpn: u32, w: &mut crate::wire::segment::SegmentWriter) {
+pub fn flush_segment(dev: &Device, qpn: u32, w: &mut crate::wire::segment::SegmentWriter) {
     let segment = w.count() > 1;
     // By-reference payloads stay by reference in a segment; a single frame is materialized
     // (spec §16.2 rule 6).
@@ -438,17 +441,34 @@ pub fn flush_segment(dev: &mut Device, qpn: u32, w: &mut crate::wire::segment::S
 
 /// Count one `len`-byte frame QP `qpn` sends (a frame of a fabric segment is counted as it is
 /// written into the segment, which is then queued whole).
-pub fn count_tx(dev: &mut Device, qpn: u32, len: usize, retransmit: bool) {
-    if let Some(s) = qp_stats(dev, qpn) {
+pub fn count_tx(dev: &Device, qpn: u32, len: usize, retransmit: bool) {
+    if let Some(mut s) = qp_stats(dev, qpn) {
         s.tx_packets += 1;
         s.tx_bytes += len as u64;
         s.retransmits += u64::from(retransmit);
     }
 }
 
-/// The transport counters of QP `qpn` (host-side stats, `stats.rs`).
-pub fn qp_stats(dev: &mut Device, qpn: u32) -> Option<&mut crate::stats::QpStats> {
-    dev.qps.get_mut(qpn).map(|q| &mut q.stats)
+/// The transport counters of QP `qpn` (host-side stats, `stats.rs`), with the QP locked until
+/// the guard drops: count, then let go (never call into the device while holding it).
+pub fn qp_stats(dev: &Device, qpn: u32) -> Option<QpStatsGuard<'_>> {
+    dev.qps.get(qpn).map(QpStatsGuard)
+}
+
+/// See [`qp_stats`].
+pub struct QpStatsGuard<'a>(std::sync::MutexGuard<'a, crate::qp::Qp<super::Rocev2>>);
+
+impl std::ops::Deref for QpStatsGuard<'_> {
+    type Target = crate::stats::QpStats;
+    fn deref(&self) -> &Self::Target {
+        &self.0.stats
+    }
+}
+
+impl std::ops::DerefMut for QpStatsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0.stats
+    }
 }
 
 /// A completion queue entry (spec §7, 64 bytes) as the transport builds it.

@@ -145,9 +145,9 @@ impl Fatal {
 
 /// Run `f` on QP `qpn`'s requester state (taken out of the QP for the duration).
 pub(crate) fn with_req<R>(
-    dev: &mut Device,
+    dev: &Device,
     qpn: u32,
-    f: impl FnOnce(&mut Device, &ctx::QpCtx, &mut RequesterState) -> R,
+    f: impl FnOnce(&Device, &ctx::QpCtx, &mut RequesterState) -> R,
 ) -> Option<R> {
     let c = ctx::qp_ctx(dev, qpn)?;
     let mut st = ctx::take_req(dev, qpn)?;
@@ -169,9 +169,9 @@ pub(crate) fn with_req<R>(
 
 /// Run `f` on QP `qpn`'s responder state (taken out of the QP for the duration).
 pub(crate) fn with_resp<R>(
-    dev: &mut Device,
+    dev: &Device,
     qpn: u32,
-    f: impl FnOnce(&mut Device, &ctx::QpCtx, &mut ResponderState) -> R,
+    f: impl FnOnce(&Device, &ctx::QpCtx, &mut ResponderState) -> R,
 ) -> Option<R> {
     let c = ctx::qp_ctx(dev, qpn)?;
     let mut st = ctx::take_resp(dev, qpn)?;
@@ -192,7 +192,7 @@ pub(crate) fn with_resp<R>(
 }
 
 /// A doorbell record from the doorbell virtqueue (spec §8).
-pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
+pub fn on_doorbell(dev: &Device, db: vrdma_spec::VrdmaDoorbell) {
     let now = Instant::now();
     match db.type_ {
         ctx::abi::DB_SQ => requester::run(dev, db.id, now),
@@ -204,9 +204,8 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
         }
         // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
         ctx::abi::DB_CQ_ARM => {
-            let Device { cqs, mem, out, .. } = dev;
-            if let Some(cq) = cqs.get_mut(db.id) {
-                cq.on_arm_doorbell(mem, &**out);
+            if let Some(mut cq) = dev.cqs.get(db.id) {
+                cq.on_arm_doorbell(&dev.mem, &*dev.out);
             }
         }
         _ => {}
@@ -216,14 +215,14 @@ pub fn on_doorbell(dev: &mut Device, db: vrdma_spec::VrdmaDoorbell) {
 /// One engine batch of doorbell records, in order; then, if the queue overflowed its bound,
 /// an SQ and an RQ doorbell for every QP (in QPN order), which covers whatever was not queued
 /// (spec §8).
-pub fn on_doorbells(dev: &mut Device, batch: &doorbells::DoorbellBatch) {
+pub fn on_doorbells(dev: &Device, batch: &doorbells::DoorbellBatch) {
     on_worker_doorbells(dev, batch, 0, 1);
 }
 
 /// [`on_doorbells`] for engine worker `w` of `workers`: its sweep rings only its own QPs
 /// (`qp::worker_of`; the records were routed to it already).
 pub fn on_worker_doorbells(
-    dev: &mut Device,
+    dev: &Device,
     batch: &doorbells::DoorbellBatch,
     w: usize,
     workers: usize,
@@ -284,13 +283,13 @@ impl<'a> Iterator for FramesOf<'a> {
 }
 
 /// A RoCEv2 frame from the uplink (already classified as ours by `port`).
-pub fn on_frame(dev: &mut Device, frame: &[u8]) {
+pub fn on_frame(dev: &Device, frame: &[u8]) {
     on_frame_at(dev, frame, Instant::now());
 }
 
 /// [`on_frame`] with the time the caller read once for its whole batch (the engine: one clock
 /// read per batch instead of per frame; deadlines armed from it are at most a batch early).
-pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
+pub fn on_frame_at(dev: &Device, frame: &[u8], now: Instant) {
     on_frame_ref_at(dev, frame, now, None);
 }
 
@@ -299,7 +298,7 @@ pub fn on_frame_at(dev: &mut Device, frame: &[u8], now: Instant) {
 /// RC WRITE request can carry one (`onecopy`); any other packet with a reference is dropped,
 /// so bytes that are not its payload are never read as one.
 pub fn on_frame_ref_at(
-    dev: &mut Device,
+    dev: &Device,
     frame: &[u8],
     now: Instant,
     src: Option<packet::PayloadSrc<'_>>,
@@ -314,7 +313,7 @@ pub fn on_frame_ref_at(
 /// [`on_frame_ref_at`] for a frame whose headers up to UDP are located already (by the port
 /// when it classified the frame, `port::classify_located`): they are not read again.
 pub fn on_located_ref_at(
-    dev: &mut Device,
+    dev: &Device,
     located: crate::wire::Located<'_>,
     now: Instant,
     src: Option<packet::PayloadSrc<'_>>,
@@ -369,7 +368,7 @@ pub fn on_located_ref_at(
 }
 
 /// The checks and the processing of one received packet for QP `qpn` (`on_frame_at`).
-fn deliver(dev: &mut Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: Instant) {
+fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: Instant) {
     use crate::stats::bump;
     let Some(c) = ctx::qp_ctx(dev, qpn) else {
         bump(&dev.port_stats.drop_unknown_qp);
@@ -390,7 +389,7 @@ fn deliver(dev: &mut Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], no
         bump(&dev.port_stats.drop_qp_state);
         return;
     }
-    if let Some(s) = ctx::qp_stats(dev, qpn) {
+    if let Some(mut s) = ctx::qp_stats(dev, qpn) {
         s.rx_packets += 1;
         s.rx_bytes += frame.len() as u64;
     }
@@ -409,7 +408,7 @@ fn deliver(dev: &mut Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], no
 
 /// Fire expired transport timers and resume QPs whose ODP faults were resolved; returns the next
 /// deadline.
-pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
+pub fn on_tick(dev: &Device, now: Instant) -> Option<Instant> {
     resume_odp(dev, now);
     let cq = dev.cq_moderation_tick(now);
     match (timers::on_tick(dev, now), cq) {
@@ -420,7 +419,7 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
 
 /// [`on_tick`] for engine worker `w` of several (`--engine-threads`): its own QPs' timers and
 /// ODP resumptions, and the device-wide deadlines (CQ moderation), which any worker may fire.
-pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instant> {
+pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
     let workers = dev.timers.shards();
     let resumed = dev
         .mrs
@@ -436,12 +435,12 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
 
 /// QPs that waited for an ODP page request continue (spec §10): the requester, and READ
 /// responses the responder held back on a fault (`responder::pump_replies`).
-pub fn resume_odp(dev: &mut Device, now: Instant) {
+pub fn resume_odp(dev: &Device, now: Instant) {
     let resumed = dev.mrs.lock().take_resumed();
     resume_qps(dev, resumed, now);
 }
 
-fn resume_qps(dev: &mut Device, resumed: Vec<u32>, now: Instant) {
+fn resume_qps(dev: &Device, resumed: Vec<u32>, now: Instant) {
     for qpn in resumed {
         with_req(dev, qpn, |dev, c, st| {
             st.odp_wait = None;
@@ -458,7 +457,7 @@ fn resume_qps(dev: &mut Device, resumed: Vec<u32>, now: Instant) {
 /// Flush hook called by `qp/` after a QP entered ERROR (from MODIFY_QP or from the transport):
 /// outstanding and posted SQ WQEs complete with WR_FLUSH_ERR, RQ WQEs too; SRQ-attached QPs get
 /// LAST_WQE_REACHED (spec §13).
-pub fn flush(dev: &mut Device, qpn: u32) {
+pub fn flush(dev: &Device, qpn: u32) {
     with_req(dev, qpn, requester::flush);
     with_resp(dev, qpn, responder::flush);
 }

@@ -178,7 +178,7 @@ pub(crate) fn by_reference(dev: &Device, rc: bool, write: bool, inline: bool, pl
 /// time: see `Fallback`); `Err`: the SGEs do not resolve (as a gather would fail).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn build_by_reference(
-    dev: &mut Device,
+    dev: &Device,
     qpn: u32,
     pdn: u32,
     m: &TxMeta<'_>,
@@ -261,7 +261,7 @@ pub(crate) enum Built {
 /// references are full.
 #[allow(clippy::too_many_arguments)]
 fn resolve(
-    dev: &mut Device,
+    dev: &Device,
     qpn: u32,
     pdn: u32,
     sges: &[Sge],

@@ -66,15 +66,16 @@ pub struct TickMarks {
 /// Called when QP `qpn`'s requester state has been put back: queue its earliest deadline if it is
 /// not queued yet, and put the QP on the worklist if it has fetched WQEs that nothing else will
 /// start (the old per-tick scan's condition, minus the QP state, which the tick checks).
-pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
+pub(crate) fn note_req(dev: &Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
     let w = worker_of(qpn, timers.shards());
     let workers = timers.shards();
     // Lock order: a shard, then a QP (ARCHITECTURE.md "Locks").
     let mut timers = timers.shard(w);
-    let Some(qp) = qps.get_mut(qpn) else {
+    let Some(mut qp) = qps.get(qpn) else {
         return;
     };
+    let qp = &mut *qp;
     let st = &qp.req;
     if let Some(d) = next_deadline(st) {
         // A live entry at or before `d` stays: it fires early, the tick finds nothing due and
@@ -101,6 +102,8 @@ pub(crate) fn note_req(dev: &mut Device, qpn: u32) {
         qp.tick.listed = true;
         timers.work.push(qpn);
     }
+    // The rebuild below locks every QP of the shard, this one too.
+    drop(qp);
     // Stale entries are bounded by the re-arm rate × the timeout; rebuild the heap from the live
     // entries when they dominate (amortised O(1) per push).
     if timers.heap.len() > 2 * qps.len() as usize + 1024 {
@@ -133,10 +136,10 @@ pub fn set_workers(dev: &mut Device, workers: usize) {
 
 /// Called when QP `qpn`'s responder state has been put back: READ responses still queued need
 /// the next tick (responder/ READ_BURST pacing).
-pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
+pub(crate) fn note_resp(dev: &Device, qpn: u32) {
     let Device { qps, timers, .. } = dev;
     let mut timers = timers.shard(worker_of(qpn, timers.shards()));
-    let Some(qp) = qps.get_mut(qpn) else {
+    let Some(mut qp) = qps.get(qpn) else {
         return;
     };
     if !qp.resp.replies.is_empty() && !qp.tick.listed {
@@ -147,7 +150,7 @@ pub(crate) fn note_resp(dev: &mut Device, qpn: u32) {
 
 /// Fire expired timers of every worker's shard; run the worklists; return the earliest
 /// pending deadline (for callers that are not one engine worker: unit tests, one worker).
-pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
+pub fn on_tick(dev: &Device, now: Instant) -> Option<Instant> {
     let mut next: Option<Instant> = None;
     for w in 0..dev.timers.shards() {
         if let Some(d) = on_worker_tick(dev, now, w) {
@@ -160,7 +163,7 @@ pub fn on_tick(dev: &mut Device, now: Instant) -> Option<Instant> {
 /// Fire the expired timers of worker `w`'s QPs; run its worklist; return its earliest pending
 /// deadline. Work is proportional to the expired heap entries and the listed QPs, not to the
 /// number of QPs.
-pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instant> {
+pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
     let mut next: Option<Instant> = None;
     loop {
         // The shard is locked only to take an entry: firing it locks the QP (and may queue
@@ -178,8 +181,8 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
             shard.visited += 1;
             (d, qpn)
         };
-        let live = match dev.qps.get_mut(qpn) {
-            Some(qp) if qp.tick.queued == Some(d) => {
+        let live = match dev.qps.get(qpn) {
+            Some(mut qp) if qp.tick.queued == Some(d) => {
                 qp.tick.queued = None;
                 true
             }
@@ -192,7 +195,7 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
         with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
             let mut fired = false;
             if st.retrans_deadline.is_some_and(|d| d <= now) {
-                if let Some(s) = ctx::qp_stats(dev, ctx.qpn) {
+                if let Some(mut s) = ctx::qp_stats(dev, ctx.qpn) {
                     s.timeouts += 1;
                 }
                 completer::on_retrans_timeout(ctx, st, now);
@@ -217,11 +220,14 @@ pub fn on_worker_tick(dev: &mut Device, now: Instant, w: usize) -> Option<Instan
     };
     for &qpn in &work {
         dev.timers.shard(w).visited += 1;
-        let Some(qp) = dev.qps.get_mut(qpn) else {
-            continue;
+        let rts = {
+            let Some(mut qp) = dev.qps.get(qpn) else {
+                continue;
+            };
+            qp.tick.listed = false;
+            qp.state == crate::qp::QpState::Rts
         };
-        qp.tick.listed = false;
-        if qp.state == crate::qp::QpState::Rts {
+        if rts {
             super::requester::run(dev, qpn, now);
         }
         if dev.qps.get(qpn).is_some_and(|q| !q.resp.replies.is_empty()) {

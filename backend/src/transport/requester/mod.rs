@@ -176,11 +176,11 @@ impl RequesterState {
 }
 
 /// Entry point: the SQ doorbell, an ODP resume, a timer or a response opened the window.
-pub fn run(dev: &mut Device, qpn: u32, now: Instant) {
+pub fn run(dev: &Device, qpn: u32, now: Instant) {
     super::with_req(dev, qpn, |dev, ctx, st| process(dev, ctx, st, now));
 }
 
-pub(crate) fn process(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+pub(crate) fn process(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     // An XRC_TGT has no send queue (spec §13.7): its SQ doorbells (the guest's, or the
     // doorbell-overflow sweep's) have nothing to start or flush.
     if ctx.qp_type == QPT_XRC_TGT {
@@ -251,7 +251,7 @@ pub fn wqe_floor(sq_wqe_size: u32) -> u64 {
 /// Pull newly posted WQEs from the SQ ring (spec §4: producer read on a doorbell). Stops at
 /// [`MAX_FETCHED`] cached WQEs, or when the next one does not fit the host-memory budget
 /// (spec §16: the WQE stays in the ring and is fetched once retiring makes room).
-fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
+fn fetch(dev: &Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), Fatal> {
     let producer = ctx::sq_producer(dev, ctx.qpn).map_err(|f| Fatal::QpFatal(f.0))?;
     let floor = wqe_floor(ctx.sq_wqe_size);
     let mut buf = std::mem::take(&mut st.wqe_buf);
@@ -289,7 +289,7 @@ fn fetch(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) -> Result<(), F
 ///
 /// The consumer moves BEFORE the CQEs are written: a consumer that sees a send completion may
 /// post again at once, and the driver checks SQ space against this consumer.
-pub(crate) fn retire(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
+pub(crate) fn retire(dev: &Device, ctx: &QpCtx, st: &mut RequesterState) {
     let mut consumer = None;
     let mut cqes = std::mem::take(&mut st.cqe_scratch);
     cqes.clear();
@@ -460,7 +460,7 @@ pub(crate) fn restart_on_loss(ctx: &QpCtx, st: &mut RequesterState) -> bool {
 
 /// QP in ERROR (IBTA 10.3.1 / spec §13): complete every outstanding and posted send WQE with
 /// WR_FLUSH_ERR (the WQE that caused the error has its own status), in SQ order.
-pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState) {
+pub(crate) fn flush(dev: &Device, ctx: &QpCtx, st: &mut RequesterState) {
     for w in st.wqes.iter_mut() {
         if w.state != WqeState::Done {
             w.state = WqeState::Done;

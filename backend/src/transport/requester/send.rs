@@ -10,7 +10,7 @@ use super::*;
 /// (`wire::segment`) instead of one buffer each; every packet is still a complete standard
 /// frame with its own PSN and AckReq, so nothing else here changes. One-packet messages and
 /// UD/GSI packets (an address per WQE) stay single frames.
-pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+pub(super) fn send(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     if st.odp_wait.is_some() || st.stopped {
         return;
     }
@@ -24,7 +24,7 @@ pub(super) fn send(dev: &mut Device, ctx: &QpCtx, st: &mut RequesterState, now: 
 }
 
 fn send_packets(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut RequesterState,
     now: Instant,
@@ -104,7 +104,7 @@ fn send_packets(
 }
 
 /// Execute LOCAL_INV / REG_MR / BIND_MW (spec §6.1, §12).
-fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
+fn exec_local(dev: &Device, ctx: &QpCtx, w: &mut SendWqe) {
     if w.opcode == WR_BIND_MW {
         // Spec §14.3: without windows the opcode is not offered (LOC_QP_OP_ERR); a bind that
         // breaks a rule of §12.8 is MW_BIND_ERR. Both move the QP (RC/UC) to ERROR.
@@ -152,7 +152,7 @@ fn exec_local(dev: &mut Device, ctx: &QpCtx, w: &mut SendWqe) {
 /// Validate the SGEs of a WQE against the MR table (IBTA 10.8 local protection checks). ODP
 /// chunks are not faulted in here: `sge_copy` resolves each packet's bytes when it moves them,
 /// so an SGE larger than the resident budget makes progress (spec §12.6).
-fn validate(dev: &mut Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
+fn validate(dev: &Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     let access = if w.is_rd_atomic() {
         ACCESS_LOCAL_WRITE
     } else {
@@ -216,7 +216,7 @@ impl SgeIo<'_> {
 /// Copy the buffer's length in bytes at message offset `off` out of (gather) or into
 /// (scatter) an SGE list.
 pub(crate) fn sge_copy(
-    dev: &mut Device,
+    dev: &Device,
     waiter: Option<u32>,
     pdn: u32,
     sges: &[Sge],
@@ -231,7 +231,7 @@ pub(crate) fn sge_copy(
 }
 
 fn sge_copy_with(
-    dev: &mut Device,
+    dev: &Device,
     waiter: Option<u32>,
     pdn: u32,
     sges: &[Sge],
@@ -294,7 +294,7 @@ fn sge_copy_with(
 /// Send the next packets of WQE `i`. Returns false when the QP must stop for now (window full,
 /// ODP suspension); true when the WQE has nothing more to send right now.
 fn send_wqe(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut RequesterState,
     i: usize,

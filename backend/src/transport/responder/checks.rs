@@ -4,7 +4,7 @@
 use super::*;
 
 impl Responder<'_, '_> {
-    pub(super) fn check_psn(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn check_psn(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let d = psn_diff(self.pkt.psn(), st.epsn);
         if self.ctx.is_uc() {
             // UC (IBTA 9.8): no retransmission; a gap aborts the message in progress and the
@@ -92,7 +92,7 @@ impl Responder<'_, '_> {
         RespStep::CheckResource
     }
 
-    pub(super) fn check_resource(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn check_resource(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let info = self.pkt.info;
         let needs_recv = match info.operation {
             Operation::Send => matches!(info.position, Position::First | Position::Only),
@@ -205,7 +205,7 @@ impl Responder<'_, '_> {
         RespStep::CheckRkey
     }
 
-    pub(super) fn check_rkey(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn check_rkey(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let pkt = self.pkt;
         let (va, rkey, len, access) = match pkt.op() {
             Operation::Write => {
@@ -284,7 +284,7 @@ impl Responder<'_, '_> {
     /// FLUSH: the R_Key is always checked (also for a zero length) for the placement's access
     /// right; a range FLUSH is bounds-checked and faults ODP pages in like a READ, a whole-MR FLUSH
     /// is not (spec §14.6).
-    pub(super) fn check_flush_rkey(&mut self, dev: &mut Device) -> RespStep {
+    pub(super) fn check_flush_rkey(&mut self, dev: &Device) -> RespStep {
         let (Some(reth), Some(feth)) = (self.pkt.reth, self.pkt.feth) else {
             return RespStep::ErrInvalidRequest;
         };
@@ -344,7 +344,7 @@ impl Responder<'_, '_> {
     /// Resolve an R_Key range; map failures to the responder error states (spec §10, §14).
     pub(super) fn resolve(
         &mut self,
-        dev: &mut Device,
+        dev: &Device,
         rkey: u32,
         va: u64,
         len: u64,

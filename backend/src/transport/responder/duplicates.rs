@@ -7,7 +7,7 @@ impl Responder<'_, '_> {
     /// Duplicate request (IBTA 9.7.5.1): SEND/WRITE are re-acknowledged, READ responses are
     /// regenerated for the requested range and atomics are answered from the resource cache
     /// without re-execution.
-    pub(super) fn duplicate(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn duplicate(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let psn = self.pkt.psn();
         match self.pkt.op() {
             Operation::Send | Operation::Write if self.pkt.bth.ack_req => {
@@ -79,11 +79,11 @@ impl Responder<'_, '_> {
         RespStep::Done
     }
 
-    pub(super) fn err_psn(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn err_psn(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         // IBTA 9.7.5.2: one PSN sequence error NAK per gap, carrying the expected PSN.
         if !st.seq_nak_sent {
             st.seq_nak_sent = true;
-            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+            if let Some(mut s) = ctx::qp_stats(dev, self.ctx.qpn) {
                 s.seq_naks_tx += 1;
             }
             let aeth = Aeth {
@@ -95,9 +95,9 @@ impl Responder<'_, '_> {
         RespStep::Done
     }
 
-    pub(super) fn err_rnr(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn err_rnr(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         if self.ctx.is_rc() {
-            if let Some(s) = ctx::qp_stats(dev, self.ctx.qpn) {
+            if let Some(mut s) = ctx::qp_stats(dev, self.ctx.qpn) {
                 s.rnr_naks_tx += 1;
             }
             // IBTA 9.7.5.2.8: RNR NAK with our min_rnr_timer; the requester resends this PSN.
@@ -122,7 +122,7 @@ impl Responder<'_, '_> {
     }
 
     /// IBTA C9-222.1.1 (spec §14).
-    pub(super) fn err_rkey(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn err_rkey(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         if !self.ctx.is_rc() {
             // UC: no NAKs; the damaged message is dropped silently.
             self.uc_abort(st);
@@ -144,7 +144,7 @@ impl Responder<'_, '_> {
         RespStep::Done
     }
 
-    pub(super) fn nak(&self, dev: &mut Device, st: &ResponderState, code: NakCode, psn: u32) {
+    pub(super) fn nak(&self, dev: &Device, st: &ResponderState, code: NakCode, psn: u32) {
         let aeth = Aeth {
             syndrome: Syndrome::Nak(code),
             msn: st.msn,
@@ -153,7 +153,7 @@ impl Responder<'_, '_> {
     }
 
     /// Complete the consumed receive WQE (if any) with `self.recv_status`.
-    pub(super) fn complete_recv_error(&mut self, dev: &mut Device, st: &mut ResponderState) {
+    pub(super) fn complete_recv_error(&mut self, dev: &Device, st: &mut ResponderState) {
         if let Some(w) = st.recv.take() {
             let cqe = Cqe {
                 wr_id: w.wr_id,

@@ -4,7 +4,7 @@
 use super::*;
 
 impl Responder<'_, '_> {
-    pub(super) fn execute(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn execute(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let pkt = self.pkt;
         match pkt.op() {
             Operation::Send => {
@@ -107,7 +107,7 @@ impl Responder<'_, '_> {
     }
 
     /// Generate READ responses (IBTA 9.7.4.1.4): one per MTU, PSNs from the request's PSN.
-    pub(super) fn read_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn read_reply(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let Some(reth) = self.pkt.reth else {
             return RespStep::ErrInvalidRequest;
         };
@@ -144,7 +144,7 @@ impl Responder<'_, '_> {
     }
 
     /// Execute an atomic with the guest's CPU atomics and reply with an AtomicAckETH (IBTA 9.4.5).
-    pub(super) fn atomic_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn atomic_reply(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let Some(a) = self.pkt.atomic else {
             return RespStep::ErrInvalidRequest;
         };
@@ -182,11 +182,7 @@ impl Responder<'_, '_> {
 
     /// ATOMIC WRITE (IBTA 1.5): one atomic 64-bit store of the payload, after every earlier
     /// request of the QP (they were executed in PSN order before this one).
-    pub(super) fn atomic_write_reply(
-        &mut self,
-        dev: &mut Device,
-        st: &mut ResponderState,
-    ) -> RespStep {
+    pub(super) fn atomic_write_reply(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let Ok(data) = <[u8; 8]>::try_from(self.pkt.payload) else {
             return RespStep::ErrInvalidRequest;
         };
@@ -202,7 +198,7 @@ impl Responder<'_, '_> {
 
     /// FLUSH (IBTA 1.5): earlier requests are already applied; global visibility in host RAM is
     /// a full fence. Persistence never gets here (no MR grants FLUSH_PERSISTENT).
-    pub(super) fn flush_reply(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn flush_reply(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         dev.mem.fence();
         self.empty_read_response(dev, st)
     }
@@ -211,7 +207,7 @@ impl Responder<'_, '_> {
     /// behind any READ responses still being paced so responses stay in PSN order.
     pub(super) fn empty_read_response(
         &mut self,
-        dev: &mut Device,
+        dev: &Device,
         st: &mut ResponderState,
     ) -> RespStep {
         let psn = self.pkt.psn();
@@ -232,7 +228,7 @@ impl Responder<'_, '_> {
     }
 
     /// End of a message: receive completion for SEND / WRITE_WITH_IMM (spec §7).
-    pub(super) fn complete(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn complete(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         let info = self.pkt.info;
         if !matches!(info.position, Position::Last | Position::Only) {
             return RespStep::Acknowledge;
@@ -299,7 +295,7 @@ impl Responder<'_, '_> {
     }
 
     /// Advance the expected PSN and coalesce ACKs (IBTA 9.7.5.1: AckReq, message end).
-    pub(super) fn acknowledge(&mut self, dev: &mut Device, st: &mut ResponderState) -> RespStep {
+    pub(super) fn acknowledge(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
         st.epsn = psn_add(self.pkt.psn(), 1);
         if !self.ctx.is_rc() {
             return RespStep::Done;

@@ -297,7 +297,7 @@ struct Responder<'p, 'a> {
 }
 
 /// A request packet for `ctx`'s QP arrived.
-pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
+pub(crate) fn on_request(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
     if ctx.state == QPS_RTR && !st.comm_est {
         // IBTA 11.6.3: first packet received in RTR → Communication Established.
         st.comm_est = true;
@@ -349,7 +349,7 @@ pub(crate) fn on_request(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState,
 }
 
 impl Responder<'_, '_> {
-    fn step(&mut self, dev: &mut Device, st: &mut ResponderState, step: RespStep) -> RespStep {
+    fn step(&mut self, dev: &Device, st: &mut ResponderState, step: RespStep) -> RespStep {
         use RespStep::*;
         match step {
             CheckPsn => self.check_psn(dev, st),
@@ -443,7 +443,7 @@ fn flush_access(placement: u8) -> Option<u32> {
 }
 
 /// Queue the zero-length RDMA READ RESPONSE ONLY for `psn` and send what the pacing allows.
-fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32) {
+fn queue_empty_read_response(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32) {
     st.replies.push_back(ReadReply {
         kind: ReplyKind::Read,
         psn,
@@ -458,7 +458,7 @@ fn queue_empty_read_response(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderSt
 }
 
 /// Take a receive WQE from the RQ or the SRQ.
-fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
+fn take_recv(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
     ctx::recv_take(dev, ctx).map_err(|f| f.0)
 }
 
@@ -467,7 +467,7 @@ fn take_recv(dev: &mut Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, u32> {
 /// it when the queue drains past it. Any such response covers every earlier PSN, so a newer one
 /// replaces an ACK still waiting at the tail (the queue stays bounded by the responder
 /// resources). Fatal NAKs are sent at once: the QP goes to ERROR and drops the queue.
-fn ack_in_order(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Aeth, psn: u32) {
+fn ack_in_order(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Aeth, psn: u32) {
     if st.replies.is_empty() {
         send_ack(dev, ctx, aeth, psn);
         return;
@@ -508,13 +508,7 @@ fn reply_queue_bound(ctx: &QpCtx) -> usize {
 
 /// The atomic ACK for `psn`, in PSN order like [`ack_in_order`] (never merged: it carries the
 /// original value). The atomic has already been executed.
-fn atomic_ack_in_order(
-    dev: &mut Device,
-    ctx: &QpCtx,
-    st: &mut ResponderState,
-    psn: u32,
-    orig: u64,
-) {
+fn atomic_ack_in_order(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32, orig: u64) {
     if st.replies.is_empty() {
         send_atomic_ack(dev, ctx, st.msn, psn, orig);
         return;
@@ -540,7 +534,7 @@ fn atomic_ack_in_order(
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
-pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
+pub(crate) fn send_ack(dev: &Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
     let hdrs = TxHdrs {
         aeth: Some(aeth),
         ..Default::default()
@@ -548,7 +542,7 @@ pub(crate) fn send_ack(dev: &mut Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
     send_payloadless(dev, ctx, Operation::Ack, psn, &hdrs);
 }
 
-fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
+fn send_atomic_ack(dev: &Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
     let hdrs = TxHdrs {
         aeth: Some(Aeth::ack(msn)),
         atomic_ack: Some(AtomicAckEth { orig }),
@@ -559,7 +553,7 @@ fn send_atomic_ack(dev: &mut Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64)
 
 /// One ONLY packet of `operation` without payload (an ACK or atomic ACK) for `psn`, sent as a
 /// single frame.
-fn send_payloadless(dev: &mut Device, ctx: &QpCtx, operation: Operation, psn: u32, hdrs: &TxHdrs) {
+fn send_payloadless(dev: &Device, ctx: &QpCtx, operation: Operation, psn: u32, hdrs: &TxHdrs) {
     let Some(path) = ctx.path else { return };
     let Some(op) = opcode_for(ctx.transport(), operation, Position::Only, false, false) else {
         return;
@@ -581,7 +575,7 @@ fn send_payloadless(dev: &mut Device, ctx: &QpCtx, operation: Operation, psn: u3
 
 /// QP in ERROR (spec §13): RQ WQEs (and a receive in progress) complete with WR_FLUSH_ERR; an
 /// SRQ-attached QP reports LAST_WQE_REACHED instead (IBTA 11.6.2).
-pub(crate) fn flush(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState) {
+pub(crate) fn flush(dev: &Device, ctx: &QpCtx, st: &mut ResponderState) {
     let mut wr_ids = Vec::new();
     if let Some(w) = st.recv.take() {
         wr_ids.push(w.wr_id);

@@ -14,7 +14,7 @@ use super::*;
 /// requests; every packet is still a complete standard frame with its own PSN, and ONLY
 /// responses, ACKs and atomic ACKs stay single frames, sent after the segment so far (PSN order).
 pub(crate) fn pump_replies(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut ResponderState,
     budget: u32,
@@ -29,7 +29,7 @@ pub(crate) fn pump_replies(
 
 /// Queue what `seg` holds (if anything; it is closed) before a single frame or a new segment,
 /// so PSN order holds on the wire.
-fn close_segment(dev: &mut Device, qpn: u32, seg: &mut Option<SegmentWriter>) {
+fn close_segment(dev: &Device, qpn: u32, seg: &mut Option<SegmentWriter>) {
     if let Some(mut w) = seg.take() {
         ctx::flush_segment(dev, qpn, &mut w);
         crate::transport::packet::recycle_frame(w.into_buf());
@@ -38,7 +38,7 @@ fn close_segment(dev: &mut Device, qpn: u32, seg: &mut Option<SegmentWriter>) {
 
 /// See [`pump_replies`]; `segments`: the port takes them; `seg`: the open segment.
 fn pump(
-    dev: &mut Device,
+    dev: &Device,
     ctx: &QpCtx,
     st: &mut ResponderState,
     mut budget: u32,

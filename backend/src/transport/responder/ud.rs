@@ -3,7 +3,7 @@
 use super::*;
 
 /// UD / GSI receive (IBTA 9.8, 10.2; spec §6.2): Q_Key check, GRH area, one-packet message.
-pub(super) fn ud_receive(dev: &mut Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
+pub(super) fn ud_receive(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
     if pkt.info.transport != Transport::Ud {
         return;
     }
