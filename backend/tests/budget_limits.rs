@@ -513,7 +513,7 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
     // The engine's loop: transport timers (which resume waiting QPs), then the ODP tick.
     while t0.elapsed() < Duration::from_millis(100) {
         let now = std::time::Instant::now();
-        transport::on_tick(&mut p.a.dev, now);
+        transport::on_tick(&p.a.dev, now);
         if p.a.dev.odp_tick(now).is_some() {
             retries += 1;
         }
@@ -544,7 +544,7 @@ fn local_odp_sge_without_budget_room_waits_then_completes() {
         Duration::from_secs(30),
         |a, _| {
             a.dev.odp_tick(std::time::Instant::now());
-            transport::resume_odp(&mut a.dev, std::time::Instant::now());
+            transport::resume_odp(&a.dev, std::time::Instant::now());
             a.answer_page_requests();
             cqes.extend(a.poll_cq(&mut p.cqa));
             !cqes.is_empty()

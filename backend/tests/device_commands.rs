@@ -1086,7 +1086,7 @@ fn cq_moderation_count_period_and_errors() {
         1,
         "still armed"
     );
-    let next = transport::on_tick(&mut e.dev, Instant::now());
+    let next = transport::on_tick(&e.dev, Instant::now());
     assert!(next.is_some(), "the period timer is running");
     assert!(e.out.take_events().is_empty());
     e.dev.post_cqe(cq, &ok(3), false).unwrap();
@@ -1098,16 +1098,16 @@ fn cq_moderation_count_period_and_errors() {
     );
     assert_eq!(e.mem.load_u32_acquire(ctrl + CTRL_CQ_ARM).unwrap(), 0);
     // The stale timer of that round does nothing, even once expired.
-    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(120));
+    transport::on_tick(&e.dev, Instant::now() + Duration::from_secs(120));
     arm(&mut e);
-    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(120));
+    transport::on_tick(&e.dev, Instant::now() + Duration::from_secs(120));
     assert!(e.out.take_events().is_empty(), "no CQE held: nothing fires");
     // Period: one CQE, then the timer expires.
     e.dev.post_cqe(cq, &ok(4), false).unwrap();
     assert!(e.out.take_events().is_empty());
-    transport::on_tick(&mut e.dev, Instant::now());
+    transport::on_tick(&e.dev, Instant::now());
     assert!(e.out.take_events().is_empty(), "not yet");
-    transport::on_tick(&mut e.dev, Instant::now() + Duration::from_secs(61));
+    transport::on_tick(&e.dev, Instant::now() + Duration::from_secs(61));
     let ev = e.out.take_events();
     assert_eq!(
         (ev.len(), ev[0].type_),

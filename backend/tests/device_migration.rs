@@ -234,10 +234,10 @@ fn in_flight(p: &mut Pair) {
         fb.len()
     );
     for f in &fa[..fa.len() / 2] {
-        transport::on_frame(&mut p.b.dev, f);
+        transport::on_frame(&p.b.dev, f);
     }
     for f in &fb[..fb.len() / 2] {
-        transport::on_frame(&mut p.a.dev, f);
+        transport::on_frame(&p.a.dev, f);
     }
     p.a.dev.outbox(0).frames.clear();
     p.b.dev.outbox(0).frames.clear();
@@ -295,7 +295,7 @@ fn a_device_waiting_for_read_responses_refuses_to_save() {
     );
     p.qb = qb;
     for f in std::mem::take(&mut p.b.dev.outbox(0).frames) {
-        transport::on_frame(&mut p.a.dev, &f);
+        transport::on_frame(&p.a.dev, &f);
     }
     let busy = !p.a.dev.qps.get(p.qa.qpn).unwrap().resp.replies.is_empty();
     if busy {

@@ -222,7 +222,7 @@ fn read_waiting_for_a_fault_does_not_spin() {
         p.step();
     }
     let now = p.vt;
-    let next = transport::on_tick(&mut p.b.dev, now);
+    let next = transport::on_tick(&p.b.dev, now);
     assert!(
         next.is_none_or(|d| d > now),
         "the responder wants a tick right away while it waits for a fault"
@@ -264,7 +264,7 @@ fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
         };
         let mut f = Vec::new();
         b.build(&[], &mut f).expect("build");
-        transport::on_frame(&mut p.b.dev, &f);
+        transport::on_frame(&p.b.dev, &f);
     }
     let replies = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert_eq!(replies.len(), n as usize, "one reply per request");

@@ -176,7 +176,7 @@ fn every_qp_is_served_after_a_doorbell_flood() {
     let batch = q.take();
     assert!(batch.sweep);
     a.dev.outbox(0).frames.clear();
-    transport::on_doorbells(&mut a.dev, &batch);
+    transport::on_doorbells(&a.dev, &batch);
     let mut served: Vec<u32> = a
         .dev
         .outbox(0)

@@ -210,13 +210,13 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         reqs.len()
     );
     for f in &reqs {
-        transport::on_frame(&mut t.b.dev, f);
+        transport::on_frame(&t.b.dev, f);
     }
     let resps: Vec<Vec<u8>> = std::mem::take(&mut t.b.dev.outbox(0).frames);
     assert!(resps.len() >= 3, "expected responses, got {}", resps.len());
     // Let the target pair settle with the real responses so that both sides are in sync.
     for f in &resps {
-        transport::on_frame(&mut t.a.dev, f);
+        transport::on_frame(&t.a.dev, f);
     }
     t.a.dev.outbox(0).frames.clear();
     (reqs, resps)
@@ -397,8 +397,8 @@ fn run(seed: u64, budget: Duration) {
         t.a.dev.outbox(0).frames.clear();
         t.b.dev.outbox(0).frames.clear();
         let now = Instant::now();
-        let ra = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&mut t.a.dev, now)));
-        let rb = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&mut t.b.dev, now)));
+        let ra = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&t.a.dev, now)));
+        let rb = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&t.b.dev, now)));
         assert!(ra.is_ok() && rb.is_ok(), "seed {seed}: on_tick panicked");
         t.a.dev.outbox(0).frames.clear();
         t.b.dev.outbox(0).frames.clear();
@@ -436,15 +436,15 @@ fn truncate_every_length() {
         for n in 0..tpl.len() {
             let mut f = tpl[..n].to_vec();
             let res = catch_unwind(AssertUnwindSafe(|| {
-                transport::on_frame(&mut t.b.dev, &f);
-                transport::on_frame(&mut t.a.dev, &f);
+                transport::on_frame(&t.b.dev, &f);
+                transport::on_frame(&t.a.dev, &f);
             }));
             assert!(res.is_ok(), "template {i} truncated at {n}: panic");
             if n >= BTH + 16 {
                 reseal(&mut f);
                 let res = catch_unwind(AssertUnwindSafe(|| {
-                    transport::on_frame(&mut t.b.dev, &f);
-                    transport::on_frame(&mut t.a.dev, &f);
+                    transport::on_frame(&t.b.dev, &f);
+                    transport::on_frame(&t.a.dev, &f);
                 }));
                 assert!(res.is_ok(), "template {i} resealed at {n}: panic");
             }
@@ -472,7 +472,7 @@ fn random_frames() {
             f[..BTH].copy_from_slice(&reqs[0][..BTH]);
             reseal(&mut f);
         }
-        let res = catch_unwind(AssertUnwindSafe(|| transport::on_frame(&mut t.b.dev, &f)));
+        let res = catch_unwind(AssertUnwindSafe(|| transport::on_frame(&t.b.dev, &f)));
         assert!(res.is_ok(), "frame {i}: panic on {f:02x?}");
         if i % 256 == 0 {
             t.b.dev.outbox(0).frames.clear();
@@ -507,7 +507,7 @@ fn fresh() -> (Bed, Vec<Vec<u8>>) {
 
 /// Feed `f` to b; return the AETH syndromes of the ACK/NAK frames b answered with.
 fn feed_b(t: &mut Bed, f: &[u8]) -> Vec<u8> {
-    transport::on_frame(&mut t.b.dev, f);
+    transport::on_frame(&t.b.dev, f);
     std::mem::take(&mut t.b.dev.outbox(0).frames)
         .iter()
         .filter(|g| g.len() > BTH + 16 && g[BTH] == 0x11)
@@ -648,13 +648,13 @@ fn ud_wrong_qkey_is_dropped() {
         let mut f = tpl.clone();
         set_u32_be(&mut f, BTH + 12, qkey);
         reseal(&mut f);
-        transport::on_frame(&mut t.b.dev, &f);
+        transport::on_frame(&t.b.dev, &f);
     }
     assert!(t.b.dev.outbox(0).frames.is_empty(), "UD never answers");
     assert!(t.b.poll_cq(&mut t.ucqb).is_empty(), "wrong Q_Key delivered");
     assert_eq!(consumer(&t), c0, "receive WQE consumed");
     // The right Q_Key is delivered (the template itself).
-    transport::on_frame(&mut t.b.dev, &tpl);
+    transport::on_frame(&t.b.dev, &tpl);
     let c = t.b.poll_cq(&mut t.ucqb);
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS);

@@ -401,7 +401,7 @@ fn run(seed: u64, budget: Duration) {
         }
         let res = catch_unwind(AssertUnwindSafe(|| {
             transport::on_doorbell(
-                &mut t.a.dev,
+                &t.a.dev,
                 VrdmaDoorbell {
                     type_: VRDMA_DB_SQ,
                     id: qpn,
@@ -409,7 +409,7 @@ fn run(seed: u64, budget: Duration) {
             );
             // Doorbells for unknown objects and of unknown types: ignored.
             transport::on_doorbell(
-                &mut t.a.dev,
+                &t.a.dev,
                 VrdmaDoorbell {
                     type_: r.below(8) as u32,
                     id: r.next() as u32,

@@ -146,7 +146,7 @@ fn transport_drops_are_counted_by_reason() {
     // Bad ICRC.
     let mut bad = frame.clone();
     *bad.last_mut().unwrap() ^= 0xff;
-    transport::on_frame(&mut rc.b.dev, &bad);
+    transport::on_frame(&rc.b.dev, &bad);
     assert_eq!(
         (load(&p.drop_bad_icrc), load(&p.drop_malformed)),
         (1, 0),
@@ -157,11 +157,11 @@ fn transport_drops_are_counted_by_reason() {
     let bth = 14 + 20 + 8;
     other[bth + 5..bth + 8].copy_from_slice(&[0x00, 0x0f, 0xff]);
     fix_icrc(&mut other);
-    transport::on_frame(&mut rc.b.dev, &other);
+    transport::on_frame(&rc.b.dev, &other);
     assert_eq!(load(&p.drop_unknown_qp), 1, "ICRC fix-up or QPN lookup");
     // The QP in ERROR does not accept requests.
     rc.b.qp_to_err(rc.qb.qpn);
-    transport::on_frame(&mut rc.b.dev, &frame);
+    transport::on_frame(&rc.b.dev, &frame);
     assert_eq!(load(&p.drop_qp_state), 1);
     assert_eq!(load(&p.drop_bad_icrc), 1);
     assert_eq!(p.rx_dropped(), 3);
@@ -439,9 +439,9 @@ fn query_stats_reports_qp_and_port_counters() {
     let n = f.len();
     f[n - 1] ^= 0xff;
     let before = query_stats(&mut p.b, 0).unwrap();
-    transport::on_frame(&mut p.b.dev, &f);
+    transport::on_frame(&p.b.dev, &f);
     f[n - 1] ^= 0xff;
-    transport::on_frame(&mut p.b.dev, &f);
+    transport::on_frame(&p.b.dev, &f);
     let bp = query_stats(&mut p.b, 0).unwrap();
     assert_eq!(bp.icrc_errors, before.icrc_errors + 1);
     assert_eq!(bp.rx_dropped, before.rx_dropped + 2);

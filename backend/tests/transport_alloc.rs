@@ -63,7 +63,7 @@ fn pump(a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>) -> u64 {
         ab += n1 as u64;
         for f in spare.drain(..) {
             counted(|| {
-                transport::on_frame(&mut b.dev, &f);
+                transport::on_frame(&b.dev, &f);
                 // What the engine does once a frame is on the wire.
                 transport::packet::recycle_frame(f);
             });
@@ -72,7 +72,7 @@ fn pump(a: &mut Node, b: &mut Node, spare: &mut Vec<Vec<u8>>) -> u64 {
         let n2 = spare.len();
         for f in spare.drain(..) {
             counted(|| {
-                transport::on_frame(&mut a.dev, &f);
+                transport::on_frame(&a.dev, &f);
                 transport::packet::recycle_frame(f);
             });
         }
@@ -115,7 +115,7 @@ fn steady_state_rc_write_allocations_per_packet() {
         let qpn = p.qa.qpn;
         counted(|| {
             transport::on_doorbell(
-                &mut a.dev,
+                &a.dev,
                 VrdmaDoorbell {
                     type_: VRDMA_DB_SQ,
                     id: qpn,
@@ -123,7 +123,7 @@ fn steady_state_rc_write_allocations_per_packet() {
             )
         });
         let frames = pump(a, b, spare);
-        counted(|| transport::on_tick(&mut a.dev, Instant::now()));
+        counted(|| transport::on_tick(&a.dev, Instant::now()));
         let c = a.poll_cq(&mut p.cqa);
         assert_eq!(c.len(), 1, "one signaled completion per round");
         assert_eq!(c[0].status, VRDMA_WC_SUCCESS);

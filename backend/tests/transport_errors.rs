@@ -246,7 +246,7 @@ fn hostile_frames_do_not_disturb_other_qps() {
         ));
     }
     for f in &hostile {
-        vrdma_backend::transport::on_frame(&mut p.b.dev, f);
+        vrdma_backend::transport::on_frame(&p.b.dev, f);
     }
     // Replies are acknowledgements only: re-ACKs of the duplicates (bit flips in the MACs are
     // not covered by the ICRC) and one PSN sequence NAK for the far-ahead PSN.
@@ -258,7 +258,7 @@ fn hostile_frames_do_not_disturb_other_qps() {
     assert_eq!(p.b.qp_state(p.qb.qpn), VRDMA_QPS_RTS);
     assert!(p.b.events().is_empty());
     // Replaying the old (valid) frame is a duplicate: re-acknowledged, nothing breaks.
-    vrdma_backend::transport::on_frame(&mut p.b.dev, &good);
+    vrdma_backend::transport::on_frame(&p.b.dev, &good);
     p.b.dev.outbox(0).frames.clear();
     // The QP still works.
     let data = pattern(77, 100);

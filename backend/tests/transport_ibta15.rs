@@ -216,11 +216,11 @@ fn a_fenced_wqe_waits_for_an_outstanding_flush() {
     let out = std::mem::take(&mut p.a.dev.outbox(0).frames);
     let ops: Vec<u8> = out.iter().map(|f| f[BTH_OPCODE_AT]).collect();
     assert_eq!(ops, vec![OP_FLUSH]);
-    transport::on_frame(&mut p.b.dev, &out[0]);
+    transport::on_frame(&p.b.dev, &out[0]);
     let resp = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert_eq!(resp.len(), 1);
     assert_eq!(resp[0][BTH_OPCODE_AT], OP_READ_RESPONSE_ONLY);
-    transport::on_frame(&mut p.a.dev, &resp[0]);
+    transport::on_frame(&p.a.dev, &resp[0]);
     let out = std::mem::take(&mut p.a.dev.outbox(0).frames);
     let ops: Vec<u8> = out.iter().map(|f| f[BTH_OPCODE_AT]).collect();
     assert_eq!(
@@ -328,9 +328,9 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
     let aw = std::mem::take(&mut p.a.dev.outbox(0).frames);
     assert_eq!(aw.len(), 1);
     let aw_psn = RocePacket::parse(&aw[0]).unwrap().bth.psn;
-    transport::on_frame(&mut p.b.dev, &aw[0]);
+    transport::on_frame(&p.b.dev, &aw[0]);
     for f in std::mem::take(&mut p.b.dev.outbox(0).frames) {
-        transport::on_frame(&mut p.a.dev, &f);
+        transport::on_frame(&p.a.dev, &f);
     }
     assert_eq!(p.b.read(target, 8), 111u64.to_le_bytes());
     // A later RDMA WRITE changes the target.
@@ -346,7 +346,7 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
     assert_eq!(p.b.read(target, 8), 222u64.to_le_bytes());
     // The ATOMIC WRITE arrives again (a resend whose response was lost): answered from the
     // resource cache with an empty READ response for its PSN, the store is not repeated.
-    transport::on_frame(&mut p.b.dev, &aw[0]);
+    transport::on_frame(&p.b.dev, &aw[0]);
     assert_eq!(p.b.read(target, 8), 222u64.to_le_bytes());
     let replies = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert_eq!(replies.len(), 1);

@@ -30,14 +30,14 @@ fn uc() -> RcPair {
 fn settle(a: &mut Node, b: &mut Node) {
     for _ in 0..16 {
         let mut moved = a.answer_page_requests() + b.answer_page_requests();
-        transport::resume_odp(&mut a.dev, Instant::now());
-        transport::resume_odp(&mut b.dev, Instant::now());
+        transport::resume_odp(&a.dev, Instant::now());
+        transport::resume_odp(&b.dev, Instant::now());
         for f in std::mem::take(&mut a.dev.outbox(0).frames) {
-            transport::on_frame(&mut b.dev, &f);
+            transport::on_frame(&b.dev, &f);
             moved += 1;
         }
         for f in std::mem::take(&mut b.dev.outbox(0).frames) {
-            transport::on_frame(&mut a.dev, &f);
+            transport::on_frame(&a.dev, &f);
             moved += 1;
         }
         if moved == 0 {

@@ -102,14 +102,14 @@ fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
     // Then the READ: B paces its responses and they stay queued (B's outbox is not drained).
     p.a.post_send(&mut p.qa, &read);
     for f in std::mem::take(&mut p.a.dev.outbox(0).frames) {
-        vrdma_backend::transport::on_frame(&mut p.b.dev, &f);
+        vrdma_backend::transport::on_frame(&p.b.dev, &f);
     }
     let queued = |b: &Node| b.dev.qps.get(p.qb.qpn).expect("qp").resp.replies.len();
     let before = queued(&p.b);
     assert!(before >= 1, "the READ is paced: its responses are queued");
     // The duplicate atomic, again and again, while B's responses are not drained.
     for _ in 0..10_000 {
-        vrdma_backend::transport::on_frame(&mut p.b.dev, &atomic);
+        vrdma_backend::transport::on_frame(&p.b.dev, &atomic);
     }
     let after = queued(&p.b);
     assert!(

@@ -21,7 +21,7 @@ fn deliver(a: &mut Node, b: &mut Node) -> usize {
     let f = std::mem::take(&mut a.dev.outbox(0).frames);
     let n = f.len();
     for x in f {
-        transport::on_frame(&mut b.dev, &x);
+        transport::on_frame(&b.dev, &x);
     }
     n
 }

@@ -54,7 +54,7 @@ fn tick_with_ten_thousand_idle_qps_visits_only_expired_entries() {
     let v0 = a.dev.timers().visited();
     let now = Instant::now();
     for _ in 0..1000 {
-        transport::on_tick(&mut a.dev, now);
+        transport::on_tick(&a.dev, now);
     }
     let per_tick = (a.dev.timers().visited() - v0) as f64 / 1000.0;
     assert!(
@@ -64,7 +64,7 @@ fn tick_with_ten_thousand_idle_qps_visits_only_expired_entries() {
     // Long after every stale entry expired: one tick drains them (each visited once), later
     // ticks visit nothing.
     let later = now + Duration::from_secs(3600);
-    transport::on_tick(&mut a.dev, later);
+    transport::on_tick(&a.dev, later);
     let v1 = a.dev.timers().visited();
     assert!(
         v1 - v0 <= 64,
@@ -73,7 +73,7 @@ fn tick_with_ten_thousand_idle_qps_visits_only_expired_entries() {
     );
     assert_eq!(a.dev.timers().heap_len(), 0, "no live deadline is left");
     for _ in 0..100 {
-        transport::on_tick(&mut a.dev, later);
+        transport::on_tick(&a.dev, later);
     }
     assert_eq!(a.dev.timers().visited(), v1);
 }

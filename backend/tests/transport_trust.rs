@@ -91,7 +91,7 @@ fn connected_qps_drop_packets_from_a_foreign_address() {
         c.recv_b(1, 0, 4096);
         // A SEND with the expected PSN from an IP that is not the QP's peer.
         let f = send_only(&c, op, EPSN, 0xffff, Some(FOREIGN));
-        transport::on_frame(&mut c.b.dev, &f);
+        transport::on_frame(&c.b.dev, &f);
         // From the peer's IP to another GID of b (index 1) than the QP's source GID (index 0).
         let g = VrdmaCmdGid {
             index: 1,
@@ -107,7 +107,7 @@ fn connected_qps_drop_packets_from_a_foreign_address() {
             ExtHeaders::default(),
             b"EVIL-EVIL",
         );
-        transport::on_frame(&mut c.b.dev, &f);
+        transport::on_frame(&c.b.dev, &f);
         assert!(
             c.b.dev.outbox(0).frames.is_empty(),
             "no ACK/NAK for foreign packets"
@@ -152,7 +152,7 @@ fn rc_requester_ignores_acks_from_a_foreign_address() {
         ..Default::default()
     };
     let f = frame(addr, Bth::new(Opcode::RcAck, c.qa.qpn, EPSN), ack, &[]);
-    transport::on_frame(&mut c.a.dev, &f);
+    transport::on_frame(&c.a.dev, &f);
     assert!(
         c.a.poll_cq(&mut c.cqa).is_empty(),
         "a forged ACK completes nothing"
@@ -181,12 +181,12 @@ fn rc_pkey_rules() {
     c.recv_b(2, 4096, 4096);
     // Another partition: dropped (no NAK, the PSN stays expected).
     let f = send_only(&c, Opcode::RcSendOnly, EPSN, 0x1234, None);
-    transport::on_frame(&mut c.b.dev, &f);
+    transport::on_frame(&c.b.dev, &f);
     // The invalid P_Key and the limited member of the default partition with its membership bit
     // flipped into another key: dropped too.
     for pkey in [0x0000, 0x8000, 0xfffe] {
         let f = send_only(&c, Opcode::RcSendOnly, EPSN, pkey, None);
-        transport::on_frame(&mut c.b.dev, &f);
+        transport::on_frame(&c.b.dev, &f);
     }
     assert!(c.b.dev.outbox(0).frames.is_empty());
     assert!(c.b.poll_cq(&mut c.cqb).is_empty());
@@ -195,7 +195,7 @@ fn rc_pkey_rules() {
     // limited/limited case needs a limited P_Key in the port's table, which has only 0xffff: it
     // is covered by the unit test of `intake::pkey_match`.
     let f = send_only(&c, Opcode::RcSendOnly, EPSN, 0x7fff, None);
-    transport::on_frame(&mut c.b.dev, &f);
+    transport::on_frame(&c.b.dev, &f);
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1, "limited/full is accepted");
     assert_eq!((got[0].wr_id, got[0].byte_len), (1, 9));
@@ -249,14 +249,14 @@ fn ud_and_gsi_pkey_rules() {
     };
     for (qpn, qkey) in [(ud.qpn, 0x1111), (VRDMA_GSI_QPN, 0x8001_0000)] {
         for pkey in [0x1234, 0x0000] {
-            transport::on_frame(&mut b.dev, &dg(qpn, qkey, pkey));
+            transport::on_frame(&b.dev, &dg(qpn, qkey, pkey));
         }
     }
     assert!(b.poll_cq(&mut cqb).is_empty(), "other partitions: dropped");
     assert_eq!(b.dev.port_stats.drop_bad_pkey.load(Ordering::Relaxed), 4);
     for (qpn, qkey) in [(ud.qpn, 0x1111), (VRDMA_GSI_QPN, 0x8001_0000)] {
         for pkey in [0xffff, 0x7fff] {
-            transport::on_frame(&mut b.dev, &dg(qpn, qkey, pkey));
+            transport::on_frame(&b.dev, &dg(qpn, qkey, pkey));
         }
     }
     let got = b.poll_cq(&mut cqb);
@@ -277,7 +277,7 @@ fn uc_accepts_only_psns_within_its_window() {
     // From the genuine peer address, but far ahead: dropped, the expected PSN does not move.
     for d in [UC_PSN_WINDOW, UC_PSN_WINDOW + 1, 0x7f_ffff] {
         let f = send_only(&c, Opcode::UcSendOnly, (EPSN + d) & 0xff_ffff, 0xffff, None);
-        transport::on_frame(&mut c.b.dev, &f);
+        transport::on_frame(&c.b.dev, &f);
     }
     assert!(c.b.poll_cq(&mut c.cqb).is_empty(), "out of window: dropped");
     assert_ne!(c.b.read(c.dst, 9), b"EVIL-EVIL");
@@ -301,7 +301,7 @@ fn uc_accepts_only_psns_within_its_window() {
         0xffff,
         None,
     );
-    transport::on_frame(&mut c.b.dev, &f);
+    transport::on_frame(&c.b.dev, &f);
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (2, 9));
@@ -326,14 +326,14 @@ fn uc_accepts_only_psns_within_its_window() {
             ExtHeaders::default(),
             &[0x5a; 1024],
         );
-        transport::on_frame(&mut c.b.dev, &f);
+        transport::on_frame(&c.b.dev, &f);
     }
     assert!(
         c.b.poll_cq(&mut c.cqb).is_empty(),
         "MIDDLEs complete nothing"
     );
     let f = send_only(&c, Opcode::UcSendOnly, psn + 1, 0xffff, None);
-    transport::on_frame(&mut c.b.dev, &f);
+    transport::on_frame(&c.b.dev, &f);
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1, "the next message is in the window again");
     assert_eq!((got[0].wr_id, got[0].byte_len), (3, 9));

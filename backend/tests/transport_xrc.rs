@@ -631,7 +631,7 @@ fn mutated_xrc_requests_never_panic_the_target() {
             }
         }
         reseal(&mut f);
-        vrdma_backend::transport::on_frame(&mut t.b.dev, &f);
+        vrdma_backend::transport::on_frame(&t.b.dev, &f);
         t.b.dev.outbox(0).frames.clear();
     }
     let x = alloc_xrcd(&mut t.b);

@@ -485,24 +485,24 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         lock(&other.queue).request_sweep();
                         kick_mask |= 1 << i;
                     }
-                    super::on_worker_doorbells(&mut d, &DoorbellBatch::sweep_only(), w, workers);
+                    super::on_worker_doorbells(&d, &DoorbellBatch::sweep_only(), w, workers);
                 }
                 // A hand-off point after every unit of work (a doorbell record, a looped or
                 // received buffer): a waiting control command gets the device there instead of
                 // after the whole batch.
                 for db in &dbs.records {
-                    super::on_doorbell(&mut d, *db);
+                    super::on_doorbell(&d, *db);
                     (d, live) = hand_off(d, icrc_offload, &mut now);
                     if !live {
                         break 'work;
                     }
                 }
                 if dbs.sweep {
-                    super::on_worker_doorbells(&mut d, &DoorbellBatch::sweep_only(), w, workers);
+                    super::on_worker_doorbells(&d, &DoorbellBatch::sweep_only(), w, workers);
                 }
                 for (f, segment) in looped.drain(..).chain(handed.drain(..)) {
                     for f in super::frames_of(&f, segment) {
-                        super::on_frame_at(&mut d, f, now);
+                        super::on_frame_at(&d, f, now);
                     }
                     super::packet::recycle_frame(f);
                     (d, live) = hand_off(d, icrc_offload, &mut now);
@@ -602,8 +602,8 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                                 let src = held(&refs, k)
                                     .map(|r| super::packet::PayloadSrc { refs: r, frame: k });
                                 match located {
-                                    Some(l) => super::on_located_ref_at(&mut d, l, now, src),
-                                    None => super::on_frame_ref_at(&mut d, f, now, src),
+                                    Some(l) => super::on_located_ref_at(&d, l, now, src),
+                                    None => super::on_frame_ref_at(&d, f, now, src),
                                 }
                             }
                             // Never the unfilled payload area of a by-reference frame.
@@ -635,7 +635,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 d.outbox(w).clear();
                 None
             } else {
-                let t = super::on_worker_tick(&mut d, now, w);
+                let t = super::on_worker_tick(&d, now, w);
                 let o = d.odp_tick(now);
                 if workers > 1 && d.mrs.lock().resumed_pending() {
                     // ODP resumptions of other workers' QPs: each takes its own.

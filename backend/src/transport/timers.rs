@@ -72,10 +72,10 @@ pub(crate) fn note_req(dev: &Device, qpn: u32) {
     let workers = timers.shards();
     // Lock order: a shard, then a QP (ARCHITECTURE.md "Locks").
     let mut timers = timers.shard(w);
-    let Some(mut qp) = qps.get(qpn) else {
+    let Some(mut guard) = qps.get(qpn) else {
         return;
     };
-    let qp = &mut *qp;
+    let qp = &mut *guard;
     let st = &qp.req;
     if let Some(d) = next_deadline(st) {
         // A live entry at or before `d` stays: it fires early, the tick finds nothing due and
@@ -103,7 +103,7 @@ pub(crate) fn note_req(dev: &Device, qpn: u32) {
         timers.work.push(qpn);
     }
     // The rebuild below locks every QP of the shard, this one too.
-    drop(qp);
+    drop(guard);
     // Stale entries are bounded by the re-arm rate × the timeout; rebuild the heap from the live
     // entries when they dominate (amortised O(1) per push).
     if timers.heap.len() > 2 * qps.len() as usize + 1024 {

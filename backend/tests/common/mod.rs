@@ -562,7 +562,7 @@ impl Node {
 
     /// Ring a doorbell of any type (`VRDMA_DB_*`) for object `id`.
     pub fn ring_doorbell(&mut self, type_: u32, id: u32) {
-        transport::on_doorbell(&mut self.dev, VrdmaDoorbell { type_, id });
+        transport::on_doorbell(&self.dev, VrdmaDoorbell { type_, id });
     }
 
     /// Post a receive WQE on an RQ or SRQ ring.
@@ -810,7 +810,7 @@ pub fn pump_until(
         }
         let _ = link.ab.flush();
         for f in link.ab.inner().drain() {
-            transport::on_frame(&mut b.dev, &f);
+            transport::on_frame(&b.dev, &f);
             link.frames_ab += 1;
             moved += 1;
         }
@@ -821,15 +821,15 @@ pub fn pump_until(
         }
         let _ = link.ba.flush();
         for f in link.ba.inner().drain() {
-            transport::on_frame(&mut a.dev, &f);
+            transport::on_frame(&a.dev, &f);
             link.frames_ba += 1;
             moved += 1;
         }
         if moved == 0 && a.dev.outbox(0).frames.is_empty() && b.dev.outbox(0).frames.is_empty() {
             // Quiet: advance virtual time to the earliest transport deadline.
             let now = Instant::now().max(vt);
-            let na = transport::on_tick(&mut a.dev, now);
-            let nb = transport::on_tick(&mut b.dev, now);
+            let na = transport::on_tick(&a.dev, now);
+            let nb = transport::on_tick(&b.dev, now);
             if !a.dev.outbox(0).frames.is_empty() || !b.dev.outbox(0).frames.is_empty() {
                 continue;
             }
@@ -847,8 +847,8 @@ pub fn pump_until(
                         _ => unreachable!(),
                     };
                     vt = d.max(vt);
-                    let na = transport::on_tick(&mut a.dev, vt);
-                    let nb = transport::on_tick(&mut b.dev, vt);
+                    let na = transport::on_tick(&a.dev, vt);
+                    let nb = transport::on_tick(&b.dev, vt);
                     let _ = (na, nb);
                 }
             }
@@ -883,7 +883,7 @@ pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
         }
         let _ = link.ab.flush();
         for f in link.ab.inner().drain() {
-            transport::on_frame(&mut b.dev, &f);
+            transport::on_frame(&b.dev, &f);
             moved += 1;
         }
         for f in std::mem::take(&mut b.dev.outbox(0).frames) {
@@ -891,7 +891,7 @@ pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
         }
         let _ = link.ba.flush();
         for f in link.ba.inner().drain() {
-            transport::on_frame(&mut a.dev, &f);
+            transport::on_frame(&a.dev, &f);
             moved += 1;
         }
         if moved == 0 {

@@ -340,14 +340,14 @@ impl Pair {
             Vec::new()
         };
         for f in fa {
-            transport::on_frame(&mut self.b.dev, &f);
+            transport::on_frame(&self.b.dev, &f);
         }
         // Frames A produced meanwhile go after the held-back ones.
         let mut later = std::mem::take(&mut self.a.dev.outbox(0).frames);
         self.a.dev.outbox(0).frames = rest;
         self.a.dev.outbox(0).frames.append(&mut later);
         for f in std::mem::take(&mut self.b.dev.outbox(0).frames) {
-            transport::on_frame(&mut self.a.dev, &f);
+            transport::on_frame(&self.a.dev, &f);
         }
     }
 
