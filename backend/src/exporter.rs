@@ -22,7 +22,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::device::Device;
-use crate::handoff::HandoffMutex;
+use crate::handoff::HandoffLock;
 use crate::qp::QpType;
 use crate::stats::QpStats;
 
@@ -358,7 +358,7 @@ impl StatsServer {
     /// Bind `path` (replacing a stale socket) and serve `dev`'s counters labelled `label`.
     pub fn start(
         path: &Path,
-        dev: Arc<HandoffMutex<Device>>,
+        dev: Arc<HandoffLock<Device>>,
         label: String,
     ) -> Result<StatsServer, StatsError> {
         Self::start_with(path, dev, label, None)
@@ -368,7 +368,7 @@ impl StatsServer {
     /// answer: the daemon's fabric counters on a fabric daemon.
     pub fn start_with(
         path: &Path,
-        dev: Arc<HandoffMutex<Device>>,
+        dev: Arc<HandoffLock<Device>>,
         label: String,
         extra: Option<ExtraStats>,
     ) -> Result<StatsServer, StatsError> {
@@ -420,7 +420,7 @@ pub type ExtraStats = Arc<dyn Fn() -> String + Send + Sync>;
 
 fn serve(
     listener: UnixListener,
-    dev: &HandoffMutex<Device>,
+    dev: &HandoffLock<Device>,
     label: &str,
     extra: Option<&(dyn Fn() -> String + Send + Sync)>,
     stop: &AtomicBool,

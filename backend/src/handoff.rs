@@ -1,21 +1,26 @@
-//! A mutex whose long-running holder hands it to waiting short critical sections at points
-//! it chooses (ARCHITECTURE.md "Threads").
+//! A reader-writer lock whose long-running readers hand it to a waiting writer at points they
+//! choose (ARCHITECTURE.md "Threads" and "Locks").
 //!
-//! The device's state sits behind one lock that the engine holds for a whole batch (doorbells,
-//! up to `RX_BATCH` received frames, timers), while a control command (MODIFY_QP, REG_MR, a
-//! counters read) needs it for microseconds. With a plain mutex the command waits for the rest
-//! of the batch: for other QPs' data path. Here the command announces itself before it blocks
-//! ([`HandoffMutex::lock`]); the engine, between two units of work (one doorbell record, one
+//! The device's state sits behind one [`HandoffLock`]. Its engine workers hold it *shared* for
+//! a whole batch (doorbells, up to `RX_BATCH` received frames, timers) and run at the same
+//! time: what they change is behind per-object locks (a QP, a CQ, the MR table, their own
+//! timer shard and outbox). A control command (MODIFY_QP, REG_MR, a reset) holds it
+//! *exclusively* for microseconds, so it sees every object quiet and needs no other lock. With a
+//! plain reader-writer lock the command would wait for the rest of every worker's batch: for
+//! other QPs' data path. Here the command announces itself before it blocks
+//! ([`HandoffLock::lock`]); each worker, between two units of work (one doorbell record, one
 //! received buffer), calls [`LongGuard::hand_off`], which costs one atomic load when nobody
-//! waits and otherwise releases the lock until one waiter has had it. A command therefore waits
-//! for at most one unit of someone else's work, not for a batch.
+//! waits and otherwise releases its share until the writer has had the lock. A command
+//! therefore waits for at most one unit of each worker's work, not for a batch.
 //!
-//! A plain release and re-lock would not do: the futex mutex is not fair, and the releasing
-//! thread, still running, takes it back before the woken waiter is scheduled.
+//! The standard library's lock prefers writers (a reader does not get in while a writer
+//! waits), so a worker that gave its share up cannot take it straight back; it still waits
+//! for the writer to have had the lock (or the limit), so that it does not spin on the lock
+//! word while the writer waits for the other workers.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 /// The longest a holder stays out of the lock for one hand-off. A waiter that announced itself
@@ -27,17 +32,17 @@ const HANDOFF_LIMIT: Duration = Duration::from_millis(2);
 /// See the module documentation. Poisoning is ignored, as everywhere in the daemon: a panic
 /// in one thread leaves the device state as consistent as the code between two statements.
 #[derive(Debug)]
-pub struct HandoffMutex<T> {
-    inner: Mutex<T>,
-    /// Threads inside [`HandoffMutex::lock`] that have not got the lock yet.
+pub struct HandoffLock<T> {
+    inner: RwLock<T>,
+    /// Threads inside [`HandoffLock::lock`] that have not got the lock yet.
     waiting: AtomicU32,
-    /// Incremented by every [`HandoffMutex::lock`] once it holds the lock.
+    /// Incremented by every [`HandoffLock::lock`] once it holds the lock.
     granted: AtomicU64,
     /// The longest a holder stays out of the lock for one hand-off ([`HANDOFF_LIMIT`]).
     limit: Duration,
 }
 
-/// Un-counts a waiter even if `Mutex::lock` unwinds.
+/// Un-counts a waiter even if the lock call unwinds.
 struct Waiting<'a>(&'a AtomicU32);
 
 impl Drop for Waiting<'_> {
@@ -46,48 +51,45 @@ impl Drop for Waiting<'_> {
     }
 }
 
-impl<T> HandoffMutex<T> {
+impl<T> HandoffLock<T> {
     pub fn new(value: T) -> Self {
         Self::with_limit(value, HANDOFF_LIMIT)
     }
 
-    /// A lock whose holder waits up to `limit` per hand-off for a waiter to take it (tests that
+    /// A lock whose holders wait up to `limit` per hand-off for a waiter to take it (tests that
     /// must see the hand-off on an overloaded machine give a long one).
     pub fn with_limit(value: T, limit: Duration) -> Self {
-        HandoffMutex {
-            inner: Mutex::new(value),
+        HandoffLock {
+            inner: RwLock::new(value),
             waiting: AtomicU32::new(0),
             granted: AtomicU64::new(0),
             limit,
         }
     }
 
-    /// Lock for a short critical section: a holder that calls [`LongGuard::hand_off`] gives
-    /// the lock to this thread at its next hand-off point.
-    pub fn lock(&self) -> MutexGuard<'_, T> {
+    /// Lock exclusively for a short critical section: every holder that calls
+    /// [`LongGuard::hand_off`] gives the lock up at its next hand-off point.
+    pub fn lock(&self) -> RwLockWriteGuard<'_, T> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let counted = Waiting(&self.waiting);
-        let g = self.lock_inner();
+        let g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         self.granted.fetch_add(1, Ordering::SeqCst);
         drop(counted);
         g
     }
 
-    /// Lock for a long holder (the engine's batch), which hands the lock off to
-    /// [`HandoffMutex::lock`] callers at its own points ([`LongGuard::hand_off`]). It does not
-    /// count as a waiter itself.
+    /// Lock shared for a long holder (an engine worker's batch), which hands the lock off to
+    /// [`HandoffLock::lock`] callers at its own points ([`LongGuard::hand_off`]). Several long
+    /// holders hold it at once. It does not count as a waiter itself.
     pub fn lock_long(&self) -> LongGuard<'_, T> {
         LongGuard {
-            guard: self.lock_inner(),
+            guard: self.inner.read().unwrap_or_else(|p| p.into_inner()),
             lock: self,
         }
     }
 
-    fn lock_inner(&self) -> MutexGuard<'_, T> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Did a thread panic while holding the lock? (The lock stays usable; tests ask.)
+    /// Did a thread panic while holding the lock exclusively? (The lock stays usable; tests
+    /// ask.)
     pub fn is_poisoned(&self) -> bool {
         self.inner.is_poisoned()
     }
@@ -97,22 +99,22 @@ impl<T> HandoffMutex<T> {
         self.inner.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Does a [`HandoffMutex::lock`] caller wait for the lock?
+    /// Does a [`HandoffLock::lock`] caller wait for the lock?
     pub fn contended(&self) -> bool {
         self.waiting.load(Ordering::SeqCst) != 0
     }
 }
 
-/// The guard of a long holder ([`HandoffMutex::lock_long`]). It remembers its lock, so a
-/// hand-off can only ever release the mutex this guard holds.
+/// The shared guard of a long holder ([`HandoffLock::lock_long`]). It remembers its lock, so a
+/// hand-off can only ever release the lock this guard holds.
 #[derive(Debug)]
 pub struct LongGuard<'a, T> {
-    guard: MutexGuard<'a, T>,
-    lock: &'a HandoffMutex<T>,
+    guard: RwLockReadGuard<'a, T>,
+    lock: &'a HandoffLock<T>,
 }
 
 impl<'a, T> LongGuard<'a, T> {
-    /// A hand-off point: if a [`HandoffMutex::lock`] caller waits, release the lock until one
+    /// A hand-off point: if a [`HandoffLock::lock`] caller waits, release the lock until one
     /// of them has had it (or the lock's limit passed, [`HANDOFF_LIMIT`] by default), then take
     /// it again. Returns the guard and whether the lock was released: if it was, whatever the
     /// holder derived from the state before may be stale (the waiter may have reset or
@@ -143,12 +145,6 @@ impl<T> Deref for LongGuard<'_, T> {
     }
 }
 
-impl<T> DerefMut for LongGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,48 +153,111 @@ mod tests {
 
     #[test]
     fn uncontended_hand_off_keeps_the_lock() {
-        let m = HandoffMutex::new(5u32);
+        let m = HandoffLock::new(5u32);
         let g = m.lock_long();
         let (g, released) = g.hand_off();
         assert!(!released);
         assert_eq!(*g, 5);
     }
 
+    /// What the tests' holders and waiters record, in order (the lock's value; shared holders
+    /// change it through its own mutex, as workers change the device's objects).
+    type Log = std::sync::Mutex<Vec<&'static str>>;
+
+    fn log(l: &Log, what: &'static str) {
+        l.lock().unwrap().push(what);
+    }
+
     #[test]
     fn a_waiter_gets_the_lock_at_the_next_hand_off_point() {
-        // The holder keeps the lock except at hand-off points and counts the units of work it
+        // The holder keeps the lock except at hand-off points and records the units of work it
         // did while the waiter was blocked; the waiter must get in after at most one of them.
         // A limit no scheduler delay on a loaded test machine reaches.
-        let m = Arc::new(HandoffMutex::with_limit(
-            Vec::<&'static str>::new(),
+        let m = Arc::new(HandoffLock::with_limit(
+            Log::default(),
             Duration::from_secs(60),
         ));
         let started = Arc::new(AtomicBool::new(false));
-        let mut g = m.lock_long();
+        let g = m.lock_long();
         let waiter = {
             let (m, started) = (m.clone(), started.clone());
             std::thread::spawn(move || {
                 started.store(true, Ordering::SeqCst);
-                m.lock().push("waiter");
+                m.lock().get_mut().unwrap().push("waiter");
             })
         };
         while !started.load(Ordering::SeqCst) || !m.contended() {
             std::thread::yield_now();
         }
-        g.push("unit before");
-        let (mut g, released) = g.hand_off();
+        log(&g, "unit before");
+        let (g, released) = g.hand_off();
         assert!(released);
-        g.push("unit after");
+        log(&g, "unit after");
         drop(g);
         waiter.join().unwrap();
-        let order = m.lock().clone();
+        let order = m.lock().get_mut().unwrap().clone();
         assert_eq!(order, ["unit before", "waiter", "unit after"]);
         assert!(!m.contended());
     }
 
     #[test]
+    fn long_holders_share_the_lock_and_a_writer_waits_for_each_hand_off() {
+        let m = Arc::new(HandoffLock::with_limit(
+            Log::default(),
+            Duration::from_secs(60),
+        ));
+        // Two long holders at once (a lock that did not share would block here).
+        let a = m.lock_long();
+        let b = m.lock_long();
+        log(&a, "a");
+        log(&b, "b");
+        let waiter = {
+            let m = m.clone();
+            std::thread::spawn(move || m.lock().get_mut().unwrap().push("writer"))
+        };
+        while !m.contended() {
+            std::thread::yield_now();
+        }
+        // `a` gives its share up; the writer still waits for `b`, so `a` cannot get back in
+        // before the writer either.
+        let a_back = {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                let (a, released) = a_hand_off(&m);
+                log(&a, "a after");
+                released
+            })
+        };
+        drop(a);
+        std::thread::sleep(Duration::from_millis(20));
+        log(&b, "b before its hand-off");
+        let (b, released) = b.hand_off();
+        assert!(released);
+        log(&b, "b after");
+        drop(b);
+        waiter.join().unwrap();
+        assert!(a_back.join().unwrap());
+        let order = m.lock().get_mut().unwrap().clone();
+        let at = |w: &str| order.iter().position(|o| *o == w).unwrap();
+        assert!(at("b before its hand-off") < at("writer"), "{order:?}");
+        assert!(
+            at("writer") < at("a after") && at("writer") < at("b after"),
+            "{order:?}"
+        );
+    }
+
+    /// A long holder that arrives while a writer waits and hands off at once.
+    fn a_hand_off(m: &HandoffLock<Log>) -> (LongGuard<'_, Log>, bool) {
+        // The writer is waiting: the read below waits for it (writers are preferred).
+        let g = m.lock_long();
+        let contended = m.contended();
+        let (g, _) = g.hand_off();
+        (g, !contended)
+    }
+
+    #[test]
     fn a_panicking_waiter_is_uncounted() {
-        let m = Arc::new(HandoffMutex::new(0u32));
+        let m = Arc::new(HandoffLock::new(0u32));
         let m2 = m.clone();
         let _ = std::thread::spawn(move || {
             let _g = m2.lock();

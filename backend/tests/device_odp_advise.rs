@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::device::*;
 use vrdma_backend::device::{CmdOutcome, Device, Ticket};
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::advise::MAX_PARKED_ADVISE;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
@@ -381,7 +381,7 @@ fn engine_thread_completes_a_flush_at_the_timeout() {
     let out = e.out.clone();
     let cfg = e.dev.config.clone();
     let dev = std::mem::replace(&mut e.dev, Device::new(cfg, e.mem.clone(), out.clone()));
-    let dev = Arc::new(HandoffMutex::new(dev));
+    let dev = Arc::new(HandoffLock::new(dev));
     let start = Instant::now();
     let engine = Engine::start(dev.clone(), Arc::new(Silent)).expect("engine");
     engine.sender().kick();

@@ -16,7 +16,7 @@ use common::fabric_rc::{wait_cqes, Cqes, FabricRc};
 use common::fabric_tap::{Seen, Tap};
 use common::*;
 use vrdma_backend::device::Device;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 use vrdma_spec::*;
@@ -35,8 +35,8 @@ struct Rig {
     pda: u32,
     ea: Engine,
     eb: Option<Engine>,
-    dev_a: Arc<HandoffMutex<Device>>,
-    dev_b: Option<Arc<HandoffMutex<Device>>>,
+    dev_a: Arc<HandoffLock<Device>>,
+    dev_b: Option<Arc<HandoffLock<Device>>>,
     port_b: Option<Tap>,
     /// b's port counters (`rx_by_reference`, `drop_stale_ref`).
     stats_b: Arc<vrdma_backend::stats::PortStats>,

@@ -15,7 +15,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use common::rng::XorShift;
@@ -23,7 +23,7 @@ use common::*;
 use vm_memory::GuestAddressSpace;
 use vrdma_backend::device::Device;
 use vrdma_backend::guest::GuestMem;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::{Engine, EngineOptions, EngineSender};
 use vrdma_spec::*;
@@ -38,7 +38,7 @@ static PANICS: AtomicUsize = AtomicUsize::new(0);
 /// order: node, then device (A before B).
 struct Side {
     node: Mutex<Node>,
-    dev: Arc<HandoffMutex<Device>>,
+    dev: Arc<HandoffLock<Device>>,
     db: EngineSender,
     mem: GuestMem,
 }
@@ -47,7 +47,7 @@ struct Side {
 struct Held<'a> {
     node: MutexGuard<'a, Node>,
     /// The mutex's content while held: the node's placeholder device.
-    slot: MutexGuard<'a, Device>,
+    slot: RwLockWriteGuard<'a, Device>,
 }
 
 impl Held<'_> {

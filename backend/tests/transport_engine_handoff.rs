@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use vrdma_backend::device::{Device, DeviceConfig, DeviceOutput, Ticket};
 use vrdma_backend::guest::GuestMem;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_backend::vhost_user::RdmaDevice;
@@ -52,7 +52,7 @@ impl Uplink for Queued {
 #[derive(Default)]
 struct Gate {
     delivered: AtomicUsize,
-    dev: OnceLock<Weak<HandoffMutex<Device>>>,
+    dev: OnceLock<Weak<HandoffLock<Device>>>,
 }
 
 impl DeviceOutput for Gate {
@@ -83,14 +83,14 @@ fn arp_frame(i: u8) -> Vec<u8> {
 
 /// A device with the gate as its output and the queued batch on its uplink, its engine
 /// started: returns the device, the gate, and the engine (stopped when dropped).
-fn start() -> (Arc<HandoffMutex<Device>>, Arc<Gate>, Engine) {
+fn start() -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
     let gate = Arc::new(Gate::default());
     let mem = GuestMem::from_ranges(&[(0x10_0000, 1 << 20)]).expect("guest memory");
     let cfg = DeviceConfig {
         mac: MAC,
         ..DeviceConfig::default()
     };
-    let dev = Arc::new(HandoffMutex::with_limit(
+    let dev = Arc::new(HandoffLock::with_limit(
         Device::new(cfg, mem, gate.clone()),
         LONG,
     ));

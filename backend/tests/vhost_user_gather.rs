@@ -15,7 +15,7 @@ use common::heap;
 use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
 use vrdma_backend::budget::Budget;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::vhost_user::controlq;
 use vrdma_backend::vhost_user::inputq::{drain_queue, drain_queue_charged};
 use vrdma_backend::vhost_user::parked::ParkedCommands;
@@ -140,7 +140,7 @@ impl Queue {
     }
 
     /// Serve the queue once, as the backend does on a kick. Returns the peak heap growth.
-    fn drain(&self, dev: &HandoffMutex<CountingDevice>, parked: &ParkedCommands) -> usize {
+    fn drain(&self, dev: &HandoffLock<CountingDevice>, parked: &ParkedCommands) -> usize {
         peak_growth(|| {
             drain_queue(
                 VQ_CONTROL,
@@ -157,7 +157,7 @@ impl Queue {
     /// [`Queue::drain`] charging the gathered chains to `budget` (spec §16.1).
     fn drain_charged(
         &self,
-        dev: &HandoffMutex<CountingDevice>,
+        dev: &HandoffLock<CountingDevice>,
         parked: &ParkedCommands,
         budget: &Budget,
     ) -> usize {
@@ -205,7 +205,7 @@ fn one_kick_gathers_one_chain_at_a_time() {
     for head in 0..chains {
         q.add_indirect(head, TABLES, table_len);
     }
-    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffLock::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     let peak = q.drain(&dev, &parked);
     let per_chain = 1024 * 4096;
@@ -230,7 +230,7 @@ fn chain_longer_than_the_command_limit_is_invalid_and_not_read() {
     let table_len = q.indirect_table(TABLES, 80, MIB as u32);
     q.add_indirect(0, TABLES, table_len);
     assert!(80 * MIB > VRDMA_CMD_MAX_LEN as usize);
-    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffLock::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     let peak = q.drain(&dev, &parked);
     assert_eq!(dev.lock().executed, 0);
@@ -258,7 +258,7 @@ fn chain_with_too_many_descriptors_is_returned_unexecuted() {
     let at_limit_table = TABLES + 0x10_0000;
     let at_limit = build(&q, at_limit_table, max - 1);
     q.add_indirect(1, at_limit_table, at_limit);
-    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffLock::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     q.drain(&dev, &parked);
     assert_eq!(q.used(), vec![(0, 0), (1, 8)]);
@@ -276,7 +276,7 @@ fn chain_beyond_the_host_memory_budget_is_no_resources_and_not_read() {
     // 4 MiB declared over one page: within VRDMA_CMD_MAX_LEN, beyond the budget.
     let big = q.indirect_table(TABLES, 1024, 4096);
     q.add_indirect(0, TABLES, big);
-    let dev = Arc::new(HandoffMutex::new(CountingDevice::default()));
+    let dev = Arc::new(HandoffLock::new(CountingDevice::default()));
     let parked = ParkedCommands::default();
     let peak = q.drain_charged(&dev, &parked, &budget);
     assert_eq!(dev.lock().executed, 0);

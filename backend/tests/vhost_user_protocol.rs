@@ -12,7 +12,7 @@ use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::VhostBackend;
 use vrdma_backend::cli::delay::DelaySpec;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::vhost_user::daemon::listen;
 use vrdma_backend::vhost_user::delay::CommandDelays;
 use vrdma_backend::vhost_user::{
@@ -88,7 +88,7 @@ impl FrameSink for Recorder {
 
 struct Harness {
     path: std::path::PathBuf,
-    device: Arc<HandoffMutex<MockDevice>>,
+    device: Arc<HandoffLock<MockDevice>>,
     out: Arc<VirtqOutput>,
     rec: Arc<Recorder>,
     config: [u8; CONFIG_SIZE],
@@ -121,7 +121,7 @@ fn test_config() -> [u8; CONFIG_SIZE] {
 fn start(tag: &str, connections: usize, odp: bool) -> Harness {
     let _ = env_logger::builder().is_test(true).try_init();
     let path = socket_path(tag);
-    let device = Arc::new(HandoffMutex::new(MockDevice::default()));
+    let device = Arc::new(HandoffLock::new(MockDevice::default()));
     let out = Arc::new(VirtqOutput::new(64));
     let rec = Arc::new(Recorder::default());
     let config = test_config();

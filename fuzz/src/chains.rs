@@ -19,7 +19,7 @@ use vhost_user_backend::VringT;
 use vm_memory::{Bytes, GuestAddress};
 use vrdma_backend::device::{Device, DeviceConfig, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::vhost_user::chain::SplitChain;
 use vrdma_backend::vhost_user::inputq::{self, drain_queue, ChainLimits};
 use vrdma_backend::vhost_user::parked::ParkedCommands;
@@ -89,7 +89,7 @@ pub fn run(data: &[u8]) {
         Arc::new(RecordingOutput::new()),
     );
     RdmaDevice::set_guest_memory(&mut device, atomic.clone());
-    let device = HandoffMutex::new(device);
+    let device = HandoffLock::new(device);
     let parked = ParkedCommands::default();
     // The used length may never exceed what the chain lets the device write (virtio 2.7.8).
     let check = |c: &SplitChain, len: Option<u32>| {

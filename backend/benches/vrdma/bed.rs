@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use vrdma_backend::device::{Device, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::mr::MrKind;
 use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::transport::engine::{Engine, EngineOptions};
@@ -94,9 +94,9 @@ pub enum Link {
     Engines {
         ea: Engine,
         eb: Engine,
-        da: Arc<HandoffMutex<Device>>,
+        da: Arc<HandoffLock<Device>>,
         #[allow(dead_code)]
-        db: Arc<HandoffMutex<Device>>,
+        db: Arc<HandoffLock<Device>>,
     },
 }
 
@@ -525,7 +525,7 @@ impl Bed {
     }
 
     /// Device A's lock, the one its control commands take (engine modes only).
-    pub fn device_a(&self) -> Option<Arc<HandoffMutex<Device>>> {
+    pub fn device_a(&self) -> Option<Arc<HandoffLock<Device>>> {
         match &self.link {
             Link::Engines { da, .. } => Some(Arc::clone(da)),
             Link::InProc { .. } => None,

@@ -1,5 +1,5 @@
 //! `control-wait` section: how long a control command waits for the device while the data
-//! path of another QP is busy. Every control command takes the device's `HandoffMutex`, which
+//! path of another QP is busy. Every control command takes the device's `HandoffLock`, which
 //! the engine holds per batch and hands to a waiting command between two units of work (one
 //! doorbell record, one received buffer; ARCHITECTURE.md "Threads"). A probe thread takes
 //! device A's lock every 200 µs and records the wait while one QP streams 64 KiB WRITEs over
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use vrdma_backend::device::Device;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 
 use crate::bed::{Bed, Mode, Reg};
 use crate::engine::{stream, Op};
@@ -20,7 +20,7 @@ use crate::util::{fmt_secs, median, percentile};
 
 /// Lock waits (seconds) of the probe until `stop` is set: announced (`lock`, handed off by the
 /// engine) and unannounced (`lock_long`), taken in turn so both see the same traffic.
-fn probe(dev: &HandoffMutex<Device>, stop: &AtomicBool) -> (Vec<f64>, Vec<f64>) {
+fn probe(dev: &HandoffLock<Device>, stop: &AtomicBool) -> (Vec<f64>, Vec<f64>) {
     let (mut announced, mut unannounced) = (Vec::new(), Vec::new());
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();

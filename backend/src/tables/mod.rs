@@ -22,9 +22,9 @@
 //!   (spec §16.1, `crate::budget`); over budget, take the spec's outcome, never allocate anyway.
 
 pub mod config;
+pub mod flush;
 pub mod outbox;
 pub mod timer_queue;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,14 +49,6 @@ pub const PARKED_RESERVE: u64 = crate::memory::advise::MAX_PARKED_ADVISE as u64 
 /// Transport hook called with a QPN right after the device moved that QP to ERR (flush its SQ/RQ
 /// WQEs with WR_FLUSH_ERR). Set by the engine at start-up; `None` in unit tests of the device.
 pub type FlushHook<P> = fn(&DeviceTables<P>, u32);
-
-/// QPs moved to ERR whose flush hook has not run yet (see [`DeviceTables::schedule_flush`]).
-#[derive(Debug, Default)]
-struct FlushQueue {
-    queue: VecDeque<u32>,
-    /// Set while the hook runs: nested calls only queue.
-    flushing: bool,
-}
 
 /// The device's tables and guest (see the module documentation).
 pub struct DeviceTables<P: Protocol> {
@@ -94,7 +86,7 @@ pub struct DeviceTables<P: Protocol> {
     /// which moves more QPs to ERR (spec §5.2); they are queued here and flushed one after the
     /// other instead of recursively, so a chain of thousands of QPs and CQs cannot exhaust the
     /// thread's stack. Each QP enters ERR once, so the list never holds more than `max_qp`.
-    flush_queue: crate::sync::Locked<FlushQueue>,
+    flushes: flush::FlushQueues,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
@@ -157,7 +149,7 @@ impl<P: Protocol> DeviceTables<P> {
             outboxes: vec![Default::default()],
             port_stats: Arc::default(),
             flush_hook: None,
-            flush_queue: Default::default(),
+            flushes: Default::default(),
             needs_reset: false,
             timers: Default::default(),
             range_scratch: Default::default(),
@@ -187,7 +179,7 @@ impl<P: Protocol> DeviceTables<P> {
         for o in &mut self.outboxes {
             o.get_mut().clear();
         }
-        self.flush_queue.get_mut().queue.clear();
+        self.flushes.clear();
         self.needs_reset = false;
         self.timers.clear();
         self.cq_timers.get_mut().clear();
@@ -200,6 +192,7 @@ impl<P: Protocol> DeviceTables<P> {
     pub(crate) fn set_workers(&mut self, workers: usize) {
         let n = workers.max(1);
         self.qps.set_workers(n);
+        self.flushes.set_workers(n);
         let mut kept = std::mem::take(&mut self.outboxes);
         kept.resize_with(n, Default::default);
         self.outboxes = kept;
@@ -367,31 +360,45 @@ impl<P: Protocol> DeviceTables<P> {
     /// Run the flush hook for `qpn`, which just entered ERR. Called from inside a flush (the
     /// flush overflowed a CQ and moved more QPs to ERR), it only queues `qpn`: the outermost
     /// call flushes the queued QPs one after the other, in the order they entered ERR. The
-    /// stack depth is therefore bounded whatever the length of the overflow chain.
+    /// stack depth is therefore bounded whatever the length of the overflow chain. On an engine
+    /// worker, another worker's QP is only queued for that worker (`flush.rs`).
     pub fn schedule_flush(&self, qpn: u32) {
+        if self.flush_hook.is_none() {
+            return;
+        }
+        let owner = crate::qp::worker_of(qpn, self.flushes.workers());
+        self.flushes.push(owner, qpn);
+        let me = flush::current_worker();
+        if me.is_some_and(|w| w != owner) {
+            // Another worker's QP: flushed on its own thread (`flush.rs`).
+            self.flushes.request_kick(owner);
+            return;
+        }
+        self.run_flushes();
+    }
+
+    /// Flush what waits in the calling worker's queue (every queue on a thread that holds the
+    /// device exclusively), unless this thread is flushing already (then its loop takes them).
+    pub fn run_flushes(&self) {
         let Some(hook) = self.flush_hook else {
             return;
         };
-        {
-            let mut fq = self.flush_queue.lock();
-            fq.queue.push_back(qpn);
-            if fq.flushing {
-                return;
-            }
-            fq.flushing = true;
-        }
-        loop {
-            let next = {
-                let mut fq = self.flush_queue.lock();
-                let q = fq.queue.pop_front();
-                if q.is_none() {
-                    fq.flushing = false;
-                }
-                q
-            };
-            let Some(q) = next else { break };
+        let Some(_in_loop) = flush::FlushLoop::enter() else {
+            return;
+        };
+        let me = flush::current_worker();
+        while let Some(q) = match me {
+            Some(w) => self.flushes.pop(w),
+            None => self.flushes.pop_any(),
+        } {
             hook(self, q);
         }
+    }
+
+    /// The workers that have QPs to flush queued by another worker (bit per worker), cleared:
+    /// the engine kicks them after its batch.
+    pub fn take_flush_kicks(&self) -> u32 {
+        self.flushes.take_kicks()
     }
 
     /// A QP's SQ or RQ ring failed at run time (index error or inaccessible): write the ring's

@@ -6,7 +6,7 @@
 //!   plain kick after a control command that may unblock QPs, e.g. ODP_PAGE_RESP),
 //! - a timerfd programmed with the earliest transport / ODP deadline,
 //!
-//! and then, under the device lock (`HandoffMutex`) held once per batch and handed to a waiting
+//! and then, under the device lock (`HandoffLock`) held once per batch and handed to a waiting
 //! control command after every doorbell record and received buffer (see [`hand_off`]), runs
 //! doorbells, received frames and timers through the transport. Workers of one device take turns
 //! on the device lock, a batch each; they receive, send and sleep in parallel. Frames the
@@ -35,7 +35,7 @@ use super::workers::{
     doorbell_worker, each_bit, hand, looped_elsewhere, received_elsewhere, Handed, Inbox,
     MAX_WORKERS,
 };
-use crate::handoff::{HandoffMutex, LongGuard};
+use crate::handoff::{HandoffLock, LongGuard};
 use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
 use crate::tables::Outbox;
@@ -190,7 +190,7 @@ impl Default for EngineOptions {
 impl Engine {
     /// Start the engine for `dev` on `uplink` with the default [`EngineOptions`].
     pub fn start(
-        dev: Arc<HandoffMutex<Device>>,
+        dev: Arc<HandoffLock<Device>>,
         uplink: Arc<dyn Uplink>,
     ) -> Result<Engine, EngineError> {
         Self::start_with(dev, uplink, EngineOptions::default())
@@ -199,7 +199,7 @@ impl Engine {
     /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device
     /// and spreads its QPs over the workers.
     pub fn start_with(
-        dev: Arc<HandoffMutex<Device>>,
+        dev: Arc<HandoffLock<Device>>,
         uplink: Arc<dyn Uplink>,
         opts: EngineOptions,
     ) -> Result<Engine, EngineError> {
@@ -243,8 +243,10 @@ impl Engine {
             waits.push((epoll, Alarm { timer, armed: None }));
         }
         let port = {
-            let mut d = dev.lock_long();
+            let mut d = dev.lock();
             d.flush_hook = Some(super::flush);
+            // What the port does with the ICRC is the uplink's for its life (a reset keeps it).
+            d.icrc_offload = uplink.icrc_offload();
             super::timers::set_workers(&mut d, n);
             d.port_stats.clone()
         };
@@ -313,7 +315,7 @@ pub const LINK_POLL: Duration = Duration::from_millis(250);
 struct Worker {
     /// Its index: worker 0 receives from the uplink.
     w: usize,
-    dev: Arc<HandoffMutex<Device>>,
+    dev: Arc<HandoffLock<Device>>,
     uplink: Arc<dyn Uplink>,
     /// Every worker's inbox, this one's included.
     sender: EngineSender,
@@ -328,6 +330,8 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
         sender,
         port,
     } = worker;
+    // Flushes of this worker's QPs run on this thread (`tables/flush.rs`).
+    crate::tables::flush::enter_worker(w);
     let port = &*port;
     let inboxes = &*sender.inboxes;
     let workers = inboxes.len();
@@ -460,18 +464,20 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
             uplink_more = true;
         }
         let next = {
+            // A link change is rare and needs the device exclusively (spec §2.2: port_state
+            // and the event), so it is applied before the batch takes its share.
+            if has_link && Instant::now() >= link_next {
+                link_next = Instant::now() + LINK_POLL;
+                if let Some(up) = uplink.link_up() {
+                    if dev.lock_long().config.port_active != up {
+                        dev.lock().set_port_active(up);
+                    }
+                }
+            }
             let mut d = dev.lock_long();
-            // Every batch: a reset may have replaced the device's state.
-            d.icrc_offload = icrc_offload;
             // One clock read per FRAMES_PER_CLOCK frames, not per frame: deadlines armed from
             // it are at most that many frames' work early.
             let mut now = Instant::now();
-            if has_link && now >= link_next {
-                link_next = now + LINK_POLL;
-                if let Some(up) = uplink.link_up() {
-                    d.set_port_active(up);
-                }
-            }
             // False once the device is suspended: at the start of the batch, or by a control
             // command at a hand-off point (`hand_off`).
             let mut live = !d.suspended;
@@ -479,6 +485,9 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 if !live {
                     break 'work;
                 }
+                // This worker's QPs that another worker moved to ERR (a shared CQ overflowed,
+                // a shared SRQ broke) are flushed here, on their own worker (`tables/flush.rs`).
+                d.run_flushes();
                 if d.resume_sweep.swap(false, Ordering::SeqCst) {
                     // Each worker sweeps its own QPs: the others get the request.
                     for (i, other) in inboxes.iter().enumerate().filter(|(i, _)| *i != w) {
@@ -492,7 +501,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 // after the whole batch.
                 for db in &dbs.records {
                     super::on_doorbell(&d, *db);
-                    (d, live) = hand_off(d, icrc_offload, &mut now);
+                    (d, live) = hand_off(d, &mut now);
                     if !live {
                         break 'work;
                     }
@@ -505,14 +514,14 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         super::on_frame_at(&d, f, now);
                     }
                     super::packet::recycle_frame(f);
-                    (d, live) = hand_off(d, icrc_offload, &mut now);
+                    (d, live) = hand_off(d, &mut now);
                     if !live {
                         break 'work;
                     }
                 }
                 for (i, rx) in frames.iter_mut().enumerate() {
                     if i > 0 {
-                        (d, live) = hand_off(d, icrc_offload, &mut now);
+                        (d, live) = hand_off(d, &mut now);
                         if !live {
                             break 'work;
                         }
@@ -645,6 +654,8 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
+                // Other workers' QPs this batch moved to ERR: their workers flush them.
+                kick_mask |= d.take_flush_kicks();
                 std::mem::swap(&mut out, &mut *d.outbox(w));
                 let mut marks = out.segments.iter().copied().peekable();
                 let mut held = out.refs.drain(..).peekable();
@@ -722,16 +733,10 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
 /// A hand-off point of the engine's batch (`LongGuard::hand_off`): a control command that
 /// waits for the device gets it here. Returns the guard and whether the batch may go on: not
 /// when the command suspended the device (spec §17.1: from then on the batch touches neither
-/// guest memory nor the wire). After a hand-off the clock is read again and what the engine
-/// sets per batch is set again (a RESET_DEVICE may have run).
-fn hand_off<'a>(
-    d: LongGuard<'a, Device>,
-    icrc_offload: crate::uplink::IcrcOffload,
-    now: &mut Instant,
-) -> (LongGuard<'a, Device>, bool) {
-    let (mut d, released) = d.hand_off();
+/// guest memory nor the wire). After a hand-off the clock is read again.
+fn hand_off<'a>(d: LongGuard<'a, Device>, now: &mut Instant) -> (LongGuard<'a, Device>, bool) {
+    let (d, released) = d.hand_off();
     if released {
-        d.icrc_offload = icrc_offload;
         *now = Instant::now();
     }
     let live = !d.suspended;

@@ -32,12 +32,12 @@ use super::{
     VIRTIO_RDMA_F_ODP_IMPLICIT, VQ_CONTROL, VQ_DOORBELL, VQ_ETH_RX, VQ_ETH_TX, VQ_EVENT,
     VQ_PAGEREQ,
 };
-use crate::handoff::HandoffMutex;
+use crate::handoff::HandoffLock;
 
 /// The vrdma device as a vhost-user backend, for one connection. Created per connection by
 /// the daemon loop; the device, its outputs and the sinks outlive it.
 pub struct VhostUserRdma<D: RdmaDevice> {
-    device: Arc<HandoffMutex<D>>,
+    device: Arc<HandoffLock<D>>,
     out: Arc<VirtqOutput>,
     doorbells: Arc<dyn DoorbellSink>,
     eth_tx: Arc<dyn FrameSink>,
@@ -71,7 +71,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     /// `mtu` bounds eth tx frames; `mem` must be the atomic given to the `VhostUserDaemon`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        device: Arc<HandoffMutex<D>>,
+        device: Arc<HandoffLock<D>>,
         out: Arc<VirtqOutput>,
         doorbells: Arc<dyn DoorbellSink>,
         eth_tx: Arc<dyn FrameSink>,
@@ -106,7 +106,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         }
     }
 
-    fn lock_device(&self) -> std::sync::MutexGuard<'_, D> {
+    fn lock_device(&self) -> std::sync::RwLockWriteGuard<'_, D> {
         self.device.lock()
     }
 

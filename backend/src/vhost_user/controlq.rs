@@ -25,7 +25,7 @@ use super::inputq::ChainLimits;
 use super::parked::ParkedCommands;
 use super::RdmaDevice;
 use crate::guest::CmdOutcome;
-use crate::handoff::HandoffMutex;
+use crate::handoff::HandoffLock;
 use vrdma_spec::*;
 
 /// Upper bound for a command's readable part (§11.1 `VRDMA_CMD_MAX_LEN`: 4 KiB of header and
@@ -85,7 +85,7 @@ pub fn resp_body_len(opcode: u16) -> Option<usize> {
 /// `len` for the used ring, or `None` when the command was parked in `parked` (do not return the
 /// chain now).
 pub fn run_command<D: RdmaDevice, M: GuestMemory>(
-    device: &HandoffMutex<D>,
+    device: &HandoffLock<D>,
     mem: &M,
     chain: &SplitChain,
     parked: &ParkedCommands,
@@ -177,7 +177,7 @@ pub fn response_descs(writable: &[(GuestAddress, u32)]) -> Vec<(GuestAddress, u3
 /// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`. `None`: the device parked the command
 /// and the chain is in `parked`.
 fn execute<D: RdmaDevice>(
-    device: &HandoffMutex<D>,
+    device: &HandoffLock<D>,
     chain: &SplitChain,
     cap: u64,
     body: &mut Vec<u8>,

@@ -16,7 +16,7 @@ use super::{
     DoorbellSink, FrameSink, GuestMemoryAtomic, GuestMemoryMmap, RdmaDevice, VhostUserRdma,
     VirtqOutput, CONFIG_SIZE,
 };
-use crate::handoff::HandoffMutex;
+use crate::handoff::HandoffLock;
 
 /// Errors that end the daemon.
 #[derive(Debug, Error)]
@@ -34,7 +34,7 @@ pub enum DaemonError {
 
 /// Everything a connection's backend is built from.
 pub struct ServeParts<D: RdmaDevice> {
-    pub device: Arc<HandoffMutex<D>>,
+    pub device: Arc<HandoffLock<D>>,
     pub out: Arc<VirtqOutput>,
     pub doorbells: Arc<dyn DoorbellSink>,
     pub eth_tx: Arc<dyn FrameSink>,
@@ -115,6 +115,6 @@ fn stop_workers<D: RdmaDevice>(daemon: &VhostUserDaemon<Arc<VhostUserRdma<D>>>) 
     }
 }
 
-fn lock<D>(m: &HandoffMutex<D>) -> std::sync::MutexGuard<'_, D> {
+fn lock<D>(m: &HandoffLock<D>) -> std::sync::RwLockWriteGuard<'_, D> {
     m.lock()
 }

@@ -103,7 +103,7 @@ pub const VIRTIO_RDMA_F_ETH: u64 = 1 << spec::VIRTIO_RDMA_F_ETH;
 
 /// What the virtqueue plumbing needs from the device model. `device::Device` implements it;
 /// tests may substitute a mock. All calls happen under the device mutex.
-pub trait RdmaDevice: Send + 'static {
+pub trait RdmaDevice: Send + Sync + 'static {
     /// Execute one control command (§11). `req` is the readable part after the 8-byte
     /// `vrdma_cmd_hdr`; the response body (without `vrdma_cmd_resp_hdr`) is appended to `resp`.
     /// Returns `Done(VRDMA_STATUS_*)`, or `Parked(ticket)`: the control queue keeps the chain in

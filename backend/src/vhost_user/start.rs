@@ -16,7 +16,7 @@ use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
 use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
 use crate::guest::GuestMem;
-use crate::handoff::HandoffMutex;
+use crate::handoff::HandoffLock;
 use crate::stats::Metered;
 use crate::transport::engine::{Engine, EngineError};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
@@ -116,7 +116,7 @@ pub fn prepare_with_uplink(
         warn!("control command responses delayed (test only): {spec:?}");
         out.parked().set_delays(CommandDelays::new(spec));
     }
-    let device = Arc::new(HandoffMutex::new(Device::new(
+    let device = Arc::new(HandoffLock::new(Device::new(
         dev_config,
         GuestMem::empty(),
         out.clone(),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use vrdma_backend::device::{CmdOutcome, Device, DeviceConfig, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
-use vrdma_backend::handoff::HandoffMutex;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_backend::uplink::{ImpairConfig, Impaired, Uplink, UplinkError};
 use vrdma_spec::*;
@@ -985,16 +985,13 @@ pub fn udp_pair() -> (
 
 /// Move a node's device behind a mutex (for the engine thread); the node keeps its guest memory
 /// handle, so rings and buffers stay usable from the test.
-pub fn detach(n: &mut Node) -> Arc<HandoffMutex<Device>> {
+pub fn detach(n: &mut Node) -> Arc<HandoffLock<Device>> {
     let placeholder = Device::new(
         DeviceConfig::default(),
         GuestMem::empty(),
         Arc::new(RecordingOutput::new()),
     );
-    Arc::new(HandoffMutex::new(std::mem::replace(
-        &mut n.dev,
-        placeholder,
-    )))
+    Arc::new(HandoffLock::new(std::mem::replace(&mut n.dev, placeholder)))
 }
 
 /// Post a send WQE without touching the device (engine tests ring the doorbell via the engine).
