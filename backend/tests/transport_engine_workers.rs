@@ -245,3 +245,110 @@ fn doorbells_rung_while_suspended_run_on_every_worker_after_resume() {
     assert!(a.read(buf + 3 * len as u64, len) == d2, "q2's WRITE data");
     e.stop();
 }
+
+#[test]
+fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
+    // q1 (one worker) overflows CQ `shared`, which q3 (the other worker) sends to as well, so
+    // spec §5.2 moves q3 to ERR from q1's worker. q3's flush takes its protocol state, which
+    // only q3's worker may (its doorbells and frames need it next): q1's worker queues it for
+    // q3's worker and kicks it, which flushes q3's posted receives into q3's own healthy CQ.
+    let mut a = Node::new(1, 64, 1500);
+    set_workers(&mut a.dev, 2);
+    let pd = a.create_pd();
+    let (shared, _shared_ring) = a.create_cq(1);
+    let (peer_cq, mut peer_ring) = a.create_cq(64);
+    let (q3_rcq, mut q3_ring) = a.create_cq(64);
+    let mut q1 = a.create_qp(QpSpec::rc(pd, shared));
+    let mut s3 = QpSpec::rc(pd, shared);
+    s3.rcq = q3_rcq;
+    let q3 = a.create_qp(s3);
+    let q2 = a.create_qp(QpSpec::rc(pd, peer_cq));
+    assert_ne!(worker_of(q1.qpn, 2), worker_of(q3.qpn, 2));
+    let av = a.av_to(&a);
+    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
+    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    let init = VrdmaQpAttr {
+        qp_state: VRDMA_QPS_INIT,
+        port_num: 1,
+        ..Default::default()
+    };
+    a.modify_qp(
+        q3.qpn,
+        VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_ACCESS_FLAGS,
+        init,
+    )
+    .expect("q3 to INIT");
+    let buf = a.alloc(8192);
+    let k = a.reg_mr(pd, buf, 8192, ACC_ALL);
+    let mut rq2 = q2.rq.clone().unwrap();
+    for id in 20..23 {
+        a.post_recv(&mut rq2, id, &[(buf, 1024, k)]);
+    }
+    let mut rq3 = q3.rq.clone().unwrap();
+    for id in 30..33 {
+        a.post_recv(&mut rq3, id, &[(buf + 4096, 1024, k)]);
+    }
+    let _ = a.events();
+
+    let up = CountingUplink::new();
+    let dev = detach(&mut a);
+    let e = Engine::start_with(dev.clone(), up, two_workers()).expect("engine");
+    // Two signaled SENDs into a CQ of depth 1 that nobody polls: the second overflows it.
+    for id in 1..=2 {
+        post_sq(&e, &a.mem, &mut q1, &send_inline(id, b"overflow"));
+    }
+    let flushed = wait_cqes(
+        &mut a,
+        &mut q3_ring,
+        3,
+        Duration::from_secs(30),
+        "q3's receives flushed by its worker",
+    );
+    let mut got: Vec<(u64, u8)> = flushed.iter().map(|c| (c.wr_id, c.status)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (30, VRDMA_WC_WR_FLUSH_ERR),
+            (31, VRDMA_WC_WR_FLUSH_ERR),
+            (32, VRDMA_WC_WR_FLUSH_ERR)
+        ]
+    );
+    // The peer got both SENDs before q1 went to ERR.
+    let peer = wait_cqes(
+        &mut a,
+        &mut peer_ring,
+        2,
+        Duration::from_secs(30),
+        "q2 received both SENDs",
+    );
+    assert!(
+        peer.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
+        "{peer:?}"
+    );
+    {
+        let d = dev.lock_long();
+        for q in [q1.qpn, q3.qpn] {
+            assert_eq!(
+                vrdma_backend::transport::ctx::qp_state(&d, q),
+                Some(VRDMA_QPS_ERR)
+            );
+        }
+    }
+    let events = a.events();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|v| v.type_ == VRDMA_EV_CQ_ERR && v.id == shared)
+            .count(),
+        1,
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|v| v.type_ == VRDMA_EV_QP_FATAL && v.id == q3.qpn),
+        "{events:?}"
+    );
+    e.stop();
+}

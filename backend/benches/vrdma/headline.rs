@@ -272,8 +272,9 @@ pub fn run(quick: bool) {
     print_udp(&udp);
     println!(
         "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {workers:.2} x ({one:.0} vs \
-         {two:.0} MB/s; the workers of a device take turns on its lock; this machine's ceiling \
-         for any sharding: two independent fabric pairs at once give {ceiling:.2} x one pair)"
+         {two:.0} MB/s; the workers of a device share it, each QP under its own lock; this \
+         machine's ceiling for any sharding: two independent fabric pairs at once give \
+         {ceiling:.2} x one pair)"
     );
     println!(
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \

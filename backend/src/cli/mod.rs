@@ -217,8 +217,8 @@ pub struct Args {
     pub poll_us: u64,
 
     /// Engine worker threads per device (1-16): each QP belongs to one worker, which runs its
-    /// doorbells, frames and timers. Workers take turns on the device's lock, so more of them
-    /// only help while receiving, sending and waking up dominate, on a host with cores to spare.
+    /// doorbells, frames and timers. Workers of a device run at the same time (each QP, CQ and
+    /// the MR table under its own lock), so more of them help on a host with cores to spare.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=crate::transport::workers::MAX_WORKERS as i64))]
     pub engine_threads: u16,

@@ -1,9 +1,9 @@
 //! What a device's QPs queued for the uplink, one outbox per engine worker (ARCHITECTURE.md
 //! "Engine workers"): the transport pushes a QP's frames into the outbox of the QP's worker
 //! (`qp::worker_of`), and that worker alone takes them after its batch. One outbox per worker,
-//! not one per device, is what lets workers send what they built without looking at each
-//! other's frames — and, once workers no longer take turns on the device lock, build them at
-//! the same time (ARCHITECTURE.md "Planned: per-object locks").
+//! not one per device, is what lets workers build and send frames at the same time without
+//! looking at each other's (ARCHITECTURE.md "Locks"). Each outbox has a lock all the same,
+//! taken per push: a frame is queued wherever it is built, and tests read outbox 0.
 
 use crate::wire::segment::SegRefs;
 

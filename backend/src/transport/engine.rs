@@ -6,10 +6,11 @@
 //!   plain kick after a control command that may unblock QPs, e.g. ODP_PAGE_RESP),
 //! - a timerfd programmed with the earliest transport / ODP deadline,
 //!
-//! and then, under the device lock (`HandoffLock`) held once per batch and handed to a waiting
-//! control command after every doorbell record and received buffer (see [`hand_off`]), runs
-//! doorbells, received frames and timers through the transport. Workers of one device take turns
-//! on the device lock, a batch each; they receive, send and sleep in parallel. Frames the
+//! and then, holding the device lock (`HandoffLock`) shared for a batch and handing it to a
+//! waiting control command after every doorbell record and received buffer (see [`hand_off`]),
+//! runs doorbells, received frames and timers through the transport. Workers of one device run
+//! their batches at the same time: what they change is behind per-object locks (a QP, a CQ or
+//! SRQ, the MR table, their timer shard and outbox; ARCHITECTURE.md "Locks"). Frames the
 //! transport queued in the worker's outbox (`Device::outbox`) are sent to the uplink after the
 //! lock is released. RoCEv2 frames for our GIDs go to `transport::on_frame`, everything else the
 //! port demux (`port.rs`) gives the guest goes to `DeviceOutput::eth_rx`.
