@@ -109,6 +109,20 @@ const CONN_LEN: usize = 2 << 20;
 
 #[test]
 fn four_connections_between_two_fabric_devices_with_two_workers_each() {
+    four_connections(false);
+}
+
+#[test]
+fn by_reference_segments_are_received_by_the_qps_own_worker() {
+    // `--payload-refs` (spec §16.2 rule 6): the WRITEs' segments reach b's worker 0 by
+    // reference and go on, references and all, to the worker of their QP, which takes the
+    // QP's responder state and queues its ACKs in its own outbox.
+    four_connections(true);
+}
+
+/// Four RC connections between two fabric devices, two workers each, 2 MiB of WRITEs each
+/// at once; `refs`: the ports carry by-reference segments.
+fn four_connections(refs: bool) {
     let mut a = Node::new(1, 64, 9000);
     let mut b = Node::new(2, 64, 9000);
     set_workers(&mut a.dev, 2);
@@ -128,6 +142,7 @@ fn four_connections_between_two_fabric_devices_with_two_workers_each() {
     let stats_b = b.dev.port_stats.clone();
     let start = |n: &mut Node, port| {
         let port = fabric.device_port(port).expect("port").with_segments();
+        let port = if refs { port.with_payload_refs() } else { port };
         Engine::start_with(detach(n), Arc::new(port), two_workers()).expect("engine")
     };
     let ea = start(&mut a, pa);
@@ -179,6 +194,12 @@ fn four_connections_between_two_fabric_devices_with_two_workers_each() {
         assert!(s.rx_to_engine.load(Ordering::Relaxed) > 0);
         // Worker 0 receives: the frames for worker 1's QPs (b: requests, a: ACKs) went on.
         assert!(s.handed_to_worker.load(Ordering::Relaxed) > 0);
+    }
+    let by_ref = stats_b.rx_by_reference.load(Ordering::Relaxed);
+    if refs {
+        assert!(by_ref > 0, "no WRITE arrived by reference");
+    } else {
+        assert_eq!(by_ref, 0);
     }
 }
 

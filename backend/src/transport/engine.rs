@@ -351,7 +351,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
     // Frames the engine sent to one of its own GIDs (QP to QP on this device): processed as
     // received in the next round instead of going out on the uplink.
     // Each with its segment mark (spec §16.2 rule 6).
-    let mut looped: Vec<(Vec<u8>, bool)> = Vec::new();
+    let mut looped: Vec<Handed> = Vec::new();
     // Frames for the uplink, swapped with this worker's outbox (`Device::outbox`, both keep
     // their capacity), and those of them that leave through the uplink.
     let mut out = Outbox::default();
@@ -510,11 +510,13 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 if dbs.sweep {
                     super::on_worker_doorbells(&d, &DoorbellBatch::sweep_only(), w, workers);
                 }
-                for (f, segment) in looped.drain(..).chain(handed.drain(..)) {
-                    for f in super::frames_of(&f, segment) {
-                        super::on_frame_at(&d, f, now);
+                for h in looped.drain(..).chain(handed.drain(..)) {
+                    for (k, f) in super::frames_of(&h.buf, h.segment).enumerate() {
+                        let src = held(&h.refs, k)
+                            .map(|r| super::packet::PayloadSrc { refs: r, frame: k });
+                        super::on_frame_ref_at(&d, f, now, src);
                     }
-                    super::packet::recycle_frame(f);
+                    h.recycle();
                     (d, live) = hand_off(d, &mut now);
                     if !live {
                         break 'work;
@@ -568,9 +570,10 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         }
                         continue;
                     };
-                    // Frames for another worker's QP go to it whole (`workers.rs`); by-reference
-                    // ones stay (correct on any worker under the device lock).
-                    if workers > 1 && refs.is_none() {
+                    // Frames for another worker's QP go to it whole (`workers.rs`), by-reference
+                    // segments with their references: a QP's frames are all received by its
+                    // own worker (its responder state is taken there, its ACKs queued there).
+                    if workers > 1 {
                         let mac = d.config.mac;
                         let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
                         if let Some(o) = received_elsewhere(buf, rx.segment, mac, ours, w, workers)
@@ -588,8 +591,23 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                                 copy.extend_from_slice(buf);
                                 Some(copy)
                             };
-                            let handed = frame
-                                .is_some_and(|f| hand(inboxes, o, (f, rx.segment), count, port));
+                            let refs = refs.take();
+                            let handed = match frame {
+                                Some(buf) => {
+                                    let h = Handed {
+                                        buf,
+                                        segment: rx.segment,
+                                        refs,
+                                    };
+                                    hand(inboxes, o, h, count, port)
+                                }
+                                None => {
+                                    if let Some(r) = refs {
+                                        r.recycle();
+                                    }
+                                    false
+                                }
+                            };
                             if handed {
                                 crate::stats::add(&port.rx_to_engine, count);
                                 kick_mask |= 1 << o;
@@ -686,11 +704,11 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     {
                         Some(o) => {
                             let count = super::frames_of(&f, segment).count();
-                            if hand(inboxes, o, (f, segment), count, port) {
+                            if hand(inboxes, o, Handed::plain(f, segment), count, port) {
                                 kick_mask |= 1 << o;
                             }
                         }
-                        None => looped.push((f, segment)),
+                        None => looped.push(Handed::plain(f, segment)),
                     };
                     match dest {
                         TxDestination::Engine => {

@@ -45,8 +45,33 @@ pub(super) struct WakeFlags {
     pub(super) polling: AtomicBool,
 }
 
-/// A frame handed to a worker, with its segment mark (spec §16.2 rule 6).
-pub(super) type Handed = (Vec<u8>, bool);
+/// A buffer handed to a worker: its segment mark and, for a by-reference segment, the
+/// references that hold its payloads (spec §16.2 rule 6).
+#[derive(Debug)]
+pub(super) struct Handed {
+    pub(super) buf: Vec<u8>,
+    pub(super) segment: bool,
+    pub(super) refs: Option<crate::wire::segment::SegRefs>,
+}
+
+impl Handed {
+    /// A buffer of frames that carry their bytes.
+    pub(super) fn plain(buf: Vec<u8>, segment: bool) -> Self {
+        Handed {
+            buf,
+            segment,
+            refs: None,
+        }
+    }
+
+    /// Give the buffer and the references back to their pools.
+    pub(super) fn recycle(self) {
+        super::packet::recycle_frame(self.buf);
+        if let Some(r) = self.refs {
+            r.recycle();
+        }
+    }
+}
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -92,7 +117,7 @@ impl Inbox {
     /// Queue a frame for the worker (the caller kicks it). A full inbox gives the frame back.
     pub(super) fn hand(&self, frame: Handed) -> Result<(), Handed> {
         let mut q = lock(&self.frames);
-        let bytes = frame.0.capacity();
+        let bytes = frame.buf.capacity();
         if q.frames.len() >= INBOX_FRAMES || q.bytes + bytes > INBOX_BYTES {
             return Err(frame);
         }
@@ -167,8 +192,8 @@ pub(super) fn hand(
             crate::stats::add(&port.handed_to_worker, count);
             true
         }
-        Some(Err((f, _))) => {
-            super::packet::recycle_frame(f);
+        Some(Err(f)) => {
+            f.recycle();
             crate::stats::add(&port.drop_worker_busy, count);
             false
         }

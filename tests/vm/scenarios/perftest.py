@@ -26,19 +26,16 @@ def perftest_write_bw(ctx):
 @scenario("G")
 def perftest_write_bw_qps_two_engine_workers(ctx):
     """4 QPs over a daemon with two engine workers per device (--engine-threads 2): the QPs
-    are spread over the workers, worker 0 hands the frames of the others' QPs on. The client
-    receives the ACKs as plain frames, so its worker 0 hands those of worker 1's QPs on; the
-    server's WRITEs arrive by reference (G runs --payload-refs) and such segments stay on
-    worker 0, so its count is only noted."""
+    are spread over the workers, worker 0 hands the frames of the others' QPs on: on the
+    client the ACKs, on the server the WRITEs, which arrive by reference (G runs
+    --payload-refs) and go on with their references."""
     perf(ctx, "ib_write_bw", "-q 4")
-    for vm in (ctx.a, ctx.b):
+    for vm, what in ((ctx.a, "the server's WRITE segments"), (ctx.b, "the client's ACKs")):
         c = port_counters(vm)
         handed = c.get("vrdma_port_worker_handoff_frames_total", 0)
         ctx.note("%s: %d of %d received RoCEv2 frames handed to another worker" % (
             vm.name, handed, c.get("vrdma_port_rx_engine_frames_total", 0)))
-        if vm is ctx.b:
-            expect(handed > 0, "the client's ACKs reached the QPs of worker 1 through worker 0",
-                   str(c))
+        expect(handed > 0, "%s reached the QPs of worker 1 through worker 0" % what, str(c))
 
 
 @scenario("A")
