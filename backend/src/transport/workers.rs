@@ -223,20 +223,20 @@ mod tests {
     fn a_full_inbox_gives_the_frame_back() {
         let inbox = Inbox::new(EventFd::new(EFD_NONBLOCK).unwrap());
         for i in 0..INBOX_FRAMES {
-            assert!(inbox.hand((vec![i as u8], false)).is_ok());
+            assert!(inbox.hand(Handed::plain(vec![i as u8], false)).is_ok());
         }
-        let back = inbox.hand((vec![1, 2, 3], true));
-        assert_eq!(back, Err((vec![1, 2, 3], true)));
+        let back = inbox.hand(Handed::plain(vec![1, 2, 3], true)).unwrap_err();
+        assert_eq!((back.buf, back.segment), (vec![1, 2, 3], true));
         let mut got = Vec::new();
         inbox.take_frames(&mut got);
         assert_eq!(got.len(), INBOX_FRAMES);
-        assert!(inbox.hand((vec![9], false)).is_ok());
+        assert!(inbox.hand(Handed::plain(vec![9], false)).is_ok());
     }
 
     #[test]
     fn an_inbox_is_bounded_in_bytes_too() {
         let inbox = Inbox::new(EventFd::new(EFD_NONBLOCK).unwrap());
-        let big = || (Vec::with_capacity(64 << 10), true);
+        let big = || Handed::plain(Vec::with_capacity(64 << 10), true);
         let fit = INBOX_BYTES / (64 << 10);
         for _ in 0..fit {
             assert!(inbox.hand(big()).is_ok());
