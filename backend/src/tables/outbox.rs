@@ -5,6 +5,7 @@
 //! looking at each other's (ARCHITECTURE.md "Locks"). Each outbox has a lock all the same,
 //! taken per push: a frame is queued wherever it is built, and tests read outbox 0.
 
+use crate::uplink::{Uplink, UplinkError};
 use crate::wire::segment::SegRefs;
 
 /// Frames in the order the transport built them, with the marks that travel beside the bytes.
@@ -58,6 +59,40 @@ impl Outbox {
         self.frames.clear();
         self.segments.clear();
         self.refs.clear();
+    }
+
+    /// Send everything in order: runs of frames through [`Uplink::send_frames`] (batched), each
+    /// segment through [`Uplink::send_segment`], or [`Uplink::send_segment_refs`] for those
+    /// listed in `refs`. The references are gone afterwards; the buffers stay for recycling. A
+    /// full socket buffer is packet loss (RC retransmits, IBTA 9.7.6), not an error.
+    pub fn send(&mut self, uplink: &dyn Uplink) {
+        let Outbox {
+            frames: out,
+            segments,
+            refs,
+        } = self;
+        let mut held = refs.drain(..).peekable();
+        let sent = |r: Result<usize, UplinkError>| match r {
+            Ok(_) | Err(UplinkError::WouldBlock) => {}
+            Err(e) => log::warn!("engine: uplink send: {e}"),
+        };
+        let mut start = 0;
+        for &i in segments.iter() {
+            if i >= out.len() {
+                break;
+            }
+            if start < i {
+                sent(uplink.send_frames(&mut out[start..i]));
+            }
+            match held.next_if(|(j, _)| *j == i) {
+                Some((_, r)) => sent(uplink.send_segment_refs(&mut out[i], r)),
+                None => sent(uplink.send_segment(&mut out[i])),
+            }
+            start = i + 1;
+        }
+        if start < out.len() {
+            sent(uplink.send_frames(&mut out[start..]));
+        }
     }
 }
 

@@ -41,7 +41,7 @@ use crate::port::{classify_located, classify_with, tx_destination, Destination, 
 use crate::stats::{bump, PortStats};
 use crate::tables::Outbox;
 use crate::transport::Device;
-use crate::uplink::{RxFrame, Uplink, UplinkError, MAX_FRAME};
+use crate::uplink::{RxFrame, Uplink, MAX_FRAME};
 
 /// Frames taken from the uplink per batch (bounds the time the device lock is held, and the
 /// receive buffers: RX_BATCH × MAX_FRAME bytes per engine).
@@ -740,7 +740,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
         sender.kick_workers(kick_mask & !(1 << w));
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
-        send_out(&*uplink, &mut out);
+        out.send(&*uplink);
         out.segments.clear();
         for f in out.frames.drain(..) {
             super::packet::recycle_frame(f);
@@ -768,38 +768,4 @@ type SegRefs = Box<dyn crate::wire::segment::PayloadRefs>;
 /// The references of a segment if its frame `k` is held by them.
 fn held(refs: &Option<SegRefs>, k: usize) -> Option<&dyn crate::wire::segment::PayloadRefs> {
     refs.as_deref().filter(|r| r.place(k).is_some())
-}
-
-/// Send `out` in order: runs of frames through [`Uplink::send_frames`], each segment
-/// (`Outbox::segments`; spec §16.2 rule 6) through [`Uplink::send_segment`], or
-/// [`Uplink::send_segment_refs`] for those listed in `Outbox::refs` (their payloads are held by
-/// reference); the references are gone afterwards, the buffers stay for recycling.
-fn send_out(uplink: &dyn Uplink, out: &mut Outbox) {
-    let Outbox {
-        frames: out,
-        segments,
-        refs,
-    } = out;
-    let mut held = refs.drain(..).peekable();
-    let sent = |r: Result<usize, UplinkError>| match r {
-        Ok(_) | Err(UplinkError::WouldBlock) => {}
-        Err(e) => log::warn!("engine: uplink send: {e}"),
-    };
-    let mut start = 0;
-    for &i in segments.iter() {
-        if i >= out.len() {
-            break;
-        }
-        if start < i {
-            sent(uplink.send_frames(&mut out[start..i]));
-        }
-        match held.next_if(|(j, _)| *j == i) {
-            Some((_, r)) => sent(uplink.send_segment_refs(&mut out[i], r)),
-            None => sent(uplink.send_segment(&mut out[i])),
-        }
-        start = i + 1;
-    }
-    if start < out.len() {
-        sent(uplink.send_frames(&mut out[start..]));
-    }
 }
