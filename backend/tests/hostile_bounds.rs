@@ -36,17 +36,7 @@ fn overflow_chain_is_flushed_iteratively() {
                 s.max_sge = 1;
                 s.max_inline = 0;
                 let mut q = n.create_qp(s);
-                let init = VrdmaQpAttr {
-                    qp_state: VRDMA_QPS_INIT,
-                    port_num: 1,
-                    ..Default::default()
-                };
-                n.modify_qp(
-                    q.qpn,
-                    VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_ACCESS_FLAGS,
-                    init,
-                )
-                .expect("INIT");
+                n.qp_to_init(q.qpn);
                 // Posted in INIT: nothing is sent, the flush completes them (§13.3).
                 for w in 0..2 {
                     let wqe = Wqe {

@@ -288,17 +288,7 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
     let av = a.av_to(&a);
     rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
     rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
-    let init = VrdmaQpAttr {
-        qp_state: VRDMA_QPS_INIT,
-        port_num: 1,
-        ..Default::default()
-    };
-    a.modify_qp(
-        q3.qpn,
-        VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_ACCESS_FLAGS,
-        init,
-    )
-    .expect("q3 to INIT");
+    a.qp_to_init(q3.qpn);
     let buf = a.alloc(8192);
     let k = a.reg_mr(pd, buf, 8192, ACC_ALL);
     let mut rq2 = q2.rq.clone().unwrap();

@@ -477,6 +477,17 @@ impl Node {
         self.cmd(VRDMA_CMD_MODIFY_QP, c.as_bytes()).map(|_| ())
     }
 
+    /// RESET -> INIT on port 1 (P_Key index 0, no remote access).
+    pub fn qp_to_init(&mut self, qpn: u32) {
+        let init = VrdmaQpAttr {
+            qp_state: VRDMA_QPS_INIT,
+            port_num: 1,
+            ..Default::default()
+        };
+        let mask = VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_ACCESS_FLAGS;
+        self.modify_qp(qpn, mask, init).expect("to INIT");
+    }
+
     pub fn qp_to_err(&mut self, qpn: u32) {
         let a = VrdmaQpAttr {
             qp_state: VRDMA_QPS_ERR,
