@@ -88,6 +88,13 @@ impl<T> HandoffLock<T> {
         }
     }
 
+    /// Lock shared for a short section that only reads (a query command): it runs beside the
+    /// long holders and does not wait for their hand-off; it waits only while a
+    /// [`HandoffLock::lock`] caller holds or waits for the lock.
+    pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Did a thread panic while holding the lock exclusively? (The lock stays usable; tests
     /// ask.)
     pub fn is_poisoned(&self) -> bool {

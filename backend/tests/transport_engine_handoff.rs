@@ -12,7 +12,7 @@ mod common;
 
 use std::collections::VecDeque;
 use std::os::unix::io::RawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_backend::vhost_user::RdmaDevice;
-use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
+use vrdma_spec::{VrdmaEvent, VrdmaPageReq, VRDMA_CMD_QUERY_DEVICE, VRDMA_STATUS_OK};
 
 const FRAMES: usize = 16;
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x00, 0x00, 0x07];
@@ -53,6 +53,10 @@ impl Uplink for Queued {
 struct Gate {
     delivered: AtomicUsize,
     dev: OnceLock<Weak<HandoffLock<Device>>>,
+    /// Hold the engine inside the first frame until `released`, instead of until a control
+    /// command waits for the device.
+    hold: bool,
+    released: AtomicBool,
 }
 
 impl DeviceOutput for Gate {
@@ -63,8 +67,15 @@ impl DeviceOutput for Gate {
         if self.delivered.fetch_add(1, Ordering::SeqCst) != 0 {
             return;
         }
-        let dev = self.dev.get().and_then(Weak::upgrade).expect("device set");
         let t0 = Instant::now();
+        if self.hold {
+            while !self.released.load(Ordering::SeqCst) {
+                assert!(t0.elapsed() < LONG, "the test never released the engine");
+                std::thread::yield_now();
+            }
+            return;
+        }
+        let dev = self.dev.get().and_then(Weak::upgrade).expect("device set");
         while !dev.contended() {
             assert!(t0.elapsed() < LONG, "no control command announced itself");
             std::thread::yield_now();
@@ -84,7 +95,12 @@ fn arp_frame(i: u8) -> Vec<u8> {
 /// A device with the gate as its output and the queued batch on its uplink, its engine
 /// started: returns the device, the gate, and the engine (stopped when dropped).
 fn start() -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
-    let gate = Arc::new(Gate::default());
+    start_gated(Gate::default())
+}
+
+/// [`start`] with the gate given.
+fn start_gated(gate: Gate) -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
+    let gate = Arc::new(gate);
     let mem = GuestMem::from_ranges(&[(0x10_0000, 1 << 20)]).expect("guest memory");
     let cfg = DeviceConfig {
         mac: MAC,
@@ -151,5 +167,46 @@ fn a_suspend_at_a_hand_off_point_ends_the_batch() {
         "frames reached the guest after the device was suspended"
     );
     assert!(dev.lock().suspended());
+    engine.stop();
+}
+
+#[test]
+fn a_query_runs_beside_a_worker_inside_a_unit() {
+    // A query only reads (`Device::handle_query`): the control queue runs it on the device
+    // shared with the engine's workers (`HandoffLock::read`), so it answers while a worker is
+    // in the middle of a unit of work, without waiting for its hand-off.
+    let gate = Gate {
+        hold: true,
+        ..Gate::default()
+    };
+    let (dev, gate, engine) = start_gated(gate);
+    wait_for("the first frame", || {
+        gate.delivered.load(Ordering::SeqCst) >= 1
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let query = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let mut resp = Vec::new();
+            let status = dev
+                .read()
+                .handle_query(VRDMA_CMD_QUERY_DEVICE, &[], &mut resp);
+            let _ = tx.send((status, resp.len()));
+        })
+    };
+    let answer = rx.recv_timeout(LONG);
+    let inside = gate.delivered.load(Ordering::SeqCst);
+    gate.released.store(true, Ordering::SeqCst);
+    let (status, len) = answer.expect("the query waited for the worker's unit");
+    assert_eq!(status, Some(VRDMA_STATUS_OK));
+    assert!(len > 0, "QUERY_DEVICE answered without a body");
+    assert_eq!(
+        inside, 1,
+        "the worker had left its unit before the query answered"
+    );
+    query.join().unwrap();
+    wait_for("the rest of the batch", || {
+        gate.delivered.load(Ordering::SeqCst) == FRAMES
+    });
     engine.stop();
 }

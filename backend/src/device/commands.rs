@@ -61,6 +61,9 @@ impl Device {
     /// Execute one control command: `Done(VRDMA_STATUS_*)` with the response body in `resp`, or
     /// `Parked` (ADVISE_MR with F_FLUSH, see `outcome.rs`).
     pub fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
+        if let Some(status) = self.handle_query(opcode, req, resp) {
+            return CmdOutcome::Done(status);
+        }
         resp.clear();
         if self.needs_reset {
             return CmdOutcome::Done(VRDMA_STATUS_NEEDS_RESET);
@@ -69,11 +72,6 @@ impl Device {
             return self.cmd_advise_mr(req);
         }
         let r = match opcode {
-            VRDMA_CMD_QUERY_DEVICE => {
-                put(resp, &self.config.to_vrdma_config());
-                Ok(())
-            }
-            VRDMA_CMD_QUERY_PORT => self.cmd_query_port(req, resp),
             VRDMA_CMD_ADD_GID => self.cmd_add_gid(req),
             VRDMA_CMD_DEL_GID => self.cmd_del_gid(req),
             VRDMA_CMD_CREATE_PD => self.cmd_create_pd(req, resp),
@@ -83,11 +81,9 @@ impl Device {
             VRDMA_CMD_RESIZE_CQ => self.cmd_resize_cq(req, resp),
             VRDMA_CMD_CREATE_QP => self.cmd_create_qp(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
-            VRDMA_CMD_QUERY_QP => self.cmd_query_qp(req, resp),
             VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
             VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
             VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
-            VRDMA_CMD_QUERY_SRQ => self.cmd_query_srq(req, resp),
             VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
             VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
             VRDMA_CMD_DESTROY_AH => self.cmd_destroy_ah(req),
@@ -99,7 +95,6 @@ impl Device {
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
-            VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
             VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
             VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
             VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
@@ -119,6 +114,38 @@ impl Device {
         })
     }
 
+    /// Execute `opcode` if it only reads the device (QUERY_DEVICE, QUERY_PORT, QUERY_QP,
+    /// QUERY_SRQ, QUERY_STATS): the status, with the response body in `resp`. These run on a
+    /// shared device (`HandoffLock::read`), beside the engine workers, so they never wait for
+    /// another QP's data path; each object is read under its own lock. `None`: `opcode`
+    /// changes the device and needs [`Device::handle_command`] on the exclusive device.
+    pub fn handle_query(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
+        let query: fn(&Self, &[u8], &mut Vec<u8>) -> CmdResult = match opcode {
+            VRDMA_CMD_QUERY_DEVICE => Self::cmd_query_device,
+            VRDMA_CMD_QUERY_PORT => Self::cmd_query_port,
+            VRDMA_CMD_QUERY_QP => Self::cmd_query_qp,
+            VRDMA_CMD_QUERY_SRQ => Self::cmd_query_srq,
+            VRDMA_CMD_QUERY_STATS => Self::cmd_query_stats,
+            _ => return None,
+        };
+        resp.clear();
+        if self.needs_reset {
+            return Some(VRDMA_STATUS_NEEDS_RESET);
+        }
+        Some(match query(self, req, resp) {
+            Ok(()) => VRDMA_STATUS_OK,
+            Err(s) => {
+                resp.clear();
+                s
+            }
+        })
+    }
+
+    fn cmd_query_device(&self, _req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        put(resp, &self.config.to_vrdma_config());
+        Ok(())
+    }
+
     fn pd_exists(&self, pdn: u32) -> CmdResult {
         if self.pds.contains(pdn) {
             Ok(())
@@ -127,7 +154,7 @@ impl Device {
         }
     }
 
-    fn cmd_query_port(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_query_port(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdQueryPort>(req)?;
         if c.port != 1 {
             return Err(VRDMA_STATUS_INVALID);
@@ -335,7 +362,7 @@ impl Device {
     }
 
     /// QUERY_STATS (spec §11.9): one QP's counters, or (qpn 0) the port's.
-    fn cmd_query_stats(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_query_stats(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdQueryStats>(req)?;
         if c.flags != 0 {
             return Err(VRDMA_STATUS_INVALID);
@@ -345,7 +372,7 @@ impl Device {
             VrdmaStats {
                 icrc_errors: p.drop_bad_icrc.load(std::sync::atomic::Ordering::Relaxed),
                 rx_dropped: p.rx_dropped(),
-                odp_faults: self.mrs.get_mut().odp_faults(),
+                odp_faults: self.mrs.lock().odp_faults(),
                 ..self.qps.stats_total().to_vrdma()
             }
         } else {
@@ -454,7 +481,7 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_query_srq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_query_srq(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
         let srq = self.srqs.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         put(

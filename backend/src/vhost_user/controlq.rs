@@ -211,7 +211,12 @@ fn execute<D: RdmaDevice>(
             return Some(VRDMA_STATUS_INVALID);
         }
     }
-    let status = {
+    // A query reads the device shared, beside the engine workers (no hand-off to wait for);
+    // every other command holds it exclusively.
+    let queried = device.read().handle_query(opcode, args, body);
+    let status = if let Some(s) = queried {
+        s
+    } else {
         let mut dev = device.lock();
         match dev.handle_command(opcode, args, body) {
             CmdOutcome::Done(s) => s,

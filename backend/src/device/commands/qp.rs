@@ -177,7 +177,7 @@ impl Device {
         Ok(())
     }
 
-    pub(super) fn cmd_query_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    pub(super) fn cmd_query_qp(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
         let qp = self.qps.get(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         put(resp, &qp.query());
