@@ -1,12 +1,11 @@
 //! `control-wait` section: how long a control command waits for the device while the data
-//! path of another QP is busy. Every control command takes the device's `HandoffLock`, which
-//! the engine holds per batch and hands to a waiting command between two units of work (one
-//! doorbell record, one received buffer; ARCHITECTURE.md "Threads"). A probe thread takes
-//! device A's lock every 200 µs and records the wait while one QP streams 64 KiB WRITEs over
-//! the fabric, alternating between the control path's announced lock (`lock`, handed off) and
-//! an unannounced one (`lock_long`, which the engine does not see: what every command waited
-//! before hand-offs, the rest of the batch), then with the device idle. The engine-threads plan
-//! (#13 item 5) is to bound the wait by one batch of the command's own QP.
+//! path of another QP is busy. A command that changes the device takes the device's
+//! `HandoffLock` exclusively (`lock`); the engine's workers hold it shared per batch and hand
+//! it to a waiting command between two units of work (one doorbell record, one received
+//! buffer; ARCHITECTURE.md "Threads"). A query takes it shared (`read`), beside the workers,
+//! and waits for no unit at all ("Locks"). A probe thread takes device A's lock every 200 µs
+//! and records the wait while one QP streams 64 KiB WRITEs over the fabric, alternating
+//! between the two, then with the device idle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,21 +17,21 @@ use crate::bed::{Bed, Mode, Reg};
 use crate::engine::{stream, Op};
 use crate::util::{fmt_secs, median, percentile};
 
-/// Lock waits (seconds) of the probe until `stop` is set: announced (`lock`, handed off by the
-/// engine) and unannounced (`lock_long`), taken in turn so both see the same traffic.
+/// Lock waits (seconds) of the probe until `stop` is set: exclusive (`lock`, handed off by the
+/// engine) and shared (`read`, a query's), taken in turn so both see the same traffic.
 fn probe(dev: &HandoffLock<Device>, stop: &AtomicBool) -> (Vec<f64>, Vec<f64>) {
-    let (mut announced, mut unannounced) = (Vec::new(), Vec::new());
+    let (mut exclusive, mut shared) = (Vec::new(), Vec::new());
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         drop(dev.lock());
-        announced.push(t0.elapsed().as_secs_f64());
+        exclusive.push(t0.elapsed().as_secs_f64());
         std::thread::sleep(Duration::from_micros(200));
         let t0 = Instant::now();
-        drop(dev.lock_long());
-        unannounced.push(t0.elapsed().as_secs_f64());
+        drop(dev.read());
+        shared.push(t0.elapsed().as_secs_f64());
         std::thread::sleep(Duration::from_micros(200));
     }
-    (announced, unannounced)
+    (exclusive, shared)
 }
 
 /// "median M, p99 P, max X (N probes)" of `v`.
@@ -58,7 +57,7 @@ pub fn run(quick: bool) {
     };
     let stop = AtomicBool::new(false);
     let n = bytes / (64 << 10);
-    let ((mut busy, mut busy_plain), elapsed) = std::thread::scope(|s| {
+    let ((mut busy, mut busy_query), elapsed) = std::thread::scope(|s| {
         let p = s.spawn(|| probe(&dev, &stop));
         let el = stream(&mut bed, Op::Write, 64 << 10, n);
         stop.store(true, Ordering::Relaxed);
@@ -80,17 +79,18 @@ pub fn run(quick: bool) {
         let (mb, pb) = (median(b), percentile(b, 99.0));
         format!("median {:.2} x, p99 {:.2} x", ma / mb, pa / pb)
     };
-    let hand_off_vs_batch = ratio(&mut busy_plain, &mut busy);
+    let exclusive_vs_query = ratio(&mut busy, &mut busy_query);
     println!(
-        "control-wait: device lock while one QP streams 64 KiB WRITEs ({:.0} MB/s), handed off: {}",
+        "control-wait: device lock while one QP streams 64 KiB WRITEs ({:.0} MB/s), exclusive \
+         (handed off): {}",
         (n * (64 << 10)) as f64 / elapsed.as_secs_f64() / 1e6,
         summary(&mut busy)
     );
     println!(
-        "control-wait: same stream, unannounced (waits for the batch): {}",
-        summary(&mut busy_plain)
+        "control-wait: same stream, shared (a query, beside the workers): {}",
+        summary(&mut busy_query)
     );
-    println!("control-wait: batch wait / handed-off wait: {hand_off_vs_batch}");
+    println!("control-wait: exclusive wait / query wait: {exclusive_vs_query}");
     println!(
         "control-wait: device lock, device idle: {}",
         summary(&mut idle)
