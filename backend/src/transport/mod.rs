@@ -149,12 +149,11 @@ pub(crate) fn with_req<R>(
     qpn: u32,
     f: impl FnOnce(&Device, &ctx::QpCtx, &mut RequesterState) -> R,
 ) -> Option<R> {
-    let c = ctx::qp_ctx(dev, qpn)?;
-    let mut st = ctx::take_req(dev, qpn)?;
+    let (c, mut st) = ctx::take_req(dev, qpn)?;
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
-    ctx::put_req(dev, qpn, st);
-    if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+    let after = ctx::put_req(dev, qpn, st);
+    if c.state != ctx::QPS_ERR && after == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
         // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
         // flush hook could not see the state then, so flush now, through the core's worklist (a
@@ -173,12 +172,11 @@ pub(crate) fn with_resp<R>(
     qpn: u32,
     f: impl FnOnce(&Device, &ctx::QpCtx, &mut ResponderState) -> R,
 ) -> Option<R> {
-    let c = ctx::qp_ctx(dev, qpn)?;
-    let mut st = ctx::take_resp(dev, qpn)?;
+    let (c, mut st) = ctx::take_resp(dev, qpn)?;
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
-    ctx::put_resp(dev, qpn, st);
-    if c.state != ctx::QPS_ERR && ctx::qp_state(dev, qpn) == Some(ctx::QPS_ERR) {
+    let after = ctx::put_resp(dev, qpn, st);
+    if c.state != ctx::QPS_ERR && after == Some(ctx::QPS_ERR) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
         // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
         // flush hook could not see the state then, so flush now, through the core's worklist (a
