@@ -383,12 +383,21 @@ fn reclaim_respects_device_and_mr_budgets() {
         answer(t, f[0], 0x100000, false);
         out.take_page_requests()
     };
+    // The generation fabric references through an MR record (spec §16.2 rule 6).
+    let gen = |t: &MrTable, key: u32| t.reference_gen(key).map(|(_, g)| g).unwrap();
+    let (ga, gb) = (gen(&t, a), gen(&t, b));
     assert!(fault_in(&mut t, a, 0).is_empty());
     assert!(fault_in(&mut t, a, 1).is_empty());
+    assert_eq!(
+        gen(&t, a),
+        ga,
+        "an install without reclaim keeps references valid"
+    );
     // Touch chunk 0 so chunk 1 becomes the LRU of MR a.
     t.resolve(a, 1, 0, 8, 0).unwrap();
     // Third chunk of MR a: per-MR budget 2 → chunk 1 reclaimed.
     let rec = fault_in(&mut t, a, 2);
+    assert_eq!(gen(&t, a), ga + 1, "a reclaim fences the MR's references");
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0].type_, VRDMA_PAGEREQ_RECLAIM);
     assert_eq!(
@@ -401,6 +410,8 @@ fn reclaim_respects_device_and_mr_budgets() {
     let rec = fault_in(&mut t, b, 8);
     assert_eq!(rec.len(), 1);
     assert_eq!((rec[0].mr_key, rec[0].iova), (a, 0));
+    // The device budget's victim is MR a's chunk: a's references die, b's (installed) live.
+    assert_eq!((gen(&t, a), gen(&t, b)), (ga + 2, gb));
     assert_eq!(t.odp_resident_total(), 3);
     // Reclaimed chunks fault again.
     assert!(matches!(

@@ -9,8 +9,9 @@
 //!
 //! Mechanism: generation counters and a gate.
 //! - one generation per MR slot ([`SlotGen`], bumped by DEREG_MR, REREG_MR, fast registration,
-//!   LOCAL_INV / SEND_WITH_INV, ODP_INVALIDATE of that slot: FRWR-heavy ULPs invalidate one MR
-//!   per I/O, and the other MRs' references must keep flowing), and one per device
+//!   LOCAL_INV / SEND_WITH_INV, ODP_INVALIDATE or reclaim in that slot: FRWR-heavy ULPs
+//!   invalidate one MR per I/O, and the other MRs' references must keep flowing), and one per
+//!   device
 //!   ([`DmaFence::device_gen`], bumped by reset, SET_MEM_TABLE, migration suspend and state
 //!   load), recorded in the reference when it is made;
 //! - a per-device gate (an `RwLock<()>`): a reader checks the generations and copies under its

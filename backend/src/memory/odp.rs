@@ -32,6 +32,9 @@
 //! Residency is bounded per device (`max_resident`) and per MR (`max_resident_per_mr`); installing
 //! a chunk above a budget drops the least recently used resident chunk (of the device, resp. of
 //! that MR) and tells the driver with `VRDMA_PAGEREQ_RECLAIM` (req_id 0, the dropped range).
+//! Installing runs in ODP_PAGE_RESP, a command that holds the device exclusively, so no access of
+//! this device is in flight; fabric references through the victim's MR (read later by another
+//! device's engine) are fenced before the command completes, as for ODP_INVALIDATE.
 //!
 //! Invalidation (ODP_INVALIDATE) drops resident chunks that overlap the range and cancels pending
 //! requests there (their waiters are resumed and fault again; a late answer to a cancelled request

@@ -36,6 +36,7 @@ impl MrTable {
         let Ok((mr, odp, mem)) = self.odp_parts(key) else {
             return VRDMA_STATUS_NOT_FOUND;
         };
+        let mut reclaimed_own = false;
         let (mr_iova, mr_len) = (mr.iova, mr.length);
         let o = match &mut mr.kind {
             MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
@@ -119,7 +120,15 @@ impl MrTable {
                     if let Some(victim) = victim {
                         odp.remove_resident(o, victim);
                         odp.send_reclaim(key, victim, mr_iova, mr_len);
+                        reclaimed_own = true;
                     }
+                }
+                // The driver may unmap a reclaimed chunk's pages as soon as it reads the
+                // notice: fabric references through the MR (spec §16.2 rule 6) die first, as
+                // they do for ODP_INVALIDATE. Only a reclaim fences: an install alone takes no
+                // permission away, and fencing it would drop the MR's references in flight.
+                if reclaimed_own {
+                    self.fence_slot(key);
                 }
                 self.enforce_device_budget(idx, c);
                 VRDMA_STATUS_OK
@@ -130,6 +139,8 @@ impl MrTable {
     /// Drop device-wide LRU chunks until the device budget holds (never the chunk just installed).
     /// The device LRU map gives the victim directly: no walk over MRs or chunks.
     fn enforce_device_budget(&mut self, keep_mr: u32, keep_chunk: u64) {
+        // Keys whose chunks were reclaimed: fenced once each, after the loop (see odp_page_resp).
+        let mut fence: Vec<u32> = Vec::new();
         while self.odp.resident_total > self.odp.config.max_resident {
             let Some((idx, c)) = self
                 .odp
@@ -155,6 +166,12 @@ impl MrTable {
                 continue;
             }
             odp.send_reclaim(key, c, mr_iova, mr_len);
+            if !fence.contains(&key) {
+                fence.push(key);
+            }
+        }
+        for key in fence {
+            self.fence_slot(key);
         }
     }
 
