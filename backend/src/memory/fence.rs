@@ -11,9 +11,8 @@
 //! - one generation per MR slot ([`SlotGen`], bumped by DEREG_MR, REREG_MR, fast registration,
 //!   LOCAL_INV / SEND_WITH_INV, ODP_INVALIDATE or reclaim in that slot: FRWR-heavy ULPs
 //!   invalidate one MR per I/O, and the other MRs' references must keep flowing), and one per
-//!   device
-//!   ([`DmaFence::device_gen`], bumped by reset, SET_MEM_TABLE, migration suspend and state
-//!   load), recorded in the reference when it is made;
+//!   device ([`DmaFence::device_gen`], bumped by reset, SET_MEM_TABLE, migration suspend and
+//!   state load), recorded in the reference when it is made;
 //! - a per-device gate (an `RwLock<()>`): a reader checks the generations and copies under its
 //!   read side; a fencing operation bumps the generation and then takes the write side once,
 //!   which waits for at most the copies in flight (each is one packet, ≤ one path MTU, and
