@@ -3,10 +3,17 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::engine::{post_sq, wait_cqes};
 use common::*;
+use vrdma_backend::fabric::FabricBuilder;
+use vrdma_backend::qp::worker_of;
 use vrdma_backend::transport::ctx::Cqe;
+use vrdma_backend::transport::engine::{Engine, EngineOptions};
+use vrdma_backend::transport::timers::set_workers;
 use vrdma_spec::*;
 
 const QKEY: u32 = 0x1111_2222;
@@ -33,6 +40,7 @@ struct Bed {
     /// B's UD QPs; all get receive WQEs, only some are attached.
     qb: Vec<QpH>,
     ah: u32,
+    pda: u32,
     src: u64,
     ka: u32,
     dst: u64,
@@ -40,8 +48,14 @@ struct Bed {
 }
 
 fn bed(receivers: usize) -> Bed {
+    bed_with(receivers, 1)
+}
+
+/// [`bed`] with B's QPs spread over `workers_b` engine workers.
+fn bed_with(receivers: usize, workers_b: usize) -> Bed {
     let mut a = Node::new(1, 16, 1500);
     let mut b = Node::new(2, 16, 1500);
+    set_workers(&mut b.dev, workers_b);
     let pda = a.create_pd();
     let pdb = b.create_pd();
     let (ca, cqa) = a.create_cq(256);
@@ -78,6 +92,7 @@ fn bed(receivers: usize) -> Bed {
         cqb,
         qb,
         ah,
+        pda,
         src,
         ka,
         dst,
@@ -248,4 +263,100 @@ fn attach_errors() {
         (n, status),
         (cfg.max_mcast_qp_attach, VRDMA_STATUS_NO_RESOURCES)
     );
+}
+
+#[test]
+fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
+    // B's four QPs alternate between its two workers; worker 0 receives from the fabric. A
+    // datagram goes to the worker of each attached QP (its responder state is taken there,
+    // never by another worker at the same time), and only there: a group whose members are
+    // all worker 0's is handed to nobody.
+    let mut t = bed_with(4, 2);
+    let on = |w: usize| -> Vec<u32> {
+        t.qb.iter()
+            .map(|q| q.qpn)
+            .filter(|&q| worker_of(q, 2) == w)
+            .collect()
+    };
+    let (w0, w1) = (on(0), on(1));
+    assert_eq!((w0.len(), w1.len()), (2, 2));
+    let local = gid_v4([239, 1, 2, 4]);
+    for &q in &w0 {
+        mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, q, local).unwrap();
+    }
+    for q in w0.iter().chain(&w1) {
+        mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, *q, group()).unwrap();
+    }
+    // Two receives each: worker 0's members get both datagrams.
+    t.recv_all(100);
+    t.recv_all(200);
+    let av_local = VrdmaAv {
+        dgid: local,
+        dmac: [0x01, 0x00, 0x5e, 0x01, 0x02, 0x04],
+        ..t.a.av_to(&t.b)
+    };
+    let ah_local = t.a.create_ah(t.pda, av_local);
+    let stats_b = t.b.dev.port_stats.clone();
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(t.a.mac).expect("port a");
+    let pb = fb.add_device(t.b.mac).expect("port b");
+    let fabric = fb.build();
+    let port = |p| Arc::new(fabric.device_port(p).expect("port"));
+    let ea =
+        Engine::start_with(detach(&mut t.a), port(pa), EngineOptions::default()).expect("engine a");
+    let eb = Engine::start_with(
+        detach(&mut t.b),
+        port(pb),
+        EngineOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("engine b");
+    let data = pattern(8, 500);
+    t.a.write(t.src, &data);
+    let send = |t: &mut Bed, wr_id: u64, ah: u32| {
+        let w = Wqe {
+            wr_id,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(t.src, data.len() as u32, t.ka)],
+            ah,
+            remote_qpn: VRDMA_MCAST_QPN,
+            remote_qkey: QKEY,
+            ..Default::default()
+        };
+        post_sq(&ea, &t.a.mem, &mut t.qa, &w);
+        let sent = wait_cqes(&mut t.a, &mut t.cqa, 1, Duration::from_secs(10), "send");
+        assert_eq!(sent[0].status, VRDMA_WC_SUCCESS);
+    };
+    let qpns = |got: &[Cqe]| {
+        let mut q: Vec<u32> = got.iter().map(|c| c.qpn).collect();
+        q.sort_unstable();
+        q
+    };
+    let sorted = |v: &[u32]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+
+    send(&mut t, 1, ah_local);
+    let got = wait_cqes(&mut t.b, &mut t.cqb, 2, Duration::from_secs(10), "local");
+    assert_eq!(qpns(&got), sorted(&w0));
+    assert_eq!(stats_b.handed_to_worker.load(Ordering::Relaxed), 0);
+
+    let ah = t.ah;
+    send(&mut t, 2, ah);
+    let got = wait_cqes(&mut t.b, &mut t.cqb, 4, Duration::from_secs(10), "group");
+    assert_eq!(qpns(&got), sorted(&[w0.clone(), w1.clone()].concat()));
+    for c in &got {
+        assert_eq!((c.status, c.byte_len), (VRDMA_WC_SUCCESS, 540));
+        let slot = t.qb.iter().position(|q| q.qpn == c.qpn).unwrap() as u64;
+        assert_eq!(t.b.read(t.dst + 4096 * slot + 40, 500), data);
+    }
+    // One copy for worker 1 (its two members), none for worker 0's own.
+    assert_eq!(stats_b.handed_to_worker.load(Ordering::Relaxed), 1);
+    ea.stop();
+    eb.stop();
 }

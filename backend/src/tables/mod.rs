@@ -377,6 +377,15 @@ impl<P: Protocol> DeviceTables<P> {
         self.run_flushes();
     }
 
+    /// Whether QP `qpn`'s received packets are processed on the calling thread: on an engine
+    /// worker of several only its own QPs' (a multicast datagram reaches each member's worker,
+    /// `transport::workers::received_by`); on any other thread, which holds the device
+    /// exclusively, every QP's.
+    pub fn receives_here(&self, qpn: u32) -> bool {
+        flush::current_worker()
+            .is_none_or(|w| crate::qp::worker_of(qpn, self.flushes.workers()) == w)
+    }
+
     /// Flush what waits in the calling worker's queue (every queue on a thread that holds the
     /// device exclusively), unless this thread is flushing already (then its loop takes them).
     pub fn run_flushes(&self) {

@@ -33,7 +33,7 @@ use vrdma_spec::VrdmaDoorbell;
 use super::doorbells::DoorbellBatch;
 use super::wait::{Alarm, Poller};
 use super::workers::{
-    doorbell_worker, each_bit, hand, looped_elsewhere, received_elsewhere, Handed, Inbox,
+    doorbell_worker, each_bit, hand, hand_out, looped_to, owners, received_by, Handed, Inbox,
     MAX_WORKERS,
 };
 use crate::handoff::{HandoffLock, LongGuard};
@@ -572,49 +572,43 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     };
                     // Frames for another worker's QP go to it whole (`workers.rs`), by-reference
                     // segments with their references: a QP's frames are all received by its
-                    // own worker (its responder state is taken there, its ACKs queued there).
+                    // own worker (its responder state is taken there, its ACKs queued there); a
+                    // multicast datagram goes to the worker of each attached QP.
                     if workers > 1 {
                         let mac = d.config.mac;
                         let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
-                        if let Some(o) = received_elsewhere(buf, rx.segment, mac, ours, w, workers)
-                        {
-                            let count = super::frames_of(buf, rx.segment).count();
-                            // A queue's buffer that the frame fills (`recv_batch` swapped it
-                            // in) moves as it is; a socket's receive buffer keeps its size for
-                            // the next receive, so its frame is copied.
-                            let frame = if swaps_buffers && rx.off == 0 && rx.len == buf.len() {
-                                let spare = super::packet::segment_buf();
-                                bufs.get_mut(rx.slot).map(|b| std::mem::replace(b, spare))
-                            } else {
-                                let mut copy = super::packet::frame_buf();
-                                copy.clear();
-                                copy.extend_from_slice(buf);
-                                Some(copy)
-                            };
-                            let refs = refs.take();
-                            let handed = match frame {
-                                Some(buf) => {
-                                    let h = Handed {
-                                        buf,
-                                        segment: rx.segment,
-                                        refs,
-                                    };
-                                    hand(inboxes, o, h, count, port)
-                                }
-                                None => {
-                                    if let Some(r) = refs {
-                                        r.recycle();
-                                    }
-                                    false
-                                }
-                            };
-                            if handed {
-                                crate::stats::add(&port.rx_to_engine, count);
-                                kick_mask |= 1 << o;
+                        let members = |g: &_| owners(d.mcast.members(g), workers);
+                        let to = received_by(buf, rx.segment, mac, ours, members, w, workers);
+                        let here = to & (1 << w) != 0;
+                        if let Some(slot) = bufs.get_mut(rx.slot).filter(|_| to != 1 << w) {
+                            kick_mask |= hand_out(
+                                inboxes,
+                                to,
+                                w,
+                                slot,
+                                rx.off..rx.off + rx.len,
+                                rx.segment,
+                                swaps_buffers,
+                                &mut refs,
+                                port,
+                            );
+                        }
+                        if !here {
+                            if let Some(r) = refs.take() {
+                                r.recycle();
                             }
                             continue;
                         }
                     }
+                    let Some(buf) = bufs
+                        .get(rx.slot)
+                        .and_then(|b| b.get(rx.off..rx.off + rx.len))
+                    else {
+                        if let Some(r) = refs {
+                            r.recycle();
+                        }
+                        continue;
+                    };
                     // A fabric segment is its frames, one after the other (spec §16.2 rule 6);
                     // only the port's mark makes a buffer one.
                     for (k, f) in super::frames_of(buf, rx.segment).enumerate() {
@@ -700,15 +694,26 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         (_, r) => r,
                     };
                     // A looped frame is received by its destination QP's worker.
-                    let mut loop_back = |f: Vec<u8>| match looped_elsewhere(&f, segment, w, workers)
-                    {
-                        Some(o) => {
-                            let count = super::frames_of(&f, segment).count();
-                            if hand(inboxes, o, Handed::plain(f, segment), count, port) {
+                    // A looped multicast datagram goes to each member's worker.
+                    let members = |g: &_| owners(d.mcast.members(g), workers);
+                    let mut loop_back = |f: Vec<u8>| {
+                        let to = looped_to(&f, segment, members, w, workers);
+                        let here = to & (1 << w) != 0;
+                        let count = super::frames_of(&f, segment).count();
+                        let mut f = Some(f);
+                        let mut others = each_bit(to & !(1 << w)).peekable();
+                        while let Some(o) = others.next() {
+                            // The last taker gets the frame itself, the others a copy.
+                            let last = !here && others.peek().is_none();
+                            let buf = if last { f.take() } else { f.clone() };
+                            let Some(buf) = buf else { break };
+                            if hand(inboxes, o, Handed::plain(buf, segment), count, port) {
                                 kick_mask |= 1 << o;
                             }
                         }
-                        None => looped.push(Handed::plain(f, segment)),
+                        if let Some(f) = f.filter(|_| here) {
+                            looped.push(Handed::plain(f, segment));
+                        }
                     };
                     match dest {
                         TxDestination::Engine => {

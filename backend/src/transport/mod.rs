@@ -348,8 +348,9 @@ pub fn on_located_ref_at(
         pkt.payload_ref = src;
     }
     if pkt.bth.dest_qp == vrdma_spec::VRDMA_MCAST_QPN {
-        // A datagram for a multicast group: a copy for each attached QP (spec §15.8). Only UD
-        // packets reach a QP here (intake drops other transports).
+        // A datagram for a multicast group: a copy for each attached QP (spec §15.8), each
+        // delivered by the QP's own worker (the engine gave every member's worker the
+        // datagram). Only UD packets reach a QP here (intake drops other transports).
         let mut members = [0u32; crate::objects::mcast::MAX_MCAST_QP_ATTACH as usize];
         let list = dev.mcast.members(&pkt.dgid);
         let n = list.len().min(members.len());
@@ -357,7 +358,7 @@ pub fn on_located_ref_at(
         if n == 0 {
             bump(&dev.port_stats.drop_unknown_qp);
         }
-        for &qpn in &members[..n] {
+        for &qpn in members[..n].iter().filter(|&&q| dev.receives_here(q)) {
             deliver(dev, qpn, &pkt, frame, now);
         }
         return;

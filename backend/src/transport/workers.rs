@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use vmm_sys_util::eventfd::EventFd;
-use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_RQ, VRDMA_DB_SQ};
+use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_RQ, VRDMA_DB_SQ, VRDMA_MCAST_QPN};
 
 use super::doorbells::DoorbellQueue;
 use crate::port::{classify_located, Destination};
@@ -148,34 +148,64 @@ pub(super) fn each_bit(mask: u32) -> impl Iterator<Item = usize> {
     (0..MAX_WORKERS).filter(move |w| mask & (1 << w) != 0)
 }
 
-/// The worker other than `w` (of `n`) whose QP a received buffer is for: its first frame is a
-/// RoCEv2 frame for the engine (`classify_located`), and the BTH's destination QP belongs to
-/// that worker. `None`: this worker handles it (its own QP, or a frame for the guest).
-pub(super) fn received_elsewhere(
+/// The workers (bit per worker, of `n`) that take a received buffer: the worker of the BTH's
+/// destination QP when its first frame is a RoCEv2 frame for the engine (`classify_located`);
+/// for a multicast datagram the worker of each attached QP (`members`: the group's QPNs), so
+/// every member is delivered to by its own worker (its responder state is taken there); bit
+/// `w` alone for a frame for the guest or one this worker counts as dropped.
+pub(super) fn received_by(
     buf: &[u8],
     segment: bool,
     mac: crate::wire::eth::MacAddr,
     ours: impl Fn(&crate::wire::frame::Gid) -> bool,
+    members: impl Fn(&crate::wire::frame::Gid) -> u32,
     w: usize,
     n: usize,
-) -> Option<usize> {
-    let f = super::frames_of(buf, segment).next()?;
+) -> u32 {
+    let here = 1 << w;
+    let Some(f) = super::frames_of(buf, segment).next() else {
+        return here;
+    };
     match classify_located(f, &[mac], false, ours) {
-        (Destination::Engine, Some(l)) => {
-            Some(crate::qp::worker_of(l.dest_qpn()?, n)).filter(|&o| o != w)
+        (Destination::Engine, Some(l)) => match l.dest_qpn() {
+            Some(VRDMA_MCAST_QPN) => Some(members(&l.dst_gid())).filter(|&m| m != 0),
+            Some(qpn) => Some(1 << worker_of(qpn, n)),
+            None => None,
         }
-        _ => None,
+        .unwrap_or(here),
+        _ => here,
     }
 }
 
-/// [`received_elsewhere`] for a frame the engine looped back (always for the engine).
-pub(super) fn looped_elsewhere(buf: &[u8], segment: bool, w: usize, n: usize) -> Option<usize> {
+/// [`received_by`] for a frame the engine looped back (always for the engine).
+pub(super) fn looped_to(
+    buf: &[u8],
+    segment: bool,
+    members: impl Fn(&crate::wire::frame::Gid) -> u32,
+    w: usize,
+    n: usize,
+) -> u32 {
+    let here = 1 << w;
     if n <= 1 {
-        return None;
+        return here;
     }
-    let f = super::frames_of(buf, segment).next()?;
-    let qpn = crate::wire::frame::locate(f).ok()?.dest_qpn()?;
-    Some(crate::qp::worker_of(qpn, n)).filter(|&o| o != w)
+    let Some(l) = super::frames_of(buf, segment)
+        .next()
+        .and_then(|f| crate::wire::frame::locate(f).ok())
+    else {
+        return here;
+    };
+    match l.dest_qpn() {
+        Some(VRDMA_MCAST_QPN) => Some(members(&l.dst_gid())).filter(|&m| m != 0),
+        Some(qpn) => Some(1 << worker_of(qpn, n)),
+        None => None,
+    }
+    .unwrap_or(here)
+}
+
+/// The workers (bit per worker, of `n`) of the QPs in `qpns`: a multicast group's members.
+pub(super) fn owners(qpns: &[u32], n: usize) -> u32 {
+    qpns.iter().fold(0, |m, &q| m | 1 << worker_of(q, n))
 }
 
 /// Hand `frame` (holding `count` frames) to worker `o`'s inbox; a full inbox drops it, counted
@@ -199,6 +229,50 @@ pub(super) fn hand(
         }
         None => false,
     }
+}
+
+/// Hand the received buffer `slot[at]` to each worker of `to` but `w` (`received_by`); returns
+/// the workers handed to (to kick). A queue's buffer that the frame fills (`recv_batch` swapped
+/// it in, `swaps`) moves as it is to its only taker; a socket's receive buffer keeps its size
+/// for the next receive, and a multicast datagram for several workers is copied for each.
+/// References (`refs`) go with a buffer that has one taker only (multicast never has any).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn hand_out(
+    inboxes: &[Inbox],
+    to: u32,
+    w: usize,
+    slot: &mut Vec<u8>,
+    at: std::ops::Range<usize>,
+    segment: bool,
+    swaps: bool,
+    refs: &mut Option<crate::wire::segment::SegRefs>,
+    port: &PortStats,
+) -> u32 {
+    let here = to & (1 << w) != 0;
+    let Some(buf) = slot.get(at.clone()) else {
+        return 0;
+    };
+    let count = super::frames_of(buf, segment).count();
+    let whole = swaps && at.start == 0 && at.end == slot.len();
+    let mut handed = 0;
+    let mut others = each_bit(to & !(1 << w)).peekable();
+    while let Some(o) = others.next() {
+        let only = !here && others.peek().is_none();
+        let buf = if only && whole {
+            std::mem::replace(slot, super::packet::segment_buf())
+        } else {
+            let mut copy = super::packet::frame_buf();
+            copy.clear();
+            copy.extend_from_slice(slot.get(at.clone()).unwrap_or_default());
+            copy
+        };
+        let refs = if only { refs.take() } else { None };
+        if hand(inboxes, o, Handed { buf, segment, refs }, count, port) {
+            crate::stats::add(&port.rx_to_engine, count);
+            handed |= 1 << o;
+        }
+    }
+    handed
 }
 
 #[cfg(test)]
