@@ -6,7 +6,8 @@
 //! The batch: `FRAMES` non-RoCE Ethernet frames for the device's MAC, queued on an in-memory
 //! uplink before the engine starts, so one receive call takes them all. Each goes to the
 //! guest's netdev (`DeviceOutput::eth_rx`, under the device lock); the output holds the engine
-//! inside the first one until the command has announced itself.
+//! inside the first one until the command has announced itself. Commands that run on the
+//! shared device (queries, MODIFY_QP) answer while the engine is held there.
 
 mod common;
 
@@ -22,7 +23,7 @@ use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_backend::vhost_user::RdmaDevice;
-use vrdma_spec::{VrdmaEvent, VrdmaPageReq, VRDMA_CMD_QUERY_DEVICE, VRDMA_STATUS_OK};
+use vrdma_spec::*;
 
 const FRAMES: usize = 16;
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x00, 0x00, 0x07];
@@ -83,10 +84,10 @@ impl DeviceOutput for Gate {
     }
 }
 
-/// An ARP frame for the device's MAC: the port gives it to the guest's netdev.
-fn arp_frame(i: u8) -> Vec<u8> {
+/// An ARP frame for `mac`, the device's: the port gives it to the guest's netdev.
+fn arp_frame(mac: [u8; 6], i: u8) -> Vec<u8> {
     let mut f = vec![0u8; 60];
-    f[..6].copy_from_slice(&MAC);
+    f[..6].copy_from_slice(&mac);
     f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, i]);
     f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
     f
@@ -106,10 +107,17 @@ fn start_gated(gate: Gate) -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
         mac: MAC,
         ..DeviceConfig::default()
     };
-    let dev = Arc::new(HandoffLock::with_limit(
-        Device::new(cfg, mem, gate.clone()),
-        LONG,
-    ));
+    let dev = Device::new(cfg, mem, gate.clone());
+    start_device(dev, MAC, gate)
+}
+
+/// Start `dev` (its output is `gate`, its MAC `mac`) on the queued batch.
+fn start_device(
+    dev: Device,
+    mac: [u8; 6],
+    gate: Arc<Gate>,
+) -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
+    let dev = Arc::new(HandoffLock::with_limit(dev, LONG));
     assert!(
         gate.dev.set(Arc::downgrade(&dev)).is_ok(),
         "device set twice"
@@ -119,7 +127,7 @@ fn start_gated(gate: Gate) -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
         .0
         .lock()
         .unwrap()
-        .extend((0..FRAMES as u8).map(arp_frame));
+        .extend((0..FRAMES as u8).map(|i| arp_frame(mac, i)));
     let engine = Engine::start(dev.clone(), uplink).expect("engine");
     (dev, gate, engine)
 }
@@ -190,7 +198,7 @@ fn a_query_runs_beside_a_worker_inside_a_unit() {
             let mut resp = Vec::new();
             let status = dev
                 .read()
-                .handle_query(VRDMA_CMD_QUERY_DEVICE, &[], &mut resp);
+                .handle_shared(VRDMA_CMD_QUERY_DEVICE, &[], &mut resp);
             let _ = tx.send((status, resp.len()));
         })
     };
@@ -208,5 +216,86 @@ fn a_query_runs_beside_a_worker_inside_a_unit() {
     wait_for("the rest of the batch", || {
         gate.delivered.load(Ordering::SeqCst) == FRAMES
     });
+    engine.stop();
+}
+
+#[test]
+fn a_modify_qp_runs_beside_a_worker_inside_a_unit() {
+    // MODIFY_QP changes one QP under its own lock (`Device::handle_shared`): it does not wait
+    // for a worker busy with another unit. Moving the QP to ERR there only queues its flush for
+    // its worker, which flushes after the kick that follows every command batch.
+    let mut n = common::Node::new(7, 16, 1500);
+    let pd = n.create_pd();
+    let (cq, mut cqr) = n.create_cq(64);
+    let q = n.create_qp(common::QpSpec::rc(pd, cq));
+    n.qp_to_init(q.qpn);
+    let buf = n.alloc(4096);
+    let k = n.reg_mr(pd, buf, 4096, common::ACC_ALL);
+    let mut rq = q.rq.clone().unwrap();
+    n.post_recv(&mut rq, 41, &[(buf, 4096, k)]);
+    let gate = Arc::new(Gate {
+        hold: true,
+        ..Gate::default()
+    });
+    n.dev.set_output(gate.clone());
+    let mac = n.mac;
+    let dev = std::mem::replace(
+        &mut n.dev,
+        Device::new(DeviceConfig::default(), GuestMem::empty(), gate.clone()),
+    );
+    let (dev, gate, engine) = start_device(dev, mac, gate);
+    wait_for("the first frame", || {
+        gate.delivered.load(Ordering::SeqCst) >= 1
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let modify = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let c = VrdmaCmdModifyQp {
+                qpn: q.qpn,
+                attr_mask: VRDMA_QP_STATE,
+                attr: VrdmaQpAttr {
+                    qp_state: VRDMA_QPS_ERR,
+                    ..Default::default()
+                },
+            };
+            let mut resp = Vec::new();
+            let status = dev
+                .read()
+                .handle_shared(VRDMA_CMD_MODIFY_QP, c.as_bytes(), &mut resp);
+            let _ = tx.send(status);
+        })
+    };
+    let answer = rx.recv_timeout(LONG);
+    let inside = gate.delivered.load(Ordering::SeqCst);
+    // Not flushed by the command's thread, beside the worker that owns the QP.
+    let early = n.poll_cq(&mut cqr);
+    gate.released.store(true, Ordering::SeqCst);
+    let status = answer.expect("MODIFY_QP waited for the worker's unit");
+    assert!(early.is_empty(), "flushed beside its worker: {early:?}");
+    assert_eq!(status, Some(VRDMA_STATUS_OK));
+    assert_eq!(
+        inside, 1,
+        "the worker had left its unit before MODIFY_QP answered"
+    );
+    modify.join().unwrap();
+    engine.sender().kick();
+    let got = common::engine::wait_cqes(&mut n, &mut cqr, 1, LONG, "the flush");
+    assert_eq!(
+        (got[0].wr_id, got[0].status),
+        (41, VRDMA_WC_WR_FLUSH_ERR),
+        "the QP's worker flushed its receive queue"
+    );
+    let mut resp = Vec::new();
+    let h = VrdmaHandle {
+        handle: q.qpn,
+        ..Default::default()
+    };
+    let status = dev
+        .read()
+        .handle_shared(VRDMA_CMD_QUERY_QP, h.as_bytes(), &mut resp);
+    assert_eq!(status, Some(VRDMA_STATUS_OK));
+    let attr = VrdmaQpAttr::read_from(&resp).expect("QUERY_QP body");
+    assert_eq!(attr.qp_state, VRDMA_QPS_ERR);
     engine.stop();
 }

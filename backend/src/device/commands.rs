@@ -61,7 +61,7 @@ impl Device {
     /// Execute one control command: `Done(VRDMA_STATUS_*)` with the response body in `resp`, or
     /// `Parked` (ADVISE_MR with F_FLUSH, see `outcome.rs`).
     pub fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
-        if let Some(status) = self.handle_query(opcode, req, resp) {
+        if let Some(status) = self.run_shared(opcode, req, resp) {
             return CmdOutcome::Done(status);
         }
         resp.clear();
@@ -95,7 +95,6 @@ impl Device {
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
-            VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
             VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
             VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
@@ -114,25 +113,49 @@ impl Device {
         })
     }
 
-    /// Execute `opcode` if it only reads the device (QUERY_DEVICE, QUERY_PORT, QUERY_QP,
-    /// QUERY_SRQ, QUERY_STATS): the status, with the response body in `resp`. These run on a
-    /// shared device (`HandoffLock::read`), beside the engine workers, so they never wait for
-    /// another QP's data path; each object is read under its own lock. `None`: `opcode`
-    /// changes the device and needs [`Device::handle_command`] on the exclusive device.
-    pub fn handle_query(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
-        let query: fn(&Self, &[u8], &mut Vec<u8>) -> CmdResult = match opcode {
-            VRDMA_CMD_QUERY_DEVICE => Self::cmd_query_device,
-            VRDMA_CMD_QUERY_PORT => Self::cmd_query_port,
-            VRDMA_CMD_QUERY_QP => Self::cmd_query_qp,
-            VRDMA_CMD_QUERY_SRQ => Self::cmd_query_srq,
-            VRDMA_CMD_QUERY_STATS => Self::cmd_query_stats,
-            _ => return None,
-        };
+    /// Execute `opcode` if it runs on the shared device (`HandoffLock::read`), beside the
+    /// engine workers, so that it never waits for another QP's data path: the queries
+    /// (QUERY_DEVICE, QUERY_PORT, QUERY_QP, QUERY_SRQ, QUERY_STATS), which only read, and the
+    /// commands that change one object under that object's own lock: MODIFY_QP, MODIFY_CQ and
+    /// MODIFY_SRQ (without a resize). Returns the status, with the response body in `resp`;
+    /// `None`: `opcode` needs [`Device::handle_command`] on the exclusive device.
+    pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
+        // A QP this moves to ERR is flushed by its own worker, not here.
+        let _beside = crate::tables::flush::SharedCommand::enter();
+        self.run_shared(opcode, req, resp)
+    }
+
+    /// [`Device::handle_shared`] on a device held shared or exclusively.
+    fn run_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
+        let shared = matches!(
+            opcode,
+            VRDMA_CMD_QUERY_DEVICE
+                | VRDMA_CMD_QUERY_PORT
+                | VRDMA_CMD_QUERY_QP
+                | VRDMA_CMD_QUERY_SRQ
+                | VRDMA_CMD_QUERY_STATS
+                | VRDMA_CMD_MODIFY_QP
+                | VRDMA_CMD_MODIFY_CQ
+                | VRDMA_CMD_MODIFY_SRQ
+        );
+        if !shared {
+            return None;
+        }
         resp.clear();
         if self.needs_reset {
             return Some(VRDMA_STATUS_NEEDS_RESET);
         }
-        Some(match query(self, req, resp) {
+        let r = match opcode {
+            VRDMA_CMD_QUERY_DEVICE => self.cmd_query_device(req, resp),
+            VRDMA_CMD_QUERY_PORT => self.cmd_query_port(req, resp),
+            VRDMA_CMD_QUERY_QP => self.cmd_query_qp(req, resp),
+            VRDMA_CMD_QUERY_SRQ => self.cmd_query_srq(req, resp),
+            VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
+            VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp_shared(req)?,
+            VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
+            _ => self.cmd_modify_srq_limit(req)?,
+        };
+        Some(match r {
             Ok(()) => VRDMA_STATUS_OK,
             Err(s) => {
                 resp.clear();
@@ -353,9 +376,10 @@ impl Device {
 
     /// MODIFY_CQ (spec §5.5): the moderation applies from the next CQE; CQEs already held keep
     /// their deadline.
-    fn cmd_modify_cq(&mut self, req: &[u8]) -> CmdResult {
+    /// MODIFY_CQ under the CQ's lock (`handle_shared`).
+    fn cmd_modify_cq(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdModifyCq>(req)?;
-        let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let mut cq = self.cqs.get(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         cq.moderation.count = c.cq_count;
         cq.moderation.period_us = c.cq_period;
         Ok(())
@@ -432,6 +456,34 @@ impl Device {
     }
 
     /// MODIFY_SRQ (spec §11.7): every check before any change, so both bits apply or neither.
+    /// MODIFY_SRQ that only sets the limit, under the SRQ's lock (`handle_shared`); `None` for
+    /// a resize, which swaps the ring and runs on the exclusive device ([`Self::cmd_modify_srq`]).
+    fn cmd_modify_srq_limit(&self, req: &[u8]) -> Option<CmdResult> {
+        let (c, _) = match parse::<VrdmaCmdModifySrq>(req) {
+            Ok(c) => c,
+            Err(s) => return Some(Err(s)),
+        };
+        if c.attr_mask & VRDMA_SRQ_MAX_WR != 0 {
+            return None;
+        }
+        Some((|| {
+            if c.npages != 0 {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+            let mut srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+            if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
+                return Err(VRDMA_STATUS_INVALID);
+            }
+            if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
+                if c.srq_limit > srq.ring.depth() {
+                    return Err(VRDMA_STATUS_INVALID);
+                }
+                srq.limit = c.srq_limit;
+            }
+            Ok(())
+        })())
+    }
+
     fn cmd_modify_srq(&mut self, req: &[u8]) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdModifySrq>(req)?;
         let resize = c.attr_mask & VRDMA_SRQ_MAX_WR != 0;

@@ -5,7 +5,9 @@
 //! drop their work). A worker that moves another worker's QP to ERR (a shared CQ overflowed,
 //! a shared SRQ broke) only queues it there and asks for a kick. A thread that is not a
 //! worker holds the device exclusively (a control command, a unit test), so it flushes every
-//! queued QP itself.
+//! queued QP itself, unless it runs a command on the shared device ([`SharedCommand`],
+//! MODIFY_QP beside the workers): then it only queues, and the kick that follows every command
+//! batch wakes the owner.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -19,6 +21,31 @@ thread_local! {
     /// This thread is inside a flush loop: flushes it schedules meanwhile only queue, so a
     /// chain of overflows is walked iteratively, never recursively.
     static FLUSHING: Cell<bool> = const { Cell::new(false) };
+    /// This thread runs a command on the device held shared (`SharedCommand`).
+    static SHARED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While alive, the calling thread runs a command on the shared device, beside the workers:
+/// a QP it moves to ERR is only queued for its worker (`Device::schedule_flush`).
+pub(crate) struct SharedCommand(());
+
+impl SharedCommand {
+    pub(crate) fn enter() -> SharedCommand {
+        SHARED.with(|c| c.set(true));
+        SharedCommand(())
+    }
+}
+
+impl Drop for SharedCommand {
+    fn drop(&mut self) {
+        SHARED.with(|c| c.set(false));
+    }
+}
+
+/// Whether the calling thread may only queue flushes: it is an engine worker other than
+/// `owner`, or it runs a command on the shared device.
+pub(crate) fn queue_only(owner: usize) -> bool {
+    current_worker().is_some_and(|w| w != owner) || SHARED.with(Cell::get)
 }
 
 /// Mark the calling thread as engine worker `w` for its life (the engine's worker threads).

@@ -368,9 +368,9 @@ impl<P: Protocol> DeviceTables<P> {
         }
         let owner = crate::qp::worker_of(qpn, self.flushes.workers());
         self.flushes.push(owner, qpn);
-        let me = flush::current_worker();
-        if me.is_some_and(|w| w != owner) {
-            // Another worker's QP: flushed on its own thread (`flush.rs`).
+        if flush::queue_only(owner) {
+            // Another worker's QP, or a command beside the workers: flushed on the QP's own
+            // worker (`flush.rs`).
             self.flushes.request_kick(owner);
             return;
         }

@@ -206,6 +206,13 @@ pub fn xrc_target_ctx(dev: &Device, ctx: &QpCtx, srqn: Option<u32>) -> Option<Qp
     })
 }
 
+/// Whether a worker has the QP's requester or responder state out for a unit of work
+/// ([`take_req`], [`take_resp`]): whatever changes that state (MODIFY_QP) waits until it is
+/// put back, or it would be overwritten by the put.
+pub fn state_out(qp: &crate::qp::Qp<super::Rocev2>) -> bool {
+    qp.req.taken || qp.resp.taken
+}
+
 /// Take the requester state out of the QP. `None` if the QP does not exist or its state is
 /// already taken (a nested call, e.g. a CQ overflow moving this very QP to ERROR: the outer call
 /// notices the state change and flushes, see `with_req`). Returned with the QP's snapshot

@@ -211,10 +211,10 @@ fn execute<D: RdmaDevice>(
             return Some(VRDMA_STATUS_INVALID);
         }
     }
-    // A query reads the device shared, beside the engine workers (no hand-off to wait for);
-    // every other command holds it exclusively.
-    let queried = device.read().handle_query(opcode, args, body);
-    let status = if let Some(s) = queried {
+    // Queries and MODIFY_QP/CQ/SRQ run on the device held shared, beside the engine workers
+    // (no hand-off to wait for); every other command holds it exclusively.
+    let shared = device.read().handle_shared(opcode, args, body);
+    let status = if let Some(s) = shared {
         s
     } else {
         let mut dev = device.lock();

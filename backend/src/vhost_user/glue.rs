@@ -16,8 +16,8 @@ impl RdmaDevice for Device {
     fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
         Device::handle_command(self, opcode, req, resp)
     }
-    fn handle_query(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
-        Device::handle_query(self, opcode, req, resp)
+    fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
+        Device::handle_shared(self, opcode, req, resp)
     }
 
     fn reset(&mut self) {

@@ -109,10 +109,10 @@ pub trait RdmaDevice: Send + Sync + 'static {
     /// Returns `Done(VRDMA_STATUS_*)`, or `Parked(ticket)`: the control queue keeps the chain in
     /// the output's `ParkedCommands` until the device reports `command_done(ticket, status)`.
     fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome;
-    /// Execute a command that only reads the device, on the device shared with the engine
-    /// (so it never waits for their hand-off); `None` if `opcode` needs
-    /// [`RdmaDevice::handle_command`] on the exclusive device.
-    fn handle_query(&self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> Option<u32> {
+    /// Execute a command that runs on the device shared with the engine (a query, or a
+    /// change of one object under its own lock: it never waits for other QPs' data path);
+    /// `None` if `opcode` needs [`RdmaDevice::handle_command`] on the exclusive device.
+    fn handle_shared(&self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> Option<u32> {
         None
     }
     /// Back to the power-on state: every object destroyed, engine state for them dropped.

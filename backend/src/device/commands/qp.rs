@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// How often a MODIFY_QP on the shared device finds the QP's protocol state out (its worker in
+/// a unit of work for it) and yields before it falls back to the exclusive device.
+const MODIFY_QP_TRIES: u32 = 1000;
+
 impl Device {
     pub(super) fn cmd_create_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateQp>(req)?;
@@ -164,6 +168,7 @@ impl Device {
         }
     }
 
+    /// MODIFY_QP on the exclusive device (the fallback of [`Device::cmd_modify_qp_shared`]).
     pub(super) fn cmd_modify_qp(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdModifyQp>(req)?;
         let limits = self.modify_limits();
@@ -171,10 +176,51 @@ impl Device {
         let tr = qp
             .modify(&self.mem, &self.gids, &limits, c.attr_mask, &c.attr)
             .map_err(|e| e.status())?;
-        if tr.to == QpState::Err && tr.from != QpState::Err {
-            self.schedule_flush(c.qpn);
-        }
+        self.modified_qp(c.qpn, tr);
         Ok(())
+    }
+
+    /// MODIFY_QP under the QP's own lock, on the device held shared (beside the engine
+    /// workers) or exclusively. The attributes and the protocol state change together, so it
+    /// waits while the QP's worker has that state out for a unit of work (only this QP's own
+    /// data path); `None` if it stays out for [`MODIFY_QP_TRIES`] yields (a long unit, or a
+    /// worker that died inside one): the caller then runs [`Device::cmd_modify_qp`] on the
+    /// exclusive device, which waits for every worker's hand-off as any other command.
+    pub(super) fn cmd_modify_qp_shared(&self, req: &[u8]) -> Option<CmdResult> {
+        let c = match parse::<VrdmaCmdModifyQp>(req) {
+            Ok((c, _)) => c,
+            Err(s) => return Some(Err(s)),
+        };
+        let limits = self.modify_limits();
+        for _ in 0..MODIFY_QP_TRIES {
+            let Some(mut qp) = self.qps.get(c.qpn) else {
+                return Some(Err(VRDMA_STATUS_NOT_FOUND));
+            };
+            if crate::transport::ctx::state_out(&qp) {
+                drop(qp);
+                std::thread::yield_now();
+                continue;
+            }
+            let tr = qp.modify(&self.mem, &self.gids, &limits, c.attr_mask, &c.attr);
+            // The QP is unlocked before the flush is scheduled (it locks the QP again).
+            drop(qp);
+            return Some(match tr {
+                Ok(tr) => {
+                    self.modified_qp(c.qpn, tr);
+                    Ok(())
+                }
+                Err(e) => Err(e.status()),
+            });
+        }
+        None
+    }
+
+    /// After a MODIFY_QP: a QP that entered ERR is flushed (by its own worker when the
+    /// command ran beside the workers, `tables/flush.rs`).
+    fn modified_qp(&self, qpn: u32, tr: crate::qp::Transition) {
+        if tr.to == QpState::Err && tr.from != QpState::Err {
+            self.schedule_flush(qpn);
+        }
     }
 
     pub(super) fn cmd_query_qp(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
