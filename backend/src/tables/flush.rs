@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::sync::Locked;
 
@@ -83,6 +83,9 @@ pub(crate) struct FlushQueues {
     /// Bit `w`: worker `w`'s queue got a QP from another worker (taken by
     /// [`FlushQueues::take_kicks`]).
     kicks: AtomicU32,
+    /// QPs queued in all queues: every engine batch looks, so an empty set of queues costs one
+    /// load, not a lock.
+    queued: AtomicUsize,
 }
 
 impl Default for FlushQueues {
@@ -90,6 +93,7 @@ impl Default for FlushQueues {
         FlushQueues {
             queues: vec![Default::default()],
             kicks: AtomicU32::new(0),
+            queued: AtomicUsize::new(0),
         }
     }
 }
@@ -109,13 +113,20 @@ impl FlushQueues {
             q.get_mut().clear();
         }
         *self.kicks.get_mut() = 0;
+        *self.queued.get_mut() = 0;
     }
 
     /// Queue QP `qpn` on worker `w`'s queue.
     pub(crate) fn push(&self, w: usize, qpn: u32) {
         if let Some(q) = self.queues.get(w) {
             q.lock().push_back(qpn);
+            self.queued.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// Whether no QP is queued anywhere (a push before a kick is seen by the kicked worker).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) == 0
     }
 
     /// Ask for worker `w` to be kicked: it has a QP to flush.
@@ -132,7 +143,11 @@ impl FlushQueues {
 
     /// The next QP of worker `w`'s queue.
     pub(crate) fn pop(&self, w: usize) -> Option<u32> {
-        self.queues.get(w)?.lock().pop_front()
+        let q = self.queues.get(w)?.lock().pop_front();
+        if q.is_some() {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        q
     }
 
     /// The next QP of any queue (a thread that holds the device exclusively).
@@ -152,6 +167,7 @@ mod tests {
         f.push(2, 7);
         f.push(0, 5);
         f.push(2, 9);
+        assert!(!f.is_empty());
         f.request_kick(2);
         assert_eq!(f.take_kicks(), 1 << 2);
         assert_eq!(f.take_kicks(), 0);
@@ -160,6 +176,7 @@ mod tests {
         assert_eq!(f.pop_any(), Some(5));
         assert_eq!(f.pop_any(), Some(9));
         assert_eq!(f.pop_any(), None);
+        assert!(f.is_empty(), "every pop counted");
     }
 
     #[test]

@@ -392,6 +392,9 @@ impl<P: Protocol> DeviceTables<P> {
         let Some(hook) = self.flush_hook else {
             return;
         };
+        if self.flushes.is_empty() {
+            return;
+        }
         let Some(_in_loop) = flush::FlushLoop::enter() else {
             return;
         };

@@ -144,6 +144,24 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
     Some(ctx_of(dev, &qp, qpn))
 }
 
+/// [`qp_ctx`] for a received packet of `len` bytes: the snapshot and, if `accept` takes the
+/// packet, the packet counted in the QP's receive counters, under the same lock. `None` if the
+/// QP does not exist, else what `accept` said.
+pub fn rx_ctx<E>(
+    dev: &Device,
+    qpn: u32,
+    len: usize,
+    accept: impl FnOnce(&QpCtx) -> Result<(), E>,
+) -> Option<Result<QpCtx, E>> {
+    let mut qp = dev.qps.get(qpn)?;
+    let c = ctx_of(dev, &qp, qpn);
+    Some(accept(&c).map(|()| {
+        qp.stats.rx_packets += 1;
+        qp.stats.rx_bytes += len as u64;
+        c
+    }))
+}
+
 /// The snapshot of a QP already locked.
 fn ctx_of(dev: &Device, qp: &crate::qp::Qp<super::Rocev2>, qpn: u32) -> QpCtx {
     let a = &qp.attrs;
@@ -231,15 +249,11 @@ pub fn take_req(dev: &Device, qpn: u32) -> Option<(QpCtx, RequesterState)> {
 /// Put the requester state back; returns the QP's state (`VRDMA_QPS_*`) as it is then, `None`
 /// if the QP is gone.
 pub fn put_req(dev: &Device, qpn: u32, st: RequesterState) -> Option<u32> {
-    // The QP is unlocked before `note_req`, which locks its worker's timer shard first.
-    let state = dev.qps.get(qpn).map(|mut qp| {
+    // Under the timer shard's lock, then the QP's: the put and the timer note in one visit.
+    super::timers::note_req_with(dev, qpn, |qp| {
         qp.req = st;
         qp.state.as_u32()
-    });
-    if state.is_some() {
-        super::timers::note_req(dev, qpn);
-    }
-    state
+    })
 }
 
 /// See [`take_req`].
@@ -256,14 +270,10 @@ pub fn take_resp(dev: &Device, qpn: u32) -> Option<(QpCtx, ResponderState)> {
 
 /// See [`put_req`].
 pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<u32> {
-    let state = dev.qps.get(qpn).map(|mut qp| {
+    super::timers::note_resp(dev, qpn, |qp| {
         qp.resp = st;
         qp.state.as_u32()
-    });
-    if state.is_some() {
-        super::timers::note_resp(dev, qpn);
-    }
-    state
+    })
 }
 
 /// Current IBTA state of a QP.

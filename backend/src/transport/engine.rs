@@ -489,7 +489,10 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 // This worker's QPs that another worker moved to ERR (a shared CQ overflowed,
                 // a shared SRQ broke) are flushed here, on their own worker (`tables/flush.rs`).
                 d.run_flushes();
-                if d.resume_sweep.swap(false, Ordering::SeqCst) {
+                // A load first: the swap writes a line every worker reads each batch.
+                if d.resume_sweep.load(Ordering::Acquire)
+                    && d.resume_sweep.swap(false, Ordering::SeqCst)
+                {
                     // Each worker sweeps its own QPs: the others get the request.
                     for (i, other) in inboxes.iter().enumerate().filter(|(i, _)| *i != w) {
                         lock(&other.queue).request_sweep();

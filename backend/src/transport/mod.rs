@@ -369,28 +369,31 @@ pub fn on_located_ref_at(
 /// The checks and the processing of one received packet for QP `qpn` (`on_frame_at`).
 fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: Instant) {
     use crate::stats::bump;
-    let Some(c) = ctx::qp_ctx(dev, qpn) else {
-        bump(&dev.port_stats.drop_unknown_qp);
-        return;
-    };
     // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6), then the QP
     // state (IBTA 10.3): otherwise dropped, for responses as well as requests.
-    if let Err(why) = intake::check(&c, pkt) {
-        bump(why.counter(&dev.port_stats));
-        return;
-    }
-    let accepted = if pkt.info.is_response() {
-        c.can_send() || c.state == ctx::QPS_SQE
-    } else {
-        c.can_receive()
+    let accept = |c: &ctx::QpCtx| {
+        intake::check(c, pkt).map_err(|why| why.counter(&dev.port_stats))?;
+        let accepted = if pkt.info.is_response() {
+            c.can_send() || c.state == ctx::QPS_SQE
+        } else {
+            c.can_receive()
+        };
+        if accepted {
+            Ok(())
+        } else {
+            Err(&dev.port_stats.drop_qp_state)
+        }
     };
-    if !accepted {
-        bump(&dev.port_stats.drop_qp_state);
-        return;
-    }
-    if let Some(mut s) = ctx::qp_stats(dev, qpn) {
-        s.rx_packets += 1;
-        s.rx_bytes += frame.len() as u64;
+    match ctx::rx_ctx(dev, qpn, frame.len(), accept) {
+        None => {
+            bump(&dev.port_stats.drop_unknown_qp);
+            return;
+        }
+        Some(Err(counter)) => {
+            bump(counter);
+            return;
+        }
+        Some(Ok(_)) => {}
     }
     if pkt.info.is_response() {
         with_req(dev, qpn, |dev, c, st| {

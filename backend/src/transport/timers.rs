@@ -67,15 +67,25 @@ pub struct TickMarks {
 /// not queued yet, and put the QP on the worklist if it has fetched WQEs that nothing else will
 /// start (the old per-tick scan's condition, minus the QP state, which the tick checks).
 pub(crate) fn note_req(dev: &Device, qpn: u32) {
+    note_req_with(dev, qpn, |_| ());
+}
+
+/// [`note_req`], first running `f` on the QP under the same lock (`ctx::put_req` puts the
+/// requester state back there: one lookup and lock of the QP per unit of work, not two).
+/// `None` if the QP is gone.
+pub(crate) fn note_req_with<R>(
+    dev: &Device,
+    qpn: u32,
+    f: impl FnOnce(&mut crate::qp::Qp<super::Rocev2>) -> R,
+) -> Option<R> {
     let Device { qps, timers, .. } = dev;
     let w = worker_of(qpn, timers.shards());
     let workers = timers.shards();
     // Lock order: a shard, then a QP (ARCHITECTURE.md "Locks").
     let mut timers = timers.shard(w);
-    let Some(mut guard) = qps.get(qpn) else {
-        return;
-    };
+    let mut guard = qps.get(qpn)?;
     let qp = &mut *guard;
+    let r = f(qp);
     let st = &qp.req;
     if let Some(d) = next_deadline(st) {
         // A live entry at or before `d` stays: it fires early, the tick finds nothing due and
@@ -114,6 +124,7 @@ pub(crate) fn note_req(dev: &Device, qpn: u32) {
             }
         }
     }
+    Some(r)
 }
 
 /// Spread the device's QPs and timers over `workers` engine workers (`qp::worker_of`): new
@@ -134,18 +145,23 @@ pub fn set_workers(dev: &mut Device, workers: usize) {
     }
 }
 
-/// Called when QP `qpn`'s responder state has been put back: READ responses still queued need
-/// the next tick (responder/ READ_BURST pacing).
-pub(crate) fn note_resp(dev: &Device, qpn: u32) {
+/// Called as QP `qpn`'s responder state is put back (by `f`, under the same lock:
+/// `ctx::put_resp`, see [`note_req_with`]): READ responses still queued need the next tick
+/// (responder/ READ_BURST pacing).
+pub(crate) fn note_resp<R>(
+    dev: &Device,
+    qpn: u32,
+    f: impl FnOnce(&mut crate::qp::Qp<super::Rocev2>) -> R,
+) -> Option<R> {
     let Device { qps, timers, .. } = dev;
     let mut timers = timers.shard(worker_of(qpn, timers.shards()));
-    let Some(mut qp) = qps.get(qpn) else {
-        return;
-    };
+    let mut qp = qps.get(qpn)?;
+    let r = f(&mut qp);
     if !qp.resp.replies.is_empty() && !qp.tick.listed {
         qp.tick.listed = true;
         timers.work.push(qpn);
     }
+    Some(r)
 }
 
 /// Fire expired timers of every worker's shard; run the worklists; return the earliest
