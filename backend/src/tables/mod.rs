@@ -91,10 +91,6 @@ pub struct DeviceTables<P: Protocol> {
     pub needs_reset: bool,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
     pub(crate) timers: TimerQueue,
-    /// The requester's reusable MR translation vector (`MrTable::resolve_into`).
-    pub(crate) range_scratch: crate::sync::Locked<Vec<crate::memory::mr::GuestRange>>,
-    /// The responder's reusable RETH translation vector.
-    pub(crate) resp_range_scratch: crate::sync::Locked<Vec<crate::memory::mr::GuestRange>>,
     /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
     cq_timers: crate::sync::Locked<
         std::collections::BinaryHeap<std::cmp::Reverse<(std::time::Instant, u32)>>,
@@ -152,8 +148,6 @@ impl<P: Protocol> DeviceTables<P> {
             flushes: Default::default(),
             needs_reset: false,
             timers: Default::default(),
-            range_scratch: Default::default(),
-            resp_range_scratch: Default::default(),
             cq_timers: Default::default(),
             icrc_offload: Default::default(),
             suspended: false,

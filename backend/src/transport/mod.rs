@@ -49,6 +49,7 @@ pub mod onecopy;
 pub mod packet;
 pub mod requester;
 pub mod responder;
+mod scratch;
 pub mod sgelist;
 pub mod timers;
 mod wait;

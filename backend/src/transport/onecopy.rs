@@ -198,9 +198,9 @@ pub(crate) fn build_by_reference(
         return Ok(Built::Copy);
     };
     let start = refs.ranges.len();
-    let mut ranges = std::mem::take(&mut *dev.range_scratch.lock());
+    let mut ranges = super::scratch::take(super::scratch::Side::Requester);
     let r = resolve(dev, qpn, pdn, sges, off, plen, refs, &mut ranges);
-    *dev.range_scratch.lock() = ranges;
+    super::scratch::give_back(super::scratch::Side::Requester, ranges);
     match r {
         Ok(true) => {}
         Ok(false) => {

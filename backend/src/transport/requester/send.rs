@@ -223,10 +223,11 @@ pub(crate) fn sge_copy(
     off: u64,
     io: SgeIo<'_>,
 ) -> Result<(), SgeError> {
-    // The device's reusable range vector (no allocation per packet for pinned MRs).
-    let mut ranges = std::mem::take(&mut *dev.range_scratch.lock());
+    // The thread's reusable range vector (no allocation per packet for pinned MRs).
+    use crate::transport::scratch::{give_back, take, Side};
+    let mut ranges = take(Side::Requester);
     let r = sge_copy_with(dev, waiter, pdn, sges, off, io, &mut ranges);
-    *dev.range_scratch.lock() = ranges;
+    give_back(Side::Requester, ranges);
     r
 }
 

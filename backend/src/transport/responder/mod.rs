@@ -332,7 +332,7 @@ pub(crate) fn on_request(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt
         ctx,
         pkt,
         // Reused across packets (no allocation per packet for pinned MRs).
-        ranges: std::mem::take(&mut *dev.resp_range_scratch.lock()),
+        ranges: super::scratch::take(super::scratch::Side::Responder),
         recv_status: WC_SUCCESS,
         odp: false,
         mem_fault: false,
@@ -345,7 +345,7 @@ pub(crate) fn on_request(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt
         }
         step = r.step(dev, st, step);
     }
-    *dev.resp_range_scratch.lock() = r.ranges;
+    super::scratch::give_back(super::scratch::Side::Responder, r.ranges);
 }
 
 impl Responder<'_, '_> {
