@@ -2,8 +2,8 @@
 //! path of another QP is busy. A command that changes the device takes the device's
 //! `HandoffLock` exclusively (`lock`); the engine's workers hold it shared per batch and hand
 //! it to a waiting command between two units of work (one doorbell record, one received
-//! buffer; ARCHITECTURE.md "Threads"). A query takes it shared (`read`), beside the workers,
-//! and waits for no unit at all ("Locks"). A probe thread takes device A's lock every 200 µs
+//! buffer; ARCHITECTURE.md "Threads"). Queries and MODIFY_QP/CQ/SRQ take it shared (`read`,
+//! `Device::handle_shared`), beside the workers, and wait for no unit of another QP ("Locks"). A probe thread takes device A's lock every 200 µs
 //! and records the wait while one QP streams 64 KiB WRITEs over the fabric, alternating
 //! between the two, then with the device idle.
 
@@ -87,10 +87,11 @@ pub fn run(quick: bool) {
         summary(&mut busy)
     );
     println!(
-        "control-wait: same stream, shared (a query, beside the workers): {}",
+        "control-wait: same stream, shared (a query or MODIFY_QP/CQ/SRQ, beside the \
+         workers): {}",
         summary(&mut busy_query)
     );
-    println!("control-wait: exclusive wait / query wait: {exclusive_vs_query}");
+    println!("control-wait: exclusive wait / shared wait: {exclusive_vs_query}");
     println!(
         "control-wait: device lock, device idle: {}",
         summary(&mut idle)
