@@ -363,3 +363,133 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
     );
     e.stop();
 }
+
+#[test]
+fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
+    // MODIFY_QP runs on the shared device (`Device::handle_shared`) while both workers of each
+    // side stream WRITEs on four connections: the QP it moves to ERR completes each WQE once,
+    // in order (done before, flushed after), later WQEs are flushed, and the other three
+    // connections are untouched.
+    const LEN: u64 = 8 << 20;
+    const CHUNK: u64 = 256 << 10;
+    let mut a = Node::new(1, 64, 9000);
+    let mut b = Node::new(2, 64, 9000);
+    set_workers(&mut a.dev, 2);
+    set_workers(&mut b.dev, 2);
+    let mut conns: Vec<WriteConn> = (0..4)
+        .map(|i| WriteConn::new(&mut a, &mut b, LEN, 60 + i))
+        .collect();
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("port a");
+    let pb = fb.add_device(b.mac).expect("port b");
+    let fabric = fb.build();
+    let port = |p| Arc::new(fabric.device_port(p).expect("port").with_segments());
+    let da = detach(&mut a);
+    let ea = Engine::start_with(da.clone(), port(pa), two_workers()).expect("engine a");
+    let eb = Engine::start_with(detach(&mut b), port(pb), two_workers()).expect("engine b");
+    let n = LEN / CHUNK;
+    let write = |c: &mut WriteConn, i: u64| Wqe {
+        wr_id: i,
+        opcode: VRDMA_WR_RDMA_WRITE,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(c.src + i % n * CHUNK, CHUNK as u32, c.ka)],
+        remote_addr: c.dst + i % n * CHUNK,
+        rkey: c.kb,
+        ..Default::default()
+    };
+    for c in &mut conns {
+        for i in 0..n {
+            let w = write(c, i);
+            post_send_mem(&a.mem, &mut c.qa, &w);
+        }
+    }
+    let dbs: Vec<VrdmaDoorbell> = conns
+        .iter()
+        .map(|c| VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: c.qa.qpn,
+        })
+        .collect();
+    ea.sender().doorbells(&dbs);
+    // Once the victim's first WRITE completed: to ERR from the control queue's thread.
+    let victim = conns[0].qa.qpn;
+    let mut got = wait_cqes(
+        &mut a,
+        &mut conns[0].cqa,
+        1,
+        Duration::from_secs(60),
+        "first",
+    );
+    let c = VrdmaCmdModifyQp {
+        qpn: victim,
+        attr_mask: VRDMA_QP_STATE,
+        attr: VrdmaQpAttr {
+            qp_state: VRDMA_QPS_ERR,
+            ..Default::default()
+        },
+    };
+    let mut resp = Vec::new();
+    let status = std::thread::scope(|s| {
+        s.spawn(|| {
+            da.read()
+                .handle_shared(VRDMA_CMD_MODIFY_QP, c.as_bytes(), &mut resp)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(status, Some(VRDMA_STATUS_OK));
+    // What the vhost-user control queue does after every command batch.
+    ea.sender().kick();
+    // Two more WQEs on the QP in ERR: flushed (IBTA 10.3.1).
+    for i in n..n + 2 {
+        let w = write(&mut conns[0], i);
+        post_sq(&ea, &a.mem, &mut conns[0].qa, &w);
+    }
+    got.extend(wait_cqes(
+        &mut a,
+        &mut conns[0].cqa,
+        (n + 2) as usize - got.len(),
+        Duration::from_secs(60),
+        "the victim's WQEs",
+    ));
+    let ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
+    assert_eq!(
+        ids,
+        (0..n + 2).collect::<Vec<_>>(),
+        "each WQE once, in order"
+    );
+    let first_flush = got
+        .iter()
+        .position(|c| c.status != VRDMA_WC_SUCCESS)
+        .expect("the WQEs posted in ERR are flushed");
+    assert!(
+        got[first_flush..]
+            .iter()
+            .all(|c| c.status == VRDMA_WC_WR_FLUSH_ERR),
+        "{got:?}"
+    );
+    for c in &mut conns[1..] {
+        let done = wait_cqes(
+            &mut a,
+            &mut c.cqa,
+            n as usize,
+            Duration::from_secs(60),
+            "rest",
+        );
+        assert!(
+            done.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
+            "{done:?}"
+        );
+        assert!(
+            b.read(c.dst, LEN as usize) == c.data,
+            "data of QP {}",
+            c.qa.qpn
+        );
+    }
+    assert_eq!(
+        vrdma_backend::transport::ctx::qp_state(&da.read(), victim),
+        Some(VRDMA_QPS_ERR)
+    );
+    ea.stop();
+    eb.stop();
+}
