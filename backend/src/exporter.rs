@@ -96,7 +96,7 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
     // One MR-table lock for all its figures (a guard in the list below would live until the
     // end of the statement, and a second lock of the table would wait for it forever).
     let (mr_count, odp_faults, odp_resident, odp_pending) = {
-        let mrs = dev.mrs.lock();
+        let mrs = dev.mrs.read();
         (
             mrs.len(),
             mrs.odp_faults(),

@@ -2,7 +2,7 @@
 //! everywhere in the daemon: a panic in one thread leaves the state as consistent as the code
 //! between two statements, and the device must keep serving its other QPs.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Lock `m`, ignoring poisoning.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -39,6 +39,37 @@ impl<T> Locked<T> {
     }
 }
 
+/// [`Locked`] for a value the engine workers mostly read: any number of readers at once
+/// (`read`), a writer alone (`write`), no lock through an exclusive borrow (`get_mut`).
+#[derive(Debug, Default)]
+pub struct ReadMostly<T>(RwLock<T>);
+
+impl<T> ReadMostly<T> {
+    pub fn new(v: T) -> Self {
+        ReadMostly(RwLock::new(v))
+    }
+
+    /// Shared, for a short section. Never lock again while holding the guard: a writer waiting
+    /// in between would make the second read wait for it.
+    pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Exclusive, for a short section.
+    pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Through an exclusive borrow: no lock taken.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn into_inner(self) -> T {
+        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +78,18 @@ mod tests {
     fn shared_access_locks_exclusive_access_does_not() {
         let mut l = Locked::new(1);
         *l.lock() += 1;
+        *l.get_mut() += 1;
+        assert_eq!(l.into_inner(), 3);
+    }
+
+    #[test]
+    fn readers_share_a_read_mostly_value() {
+        let mut l = ReadMostly::new(1);
+        {
+            let (a, b) = (l.read(), l.read());
+            assert_eq!(*a + *b, 2);
+        }
+        *l.write() += 1;
         *l.get_mut() += 1;
         assert_eq!(l.into_inner(), 3);
     }

@@ -212,7 +212,7 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
             .map(|r| VrdmaRespRegMr::read_from(&r).unwrap().lkey)
     });
     assert!(
-        n.dev.mrs.lock().pages_held() < cfg.max_mr_pages,
+        n.dev.mrs.write().pages_held() < cfg.max_mr_pages,
         "the page count stopped it"
     );
     // REREG_MR at the limit (§11.8): the current list counts as given back, so the same length

@@ -755,7 +755,7 @@ fn mr_commands() {
     let r = e
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve(key, pd, 0x7000_0000, 8192, VRDMA_ACCESS_LOCAL_WRITE)
         .unwrap();
     assert_eq!(r.len(), 1, "contiguous test pages coalesce");
@@ -867,7 +867,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
         let r = e
             .dev
             .mrs
-            .lock()
+            .write()
             .resolve(key, pd, 0x7000_0000, 8192, rw)
             .unwrap();
         assert_eq!(r[0].gpa, old_pages[0], "the MR still maps its old pages");
@@ -940,18 +940,22 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     let m = e
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve(key, pd2, 0x1000, 4096, ro)
         .unwrap();
     assert_eq!(m[0].gpa, new_pages[0]);
     assert!(
-        e.dev.mrs.lock().resolve(key, pd, 0x1000, 4096, ro).is_err(),
+        e.dev
+            .mrs
+            .write()
+            .resolve(key, pd, 0x1000, 4096, ro)
+            .is_err(),
         "old PD"
     );
     assert!(
         e.dev
             .mrs
-            .lock()
+            .write()
             .resolve(key, pd2, 0x7000_0000, 4096, ro)
             .is_err(),
         "old range"
@@ -959,7 +963,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     assert!(
         e.dev
             .mrs
-            .lock()
+            .write()
             .resolve(key, pd2, 0x1000, 4096, rw)
             .is_err(),
         "write access was removed"
@@ -1276,7 +1280,7 @@ fn reset_returns_to_power_on() {
     e.reg_mr(pd, 0, 0, 4096);
     e.dev.reset();
     assert!(e.dev.qps.is_empty());
-    assert_eq!(e.dev.mrs.lock().len(), 0);
+    assert_eq!(e.dev.mrs.write().len(), 0);
     assert!(e.dev.pds().is_empty());
     assert!(e.dev.cqs().is_empty());
     assert!(e.dev.gids().get(0).is_none());

@@ -348,7 +348,7 @@ fn every_truncation_is_an_error_and_leaves_a_power_on_device() {
     for n in 0..s.len() {
         let r = snapshot::restore(&mut dev, &s[..n]);
         assert!(r.is_err(), "a {n}-byte prefix restored");
-        assert!(dev.qps.is_empty() && dev.cqs().is_empty() && dev.mrs.lock().is_empty());
+        assert!(dev.qps.is_empty() && dev.cqs().is_empty() && dev.mrs.write().is_empty());
     }
     // A truncated stream with a valid checksum fails in the parser, not at the CRC.
     let mut t = s[..s.len() - 8].to_vec();
@@ -508,14 +508,18 @@ fn odp_chunks_are_dropped_and_fault_again_on_the_destination() {
         write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 1) > 0,
         "the first access faults"
     );
-    assert!(p.a.dev.mrs.lock().odp_resident_total() > 0);
+    assert!(p.a.dev.mrs.write().odp_resident_total() > 0);
     assert_eq!(
         write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 2),
         0,
         "resident: no fault"
     );
     migrate(&mut p.a);
-    assert_eq!(p.a.dev.mrs.lock().odp_resident_total(), 0, "no chunk moved");
+    assert_eq!(
+        p.a.dev.mrs.write().odp_resident_total(),
+        0,
+        "no chunk moved"
+    );
     assert!(
         write(&mut p.a, &mut p.b, &mut p.qb, &mut p.cqb, 3) > 0,
         "the destination faults again"

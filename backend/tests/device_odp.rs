@@ -543,7 +543,7 @@ fn odp_through_commands() {
     let err = e
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve_for(
             Some(16),
             key,
@@ -584,7 +584,7 @@ fn odp_through_commands() {
     let g = e
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve(key, pd, 0x7f00_0000_0010, 16, VRDMA_ACCESS_REMOTE_READ)
         .unwrap();
     assert_eq!(g[0].gpa, pages[0] + 0x10);
@@ -601,7 +601,7 @@ fn odp_through_commands() {
     assert!(e
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve(key, pd, 0x7f00_0000_0010, 16, 0)
         .is_err());
     let adv = VrdmaCmdAdviseMr {
@@ -622,7 +622,7 @@ fn odp_through_commands() {
     imp.length = u64::MAX;
     let ik = e.ok_handle(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes());
     assert!(matches!(
-        e.dev.mrs.lock().resolve(ik, pd, 0x5555_0000_1000, 8, 0),
+        e.dev.mrs.write().resolve(ik, pd, 0x5555_0000_1000, 8, 0),
         Err(MrError::Fault { .. })
     ));
     imp.length = 1 << 20;

@@ -95,7 +95,7 @@ fn faults(e: &Env) -> Vec<VrdmaPageReq> {
 fn check(e: &Env) {
     e.dev
         .mrs
-        .lock()
+        .write()
         .odp_check_invariants()
         .expect("ODP bookkeeping");
 }
@@ -108,13 +108,13 @@ fn flush_completes_only_after_every_answer() {
     assert_eq!(reqs.len(), 4, "one FAULT per chunk of the range");
     for (i, r) in reqs.iter().enumerate() {
         assert!(e.out.take_done().is_empty(), "completed after {i} answers");
-        assert_eq!(e.dev.mrs.lock().odp_parked_advises(), 1);
+        assert_eq!(e.dev.mrs.write().odp_parked_advises(), 1);
         // The page responses complete at once while the advise is parked.
         assert_eq!(answer(&mut e, r, VRDMA_STATUS_OK), VRDMA_STATUS_OK);
         check(&e);
     }
     assert_eq!(e.out.take_done(), vec![(t, VRDMA_STATUS_OK)]);
-    assert_eq!(e.dev.mrs.lock().odp_parked_advises(), 0);
+    assert_eq!(e.dev.mrs.write().odp_parked_advises(), 0);
     // The range is resident: the same flush now completes at once, asking nothing.
     assert_eq!(
         e.submit(
@@ -155,7 +155,7 @@ fn flush_waits_for_requests_already_pending() {
     assert!(e
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve_for(Some(20), key, 1, IOVA, 8, 0)
         .is_err());
     let early = faults(&e);
@@ -204,7 +204,7 @@ fn dereg_mr_completes_a_parked_flush() {
     assert!(e.out.take_done().is_empty());
     assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
     assert_eq!(e.out.take_done(), vec![(t, VRDMA_STATUS_OK)]);
-    assert_eq!(e.dev.mrs.lock().odp_parked_advises(), 0);
+    assert_eq!(e.dev.mrs.write().odp_parked_advises(), 0);
     assert_eq!(
         answer(&mut e, &reqs[1], VRDMA_STATUS_OK),
         VRDMA_STATUS_NOT_FOUND
@@ -250,7 +250,7 @@ fn reset_forgets_parked_flushes() {
     let t = park(&mut e, key, IOVA, 2 * CHUNK);
     let reqs = faults(&e);
     e.dev.reset();
-    assert_eq!(e.dev.mrs.lock().odp_parked_advises(), 0);
+    assert_eq!(e.dev.mrs.write().odp_parked_advises(), 0);
     // Nothing completes the forgotten advise: not a timeout, not a late answer.
     e.dev.odp_tick(Instant::now() + Duration::from_secs(60));
     assert_eq!(
@@ -400,6 +400,6 @@ fn engine_thread_completes_a_flush_at_the_timeout() {
     assert_eq!(done, vec![(t, VRDMA_STATUS_OK)]);
     assert!(start.elapsed() >= Duration::from_millis(150));
     let d = dev.lock();
-    assert_eq!(d.mrs.lock().odp_parked_advises(), 0);
-    d.mrs.lock().odp_check_invariants().unwrap();
+    assert_eq!(d.mrs.write().odp_parked_advises(), 0);
+    d.mrs.write().odp_check_invariants().unwrap();
 }

@@ -57,7 +57,7 @@ fn transfer_64m_with_4_chunk_budget(op: u8, odp: Side, va: u64, seed: u64) {
     let c = p.run_until(0, 1);
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS, "{:?}", c[0]);
     if odp == Side::A {
-        assert!(p.a.dev.mrs.lock().odp_resident_total() <= NB);
+        assert!(p.a.dev.mrs.write().odp_resident_total() <= NB);
     }
     let to_node = if op == VRDMA_WR_RDMA_READ { &p.a } else { &p.b };
     assert!(
@@ -108,7 +108,7 @@ fn fresh_chunks_keep_odp_state_bounded() {
     let base = 0x1000_0000_0000u64;
     let touched = 5 * cap as u64;
     for i in 0..touched {
-        let r = n.dev.mrs.lock().resolve_for(
+        let r = n.dev.mrs.write().resolve_for(
             Some(9),
             k,
             pd,
@@ -118,16 +118,16 @@ fn fresh_chunks_keep_odp_state_bounded() {
         );
         assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
     }
-    n.dev.mrs.lock().odp_check_invariants().expect("ODP state");
-    assert_eq!(n.dev.mrs.lock().odp_pending_requests(), cap);
+    n.dev.mrs.write().odp_check_invariants().expect("ODP state");
+    assert_eq!(n.dev.mrs.write().odp_pending_requests(), cap);
     assert_eq!(
-        n.dev.mrs.lock().odp_chunk_count(),
+        n.dev.mrs.write().odp_chunk_count(),
         cap,
         "chunk entries beyond the requests"
     );
     let reqs = n.out.take_page_requests();
     assert_eq!(reqs.len(), cap, "FAULT requests sent");
-    assert!(n.dev.mrs.lock().take_resumed().is_empty());
+    assert!(n.dev.mrs.write().take_resumed().is_empty());
     // One request ends (answered with an error): the refused QP may try again.
     let c = VrdmaCmdOdpPageResp {
         req_id: reqs[0].req_id,
@@ -140,8 +140,8 @@ fn fresh_chunks_keep_odp_state_bounded() {
     };
     n.cmd(VRDMA_CMD_ODP_PAGE_RESP, c.as_bytes())
         .expect("page resp");
-    assert_eq!(n.dev.mrs.lock().take_resumed(), vec![9]);
-    n.dev.mrs.lock().odp_check_invariants().expect("ODP state");
+    assert_eq!(n.dev.mrs.write().take_resumed(), vec![9]);
+    n.dev.mrs.write().odp_check_invariants().expect("ODP state");
 }
 
 /// Failed chunks do not stay forever: `FAIL_HOLD` after the failure they are gone.
@@ -159,21 +159,21 @@ fn failed_chunks_expire() {
         let r = n
             .dev
             .mrs
-            .lock()
+            .write()
             .resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
         assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
     }
     let t0 = Instant::now();
     assert_eq!(pager.serve(&mut n), N as usize);
     assert_eq!(
-        n.dev.mrs.lock().odp_chunk_count(),
+        n.dev.mrs.write().odp_chunk_count(),
         N as usize,
         "failed chunks"
     );
     let r = n
         .dev
         .mrs
-        .lock()
+        .write()
         .resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
     assert!(matches!(r, Err(MrError::OdpFailed { .. })), "{r:?}");
     // The next ODP deadline is the expiry; after it nothing is left.
@@ -182,11 +182,11 @@ fn failed_chunks_expire() {
     n.dev
         .odp_tick(Instant::now() + FAIL_HOLD + Duration::from_millis(1));
     assert_eq!(
-        n.dev.mrs.lock().odp_chunk_count(),
+        n.dev.mrs.write().odp_chunk_count(),
         0,
         "failed chunks left after FAIL_HOLD"
     );
-    n.dev.mrs.lock().odp_check_invariants().expect("ODP state");
+    n.dev.mrs.write().odp_check_invariants().expect("ODP state");
 }
 
 /// A READ whose responses reach a chunk that is not resident holds them back without keeping
@@ -282,11 +282,11 @@ fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
     }
     p.b.dev
         .mrs
-        .lock()
+        .write()
         .odp_check_invariants()
         .expect("ODP state");
-    assert_eq!(p.b.dev.mrs.lock().odp_pending_requests(), cap);
-    assert_eq!(p.b.dev.mrs.lock().odp_chunk_count(), cap);
+    assert_eq!(p.b.dev.mrs.write().odp_pending_requests(), cap);
+    assert_eq!(p.b.dev.mrs.write().odp_chunk_count(), cap);
     assert_eq!(p.b.out.take_page_requests().len(), cap);
     assert_eq!(p.b.qp_state(p.conns[0].qb.qpn), VRDMA_QPS_RTS);
 }

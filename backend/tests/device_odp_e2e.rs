@@ -46,7 +46,7 @@ fn rdma_write_and_read_between_odp_mrs() {
     );
     assert!(served >= 3, "faults on both sides were served ({served})");
     assert_eq!(p.b.read(back_b + 0x1000, LEN as usize), data);
-    assert!(p.a.dev.mrs.lock().odp_resident_total() >= 2);
+    assert!(p.a.dev.mrs.write().odp_resident_total() >= 2);
     // READ it back into another part of A's MR.
     let zero = vec![0u8; 4096];
     p.a.write(gpa_a, &zero);
@@ -70,7 +70,7 @@ fn rdma_write_and_read_between_odp_mrs() {
         length: 8 << 20,
     };
     p.b.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).unwrap();
-    assert_eq!(p.b.dev.mrs.lock().odp_resident_total(), 0);
+    assert_eq!(p.b.dev.mrs.write().odp_resident_total(), 0);
     p.post(
         0,
         &rdma(

@@ -137,7 +137,7 @@ fn write_128k_sge_across_chunk_boundary() {
             length: 2 * CH,
         };
         p.a.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).unwrap();
-        assert_eq!(p.a.dev.mrs.lock().odp_resident_total(), 0);
+        assert_eq!(p.a.dev.mrs.write().odp_resident_total(), 0);
     }
 }
 
@@ -349,7 +349,7 @@ fn invalidate_races_with_inflight_writes() {
         length: CH,
     };
     assert!(p.b.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).is_ok());
-    assert_eq!(p.b.dev.mrs.lock().odp_resident_total(), 0);
+    assert_eq!(p.b.dev.mrs.write().odp_resident_total(), 0);
     assert!(
         p.conns[0].ga.len() < 1 + N as usize,
         "WRITEs still in flight"
@@ -431,7 +431,7 @@ fn reclaim_budget_with_traffic() {
             "{:?}",
             c[i as usize]
         );
-        assert!(p.b.dev.mrs.lock().odp_resident_total() <= NB);
+        assert!(p.b.dev.mrs.write().odp_resident_total() <= NB);
     }
     assert_eq!(p.pb.faults.len(), nch as usize, "one fault per chunk");
     // Every install beyond the budget dropped the LRU chunk: 0, 1, ... in order.

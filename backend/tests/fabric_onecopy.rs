@@ -479,28 +479,28 @@ fn each_fencing_operation_moves_its_own_slot_or_the_device() {
     let k_other = a.reg_mr(pd, buf, 64 << 10, ACC_ALL);
     let k_odp = a.reg_odp_mr(pd, buf, 1 << 20, ACC_ALL);
     // A fast-reg MR registered by a REG_MR WQE (FRWR), then invalidated (LOCAL_INV).
-    let k_frwr = a.dev.mrs.lock().alloc_fast_reg(pd, 4, 64).unwrap();
+    let k_frwr = a.dev.mrs.write().alloc_fast_reg(pd, 4, 64).unwrap();
     let list = a.alloc(4096);
     for i in 0..4u64 {
         a.write(list + i * 8, &(buf + i * 4096).to_le_bytes());
     }
-    let gen = |a: &Node, k: u32| a.dev.mrs.lock().reference_gen(k).map(|(_, v)| v).unwrap();
+    let gen = |a: &Node, k: u32| a.dev.mrs.write().reference_gen(k).map(|(_, v)| v).unwrap();
     let all = |a: &Node| [k_dereg, k_other, k_odp, k_frwr].map(|k| gen(a, k));
     let before = all(&a);
     a.dev
         .mrs
-        .lock()
+        .write()
         .fast_register(pd, k_frwr, ACC_ALL, buf, 16 << 10, 12, list, 4)
         .unwrap();
     let after_reg = all(&a);
-    a.dev.mrs.lock().local_invalidate(k_frwr, pd).unwrap();
+    a.dev.mrs.write().local_invalidate(k_frwr, pd).unwrap();
     let after_inv = all(&a);
     assert_eq!(
-        a.dev.mrs.lock().odp_invalidate(k_odp, buf, 4096),
+        a.dev.mrs.write().odp_invalidate(k_odp, buf, 4096),
         VRDMA_STATUS_OK
     );
     let after_odp = all(&a);
-    a.dev.mrs.lock().dereg(k_dereg).unwrap();
+    a.dev.mrs.write().dereg(k_dereg).unwrap();
     let after_dereg = all(&a);
     // Only the slot operated on moves; the others' references stay valid.
     assert_eq!(after_reg, [before[0], before[1], before[2], before[3] + 1]);
@@ -514,7 +514,7 @@ fn each_fencing_operation_moves_its_own_slot_or_the_device() {
         [before[0] + 1, before[1], before[2] + 1, before[3] + 2]
     );
     // Reset, SET_MEM_TABLE, suspend: the device generation.
-    let fence = a.dev.mrs.lock().fence().clone();
+    let fence = a.dev.mrs.write().fence().clone();
     let g0 = fence.device_gen();
     a.dev.reset();
     let g1 = fence.device_gen();

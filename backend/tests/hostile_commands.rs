@@ -797,7 +797,7 @@ fn run(seed: u64, odp: bool, budget: Duration) {
         "seed {seed}: {} advises never completed",
         parked.len()
     );
-    assert_eq!(a.dev.mrs.lock().odp_parked_advises(), 0);
+    assert_eq!(a.dev.mrs.write().odp_parked_advises(), 0);
     a.out.take_events();
     a.out.take_page_requests();
     prove_usable(&mut a);
@@ -813,10 +813,10 @@ fn check_parked(a: &Node, parked: &mut HashSet<Ticket>, seed: u64, i: u64) {
         );
         assert_eq!(st, VRDMA_STATUS_OK, "seed {seed} iter {i}: advise status");
     }
-    assert_eq!(a.dev.mrs.lock().odp_parked_advises(), parked.len());
+    assert_eq!(a.dev.mrs.write().odp_parked_advises(), parked.len());
     // The full walk is costly (implicit MRs collect many chunks): every 256 iterations.
     if i.is_multiple_of(256) {
-        if let Err(e) = a.dev.mrs.lock().odp_check_invariants() {
+        if let Err(e) = a.dev.mrs.write().odp_check_invariants() {
             panic!("seed {seed} iter {i}: {e}");
         }
     }

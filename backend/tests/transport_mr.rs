@@ -263,8 +263,42 @@ fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
             .b
             .dev
             .mrs
-            .lock()
+            .write()
             .check_access(key, p.pdb, dst, 64, VRDMA_ACCESS_REMOTE_WRITE)
             .is_ok());
     }
+}
+
+#[test]
+fn pinned_translations_run_beside_a_reader_of_the_mr_table() {
+    // The engine workers translate pinned MRs under the MR table's read lock (`ctx::resolve`):
+    // one worker's translation in progress (a read guard held here) does not hold back
+    // another's. An ODP MR's translation changes the table and takes the write lock.
+    use std::time::Duration;
+    use vrdma_backend::memory::mr::MrError;
+    use vrdma_backend::transport::ctx;
+    let mut a = Node::new_odp(1, 16);
+    let pd = a.create_pd();
+    let buf = a.alloc(3 << 20);
+    let k = a.reg_mr(pd, buf, 8192, ACC_ALL);
+    let k_odp = a.reg_odp_mr(pd, buf + (1 << 20), 1 << 20, ACC_ALL);
+    let dev = &a.dev;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let held = dev.mrs.read();
+        s.spawn(move || {
+            let mut out = Vec::new();
+            let r = ctx::resolve(dev, None, k, pd, buf + 100, 5000, 0, &mut out);
+            let _ = tx.send((r, out.iter().map(|r| r.len).sum::<u64>()));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(30));
+        drop(held);
+        let (r, len) = got.expect("the translation waited for the other reader");
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(len, 5000);
+    });
+    let mut out = Vec::new();
+    let r = ctx::resolve(dev, Some(7), k_odp, pd, buf + (1 << 20), 64, 0, &mut out);
+    assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
+    assert_eq!(a.out.take_page_requests().len(), 1, "one FAULT sent");
 }

@@ -502,7 +502,7 @@ impl Bed {
         } else {
             (a, self.a.key)
         };
-        match d.mrs.lock().get(key).map(|m| &m.kind) {
+        match d.mrs.write().get(key).map(|m| &m.kind) {
             Ok(MrKind::ImplicitOdp(o)) | Ok(MrKind::Odp(o)) => o.is_resident(va, 21),
             _ => false,
         }

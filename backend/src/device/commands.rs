@@ -396,7 +396,7 @@ impl Device {
             VrdmaStats {
                 icrc_errors: p.drop_bad_icrc.load(std::sync::atomic::Ordering::Relaxed),
                 rx_dropped: p.rx_dropped(),
-                odp_faults: self.mrs.lock().odp_faults(),
+                odp_faults: self.mrs.read().odp_faults(),
                 ..self.qps.stats_total().to_vrdma()
             }
         } else {

@@ -242,7 +242,7 @@ fn busy_reason(dev: &Device) -> Option<&'static str> {
     if dev.needs_reset {
         return Some("the device needs a reset");
     }
-    if dev.mrs.lock().mw_count() > 0 {
+    if dev.mrs.read().mw_count() > 0 {
         return Some("memory windows are allocated");
     }
     if dev.mcast.group_count() > 0 {
@@ -253,7 +253,7 @@ fn busy_reason(dev: &Device) -> Option<&'static str> {
         return Some("XRC domains are allocated");
     }
     let odp_busy = {
-        let mrs = dev.mrs.lock();
+        let mrs = dev.mrs.read();
         mrs.odp.pending_requests() > 0 || mrs.odp_parked_advises() > 0
     };
     if odp_busy {
@@ -391,7 +391,7 @@ pub fn save(dev: &Device) -> Result<Vec<u8>, SnapshotError> {
     }
 
     w.u16(SEC_MR);
-    let mrs = dev.mrs.lock();
+    let mrs = dev.mrs.read();
     let slots: Vec<_> = mrs.saved_slots().collect();
     w.u32(slots.len() as u32);
     for (_, variant, mr) in slots {

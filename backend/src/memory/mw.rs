@@ -379,6 +379,27 @@ impl MrTable {
         }
     }
 
+    /// [`MrTable::resolve_remote_into`] through a shared borrow (see
+    /// [`MrTable::resolve_pinned_into`]): `None` if the MR reached is an ODP one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resolve_remote_pinned_into(
+        &self,
+        key: u32,
+        pd: u32,
+        qpn: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+        out: &mut Vec<GuestRange>,
+    ) -> Option<Result<(), MrError>> {
+        out.clear();
+        match self.window_target(key, pd, qpn, iova, len, access) {
+            Err(e) => Some(Err(e)),
+            Ok(None) => self.resolve_pinned_into(key, pd, iova, len, access, out),
+            Ok(Some(t)) => self.resolve_pinned_into(t.mr_key, t.mr_pd, t.iova, len, t.access, out),
+        }
+    }
+
     /// [`MrTable::resolve_into`] for an incoming request on QP `qpn`: `key` may be an MR's rkey
     /// or a window's (spec §12.8).
     #[allow(clippy::too_many_arguments)]

@@ -64,9 +64,10 @@ pub struct DeviceTables<P: Protocol> {
     pub(crate) gids: GidTable,
     /// UD multicast groups and their QPs (spec §15.8).
     pub(crate) mcast: crate::objects::McastTable,
-    /// One lock for the whole table for now (ARCHITECTURE.md "Locks": a lock per slot is
-    /// the plan); held for a translation, never for the copy.
-    pub mrs: crate::sync::Locked<MrTable>,
+    /// Read-locked for a pinned MR's translation (the workers translate side by side),
+    /// write-locked for what changes it on the data path (ODP translations, FRWR, LOCAL_INV,
+    /// binds); held for a translation, never for the copy (ARCHITECTURE.md "Locks").
+    pub mrs: crate::sync::ReadMostly<MrTable>,
     pub qps: QpTable<P>,
     /// Host-memory budget (spec §16, `budget.rs`): MRs, QPs, CQs, SRQs, fetched WQEs, ODP
     /// chunk tables and the control queue's buffers are charged to it.
@@ -134,7 +135,7 @@ impl<P: Protocol> DeviceTables<P> {
                 crate::objects::mcast::MAX_MCAST_GROUPS,
                 crate::objects::mcast::MAX_MCAST_QP_ATTACH,
             ),
-            mrs: crate::sync::Locked::new(
+            mrs: crate::sync::ReadMostly::new(
                 MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
                     .with_max_pages(config.max_mr_pages)
                     .with_max_mw(config.max_mw)
@@ -451,12 +452,14 @@ impl<P: Protocol> DeviceTables<P> {
     /// QPNs to reschedule because an ODP fault they waited for was resolved (resident, failed or
     /// timed out).
     pub fn take_resumed_qps(&self) -> Vec<u32> {
-        self.mrs.lock().take_resumed()
+        self.mrs.write().take_resumed()
     }
 
     /// ODP timers: expire page requests; returns the next deadline. Call from the engine tick.
     pub fn odp_tick(&self, now: Instant) -> Option<Instant> {
-        self.mrs.lock().odp_tick(now)
+        // Every batch: a read first, the write only when something is due.
+        let idle = self.mrs.read().odp_tick_idle(now);
+        idle.unwrap_or_else(|| self.mrs.write().odp_tick(now))
     }
 
     /// Is the XRC domain referenced by an XRC SRQ or an XRC_TGT QP (spec §13.7)?
@@ -473,7 +476,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.qps.iter().any(|q| q.pd == pd)
             || self.srqs.iter().any(|(_, s)| s.pd == pd)
             || self.ahs.iter().any(|(_, a)| a.pd == pd)
-            || self.mrs.lock().pd_in_use(pd)
+            || self.mrs.read().pd_in_use(pd)
     }
 }
 

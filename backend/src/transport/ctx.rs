@@ -6,6 +6,7 @@
 use super::packet::Path;
 use super::responder::{decode_recv, RecvWqe};
 use super::{RequesterState, ResponderState};
+use crate::memory::mr::{GuestRange, MrError};
 use crate::transport::Device;
 use vrdma_spec::{VrdmaAv, VrdmaCqe};
 
@@ -276,6 +277,56 @@ pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<u32> {
     })
 }
 
+/// Translate `[iova, iova + len)` of local key `key` (`MrTable::resolve_into`): pinned MRs
+/// under the MR table's read lock, beside the other workers; an ODP MR, whose translation moves
+/// its chunks, under the write lock.
+#[allow(clippy::too_many_arguments)]
+pub fn resolve(
+    dev: &Device,
+    waiter: Option<u32>,
+    key: u32,
+    pd: u32,
+    iova: u64,
+    len: u64,
+    access: u32,
+    out: &mut Vec<GuestRange>,
+) -> Result<(), MrError> {
+    let pinned = dev
+        .mrs
+        .read()
+        .resolve_pinned_into(key, pd, iova, len, access, out);
+    pinned.unwrap_or_else(|| {
+        dev.mrs
+            .write()
+            .resolve_into(waiter, key, pd, iova, len, access, out)
+    })
+}
+
+/// [`resolve`] for an incoming request on QP `qpn` (`MrTable::resolve_remote_into`: `key` may
+/// be a window's).
+#[allow(clippy::too_many_arguments)]
+pub fn resolve_remote(
+    dev: &Device,
+    waiter: Option<u32>,
+    key: u32,
+    pd: u32,
+    qpn: u32,
+    iova: u64,
+    len: u64,
+    access: u32,
+    out: &mut Vec<GuestRange>,
+) -> Result<(), MrError> {
+    let pinned = dev
+        .mrs
+        .read()
+        .resolve_remote_pinned_into(key, pd, qpn, iova, len, access, out);
+    pinned.unwrap_or_else(|| {
+        dev.mrs
+            .write()
+            .resolve_remote_into(waiter, key, pd, qpn, iova, len, access, out)
+    })
+}
+
 /// Current IBTA state of a QP.
 pub fn qp_state(dev: &Device, qpn: u32) -> Option<u32> {
     dev.qps.get(qpn).map(|q| q.state.as_u32())
@@ -367,7 +418,7 @@ pub fn recv_take(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault
 /// (the caller fails the operation: LOC_PROT_ERR, or a remote access error at the responder).
 /// `op` 0 (an operation without an ODP cap bit, e.g. FLUSH) is never denied here.
 pub fn odp_denied(dev: &Device, ctx: &QpCtx, key: u32, op: u32) -> bool {
-    op != 0 && dev.config.odp_caps(ctx.qp_type) & op == 0 && dev.mrs.lock().is_odp_key(key)
+    op != 0 && dev.config.odp_caps(ctx.qp_type) & op == 0 && dev.mrs.read().is_odp_key(key)
 }
 
 /// The ODP cap bit a receive WQE's SGEs need (spec §2.2): RECV, or SRQ_RECV for an SRQ WQE.

@@ -662,7 +662,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
             } else {
                 let t = super::on_worker_tick(&d, now, w);
                 let o = d.odp_tick(now);
-                if workers > 1 && d.mrs.lock().resumed_pending() {
+                if workers > 1 && d.mrs.read().resumed_pending() {
                     // ODP resumptions of other workers' QPs: each takes its own.
                     kick_mask |= !(1u32 << w) & ((1u32 << workers) - 1);
                 }

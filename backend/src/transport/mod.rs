@@ -424,10 +424,14 @@ pub fn on_tick(dev: &Device, now: Instant) -> Option<Instant> {
 /// ODP resumptions, and the device-wide deadlines (CQ moderation), which any worker may fire.
 pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
     let workers = dev.timers.shards();
-    let resumed = dev
-        .mrs
-        .lock()
-        .take_resumed_where(|q| crate::qp::worker_of(q, workers) == w);
+    // Every batch: a read first, the write only when an ODP fault ended.
+    let resumed = if dev.mrs.read().resumed_pending() {
+        dev.mrs
+            .write()
+            .take_resumed_where(|q| crate::qp::worker_of(q, workers) == w)
+    } else {
+        Vec::new()
+    };
     resume_qps(dev, resumed, now);
     let cq = dev.cq_moderation_tick(now);
     match (timers::on_worker_tick(dev, now, w), cq) {
@@ -439,7 +443,7 @@ pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
 /// QPs that waited for an ODP page request continue (spec §10): the requester, and READ
 /// responses the responder held back on a fault (`responder::pump_replies`).
 pub fn resume_odp(dev: &Device, now: Instant) {
-    let resumed = dev.mrs.lock().take_resumed();
+    let resumed = dev.mrs.write().take_resumed();
     resume_qps(dev, resumed, now);
 }
 

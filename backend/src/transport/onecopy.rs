@@ -76,7 +76,7 @@ impl SourceRefs {
     fn take(dev: &Device) -> Box<SourceRefs> {
         let pool = POOL.with(Arc::clone);
         let got = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let fence = &Arc::clone(dev.mrs.lock().fence());
+        let fence = &Arc::clone(dev.mrs.read().fence());
         match got {
             Some(mut r) => {
                 r.mem = Some(dev.mem.clone());
@@ -282,21 +282,20 @@ fn resolve(
             continue;
         }
         let n = ((slen - skip) as usize).min(total - done);
-        dev.mrs
-            .lock()
-            .resolve_into(
-                Some(qpn),
-                s.lkey,
-                pdn,
-                s.addr.wrapping_add(skip),
-                n as u64,
-                0,
-                ranges,
-            )
-            .map_err(|e| match e {
-                MrError::Fault { key, iova } => SgeError::Fault { key, iova },
-                _ => SgeError::Prot,
-            })?;
+        super::ctx::resolve(
+            dev,
+            Some(qpn),
+            s.lkey,
+            pdn,
+            s.addr.wrapping_add(skip),
+            n as u64,
+            0,
+            ranges,
+        )
+        .map_err(|e| match e {
+            MrError::Fault { key, iova } => SgeError::Fault { key, iova },
+            _ => SgeError::Prot,
+        })?;
         let mut got = 0u64;
         for r in ranges.iter() {
             if !dev.mem.check_range(r.gpa, r.len) {
@@ -311,7 +310,7 @@ fn resolve(
             return Ok(false);
         }
         {
-            let mrs = dev.mrs.lock();
+            let mrs = dev.mrs.read();
             let Some((gen, v)) = mrs.reference_gen(s.lkey) else {
                 return Err(SgeError::Prot);
             };

@@ -367,17 +367,17 @@ impl Pair {
         self.a
             .dev
             .mrs
-            .lock()
+            .write()
             .odp_check_invariants()
             .expect("A ODP state");
         self.b
             .dev
             .mrs
-            .lock()
+            .write()
             .odp_check_invariants()
             .expect("B ODP state");
         if let Some(n) = self.budget_b {
-            let r = self.b.dev.mrs.lock().odp_resident_total();
+            let r = self.b.dev.mrs.write().odp_resident_total();
             assert!(r <= n, "B has {r} resident chunks, budget {n}");
         }
     }

@@ -145,7 +145,7 @@ impl Device {
 
     /// ADVISE_MR, ODP_PAGE_RESP and ODP_INVALIDATE exist only with VIRTIO_RDMA_F_ODP.
     pub(super) fn odp_commands(&self) -> CmdResult {
-        if self.mrs.lock().odp_config().enabled {
+        if self.mrs.read().odp_config().enabled {
             Ok(())
         } else {
             Err(VRDMA_STATUS_NOT_SUPPORTED)

@@ -69,6 +69,9 @@ impl MrTable {
         access: u32,
         out: &mut Vec<GuestRange>,
     ) -> Result<(), MrError> {
+        if let Some(r) = self.resolve_pinned_into(key, pd, iova, len, access, out) {
+            return r;
+        }
         out.clear();
         let idx = key_index(key) as usize;
         let mem = &self.mem;
@@ -122,6 +125,53 @@ impl MrTable {
             }
         }
         Ok(())
+    }
+}
+
+impl MrTable {
+    /// [`MrTable::resolve_into`] through a shared borrow, for every MR but an ODP one (whose
+    /// translation moves chunks and LRU ticks): `None` for an ODP MR (`out` empty), which needs
+    /// `resolve_into`. The engine workers translate pinned MRs under the table's read lock, so
+    /// they never wait for each other there.
+    pub fn resolve_pinned_into(
+        &self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+        out: &mut Vec<GuestRange>,
+    ) -> Option<Result<(), MrError>> {
+        out.clear();
+        // `entry`, not `get`: a window's key fails in `check_mr`, as in `resolve_into`.
+        let mr = match self.entry(key) {
+            Ok(mr) => mr,
+            Err(e) => return Some(Err(e)),
+        };
+        if matches!(mr.kind, MrKind::Odp(_) | MrKind::ImplicitOdp(_)) {
+            return None;
+        }
+        Some((|| {
+            check_mr(mr, key, pd, iova, len, access)?;
+            if len == 0 {
+                return Ok(());
+            }
+            match &mr.kind {
+                MrKind::Dma => {
+                    if !self.mem.check_range(iova, len) {
+                        return Err(MrError::BadAddress { gpa: iova });
+                    }
+                    out.push(GuestRange { gpa: iova, len });
+                }
+                MrKind::PageList { page_shift, pages }
+                | MrKind::FastReg {
+                    page_shift, pages, ..
+                } => translate_pages(mr.iova, *page_shift, pages, iova, len, out),
+                // `check_mr` refused a window already; kept so none is ever translated here.
+                _ => return Err(MrError::AccessDenied { key, access }),
+            }
+            Ok(())
+        })())
     }
 }
 

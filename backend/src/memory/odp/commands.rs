@@ -335,6 +335,26 @@ impl MrTable {
     /// Expire page requests older than the timeout (their chunks fail, waiters are resumed) and
     /// drop failed chunks whose `FAIL_HOLD` is over. Returns the next deadline of either kind.
     /// Call from the engine's timer tick; it costs what expires, not what is outstanding.
+    /// What [`MrTable::odp_tick`] at `now` would return when it has nothing to change (no
+    /// request or failed chunk due, no QP waiting for budget, `now` not ahead of the wall
+    /// clock): its next deadline. `None`: it has work, call it. Every engine batch ticks, and
+    /// this runs under the table's read lock, beside the other workers' translations.
+    pub fn odp_tick_idle(&self, now: Instant) -> Option<Option<Instant>> {
+        let o = &self.odp;
+        if !o.budget_waiters.is_empty() || now > Instant::now() {
+            return None;
+        }
+        let a = o.deadlines.first().map(|d| d.0);
+        let b = o.failed.first().map(|f| f.0);
+        if a.is_some_and(|d| d <= now) || b.is_some_and(|d| d <= now) {
+            return None;
+        }
+        Some(match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.odp.clock = Some(self.odp.clock.map_or(now, |c| c.max(now)));
         let now = self.odp.now();

@@ -116,17 +116,17 @@ fn exec_local(dev: &Device, ctx: &QpCtx, w: &mut SendWqe) {
             qpn: ctx.qpn,
             ..w.bind
         };
-        let bound = dev.mrs.lock().bind_mw(&b);
+        let bound = dev.mrs.write().bind_mw(&b);
         return match bound {
             Ok(()) => w.finish(WC_SUCCESS, false),
             Err(_) => w.finish(WC_MW_BIND_ERR, true),
         };
     }
     let r = if w.opcode == WR_LOCAL_INV {
-        dev.mrs.lock().local_invalidate(w.ex, ctx.pdn)
+        dev.mrs.write().local_invalidate(w.ex, ctx.pdn)
     } else {
         let g = w.reg;
-        dev.mrs.lock().fast_register(
+        dev.mrs.write().fast_register(
             ctx.pdn,
             g.key,
             g.access,
@@ -168,7 +168,7 @@ fn validate(dev: &Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
     };
     for s in &w.sges {
         dev.mrs
-            .lock()
+            .read()
             .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
         if ctx::odp_denied(dev, ctx, s.lkey, odp_op) {
             return Err(MrError::AccessDenied {
@@ -257,21 +257,20 @@ fn sge_copy_with(
             continue;
         }
         let n = ((slen - skip) as usize).min(total - done);
-        dev.mrs
-            .lock()
-            .resolve_into(
-                waiter,
-                s.lkey,
-                pdn,
-                s.addr.wrapping_add(skip),
-                n as u64,
-                access,
-                ranges,
-            )
-            .map_err(|e| match e {
-                MrError::Fault { key, iova } => SgeError::Fault { key, iova },
-                _ => SgeError::Prot,
-            })?;
+        ctx::resolve(
+            dev,
+            waiter,
+            s.lkey,
+            pdn,
+            s.addr.wrapping_add(skip),
+            n as u64,
+            access,
+            ranges,
+        )
+        .map_err(|e| match e {
+            MrError::Fault { key, iova } => SgeError::Fault { key, iova },
+            _ => SgeError::Prot,
+        })?;
         let mut p = done;
         for r in ranges.iter() {
             // The translation must cover exactly the requested bytes; never index past them.

@@ -312,7 +312,7 @@ impl Responder<'_, '_> {
         access: u32,
     ) -> Result<(), RespStep> {
         dev.mrs
-            .lock()
+            .read()
             .check_remote(rkey, self.ctx.pdn, self.ctx.qpn, va, len, access)
             .map_err(|_| RespStep::ErrRkeyViolation)?;
         self.check_odp_caps(dev, rkey, access)
@@ -352,16 +352,8 @@ impl Responder<'_, '_> {
     ) -> Result<(), RespStep> {
         self.check_odp_caps(dev, rkey, access)?;
         let (pdn, qpn) = (self.ctx.pdn, self.ctx.qpn);
-        let resolved = dev.mrs.lock().resolve_remote_into(
-            None,
-            rkey,
-            pdn,
-            qpn,
-            va,
-            len,
-            access,
-            &mut self.ranges,
-        );
+        let resolved =
+            ctx::resolve_remote(dev, None, rkey, pdn, qpn, va, len, access, &mut self.ranges);
         match resolved {
             Ok(()) => Ok(()),
             // ODP at the responder: RNR NAK now, the page request is already on its way.

@@ -250,7 +250,7 @@ impl Responder<'_, '_> {
                     let (pdn, qpn) = (self.ctx.pdn, self.ctx.qpn);
                     if dev
                         .mrs
-                        .lock()
+                        .write()
                         .remote_invalidate(ieth.rkey, pdn, qpn)
                         .is_err()
                     {

@@ -87,7 +87,8 @@ fn pump(
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            let resolved = dev.mrs.lock().resolve_remote_into(
+            let resolved = ctx::resolve_remote(
+                dev,
                 Some(ctx.qpn),
                 r.rkey,
                 r.pdn,
