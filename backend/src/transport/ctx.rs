@@ -372,8 +372,9 @@ pub fn recv_take(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault
             let srq = dev.srqs.get(srqn).ok_or(RingFault(0))?;
             (srq.ring.entry_size() as usize, srq.max_sge)
         };
-        let mut buf = vec![0u8; size];
-        return match dev.srq_pop(srqn, &mut buf) {
+        // The thread's reusable slot buffer: no allocation per receive.
+        let mut buf = super::scratch::take_wqe(size);
+        let r = match dev.srq_pop(srqn, &mut buf) {
             Ok(false) => Ok(None),
             // A malformed SRQ WQE (num_sge beyond the SRQ's max_sge or the slot) is consumed
             // like an RQ one and completes LOC_QP_OP_ERR on the QP that took it (spec §14.4,
@@ -384,6 +385,8 @@ pub fn recv_take(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault
             )),
             Err(e) => Err(RingFault(e.ring_error_code())),
         };
+        super::scratch::give_back_wqe(buf);
+        return r;
     }
     let mem = &dev.mem;
     let mut qp = dev.qps.get(ctx.qpn).ok_or(RingFault(0))?;
@@ -400,17 +403,19 @@ pub fn recv_take(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault
     if n == 0 {
         return Ok(None);
     }
-    let mut buf = vec![0u8; rq.entry_size() as usize];
+    let mut buf = super::scratch::take_wqe(rq.entry_size() as usize);
     let idx = rq.dev_index();
-    rq.read_entry(mem, idx, &mut buf)
-        .map_err(|e| RingFault(e.ring_error_code()))?;
-    rq.advance_consumer(mem, 1)
-        .map_err(|e| RingFault(e.ring_error_code()))?;
-    // A malformed WQE (num_sge beyond max_recv_sge / the slot) is consumed and completes with
-    // LOC_QP_OP_ERR (spec §14.4); the responder moves the QP to ERROR.
-    Ok(Some(
-        decode_recv(&buf, max_sge, None).unwrap_or_else(|| RecvWqe::malformed(&buf, None)),
-    ))
+    let r = rq
+        .read_entry(mem, idx, &mut buf)
+        .and_then(|()| rq.advance_consumer(mem, 1))
+        .map_err(|e| RingFault(e.ring_error_code()))
+        // A malformed WQE (num_sge beyond max_recv_sge / the slot) is consumed and completes
+        // with LOC_QP_OP_ERR (spec §14.4); the responder moves the QP to ERROR.
+        .map(|()| {
+            Some(decode_recv(&buf, max_sge, None).unwrap_or_else(|| RecvWqe::malformed(&buf, None)))
+        });
+    super::scratch::give_back_wqe(buf);
+    r
 }
 
 /// Spec §2.2: an operation (`VRDMA_ODP_*` bit `op`) on an ODP MR is allowed only if the QP's

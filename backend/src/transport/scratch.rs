@@ -1,7 +1,8 @@
-//! Reusable vectors for the guest ranges one packet's copy resolves to (`MrTable::resolve_into`),
-//! one pair per thread: steady-state traffic through pinned MRs allocates nothing per packet,
-//! and the engine workers of a device do not share (and contend for) one vector. A nested user
-//! on the same thread (none today) would find the vector taken and get an empty one.
+//! Reusable buffers of the transport, one set per thread: the guest ranges one packet's copy
+//! resolves to (`MrTable::resolve_into`) and the bytes of a receive WQE being decoded. Steady-
+//! state traffic through pinned MRs allocates nothing per packet for them, and the engine
+//! workers of a device do not share (and contend for) one buffer. A nested user on the same
+//! thread (none today) would find the buffer taken and get an empty one.
 
 use std::cell::Cell;
 
@@ -10,6 +11,20 @@ use crate::memory::mr::GuestRange;
 thread_local! {
     static REQUESTER: Cell<Vec<GuestRange>> = const { Cell::new(Vec::new()) };
     static RESPONDER: Cell<Vec<GuestRange>> = const { Cell::new(Vec::new()) };
+    static WQE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The calling thread's WQE buffer, `len` zero bytes (a ring slot's size).
+pub(crate) fn take_wqe(len: usize) -> Vec<u8> {
+    let mut v = WQE.with(Cell::take);
+    v.clear();
+    v.resize(len, 0);
+    v
+}
+
+/// Give the WQE buffer back.
+pub(crate) fn give_back_wqe(v: Vec<u8>) {
+    WQE.with(|c| c.set(v));
 }
 
 /// Whose vector: the requester's gather / READ response scatter, or the responder's.
@@ -56,5 +71,15 @@ mod tests {
         give_back(Side::Requester, again);
         let other = std::thread::spawn(|| take(Side::Requester).capacity());
         assert_eq!(other.join().unwrap(), 0);
+    }
+
+    #[test]
+    fn the_wqe_buffer_is_zeroed_to_the_slot_size() {
+        let mut b = take_wqe(64);
+        b.fill(0xAA);
+        give_back_wqe(b);
+        let b = take_wqe(32);
+        assert_eq!(b, vec![0u8; 32]);
+        assert!(b.capacity() >= 64, "reused");
     }
 }
