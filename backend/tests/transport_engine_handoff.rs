@@ -299,3 +299,78 @@ fn a_modify_qp_runs_beside_a_worker_inside_a_unit() {
     assert_eq!(attr.qp_state, VRDMA_QPS_ERR);
     engine.stop();
 }
+
+#[test]
+fn an_mr_registration_runs_beside_a_worker_inside_a_unit() {
+    // Adding an MR takes a free slot under the MR table's write lock (`Device::handle_shared`):
+    // it does not wait for a worker busy with a unit. Taking one away (DEREG_MR) may race with
+    // a copy through it, so it still needs the exclusive device.
+    let mut n = common::Node::new(8, 16, 1500);
+    let pd = n.create_pd();
+    let gate = Arc::new(Gate {
+        hold: true,
+        ..Gate::default()
+    });
+    n.dev.set_output(gate.clone());
+    let mac = n.mac;
+    let dev = std::mem::replace(
+        &mut n.dev,
+        Device::new(DeviceConfig::default(), GuestMem::empty(), gate.clone()),
+    );
+    let (dev, gate, engine) = start_device(dev, mac, gate);
+    wait_for("the first frame", || {
+        gate.delivered.load(Ordering::SeqCst) >= 1
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reg = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let c = VrdmaCmdRegMr {
+                pdn: pd,
+                access: VRDMA_ACCESS_LOCAL_WRITE,
+                ..Default::default()
+            };
+            let mut resp = Vec::new();
+            let status = dev
+                .read()
+                .handle_shared(VRDMA_CMD_REG_DMA_MR, c.as_bytes(), &mut resp);
+            let key = VrdmaRespRegMr::read_from(&resp).map(|r| r.lkey);
+            let h = VrdmaHandle {
+                handle: key.unwrap_or(0),
+                ..Default::default()
+            };
+            let dereg = dev
+                .read()
+                .handle_shared(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp);
+            let _ = tx.send((status, key, dereg));
+        })
+    };
+    let answer = rx.recv_timeout(LONG);
+    let inside = gate.delivered.load(Ordering::SeqCst);
+    gate.released.store(true, Ordering::SeqCst);
+    let (status, key, dereg) = answer.expect("REG_DMA_MR waited for the worker's unit");
+    assert_eq!(status, Some(VRDMA_STATUS_OK));
+    assert!(key.is_some_and(|k| k != 0), "no key in the response");
+    assert_eq!(dereg, None, "DEREG_MR needs the exclusive device");
+    assert_eq!(
+        inside, 1,
+        "the worker had left its unit before REG_DMA_MR answered"
+    );
+    reg.join().unwrap();
+    let mut resp = Vec::new();
+    let h = VrdmaHandle {
+        handle: key.unwrap_or(0),
+        ..Default::default()
+    };
+    let done = dev
+        .lock()
+        .handle_command(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp);
+    assert!(
+        matches!(
+            done,
+            vrdma_backend::guest::CmdOutcome::Done(VRDMA_STATUS_OK)
+        ),
+        "{done:?}"
+    );
+    engine.stop();
+}

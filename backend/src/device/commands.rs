@@ -87,13 +87,7 @@ impl Device {
             VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
             VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
             VRDMA_CMD_DESTROY_AH => self.cmd_destroy_ah(req),
-            VRDMA_CMD_REG_MR => self.cmd_reg_mr(req, resp),
-            VRDMA_CMD_REG_DMA_MR => self.cmd_reg_dma_mr(req, resp),
-            VRDMA_CMD_ALLOC_FAST_REG_MR => self.cmd_alloc_fast_reg(req, resp),
-            VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
-            VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
-            VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
             VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
             VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
@@ -117,7 +111,9 @@ impl Device {
     /// engine workers, so that it never waits for another QP's data path: the queries
     /// (QUERY_DEVICE, QUERY_PORT, QUERY_QP, QUERY_SRQ, QUERY_STATS), which only read, and the
     /// commands that change one object under that object's own lock: MODIFY_QP, MODIFY_CQ and
-    /// MODIFY_SRQ (without a resize). Returns the status, with the response body in `resp`;
+    /// MODIFY_SRQ (without a resize), and those that add an MR or a window in a free slot of
+    /// the MR table (REG_MR, REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR,
+    /// ALLOC_MW). Returns the status, with the response body in `resp`;
     /// `None`: `opcode` needs [`Device::handle_command`] on the exclusive device.
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
@@ -137,6 +133,12 @@ impl Device {
                 | VRDMA_CMD_MODIFY_QP
                 | VRDMA_CMD_MODIFY_CQ
                 | VRDMA_CMD_MODIFY_SRQ
+                | VRDMA_CMD_REG_MR
+                | VRDMA_CMD_REG_DMA_MR
+                | VRDMA_CMD_ALLOC_FAST_REG_MR
+                | VRDMA_CMD_REG_ODP_MR
+                | VRDMA_CMD_REG_IMPLICIT_MR
+                | VRDMA_CMD_ALLOC_MW
         );
         if !shared {
             return None;
@@ -153,7 +155,13 @@ impl Device {
             VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp_shared(req)?,
             VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
-            _ => self.cmd_modify_srq_limit(req)?,
+            VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq_limit(req)?,
+            VRDMA_CMD_REG_MR => self.cmd_reg_mr(req, resp),
+            VRDMA_CMD_REG_DMA_MR => self.cmd_reg_dma_mr(req, resp),
+            VRDMA_CMD_ALLOC_FAST_REG_MR => self.cmd_alloc_fast_reg(req, resp),
+            VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
+            VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
+            _ => self.cmd_alloc_mw(req, resp),
         };
         Some(match r {
             Ok(()) => VRDMA_STATUS_OK,

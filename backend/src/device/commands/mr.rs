@@ -15,7 +15,13 @@ impl Device {
         );
     }
 
-    pub(super) fn cmd_reg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    /// REG_MR and the other commands that add an MR or a window (REG_DMA_MR,
+    /// ALLOC_FAST_REG_MR, REG_ODP_MR / REG_IMPLICIT_MR, ALLOC_MW) take a free slot under the MR
+    /// table's write lock: they run on the shared device (`handle_shared`), beside the
+    /// workers, waiting only for the translations in progress. What takes a permission away
+    /// (DEREG_MR, REREG_MR, DEALLOC_MW, ODP_INVALIDATE, a reclaim) stays exclusive: a worker
+    /// may be copying through a range it translated before.
+    pub(super) fn cmd_reg_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdRegMr>(req)?;
         let pages = page_list(rest, c.npages)?;
         self.pd_exists(c.pdn)?;
@@ -29,7 +35,7 @@ impl Device {
         };
         let key = self
             .mrs
-            .get_mut()
+            .write()
             .reg_page_list(&spec, self.config.max_mr_size)
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
@@ -57,41 +63,36 @@ impl Device {
         Ok(())
     }
 
-    pub(super) fn cmd_reg_dma_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    pub(super) fn cmd_reg_dma_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
         self.pd_exists(c.pdn)?;
         let key = self
             .mrs
-            .get_mut()
+            .write()
             .reg_dma(c.pdn, c.access)
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
         Ok(())
     }
 
-    pub(super) fn cmd_alloc_fast_reg(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    pub(super) fn cmd_alloc_fast_reg(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
         self.pd_exists(c.pdn)?;
         let key = self
             .mrs
-            .get_mut()
+            .write()
             .alloc_fast_reg(c.pdn, c.npages, self.config.max_fast_reg_page_list_len)
             .map_err(|e| e.status())?;
         Self::put_key(resp, key);
         Ok(())
     }
 
-    pub(super) fn cmd_reg_odp(
-        &mut self,
-        req: &[u8],
-        resp: &mut Vec<u8>,
-        implicit: bool,
-    ) -> CmdResult {
+    pub(super) fn cmd_reg_odp(&self, req: &[u8], resp: &mut Vec<u8>, implicit: bool) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
         self.pd_exists(c.pdn)?;
         let key = self
             .mrs
-            .get_mut()
+            .write()
             .reg_odp(
                 c.pdn,
                 c.access,
@@ -111,7 +112,7 @@ impl Device {
     }
 
     /// ALLOC_MW (spec §12.8): the response handle is the window's rkey.
-    pub(super) fn cmd_alloc_mw(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    pub(super) fn cmd_alloc_mw(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdAllocMw>(req)?;
         if self.config.max_mw == 0 {
             return Err(VRDMA_STATUS_NOT_SUPPORTED);
@@ -119,7 +120,7 @@ impl Device {
         self.pd_exists(c.pdn)?;
         let key = self
             .mrs
-            .get_mut()
+            .write()
             .alloc_mw(c.pdn, c.type_)
             .map_err(|e| e.status())?;
         put(resp, &handle(key));
