@@ -893,3 +893,65 @@ fn partial_answers_merge() {
     let r = out.take_page_requests()[0];
     assert_ne!(r.flags & VRDMA_PAGEREQ_F_WRITE, 0);
 }
+
+/// Records, for each RECLAIM notice, the generation of the watched MR slot at that moment.
+#[derive(Default)]
+struct ReclaimWatch {
+    gen: std::sync::Mutex<Option<vrdma_backend::memory::fence::SlotGen>>,
+    seen: std::sync::Mutex<Vec<(VrdmaPageReq, u64)>>,
+}
+
+impl vrdma_backend::device::DeviceOutput for ReclaimWatch {
+    fn event(&self, _ev: VrdmaEvent) {}
+    fn page_request(&self, req: VrdmaPageReq) {
+        let g = self
+            .gen
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |g| g.load(std::sync::atomic::Ordering::Acquire));
+        self.seen.lock().unwrap().push((req, g));
+    }
+    fn eth_rx(&self, _frame: &[u8]) {}
+    fn command_done(&self, _ticket: vrdma_backend::device::Ticket, _status: u32) {}
+}
+
+#[test]
+fn a_reclaim_notice_goes_out_after_the_fence() {
+    // Spec §12.6 / §16.2 rule 6b: the driver may unmap a reclaimed chunk as soon as it reads
+    // the notice, so fabric references through the MR must be dead by then: the slot's
+    // generation has moved when the notice is delivered, for the per-MR and the device budget.
+    for (per_mr, device) in [(2, 8), (8, 2)] {
+        let mem = GuestMem::from_ranges(&[(0, 64 << 20)]).unwrap();
+        let out = Arc::new(ReclaimWatch::default());
+        let cfg = OdpConfig {
+            max_resident: device,
+            max_resident_per_mr: per_mr,
+            ..odp_cfg()
+        };
+        let mut t = MrTable::new(100, mem, out.clone(), cfg);
+        let a = t.reg_odp(1, LW, 0, u64::MAX, true, 1 << 40).unwrap();
+        let (g, g0) = {
+            let (g, v) = t.reference_gen(a).unwrap();
+            (g.clone(), v)
+        };
+        *out.gen.lock().unwrap() = Some(g);
+        for c in 0..3u64 {
+            let _ = t.resolve(a, 1, c * CHUNK, 8, 0);
+            let req = out.seen.lock().unwrap().last().map(|s| s.0).unwrap();
+            assert_eq!(req.type_, VRDMA_PAGEREQ_FAULT);
+            answer(&mut t, &req, 0x100000, false);
+        }
+        let seen = out.seen.lock().unwrap();
+        let reclaims: Vec<_> = seen
+            .iter()
+            .filter(|(r, _)| r.type_ == VRDMA_PAGEREQ_RECLAIM)
+            .collect();
+        assert_eq!(reclaims.len(), 1, "budget {per_mr}/{device}: {seen:?}");
+        assert_eq!(
+            reclaims[0].1,
+            g0 + 1,
+            "budget {per_mr}/{device}: the notice went out before the fence"
+        );
+    }
+}

@@ -36,7 +36,7 @@ impl MrTable {
         let Ok((mr, odp, mem)) = self.odp_parts(key) else {
             return VRDMA_STATUS_NOT_FOUND;
         };
-        let mut reclaimed_own = false;
+        let mut reclaimed_own = None;
         let (mr_iova, mr_len) = (mr.iova, mr.length);
         let o = match &mut mr.kind {
             MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
@@ -119,16 +119,17 @@ impl MrTable {
                     let victim = o.lru.values().copied().find(|&v| v != c);
                     if let Some(victim) = victim {
                         odp.remove_resident(o, victim);
-                        odp.send_reclaim(key, victim, mr_iova, mr_len);
-                        reclaimed_own = true;
+                        reclaimed_own = Some(victim);
                     }
                 }
                 // The driver may unmap a reclaimed chunk's pages as soon as it reads the
-                // notice: fabric references through the MR (spec §16.2 rule 6) die first, as
-                // they do for ODP_INVALIDATE. Only a reclaim fences: an install alone takes no
-                // permission away, and fencing it would drop the MR's references in flight.
-                if reclaimed_own {
+                // notice: fabric references through the MR (spec §16.2 rule 6) die before it
+                // is sent, as they do for ODP_INVALIDATE. Only a reclaim fences: an install
+                // alone takes no permission away, and fencing it would drop the MR's
+                // references in flight.
+                if let Some(victim) = reclaimed_own {
                     self.fence_slot(key);
+                    self.odp.send_reclaim(key, victim, mr_iova, mr_len);
                 }
                 self.enforce_device_budget(idx, c);
                 VRDMA_STATUS_OK
@@ -139,8 +140,9 @@ impl MrTable {
     /// Drop device-wide LRU chunks until the device budget holds (never the chunk just installed).
     /// The device LRU map gives the victim directly: no walk over MRs or chunks.
     fn enforce_device_budget(&mut self, keep_mr: u32, keep_chunk: u64) {
-        // Keys whose chunks were reclaimed: fenced once each, after the loop (see odp_page_resp).
-        let mut fence: Vec<u32> = Vec::new();
+        // The chunks reclaimed: their keys fenced once each, then the notices sent (see
+        // odp_page_resp).
+        let mut reclaimed: Vec<(u32, u64, u64, u64)> = Vec::new();
         while self.odp.resident_total > self.odp.config.max_resident {
             let Some((idx, c)) = self
                 .odp
@@ -165,13 +167,15 @@ impl MrTable {
                 odp.lru.retain(|_, v| *v != (idx, c));
                 continue;
             }
-            odp.send_reclaim(key, c, mr_iova, mr_len);
-            if !fence.contains(&key) {
-                fence.push(key);
+            reclaimed.push((key, c, mr_iova, mr_len));
+        }
+        for (i, &(key, ..)) in reclaimed.iter().enumerate() {
+            if !reclaimed[..i].iter().any(|r| r.0 == key) {
+                self.fence_slot(key);
             }
         }
-        for key in fence {
-            self.fence_slot(key);
+        for (key, c, mr_iova, mr_len) in reclaimed {
+            self.odp.send_reclaim(key, c, mr_iova, mr_len);
         }
     }
 
@@ -332,9 +336,6 @@ impl MrTable {
         CmdOutcome::Parked(odp.flush.park(&awaited))
     }
 
-    /// Expire page requests older than the timeout (their chunks fail, waiters are resumed) and
-    /// drop failed chunks whose `FAIL_HOLD` is over. Returns the next deadline of either kind.
-    /// Call from the engine's timer tick; it costs what expires, not what is outstanding.
     /// What [`MrTable::odp_tick`] at `now` would return when it has nothing to change (no
     /// request or failed chunk due, no QP waiting for budget, `now` not ahead of the wall
     /// clock): its next deadline. `None`: it has work, call it. Every engine batch ticks, and
@@ -355,6 +356,9 @@ impl MrTable {
         })
     }
 
+    /// Expire page requests older than the timeout (their chunks fail, waiters are resumed) and
+    /// drop failed chunks whose `FAIL_HOLD` is over. Returns the next deadline of either kind.
+    /// Call from the engine's timer tick; it costs what expires, not what is outstanding.
     pub fn odp_tick(&mut self, now: Instant) -> Option<Instant> {
         self.odp.clock = Some(self.odp.clock.map_or(now, |c| c.max(now)));
         let now = self.odp.now();
