@@ -192,3 +192,74 @@ fn destroy_with_outstanding_work_returns_at_once() {
     p.a.ring_doorbell(VRDMA_DB_RQ, qa);
     assert!(p.a.poll_cq(&mut p.cqa).is_empty());
 }
+
+/// MODIFY_QP of `qpn` to `state` (with `mask`'s other attributes from `attr`) as the control
+/// queue runs it: on the device held shared, beside the engine workers.
+fn modify_beside(n: &Node, qpn: u32, mask: u32, attr: VrdmaQpAttr) -> Option<u32> {
+    let c = VrdmaCmdModifyQp {
+        qpn,
+        attr_mask: mask,
+        attr,
+    };
+    n.dev
+        .handle_shared(VRDMA_CMD_MODIFY_QP, c.as_bytes(), &mut Vec::new())
+}
+
+#[test]
+fn a_flush_queued_beside_the_workers_runs_once_and_spares_a_qp_reset_since() {
+    // MODIFY_QP to ERR beside the workers only queues the QP's flush for its worker. If the
+    // guest resets and reuses the QP before the worker gets to it, the late flush must not
+    // complete the new WQEs; an exclusive command in between runs the queued flush first.
+    let mut n = Node::new(1, 16, 1500);
+    let pd = n.create_pd();
+    let (cq, mut cqr) = n.create_cq(64);
+    let q = n.create_qp(QpSpec::rc(pd, cq));
+    n.qp_to_init(q.qpn);
+    let buf = n.alloc(4096);
+    let k = n.reg_mr(pd, buf, 4096, ACC_ALL);
+    let mut rq = q.rq.clone().unwrap();
+    n.post_recv(&mut rq, 1, &[(buf, 64, k)]);
+    let to = |state| VrdmaQpAttr {
+        qp_state: state,
+        port_num: 1,
+        ..Default::default()
+    };
+    let init_mask = VRDMA_QP_STATE | VRDMA_QP_PKEY_INDEX | VRDMA_QP_PORT | VRDMA_QP_ACCESS_FLAGS;
+    let ok = Some(VRDMA_STATUS_OK);
+
+    // ERR, then RESET and INIT again with a new receive, all beside the workers.
+    assert_eq!(
+        modify_beside(&n, q.qpn, VRDMA_QP_STATE, to(VRDMA_QPS_ERR)),
+        ok
+    );
+    assert!(
+        n.poll_cq(&mut cqr).is_empty(),
+        "queued for the worker, not run here"
+    );
+    assert_eq!(
+        modify_beside(&n, q.qpn, VRDMA_QP_STATE, to(VRDMA_QPS_RESET)),
+        ok
+    );
+    assert_eq!(modify_beside(&n, q.qpn, init_mask, to(VRDMA_QPS_INIT)), ok);
+    let mut rq = q.rq.clone().unwrap();
+    rq.idx = 0;
+    n.post_recv(&mut rq, 2, &[(buf, 64, k)]);
+    // The worker's turn comes late: the QP it was queued for is gone through RESET.
+    n.dev.run_flushes();
+    assert!(
+        n.poll_cq(&mut cqr).is_empty(),
+        "the late flush completed a WQE of the reused QP"
+    );
+
+    // ERR beside the workers again; an exclusive command (any) flushes it before it runs.
+    assert_eq!(
+        modify_beside(&n, q.qpn, VRDMA_QP_STATE, to(VRDMA_QPS_ERR)),
+        ok
+    );
+    n.create_pd();
+    let got = n.poll_cq(&mut cqr);
+    assert_eq!(
+        got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(2, VRDMA_WC_WR_FLUSH_ERR)]
+    );
+}

@@ -65,6 +65,10 @@ impl Device {
             return CmdOutcome::Done(status);
         }
         resp.clear();
+        // Flushes that commands beside the workers queued and the workers have not run yet
+        // (this thread holds the device exclusively): done before, as if those commands had
+        // been exclusive too (a DESTROY_QP right after MODIFY_QP to ERR still gets them).
+        self.run_flushes();
         if self.needs_reset {
             return CmdOutcome::Done(VRDMA_STATUS_NEEDS_RESET);
         }

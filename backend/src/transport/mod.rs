@@ -396,14 +396,24 @@ fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: I
         }
         Some(Ok(_)) => {}
     }
+    // Checked again on the snapshot the take makes: a command beside the workers (MODIFY_QP
+    // on the shared device) may have moved the QP in between (to ERR, or RESET and on).
     if pkt.info.is_response() {
         with_req(dev, qpn, |dev, c, st| {
+            if let Err(counter) = accept(c) {
+                bump(counter);
+                return;
+            }
             completer::on_response(dev, c, st, pkt, now);
             // Acknowledgements open the window / complete WQEs: continue sending and retire.
             requester::process(dev, c, st, now);
         });
     } else {
         with_resp(dev, qpn, |dev, c, st| {
+            if let Err(counter) = accept(c) {
+                bump(counter);
+                return;
+            }
             responder::on_request(dev, c, st, pkt)
         });
     }
@@ -465,6 +475,17 @@ fn resume_qps(dev: &Device, resumed: Vec<u32>, now: Instant) {
 /// outstanding and posted SQ WQEs complete with WR_FLUSH_ERR, RQ WQEs too; SRQ-attached QPs get
 /// LAST_WQE_REACHED (spec §13).
 pub fn flush(dev: &Device, qpn: u32) {
-    with_req(dev, qpn, requester::flush);
-    with_resp(dev, qpn, responder::flush);
+    // A flush queued for the QP's worker (a command beside the workers moved it to ERR) may run
+    // after the guest moved the QP on (RESET, then INIT..RTS again): RESET discarded what the
+    // flush was for, and flushing now would complete the QP's new WQEs.
+    with_req(dev, qpn, |dev, c, st| {
+        if c.state == ctx::QPS_ERR {
+            requester::flush(dev, c, st);
+        }
+    });
+    with_resp(dev, qpn, |dev, c, st| {
+        if c.state == ctx::QPS_ERR {
+            responder::flush(dev, c, st);
+        }
+    });
 }
