@@ -194,7 +194,7 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
                 ("mr", mr_count),
                 ("pd", dev.pds.len()),
                 ("srq", dev.srqs.len()),
-                ("ah", dev.ahs.len()),
+                ("ah", dev.ahs.read().len()),
             ]
             .iter()
             .map(|(k, n)| (format!("{dl},kind=\"{k}\""), u64::from(*n)))

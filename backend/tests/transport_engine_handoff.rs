@@ -301,12 +301,14 @@ fn a_modify_qp_runs_beside_a_worker_inside_a_unit() {
 }
 
 #[test]
-fn an_mr_registration_runs_beside_a_worker_inside_a_unit() {
-    // Adding an MR takes a free slot under the MR table's write lock (`Device::handle_shared`):
-    // it does not wait for a worker busy with a unit. Taking one away (DEREG_MR) may race with
+fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
+    // Adding an MR takes a free slot under the MR table's write lock (`Device::handle_shared`),
+    // an AH is added and removed under the AH table's: neither waits for a worker busy with a
+    // unit. Taking one away (DEREG_MR) may race with
     // a copy through it, so it still needs the exclusive device.
     let mut n = common::Node::new(8, 16, 1500);
     let pd = n.create_pd();
+    let av = n.av_to(&n);
     let gate = Arc::new(Gate {
         hold: true,
         ..Gate::default()
@@ -342,6 +344,27 @@ fn an_mr_registration_runs_beside_a_worker_inside_a_unit() {
             let dereg = dev
                 .read()
                 .handle_shared(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp);
+            // An AH too (CREATE_AH / DESTROY_AH under the AH table's lock).
+            let c = VrdmaCmdCreateAh {
+                pdn: pd,
+                av,
+                ..Default::default()
+            };
+            let created = dev
+                .read()
+                .handle_shared(VRDMA_CMD_CREATE_AH, c.as_bytes(), &mut resp);
+            let ah = VrdmaHandle::read_from(&resp).map_or(u32::MAX, |h| h.handle);
+            let h = VrdmaHandle {
+                handle: ah,
+                ..Default::default()
+            };
+            let destroyed = dev
+                .read()
+                .handle_shared(VRDMA_CMD_DESTROY_AH, h.as_bytes(), &mut resp);
+            assert_eq!(
+                (created, destroyed),
+                (Some(VRDMA_STATUS_OK), Some(VRDMA_STATUS_OK))
+            );
             let _ = tx.send((status, key, dereg));
         })
     };

@@ -89,8 +89,6 @@ impl Device {
             VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
             VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
             VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
-            VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
-            VRDMA_CMD_DESTROY_AH => self.cmd_destroy_ah(req),
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
             VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
@@ -117,8 +115,9 @@ impl Device {
     /// commands that change one object under that object's own lock: MODIFY_QP, MODIFY_CQ and
     /// MODIFY_SRQ (without a resize), and those that add an MR or a window in a free slot of
     /// the MR table (REG_MR, REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR,
-    /// ALLOC_MW). Returns the status, with the response body in `resp`;
-    /// `None`: `opcode` needs [`Device::handle_command`] on the exclusive device.
+    /// ALLOC_MW), and CREATE_AH / DESTROY_AH under the AH table's lock. Returns the status,
+    /// with the response body in `resp`; `None`: `opcode` needs [`Device::handle_command`] on
+    /// the exclusive device.
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
         let _beside = crate::tables::flush::SharedCommand::enter();
@@ -143,6 +142,8 @@ impl Device {
                 | VRDMA_CMD_REG_ODP_MR
                 | VRDMA_CMD_REG_IMPLICIT_MR
                 | VRDMA_CMD_ALLOC_MW
+                | VRDMA_CMD_CREATE_AH
+                | VRDMA_CMD_DESTROY_AH
         );
         if !shared {
             return None;
@@ -165,7 +166,9 @@ impl Device {
             VRDMA_CMD_ALLOC_FAST_REG_MR => self.cmd_alloc_fast_reg(req, resp),
             VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
-            _ => self.cmd_alloc_mw(req, resp),
+            VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
+            VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
+            _ => self.cmd_destroy_ah(req),
         };
         Some(match r {
             Ok(()) => VRDMA_STATUS_OK,
@@ -570,12 +573,15 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_create_ah(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    /// CREATE_AH and DESTROY_AH run beside the workers (`handle_shared`), under the AH table's
+    /// write lock: a UD send copies its AH's path out under the read lock.
+    fn cmd_create_ah(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdCreateAh>(req)?;
         self.pd_exists(c.pdn)?;
         let sgid = check_av(&self.gids, &c.av).map_err(|e| e.status())?;
         let h = self
             .ahs
+            .write()
             .insert(Ah {
                 pd: c.pdn,
                 av: c.av,
@@ -586,9 +592,12 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_destroy_ah(&mut self, req: &[u8]) -> CmdResult {
+    fn cmd_destroy_ah(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        self.ahs.remove(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        self.ahs
+            .write()
+            .remove(c.handle)
+            .ok_or(VRDMA_STATUS_NOT_FOUND)?;
         Ok(())
     }
 }

@@ -360,12 +360,15 @@ pub fn save(dev: &Device) -> Result<Vec<u8>, SnapshotError> {
     }
 
     w.u16(SEC_AH);
-    w.u32(dev.ahs.len());
-    for (h, ah) in dev.ahs.iter() {
-        w.u32(h);
-        w.u32(ah.pd);
-        w.bytes(ah.av.as_bytes());
-        w.bytes(&ah.sgid);
+    {
+        let ahs = dev.ahs.read();
+        w.u32(ahs.len());
+        for (h, ah) in ahs.iter() {
+            w.u32(h);
+            w.u32(ah.pd);
+            w.bytes(ah.av.as_bytes());
+            w.bytes(&ah.sgid);
+        }
     }
 
     w.u16(SEC_CQ);
@@ -519,7 +522,7 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
 
     r.section(SEC_AH)?;
     let mut ahs = Vec::new();
-    for _ in 0..r.count_at_most(8 + VrdmaAv::SIZE + 16, dev.ahs.max())? {
+    for _ in 0..r.count_at_most(8 + VrdmaAv::SIZE + 16, dev.ahs.get_mut().max())? {
         let h = r.u32()?;
         let pd = r.u32()?;
         let av = r.abi::<VrdmaAv>()?;
@@ -529,7 +532,10 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
         }
         ahs.push((h, Ah { pd, av, sgid }));
     }
-    dev.ahs.restore(ahs).map_err(|h| invalid("AH handle", h))?;
+    dev.ahs
+        .get_mut()
+        .restore(ahs)
+        .map_err(|h| invalid("AH handle", h))?;
 
     r.section(SEC_CQ)?;
     let mut cqs = Vec::new();

@@ -60,7 +60,9 @@ pub struct DeviceTables<P: Protocol> {
     pub(crate) xrcds: crate::objects::XrcdTable,
     pub(crate) cqs: LockedTable<Cq>,
     pub(crate) srqs: LockedTable<Srq>,
-    pub(crate) ahs: AhTable,
+    /// Read per UD packet (`ctx::ah_path`), written by CREATE_AH / DESTROY_AH beside the
+    /// workers.
+    pub(crate) ahs: crate::sync::ReadMostly<AhTable>,
     pub(crate) gids: GidTable,
     /// UD multicast groups and their QPs (spec §15.8).
     pub(crate) mcast: crate::objects::McastTable,
@@ -129,7 +131,7 @@ impl<P: Protocol> DeviceTables<P> {
             xrcds: crate::objects::XrcdTable::new(config.max_pd),
             cqs: LockedTable::new(config.max_cq),
             srqs: LockedTable::new(config.max_srq),
-            ahs: AhTable::new(config.max_ah),
+            ahs: crate::sync::ReadMostly::new(AhTable::new(config.max_ah)),
             gids: GidTable::new(config.max_gid),
             mcast: crate::objects::McastTable::new(
                 crate::objects::mcast::MAX_MCAST_GROUPS,
@@ -166,7 +168,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.xrcds.clear();
         self.cqs.clear();
         self.srqs.clear();
-        self.ahs.clear();
+        self.ahs.get_mut().clear();
         self.gids.clear();
         self.mcast.clear();
         self.mrs.get_mut().clear();
@@ -475,7 +477,7 @@ impl<P: Protocol> DeviceTables<P> {
     pub fn pd_in_use(&self, pd: u32) -> bool {
         self.qps.iter().any(|q| q.pd == pd)
             || self.srqs.iter().any(|(_, s)| s.pd == pd)
-            || self.ahs.iter().any(|(_, a)| a.pd == pd)
+            || self.ahs.read().iter().any(|(_, a)| a.pd == pd)
             || self.mrs.read().pd_in_use(pd)
     }
 }
@@ -493,8 +495,8 @@ impl<P: Protocol> DeviceTables<P> {
     pub fn srqs(&self) -> &LockedTable<Srq> {
         &self.srqs
     }
-    pub fn ahs(&self) -> &AhTable {
-        &self.ahs
+    pub fn ahs(&self) -> std::sync::RwLockReadGuard<'_, AhTable> {
+        self.ahs.read()
     }
     pub fn gids(&self) -> &GidTable {
         &self.gids

@@ -497,8 +497,12 @@ pub fn event(dev: &Device, ty: u32, id: u32, info: u32) {
 
 /// The path of UD AH `index` if it exists in PD `pdn` (spec §6.1).
 pub fn ah_path(dev: &Device, index: u32, pdn: u32) -> Option<Path> {
-    let ah = dev.ahs.lookup_in_pd(index, pdn)?;
-    Some(av_path(dev, &ah.av, ah.sgid))
+    let (av, sgid) = {
+        let ahs = dev.ahs.read();
+        let ah = ahs.lookup_in_pd(index, pdn)?;
+        (ah.av, ah.sgid)
+    };
+    Some(av_path(dev, &av, sgid))
 }
 
 /// The SQ of a QP in SQD has drained (IBTA 10.3.1): clear the flag.
