@@ -357,6 +357,8 @@ fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
     }
     // One copy for worker 1 (its two members), none for worker 0's own.
     assert_eq!(stats_b.handed_to_worker.load(Ordering::Relaxed), 1);
+    // Each datagram counts once as received for the engine, whatever the copies.
+    assert_eq!(stats_b.rx_to_engine.load(Ordering::Relaxed), 2);
     ea.stop();
     eb.stop();
 }

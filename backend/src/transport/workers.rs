@@ -255,6 +255,9 @@ pub(super) fn hand_out(
     let count = super::frames_of(buf, segment).count();
     let whole = swaps && at.start == 0 && at.end == slot.len();
     let mut handed = 0;
+    // The buffer's frames count once in `rx_to_engine`: here when this worker takes it too
+    // (its own receive loop counts them), else with the first copy handed.
+    let mut counted = here;
     let mut others = each_bit(to & !(1 << w)).peekable();
     while let Some(o) = others.next() {
         let only = !here && others.peek().is_none();
@@ -268,7 +271,10 @@ pub(super) fn hand_out(
         };
         let refs = if only { refs.take() } else { None };
         if hand(inboxes, o, Handed { buf, segment, refs }, count, port) {
-            crate::stats::add(&port.rx_to_engine, count);
+            if !counted {
+                crate::stats::add(&port.rx_to_engine, count);
+                counted = true;
+            }
             handed |= 1 << o;
         }
     }
