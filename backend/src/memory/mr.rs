@@ -528,7 +528,7 @@ impl MrTable {
         self.odp.take_resumed()
     }
 
-    /// The resumed QPs `mine` accepts (one engine worker's, `transport::resume_odp_of`).
+    /// The resumed QPs `mine` accepts (one engine worker's, `transport::on_worker_tick`).
     pub fn take_resumed_where(&mut self, mine: impl Fn(u32) -> bool) -> Vec<u32> {
         self.odp.take_resumed_where(mine)
     }

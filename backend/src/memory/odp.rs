@@ -333,11 +333,9 @@ impl OdpState {
         self.clock.map_or(n, |c| c.max(n))
     }
 
+    /// The QPs resumed since the last take (sorted, each once).
     pub fn take_resumed(&mut self) -> Vec<u32> {
-        let mut v = std::mem::take(&mut self.resumed);
-        v.sort_unstable();
-        v.dedup();
-        v
+        self.take_resumed_where(|_| true)
     }
 
     /// [`take_resumed`](Self::take_resumed) for the QPs `mine` accepts (one engine worker's);
