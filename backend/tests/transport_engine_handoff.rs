@@ -132,6 +132,26 @@ fn start_device(
     (dev, gate, engine)
 }
 
+/// Start node `n`'s device (its objects made by the test) on the queued batch with a gate that
+/// holds the engine inside the first frame until released; returns once it is held there.
+/// `n` keeps its guest memory, so its rings stay readable.
+fn start_node_held(n: &mut common::Node) -> (Arc<HandoffLock<Device>>, Arc<Gate>, Engine) {
+    let gate = Arc::new(Gate {
+        hold: true,
+        ..Gate::default()
+    });
+    n.dev.set_output(gate.clone());
+    let dev = std::mem::replace(
+        &mut n.dev,
+        Device::new(DeviceConfig::default(), GuestMem::empty(), gate.clone()),
+    );
+    let (dev, gate, engine) = start_device(dev, n.mac, gate);
+    wait_for("the first frame", || {
+        gate.delivered.load(Ordering::SeqCst) >= 1
+    });
+    (dev, gate, engine)
+}
+
 fn wait_for(what: &str, cond: impl Fn() -> bool) {
     let t0 = Instant::now();
     while !cond() {
@@ -233,20 +253,7 @@ fn a_modify_qp_runs_beside_a_worker_inside_a_unit() {
     let k = n.reg_mr(pd, buf, 4096, common::ACC_ALL);
     let mut rq = q.rq.clone().unwrap();
     n.post_recv(&mut rq, 41, &[(buf, 4096, k)]);
-    let gate = Arc::new(Gate {
-        hold: true,
-        ..Gate::default()
-    });
-    n.dev.set_output(gate.clone());
-    let mac = n.mac;
-    let dev = std::mem::replace(
-        &mut n.dev,
-        Device::new(DeviceConfig::default(), GuestMem::empty(), gate.clone()),
-    );
-    let (dev, gate, engine) = start_device(dev, mac, gate);
-    wait_for("the first frame", || {
-        gate.delivered.load(Ordering::SeqCst) >= 1
-    });
+    let (dev, gate, engine) = start_node_held(&mut n);
     let (tx, rx) = std::sync::mpsc::channel();
     let modify = {
         let dev = dev.clone();
@@ -304,25 +311,12 @@ fn a_modify_qp_runs_beside_a_worker_inside_a_unit() {
 fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
     // Adding an MR takes a free slot under the MR table's write lock (`Device::handle_shared`),
     // an AH is added and removed under the AH table's: neither waits for a worker busy with a
-    // unit. Taking one away (DEREG_MR) may race with
-    // a copy through it, so it still needs the exclusive device.
+    // unit. Taking one away (DEREG_MR) may race with a copy through it, so it still needs the
+    // exclusive device.
     let mut n = common::Node::new(8, 16, 1500);
     let pd = n.create_pd();
     let av = n.av_to(&n);
-    let gate = Arc::new(Gate {
-        hold: true,
-        ..Gate::default()
-    });
-    n.dev.set_output(gate.clone());
-    let mac = n.mac;
-    let dev = std::mem::replace(
-        &mut n.dev,
-        Device::new(DeviceConfig::default(), GuestMem::empty(), gate.clone()),
-    );
-    let (dev, gate, engine) = start_device(dev, mac, gate);
-    wait_for("the first frame", || {
-        gate.delivered.load(Ordering::SeqCst) >= 1
-    });
+    let (dev, gate, engine) = start_node_held(&mut n);
     let (tx, rx) = std::sync::mpsc::channel();
     let reg = {
         let dev = dev.clone();
