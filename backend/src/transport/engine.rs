@@ -564,15 +564,6 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                             }
                         }
                     }
-                    let Some(buf) = bufs
-                        .get(rx.slot)
-                        .and_then(|b| b.get(rx.off..rx.off + rx.len))
-                    else {
-                        if let Some(r) = refs {
-                            r.recycle();
-                        }
-                        continue;
-                    };
                     // Frames for another worker's QP go to it whole (`workers.rs`), by-reference
                     // segments with their references: a QP's frames are all received by its
                     // own worker (its responder state is taken there, its ACKs queued there); a
@@ -581,7 +572,12 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         let mac = d.config.mac;
                         let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
                         let members = |g: &_| owners(d.mcast.members(g), workers);
-                        let to = received_by(buf, rx.segment, mac, ours, members, w, workers);
+                        let to = bufs
+                            .get(rx.slot)
+                            .and_then(|b| b.get(rx.off..rx.off + rx.len))
+                            .map_or(1 << w, |buf| {
+                                received_by(buf, rx.segment, mac, ours, members, w, workers)
+                            });
                         let here = to & (1 << w) != 0;
                         if let Some(slot) = bufs.get_mut(rx.slot).filter(|_| to != 1 << w) {
                             kick_mask |= hand_out(

@@ -72,58 +72,36 @@ impl MrTable {
         if let Some(r) = self.resolve_pinned_into(key, pd, iova, len, access, out) {
             return r;
         }
-        out.clear();
-        let idx = key_index(key) as usize;
-        let mem = &self.mem;
+        // Only an ODP MR is left: `resolve_pinned_into` answered every other key.
         let odp = &mut self.odp;
         let mr = self
             .slots
-            .get_mut(idx)
-            .filter(|_| idx != 0)
+            .get_mut(key_index(key) as usize)
             .and_then(|s| s.mr.as_mut())
+            .filter(|m| m.key == key)
             .ok_or(MrError::InvalidKey(key))?;
-        if mr.key != key {
-            return Err(MrError::StaleKey(key));
-        }
         check_mr(mr, key, pd, iova, len, access)?;
         if len == 0 {
             return Ok(());
         }
-        if mr.is_window() {
-            // `check_mr` refused it already; kept so no window is ever translated here.
+        let (mr_iova, mr_len) = (mr.iova, mr.length);
+        let (MrKind::Odp(o) | MrKind::ImplicitOdp(o)) = &mut mr.kind else {
             return Err(MrError::AccessDenied { key, access });
-        }
-        let mr_iova = mr.iova;
-        let mr_len = mr.length;
-        match &mut mr.kind {
-            MrKind::Dma => {
-                if !mem.check_range(iova, len) {
-                    return Err(MrError::BadAddress { gpa: iova });
-                }
-                out.push(GuestRange { gpa: iova, len });
-            }
-            MrKind::PageList { page_shift, pages }
-            | MrKind::FastReg {
-                page_shift, pages, ..
-            } => translate_pages(mr_iova, *page_shift, pages, iova, len, out),
-            MrKind::Window(_) => return Err(MrError::AccessDenied { key, access }),
-            MrKind::Odp(o) | MrKind::ImplicitOdp(o) => {
-                // Only ODP needs the clock (a vDSO call was ~2.5 % of the UDP profile when
-                // every translation read it).
-                let now = odp.now();
-                *out = odp.resolve(
-                    o,
-                    key,
-                    mr_iova,
-                    mr_len,
-                    iova,
-                    len,
-                    access & ACCESS_WRITES != 0,
-                    waiter,
-                    now,
-                )?
-            }
-        }
+        };
+        // Only ODP needs the clock (a vDSO call was ~2.5 % of the UDP profile when every
+        // translation read it).
+        let now = odp.now();
+        *out = odp.resolve(
+            o,
+            key,
+            mr_iova,
+            mr_len,
+            iova,
+            len,
+            access & ACCESS_WRITES != 0,
+            waiter,
+            now,
+        )?;
         Ok(())
     }
 }
