@@ -10,18 +10,38 @@ import re
 import subprocess
 import time
 
+import vrdmavm
 from harness import expect, expect_in, push_guest_script, roce_v2_gid_index, run_ok, scenario
 
 PORT = 18515
 SPRAY = 4000
 
 
+def stats(vm):
+    """The victim backend's counters, from its stats socket."""
+    return subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
 def drops(vm):
-    """The victim backend's intake drops by reason, from its stats socket."""
-    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
-                         capture_output=True, text=True, timeout=30).stdout
+    """The victim device's intake drops by reason."""
     return {m.group(1): int(m.group(2))
-            for m in re.finditer(r'vrdma_port_drops_total\{[^}]*reason="(\w+)"\} (\d+)', out)}
+            for m in re.finditer(r'vrdma_port_drops_total\{[^}]*reason="(\w+)"\} (\d+)',
+                                 stats(vm))}
+
+
+def lost_on_the_way(vm, attacker):
+    """Frames lost before the victim's intake, by where: the attacker's qdisc, the kernel
+    queue of the daemon's TAP (the daemon read too slowly), the fabric's queues. Ethernet may
+    lose frames under load; these places count what they lose."""
+    fabric = sum(int(m.group(1)) for m in re.finditer(
+        r'vrdma_fabric_drops_total\{[^}]*reason="full"\} (\d+)', stats(vm)))
+    tap = int(subprocess.run(
+        ["ip", "netns", "exec", vm.cluster.netns, "cat",
+         "/sys/class/net/%s/statistics/tx_dropped" % vrdmavm.FABRIC_TAP],
+        capture_output=True, text=True, timeout=30, check=True).stdout)
+    guest = int(run_ok(attacker, "cat /sys/class/net/eth0/statistics/tx_dropped").strip())
+    return {"attacker_qdisc": guest, "daemon_tap_queue": tap, "fabric_full": fabric}
 
 
 @scenario("E", timeout=600)
@@ -37,20 +57,32 @@ def third_guest_cannot_write_into_a_connected_qp(ctx):
            "exit 1", timeout=90)
     info = json.loads(victim.read_file("/tmp/victim.json"))
     before = drops(victim)
+    lost_before = lost_on_the_way(victim, attacker)
     spec = {"own_ip": attacker.ip, "victim_ip": victim.ip, "victim_mac": victim.mac,
             "peer_ip": peer.ip, "qpn": info["qpn"], "rkey": info["rkey"], "addr": info["addr"],
             "count": SPRAY}
     out = run_ok(attacker, "python3 %s eth0 '%s'" % (attack, json.dumps(spec)), timeout=300)
     expect_in("sent own=%d spoofed=%d" % (SPRAY // 2, SPRAY // 2), out, "the attacker")
-    time.sleep(2)  # let the victim's backend drain its socket
-    after = drops(victim)
-    foreign = after.get("bad_address", 0) - before.get("bad_address", 0)
-    ctx.note("victim qpn %#x: %d frames from the attacker's address dropped at intake" % (
-        info["qpn"], foreign))
-    expect(foreign >= SPRAY // 2,
+    # The victim's backend drains the TAP and its queues: wait until the count settles.
+    foreign, last, deadline = -1, time.monotonic(), time.monotonic() + 30
+    while foreign < SPRAY // 2 and time.monotonic() < deadline:
+        after = drops(victim)
+        now = after.get("bad_address", 0) - before.get("bad_address", 0)
+        if now != foreign:
+            foreign, last = now, time.monotonic()
+        elif time.monotonic() - last > 3:
+            break
+        time.sleep(0.3)
+    lost = {k: v - lost_before[k] for k, v in lost_on_the_way(victim, attacker).items()}
+    ctx.note("victim qpn %#x: %d frames from the attacker's address dropped at intake, "
+             "lost before it: %s" % (info["qpn"], foreign, lost))
+    # Every frame from the attacker's address that reached the victim's device is dropped
+    # there as bad_address; one that did not reach it is counted where it was lost. A few
+    # lost on a loaded host are Ethernet; many would hide the check, so they fail it too.
+    expect(foreign + sum(lost.values()) >= SPRAY // 2 and foreign >= SPRAY // 2 * 95 // 100,
            "the victim dropped every frame from the foreign address as bad_address "
-           "(%d of %d; a crafting error would show as malformed: %s)" % (
-               foreign, SPRAY // 2, after))
+           "(%d of %d, lost before intake %s; a crafting error would show as malformed: %s)" % (
+               foreign, SPRAY // 2, lost, after))
     run_ok(peer, "touch /tmp/go")
     rc_p, out_p = p.wait(timeout=120)
     rc_v, out_v = v.wait(timeout=60)
