@@ -7,7 +7,8 @@
 //! uplink before the engine starts, so one receive call takes them all. Each goes to the
 //! guest's netdev (`DeviceOutput::eth_rx`, under the device lock); the output holds the engine
 //! inside the first one until the command has announced itself. Commands that run on the
-//! shared device (queries, MODIFY_QP) answer while the engine is held there.
+//! shared device (queries, MODIFY_QP, the registrations and the creates) answer while the
+//! engine is held there.
 
 mod common;
 
@@ -389,5 +390,116 @@ fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
         ),
         "{done:?}"
     );
+    engine.stop();
+}
+
+#[test]
+fn objects_are_created_beside_a_worker_inside_a_unit() {
+    // CREATE_PD, ALLOC_XRCD, CREATE_CQ and CREATE_SRQ grow their tables through a shared borrow
+    // (`objects::LockedTable`): none waits for a worker busy with a unit. Destroying one needs
+    // the exclusive device, the fence against a worker still using it.
+    let mut n = common::Node::new(8, 16, 1500);
+    let cq_ring = n.ring(64, 6);
+    let srq_ring = n.ring(64, 8);
+    let xsrq_ring = n.ring(64, 8);
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let creator = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            let mut resp = Vec::new();
+            let mut shared = |op: u16, req: Vec<u8>| {
+                let status = dev.read().handle_shared(op, &req, &mut resp);
+                let h = VrdmaHandle::read_from(&resp).map_or(0, |h| h.handle);
+                (status, h)
+            };
+            let with_pages = |head: &[u8], pages: &[u64]| {
+                let mut b = head.to_vec();
+                pages
+                    .iter()
+                    .for_each(|p| b.extend_from_slice(&p.to_le_bytes()));
+                b
+            };
+            let pd = shared(
+                VRDMA_CMD_CREATE_PD,
+                VrdmaHandle::default().as_bytes().to_vec(),
+            );
+            let xrcd = shared(VRDMA_CMD_ALLOC_XRCD, Vec::new());
+            let c = VrdmaCmdCreateCq {
+                depth: 64,
+                npages: cq_ring.pages.len() as u32,
+                ..Default::default()
+            };
+            let cq = shared(
+                VRDMA_CMD_CREATE_CQ,
+                with_pages(c.as_bytes(), &cq_ring.pages),
+            );
+            let srq_cmd = |ring: &common::RingH, xrc: Option<(u32, u32)>| VrdmaCmdCreateSrq {
+                pdn: pd.1,
+                depth: 64,
+                wqe_shift: 8,
+                srq_type: if xrc.is_some() {
+                    VRDMA_SRQT_XRC
+                } else {
+                    VRDMA_SRQT_BASIC
+                },
+                xrcdn: xrc.map_or(0, |x| x.0),
+                cqn: xrc.map_or(0, |x| x.1),
+                max_sge: 4,
+                npages: ring.pages.len() as u32,
+                ..Default::default()
+            };
+            let c = srq_cmd(&srq_ring, None);
+            let srq = shared(
+                VRDMA_CMD_CREATE_SRQ,
+                with_pages(c.as_bytes(), &srq_ring.pages),
+            );
+            let c = srq_cmd(&xsrq_ring, Some((xrcd.1, cq.1)));
+            let xsrq = shared(
+                VRDMA_CMD_CREATE_SRQ,
+                with_pages(c.as_bytes(), &xsrq_ring.pages),
+            );
+            let h = VrdmaHandle {
+                handle: cq.1,
+                ..Default::default()
+            };
+            let destroy = shared(VRDMA_CMD_DESTROY_CQ, h.as_bytes().to_vec()).0;
+            let _ = tx.send(([pd, xrcd, cq, srq, xsrq], destroy));
+        })
+    };
+    let answer = rx.recv_timeout(LONG);
+    let inside = gate.delivered.load(Ordering::SeqCst);
+    gate.released.store(true, Ordering::SeqCst);
+    let (made, destroy) = answer.expect("a create command waited for the worker's unit");
+    creator.join().unwrap();
+    for (what, (status, h)) in ["PD", "XRCD", "CQ", "SRQ", "XRC SRQ"].iter().zip(made) {
+        assert_eq!(status, Some(VRDMA_STATUS_OK), "{what}");
+        assert_ne!(h, 0, "{what}: no handle in the response");
+    }
+    assert_eq!(destroy, None, "DESTROY_CQ needs the exclusive device");
+    assert_eq!(
+        inside, 1,
+        "the worker had left its unit before the creates answered"
+    );
+    // The objects are whole: the exclusive device sees and destroys them (the CQ only after
+    // the XRC SRQ that completes into it).
+    let exclusive = |op: u16, handle: u32| {
+        let h = VrdmaHandle {
+            handle,
+            ..Default::default()
+        };
+        let mut resp = Vec::new();
+        match dev.lock().handle_command(op, h.as_bytes(), &mut resp) {
+            vrdma_backend::guest::CmdOutcome::Done(s) => s,
+            other => panic!("{other:?}"),
+        }
+    };
+    let [pd, xrcd, cq, srq, xsrq] = made.map(|m| m.1);
+    assert_eq!(exclusive(VRDMA_CMD_DESTROY_CQ, cq), VRDMA_STATUS_BUSY);
+    assert_eq!(exclusive(VRDMA_CMD_DESTROY_SRQ, xsrq), VRDMA_STATUS_OK);
+    assert_eq!(exclusive(VRDMA_CMD_DESTROY_SRQ, srq), VRDMA_STATUS_OK);
+    assert_eq!(exclusive(VRDMA_CMD_DESTROY_CQ, cq), VRDMA_STATUS_OK);
+    assert_eq!(exclusive(VRDMA_CMD_DEALLOC_XRCD, xrcd), VRDMA_STATUS_OK);
+    assert_eq!(exclusive(VRDMA_CMD_DESTROY_PD, pd), VRDMA_STATUS_OK);
     engine.stop();
 }

@@ -78,20 +78,16 @@ impl Device {
         let r = match opcode {
             VRDMA_CMD_ADD_GID => self.cmd_add_gid(req),
             VRDMA_CMD_DEL_GID => self.cmd_del_gid(req),
-            VRDMA_CMD_CREATE_PD => self.cmd_create_pd(req, resp),
             VRDMA_CMD_DESTROY_PD => self.cmd_destroy_pd(req),
-            VRDMA_CMD_CREATE_CQ => self.cmd_create_cq(req, resp),
             VRDMA_CMD_DESTROY_CQ => self.cmd_destroy_cq(req),
             VRDMA_CMD_RESIZE_CQ => self.cmd_resize_cq(req, resp),
             VRDMA_CMD_CREATE_QP => self.cmd_create_qp(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
             VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
-            VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
             VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
             VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
             VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
             VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
-            VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
             VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
             VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
@@ -115,7 +111,11 @@ impl Device {
     /// commands that change one object under that object's own lock: MODIFY_QP, MODIFY_CQ and
     /// MODIFY_SRQ (without a resize), and those that add an MR or a window in a free slot of
     /// the MR table (REG_MR, REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR,
-    /// ALLOC_MW), and CREATE_AH / DESTROY_AH under the AH table's lock. Returns the status,
+    /// ALLOC_MW), CREATE_AH / DESTROY_AH under the AH table's lock, and those that add a PD,
+    /// an XRC domain, a CQ or an SRQ (CREATE_PD, ALLOC_XRCD, CREATE_CQ, CREATE_SRQ), whose
+    /// tables grow through a shared borrow (`objects::LockedTable`): nothing refers to the new
+    /// object before its handle is in the response, and what it refers to (a PD, a CQ) is only
+    /// destroyed on the exclusive device, which this command excludes. Returns the status,
     /// with the response body in `resp`; `None`: `opcode` needs [`Device::handle_command`] on
     /// the exclusive device.
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
@@ -144,6 +144,10 @@ impl Device {
                 | VRDMA_CMD_ALLOC_MW
                 | VRDMA_CMD_CREATE_AH
                 | VRDMA_CMD_DESTROY_AH
+                | VRDMA_CMD_CREATE_PD
+                | VRDMA_CMD_ALLOC_XRCD
+                | VRDMA_CMD_CREATE_CQ
+                | VRDMA_CMD_CREATE_SRQ
         );
         if !shared {
             return None;
@@ -168,6 +172,10 @@ impl Device {
             VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
             VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
             VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
+            VRDMA_CMD_CREATE_PD => self.cmd_create_pd(req, resp),
+            VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
+            VRDMA_CMD_CREATE_CQ => self.cmd_create_cq(req, resp),
+            VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
             _ => self.cmd_destroy_ah(req),
         };
         Some(match r {
@@ -235,7 +243,7 @@ impl Device {
         })
     }
 
-    fn cmd_create_pd(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_create_pd(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         // The request is a vrdma_handle that carries nothing; an empty request is accepted too.
         let _ = req;
         let h = self
@@ -257,7 +265,7 @@ impl Device {
     }
 
     /// ALLOC_XRCD (spec §13.7): the request carries nothing (like CREATE_PD).
-    fn cmd_alloc_xrcd(&mut self, resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_alloc_xrcd(&self, resp: &mut Vec<u8>) -> CmdResult {
         let h = self
             .xrcds
             .insert_with(|xrcdn| crate::objects::Xrcd { xrcdn })
@@ -314,7 +322,7 @@ impl Device {
         Ok(r)
     }
 
-    fn cmd_create_cq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_create_cq(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateCq>(req)?;
         let pages = page_list(rest, c.npages)?;
         if self.cqs.len() >= self.cqs.max() {
@@ -422,7 +430,7 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_create_srq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    fn cmd_create_srq(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateSrq>(req)?;
         let pages = page_list(rest, c.npages)?;
         self.pd_exists(c.pdn)?;

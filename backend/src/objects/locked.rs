@@ -1,84 +1,270 @@
-//! A handle table whose objects each have their own lock ([`LockedTable`]): the CQs and SRQs,
-//! which QPs of different engine workers post to and take from (ARCHITECTURE.md "Locks").
-//! Through an exclusively borrowed table (control commands, which hold the device lock) nothing
-//! is locked; through a shared one every access locks only the object it names.
+//! A handle table whose objects each have their own lock and whose shape a shared borrow can
+//! grow ([`LockedTable`]): the PDs, XRC domains, CQs and SRQs. The engine workers lock the CQs
+//! and SRQs their QPs post to and take from (ARCHITECTURE.md "Locks"), and the commands that
+//! create one of these objects run beside them (`Device::handle_shared`), so a lookup takes no
+//! table lock: the slots live in segments that are allocated once and never move.
+//!
+//! Handles are 1..=max (0 is never valid), freed handles are reused in FIFO order so a
+//! just-destroyed handle is not handed out again at once (as in [`super::HandleTable`]).
+//! Removal needs the exclusive borrow: the destroy commands hold the device exclusively, which
+//! is their fence against a worker still using the object (the hand-off, `handoff.rs`).
 
-use std::sync::{Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::sync::{lock, unlocked};
 
-use super::HandleTable;
+/// Slots in segment 0; segment `k` has `FIRST_SEGMENT << k`, so a table holds at most twice
+/// the slots it has used, and handle 0's slot (never used) is the only waste.
+const FIRST_SEGMENT: u64 = 64;
+/// Enough segments for every `u32` handle: `FIRST_SEGMENT * (2^SEGMENTS - 1) > u32::MAX`.
+const SEGMENTS: usize = 27;
 
-/// [`HandleTable`] with a `Mutex` per object (see the module documentation).
+/// One handle's slot. `live` mirrors whether `obj` holds an object, so `contains` needs no
+/// lock (a caller may hold the object's guard).
+struct Slot<T> {
+    live: AtomicBool,
+    obj: Mutex<Option<T>>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Self {
+        Slot {
+            live: AtomicBool::new(false),
+            obj: Mutex::new(None),
+        }
+    }
+}
+
+/// Which handles have been handed out.
 #[derive(Debug)]
-pub struct LockedTable<T>(HandleTable<Mutex<T>>);
+struct Alloc {
+    /// Freed handles, oldest first.
+    free: VecDeque<u32>,
+    /// The next never-used handle.
+    next: u32,
+}
+
+/// See the module documentation.
+pub struct LockedTable<T> {
+    segments: [OnceLock<Box<[Slot<T>]>>; SEGMENTS],
+    /// Taken by inserts only (they may come from a shared borrow); lookups never take it.
+    alloc: Mutex<Alloc>,
+    count: AtomicU32,
+    max: u32,
+}
+
+impl<T> std::fmt::Debug for LockedTable<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockedTable")
+            .field("count", &self.len())
+            .field("max", &self.max)
+            .finish()
+    }
+}
+
+/// An object of a [`LockedTable`], locked until the guard drops.
+pub struct SlotGuard<'a, T>(MutexGuard<'a, Option<T>>);
+
+impl<T> Deref for SlotGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // A guard is made only for a slot found holding an object under this same lock, and
+        // only the exclusive borrow (which no guard outlives) empties a slot.
+        self.0
+            .as_ref()
+            .expect("a slot guard is made only for an occupied slot")
+    }
+}
+
+impl<T> DerefMut for SlotGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // As in `deref`.
+        self.0
+            .as_mut()
+            .expect("a slot guard is made only for an occupied slot")
+    }
+}
+
+/// Segment and index of handle `h`'s slot.
+fn locate(h: u32) -> (usize, usize) {
+    let q = u64::from(h) / FIRST_SEGMENT + 1;
+    let k = 63 - q.leading_zeros() as usize;
+    let start = FIRST_SEGMENT * ((1u64 << k) - 1);
+    (k, (u64::from(h) - start) as usize)
+}
+
+/// The first handle of segment `k`.
+fn segment_start(k: usize) -> u64 {
+    FIRST_SEGMENT * ((1u64 << k) - 1)
+}
 
 impl<T> LockedTable<T> {
     pub fn new(max: u32) -> Self {
-        LockedTable(HandleTable::new(max))
+        LockedTable {
+            segments: std::array::from_fn(|_| OnceLock::new()),
+            alloc: Mutex::new(Alloc {
+                free: VecDeque::new(),
+                next: 1,
+            }),
+            count: AtomicU32::new(0),
+            max,
+        }
+    }
+
+    fn slot(&self, h: u32) -> Option<&Slot<T>> {
+        let (k, i) = locate(h);
+        self.segments.get(k)?.get()?.get(i)
+    }
+
+    /// Handle `h`'s slot, its segment allocated if it is the first handle used there.
+    fn slot_or_alloc(&self, h: u32) -> Option<&Slot<T>> {
+        let (k, i) = locate(h);
+        let seg = self.segments.get(k)?.get_or_init(|| {
+            let n = FIRST_SEGMENT << k;
+            (0..n).map(|_| Slot::new()).collect()
+        });
+        seg.get(i)
+    }
+
+    fn slot_mut(&mut self, h: u32) -> Option<&mut Slot<T>> {
+        let (k, i) = locate(h);
+        self.segments.get_mut(k)?.get_mut()?.get_mut(i)
     }
 
     /// Insert; `None` when the table is full.
-    pub fn insert(&mut self, v: T) -> Option<u32> {
-        self.0.insert(Mutex::new(v))
+    pub fn insert(&self, v: T) -> Option<u32> {
+        self.insert_with(|_| v)
     }
 
-    /// Insert the object `f` builds from its handle; `None` when the table is full.
-    pub fn insert_with(&mut self, f: impl FnOnce(u32) -> T) -> Option<u32> {
-        self.0.insert_with(|h| Mutex::new(f(h)))
+    /// Insert the object `f` builds from its handle; `None` when the table is full. Through a
+    /// shared borrow: lookups of other objects go on meanwhile.
+    pub fn insert_with(&self, f: impl FnOnce(u32) -> T) -> Option<u32> {
+        let mut a = lock(&self.alloc);
+        if self.count.load(Ordering::Relaxed) >= self.max {
+            return None;
+        }
+        // With fewer than `max` objects a handle at most `max` is free or never used.
+        let h = match a.free.pop_front() {
+            Some(h) => h,
+            None => {
+                let h = a.next;
+                a.next = h.checked_add(1)?;
+                h
+            }
+        };
+        let Some(slot) = self.slot_or_alloc(h) else {
+            a.free.push_front(h);
+            return None;
+        };
+        *lock(&slot.obj) = Some(f(h));
+        slot.live.store(true, Ordering::Release);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        Some(h)
     }
 
     /// Object `h`, locked until the guard drops. Never lock an object while holding its guard:
     /// the lock is not re-entrant.
-    pub fn get(&self, h: u32) -> Option<MutexGuard<'_, T>> {
-        self.0.get(h).map(lock)
+    pub fn get(&self, h: u32) -> Option<SlotGuard<'_, T>> {
+        let g = lock(&self.slot(h)?.obj);
+        g.is_some().then_some(SlotGuard(g))
     }
 
     /// Object `h` through the exclusively borrowed table: no lock taken.
     pub fn get_mut(&mut self, h: u32) -> Option<&mut T> {
-        self.0.get_mut(h).map(unlocked)
+        unlocked(&mut self.slot_mut(h)?.obj).as_mut()
     }
 
+    /// Whether object `h` exists; takes no lock, so it may be asked while holding a guard.
     pub fn contains(&self, h: u32) -> bool {
-        self.0.contains(h)
+        self.slot(h).is_some_and(|s| s.live.load(Ordering::Acquire))
     }
 
     pub fn remove(&mut self, h: u32) -> Option<T> {
-        self.0
-            .remove(h)
-            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        let slot = self.slot_mut(h)?;
+        let v = unlocked(&mut slot.obj).take()?;
+        *slot.live.get_mut() = false;
+        unlocked(&mut self.alloc).free.push_back(h);
+        *self.count.get_mut() -= 1;
+        Some(v)
     }
 
     pub fn len(&self) -> u32 {
-        self.0.len()
+        self.count.load(Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
     pub fn max(&self) -> u32 {
-        self.0.max()
+        self.max
     }
 
     /// Every live object with its handle, each locked while the iteration is at it.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, MutexGuard<'_, T>)> {
-        self.0.iter().map(|(h, m)| (h, lock(m)))
+    pub fn iter(&self) -> impl Iterator<Item = (u32, SlotGuard<'_, T>)> {
+        let next = lock(&self.alloc).next;
+        (1..next).filter_map(move |h| self.get(h).map(|g| (h, g)))
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.0.iter_mut().map(|(h, m)| (h, unlocked(m)))
+        self.segments
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(k, seg)| seg.get_mut().map(|s| (segment_start(k), s)))
+            .flat_map(|(start, seg)| {
+                seg.iter_mut().enumerate().filter_map(move |(i, slot)| {
+                    let h = u32::try_from(start + i as u64).ok()?;
+                    unlocked(&mut slot.obj).as_mut().map(|v| (h, v))
+                })
+            })
     }
 
-    /// See [`HandleTable::restore`].
+    /// Fill an empty table with objects at given handles (migration, spec §17.3). Fails, and
+    /// leaves the table empty, on handle 0, a handle above `max`, a duplicate, or more objects
+    /// than `max`; the free list is every unused handle below the highest one, ascending.
     pub fn restore(&mut self, entries: Vec<(u32, T)>) -> Result<(), u32> {
-        let entries = entries.into_iter().map(|(h, v)| (h, Mutex::new(v)));
-        self.0.restore(entries.collect())
+        self.clear();
+        if entries.len() as u64 > u64::from(self.max) {
+            return Err(0);
+        }
+        if let Some((h, _)) = entries.iter().find(|(h, _)| *h == 0 || *h > self.max) {
+            return Err(*h);
+        }
+        let top = entries.iter().map(|(h, _)| *h).max().unwrap_or(0);
+        for (h, v) in entries {
+            if self.contains(h) {
+                self.clear();
+                return Err(h);
+            }
+            let Some(slot) = self.slot_or_alloc(h) else {
+                self.clear();
+                return Err(h);
+            };
+            *lock(&slot.obj) = Some(v);
+            slot.live.store(true, Ordering::Release);
+            *self.count.get_mut() += 1;
+        }
+        let free = (1..top).filter(|&h| !self.contains(h)).collect();
+        *unlocked(&mut self.alloc) = Alloc {
+            free,
+            next: top + 1,
+        };
+        Ok(())
     }
 
     /// Remove everything (device reset); handle numbering starts over.
     pub fn clear(&mut self) {
-        self.0.clear()
+        for s in &mut self.segments {
+            *s = OnceLock::new();
+        }
+        *unlocked(&mut self.alloc) = Alloc {
+            free: VecDeque::new(),
+            next: 1,
+        };
+        *self.count.get_mut() = 0;
     }
 }
 
@@ -91,15 +277,86 @@ mod tests {
         let mut t: LockedTable<u32> = LockedTable::new(2);
         let a = t.insert(10).unwrap();
         let b = t.insert_with(|h| h * 100).unwrap();
+        assert_eq!((a, b), (1, 2));
         assert_eq!(t.insert(1), None, "limit");
         *t.get(a).unwrap() += 1;
         *t.get_mut(b).unwrap() += 1;
         let all: Vec<(u32, u32)> = t.iter().map(|(h, v)| (h, *v)).collect();
         assert_eq!(all, vec![(a, 11), (b, b * 100 + 1)]);
         assert_eq!(t.remove(a), Some(11));
+        assert_eq!(t.remove(a), None);
         assert!(t.get(a).is_none() && !t.contains(a));
+        assert!(t.get(0).is_none() && t.get(u32::MAX).is_none());
         t.restore(vec![(2, 7)]).unwrap();
         assert_eq!(t.len(), 1);
         assert_eq!(*t.get(2).unwrap(), 7);
+        assert_eq!(
+            t.insert(8),
+            Some(1),
+            "restore frees the handles below the highest"
+        );
+        assert_eq!(t.insert(9), None);
+    }
+
+    #[test]
+    fn handles_start_at_one_and_freed_ones_are_reused_oldest_first() {
+        let mut t: LockedTable<&str> = LockedTable::new(3);
+        assert_eq!(t.insert("a"), Some(1));
+        assert_eq!(t.insert("b"), Some(2));
+        assert_eq!(t.insert("c"), Some(3));
+        assert_eq!(t.remove(2), Some("b"));
+        assert_eq!(t.remove(1), Some("a"));
+        assert_eq!(t.insert("e"), Some(2), "FIFO: the first freed handle first");
+        assert_eq!(t.insert("f"), Some(1));
+        let mut v: Vec<(u32, &str)> = t.iter_mut().map(|(h, v)| (h, *v)).collect();
+        v.sort();
+        assert_eq!(v, vec![(1, "f"), (2, "e"), (3, "c")]);
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.insert("g"), Some(1));
+    }
+
+    #[test]
+    fn segments_cover_every_handle_once() {
+        let mut seen = std::collections::HashSet::new();
+        for h in (0..20_000u32).chain([u32::MAX - 1, u32::MAX]) {
+            let (k, i) = locate(h);
+            assert!(k < SEGMENTS, "handle {h}");
+            assert!((i as u64) < FIRST_SEGMENT << k, "handle {h}");
+            assert_eq!(segment_start(k) + i as u64, u64::from(h));
+            assert!(seen.insert((k, i)));
+        }
+        let mut t: LockedTable<u32> = LockedTable::new(5000);
+        for n in 1..=5000 {
+            assert_eq!(t.insert(n), Some(n));
+        }
+        assert_eq!(t.iter_mut().count(), 5000);
+        assert!((1..=5000).all(|h| t.contains(h) && *t.get(h).unwrap() == h));
+        t.restore(vec![(4000, 1), (3, 2)]).unwrap();
+        assert_eq!(t.len(), 2);
+        assert!(t.restore(vec![(3, 1), (3, 2)]).is_err() && t.is_empty());
+        assert!(t.restore(vec![(5001, 1)]).is_err());
+    }
+
+    #[test]
+    fn inserts_through_a_shared_borrow_beside_lookups() {
+        let t: LockedTable<u64> = LockedTable::new(4096);
+        let first = t.insert(0).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for n in 1..4096u64 {
+                    assert!(t.insert(n).is_some());
+                }
+            });
+            s.spawn(|| {
+                // Lookups of an existing object while the table grows around it.
+                for _ in 0..20_000 {
+                    *t.get(first).unwrap() += 1;
+                }
+            });
+        });
+        assert_eq!(t.len(), 4096);
+        assert_eq!(*t.get(first).unwrap(), 20_000);
+        assert_eq!(t.iter().count(), 4096);
     }
 }

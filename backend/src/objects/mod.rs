@@ -13,7 +13,7 @@ pub mod xrcd;
 pub use ah::{Ah, AhTable};
 pub use cq::{Cq, CqError};
 pub use gid::{GidEntry, GidTable};
-pub use locked::LockedTable;
+pub use locked::{LockedTable, SlotGuard};
 pub use mcast::{is_multicast_gid, McastError, McastTable};
 pub use pd::{Pd, PdTable};
 pub use srq::{Srq, SrqXrc};

@@ -1,6 +1,6 @@
 //! Protection domains.
 
-use super::HandleTable;
+use super::LockedTable;
 
 /// A PD. Objects record their PD's handle; DESTROY_PD of a PD still referenced is BUSY.
 #[derive(Debug, Clone, Default)]
@@ -8,4 +8,5 @@ pub struct Pd {
     pub pdn: u32,
 }
 
-pub type PdTable = HandleTable<Pd>;
+/// CREATE_PD adds one beside the engine workers (`Device::handle_shared`).
+pub type PdTable = LockedTable<Pd>;
