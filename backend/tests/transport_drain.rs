@@ -212,7 +212,6 @@ fn a_flush_queued_beside_the_workers_runs_once_and_spares_a_qp_reset_since() {
     // complete the new WQEs; an exclusive command in between runs the queued flush first.
     let mut n = Node::new(1, 16, 1500);
     let pd = n.create_pd();
-    let spare_pd = n.create_pd();
     let (cq, mut cqr) = n.create_cq(64);
     let q = n.create_qp(QpSpec::rc(pd, cq));
     n.qp_to_init(q.qpn);
@@ -257,12 +256,15 @@ fn a_flush_queued_beside_the_workers_runs_once_and_spares_a_qp_reset_since() {
         modify_beside(&n, q.qpn, VRDMA_QP_STATE, to(VRDMA_QPS_ERR)),
         ok
     );
-    let spare = VrdmaHandle {
-        handle: spare_pd,
+    // DEL_GID of an empty entry: exclusive, refused, and the queued flush ran before it.
+    let g = VrdmaCmdGid {
+        index: 7,
         ..Default::default()
     };
-    n.cmd(VRDMA_CMD_DESTROY_PD, spare.as_bytes())
-        .expect("DESTROY_PD");
+    assert_eq!(
+        n.cmd(VRDMA_CMD_DEL_GID, g.as_bytes()),
+        Err(VRDMA_STATUS_NOT_FOUND)
+    );
     let got = n.poll_cq(&mut cqr);
     assert_eq!(
         got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),

@@ -312,13 +312,15 @@ fn a_modify_qp_runs_beside_a_worker_inside_a_unit() {
 fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
     // Adding an MR takes a free slot under the MR table's write lock (`Device::handle_shared`),
     // an AH is added and removed under the AH table's: neither waits for a worker busy with a
-    // unit. Taking one away (DEREG_MR) may race with a copy through it, so it still needs the
-    // exclusive device.
+    // unit. Taking an MR away (DEREG_MR) runs beside the workers too, but a worker may be
+    // copying through it: it answers only once the unit in flight is over (the unit fence,
+    // `tables/units.rs`).
     let mut n = common::Node::new(8, 16, 1500);
     let pd = n.create_pd();
     let av = n.av_to(&n);
     let (dev, gate, engine) = start_node_held(&mut n);
     let (tx, rx) = std::sync::mpsc::channel();
+    let (dereg_tx, dereg_rx) = std::sync::mpsc::channel();
     let reg = {
         let dev = dev.clone();
         std::thread::spawn(move || {
@@ -332,13 +334,6 @@ fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
                 .read()
                 .handle_shared(VRDMA_CMD_REG_DMA_MR, c.as_bytes(), &mut resp);
             let key = VrdmaRespRegMr::read_from(&resp).map(|r| r.lkey);
-            let h = VrdmaHandle {
-                handle: key.unwrap_or(0),
-                ..Default::default()
-            };
-            let dereg = dev
-                .read()
-                .handle_shared(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp);
             // An AH too (CREATE_AH / DESTROY_AH under the AH table's lock).
             let c = VrdmaCmdCreateAh {
                 pdn: pd,
@@ -360,146 +355,177 @@ fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
                 (created, destroyed),
                 (Some(VRDMA_STATUS_OK), Some(VRDMA_STATUS_OK))
             );
-            let _ = tx.send((status, key, dereg));
+            let _ = tx.send((status, key));
+            let h = VrdmaHandle {
+                handle: key.unwrap_or(0),
+                ..Default::default()
+            };
+            let dereg = dev
+                .read()
+                .handle_shared(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp);
+            let _ = dereg_tx.send(dereg);
         })
     };
     let answer = rx.recv_timeout(LONG);
     let inside = gate.delivered.load(Ordering::SeqCst);
+    let early = dereg_rx.recv_timeout(Duration::from_millis(300));
+    let still_inside = gate.delivered.load(Ordering::SeqCst);
     gate.released.store(true, Ordering::SeqCst);
-    let (status, key, dereg) = answer.expect("REG_DMA_MR waited for the worker's unit");
+    let (status, key) = answer.expect("REG_DMA_MR waited for the worker's unit");
     assert_eq!(status, Some(VRDMA_STATUS_OK));
     assert!(key.is_some_and(|k| k != 0), "no key in the response");
-    assert_eq!(dereg, None, "DEREG_MR needs the exclusive device");
     assert_eq!(
         inside, 1,
         "the worker had left its unit before REG_DMA_MR answered"
     );
+    assert!(
+        early.is_err() && still_inside == 1,
+        "DEREG_MR answered while the worker was inside its unit: {early:?}"
+    );
+    let dereg = dereg_rx
+        .recv_timeout(LONG)
+        .expect("DEREG_MR never answered after the unit");
+    assert_eq!(dereg, Some(VRDMA_STATUS_OK));
     reg.join().unwrap();
-    let mut resp = Vec::new();
-    let h = VrdmaHandle {
+    // The key is gone.
+    let c = VrdmaHandle {
         handle: key.unwrap_or(0),
         ..Default::default()
     };
-    let done = dev
-        .lock()
-        .handle_command(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp);
-    assert!(
-        matches!(
-            done,
-            vrdma_backend::guest::CmdOutcome::Done(VRDMA_STATUS_OK)
-        ),
-        "{done:?}"
-    );
+    let mut resp = Vec::new();
+    let again = dev
+        .read()
+        .handle_shared(VRDMA_CMD_DEREG_MR, c.as_bytes(), &mut resp);
+    assert_ne!(again, Some(VRDMA_STATUS_OK));
     engine.stop();
 }
 
 #[test]
-fn objects_are_created_beside_a_worker_inside_a_unit() {
+fn objects_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
     // CREATE_PD, ALLOC_XRCD, CREATE_CQ and CREATE_SRQ grow their tables through a shared borrow
-    // (`objects::LockedTable`): none waits for a worker busy with a unit. Destroying one needs
-    // the exclusive device, the fence against a worker still using it.
+    // (`objects::LockedTable`): none waits for a worker busy with a unit. Their destroys run
+    // there too: one refused as BUSY answers at once, a CQ's or SRQ's that goes ahead waits
+    // for the unit in flight (`tables/units.rs`), which may still post to it.
     let mut n = common::Node::new(8, 16, 1500);
-    let cq_ring = n.ring(64, 6);
-    let srq_ring = n.ring(64, 8);
-    let xsrq_ring = n.ring(64, 8);
+    let rings = [n.ring(64, 6), n.ring(64, 8), n.ring(64, 8), n.ring(64, 6)];
     let (dev, gate, engine) = start_node_held(&mut n);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let creator = {
-        let dev = dev.clone();
-        std::thread::spawn(move || {
-            let mut resp = Vec::new();
-            let mut shared = |op: u16, req: Vec<u8>| {
-                let status = dev.read().handle_shared(op, &req, &mut resp);
-                let h = VrdmaHandle::read_from(&resp).map_or(0, |h| h.handle);
-                (status, h)
-            };
-            let with_pages = |head: &[u8], pages: &[u64]| {
-                let mut b = head.to_vec();
-                pages
-                    .iter()
-                    .for_each(|p| b.extend_from_slice(&p.to_le_bytes()));
-                b
-            };
-            let pd = shared(
-                VRDMA_CMD_CREATE_PD,
-                VrdmaHandle::default().as_bytes().to_vec(),
-            );
-            let xrcd = shared(VRDMA_CMD_ALLOC_XRCD, Vec::new());
-            let c = VrdmaCmdCreateCq {
-                depth: 64,
-                npages: cq_ring.pages.len() as u32,
-                ..Default::default()
-            };
-            let cq = shared(
-                VRDMA_CMD_CREATE_CQ,
-                with_pages(c.as_bytes(), &cq_ring.pages),
-            );
-            let srq_cmd = |ring: &common::RingH, xrc: Option<(u32, u32)>| VrdmaCmdCreateSrq {
-                pdn: pd.1,
-                depth: 64,
-                wqe_shift: 8,
-                srq_type: if xrc.is_some() {
-                    VRDMA_SRQT_XRC
-                } else {
-                    VRDMA_SRQT_BASIC
-                },
-                xrcdn: xrc.map_or(0, |x| x.0),
-                cqn: xrc.map_or(0, |x| x.1),
-                max_sge: 4,
-                npages: ring.pages.len() as u32,
-                ..Default::default()
-            };
-            let c = srq_cmd(&srq_ring, None);
-            let srq = shared(
-                VRDMA_CMD_CREATE_SRQ,
-                with_pages(c.as_bytes(), &srq_ring.pages),
-            );
-            let c = srq_cmd(&xsrq_ring, Some((xrcd.1, cq.1)));
-            let xsrq = shared(
-                VRDMA_CMD_CREATE_SRQ,
-                with_pages(c.as_bytes(), &xsrq_ring.pages),
-            );
-            let h = VrdmaHandle {
-                handle: cq.1,
-                ..Default::default()
-            };
-            let destroy = shared(VRDMA_CMD_DESTROY_CQ, h.as_bytes().to_vec()).0;
-            let _ = tx.send(([pd, xrcd, cq, srq, xsrq], destroy));
-        })
+    let shared = |op: u16, req: Vec<u8>| {
+        let mut resp = Vec::new();
+        let status = dev.read().handle_shared(op, &req, &mut resp);
+        let h = VrdmaHandle::read_from(&resp).map_or(0, |h| h.handle);
+        (status, h)
     };
-    let answer = rx.recv_timeout(LONG);
-    let inside = gate.delivered.load(Ordering::SeqCst);
-    gate.released.store(true, Ordering::SeqCst);
-    let (made, destroy) = answer.expect("a create command waited for the worker's unit");
-    creator.join().unwrap();
-    for (what, (status, h)) in ["PD", "XRCD", "CQ", "SRQ", "XRC SRQ"].iter().zip(made) {
-        assert_eq!(status, Some(VRDMA_STATUS_OK), "{what}");
-        assert_ne!(h, 0, "{what}: no handle in the response");
-    }
-    assert_eq!(destroy, None, "DESTROY_CQ needs the exclusive device");
-    assert_eq!(
-        inside, 1,
-        "the worker had left its unit before the creates answered"
-    );
-    // The objects are whole: the exclusive device sees and destroys them (the CQ only after
-    // the XRC SRQ that completes into it).
-    let exclusive = |op: u16, handle: u32| {
-        let h = VrdmaHandle {
-            handle,
+    let handle = |h: u32| {
+        VrdmaHandle {
+            handle: h,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let with_pages = |head: &[u8], ring: &common::RingH| {
+        let mut b = head.to_vec();
+        ring.pages
+            .iter()
+            .for_each(|p| b.extend_from_slice(&p.to_le_bytes()));
+        b
+    };
+    let cq_cmd = |ring: &common::RingH| {
+        let c = VrdmaCmdCreateCq {
+            depth: 64,
+            npages: ring.pages.len() as u32,
             ..Default::default()
         };
-        let mut resp = Vec::new();
-        match dev.lock().handle_command(op, h.as_bytes(), &mut resp) {
-            vrdma_backend::guest::CmdOutcome::Done(s) => s,
-            other => panic!("{other:?}"),
-        }
+        with_pages(c.as_bytes(), ring)
     };
-    let [pd, xrcd, cq, srq, xsrq] = made.map(|m| m.1);
-    assert_eq!(exclusive(VRDMA_CMD_DESTROY_CQ, cq), VRDMA_STATUS_BUSY);
-    assert_eq!(exclusive(VRDMA_CMD_DESTROY_SRQ, xsrq), VRDMA_STATUS_OK);
-    assert_eq!(exclusive(VRDMA_CMD_DESTROY_SRQ, srq), VRDMA_STATUS_OK);
-    assert_eq!(exclusive(VRDMA_CMD_DESTROY_CQ, cq), VRDMA_STATUS_OK);
-    assert_eq!(exclusive(VRDMA_CMD_DEALLOC_XRCD, xrcd), VRDMA_STATUS_OK);
-    assert_eq!(exclusive(VRDMA_CMD_DESTROY_PD, pd), VRDMA_STATUS_OK);
+    let srq_cmd = |pd: u32, ring: &common::RingH, xrc: Option<(u32, u32)>| {
+        let c = VrdmaCmdCreateSrq {
+            pdn: pd,
+            depth: 64,
+            wqe_shift: 8,
+            srq_type: if xrc.is_some() {
+                VRDMA_SRQT_XRC
+            } else {
+                VRDMA_SRQT_BASIC
+            },
+            xrcdn: xrc.map_or(0, |x| x.0),
+            cqn: xrc.map_or(0, |x| x.1),
+            max_sge: 4,
+            npages: ring.pages.len() as u32,
+            ..Default::default()
+        };
+        with_pages(c.as_bytes(), ring)
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (late_tx, late_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let pd = shared(VRDMA_CMD_CREATE_PD, handle(0));
+            let xrcd = shared(VRDMA_CMD_ALLOC_XRCD, Vec::new());
+            let cq = shared(VRDMA_CMD_CREATE_CQ, cq_cmd(&rings[0]));
+            let srq = shared(VRDMA_CMD_CREATE_SRQ, srq_cmd(pd.1, &rings[1], None));
+            let xsrq = shared(
+                VRDMA_CMD_CREATE_SRQ,
+                srq_cmd(pd.1, &rings[2], Some((xrcd.1, cq.1))),
+            );
+            let spare = shared(VRDMA_CMD_CREATE_CQ, cq_cmd(&rings[3]));
+            // Refused before any fence: answers while the worker is still inside its unit.
+            let busy = (
+                shared(VRDMA_CMD_DESTROY_CQ, handle(cq.1)).0,
+                shared(VRDMA_CMD_DESTROY_PD, handle(pd.1)).0,
+            );
+            let _ = tx.send(([pd, xrcd, cq, srq, xsrq, spare], busy));
+            // Goes ahead: waits for the unit.
+            let _ = late_tx.send(shared(VRDMA_CMD_DESTROY_CQ, handle(spare.1)).0);
+        });
+        let answer = rx.recv_timeout(LONG);
+        let inside = gate.delivered.load(Ordering::SeqCst);
+        let early = late_rx.recv_timeout(Duration::from_millis(300));
+        let still_inside = gate.delivered.load(Ordering::SeqCst);
+        gate.released.store(true, Ordering::SeqCst);
+        let (made, busy) = answer.expect("a create command waited for the worker's unit");
+        for (what, (status, h)) in ["PD", "XRCD", "CQ", "SRQ", "XRC SRQ", "CQ"]
+            .iter()
+            .zip(made)
+        {
+            assert_eq!(status, Some(VRDMA_STATUS_OK), "{what}");
+            assert_ne!(h, 0, "{what}: no handle in the response");
+        }
+        assert_eq!(
+            busy,
+            (Some(VRDMA_STATUS_BUSY), Some(VRDMA_STATUS_BUSY)),
+            "a CQ an XRC SRQ completes into, a PD with SRQs"
+        );
+        assert_eq!(
+            inside, 1,
+            "the worker had left its unit before the creates answered"
+        );
+        assert!(
+            early.is_err() && still_inside == 1,
+            "DESTROY_CQ answered while the worker was inside its unit: {early:?}"
+        );
+        let late = late_rx
+            .recv_timeout(LONG)
+            .expect("DESTROY_CQ never answered after the unit");
+        assert_eq!(late, Some(VRDMA_STATUS_OK));
+        // The rest in dependency order (the CQ only after the XRC SRQ that completes into it).
+        let [pd, xrcd, cq, srq, xsrq, _] = made.map(|m| m.1);
+        for (op, h) in [
+            (VRDMA_CMD_DESTROY_SRQ, xsrq),
+            (VRDMA_CMD_DESTROY_SRQ, srq),
+            (VRDMA_CMD_DESTROY_CQ, cq),
+            (VRDMA_CMD_DEALLOC_XRCD, xrcd),
+            (VRDMA_CMD_DESTROY_PD, pd),
+        ] {
+            assert_eq!(shared(op, handle(h)).0, Some(VRDMA_STATUS_OK), "{op} {h}");
+        }
+        assert_eq!(
+            shared(VRDMA_CMD_DESTROY_CQ, handle(cq)).0,
+            Some(VRDMA_STATUS_NOT_FOUND)
+        );
+    });
+    let d = dev.read();
+    assert!(d.cqs().is_empty() && d.srqs().is_empty() && d.pds().is_empty());
+    drop(d);
     engine.stop();
 }

@@ -493,3 +493,98 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
     ea.stop();
     eb.stop();
 }
+
+#[test]
+fn dereg_mr_beside_traffic_stops_every_write_into_it() {
+    // DEREG_MR runs on the shared device beside the workers (`Device::handle_shared`) while
+    // both workers of each side stream WRITEs into two MRs of b. Once it has answered, not a
+    // byte may land in the deregistered MR (a worker copying through a translation it made
+    // before is waited for: `tables/units.rs`); its QP's later WQEs fail, the other
+    // connection completes untouched.
+    const LEN: u64 = 8 << 20;
+    const CHUNK: u64 = 64 << 10;
+    let mut a = Node::new(1, 64, 9000);
+    let mut b = Node::new(2, 64, 9000);
+    set_workers(&mut a.dev, 2);
+    set_workers(&mut b.dev, 2);
+    let mut conns: Vec<WriteConn> = (0..2)
+        .map(|i| WriteConn::new(&mut a, &mut b, LEN, 80 + i))
+        .collect();
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("port a");
+    let pb = fb.add_device(b.mac).expect("port b");
+    let fabric = fb.build();
+    let port = |p| Arc::new(fabric.device_port(p).expect("port").with_segments());
+    let ea = Engine::start_with(detach(&mut a), port(pa), two_workers()).expect("engine a");
+    let db = detach(&mut b);
+    let eb = Engine::start_with(db.clone(), port(pb), two_workers()).expect("engine b");
+    let n = LEN / CHUNK;
+    for c in &mut conns {
+        for i in 0..n {
+            let w = Wqe {
+                wr_id: i,
+                opcode: VRDMA_WR_RDMA_WRITE,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(c.src + i * CHUNK, CHUNK as u32, c.ka)],
+                remote_addr: c.dst + i * CHUNK,
+                rkey: c.kb,
+                ..Default::default()
+            };
+            post_send_mem(&a.mem, &mut c.qa, &w);
+        }
+    }
+    let dbs: Vec<VrdmaDoorbell> = conns
+        .iter()
+        .map(|c| VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: c.qa.qpn,
+        })
+        .collect();
+    ea.sender().doorbells(&dbs);
+    let victim = &mut conns[0];
+    let mut got = wait_cqes(&mut a, &mut victim.cqa, 1, Duration::from_secs(60), "first");
+    let h = VrdmaHandle {
+        handle: victim.kb,
+        ..Default::default()
+    };
+    let mut resp = Vec::new();
+    let status = std::thread::scope(|s| {
+        s.spawn(|| {
+            db.read()
+                .handle_shared(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(status, Some(VRDMA_STATUS_OK));
+    let at_dereg = b.read(victim.dst, LEN as usize);
+    got.extend(wait_cqes(
+        &mut a,
+        &mut victim.cqa,
+        n as usize - got.len(),
+        Duration::from_secs(60),
+        "the victim's WQEs",
+    ));
+    assert!(
+        got.iter().any(|c| c.status != VRDMA_WC_SUCCESS),
+        "every WRITE succeeded: the stream ended before DEREG_MR ({got:?})"
+    );
+    let after = b.read(victim.dst, LEN as usize);
+    let changed = at_dereg.iter().zip(&after).filter(|(x, y)| x != y).count();
+    assert_eq!(changed, 0, "bytes landed in the MR after DEREG_MR answered");
+    let other = &mut conns[1];
+    let done = wait_cqes(
+        &mut a,
+        &mut other.cqa,
+        n as usize,
+        Duration::from_secs(60),
+        "the other connection",
+    );
+    assert!(
+        done.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
+        "{done:?}"
+    );
+    assert!(b.read(other.dst, LEN as usize) == other.data);
+    ea.stop();
+    eb.stop();
+}

@@ -78,20 +78,12 @@ impl Device {
         let r = match opcode {
             VRDMA_CMD_ADD_GID => self.cmd_add_gid(req),
             VRDMA_CMD_DEL_GID => self.cmd_del_gid(req),
-            VRDMA_CMD_DESTROY_PD => self.cmd_destroy_pd(req),
-            VRDMA_CMD_DESTROY_CQ => self.cmd_destroy_cq(req),
             VRDMA_CMD_RESIZE_CQ => self.cmd_resize_cq(req, resp),
             VRDMA_CMD_CREATE_QP => self.cmd_create_qp(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
             VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
             VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
-            VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
-            VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
-            VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
-            VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
-            VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
-            VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
             VRDMA_CMD_ATTACH_MCAST => self.cmd_mcast(req, true),
             VRDMA_CMD_DETACH_MCAST => self.cmd_mcast(req, false),
             _ => Err(VRDMA_STATUS_INVALID),
@@ -106,18 +98,25 @@ impl Device {
     }
 
     /// Execute `opcode` if it runs on the shared device (`HandoffLock::read`), beside the
-    /// engine workers, so that it never waits for another QP's data path: the queries
-    /// (QUERY_DEVICE, QUERY_PORT, QUERY_QP, QUERY_SRQ, QUERY_STATS), which only read, and the
-    /// commands that change one object under that object's own lock: MODIFY_QP, MODIFY_CQ and
-    /// MODIFY_SRQ (without a resize), and those that add an MR or a window in a free slot of
-    /// the MR table (REG_MR, REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR,
-    /// ALLOC_MW), CREATE_AH / DESTROY_AH under the AH table's lock, and those that add a PD,
-    /// an XRC domain, a CQ or an SRQ (CREATE_PD, ALLOC_XRCD, CREATE_CQ, CREATE_SRQ), whose
-    /// tables grow through a shared borrow (`objects::LockedTable`): nothing refers to the new
-    /// object before its handle is in the response, and what it refers to (a PD, a CQ) is only
-    /// destroyed on the exclusive device, which this command excludes. Returns the status,
+    /// engine workers, so that it never waits for another QP's data path. Returns the status,
     /// with the response body in `resp`; `None`: `opcode` needs [`Device::handle_command`] on
-    /// the exclusive device.
+    /// the exclusive device. These run here (ARCHITECTURE.md "Locks"):
+    /// - the queries (QUERY_DEVICE, QUERY_PORT, QUERY_QP, QUERY_SRQ, QUERY_STATS), which only
+    ///   read;
+    /// - MODIFY_QP, MODIFY_CQ and MODIFY_SRQ (without a resize), under the object's own lock;
+    /// - the commands that add an MR or a window in a free slot of the MR table (REG_MR,
+    ///   REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR, ALLOC_MW), and CREATE_AH /
+    ///   DESTROY_AH under the AH table's lock;
+    /// - the creates of PDs, XRC domains, CQs and SRQs (CREATE_PD, ALLOC_XRCD, CREATE_CQ,
+    ///   CREATE_SRQ), whose tables grow through a shared borrow (`objects::LockedTable`):
+    ///   nothing refers to the new object before its handle is in the response, and what it
+    ///   refers to (a PD, a CQ) is destroyed only by a command of this same control queue;
+    /// - their destroys (DESTROY_PD, DEALLOC_XRCD, DESTROY_CQ, DESTROY_SRQ), which refuse
+    ///   (BUSY) while anything refers to the object and, for a CQ or SRQ, wait for the units of
+    ///   work in flight (`tables/units.rs`) before they answer;
+    /// - the commands that take memory access away (DEREG_MR, REREG_MR, DEALLOC_MW,
+    ///   ODP_INVALIDATE): they change the MR table under its write lock, release it, then wait
+    ///   for the units of work in flight.
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
         let _beside = crate::tables::flush::SharedCommand::enter();
@@ -148,6 +147,14 @@ impl Device {
                 | VRDMA_CMD_ALLOC_XRCD
                 | VRDMA_CMD_CREATE_CQ
                 | VRDMA_CMD_CREATE_SRQ
+                | VRDMA_CMD_DEREG_MR
+                | VRDMA_CMD_REREG_MR
+                | VRDMA_CMD_DEALLOC_MW
+                | VRDMA_CMD_ODP_INVALIDATE
+                | VRDMA_CMD_DESTROY_PD
+                | VRDMA_CMD_DEALLOC_XRCD
+                | VRDMA_CMD_DESTROY_CQ
+                | VRDMA_CMD_DESTROY_SRQ
         );
         if !shared {
             return None;
@@ -176,6 +183,14 @@ impl Device {
             VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
             VRDMA_CMD_CREATE_CQ => self.cmd_create_cq(req, resp),
             VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
+            VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
+            VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
+            VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
+            VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
+            VRDMA_CMD_DESTROY_PD => self.cmd_destroy_pd(req),
+            VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
+            VRDMA_CMD_DESTROY_CQ => self.cmd_destroy_cq(req),
+            VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
             _ => self.cmd_destroy_ah(req),
         };
         Some(match r {
@@ -254,7 +269,7 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_destroy_pd(&mut self, req: &[u8]) -> CmdResult {
+    fn cmd_destroy_pd(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
         self.pd_exists(c.handle)?;
         if self.pd_in_use(c.handle) {
@@ -274,7 +289,7 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_dealloc_xrcd(&mut self, req: &[u8]) -> CmdResult {
+    fn cmd_dealloc_xrcd(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
         if !self.xrcds.contains(c.handle) {
             return Err(VRDMA_STATUS_NOT_FOUND);
@@ -341,7 +356,7 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_destroy_cq(&mut self, req: &[u8]) -> CmdResult {
+    fn cmd_destroy_cq(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
         if !self.cqs.contains(c.handle) {
             return Err(VRDMA_STATUS_NOT_FOUND);
@@ -357,7 +372,11 @@ impl Device {
         {
             return Err(VRDMA_STATUS_BUSY);
         }
-        self.cqs.remove(c.handle);
+        let cq = self.cqs.remove(c.handle);
+        // A unit in flight may still post to it: an XRC SRQ destroyed just before completes a
+        // WQE it had popped into this CQ.
+        self.fence_local_copies();
+        drop(cq);
         Ok(())
     }
 
@@ -571,13 +590,22 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_destroy_srq(&mut self, req: &[u8]) -> CmdResult {
+    fn cmd_destroy_srq(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        let srq = self.srqs.get_mut(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
-        if srq.qp_refs > 0 {
+        let busy = self
+            .srqs
+            .get(c.handle)
+            .ok_or(VRDMA_STATUS_NOT_FOUND)?
+            .qp_refs
+            > 0;
+        if busy {
             return Err(VRDMA_STATUS_BUSY);
         }
-        self.srqs.remove(c.handle);
+        let srq = self.srqs.remove(c.handle);
+        // An XRC packet names its SRQ: a unit in flight may have popped a WQE from it and not
+        // completed it yet.
+        self.fence_local_copies();
+        drop(srq);
         Ok(())
     }
 

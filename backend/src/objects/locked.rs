@@ -1,13 +1,15 @@
 //! A handle table whose objects each have their own lock and whose shape a shared borrow can
 //! grow ([`LockedTable`]): the PDs, XRC domains, CQs and SRQs. The engine workers lock the CQs
 //! and SRQs their QPs post to and take from (ARCHITECTURE.md "Locks"), and the commands that
-//! create one of these objects run beside them (`Device::handle_shared`), so a lookup takes no
-//! table lock: the slots live in segments that are allocated once and never move.
+//! create or destroy one of these objects run beside them (`Device::handle_shared`), so a
+//! lookup takes no table lock: the slots live in segments that are allocated once and never
+//! move.
 //!
 //! Handles are 1..=max (0 is never valid), freed handles are reused in FIFO order so a
 //! just-destroyed handle is not handed out again at once (as in [`super::HandleTable`]).
-//! Removal needs the exclusive borrow: the destroy commands hold the device exclusively, which
-//! is their fence against a worker still using the object (the hand-off, `handoff.rs`).
+//! Removal works through a shared borrow too: the destroy commands run beside the workers and
+//! check that nothing refers to the object (BUSY) and, for CQs and SRQs, wait for the units of
+//! work in flight (`tables/units.rs`) before they answer.
 
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
@@ -182,12 +184,18 @@ impl<T> LockedTable<T> {
         self.slot(h).is_some_and(|s| s.live.load(Ordering::Acquire))
     }
 
-    pub fn remove(&mut self, h: u32) -> Option<T> {
-        let slot = self.slot_mut(h)?;
-        let v = unlocked(&mut slot.obj).take()?;
-        *slot.live.get_mut() = false;
-        unlocked(&mut self.alloc).free.push_back(h);
-        *self.count.get_mut() -= 1;
+    /// Take object `h` out (it drops when the caller lets it go, outside the table's locks).
+    /// Through a shared borrow: waits while a worker holds the object's guard. Whoever removes
+    /// beside the workers makes sure none still needs the object (a destroy command's BUSY
+    /// checks and unit fence).
+    pub fn remove(&self, h: u32) -> Option<T> {
+        let slot = self.slot(h)?;
+        // Lock order as in `insert_with`: the allocation, then the slot.
+        let mut a = lock(&self.alloc);
+        let v = lock(&slot.obj).take()?;
+        slot.live.store(false, Ordering::Release);
+        a.free.push_back(h);
+        self.count.fetch_sub(1, Ordering::Relaxed);
         Some(v)
     }
 

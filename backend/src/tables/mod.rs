@@ -25,6 +25,7 @@ pub mod config;
 pub mod flush;
 pub mod outbox;
 pub mod timer_queue;
+pub mod units;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,6 +34,7 @@ use vrdma_spec::*;
 pub use config::DeviceConfig;
 pub use outbox::Outbox;
 pub use timer_queue::TimerQueue;
+pub use units::UnitFence;
 
 use crate::guest::output;
 use crate::guest::output::DeviceOutput;
@@ -92,6 +94,10 @@ pub struct DeviceTables<P: Protocol> {
     flushes: flush::FlushQueues,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
+    /// Which engine workers are inside a unit of work (`units.rs`): the fence of the commands
+    /// that take memory access away beside the workers. Replaced only by `set_workers`, before
+    /// the engine's workers start.
+    pub(crate) units: Arc<UnitFence>,
     /// Transport deadlines and the tick worklist (transport/timers.rs).
     pub(crate) timers: TimerQueue,
     /// CQ moderation deadlines (spec §5.5), fired by `transport::on_tick`.
@@ -151,6 +157,7 @@ impl<P: Protocol> DeviceTables<P> {
             flushes: Default::default(),
             needs_reset: false,
             timers: Default::default(),
+            units: Default::default(),
             cq_timers: Default::default(),
             icrc_offload: Default::default(),
             suspended: false,
@@ -188,6 +195,7 @@ impl<P: Protocol> DeviceTables<P> {
     /// one outbox each. Called by the engine before it starts, with the device quiet.
     pub(crate) fn set_workers(&mut self, workers: usize) {
         let n = workers.max(1);
+        self.units = Arc::new(UnitFence::new(n));
         self.qps.set_workers(n);
         self.flushes.set_workers(n);
         let mut kept = std::mem::take(&mut self.outboxes);

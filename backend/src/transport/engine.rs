@@ -243,13 +243,13 @@ impl Engine {
             inboxes.push(Inbox::new(kick));
             waits.push((epoll, Alarm { timer, armed: None }));
         }
-        let port = {
+        let (port, units) = {
             let mut d = dev.lock();
             d.flush_hook = Some(super::flush);
             // What the port does with the ICRC is the uplink's for its life (a reset keeps it).
             d.icrc_offload = uplink.icrc_offload();
             super::timers::set_workers(&mut d, n);
-            d.port_stats.clone()
+            (d.port_stats.clone(), d.units.clone())
         };
         let sender = EngineSender {
             inboxes: inboxes.into(),
@@ -266,6 +266,7 @@ impl Engine {
                 uplink: uplink.clone(),
                 sender: sender.clone(),
                 port: port.clone(),
+                units: units.clone(),
             };
             let poller = Poller::new(opts.poll);
             let name = if n == 1 {
@@ -321,6 +322,8 @@ struct Worker {
     /// Every worker's inbox, this one's included.
     sender: EngineSender,
     port: Arc<PortStats>,
+    /// Where it publishes its units of work (`tables/units.rs`).
+    units: Arc<crate::tables::UnitFence>,
 }
 
 fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
@@ -330,6 +333,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
         uplink,
         sender,
         port,
+        units,
     } = worker;
     // Flushes of this worker's QPs run on this thread (`tables/flush.rs`).
     crate::tables::flush::enter_worker(w);
@@ -476,6 +480,9 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 }
             }
             let mut d = dev.lock_long();
+            // From here to the end of the batch this worker may copy through translations
+            // (`tables/units.rs`); a hand-off point ends a unit.
+            let unit = units.batch(w);
             // One clock read per FRAMES_PER_CLOCK frames, not per frame: deadlines armed from
             // it are at most that many frames' work early.
             let mut now = Instant::now();
@@ -505,7 +512,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 // after the whole batch.
                 for db in &dbs.records {
                     super::on_doorbell(&d, *db);
-                    (d, live) = hand_off(d, &mut now);
+                    (d, live) = hand_off(d, &unit, &mut now);
                     if !live {
                         break 'work;
                     }
@@ -520,14 +527,14 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                         super::on_frame_ref_at(&d, f, now, src);
                     }
                     h.recycle();
-                    (d, live) = hand_off(d, &mut now);
+                    (d, live) = hand_off(d, &unit, &mut now);
                     if !live {
                         break 'work;
                     }
                 }
                 for (i, rx) in frames.iter_mut().enumerate() {
                     if i > 0 {
-                        (d, live) = hand_off(d, &mut now);
+                        (d, live) = hand_off(d, &unit, &mut now);
                         if !live {
                             break 'work;
                         }
@@ -757,8 +764,17 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
 /// waits for the device gets it here. Returns the guard and whether the batch may go on: not
 /// when the command suspended the device (spec §17.1: from then on the batch touches neither
 /// guest memory nor the wire). After a hand-off the clock is read again.
-fn hand_off<'a>(d: LongGuard<'a, Device>, now: &mut Instant) -> (LongGuard<'a, Device>, bool) {
+fn hand_off<'a>(
+    d: LongGuard<'a, Device>,
+    unit: &crate::tables::units::Batch<'_>,
+    now: &mut Instant,
+) -> (LongGuard<'a, Device>, bool) {
+    // Between units while the share may be given up: a command fencing local copies beside
+    // the workers (`tables/units.rs`) must not wait for a worker that waits for a writer
+    // queued behind it.
+    unit.pause();
     let (d, released) = d.hand_off();
+    unit.resume();
     if released {
         *now = Instant::now();
     }

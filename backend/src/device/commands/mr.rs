@@ -19,8 +19,11 @@ impl Device {
     /// ALLOC_FAST_REG_MR, REG_ODP_MR / REG_IMPLICIT_MR, ALLOC_MW) take a free slot under the MR
     /// table's write lock: they run on the shared device (`handle_shared`), beside the
     /// workers, waiting only for the translations in progress. What takes a permission away
-    /// (DEREG_MR, REREG_MR, DEALLOC_MW, ODP_INVALIDATE, a reclaim) stays exclusive: a worker
-    /// may be copying through a range it translated before.
+    /// (DEREG_MR, REREG_MR, DEALLOC_MW, ODP_INVALIDATE) runs there too, then waits for the
+    /// units of work in flight ([`Device::fence_local_copies`]): a worker may be copying
+    /// through a range it translated before. ODP_PAGE_RESP stays exclusive: a reclaim it makes
+    /// sends the RECLAIM notice, after which the driver may unmap the chunk, before the
+    /// command returns.
     pub(super) fn cmd_reg_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdRegMr>(req)?;
         let pages = page_list(rest, c.npages)?;
@@ -42,10 +45,18 @@ impl Device {
         Ok(())
     }
 
-    pub(super) fn cmd_rereg_mr(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    /// Wait until no worker copies through a translation made before the MR table change this
+    /// command just made (and released the table's lock after): the unit fence
+    /// (`tables/units.rs`). By-reference readers on other devices have the DMA fence, which
+    /// the MR table ran. On the exclusive device it returns at once.
+    pub(super) fn fence_local_copies(&self) {
+        self.units.wait();
+    }
+
+    pub(super) fn cmd_rereg_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdReregMr>(req)?;
         let pages = page_list(rest, c.npages)?;
-        self.mrs.get_mut().get(c.key).map_err(|e| e.status())?;
+        self.mrs.read().get(c.key).map_err(|e| e.status())?;
         self.pd_exists(c.pdn)?;
         let spec = PageListSpec {
             pd: c.pdn,
@@ -55,10 +66,12 @@ impl Device {
             page_shift: c.page_shift,
             pages: &pages,
         };
-        self.mrs
-            .get_mut()
-            .rereg_page_list(c.key, &spec, self.config.max_mr_size)
-            .map_err(|e| e.status())?;
+        let done = self
+            .mrs
+            .write()
+            .rereg_page_list(c.key, &spec, self.config.max_mr_size);
+        self.fence_local_copies();
+        done.map_err(|e| e.status())?;
         Self::put_key(resp, c.key);
         Ok(())
     }
@@ -106,9 +119,11 @@ impl Device {
         Ok(())
     }
 
-    pub(super) fn cmd_dereg_mr(&mut self, req: &[u8]) -> CmdResult {
+    pub(super) fn cmd_dereg_mr(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        self.mrs.get_mut().dereg(c.handle).map_err(|e| e.status())
+        let done = self.mrs.write().dereg(c.handle);
+        self.fence_local_copies();
+        done.map_err(|e| e.status())
     }
 
     /// ALLOC_MW (spec §12.8): the response handle is the window's rkey.
@@ -128,12 +143,11 @@ impl Device {
     }
 
     /// DEALLOC_MW (spec §12.8).
-    pub(super) fn cmd_dealloc_mw(&mut self, req: &[u8]) -> CmdResult {
+    pub(super) fn cmd_dealloc_mw(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        self.mrs
-            .get_mut()
-            .dealloc_mw(c.handle)
-            .map_err(|e| e.status())
+        let done = self.mrs.write().dealloc_mw(c.handle);
+        self.fence_local_copies();
+        done.map_err(|e| e.status())
     }
 
     pub(super) fn status(s: u32) -> CmdResult {
@@ -177,13 +191,11 @@ impl Device {
         )
     }
 
-    pub(super) fn cmd_odp_invalidate(&mut self, req: &[u8]) -> CmdResult {
+    pub(super) fn cmd_odp_invalidate(&self, req: &[u8]) -> CmdResult {
         self.odp_commands()?;
         let (c, _) = parse::<VrdmaCmdOdpInvalidate>(req)?;
-        Self::status(
-            self.mrs
-                .get_mut()
-                .odp_invalidate(c.mr_key, c.iova, c.length),
-        )
+        let status = self.mrs.write().odp_invalidate(c.mr_key, c.iova, c.length);
+        self.fence_local_copies();
+        Self::status(status)
     }
 }

@@ -1,0 +1,173 @@
+//! The local-copy fence ([`UnitFence`]): which engine workers are inside a unit of work, so
+//! that a command that takes memory access away (DEREG_MR, REREG_MR, DEALLOC_MW,
+//! ODP_INVALIDATE, ODP_PAGE_RESP) can run beside the workers instead of holding the device
+//! exclusively (ARCHITECTURE.md "Locks").
+//!
+//! A worker translates a key into guest ranges and copies through them within one unit (one
+//! doorbell record, one received buffer) and keeps no range past its next hand-off point or
+//! the end of its batch (the rule ODP invalidation already relies on). Each worker publishes a
+//! sequence number, odd while it is inside a unit: it turns odd once the batch has the
+//! device's shared lock, even at each hand-off point until the worker has its share back, and
+//! even at the end of the batch. A command first changes the MR table under its write lock, so
+//! no unit that starts later finds the old translation, releases that lock, then calls
+//! [`UnitFence::wait`]: it waits for every worker whose number was odd to move it on. The
+//! copies of the units that were in flight are then done; the other workers' copies never
+//! started.
+//!
+//! The wait is for at most one unit per worker: each is one packet's or one WQE's work and
+//! takes no lock the command holds (the command holds only the device's shared lock while it
+//! waits). A worker waiting at a hand-off point for a writer queued behind the command is
+//! between units, so the command does not wait for it, and on the exclusive device (where
+//! every worker is at a hand-off point or outside its batch) the wait returns at once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One worker's number, on a cache line of its own (each worker writes its own per unit).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Seq(AtomicU64);
+
+/// See the module documentation. Without an engine (unit tests driving the device directly)
+/// it has no workers and [`UnitFence::wait`] returns at once.
+#[derive(Debug, Default)]
+pub struct UnitFence {
+    seqs: Box<[Seq]>,
+}
+
+impl UnitFence {
+    /// A fence for `workers` engine workers.
+    pub fn new(workers: usize) -> Self {
+        UnitFence {
+            seqs: (0..workers).map(|_| Seq::default()).collect(),
+        }
+    }
+
+    /// Worker `w` starts a batch; it ends when the guard drops. A worker index without a slot
+    /// is not tracked (the engine sizes the fence for its workers before they start).
+    pub fn batch(&self, w: usize) -> Batch<'_> {
+        let seq = self.seqs.get(w).map(|s| &s.0);
+        if let Some(s) = seq {
+            // Only this worker writes its number; SeqCst so that a command that removes a
+            // translation after this store and then reads the number sees it odd.
+            s.store(s.load(Ordering::Relaxed) | 1, Ordering::SeqCst);
+        }
+        Batch { seq }
+    }
+
+    /// Wait until every worker that is inside a unit now has left it (see the module
+    /// documentation). Call with no MR table, object or QP lock held.
+    pub fn wait(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for s in self.seqs.iter() {
+            let at = s.0.load(Ordering::Acquire);
+            if at & 1 == 0 {
+                continue;
+            }
+            while s.0.load(Ordering::Acquire) == at {
+                // The worker needs a CPU to finish its unit; on a host with few cores it may
+                // be this one.
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// A worker's batch (see [`UnitFence::batch`]).
+#[derive(Debug)]
+pub struct Batch<'a> {
+    seq: Option<&'a AtomicU64>,
+}
+
+impl Batch<'_> {
+    /// A hand-off point: the unit before it is over (its copies are done) until
+    /// [`Batch::resume`].
+    pub fn pause(&self) {
+        self.step();
+    }
+
+    /// The worker has its share of the device back: the next unit starts.
+    pub fn resume(&self) {
+        self.step();
+    }
+
+    /// Odd to even or even to odd (only this worker writes the number).
+    fn step(&self) {
+        if let Some(s) = self.seq {
+            s.store(s.load(Ordering::Relaxed).wrapping_add(1), Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.step();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_fence_waits_for_the_unit_in_flight_and_not_for_idle_workers() {
+        // A unit of 2 s that the fence must not wait for; no scheduler delay reaches 1.5 s.
+        const LONG: Duration = Duration::from_secs(2);
+        const BOUND: Duration = Duration::from_millis(1500);
+        let f = UnitFence::new(2);
+        f.wait(); // nobody in a batch
+        let (in_unit, done, paused) = (
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        );
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let b = f.batch(1);
+                in_unit.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+                // The unit's copy, then the hand-off point.
+                done.store(true, Ordering::SeqCst);
+                b.pause();
+                b.resume();
+                // The next unit lasts long: the fence must not wait for it.
+                std::thread::sleep(LONG);
+                // A worker waiting at a hand-off point is between units.
+                b.pause();
+                paused.store(true, Ordering::SeqCst);
+                std::thread::sleep(LONG);
+                b.resume();
+            });
+            while !in_unit.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            let t0 = Instant::now();
+            f.wait();
+            assert!(
+                done.load(Ordering::SeqCst),
+                "the fence returned inside the unit"
+            );
+            assert!(
+                t0.elapsed() < BOUND,
+                "the fence waited for the next unit too"
+            );
+            while !paused.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let t0 = Instant::now();
+            f.wait();
+            assert!(
+                t0.elapsed() < BOUND,
+                "the fence waited for a worker at a hand-off point"
+            );
+        });
+        // The batch ended: nothing to wait for.
+        f.wait();
+        drop(f.batch(0));
+        f.wait();
+        // A worker index the fence was not sized for is not tracked.
+        let _untracked = f.batch(7);
+        f.wait();
+    }
+}
