@@ -4,6 +4,7 @@
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
 //! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`,
 //! `control-wait` (a control command's wait for the device lock while another QP streams),
+//! `control-churn` (a QP's stream beside REG_DMA_MR+DEREG_MR pairs),
 //! `headline` (default: all of these; `headline` last), `udp` (only the UDP headline points, for
 //! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling`, `workers` (the other
 //! headline points alone, likewise).
@@ -24,7 +25,7 @@ mod workers;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 14] = [
+const SECTIONS: [&str; 15] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -38,6 +39,7 @@ const SECTIONS: [&str; 14] = [
     "idle-qps",
     "pair-ceiling",
     "control-wait",
+    "control-churn",
     "workers",
 ];
 
@@ -90,6 +92,9 @@ fn main() {
     }
     if on("control-wait") {
         control::run(quick);
+    }
+    if on("control-churn") {
+        control::churn(quick);
     }
     if on("headline") {
         headline::run(quick);
