@@ -368,6 +368,9 @@ fn mr_registration_and_ahs_run_beside_a_worker_inside_a_unit() {
     };
     let answer = rx.recv_timeout(LONG);
     let inside = gate.delivered.load(Ordering::SeqCst);
+    wait_for("DEREG_MR waiting for the unit", || {
+        dev.read().fences_waiting() == 1
+    });
     let early = dereg_rx.recv_timeout(Duration::from_millis(300));
     let still_inside = gate.delivered.load(Ordering::SeqCst);
     gate.released.store(true, Ordering::SeqCst);
@@ -480,6 +483,9 @@ fn objects_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
         });
         let answer = rx.recv_timeout(LONG);
         let inside = gate.delivered.load(Ordering::SeqCst);
+        wait_for("DESTROY_CQ waiting for the unit", || {
+            dev.read().fences_waiting() == 1
+        });
         let early = late_rx.recv_timeout(Duration::from_millis(300));
         let still_inside = gate.delivered.load(Ordering::SeqCst);
         gate.released.store(true, Ordering::SeqCst);

@@ -496,11 +496,26 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
 
 #[test]
 fn dereg_mr_beside_traffic_stops_every_write_into_it() {
-    // DEREG_MR runs on the shared device beside the workers (`Device::handle_shared`) while
-    // both workers of each side stream WRITEs into two MRs of b. Once it has answered, not a
-    // byte may land in the deregistered MR (a worker copying through a translation it made
-    // before is waited for: `tables/units.rs`); its QP's later WQEs fail, the other
-    // connection completes untouched.
+    // DEREG_MR of the responder's MR on b, beside b's workers (`Device::handle_shared`):
+    // once it has answered, not a byte lands in it (a worker copying through a translation it
+    // made before is waited for: `tables/units.rs`).
+    dereg_beside_traffic(false);
+}
+
+#[test]
+fn dereg_of_the_source_mr_beside_a_by_reference_stream_reads_no_new_byte() {
+    // DEREG_MR of the requester's source MR on a, beside a's workers, while its WRITEs go by
+    // reference (spec §16.2 rule 6): once it has answered, the guest may reuse the buffer.
+    // Bytes written there afterwards must never reach b: a reference made before must be
+    // stale, including one whose translation raced with the DEREG.
+    dereg_beside_traffic(true);
+}
+
+/// Both workers of each side stream 64 KiB WRITEs on two connections from a to b; once the
+/// victim's first WRITE completed, DEREG_MR runs beside the workers on b's destination MR
+/// or (`source`, by-reference segments) on a's source MR. Two WRITEs posted after it answered
+/// fail; the other connection completes untouched.
+fn dereg_beside_traffic(source: bool) {
     const LEN: u64 = 8 << 20;
     const CHUNK: u64 = 64 << 10;
     let mut a = Node::new(1, 64, 9000);
@@ -514,22 +529,31 @@ fn dereg_mr_beside_traffic_stops_every_write_into_it() {
     let pa = fb.add_device(a.mac).expect("port a");
     let pb = fb.add_device(b.mac).expect("port b");
     let fabric = fb.build();
-    let port = |p| Arc::new(fabric.device_port(p).expect("port").with_segments());
-    let ea = Engine::start_with(detach(&mut a), port(pa), two_workers()).expect("engine a");
+    let port = |p| {
+        let port = fabric.device_port(p).expect("port").with_segments();
+        Arc::new(if source {
+            port.with_payload_refs()
+        } else {
+            port
+        })
+    };
+    let da = detach(&mut a);
     let db = detach(&mut b);
+    let ea = Engine::start_with(da.clone(), port(pa), two_workers()).expect("engine a");
     let eb = Engine::start_with(db.clone(), port(pb), two_workers()).expect("engine b");
     let n = LEN / CHUNK;
+    let write = |c: &WriteConn, i: u64| Wqe {
+        wr_id: i,
+        opcode: VRDMA_WR_RDMA_WRITE,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(c.src + i % n * CHUNK, CHUNK as u32, c.ka)],
+        remote_addr: c.dst + i % n * CHUNK,
+        rkey: c.kb,
+        ..Default::default()
+    };
     for c in &mut conns {
         for i in 0..n {
-            let w = Wqe {
-                wr_id: i,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(c.src + i * CHUNK, CHUNK as u32, c.ka)],
-                remote_addr: c.dst + i * CHUNK,
-                rkey: c.kb,
-                ..Default::default()
-            };
+            let w = write(c, i);
             post_send_mem(&a.mem, &mut c.qa, &w);
         }
     }
@@ -543,35 +567,62 @@ fn dereg_mr_beside_traffic_stops_every_write_into_it() {
     ea.sender().doorbells(&dbs);
     let victim = &mut conns[0];
     let mut got = wait_cqes(&mut a, &mut victim.cqa, 1, Duration::from_secs(60), "first");
+    let (dev, key) = if source {
+        (&da, victim.ka)
+    } else {
+        (&db, victim.kb)
+    };
     let h = VrdmaHandle {
-        handle: victim.kb,
+        handle: key,
         ..Default::default()
     };
     let mut resp = Vec::new();
     let status = std::thread::scope(|s| {
         s.spawn(|| {
-            db.read()
+            dev.read()
                 .handle_shared(VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp)
         })
         .join()
         .unwrap()
     });
     assert_eq!(status, Some(VRDMA_STATUS_OK));
+    // What the guest may do once DEREG_MR answered: reuse the source buffer.
+    let new: Vec<u8> = victim.data.iter().map(|x| !x).collect();
+    if source {
+        a.write(victim.src, &new);
+    }
     let at_dereg = b.read(victim.dst, LEN as usize);
+    for i in n..n + 2 {
+        let w = write(victim, i);
+        post_sq(&ea, &a.mem, &mut victim.qa, &w);
+    }
     got.extend(wait_cqes(
         &mut a,
         &mut victim.cqa,
-        n as usize - got.len(),
+        (n + 2) as usize - got.len(),
         Duration::from_secs(60),
         "the victim's WQEs",
     ));
     assert!(
-        got.iter().any(|c| c.status != VRDMA_WC_SUCCESS),
-        "every WRITE succeeded: the stream ended before DEREG_MR ({got:?})"
+        got[n as usize..]
+            .iter()
+            .all(|c| c.status != VRDMA_WC_SUCCESS),
+        "a WRITE through the deregistered MR succeeded: {:?}",
+        &got[n as usize..]
     );
     let after = b.read(victim.dst, LEN as usize);
-    let changed = at_dereg.iter().zip(&after).filter(|(x, y)| x != y).count();
-    assert_eq!(changed, 0, "bytes landed in the MR after DEREG_MR answered");
+    if source {
+        let leaked = after
+            .iter()
+            .zip(&new)
+            .zip(&victim.data)
+            .filter(|((b, n), o)| b == n && n != o && **n != 0)
+            .count();
+        assert_eq!(leaked, 0, "bytes written after DEREG_MR reached the peer");
+    } else {
+        let changed = at_dereg.iter().zip(&after).filter(|(x, y)| x != y).count();
+        assert_eq!(changed, 0, "bytes landed in the MR after DEREG_MR answered");
+    }
     let other = &mut conns[1];
     let done = wait_cqes(
         &mut a,

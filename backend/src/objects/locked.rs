@@ -5,8 +5,9 @@
 //! lookup takes no table lock: the slots live in segments that are allocated once and never
 //! move.
 //!
-//! Handles are 1..=max (0 is never valid), freed handles are reused in FIFO order so a
-//! just-destroyed handle is not handed out again at once (as in [`super::HandleTable`]).
+//! Handles are 1..=max (0 is never valid); freed handles are reused oldest first, before a
+//! never-used one (as in [`super::HandleTable`]), so a just-destroyed handle comes back only
+//! after every handle freed before it, at once if it is the only one free.
 //! Removal works through a shared borrow too: the destroy commands run beside the workers and
 //! check that nothing refers to the object (BUSY) and, for CQs and SRQs, wait for the units of
 //! work in flight (`tables/units.rs`) before they answer.

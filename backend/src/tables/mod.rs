@@ -494,6 +494,12 @@ impl<P: Protocol> DeviceTables<P> {
 /// fields are `pub(crate)`: `transport/` and `exporter.rs` use them directly (ARCHITECTURE.md
 /// "Device"); nothing outside may change a table behind the device's back.
 impl<P: Protocol> DeviceTables<P> {
+    /// How many commands wait for the engine workers' units in flight now (`units.rs`; tests
+    /// ask).
+    pub fn fences_waiting(&self) -> u32 {
+        self.units.waiting()
+    }
+
     pub fn pds(&self) -> &PdTable {
         &self.pds
     }

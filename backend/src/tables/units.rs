@@ -1,7 +1,7 @@
 //! The local-copy fence ([`UnitFence`]): which engine workers are inside a unit of work, so
 //! that a command that takes memory access away (DEREG_MR, REREG_MR, DEALLOC_MW,
-//! ODP_INVALIDATE, ODP_PAGE_RESP) can run beside the workers instead of holding the device
-//! exclusively (ARCHITECTURE.md "Locks").
+//! ODP_INVALIDATE) or destroys a CQ or an SRQ can run beside the workers instead of holding
+//! the device exclusively (ARCHITECTURE.md "Locks").
 //!
 //! A worker translates a key into guest ranges and copies through them within one unit (one
 //! doorbell record, one received buffer) and keeps no range past its next hand-off point or
@@ -40,6 +40,8 @@ const RECHECK: Duration = Duration::from_millis(1);
 #[derive(Debug, Default)]
 pub struct UnitFence {
     seqs: Box<[Seq]>,
+    /// [`RECHECK`]; a test sets it long, so that only a wake-up can end a wait.
+    recheck: Duration,
     /// Commands sleeping in [`UnitFence::wait`]: a worker that ends a unit wakes them. A fence
     /// sleeps instead of spinning because on a host with few cores its spinning would take
     /// the CPU from the very worker it waits for (measured: a DEREG_MR that had to wait took
@@ -55,6 +57,7 @@ impl UnitFence {
     pub fn new(workers: usize) -> Self {
         UnitFence {
             seqs: (0..workers).map(|_| Seq::default()).collect(),
+            recheck: RECHECK,
             ..Default::default()
         }
     }
@@ -92,13 +95,18 @@ impl UnitFence {
         self.fencing.fetch_add(1, Ordering::SeqCst);
         let mut g = lock(&self.sleep);
         while busy.iter().any(|(s, at)| s.load(Ordering::SeqCst) == *at) {
-            g = match self.wake.wait_timeout(g, RECHECK) {
+            g = match self.wake.wait_timeout(g, self.recheck) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
         }
         drop(g);
         self.fencing.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// How many commands wait in [`UnitFence::wait`] now (tests ask).
+    pub fn waiting(&self) -> u32 {
+        self.fencing.load(Ordering::SeqCst)
     }
 
     /// Wake a fence that waits (called by a worker right after it moved its number on).
@@ -149,14 +157,18 @@ impl Drop for Batch<'_> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     #[test]
     fn a_fence_waits_for_the_unit_in_flight_and_not_for_idle_workers() {
-        // A unit of 2 s that the fence must not wait for; no scheduler delay reaches 1.5 s.
+        // A fence that never looks again by itself: only the worker's wake-up ends its wait.
+        // A unit of 2 s that it must not wait for; no scheduler delay reaches 1.5 s.
         const LONG: Duration = Duration::from_secs(2);
         const BOUND: Duration = Duration::from_millis(1500);
-        let f = UnitFence::new(2);
+        let f = UnitFence {
+            recheck: Duration::from_secs(600),
+            ..UnitFence::new(2)
+        };
         f.wait(); // nobody in a batch
         let (in_unit, done, paused) = (
             AtomicBool::new(false),
@@ -167,6 +179,10 @@ mod tests {
             s.spawn(|| {
                 let b = f.batch(1);
                 in_unit.store(true, Ordering::SeqCst);
+                // The unit ends only once the fence waits for it.
+                while f.fencing.load(Ordering::SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
                 std::thread::sleep(Duration::from_millis(50));
                 // The unit's copy, then the hand-off point.
                 done.store(true, Ordering::SeqCst);
@@ -191,7 +207,7 @@ mod tests {
             );
             assert!(
                 t0.elapsed() < BOUND,
-                "the fence waited for the next unit too"
+                "the wake-up was lost or the fence waited for the next unit"
             );
             while !paused.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(10));

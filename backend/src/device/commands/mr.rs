@@ -46,7 +46,8 @@ impl Device {
     }
 
     /// Wait until no worker copies through a translation made before the MR table change this
-    /// command just made (and released the table's lock after): the unit fence
+    /// command just made (and released the table's lock after; a refused command changed
+    /// nothing and does not wait): the unit fence
     /// (`tables/units.rs`). By-reference readers on other devices have the DMA fence, which
     /// the MR table ran. On the exclusive device it returns at once.
     pub(super) fn fence_local_copies(&self) {
@@ -66,12 +67,11 @@ impl Device {
             page_shift: c.page_shift,
             pages: &pages,
         };
-        let done = self
-            .mrs
+        self.mrs
             .write()
-            .rereg_page_list(c.key, &spec, self.config.max_mr_size);
+            .rereg_page_list(c.key, &spec, self.config.max_mr_size)
+            .map_err(|e| e.status())?;
         self.fence_local_copies();
-        done.map_err(|e| e.status())?;
         Self::put_key(resp, c.key);
         Ok(())
     }
@@ -121,9 +121,9 @@ impl Device {
 
     pub(super) fn cmd_dereg_mr(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        let done = self.mrs.write().dereg(c.handle);
+        self.mrs.write().dereg(c.handle).map_err(|e| e.status())?;
         self.fence_local_copies();
-        done.map_err(|e| e.status())
+        Ok(())
     }
 
     /// ALLOC_MW (spec §12.8): the response handle is the window's rkey.
@@ -145,9 +145,12 @@ impl Device {
     /// DEALLOC_MW (spec §12.8).
     pub(super) fn cmd_dealloc_mw(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        let done = self.mrs.write().dealloc_mw(c.handle);
+        self.mrs
+            .write()
+            .dealloc_mw(c.handle)
+            .map_err(|e| e.status())?;
         self.fence_local_copies();
-        done.map_err(|e| e.status())
+        Ok(())
     }
 
     pub(super) fn status(s: u32) -> CmdResult {
@@ -195,7 +198,9 @@ impl Device {
         self.odp_commands()?;
         let (c, _) = parse::<VrdmaCmdOdpInvalidate>(req)?;
         let status = self.mrs.write().odp_invalidate(c.mr_key, c.iova, c.length);
+        // A refused command changed nothing: no fence to pay.
+        Self::status(status)?;
         self.fence_local_copies();
-        Self::status(status)
+        Ok(())
     }
 }
