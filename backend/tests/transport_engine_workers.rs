@@ -364,6 +364,38 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
     e.stop();
 }
 
+/// Signaled WRITE `i` of connection `c`, into slot `i % slots` of `chunk` bytes (source and
+/// destination at the same offset).
+fn write_wqe(c: &WriteConn, i: u64, slots: u64, chunk: u64) -> Wqe {
+    Wqe {
+        wr_id: i,
+        opcode: VRDMA_WR_RDMA_WRITE,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(c.src + i % slots * chunk, chunk as u32, c.ka)],
+        remote_addr: c.dst + i % slots * chunk,
+        rkey: c.kb,
+        ..Default::default()
+    }
+}
+
+/// Post `n` WRITEs of `chunk` bytes on every connection, then ring their SQ doorbells at once.
+fn stream_writes(ea: &Engine, a: &Node, conns: &mut [WriteConn], n: u64, chunk: u64) {
+    for c in conns.iter_mut() {
+        for i in 0..n {
+            let w = write_wqe(c, i, n, chunk);
+            post_send_mem(&a.mem, &mut c.qa, &w);
+        }
+    }
+    let dbs: Vec<VrdmaDoorbell> = conns
+        .iter()
+        .map(|c| VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: c.qa.qpn,
+        })
+        .collect();
+    ea.sender().doorbells(&dbs);
+}
+
 #[test]
 fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
     // MODIFY_QP runs on the shared device (`Device::handle_shared`) while both workers of each
@@ -388,29 +420,7 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
     let ea = Engine::start_with(da.clone(), port(pa), two_workers()).expect("engine a");
     let eb = Engine::start_with(detach(&mut b), port(pb), two_workers()).expect("engine b");
     let n = LEN / CHUNK;
-    let write = |c: &mut WriteConn, i: u64| Wqe {
-        wr_id: i,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(c.src + i % n * CHUNK, CHUNK as u32, c.ka)],
-        remote_addr: c.dst + i % n * CHUNK,
-        rkey: c.kb,
-        ..Default::default()
-    };
-    for c in &mut conns {
-        for i in 0..n {
-            let w = write(c, i);
-            post_send_mem(&a.mem, &mut c.qa, &w);
-        }
-    }
-    let dbs: Vec<VrdmaDoorbell> = conns
-        .iter()
-        .map(|c| VrdmaDoorbell {
-            type_: VRDMA_DB_SQ,
-            id: c.qa.qpn,
-        })
-        .collect();
-    ea.sender().doorbells(&dbs);
+    stream_writes(&ea, &a, &mut conns, n, CHUNK);
     // Once the victim's first WRITE completed: to ERR from the control queue's thread.
     let victim = conns[0].qa.qpn;
     let mut got = wait_cqes(
@@ -442,7 +452,7 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
     ea.sender().kick();
     // Two more WQEs on the QP in ERR: flushed (IBTA 10.3.1).
     for i in n..n + 2 {
-        let w = write(&mut conns[0], i);
+        let w = write_wqe(&conns[0], i, n, CHUNK);
         post_sq(&ea, &a.mem, &mut conns[0].qa, &w);
     }
     got.extend(wait_cqes(
@@ -542,29 +552,7 @@ fn dereg_beside_traffic(source: bool) {
     let ea = Engine::start_with(da.clone(), port(pa), two_workers()).expect("engine a");
     let eb = Engine::start_with(db.clone(), port(pb), two_workers()).expect("engine b");
     let n = LEN / CHUNK;
-    let write = |c: &WriteConn, i: u64| Wqe {
-        wr_id: i,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(c.src + i % n * CHUNK, CHUNK as u32, c.ka)],
-        remote_addr: c.dst + i % n * CHUNK,
-        rkey: c.kb,
-        ..Default::default()
-    };
-    for c in &mut conns {
-        for i in 0..n {
-            let w = write(c, i);
-            post_send_mem(&a.mem, &mut c.qa, &w);
-        }
-    }
-    let dbs: Vec<VrdmaDoorbell> = conns
-        .iter()
-        .map(|c| VrdmaDoorbell {
-            type_: VRDMA_DB_SQ,
-            id: c.qa.qpn,
-        })
-        .collect();
-    ea.sender().doorbells(&dbs);
+    stream_writes(&ea, &a, &mut conns, n, CHUNK);
     let victim = &mut conns[0];
     let mut got = wait_cqes(&mut a, &mut victim.cqa, 1, Duration::from_secs(60), "first");
     let (dev, key) = if source {
@@ -593,7 +581,7 @@ fn dereg_beside_traffic(source: bool) {
     }
     let at_dereg = b.read(victim.dst, LEN as usize);
     for i in n..n + 2 {
-        let w = write(victim, i);
+        let w = write_wqe(victim, i, n, CHUNK);
         post_sq(&ea, &a.mem, &mut victim.qa, &w);
     }
     got.extend(wait_cqes(

@@ -236,13 +236,7 @@ impl<T> LockedTable<T> {
     /// than `max`; the free list is every unused handle below the highest one, ascending.
     pub fn restore(&mut self, entries: Vec<(u32, T)>) -> Result<(), u32> {
         self.clear();
-        if entries.len() as u64 > u64::from(self.max) {
-            return Err(0);
-        }
-        if let Some((h, _)) = entries.iter().find(|(h, _)| *h == 0 || *h > self.max) {
-            return Err(*h);
-        }
-        let top = entries.iter().map(|(h, _)| *h).max().unwrap_or(0);
+        let top = super::restore_top(&entries, self.max)?;
         for (h, v) in entries {
             if self.contains(h) {
                 self.clear();

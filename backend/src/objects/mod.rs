@@ -128,14 +128,7 @@ impl<T> HandleTable<T> {
     /// list is every unused handle below the highest one, in ascending order.
     pub fn restore(&mut self, entries: Vec<(u32, T)>) -> Result<(), u32> {
         self.clear();
-        if entries.len() as u64 > u64::from(self.max) {
-            return Err(0);
-        }
-        // `insert` only appends a slot when no handle is free, so handles never exceed `max`.
-        if let Some((h, _)) = entries.iter().find(|(h, _)| *h == 0 || *h > self.max) {
-            return Err(*h);
-        }
-        let top = entries.iter().map(|(h, _)| *h).max().unwrap_or(0);
+        let top = restore_top(&entries, self.max)?;
         let mut slots: Vec<Option<T>> = Vec::new();
         slots.resize_with(top as usize + 1, || None);
         let mut count = 0;
@@ -161,6 +154,19 @@ impl<T> HandleTable<T> {
         self.free.clear();
         self.count = 0;
     }
+}
+
+/// The highest handle of a table's migrated objects (`restore`), or the offending handle (0
+/// for too many objects): each handle in 1..=max, at most `max` objects. `insert` hands out
+/// no handle above `max`, so a state that has one is not ours.
+fn restore_top<T>(entries: &[(u32, T)], max: u32) -> Result<u32, u32> {
+    if entries.len() as u64 > u64::from(max) {
+        return Err(0);
+    }
+    if let Some((h, _)) = entries.iter().find(|(h, _)| *h == 0 || *h > max) {
+        return Err(*h);
+    }
+    Ok(entries.iter().map(|(h, _)| *h).max().unwrap_or(0))
 }
 
 #[cfg(test)]
