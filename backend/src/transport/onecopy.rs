@@ -286,12 +286,14 @@ fn resolve(
         // DEREG_MR or REREG_MR beside the workers, a LOCAL_INV on another worker) then leaves
         // the reference stale. Read after, it could pair the old ranges with the new
         // generation, and the receiver would read memory the MR no longer allows.
-        let (gen, v) = {
+        // A slot already recorded keeps the generation read for its first range, older than
+        // this translation: a change since makes the whole reference stale, never fresh.
+        let new_slot = {
             let mrs = dev.mrs.read();
             let Some((gen, v)) = mrs.reference_gen(s.lkey) else {
                 return Err(SgeError::Prot);
             };
-            (Arc::clone(gen), v)
+            (!refs.slots.iter().any(|(g, _)| Arc::ptr_eq(g, gen))).then(|| (Arc::clone(gen), v))
         };
         super::ctx::resolve(
             dev,
@@ -320,13 +322,11 @@ fn resolve(
         if refs.ranges.len() + ranges.len() > MAX_RANGES {
             return Ok(false);
         }
-        // A slot already recorded keeps the generation read for its first range, older than
-        // this translation: a change since makes the whole reference stale, never fresh.
-        if !refs.slots.iter().any(|(g, _)| Arc::ptr_eq(g, &gen)) {
+        if let Some(slot) = new_slot {
             if refs.slots.len() == MAX_SLOTS {
                 return Ok(false);
             }
-            refs.slots.push((gen, v));
+            refs.slots.push(slot);
         }
         refs.ranges.extend_from_slice(ranges);
         done += n;
