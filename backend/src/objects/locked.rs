@@ -5,9 +5,11 @@
 //! lookup takes no table lock: the slots live in segments that are allocated once and never
 //! move.
 //!
-//! Handles are 1..=max (0 is never valid); freed handles are reused oldest first, before a
-//! never-used one (as in [`super::HandleTable`]), so a just-destroyed handle comes back only
-//! after every handle freed before it, at once if it is the only one free.
+//! Handles are 1..=max (0 is never valid). A freed handle is reused only once
+//! [`REUSE_DEPTH`] handles are free (or every handle up to `max` has been used), oldest first:
+//! a number a worker still has from the wire or a timer (an XRC packet names its SRQ, a CQ
+//! moderation deadline its CQ) then does not name a new object the moment after a destroy.
+//! Handles stay below the live objects plus `REUSE_DEPTH`, so the slots stay bounded.
 //! Removal works through a shared borrow too: the destroy commands run beside the workers and
 //! check that nothing refers to the object (BUSY) and, for CQs and SRQs, wait for the units of
 //! work in flight (`tables/units.rs`) before they answer.
@@ -22,6 +24,9 @@ use crate::sync::{lock, unlocked};
 /// Slots in segment 0; segment `k` has `FIRST_SEGMENT << k`, so a table holds at most twice
 /// the slots it has used, and handle 0's slot (never used) is the only waste.
 const FIRST_SEGMENT: u64 = 64;
+/// Freed handles kept back before the oldest is handed out again (see the module
+/// documentation).
+pub const REUSE_DEPTH: usize = 16;
 /// Enough segments for every `u32` handle: `FIRST_SEGMENT * (2^SEGMENTS - 1) > u32::MAX`.
 const SEGMENTS: usize = 27;
 
@@ -150,7 +155,8 @@ impl<T> LockedTable<T> {
             return None;
         }
         // With fewer than `max` objects a handle at most `max` is free or never used.
-        let h = match a.free.pop_front() {
+        let fresh = a.next <= self.max && a.free.len() < REUSE_DEPTH;
+        let h = match if fresh { None } else { a.free.pop_front() } {
             Some(h) => h,
             None => {
                 let h = a.next;
@@ -309,6 +315,7 @@ mod tests {
         assert_eq!(t.insert("c"), Some(3));
         assert_eq!(t.remove(2), Some("b"));
         assert_eq!(t.remove(1), Some("a"));
+        // Every handle up to max was used: the freed ones come back, oldest first.
         assert_eq!(t.insert("e"), Some(2), "FIFO: the first freed handle first");
         assert_eq!(t.insert("f"), Some(1));
         let mut v: Vec<(u32, &str)> = t.iter_mut().map(|(h, v)| (h, *v)).collect();
@@ -317,6 +324,30 @@ mod tests {
         t.clear();
         assert!(t.is_empty());
         assert_eq!(t.insert("g"), Some(1));
+    }
+
+    #[test]
+    fn a_destroyed_handle_is_not_handed_out_again_at_once() {
+        let t: LockedTable<u32> = LockedTable::new(1000);
+        let first = t.insert(0).unwrap();
+        assert!(t.remove(first).is_some());
+        // Create and destroy in a loop: the first handle returns only after REUSE_DEPTH others
+        // were freed, and the handles stay bounded.
+        let mut seen = Vec::new();
+        for n in 0..200 {
+            let h = t.insert(n).unwrap();
+            seen.push(h);
+            assert!(t.remove(h).is_some());
+        }
+        let back = seen
+            .iter()
+            .position(|&h| h == first)
+            .expect("reused at last");
+        assert_eq!(back, REUSE_DEPTH - 1, "{seen:?}");
+        assert!(
+            seen.iter().all(|&h| h as usize <= REUSE_DEPTH + 1),
+            "{seen:?}"
+        );
     }
 
     #[test]
