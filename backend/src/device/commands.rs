@@ -57,6 +57,11 @@ fn ring_status(e: &RingError) -> u32 {
     }
 }
 
+/// A command [`Device::run_shared`] runs beside the workers; `None`: this one needs the
+/// exclusive device after all (a MODIFY_QP that keeps finding its QP's state out, a
+/// MODIFY_SRQ that resizes).
+type SharedCmd = fn(&Device, &[u8], &mut Vec<u8>) -> Option<CmdResult>;
+
 impl Device {
     /// Execute one control command: `Done(VRDMA_STATUS_*)` with the response body in `resp`, or
     /// `Parked` (ADVISE_MR with F_FLUSH, see `outcome.rs`).
@@ -125,74 +130,43 @@ impl Device {
 
     /// [`Device::handle_shared`] on a device held shared or exclusively.
     fn run_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
-        let shared = matches!(
-            opcode,
-            VRDMA_CMD_QUERY_DEVICE
-                | VRDMA_CMD_QUERY_PORT
-                | VRDMA_CMD_QUERY_QP
-                | VRDMA_CMD_QUERY_SRQ
-                | VRDMA_CMD_QUERY_STATS
-                | VRDMA_CMD_MODIFY_QP
-                | VRDMA_CMD_MODIFY_CQ
-                | VRDMA_CMD_MODIFY_SRQ
-                | VRDMA_CMD_REG_MR
-                | VRDMA_CMD_REG_DMA_MR
-                | VRDMA_CMD_ALLOC_FAST_REG_MR
-                | VRDMA_CMD_REG_ODP_MR
-                | VRDMA_CMD_REG_IMPLICIT_MR
-                | VRDMA_CMD_ALLOC_MW
-                | VRDMA_CMD_CREATE_AH
-                | VRDMA_CMD_DESTROY_AH
-                | VRDMA_CMD_CREATE_PD
-                | VRDMA_CMD_ALLOC_XRCD
-                | VRDMA_CMD_CREATE_CQ
-                | VRDMA_CMD_CREATE_SRQ
-                | VRDMA_CMD_DEREG_MR
-                | VRDMA_CMD_REREG_MR
-                | VRDMA_CMD_DEALLOC_MW
-                | VRDMA_CMD_ODP_INVALIDATE
-                | VRDMA_CMD_DESTROY_PD
-                | VRDMA_CMD_DEALLOC_XRCD
-                | VRDMA_CMD_DESTROY_CQ
-                | VRDMA_CMD_DESTROY_SRQ
-        );
-        if !shared {
-            return None;
-        }
+        // One list: an opcode not named here needs the exclusive device.
+        let run: SharedCmd = match opcode {
+            VRDMA_CMD_QUERY_DEVICE => |d, q, r| Some(d.cmd_query_device(q, r)),
+            VRDMA_CMD_QUERY_PORT => |d, q, r| Some(d.cmd_query_port(q, r)),
+            VRDMA_CMD_QUERY_QP => |d, q, r| Some(d.cmd_query_qp(q, r)),
+            VRDMA_CMD_QUERY_SRQ => |d, q, r| Some(d.cmd_query_srq(q, r)),
+            VRDMA_CMD_QUERY_STATS => |d, q, r| Some(d.cmd_query_stats(q, r)),
+            VRDMA_CMD_MODIFY_QP => |d, q, _| d.cmd_modify_qp_shared(q),
+            VRDMA_CMD_MODIFY_CQ => |d, q, _| Some(d.cmd_modify_cq(q)),
+            VRDMA_CMD_MODIFY_SRQ => |d, q, _| d.cmd_modify_srq_limit(q),
+            VRDMA_CMD_REG_MR => |d, q, r| Some(d.cmd_reg_mr(q, r)),
+            VRDMA_CMD_REG_DMA_MR => |d, q, r| Some(d.cmd_reg_dma_mr(q, r)),
+            VRDMA_CMD_ALLOC_FAST_REG_MR => |d, q, r| Some(d.cmd_alloc_fast_reg(q, r)),
+            VRDMA_CMD_REG_ODP_MR => |d, q, r| Some(d.cmd_reg_odp(q, r, false)),
+            VRDMA_CMD_REG_IMPLICIT_MR => |d, q, r| Some(d.cmd_reg_odp(q, r, true)),
+            VRDMA_CMD_ALLOC_MW => |d, q, r| Some(d.cmd_alloc_mw(q, r)),
+            VRDMA_CMD_CREATE_AH => |d, q, r| Some(d.cmd_create_ah(q, r)),
+            VRDMA_CMD_DESTROY_AH => |d, q, _| Some(d.cmd_destroy_ah(q)),
+            VRDMA_CMD_CREATE_PD => |d, q, r| Some(d.cmd_create_pd(q, r)),
+            VRDMA_CMD_ALLOC_XRCD => |d, _, r| Some(d.cmd_alloc_xrcd(r)),
+            VRDMA_CMD_CREATE_CQ => |d, q, r| Some(d.cmd_create_cq(q, r)),
+            VRDMA_CMD_CREATE_SRQ => |d, q, r| Some(d.cmd_create_srq(q, r)),
+            VRDMA_CMD_DEREG_MR => |d, q, _| Some(d.cmd_dereg_mr(q)),
+            VRDMA_CMD_REREG_MR => |d, q, r| Some(d.cmd_rereg_mr(q, r)),
+            VRDMA_CMD_DEALLOC_MW => |d, q, _| Some(d.cmd_dealloc_mw(q)),
+            VRDMA_CMD_ODP_INVALIDATE => |d, q, _| Some(d.cmd_odp_invalidate(q)),
+            VRDMA_CMD_DESTROY_PD => |d, q, _| Some(d.cmd_destroy_pd(q)),
+            VRDMA_CMD_DEALLOC_XRCD => |d, q, _| Some(d.cmd_dealloc_xrcd(q)),
+            VRDMA_CMD_DESTROY_CQ => |d, q, _| Some(d.cmd_destroy_cq(q)),
+            VRDMA_CMD_DESTROY_SRQ => |d, q, _| Some(d.cmd_destroy_srq(q)),
+            _ => return None,
+        };
         resp.clear();
         if self.needs_reset {
             return Some(VRDMA_STATUS_NEEDS_RESET);
         }
-        let r = match opcode {
-            VRDMA_CMD_QUERY_DEVICE => self.cmd_query_device(req, resp),
-            VRDMA_CMD_QUERY_PORT => self.cmd_query_port(req, resp),
-            VRDMA_CMD_QUERY_QP => self.cmd_query_qp(req, resp),
-            VRDMA_CMD_QUERY_SRQ => self.cmd_query_srq(req, resp),
-            VRDMA_CMD_QUERY_STATS => self.cmd_query_stats(req, resp),
-            VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp_shared(req)?,
-            VRDMA_CMD_MODIFY_CQ => self.cmd_modify_cq(req),
-            VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq_limit(req)?,
-            VRDMA_CMD_REG_MR => self.cmd_reg_mr(req, resp),
-            VRDMA_CMD_REG_DMA_MR => self.cmd_reg_dma_mr(req, resp),
-            VRDMA_CMD_ALLOC_FAST_REG_MR => self.cmd_alloc_fast_reg(req, resp),
-            VRDMA_CMD_REG_ODP_MR => self.cmd_reg_odp(req, resp, false),
-            VRDMA_CMD_REG_IMPLICIT_MR => self.cmd_reg_odp(req, resp, true),
-            VRDMA_CMD_ALLOC_MW => self.cmd_alloc_mw(req, resp),
-            VRDMA_CMD_CREATE_AH => self.cmd_create_ah(req, resp),
-            VRDMA_CMD_CREATE_PD => self.cmd_create_pd(req, resp),
-            VRDMA_CMD_ALLOC_XRCD => self.cmd_alloc_xrcd(resp),
-            VRDMA_CMD_CREATE_CQ => self.cmd_create_cq(req, resp),
-            VRDMA_CMD_CREATE_SRQ => self.cmd_create_srq(req, resp),
-            VRDMA_CMD_DEREG_MR => self.cmd_dereg_mr(req),
-            VRDMA_CMD_REREG_MR => self.cmd_rereg_mr(req, resp),
-            VRDMA_CMD_DEALLOC_MW => self.cmd_dealloc_mw(req),
-            VRDMA_CMD_ODP_INVALIDATE => self.cmd_odp_invalidate(req),
-            VRDMA_CMD_DESTROY_PD => self.cmd_destroy_pd(req),
-            VRDMA_CMD_DEALLOC_XRCD => self.cmd_dealloc_xrcd(req),
-            VRDMA_CMD_DESTROY_CQ => self.cmd_destroy_cq(req),
-            VRDMA_CMD_DESTROY_SRQ => self.cmd_destroy_srq(req),
-            _ => self.cmd_destroy_ah(req),
-        };
+        let r = run(self, req, resp)?;
         Some(match r {
             Ok(()) => VRDMA_STATUS_OK,
             Err(s) => {
