@@ -12,7 +12,9 @@ use std::time::Duration;
 use common::engine::*;
 use common::write_conn::WriteConn;
 use common::*;
+use vrdma_backend::device::Device;
 use vrdma_backend::fabric::FabricBuilder;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::qp::worker_of;
 use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_backend::transport::timers::set_workers;
@@ -122,31 +124,65 @@ fn by_reference_segments_are_received_by_the_qps_own_worker() {
 
 /// Four RC connections between two fabric devices, two workers each, 2 MiB of WRITEs each
 /// at once; `refs`: the ports carry by-reference segments.
-fn four_connections(refs: bool) {
+/// Devices a and b on one fabric, two engine workers each, with WRITE connections from a to b.
+struct FabricPair {
+    a: Node,
+    b: Node,
+    conns: Vec<WriteConn>,
+    da: Arc<HandoffLock<Device>>,
+    db: Arc<HandoffLock<Device>>,
+    ea: Engine,
+    eb: Engine,
+}
+
+/// [`FabricPair`] with `conns` connections of `len` bytes (a's MRs filled with patterns from
+/// `seed`); `refs`: RC WRITE payloads cross the fabric by reference.
+fn fabric_pair(conns: u64, len: u64, seed: u64, refs: bool) -> FabricPair {
     let mut a = Node::new(1, 64, 9000);
     let mut b = Node::new(2, 64, 9000);
     set_workers(&mut a.dev, 2);
     set_workers(&mut b.dev, 2);
-    let mut conns: Vec<WriteConn> = (0..4)
-        .map(|i| WriteConn::new(&mut a, &mut b, CONN_LEN as u64, 40 + i))
+    let conns = (0..conns)
+        .map(|i| WriteConn::new(&mut a, &mut b, len, seed + i))
         .collect();
-    // Both workers of each side own some of the QPs.
-    for w in 0..2 {
-        assert!(conns.iter().any(|c| worker_of(c.qa.qpn, 2) == w));
-    }
     let mut fb = FabricBuilder::new();
     let pa = fb.add_device(a.mac).expect("port a");
     let pb = fb.add_device(b.mac).expect("port b");
     let fabric = fb.build();
-    let stats_a = a.dev.port_stats.clone();
-    let stats_b = b.dev.port_stats.clone();
-    let start = |n: &mut Node, port| {
-        let port = fabric.device_port(port).expect("port").with_segments();
+    let start = |dev: &Arc<HandoffLock<Device>>, p| {
+        let port = fabric.device_port(p).expect("port").with_segments();
         let port = if refs { port.with_payload_refs() } else { port };
-        Engine::start_with(detach(n), Arc::new(port), two_workers()).expect("engine")
+        Engine::start_with(dev.clone(), Arc::new(port), two_workers()).expect("engine")
     };
-    let ea = start(&mut a, pa);
-    let eb = start(&mut b, pb);
+    let (da, db) = (detach(&mut a), detach(&mut b));
+    let (ea, eb) = (start(&da, pa), start(&db, pb));
+    FabricPair {
+        a,
+        b,
+        conns,
+        da,
+        db,
+        ea,
+        eb,
+    }
+}
+
+fn four_connections(refs: bool) {
+    let FabricPair {
+        mut a,
+        b,
+        mut conns,
+        da,
+        db,
+        ea,
+        eb,
+    } = fabric_pair(4, CONN_LEN as u64, 40, refs);
+    // Both workers of each side own some of the QPs.
+    for w in 0..2 {
+        assert!(conns.iter().any(|c| worker_of(c.qa.qpn, 2) == w));
+    }
+    let stats_a = da.read().port_stats.clone();
+    let stats_b = db.read().port_stats.clone();
 
     // All four at once, one signaled WRITE each (in 256 KiB WQEs).
     let chunk: usize = 256 << 10;
@@ -404,21 +440,15 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
     // connections are untouched.
     const LEN: u64 = 8 << 20;
     const CHUNK: u64 = 256 << 10;
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    set_workers(&mut a.dev, 2);
-    set_workers(&mut b.dev, 2);
-    let mut conns: Vec<WriteConn> = (0..4)
-        .map(|i| WriteConn::new(&mut a, &mut b, LEN, 60 + i))
-        .collect();
-    let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(a.mac).expect("port a");
-    let pb = fb.add_device(b.mac).expect("port b");
-    let fabric = fb.build();
-    let port = |p| Arc::new(fabric.device_port(p).expect("port").with_segments());
-    let da = detach(&mut a);
-    let ea = Engine::start_with(da.clone(), port(pa), two_workers()).expect("engine a");
-    let eb = Engine::start_with(detach(&mut b), port(pb), two_workers()).expect("engine b");
+    let FabricPair {
+        mut a,
+        b,
+        mut conns,
+        da,
+        ea,
+        eb,
+        ..
+    } = fabric_pair(4, LEN, 60, false);
     let n = LEN / CHUNK;
     stream_writes(&ea, &a, &mut conns, n, CHUNK);
     // Once the victim's first WRITE completed: to ERR from the control queue's thread.
@@ -528,29 +558,15 @@ fn dereg_of_the_source_mr_beside_a_by_reference_stream_reads_no_new_byte() {
 fn dereg_beside_traffic(source: bool) {
     const LEN: u64 = 8 << 20;
     const CHUNK: u64 = 64 << 10;
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    set_workers(&mut a.dev, 2);
-    set_workers(&mut b.dev, 2);
-    let mut conns: Vec<WriteConn> = (0..2)
-        .map(|i| WriteConn::new(&mut a, &mut b, LEN, 80 + i))
-        .collect();
-    let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(a.mac).expect("port a");
-    let pb = fb.add_device(b.mac).expect("port b");
-    let fabric = fb.build();
-    let port = |p| {
-        let port = fabric.device_port(p).expect("port").with_segments();
-        Arc::new(if source {
-            port.with_payload_refs()
-        } else {
-            port
-        })
-    };
-    let da = detach(&mut a);
-    let db = detach(&mut b);
-    let ea = Engine::start_with(da.clone(), port(pa), two_workers()).expect("engine a");
-    let eb = Engine::start_with(db.clone(), port(pb), two_workers()).expect("engine b");
+    let FabricPair {
+        mut a,
+        b,
+        mut conns,
+        da,
+        db,
+        ea,
+        eb,
+    } = fabric_pair(2, LEN, 80, source);
     let n = LEN / CHUNK;
     stream_writes(&ea, &a, &mut conns, n, CHUNK);
     let victim = &mut conns[0];
