@@ -535,3 +535,124 @@ fn objects_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
     drop(d);
     engine.stop();
 }
+
+#[test]
+fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
+    // CREATE_QP inserts through a shared borrow (`qp/table.rs`) and answers while a worker is
+    // busy with a unit; DESTROY_QP takes the QP out beside it and answers only after the unit
+    // in flight (which may have the QP's state out) ended. A UD QP in a multicast group, or a
+    // queued flush, needs the exclusive device: `handle_shared` declines those.
+    let mut n = common::Node::new(8, 16, 1500);
+    let pd = n.create_pd();
+    let (cq, _) = n.create_cq(64);
+    let old = n.create_qp(common::QpSpec::rc(pd, cq));
+    let ud = n.create_qp(common::QpSpec {
+        qp_type: VRDMA_QPT_UD,
+        ..common::QpSpec::rc(pd, cq)
+    });
+    let mut group = [0u8; 16];
+    group[0] = 0xff;
+    group[15] = 7;
+    let attach = VrdmaCmdMcast {
+        qpn: ud.qpn,
+        reserved: 0,
+        gid: group,
+    };
+    n.cmd(VRDMA_CMD_ATTACH_MCAST, attach.as_bytes())
+        .expect("attach");
+    let (sq, rq) = (n.ring(64, 8), n.ring(64, 7));
+    let create = common::QpSpec {
+        sq_depth: 64,
+        rq_depth: 64,
+        sq_shift: 8,
+        rq_shift: 7,
+        max_sge: 4,
+        max_inline: 0,
+        ..common::QpSpec::rc(pd, cq)
+    }
+    .request(&sq, Some(&rq));
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let shared = |op: u16, req: &[u8]| {
+        let mut resp = Vec::new();
+        let status = dev.read().handle_shared(op, req, &mut resp);
+        (status, resp)
+    };
+    let handle = |h: u32| {
+        VrdmaHandle {
+            handle: h,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (late_tx, late_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (created, resp) = shared(VRDMA_CMD_CREATE_QP, &create);
+            let qpn = VrdmaRespCreateQp::read_from(&resp).map_or(0, |r| r.qpn);
+            // QPN 2 is below the first QPN handed out: never a QP's.
+            let missing = shared(VRDMA_CMD_DESTROY_QP, &handle(2)).0;
+            let in_group = shared(VRDMA_CMD_DESTROY_QP, &handle(ud.qpn)).0;
+            let _ = tx.send((created, qpn, missing, in_group));
+            let _ = late_tx.send(shared(VRDMA_CMD_DESTROY_QP, &handle(old.qpn)).0);
+        });
+        let answer = rx.recv_timeout(LONG);
+        let inside = gate.delivered.load(Ordering::SeqCst);
+        wait_for("DESTROY_QP waiting for the unit", || {
+            dev.read().fences_waiting() == 1
+        });
+        let early = late_rx.recv_timeout(Duration::from_millis(300));
+        let still_inside = gate.delivered.load(Ordering::SeqCst);
+        // The destroyed QP is gone from lookups before the command answers.
+        let gone_early = !dev.read().qps.contains(old.qpn);
+        gate.released.store(true, Ordering::SeqCst);
+        let (created, qpn, missing, in_group) =
+            answer.expect("CREATE_QP waited for the worker's unit");
+        assert_eq!(
+            inside, 1,
+            "the worker left its unit before CREATE_QP answered"
+        );
+        assert_eq!(created, Some(VRDMA_STATUS_OK));
+        assert!(qpn >= VRDMA_FIRST_QPN, "no QPN in the response: {qpn:#x}");
+        assert_eq!(missing, Some(VRDMA_STATUS_NOT_FOUND));
+        assert_eq!(
+            in_group, None,
+            "a multicast member is destroyed exclusively"
+        );
+        assert!(
+            early.is_err() && still_inside == 1,
+            "DESTROY_QP answered while the worker was inside its unit: {early:?}"
+        );
+        assert!(gone_early, "lookups still found the QP being destroyed");
+        let late = late_rx
+            .recv_timeout(LONG)
+            .expect("DESTROY_QP never answered after the unit");
+        assert_eq!(late, Some(VRDMA_STATUS_OK));
+        let (query, _) = shared(VRDMA_CMD_QUERY_QP, &handle(old.qpn));
+        assert_eq!(query, Some(VRDMA_STATUS_NOT_FOUND));
+        let (query, resp) = shared(VRDMA_CMD_QUERY_QP, &handle(qpn));
+        assert_eq!(query, Some(VRDMA_STATUS_OK));
+        assert_eq!(
+            VrdmaQpAttr::read_from(&resp).map(|a| a.qp_state),
+            Some(VRDMA_QPS_RESET)
+        );
+        assert_eq!(
+            shared(VRDMA_CMD_DESTROY_QP, &handle(qpn)).0,
+            Some(VRDMA_STATUS_OK)
+        );
+    });
+    // The group member, on the exclusive device: detached and destroyed.
+    let mut resp = Vec::new();
+    let done = dev
+        .lock()
+        .handle_command(VRDMA_CMD_DESTROY_QP, &handle(ud.qpn), &mut resp);
+    assert_eq!(
+        done,
+        vrdma_backend::device::CmdOutcome::Done(VRDMA_STATUS_OK)
+    );
+    let d = dev.read();
+    assert!(d.qps.is_empty() && !d.mcast().is_attached(ud.qpn));
+    drop(d);
+    engine.stop();
+}

@@ -643,3 +643,136 @@ fn dereg_beside_traffic(source: bool) {
     ea.stop();
     eb.stop();
 }
+
+/// Run `op` as the control queue does: beside the workers if the device allows
+/// (`handle_shared`), else on the exclusive device. The status, the response, and whether it
+/// ran beside the workers.
+fn control(dev: &HandoffLock<Device>, op: u16, req: &[u8]) -> (u32, Vec<u8>, bool) {
+    let mut resp = Vec::new();
+    if let Some(status) = dev.read().handle_shared(op, req, &mut resp) {
+        return (status, resp, true);
+    }
+    match dev.lock().handle_command(op, req, &mut resp) {
+        vrdma_backend::device::CmdOutcome::Done(status) => (status, resp, false),
+        other => panic!("command {op} parked: {other:?}"),
+    }
+}
+
+#[test]
+fn qps_created_and_destroyed_beside_traffic_leave_the_stream_whole() {
+    // CREATE_QP and DESTROY_QP run beside the workers (`qp/table.rs`): while both workers of
+    // each side stream WRITEs on two connections, each side creates 60 more QPs (enough that
+    // the QPN index grows once, on the exclusive device) and destroys them, twice over. Every
+    // WRITE completes with its bytes; every create and destroy succeeds; the tables end as
+    // they began.
+    const CHUNK: u64 = 64 << 10;
+    const WRITES: u64 = 48;
+    const EXTRA: usize = 60;
+    let FabricPair {
+        mut a,
+        mut b,
+        mut conns,
+        da,
+        db,
+        ea,
+        eb,
+    } = fabric_pair(2, CHUNK * WRITES, 90, false);
+    let setup = |n: &mut Node, d: &HandoffLock<Device>| {
+        let (st, pd, _) = control(d, VRDMA_CMD_CREATE_PD, &[0; 8]);
+        assert_eq!(st, VRDMA_STATUS_OK);
+        let pd = VrdmaHandle::read_from(&pd).unwrap().handle;
+        let ring = n.ring(64, 5);
+        let c = VrdmaCmdCreateCq {
+            depth: 64,
+            npages: ring.pages.len() as u32,
+            ..Default::default()
+        };
+        let mut req = c.as_bytes().to_vec();
+        ring.pages
+            .iter()
+            .for_each(|p| req.extend_from_slice(&p.to_le_bytes()));
+        let (st, cq, _) = control(d, VRDMA_CMD_CREATE_CQ, &req);
+        assert_eq!(st, VRDMA_STATUS_OK);
+        let cq = VrdmaHandle::read_from(&cq).unwrap().handle;
+        let spec = QpSpec {
+            sq_depth: 16,
+            rq_depth: 16,
+            sq_shift: 7,
+            rq_shift: 6,
+            max_sge: 2,
+            max_inline: 0,
+            ..QpSpec::rc(pd, cq)
+        };
+        (0..EXTRA)
+            .map(|_| {
+                let (sq, rq) = (n.ring(16, 7), n.ring(16, 6));
+                spec.request(&sq, Some(&rq))
+            })
+            .collect::<Vec<_>>()
+    };
+    let reqs = [setup(&mut a, &da), setup(&mut b, &db)];
+    let before = [da.read().qps.len(), db.read().qps.len()];
+    stream_writes(&ea, &a, &mut conns, WRITES, CHUNK);
+    let churned = std::thread::scope(|s| {
+        let churn = s.spawn(|| {
+            let (mut shared, mut exclusive) = (0, 0);
+            for _ in 0..2 {
+                let mut live = Vec::new();
+                for (i, pair) in reqs[0].iter().zip(&reqs[1]).enumerate() {
+                    for (side, (d, req)) in [(&da, pair.0), (&db, pair.1)].into_iter().enumerate() {
+                        let (st, resp, beside) = control(d, VRDMA_CMD_CREATE_QP, req);
+                        assert_eq!(st, VRDMA_STATUS_OK, "CREATE_QP {i} on side {side}");
+                        let qpn = VrdmaRespCreateQp::read_from(&resp).unwrap().qpn;
+                        live.push((side, qpn));
+                        if beside {
+                            shared += 1
+                        } else {
+                            exclusive += 1
+                        }
+                    }
+                }
+                for (side, qpn) in live {
+                    let d = [&da, &db][side];
+                    let h = VrdmaHandle {
+                        handle: qpn,
+                        ..Default::default()
+                    };
+                    let (st, _, beside) = control(d, VRDMA_CMD_DESTROY_QP, h.as_bytes());
+                    assert_eq!(st, VRDMA_STATUS_OK, "DESTROY_QP {qpn:#x}");
+                    if beside {
+                        shared += 1
+                    } else {
+                        exclusive += 1
+                    }
+                }
+            }
+            (shared, exclusive)
+        });
+        for c in &mut conns {
+            let got = wait_cqes(
+                &mut a,
+                &mut c.cqa,
+                WRITES as usize,
+                Duration::from_secs(120),
+                "WRITE",
+            );
+            assert!(got.iter().all(|e| e.status == VRDMA_WC_SUCCESS), "{got:?}");
+            assert!(
+                b.read(c.dst, c.len as usize) == c.data,
+                "WRITE data differs on QP {}",
+                c.qa.qpn
+            );
+        }
+        churn.join().expect("churn")
+    });
+    ea.stop();
+    eb.stop();
+    let (shared, exclusive) = churned;
+    assert!(exclusive >= 1, "the QPN index never grew");
+    assert!(
+        shared >= 9 * (shared + exclusive) / 10,
+        "{exclusive} of {} commands needed the exclusive device",
+        shared + exclusive
+    );
+    assert_eq!([da.read().qps.len(), db.read().qps.len()], before);
+}

@@ -221,6 +221,9 @@ pub struct Bed {
     pub path_mtu: u32,
     /// Ethernet MTU of both devices.
     pub eth_mtu: u16,
+    /// A CREATE_QP request for a small RC QP on A's PD and CQ, with rings of its own
+    /// (`control-churn` creates and destroys it over and over; never used for traffic).
+    pub spare_qp_a: Vec<u8>,
 }
 
 /// IB MTU enum for a byte size.
@@ -287,19 +290,28 @@ impl Bed {
         let pdb = b.create_pd();
         let (ca, cqa) = a.create_cq(CQ_DEPTH);
         let (cb, cqb) = b.create_cq(CQ_DEPTH);
+        let small = |pd, cq| QpSpec {
+            sq_depth: 16,
+            rq_depth: 16,
+            sq_shift: 7,
+            rq_shift: 5,
+            max_sge: 1,
+            max_inline: 0,
+            ..QpSpec::rc(pd, cq)
+        };
         for (n, pd, cq) in [(&mut a, pda, ca), (&mut b, pdb, cb)] {
             for _ in 0..idle {
                 n.create_qp(QpSpec {
                     sq_depth: 4,
                     rq_depth: 4,
-                    sq_shift: 7,
-                    rq_shift: 5,
-                    max_sge: 1,
-                    max_inline: 0,
-                    ..QpSpec::rc(pd, cq)
+                    ..small(pd, cq)
                 });
             }
         }
+        let spare_qp_a = {
+            let (sq, rq) = (a.ring(16, 7), a.ring(16, 5));
+            small(pda, ca).request(&sq, Some(&rq))
+        };
         let spec = |pd, cq| QpSpec {
             sq_depth: SQ_DEPTH,
             rq_depth: RQ_DEPTH,
@@ -414,6 +426,7 @@ impl Bed {
             buf_len,
             path_mtu,
             eth_mtu,
+            spare_qp_a,
         }
     }
 

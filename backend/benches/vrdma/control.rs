@@ -100,70 +100,71 @@ pub fn run(quick: bool) {
     );
 }
 
-/// Round trips (seconds) of the REG_DMA_MR and DEREG_MR commands.
+/// Round trips (seconds) of the two commands of each pair, and how many commands needed the
+/// exclusive device.
 #[derive(Default)]
 struct Times {
-    reg: Vec<f64>,
-    dereg: Vec<f64>,
-}
-
-impl Times {
-    fn push(&mut self, reg: f64, dereg: f64) {
-        self.reg.push(reg);
-        self.dereg.push(dereg);
-    }
+    make: Vec<f64>,
+    undo: Vec<f64>,
+    exclusive: usize,
 }
 
 /// A command as the control queue runs it (`vhost_user::controlq`): beside the workers when
-/// the device allows it, else on the exclusive device.
-fn command(dev: &HandoffLock<Device>, op: u16, req: &[u8], resp: &mut Vec<u8>) -> u32 {
+/// the device allows it, else on the exclusive device. The status, and whether it ran beside
+/// the workers.
+fn command(dev: &HandoffLock<Device>, op: u16, req: &[u8], resp: &mut Vec<u8>) -> (u32, bool) {
     if let Some(s) = dev.read().handle_shared(op, req, resp) {
-        return s;
+        return (s, true);
     }
     match dev.lock().handle_command(op, req, resp) {
-        CmdOutcome::Done(s) => s,
-        CmdOutcome::Parked(_) => VRDMA_STATUS_INVALID,
+        CmdOutcome::Done(s) => (s, false),
+        CmdOutcome::Parked(_) => (VRDMA_STATUS_INVALID, false),
     }
 }
 
-/// REG_DMA_MR + DEREG_MR pairs, one every ~`PACE`, until `stop`: each command's round trip
-/// and whether every command succeeded.
-fn registration_churn(dev: &HandoffLock<Device>, stop: &AtomicBool) -> (Times, bool) {
+/// One kind of pair: a command that makes an object, the one that undoes it, and where the
+/// made object's handle is in the response.
+struct Pair<'a> {
+    make: (u16, &'a [u8]),
+    undo: u16,
+    handle: fn(&[u8]) -> u32,
+}
+
+/// `pair` over and over, one every ~`PACE`, until `stop`: each command's round trip and
+/// whether every command succeeded.
+fn churn_pairs(dev: &HandoffLock<Device>, pair: &Pair, stop: &AtomicBool) -> (Times, bool) {
     const PACE: Duration = Duration::from_micros(50);
     let mut resp = Vec::new();
-    let mut ok = command(dev, VRDMA_CMD_CREATE_PD, &[], &mut resp) == VRDMA_STATUS_OK;
-    let pd = VrdmaHandle::read_from(&resp).map_or(0, |h| h.handle);
     let mut times = Times::default();
+    let mut ok = true;
+    let run = |op, req: &[u8], resp: &mut Vec<u8>, times: &mut Times| {
+        let (status, beside) = command(dev, op, req, resp);
+        times.exclusive += usize::from(!beside);
+        status == VRDMA_STATUS_OK
+    };
     while ok && !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
-        let c = VrdmaCmdRegMr {
-            pdn: pd,
-            access: VRDMA_ACCESS_LOCAL_WRITE,
-            ..Default::default()
-        };
-        ok &= command(dev, VRDMA_CMD_REG_DMA_MR, c.as_bytes(), &mut resp) == VRDMA_STATUS_OK;
+        ok &= run(pair.make.0, pair.make.1, &mut resp, &mut times);
         let h = VrdmaHandle {
-            handle: VrdmaRespRegMr::read_from(&resp).map_or(0, |r| r.lkey),
+            handle: (pair.handle)(&resp),
             ..Default::default()
         };
         let t1 = Instant::now();
-        ok &= command(dev, VRDMA_CMD_DEREG_MR, h.as_bytes(), &mut resp) == VRDMA_STATUS_OK;
-        times.push((t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64());
+        ok &= run(pair.undo, h.as_bytes(), &mut resp, &mut times);
+        times.make.push((t1 - t0).as_secs_f64());
+        times.undo.push(t1.elapsed().as_secs_f64());
         std::thread::sleep(PACE);
     }
-    let h = VrdmaHandle {
-        handle: pd,
-        ..Default::default()
-    };
-    ok &= command(dev, VRDMA_CMD_DESTROY_PD, h.as_bytes(), &mut resp) == VRDMA_STATUS_OK;
     (times, ok)
 }
 
 /// `control-churn` section: a registration cache's churn (REG_DMA_MR + DEREG_MR pairs, as UCX
-/// or MPI register and evict buffers) on device A while one QP streams 64 KiB WRITEs over the
-/// fabric: the stream's rate with and without it, and the pairs' round trip. DEREG_MR runs
-/// beside the workers (the unit fence) where the device allows it; on the exclusive device
-/// every pair stops the workers for a hand-off.
+/// or MPI register and evict buffers) and a connection churn (CREATE_QP + DESTROY_QP pairs,
+/// as rdma_cm servers accept and close) on device A while one QP streams 64 KiB WRITEs over
+/// the fabric: the stream's rate with and without each, the pairs' round trip and how many
+/// commands needed the exclusive device. DEREG_MR and DESTROY_QP run beside the workers (the
+/// unit fence) where the device allows it; on the exclusive device every pair stops the
+/// workers for a hand-off.
 pub fn churn(quick: bool) {
     let bytes: u64 = if quick { 256 << 20 } else { 2 << 30 };
     let mut bed = Bed::new(Mode::Fabric, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
@@ -171,30 +172,84 @@ pub fn churn(quick: bool) {
     let Some(dev) = bed.device_a() else {
         unreachable!("a fabric bed runs engine threads");
     };
+    let mut resp = Vec::new();
+    let (st, _) = command(&dev, VRDMA_CMD_CREATE_PD, &[0; 8], &mut resp);
+    let pd = VrdmaHandle::read_from(&resp).map_or(0, |h| h.handle);
+    let reg = VrdmaCmdRegMr {
+        pdn: pd,
+        access: VRDMA_ACCESS_LOCAL_WRITE,
+        ..Default::default()
+    };
+    let spare_qp = bed.spare_qp_a.clone();
+    let pairs = [
+        (
+            "REG_DMA_MR+DEREG_MR",
+            Pair {
+                make: (VRDMA_CMD_REG_DMA_MR, reg.as_bytes()),
+                undo: VRDMA_CMD_DEREG_MR,
+                handle: |r| VrdmaRespRegMr::read_from(r).map_or(0, |r| r.lkey),
+            },
+        ),
+        (
+            "CREATE_QP+DESTROY_QP",
+            Pair {
+                make: (VRDMA_CMD_CREATE_QP, &spare_qp),
+                undo: VRDMA_CMD_DESTROY_QP,
+                handle: |r| VrdmaRespCreateQp::read_from(r).map_or(0, |r| r.qpn),
+            },
+        ),
+    ];
     let n = bytes / (64 << 10);
     let rate = |el: Duration| (n * (64 << 10)) as f64 / el.as_secs_f64() / 1e6;
     let alone = rate(stream(&mut bed, Op::Write, 64 << 10, n));
-    let stop = AtomicBool::new(false);
-    let ((mut times, ok), with) = std::thread::scope(|s| {
-        let c = s.spawn(|| registration_churn(&dev, &stop));
-        let el = stream(&mut bed, Op::Write, 64 << 10, n);
-        stop.store(true, Ordering::Relaxed);
-        (c.join().unwrap_or_default(), rate(el))
-    });
+    let mut lines = Vec::new();
+    for (what, pair) in &pairs {
+        let stop = AtomicBool::new(false);
+        let ((times, ok), with) = std::thread::scope(|s| {
+            let c = s.spawn(|| churn_pairs(&dev, pair, &stop));
+            let el = stream(&mut bed, Op::Write, 64 << 10, n);
+            stop.store(true, Ordering::Relaxed);
+            (c.join().unwrap_or_default(), rate(el))
+        });
+        lines.push((
+            *what,
+            pair.make.0,
+            pair.undo,
+            times,
+            ok && st == VRDMA_STATUS_OK,
+            with,
+        ));
+    }
     bed.finish();
-    let per_s = times.reg.len() as f64 / (bytes as f64 / 1e6 / with);
-    println!(
-        "control-churn: one QP's 64 KiB WRITE stream alone {alone:.0} MB/s, beside \
-         REG_DMA_MR+DEREG_MR pairs ({per_s:.0}/s{}) {with:.0} MB/s: {:.2} x",
-        if ok { "" } else { ", A COMMAND FAILED" },
-        with / alone
-    );
-    println!(
-        "control-churn: beside the stream, REG_DMA_MR: {}",
-        summary(&mut times.reg)
-    );
-    println!(
-        "control-churn: beside the stream, DEREG_MR (waits for the units in flight): {}",
-        summary(&mut times.dereg)
-    );
+    for (what, make, undo, mut times, ok, with) in lines {
+        let per_s = times.make.len() as f64 / (bytes as f64 / 1e6 / with);
+        println!(
+            "control-churn: one QP's 64 KiB WRITE stream alone {alone:.0} MB/s, beside \
+             {what} pairs ({per_s:.0}/s, {} of {} commands exclusive{}) {with:.0} MB/s: {:.2} x",
+            times.exclusive,
+            2 * times.make.len(),
+            if ok { "" } else { ", A COMMAND FAILED" },
+            with / alone
+        );
+        println!(
+            "control-churn: beside the stream, {}: {}",
+            opcode_name(make),
+            summary(&mut times.make)
+        );
+        println!(
+            "control-churn: beside the stream, {} (waits for the units in flight): {}",
+            opcode_name(undo),
+            summary(&mut times.undo)
+        );
+    }
+}
+
+fn opcode_name(op: u16) -> &'static str {
+    match op {
+        VRDMA_CMD_REG_DMA_MR => "REG_DMA_MR",
+        VRDMA_CMD_DEREG_MR => "DEREG_MR",
+        VRDMA_CMD_CREATE_QP => "CREATE_QP",
+        VRDMA_CMD_DESTROY_QP => "DESTROY_QP",
+        _ => "command",
+    }
 }

@@ -84,7 +84,7 @@ impl Device {
             VRDMA_CMD_ADD_GID => self.cmd_add_gid(req),
             VRDMA_CMD_DEL_GID => self.cmd_del_gid(req),
             VRDMA_CMD_RESIZE_CQ => self.cmd_resize_cq(req, resp),
-            VRDMA_CMD_CREATE_QP => self.cmd_create_qp(req, resp),
+            VRDMA_CMD_CREATE_QP => self.cmd_create_qp_exclusive(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
             VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
             VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
@@ -122,6 +122,10 @@ impl Device {
     /// - the commands that take memory access away (DEREG_MR, REREG_MR, DEALLOC_MW,
     ///   ODP_INVALIDATE): they change the MR table under its write lock, release it, then wait
     ///   for the units of work in flight.
+    /// - CREATE_QP and DESTROY_QP (`qp/table.rs`): the QP table inserts and removes through a
+    ///   shared borrow; a destroy waits for the units of work in flight. A create that needs
+    ///   the QPN index to grow, and a destroy of a multicast member or while a flush is
+    ///   queued, need the exclusive device.
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
         let _beside = crate::tables::flush::SharedCommand::enter();
@@ -160,6 +164,8 @@ impl Device {
             VRDMA_CMD_DEALLOC_XRCD => |d, q, _| Some(d.cmd_dealloc_xrcd(q)),
             VRDMA_CMD_DESTROY_CQ => |d, q, _| Some(d.cmd_destroy_cq(q)),
             VRDMA_CMD_DESTROY_SRQ => |d, q, _| Some(d.cmd_destroy_srq(q)),
+            VRDMA_CMD_CREATE_QP => |d, q, r| d.cmd_create_qp_shared(q, r),
+            VRDMA_CMD_DESTROY_QP => |d, q, _| d.cmd_destroy_qp_shared(q),
             _ => return None,
         };
         resp.clear();

@@ -668,11 +668,14 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
     // The GSI QP does not count against max_qp.
     for _ in 0..r.count_at_most(64, dev.config.max_qp.saturating_add(1))? {
         let qp = get_qp(&mut r, dev)?;
-        if let Some(s) = qp.srqn.and_then(|s| dev.srqs.get_mut(s)) {
+        let (qpn, srqn) = (qp.qpn, qp.srqn);
+        // `get_qp` refused a QPN that is taken; the table makes room itself.
+        if !dev.qps.insert(qp) {
+            return Err(invalid("QPN", qpn));
+        }
+        if let Some(s) = srqn.and_then(|s| dev.srqs.get_mut(s)) {
             s.qp_refs += 1;
         }
-        let qpn = qp.qpn;
-        dev.qps.insert(qp);
         // Arm the restored retransmission / RNR deadlines (transport/timers.rs).
         crate::transport::timers::note_req(dev, qpn);
     }

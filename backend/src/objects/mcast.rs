@@ -84,6 +84,11 @@ impl McastTable {
         Ok(())
     }
 
+    /// Whether `qpn` is attached to any group.
+    pub fn is_attached(&self, qpn: u32) -> bool {
+        self.groups.values().any(|qps| qps.contains(&qpn))
+    }
+
     /// Detach `qpn` from every group (DESTROY_QP).
     pub fn detach_qp(&mut self, qpn: u32) {
         self.groups.retain(|_, qps| {

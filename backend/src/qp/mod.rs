@@ -1,13 +1,12 @@
-//! Queue pairs (spec §13): the `Qp` object, its attributes and the QP table. The IBTA state machine
-//! and attribute-mask table are in `state.rs`; protocol state (`req`, `resp`, `tick`) is owned by
-//! `transport/`, which sits above this module: `Qp` holds it through the [`Protocol`] types the
-//! device names (`transport::Rocev2`), and only resets it and seeds its PSNs.
+//! Queue pairs (spec §13): the `Qp` object and its attributes. The IBTA state machine and
+//! attribute-mask table are in `state.rs`, the QP table in `table.rs` (its QPN → slot map in
+//! `index.rs`). Protocol state (`req`, `resp`, `tick`) is owned by `transport/`, which sits
+//! above this module: `Qp` holds it through the [`Protocol`] types the device names
+//! (`transport::Rocev2`), and only resets it and seeds its PSNs.
 
+pub mod index;
 pub mod state;
-
-use std::sync::{Mutex, MutexGuard};
-
-use crate::sync::{lock, unlocked};
+mod table;
 
 use thiserror::Error;
 use vrdma_spec::*;
@@ -15,6 +14,7 @@ use vrdma_spec::*;
 use crate::guest::{GuestMem, Ring};
 use crate::objects::gid::{gid_is_ipv4, GidTable};
 pub use state::{QpState, QpType, StateError};
+pub use table::QpTable;
 
 /// An IB MTU enum in bytes (`vrdma_spec::ib_mtu_to_bytes`, §13.4); anything outside 1..=5 — only
 /// an unset `path_mtu` (0) can be, since MODIFY_QP refuses the rest — counts as 256, the smallest
@@ -435,9 +435,6 @@ pub fn check_av(gids: &GidTable, av: &VrdmaAv) -> Result<[u8; 16], QpError> {
 
 /// Highest QPN handed out: 0xffffff is the multicast QPN (IBTA 10.5), never a QP's.
 pub(crate) const MAX_QPN: u32 = MASK24 - 1;
-/// Random draws before [`QpTable::alloc_qpn`] walks from a random point instead; with
-/// `max_qp` far below the 2^24 space the first draw is free with overwhelming probability.
-const QPN_DRAWS: u32 = 16;
 
 /// The engine worker a QP belongs to (`--engine-threads`, ARCHITECTURE.md "Engine workers"):
 /// its QPN modulo the number of workers. A pure function of the QPN, so the vhost-user thread
@@ -447,273 +444,5 @@ pub fn worker_of(qpn: u32, workers: usize) -> usize {
     match u32::try_from(workers) {
         Ok(n) if n > 1 => (qpn % n) as usize,
         _ => 0,
-    }
-}
-
-/// A random QPN in 16..=MAX_QPN for which `used` is false, `None` if `count` + 1 steps of the
-/// fallback walk find none (impossible while `count` QPNs are used and count < the space).
-///
-/// Spec §16: a peer cannot predict the QPN of the next QP (it would need it, with the PSN and
-/// the peer's address, to inject into a connection). A destroyed QPN comes back only by chance
-/// (probability count / 2^24 per allocation).
-fn pick_qpn(rng: &mut crate::ids::IdRng, count: u32, used: impl Fn(u32) -> bool) -> Option<u32> {
-    for _ in 0..QPN_DRAWS {
-        let q = rng.in_range(VRDMA_FIRST_QPN, MAX_QPN);
-        if !used(q) {
-            return Some(q);
-        }
-    }
-    // Dense table: walk from a random QPN.
-    let span = MAX_QPN - VRDMA_FIRST_QPN + 1;
-    let start = rng.in_range(0, span - 1);
-    (0..=count)
-        .map(|i| VRDMA_FIRST_QPN + (start + i) % span)
-        .find(|&q| !used(q))
-}
-
-/// The QP table: GSI is QPN 1, ordinary QPs get random QPNs in 16..=0xfffffe (spec §13.6, §16),
-/// unique among live QPs.
-pub struct QpTable<P: Protocol> {
-    /// Looked up several times per packet; QPNs are device-chosen (`fasthash`). Each QP has
-    /// its own lock, so an engine worker and a command about another QP do not wait for each
-    /// other (ARCHITECTURE.md "Locks"); with the table borrowed mutably nothing is locked.
-    qps: crate::fasthash::FastMap<u32, Mutex<Qp<P>>>,
-    rng: crate::ids::IdRng,
-    max_qp: u32,
-    count: u32,
-    /// Engine workers the QPNs are spread over ([`worker_of`]); 1 without sharding.
-    workers: u32,
-    /// The worker the next QP goes to (round robin).
-    next_worker: u32,
-    /// The counters of every QP removed so far (destroyed or reset away): the port's
-    /// QUERY_STATS totals count from daemon start (spec §11.9).
-    retired: crate::stats::QpStats,
-}
-
-impl<P: Protocol> std::fmt::Debug for QpTable<P> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QpTable")
-            .field("count", &self.count)
-            .field("max_qp", &self.max_qp)
-            .finish()
-    }
-}
-
-impl<P: Protocol> QpTable<P> {
-    /// `max_qp` ordinary QPs (the GSI QP does not count); QPNs from an OS-seeded generator.
-    pub fn new(max_qp: u32) -> Self {
-        Self::with_rng(max_qp, crate::ids::IdRng::from_os())
-    }
-
-    /// As [`QpTable::new`] with a given generator (reproducible unit tests).
-    pub fn with_rng(max_qp: u32, rng: crate::ids::IdRng) -> Self {
-        QpTable {
-            qps: crate::fasthash::FastMap::default(),
-            rng,
-            // Strictly below the number of QPNs, so a free one always exists.
-            max_qp: max_qp.min(MAX_QPN - VRDMA_FIRST_QPN),
-            count: 0,
-            workers: 1,
-            next_worker: 0,
-            retired: Default::default(),
-        }
-    }
-
-    /// Spread the QPs created from now on over `workers` engine workers ([`worker_of`]).
-    pub fn set_workers(&mut self, workers: usize) {
-        self.workers = u32::try_from(workers).unwrap_or(u32::MAX).max(1);
-    }
-
-    /// Reserve a QPN for a new QP of type `t`; `None` if none left (or the GSI QP exists).
-    pub fn alloc_qpn(&mut self, t: QpType) -> Option<u32> {
-        if t == QpType::Gsi {
-            return (!self.qps.contains_key(&VRDMA_GSI_QPN)).then_some(VRDMA_GSI_QPN);
-        }
-        if self.count >= self.max_qp {
-            return None;
-        }
-        let qps = &self.qps;
-        if self.workers > 1 {
-            // Round robin over the workers: a random QPN moved into the worker's residue
-            // class (the QPN keeps all but log2(workers) bits of its randomness).
-            let (n, w) = (self.workers, self.next_worker % self.workers);
-            self.next_worker = self.next_worker.wrapping_add(1);
-            for _ in 0..QPN_DRAWS {
-                let q = self.rng.in_range(VRDMA_FIRST_QPN, MAX_QPN);
-                let q = q - q % n + w;
-                let q = if q < VRDMA_FIRST_QPN { q + n } else { q };
-                if q <= MAX_QPN && !qps.contains_key(&q) {
-                    return Some(q);
-                }
-            }
-        }
-        pick_qpn(&mut self.rng, self.count, |q| qps.contains_key(&q))
-    }
-
-    /// Insert a QP whose QPN came from `alloc_qpn`.
-    pub fn insert(&mut self, qp: Qp<P>) {
-        if qp.qpn != VRDMA_GSI_QPN {
-            self.count += 1;
-        }
-        self.qps.insert(qp.qpn, Mutex::new(qp));
-    }
-
-    /// QP `qpn`, locked until the guard drops. Never lock a QP while holding its guard (the
-    /// lock is not re-entrant), nor two QPs at once (ARCHITECTURE.md "Locks": one QP at a time).
-    pub fn get(&self, qpn: u32) -> Option<MutexGuard<'_, Qp<P>>> {
-        self.qps.get(&qpn).map(lock)
-    }
-
-    /// QP `qpn` through the exclusively borrowed table: no lock taken.
-    pub fn get_mut(&mut self, qpn: u32) -> Option<&mut Qp<P>> {
-        self.qps.get_mut(&qpn).map(unlocked)
-    }
-
-    /// Is there a QP `qpn`? (Takes no QP lock.)
-    pub fn contains(&self, qpn: u32) -> bool {
-        self.qps.contains_key(&qpn)
-    }
-
-    pub fn remove(&mut self, qpn: u32) -> Option<Qp<P>> {
-        let qp = self.qps.remove(&qpn)?;
-        let qp = qp.into_inner().unwrap_or_else(|p| p.into_inner());
-        if qpn != VRDMA_GSI_QPN {
-            self.count -= 1;
-        }
-        self.retired.add(&qp.stats);
-        Some(qp)
-    }
-
-    /// Ordinary QPs in use.
-    pub fn len(&self) -> u32 {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.qps.is_empty()
-    }
-
-    pub fn qpns(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.qps.keys().copied().collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Every QP, each locked while the iteration is at it (drop the guard before the next).
-    pub fn iter(&self) -> impl Iterator<Item = MutexGuard<'_, Qp<P>>> {
-        self.qps.values().map(lock)
-    }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Qp<P>> {
-        self.qps.values_mut().map(unlocked)
-    }
-
-    pub fn clear(&mut self) {
-        for qp in self.qps.values_mut().map(unlocked) {
-            self.retired.add(&qp.stats);
-        }
-        self.qps.clear();
-        self.count = 0;
-    }
-
-    /// The counters of every QP this table has had: the live ones and those removed (§11.9).
-    pub fn stats_total(&self) -> crate::stats::QpStats {
-        let mut t = self.retired;
-        for qp in self.iter() {
-            t.add(&qp.stats);
-        }
-        t
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Protocol state that only counts what `qp/` does to it.
-    #[derive(Default)]
-    struct Psn(u32);
-    impl SendState for Psn {
-        fn set_sq_psn(&mut self, psn: u32) {
-            self.0 = psn;
-        }
-        fn reset(&mut self) {
-            self.0 = 0;
-        }
-    }
-    impl RecvState for Psn {
-        fn set_rq_psn(&mut self, psn: u32) {
-            self.0 = psn;
-        }
-        fn reset(&mut self) {
-            self.0 = 0;
-        }
-    }
-    struct Test;
-    impl Protocol for Test {
-        type Req = Psn;
-        type Resp = Psn;
-        type Tick = ();
-    }
-
-    fn qp(mem: &GuestMem, qpn: u32, t: QpType) -> Qp<Test> {
-        let sq = Ring::new(mem, &[0, 4096], 16, 6, 6, 16).unwrap();
-        Qp {
-            qpn,
-            qp_type: t,
-            pd: 1,
-            send_cqn: 1,
-            recv_cqn: 1,
-            srqn: None,
-            xrcdn: None,
-            sq,
-            rq: None,
-            sq_sig_all: false,
-            caps: QpCaps::default(),
-            state: QpState::Reset,
-            attrs: QpAttrs::default(),
-            sq_draining: false,
-            req: Default::default(),
-            resp: Default::default(),
-            tick: Default::default(),
-            stats: Default::default(),
-            charge: Default::default(),
-        }
-    }
-
-    #[test]
-    fn qpns_are_random_unique_and_in_range() {
-        let mem = GuestMem::from_ranges(&[(0, 1 << 16)]).unwrap();
-        let mut t = QpTable::<Test>::new(64);
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..64 {
-            let q = t.alloc_qpn(QpType::Rc).unwrap();
-            assert!((VRDMA_FIRST_QPN..=MAX_QPN).contains(&q), "qpn {q:#x}");
-            assert!(seen.insert(q), "qpn {q:#x} handed out twice");
-            t.insert(qp(&mem, q, QpType::Rc));
-        }
-        // Not the sequence 16, 17, ... of a counter.
-        let mut v: Vec<u32> = seen.iter().copied().collect();
-        v.sort_unstable();
-        assert_ne!(v, (16..80).collect::<Vec<u32>>());
-        // max_qp reached.
-        assert_eq!(t.alloc_qpn(QpType::Rc), None);
-        // GSI: QPN 1, one per device, not counted.
-        assert_eq!(t.alloc_qpn(QpType::Gsi), Some(VRDMA_GSI_QPN));
-        t.insert(qp(&mem, 1, QpType::Gsi));
-        assert_eq!(t.alloc_qpn(QpType::Gsi), None);
-        assert_eq!(t.len(), 64);
-    }
-
-    #[test]
-    fn a_dense_table_still_finds_the_free_qpn() {
-        let span = MAX_QPN - VRDMA_FIRST_QPN + 1;
-        assert_eq!(QpTable::<Test>::new(u32::MAX).max_qp, span - 1);
-        // Every QPN but one is live: the draws miss, the walk (≤ count + 1 steps) finds it.
-        let mut rng = crate::ids::IdRng::from_seed(7);
-        for free in [VRDMA_FIRST_QPN, 0x12_3456, MAX_QPN] {
-            assert_eq!(pick_qpn(&mut rng, span - 1, |q| q != free), Some(free));
-        }
-        assert_eq!(pick_qpn(&mut rng, span, |_| true), None);
     }
 }

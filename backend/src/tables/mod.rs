@@ -412,6 +412,11 @@ impl<P: Protocol> DeviceTables<P> {
         }
     }
 
+    /// Whether no QP waits in any flush queue.
+    pub fn flushes_idle(&self) -> bool {
+        self.flushes.is_empty()
+    }
+
     /// The workers that have QPs to flush queued by another worker (bit per worker), cleared:
     /// the engine kicks them after its batch.
     pub fn take_flush_kicks(&self) -> u32 {

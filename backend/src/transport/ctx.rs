@@ -552,7 +552,7 @@ pub fn qp_stats(dev: &Device, qpn: u32) -> Option<QpStatsGuard<'_>> {
 }
 
 /// See [`qp_stats`].
-pub struct QpStatsGuard<'a>(std::sync::MutexGuard<'a, crate::qp::Qp<super::Rocev2>>);
+pub struct QpStatsGuard<'a>(crate::objects::locked::SlotGuard<'a, crate::qp::Qp<super::Rocev2>>);
 
 impl std::ops::Deref for QpStatsGuard<'_> {
     type Target = crate::stats::QpStats;

@@ -110,6 +110,35 @@ pub struct QpSpec {
 }
 
 impl QpSpec {
+    /// The CREATE_QP request for this QP on rings `sq` and `rq` (`None` with an SRQ), its page
+    /// list included.
+    pub fn request(&self, sq: &RingH, rq: Option<&RingH>) -> Vec<u8> {
+        let c = VrdmaCmdCreateQp {
+            pdn: self.pd,
+            qp_type: self.qp_type,
+            send_cqn: self.scq,
+            recv_cqn: self.rcq,
+            srqn: self.srq.unwrap_or(VRDMA_NO_SRQ),
+            sq_depth: self.sq_depth,
+            rq_depth: if self.srq.is_some() { 0 } else { self.rq_depth },
+            sq_wqe_shift: self.sq_shift,
+            rq_wqe_shift: if self.srq.is_some() { 0 } else { self.rq_shift },
+            sq_sig_all: self.sig_all as u8,
+            reserved0: 0,
+            max_send_sge: self.max_sge,
+            max_recv_sge: self.max_sge,
+            max_inline_data: self.max_inline,
+            sq_npages: sq.pages.len() as u32,
+            rq_npages: rq.map_or(0, |r| r.pages.len() as u32),
+            xrcdn: 0,
+        };
+        let mut b = c.as_bytes().to_vec();
+        for p in sq.pages.iter().chain(rq.iter().flat_map(|r| &r.pages)) {
+            b.extend_from_slice(&p.to_le_bytes());
+        }
+        b
+    }
+
     pub fn rc(pd: u32, cq: u32) -> QpSpec {
         QpSpec {
             pd,
@@ -436,30 +465,7 @@ impl Node {
         } else {
             None
         };
-        let c = VrdmaCmdCreateQp {
-            pdn: s.pd,
-            qp_type: s.qp_type,
-            send_cqn: s.scq,
-            recv_cqn: s.rcq,
-            srqn: s.srq.unwrap_or(VRDMA_NO_SRQ),
-            sq_depth: s.sq_depth,
-            rq_depth: if s.srq.is_some() { 0 } else { s.rq_depth },
-            sq_wqe_shift: s.sq_shift,
-            rq_wqe_shift: if s.srq.is_some() { 0 } else { s.rq_shift },
-            sq_sig_all: s.sig_all as u8,
-            reserved0: 0,
-            max_send_sge: s.max_sge,
-            max_recv_sge: s.max_sge,
-            max_inline_data: s.max_inline,
-            sq_npages: sq.pages.len() as u32,
-            rq_npages: rq.as_ref().map_or(0, |r| r.pages.len() as u32),
-            xrcdn: 0,
-        };
-        let mut pages = sq.pages.clone();
-        if let Some(r) = &rq {
-            pages.extend_from_slice(&r.pages);
-        }
-        let r = self.cmd_pages(VRDMA_CMD_CREATE_QP, &c, &pages)?;
+        let r = self.cmd(VRDMA_CMD_CREATE_QP, &s.request(&sq, rq.as_ref()))?;
         Ok(QpH {
             qpn: VrdmaRespCreateQp::read_from(&r).unwrap().qpn,
             qp_type: s.qp_type,

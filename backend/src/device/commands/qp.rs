@@ -8,7 +8,21 @@ use super::*;
 const MODIFY_QP_TRIES: u32 = 1000;
 
 impl Device {
-    pub(super) fn cmd_create_qp(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    /// CREATE_QP beside the engine workers (`handle_shared`): the QP table inserts through a
+    /// shared borrow (`qp/table.rs`), and nothing refers to the new QP before the guest has
+    /// its QPN (a packet that names it by chance finds a QP in RESET and is dropped). `None`
+    /// when the table's QPN index must grow first, which needs the exclusive device.
+    pub(super) fn cmd_create_qp_shared(&self, req: &[u8], resp: &mut Vec<u8>) -> Option<CmdResult> {
+        self.qps.has_room().then(|| self.cmd_create_qp(req, resp))
+    }
+
+    /// CREATE_QP on the exclusive device: the table grows if it must.
+    pub(super) fn cmd_create_qp_exclusive(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        self.qps.make_room();
+        self.cmd_create_qp(req, resp)
+    }
+
+    fn cmd_create_qp(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdCreateQp>(req)?;
         let t = QpType::from_u32(c.qp_type).ok_or(VRDMA_STATUS_INVALID)?;
         if t == QpType::XrcTgt {
@@ -82,9 +96,6 @@ impl Device {
         } else {
             VRDMA_STATUS_NO_RESOURCES
         })?;
-        if let Some(s) = srqn.and_then(|s| self.srqs.get_mut(s)) {
-            s.qp_refs += 1;
-        }
         let qp = Qp {
             qpn,
             qp_type: t,
@@ -112,13 +123,19 @@ impl Device {
             stats: Default::default(),
             charge,
         };
-        self.qps.insert(qp);
+        // Room was made (`cmd_create_qp_shared` / `_exclusive`) and the QPN is free.
+        if !self.qps.insert_shared(qp) {
+            return Err(VRDMA_STATUS_NO_RESOURCES);
+        }
+        if let Some(mut s) = srqn.and_then(|s| self.srqs.get(s)) {
+            s.qp_refs += 1;
+        }
         put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
         Ok(())
     }
 
     /// CREATE_QP of an XRC_TGT (spec §11.7, §13.7): no rings, no CQs, no PD; only its domain.
-    pub(super) fn create_xrc_tgt(&mut self, c: &VrdmaCmdCreateQp, resp: &mut Vec<u8>) -> CmdResult {
+    fn create_xrc_tgt(&self, c: &VrdmaCmdCreateQp, resp: &mut Vec<u8>) -> CmdResult {
         if !self.xrcds.contains(c.xrcdn) {
             return Err(VRDMA_STATUS_NOT_FOUND);
         }
@@ -135,7 +152,7 @@ impl Device {
             .qps
             .alloc_qpn(QpType::XrcTgt)
             .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
-        self.qps.insert(Qp {
+        let qp = Qp {
             qpn,
             qp_type: QpType::XrcTgt,
             pd: 0,
@@ -155,7 +172,10 @@ impl Device {
             tick: Default::default(),
             stats: Default::default(),
             charge,
-        });
+        };
+        if !self.qps.insert_shared(qp) {
+            return Err(VRDMA_STATUS_NO_RESOURCES);
+        }
         put(resp, &VrdmaRespCreateQp { qpn, reserved: 0 });
         Ok(())
     }
@@ -230,17 +250,45 @@ impl Device {
         Ok(())
     }
 
+    /// DESTROY_QP beside the engine workers (`handle_shared`). `None`, for the exclusive
+    /// device, when the QP is attached to a multicast group (the groups are what every
+    /// worker reads per datagram without a lock) or a flush is queued (an exclusive command
+    /// runs the queued flushes first: a DESTROY_QP right after a MODIFY_QP to ERR still gets
+    /// the flush completions, as on the exclusive device).
+    pub(super) fn cmd_destroy_qp_shared(&self, req: &[u8]) -> Option<CmdResult> {
+        let c = match parse::<VrdmaHandle>(req) {
+            Ok((c, _)) => c,
+            Err(s) => return Some(Err(s)),
+        };
+        if self.mcast.is_attached(c.handle) || !self.flushes_idle() {
+            return None;
+        }
+        Some(self.destroy_qp(c.handle))
+    }
+
+    /// DESTROY_QP on the exclusive device.
     pub(super) fn cmd_destroy_qp(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        let qp = self.qps.remove(c.handle).ok_or(VRDMA_STATUS_NOT_FOUND)?;
-        if let Some(s) = qp.srqn.and_then(|s| self.srqs.get_mut(s)) {
+        if !self.qps.contains(c.handle) {
+            return Err(VRDMA_STATUS_NOT_FOUND);
+        }
+        self.mcast.detach_qp(c.handle);
+        self.destroy_qp(c.handle)
+    }
+
+    /// Spec §11.6: no completions, packets dropped from now on, the ring pages free when the
+    /// command completes. The QP leaves the table first (no unit of work that starts later
+    /// finds it), then the command waits for the units in flight (one of them may have the
+    /// QP's protocol state out, reading its rings or completing its WQEs) before it answers.
+    fn destroy_qp(&self, qpn: u32) -> CmdResult {
+        let qp = self.qps.remove(qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if let Some(mut s) = qp.srqn.and_then(|s| self.srqs.get(s)) {
             s.qp_refs = s.qp_refs.saturating_sub(1);
         }
         // Spec §12.8: type 2B windows bound through the QP are unbound with it.
-        self.mrs.get_mut().unbind_qp(c.handle);
-        if qp.qp_type == crate::qp::state::QpType::Ud {
-            self.mcast.detach_qp(c.handle);
-        }
+        self.mrs.write().unbind_qp(qpn);
+        self.fence_local_copies();
+        drop(qp);
         Ok(())
     }
 
