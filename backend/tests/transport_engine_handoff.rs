@@ -540,8 +540,9 @@ fn objects_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
 fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
     // CREATE_QP inserts through a shared borrow (`qp/table.rs`) and answers while a worker is
     // busy with a unit; DESTROY_QP takes the QP out beside it and answers only after the unit
-    // in flight (which may have the QP's state out) ended. A UD QP in a multicast group, or a
-    // queued flush, needs the exclusive device: `handle_shared` declines those.
+    // in flight (which may have the QP's state out) ended. ATTACH_MCAST answers beside it too.
+    // A destroy while a flush is queued (here: the held worker's, after a MODIFY_QP to ERR)
+    // needs the exclusive device, which flushes first: `handle_shared` declines it.
     let mut n = common::Node::new(8, 16, 1500);
     let pd = n.create_pd();
     let (cq, _) = n.create_cq(64);
@@ -560,6 +561,8 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
     };
     n.cmd(VRDMA_CMD_ATTACH_MCAST, attach.as_bytes())
         .expect("attach");
+    // Out of RESET, so that a MODIFY_QP to ERR flushes it.
+    common::ud_rts(&mut n, &ud, 0x1111);
     let (sq, rq) = (n.ring(64, 8), n.ring(64, 7));
     let create = common::QpSpec {
         sq_depth: 64,
@@ -593,8 +596,20 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
             let qpn = VrdmaRespCreateQp::read_from(&resp).map_or(0, |r| r.qpn);
             // QPN 2 is below the first QPN handed out: never a QP's.
             let missing = shared(VRDMA_CMD_DESTROY_QP, &handle(2)).0;
-            let in_group = shared(VRDMA_CMD_DESTROY_QP, &handle(ud.qpn)).0;
-            let _ = tx.send((created, qpn, missing, in_group));
+            let mut second = attach;
+            second.gid[15] = 8;
+            let attached = shared(VRDMA_CMD_ATTACH_MCAST, second.as_bytes()).0;
+            let to_err = VrdmaCmdModifyQp {
+                qpn: ud.qpn,
+                attr_mask: VRDMA_QP_STATE,
+                attr: VrdmaQpAttr {
+                    qp_state: VRDMA_QPS_ERR,
+                    ..Default::default()
+                },
+            };
+            let modified = shared(VRDMA_CMD_MODIFY_QP, to_err.as_bytes()).0;
+            let queued = shared(VRDMA_CMD_DESTROY_QP, &handle(ud.qpn)).0;
+            let _ = tx.send((created, qpn, missing, [attached, modified], queued));
             let _ = late_tx.send(shared(VRDMA_CMD_DESTROY_QP, &handle(old.qpn)).0);
         });
         let answer = rx.recv_timeout(LONG);
@@ -607,7 +622,7 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
         // The destroyed QP is gone from lookups before the command answers.
         let gone_early = !dev.read().qps.contains(old.qpn);
         gate.released.store(true, Ordering::SeqCst);
-        let (created, qpn, missing, in_group) =
+        let (created, qpn, missing, beside, queued) =
             answer.expect("CREATE_QP waited for the worker's unit");
         assert_eq!(
             inside, 1,
@@ -617,9 +632,11 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
         assert!(qpn >= VRDMA_FIRST_QPN, "no QPN in the response: {qpn:#x}");
         assert_eq!(missing, Some(VRDMA_STATUS_NOT_FOUND));
         assert_eq!(
-            in_group, None,
-            "a multicast member is destroyed exclusively"
+            beside,
+            [Some(VRDMA_STATUS_OK); 2],
+            "ATTACH_MCAST, MODIFY_QP to ERR"
         );
+        assert_eq!(queued, None, "destroyed beside a queued flush");
         assert!(
             early.is_err() && still_inside == 1,
             "DESTROY_QP answered while the worker was inside its unit: {early:?}"
@@ -642,7 +659,8 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
             Some(VRDMA_STATUS_OK)
         );
     });
-    // The group member, on the exclusive device: detached and destroyed.
+    // The group member with its flush queued, on the exclusive device: flushed, detached from
+    // both groups and destroyed.
     let mut resp = Vec::new();
     let done = dev
         .lock()
@@ -654,5 +672,64 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
     let d = dev.read();
     assert!(d.qps.is_empty() && !d.mcast().is_attached(ud.qpn));
     drop(d);
+    engine.stop();
+}
+
+#[test]
+fn a_multicast_detach_waits_for_the_unit_in_flight() {
+    // ATTACH_MCAST and DETACH_MCAST run beside the workers under the groups' lock; a detach
+    // answers only after the unit in flight, which may be delivering one of the group's
+    // datagrams to the QP, ended.
+    let mut n = common::Node::new(8, 16, 1500);
+    let pd = n.create_pd();
+    let (cq, _) = n.create_cq(64);
+    let ud = n.create_qp(common::QpSpec {
+        qp_type: VRDMA_QPT_UD,
+        ..common::QpSpec::rc(pd, cq)
+    });
+    let mut gid = [0u8; 16];
+    gid[0] = 0xff;
+    gid[15] = 9;
+    let group = VrdmaCmdMcast {
+        qpn: ud.qpn,
+        reserved: 0,
+        gid,
+    };
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let shared = |op: u16| {
+        let mut resp = Vec::new();
+        dev.read().handle_shared(op, group.as_bytes(), &mut resp)
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (late_tx, late_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _ = tx.send(shared(VRDMA_CMD_ATTACH_MCAST));
+            let _ = late_tx.send(shared(VRDMA_CMD_DETACH_MCAST));
+        });
+        let attached = rx.recv_timeout(LONG);
+        wait_for("DETACH_MCAST waiting for the unit", || {
+            dev.read().fences_waiting() == 1
+        });
+        let early = late_rx.recv_timeout(Duration::from_millis(300));
+        let still_inside = gate.delivered.load(Ordering::SeqCst);
+        let detached_early = !dev.read().mcast().is_attached(ud.qpn);
+        gate.released.store(true, Ordering::SeqCst);
+        assert_eq!(
+            attached,
+            Ok(Some(VRDMA_STATUS_OK)),
+            "ATTACH_MCAST beside the unit"
+        );
+        assert!(
+            early.is_err() && still_inside == 1,
+            "DETACH_MCAST answered while the worker was inside its unit: {early:?}"
+        );
+        assert!(
+            detached_early,
+            "the group still had the QP while the detach waited"
+        );
+        assert_eq!(late_rx.recv_timeout(LONG), Ok(Some(VRDMA_STATUS_OK)));
+    });
+    assert_eq!(shared(VRDMA_CMD_DETACH_MCAST), Some(VRDMA_STATUS_NOT_FOUND));
     engine.stop();
 }

@@ -89,8 +89,6 @@ impl Device {
             VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
             VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
-            VRDMA_CMD_ATTACH_MCAST => self.cmd_mcast(req, true),
-            VRDMA_CMD_DETACH_MCAST => self.cmd_mcast(req, false),
             _ => Err(VRDMA_STATUS_INVALID),
         };
         CmdOutcome::Done(match r {
@@ -124,8 +122,10 @@ impl Device {
     ///   for the units of work in flight.
     /// - CREATE_QP and DESTROY_QP (`qp/table.rs`): the QP table inserts and removes through a
     ///   shared borrow; a destroy waits for the units of work in flight. A create that needs
-    ///   the QPN index to grow, and a destroy of a multicast member or while a flush is
-    ///   queued, need the exclusive device.
+    ///   the QPN index to grow, and a destroy while a flush is queued, need the exclusive
+    ///   device;
+    /// - ATTACH_MCAST and DETACH_MCAST, under the groups' write lock (a detach then waits for
+    ///   the units in flight).
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
         let _beside = crate::tables::flush::SharedCommand::enter();
@@ -166,6 +166,8 @@ impl Device {
             VRDMA_CMD_DESTROY_SRQ => |d, q, _| Some(d.cmd_destroy_srq(q)),
             VRDMA_CMD_CREATE_QP => |d, q, r| d.cmd_create_qp_shared(q, r),
             VRDMA_CMD_DESTROY_QP => |d, q, _| d.cmd_destroy_qp_shared(q),
+            VRDMA_CMD_ATTACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, true)),
+            VRDMA_CMD_DETACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, false)),
             _ => return None,
         };
         resp.clear();

@@ -245,7 +245,7 @@ fn busy_reason(dev: &Device) -> Option<&'static str> {
     if dev.mrs.read().mw_count() > 0 {
         return Some("memory windows are allocated");
     }
-    if dev.mcast.group_count() > 0 {
+    if dev.mcast.read().group_count() > 0 {
         return Some("QPs are attached to multicast groups");
     }
     // XRC domains, XRC SRQs and XRC QPs (spec §13.7) are not in the state format yet.

@@ -136,6 +136,11 @@ impl FlushQueues {
         }
     }
 
+    /// Whether QP `qpn` waits in worker `w`'s queue.
+    pub(crate) fn is_queued(&self, w: usize, qpn: u32) -> bool {
+        !self.is_empty() && self.queues.get(w).is_some_and(|q| q.lock().contains(&qpn))
+    }
+
     /// The workers to kick (bit per worker), cleared.
     pub(crate) fn take_kicks(&self) -> u32 {
         self.kicks.swap(0, Ordering::SeqCst)
@@ -171,6 +176,7 @@ mod tests {
         f.request_kick(2);
         assert_eq!(f.take_kicks(), 1 << 2);
         assert_eq!(f.take_kicks(), 0);
+        assert!(f.is_queued(2, 9) && !f.is_queued(0, 9) && !f.is_queued(2, 5));
         assert_eq!(f.pop(2), Some(7));
         assert_eq!(f.pop(1), None);
         assert_eq!(f.pop_any(), Some(5));

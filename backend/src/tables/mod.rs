@@ -66,8 +66,10 @@ pub struct DeviceTables<P: Protocol> {
     /// workers.
     pub(crate) ahs: crate::sync::ReadMostly<AhTable>,
     pub(crate) gids: GidTable,
-    /// UD multicast groups and their QPs (spec §15.8).
-    pub(crate) mcast: crate::objects::McastTable,
+    /// UD multicast groups and their QPs (spec §15.8). Read only for a multicast GID
+    /// ([`DeviceTables::is_mcast_group`], [`DeviceTables::with_mcast_members`]), written by
+    /// ATTACH_MCAST / DETACH_MCAST / DESTROY_QP beside the workers.
+    pub(crate) mcast: crate::sync::ReadMostly<crate::objects::McastTable>,
     /// Read-locked for a pinned MR's translation (the workers translate side by side),
     /// write-locked for what changes it on the data path (ODP translations, FRWR, LOCAL_INV,
     /// binds); held for a translation, never for the copy (ARCHITECTURE.md "Locks").
@@ -139,10 +141,10 @@ impl<P: Protocol> DeviceTables<P> {
             srqs: LockedTable::new(config.max_srq),
             ahs: crate::sync::ReadMostly::new(AhTable::new(config.max_ah)),
             gids: GidTable::new(config.max_gid),
-            mcast: crate::objects::McastTable::new(
+            mcast: crate::sync::ReadMostly::new(crate::objects::McastTable::new(
                 crate::objects::mcast::MAX_MCAST_GROUPS,
                 crate::objects::mcast::MAX_MCAST_QP_ATTACH,
-            ),
+            )),
             mrs: crate::sync::ReadMostly::new(
                 MrTable::new(config.max_mr, mem.clone(), out.clone(), config.odp.clone())
                     .with_max_pages(config.max_mr_pages)
@@ -177,7 +179,7 @@ impl<P: Protocol> DeviceTables<P> {
         self.srqs.clear();
         self.ahs.get_mut().clear();
         self.gids.clear();
-        self.mcast.clear();
+        self.mcast.get_mut().clear();
         self.mrs.get_mut().clear();
         self.qps.clear();
         for o in &mut self.outboxes {
@@ -412,9 +414,10 @@ impl<P: Protocol> DeviceTables<P> {
         }
     }
 
-    /// Whether no QP waits in any flush queue.
-    pub fn flushes_idle(&self) -> bool {
-        self.flushes.is_empty()
+    /// Whether QP `qpn` waits in its worker's flush queue.
+    pub fn flush_queued(&self, qpn: u32) -> bool {
+        let owner = crate::qp::worker_of(qpn, self.flushes.workers());
+        self.flushes.is_queued(owner, qpn)
     }
 
     /// The workers that have QPs to flush queued by another worker (bit per worker), cleared:
@@ -520,8 +523,22 @@ impl<P: Protocol> DeviceTables<P> {
     pub fn gids(&self) -> &GidTable {
         &self.gids
     }
-    pub fn mcast(&self) -> &crate::objects::McastTable {
-        &self.mcast
+    pub fn mcast(&self) -> std::sync::RwLockReadGuard<'_, crate::objects::McastTable> {
+        self.mcast.read()
+    }
+
+    /// Whether `gid` is a multicast group a QP of this device is attached to. Per frame: a
+    /// unicast GID (every RC/UC frame) is answered without the groups' lock.
+    pub fn is_mcast_group(&self, gid: &[u8; 16]) -> bool {
+        crate::objects::is_multicast_gid(gid) && self.mcast.read().has_group(gid)
+    }
+
+    /// `f` of the QPs attached to `gid` (none for a unicast GID), under the groups' read lock.
+    pub fn with_mcast_members<R>(&self, gid: &[u8; 16], f: impl FnOnce(&[u32]) -> R) -> R {
+        if !crate::objects::is_multicast_gid(gid) {
+            return f(&[]);
+        }
+        f(self.mcast.read().members(gid))
     }
     /// The transport's timer queue (its visit counter is what `tests/transport_timers.rs` checks).
     pub fn timers(&self) -> &TimerQueue {

@@ -554,7 +554,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                             .and_then(|b| super::frames_of(b, rx.segment).next())
                             .is_some_and(|f| {
                                 classify_with(f, &[mac], false, |g| {
-                                    d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
+                                    d.gids.find_v2(g).is_some() || d.is_mcast_group(g)
                                 }) == Destination::Engine
                             });
                         if rx.segment && for_engine {
@@ -577,8 +577,8 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     // multicast datagram goes to the worker of each attached QP.
                     if workers > 1 {
                         let mac = d.config.mac;
-                        let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
-                        let members = |g: &_| owners(d.mcast.members(g), workers);
+                        let ours = |g: &_| d.gids.find_v2(g).is_some() || d.is_mcast_group(g);
+                        let members = |g: &_| d.with_mcast_members(g, |m| owners(m, workers));
                         let to = bufs
                             .get(rx.slot)
                             .and_then(|b| b.get(rx.off..rx.off + rx.len))
@@ -620,7 +620,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     for (k, f) in super::frames_of(buf, rx.segment).enumerate() {
                         let mac = d.config.mac;
                         let (dest, located) = classify_located(f, &[mac], false, |g| {
-                            d.gids.find_v2(g).is_some() || d.mcast.has_group(g)
+                            d.gids.find_v2(g).is_some() || d.is_mcast_group(g)
                         });
                         match dest {
                             Destination::Engine => {
@@ -681,7 +681,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 for (i, mut f) in out.frames.drain(..).enumerate() {
                     let segment = marks.next_if_eq(&i).is_some();
                     let refs = held.next_if(|(j, _)| *j == i).map(|(_, r)| r);
-                    let ours = |g: &_| d.gids.find_v2(g).is_some() || d.mcast.has_group(g);
+                    let ours = |g: &_| d.gids.find_v2(g).is_some() || d.is_mcast_group(g);
                     // A segment's frames share their addresses: the first one decides.
                     let probe = super::frames_of(&f, segment).next().unwrap_or(&f);
                     let dest = tx_destination(probe, ours);
@@ -701,7 +701,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     };
                     // A looped frame is received by its destination QP's worker.
                     // A looped multicast datagram goes to each member's worker.
-                    let members = |g: &_| owners(d.mcast.members(g), workers);
+                    let members = |g: &_| d.with_mcast_members(g, |m| owners(m, workers));
                     let mut loop_back = |f: Vec<u8>| {
                         let to = looped_to(&f, segment, members, w, workers);
                         let here = to & (1 << w) != 0;

@@ -353,9 +353,11 @@ pub fn on_located_ref_at(
         // delivered by the QP's own worker (the engine gave every member's worker the
         // datagram). Only UD packets reach a QP here (intake drops other transports).
         let mut members = [0u32; crate::objects::mcast::MAX_MCAST_QP_ATTACH as usize];
-        let list = dev.mcast.members(&pkt.dgid);
-        let n = list.len().min(members.len());
-        members[..n].copy_from_slice(&list[..n]);
+        let n = dev.with_mcast_members(&pkt.dgid, |list| {
+            let n = list.len().min(members.len());
+            members[..n].copy_from_slice(&list[..n]);
+            n
+        });
         if n == 0 {
             bump(&dev.port_stats.drop_unknown_qp);
         }

@@ -251,16 +251,15 @@ impl Device {
     }
 
     /// DESTROY_QP beside the engine workers (`handle_shared`). `None`, for the exclusive
-    /// device, when the QP is attached to a multicast group (the groups are what every
-    /// worker reads per datagram without a lock) or a flush is queued (an exclusive command
-    /// runs the queued flushes first: a DESTROY_QP right after a MODIFY_QP to ERR still gets
-    /// the flush completions, as on the exclusive device).
+    /// device, while the QP's flush is queued: an exclusive command runs the queued flushes
+    /// first, so a DESTROY_QP right after a MODIFY_QP to ERR still gets the flush
+    /// completions, as on the exclusive device.
     pub(super) fn cmd_destroy_qp_shared(&self, req: &[u8]) -> Option<CmdResult> {
         let c = match parse::<VrdmaHandle>(req) {
             Ok((c, _)) => c,
             Err(s) => return Some(Err(s)),
         };
-        if self.mcast.is_attached(c.handle) || !self.flushes_idle() {
+        if self.flush_queued(c.handle) {
             return None;
         }
         Some(self.destroy_qp(c.handle))
@@ -269,19 +268,19 @@ impl Device {
     /// DESTROY_QP on the exclusive device.
     pub(super) fn cmd_destroy_qp(&mut self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaHandle>(req)?;
-        if !self.qps.contains(c.handle) {
-            return Err(VRDMA_STATUS_NOT_FOUND);
-        }
-        self.mcast.detach_qp(c.handle);
         self.destroy_qp(c.handle)
     }
 
     /// Spec §11.6: no completions, packets dropped from now on, the ring pages free when the
     /// command completes. The QP leaves the table first (no unit of work that starts later
-    /// finds it), then the command waits for the units in flight (one of them may have the
-    /// QP's protocol state out, reading its rings or completing its WQEs) before it answers.
+    /// finds it) and its multicast groups (§15.8), then the command waits for the units in
+    /// flight (one of them may have the QP's protocol state out, reading its rings or
+    /// completing its WQEs, or a datagram for one of its groups) before it answers.
     fn destroy_qp(&self, qpn: u32) -> CmdResult {
         let qp = self.qps.remove(qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        if qp.qp_type == QpType::Ud {
+            self.mcast.write().detach_qp(qpn);
+        }
         if let Some(mut s) = qp.srqn.and_then(|s| self.srqs.get(s)) {
             s.qp_refs = s.qp_refs.saturating_sub(1);
         }
@@ -292,23 +291,29 @@ impl Device {
         Ok(())
     }
 
-    /// ATTACH_MCAST / DETACH_MCAST (spec §15.8): UD QPs only.
-    pub(super) fn cmd_mcast(&mut self, req: &[u8], attach: bool) -> CmdResult {
+    /// ATTACH_MCAST / DETACH_MCAST (spec §15.8): UD QPs only. Beside the workers
+    /// (`handle_shared`), under the groups' write lock; a detach then waits for the units in
+    /// flight, which may be delivering a datagram of the group to the QP, before it answers.
+    pub(super) fn cmd_mcast(&self, req: &[u8], attach: bool) -> CmdResult {
         use crate::objects::McastError;
         let (c, _) = parse::<VrdmaCmdMcast>(req)?;
-        let qp = self.qps.get(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
-        if attach && qp.qp_type != crate::qp::state::QpType::Ud {
+        let qp_type = self.qps.get(c.qpn).ok_or(VRDMA_STATUS_NOT_FOUND)?.qp_type;
+        if attach && qp_type != QpType::Ud {
             return Err(VRDMA_STATUS_INVALID);
         }
         let r = if attach {
-            self.mcast.attach(c.gid, c.qpn)
+            self.mcast.write().attach(c.gid, c.qpn)
         } else {
-            self.mcast.detach(&c.gid, c.qpn)
+            self.mcast.write().detach(&c.gid, c.qpn)
         };
         r.map_err(|e| match e {
             McastError::NotMulticast => VRDMA_STATUS_INVALID,
             McastError::Full => VRDMA_STATUS_NO_RESOURCES,
             McastError::NotAttached => VRDMA_STATUS_NOT_FOUND,
-        })
+        })?;
+        if !attach {
+            self.fence_local_copies();
+        }
+        Ok(())
     }
 }
