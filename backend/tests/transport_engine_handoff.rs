@@ -59,11 +59,15 @@ struct Gate {
     /// command waits for the device.
     hold: bool,
     released: AtomicBool,
+    /// Page requests the device sent (ODP).
+    page_requests: AtomicUsize,
 }
 
 impl DeviceOutput for Gate {
     fn event(&self, _ev: VrdmaEvent) {}
-    fn page_request(&self, _req: VrdmaPageReq) {}
+    fn page_request(&self, _req: VrdmaPageReq) {
+        self.page_requests.fetch_add(1, Ordering::SeqCst);
+    }
     fn command_done(&self, _ticket: Ticket, _status: u32) {}
     fn eth_rx(&self, _frame: &[u8]) {
         if self.delivered.fetch_add(1, Ordering::SeqCst) != 0 {
@@ -731,5 +735,57 @@ fn a_multicast_detach_waits_for_the_unit_in_flight() {
         assert_eq!(late_rx.recv_timeout(LONG), Ok(Some(VRDMA_STATUS_OK)));
     });
     assert_eq!(shared(VRDMA_CMD_DETACH_MCAST), Some(VRDMA_STATUS_NOT_FOUND));
+    engine.stop();
+}
+
+#[test]
+fn a_prefetch_advice_runs_beside_a_worker_inside_a_unit() {
+    // ADVISE_MR without F_FLUSH sends its page requests under the MR table's write lock,
+    // beside the workers; with F_FLUSH it may park its chain, so `handle_shared` declines it.
+    let mut n = common::Node::new_odp(8, 16);
+    let pd = n.create_pd();
+    let gpa = n.alloc(4 << 20);
+    let key = n.reg_odp_mr(pd, gpa, 4 << 20, VRDMA_ACCESS_LOCAL_WRITE);
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let advise = |flags: u32| VrdmaCmdAdviseMr {
+        lkey: key,
+        advice: VRDMA_ADVISE_PREFETCH_WRITE,
+        flags,
+        iova: gpa,
+        length: 4 << 20,
+        ..Default::default()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut resp = Vec::new();
+            let d = dev.read();
+            let plain = d.handle_shared(VRDMA_CMD_ADVISE_MR, advise(0).as_bytes(), &mut resp);
+            let flush = d.handle_shared(
+                VRDMA_CMD_ADVISE_MR,
+                advise(VRDMA_ADVISE_F_FLUSH).as_bytes(),
+                &mut resp,
+            );
+            let _ = tx.send((plain, flush));
+        });
+        let answer = rx.recv_timeout(LONG);
+        let inside = gate.delivered.load(Ordering::SeqCst);
+        gate.released.store(true, Ordering::SeqCst);
+        let (plain, flush) = answer.expect("ADVISE_MR waited for the worker's unit");
+        assert_eq!(
+            inside, 1,
+            "the worker left its unit before ADVISE_MR answered"
+        );
+        assert_eq!(plain, Some(VRDMA_STATUS_OK));
+        assert_eq!(
+            flush, None,
+            "an advise that may park runs on the exclusive device"
+        );
+    });
+    // The prefetch asked for the MR's chunks.
+    assert!(
+        gate.page_requests.load(Ordering::SeqCst) > 0,
+        "the prefetch sent no page request"
+    );
     engine.stop();
 }

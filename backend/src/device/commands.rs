@@ -125,7 +125,9 @@ impl Device {
     ///   the QPN index to grow, and a destroy while a flush is queued, need the exclusive
     ///   device;
     /// - ATTACH_MCAST and DETACH_MCAST, under the groups' write lock (a detach then waits for
-    ///   the units in flight).
+    ///   the units in flight);
+    /// - ADVISE_MR without F_FLUSH (one with it may park its chain, which needs the exclusive
+    ///   device), under the MR table's write lock.
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
         let _beside = crate::tables::flush::SharedCommand::enter();
@@ -167,6 +169,7 @@ impl Device {
             VRDMA_CMD_CREATE_QP => |d, q, r| d.cmd_create_qp_shared(q, r),
             VRDMA_CMD_DESTROY_QP => |d, q, _| d.cmd_destroy_qp_shared(q),
             VRDMA_CMD_ATTACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, true)),
+            VRDMA_CMD_ADVISE_MR => |d, q, _| d.cmd_advise_mr_shared(q),
             VRDMA_CMD_DETACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, false)),
             _ => return None,
         };

@@ -170,6 +170,34 @@ impl Device {
         }
     }
 
+    /// ADVISE_MR beside the engine workers (`handle_shared`), under the MR table's write lock:
+    /// the page requests it sends and the chunks it marks pending are what a worker's fault
+    /// does under the same lock. `None` with F_FLUSH: that advise may be parked, and the chain
+    /// must be parked before the device lock is released, which only the exclusive device
+    /// guarantees (its completion may come from a worker holding the device shared).
+    pub(super) fn cmd_advise_mr_shared(&self, req: &[u8]) -> Option<CmdResult> {
+        let c = match parse::<VrdmaCmdAdviseMr>(req) {
+            Ok((c, _)) => c,
+            Err(s) => return Some(Err(s)),
+        };
+        if c.flags & VRDMA_ADVISE_F_FLUSH != 0 {
+            return None;
+        }
+        if let Err(s) = self.odp_commands() {
+            return Some(Err(s));
+        }
+        let outcome = self
+            .mrs
+            .write()
+            .odp_advise(c.lkey, c.advice, c.flags, c.iova, c.length);
+        match outcome {
+            CmdOutcome::Done(s) => Some(Self::status(s)),
+            // Only an advise with F_FLUSH parks (`odp_advise`).
+            CmdOutcome::Parked(_) => Some(Err(VRDMA_STATUS_INVALID)),
+        }
+    }
+
+    /// ADVISE_MR on the exclusive device (with F_FLUSH it may park, spec §11.8).
     pub(super) fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdOutcome {
         if let Err(s) = self.odp_commands() {
             return CmdOutcome::Done(s);
