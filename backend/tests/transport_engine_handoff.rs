@@ -789,3 +789,63 @@ fn a_prefetch_advice_runs_beside_a_worker_inside_a_unit() {
     );
     engine.stop();
 }
+
+#[test]
+fn an_srq_resize_runs_beside_a_worker_inside_a_unit() {
+    // MODIFY_SRQ with a new depth copies the posted WQEs into the new ring and swaps it under
+    // the SRQ's lock (a worker pops under the same lock): it waits for no worker's unit.
+    let mut n = common::Node::new(8, 16, 1500);
+    let pd = n.create_pd();
+    let (srq, mut ring) = n.create_srq(pd, 16, 2, 0);
+    let buf = n.alloc(4096);
+    for i in 0..3 {
+        n.post_recv(&mut ring, i, &[(buf, 64, 0)]);
+    }
+    let bigger = n.ring(64, ring.shift);
+    let mut req = VrdmaCmdModifySrq {
+        srqn: srq,
+        attr_mask: VRDMA_SRQ_MAX_WR,
+        max_wr: 64,
+        npages: bigger.pages.len() as u32,
+        ..Default::default()
+    }
+    .as_bytes()
+    .to_vec();
+    bigger
+        .pages
+        .iter()
+        .for_each(|p| req.extend_from_slice(&p.to_le_bytes()));
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut resp = Vec::new();
+            let d = dev.read();
+            let resized = d.handle_shared(VRDMA_CMD_MODIFY_SRQ, &req, &mut resp);
+            let q = VrdmaHandle {
+                handle: srq,
+                ..Default::default()
+            };
+            let queried = d.handle_shared(VRDMA_CMD_QUERY_SRQ, q.as_bytes(), &mut resp);
+            let depth = VrdmaRespQuerySrq::read_from(&resp).map(|r| r.max_wr);
+            let _ = tx.send((resized, queried, depth));
+        });
+        let answer = rx.recv_timeout(LONG);
+        let inside = gate.delivered.load(Ordering::SeqCst);
+        gate.released.store(true, Ordering::SeqCst);
+        let (resized, queried, depth) = answer.expect("MODIFY_SRQ waited for the worker's unit");
+        assert_eq!(
+            inside, 1,
+            "the worker left its unit before MODIFY_SRQ answered"
+        );
+        assert_eq!(
+            (resized, queried),
+            (Some(VRDMA_STATUS_OK), Some(VRDMA_STATUS_OK))
+        );
+        assert_eq!(depth, Some(64));
+    });
+    // The three WQEs moved with the ring: the new producer index is 3.
+    let producer = bigger.ctrl() + vrdma_backend::guest::ring::CTRL_PRODUCER;
+    assert_eq!(n.mem.load_u32_acquire(producer).unwrap(), 3);
+    engine.stop();
+}

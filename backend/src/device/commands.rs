@@ -59,7 +59,7 @@ fn ring_status(e: &RingError) -> u32 {
 
 /// A command [`Device::run_shared`] runs beside the workers; `None`: this one needs the
 /// exclusive device after all (a MODIFY_QP that keeps finding its QP's state out, a
-/// MODIFY_SRQ that resizes).
+/// CREATE_QP whose QPN index must grow, an ADVISE_MR that may park).
 type SharedCmd = fn(&Device, &[u8], &mut Vec<u8>) -> Option<CmdResult>;
 
 impl Device {
@@ -87,7 +87,6 @@ impl Device {
             VRDMA_CMD_CREATE_QP => self.cmd_create_qp_exclusive(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
             VRDMA_CMD_DESTROY_QP => self.cmd_destroy_qp(req),
-            VRDMA_CMD_MODIFY_SRQ => self.cmd_modify_srq(req),
             VRDMA_CMD_ODP_PAGE_RESP => self.cmd_odp_page_resp(req),
             _ => Err(VRDMA_STATUS_INVALID),
         };
@@ -106,7 +105,7 @@ impl Device {
     /// the exclusive device. These run here (ARCHITECTURE.md "Locks"):
     /// - the queries (QUERY_DEVICE, QUERY_PORT, QUERY_QP, QUERY_SRQ, QUERY_STATS), which only
     ///   read;
-    /// - MODIFY_QP, MODIFY_CQ and MODIFY_SRQ (without a resize), under the object's own lock;
+    /// - MODIFY_QP, MODIFY_CQ and MODIFY_SRQ (a resize too), under the object's own lock;
     /// - the commands that add an MR or a window in a free slot of the MR table (REG_MR,
     ///   REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR, REG_IMPLICIT_MR, ALLOC_MW), and CREATE_AH /
     ///   DESTROY_AH under the AH table's lock;
@@ -145,7 +144,7 @@ impl Device {
             VRDMA_CMD_QUERY_STATS => |d, q, r| Some(d.cmd_query_stats(q, r)),
             VRDMA_CMD_MODIFY_QP => |d, q, _| d.cmd_modify_qp_shared(q),
             VRDMA_CMD_MODIFY_CQ => |d, q, _| Some(d.cmd_modify_cq(q)),
-            VRDMA_CMD_MODIFY_SRQ => |d, q, _| d.cmd_modify_srq_limit(q),
+            VRDMA_CMD_MODIFY_SRQ => |d, q, _| Some(d.cmd_modify_srq(q)),
             VRDMA_CMD_REG_MR => |d, q, r| Some(d.cmd_reg_mr(q, r)),
             VRDMA_CMD_REG_DMA_MR => |d, q, r| Some(d.cmd_reg_dma_mr(q, r)),
             VRDMA_CMD_ALLOC_FAST_REG_MR => |d, q, r| Some(d.cmd_alloc_fast_reg(q, r)),
@@ -482,61 +481,37 @@ impl Device {
         Ok(())
     }
 
-    /// MODIFY_SRQ (spec §11.7): every check before any change, so both bits apply or neither.
-    /// MODIFY_SRQ that only sets the limit, under the SRQ's lock (`handle_shared`); `None` for
-    /// a resize, which swaps the ring and runs on the exclusive device ([`Self::cmd_modify_srq`]).
-    fn cmd_modify_srq_limit(&self, req: &[u8]) -> Option<CmdResult> {
-        let (c, _) = match parse::<VrdmaCmdModifySrq>(req) {
-            Ok(c) => c,
-            Err(s) => return Some(Err(s)),
-        };
-        if c.attr_mask & VRDMA_SRQ_MAX_WR != 0 {
-            return None;
-        }
-        Some((|| {
-            if c.npages != 0 {
-                return Err(VRDMA_STATUS_INVALID);
-            }
-            let mut srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
-            if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
-                return Err(VRDMA_STATUS_INVALID);
-            }
-            if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
-                if c.srq_limit > srq.ring.depth() {
-                    return Err(VRDMA_STATUS_INVALID);
-                }
-                srq.limit = c.srq_limit;
-            }
-            Ok(())
-        })())
-    }
-
-    fn cmd_modify_srq(&mut self, req: &[u8]) -> CmdResult {
+    /// MODIFY_SRQ (spec §11.7) beside the workers (`handle_shared`), under the SRQ's lock:
+    /// every check before any change, so both bits apply or neither. A resize copies the
+    /// posted WQEs into the new ring and swaps it under that lock; a worker pops a WQE (copies
+    /// it out of the ring) under the same lock and keeps nothing of the ring past it, so the
+    /// old ring is unused once the command answers.
+    fn cmd_modify_srq(&self, req: &[u8]) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdModifySrq>(req)?;
         let resize = c.attr_mask & VRDMA_SRQ_MAX_WR != 0;
         if !resize && c.npages != 0 {
             return Err(VRDMA_STATUS_INVALID);
         }
         let pages = page_list(rest, c.npages)?;
-        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let (shift, depth, limit) = {
+            let srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+            (srq.ring.entry_shift(), srq.ring.depth(), srq.limit)
+        };
         if c.attr_mask & !(VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT) != 0 {
             return Err(VRDMA_STATUS_INVALID);
         }
         let limit = if c.attr_mask & VRDMA_SRQ_LIMIT != 0 {
             c.srq_limit
         } else {
-            srq.limit
+            limit
         };
         if !resize {
-            if limit > srq.ring.depth() {
+            if limit > depth {
                 return Err(VRDMA_STATUS_INVALID);
             }
-            if let Some(srq) = self.srqs.get_mut(c.srqn) {
-                srq.limit = limit;
-            }
+            self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?.limit = limit;
             return Ok(());
         }
-        let shift = srq.ring.entry_shift();
         // Both rings exist until the swap: the new one is charged first (§16.1).
         let charge = self
             .charge((std::mem::size_of::<Srq>() as u64).saturating_add(pages.len() as u64 * 8))?;
@@ -550,11 +525,11 @@ impl Device {
             self.config.max_srq_wr,
         )
         .map_err(|e| ring_status(&e))?;
-        let mem = self.mem.clone();
-        let srq = self.srqs.get_mut(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
+        let mut srq = self.srqs.get(c.srqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         // Any failure of the copy (SRQ in error, bad old indices, a shallow new ring, guest
         // memory) leaves the old ring in use: INVALID, or BAD_ADDRESS for memory.
-        srq.resize(&mem, new, limit).map_err(|e| ring_status(&e))?;
+        srq.resize(&self.mem, new, limit)
+            .map_err(|e| ring_status(&e))?;
         srq.limit = limit;
         srq.charge = charge;
         Ok(())
