@@ -4,7 +4,61 @@ import re
 import time
 
 import vrdmavm
-from harness import expect, expect_in, pair, scenario
+from harness import expect, expect_in, pair, port_counters, scenario
+
+
+def wait_quiet(vm, quiet=1.0, limit=20.0):
+    """Wait until vm's eth0 has received nothing for `quiet` seconds (at most `limit`)."""
+    last, since, deadline = None, time.monotonic(), time.monotonic() + limit
+    while time.monotonic() < deadline:
+        now = vm.run("cat /sys/class/net/eth0/statistics/rx_packets", timeout=30)[1].strip()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.25)
+
+
+def host_udp_drops():
+    """The host's UDP datagrams dropped for a full receive buffer (RcvbufErrors, host-wide):
+    the udp uplink's sockets, the daemon's and QEMU's, are the host's."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Udp:")]
+    return int(dict(zip(rows[0], rows[1])).get("RcvbufErrors", 0)) if len(rows) == 2 else 0
+
+
+def mckey_counters(vm):
+    """Where a multicast datagram may go or be lost in vm: its eth0 (multicast frames, drops),
+    the IP and UDP stacks, the RDMA device's counters, and for vrdma its backend's port."""
+    names = ("rx_packets", "multicast", "rx_dropped", "tx_packets", "tx_dropped")
+    out = vm.run("cd /sys/class/net/eth0/statistics && cat %s; echo =snmp; "
+                 "grep -h '^Ip: \\|^Udp: ' /proc/net/snmp; echo =rdma; "
+                 "rdma statistic show 2>/dev/null" % " ".join(names), timeout=30)[1]
+    sysfs, _, rest = out.partition("=snmp")
+    snmp, _, rdma = rest.partition("=rdma")
+    c = {"eth0_" + k: v for k, v in zip(names, sysfs.split())}
+    rows = [line.split() for line in snmp.splitlines() if line.strip()]
+    for head, values in zip(rows[0::2], rows[1::2]):
+        for k, v in zip(head[1:], values[1:]):
+            c[head[0] + k] = v
+    for m in re.finditer(r"([a-z_]+) (\d+)", rdma):
+        c["rdma_" + m.group(1)] = m.group(2)
+    if vm.kind == "vrdma":
+        c.update(port_counters(vm))
+    c["host_udp_rcvbuf_errors"] = host_udp_drops()
+    return c
+
+
+def moved(before, after):
+    """The counters of `after` that differ from `before`, as differences where numeric."""
+    d = {}
+    for k, v in after.items():
+        if before.get(k) != v:
+            try:
+                d[k] = int(v) - int(before.get(k, 0))
+            except ValueError:
+                d[k] = v
+    return d
 
 
 @scenario("A")
@@ -46,8 +100,12 @@ def mckey_pair(receiver, sender, group="239.1.2.3", count=10):
     Multicast UD has no retry: a datagram sent before the receiver's QP is attached is
     lost and the receiver waits forever. librdmacm attaches the QP before it reports the
     join, so the sender starts only once the receiver has printed its join (line-buffered
-    into a file the harness can look at while mckey runs)."""
+    into a file the harness can look at while mckey runs). A datagram is also lost when the
+    receiving guest's queues (or QEMU's socket) still overflow with the tail of an earlier
+    bandwidth test, so the receiver starts on a quiet link."""
     log = "/tmp/mckey-%s.log" % group
+    wait_quiet(receiver)
+    before = [mckey_counters(vm) for vm in (receiver, sender)]
     recv = receiver.spawn(
         "stdbuf -oL mckey -m %s -b %s -C %d >%s 2>&1; rc=$?; cat %s; exit $rc"
         % (group, receiver.ip, count, log, log), timeout=180)
@@ -69,6 +127,9 @@ def mckey_pair(receiver, sender, group="239.1.2.3", count=10):
         rrc, rout = None, "%s\n%s" % (e, getattr(e, "out", ""))
     both = "--- receiver (%s) ---\n%s\n--- sender (%s) ---\n%s" % (
         receiver.name, rout, sender.name, sout)
+    if rrc != 0:
+        both += "\n--- counters that moved (receiver, sender) ---\n%s" % "\n".join(
+            str(moved(b, mckey_counters(vm))) for b, vm in zip(before, (receiver, sender)))
     expect(src == 0, "sender mckey on %s exited with %s" % (sender.name, src), both)
     expect(rrc == 0, "receiver mckey on %s exited with %s" % (receiver.name, rrc), both)
     expect_in(joined, rout, "the receiver's join")
