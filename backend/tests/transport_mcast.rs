@@ -362,3 +362,119 @@ fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
     ea.stop();
     eb.stop();
 }
+
+#[test]
+fn datagrams_posted_before_destroy_ah_and_destroy_qp_are_sent() {
+    // mckey's sender (spec §8): it posts its datagrams, rings the SQ doorbell and at once
+    // destroys the AH they name and then the QP, without polling a completion. The doorbell
+    // and the commands travel on two queues; the control path waits for the engine to run
+    // the doorbells rung before such a command (`EngineSender::fence`, what the vhost-user
+    // thread calls), so every datagram leaves. Without the fence the commands win the race
+    // against a sleeping engine and the WQEs complete LOC_QP_OP_ERR or vanish with the QP.
+    const ROUNDS: u64 = 40;
+    const PER_ROUND: u64 = 10;
+    let mut t = bed(1);
+    let q0 = t.qb[0].qpn;
+    mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, q0, group()).unwrap();
+    let av = VrdmaAv {
+        dgid: group(),
+        dmac: [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03],
+        ..t.a.av_to(&t.b)
+    };
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(t.a.mac).expect("port a");
+    let pb = fb.add_device(t.b.mac).expect("port b");
+    let fabric = fb.build();
+    let port = |p| Arc::new(fabric.device_port(p).expect("port"));
+    let da = detach(&mut t.a);
+    let ea = Engine::start_with(da.clone(), port(pa), EngineOptions::default()).expect("engine a");
+    let eb =
+        Engine::start_with(detach(&mut t.b), port(pb), EngineOptions::default()).expect("engine b");
+    let run = |op: u16, req: &[u8]| -> Vec<u8> {
+        let mut resp = Vec::new();
+        let outcome = da.lock().handle_command(op, req, &mut resp);
+        assert!(
+            matches!(
+                outcome,
+                vrdma_backend::guest::CmdOutcome::Done(VRDMA_STATUS_OK)
+            ),
+            "command {op}: {outcome:?}"
+        );
+        resp
+    };
+    let handle = |h: u32| VrdmaHandle {
+        handle: h,
+        reserved: 0,
+    };
+    let data = pattern(9, 100);
+    t.a.write(t.src, &data);
+    let mut sent = 0u64;
+    for round in 0..ROUNDS {
+        let mut rq = t.qb[0].rq.clone().unwrap();
+        for i in 0..PER_ROUND {
+            t.b.post_recv(&mut rq, round * 100 + i, &[(t.dst, 4096, t.kb)]);
+        }
+        t.qb[0].rq = Some(rq);
+        let c = VrdmaCmdCreateAh {
+            pdn: t.pda,
+            reserved: 0,
+            av,
+        };
+        let ah = VrdmaHandle::read_from(&run(VRDMA_CMD_CREATE_AH, c.as_bytes()))
+            .unwrap()
+            .handle;
+        for i in 0..PER_ROUND {
+            let w = Wqe {
+                wr_id: round * 100 + i,
+                opcode: VRDMA_WR_SEND,
+                flags: VRDMA_SEND_SIGNALED,
+                sges: vec![(t.src, data.len() as u32, t.ka)],
+                ah,
+                remote_qpn: VRDMA_MCAST_QPN,
+                remote_qkey: QKEY,
+                ..Default::default()
+            };
+            post_send_mem(&t.a.mem, &mut t.qa, &w);
+        }
+        ea.sender().push(VrdmaDoorbell {
+            type_: VRDMA_DB_SQ,
+            id: t.qa.qpn,
+        });
+        assert!(ea.sender().fence(Duration::from_secs(10)), "fence");
+        run(VRDMA_CMD_DESTROY_AH, handle(ah).as_bytes());
+        sent += PER_ROUND;
+        let last = round + 1 == ROUNDS;
+        if last {
+            // The sender's QP goes too; what it had posted was sent before.
+            assert!(ea.sender().fence(Duration::from_secs(10)), "fence");
+            run(VRDMA_CMD_DESTROY_QP, handle(t.qa.qpn).as_bytes());
+        } else {
+            let done = wait_cqes(
+                &mut t.a,
+                &mut t.cqa,
+                PER_ROUND as usize,
+                Duration::from_secs(10),
+                "sends",
+            );
+            for c in &done {
+                assert_eq!(c.status, VRDMA_WC_SUCCESS, "round {round}: {c:?}");
+            }
+        }
+        let got = wait_cqes(
+            &mut t.b,
+            &mut t.cqb,
+            PER_ROUND as usize,
+            Duration::from_secs(10),
+            "datagrams",
+        );
+        assert_eq!(got.len() as u64, PER_ROUND, "round {round}");
+        for c in &got {
+            assert_eq!((c.status, c.byte_len), (VRDMA_WC_SUCCESS, 140), "{c:?}");
+        }
+    }
+    assert_eq!(sent, ROUNDS * PER_ROUND);
+    // With nothing pending the fence returns at once.
+    assert!(ea.sender().fence(Duration::ZERO));
+    ea.stop();
+    eb.stop();
+}

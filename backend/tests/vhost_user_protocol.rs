@@ -32,11 +32,16 @@ struct MockDevice {
     calls: Vec<(u16, Vec<u8>)>,
     resets: u32,
     mem_updates: u32,
+    /// Where commands are logged beside the doorbells and fences, in one order.
+    order: Option<Arc<Recorder>>,
 }
 
 impl RdmaDevice for MockDevice {
     fn handle_command(&mut self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> CmdOutcome {
         self.calls.push((opcode, req.to_vec()));
+        if let Some(r) = &self.order {
+            r.order.lock().unwrap().push(format!("command {opcode}"));
+        }
         CmdOutcome::Done(match opcode {
             VRDMA_CMD_CREATE_PD => {
                 self.next += 1;
@@ -71,11 +76,21 @@ impl RdmaDevice for MockDevice {
 struct Recorder {
     doorbells: Mutex<Vec<(u32, u32)>>,
     frames: Mutex<Vec<Vec<u8>>>,
+    /// Doorbells, fences and commands as they happened.
+    order: Mutex<Vec<String>>,
 }
 
 impl DoorbellSink for Recorder {
     fn doorbell(&self, db: VrdmaDoorbell) {
         self.doorbells.lock().unwrap().push((db.type_, db.id));
+        self.order
+            .lock()
+            .unwrap()
+            .push(format!("doorbell {} {}", db.type_, db.id));
+    }
+
+    fn fence(&self) {
+        self.order.lock().unwrap().push("fence".into());
     }
 }
 
@@ -121,9 +136,12 @@ fn test_config() -> [u8; CONFIG_SIZE] {
 fn start(tag: &str, connections: usize, odp: bool) -> Harness {
     let _ = env_logger::builder().is_test(true).try_init();
     let path = socket_path(tag);
-    let device = Arc::new(HandoffLock::new(MockDevice::default()));
-    let out = Arc::new(VirtqOutput::new(64));
     let rec = Arc::new(Recorder::default());
+    let device = Arc::new(HandoffLock::new(MockDevice {
+        order: Some(rec.clone()),
+        ..MockDevice::default()
+    }));
+    let out = Arc::new(VirtqOutput::new(64));
     let config = test_config();
     let parts = ServeParts {
         device: device.clone(),
@@ -535,6 +553,66 @@ fn doorbells_and_eth_tx_reach_their_sinks() {
         *h.rec.frames.lock().unwrap(),
         vec![frame],
         "oversized frame dropped"
+    );
+    h.finish(fe);
+}
+
+#[test]
+fn commands_that_end_posted_work_run_after_the_doorbells_before_them() {
+    // Spec §8: the driver rings an SQ doorbell, then destroys the QP. The daemon's one thread
+    // may see the control queue's kick first: it takes the doorbell queue's buffers before any
+    // command, and waits for the engine (the sink's fence) before a command that ends or
+    // changes what posted WQEs name, not before others.
+    let h = start("db-order", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    // The doorbell queue first, and a command answered before the test starts: the control
+    // queue then runs only once both rings are set up (the setup messages get no reply).
+    let [mut dbq, mut ctrl] = start_queues(
+        &mut fe,
+        &mut guest,
+        [VRDMA_VQ_DOORBELL, VRDMA_VQ_CONTROL],
+        16,
+    );
+    run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    let rec = VrdmaDoorbell {
+        type_: VRDMA_DB_SQ,
+        id: 77,
+    };
+    let buf = guest.alloc(8, 8);
+    guest.write(buf, rec.as_bytes());
+    dbq.add(&guest, &[(buf, 8, false)]);
+    // Not notified: only the control queue's kick arrives.
+    let qp = VrdmaHandle {
+        handle: 77,
+        reserved: 0,
+    };
+    let (_, resp) = run_command(
+        &mut ctrl,
+        &mut guest,
+        &cmd(VRDMA_CMD_DESTROY_QP, qp.as_bytes()),
+        16,
+    );
+    assert_eq!(
+        status_of(&resp),
+        VRDMA_STATUS_INVALID,
+        "the mock knows no QPs"
+    );
+    run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(
+        *h.rec.order.lock().unwrap(),
+        vec![
+            format!("command {VRDMA_CMD_CREATE_PD}"),
+            format!("doorbell {VRDMA_DB_SQ} 77"),
+            "fence".to_string(),
+            format!("command {VRDMA_CMD_DESTROY_QP}"),
+            format!("command {VRDMA_CMD_CREATE_PD}"),
+        ]
+    );
+    assert_eq!(
+        dbq.wait_used(&guest, T).map(|u| u.1),
+        Some(0),
+        "buffer returned"
     );
     h.finish(fe);
 }

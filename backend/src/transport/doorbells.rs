@@ -46,6 +46,8 @@ pub struct DoorbellBatch {
     /// Records were not queued because of the bound: the engine rings the SQ and RQ doorbell of
     /// every QP after `records`.
     pub sweep: bool,
+    /// The queue's [`DoorbellQueue::received`] when the batch was taken.
+    pub received: u64,
 }
 
 impl DoorbellBatch {
@@ -54,6 +56,7 @@ impl DoorbellBatch {
         DoorbellBatch {
             records: Vec::new(),
             sweep: true,
+            received: 0,
         }
     }
 }
@@ -64,6 +67,9 @@ pub struct DoorbellQueue {
     order: VecDeque<VrdmaDoorbell>,
     pending: HashSet<(u32, u32)>,
     sweep: bool,
+    /// Records accepted so far (queued, merged or covered by the sweep): the position a
+    /// control command is ordered after (`EngineSender::fence`).
+    received: u64,
 }
 
 impl DoorbellQueue {
@@ -81,6 +87,14 @@ impl DoorbellQueue {
         if !known {
             return Pushed::Ignored;
         }
+        let r = self.push_known(db);
+        if r != Pushed::Dropped {
+            self.received += 1;
+        }
+        r
+    }
+
+    fn push_known(&mut self, db: VrdmaDoorbell) -> Pushed {
         if self.sweep {
             // Every QP is examined by the next batch anyway; CQ_ARM is only a hint.
             return Pushed::Swept;
@@ -108,6 +122,12 @@ impl DoorbellQueue {
         self.sweep = true;
     }
 
+    /// Records accepted since the queue was made (every one a later [`DoorbellQueue::take`]
+    /// hands out, merged ones included).
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
     /// Distinct records pending.
     pub fn len(&self) -> usize {
         self.order.len()
@@ -130,6 +150,7 @@ impl DoorbellQueue {
         DoorbellBatch {
             records: self.order.drain(..).collect(),
             sweep: std::mem::take(&mut self.sweep),
+            received: self.received,
         }
     }
 }
@@ -164,5 +185,26 @@ mod tests {
         assert!(!b.sweep);
         // Taken records are no longer pending: the same object queues again.
         assert_eq!(q.push(db(VRDMA_DB_SQ, 5)), Pushed::Queued);
+    }
+
+    #[test]
+    fn received_counts_what_a_batch_will_cover() {
+        let mut q = DoorbellQueue::new();
+        q.push(db(VRDMA_DB_SQ, 5));
+        q.push(db(VRDMA_DB_SQ, 5)); // merged: still covered by the next take
+        q.push(db(vrdma_spec::VRDMA_DB_SRQ, 5)); // ignored: nothing to wait for
+        q.push(db(99, 1));
+        assert_eq!(q.received(), 2);
+        assert_eq!(q.take().received, 2, "the batch covers both");
+        assert_eq!(q.received(), 2, "taking does not move the count");
+        // Over the bound a QP record is covered by the sweep; a CQ_ARM hint is dropped.
+        for id in 0..MAX_PENDING as u32 {
+            q.push(db(VRDMA_DB_CQ_ARM, id));
+        }
+        let before = q.received();
+        assert_eq!(q.push(db(VRDMA_DB_CQ_ARM, u32::MAX)), Pushed::Dropped);
+        assert_eq!(q.received(), before);
+        assert_eq!(q.push(db(VRDMA_DB_SQ, 7)), Pushed::Swept);
+        assert_eq!(q.received(), before + 1);
     }
 }

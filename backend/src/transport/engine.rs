@@ -145,6 +145,12 @@ impl EngineSender {
         }
     }
 
+    /// Wait, at most `limit` and holding no device lock, until every worker has run the
+    /// doorbell records queued so far and sent their frames (spec §8; `workers::fence`).
+    pub fn fence(&self, limit: Duration) -> bool {
+        super::workers::fence(&self.inboxes, &self.stop, limit)
+    }
+
     /// The number of workers.
     pub fn workers(&self) -> usize {
         self.inboxes.len()
@@ -752,6 +758,8 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
         // Batched (sendmmsg on UDP; on the fabric the buffers move to the destination's
         // queue). A full socket buffer is packet loss; RC retransmits (IBTA 9.7.6).
         out.send(&*uplink);
+        // Its doorbells ran, their frames left (suspended: remembered for the resume sweep).
+        inbox.done.store(dbs.received, Ordering::Release);
         out.segments.clear();
         for f in out.frames.drain(..) {
             super::packet::recycle_frame(f);

@@ -12,8 +12,9 @@
 //! a QP of the same device). The inbox is bounded ([`INBOX_FRAMES`], [`INBOX_BYTES`]): beyond
 //! it a frame is dropped and counted (`PortStats::drop_worker_busy`); RC retransmits.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::EventFd;
 use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_RQ, VRDMA_DB_SQ, VRDMA_MCAST_QPN};
@@ -73,12 +74,42 @@ impl Handed {
     }
 }
 
+/// `EngineSender::fence`: wait, until `limit` or `stop`, for every worker of `inboxes` to have
+/// run the records its queue had accepted when this was called.
+pub(super) fn fence(inboxes: &[Inbox], stop: &AtomicBool, limit: Duration) -> bool {
+    let mut targets = [0u64; MAX_WORKERS];
+    for (t, inbox) in targets.iter_mut().zip(inboxes) {
+        *t = lock(&inbox.queue).received();
+    }
+    let deadline = Instant::now() + limit;
+    for (inbox, &t) in inboxes.iter().zip(targets.iter()) {
+        let mut spins = 0u32;
+        while inbox.done.load(Ordering::Acquire) < t {
+            if stop.load(Ordering::Acquire) || Instant::now() >= deadline {
+                return false;
+            }
+            // A batch of a few WQEs takes microseconds; a worker descheduled on a busy host
+            // takes longer, and the waiter then sleeps rather than spin on its core.
+            spins += 1;
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+    true
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(super) struct Inbox {
     pub(super) queue: Mutex<DoorbellQueue>,
     pub(super) kick: EventFd,
     pub(super) wake: WakeFlags,
+    /// The queue's `received()` as of the worker's last batch, stored once that batch's records
+    /// were run and its frames sent: what a control command waits for (`EngineSender::fence`).
+    pub(super) done: AtomicU64,
     frames: Mutex<HandedFrames>,
 }
 
@@ -99,6 +130,7 @@ impl Inbox {
             queue: Mutex::new(DoorbellQueue::new()),
             kick,
             wake: WakeFlags::default(),
+            done: AtomicU64::new(0),
             frames: Mutex::new(HandedFrames::default()),
         }
     }

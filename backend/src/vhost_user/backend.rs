@@ -11,11 +11,12 @@ use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
     VhostUserVirtioFeatures,
 };
-use vhost_user_backend::VhostUserBackend;
+use vhost_user_backend::{VhostUserBackend, VringT};
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_ring::{
     VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
 };
+use virtio_queue::QueueT;
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -120,6 +121,17 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         self.out.clear_pending();
     }
 
+    /// Hand every available doorbell buffer's records to the engine.
+    fn drain_doorbells(&self, vring: &Vring, event_idx: bool) -> Result<(), VhostUserRdmaError> {
+        let limits = ChainLimits {
+            max_readable: MAX_DOORBELL_BYTES,
+            max_descs: MAX_CHAIN_DESCS,
+        };
+        drain_queue(VQ_DOORBELL, vring, &self.mem, event_idx, limits, |c| {
+            Some(inputq::doorbells(c, &*self.doorbells))
+        })
+    }
+
     fn dispatch(&self, index: u16, vrings: &[Vring]) -> Result<(), VhostUserRdmaError> {
         let Some(vring) = vrings.get(usize::from(index)) else {
             return Err(VhostUserRdmaError::UnknownEvent(index));
@@ -127,6 +139,14 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
         match index {
             VQ_CONTROL => {
+                // Doorbells the driver rang before these commands are queued first, whatever
+                // order this thread's epoll reports the two kicks in (spec §8).
+                let started = |v: &&Vring| v.get_ref().get_queue().ready();
+                if let Some(db) = vrings.get(usize::from(VQ_DOORBELL)).filter(started) {
+                    if let Err(e) = self.drain_doorbells(db, event_idx) {
+                        warn!("{e}");
+                    }
+                }
                 let device = &*self.device;
                 let mut ran = false;
                 let budget = self.budget.as_ref();
@@ -134,6 +154,9 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
                 let r =
                     drain_queue_charged(index, vring, &self.mem, event_idx, limits, budget, |c| {
                         ran = true;
+                        if controlq::ordered_after_doorbells(&c.readable) {
+                            self.doorbells.fence();
+                        }
                         let mem = vm_memory::GuestAddressSpace::memory(&self.mem);
                         controlq::run_command(device, &*mem, c, self.out.parked())
                     });
@@ -143,17 +166,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
                 }
                 r
             }
-            VQ_DOORBELL => drain_queue(
-                index,
-                vring,
-                &self.mem,
-                event_idx,
-                ChainLimits {
-                    max_readable: MAX_DOORBELL_BYTES,
-                    max_descs: MAX_CHAIN_DESCS,
-                },
-                |c| Some(inputq::doorbells(c, &*self.doorbells)),
-            ),
+            VQ_DOORBELL => self.drain_doorbells(vring, event_idx),
             VQ_ETH_TX => {
                 let limits = ChainLimits {
                     max_readable: self.max_frame,

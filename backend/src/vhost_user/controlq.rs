@@ -45,6 +45,27 @@ pub const CMD_HDR_LEN: usize = VrdmaCmdHdr::SIZE;
 /// `sizeof(struct vrdma_cmd_resp_hdr)`.
 pub const RESP_HDR_LEN: usize = VrdmaCmdRespHdr::SIZE;
 
+/// Whether the command in `readable` is ordered after the doorbells rung before it (spec §8):
+/// it ends or changes something a posted WQE names (its QP, an AH, an MR or window, a
+/// multicast attachment, a GID), so the WQEs posted and rung before it start first, as they
+/// would on an adapter that had long fetched them. `mckey`, for one, posts its datagrams and
+/// at once detaches, destroys the AH and the QP.
+pub fn ordered_after_doorbells(readable: &[u8]) -> bool {
+    VrdmaCmdHdr::split_from(readable).is_some_and(|(hdr, _)| {
+        matches!(
+            hdr.opcode,
+            VRDMA_CMD_MODIFY_QP
+                | VRDMA_CMD_DESTROY_QP
+                | VRDMA_CMD_DESTROY_AH
+                | VRDMA_CMD_DETACH_MCAST
+                | VRDMA_CMD_DEREG_MR
+                | VRDMA_CMD_REREG_MR
+                | VRDMA_CMD_DEALLOC_MW
+                | VRDMA_CMD_DEL_GID
+        )
+    })
+}
+
 /// Size of the response body (after `vrdma_cmd_resp_hdr`) for a known opcode (§11): `None` for
 /// opcodes this table does not know (the device decides, usually INVALID).
 pub fn resp_body_len(opcode: u16) -> Option<usize> {

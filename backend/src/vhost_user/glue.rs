@@ -91,7 +91,20 @@ impl DoorbellSink for EngineSender {
     fn kick(&self) {
         EngineSender::kick(self);
     }
+
+    fn fence(&self) {
+        if !EngineSender::fence(self, DOORBELL_FENCE_LIMIT) {
+            log::warn!(
+                "controlq: the engine did not run the pending doorbells within \
+                 {DOORBELL_FENCE_LIMIT:?}; the command runs without them"
+            );
+        }
+    }
 }
+
+/// How long a command waits for the doorbells before it (spec §8) at most: a stopped or
+/// wedged engine must not stall the control queue.
+pub const DOORBELL_FENCE_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The guest's eth tx frames go straight to the uplink (non-blocking; a busy uplink drops).
 pub struct UplinkTx(pub Arc<dyn Uplink>);

@@ -157,6 +157,9 @@ pub trait DoorbellSink: Send + Sync {
     }
     /// Control commands ran (they may have unblocked work, e.g. ODP_PAGE_RESP, MODIFY_QP).
     fn kick(&self) {}
+    /// Before a command that ends or changes what posted WQEs name (spec §8): wait, bounded,
+    /// until the records given so far have been run. Called without the device lock.
+    fn fence(&self) {}
 }
 
 /// Where the guest's eth tx frames go: the uplink. Must not block.
