@@ -22,6 +22,20 @@ fn group() -> [u8; 16] {
     gid_v4([239, 1, 2, 3])
 }
 
+/// A signaled SEND of `len` bytes at `src` (key `key`) to the group of `ah`.
+fn group_send(wr_id: u64, src: u64, len: usize, key: u32, ah: u32) -> Wqe {
+    Wqe {
+        wr_id,
+        opcode: VRDMA_WR_SEND,
+        flags: VRDMA_SEND_SIGNALED,
+        sges: vec![(src, len as u32, key)],
+        ah,
+        remote_qpn: VRDMA_MCAST_QPN,
+        remote_qkey: QKEY,
+        ..Default::default()
+    }
+}
+
 fn mcast(n: &mut Node, op: u16, qpn: u32, gid: [u8; 16]) -> Result<Vec<u8>, u32> {
     let c = VrdmaCmdMcast {
         qpn,
@@ -113,16 +127,7 @@ impl Bed {
 
     fn send(&mut self, wr_id: u64, data: &[u8]) {
         self.a.write(self.src, data);
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src, data.len() as u32, self.ka)],
-            ah: self.ah,
-            remote_qpn: VRDMA_MCAST_QPN,
-            remote_qkey: QKEY,
-            ..Default::default()
-        };
+        let w = group_send(wr_id, self.src, data.len(), self.ka, self.ah);
         self.a.post_send(&mut self.qa, &w);
     }
 
@@ -316,16 +321,7 @@ fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
     let data = pattern(8, 500);
     t.a.write(t.src, &data);
     let send = |t: &mut Bed, wr_id: u64, ah: u32| {
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.src, data.len() as u32, t.ka)],
-            ah,
-            remote_qpn: VRDMA_MCAST_QPN,
-            remote_qkey: QKEY,
-            ..Default::default()
-        };
+        let w = group_send(wr_id, t.src, data.len(), t.ka, ah);
         post_sq(&ea, &t.a.mem, &mut t.qa, &w);
         let sent = wait_cqes(&mut t.a, &mut t.cqa, 1, Duration::from_secs(10), "send");
         assert_eq!(sent[0].status, VRDMA_WC_SUCCESS);
@@ -424,16 +420,7 @@ fn datagrams_posted_before_destroy_ah_and_destroy_qp_are_sent() {
             .unwrap()
             .handle;
         for i in 0..PER_ROUND {
-            let w = Wqe {
-                wr_id: round * 100 + i,
-                opcode: VRDMA_WR_SEND,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(t.src, data.len() as u32, t.ka)],
-                ah,
-                remote_qpn: VRDMA_MCAST_QPN,
-                remote_qkey: QKEY,
-                ..Default::default()
-            };
+            let w = group_send(round * 100 + i, t.src, data.len(), t.ka, ah);
             post_send_mem(&t.a.mem, &mut t.qa, &w);
         }
         ea.sender().push(VrdmaDoorbell {

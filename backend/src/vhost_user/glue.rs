@@ -94,7 +94,8 @@ impl DoorbellSink for EngineSender {
 
     fn fence(&self) {
         if !EngineSender::fence(self, DOORBELL_FENCE_LIMIT) {
-            log::warn!(
+            // Rate-limited: a guest that keeps its engine busy must not flood the log.
+            guest_warn!(
                 "controlq: the engine did not run the pending doorbells within \
                  {DOORBELL_FENCE_LIMIT:?}; the command runs without them"
             );
