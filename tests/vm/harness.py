@@ -149,6 +149,15 @@ def port_counters(vm):
             for m in re.finditer(r'^(vrdma_port_\w+)\{device="[^"]*"\} (\d+)$', out, re.M)}
 
 
+def port_drops(vm):
+    """The `vrdma_port_drops_total` samples of vm's device, as "drops_<reason>" -> count."""
+    import subprocess
+    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
+                         capture_output=True, text=True, timeout=30).stdout
+    return {"drops_" + m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^vrdma_port_drops_total\{device="[^"]*",reason="([^"]*)"\} (\d+)$', out, re.M)}
+
+
 def roce_v2_gid_index(vm, dev):
     """The GID index of the port's IPv4 address as a RoCE v2 GID (cached per guest).
 

@@ -13,7 +13,7 @@ use vrdma_backend::guest::GuestMem;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::mr::MrKind;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::{Engine, EngineOptions};
+use vrdma_backend::transport::engine::{Engine, EngineOptions, EngineSender};
 use vrdma_backend::transport::{self};
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
@@ -541,6 +541,15 @@ impl Bed {
     pub fn device_a(&self) -> Option<Arc<HandoffLock<Device>>> {
         match &self.link {
             Link::Engines { da, .. } => Some(Arc::clone(da)),
+            Link::InProc { .. } => None,
+        }
+    }
+
+    /// Device A's engine handle, through which its control queue fences the doorbells before
+    /// a command (engine modes only).
+    pub fn sender_a(&self) -> Option<EngineSender> {
+        match &self.link {
+            Link::Engines { ea, .. } => Some(ea.sender()),
             Link::InProc { .. } => None,
         }
     }

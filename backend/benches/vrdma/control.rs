@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use vrdma_backend::device::Device;
 use vrdma_backend::guest::CmdOutcome;
 use vrdma_backend::handoff::HandoffLock;
+use vrdma_backend::transport::engine::EngineSender;
+use vrdma_backend::vhost_user::controlq::ordered_after_doorbells;
+use vrdma_backend::vhost_user::DOORBELL_FENCE_LIMIT;
 use vrdma_spec::*;
 
 use crate::bed::{Bed, Mode, Reg};
@@ -100,13 +103,29 @@ pub fn run(quick: bool) {
     );
 }
 
-/// Round trips (seconds) of the two commands of each pair, and how many commands needed the
-/// exclusive device.
+/// Round trips (seconds) of the two commands of each pair, the part of the undo's spent in
+/// the doorbell fence, and how many commands needed the exclusive device.
 #[derive(Default)]
 struct Times {
     make: Vec<f64>,
     undo: Vec<f64>,
+    fence: Vec<f64>,
     exclusive: usize,
+}
+
+/// The control queue's doorbell fence (spec §8) before `op`, if `op` is one of the commands
+/// that wait for it (`controlq::ordered_after_doorbells`): the seconds it took.
+fn fence(sender: &EngineSender, op: u16) -> Option<f64> {
+    let hdr = VrdmaCmdHdr {
+        opcode: op,
+        ..Default::default()
+    };
+    if !ordered_after_doorbells(hdr.as_bytes()) {
+        return None;
+    }
+    let t0 = Instant::now();
+    sender.fence(DOORBELL_FENCE_LIMIT);
+    Some(t0.elapsed().as_secs_f64())
 }
 
 /// A command as the control queue runs it (`vhost_user::controlq`): beside the workers when
@@ -132,7 +151,12 @@ struct Pair<'a> {
 
 /// `pair` over and over, one every ~`PACE`, until `stop`: each command's round trip and
 /// whether every command succeeded.
-fn churn_pairs(dev: &HandoffLock<Device>, pair: &Pair, stop: &AtomicBool) -> (Times, bool) {
+fn churn_pairs(
+    dev: &HandoffLock<Device>,
+    sender: &EngineSender,
+    pair: &Pair,
+    stop: &AtomicBool,
+) -> (Times, bool) {
     const PACE: Duration = Duration::from_micros(50);
     let mut resp = Vec::new();
     let mut times = Times::default();
@@ -150,6 +174,9 @@ fn churn_pairs(dev: &HandoffLock<Device>, pair: &Pair, stop: &AtomicBool) -> (Ti
             ..Default::default()
         };
         let t1 = Instant::now();
+        if let Some(f) = fence(sender, pair.undo) {
+            times.fence.push(f);
+        }
         ok &= run(pair.undo, h.as_bytes(), &mut resp, &mut times);
         times.make.push((t1 - t0).as_secs_f64());
         times.undo.push(t1.elapsed().as_secs_f64());
@@ -164,12 +191,13 @@ fn churn_pairs(dev: &HandoffLock<Device>, pair: &Pair, stop: &AtomicBool) -> (Ti
 /// the fabric: the stream's rate with and without each, the pairs' round trip and how many
 /// commands needed the exclusive device. DEREG_MR and DESTROY_QP run beside the workers (the
 /// unit fence) where the device allows it; on the exclusive device every pair stops the
-/// workers for a hand-off.
+/// workers for a hand-off. Before either, as in the control queue, the doorbell fence waits
+/// until the workers have run the doorbells rung so far (the stream's, here).
 pub fn churn(quick: bool) {
     let bytes: u64 = if quick { 256 << 20 } else { 2 << 30 };
     let mut bed = Bed::new(Mode::Fabric, 4096, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
     stream(&mut bed, Op::Write, 64 << 10, 64);
-    let Some(dev) = bed.device_a() else {
+    let (Some(dev), Some(sender)) = (bed.device_a(), bed.sender_a()) else {
         unreachable!("a fabric bed runs engine threads");
     };
     let mut resp = Vec::new();
@@ -206,7 +234,7 @@ pub fn churn(quick: bool) {
     for (what, pair) in &pairs {
         let stop = AtomicBool::new(false);
         let ((times, ok), with) = std::thread::scope(|s| {
-            let c = s.spawn(|| churn_pairs(&dev, pair, &stop));
+            let c = s.spawn(|| churn_pairs(&dev, &sender, pair, &stop));
             let el = stream(&mut bed, Op::Write, 64 << 10, n);
             stop.store(true, Ordering::Relaxed);
             (c.join().unwrap_or_default(), rate(el))
@@ -237,9 +265,14 @@ pub fn churn(quick: bool) {
             summary(&mut times.make)
         );
         println!(
-            "control-churn: beside the stream, {} (waits for the units in flight): {}",
+            "control-churn: beside the stream, {} (the doorbell fence, then it waits for the \
+             units in flight): {}",
             opcode_name(undo),
             summary(&mut times.undo)
+        );
+        println!(
+            "control-churn: of which the doorbell fence: {}",
+            summary(&mut times.fence)
         );
     }
 }

@@ -67,6 +67,7 @@ use vrdma_spec::{self as spec, Abi};
 pub use crate::guest::{CmdOutcome, Ticket};
 pub use backend::VhostUserRdma;
 pub use daemon::{serve, DaemonError, ServeParts};
+pub use glue::DOORBELL_FENCE_LIMIT;
 pub use output::VirtqOutput;
 pub use start::{
     open_uplink, prepare, prepare_fabric, prepare_with_uplink, start_backend, start_daemon,

@@ -4,7 +4,7 @@ import re
 import time
 
 import vrdmavm
-from harness import expect, expect_in, pair, port_counters, scenario
+from harness import expect, expect_in, pair, port_counters, port_drops, scenario
 
 
 def wait_quiet(vm, quiet=1.0, limit=20.0):
@@ -29,7 +29,8 @@ def host_udp_drops():
 
 def mckey_counters(vm):
     """Where a multicast datagram may go or be lost in vm: its eth0 (multicast frames, drops),
-    the IP and UDP stacks, the RDMA device's counters, and for vrdma its backend's port."""
+    the IP and UDP stacks, the RDMA device's counters, and for vrdma its backend's port
+    (frames, and drops by reason)."""
     names = ("rx_packets", "multicast", "rx_dropped", "tx_packets", "tx_dropped")
     out = vm.run("cd /sys/class/net/eth0/statistics && cat %s; echo =snmp; "
                  "grep -h '^Ip: \\|^Udp: ' /proc/net/snmp; echo =rdma; "
@@ -45,6 +46,7 @@ def mckey_counters(vm):
         c["rdma_" + m.group(1)] = m.group(2)
     if vm.kind == "vrdma":
         c.update(port_counters(vm))
+        c.update(port_drops(vm))
     c["host_udp_rcvbuf_errors"] = host_udp_drops()
     return c
 
