@@ -211,3 +211,60 @@ fn drop_read_request() {
 fn drop_read_response_last() {
     targeted(vec![], vec![255], VRDMA_WR_RDMA_READ);
 }
+
+#[test]
+fn a_lost_packet_before_an_error_wqe_is_sent_again() {
+    // WRITE 1 is sent and lost; WRITE 2 fails locally (bad lkey, LOC_PROT_ERR), which stops
+    // the requester: nothing after it may leave, and the QP goes to ERROR when it retires.
+    // WRITE 1 retires first and must still be sent again when its ACK timer fires, or the QP
+    // waits for that ACK forever (seen as a stalled stream after a DEREG_MR beside by-reference
+    // segments: a stale packet dropped, the next WQE failing on the deregistered MR).
+    let mut p = pair(64);
+    let mut link = Link::clean();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let count = sent.clone();
+    link.filter_ab = Some(Box::new(move |_| {
+        count.fetch_add(1, Ordering::Relaxed) != 0
+    }));
+    let len = 4096u64;
+    let src = p.a.alloc(len);
+    let dst = p.b.alloc(len);
+    let ka = p.a.reg_mr(p.pda, src, len, ACC_ALL);
+    let kb = p.b.reg_mr(p.pdb, dst, len, ACC_ALL);
+    let data = pattern(7, len as usize);
+    p.a.write(src, &data);
+    for (wr_id, lkey) in [(1, ka), (2, ka ^ 0x5a00)] {
+        let w = Wqe {
+            wr_id,
+            opcode: VRDMA_WR_RDMA_WRITE,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(src, len as u32, lkey)],
+            remote_addr: dst,
+            rkey: kb,
+            ..Default::default()
+        };
+        p.a.post_send_nodb(&mut p.qa, &w);
+    }
+    p.a.doorbell(p.qa.qpn);
+    let got = pump_cqes(
+        &mut p.a,
+        &mut p.b,
+        &mut link,
+        &mut p.cqa,
+        2,
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_LOC_PROT_ERR)]
+    );
+    assert!(
+        sent.load(Ordering::Relaxed) >= 2,
+        "WRITE 1 was not sent again"
+    );
+    assert!(
+        p.b.read(dst, len as usize) == data,
+        "WRITE 1's data differs"
+    );
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
+}

@@ -11,7 +11,7 @@ use super::*;
 /// frame with its own PSN and AckReq, so nothing else here changes. One-packet messages and
 /// UD/GSI packets (an address per WQE) stay single frames.
 pub(super) fn send(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
-    if st.odp_wait.is_some() || st.stopped {
+    if st.odp_wait.is_some() || (st.stopped && sendable(st) == 0) {
         return;
     }
     let mut seg = (dev.icrc_offload.segments && !ctx.is_ud())
@@ -30,9 +30,10 @@ fn send_packets(
     now: Instant,
     seg: &mut Option<SegmentWriter>,
 ) {
-    if st.odp_wait.is_some() || st.stopped {
+    if st.odp_wait.is_some() {
         return;
     }
+    let end = sendable(st);
     if let Some(d) = st.rnr_deadline {
         if now < d {
             return;
@@ -40,8 +41,8 @@ fn send_packets(
         st.rnr_deadline = None;
     }
     let max_rd = ctx.max_rd_atomic.max(1);
-    let mut i = st.sent_prefix.min(st.wqes.len());
-    while i < st.wqes.len() {
+    let mut i = st.sent_prefix.min(end);
+    while i < end {
         let state = st.wqes[i].state;
         if matches!(state, WqeState::Sent | WqeState::Done) {
             if i == st.sent_prefix {
@@ -100,6 +101,18 @@ fn send_packets(
             return;
         }
         i += 1;
+    }
+}
+
+/// How many of the fetched WQEs may be sent. All of them, unless an error WQE is queued
+/// (`stopped`): then only those before it, which were sent already and may have to be sent
+/// again (go-back-N after a NAK or a timeout). The QP goes to ERROR when the error WQE
+/// retires, after them; a QP that stopped resending them would wait for their ACKs forever.
+fn sendable(st: &RequesterState) -> usize {
+    if st.stopped {
+        st.wqes.iter().position(|w| w.fatal).unwrap_or(0)
+    } else {
+        st.wqes.len()
     }
 }
 
