@@ -251,19 +251,26 @@ fn a_flush_queued_beside_the_workers_runs_once_and_spares_a_qp_reset_since() {
         "the late flush completed a WQE of the reused QP"
     );
 
-    // ERR beside the workers again; an exclusive command (any) flushes it before it runs.
+    // ERR beside the workers again; an exclusive command flushes it before it runs.
     assert_eq!(
         modify_beside(&n, q.qpn, VRDMA_QP_STATE, to(VRDMA_QPS_ERR)),
         ok
     );
-    // DEL_GID of an empty entry: exclusive, refused, and the queued flush ran before it.
-    let g = VrdmaCmdGid {
-        index: 7,
+    // DESTROY_QP while the QP's flush is queued takes the exclusive device, which runs the
+    // queued flush first: the WQE completes before the QP goes.
+    let destroy = VrdmaHandle {
+        handle: q.qpn,
         ..Default::default()
     };
     assert_eq!(
-        n.cmd(VRDMA_CMD_DEL_GID, g.as_bytes()),
-        Err(VRDMA_STATUS_NOT_FOUND)
+        n.dev
+            .handle_shared(VRDMA_CMD_DESTROY_QP, destroy.as_bytes(), &mut Vec::new()),
+        None,
+        "a destroy while the QP's flush is queued needs the exclusive device"
+    );
+    assert_eq!(
+        n.cmd(VRDMA_CMD_DESTROY_QP, destroy.as_bytes()),
+        Ok(Vec::new())
     );
     let got = n.poll_cq(&mut cqr);
     assert_eq!(

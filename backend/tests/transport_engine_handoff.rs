@@ -61,12 +61,15 @@ struct Gate {
     released: AtomicBool,
     /// Page requests the device sent (ODP).
     page_requests: AtomicUsize,
+    /// The page requests and RECLAIM notices themselves, in order.
+    sent_requests: Mutex<Vec<VrdmaPageReq>>,
 }
 
 impl DeviceOutput for Gate {
     fn event(&self, _ev: VrdmaEvent) {}
-    fn page_request(&self, _req: VrdmaPageReq) {
+    fn page_request(&self, req: VrdmaPageReq) {
         self.page_requests.fetch_add(1, Ordering::SeqCst);
+        self.sent_requests.lock().unwrap().push(req);
     }
     fn command_done(&self, _ticket: Ticket, _status: u32) {}
     fn eth_rx(&self, _frame: &[u8]) {
@@ -741,7 +744,8 @@ fn a_multicast_detach_waits_for_the_unit_in_flight() {
 #[test]
 fn a_prefetch_advice_runs_beside_a_worker_inside_a_unit() {
     // ADVISE_MR without F_FLUSH sends its page requests under the MR table's write lock,
-    // beside the workers; with F_FLUSH it may park its chain, so `handle_shared` declines it.
+    // beside the workers; with F_FLUSH it may park its chain, so `handle_shared` declines it
+    // and `handle_shared_parking` (the control queue's, which can park) parks it there.
     let mut n = common::Node::new_odp(8, 16);
     let pd = n.create_pd();
     let gpa = n.alloc(4 << 20);
@@ -766,12 +770,17 @@ fn a_prefetch_advice_runs_beside_a_worker_inside_a_unit() {
                 advise(VRDMA_ADVISE_F_FLUSH).as_bytes(),
                 &mut resp,
             );
-            let _ = tx.send((plain, flush));
+            let parking = d.handle_shared_parking(
+                VRDMA_CMD_ADVISE_MR,
+                advise(VRDMA_ADVISE_F_FLUSH).as_bytes(),
+                &mut resp,
+            );
+            let _ = tx.send((plain, flush, parking));
         });
         let answer = rx.recv_timeout(LONG);
         let inside = gate.delivered.load(Ordering::SeqCst);
         gate.released.store(true, Ordering::SeqCst);
-        let (plain, flush) = answer.expect("ADVISE_MR waited for the worker's unit");
+        let (plain, flush, parking) = answer.expect("ADVISE_MR waited for the worker's unit");
         assert_eq!(
             inside, 1,
             "the worker left its unit before ADVISE_MR answered"
@@ -779,7 +788,11 @@ fn a_prefetch_advice_runs_beside_a_worker_inside_a_unit() {
         assert_eq!(plain, Some(VRDMA_STATUS_OK));
         assert_eq!(
             flush, None,
-            "an advise that may park runs on the exclusive device"
+            "an advise that may park needs a caller that can park its chain"
+        );
+        assert!(
+            matches!(parking, Some(vrdma_backend::guest::CmdOutcome::Parked(_))),
+            "F_FLUSH behind the pending prefetch parks beside the worker: {parking:?}"
         );
     });
     // The prefetch asked for the MR's chunks.
@@ -847,5 +860,258 @@ fn an_srq_resize_runs_beside_a_worker_inside_a_unit() {
     // The three WQEs moved with the ring: the new producer index is 3.
     let producer = bigger.ctrl() + vrdma_backend::guest::ring::CTRL_PRODUCER;
     assert_eq!(n.mem.load_u32_acquire(producer).unwrap(), 3);
+    engine.stop();
+}
+
+/// The answer to page request `r` mapping its range at the same guest-physical addresses.
+fn page_resp_for(r: &VrdmaPageReq) -> Vec<u8> {
+    let npages = (r.length / 4096) as u32;
+    let mut req = VrdmaCmdOdpPageResp {
+        req_id: r.req_id,
+        mr_key: r.mr_key,
+        status: VRDMA_STATUS_OK,
+        flags: VRDMA_ODP_RESP_F_WRITABLE,
+        iova: r.iova,
+        npages,
+        ..Default::default()
+    }
+    .as_bytes()
+    .to_vec();
+    (0..u64::from(npages)).for_each(|i| req.extend_from_slice(&(r.iova + i * 4096).to_le_bytes()));
+    req
+}
+
+#[test]
+fn page_responses_run_beside_a_worker_inside_a_unit_until_one_must_reclaim() {
+    // ODP_PAGE_RESP installs its chunk under the MR table's write lock, beside the workers.
+    // With the MR's residency budget full, the install reclaims the least recently used chunk
+    // and sends a RECLAIM notice: that answer needs the exclusive device (`None` here) and is
+    // answered there once the worker has left its unit.
+    let mut n = common::Node::new_odp(8, 16);
+    n.dev.config.odp.max_resident_per_mr = 2;
+    *n.dev.mrs.get_mut() = vrdma_backend::memory::MrTable::new(
+        n.dev.config.max_mr,
+        n.mem.clone(),
+        n.out.clone(),
+        n.dev.config.odp.clone(),
+    )
+    .with_budget(n.dev.budget.clone());
+    let pd = n.create_pd();
+    let gpa = n.alloc(8 << 20);
+    let key = n.reg_odp_mr(pd, gpa, 6 << 20, VRDMA_ACCESS_LOCAL_WRITE);
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let advise = VrdmaCmdAdviseMr {
+        lkey: key,
+        advice: VRDMA_ADVISE_PREFETCH_WRITE,
+        flags: 0,
+        iova: gpa,
+        length: 6 << 20,
+        ..Default::default()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut resp = Vec::new();
+            let d = dev.read();
+            let advised = d.handle_shared(VRDMA_CMD_ADVISE_MR, advise.as_bytes(), &mut resp);
+            let faults: Vec<VrdmaPageReq> = gate.sent_requests.lock().unwrap().clone();
+            let answers: Vec<Option<u32>> = faults
+                .iter()
+                .map(|r| d.handle_shared(VRDMA_CMD_ODP_PAGE_RESP, &page_resp_for(r), &mut resp))
+                .collect();
+            let notices = gate.sent_requests.lock().unwrap().len() - faults.len();
+            let _ = tx.send((advised, faults, answers, notices));
+        });
+        let answer = rx.recv_timeout(LONG);
+        let inside = gate.delivered.load(Ordering::SeqCst);
+        gate.released.store(true, Ordering::SeqCst);
+        let (advised, faults, answers, notices) =
+            answer.expect("ODP_PAGE_RESP waited for the worker's unit");
+        assert_eq!(
+            inside, 1,
+            "the worker left its unit before ODP_PAGE_RESP answered"
+        );
+        assert_eq!(advised, Some(VRDMA_STATUS_OK));
+        assert_eq!(faults.len(), 3, "one page request per chunk: {faults:?}");
+        assert!(faults.iter().all(|r| r.type_ == VRDMA_PAGEREQ_FAULT));
+        assert_eq!(
+            answers,
+            [Some(VRDMA_STATUS_OK), Some(VRDMA_STATUS_OK), None],
+            "the third install reclaims: the exclusive device answers it"
+        );
+        assert_eq!(notices, 0, "no RECLAIM notice beside the worker");
+        // The declined answer changed nothing: on the exclusive device it installs the chunk
+        // and reclaims the oldest.
+        let mut resp = Vec::new();
+        let third = dev.lock().handle_command(
+            VRDMA_CMD_ODP_PAGE_RESP,
+            &page_resp_for(&faults[2]),
+            &mut resp,
+        );
+        assert_eq!(
+            third,
+            vrdma_backend::guest::CmdOutcome::Done(VRDMA_STATUS_OK)
+        );
+        let sent = gate.sent_requests.lock().unwrap().clone();
+        assert_eq!(sent.len(), 4, "one RECLAIM notice: {sent:?}");
+        assert_eq!(sent[3].type_, VRDMA_PAGEREQ_RECLAIM);
+        assert_eq!((sent[3].mr_key, sent[3].iova), (key, faults[0].iova));
+    });
+    engine.stop();
+}
+
+#[test]
+fn a_cq_resize_runs_beside_the_workers_after_the_units_in_flight() {
+    // RESIZE_CQ counts the send WQEs owed a completion, waits for the units in flight (one
+    // may have retired a WQE and not yet written its CQE), then moves the CQEs under the CQ's
+    // lock: it answers once the held worker leaves its unit, without the exclusive device. A
+    // shrink its count refuses goes to the exclusive device, which refuses it too.
+    let mut n = common::Node::new(8, 16, 1500);
+    let pd = n.create_pd();
+    let (cq, _) = n.create_cq(64);
+    let mut qp = n.create_qp(common::QpSpec::rc(pd, cq));
+    let buf = n.alloc(4096);
+    for i in 0..3 {
+        let w = common::Wqe {
+            wr_id: i,
+            opcode: VRDMA_WR_SEND,
+            flags: VRDMA_SEND_SIGNALED,
+            sges: vec![(buf, 64, 0)],
+            ..Default::default()
+        };
+        n.post_send_nodb(&mut qp, &w);
+    }
+    let rings = [n.ring(128, 6), n.ring(4, 6), n.ring(2, 6)];
+    let resize = |ring: &common::RingH| {
+        let mut b = VrdmaCmdCreateCq {
+            cqn: cq,
+            depth: ring.depth,
+            npages: ring.pages.len() as u32,
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec();
+        ring.pages
+            .iter()
+            .for_each(|p| b.extend_from_slice(&p.to_le_bytes()));
+        b
+    };
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut resp = Vec::new();
+            let grown =
+                dev.read()
+                    .handle_shared(VRDMA_CMD_RESIZE_CQ, &resize(&rings[0]), &mut resp);
+            let _ = tx.send(grown);
+        });
+        wait_for("RESIZE_CQ waiting for the unit", || {
+            dev.read().fences_waiting() == 1
+        });
+        let early = rx.recv_timeout(Duration::from_millis(300));
+        let still_inside = gate.delivered.load(Ordering::SeqCst);
+        gate.released.store(true, Ordering::SeqCst);
+        assert!(
+            early.is_err() && still_inside == 1,
+            "RESIZE_CQ answered while the worker was inside its unit: {early:?}"
+        );
+        let grown = rx.recv_timeout(LONG).expect("RESIZE_CQ never answered");
+        assert_eq!(
+            grown,
+            Some(VRDMA_STATUS_OK),
+            "the grow ran beside the workers"
+        );
+    });
+    let mut resp = Vec::new();
+    // Three sends are owed a completion: a CQ of 4 holds them, one of 2 does not.
+    assert_eq!(
+        dev.read()
+            .handle_shared(VRDMA_CMD_RESIZE_CQ, &resize(&rings[1]), &mut resp),
+        Some(VRDMA_STATUS_OK)
+    );
+    assert_eq!(
+        dev.read()
+            .handle_shared(VRDMA_CMD_RESIZE_CQ, &resize(&rings[2]), &mut resp),
+        None,
+        "a refused shrink is decided on the exclusive device"
+    );
+    assert_eq!(
+        dev.lock()
+            .handle_command(VRDMA_CMD_RESIZE_CQ, &resize(&rings[2]), &mut resp),
+        vrdma_backend::guest::CmdOutcome::Done(VRDMA_STATUS_INVALID)
+    );
+    engine.stop();
+}
+
+#[test]
+fn gids_are_added_and_deleted_beside_a_worker_inside_a_unit() {
+    // ADD_GID changes the GID table under its sequence lock, which frames read without a
+    // lock: it answers while the worker is inside its unit. DEL_GID then waits for the unit
+    // in flight (it may have taken in a frame for the GID).
+    let mut n = common::Node::new(8, 16, 1500);
+    let gid = |index: u32, g: [u8; 16]| {
+        VrdmaCmdGid {
+            index,
+            type_: VRDMA_GID_TYPE_ROCE_V2,
+            gid: g,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let v4 = |last: u8| {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&[10, 9, 0, last]);
+        g
+    };
+    let (dev, gate, engine) = start_node_held(&mut n);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (late_tx, late_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut resp = Vec::new();
+            let added = dev
+                .read()
+                .handle_shared(VRDMA_CMD_ADD_GID, &gid(5, v4(5)), &mut resp);
+            let found = dev.read().gids().find_v2(&v4(5));
+            let missing = dev
+                .read()
+                .handle_shared(VRDMA_CMD_DEL_GID, &gid(6, v4(6)), &mut resp);
+            let _ = tx.send((added, found, missing));
+            let deleted = dev
+                .read()
+                .handle_shared(VRDMA_CMD_DEL_GID, &gid(5, v4(5)), &mut resp);
+            let _ = late_tx.send(deleted);
+        });
+        let answer = rx.recv_timeout(LONG);
+        let inside = gate.delivered.load(Ordering::SeqCst);
+        wait_for("DEL_GID waiting for the unit", || {
+            dev.read().fences_waiting() == 1
+        });
+        let early = late_rx.recv_timeout(Duration::from_millis(300));
+        let still_inside = gate.delivered.load(Ordering::SeqCst);
+        gate.released.store(true, Ordering::SeqCst);
+        let (added, found, missing) = answer.expect("ADD_GID waited for the worker's unit");
+        assert_eq!(
+            inside, 1,
+            "the worker left its unit before ADD_GID answered"
+        );
+        assert_eq!(added, Some(VRDMA_STATUS_OK));
+        assert_eq!(found, Some(5), "the new GID is one of the port's");
+        assert_eq!(
+            missing,
+            Some(VRDMA_STATUS_NOT_FOUND),
+            "a refused DEL_GID answers at once"
+        );
+        assert!(
+            early.is_err() && still_inside == 1,
+            "DEL_GID answered while the worker was inside its unit: {early:?}"
+        );
+        let deleted = late_rx.recv_timeout(LONG).expect("DEL_GID never answered");
+        assert_eq!(deleted, Some(VRDMA_STATUS_OK));
+    });
+    assert_eq!(dev.read().gids().find_v2(&v4(5)), None);
     engine.stop();
 }

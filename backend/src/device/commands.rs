@@ -59,7 +59,8 @@ fn ring_status(e: &RingError) -> u32 {
 
 /// A command [`Device::run_shared`] runs beside the workers; `None`: this one needs the
 /// exclusive device after all (a MODIFY_QP that keeps finding its QP's state out, a
-/// CREATE_QP whose QPN index must grow, an ADVISE_MR that may park).
+/// CREATE_QP whose QPN index must grow, an ADVISE_MR that may park, an ODP_PAGE_RESP that
+/// reclaims, a RESIZE_CQ shrink the shared count refuses).
 type SharedCmd = fn(&Device, &[u8], &mut Vec<u8>) -> Option<CmdResult>;
 
 impl Device {
@@ -81,8 +82,6 @@ impl Device {
             return self.cmd_advise_mr(req);
         }
         let r = match opcode {
-            VRDMA_CMD_ADD_GID => self.cmd_add_gid(req),
-            VRDMA_CMD_DEL_GID => self.cmd_del_gid(req),
             VRDMA_CMD_RESIZE_CQ => self.cmd_resize_cq(req, resp),
             VRDMA_CMD_CREATE_QP => self.cmd_create_qp_exclusive(req, resp),
             VRDMA_CMD_MODIFY_QP => self.cmd_modify_qp(req),
@@ -125,12 +124,40 @@ impl Device {
     ///   device;
     /// - ATTACH_MCAST and DETACH_MCAST, under the groups' write lock (a detach then waits for
     ///   the units in flight);
-    /// - ADVISE_MR without F_FLUSH (one with it may park its chain, which needs the exclusive
-    ///   device), under the MR table's write lock.
+    /// - ADVISE_MR without F_FLUSH, under the MR table's write lock (one with it may park its
+    ///   chain: [`Device::handle_shared_parking`] runs it beside the workers for a caller that
+    ///   can park, and the exclusive device for the others);
+    /// - ODP_PAGE_RESP under the MR table's write lock, unless its install reclaims a chunk
+    ///   (a residency budget is full): the RECLAIM notice needs the exclusive device;
+    /// - RESIZE_CQ under the CQ's lock, after the units in flight; a shrink its conservative
+    ///   count refuses is decided on the exclusive device;
+    /// - ADD_GID and DEL_GID under the GID table's sequence lock (a DEL_GID then waits for
+    ///   the units in flight).
     pub fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         // A QP this moves to ERR is flushed by its own worker, not here.
         let _beside = crate::tables::flush::SharedCommand::enter();
         self.run_shared(opcode, req, resp)
+    }
+
+    /// [`Device::handle_shared`] for a caller that can park the chain of a command that
+    /// answers later (`vhost_user::controlq`, inside a `ParkedCommands::window`): ADVISE_MR
+    /// with F_FLUSH runs beside the workers too and may return `Parked`. Its completion may
+    /// come from a worker, or from a command of this queue, before the caller parks the chain.
+    pub fn handle_shared_parking(
+        &self,
+        opcode: u16,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) -> Option<CmdOutcome> {
+        if opcode != VRDMA_CMD_ADVISE_MR {
+            return self.handle_shared(opcode, req, resp).map(CmdOutcome::Done);
+        }
+        let _beside = crate::tables::flush::SharedCommand::enter();
+        resp.clear();
+        if self.needs_reset {
+            return Some(CmdOutcome::Done(VRDMA_STATUS_NEEDS_RESET));
+        }
+        Some(self.cmd_advise_mr_beside(req))
     }
 
     /// [`Device::handle_shared`] on a device held shared or exclusively.
@@ -169,7 +196,11 @@ impl Device {
             VRDMA_CMD_DESTROY_QP => |d, q, _| d.cmd_destroy_qp_shared(q),
             VRDMA_CMD_ATTACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, true)),
             VRDMA_CMD_ADVISE_MR => |d, q, _| d.cmd_advise_mr_shared(q),
+            VRDMA_CMD_ODP_PAGE_RESP => |d, q, _| d.cmd_odp_page_resp_shared(q),
             VRDMA_CMD_DETACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, false)),
+            VRDMA_CMD_RESIZE_CQ => |d, q, r| d.cmd_resize_cq_shared(q, r),
+            VRDMA_CMD_ADD_GID => |d, q, _| Some(d.cmd_add_gid(q)),
+            VRDMA_CMD_DEL_GID => |d, q, _| Some(d.cmd_del_gid(q)),
             _ => return None,
         };
         resp.clear();
@@ -226,7 +257,9 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_add_gid(&mut self, req: &[u8]) -> CmdResult {
+    /// ADD_GID beside the engine workers: the GID table changes under its sequence lock
+    /// (`objects/gid.rs`), which every frame reads without a lock.
+    fn cmd_add_gid(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdGid>(req)?;
         self.gids.add(c.index, c.type_, c.gid).map_err(|e| match e {
             GidError::BadIndex | GidError::BadType => VRDMA_STATUS_INVALID,
@@ -234,12 +267,17 @@ impl Device {
         })
     }
 
-    fn cmd_del_gid(&mut self, req: &[u8]) -> CmdResult {
+    /// DEL_GID beside the engine workers, then it waits for the units in flight: one may have
+    /// accepted a frame for the GID before it went, and no frame for it is taken in once the
+    /// command has answered.
+    fn cmd_del_gid(&self, req: &[u8]) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdGid>(req)?;
         self.gids.del(c.index).map_err(|e| match e {
             GidError::BadIndex | GidError::BadType => VRDMA_STATUS_INVALID,
             GidError::NotFound => VRDMA_STATUS_NOT_FOUND,
-        })
+        })?;
+        self.units.wait();
+        Ok(())
     }
 
     fn cmd_create_pd(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
@@ -364,35 +402,83 @@ impl Device {
         Ok(())
     }
 
-    fn cmd_resize_cq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
-        let (c, rest) = parse::<VrdmaCmdCreateCq>(req)?;
-        let pages = page_list(rest, c.npages)?;
+    /// RESIZE_CQ's new ring, charged first (both rings exist until the swap).
+    fn resize_cq_ring(&self, c: &VrdmaCmdCreateCq, pages: &[u64]) -> Result<(Charge, Ring), u32> {
         if !self.cqs.contains(c.cqn) {
             return Err(VRDMA_STATUS_NOT_FOUND);
         }
-        // Both rings exist until the swap: the new one is charged first.
         let charge = self.charge(cq_charge(pages.len()))?;
         // Built without reset_indices: resize writes the new control page itself.
         let new = Ring::new(
             &self.mem,
-            &pages,
+            pages,
             c.depth,
             CQE_SHIFT,
             CQE_SHIFT,
             self.config.max_cqe,
         )
         .map_err(|e| ring_status(&e))?;
-        let mem = self.mem.clone();
-        // Every send WQE still outstanding on a QP that completes into this CQ will write a CQE
-        // (a flush at the latest). A shrink below that would overflow the CQ a moment later, so
-        // it is refused like one below the unpolled CQEs: the driver cannot tell the two apart,
-        // because the device completes sends asynchronously.
-        let owed = self
-            .qps
+        Ok((charge, new))
+    }
+
+    /// Send WQEs still owed a completion in CQ `cqn`: every one outstanding on a QP that
+    /// completes its sends there will write a CQE (a flush at the latest). A shrink below the
+    /// unpolled CQEs plus these would overflow the CQ a moment later, so it is refused like
+    /// one below the unpolled CQEs alone: the driver cannot tell the two apart, because the
+    /// device completes sends asynchronously.
+    fn owed_completions(&self, cqn: u32) -> u32 {
+        self.qps
             .iter()
-            .filter(|q| q.send_cqn == c.cqn)
-            .map(|q| q.sq.pending(&mem).unwrap_or(0))
-            .fold(0u32, u32::saturating_add);
+            .filter(|q| q.send_cqn == cqn)
+            .map(|q| q.sq.pending(&self.mem).unwrap_or(0))
+            .fold(0u32, u32::saturating_add)
+    }
+
+    /// RESIZE_CQ beside the engine workers: the CQEs move under the CQ's lock, under which a
+    /// worker posts one. Its check needs care: a worker retiring WQEs moves the SQ consumer
+    /// before it writes their CQEs (the driver may post again at once), so a WQE between the
+    /// two is in neither count. The owed completions are counted first, then the units in
+    /// flight are waited for (`tables/units.rs`: a WQE retired before the count has its CQE
+    /// written by then), then the unpolled CQEs are counted under the CQ's lock. A WQE that
+    /// completes in between is counted twice, so this check refuses more than the exclusive
+    /// one, never less: a shrink it refuses goes to the exclusive device, which decides
+    /// (`None`).
+    fn cmd_resize_cq_shared(&self, req: &[u8], resp: &mut Vec<u8>) -> Option<CmdResult> {
+        let (c, rest) = match parse::<VrdmaCmdCreateCq>(req) {
+            Ok(p) => p,
+            Err(s) => return Some(Err(s)),
+        };
+        let pages = match page_list(rest, c.npages) {
+            Ok(p) => p,
+            Err(s) => return Some(Err(s)),
+        };
+        let (charge, new) = match self.resize_cq_ring(&c, &pages) {
+            Ok(r) => r,
+            Err(s) => return Some(Err(s)),
+        };
+        let owed = self.owed_completions(c.cqn);
+        self.units.wait();
+        let Some(mut cq) = self.cqs.get(c.cqn) else {
+            return Some(Err(VRDMA_STATUS_NOT_FOUND));
+        };
+        match cq.resize(&self.mem, new, owed) {
+            Ok(n) => {
+                cq.charge = charge;
+                put(resp, &handle(n));
+                Some(Ok(()))
+            }
+            Err(RingError::BadDepth(_)) => None,
+            Err(e) => Some(Err(ring_status(&e))),
+        }
+    }
+
+    /// RESIZE_CQ on the exclusive device: every count is exact.
+    fn cmd_resize_cq(&mut self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        let (c, rest) = parse::<VrdmaCmdCreateCq>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        let (charge, new) = self.resize_cq_ring(&c, &pages)?;
+        let owed = self.owed_completions(c.cqn);
+        let mem = self.mem.clone();
         let cq = self.cqs.get_mut(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         let n = cq.resize(&mem, new, owed).map_err(|e| ring_status(&e))?;
         cq.charge = charge;

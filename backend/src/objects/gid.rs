@@ -1,6 +1,9 @@
-//! The port's GID table (ADD_GID / DEL_GID): index → GID and type.
+//! The port's GID table (ADD_GID / DEL_GID): index → GID and type, read by every frame without
+//! a lock and changed beside the engine workers.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use vrdma_spec::{VRDMA_GID_TYPE_ROCE_V1, VRDMA_GID_TYPE_ROCE_V2};
 
@@ -50,19 +53,82 @@ pub enum GidError {
     NotFound,
 }
 
-#[derive(Debug, Clone)]
+/// One GID entry as atomic words, so that it can change beside readers ([`GidTable`]).
+#[derive(Default)]
+struct GidSlot {
+    /// The GID's 16 bytes, big-endian halves.
+    hi: AtomicU64,
+    lo: AtomicU64,
+    /// The GID type (`VRDMA_GID_TYPE_*`, never 0); 0: empty. For a `v2` slot: the index.
+    tag: AtomicU32,
+}
+
+impl GidSlot {
+    fn load(&self) -> ([u8; 16], u32) {
+        let mut gid = [0u8; 16];
+        gid[..8].copy_from_slice(&self.hi.load(Ordering::Relaxed).to_be_bytes());
+        gid[8..].copy_from_slice(&self.lo.load(Ordering::Relaxed).to_be_bytes());
+        (gid, self.tag.load(Ordering::Relaxed))
+    }
+
+    fn matches(&self, gid: &[u8; 16]) -> bool {
+        let (hi, lo) = halves(gid);
+        self.hi.load(Ordering::Relaxed) == hi && self.lo.load(Ordering::Relaxed) == lo
+    }
+
+    fn store(&self, gid: &[u8; 16], tag: u32) {
+        let (hi, lo) = halves(gid);
+        self.hi.store(hi, Ordering::Relaxed);
+        self.lo.store(lo, Ordering::Relaxed);
+        self.tag.store(tag, Ordering::Relaxed);
+    }
+}
+
+fn halves(gid: &[u8; 16]) -> (u64, u64) {
+    let mut hi = [0u8; 8];
+    let mut lo = [0u8; 8];
+    hi.copy_from_slice(&gid[..8]);
+    lo.copy_from_slice(&gid[8..]);
+    (u64::from_be_bytes(hi), u64::from_be_bytes(lo))
+}
+
+/// The port's GID table. Every frame in and out looks its addresses up here, without a lock:
+/// the entries are atomic words under a sequence lock. ADD_GID and DEL_GID (beside the engine
+/// workers, one control queue at a time; the writers' mutex keeps tests and restores honest
+/// too) make the sequence odd, change the words and make it even again; a reader that saw an
+/// odd sequence, or a different one after reading, reads again. A change is a few stores,
+/// so a reader retries at most for that long.
 pub struct GidTable {
-    entries: Vec<Option<GidEntry>>,
-    /// The RoCEv2 entries as (GID, index), in index order: every frame in and out looks its
-    /// addresses up here, and a port has a handful of them in a table of `max_gid` slots.
-    v2: Vec<([u8; 16], u32)>,
+    seq: AtomicU32,
+    writer: Mutex<()>,
+    entries: Box<[GidSlot]>,
+    /// The RoCEv2 entries as (GID, index), in index order, the first `v2_len` of them: a port
+    /// has a handful of them in a table of `max_gid` slots.
+    v2: Box<[GidSlot]>,
+    v2_len: AtomicUsize,
+}
+
+impl std::fmt::Debug for GidTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entries: Vec<(u32, GidEntry)> = (0..self.len())
+            .filter_map(|i| self.get(i).map(|e| (i, e)))
+            .collect();
+        f.debug_struct("GidTable")
+            .field("len", &self.len())
+            .field("entries", &entries)
+            .finish()
+    }
 }
 
 impl GidTable {
     pub fn new(size: u32) -> Self {
+        let slots = || (0..size).map(|_| GidSlot::default()).collect();
         GidTable {
-            entries: vec![None; size as usize],
-            v2: Vec::new(),
+            seq: AtomicU32::new(0),
+            writer: Mutex::new(()),
+            entries: slots(),
+            v2: slots(),
+            v2_len: AtomicUsize::new(0),
         }
     }
 
@@ -74,48 +140,89 @@ impl GidTable {
         self.entries.is_empty()
     }
 
+    /// `f` on a consistent view of the table (the sequence lock's read side).
+    fn read<T>(&self, f: impl Fn() -> T) -> T {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                let v = f();
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == before {
+                    return v;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// `f` changes the words, the sequence odd meanwhile (the write side).
+    fn write<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _one = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let v = f();
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+        v
+    }
+
     /// ADD_GID: set (or replace) entry `index`.
-    pub fn add(&mut self, index: u32, gid_type: u32, gid: [u8; 16]) -> Result<(), GidError> {
+    pub fn add(&self, index: u32, gid_type: u32, gid: [u8; 16]) -> Result<(), GidError> {
         if gid_type != VRDMA_GID_TYPE_ROCE_V1 && gid_type != VRDMA_GID_TYPE_ROCE_V2 {
             return Err(GidError::BadType);
         }
-        let e = self
-            .entries
-            .get_mut(index as usize)
-            .ok_or(GidError::BadIndex)?;
-        *e = Some(GidEntry { gid, gid_type });
-        self.reindex();
+        let e = self.entries.get(index as usize).ok_or(GidError::BadIndex)?;
+        self.write(|| {
+            e.store(&gid, gid_type);
+            self.reindex();
+        });
         Ok(())
     }
 
     /// DEL_GID: clear entry `index`.
-    pub fn del(&mut self, index: u32) -> Result<(), GidError> {
-        let e = self
-            .entries
-            .get_mut(index as usize)
-            .ok_or(GidError::BadIndex)?;
-        e.take().ok_or(GidError::NotFound)?;
-        self.reindex();
-        Ok(())
+    pub fn del(&self, index: u32) -> Result<(), GidError> {
+        let e = self.entries.get(index as usize).ok_or(GidError::BadIndex)?;
+        self.write(|| {
+            if e.tag.load(Ordering::Relaxed) == 0 {
+                return Err(GidError::NotFound);
+            }
+            e.store(&[0; 16], 0);
+            self.reindex();
+            Ok(())
+        })
     }
 
-    /// Rebuild `v2` (ADD_GID / DEL_GID are rare; lookups are per frame).
-    fn reindex(&mut self) {
-        self.v2.clear();
+    /// Rebuild `v2` (ADD_GID / DEL_GID are rare; lookups are per frame). Inside `write`.
+    fn reindex(&self) {
+        let mut n = 0;
         for (i, e) in self.entries.iter().enumerate() {
-            if let Some(e) = e.filter(|e| e.gid_type == VRDMA_GID_TYPE_ROCE_V2) {
-                self.v2.push((e.gid, i as u32));
+            let (gid, t) = e.load();
+            if t == VRDMA_GID_TYPE_ROCE_V2 {
+                if let Some(slot) = self.v2.get(n) {
+                    slot.store(&gid, i as u32);
+                    n += 1;
+                }
             }
         }
+        self.v2_len.store(n, Ordering::Relaxed);
     }
 
-    pub fn get(&self, index: u32) -> Option<&GidEntry> {
-        self.entries.get(index as usize).and_then(|e| e.as_ref())
+    pub fn get(&self, index: u32) -> Option<GidEntry> {
+        let e = self.entries.get(index as usize)?;
+        let (gid, gid_type) = self.read(|| e.load());
+        (gid_type != 0).then_some(GidEntry { gid, gid_type })
     }
 
     /// Index of a RoCEv2 entry with exactly this GID.
     pub fn find_v2(&self, gid: &[u8; 16]) -> Option<u32> {
-        self.v2.iter().find(|(g, _)| g == gid).map(|&(_, i)| i)
+        self.read(|| {
+            let n = self.v2_len.load(Ordering::Relaxed);
+            self.v2
+                .iter()
+                .take(n)
+                .find(|s| s.matches(gid))
+                .map(|s| s.tag.load(Ordering::Relaxed))
+        })
     }
 
     /// Is `ip` one of the port's RoCEv2 addresses? (port demux: frames to our GIDs → engine)
@@ -129,11 +236,13 @@ impl GidTable {
     }
 
     /// Remove every entry (device reset).
-    pub fn clear(&mut self) {
-        for e in &mut self.entries {
-            *e = None;
-        }
-        self.v2.clear();
+    pub fn clear(&self) {
+        self.write(|| {
+            for e in self.entries.iter() {
+                e.store(&[0; 16], 0);
+            }
+            self.v2_len.store(0, Ordering::Relaxed);
+        });
     }
 }
 
@@ -143,7 +252,7 @@ mod tests {
 
     #[test]
     fn add_del_lookup_and_local_ips() {
-        let mut t = GidTable::new(4);
+        let t = GidTable::new(4);
         let v4: Ipv4Addr = "192.168.1.7".parse().unwrap();
         let v6: Ipv6Addr = "fd00::7".parse().unwrap();
         t.add(0, VRDMA_GID_TYPE_ROCE_V2, ip_to_gid(IpAddr::V4(v4)))
@@ -180,5 +289,46 @@ mod tests {
         t.clear();
         assert!(t.get(2).is_none());
         assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn readers_beside_a_writer_see_whole_entries() {
+        // A writer flips entry 1 between two RoCEv2 GIDs and a RoCEv1 one; readers never see
+        // half of one GID with half of another, or a type that does not go with its GID.
+        let t = GidTable::new(4);
+        let a = [0xaa; 16];
+        let b = [0x55; 16];
+        t.add(0, VRDMA_GID_TYPE_ROCE_V2, [7; 16]).unwrap();
+        t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut seen = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            let e = t.get(1).expect("entry 1 is never empty");
+                            let ok = (e.gid == a && e.gid_type == VRDMA_GID_TYPE_ROCE_V2)
+                                || (e.gid == b && e.gid_type == VRDMA_GID_TYPE_ROCE_V1);
+                            assert!(ok, "torn entry {e:?}");
+                            // `a` is RoCEv2 at index 1 whenever the table holds it; `b` never.
+                            assert!(matches!(t.find_v2(&a), None | Some(1)));
+                            assert_eq!(t.find_v2(&b), None);
+                            assert_eq!(t.find_v2(&[7; 16]), Some(0));
+                            seen += 1;
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            for _ in 0..20_000 {
+                t.add(1, VRDMA_GID_TYPE_ROCE_V1, b).unwrap();
+                t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+            for r in readers {
+                assert!(r.join().expect("reader") > 0);
+            }
+        });
     }
 }

@@ -194,6 +194,16 @@ pub fn response_descs(writable: &[(GuestAddress, u32)]) -> Vec<(GuestAddress, u3
     out
 }
 
+/// What a parked command's chain keeps: its head and the descriptors of its 8-byte response.
+fn parked_chain(chain: &SplitChain) -> SplitChain {
+    SplitChain {
+        head: chain.head,
+        readable: Vec::new(),
+        read_error: None,
+        writable: response_descs(&chain.writable),
+    }
+}
+
 /// Decode and execute; leaves the response body in `body` (empty unless OK or the device gave
 /// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`. `None`: the device parked the command
 /// and the chain is in `parked`.
@@ -232,9 +242,21 @@ fn execute<D: RdmaDevice>(
             return Some(VRDMA_STATUS_INVALID);
         }
     }
-    // Queries and MODIFY_QP/CQ/SRQ run on the device held shared, beside the engine workers
-    // (no hand-off to wait for); every other command holds it exclusively.
-    let shared = device.read().handle_shared(opcode, args, body);
+    // Most commands run on the device held shared, beside the engine workers (no hand-off to
+    // wait for; `Device::handle_shared`); the others hold it exclusively. One beside the
+    // workers that parks (ADVISE_MR with F_FLUSH) may be completed by a worker before its
+    // chain is parked here: the window keeps such a completion for `park`.
+    let shared = {
+        let window = parked.window();
+        let outcome = device.read().handle_shared_parking(opcode, args, body);
+        if let Some(CmdOutcome::Parked(ticket)) = outcome {
+            debug!("controlq: opcode {opcode} parked beside the engine as {ticket:?}");
+            parked.park(ticket, parked_chain(chain));
+            drop(window);
+            return None;
+        }
+        outcome.and_then(CmdOutcome::status)
+    };
     let status = if let Some(s) = shared {
         s
     } else {
@@ -248,15 +270,7 @@ fn execute<D: RdmaDevice>(
                 debug!("controlq: opcode {opcode} parked as {ticket:?}");
                 // Only what the completion writes is kept: the request bytes (up to
                 // MAX_REQUEST_BYTES) are not pinned for the seconds a park may last.
-                parked.park(
-                    ticket,
-                    SplitChain {
-                        head: chain.head,
-                        readable: Vec::new(),
-                        read_error: None,
-                        writable: response_descs(&chain.writable),
-                    },
-                );
+                parked.park(ticket, parked_chain(chain));
                 return None;
             }
         }

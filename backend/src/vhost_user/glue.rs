@@ -19,6 +19,14 @@ impl RdmaDevice for Device {
     fn handle_shared(&self, opcode: u16, req: &[u8], resp: &mut Vec<u8>) -> Option<u32> {
         Device::handle_shared(self, opcode, req, resp)
     }
+    fn handle_shared_parking(
+        &self,
+        opcode: u16,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) -> Option<CmdOutcome> {
+        Device::handle_shared_parking(self, opcode, req, resp)
+    }
 
     fn reset(&mut self) {
         Device::reset(self);

@@ -116,6 +116,18 @@ pub trait RdmaDevice: Send + Sync + 'static {
     fn handle_shared(&self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> Option<u32> {
         None
     }
+    /// [`RdmaDevice::handle_shared`] for a caller that can park the command's chain: it also
+    /// runs the commands that may park (ADVISE_MR with F_FLUSH) beside the engine. The caller
+    /// opens a `ParkedCommands::window` before it calls, since the completion may come from
+    /// an engine worker before the chain is parked.
+    fn handle_shared_parking(
+        &self,
+        opcode: u16,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) -> Option<CmdOutcome> {
+        self.handle_shared(opcode, req, resp).map(CmdOutcome::Done)
+    }
     /// Back to the power-on state: every object destroyed, engine state for them dropped.
     fn reset(&mut self);
     /// The frontend installed a new memory table (the atomic is the one the vrings use).

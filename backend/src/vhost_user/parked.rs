@@ -1,9 +1,10 @@
 //! Control chains of parked commands (spec §3.1: ADVISE_MR with F_FLUSH may complete after
 //! commands made available later).
 //!
-//! The control queue parks a chain here, by ticket, while it still holds the device lock that
-//! produced the ticket, so the completion (`DeviceOutput::command_done`, also under the device
-//! lock) always finds it. Completion writes the 8-byte response header, returns the chain to the
+//! The control queue parks a chain here, by ticket, while it still holds the exclusive device
+//! lock that produced the ticket, so the completion (`DeviceOutput::command_done`, under the
+//! device lock) always finds it; or, for a command beside the engine workers, inside a
+//! [`ParkWindow`] opened before the command ran, which keeps a completion that comes first. Completion writes the 8-byte response header, returns the chain to the
 //! used ring and signals the driver, all under this object's lock, from whichever thread ended
 //! the command (vhost-user or engine). Lock order: device -> parked -> vring.
 //!
@@ -36,6 +37,10 @@ struct ParkedState {
     target: Option<(Vring, GuestMemoryAtomic)>,
     /// Counts resets and disconnects: a delayed response of an earlier generation is dropped.
     generation: u64,
+    /// A command beside the engine workers is running and may park ([`ParkWindow`]).
+    window: bool,
+    /// Completions that came, while the window was open, for tickets not parked (yet).
+    early: Vec<(Ticket, u32)>,
 }
 
 fn lock_state(m: &Mutex<ParkedState>) -> std::sync::MutexGuard<'_, ParkedState> {
@@ -123,23 +128,63 @@ impl ParkedCommands {
         st.generation += 1;
     }
 
-    /// Keep `chain` until `complete(ticket, ..)`. Call with the device lock held.
+    /// Keep `chain` until `complete(ticket, ..)`. Call with the device lock held, or inside a
+    /// [`ParkWindow`] opened before the command ran: a completion that came first is then
+    /// delivered at once.
     pub fn park(&self, ticket: Ticket, chain: SplitChain) {
-        self.lock().chains.insert(ticket, chain);
+        let mut st = self.lock();
+        if let Some(i) = st.early.iter().position(|&(t, _)| t == ticket) {
+            let (_, status) = st.early.swap_remove(i);
+            return_chain(&st, &chain, response_header(status).as_bytes());
+            return;
+        }
+        st.chains.insert(ticket, chain);
+    }
+
+    /// Open the window for a command that runs beside the engine workers and may park: its
+    /// completion may come from a worker before the control queue has parked the chain (the
+    /// device lock, held shared, does not order them). Until the window closes (dropped), a
+    /// completion for a ticket that is not parked is kept for [`ParkedCommands::park`]; at
+    /// the close, those never parked (a reset dropped their chains) are forgotten. One
+    /// control queue per device runs one command at a time, so windows never overlap.
+    pub fn window(&self) -> ParkWindow<'_> {
+        self.lock().window = true;
+        ParkWindow { parked: self }
     }
 
     /// Complete the chain parked as `ticket` with `status` (no response body). A ticket that is
-    /// not parked (dropped by a reset) is ignored.
+    /// not parked (dropped by a reset) is ignored, unless a [`ParkWindow`] is open.
     pub fn complete(&self, ticket: Ticket, status: u32) {
         let mut st = self.lock();
         let Some(chain) = st.chains.remove(&ticket) else {
+            if st.window {
+                st.early.push((ticket, status));
+            }
             return;
         };
-        let hdr = VrdmaCmdRespHdr {
-            status,
-            reserved: 0,
-        };
-        return_chain(&st, &chain, hdr.as_bytes());
+        return_chain(&st, &chain, response_header(status).as_bytes());
+    }
+}
+
+/// While alive, completions may come before their chain is parked ([`ParkedCommands::window`]).
+#[must_use = "the window closes when dropped"]
+pub struct ParkWindow<'a> {
+    parked: &'a ParkedCommands,
+}
+
+impl Drop for ParkWindow<'_> {
+    fn drop(&mut self) {
+        let mut st = self.parked.lock();
+        st.window = false;
+        st.early.clear();
+    }
+}
+
+/// The 8-byte response of a parked command (it has no body).
+fn response_header(status: u32) -> VrdmaCmdRespHdr {
+    VrdmaCmdRespHdr {
+        status,
+        reserved: 0,
     }
 }
 
@@ -181,5 +226,50 @@ fn return_chain(st: &ParkedState, chain: &SplitChain, bytes: &[u8]) {
         }
         Ok(false) => {}
         Err(e) => guest_warn!("controlq: needs_notification: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(head: u16) -> SplitChain {
+        SplitChain {
+            head,
+            readable: Vec::new(),
+            read_error: None,
+            writable: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_completion_inside_the_window_before_the_park_answers_the_park() {
+        let p = ParkedCommands::default();
+        let w = p.window();
+        p.complete(Ticket(7), 0);
+        p.park(Ticket(7), chain(1));
+        assert!(
+            p.is_empty(),
+            "the early completion was not delivered at the park"
+        );
+        // A completion of a ticket that never parks is forgotten when the window closes.
+        p.complete(Ticket(8), 0);
+        drop(w);
+        p.park(Ticket(8), chain(2));
+        assert_eq!(
+            p.len(),
+            1,
+            "a completion from a closed window answered a later park"
+        );
+    }
+
+    #[test]
+    fn without_a_window_a_completion_before_the_park_is_ignored() {
+        let p = ParkedCommands::default();
+        p.complete(Ticket(3), 0);
+        p.park(Ticket(3), chain(1));
+        assert_eq!(p.len(), 1);
+        p.complete(Ticket(3), 0);
+        assert!(p.is_empty());
     }
 }

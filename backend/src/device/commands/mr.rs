@@ -21,9 +21,8 @@ impl Device {
     /// workers, waiting only for the translations in progress. What takes a permission away
     /// (DEREG_MR, REREG_MR, DEALLOC_MW, ODP_INVALIDATE) runs there too, then waits for the
     /// units of work in flight ([`Device::fence_local_copies`]): a worker may be copying
-    /// through a range it translated before. ODP_PAGE_RESP stays exclusive: a reclaim it makes
-    /// sends the RECLAIM notice, after which the driver may unmap the chunk, before the
-    /// command returns.
+    /// through a range it translated before. ODP_PAGE_RESP runs there too unless its install
+    /// reclaims a chunk ([`Device::cmd_odp_page_resp_shared`]).
     pub(super) fn cmd_reg_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
         let (c, rest) = parse::<VrdmaCmdRegMr>(req)?;
         let pages = page_list(rest, c.npages)?;
@@ -172,9 +171,9 @@ impl Device {
 
     /// ADVISE_MR beside the engine workers (`handle_shared`), under the MR table's write lock:
     /// the page requests it sends and the chunks it marks pending are what a worker's fault
-    /// does under the same lock. `None` with F_FLUSH: that advise may be parked, and the chain
-    /// must be parked before the device lock is released, which only the exclusive device
-    /// guarantees (its completion may come from a worker holding the device shared).
+    /// does under the same lock. `None` with F_FLUSH: that advise may be parked, and a caller
+    /// of `handle_shared` has no way to park the chain before the completion can come (a
+    /// caller that has one uses [`Device::handle_shared_parking`]).
     pub(super) fn cmd_advise_mr_shared(&self, req: &[u8]) -> Option<CmdResult> {
         let c = match parse::<VrdmaCmdAdviseMr>(req) {
             Ok((c, _)) => c,
@@ -199,18 +198,52 @@ impl Device {
 
     /// ADVISE_MR on the exclusive device (with F_FLUSH it may park, spec §11.8).
     pub(super) fn cmd_advise_mr(&mut self, req: &[u8]) -> CmdOutcome {
+        self.cmd_advise_mr_beside(req)
+    }
+
+    /// ADVISE_MR with or without F_FLUSH under the MR table's write lock, on the device held
+    /// shared or exclusively. A parked advise completes (`DeviceOutput::command_done`) when
+    /// the page requests it waits for end, which takes the same write lock: beside the
+    /// workers that may be before the caller has parked the chain, which its caller allows
+    /// for ([`Device::handle_shared_parking`]).
+    pub(super) fn cmd_advise_mr_beside(&self, req: &[u8]) -> CmdOutcome {
         if let Err(s) = self.odp_commands() {
             return CmdOutcome::Done(s);
         }
         match parse::<VrdmaCmdAdviseMr>(req) {
             Ok((c, _)) => self
                 .mrs
-                .get_mut()
+                .write()
                 .odp_advise(c.lkey, c.advice, c.flags, c.iova, c.length),
             Err(s) => CmdOutcome::Done(s),
         }
     }
 
+    /// ODP_PAGE_RESP beside the engine workers, under the MR table's write lock: the chunk it
+    /// installs and the waiters it resumes are what a worker's fault and resumption use under
+    /// the same lock, and an install takes no permission away. `None` when the install would
+    /// reclaim a chunk (a residency budget is full, spec §12.5): that answer runs on the
+    /// exclusive device, since its RECLAIM notice, after which the driver may unmap the
+    /// victim, must not leave while a unit of work may still copy through the victim.
+    pub(super) fn cmd_odp_page_resp_shared(&self, req: &[u8]) -> Option<CmdResult> {
+        if let Err(s) = self.odp_commands() {
+            return Some(Err(s));
+        }
+        let (c, rest) = match parse::<VrdmaCmdOdpPageResp>(req) {
+            Ok(p) => p,
+            Err(s) => return Some(Err(s)),
+        };
+        let pages = match page_list(rest, c.npages) {
+            Ok(p) => p,
+            Err(s) => return Some(Err(s)),
+        };
+        self.mrs
+            .write()
+            .odp_page_resp_without_reclaim(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages)
+            .map(Self::status)
+    }
+
+    /// ODP_PAGE_RESP on the exclusive device: an answer whose install reclaims a chunk.
     pub(super) fn cmd_odp_page_resp(&mut self, req: &[u8]) -> CmdResult {
         self.odp_commands()?;
         let (c, rest) = parse::<VrdmaCmdOdpPageResp>(req)?;

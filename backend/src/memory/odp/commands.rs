@@ -6,8 +6,8 @@
 use super::*;
 
 impl MrTable {
-    /// ODP_PAGE_RESP. `pages` are the trailing 4 KiB GPAs.
-    #[allow(clippy::too_many_arguments)]
+    /// ODP_PAGE_RESP. `pages` are the trailing 4 KiB GPAs. An install beyond a residency budget
+    /// reclaims the least recently used chunk and sends its RECLAIM notice.
     pub fn odp_page_resp(
         &mut self,
         req_id: u32,
@@ -17,6 +17,39 @@ impl MrTable {
         iova: u64,
         pages: &[u64],
     ) -> OdpStatus {
+        self.page_resp(req_id, key, status, flags, iova, pages, true)
+            .unwrap_or(vrdma_spec::VRDMA_STATUS_INVALID)
+    }
+
+    /// ODP_PAGE_RESP beside the engine workers: as [`MrTable::odp_page_resp`], except that an
+    /// answer whose install would reclaim a chunk changes nothing and returns `None` (the
+    /// command then runs on the exclusive device). A reclaim sends the RECLAIM notice, after
+    /// which the driver may unmap the chunk, so no unit of work may still copy through the
+    /// victim's translation when it leaves; only the exclusive device promises that at the
+    /// moment the notice goes out (ARCHITECTURE.md "Locks").
+    pub fn odp_page_resp_without_reclaim(
+        &mut self,
+        req_id: u32,
+        key: u32,
+        status: u32,
+        flags: u32,
+        iova: u64,
+        pages: &[u64],
+    ) -> Option<OdpStatus> {
+        self.page_resp(req_id, key, status, flags, iova, pages, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn page_resp(
+        &mut self,
+        req_id: u32,
+        key: u32,
+        status: u32,
+        flags: u32,
+        iova: u64,
+        pages: &[u64],
+        may_reclaim: bool,
+    ) -> Option<OdpStatus> {
         use vrdma_spec::*;
         let now = self.odp.now();
         let Some(&Req {
@@ -25,22 +58,22 @@ impl MrTable {
             ..
         }) = self.odp.reqs.get(&req_id)
         else {
-            return VRDMA_STATUS_NOT_FOUND;
+            return Some(VRDMA_STATUS_NOT_FOUND);
         };
         // Spec §12.4 step 4: a request id that is not outstanding *for this key* is unknown. The
         // request stays outstanding (a stray answer must not end another MR's fault).
         if rkey != key {
-            return VRDMA_STATUS_NOT_FOUND;
+            return Some(VRDMA_STATUS_NOT_FOUND);
         }
         let shift = self.odp.config.chunk_shift;
         let Ok((mr, odp, mem)) = self.odp_parts(key) else {
-            return VRDMA_STATUS_NOT_FOUND;
+            return Some(VRDMA_STATUS_NOT_FOUND);
         };
         let mut reclaimed_own = None;
         let (mr_iova, mr_len) = (mr.iova, mr.length);
         let o = match &mut mr.kind {
             MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
-            _ => return VRDMA_STATUS_INVALID,
+            _ => return Some(VRDMA_STATUS_INVALID),
         };
         let (s, e) = chunk_range(c, shift, mr_iova, mr_len);
         let (sp, ep) = page_span(s, e);
@@ -63,6 +96,12 @@ impl MrTable {
         } else {
             Ok(())
         };
+        // The same test as the install's below: one chunk more than a budget allows reclaims.
+        let reclaims = o.resident + 1 > odp.config.max_resident_per_mr
+            || odp.resident_total + 1 > odp.config.max_resident;
+        if outcome.is_ok() && reclaims && !may_reclaim {
+            return None;
+        }
         odp.end_request(req_id);
         let (waiters, prior) = match o.chunks.remove(&c) {
             Some(Chunk::Pending { waiters, prior, .. }) => (waiters, prior),
@@ -77,7 +116,7 @@ impl MrTable {
         match outcome {
             Err((chunk_status, cmd_status)) => {
                 odp.set_failed(o, key, c, chunk_status, now);
-                cmd_status
+                Some(cmd_status)
             }
             Ok(()) => {
                 // Merge with the pages a partially resident chunk already had.
@@ -132,7 +171,7 @@ impl MrTable {
                     self.odp.send_reclaim(key, victim, mr_iova, mr_len);
                 }
                 self.enforce_device_budget(idx, c);
-                VRDMA_STATUS_OK
+                Some(VRDMA_STATUS_OK)
             }
         }
     }
