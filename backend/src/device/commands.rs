@@ -196,9 +196,9 @@ impl Device {
             VRDMA_CMD_DESTROY_QP => |d, q, _| d.cmd_destroy_qp_shared(q),
             VRDMA_CMD_ATTACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, true)),
             VRDMA_CMD_ADVISE_MR => |d, q, _| d.cmd_advise_mr_shared(q),
-            VRDMA_CMD_ODP_PAGE_RESP => |d, q, _| d.cmd_odp_page_resp_shared(q),
+            VRDMA_CMD_ODP_PAGE_RESP => |d, q, _| d.cmd_odp_page_resp_shared(q).transpose(),
             VRDMA_CMD_DETACH_MCAST => |d, q, _| Some(d.cmd_mcast(q, false)),
-            VRDMA_CMD_RESIZE_CQ => |d, q, r| d.cmd_resize_cq_shared(q, r),
+            VRDMA_CMD_RESIZE_CQ => |d, q, r| d.cmd_resize_cq_shared(q, r).transpose(),
             VRDMA_CMD_ADD_GID => |d, q, _| Some(d.cmd_add_gid(q)),
             VRDMA_CMD_DEL_GID => |d, q, _| Some(d.cmd_del_gid(q)),
             _ => return None,
@@ -442,33 +442,22 @@ impl Device {
     /// written by then), then the unpolled CQEs are counted under the CQ's lock. A WQE that
     /// completes in between is counted twice, so this check refuses more than the exclusive
     /// one, never less: a shrink it refuses goes to the exclusive device, which decides
-    /// (`None`).
-    fn cmd_resize_cq_shared(&self, req: &[u8], resp: &mut Vec<u8>) -> Option<CmdResult> {
-        let (c, rest) = match parse::<VrdmaCmdCreateCq>(req) {
-            Ok(p) => p,
-            Err(s) => return Some(Err(s)),
-        };
-        let pages = match page_list(rest, c.npages) {
-            Ok(p) => p,
-            Err(s) => return Some(Err(s)),
-        };
-        let (charge, new) = match self.resize_cq_ring(&c, &pages) {
-            Ok(r) => r,
-            Err(s) => return Some(Err(s)),
-        };
+    /// (`Ok(None)`).
+    fn cmd_resize_cq_shared(&self, req: &[u8], resp: &mut Vec<u8>) -> Result<Option<()>, u32> {
+        let (c, rest) = parse::<VrdmaCmdCreateCq>(req)?;
+        let pages = page_list(rest, c.npages)?;
+        let (charge, new) = self.resize_cq_ring(&c, &pages)?;
         let owed = self.owed_completions(c.cqn);
         self.units.wait();
-        let Some(mut cq) = self.cqs.get(c.cqn) else {
-            return Some(Err(VRDMA_STATUS_NOT_FOUND));
-        };
+        let mut cq = self.cqs.get(c.cqn).ok_or(VRDMA_STATUS_NOT_FOUND)?;
         match cq.resize(&self.mem, new, owed) {
             Ok(n) => {
                 cq.charge = charge;
                 put(resp, &handle(n));
-                Some(Ok(()))
+                Ok(Some(()))
             }
-            Err(RingError::BadDepth(_)) => None,
-            Err(e) => Some(Err(ring_status(&e))),
+            Err(RingError::BadDepth(_)) => Ok(None),
+            Err(e) => Err(ring_status(&e)),
         }
     }
 

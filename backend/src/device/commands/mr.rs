@@ -221,26 +221,19 @@ impl Device {
 
     /// ODP_PAGE_RESP beside the engine workers, under the MR table's write lock: the chunk it
     /// installs and the waiters it resumes are what a worker's fault and resumption use under
-    /// the same lock, and an install takes no permission away. `None` when the install would
+    /// the same lock, and an install takes no permission away. `Ok(None)` when the install would
     /// reclaim a chunk (a residency budget is full, spec §12.5): that answer runs on the
     /// exclusive device, since its RECLAIM notice, after which the driver may unmap the
     /// victim, must not leave while a unit of work may still copy through the victim.
-    pub(super) fn cmd_odp_page_resp_shared(&self, req: &[u8]) -> Option<CmdResult> {
-        if let Err(s) = self.odp_commands() {
-            return Some(Err(s));
-        }
-        let (c, rest) = match parse::<VrdmaCmdOdpPageResp>(req) {
-            Ok(p) => p,
-            Err(s) => return Some(Err(s)),
-        };
-        let pages = match page_list(rest, c.npages) {
-            Ok(p) => p,
-            Err(s) => return Some(Err(s)),
-        };
+    pub(super) fn cmd_odp_page_resp_shared(&self, req: &[u8]) -> Result<Option<()>, u32> {
+        self.odp_commands()?;
+        let (c, rest) = parse::<VrdmaCmdOdpPageResp>(req)?;
+        let pages = page_list(rest, c.npages)?;
         self.mrs
             .write()
             .odp_page_resp_without_reclaim(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages)
             .map(Self::status)
+            .transpose()
     }
 
     /// ODP_PAGE_RESP on the exclusive device: an answer whose install reclaims a chunk.
