@@ -140,8 +140,11 @@ impl GidTable {
         self.entries.is_empty()
     }
 
-    /// `f` on a consistent view of the table (the sequence lock's read side).
+    /// `f` on a consistent view of the table (the sequence lock's read side). A writer
+    /// descheduled in the middle of its few stores would keep a spinning reader off the CPU it
+    /// needs (2 cores): after a few tries the reader yields.
     fn read<T>(&self, f: impl Fn() -> T) -> T {
+        let mut tries = 0u32;
         loop {
             let before = self.seq.load(Ordering::Acquire);
             if before & 1 == 0 {
@@ -151,7 +154,12 @@ impl GidTable {
                     return v;
                 }
             }
-            std::hint::spin_loop();
+            tries += 1;
+            if tries % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 
