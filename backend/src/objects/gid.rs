@@ -155,7 +155,7 @@ impl GidTable {
                 }
             }
             tries += 1;
-            if tries % 64 == 0 {
+            if tries.is_multiple_of(64) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
