@@ -222,7 +222,7 @@ impl Device {
     /// ODP_PAGE_RESP beside the engine workers, under the MR table's write lock: the chunk it
     /// installs and the waiters it resumes are what a worker's fault and resumption use under
     /// the same lock, and an install takes no permission away. `Ok(None)` when the install would
-    /// reclaim a chunk (a residency budget is full, spec §12.5): that answer runs on the
+    /// reclaim a chunk (a residency budget is full, spec §12.6): that answer runs on the
     /// exclusive device, since its RECLAIM notice, after which the driver may unmap the
     /// victim, must not leave while a unit of work may still copy through the victim.
     pub(super) fn cmd_odp_page_resp_shared(&self, req: &[u8]) -> Result<Option<()>, u32> {
