@@ -65,10 +65,12 @@ struct GidSlot {
 
 impl GidSlot {
     fn load(&self) -> ([u8; 16], u32) {
-        let mut gid = [0u8; 16];
-        gid[..8].copy_from_slice(&self.hi.load(Ordering::Relaxed).to_be_bytes());
-        gid[8..].copy_from_slice(&self.lo.load(Ordering::Relaxed).to_be_bytes());
-        (gid, self.tag.load(Ordering::Relaxed))
+        let hi = u128::from(self.hi.load(Ordering::Relaxed));
+        let lo = u128::from(self.lo.load(Ordering::Relaxed));
+        (
+            (hi << 64 | lo).to_be_bytes(),
+            self.tag.load(Ordering::Relaxed),
+        )
     }
 
     fn matches(&self, gid: &[u8; 16]) -> bool {
@@ -84,12 +86,10 @@ impl GidSlot {
     }
 }
 
+/// The GID as two big-endian 64-bit halves.
 fn halves(gid: &[u8; 16]) -> (u64, u64) {
-    let mut hi = [0u8; 8];
-    let mut lo = [0u8; 8];
-    hi.copy_from_slice(&gid[..8]);
-    lo.copy_from_slice(&gid[8..]);
-    (u64::from_be_bytes(hi), u64::from_be_bytes(lo))
+    let v = u128::from_be_bytes(*gid);
+    ((v >> 64) as u64, v as u64)
 }
 
 /// The port's GID table. Every frame in and out looks its addresses up here, without a lock:
