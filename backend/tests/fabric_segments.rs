@@ -147,6 +147,17 @@ impl Pair {
             self.kb,
         ));
     }
+    /// Wait until a has received an RNR NAK.
+    fn wait_for_rnr_nak(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.seen_a.lock().unwrap().rnr_naks == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no RNR NAK reached the requester"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
     fn wait(&mut self, n: usize, m: usize) -> Cqes {
         wait_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
@@ -299,7 +310,10 @@ fn rnr(segments: bool) -> Outcome {
         p.send(i, i << 13, 8 << 10);
     }
     p.ring();
-    std::thread::sleep(Duration::from_millis(30));
+    // Post the other receives only once the responder has refused the second message: on a
+    // loaded host the engines may not run at all for tens of milliseconds, and a receive posted
+    // before the second message arrives would leave no RNR to test.
+    p.wait_for_rnr_nak();
     p.recv(101, (512 << 10) + (8 << 10), 8 << 10);
     p.recv(102, (512 << 10) + (16 << 10), 8 << 10);
     let cqes = p.wait(3, 3);
@@ -318,6 +332,7 @@ fn rnr_in_the_middle_of_a_segment() {
     assert!(seg.data_b == plain.data_b);
     assert!(seg.data_b[512 << 10..536 << 10] == pattern(7, LEN as usize)[..24 << 10]);
     // The RNR'd message was sent again.
+    assert!(seg.seen_a.rnr_naks > 0 && plain.seen_a.rnr_naks > 0);
     assert!(seg.seen_b.first_sends().len() < seg.seen_b.requests.len());
 }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use vrdma_backend::fabric::DevicePort;
 use vrdma_backend::uplink::{IcrcOffload, RxFrame, Uplink, UplinkError};
+use vrdma_backend::wire::aeth::Syndrome;
 use vrdma_backend::wire::segment::{PayloadRefs, Segment, SegmentWriter};
 use vrdma_backend::wire::{IcrcCheck, RocePacket};
 
@@ -16,6 +17,8 @@ pub struct Seen {
     pub requests: Vec<(u8, u32, usize, bool)>,
     /// Every response packet received: opcode, PSN, payload length.
     pub responses: Vec<(u8, u32, usize)>,
+    /// Received RNR NAKs (responses whose AETH syndrome is an RNR NAK).
+    pub rnr_naks: usize,
     pub segments_in: usize,
     pub segments_out: usize,
     /// Received segments whose payloads came by reference.
@@ -131,6 +134,12 @@ impl Uplink for Tap {
                     let (op, psn, len) = (p.bth.opcode as u8, p.bth.psn, p.payload.len());
                     if p.info.is_response() {
                         seen.responses.push((op, psn, len));
+                        if matches!(
+                            p.ext.aeth.map(|a| a.syndrome),
+                            Some(Syndrome::RnrNak { .. })
+                        ) {
+                            seen.rnr_naks += 1;
+                        }
                     } else {
                         seen.requests.push((op, psn, len, p.bth.ack_req));
                     }
