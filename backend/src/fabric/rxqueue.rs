@@ -12,9 +12,10 @@
 //! holds the most ([`Lane::load`]), unless that is its own lane: a port that floods a device
 //! fills only its own share, its excess is what drops ([`Admission::evicted`] names the
 //! senders), and another port's RoCE frames are not refused while it holds less. The engine
-//! takes frames round-robin across the lanes (deficit round-robin on bytes plus a per-frame
-//! cost, [`DRR_QUANTUM`], [`FRAME_COST`]), so a flood also gets only its share of the engine.
-//! Within a lane frames stay in order.
+//! takes frames round-robin across the senders (deficit round-robin on bytes plus a per-frame
+//! cost, [`DRR_QUANTUM`], [`FRAME_COST`]), each sender's RoCE frames before its other ones, so
+//! a flood also gets only its sender's share of the engine and a port's own netdev traffic
+//! never delays its RoCE frames. Within a lane frames stay in order.
 //!
 //! The eventfd is readable while frames are queued, so the engine's level-triggered epoll
 //! wakes for them. Buffers circulate: the queue keeps bounded pools of spare buffers that
@@ -118,8 +119,6 @@ struct Lane {
     frames: VecDeque<Entry>,
     /// Capacities of the buffers in `frames`.
     bytes: usize,
-    /// Deficit round-robin credit, in bytes.
-    deficit: usize,
 }
 
 impl Lane {
@@ -135,7 +134,9 @@ impl Lane {
 struct State {
     /// Indexed by `sender * 2 + class`.
     lanes: Vec<Lane>,
-    /// The lanes that hold frames, in round-robin order; the front one is being served.
+    /// Deficit round-robin credit of each sender, in bytes.
+    deficits: Vec<usize>,
+    /// The senders that have frames queued, in round-robin order; the front one is served.
     active: VecDeque<usize>,
     frames: usize,
     /// Capacities of the queued buffers.
@@ -200,11 +201,19 @@ impl State {
         sender * 2 + class as usize
     }
 
-    fn lane_mut(&mut self, index: usize) -> &mut Lane {
+    /// Make room for lane `index` and its sender.
+    fn grow_to(&mut self, index: usize) {
         if self.lanes.len() <= index {
-            self.lanes.resize_with(index + 1, Lane::default);
+            self.lanes.resize_with((index | 1) + 1, Lane::default);
+            self.deficits.resize(self.lanes.len() / 2, 0);
         }
-        &mut self.lanes[index]
+    }
+
+    /// Does `sender` have no frame queued?
+    fn idle(&self, sender: usize) -> bool {
+        self.lanes
+            .get(2 * sender..2 * sender + 2)
+            .is_none_or(|l| l[0].frames.is_empty() && l[1].frames.is_empty())
     }
 
     /// Keep `buf` as a spare if a pool has room and the byte bound allows, else free it.
@@ -265,8 +274,8 @@ impl State {
             let victim = self
                 .active
                 .iter()
-                .copied()
-                .filter(|&i| i != lane)
+                .flat_map(|&sender| [2 * sender, 2 * sender + 1])
+                .filter(|&i| i != lane && !self.lanes[i].frames.is_empty())
                 .max_by_key(|&i| Lane::load(self.lanes[i].frames.len(), self.lanes[i].bytes));
             let Some(v) = victim else {
                 return false;
@@ -282,9 +291,9 @@ impl State {
             self.lanes[v].bytes -= e.buf.capacity();
             self.bytes -= e.buf.capacity();
             self.frames -= 1;
-            if self.lanes[v].frames.is_empty() {
-                self.lanes[v].deficit = 0;
-                self.active.retain(|&i| i != v);
+            if self.idle(v / 2) {
+                self.deficits[v / 2] = 0;
+                self.active.retain(|&s| s != v / 2);
             }
             let frames = if e.segment {
                 crate::wire::segment::frame_count(&e.buf, true)
@@ -303,13 +312,13 @@ impl State {
     /// Queue `e` in `lane` (admitted already) and trim the spares to the byte bound.
     fn enqueue(&mut self, lane: usize, e: Entry) {
         let cap = e.buf.capacity();
-        let l = self.lane_mut(lane);
-        let was_idle = l.frames.is_empty();
+        self.grow_to(lane);
+        if self.idle(lane / 2) {
+            self.active.push_back(lane / 2);
+        }
+        let l = &mut self.lanes[lane];
         l.bytes += cap;
         l.frames.push_back(e);
-        if was_idle {
-            self.active.push_back(lane);
-        }
         self.frames += 1;
         self.bytes += cap;
         while self.bytes + self.spare_bytes > RXQ_MAX_BYTES {
@@ -320,22 +329,32 @@ impl State {
         }
     }
 
-    /// The next entry in deficit round-robin order.
+    /// The next entry: senders in deficit round-robin order, each sender's RoCE lane before
+    /// its other one.
     fn dequeue(&mut self) -> Option<Entry> {
         loop {
-            let &i = self.active.front()?;
-            let l = &mut self.lanes[i];
-            let cost = l.frames.front().map_or(0, |e| e.buf.len() + FRAME_COST);
-            if l.deficit < cost {
-                l.deficit += DRR_QUANTUM;
+            let &sender = self.active.front()?;
+            let roce = 2 * sender + Class::Roce as usize;
+            let i = if self.lanes[roce].frames.is_empty() {
+                2 * sender + Class::Other as usize
+            } else {
+                roce
+            };
+            let cost = self.lanes[i]
+                .frames
+                .front()
+                .map_or(0, |e| e.buf.len() + FRAME_COST);
+            if self.deficits[sender] < cost {
+                self.deficits[sender] += DRR_QUANTUM;
                 self.active.rotate_left(1);
                 continue;
             }
-            l.deficit -= cost;
+            self.deficits[sender] -= cost;
+            let l = &mut self.lanes[i];
             let e = l.frames.pop_front()?;
             l.bytes -= e.buf.capacity();
-            if l.frames.is_empty() {
-                l.deficit = 0;
+            if self.idle(sender) {
+                self.deficits[sender] = 0;
                 self.active.pop_front();
             }
             self.frames -= 1;

@@ -321,3 +321,29 @@ fn the_engine_takes_senders_in_turn() {
     let mine = slots.iter().filter(|f| tag(f) != 0).count();
     assert_eq!(mine, 10, "sender 2's frames came within the first 30");
 }
+
+/// A sender's RoCE frames are not behind its own netdev backlog, and a sender with both kinds
+/// gets one sender's share, not two.
+#[test]
+fn roce_first_within_a_sender_and_one_share_per_sender() {
+    let q = RxQueue::new().unwrap();
+    for _ in 0..300 {
+        assert!(q.push(1, &udp_frame(53, 1100, 0)).queued);
+    }
+    assert!(q.push(1, &udp_frame(4791, 1100, 7)).queued);
+    let mut one = vec![Vec::new()];
+    assert_eq!(q.pop_into(&mut one, |_, _| {}), 1);
+    assert_eq!(
+        (Class::of(&one[0]), tag(&one[0])),
+        (Class::Roce, 7),
+        "the RoCE frame came first"
+    );
+    for _ in 0..300 {
+        assert!(q.push(1, &udp_frame(4791, 1100, 0)).queued);
+        assert!(q.push(2, &udp_frame(4791, 1100, 2)).queued);
+    }
+    let mut slots = vec![Vec::new(); 200];
+    assert_eq!(q.pop_into(&mut slots, |_, _| {}), 200);
+    let second = slots.iter().filter(|f| tag(f) == 2).count();
+    assert!((90..=110).contains(&second), "sender 2 got {second} of 200");
+}
