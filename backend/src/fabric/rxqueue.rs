@@ -171,6 +171,10 @@ pub struct RxQueue {
     ready: EventFd,
     /// The engine is busy-polling the queue and will see a push without the eventfd.
     polling: AtomicBool,
+    /// 1 + the lane whose frame was last refused (the queue full, that lane the longest), 0
+    /// if none since the last pop or eviction: that lane's pushes drop without the lock, so a
+    /// flooding sender does not contend for it with the senders and the engine it crowds.
+    refused: AtomicUsize,
 }
 
 impl std::fmt::Debug for RxQueue {
@@ -371,6 +375,7 @@ impl RxQueue {
             queued: AtomicUsize::new(0),
             ready: EventFd::new(EFD_NONBLOCK)?,
             polling: AtomicBool::new(false),
+            refused: AtomicUsize::new(0),
         })
     }
 
@@ -402,9 +407,12 @@ impl RxQueue {
     pub fn push(&self, sender: usize, frame: &[u8]) -> Admission {
         let lane = State::lane_index(sender, Class::of(frame));
         let cap = fresh_capacity(frame.len());
-        let mut s = self.lock();
         let mut a = Admission::default();
-        if !s.admit(lane, cap, &mut a.evicted) {
+        if self.refused.load(Ordering::Relaxed) == lane + 1 {
+            return a;
+        }
+        let mut s = self.lock();
+        if !self.admit(&mut s, lane, cap, &mut a) {
             return a;
         }
         let buf = s.copy_of(frame);
@@ -469,9 +477,12 @@ impl RxQueue {
         } else {
             frame.capacity()
         };
-        let mut s = self.lock();
         let mut a = Admission::default();
-        if !s.admit(lane, cap, &mut a.evicted) {
+        if self.refused.load(Ordering::Relaxed) == lane + 1 {
+            return (a, refs);
+        }
+        let mut s = self.lock();
+        if !self.admit(&mut s, lane, cap, &mut a) {
             return (a, refs);
         }
         let buf = if copy {
@@ -488,6 +499,18 @@ impl RxQueue {
         self.wake(&mut s);
         a.queued = true;
         (a, None)
+    }
+
+    /// [`State::admit`], keeping [`RxQueue::refused`]: set to `lane` when it is refused,
+    /// cleared when another lane loses frames.
+    fn admit(&self, s: &mut State, lane: usize, cap: usize, a: &mut Admission) -> bool {
+        let ok = s.admit(lane, cap, &mut a.evicted);
+        if !ok {
+            self.refused.store(lane + 1, Ordering::Relaxed);
+        } else if !a.evicted.is_empty() {
+            self.refused.store(0, Ordering::Relaxed);
+        }
+        ok
     }
 
     /// Move up to `slots.len()` queued buffers into `slots` (each swapped with the slot's old
@@ -538,6 +561,9 @@ impl RxQueue {
             mark(n, segment, refs);
             s.recycle(f);
             n += 1;
+        }
+        if n > 0 {
+            self.refused.store(0, Ordering::Relaxed);
         }
         self.queued.store(s.frames, Ordering::SeqCst);
         if s.frames == 0 && s.signaled {

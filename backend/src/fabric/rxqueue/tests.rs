@@ -347,3 +347,21 @@ fn roce_first_within_a_sender_and_one_share_per_sender() {
     let second = slots.iter().filter(|f| tag(f) == 2).count();
     assert!((90..=110).contains(&second), "sender 2 got {second} of 200");
 }
+
+/// A sender refused at a full queue is refused without the lock until the engine pops or
+/// another sender pushes its frames out; then it is admitted again.
+#[test]
+fn a_refused_sender_is_admitted_again_after_a_pop() {
+    let q = RxQueue::new().unwrap();
+    for _ in 0..RXQ_MAX_FRAMES {
+        assert!(q.push(1, &[0; 8]).queued);
+    }
+    assert!(!q.push(1, &[0; 8]).queued);
+    assert!(!q.push(1, &[0; 8]).queued, "still the longest");
+    assert!(q.push(2, &[0; 8]).queued, "another sender pushes one out");
+    let mut slots = vec![Vec::new(); 2];
+    assert!(!q.push(1, &[0; 8]).queued);
+    assert_eq!(q.pop_into(&mut slots, |_, _| {}), 2);
+    assert!(q.push(1, &[0; 8]).queued, "room again after a pop");
+    assert_eq!(q.len(), RXQ_MAX_FRAMES - 1);
+}
