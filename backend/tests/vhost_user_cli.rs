@@ -530,6 +530,26 @@ fn host_memory_bounds_per_daemon_and_per_device() {
     assert!(help.contains("--max-host-memory-per-device"), "{help}");
 }
 
+/// Spec §16.1/§16.4: a fabric daemon reserves its devices' receive queues on its budget; one
+/// whose --max-host-memory cannot hold them refuses to start, before any socket exists.
+#[test]
+fn a_daemon_budget_below_its_queues_refuses_to_start() {
+    let d = tmpdir("queues");
+    let (s0, s1) = (
+        format!("socket={},mac=52:54:00:00:00:01", d.join("a").display()),
+        format!("socket={},mac=52:54:00:00:00:02", d.join("b").display()),
+    );
+    let c = daemon(&["--device", &s0, "--device", &s1, "--max-host-memory", "24M"]).unwrap();
+    match vrdma_backend::vhost_user::prepare_fabric(&c) {
+        Err(vrdma_backend::vhost_user::StartError::QueuesOverBudget { devices, .. }) => {
+            assert_eq!(devices, 2)
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("two 16 MiB queues fit a 24 MiB daemon budget"),
+    }
+    assert!(!d.join("a").exists() && !d.join("b").exists(), "no socket");
+}
+
 #[test]
 fn devices_on_a_fabric() {
     let d = tmpdir("fabric");
