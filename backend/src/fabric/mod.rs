@@ -16,6 +16,11 @@
 //!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 //!
+//! Fair share (spec §16.4): a device's [`RxQueue`] keeps each sending port's frames apart and a
+//! full queue drops the excess of the port holding the most (counted `over_share` at the
+//! sender, `full` at the destination); each ingress port's broadcasts and multicasts pass a
+//! token bucket first ([`group_rate::GroupRate`], counted `bcast_rate`).
+//!
 //! Segments (`wire::segment`, spec §16.2 rule 6): an engine may hand [`Fabric::forward_segment`]
 //! several consecutive frames of one QP in one buffer. The switch decides on the segment's
 //! addresses (those of every frame in it) and moves it whole, marked as a segment, to a device
