@@ -6,7 +6,8 @@
 #                                  (engine, engine-qps, odp-reg, odp-touch, odp-steady, wire,
 #                                  control-wait, headline: the closing headline lines, run last;
 #                                  only when named: udp, fabric, fabric-64, idle-qps,
-#                                  pair-ceiling, the headline's points alone, to profile)
+#                                  pair-ceiling, workers, fairness, tenants-8, the headline's
+#                                  points alone, to profile)
 #   make bench BENCH_ARGS=--quick  fewer and shorter runs
 # The tables are also saved to $(RESULTS)/bench.txt.
 

@@ -8,6 +8,12 @@
 //! a request is RNR-NAKed). The counter is an atomic, so no lock is needed and the charged total
 //! never exceeds the limit, whichever threads charge at the same time.
 //!
+//! Budgets nest (spec §16.1): a device's budget may belong to the daemon's
+//! ([`Budget::in_pool`], `--max-host-memory` on a daemon of several devices); a charge then
+//! fits only if it fits both, so every device stays within its own bound and all of them
+//! together within the daemon's. The daemon's budget is charged directly for what belongs to
+//! no device (the fabric's receive queues, the capture queue).
+//!
 //! What a charge counts is an estimate of the heap and table memory an object holds (its struct
 //! plus the guest-sized arrays in it: page lists, SGE lists, inline data), not allocator
 //! overhead; the budget's slack for that is what `tests/budget_limits.rs` measures.
@@ -17,7 +23,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-/// Default `--max-host-memory`: 1 GiB per device.
+/// Default bound of one device (`--max-host-memory-per-device`): 1 GiB.
 pub const DEFAULT_MAX_HOST_MEMORY: u64 = 1 << 30;
 
 /// A charge did not fit.
@@ -32,6 +38,8 @@ pub struct OverBudget {
 #[derive(Debug)]
 struct Inner {
     limit: u64,
+    /// The budget every charge of this one is also charged to.
+    pool: Option<Budget>,
     used: AtomicU64,
     /// Highest `used` ever seen (tests check it against `limit`).
     peak: AtomicU64,
@@ -52,9 +60,26 @@ impl Budget {
     pub fn new(limit: u64) -> Self {
         Budget(Arc::new(Inner {
             limit,
+            pool: None,
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
         }))
+    }
+
+    /// A budget of `limit` bytes whose charges are also charged to `pool` (a device's budget
+    /// in its daemon's): a charge fits only if it fits both.
+    pub fn in_pool(limit: u64, pool: &Budget) -> Self {
+        Budget(Arc::new(Inner {
+            limit,
+            pool: Some(pool.clone()),
+            used: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        }))
+    }
+
+    /// The budget this one's charges are also charged to, if any.
+    pub fn pool(&self) -> Option<&Budget> {
+        self.0.pool.as_ref()
     }
 
     pub fn limit(&self) -> u64 {
@@ -81,6 +106,17 @@ impl Budget {
     }
 
     fn reserve(&self, bytes: u64) -> Result<(), OverBudget> {
+        self.reserve_here(bytes)?;
+        if let Some(pool) = &self.0.pool {
+            if let Err(e) = pool.reserve(bytes) {
+                self.release_here(bytes);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn reserve_here(&self, bytes: u64) -> Result<(), OverBudget> {
         let inner = &*self.0;
         let mut cur = inner.used.load(Ordering::Relaxed);
         loop {
@@ -106,6 +142,13 @@ impl Budget {
     }
 
     fn release(&self, bytes: u64) {
+        self.release_here(bytes);
+        if let Some(pool) = &self.0.pool {
+            pool.release(bytes);
+        }
+    }
+
+    fn release_here(&self, bytes: u64) {
         // Never below zero: a charge only gives back what it reserved.
         let _ = self
             .0
@@ -248,6 +291,31 @@ mod tests {
         }
         assert_eq!(b.used(), 0);
         assert!(b.peak() <= 1000);
+    }
+
+    /// Finding 5 of issue 39: two devices of one daemon, each within its own bound, together
+    /// beyond the daemon's: the charge that would pass the daemon's bound fails, changes
+    /// nothing, and fits again once the other device gives memory back.
+    #[test]
+    fn device_budgets_in_a_daemon_pool() {
+        let daemon = Budget::new(150);
+        let a = Budget::in_pool(100, &daemon);
+        let b = Budget::in_pool(100, &daemon);
+        let ca = a.try_charge(90).unwrap();
+        assert_eq!(a.try_charge(11).unwrap_err().limit, 100, "a's own bound");
+        let e = b.try_charge(90).unwrap_err();
+        assert_eq!((e.limit, e.used), (150, 90), "the daemon's bound");
+        assert_eq!((b.used(), daemon.used()), (0, 90), "nothing changed");
+        let cb = b.try_charge(60).unwrap();
+        assert_eq!(daemon.used(), 150);
+        drop(ca);
+        assert_eq!(daemon.used(), 60);
+        let mut cb2 = b.try_charge(40).unwrap();
+        cb2.shrink(10);
+        assert_eq!((b.used(), daemon.used()), (90, 90));
+        drop((cb, cb2));
+        assert_eq!((a.used(), b.used(), daemon.used()), (0, 0, 0));
+        assert_eq!(daemon.peak(), 150);
     }
 
     #[test]

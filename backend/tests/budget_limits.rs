@@ -598,3 +598,59 @@ fn ud_sends_on_an_exhausted_budget_all_complete_on_one_doorbell() {
     assert!(cqes.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
     assert_eq!(a.dev.outbox(0).frames.len(), 64);
 }
+
+/// Finding 5 of issue 39 (spec §16.1): two devices of one daemon whose registrations each fit
+/// their own bound and the daemon's, but not both together: the second REG_MR gets
+/// NO_RESOURCES and changes nothing; once the first device deregisters, it fits.
+#[test]
+fn two_devices_together_stop_at_the_daemon_bound() {
+    let _g = heap::serial();
+    const PAGES: u64 = 3 << 19; // a 12 MiB page list
+    let daemon = vrdma_backend::budget::Budget::new(20 * MIB);
+    let in_daemon = |id| {
+        let pool = daemon.clone();
+        Node::with_config(id, 8, 1500, gid_v4([10, 0, 0, id]), move |c| {
+            c.max_host_memory = 16 * MIB;
+            c.host_memory_pool = Some(pool);
+        })
+    };
+    let (mut a, mut b) = (in_daemon(1), in_daemon(2));
+    let reg = |n: &mut Node| {
+        let pd = n.create_pd();
+        let page = n.alloc(4096);
+        let req = with_pages(
+            &VrdmaCmdRegMr {
+                pdn: pd,
+                access: VRDMA_ACCESS_LOCAL_WRITE,
+                iova: 0,
+                length: PAGES * 4096,
+                page_shift: 12,
+                npages: PAGES as u32,
+            },
+            PAGES,
+            page,
+        );
+        n.cmd(VRDMA_CMD_REG_MR, &req)
+    };
+    // Each alone fits: a's registration within its 16 MiB and the daemon's 20 MiB.
+    let mr_a = handle_of(&reg(&mut a).expect("a alone fits"));
+    let used_a = daemon.used();
+    assert!(used_a > 10 * MIB && used_a <= 16 * MIB, "{used_a}");
+    assert_eq!(
+        reg(&mut b).unwrap_err(),
+        VRDMA_STATUS_NO_RESOURCES,
+        "together beyond the daemon's bound"
+    );
+    assert!(
+        b.dev.budget.used() < MIB,
+        "the refused REG_MR left nothing charged on b"
+    );
+    assert_eq!(
+        daemon.used(),
+        a.dev.budget.used() + b.dev.budget.used(),
+        "the daemon's charge is its devices'"
+    );
+    assert!(daemon.peak() <= 20 * MIB);
+    a.cmd(VRDMA_CMD_DEREG_MR, handle(mr_a).as_bytes()).unwrap();
+    reg(&mut b).expect("b alone fits");
+}

@@ -450,6 +450,106 @@ fn daemon(argv: &[&str]) -> Result<DaemonConfig, CliError> {
     DaemonConfig::try_from(Args::try_parse_from(v).expect("clap accepts the syntax"))
 }
 
+/// Spec §16.1: `--max-host-memory` bounds the daemon, `--max-host-memory-per-device` and a
+/// device's `max-host-memory=` each device; a single-device command line keeps its meaning.
+#[test]
+fn host_memory_bounds_per_daemon_and_per_device() {
+    const G: u64 = 1 << 30;
+    let d = tmpdir("hostmem");
+    let dev = |n: u8, extra: &str| {
+        format!(
+            "socket={},mac=52:54:00:00:00:0{n}{extra}",
+            d.join(format!("s{n}")).display()
+        )
+    };
+    let (s1, s2) = (dev(1, ""), dev(2, ",max-host-memory=3G"));
+    // Defaults: 1 GiB per device, the daemon the sum.
+    let c = daemon(&["--device", &s1, "--device", &dev(2, "")]).unwrap();
+    assert_eq!(c.max_host_memory, 2 * G);
+    assert!(c.devices.iter().all(|x| x.max_host_memory == G));
+    // The daemon's total; each device at most 1 GiB by default, at most the total.
+    let c = daemon(&["--device", &s1, "--device", &s2, "--max-host-memory", "4G"]).unwrap();
+    assert_eq!(c.max_host_memory, 4 * G);
+    assert_eq!(
+        c.devices
+            .iter()
+            .map(|x| x.max_host_memory)
+            .collect::<Vec<_>>(),
+        vec![G, 3 * G]
+    );
+    let c = daemon(&["--device", &s1, "--max-host-memory", "512M"]).unwrap();
+    assert_eq!(
+        (c.max_host_memory, c.devices[0].max_host_memory),
+        (512 << 20, 512 << 20)
+    );
+    let c = daemon(&[
+        "--device",
+        &s1,
+        "--device",
+        &s2,
+        "--max-host-memory-per-device",
+        "256M",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.devices
+            .iter()
+            .map(|x| x.max_host_memory)
+            .collect::<Vec<_>>(),
+        vec![256 << 20, 3 * G]
+    );
+    assert_eq!(c.max_host_memory, 3 * G + (256 << 20), "the sum");
+    // The single-device form: --max-host-memory is the device's bound and the daemon's.
+    let legacy = [
+        "--socket-path",
+        "/tmp/x.sock",
+        "--mac",
+        "52:54:00:00:00:09",
+        "--max-host-memory",
+        "2G",
+    ];
+    let c = daemon(&legacy).unwrap();
+    assert_eq!(
+        (c.max_host_memory, c.devices[0].max_host_memory),
+        (2 * G, 2 * G)
+    );
+    for bad in [
+        dev(3, ",max-host-memory=1K"),
+        dev(3, ",max-host-memory=1G,max-host-memory=2G"),
+    ] {
+        assert!(
+            matches!(daemon(&["--device", &bad]), Err(CliError::BadDevice { .. })),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        daemon(&["--device", &s1, "--max-host-memory-per-device", "0"]),
+        Err(CliError::BadHostMemory(_))
+    ));
+    let help = Args::command().render_long_help().to_string();
+    assert!(help.contains("--max-host-memory-per-device"), "{help}");
+}
+
+/// Spec §16.1/§16.4: a fabric daemon reserves its devices' receive queues on its budget; one
+/// whose --max-host-memory cannot hold them refuses to start, before any socket exists.
+#[test]
+fn a_daemon_budget_below_its_queues_refuses_to_start() {
+    let d = tmpdir("queues");
+    let (s0, s1) = (
+        format!("socket={},mac=52:54:00:00:00:01", d.join("a").display()),
+        format!("socket={},mac=52:54:00:00:00:02", d.join("b").display()),
+    );
+    let c = daemon(&["--device", &s0, "--device", &s1, "--max-host-memory", "24M"]).unwrap();
+    match vrdma_backend::vhost_user::prepare_fabric(&c) {
+        Err(vrdma_backend::vhost_user::StartError::QueuesOverBudget { devices, .. }) => {
+            assert_eq!(devices, 2)
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("two 16 MiB queues fit a 24 MiB daemon budget"),
+    }
+    assert!(!d.join("a").exists() && !d.join("b").exists(), "no socket");
+}
+
 #[test]
 fn devices_on_a_fabric() {
     let d = tmpdir("fabric");

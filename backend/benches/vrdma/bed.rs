@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::device::{Device, RecordingOutput};
+use vrdma_backend::fabric::{Fabric, PortId};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::mr::MrKind;
@@ -214,6 +215,8 @@ fn engine_options() -> EngineOptions {
 
 pub struct Bed {
     pub frames: Arc<Frames>,
+    /// What each device hands its guest (A, B): the eth frames of a flood pile up here.
+    pub outs: [Arc<RecordingOutput>; 2],
     pub a: Side,
     pub b: Side,
     pub link: Link,
@@ -279,13 +282,98 @@ impl Bed {
         va_span: u64,
         idle: u32,
     ) -> Bed {
-        // Each idle QP takes 4 pages of rings.
+        let u = Unlinked::new((1, 2), path_mtu, buf_len, ra, rb, va_span, idle);
+        match mode {
+            Mode::Fabric => {
+                let mut fb = vrdma_backend::fabric::FabricBuilder::new();
+                let (pa, pb) = (
+                    fb.add_device(u.a.mac).expect("port a"),
+                    fb.add_device(u.b.mac).expect("port b"),
+                );
+                let fabric = fb.build();
+                u.on_fabric(&fabric, pa, pb)
+            }
+            _ => u.link(mode),
+        }
+    }
+
+    /// `pairs` RC pairs of devices (each device with its engine thread) on one fabric, with
+    /// `raw` more device ports (these MACs) that the caller drives itself
+    /// (`Fabric::forward`). Each pair as [`Bed::new`] in `Mode::Fabric`; its devices have
+    /// the node ids 2i+1 and 2i+2.
+    pub fn fabric_pairs(
+        pairs: usize,
+        path_mtu: u32,
+        buf_len: u64,
+        raw: &[[u8; 6]],
+    ) -> (Vec<Bed>, Arc<Fabric>, Vec<PortId>) {
+        let unlinked: Vec<Unlinked> = (0..pairs)
+            .map(|i| {
+                let id = 2 * i as u8;
+                Unlinked::new(
+                    (id + 1, id + 2),
+                    path_mtu,
+                    buf_len,
+                    Reg::Pinned,
+                    Reg::Pinned,
+                    0,
+                    0,
+                )
+            })
+            .collect();
+        let mut fb = vrdma_backend::fabric::FabricBuilder::new();
+        let ports: Vec<(PortId, PortId)> = unlinked
+            .iter()
+            .map(|u| {
+                (
+                    fb.add_device(u.a.mac).expect("port a"),
+                    fb.add_device(u.b.mac).expect("port b"),
+                )
+            })
+            .collect();
+        let raw_ports = raw
+            .iter()
+            .map(|m| fb.add_device(*m).expect("raw port"))
+            .collect();
+        let fabric = fb.build();
+        let beds = unlinked
+            .into_iter()
+            .zip(ports)
+            .map(|(u, (pa, pb))| u.on_fabric(&fabric, pa, pb))
+            .collect();
+        (beds, fabric, raw_ports)
+    }
+}
+
+/// The two sides of a bed, their QPs connected, not yet linked.
+struct Unlinked {
+    a: Node,
+    b: Node,
+    sa: Side,
+    sb: Side,
+    buf_len: u64,
+    path_mtu: u32,
+    eth_mtu: u16,
+    spare_qp_a: Vec<u8>,
+}
+
+impl Unlinked {
+    /// Nodes `ids` with `idle` more RC QPs each, one connected RC pair, buffers registered.
+    fn new(
+        ids: (u8, u8),
+        path_mtu: u32,
+        buf_len: u64,
+        ra: Reg,
+        rb: Reg,
+        va_span: u64,
+        idle: u32,
+    ) -> Unlinked {
         let mem_mib = (buf_len >> 20) + 8 + (idle as u64 * 4 * 4096).div_ceil(1 << 20);
         // The smallest standard Ethernet MTU that carries the path MTU (wire::mtu: 1500 holds
         // 1024-byte RoCE payloads, 4096 needs jumbo frames).
         let eth_mtu: u16 = if path_mtu <= 1024 { 1500 } else { 9000 };
-        let mut a = Node::new(1, mem_mib, eth_mtu);
-        let mut b = Node::new(2, mem_mib, eth_mtu);
+        let mut a = Node::new(ids.0, mem_mib, eth_mtu);
+        let mut b = Node::new(ids.1, mem_mib, eth_mtu);
         let pda = a.create_pd();
         let pdb = b.create_pd();
         let (ca, cqa) = a.create_cq(CQ_DEPTH);
@@ -350,7 +438,32 @@ impl Bed {
         };
         let sa = side(&a, &qa, cqa, addr_a, ga, ka, pager(ra, ka, VA_A, ga));
         let sb = side(&b, &qb, cqb, addr_b, gb, kb, pager(rb, kb, VA_B, gb));
+        Unlinked {
+            a,
+            b,
+            sa,
+            sb,
+            buf_len,
+            path_mtu,
+            eth_mtu,
+            spare_qp_a,
+        }
+    }
+
+    /// Link the two sides in `mode` (not `Mode::Fabric`: [`Unlinked::on_fabric`]).
+    fn link(self, mode: Mode) -> Bed {
+        let Unlinked {
+            mut a,
+            mut b,
+            sa,
+            sb,
+            buf_len,
+            path_mtu,
+            eth_mtu,
+            spare_qp_a,
+        } = self;
         let frames = Arc::new(Frames::default());
+        let outs = [a.out.clone(), b.out.clone()];
         let link = match mode {
             Mode::InProc => {
                 let (out_a, out_b) = (a.out.clone(), b.out.clone());
@@ -361,42 +474,7 @@ impl Bed {
                     out_b,
                 }
             }
-            Mode::Fabric => {
-                let mut fb = vrdma_backend::fabric::FabricBuilder::new();
-                let (pa, pb) = (
-                    fb.add_device(a.mac).expect("port a"),
-                    fb.add_device(b.mac).expect("port b"),
-                );
-                let fabric = fb.build();
-                let da = detach(&mut a);
-                let db = detach(&mut b);
-                // `VRDMA_BENCH_REFS=1`: RC WRITE payloads by reference (one copy, the daemon's
-                // `--payload-refs`; spec §16.2 rule 6) instead of copied into segments.
-                let refs = std::env::var_os("VRDMA_BENCH_REFS").is_some();
-                let port = |p| {
-                    let d = fabric.device_port(p).expect("port").with_segments();
-                    if refs {
-                        d.with_payload_refs()
-                    } else {
-                        d
-                    }
-                };
-                let ua = Counting {
-                    inner: port(pa),
-                    frames: frames.clone(),
-                    a_to_b: true,
-                };
-                let ub = Counting {
-                    inner: port(pb),
-                    frames: frames.clone(),
-                    a_to_b: false,
-                };
-                let ea = Engine::start_with(da.clone(), Arc::new(ua), engine_options())
-                    .expect("engine a");
-                let eb = Engine::start_with(db.clone(), Arc::new(ub), engine_options())
-                    .expect("engine b");
-                Link::Engines { ea, eb, da, db }
-            }
+            Mode::Fabric => unreachable!("Unlinked::on_fabric"),
             Mode::Udp => {
                 let (ua, ub) = udp_pair();
                 let da = detach(&mut a);
@@ -420,6 +498,7 @@ impl Bed {
         };
         Bed {
             frames,
+            outs,
             a: sa,
             b: sb,
             link,
@@ -430,6 +509,61 @@ impl Bed {
         }
     }
 
+    /// Link the two sides through their ports `pa`, `pb` on `fabric`, an engine thread each.
+    fn on_fabric(self, fabric: &Arc<Fabric>, pa: PortId, pb: PortId) -> Bed {
+        let Unlinked {
+            mut a,
+            mut b,
+            sa,
+            sb,
+            buf_len,
+            path_mtu,
+            eth_mtu,
+            spare_qp_a,
+        } = self;
+        let frames = Arc::new(Frames::default());
+        let outs = [a.out.clone(), b.out.clone()];
+        let da = detach(&mut a);
+        let db = detach(&mut b);
+        // `VRDMA_BENCH_REFS=1`: RC WRITE payloads by reference (one copy, the daemon's
+        // `--payload-refs`; spec §16.2 rule 6) instead of copied into segments.
+        let refs = std::env::var_os("VRDMA_BENCH_REFS").is_some();
+        let port = |p| {
+            let d = fabric.device_port(p).expect("port").with_segments();
+            if refs {
+                d.with_payload_refs()
+            } else {
+                d
+            }
+        };
+        let ua = Counting {
+            inner: port(pa),
+            frames: frames.clone(),
+            a_to_b: true,
+        };
+        let ub = Counting {
+            inner: port(pb),
+            frames: frames.clone(),
+            a_to_b: false,
+        };
+        let ea = Engine::start_with(da.clone(), Arc::new(ua), engine_options()).expect("engine a");
+        let eb = Engine::start_with(db.clone(), Arc::new(ub), engine_options()).expect("engine b");
+        let link = Link::Engines { ea, eb, da, db };
+        Bed {
+            frames,
+            outs,
+            a: sa,
+            b: sb,
+            link,
+            buf_len,
+            path_mtu,
+            eth_mtu,
+            spare_qp_a,
+        }
+    }
+}
+
+impl Bed {
     /// Ring A's SQ doorbell.
     pub fn doorbell(&mut self) {
         let db = VrdmaDoorbell {

@@ -189,6 +189,40 @@ pub fn fabric_small(quick: bool) {
     );
 }
 
+fn print_fairness(
+    (ratio, alone, flooded, fps, full, mine): (f64, f64, f64, f64, u64, Option<u64>),
+) {
+    println!(
+        "headline: fabric fairness, RC stream beside a flooding port: {ratio:.2} of alone \
+         ({flooded:.0} vs {alone:.0} MB/s; 64 KiB WRITE, the flooder offering {:.0} kframes/s of \
+         netdev unicast, broadcast and RoCE frames to the receiver; {full} frames dropped at its \
+         queue, of them the stream's: {})",
+        fps / 1e3,
+        mine.map_or("not counted".to_string(), |n| n.to_string())
+    );
+}
+
+fn print_tenants((aggregate, slowest, alone): (f64, f64, f64)) {
+    println!(
+        "headline: 8 devices on one fabric, 4 RC pairs: aggregate {aggregate:.0} MB/s, slowest \
+         pair {slowest:.2} of fair share (the pairs' mean rate; aggregate {:.2} of one pair alone, {alone:.0} MB/s; 8 engine \
+         threads, 64 KiB WRITE)",
+        aggregate / alone
+    );
+}
+
+/// The fairness headline point alone (section `fairness`).
+pub fn fairness_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    print_fairness(crate::tenancy::fairness(stream_bytes(quick), runs));
+}
+
+/// The 8-device headline point alone (section `tenants-8`).
+pub fn tenants_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    print_tenants(crate::tenancy::eight_devices(stream_bytes(quick) / 4, runs));
+}
+
 /// The 10000-idle-QP headline point alone (section `idle-qps`, for `perf record`).
 pub fn idle_only(quick: bool) {
     let runs = if quick { 3 } else { 5 };
@@ -242,6 +276,8 @@ pub fn run(quick: bool) {
     let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
     let ceiling = pair_ceiling(budget, runs);
     let (workers, one, two) = crate::workers::two_vs_one(budget, runs);
+    let fairness = crate::tenancy::fairness(budget, runs);
+    let tenants = crate::tenancy::eight_devices(budget / 4, runs);
     println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
     println!(
         "headline: in-process RC WRITE 64 KiB path MTU 4096 (one thread, both sides): {:.0} MB/s \
@@ -280,5 +316,7 @@ pub fn run(quick: bool) {
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \
          {idle_cpu:.2})"
     );
+    print_fairness(fairness);
+    print_tenants(tenants);
     println!("headline: load average {} after", loadavg());
 }

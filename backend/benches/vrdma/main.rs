@@ -6,8 +6,8 @@
 //! `control-wait` (a control command's wait for the device lock while another QP streams),
 //! `control-churn` (a QP's stream beside REG_DMA_MR+DEREG_MR pairs),
 //! `headline` (default: all of these; `headline` last), `udp` (only the UDP headline points, for
-//! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling`, `workers` (the other
-//! headline points alone, likewise).
+//! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling`, `workers`, `fairness`,
+//! `tenants-8` (the other headline points alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
 //! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
 
@@ -19,13 +19,14 @@ mod control;
 mod engine;
 mod headline;
 mod odp;
+mod tenancy;
 mod util;
 mod wire;
 mod workers;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 15] = [
+const SECTIONS: [&str; 17] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -41,6 +42,8 @@ const SECTIONS: [&str; 15] = [
     "control-wait",
     "control-churn",
     "workers",
+    "fairness",
+    "tenants-8",
 ];
 
 fn main() {
@@ -117,6 +120,12 @@ fn main() {
     }
     if wanted.contains(&"idle-qps") {
         headline::idle_only(quick);
+    }
+    if wanted.contains(&"fairness") {
+        headline::fairness_only(quick);
+    }
+    if wanted.contains(&"tenants-8") {
+        headline::tenants_only(quick);
     }
     println!();
     println!(

@@ -71,7 +71,8 @@ pub enum CliError {
     #[error("invalid --odp-resident-chunks {0}: must be at least 1")]
     BadResidentChunks(u32),
     #[error(
-        "invalid --max-host-memory {0:?}: expected a byte count of at least 1M, e.g. 512M or 2G"
+        "invalid host-memory bound {0:?} (--max-host-memory, --max-host-memory-per-device, \
+         max-host-memory=): expected a byte count of at least 1M, e.g. 512M or 2G"
     )]
     BadHostMemory(String),
     #[error("invalid --impair {spec:?}: {reason}")]
@@ -118,8 +119,9 @@ pub struct Args {
     )]
     pub mac: Option<String>,
 
-    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC` (its vhost-user socket and
-    /// port MAC). Repeat for more devices; they share an in-process Ethernet switch, to which
+    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC[,max-host-memory=BYTES]`
+    /// (its vhost-user socket, port MAC and, optionally, its own host-memory bound instead of
+    /// --max-host-memory-per-device). Repeat for more devices; they share an in-process Ethernet switch, to which
     /// every --uplink is connected as another port (instead of --socket-path and --mac).
     #[arg(long, value_name = "SPEC")]
     pub device: Vec<String>,
@@ -168,12 +170,22 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ODP_RESIDENT_CHUNKS)]
     pub odp_resident_chunks: u32,
 
-    /// Host memory one device may use for guest-controlled state (MR page lists, cached WQEs,
-    /// ODP chunk tables, QP/CQ/SRQ state, control commands in progress), in bytes with an
-    /// optional K/M/G suffix. Beyond it commands fail with NO_RESOURCES, WQE fetches wait and
-    /// incoming requests are RNR-NAKed (spec §16).
-    #[arg(long, value_name = "BYTES", default_value = "1G")]
-    pub max_host_memory: String,
+    /// Host memory the whole daemon may use for what guests and frontends decide: every
+    /// device's guest-controlled state (MR page lists, cached WQEs, ODP chunk tables,
+    /// QP/CQ/SRQ state, control commands in progress), the fabric's receive queues (16 MiB per
+    /// device), the --pcap capture queue and migration state being loaded; in bytes with an
+    /// optional K/M/G suffix. Beyond it commands fail with NO_RESOURCES, WQE fetches wait,
+    /// incoming requests are RNR-NAKed and a state load fails (spec §16.1). Default: the sum of
+    /// the devices' bounds. With one device (--socket-path) it is that device's bound too, as
+    /// before.
+    #[arg(long, value_name = "BYTES")]
+    pub max_host_memory: Option<String>,
+
+    /// Host memory each device may use (its share of --max-host-memory; a device's own
+    /// `--device ...,max-host-memory=BYTES` overrides it). Default 1G, at most
+    /// --max-host-memory.
+    #[arg(long, value_name = "BYTES")]
+    pub max_host_memory_per_device: Option<String>,
 
     /// Do not offer on-demand paging (VIRTIO_RDMA_F_ODP / _ODP_IMPLICIT are not advertised).
     #[arg(long)]
@@ -295,7 +307,8 @@ pub struct Config {
     pub mtu: u16,
     pub limits: Limits,
     pub odp: OdpSettings,
-    /// `--max-host-memory` in bytes.
+    /// This device's host-memory bound in bytes (spec §16.1; `DaemonConfig::max_host_memory`
+    /// is the daemon's).
     pub max_host_memory: u64,
     pub impair: Option<ImpairConfig>,
     /// TEST ONLY: `--delay-commands`.
@@ -340,6 +353,8 @@ pub struct DaemonConfig {
     /// One configuration per device; every option but the socket and MAC is shared. On a
     /// fabric each device's `uplink` is `None` (the fabric owns the uplinks).
     pub devices: Vec<Config>,
+    /// `--max-host-memory`: the daemon's host-memory bound in bytes (spec §16.1).
+    pub max_host_memory: u64,
     /// `Some`: the devices share a fabric with these uplinks as ports.
     pub fabric: Option<FabricConfig>,
 }
@@ -373,23 +388,28 @@ fn parse_uplink(s: &str) -> Result<UplinkSpec, CliError> {
     Ok(spec)
 }
 
-/// `socket=PATH,mac=MAC` of `--device`.
-fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
+/// `socket=PATH,mac=MAC[,max-host-memory=BYTES]` of `--device`.
+fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6], Option<u64>), CliError> {
     let bad = |reason: String| CliError::BadDevice {
         spec: spec.to_string(),
         reason,
     };
-    let (mut socket, mut mac) = (None, None);
+    let (mut socket, mut mac, mut memory) = (None, None, None);
     for kv in spec.split(',') {
         match kv.split_once('=') {
             Some(("socket", v)) if socket.is_none() => socket = Some(PathBuf::from(v)),
             Some(("mac", v)) if mac.is_none() => {
                 mac = Some(parse_mac(v).map_err(|e| bad(e.to_string()))?)
             }
-            Some(("socket" | "mac", _)) => return Err(bad(format!("{kv:?} given twice"))),
+            Some(("max-host-memory", v)) if memory.is_none() => {
+                memory = Some(host_memory(v).map_err(|e| bad(e.to_string()))?)
+            }
+            Some(("socket" | "mac" | "max-host-memory", _)) => {
+                return Err(bad(format!("{kv:?} given twice")))
+            }
             _ => {
                 return Err(bad(format!(
-                    "unknown key in {kv:?} (expected socket=, mac=)"
+                    "unknown key in {kv:?} (expected socket=, mac=, max-host-memory=)"
                 )))
             }
         }
@@ -397,7 +417,43 @@ fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
     let socket = socket.ok_or_else(|| bad("socket=PATH missing".to_string()))?;
     let mac = mac.ok_or_else(|| bad("mac=MAC missing".to_string()))?;
     check_socket_path(&socket).map_err(|e| bad(e.to_string()))?;
-    Ok((socket, mac))
+    Ok((socket, mac, memory))
+}
+
+/// A host-memory byte count of the command line (at least [`MIN_HOST_MEMORY`]).
+fn host_memory(s: &str) -> Result<u64, CliError> {
+    crate::budget::parse_bytes(s)
+        .filter(|&n| n >= MIN_HOST_MEMORY)
+        .ok_or_else(|| CliError::BadHostMemory(s.to_string()))
+}
+
+/// The host-memory bounds of the command line (spec §16.1): each device's (`max-host-memory=`
+/// of its `--device`, else `--max-host-memory-per-device`, else 1 GiB, at most the daemon's)
+/// and the daemon's (`--max-host-memory`, else the sum of the devices'). On a `--socket-path`
+/// command line `--max-host-memory` is the one device's bound as well, as it always was.
+fn host_memory_bounds(
+    args: &Args,
+    overrides: &[Option<u64>],
+    single: bool,
+) -> Result<(Vec<u64>, u64), CliError> {
+    let total = args
+        .max_host_memory
+        .as_deref()
+        .map(host_memory)
+        .transpose()?;
+    let per_device = args
+        .max_host_memory_per_device
+        .as_deref()
+        .map(host_memory)
+        .transpose()?;
+    let default = match (per_device, total) {
+        (Some(p), _) => p,
+        (None, Some(t)) if single => t,
+        (None, t) => crate::budget::DEFAULT_MAX_HOST_MEMORY.min(t.unwrap_or(u64::MAX)),
+    };
+    let devices: Vec<u64> = overrides.iter().map(|o| o.unwrap_or(default)).collect();
+    let total = total.unwrap_or_else(|| devices.iter().fold(0u64, |a, &d| a.saturating_add(d)));
+    Ok((devices, total))
 }
 
 impl TryFrom<Args> for DaemonConfig {
@@ -411,6 +467,7 @@ impl TryFrom<Args> for DaemonConfig {
             .collect::<Result<Vec<_>, _>>()?;
         let template = shared_options(&args)?;
         if args.device.is_empty() {
+            let (bounds, total) = host_memory_bounds(&args, &[None], true)?;
             let mac = parse_mac(args.mac.as_deref().unwrap_or_default())?;
             let socket_path = args.socket_path.clone().unwrap_or_default();
             check_socket_path(&socket_path)?;
@@ -421,16 +478,26 @@ impl TryFrom<Args> for DaemonConfig {
                 socket_path,
                 mac,
                 uplink: uplinks.pop(),
+                max_host_memory: bounds[0],
                 ..template
             };
             return Ok(DaemonConfig {
                 devices: vec![device],
+                max_host_memory: total,
                 fabric: None,
             });
         }
+        let parsed = args
+            .device
+            .iter()
+            .map(|spec| parse_device(spec))
+            .collect::<Result<Vec<_>, _>>()?;
+        let overrides: Vec<Option<u64>> = parsed.iter().map(|p| p.2).collect();
+        let (bounds, total) = host_memory_bounds(&args, &overrides, false)?;
         let mut devices: Vec<Config> = Vec::new();
-        for spec in &args.device {
-            let (socket_path, mac) = parse_device(spec)?;
+        for ((spec, (socket_path, mac, _)), max_host_memory) in
+            args.device.iter().zip(parsed).zip(bounds)
+        {
             let bad = |reason: &str| CliError::BadDevice {
                 spec: spec.clone(),
                 reason: reason.to_string(),
@@ -444,11 +511,13 @@ impl TryFrom<Args> for DaemonConfig {
             devices.push(Config {
                 socket_path,
                 mac,
+                max_host_memory,
                 ..template.clone()
             });
         }
         Ok(DaemonConfig {
             devices,
+            max_host_memory: total,
             fabric: Some(FabricConfig { uplinks }),
         })
     }
@@ -486,9 +555,6 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
     if args.odp_resident_chunks == 0 {
         return Err(CliError::BadResidentChunks(0));
     }
-    let max_host_memory = crate::budget::parse_bytes(&args.max_host_memory)
-        .filter(|&n| n >= MIN_HOST_MEMORY)
-        .ok_or_else(|| CliError::BadHostMemory(args.max_host_memory.clone()))?;
     let impair = args
         .impair
         .as_deref()
@@ -521,7 +587,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
             chunk_shift: args.odp_chunk_shift,
             resident_chunks: args.odp_resident_chunks,
         },
-        max_host_memory,
+        max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
         impair,
         delay_commands,
         log_file: args.log_file.clone(),

@@ -1,10 +1,13 @@
 //! MAC learning for the fabric's uplink ports: which uplink a remote MAC was last seen on.
 //!
 //! Only needed with two or more uplinks (with one, every non-local unicast goes there). Bounded:
-//! at most [`MAX_LEARNED`] entries; an entry not refreshed for [`MAC_AGE`] is stale (ignored and
-//! replaced). A full table learns nothing new, and the frames for the MACs it could not learn
-//! flood to every uplink: a network that sends from many source MACs costs flooding, never host
-//! memory.
+//! at most [`MAX_LEARNED`] entries; an entry not refreshed for [`MAC_AGE`] is stale (ignored).
+//! A full table makes room for a new MAC by forgetting the entry refreshed least recently (spec
+//! §16.4 rule 5): the entries form a list in refresh order (indices into one slab, linked both
+//! ways), so learning, refreshing and evicting each take constant time, under the lock every
+//! uplink-bound frame takes. (A scan of the whole table for stale entries per new MAC was 4096
+//! steps per frame from a network sending from many MACs.) A network that sends from more MACs
+//! than the table holds costs flooding, never host memory.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -16,10 +19,39 @@ pub const MAX_LEARNED: usize = 4096;
 /// An entry not refreshed for this long is forgotten (IEEE 802.1Q's default ageing time).
 pub const MAC_AGE: Duration = Duration::from_secs(300);
 
+/// No neighbour in the refresh-order list.
+const NONE: usize = usize::MAX;
+
+#[derive(Debug)]
+struct Entry {
+    mac: MacAddr,
+    port: usize,
+    seen: Instant,
+    /// Refreshed less recently.
+    older: usize,
+    /// Refreshed more recently.
+    newer: usize,
+}
+
 /// See the module documentation. Port numbers are the fabric's port indices.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MacTable {
-    entries: HashMap<MacAddr, (usize, Instant)>,
+    index: HashMap<MacAddr, usize>,
+    slab: Vec<Entry>,
+    /// Least and most recently refreshed entries.
+    oldest: usize,
+    newest: usize,
+}
+
+impl Default for MacTable {
+    fn default() -> Self {
+        MacTable {
+            index: HashMap::new(),
+            slab: Vec::new(),
+            oldest: NONE,
+            newest: NONE,
+        }
+    }
 }
 
 impl MacTable {
@@ -27,36 +59,76 @@ impl MacTable {
         MacTable::default()
     }
 
+    fn unlink(&mut self, i: usize) {
+        let (older, newer) = (self.slab[i].older, self.slab[i].newer);
+        match older {
+            NONE => self.oldest = newer,
+            o => self.slab[o].newer = newer,
+        }
+        match newer {
+            NONE => self.newest = older,
+            n => self.slab[n].older = older,
+        }
+    }
+
+    fn link_newest(&mut self, i: usize) {
+        self.slab[i].older = self.newest;
+        self.slab[i].newer = NONE;
+        match self.newest {
+            NONE => self.oldest = i,
+            n => self.slab[n].newer = i,
+        }
+        self.newest = i;
+    }
+
     /// `mac` was seen as a source on `port` at `now`.
     pub fn learn(&mut self, mac: MacAddr, port: usize, now: Instant) {
-        if let Some(e) = self.entries.get_mut(&mac) {
-            *e = (port, now);
+        if let Some(&i) = self.index.get(&mac) {
+            self.slab[i].port = port;
+            self.slab[i].seen = now;
+            if self.newest != i {
+                self.unlink(i);
+                self.link_newest(i);
+            }
             return;
         }
-        if self.entries.len() >= MAX_LEARNED {
-            self.entries
-                .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < MAC_AGE);
-            if self.entries.len() >= MAX_LEARNED {
-                return;
-            }
-        }
-        self.entries.insert(mac, (port, now));
+        let entry = Entry {
+            mac,
+            port,
+            seen: now,
+            older: NONE,
+            newer: NONE,
+        };
+        let i = if self.slab.len() < MAX_LEARNED {
+            self.slab.push(entry);
+            self.slab.len() - 1
+        } else {
+            // Full: the least recently refreshed entry makes room.
+            let i = self.oldest;
+            self.unlink(i);
+            self.index.remove(&self.slab[i].mac);
+            self.slab[i] = entry;
+            i
+        };
+        self.index.insert(mac, i);
+        self.link_newest(i);
     }
 
     /// The port `mac` was last seen on, unless the entry is stale.
     pub fn lookup(&self, mac: &MacAddr, now: Instant) -> Option<usize> {
-        self.entries
+        self.index
             .get(mac)
-            .filter(|(_, seen)| now.saturating_duration_since(*seen) < MAC_AGE)
-            .map(|(p, _)| *p)
+            .map(|&i| &self.slab[i])
+            .filter(|e| now.saturating_duration_since(e.seen) < MAC_AGE)
+            .map(|e| e.port)
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.index.is_empty()
     }
 }
 
@@ -81,18 +153,58 @@ mod tests {
         assert_eq!(t.lookup(&mac(2), t0), None);
     }
 
+    /// Finding 9 of issue 39: a full table learned nothing new unless a scan of every entry
+    /// found stale ones. Now a new MAC replaces the entry refreshed least recently.
     #[test]
-    fn bounded_and_stale_entries_make_room() {
+    fn a_full_table_forgets_the_least_recently_refreshed() {
+        let t0 = Instant::now();
+        let mut t = MacTable::new();
+        for i in 0..MAX_LEARNED as u32 {
+            t.learn(mac(i), 1, t0);
+        }
+        assert_eq!(t.len(), MAX_LEARNED);
+        // Refresh the two oldest: mac(2) is now the least recently refreshed.
+        t.learn(mac(0), 1, t0);
+        t.learn(mac(1), 2, t0);
+        let n = MAX_LEARNED as u32;
+        t.learn(mac(n), 3, t0);
+        assert_eq!(t.len(), MAX_LEARNED, "bounded");
+        assert_eq!(t.lookup(&mac(n), t0), Some(3), "the new MAC is learned");
+        assert_eq!(
+            t.lookup(&mac(2), t0),
+            None,
+            "the least recently refreshed went"
+        );
+        assert_eq!(t.lookup(&mac(0), t0), Some(1));
+        assert_eq!(t.lookup(&mac(1), t0), Some(2));
+        // Then in refresh order: 3, 4, ... and never a refreshed one.
+        for k in 1..=100u32 {
+            t.learn(mac(n + k), 3, t0);
+            assert_eq!(t.lookup(&mac(2 + k), t0), None);
+            assert_eq!(t.lookup(&mac(3 + k), t0), Some(1));
+        }
+        assert_eq!(t.lookup(&mac(0), t0), Some(1));
+        assert_eq!(t.len(), MAX_LEARNED);
+        // Many MACs more than it holds: still bounded, the newest ones kept.
+        for k in 0..3 * n {
+            t.learn(mac(10 * n + k), 4, t0);
+        }
+        assert_eq!(t.len(), MAX_LEARNED);
+        assert_eq!(t.lookup(&mac(13 * n - 1), t0), Some(4));
+        assert_eq!(t.lookup(&mac(12 * n - 1), t0), None);
+    }
+
+    #[test]
+    fn stale_entries_are_not_answered() {
         let t0 = Instant::now();
         let mut t = MacTable::new();
         for i in 0..(MAX_LEARNED as u32 + 100) {
             t.learn(mac(i), 1, t0);
         }
         assert_eq!(t.len(), MAX_LEARNED);
-        assert_eq!(t.lookup(&mac(MAX_LEARNED as u32 + 50), t0), None);
         let later = t0 + MAC_AGE;
         t.learn(mac(999_999), 2, later);
         assert_eq!(t.lookup(&mac(999_999), later), Some(2));
-        assert_eq!(t.len(), 1, "every old entry had aged out");
+        assert_eq!(t.lookup(&mac(500), later), None, "stale");
     }
 }

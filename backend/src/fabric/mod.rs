@@ -16,6 +16,11 @@
 //!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 //!
+//! Fair share (spec §16.4): a device's [`RxQueue`] keeps each sending port's frames apart and a
+//! full queue drops the excess of the port holding the most (counted `over_share` at the
+//! sender, `full` at the destination); each ingress port's broadcasts and multicasts pass a
+//! token bucket first ([`group_rate::GroupRate`], counted `bcast_rate`).
+//!
 //! Segments (`wire::segment`, spec §16.2 rule 6): an engine may hand [`Fabric::forward_segment`]
 //! several consecutive frames of one QP in one buffer. The switch decides on the segment's
 //! addresses (those of every frame in it) and moves it whole, marked as a segment, to a device
@@ -27,6 +32,7 @@
 
 pub mod bridge;
 pub mod edge;
+pub mod group_rate;
 pub mod learning;
 pub mod port;
 pub mod rxqueue;
@@ -80,6 +86,11 @@ pub struct FabricPortStats {
     /// Frames of a by-reference segment from this (device) port dropped because the sender
     /// fenced a reference before it could be gathered (spec §16.2 rule 6).
     pub drop_stale_ref: AtomicU64,
+    /// Frames from this port dropped at a full device queue where this port held the largest
+    /// share (spec §16.4; the same frames count as `drop_full` at the destination).
+    pub drop_over_share: AtomicU64,
+    /// Broadcast and multicast frames from this port beyond its rate bound (spec §16.4).
+    pub drop_bcast_rate: AtomicU64,
 }
 
 enum PortKind {
@@ -101,6 +112,8 @@ enum PortKind {
 struct Port {
     kind: PortKind,
     stats: FabricPortStats,
+    /// Its broadcast and multicast rate bounds (spec §16.4): netdev and RoCEv2 frames.
+    group_rate: [group_rate::GroupRate; 2],
     /// For the counters: the device's label or the uplink's spec.
     name: String,
 }
@@ -183,6 +196,7 @@ impl FabricBuilder {
                 refs: AtomicBool::new(false),
             },
             stats: FabricPortStats::default(),
+            group_rate: group_rate::GroupRate::per_class(),
             name: format!("port{}", self.ports.len()),
         });
         Ok(self.ports.len() - 1)
@@ -193,6 +207,7 @@ impl FabricBuilder {
         self.ports.push(Port {
             kind: PortKind::Uplink { uplink },
             stats: FabricPortStats::default(),
+            group_rate: group_rate::GroupRate::per_class(),
             name: format!("port{}", self.ports.len()),
         });
         self.ports.len() - 1
@@ -296,7 +311,10 @@ impl Fabric {
             "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
              refused at ingress (source MAC), full = the port's queue or uplink had no room, \
              bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC, stale_ref = a \
-             by-reference segment the sender fenced before it left."
+             by-reference segment the sender fenced before it left, over_share = the port's \
+             frames dropped at a full device queue where it held the largest share (counted \
+             again as full at the destination), bcast_rate = broadcast or multicast beyond the \
+             port's rate bound."
         );
         let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
         for p in &self.ports {
@@ -305,6 +323,8 @@ impl Fabric {
                 ("full", &p.stats.drop_full),
                 ("bad_icrc", &p.stats.drop_bad_icrc),
                 ("stale_ref", &p.stats.drop_stale_ref),
+                ("over_share", &p.stats.drop_over_share),
+                ("bcast_rate", &p.stats.drop_bcast_rate),
             ] {
                 let _ = writeln!(
                     out,
@@ -401,15 +421,31 @@ impl Fabric {
         Dest::Uplinks
     }
 
-    fn deliver_to_device(&self, to: PortId, frame: &[u8]) {
+    fn deliver_to_device(&self, from: PortId, to: PortId, frame: &[u8]) {
         let Some(port) = self.ports.get(to) else {
             return;
         };
         if let PortKind::Device { rx, .. } = &port.kind {
-            if rx.push(frame) {
-                bump(&port.stats.out_frames);
-            } else {
-                bump(&port.stats.drop_full);
+            self.count_admission(from, to, 1, rx.push(from, frame));
+        }
+    }
+
+    /// Count what a device queue did with `frames` frames from `from` (spec §16.4): queued,
+    /// or dropped as `from`'s excess, and the frames it pushed out, each as its sender's.
+    fn count_admission(&self, from: PortId, to: PortId, frames: usize, a: rxqueue::Admission) {
+        let stats = &self.ports[to].stats;
+        if a.queued {
+            crate::stats::add(&stats.out_frames, frames);
+        } else {
+            crate::stats::add(&stats.drop_full, frames);
+            if let Some(p) = self.ports.get(from) {
+                crate::stats::add(&p.stats.drop_over_share, frames);
+            }
+        }
+        for (sender, n) in a.evicted {
+            crate::stats::add(&stats.drop_full, n);
+            if let Some(p) = self.ports.get(sender) {
+                crate::stats::add(&p.stats.drop_over_share, n);
             }
         }
     }
@@ -513,18 +549,17 @@ impl Fabric {
                 crate::stats::add(&ingress.stats.in_frames, n);
                 let port = &self.ports[p];
                 if let PortKind::Device { rx, .. } = &port.kind {
-                    let queued = match refs {
-                        None => rx.push_segment(seg),
-                        Some(r) => rx
-                            .push_segment_refs(seg, r)
-                            .map_err(|r| r.recycle())
-                            .is_ok(),
+                    let a = match refs {
+                        None => rx.push_segment(from, seg),
+                        Some(r) => {
+                            let (a, back) = rx.push_segment_refs(from, seg, r);
+                            if let Err(r) = back {
+                                r.recycle();
+                            }
+                            a
+                        }
                     };
-                    if queued {
-                        crate::stats::add(&port.stats.out_frames, n);
-                    } else {
-                        crate::stats::add(&port.stats.drop_full, n);
-                    }
+                    self.count_admission(from, p, n, a);
                 } else {
                     recycle(refs);
                 }
@@ -566,15 +601,10 @@ impl Fabric {
                 if let Dest::Port(p) = *d {
                     if let Some(Port {
                         kind: PortKind::Device { rx, .. },
-                        stats,
                         ..
                     }) = self.ports.get(p)
                     {
-                        if rx.push_owned(f) {
-                            bump(&stats.out_frames);
-                        } else {
-                            bump(&stats.drop_full);
-                        }
+                        self.count_admission(from, p, 1, rx.push_owned(from, f));
                     }
                 }
             }
@@ -630,11 +660,21 @@ impl Fabric {
         now: Option<Instant>,
     ) {
         let ingress = &self.ports[from];
+        let mut group_now = None;
         for (d, f) in dest.iter_mut().zip(frames) {
             *d = self.decide(from, f, now);
             if *d == Dest::Drop {
                 bump(&ingress.stats.drop_spoofed);
                 continue;
+            }
+            if *d == Dest::All {
+                let t = *group_now.get_or_insert_with(|| now.unwrap_or_else(Instant::now));
+                let class = rxqueue::Class::of(f);
+                if !ingress.group_rate[class as usize].admit(t) {
+                    bump(&ingress.stats.drop_bcast_rate);
+                    *d = Dest::Drop;
+                    continue;
+                }
             }
             bump(&ingress.stats.in_frames);
         }
@@ -644,11 +684,11 @@ impl Fabric {
     fn deliver(&self, from: PortId, dest: &[Dest], chunk: &[&[u8]], skip_devices: bool) {
         for (d, f) in dest.iter().zip(chunk) {
             match *d {
-                Dest::Port(p) if !skip_devices => self.deliver_to_device(p, f),
+                Dest::Port(p) if !skip_devices => self.deliver_to_device(from, p, f),
                 Dest::All => {
                     for (p, port) in self.ports.iter().enumerate() {
                         if p != from && matches!(port.kind, PortKind::Device { .. }) {
-                            self.deliver_to_device(p, f);
+                            self.deliver_to_device(from, p, f);
                         }
                     }
                 }
@@ -693,3 +733,6 @@ impl Fabric {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fair_tests;

@@ -35,9 +35,11 @@ pub struct DeviceConfig {
     /// Page-list entries all MRs may hold together (not in the config space; REG_MR and
     /// friends beyond it: NO_RESOURCES, spec §11.8).
     pub max_mr_pages: u64,
-    /// Host memory the device's guest-sized state may use (`--max-host-memory`, spec §16;
-    /// see `budget.rs`). Not in the config space.
+    /// Host memory the device's guest-sized state may use (`--max-host-memory-per-device`,
+    /// spec §16.1; see `budget.rs`). Not in the config space.
     pub max_host_memory: u64,
+    /// The daemon's budget the device's is part of (spec §16.1, §16.4), if any.
+    pub host_memory_pool: Option<crate::budget::Budget>,
     pub node_guid: u64,
     pub vendor_id: u32,
     pub vendor_part_id: u32,
@@ -77,6 +79,7 @@ impl Default for DeviceConfig {
             max_mr_size: 1 << 40,
             max_mr_pages: crate::memory::mr::DEFAULT_MAX_MR_PAGES,
             max_host_memory: crate::budget::DEFAULT_MAX_HOST_MEMORY,
+            host_memory_pool: None,
             node_guid: guid_from_mac(&mac),
             vendor_id: 0x1af4,
             vendor_part_id: VIRTIO_ID_RDMA,

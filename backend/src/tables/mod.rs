@@ -130,7 +130,10 @@ impl<P: Protocol> std::fmt::Debug for DeviceTables<P> {
 impl<P: Protocol> DeviceTables<P> {
     /// A device at power-on state.
     pub fn new(config: DeviceConfig, mem: GuestMem, out: Arc<dyn DeviceOutput>) -> Self {
-        let budget = crate::budget::Budget::new(config.max_host_memory);
+        let budget = match &config.host_memory_pool {
+            Some(pool) => crate::budget::Budget::in_pool(config.max_host_memory, pool),
+            None => crate::budget::Budget::new(config.max_host_memory),
+        };
         // A budget too small even for this (below the CLI's minimum) leaves it uncharged.
         let fixed = budget.try_charge(PARKED_RESERVE).unwrap_or_default();
         DeviceTables {

@@ -41,6 +41,9 @@ pub const GLOBAL_HEADER_LEN: u64 = 24;
 pub const RECORD_HEADER_LEN: u64 = 16;
 /// Frames queued for the writer before captures are dropped.
 const QUEUE_FRAMES: usize = 8192;
+/// Bytes of frames queued for the writer before captures are dropped (spec §16.1: charged to
+/// the daemon's host-memory budget, [`PcapWriter::charge_to`]).
+pub const QUEUE_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, Error)]
 pub enum PcapError {
@@ -81,6 +84,8 @@ enum Msg {
         sec: u32,
         usec: u32,
         data: Vec<u8>,
+        /// `data`'s bytes on the queue's budget until written.
+        _charge: crate::budget::Charge,
     },
     /// Flush and acknowledge (tests, shutdown).
     Sync(SyncSender<()>),
@@ -90,6 +95,9 @@ enum Msg {
 /// everything captured so far visible in the file.
 pub struct PcapWriter {
     tx: Mutex<Option<SyncSender<Msg>>>,
+    /// Bounds the queued frames' bytes ([`QUEUE_BYTES`]), inside the daemon's budget once
+    /// [`PcapWriter::charge_to`] was called.
+    queue_budget: Mutex<crate::budget::Budget>,
     counters: Arc<Counters>,
     thread: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
@@ -151,6 +159,7 @@ impl PcapWriter {
             .map_err(PcapError::Spawn)?;
         Ok(Arc::new(PcapWriter {
             tx: Mutex::new(Some(tx)),
+            queue_budget: Mutex::new(crate::budget::Budget::new(QUEUE_BYTES)),
             counters,
             thread: Mutex::new(Some(thread)),
             path: path.to_path_buf(),
@@ -162,9 +171,25 @@ impl PcapWriter {
         &self.path
     }
 
-    /// Queue `frame` with the current wall-clock time. Never blocks: a full queue drops the
-    /// capture (not the frame).
+    /// Charge the frames waiting for the writer to `pool` (the daemon's budget) as well: a
+    /// capture that does not fit it is dropped like one that finds the queue full.
+    pub fn charge_to(&self, pool: &crate::budget::Budget) {
+        *self.queue_budget.lock().unwrap_or_else(|p| p.into_inner()) =
+            crate::budget::Budget::in_pool(QUEUE_BYTES, pool);
+    }
+
+    /// Queue `frame` with the current wall-clock time. Never blocks: a full queue (in frames
+    /// or bytes, or no room in the daemon's budget) drops the capture (not the frame).
     pub fn capture(&self, frame: &[u8]) {
+        let charge = self
+            .queue_budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_charge(frame.len() as u64);
+        let Ok(charge) = charge else {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -173,6 +198,7 @@ impl PcapWriter {
             sec: ts.as_secs() as u32,
             usec: ts.subsec_micros(),
             data: frame.to_vec(),
+            _charge: charge,
         };
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         let Some(tx) = tx.as_ref() else {
@@ -249,7 +275,9 @@ fn write_loop(
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Frame { sec, usec, data } => {
+                Msg::Frame {
+                    sec, usec, data, ..
+                } => {
                     let rec = RECORD_HEADER_LEN + data.len() as u64;
                     if failed || size.saturating_add(rec) > limit {
                         if !failed && !full_logged {
@@ -453,6 +481,25 @@ mod tests {
         w.sync(); // must not hang once closed
         assert_eq!(w.stats().dropped, 1);
         assert_eq!(records(&std::fs::read(&p).unwrap()).len(), 1);
+        let _ = std::fs::remove_file(&p);
+    }
+
+    /// Spec §16.1: the frames waiting for the writer are charged to the daemon's budget; a
+    /// capture that does not fit is dropped (counted), and written ones give their bytes back.
+    #[test]
+    fn queued_captures_are_charged_to_the_daemon_budget() {
+        let p = tmp("charged");
+        let w = PcapWriter::create(&p, None).unwrap();
+        let pool = crate::budget::Budget::new(100);
+        w.charge_to(&pool);
+        w.capture(&[1u8; 200]);
+        assert_eq!(w.stats().dropped, 1, "beyond the daemon's budget");
+        w.capture(&[2u8; 60]);
+        w.sync();
+        assert_eq!(w.stats().written, 1);
+        assert_eq!(pool.used(), 0, "written: given back");
+        assert_eq!(pool.peak(), 60);
+        w.close();
         let _ = std::fs::remove_file(&p);
     }
 }

@@ -62,8 +62,8 @@ pub struct VhostUserRdma<D: RdmaDevice> {
 enum Transfer {
     /// Writing the saved state; `Err` if the device could not be saved.
     Save(Result<JoinHandle<io::Result<()>>, String>),
-    /// Reading the state to load.
-    Load(JoinHandle<io::Result<Vec<u8>>>),
+    /// Reading the state to load: the bytes, with their charge on the device's budget.
+    Load(JoinHandle<io::Result<(Vec<u8>, crate::budget::Charge)>>),
 }
 
 impl<D: RdmaDevice> VhostUserRdma<D> {
@@ -192,18 +192,51 @@ fn joined<T>(r: std::thread::Result<io::Result<T>>) -> io::Result<T> {
     r.unwrap_or_else(|_| Err(io::Error::other("state transfer thread panicked")))
 }
 
-/// Read a whole state stream, at most `MAX_STATE_BYTES` (the frontend's data is untrusted).
-fn read_state(file: &mut File) -> io::Result<Vec<u8>> {
+/// Bytes a state stream is read in: each piece is charged before the buffer grows for it.
+const STATE_READ_STEP: usize = 1 << 20;
+
+/// Read a whole state stream, at most `MAX_STATE_BYTES` (the frontend's data is untrusted),
+/// its buffer charged to `budget` (the device's, within the daemon's: spec §16.1) as it grows:
+/// a stream the budget has no room for fails the load. The charge is held until the state is
+/// loaded.
+fn read_state(
+    file: &mut File,
+    budget: Option<crate::budget::Budget>,
+) -> io::Result<(Vec<u8>, crate::budget::Charge)> {
     let max = crate::device::snapshot::MAX_STATE_BYTES;
     let mut bytes = Vec::new();
-    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
-    if bytes.len() > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "device state stream too large",
-        ));
+    let mut charge = crate::budget::Charge::default();
+    loop {
+        let len = bytes.len();
+        if len > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "device state stream too large",
+            ));
+        }
+        if bytes.capacity() - len < STATE_READ_STEP {
+            // Doubling (no quadratic copying), never beyond what the bound can need.
+            let cap = (2 * bytes.capacity())
+                .max(len + STATE_READ_STEP)
+                .min(max + STATE_READ_STEP);
+            if let Some(b) = &budget {
+                let more = (cap as u64).saturating_sub(charge.bytes());
+                charge.try_grow(b, more).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!("device state stream: {e} (spec §16.1)"),
+                    )
+                })?;
+            }
+            bytes.reserve_exact(cap - len);
+        }
+        let n = Read::by_ref(file)
+            .take(STATE_READ_STEP as u64)
+            .read_to_end(&mut bytes)?;
+        if n == 0 {
+            return Ok((bytes, charge));
+        }
     }
-    Ok(bytes)
 }
 
 impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
@@ -364,11 +397,14 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                     }
                 })
             }
-            VhostTransferStateDirection::LOAD => Transfer::Load(
-                std::thread::Builder::new()
-                    .name("vrdma-state-load".into())
-                    .spawn(move || read_state(&mut file))?,
-            ),
+            VhostTransferStateDirection::LOAD => {
+                let budget = self.lock_device().budget();
+                Transfer::Load(
+                    std::thread::Builder::new()
+                        .name("vrdma-state-load".into())
+                        .spawn(move || read_state(&mut file, budget))?,
+                )
+            }
         };
         *self.transfer.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
         Ok(None)
@@ -385,7 +421,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             Some(Transfer::Save(Err(e))) => Err(io::Error::other(e)),
             Some(Transfer::Save(Ok(t))) => joined(t.join()),
             Some(Transfer::Load(t)) => {
-                let bytes = joined(t.join())?;
+                let (bytes, _charge) = joined(t.join())?;
                 let r = self.lock_device().load_state(&bytes);
                 match r {
                     Ok(()) => {
@@ -421,5 +457,44 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             warn!("{e}");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, Write};
+
+    fn stream(len: usize) -> File {
+        let path = std::env::temp_dir().join(format!("vrdma-state-{}-{len}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        f.write_all(&vec![7u8; len]).unwrap();
+        f.rewind().unwrap();
+        f
+    }
+
+    /// Finding 5 of issue 39: a state stream's buffer is charged to the device's budget (inside
+    /// the daemon's) while it is read and loaded; one beyond the budget fails the load.
+    #[test]
+    fn a_state_stream_is_charged_and_bounded_by_the_budget() {
+        let daemon = crate::budget::Budget::new(8 << 20);
+        let device = crate::budget::Budget::in_pool(64 << 20, &daemon);
+        let (bytes, charge) = read_state(&mut stream(5 << 20), Some(device.clone())).unwrap();
+        assert_eq!(bytes.len(), 5 << 20);
+        assert!(charge.bytes() >= bytes.capacity() as u64);
+        assert_eq!(daemon.used(), charge.bytes());
+        drop(charge);
+        assert_eq!(daemon.used(), 0);
+        let e = read_state(&mut stream(9 << 20), Some(device)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory, "{e}");
+        assert_eq!(daemon.used(), 0, "nothing stays charged");
+        assert!(daemon.peak() <= 8 << 20);
     }
 }

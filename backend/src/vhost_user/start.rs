@@ -11,6 +11,7 @@ use super::daemon::{listen, serve, DaemonError, ServeParts};
 use super::delay::CommandDelays;
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
+use crate::budget::{Budget, Charge, OverBudget};
 use crate::cli::{Config, DaemonConfig};
 use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
@@ -40,11 +41,21 @@ pub enum StartError {
     NoDevices,
     #[error("cannot start a device thread: {0}")]
     Thread(std::io::Error),
+    #[error(
+        "--max-host-memory is too small for the fabric's receive queues ({queues} bytes for \
+         {devices} device(s), spec §16.4): {source}"
+    )]
+    QueuesOverBudget {
+        queues: u64,
+        devices: usize,
+        source: OverBudget,
+    },
 }
 
 /// Open the uplink of `config`: the `--pcap` capture right on the uplink (so it records what is
-/// really sent and received), the test-only impairment in front of it when asked.
-pub fn open_uplink(config: &Config) -> Result<Arc<dyn Uplink>, StartError> {
+/// really sent and received; its queue charged to `pool`, the daemon's budget), the test-only
+/// impairment in front of it when asked.
+pub fn open_uplink(config: &Config, pool: &Budget) -> Result<Arc<dyn Uplink>, StartError> {
     let raw: Box<dyn Uplink> = match &config.uplink {
         Some(spec) => {
             let u = spec
@@ -64,6 +75,7 @@ pub fn open_uplink(config: &Config) -> Result<Arc<dyn Uplink>, StartError> {
     let uplink: Box<dyn Uplink> = match &config.pcap {
         Some(path) => {
             let w = PcapWriter::create(path, config.pcap_max_bytes)?;
+            w.charge_to(pool);
             info!("capturing the uplink's frames to {}", path.display());
             Box::new(PcapTee::new(raw, w))
         }
@@ -88,18 +100,27 @@ pub struct Prepared {
     pub engine: Engine,
 }
 
-/// Build the device, outputs, uplink and engine for `config` and bind the socket.
+/// Build the device, outputs, uplink and engine for `config` and bind the socket: a daemon of
+/// this one device, whose host-memory bound is the device's (spec §16.1).
 pub fn prepare(config: &Config) -> Result<Prepared, StartError> {
-    let uplink = open_uplink(config)?;
-    prepare_with_uplink(config, uplink)
+    prepare_in(config, &Budget::new(config.max_host_memory))
 }
 
-/// [`prepare`] with the device's port already opened (a fabric port, or a test's uplink).
+/// [`prepare`] for a device of a daemon whose host-memory budget is `pool`.
+fn prepare_in(config: &Config, pool: &Budget) -> Result<Prepared, StartError> {
+    let uplink = open_uplink(config, pool)?;
+    prepare_with_uplink(config, uplink, pool)
+}
+
+/// [`prepare`] with the device's port already opened (a fabric port, or a test's uplink); the
+/// device's budget is part of `pool`, the daemon's (spec §16.1).
 pub fn prepare_with_uplink(
     config: &Config,
     uplink: Arc<dyn Uplink>,
+    pool: &Budget,
 ) -> Result<Prepared, StartError> {
-    let dev_config = config.device_config();
+    let mut dev_config = config.device_config();
+    dev_config.host_memory_pool = Some(pool.clone());
     let config_bytes = dev_config.config_space();
     let config_space: [u8; CONFIG_SIZE] = config_bytes
         .as_slice()
@@ -147,7 +168,12 @@ pub fn prepare_with_uplink(
 /// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
 /// handled by `main`). Returns only on a start-up error or a fatal listener error.
 pub fn start_backend(config: Config) -> Result<(), StartError> {
-    let prepared = prepare(&config)?;
+    let pool = Budget::new(config.max_host_memory);
+    start_backend_in(config, &pool)
+}
+
+fn start_backend_in(config: Config, pool: &Budget) -> Result<(), StartError> {
+    let prepared = prepare_in(&config, pool)?;
     run_device(&config, prepared, None)
 }
 
@@ -208,6 +234,10 @@ pub struct PreparedFabric {
     pub fabric: Arc<Fabric>,
     pub devices: Vec<Prepared>,
     pub bridges: Vec<Bridge>,
+    /// The daemon's host-memory budget (spec §16.1), every device's budget part of it.
+    pub pool: Budget,
+    /// The fabric's receive queues' bound, reserved on `pool` for the daemon's life.
+    pub queues: Charge,
 }
 
 /// Build the fabric of `config` (uplink ports first, so start-up errors come before any socket
@@ -216,6 +246,18 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     let (Some(fc), Some(first)) = (&config.fabric, config.devices.first()) else {
         return Err(StartError::NoDevices);
     };
+    let pool = Budget::new(config.max_host_memory);
+    // Each device port's receive queue may hold its bound at any time (spec §16.4): reserved
+    // up front, so the queues never need a charge on the frame path.
+    let queue_bytes =
+        (config.devices.len() as u64).saturating_mul(crate::fabric::rxqueue::RXQ_MAX_BYTES as u64);
+    let queues = pool
+        .try_charge(queue_bytes)
+        .map_err(|source| StartError::QueuesOverBudget {
+            queues: queue_bytes,
+            devices: config.devices.len(),
+            source,
+        })?;
     let mut b = FabricBuilder::new();
     for spec in &fc.uplinks {
         let u = spec
@@ -230,6 +272,7 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     }
     if let Some(path) = &first.pcap {
         let w = PcapWriter::create(path, first.pcap_max_bytes)?;
+        w.charge_to(&pool);
         info!("capturing the fabric's frames to {}", path.display());
         b.capture(w);
     }
@@ -249,13 +292,15 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
             None if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
             None => Arc::new(port.with_segments()),
         };
-        devices.push(prepare_with_uplink(d, port)?);
+        devices.push(prepare_with_uplink(d, port, &pool)?);
     }
     let bridges = fabric.start_bridges()?;
     Ok(PreparedFabric {
         fabric,
         devices,
         bridges,
+        pool,
+        queues,
     })
 }
 
@@ -264,15 +309,18 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
 /// fails (the daemon then exits: a half-served fabric would look alive to the operator).
 pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
     if config.fabric.is_none() {
+        let pool = Budget::new(config.max_host_memory);
         let Some(device) = config.devices.into_iter().next() else {
             return Err(StartError::NoDevices);
         };
-        return start_backend(device);
+        return start_backend_in(device, &pool);
     }
     let PreparedFabric {
         fabric,
         devices,
         bridges,
+        pool: _pool,
+        queues: _queues,
     } = prepare_fabric(&config)?;
     info!(
         "fabric: {} device(s), {} uplink(s)",
