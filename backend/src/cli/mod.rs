@@ -4,6 +4,7 @@
 //! Every option is documented in `--help`; the test-only `--impair` option says so there.
 
 pub mod delay;
+pub mod device_spec;
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ use crate::tables::config::guid_from_mac;
 use crate::tables::DeviceConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
 use delay::DelaySpec;
+pub use device_spec::{DeviceSpec, FabricPortConfig};
 use vrdma_spec::{VRDMA_ODP_CHUNK_SHIFT_MAX, VRDMA_ODP_CHUNK_SHIFT_MIN};
 
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
@@ -118,9 +120,13 @@ pub struct Args {
     )]
     pub mac: Option<String>,
 
-    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC` (its vhost-user socket and
-    /// port MAC). Repeat for more devices; they share an in-process Ethernet switch, to which
-    /// every --uplink is connected as another port (instead of --socket-path and --mac).
+    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC[,net=N][,ip=ADDR]...` (its
+    /// vhost-user socket and port MAC). Repeat for more devices; they share an in-process
+    /// Ethernet switch, to which every --uplink is connected as another port (instead of
+    /// --socket-path and --mac). `ip=` (repeatable, IPv4 or IPv6) turns on port security: the
+    /// device may then send only from its MAC, these addresses and the link-local address of
+    /// its MAC (ARP, IP, neighbour discovery, RoCE source GID; no VLAN tags). Without `ip=`
+    /// only the source MAC is checked: the device can claim any IP address on its network.
     #[arg(long, value_name = "SPEC")]
     pub device: Vec<String>,
 
@@ -309,6 +315,8 @@ pub struct Config {
     pub engine: crate::transport::engine::EngineOptions,
     /// `--payload-refs`.
     pub payload_refs: bool,
+    /// `--device ...,net=N,ip=ADDR`: the device's fabric port (spec §16.3).
+    pub fabric_port: FabricPortConfig,
 }
 
 impl Config {
@@ -329,6 +337,7 @@ impl Config {
             pcap_max_bytes: None,
             engine: Default::default(),
             payload_refs: false,
+            fabric_port: FabricPortConfig::default(),
         }
     }
 }
@@ -373,33 +382,6 @@ fn parse_uplink(s: &str) -> Result<UplinkSpec, CliError> {
     Ok(spec)
 }
 
-/// `socket=PATH,mac=MAC` of `--device`.
-fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
-    let bad = |reason: String| CliError::BadDevice {
-        spec: spec.to_string(),
-        reason,
-    };
-    let (mut socket, mut mac) = (None, None);
-    for kv in spec.split(',') {
-        match kv.split_once('=') {
-            Some(("socket", v)) if socket.is_none() => socket = Some(PathBuf::from(v)),
-            Some(("mac", v)) if mac.is_none() => {
-                mac = Some(parse_mac(v).map_err(|e| bad(e.to_string()))?)
-            }
-            Some(("socket" | "mac", _)) => return Err(bad(format!("{kv:?} given twice"))),
-            _ => {
-                return Err(bad(format!(
-                    "unknown key in {kv:?} (expected socket=, mac=)"
-                )))
-            }
-        }
-    }
-    let socket = socket.ok_or_else(|| bad("socket=PATH missing".to_string()))?;
-    let mac = mac.ok_or_else(|| bad("mac=MAC missing".to_string()))?;
-    check_socket_path(&socket).map_err(|e| bad(e.to_string()))?;
-    Ok((socket, mac))
-}
-
 impl TryFrom<Args> for DaemonConfig {
     type Error = CliError;
 
@@ -430,7 +412,11 @@ impl TryFrom<Args> for DaemonConfig {
         }
         let mut devices: Vec<Config> = Vec::new();
         for spec in &args.device {
-            let (socket_path, mac) = parse_device(spec)?;
+            let DeviceSpec {
+                socket: socket_path,
+                mac,
+                port: fabric_port,
+            } = device_spec::parse_device(spec)?;
             let bad = |reason: &str| CliError::BadDevice {
                 spec: spec.clone(),
                 reason: reason.to_string(),
@@ -444,6 +430,7 @@ impl TryFrom<Args> for DaemonConfig {
             devices.push(Config {
                 socket_path,
                 mac,
+                fabric_port,
                 ..template.clone()
             });
         }
@@ -532,6 +519,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
             threads: usize::from(args.engine_threads),
         },
         payload_refs: args.payload_refs,
+        fabric_port: FabricPortConfig::default(),
     })
 }
 

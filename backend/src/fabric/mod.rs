@@ -8,7 +8,9 @@
 //! Switching rules, per frame (spec §16.2):
 //! 1. Shorter than an Ethernet header, or a group source MAC: dropped.
 //! 2. Ingress filter: a device port sends only with its own MAC as source; an uplink port never
-//!    with a local device's MAC. Otherwise dropped (`drop_spoofed`).
+//!    with a local device's MAC. Otherwise dropped (`drop_spoofed`). A device port with an
+//!    address list also sends only its own ARP / IP / ND / RoCE addresses and no VLAN tag
+//!    ([`port_security`], spec §16.3; `drop_security`, per reason).
 //! 3. Group destination (broadcast, multicast): every other port.
 //! 4. A local device's MAC: that device (never back to the port it came from).
 //! 5. Other unicast: the uplink port the MAC was learned on (learning only with two or more
@@ -29,6 +31,7 @@ pub mod bridge;
 pub mod edge;
 pub mod learning;
 pub mod port;
+pub mod port_security;
 pub mod rxqueue;
 
 use std::collections::HashMap;
@@ -41,6 +44,7 @@ use thiserror::Error;
 pub use bridge::Bridge;
 pub use learning::MacTable;
 pub use port::DevicePort;
+pub use port_security::{PortSecurity, Violation};
 pub use rxqueue::RxQueue;
 
 use crate::stats::bump;
@@ -80,6 +84,9 @@ pub struct FabricPortStats {
     /// Frames of a by-reference segment from this (device) port dropped because the sender
     /// fenced a reference before it could be gathered (spec §16.2 rule 6).
     pub drop_stale_ref: AtomicU64,
+    /// Frames from this (device) port refused by its port security (spec §16.3), per
+    /// [`Violation`] ([`Violation::index`]).
+    pub drop_security: [AtomicU64; Violation::ALL.len()],
 }
 
 enum PortKind {
@@ -92,6 +99,8 @@ enum PortKind {
         /// With `segments`: its engine sends payloads by reference (opt-in,
         /// [`DevicePort::with_payload_refs`]).
         refs: AtomicBool,
+        /// `Some`: the device's address list (spec §16.3); `None`: its source MAC only.
+        security: Option<PortSecurity>,
     },
     Uplink {
         uplink: Arc<dyn Uplink>,
@@ -135,6 +144,13 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
+/// How a device port is attached (spec §16.3).
+#[derive(Debug, Clone, Default)]
+pub struct DeviceOptions {
+    /// The device's address list: `Some` turns on port security.
+    pub security: Option<PortSecurity>,
+}
+
 /// Collects the ports, then [`FabricBuilder::build`]s the fabric.
 #[derive(Default)]
 pub struct FabricBuilder {
@@ -162,8 +178,17 @@ impl FabricBuilder {
         FabricBuilder::default()
     }
 
-    /// A device port with the device's (unicast) MAC.
+    /// A device port with the device's (unicast) MAC, checked on its source MAC only.
     pub fn add_device(&mut self, mac: MacAddr) -> Result<PortId, FabricError> {
+        self.add_device_with(mac, DeviceOptions::default())
+    }
+
+    /// A device port with the device's (unicast) MAC and `options` (spec §16.3).
+    pub fn add_device_with(
+        &mut self,
+        mac: MacAddr,
+        options: DeviceOptions,
+    ) -> Result<PortId, FabricError> {
         let dup = self
             .ports
             .iter()
@@ -181,6 +206,7 @@ impl FabricBuilder {
                 rx,
                 segments: AtomicBool::new(false),
                 refs: AtomicBool::new(false),
+                security: options.security,
             },
             stats: FabricPortStats::default(),
             name: format!("port{}", self.ports.len()),
@@ -296,7 +322,9 @@ impl Fabric {
             "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
              refused at ingress (source MAC), full = the port's queue or uplink had no room, \
              bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC, stale_ref = a \
-             by-reference segment the sender fenced before it left."
+             by-reference segment the sender fenced before it left; vlan_tagged, spoofed_arp, \
+             spoofed_ip, spoofed_nd, spoofed_gid = refused by a device port's address list \
+             (spec §16.3)."
         );
         let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
         for p in &self.ports {
@@ -305,7 +333,13 @@ impl Fabric {
                 ("full", &p.stats.drop_full),
                 ("bad_icrc", &p.stats.drop_bad_icrc),
                 ("stale_ref", &p.stats.drop_stale_ref),
-            ] {
+            ]
+            .into_iter()
+            .chain(
+                Violation::ALL
+                    .iter()
+                    .map(|v| (v.label(), &p.stats.drop_security[v.index()])),
+            ) {
                 let _ = writeln!(
                     out,
                     "vrdma_fabric_drops_total{{port=\"{}\",kind=\"{}\",reason=\"{why}\"}} {}",
@@ -503,6 +537,15 @@ impl Fabric {
         }
         let now = self.learned.as_ref().map(|_| Instant::now());
         let d = self.decide(from, seg, now);
+        // Port security looks at every frame of the segment (the engine builds them all from
+        // one QP's addresses, so one refused frame refuses the segment).
+        if d != Dest::Drop {
+            if let Some(v) = parsed.frames().find_map(|f| self.violation(from, f)) {
+                crate::stats::add(&ingress.stats.drop_security[v.index()], n);
+                recycle(refs);
+                return;
+            }
+        }
         match d {
             Dest::Drop => {
                 crate::stats::add(&ingress.stats.drop_spoofed, n);
@@ -636,7 +679,24 @@ impl Fabric {
                 bump(&ingress.stats.drop_spoofed);
                 continue;
             }
+            if let Some(v) = self.violation(from, f) {
+                bump(&ingress.stats.drop_security[v.index()]);
+                *d = Dest::Drop;
+                continue;
+            }
             bump(&ingress.stats.in_frames);
+        }
+    }
+
+    /// Port security (spec §16.3): why device port `from` may not send `frame`, if it may not.
+    /// Nothing for a port without an address list or an uplink port.
+    fn violation(&self, from: PortId, frame: &[u8]) -> Option<Violation> {
+        match &self.ports.get(from)?.kind {
+            PortKind::Device {
+                security: Some(policy),
+                ..
+            } => policy.check(frame).err(),
+            _ => None,
         }
     }
 
@@ -693,3 +753,6 @@ impl Fabric {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod security_tests;

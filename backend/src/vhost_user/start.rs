@@ -14,7 +14,7 @@ use super::{VirtqOutput, CONFIG_SIZE};
 use crate::cli::{Config, DaemonConfig};
 use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
-use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
+use crate::fabric::{Bridge, DeviceOptions, Fabric, FabricBuilder, FabricError, PortSecurity};
 use crate::guest::GuestMem;
 use crate::handoff::HandoffLock;
 use crate::stats::Metered;
@@ -235,7 +235,10 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     }
     let mut ids = Vec::new();
     for d in &config.devices {
-        let id = b.add_device(d.mac)?;
+        // Spec §16.3: an address list turns on port security.
+        let security =
+            (!d.fabric_port.ips.is_empty()).then(|| PortSecurity::new(d.mac, &d.fabric_port.ips));
+        let id = b.add_device_with(d.mac, DeviceOptions { security })?;
         b.name_port(id, device_label(&d.socket_path));
         ids.push(id);
     }
