@@ -573,3 +573,40 @@ fn binary_serves_several_devices_and_removes_every_socket() {
         assert!(!s.exists(), "{} removed on exit", s.display());
     }
 }
+
+/// Spec §16.3: `ip=` / `net=` per device and `--forward-between-uplinks` reach the
+/// configuration; bad values are refused with a message naming the problem.
+#[test]
+fn tenant_options_parse() {
+    let d = tmpdir("tenant");
+    let a = format!(
+        "socket={},mac=52:54:00:00:00:01,net=3,ip=10.0.0.1,ip=fd00::1",
+        d.join("a").display()
+    );
+    let c = daemon(&["--device", &a]).unwrap();
+    assert_eq!(c.devices[0].fabric_port.net, 3);
+    assert_eq!(c.devices[0].fabric_port.ips.len(), 2);
+    assert!(!c.fabric.as_ref().unwrap().forward_between_uplinks);
+    let c = daemon(&["--device", &a, "--forward-between-uplinks"]).unwrap();
+    assert!(c.fabric.unwrap().forward_between_uplinks);
+    // Only with --device.
+    assert_eq!(
+        daemon(&[
+            "--socket-path",
+            "/tmp/x.sock",
+            "--mac",
+            "52:54:00:00:00:09",
+            "--forward-between-uplinks"
+        ]),
+        Err(CliError::BetweenUplinksNeedFabric)
+    );
+    let bad = format!(
+        "socket={},mac=52:54:00:00:00:01,ip=10.0.0.300",
+        d.join("b").display()
+    );
+    let e = daemon(&["--device", &bad]).unwrap_err().to_string();
+    assert!(
+        e.contains("ip=\"10.0.0.300\" is not an IPv4 or IPv6 address"),
+        "{e}"
+    );
+}

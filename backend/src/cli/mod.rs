@@ -82,6 +82,8 @@ pub enum CliError {
     BadDevice { spec: String, reason: String },
     #[error("more than one --uplink needs the fabric: describe the devices with --device")]
     UplinksNeedFabric,
+    #[error("--forward-between-uplinks needs the fabric: describe the devices with --device")]
+    BetweenUplinksNeedFabric,
     #[error("this command line describes devices on a fabric, not one device")]
     NotSingleDevice,
     #[error("invalid --delay-commands {spec:?}: {reason}")]
@@ -137,6 +139,12 @@ pub struct Args {
     /// port of the fabric).
     #[arg(long, value_name = "SPEC")]
     pub uplink: Vec<String>,
+
+    /// With --device and two or more uplinks: let a frame that came in on one uplink leave
+    /// through another (the daemon then bridges the networks its uplinks reach). Off by
+    /// default: frames from an uplink go to the daemon's devices only (spec §16.3).
+    #[arg(long)]
+    pub forward_between_uplinks: bool,
 
     /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
@@ -357,6 +365,8 @@ pub struct DaemonConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FabricConfig {
     pub uplinks: Vec<UplinkSpec>,
+    /// `--forward-between-uplinks`.
+    pub forward_between_uplinks: bool,
 }
 
 impl DaemonConfig {
@@ -399,6 +409,9 @@ impl TryFrom<Args> for DaemonConfig {
             if uplinks.len() > 1 {
                 return Err(CliError::UplinksNeedFabric);
             }
+            if args.forward_between_uplinks {
+                return Err(CliError::BetweenUplinksNeedFabric);
+            }
             let device = Config {
                 socket_path,
                 mac,
@@ -436,7 +449,10 @@ impl TryFrom<Args> for DaemonConfig {
         }
         Ok(DaemonConfig {
             devices,
-            fabric: Some(FabricConfig { uplinks }),
+            fabric: Some(FabricConfig {
+                uplinks,
+                forward_between_uplinks: args.forward_between_uplinks,
+            }),
         })
     }
 }

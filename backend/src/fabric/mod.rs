@@ -15,6 +15,10 @@
 //! 4. A local device's MAC: that device (never back to the port it came from).
 //! 5. Other unicast: the uplink port the MAC was learned on (learning only with two or more
 //!    uplinks, [`MacTable`]), else every uplink port but the ingress one.
+//! 6. A frame from an uplink port never leaves through another uplink port unless the fabric
+//!    was built with [`FabricBuilder::forward_between_uplinks`] (spec §16.3 "Uplink trust";
+//!    `drop_uplink_to_uplink`): the daemon is not a bridge between the networks it is
+//!    attached to.
 //!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 //!
@@ -87,6 +91,9 @@ pub struct FabricPortStats {
     /// Frames from this (device) port refused by its port security (spec §16.3), per
     /// [`Violation`] ([`Violation::index`]).
     pub drop_security: [AtomicU64; Violation::ALL.len()],
+    /// Frames from this (uplink) port that did not go out of another uplink because
+    /// forwarding between uplinks is off (spec §16.3; rule 6).
+    pub drop_uplink_to_uplink: AtomicU64,
 }
 
 enum PortKind {
@@ -133,6 +140,8 @@ pub struct Fabric {
     /// Some with two or more uplinks.
     learned: Option<Mutex<MacTable>>,
     capture: Option<Arc<PcapWriter>>,
+    /// Rule 6: frames from an uplink port may leave through another uplink port.
+    between_uplinks: bool,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -156,6 +165,7 @@ pub struct DeviceOptions {
 pub struct FabricBuilder {
     ports: Vec<Port>,
     capture: Option<Arc<PcapWriter>>,
+    between_uplinks: bool,
 }
 
 impl std::fmt::Debug for FabricBuilder {
@@ -236,6 +246,12 @@ impl FabricBuilder {
         self.capture = Some(writer);
     }
 
+    /// Let frames from one uplink port leave through another (rule 6; off by default,
+    /// `--forward-between-uplinks`).
+    pub fn forward_between_uplinks(&mut self, on: bool) {
+        self.between_uplinks = on;
+    }
+
     pub fn build(self) -> Arc<Fabric> {
         let mut devices = HashMap::new();
         let mut uplinks = Vec::new();
@@ -254,6 +270,7 @@ impl FabricBuilder {
             uplinks,
             learned,
             capture: self.capture,
+            between_uplinks: self.between_uplinks,
         })
     }
 }
@@ -324,7 +341,9 @@ impl Fabric {
              bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC, stale_ref = a \
              by-reference segment the sender fenced before it left; vlan_tagged, spoofed_arp, \
              spoofed_ip, spoofed_nd, spoofed_gid = refused by a device port's address list \
-             (spec §16.3)."
+             (spec §16.3); uplink_to_uplink = a frame from an uplink not forwarded to another \
+             uplink (off by default); foreign_source = a UDP datagram from another source than \
+             the uplink's remote (spec §16.3)."
         );
         let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
         for p in &self.ports {
@@ -333,6 +352,7 @@ impl Fabric {
                 ("full", &p.stats.drop_full),
                 ("bad_icrc", &p.stats.drop_bad_icrc),
                 ("stale_ref", &p.stats.drop_stale_ref),
+                ("uplink_to_uplink", &p.stats.drop_uplink_to_uplink),
             ]
             .into_iter()
             .chain(
@@ -346,6 +366,14 @@ impl Fabric {
                     p.name,
                     kind(p),
                     c.load(Relaxed)
+                );
+            }
+            if let PortKind::Uplink { uplink } = &p.kind {
+                let _ = writeln!(
+                    out,
+                    "vrdma_fabric_drops_total{{port=\"{}\",kind=\"uplink\",reason=\"foreign_source\"}} {}",
+                    p.name,
+                    uplink.refused_sources()
                 );
             }
         }
@@ -641,6 +669,15 @@ impl Fabric {
         }
     }
 
+    /// Would a frame from port `from` sent to `d` go out of an uplink port other than `from`?
+    fn reaches_other_uplink(&self, from: PortId, d: Dest) -> bool {
+        match d {
+            Dest::All | Dest::Uplinks => self.uplinks.iter().any(|&u| u != from),
+            Dest::Port(p) => p != from && self.uplinks.contains(&p),
+            Dest::Drop => false,
+        }
+    }
+
     /// Does a frame sent to `d` leave the process (through an uplink)?
     fn leaves(&self, d: Dest) -> bool {
         match d {
@@ -673,11 +710,21 @@ impl Fabric {
         now: Option<Instant>,
     ) {
         let ingress = &self.ports[from];
+        let between_uplinks_refused =
+            !self.between_uplinks && matches!(ingress.kind, PortKind::Uplink { .. });
         for (d, f) in dest.iter_mut().zip(frames) {
             *d = self.decide(from, f, now);
             if *d == Dest::Drop {
                 bump(&ingress.stats.drop_spoofed);
                 continue;
+            }
+            if between_uplinks_refused && self.reaches_other_uplink(from, *d) {
+                // Rule 6: counted once per frame; what also reaches a device goes on there.
+                bump(&ingress.stats.drop_uplink_to_uplink);
+                if !self.reaches_device(*d) {
+                    *d = Dest::Drop;
+                    continue;
+                }
             }
             if let Some(v) = self.violation(from, f) {
                 bump(&ingress.stats.drop_security[v.index()]);
@@ -715,8 +762,9 @@ impl Fabric {
                 Dest::Port(_) | Dest::Drop | Dest::Uplinks => {}
             }
         }
+        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
         for &u in &self.uplinks {
-            if u == from {
+            if u == from || from_uplink && !self.between_uplinks {
                 continue;
             }
             let mut out: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];

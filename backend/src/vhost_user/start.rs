@@ -217,6 +217,7 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
         return Err(StartError::NoDevices);
     };
     let mut b = FabricBuilder::new();
+    b.forward_between_uplinks(fc.forward_between_uplinks);
     for spec in &fc.uplinks {
         let u = spec
             .open_for_mtu(first.mtu)
