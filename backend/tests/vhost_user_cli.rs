@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
 use vrdma_backend::cli::{Args, CliError, Config, DaemonConfig};
+use vrdma_backend::fabric::UplinkNets;
 use vrdma_backend::uplink::UplinkSpec;
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -600,6 +601,33 @@ fn tenant_options_parse() {
         ]),
         Err(CliError::BetweenUplinksNeedFabric)
     );
+    // An uplink's networks.
+    let up = "udp:local=127.0.0.1:5000,remote=127.0.0.1:5001";
+    let trunk = format!("{up},vlans=5+3");
+    let c = daemon(&[
+        "--device",
+        &a,
+        "--uplink",
+        &trunk,
+        "--uplink",
+        "tap:vr0,net=3",
+    ])
+    .unwrap();
+    let f = c.fabric.unwrap();
+    assert_eq!(f.uplinks[0], up.parse::<UplinkSpec>().unwrap());
+    assert_eq!(
+        f.uplink_nets,
+        vec![UplinkNets::Tagged(vec![3, 5]), UplinkNets::Untagged(3)]
+    );
+    let e = daemon(&["--device", &a, "--uplink", &format!("{up},vlans=0")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("priority tag"), "{e}");
+    let legacy = ["--socket-path", "/tmp/x.sock", "--mac", "52:54:00:00:00:09"];
+    let mut with_net = legacy.to_vec();
+    let netted = format!("{up},net=2");
+    with_net.extend(["--uplink", &netted]);
+    assert_eq!(daemon(&with_net), Err(CliError::NetworksNeedFabric));
     let bad = format!(
         "socket={},mac=52:54:00:00:00:01,ip=10.0.0.300",
         d.join("b").display()

@@ -5,12 +5,14 @@
 
 pub mod delay;
 pub mod device_spec;
+pub mod uplink_nets;
 
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use thiserror::Error;
 
+use crate::fabric::UplinkNets;
 use crate::memory::OdpConfig;
 use crate::tables::config::guid_from_mac;
 use crate::tables::DeviceConfig;
@@ -84,6 +86,8 @@ pub enum CliError {
     UplinksNeedFabric,
     #[error("--forward-between-uplinks needs the fabric: describe the devices with --device")]
     BetweenUplinksNeedFabric,
+    #[error("an uplink's net= or vlans= needs the fabric: describe the devices with --device")]
+    NetworksNeedFabric,
     #[error("this command line describes devices on a fabric, not one device")]
     NotSingleDevice,
     #[error("invalid --delay-commands {spec:?}: {reason}")]
@@ -133,7 +137,10 @@ pub struct Args {
     pub device: Vec<String>,
 
     /// Uplink carrying the Ethernet frames: `udp:local=ADDR:PORT,remote=ADDR:PORT` (frames
-    /// tunnelled in UDP datagrams, like QEMU's -netdev dgram) or `tap:NAME` (a TAP interface).
+    /// tunnelled in UDP datagrams, like QEMU's -netdev dgram; datagrams from any other source
+    /// than the remote are dropped) or `tap:NAME` (a TAP interface). With --device, append
+    /// `,net=N` (the uplink carries tenant network N untagged; default 0) or `,vlans=N1+N2`
+    /// (networks N1, N2 as 802.1Q VLANs N1, N2; untagged or other frames dropped).
     /// Without it frames sent by the guest are dropped and nothing is received (on a fabric:
     /// only the daemon's devices are reachable). Repeatable with --device (each uplink is a
     /// port of the fabric).
@@ -365,6 +372,8 @@ pub struct DaemonConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FabricConfig {
     pub uplinks: Vec<UplinkSpec>,
+    /// The networks of `uplinks[i]` (spec §16.3), same length.
+    pub uplink_nets: Vec<UplinkNets>,
     /// `--forward-between-uplinks`.
     pub forward_between_uplinks: bool,
 }
@@ -396,11 +405,17 @@ impl TryFrom<Args> for DaemonConfig {
     type Error = CliError;
 
     fn try_from(args: Args) -> Result<Self, Self::Error> {
-        let mut uplinks = args
-            .uplink
-            .iter()
-            .map(|s| parse_uplink(s))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut uplinks = Vec::new();
+        let mut uplink_nets = Vec::new();
+        for text in &args.uplink {
+            let (spec, nets) =
+                uplink_nets::split_uplink_nets(text).map_err(|reason| CliError::BadUplink {
+                    spec: text.clone(),
+                    reason,
+                })?;
+            uplinks.push(parse_uplink(&spec)?);
+            uplink_nets.push(nets);
+        }
         let template = shared_options(&args)?;
         if args.device.is_empty() {
             let mac = parse_mac(args.mac.as_deref().unwrap_or_default())?;
@@ -411,6 +426,9 @@ impl TryFrom<Args> for DaemonConfig {
             }
             if args.forward_between_uplinks {
                 return Err(CliError::BetweenUplinksNeedFabric);
+            }
+            if uplink_nets.iter().any(|n| *n != UplinkNets::default()) {
+                return Err(CliError::NetworksNeedFabric);
             }
             let device = Config {
                 socket_path,
@@ -451,6 +469,7 @@ impl TryFrom<Args> for DaemonConfig {
             devices,
             fabric: Some(FabricConfig {
                 uplinks,
+                uplink_nets,
                 forward_between_uplinks: args.forward_between_uplinks,
             }),
         })

@@ -20,6 +20,12 @@
 //!    `drop_uplink_to_uplink`): the daemon is not a bridge between the networks it is
 //!    attached to.
 //!
+//! Networks (spec §16.3, [`network`]): every port belongs to one tenant network (a device) or
+//! carries one or several (an uplink, several as 802.1Q VLANs). The rules above apply within
+//! the frame's network only: a frame, a flood, a multicast and a learned MAC never cross
+//! networks (learning is per network). A port's network is fixed when the fabric is built; the
+//! switch compares it per frame.
+//!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 //!
 //! Segments (`wire::segment`, spec §16.2 rule 6): an engine may hand [`Fabric::forward_segment`]
@@ -34,6 +40,7 @@
 pub mod bridge;
 pub mod edge;
 pub mod learning;
+pub mod network;
 pub mod port;
 pub mod port_security;
 pub mod rxqueue;
@@ -47,6 +54,7 @@ use thiserror::Error;
 
 pub use bridge::Bridge;
 pub use learning::MacTable;
+pub use network::{NetId, UplinkNets};
 pub use port::DevicePort;
 pub use port_security::{PortSecurity, Violation};
 pub use rxqueue::RxQueue;
@@ -94,6 +102,8 @@ pub struct FabricPortStats {
     /// Frames from this (uplink) port that did not go out of another uplink because
     /// forwarding between uplinks is off (spec §16.3; rule 6).
     pub drop_uplink_to_uplink: AtomicU64,
+    /// Frames from this (trunk uplink) port without an 802.1Q tag of one of its networks.
+    pub drop_unknown_vlan: AtomicU64,
 }
 
 enum PortKind {
@@ -108,9 +118,12 @@ enum PortKind {
         refs: AtomicBool,
         /// `Some`: the device's address list (spec §16.3); `None`: its source MAC only.
         security: Option<PortSecurity>,
+        /// The device's network.
+        net: NetId,
     },
     Uplink {
         uplink: Arc<dyn Uplink>,
+        nets: UplinkNets,
     },
 }
 
@@ -137,8 +150,8 @@ pub struct Fabric {
     ports: Vec<Port>,
     devices: HashMap<MacAddr, PortId>,
     uplinks: Vec<PortId>,
-    /// Some with two or more uplinks.
-    learned: Option<Mutex<MacTable>>,
+    /// A table for each network that two or more uplinks carry.
+    learned: HashMap<NetId, Mutex<MacTable>>,
     capture: Option<Arc<PcapWriter>>,
     /// Rule 6: frames from an uplink port may leave through another uplink port.
     between_uplinks: bool,
@@ -158,6 +171,8 @@ impl std::fmt::Debug for Fabric {
 pub struct DeviceOptions {
     /// The device's address list: `Some` turns on port security.
     pub security: Option<PortSecurity>,
+    /// The device's network (default 0).
+    pub net: NetId,
 }
 
 /// Collects the ports, then [`FabricBuilder::build`]s the fabric.
@@ -217,6 +232,7 @@ impl FabricBuilder {
                 segments: AtomicBool::new(false),
                 refs: AtomicBool::new(false),
                 security: options.security,
+                net: options.net,
             },
             stats: FabricPortStats::default(),
             name: format!("port{}", self.ports.len()),
@@ -226,8 +242,13 @@ impl FabricBuilder {
 
     /// An uplink port. Its frames come in through a [`Bridge`] ([`Fabric::start_bridges`]).
     pub fn add_uplink(&mut self, uplink: Arc<dyn Uplink>) -> PortId {
+        self.add_uplink_with(uplink, UplinkNets::default())
+    }
+
+    /// An uplink port carrying `nets` (spec §16.3).
+    pub fn add_uplink_with(&mut self, uplink: Arc<dyn Uplink>, nets: UplinkNets) -> PortId {
         self.ports.push(Port {
-            kind: PortKind::Uplink { uplink },
+            kind: PortKind::Uplink { uplink, nets },
             stats: FabricPortStats::default(),
             name: format!("port{}", self.ports.len()),
         });
@@ -263,7 +284,20 @@ impl FabricBuilder {
                 PortKind::Uplink { .. } => uplinks.push(i),
             }
         }
-        let learned = (uplinks.len() > 1).then(|| Mutex::new(MacTable::new()));
+        // Learning only where a network has two or more uplinks to choose between.
+        let mut uplinks_per_net: HashMap<NetId, usize> = HashMap::new();
+        for p in &self.ports {
+            if let PortKind::Uplink { nets, .. } = &p.kind {
+                for n in nets.list() {
+                    *uplinks_per_net.entry(n).or_default() += 1;
+                }
+            }
+        }
+        let learned = uplinks_per_net
+            .into_iter()
+            .filter(|&(_, count)| count > 1)
+            .map(|(n, _)| (n, Mutex::new(MacTable::new())))
+            .collect();
         Arc::new(Fabric {
             ports: self.ports,
             devices,
@@ -288,7 +322,7 @@ impl Fabric {
     pub fn start_bridges(self: &Arc<Self>) -> Result<Vec<Bridge>, FabricError> {
         let mut out = Vec::new();
         for &id in &self.uplinks {
-            if let PortKind::Uplink { uplink } = &self.ports[id].kind {
+            if let PortKind::Uplink { uplink, .. } = &self.ports[id].kind {
                 if uplink.as_raw_fd() >= 0 {
                     out.push(Bridge::start(self.clone(), id, uplink.clone())?);
                 }
@@ -353,6 +387,7 @@ impl Fabric {
                 ("bad_icrc", &p.stats.drop_bad_icrc),
                 ("stale_ref", &p.stats.drop_stale_ref),
                 ("uplink_to_uplink", &p.stats.drop_uplink_to_uplink),
+                ("unknown_vlan", &p.stats.drop_unknown_vlan),
             ]
             .into_iter()
             .chain(
@@ -368,7 +403,7 @@ impl Fabric {
                     c.load(Relaxed)
                 );
             }
-            if let PortKind::Uplink { uplink } = &p.kind {
+            if let PortKind::Uplink { uplink, .. } = &p.kind {
                 let _ = writeln!(
                     out,
                     "vrdma_fabric_drops_total{{port=\"{}\",kind=\"uplink\",reason=\"foreign_source\"}} {}",
@@ -377,7 +412,54 @@ impl Fabric {
                 );
             }
         }
+        self.render_networks(&mut out);
         out
+    }
+
+    /// Spec §16.3: which networks each port carries, and per network the frames its device
+    /// ports sent into and received from the fabric.
+    fn render_networks(&self, out: &mut String) {
+        use std::fmt::Write;
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = writeln!(
+            out,
+            "# HELP vrdma_fabric_port_network The tenant networks of each fabric port (spec \
+             §16.3): 1 per port and network it belongs to (a device) or carries (an uplink)."
+        );
+        let _ = writeln!(out, "# TYPE vrdma_fabric_port_network gauge");
+        let mut per_net: std::collections::BTreeMap<NetId, (u64, u64)> = Default::default();
+        for p in &self.ports {
+            let (kind, nets) = match &p.kind {
+                PortKind::Device { net, .. } => {
+                    let e = per_net.entry(*net).or_default();
+                    e.0 += p.stats.in_frames.load(Relaxed);
+                    e.1 += p.stats.out_frames.load(Relaxed);
+                    ("device", vec![*net])
+                }
+                PortKind::Uplink { nets, .. } => ("uplink", nets.list()),
+            };
+            for net in nets {
+                let _ = writeln!(
+                    out,
+                    "vrdma_fabric_port_network{{port=\"{}\",kind=\"{kind}\",net=\"{net}\"}} 1",
+                    p.name
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP vrdma_fabric_network_frames_total Frames per tenant network: in = sent by \
+             its devices into the fabric, out = delivered to its devices."
+        );
+        let _ = writeln!(out, "# TYPE vrdma_fabric_network_frames_total counter");
+        for (net, (i, o)) in per_net {
+            for (dir, c) in [("in", i), ("out", o)] {
+                let _ = writeln!(
+                    out,
+                    "vrdma_fabric_network_frames_total{{net=\"{net}\",dir=\"{dir}\"}} {c}"
+                );
+            }
+        }
     }
 
     pub(crate) fn rx_queue(&self, id: PortId) -> Option<&RxQueue> {
@@ -418,7 +500,8 @@ impl Fabric {
     }
 
     /// The switching rules on the Ethernet addresses of `frame` (module documentation).
-    fn decide(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
+    /// `net`: the frame's network (its port's, or its tag's on a trunk uplink).
+    fn decide(&self, from: PortId, net: NetId, frame: &[u8], now: Option<Instant>) -> Dest {
         let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else {
             return Dest::Drop;
         };
@@ -442,7 +525,7 @@ impl Fabric {
                 if self.devices.contains_key(&s) {
                     return Dest::Drop;
                 }
-                if let (Some(t), Some(now)) = (&self.learned, now) {
+                if let (Some(t), Some(now)) = (self.learned.get(&net), now) {
                     t.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .learn(s, from, now);
@@ -453,14 +536,38 @@ impl Fabric {
             return Dest::All;
         }
         if let Some(&p) = self.devices.get(&d) {
-            return if p == from { Dest::Drop } else { Dest::Port(p) };
+            if self.device_net(p) == Some(net) {
+                return if p == from { Dest::Drop } else { Dest::Port(p) };
+            }
         }
-        if let (Some(t), Some(now)) = (&self.learned, now) {
+        if let (Some(t), Some(now)) = (self.learned.get(&net), now) {
             if let Some(p) = t.lock().unwrap_or_else(|p| p.into_inner()).lookup(&d, now) {
                 return if p == from { Dest::Drop } else { Dest::Port(p) };
             }
         }
         Dest::Uplinks
+    }
+
+    /// The network of device port `id`.
+    fn device_net(&self, id: PortId) -> Option<NetId> {
+        match self.ports.get(id)?.kind {
+            PortKind::Device { net, .. } => Some(net),
+            PortKind::Uplink { .. } => None,
+        }
+    }
+
+    /// Does port `id` carry network `net`?
+    fn carries(&self, id: PortId, net: NetId) -> bool {
+        match self.ports.get(id).map(|p| &p.kind) {
+            Some(PortKind::Device { net: n, .. }) => *n == net,
+            Some(PortKind::Uplink { nets, .. }) => nets.carries(net),
+            None => false,
+        }
+    }
+
+    /// `Instant::now()` if any network learns.
+    fn learning_now(&self) -> Option<Instant> {
+        (!self.learned.is_empty()).then(Instant::now)
     }
 
     fn deliver_to_device(&self, to: PortId, frame: &[u8]) {
@@ -481,14 +588,60 @@ impl Fabric {
     /// `send_batch`. Never blocks on a full queue or a busy uplink (those frames are dropped
     /// and counted).
     pub fn forward(&self, from: PortId, frames: &[&[u8]]) {
-        if from >= self.ports.len() {
+        let Some(port) = self.ports.get(from) else {
             return;
-        }
-        let now = self.learned.as_ref().map(|_| Instant::now());
-        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
+        };
+        let net = match &port.kind {
+            PortKind::Device { net, .. } => *net,
+            PortKind::Uplink {
+                nets: UplinkNets::Untagged(net),
+                ..
+            } => *net,
+            PortKind::Uplink {
+                nets: UplinkNets::Tagged(vlans),
+                ..
+            } => return self.forward_from_trunk(from, vlans, &port.stats, frames),
+        };
         for chunk in frames.chunks(IO_BATCH) {
+            self.forward_chunk(from, &[net; IO_BATCH][..chunk.len()], chunk);
+        }
+    }
+
+    /// Frames from a trunk uplink: each untagged by its tag and switched in that network;
+    /// without a tag of one of the uplink's networks, dropped and counted.
+    fn forward_from_trunk(
+        &self,
+        from: PortId,
+        vlans: &[NetId],
+        stats: &FabricPortStats,
+        frames: &[&[u8]],
+    ) {
+        for chunk in frames.chunks(IO_BATCH) {
+            let mut nets = [0; IO_BATCH];
+            let mut untagged: Vec<Vec<u8>> = Vec::with_capacity(chunk.len());
+            for f in chunk {
+                match network::vlan_of(f) {
+                    Some(v) if vlans.binary_search(&v).is_ok() => {
+                        nets[untagged.len()] = v;
+                        let mut out = Vec::new();
+                        network::untag_into(f, &mut out);
+                        untagged.push(out);
+                    }
+                    _ => bump(&stats.drop_unknown_vlan),
+                }
+            }
+            let slices: Vec<&[u8]> = untagged.iter().map(Vec::as_slice).collect();
+            self.forward_chunk(from, &nets[..slices.len()], &slices);
+        }
+    }
+
+    /// Switch one chunk (at most `IO_BATCH`) of borrowed frames, frame `i` in network `nets[i]`.
+    fn forward_chunk(&self, from: PortId, nets: &[NetId], chunk: &[&[u8]]) {
+        let now = self.learning_now();
+        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
+        {
             let mut dest = [Dest::Drop; IO_BATCH];
-            self.decide_chunk(from, chunk.iter().copied(), &mut dest, now);
+            self.decide_chunk(from, nets, chunk.iter().copied(), &mut dest, now);
             for (d, f) in dest.iter_mut().zip(chunk) {
                 // The devices trust what the fabric hands them: check a frame from the network
                 // once, here (spec §16.2).
@@ -498,7 +651,7 @@ impl Fabric {
                 }
             }
             self.capture_chunk(&dest[..chunk.len()], chunk.iter().copied());
-            self.deliver(from, &dest[..chunk.len()], chunk, false);
+            self.deliver(from, &dest[..chunk.len()], nets, chunk, false);
         }
     }
 
@@ -563,8 +716,9 @@ impl Fabric {
             recycle(refs);
             return;
         }
-        let now = self.learned.as_ref().map(|_| Instant::now());
-        let d = self.decide(from, seg, now);
+        let now = self.learning_now();
+        let net = self.device_net(from).unwrap_or_default();
+        let d = self.decide(from, net, seg, now);
         // Port security looks at every frame of the segment (the engine builds them all from
         // one QP's addresses, so one refused frame refuses the segment).
         if d != Dest::Drop {
@@ -621,10 +775,13 @@ impl Fabric {
     }
 
     fn forward_owned_plain(&self, from: PortId, frames: &mut [Vec<u8>]) {
-        let now = self.learned.as_ref().map(|_| Instant::now());
+        let now = self.learning_now();
+        // Owned frames come from a device's engine: all in the device's network.
+        let nets = [self.device_net(from).unwrap_or_default(); IO_BATCH];
         for chunk in frames.chunks_mut(IO_BATCH) {
+            let nets = &nets[..chunk.len()];
             let mut dest = [Dest::Drop; IO_BATCH];
-            self.decide_chunk(from, chunk.iter().map(Vec::as_slice), &mut dest, now);
+            self.decide_chunk(from, nets, chunk.iter().map(Vec::as_slice), &mut dest, now);
             // An engine on a fabric sends its RoCEv2 frames without an ICRC: a frame that leaves
             // the process (or is captured) gets it now (spec §16.2).
             for (d, f) in dest.iter().zip(chunk.iter_mut()) {
@@ -653,7 +810,13 @@ impl Fabric {
             for (s, f) in slices.iter_mut().zip(chunk.iter()) {
                 *s = f;
             }
-            self.deliver(from, &dest[..chunk.len()], &slices[..chunk.len()], true);
+            self.deliver(
+                from,
+                &dest[..chunk.len()],
+                nets,
+                &slices[..chunk.len()],
+                true,
+            );
         }
     }
 
@@ -670,9 +833,12 @@ impl Fabric {
     }
 
     /// Would a frame from port `from` sent to `d` go out of an uplink port other than `from`?
-    fn reaches_other_uplink(&self, from: PortId, d: Dest) -> bool {
+    fn reaches_other_uplink(&self, from: PortId, net: NetId, d: Dest) -> bool {
         match d {
-            Dest::All | Dest::Uplinks => self.uplinks.iter().any(|&u| u != from),
+            Dest::All | Dest::Uplinks => self
+                .uplinks
+                .iter()
+                .any(|&u| u != from && self.carries(u, net)),
             Dest::Port(p) => p != from && self.uplinks.contains(&p),
             Dest::Drop => false,
         }
@@ -705,6 +871,7 @@ impl Fabric {
     fn decide_chunk<'a>(
         &self,
         from: PortId,
+        nets: &[NetId],
         frames: impl Iterator<Item = &'a [u8]>,
         dest: &mut [Dest; IO_BATCH],
         now: Option<Instant>,
@@ -712,13 +879,13 @@ impl Fabric {
         let ingress = &self.ports[from];
         let between_uplinks_refused =
             !self.between_uplinks && matches!(ingress.kind, PortKind::Uplink { .. });
-        for (d, f) in dest.iter_mut().zip(frames) {
-            *d = self.decide(from, f, now);
+        for ((d, f), &net) in dest.iter_mut().zip(frames).zip(nets) {
+            *d = self.decide(from, net, f, now);
             if *d == Dest::Drop {
                 bump(&ingress.stats.drop_spoofed);
                 continue;
             }
-            if between_uplinks_refused && self.reaches_other_uplink(from, *d) {
+            if between_uplinks_refused && self.reaches_other_uplink(from, net, *d) {
                 // Rule 6: counted once per frame; what also reaches a device goes on there.
                 bump(&ingress.stats.drop_uplink_to_uplink);
                 if !self.reaches_device(*d) {
@@ -748,13 +915,23 @@ impl Fabric {
     }
 
     /// Deliver a decided chunk; `skip_devices`: unicast device frames were delivered already.
-    fn deliver(&self, from: PortId, dest: &[Dest], chunk: &[&[u8]], skip_devices: bool) {
-        for (d, f) in dest.iter().zip(chunk) {
+    /// Frame `i` is in network `nets[i]`: a flood reaches that network's ports only.
+    fn deliver(
+        &self,
+        from: PortId,
+        dest: &[Dest],
+        nets: &[NetId],
+        chunk: &[&[u8]],
+        skip_devices: bool,
+    ) {
+        for ((d, f), &net) in dest.iter().zip(chunk).zip(nets) {
             match *d {
                 Dest::Port(p) if !skip_devices => self.deliver_to_device(p, f),
                 Dest::All => {
                     for (p, port) in self.ports.iter().enumerate() {
-                        if p != from && matches!(port.kind, PortKind::Device { .. }) {
+                        if p != from
+                            && matches!(port.kind, PortKind::Device { net: n, .. } if n == net)
+                        {
                             self.deliver_to_device(p, f);
                         }
                     }
@@ -768,23 +945,52 @@ impl Fabric {
                 continue;
             }
             let mut out: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+            let mut out_nets = [0; IO_BATCH];
             let mut n = 0;
-            for (d, f) in dest.iter().zip(chunk) {
-                if matches!(*d, Dest::All | Dest::Uplinks) || *d == Dest::Port(u) {
+            for ((d, f), &net) in dest.iter().zip(chunk).zip(nets) {
+                if matches!(*d, Dest::All | Dest::Uplinks) && self.carries(u, net)
+                    || *d == Dest::Port(u)
+                {
                     out[n] = f;
+                    out_nets[n] = net;
                     n += 1;
                 }
             }
             if n > 0 {
-                self.send_uplink(u, &out[..n]);
+                self.send_uplink(u, &out[..n], &out_nets[..n]);
             }
         }
     }
 
-    fn send_uplink(&self, id: PortId, frames: &[&[u8]]) {
+    /// Frame `i` is in network `nets[i]`: tagged with it on a trunk uplink.
+    fn send_uplink(&self, id: PortId, frames: &[&[u8]], nets: &[NetId]) {
         let port = &self.ports[id];
-        let PortKind::Uplink { uplink } = &port.kind else {
+        let PortKind::Uplink {
+            uplink,
+            nets: carried,
+        } = &port.kind
+        else {
             return;
+        };
+        let tagged: Vec<Vec<u8>>;
+        let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+        let frames = match carried {
+            UplinkNets::Untagged(_) => frames,
+            UplinkNets::Tagged(_) => {
+                tagged = frames
+                    .iter()
+                    .zip(nets)
+                    .map(|(f, &net)| {
+                        let mut out = Vec::new();
+                        network::tag_into(f, net, &mut out);
+                        out
+                    })
+                    .collect();
+                for (s, t) in slices.iter_mut().zip(&tagged) {
+                    *s = t;
+                }
+                &slices[..tagged.len()]
+            }
         };
         let sent = match uplink.send_batch(frames) {
             Ok(n) => n,
@@ -804,3 +1010,6 @@ mod tests;
 
 #[cfg(test)]
 mod security_tests;
+
+#[cfg(test)]
+mod network_tests;

@@ -20,7 +20,9 @@ const IP_B: [u8; 4] = [10, 0, 0, 2];
 fn two_devices() -> (Arc<Fabric>, DevicePort, DevicePort) {
     let mut b = FabricBuilder::new();
     let security = Some(PortSecurity::new(A, &[IpAddr::from(IP_A)]));
-    let a = b.add_device_with(A, DeviceOptions { security }).unwrap();
+    let a = b
+        .add_device_with(A, DeviceOptions { security, net: 0 })
+        .unwrap();
     let bb = b.add_device(B).unwrap();
     b.name_port(a, "vm-a");
     let f = b.build();

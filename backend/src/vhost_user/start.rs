@@ -218,7 +218,7 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     };
     let mut b = FabricBuilder::new();
     b.forward_between_uplinks(fc.forward_between_uplinks);
-    for spec in &fc.uplinks {
+    for (i, spec) in fc.uplinks.iter().enumerate() {
         let u = spec
             .open_for_mtu(first.mtu)
             .map_err(|source| StartError::Uplink {
@@ -226,7 +226,8 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
                 source,
             })?;
         info!("fabric uplink {spec}");
-        let id = b.add_uplink(Arc::from(u));
+        let nets = fc.uplink_nets.get(i).cloned().unwrap_or_default();
+        let id = b.add_uplink_with(Arc::from(u), nets);
         b.name_port(id, spec.to_string());
     }
     if let Some(path) = &first.pcap {
@@ -239,7 +240,8 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
         // Spec §16.3: an address list turns on port security.
         let security =
             (!d.fabric_port.ips.is_empty()).then(|| PortSecurity::new(d.mac, &d.fabric_port.ips));
-        let id = b.add_device_with(d.mac, DeviceOptions { security })?;
+        let net = d.fabric_port.net;
+        let id = b.add_device_with(d.mac, DeviceOptions { security, net })?;
         b.name_port(id, device_label(&d.socket_path));
         ids.push(id);
     }
