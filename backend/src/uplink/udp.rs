@@ -207,7 +207,7 @@ impl UdpUplink {
 
     /// Did a datagram with source `from` come from the configured remote? (An IPv4 remote
     /// matches its IPv4-mapped form on a dual-stack socket.)
-    fn from_remote(&self, from: Option<SocketAddr>) -> bool {
+    fn is_remote(&self, from: Option<SocketAddr>) -> bool {
         from.is_some_and(|f| {
             f.port() == self.remote.port()
                 && f.ip().to_canonical() == self.remote.ip().to_canonical()
@@ -242,7 +242,7 @@ impl UdpUplink {
                     _ => return Err(UplinkError::Recv(e)),
                 }
             }
-            if !self.from_remote(socket_addr_of(&ss, len)) {
+            if !self.is_remote(socket_addr_of(&ss, len)) {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -439,7 +439,7 @@ impl UdpUplink {
             if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 continue;
             }
-            if !self.from_remote(socket_addr_of(&names[slot], m.msg_hdr.msg_namelen)) {
+            if !self.is_remote(socket_addr_of(&names[slot], m.msg_hdr.msg_namelen)) {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
