@@ -306,3 +306,32 @@ fn owns_knows_every_form_of_the_addresses() {
     assert!(!p.owns(IpAddr::V4(OTHER4.into())));
     assert!(!p.owns(IpAddr::V6(other6())));
 }
+
+/// Untrusted input: every prefix of every kind of frame, and every single-byte corruption of
+/// its headers, gets an answer (no panic, no over-read).
+#[test]
+fn truncated_and_corrupt_frames_get_an_answer() {
+    let p = policy();
+    let mut hbh = vec![58u8, 0, 5, 2, 0, 0, 1, 0];
+    hbh.extend_from_slice(&[143, 0, 0, 0, 0, 0, 0, 0]);
+    let frames = [
+        arp(MAC, IP4),
+        ipv4(IP4, 17, &udp(0xc000, 4791)),
+        ipv4([0; 4], 17, &udp(68, 67)),
+        ipv6(ip6(), 58, &nd(136, Some(ip6()), &[(2, MAC)])),
+        ipv6(Ipv6Addr::UNSPECIFIED, 0, &hbh),
+        ipv6(ip6(), 17, &udp(0xc000, 4791)),
+    ];
+    for f in &frames {
+        for len in 0..=f.len() {
+            let _ = p.check(&f[..len]);
+        }
+        for i in 12..f.len().min(14 + 64) {
+            for v in [0u8, 0xff, 0x3a, 0x11] {
+                let mut g = f.clone();
+                g[i] = v;
+                let _ = p.check(&g);
+            }
+        }
+    }
+}
