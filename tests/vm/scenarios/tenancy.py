@@ -43,11 +43,16 @@ def claiming_a_neighbours_ip_gets_nothing(ctx):
     try:
         # The attacker's rdma_cm server on the claimed address (its kernel adds the GID).
         evil = attacker.spawn("rping -s -a %s -v -C 3" % victim.ip, timeout=120)
+        # The client knows the victim (both guests answer its ARP request; the victim's
+        # answer is the one that may arrive) ...
         run_ok(client, "ip neigh flush dev eth0")
+        run_ok(client, "ping -c 2 -W 5 %s" % victim.ip, timeout=60)
+        # ... and the attacker announces the address as its own once the kernel's ARP
+        # locktime (1 s) has passed: Linux then updates an existing entry from a gratuitous
+        # ARP, which is the attack.
+        time.sleep(1.5)
         out = run_ok(attacker, "python3 %s eth0 %s 10" % (claim, victim.ip))
         expect_in("sent 10", out, "the attacker's gratuitous ARPs")
-        # The client resolves the address now: both guests answer, only the victim's
-        # answer may arrive.
         run_ok(client, "ping -c 2 -W 5 %s" % victim.ip, timeout=60)
         neigh = run_ok(client, "ip neigh show %s" % victim.ip)
         expect(victim.mac in neigh and attacker.mac not in neigh,
