@@ -38,12 +38,14 @@
 //! an ordinary frame and switched as one, whatever its EtherType or payload.
 
 pub mod bridge;
+mod builder;
 pub mod edge;
 pub mod learning;
 pub mod network;
 pub mod port;
 pub mod port_security;
 pub mod rxqueue;
+mod stats_text;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +55,7 @@ use std::time::Instant;
 use thiserror::Error;
 
 pub use bridge::Bridge;
+pub use builder::{DeviceOptions, FabricBuilder};
 pub use learning::MacTable;
 pub use network::{NetId, UplinkNets};
 pub use port::DevicePort;
@@ -166,149 +169,6 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
-/// How a device port is attached (spec §16.3).
-#[derive(Debug, Clone, Default)]
-pub struct DeviceOptions {
-    /// The device's address list: `Some` turns on port security.
-    pub security: Option<PortSecurity>,
-    /// The device's network (default 0).
-    pub net: NetId,
-}
-
-/// Collects the ports, then [`FabricBuilder::build`]s the fabric.
-#[derive(Default)]
-pub struct FabricBuilder {
-    ports: Vec<Port>,
-    capture: Option<Arc<PcapWriter>>,
-    between_uplinks: bool,
-}
-
-impl std::fmt::Debug for FabricBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FabricBuilder")
-            .field("ports", &self.ports.len())
-            .finish_non_exhaustive()
-    }
-}
-
-fn mac_string(mac: &MacAddr) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-impl FabricBuilder {
-    pub fn new() -> FabricBuilder {
-        FabricBuilder::default()
-    }
-
-    /// A device port with the device's (unicast) MAC, checked on its source MAC only.
-    pub fn add_device(&mut self, mac: MacAddr) -> Result<PortId, FabricError> {
-        self.add_device_with(mac, DeviceOptions::default())
-    }
-
-    /// A device port with the device's (unicast) MAC and `options` (spec §16.3).
-    pub fn add_device_with(
-        &mut self,
-        mac: MacAddr,
-        options: DeviceOptions,
-    ) -> Result<PortId, FabricError> {
-        let dup = self
-            .ports
-            .iter()
-            .any(|p| matches!(&p.kind, PortKind::Device { mac: m, .. } if *m == mac));
-        if dup {
-            return Err(FabricError::DuplicateMac(mac_string(&mac)));
-        }
-        let rx = RxQueue::new().map_err(|source| FabricError::Setup {
-            what: "a port's eventfd",
-            source,
-        })?;
-        self.ports.push(Port {
-            kind: PortKind::Device {
-                mac,
-                rx,
-                segments: AtomicBool::new(false),
-                refs: AtomicBool::new(false),
-                security: options.security,
-                net: options.net,
-            },
-            stats: FabricPortStats::default(),
-            name: format!("port{}", self.ports.len()),
-        });
-        Ok(self.ports.len() - 1)
-    }
-
-    /// An uplink port. Its frames come in through a [`Bridge`] ([`Fabric::start_bridges`]).
-    pub fn add_uplink(&mut self, uplink: Arc<dyn Uplink>) -> PortId {
-        self.add_uplink_with(uplink, UplinkNets::default())
-    }
-
-    /// An uplink port carrying `nets` (spec §16.3).
-    pub fn add_uplink_with(&mut self, uplink: Arc<dyn Uplink>, nets: UplinkNets) -> PortId {
-        self.ports.push(Port {
-            kind: PortKind::Uplink { uplink, nets },
-            stats: FabricPortStats::default(),
-            name: format!("port{}", self.ports.len()),
-        });
-        self.ports.len() - 1
-    }
-
-    /// Name port `id` in the counters (default `port<N>`).
-    pub fn name_port(&mut self, id: PortId, name: impl Into<String>) {
-        if let Some(p) = self.ports.get_mut(id) {
-            p.name = name.into();
-        }
-    }
-
-    /// Capture every frame the fabric switches, once, as it enters (`--pcap`).
-    pub fn capture(&mut self, writer: Arc<PcapWriter>) {
-        self.capture = Some(writer);
-    }
-
-    /// Let frames from one uplink port leave through another (rule 6; off by default,
-    /// `--forward-between-uplinks`).
-    pub fn forward_between_uplinks(&mut self, on: bool) {
-        self.between_uplinks = on;
-    }
-
-    pub fn build(self) -> Arc<Fabric> {
-        let mut devices = HashMap::new();
-        let mut uplinks = Vec::new();
-        for (i, p) in self.ports.iter().enumerate() {
-            match &p.kind {
-                PortKind::Device { mac, .. } => {
-                    devices.insert(*mac, i);
-                }
-                PortKind::Uplink { .. } => uplinks.push(i),
-            }
-        }
-        // Learning only where a network has two or more uplinks to choose between.
-        let mut uplinks_per_net: HashMap<NetId, usize> = HashMap::new();
-        for p in &self.ports {
-            if let PortKind::Uplink { nets, .. } = &p.kind {
-                for n in nets.list() {
-                    *uplinks_per_net.entry(n).or_default() += 1;
-                }
-            }
-        }
-        let learned = uplinks_per_net
-            .into_iter()
-            .filter(|&(_, count)| count > 1)
-            .map(|(n, _)| (n, Mutex::new(MacTable::new())))
-            .collect();
-        Arc::new(Fabric {
-            ports: self.ports,
-            devices,
-            uplinks,
-            learned,
-            capture: self.capture,
-            between_uplinks: self.between_uplinks,
-        })
-    }
-}
-
 impl Fabric {
     /// The [`Uplink`] the device on port `id` uses.
     pub fn device_port(self: &Arc<Self>, id: PortId) -> Result<DevicePort, FabricError> {
@@ -339,127 +199,6 @@ impl Fabric {
     /// The counters of port `id`.
     pub fn port_stats(&self, id: PortId) -> Option<&FabricPortStats> {
         self.ports.get(id).map(|p| &p.stats)
-    }
-
-    /// Every port's counters in the Prometheus text format (appended to each device's
-    /// `<socket>.stats` answer on a fabric daemon).
-    pub fn render_stats(&self) -> String {
-        use std::fmt::Write;
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut out = String::new();
-        let kind = |p: &Port| match p.kind {
-            PortKind::Device { .. } => "device",
-            PortKind::Uplink { .. } => "uplink",
-        };
-        let _ = writeln!(
-            out,
-            "# HELP vrdma_fabric_frames_total Frames switched by the daemon's fabric, per port: \
-             in = entered from the port, out = delivered to it."
-        );
-        let _ = writeln!(out, "# TYPE vrdma_fabric_frames_total counter");
-        for p in &self.ports {
-            for (dir, c) in [("in", &p.stats.in_frames), ("out", &p.stats.out_frames)] {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_frames_total{{port=\"{}\",kind=\"{}\",dir=\"{dir}\"}} {}",
-                    p.name,
-                    kind(p),
-                    c.load(Relaxed)
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
-             refused at ingress (source MAC), full = the port's queue or uplink had no room, \
-             bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC, stale_ref = a \
-             by-reference segment the sender fenced before it left; vlan_tagged, spoofed_arp, \
-             spoofed_ip, spoofed_nd, spoofed_gid = refused by a device port's address list \
-             (spec §16.3); uplink_to_uplink = a frame from an uplink not forwarded to another \
-             uplink (off by default); foreign_source = a UDP datagram from another source than \
-             the uplink's remote (spec §16.3)."
-        );
-        let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
-        for p in &self.ports {
-            for (why, c) in [
-                ("spoofed", &p.stats.drop_spoofed),
-                ("full", &p.stats.drop_full),
-                ("bad_icrc", &p.stats.drop_bad_icrc),
-                ("stale_ref", &p.stats.drop_stale_ref),
-                ("uplink_to_uplink", &p.stats.drop_uplink_to_uplink),
-                ("unknown_vlan", &p.stats.drop_unknown_vlan),
-            ]
-            .into_iter()
-            .chain(
-                Violation::ALL
-                    .iter()
-                    .map(|v| (v.label(), &p.stats.drop_security[v.index()])),
-            ) {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_drops_total{{port=\"{}\",kind=\"{}\",reason=\"{why}\"}} {}",
-                    p.name,
-                    kind(p),
-                    c.load(Relaxed)
-                );
-            }
-            if let PortKind::Uplink { uplink, .. } = &p.kind {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_drops_total{{port=\"{}\",kind=\"uplink\",reason=\"foreign_source\"}} {}",
-                    p.name,
-                    uplink.refused_sources()
-                );
-            }
-        }
-        self.render_networks(&mut out);
-        out
-    }
-
-    /// Spec §16.3: which networks each port carries, and per network the frames its device
-    /// ports sent into and received from the fabric.
-    fn render_networks(&self, out: &mut String) {
-        use std::fmt::Write;
-        use std::sync::atomic::Ordering::Relaxed;
-        let _ = writeln!(
-            out,
-            "# HELP vrdma_fabric_port_network The tenant networks of each fabric port (spec \
-             §16.3): 1 per port and network it belongs to (a device) or carries (an uplink)."
-        );
-        let _ = writeln!(out, "# TYPE vrdma_fabric_port_network gauge");
-        let mut per_net: std::collections::BTreeMap<NetId, (u64, u64)> = Default::default();
-        for p in &self.ports {
-            let (kind, nets) = match &p.kind {
-                PortKind::Device { net, .. } => {
-                    let e = per_net.entry(*net).or_default();
-                    e.0 += p.stats.in_frames.load(Relaxed);
-                    e.1 += p.stats.out_frames.load(Relaxed);
-                    ("device", vec![*net])
-                }
-                PortKind::Uplink { nets, .. } => ("uplink", nets.list()),
-            };
-            for net in nets {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_port_network{{port=\"{}\",kind=\"{kind}\",net=\"{net}\"}} 1",
-                    p.name
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP vrdma_fabric_network_frames_total Frames per tenant network: in = sent by \
-             its devices into the fabric, out = delivered to its devices."
-        );
-        let _ = writeln!(out, "# TYPE vrdma_fabric_network_frames_total counter");
-        for (net, (i, o)) in per_net {
-            for (dir, c) in [("in", i), ("out", o)] {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_network_frames_total{{net=\"{net}\",dir=\"{dir}\"}} {c}"
-                );
-            }
-        }
     }
 
     pub(crate) fn rx_queue(&self, id: PortId) -> Option<&RxQueue> {
