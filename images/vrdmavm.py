@@ -810,10 +810,14 @@ class Cluster:
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
-                 rust_log=None, shell=None, pcap=0):
+                 rust_log=None, shell=None, pcap=0, nets=None):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
+        # nets: the fabric's tenant network of each guest (spec §16.3), default all 0
+        if nets is not None and (len(nets) != n or uplink not in ("fabric", "fabric+tap")):
+            raise ValueError("nets: one network per guest, on a fabric uplink only")
+        self.nets = None if nets is None else [int(x) for x in nets]
         if uplink not in UPLINKS:
             raise ValueError("uplink must be one of %s" % (UPLINKS,))
         if uplink == "udp" and n > 2 and any(k != "none" for k in kinds):
@@ -951,11 +955,16 @@ class Cluster:
         return self
 
     def fabric_backend_cmd(self):
-        """The shared daemon's command line: one --device per vrdma guest."""
+        """The shared daemon's command line: one --device per vrdma guest, with the guest's
+        address (port security, spec §16.3: the fabric drops the frames of a guest that claims
+        another address) and, if the cluster has networks, its network."""
         cmd = [self.backend]
         for vm in self.vms:
             if vm.kind == "vrdma":
-                cmd += ["--device", "socket=%s,mac=%s" % (vm.vu_sock, vm.mac)]
+                spec = "socket=%s,mac=%s,ip=%s" % (vm.vu_sock, vm.mac, vm.ip)
+                if self.nets is not None:
+                    spec += ",net=%d" % self.nets[vm.index]
+                cmd += ["--device", spec]
         if self.uplink == "fabric+tap":
             cmd += ["--uplink", "tap:" + FABRIC_TAP]
         elif self.fabric_udp:

@@ -298,3 +298,66 @@ fn an_impaired_port_and_a_plain_one_on_one_fabric() {
     ea.stop();
     eb.stop();
 }
+
+/// Spec §16.3: the engine's own RoCEv2 frames enter the switch through the same ingress as the
+/// guest's netdev frames. A guest that entered a neighbour's address as its GID (ADD_GID is not
+/// policed) gets none of its RC packets (single frames or segments) past its port: they are
+/// counted as spoofed_gid, the target device receives nothing from it and its memory stays
+/// as it was, while an honest device's WRITE to the same target lands.
+#[test]
+fn an_engine_cannot_send_from_another_devices_address() {
+    use vrdma_backend::fabric::{DeviceOptions, PortSecurity, Violation};
+    let mut n1 = Node::new(1, 32, 9000);
+    let mut n2 = Node::new(2, 32, 9000);
+    // Device 3's guest claims device 1's address 10.0.0.1.
+    let mut n3 = Node::with_gid(3, 32, 9000, gid_v4([10, 0, 0, 1]));
+    let mut c12 = WriteConn::new(&mut n1, &mut n2, 1 << 20, 12);
+    let mut c32 = WriteConn::new(&mut n3, &mut n2, 1 << 20, 32);
+    let mut b = FabricBuilder::new();
+    let ids: Vec<usize> = [(n1.mac, 1u8), (n2.mac, 2), (n3.mac, 3)]
+        .iter()
+        .map(|&(mac, host)| {
+            let ip = std::net::IpAddr::from([10, 0, 0, host]);
+            let security = Some(PortSecurity::new(mac, &[ip]));
+            b.add_device_with(mac, DeviceOptions { security, net: 0 })
+                .expect("device port")
+        })
+        .collect();
+    let fabric = b.build();
+    let engines: Vec<Engine> = [&mut n1, &mut n2, &mut n3]
+        .into_iter()
+        .zip(&ids)
+        .map(|(n, &id)| {
+            let port = fabric.device_port(id).expect("port").with_segments();
+            Engine::start(detach(n), Arc::new(port)).expect("engine")
+        })
+        .collect();
+    let refused = |p: usize| {
+        fabric.port_stats(p).unwrap().drop_security[Violation::Gid.index()].load(Ordering::Relaxed)
+    };
+    start_write(&n3, &mut c32, &engines[2]);
+    let start = Instant::now();
+    while refused(ids[2]) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "device 3's packets were not refused"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    start_write(&n1, &mut c12, &engines[0]);
+    wait_write(&mut n1, &n2, &mut c12);
+    let s3 = fabric.port_stats(ids[2]).unwrap();
+    assert_eq!(
+        s3.in_frames.load(Ordering::Relaxed),
+        0,
+        "nothing of device 3 got in"
+    );
+    assert_eq!(refused(ids[0]), 0, "the honest device's packets all passed");
+    assert!(
+        n2.read(c32.dst, c32.len as usize).iter().all(|&b| b == 0),
+        "device 3's WRITE target is untouched"
+    );
+    for e in engines {
+        e.stop();
+    }
+}

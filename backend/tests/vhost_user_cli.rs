@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
 use vrdma_backend::cli::{Args, CliError, Config, DaemonConfig};
+use vrdma_backend::fabric::UplinkNets;
 use vrdma_backend::uplink::UplinkSpec;
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -672,4 +673,68 @@ fn binary_serves_several_devices_and_removes_every_socket() {
     for s in &socks {
         assert!(!s.exists(), "{} removed on exit", s.display());
     }
+}
+
+/// Spec §16.3: `ip=` / `net=` per device and `--forward-between-uplinks` reach the
+/// configuration; bad values are refused with a message naming the problem.
+#[test]
+fn tenant_options_parse() {
+    let d = tmpdir("tenant");
+    let a = format!(
+        "socket={},mac=52:54:00:00:00:01,net=3,ip=10.0.0.1,ip=fd00::1",
+        d.join("a").display()
+    );
+    let c = daemon(&["--device", &a]).unwrap();
+    assert_eq!(c.devices[0].fabric_port.net, 3);
+    assert_eq!(c.devices[0].fabric_port.ips.len(), 2);
+    assert!(!c.fabric.as_ref().unwrap().forward_between_uplinks);
+    let c = daemon(&["--device", &a, "--forward-between-uplinks"]).unwrap();
+    assert!(c.fabric.unwrap().forward_between_uplinks);
+    // Only with --device.
+    assert_eq!(
+        daemon(&[
+            "--socket-path",
+            "/tmp/x.sock",
+            "--mac",
+            "52:54:00:00:00:09",
+            "--forward-between-uplinks"
+        ]),
+        Err(CliError::BetweenUplinksNeedFabric)
+    );
+    // An uplink's networks.
+    let up = "udp:local=127.0.0.1:5000,remote=127.0.0.1:5001";
+    let trunk = format!("{up},vlans=5+3");
+    let c = daemon(&[
+        "--device",
+        &a,
+        "--uplink",
+        &trunk,
+        "--uplink",
+        "tap:vr0,net=3",
+    ])
+    .unwrap();
+    let f = c.fabric.unwrap();
+    assert_eq!(f.uplinks[0], up.parse::<UplinkSpec>().unwrap());
+    assert_eq!(
+        f.uplink_nets,
+        vec![UplinkNets::Tagged(vec![3, 5]), UplinkNets::Untagged(3)]
+    );
+    let e = daemon(&["--device", &a, "--uplink", &format!("{up},vlans=0")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("priority tag"), "{e}");
+    let legacy = ["--socket-path", "/tmp/x.sock", "--mac", "52:54:00:00:00:09"];
+    let mut with_net = legacy.to_vec();
+    let netted = format!("{up},net=2");
+    with_net.extend(["--uplink", &netted]);
+    assert_eq!(daemon(&with_net), Err(CliError::NetworksNeedFabric));
+    let bad = format!(
+        "socket={},mac=52:54:00:00:00:01,ip=10.0.0.300",
+        d.join("b").display()
+    );
+    let e = daemon(&["--device", &bad]).unwrap_err().to_string();
+    assert!(
+        e.contains("ip=\"10.0.0.300\" is not an IPv4 or IPv6 address"),
+        "{e}"
+    );
 }

@@ -70,7 +70,7 @@ class CommandLines(unittest.TestCase):
         bc = c.fabric_backend_cmd()
         self.assertEqual(bc[0], "/b")
         self.assertEqual(opt(bc, "--device"), [
-            "socket=%s,mac=%s" % (vm.vu_sock, vm.mac) for vm in c.vms[:2]])
+            "socket=%s,mac=%s,ip=%s" % (vm.vu_sock, vm.mac, vm.ip) for vm in c.vms[:2]])
         self.assertNotIn("--socket-path", bc)
         d, g = c.fabric_udp
         self.assertEqual(opt(bc, "--uplink"), [
@@ -101,6 +101,17 @@ class CommandLines(unittest.TestCase):
         self.assertEqual(len(opt(bc, "--device")), 2)
         q2 = c[2].qemu_cmd()
         self.assertEqual(opt(q2, "-netdev"), ["tap,id=n0,ifname=vrtap2,script=no,downscript=no"])
+
+    def test_fabric_networks(self):
+        c = self.cluster(n=3, kind="vrdma", nets=[0, 0, 7])
+        c._setup_net()
+        self.assertEqual(opt(c.fabric_backend_cmd(), "--device"), [
+            "socket=%s,mac=%s,ip=%s,net=%d" % (vm.vu_sock, vm.mac, vm.ip, n)
+            for vm, n in zip(c.vms, [0, 0, 7])])
+        with self.assertRaises(ValueError):
+            self.cluster(n=3, kind="vrdma", nets=[0, 1])
+        with self.assertRaises(ValueError):
+            self.cluster(n=2, kind="vrdma", uplink="tap", nets=[0, 1])
 
     def test_udp_needs_two(self):
         with self.assertRaises(ValueError):

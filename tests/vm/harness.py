@@ -53,6 +53,10 @@ TOPOLOGIES = {
     # each QP on one of them, worker 0 handing received frames on)
     "G": dict(kind=["vrdma", "vrdma"], uplink="fabric",
               backend_args=["--payload-refs", "--engine-threads", "2"]),
+    # tenants on one daemon (spec §16.3): three guests with port security (the launcher's ip=)
+    "H": dict(kind=["vrdma", "vrdma", "vrdma"], uplink="fabric"),
+    # two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5
+    "I": dict(kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
 }
 
 # Kernel messages that mean the guest is unhealthy.
@@ -192,13 +196,14 @@ def ib_dev(vm):
 
 class Context:
     """What a scenario gets: the guests (a, b unless the topology has one guest, and, in
-    three-guest topologies, c) and a place for its notes."""
+    three- and four-guest topologies, c and d) and a place for its notes."""
 
     def __init__(self, cluster, results):
         self.cluster = cluster
         self.a = cluster.vms[0]
         self.b = cluster.vms[1] if len(cluster.vms) > 1 else None
         self.c = cluster.vms[2] if len(cluster.vms) > 2 else None
+        self.d = cluster.vms[3] if len(cluster.vms) > 3 else None
         self.results = results
         self.notes = []
 

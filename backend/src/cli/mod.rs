@@ -4,17 +4,21 @@
 //! Every option is documented in `--help`; the test-only `--impair` option says so there.
 
 pub mod delay;
+pub mod device_spec;
+pub mod uplink_nets;
 
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use thiserror::Error;
 
+use crate::fabric::UplinkNets;
 use crate::memory::OdpConfig;
 use crate::tables::config::guid_from_mac;
 use crate::tables::DeviceConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
 use delay::DelaySpec;
+pub use device_spec::{DeviceSpec, FabricPortConfig};
 use vrdma_spec::{VRDMA_ODP_CHUNK_SHIFT_MAX, VRDMA_ODP_CHUNK_SHIFT_MIN};
 
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
@@ -81,6 +85,10 @@ pub enum CliError {
     BadDevice { spec: String, reason: String },
     #[error("more than one --uplink needs the fabric: describe the devices with --device")]
     UplinksNeedFabric,
+    #[error("--forward-between-uplinks needs the fabric: describe the devices with --device")]
+    BetweenUplinksNeedFabric,
+    #[error("an uplink's net= or vlans= needs the fabric: describe the devices with --device")]
+    NetworksNeedFabric,
     #[error("this command line describes devices on a fabric, not one device")]
     NotSingleDevice,
     #[error("invalid --delay-commands {spec:?}: {reason}")]
@@ -119,20 +127,33 @@ pub struct Args {
     )]
     pub mac: Option<String>,
 
-    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC[,max-host-memory=BYTES]`
-    /// (its vhost-user socket, port MAC and, optionally, its own host-memory bound instead of
-    /// --max-host-memory-per-device). Repeat for more devices; they share an in-process Ethernet switch, to which
-    /// every --uplink is connected as another port (instead of --socket-path and --mac).
+    /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC[,net=N][,ip=ADDR]...
+    /// [,max-host-memory=BYTES]` (its vhost-user socket, port MAC and, optionally, its own
+    /// host-memory bound instead of --max-host-memory-per-device). Repeat for more devices; they share an in-process
+    /// Ethernet switch, to which every --uplink is connected as another port (instead of
+    /// --socket-path and --mac). `ip=` (repeatable, IPv4 or IPv6) turns on port security: the
+    /// device may then send only from its MAC, these addresses and the link-local address of
+    /// its MAC (ARP, IP, neighbour discovery, RoCE source GID; no VLAN tags). Without `ip=`
+    /// only the source MAC is checked: the device can claim any IP address on its network.
     #[arg(long, value_name = "SPEC")]
     pub device: Vec<String>,
 
     /// Uplink carrying the Ethernet frames: `udp:local=ADDR:PORT,remote=ADDR:PORT` (frames
-    /// tunnelled in UDP datagrams, like QEMU's -netdev dgram) or `tap:NAME` (a TAP interface).
+    /// tunnelled in UDP datagrams, like QEMU's -netdev dgram; datagrams from any other source
+    /// than the remote are dropped) or `tap:NAME` (a TAP interface). With --device, append
+    /// `,net=N` (the uplink carries tenant network N untagged; default 0) or `,vlans=N1+N2`
+    /// (networks N1, N2 as 802.1Q VLANs N1, N2; untagged or other frames dropped).
     /// Without it frames sent by the guest are dropped and nothing is received (on a fabric:
     /// only the daemon's devices are reachable). Repeatable with --device (each uplink is a
     /// port of the fabric).
     #[arg(long, value_name = "SPEC")]
     pub uplink: Vec<String>,
+
+    /// With --device and two or more uplinks: let a frame that came in on one uplink leave
+    /// through another (the daemon then bridges the networks its uplinks reach). Off by
+    /// default: frames from an uplink go to the daemon's devices only (spec §16.3).
+    #[arg(long)]
+    pub forward_between_uplinks: bool,
 
     /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
@@ -322,6 +343,8 @@ pub struct Config {
     pub engine: crate::transport::engine::EngineOptions,
     /// `--payload-refs`.
     pub payload_refs: bool,
+    /// `--device ...,net=N,ip=ADDR`: the device's fabric port (spec §16.3).
+    pub fabric_port: FabricPortConfig,
 }
 
 impl Config {
@@ -342,6 +365,7 @@ impl Config {
             pcap_max_bytes: None,
             engine: Default::default(),
             payload_refs: false,
+            fabric_port: FabricPortConfig::default(),
         }
     }
 }
@@ -363,6 +387,10 @@ pub struct DaemonConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FabricConfig {
     pub uplinks: Vec<UplinkSpec>,
+    /// The networks of `uplinks[i]` (spec §16.3), same length.
+    pub uplink_nets: Vec<UplinkNets>,
+    /// `--forward-between-uplinks`.
+    pub forward_between_uplinks: bool,
 }
 
 impl DaemonConfig {
@@ -386,38 +414,6 @@ fn parse_uplink(s: &str) -> Result<UplinkSpec, CliError> {
         }
     }
     Ok(spec)
-}
-
-/// `socket=PATH,mac=MAC[,max-host-memory=BYTES]` of `--device`.
-fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6], Option<u64>), CliError> {
-    let bad = |reason: String| CliError::BadDevice {
-        spec: spec.to_string(),
-        reason,
-    };
-    let (mut socket, mut mac, mut memory) = (None, None, None);
-    for kv in spec.split(',') {
-        match kv.split_once('=') {
-            Some(("socket", v)) if socket.is_none() => socket = Some(PathBuf::from(v)),
-            Some(("mac", v)) if mac.is_none() => {
-                mac = Some(parse_mac(v).map_err(|e| bad(e.to_string()))?)
-            }
-            Some(("max-host-memory", v)) if memory.is_none() => {
-                memory = Some(host_memory(v).map_err(|e| bad(e.to_string()))?)
-            }
-            Some(("socket" | "mac" | "max-host-memory", _)) => {
-                return Err(bad(format!("{kv:?} given twice")))
-            }
-            _ => {
-                return Err(bad(format!(
-                    "unknown key in {kv:?} (expected socket=, mac=, max-host-memory=)"
-                )))
-            }
-        }
-    }
-    let socket = socket.ok_or_else(|| bad("socket=PATH missing".to_string()))?;
-    let mac = mac.ok_or_else(|| bad("mac=MAC missing".to_string()))?;
-    check_socket_path(&socket).map_err(|e| bad(e.to_string()))?;
-    Ok((socket, mac, memory))
 }
 
 /// A host-memory byte count of the command line (at least [`MIN_HOST_MEMORY`]).
@@ -460,11 +456,17 @@ impl TryFrom<Args> for DaemonConfig {
     type Error = CliError;
 
     fn try_from(args: Args) -> Result<Self, Self::Error> {
-        let mut uplinks = args
-            .uplink
-            .iter()
-            .map(|s| parse_uplink(s))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut uplinks = Vec::new();
+        let mut uplink_nets = Vec::new();
+        for text in &args.uplink {
+            let (spec, nets) =
+                uplink_nets::split_uplink_nets(text).map_err(|reason| CliError::BadUplink {
+                    spec: text.clone(),
+                    reason,
+                })?;
+            uplinks.push(parse_uplink(&spec)?);
+            uplink_nets.push(nets);
+        }
         let template = shared_options(&args)?;
         if args.device.is_empty() {
             let (bounds, total) = host_memory_bounds(&args, &[None], true)?;
@@ -473,6 +475,12 @@ impl TryFrom<Args> for DaemonConfig {
             check_socket_path(&socket_path)?;
             if uplinks.len() > 1 {
                 return Err(CliError::UplinksNeedFabric);
+            }
+            if args.forward_between_uplinks {
+                return Err(CliError::BetweenUplinksNeedFabric);
+            }
+            if uplink_nets.iter().any(|n| *n != UplinkNets::default()) {
+                return Err(CliError::NetworksNeedFabric);
             }
             let device = Config {
                 socket_path,
@@ -490,14 +498,18 @@ impl TryFrom<Args> for DaemonConfig {
         let parsed = args
             .device
             .iter()
-            .map(|spec| parse_device(spec))
+            .map(|spec| device_spec::parse_device(spec))
             .collect::<Result<Vec<_>, _>>()?;
-        let overrides: Vec<Option<u64>> = parsed.iter().map(|p| p.2).collect();
+        let overrides: Vec<Option<u64>> = parsed.iter().map(|p| p.max_host_memory).collect();
         let (bounds, total) = host_memory_bounds(&args, &overrides, false)?;
         let mut devices: Vec<Config> = Vec::new();
-        for ((spec, (socket_path, mac, _)), max_host_memory) in
-            args.device.iter().zip(parsed).zip(bounds)
-        {
+        for ((spec, parsed), max_host_memory) in args.device.iter().zip(parsed).zip(bounds) {
+            let DeviceSpec {
+                socket: socket_path,
+                mac,
+                port: fabric_port,
+                ..
+            } = parsed;
             let bad = |reason: &str| CliError::BadDevice {
                 spec: spec.clone(),
                 reason: reason.to_string(),
@@ -512,13 +524,18 @@ impl TryFrom<Args> for DaemonConfig {
                 socket_path,
                 mac,
                 max_host_memory,
+                fabric_port,
                 ..template.clone()
             });
         }
         Ok(DaemonConfig {
             devices,
             max_host_memory: total,
-            fabric: Some(FabricConfig { uplinks }),
+            fabric: Some(FabricConfig {
+                uplinks,
+                uplink_nets,
+                forward_between_uplinks: args.forward_between_uplinks,
+            }),
         })
     }
 }
@@ -598,6 +615,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
             threads: usize::from(args.engine_threads),
         },
         payload_refs: args.payload_refs,
+        fabric_port: FabricPortConfig::default(),
     })
 }
 

@@ -8,11 +8,23 @@
 //! Switching rules, per frame (spec §16.2):
 //! 1. Shorter than an Ethernet header, or a group source MAC: dropped.
 //! 2. Ingress filter: a device port sends only with its own MAC as source; an uplink port never
-//!    with a local device's MAC. Otherwise dropped (`drop_spoofed`).
+//!    with a local device's MAC. Otherwise dropped (`drop_spoofed`). A device port with an
+//!    address list also sends only its own ARP / IP / ND / RoCE addresses and no VLAN tag
+//!    ([`port_security`], spec §16.3; `drop_security`, per reason).
 //! 3. Group destination (broadcast, multicast): every other port.
 //! 4. A local device's MAC: that device (never back to the port it came from).
 //! 5. Other unicast: the uplink port the MAC was learned on (learning only with two or more
 //!    uplinks, [`MacTable`]), else every uplink port but the ingress one.
+//! 6. A frame from an uplink port never leaves through another uplink port unless the fabric
+//!    was built with [`FabricBuilder::forward_between_uplinks`] (spec §16.3 "Uplink trust";
+//!    `drop_uplink_to_uplink`): the daemon is not a bridge between the networks it is
+//!    attached to.
+//!
+//! Networks (spec §16.3, [`network`]): every port belongs to one tenant network (a device) or
+//! carries one or several (an uplink, several as 802.1Q VLANs). The rules above apply within
+//! the frame's network only: a frame, a flood, a multicast and a learned MAC never cross
+//! networks (learning is per network). A port's network is fixed when the fabric is built; the
+//! switch compares it per frame.
 //!
 //! No spanning tree: two uplinks bridged to the same segment make a loop, as with any switch.
 //!
@@ -31,11 +43,15 @@
 //! an ordinary frame and switched as one, whatever its EtherType or payload.
 
 pub mod bridge;
+mod builder;
 pub mod edge;
 pub mod group_rate;
 pub mod learning;
+pub mod network;
 pub mod port;
+pub mod port_security;
 pub mod rxqueue;
+mod stats_text;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,8 +61,11 @@ use std::time::Instant;
 use thiserror::Error;
 
 pub use bridge::Bridge;
+pub use builder::{DeviceOptions, FabricBuilder};
 pub use learning::MacTable;
+pub use network::{NetId, UplinkNets};
 pub use port::DevicePort;
+pub use port_security::{PortSecurity, Violation};
 pub use rxqueue::RxQueue;
 
 use crate::stats::bump;
@@ -91,6 +110,14 @@ pub struct FabricPortStats {
     pub drop_over_share: AtomicU64,
     /// Broadcast and multicast frames from this port beyond its rate bound (spec §16.4).
     pub drop_bcast_rate: AtomicU64,
+    /// Frames from this (device) port refused by its port security (spec §16.3), per
+    /// [`Violation`] ([`Violation::index`]).
+    pub drop_security: [AtomicU64; Violation::ALL.len()],
+    /// Frames from this (uplink) port that did not go out of another uplink because
+    /// forwarding between uplinks is off (spec §16.3; rule 6).
+    pub drop_uplink_to_uplink: AtomicU64,
+    /// Frames from this (trunk uplink) port without an 802.1Q tag of one of its networks.
+    pub drop_unknown_vlan: AtomicU64,
 }
 
 enum PortKind {
@@ -103,9 +130,14 @@ enum PortKind {
         /// With `segments`: its engine sends payloads by reference (opt-in,
         /// [`DevicePort::with_payload_refs`]).
         refs: AtomicBool,
+        /// `Some`: the device's address list (spec §16.3); `None`: its source MAC only.
+        security: Option<PortSecurity>,
+        /// The device's network.
+        net: NetId,
     },
     Uplink {
         uplink: Arc<dyn Uplink>,
+        nets: UplinkNets,
     },
 }
 
@@ -134,9 +166,11 @@ pub struct Fabric {
     ports: Vec<Port>,
     devices: HashMap<MacAddr, PortId>,
     uplinks: Vec<PortId>,
-    /// Some with two or more uplinks.
-    learned: Option<Mutex<MacTable>>,
+    /// A table for each network that two or more uplinks carry.
+    learned: HashMap<NetId, Mutex<MacTable>>,
     capture: Option<Arc<PcapWriter>>,
+    /// Rule 6: frames from an uplink port may leave through another uplink port.
+    between_uplinks: bool,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -145,105 +179,6 @@ impl std::fmt::Debug for Fabric {
             .field("ports", &self.ports.len())
             .field("uplinks", &self.uplinks)
             .finish_non_exhaustive()
-    }
-}
-
-/// Collects the ports, then [`FabricBuilder::build`]s the fabric.
-#[derive(Default)]
-pub struct FabricBuilder {
-    ports: Vec<Port>,
-    capture: Option<Arc<PcapWriter>>,
-}
-
-impl std::fmt::Debug for FabricBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FabricBuilder")
-            .field("ports", &self.ports.len())
-            .finish_non_exhaustive()
-    }
-}
-
-fn mac_string(mac: &MacAddr) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-impl FabricBuilder {
-    pub fn new() -> FabricBuilder {
-        FabricBuilder::default()
-    }
-
-    /// A device port with the device's (unicast) MAC.
-    pub fn add_device(&mut self, mac: MacAddr) -> Result<PortId, FabricError> {
-        let dup = self
-            .ports
-            .iter()
-            .any(|p| matches!(&p.kind, PortKind::Device { mac: m, .. } if *m == mac));
-        if dup {
-            return Err(FabricError::DuplicateMac(mac_string(&mac)));
-        }
-        let rx = RxQueue::new().map_err(|source| FabricError::Setup {
-            what: "a port's eventfd",
-            source,
-        })?;
-        self.ports.push(Port {
-            kind: PortKind::Device {
-                mac,
-                rx,
-                segments: AtomicBool::new(false),
-                refs: AtomicBool::new(false),
-            },
-            stats: FabricPortStats::default(),
-            group_rate: group_rate::GroupRate::per_class(),
-            name: format!("port{}", self.ports.len()),
-        });
-        Ok(self.ports.len() - 1)
-    }
-
-    /// An uplink port. Its frames come in through a [`Bridge`] ([`Fabric::start_bridges`]).
-    pub fn add_uplink(&mut self, uplink: Arc<dyn Uplink>) -> PortId {
-        self.ports.push(Port {
-            kind: PortKind::Uplink { uplink },
-            stats: FabricPortStats::default(),
-            group_rate: group_rate::GroupRate::per_class(),
-            name: format!("port{}", self.ports.len()),
-        });
-        self.ports.len() - 1
-    }
-
-    /// Name port `id` in the counters (default `port<N>`).
-    pub fn name_port(&mut self, id: PortId, name: impl Into<String>) {
-        if let Some(p) = self.ports.get_mut(id) {
-            p.name = name.into();
-        }
-    }
-
-    /// Capture every frame the fabric switches, once, as it enters (`--pcap`).
-    pub fn capture(&mut self, writer: Arc<PcapWriter>) {
-        self.capture = Some(writer);
-    }
-
-    pub fn build(self) -> Arc<Fabric> {
-        let mut devices = HashMap::new();
-        let mut uplinks = Vec::new();
-        for (i, p) in self.ports.iter().enumerate() {
-            match &p.kind {
-                PortKind::Device { mac, .. } => {
-                    devices.insert(*mac, i);
-                }
-                PortKind::Uplink { .. } => uplinks.push(i),
-            }
-        }
-        let learned = (uplinks.len() > 1).then(|| Mutex::new(MacTable::new()));
-        Arc::new(Fabric {
-            ports: self.ports,
-            devices,
-            uplinks,
-            learned,
-            capture: self.capture,
-        })
     }
 }
 
@@ -260,7 +195,7 @@ impl Fabric {
     pub fn start_bridges(self: &Arc<Self>) -> Result<Vec<Bridge>, FabricError> {
         let mut out = Vec::new();
         for &id in &self.uplinks {
-            if let PortKind::Uplink { uplink } = &self.ports[id].kind {
+            if let PortKind::Uplink { uplink, .. } = &self.ports[id].kind {
                 if uplink.as_raw_fd() >= 0 {
                     out.push(Bridge::start(self.clone(), id, uplink.clone())?);
                 }
@@ -277,65 +212,6 @@ impl Fabric {
     /// The counters of port `id`.
     pub fn port_stats(&self, id: PortId) -> Option<&FabricPortStats> {
         self.ports.get(id).map(|p| &p.stats)
-    }
-
-    /// Every port's counters in the Prometheus text format (appended to each device's
-    /// `<socket>.stats` answer on a fabric daemon).
-    pub fn render_stats(&self) -> String {
-        use std::fmt::Write;
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut out = String::new();
-        let kind = |p: &Port| match p.kind {
-            PortKind::Device { .. } => "device",
-            PortKind::Uplink { .. } => "uplink",
-        };
-        let _ = writeln!(
-            out,
-            "# HELP vrdma_fabric_frames_total Frames switched by the daemon's fabric, per port: \
-             in = entered from the port, out = delivered to it."
-        );
-        let _ = writeln!(out, "# TYPE vrdma_fabric_frames_total counter");
-        for p in &self.ports {
-            for (dir, c) in [("in", &p.stats.in_frames), ("out", &p.stats.out_frames)] {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_frames_total{{port=\"{}\",kind=\"{}\",dir=\"{dir}\"}} {}",
-                    p.name,
-                    kind(p),
-                    c.load(Relaxed)
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP vrdma_fabric_drops_total Frames the fabric dropped, per port: spoofed = \
-             refused at ingress (source MAC), full = the port's queue or uplink had no room, \
-             bad_icrc = a RoCEv2 frame from an uplink with a wrong ICRC, stale_ref = a \
-             by-reference segment the sender fenced before it left, over_share = the port's \
-             frames dropped at a full device queue where it held the largest share (counted \
-             again as full at the destination), bcast_rate = broadcast or multicast beyond the \
-             port's rate bound."
-        );
-        let _ = writeln!(out, "# TYPE vrdma_fabric_drops_total counter");
-        for p in &self.ports {
-            for (why, c) in [
-                ("spoofed", &p.stats.drop_spoofed),
-                ("full", &p.stats.drop_full),
-                ("bad_icrc", &p.stats.drop_bad_icrc),
-                ("stale_ref", &p.stats.drop_stale_ref),
-                ("over_share", &p.stats.drop_over_share),
-                ("bcast_rate", &p.stats.drop_bcast_rate),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "vrdma_fabric_drops_total{{port=\"{}\",kind=\"{}\",reason=\"{why}\"}} {}",
-                    p.name,
-                    kind(p),
-                    c.load(Relaxed)
-                );
-            }
-        }
-        out
     }
 
     pub(crate) fn rx_queue(&self, id: PortId) -> Option<&RxQueue> {
@@ -376,7 +252,8 @@ impl Fabric {
     }
 
     /// The switching rules on the Ethernet addresses of `frame` (module documentation).
-    fn decide(&self, from: PortId, frame: &[u8], now: Option<Instant>) -> Dest {
+    /// `net`: the frame's network (its port's, or its tag's on a trunk uplink).
+    fn decide(&self, from: PortId, net: NetId, frame: &[u8], now: Option<Instant>) -> Dest {
         let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else {
             return Dest::Drop;
         };
@@ -400,7 +277,7 @@ impl Fabric {
                 if self.devices.contains_key(&s) {
                     return Dest::Drop;
                 }
-                if let (Some(t), Some(now)) = (&self.learned, now) {
+                if let (Some(t), Some(now)) = (self.learned.get(&net), now) {
                     t.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .learn(s, from, now);
@@ -411,14 +288,38 @@ impl Fabric {
             return Dest::All;
         }
         if let Some(&p) = self.devices.get(&d) {
-            return if p == from { Dest::Drop } else { Dest::Port(p) };
+            if self.device_net(p) == Some(net) {
+                return if p == from { Dest::Drop } else { Dest::Port(p) };
+            }
         }
-        if let (Some(t), Some(now)) = (&self.learned, now) {
+        if let (Some(t), Some(now)) = (self.learned.get(&net), now) {
             if let Some(p) = t.lock().unwrap_or_else(|p| p.into_inner()).lookup(&d, now) {
                 return if p == from { Dest::Drop } else { Dest::Port(p) };
             }
         }
         Dest::Uplinks
+    }
+
+    /// The network of device port `id`.
+    fn device_net(&self, id: PortId) -> Option<NetId> {
+        match self.ports.get(id)?.kind {
+            PortKind::Device { net, .. } => Some(net),
+            PortKind::Uplink { .. } => None,
+        }
+    }
+
+    /// Does port `id` carry network `net`?
+    fn carries(&self, id: PortId, net: NetId) -> bool {
+        match self.ports.get(id).map(|p| &p.kind) {
+            Some(PortKind::Device { net: n, .. }) => *n == net,
+            Some(PortKind::Uplink { nets, .. }) => nets.carries(net),
+            None => false,
+        }
+    }
+
+    /// `Instant::now()` if any network learns.
+    fn learning_now(&self) -> Option<Instant> {
+        (!self.learned.is_empty()).then(Instant::now)
     }
 
     fn deliver_to_device(&self, from: PortId, to: PortId, frame: &[u8]) {
@@ -455,14 +356,60 @@ impl Fabric {
     /// `send_batch`. Never blocks on a full queue or a busy uplink (those frames are dropped
     /// and counted).
     pub fn forward(&self, from: PortId, frames: &[&[u8]]) {
-        if from >= self.ports.len() {
+        let Some(port) = self.ports.get(from) else {
             return;
-        }
-        let now = self.learned.as_ref().map(|_| Instant::now());
-        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
+        };
+        let net = match &port.kind {
+            PortKind::Device { net, .. } => *net,
+            PortKind::Uplink {
+                nets: UplinkNets::Untagged(net),
+                ..
+            } => *net,
+            PortKind::Uplink {
+                nets: UplinkNets::Tagged(vlans),
+                ..
+            } => return self.forward_from_trunk(from, vlans, &port.stats, frames),
+        };
         for chunk in frames.chunks(IO_BATCH) {
+            self.forward_chunk(from, &[net; IO_BATCH][..chunk.len()], chunk);
+        }
+    }
+
+    /// Frames from a trunk uplink: each untagged by its tag and switched in that network;
+    /// without a tag of one of the uplink's networks, dropped and counted.
+    fn forward_from_trunk(
+        &self,
+        from: PortId,
+        vlans: &[NetId],
+        stats: &FabricPortStats,
+        frames: &[&[u8]],
+    ) {
+        for chunk in frames.chunks(IO_BATCH) {
+            let mut nets = [0; IO_BATCH];
+            let mut untagged: Vec<Vec<u8>> = Vec::with_capacity(chunk.len());
+            for f in chunk {
+                match network::vlan_of(f) {
+                    Some(v) if vlans.binary_search(&v).is_ok() => {
+                        nets[untagged.len()] = v;
+                        let mut out = Vec::new();
+                        network::untag_into(f, &mut out);
+                        untagged.push(out);
+                    }
+                    _ => bump(&stats.drop_unknown_vlan),
+                }
+            }
+            let slices: Vec<&[u8]> = untagged.iter().map(Vec::as_slice).collect();
+            self.forward_chunk(from, &nets[..slices.len()], &slices);
+        }
+    }
+
+    /// Switch one chunk (at most `IO_BATCH`) of borrowed frames, frame `i` in network `nets[i]`.
+    fn forward_chunk(&self, from: PortId, nets: &[NetId], chunk: &[&[u8]]) {
+        let now = self.learning_now();
+        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
+        {
             let mut dest = [Dest::Drop; IO_BATCH];
-            self.decide_chunk(from, chunk.iter().copied(), &mut dest, now);
+            self.decide_chunk(from, nets, chunk.iter().copied(), &mut dest, now);
             for (d, f) in dest.iter_mut().zip(chunk) {
                 // The devices trust what the fabric hands them: check a frame from the network
                 // once, here (spec §16.2).
@@ -472,7 +419,7 @@ impl Fabric {
                 }
             }
             self.capture_chunk(&dest[..chunk.len()], chunk.iter().copied());
-            self.deliver(from, &dest[..chunk.len()], chunk, false);
+            self.deliver(from, &dest[..chunk.len()], nets, chunk, false);
         }
     }
 
@@ -537,8 +484,18 @@ impl Fabric {
             recycle(refs);
             return;
         }
-        let now = self.learned.as_ref().map(|_| Instant::now());
-        let d = self.decide(from, seg, now);
+        let now = self.learning_now();
+        let net = self.device_net(from).unwrap_or_default();
+        let d = self.decide(from, net, seg, now);
+        // Port security looks at every frame of the segment (the engine builds them all from
+        // one QP's addresses, so one refused frame refuses the segment).
+        if d != Dest::Drop {
+            if let Some(v) = parsed.frames().find_map(|f| self.violation(from, f)) {
+                crate::stats::add(&ingress.stats.drop_security[v.index()], n);
+                recycle(refs);
+                return;
+            }
+        }
         match d {
             Dest::Drop => {
                 crate::stats::add(&ingress.stats.drop_spoofed, n);
@@ -585,10 +542,13 @@ impl Fabric {
     }
 
     fn forward_owned_plain(&self, from: PortId, frames: &mut [Vec<u8>]) {
-        let now = self.learned.as_ref().map(|_| Instant::now());
+        let now = self.learning_now();
+        // Owned frames come from a device's engine: all in the device's network.
+        let nets = [self.device_net(from).unwrap_or_default(); IO_BATCH];
         for chunk in frames.chunks_mut(IO_BATCH) {
+            let nets = &nets[..chunk.len()];
             let mut dest = [Dest::Drop; IO_BATCH];
-            self.decide_chunk(from, chunk.iter().map(Vec::as_slice), &mut dest, now);
+            self.decide_chunk(from, nets, chunk.iter().map(Vec::as_slice), &mut dest, now);
             // An engine on a fabric sends its RoCEv2 frames without an ICRC: a frame that leaves
             // the process (or is captured) gets it now (spec §16.2).
             for (d, f) in dest.iter().zip(chunk.iter_mut()) {
@@ -612,7 +572,13 @@ impl Fabric {
             for (s, f) in slices.iter_mut().zip(chunk.iter()) {
                 *s = f;
             }
-            self.deliver(from, &dest[..chunk.len()], &slices[..chunk.len()], true);
+            self.deliver(
+                from,
+                &dest[..chunk.len()],
+                nets,
+                &slices[..chunk.len()],
+                true,
+            );
         }
     }
 
@@ -625,6 +591,18 @@ impl Fabric {
                 Some(PortKind::Device { .. })
             ),
             Dest::Drop | Dest::Uplinks => false,
+        }
+    }
+
+    /// Would a frame from port `from` sent to `d` go out of an uplink port other than `from`?
+    fn reaches_other_uplink(&self, from: PortId, net: NetId, d: Dest) -> bool {
+        match d {
+            Dest::All | Dest::Uplinks => self
+                .uplinks
+                .iter()
+                .any(|&u| u != from && self.carries(u, net)),
+            Dest::Port(p) => p != from && self.uplinks.contains(&p),
+            Dest::Drop => false,
         }
     }
 
@@ -655,17 +633,33 @@ impl Fabric {
     fn decide_chunk<'a>(
         &self,
         from: PortId,
+        nets: &[NetId],
         frames: impl Iterator<Item = &'a [u8]>,
         dest: &mut [Dest; IO_BATCH],
         now: Option<Instant>,
     ) {
         let ingress = &self.ports[from];
         let mut group_now = None;
-        for (d, f) in dest.iter_mut().zip(frames) {
-            *d = self.decide(from, f, now);
+        let between_uplinks_refused =
+            !self.between_uplinks && matches!(ingress.kind, PortKind::Uplink { .. });
+        for ((d, f), &net) in dest.iter_mut().zip(frames).zip(nets) {
+            *d = self.decide(from, net, f, now);
             if *d == Dest::Drop {
                 bump(&ingress.stats.drop_spoofed);
                 continue;
+            }
+            if let Some(v) = self.violation(from, f) {
+                bump(&ingress.stats.drop_security[v.index()]);
+                *d = Dest::Drop;
+                continue;
+            }
+            if between_uplinks_refused && self.reaches_other_uplink(from, net, *d) {
+                // Rule 6: counted once per frame; what also reaches a device goes on there.
+                bump(&ingress.stats.drop_uplink_to_uplink);
+                if !self.reaches_device(*d) {
+                    *d = Dest::Drop;
+                    continue;
+                }
             }
             if *d == Dest::All {
                 let t = *group_now.get_or_insert_with(|| now.unwrap_or_else(Instant::now));
@@ -680,14 +674,36 @@ impl Fabric {
         }
     }
 
+    /// Port security (spec §16.3): why device port `from` may not send `frame`, if it may not.
+    /// Nothing for a port without an address list or an uplink port.
+    fn violation(&self, from: PortId, frame: &[u8]) -> Option<Violation> {
+        match &self.ports.get(from)?.kind {
+            PortKind::Device {
+                security: Some(policy),
+                ..
+            } => policy.check(frame).err(),
+            _ => None,
+        }
+    }
+
     /// Deliver a decided chunk; `skip_devices`: unicast device frames were delivered already.
-    fn deliver(&self, from: PortId, dest: &[Dest], chunk: &[&[u8]], skip_devices: bool) {
-        for (d, f) in dest.iter().zip(chunk) {
+    /// Frame `i` is in network `nets[i]`: a flood reaches that network's ports only.
+    fn deliver(
+        &self,
+        from: PortId,
+        dest: &[Dest],
+        nets: &[NetId],
+        chunk: &[&[u8]],
+        skip_devices: bool,
+    ) {
+        for ((d, f), &net) in dest.iter().zip(chunk).zip(nets) {
             match *d {
                 Dest::Port(p) if !skip_devices => self.deliver_to_device(from, p, f),
                 Dest::All => {
                     for (p, port) in self.ports.iter().enumerate() {
-                        if p != from && matches!(port.kind, PortKind::Device { .. }) {
+                        if p != from
+                            && matches!(port.kind, PortKind::Device { net: n, .. } if n == net)
+                        {
                             self.deliver_to_device(from, p, f);
                         }
                     }
@@ -695,28 +711,58 @@ impl Fabric {
                 Dest::Port(_) | Dest::Drop | Dest::Uplinks => {}
             }
         }
+        let from_uplink = matches!(self.ports[from].kind, PortKind::Uplink { .. });
         for &u in &self.uplinks {
-            if u == from {
+            if u == from || from_uplink && !self.between_uplinks {
                 continue;
             }
             let mut out: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+            let mut out_nets = [0; IO_BATCH];
             let mut n = 0;
-            for (d, f) in dest.iter().zip(chunk) {
-                if matches!(*d, Dest::All | Dest::Uplinks) || *d == Dest::Port(u) {
+            for ((d, f), &net) in dest.iter().zip(chunk).zip(nets) {
+                if matches!(*d, Dest::All | Dest::Uplinks) && self.carries(u, net)
+                    || *d == Dest::Port(u)
+                {
                     out[n] = f;
+                    out_nets[n] = net;
                     n += 1;
                 }
             }
             if n > 0 {
-                self.send_uplink(u, &out[..n]);
+                self.send_uplink(u, &out[..n], &out_nets[..n]);
             }
         }
     }
 
-    fn send_uplink(&self, id: PortId, frames: &[&[u8]]) {
+    /// Frame `i` is in network `nets[i]`: tagged with it on a trunk uplink.
+    fn send_uplink(&self, id: PortId, frames: &[&[u8]], nets: &[NetId]) {
         let port = &self.ports[id];
-        let PortKind::Uplink { uplink } = &port.kind else {
+        let PortKind::Uplink {
+            uplink,
+            nets: carried,
+        } = &port.kind
+        else {
             return;
+        };
+        let tagged: Vec<Vec<u8>>;
+        let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+        let frames = match carried {
+            UplinkNets::Untagged(_) => frames,
+            UplinkNets::Tagged(_) => {
+                tagged = frames
+                    .iter()
+                    .zip(nets)
+                    .map(|(f, &net)| {
+                        let mut out = Vec::new();
+                        network::tag_into(f, net, &mut out);
+                        out
+                    })
+                    .collect();
+                for (s, t) in slices.iter_mut().zip(&tagged) {
+                    *s = t;
+                }
+                &slices[..tagged.len()]
+            }
         };
         let sent = match uplink.send_batch(frames) {
             Ok(n) => n,
@@ -736,3 +782,9 @@ mod tests;
 
 #[cfg(test)]
 mod fair_tests;
+
+#[cfg(test)]
+mod security_tests;
+
+#[cfg(test)]
+mod network_tests;

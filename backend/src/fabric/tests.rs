@@ -176,12 +176,15 @@ fn two_uplinks_learn_where_remote_macs_are() {
     t.fabric.forward(u0, &[&frame(REMOTE2, REMOTE, 13)]);
     assert!(sent(&r0).is_empty());
     assert!(sent(&r1).is_empty());
-    // Broadcast from one uplink: the device and the other uplink.
+    // Broadcast from one uplink: the device only (rule 6: no forwarding between uplinks
+    // unless asked for; counted).
     let bc = frame([0xff; 6], REMOTE, 14);
     t.fabric.forward(u1, &[&bc]);
     assert_eq!(drain(&t.ports[0]), vec![bc.clone()]);
-    assert_eq!(sent(&r0), vec![bc]);
+    assert!(sent(&r0).is_empty());
     assert!(sent(&r1).is_empty());
+    let s = t.fabric.port_stats(u1).unwrap();
+    assert_eq!(s.drop_uplink_to_uplink.load(Ordering::Relaxed), 1);
 }
 
 #[test]

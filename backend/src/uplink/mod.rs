@@ -120,6 +120,12 @@ pub trait Uplink: Send + Sync {
         IcrcOffload::default()
     }
 
+    /// Datagrams this uplink received and refused because they did not come from its
+    /// configured remote (spec §16.3 "Uplink trust"; UDP only, 0 for the others).
+    fn refused_sources(&self) -> u64 {
+        0
+    }
+
     /// Send frames in order; returns how many were handed to the uplink. Frames after a
     /// [`UplinkError::WouldBlock`] are not sent (loss, which RC retransmits); other per-frame
     /// errors are logged by the caller's policy and skipped. Uplinks with a batched system
@@ -285,50 +291,12 @@ macro_rules! forward_uplink {
             fn icrc_offload(&self) -> IcrcOffload {
                 (**self).icrc_offload()
             }
+            fn refused_sources(&self) -> u64 {
+                (**self).refused_sources()
+            }
         }
     };
 }
 
 forward_uplink!(Box);
 forward_uplink!(Arc);
-
-/// `recv(2)` with MSG_TRUNC on a non-blocking fd: one datagram/frame or `None`.
-pub(crate) fn recv_frame(
-    fd: RawFd,
-    buf: &mut [u8],
-    is_socket: bool,
-) -> Result<Option<usize>, UplinkError> {
-    loop {
-        let n = if is_socket {
-            // SAFETY: `buf` is a valid writable region of `buf.len()` bytes for the duration of the
-            // call; MSG_TRUNC only changes the return value (the real datagram length).
-            unsafe {
-                libc::recv(
-                    fd,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_TRUNC | libc::MSG_DONTWAIT,
-                )
-            }
-        } else {
-            // SAFETY: as above; a TAP read returns at most `buf.len()` bytes of one frame.
-            unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
-        };
-        if n >= 0 {
-            let n = n as usize;
-            if n > buf.len() {
-                return Err(UplinkError::Truncated {
-                    len: n,
-                    buf: buf.len(),
-                });
-            }
-            return Ok(Some(n));
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN) => return Ok(None),
-            _ => return Err(UplinkError::Recv(e)),
-        }
-    }
-}

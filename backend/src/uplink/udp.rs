@@ -1,13 +1,15 @@
 //! UDP uplink: each Ethernet frame is exactly one UDP datagram payload (QEMU `-netdev dgram`
-//! framing). The socket is bound to LOCAL and sends to REMOTE with `sendto` (not connected, like
-//! QEMU, so datagrams from any source are accepted).
+//! framing). The socket is bound to LOCAL and sends to REMOTE with `sendto`. It takes
+//! datagrams from REMOTE only (address and port, spec §16.3 "Uplink trust"): any other
+//! source's datagram is dropped and counted ([`Uplink::refused_sources`]), so a host that can
+//! merely reach the port cannot inject frames.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::io::{AsRawFd, RawFd};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{recv_frame, RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
+use super::{RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
 
 /// Send and receive buffer size requested by [`UdpUplink::new`].
 pub const SOCKET_BUFFER: libc::c_int = 4 << 20;
@@ -84,6 +86,35 @@ pub struct UdpUplink {
     gro: bool,
     /// See [`Leftover`].
     leftover: std::sync::Mutex<Leftover>,
+    /// Datagrams dropped for coming from another source than `remote`.
+    refused: AtomicU64,
+}
+
+/// The socket address the kernel wrote into `ss` (`len` bytes), if it is IPv4 or IPv6.
+fn socket_addr_of(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and sockaddr_storage
+            // is large enough and suitably aligned for one.
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::from((
+                u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::from((
+                sin6.sin6_addr.s6_addr,
+                u16::from_be(sin6.sin6_port),
+            )))
+        }
+        _ => None,
+    }
 }
 
 /// Probe UDP GSO (reading UDP_SEGMENT works where the kernel has it, Linux >= 4.18) and turn
@@ -157,6 +188,7 @@ impl UdpUplink {
             gso: AtomicBool::new(gso),
             gro,
             leftover: Default::default(),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -171,6 +203,58 @@ impl UdpUplink {
 
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// Did a datagram with source `from` come from the configured remote? (An IPv4 remote
+    /// matches its IPv4-mapped form on a dual-stack socket.)
+    fn is_remote(&self, from: Option<SocketAddr>) -> bool {
+        from.is_some_and(|f| {
+            f.port() == self.remote.port()
+                && f.ip().to_canonical() == self.remote.ip().to_canonical()
+        })
+    }
+
+    /// `recvfrom` of one datagram into `buf`: its length, or `None` if none is pending. A
+    /// datagram from another source than the remote is dropped and counted.
+    fn recv_from_remote(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
+        loop {
+            // SAFETY: sockaddr_storage is a plain C struct for which all-zero bytes are valid.
+            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: `buf` is writable for `buf.len()` bytes and `ss` for `len` bytes during
+            // the call; MSG_TRUNC only changes the return value (the datagram's real length).
+            let n = unsafe {
+                libc::recvfrom(
+                    self.sock.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+                    (&mut ss as *mut libc::sockaddr_storage).cast(),
+                    &mut len,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // A pending ICMP error is not a frame (see `recv`).
+                    Some(libc::EINTR) | Some(libc::ECONNREFUSED) => continue,
+                    Some(libc::EAGAIN) => return Ok(None),
+                    _ => return Err(UplinkError::Recv(e)),
+                }
+            }
+            if !self.is_remote(socket_addr_of(&ss, len)) {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let n = n as usize;
+            if n > buf.len() {
+                return Err(UplinkError::Truncated {
+                    len: n,
+                    buf: buf.len(),
+                });
+            }
+            return Ok(Some(n));
+        }
     }
 }
 
@@ -200,15 +284,11 @@ impl Uplink for UdpUplink {
         if self.gro {
             return self.recv_one_gro(buf);
         }
-        loop {
-            match recv_frame(self.sock.as_raw_fd(), buf, true) {
-                // A pending ICMP error surfaces on recv too; it is not a frame.
-                Err(UplinkError::Recv(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                    continue
-                }
-                r => return r,
-            }
-        }
+        self.recv_from_remote(buf)
+    }
+
+    fn refused_sources(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     fn as_raw_fd(&self) -> RawFd {
@@ -304,15 +384,21 @@ impl UdpUplink {
             iov_len: 0,
         }; IO_BATCH];
         let mut ctl = [CmsgBuf::default(); IO_BATCH];
+        // SAFETY: sockaddr_storage is a plain C struct for which all-zero bytes are valid.
+        let mut names: [libc::sockaddr_storage; IO_BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: mmsghdr is a plain C struct for which all-zero bytes are valid.
         let mut msgs: [libc::mmsghdr; IO_BATCH] = unsafe { std::mem::zeroed() };
-        for (i, ((m, v), c)) in msgs
+        for (i, (((m, v), c), name)) in msgs
             .iter_mut()
             .zip(iov.iter_mut())
             .zip(ctl.iter_mut())
+            .zip(names.iter_mut())
             .enumerate()
             .take(want)
         {
+            m.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen =
+                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             *v = libc::iovec {
                 iov_base: bufs[i].as_mut_ptr().cast(),
                 iov_len: bufs[i].len(),
@@ -326,7 +412,8 @@ impl UdpUplink {
         }
         let n = loop {
             // SAFETY: each of `msgs[..want]` points at one iovec describing a distinct, live,
-            // writable buffer of `bufs` and (GRO) at its own live control buffer; no name. A
+            // writable buffer of `bufs`, at its own live name buffer and (GRO) at its own live
+            // control buffer. A
             // null timeout with MSG_DONTWAIT returns what is queued now.
             let n = unsafe {
                 libc::recvmmsg(
@@ -350,6 +437,10 @@ impl UdpUplink {
         };
         for (slot, m) in msgs.iter().enumerate().take(n) {
             if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                continue;
+            }
+            if !self.is_remote(socket_addr_of(&names[slot], m.msg_hdr.msg_namelen)) {
+                self.refused.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let len = (m.msg_len as usize).min(bufs[slot].len());
@@ -472,8 +563,11 @@ impl UdpUplink {
             }
             let mut found = Vec::new();
             let Leftover { buf, frames } = &mut *lo;
-            if self.recv_batch_raw(std::slice::from_mut(buf), &mut found)? == 0 {
-                return Ok(None);
+            // A datagram from another source leaves nothing: read the next one.
+            while found.is_empty() {
+                if self.recv_batch_raw(std::slice::from_mut(buf), &mut found)? == 0 {
+                    return Ok(None);
+                }
             }
             frames.extend(found);
         }

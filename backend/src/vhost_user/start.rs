@@ -15,7 +15,7 @@ use crate::budget::{Budget, Charge, OverBudget};
 use crate::cli::{Config, DaemonConfig};
 use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
-use crate::fabric::{Bridge, Fabric, FabricBuilder, FabricError};
+use crate::fabric::{Bridge, DeviceOptions, Fabric, FabricBuilder, FabricError, PortSecurity};
 use crate::guest::GuestMem;
 use crate::handoff::HandoffLock;
 use crate::stats::Metered;
@@ -259,7 +259,8 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
             source,
         })?;
     let mut b = FabricBuilder::new();
-    for spec in &fc.uplinks {
+    b.forward_between_uplinks(fc.forward_between_uplinks);
+    for (i, spec) in fc.uplinks.iter().enumerate() {
         let u = spec
             .open_for_mtu(first.mtu)
             .map_err(|source| StartError::Uplink {
@@ -267,7 +268,8 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
                 source,
             })?;
         info!("fabric uplink {spec}");
-        let id = b.add_uplink(Arc::from(u));
+        let nets = fc.uplink_nets.get(i).cloned().unwrap_or_default();
+        let id = b.add_uplink_with(Arc::from(u), nets);
         b.name_port(id, spec.to_string());
     }
     if let Some(path) = &first.pcap {
@@ -278,7 +280,11 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     }
     let mut ids = Vec::new();
     for d in &config.devices {
-        let id = b.add_device(d.mac)?;
+        // Spec §16.3: an address list turns on port security.
+        let security =
+            (!d.fabric_port.ips.is_empty()).then(|| PortSecurity::new(d.mac, &d.fabric_port.ips));
+        let net = d.fabric_port.net;
+        let id = b.add_device_with(d.mac, DeviceOptions { security, net })?;
         b.name_port(id, device_label(&d.socket_path));
         ids.push(id);
     }

@@ -2,6 +2,19 @@
 
 use super::*;
 
+/// Two uplinks on loopback, each the other's remote.
+fn pair() -> (UdpUplink, UdpUplink) {
+    let sa = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sb = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (aa, ab) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
+    grow_buffers(&sa);
+    grow_buffers(&sb);
+    (
+        UdpUplink::from_socket(sa, ab).unwrap(),
+        UdpUplink::from_socket(sb, aa).unwrap(),
+    )
+}
+
 #[test]
 fn buffers_are_grown() {
     let u = UdpUplink::new(
@@ -34,12 +47,7 @@ fn buffers_are_grown() {
 
 #[test]
 fn pair_on_loopback() {
-    let a = UdpUplink::new(
-        "127.0.0.1:0".parse().unwrap(),
-        "127.0.0.1:9".parse().unwrap(),
-    )
-    .unwrap();
-    let b = UdpUplink::new("127.0.0.1:0".parse().unwrap(), a.local_addr().unwrap()).unwrap();
+    let (a, b) = pair();
     let mut buf = [0u8; 64];
     assert!(a.recv(&mut buf).unwrap().is_none());
     b.send(b"frame-1").unwrap();
@@ -59,12 +67,7 @@ fn pair_on_loopback() {
 /// whole: mixed sizes, a jumbo frame (MTU 9000 + VLAN), a 12000-byte one.
 #[test]
 fn batches_in_order_with_jumbo_and_truncated_frames() {
-    let a = UdpUplink::new(
-        "127.0.0.1:0".parse().unwrap(),
-        "127.0.0.1:9".parse().unwrap(),
-    )
-    .unwrap();
-    let b = UdpUplink::new("127.0.0.1:0".parse().unwrap(), a.local_addr().unwrap()).unwrap();
+    let (a, b) = pair();
     // 150 frames (more than one IO_BATCH), frame 7 a full 9000-MTU Ethernet frame + VLAN,
     // frame 70 larger still.
     let frames: Vec<Vec<u8>> = (0..150u32)
@@ -106,12 +109,7 @@ fn batches_in_order_with_jumbo_and_truncated_frames() {
 #[test]
 fn gso_gro_stream_round_trips() {
     for no_offload in [false, true] {
-        let a = UdpUplink::new(
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:9".parse().unwrap(),
-        )
-        .unwrap();
-        let b = UdpUplink::new("127.0.0.1:0".parse().unwrap(), a.local_addr().unwrap()).unwrap();
+        let (a, b) = pair();
         if no_offload {
             b.gso.store(false, Ordering::Relaxed);
         }
@@ -190,12 +188,7 @@ fn gso_groups_follow_the_kernel_rule() {
 /// datagram arrives merged (sent with GSO); mixing it with `recv_batch` loses nothing.
 #[test]
 fn single_frame_recv_splits_merged_datagrams() {
-    let a = UdpUplink::new(
-        "127.0.0.1:0".parse().unwrap(),
-        "127.0.0.1:9".parse().unwrap(),
-    )
-    .unwrap();
-    let b = UdpUplink::new("127.0.0.1:0".parse().unwrap(), a.local_addr().unwrap()).unwrap();
+    let (a, b) = pair();
     let frames: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 1082]).collect();
     let slices: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
     assert_eq!(b.send_batch(&slices).unwrap(), 40);
@@ -226,4 +219,55 @@ fn single_frame_recv_splits_merged_datagrams() {
         }
     }
     assert!(got == frames, "frames differ or are out of order");
+}
+
+/// Spec §16.3 "Uplink trust": only the configured remote's datagrams are frames; another
+/// source's (another port on the same host, here) are dropped and counted, on the single-frame
+/// path and the batched one, with and without GRO.
+#[test]
+fn datagrams_from_another_source_are_refused_and_counted() {
+    for no_offload in [false, true] {
+        let (a, b) = pair();
+        let a = if no_offload {
+            UdpUplink { gro: false, ..a }
+        } else {
+            a
+        };
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = a.local_addr().unwrap();
+        // Same address as the remote, other port: still a stranger.
+        stranger.send_to(b"injected-1", to).unwrap();
+        b.send(b"frame-1").unwrap();
+        stranger.send_to(b"injected-2", to).unwrap();
+        b.send(b"frame-2").unwrap();
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut buf = [0u8; 64];
+        for _ in 0..2000 {
+            if got.len() == 1 {
+                break;
+            }
+            if let Some(n) = a.recv(&mut buf).unwrap() {
+                got.push(buf[..n].to_vec());
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        let mut bufs = vec![vec![0u8; 64]; 4];
+        for _ in 0..2000 {
+            if got.len() == 2 {
+                break;
+            }
+            let mut frames = Vec::new();
+            a.recv_batch(&mut bufs, &mut frames).unwrap();
+            for f in &frames {
+                got.push(bufs[f.slot][f.off..f.off + f.len].to_vec());
+            }
+            if frames.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        assert_eq!(got, vec![b"frame-1".to_vec(), b"frame-2".to_vec()]);
+        assert_eq!(a.refused_sources(), 2, "GRO off: {no_offload}");
+        assert_eq!(b.refused_sources(), 0);
+    }
 }

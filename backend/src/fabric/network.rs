@@ -1,0 +1,98 @@
+//! Tenant networks (spec §16.3): every fabric port belongs to one network (a device) or carries
+//! one or several (an uplink). Frames never cross networks. On a trunk uplink a network is the
+//! 802.1Q VLAN of the same number: tagged on egress, untagged by its tag on ingress.
+
+use crate::wire::eth::ETHERTYPE_VLAN;
+
+/// A network number, 0..=4094 (a VLAN id on a trunk uplink). 0 is the default network.
+pub type NetId = u16;
+
+/// The networks an uplink port carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UplinkNets {
+    /// One network, frames as they are (no tag added or removed): `net=N`, default 0.
+    Untagged(NetId),
+    /// Several networks as 802.1Q tags, VLAN id = network number: `vlans=N1+N2...` (sorted,
+    /// no duplicates). An ingress frame without a tag or with a tag not in the list is
+    /// dropped and counted.
+    Tagged(Vec<NetId>),
+}
+
+impl Default for UplinkNets {
+    fn default() -> Self {
+        UplinkNets::Untagged(0)
+    }
+}
+
+impl UplinkNets {
+    /// Does the uplink carry network `net`?
+    pub fn carries(&self, net: NetId) -> bool {
+        match self {
+            UplinkNets::Untagged(n) => *n == net,
+            UplinkNets::Tagged(v) => v.binary_search(&net).is_ok(),
+        }
+    }
+
+    /// The networks, for the counters.
+    pub fn list(&self) -> Vec<NetId> {
+        match self {
+            UplinkNets::Untagged(n) => vec![*n],
+            UplinkNets::Tagged(v) => v.clone(),
+        }
+    }
+}
+
+/// The VLAN id of an 802.1Q-tagged frame, if it is one.
+pub fn vlan_of(frame: &[u8]) -> Option<NetId> {
+    let tpid = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let tci = u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]);
+    (tpid == ETHERTYPE_VLAN && frame.len() >= 18).then_some(tci & 0x0fff)
+}
+
+/// `frame` without its 802.1Q tag, written into `out` (cleared first).
+pub fn untag_into(frame: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&frame[..12]);
+    out.extend_from_slice(&frame[16..]);
+}
+
+/// `frame` with an 802.1Q tag for VLAN `net` (priority 0), written into `out` (cleared first).
+pub fn tag_into(frame: &[u8], net: NetId, out: &mut Vec<u8>) {
+    out.clear();
+    let Some(macs) = frame.get(..12) else {
+        out.extend_from_slice(frame);
+        return;
+    };
+    out.extend_from_slice(macs);
+    out.extend_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+    out.extend_from_slice(&(net & 0x0fff).to_be_bytes());
+    out.extend_from_slice(&frame[12..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_and_untag_round_trip() {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06, 9, 9, 9]);
+        let mut tagged = Vec::new();
+        tag_into(&f, 42, &mut tagged);
+        assert_eq!(&tagged[12..16], &[0x81, 0x00, 0x00, 42]);
+        assert_eq!(vlan_of(&tagged), Some(42));
+        assert_eq!(vlan_of(&f), None);
+        let mut back = Vec::new();
+        untag_into(&tagged, &mut back);
+        assert_eq!(back, f);
+        assert_eq!(vlan_of(&tagged[..17]), None, "a truncated tag is not a tag");
+    }
+
+    #[test]
+    fn carries() {
+        assert!(UplinkNets::default().carries(0));
+        assert!(!UplinkNets::Untagged(3).carries(0));
+        let t = UplinkNets::Tagged(vec![3, 7]);
+        assert!(t.carries(7) && t.carries(3) && !t.carries(0));
+    }
+}
