@@ -2,11 +2,11 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use log::{info, warn};
+use log::{error, info, warn};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
     VhostUserVirtioFeatures,
@@ -27,6 +27,7 @@ use super::controlq;
 use super::inputq::{
     self, drain_queue, drain_queue_charged, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES,
 };
+use super::region_check;
 use super::{
     DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VhostUserRdmaError, VirtqOutput, Vring,
     CONFIG_SIZE, MAX_QUEUE_SIZE, NUM_QUEUES, VIRTIO_RDMA_F_ETH, VIRTIO_RDMA_F_ODP,
@@ -55,6 +56,10 @@ pub struct VhostUserRdma<D: RdmaDevice> {
     logging: AtomicBool,
     /// The state transfer started by SET_DEVICE_STATE_FD, finished by CHECK_DEVICE_STATE.
     transfer: Mutex<Option<Transfer>>,
+    /// The last memory table whose regions passed [`region_check`] (spec §16.5), kept alive
+    /// so that its address in `checked_table_addr` names it and no other table.
+    checked_table: Mutex<Option<Arc<super::GuestMemoryMmap>>>,
+    checked_table_addr: AtomicUsize,
 }
 
 /// A device state transfer in progress (spec §17.3): a thread moves the bytes through the
@@ -104,7 +109,33 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             budget,
             logging: AtomicBool::new(false),
             transfer: Mutex::new(None),
+            checked_table: Mutex::new(None),
+            checked_table_addr: AtomicUsize::new(0),
         }
+    }
+
+    /// Is the table the rings see now one whose regions passed [`region_check`]? The
+    /// vhost-user-backend crate installs a new table in the rings' memory before it calls
+    /// `update_memory`: a queue event that arrives in between checks the table itself, so
+    /// the rings never walk a region that could raise SIGBUS (spec §16.5).
+    fn rings_table_checked(&self) -> bool {
+        let current = vm_memory::GuestAddressSpace::memory(&self.mem).into_inner();
+        if self.checked_table_addr.load(Ordering::Acquire) == Arc::as_ptr(&current) as usize {
+            return true;
+        }
+        if region_check::check_table(&current).is_err() {
+            // `update_memory` logs the refusal and ends the connection.
+            return false;
+        }
+        self.remember_checked(current);
+        true
+    }
+
+    fn remember_checked(&self, table: Arc<super::GuestMemoryMmap>) {
+        let mut held = self.checked_table.lock().unwrap_or_else(|p| p.into_inner());
+        self.checked_table_addr
+            .store(Arc::as_ptr(&table) as usize, Ordering::Release);
+        *held = Some(table);
     }
 
     fn lock_device(&self) -> std::sync::RwLockWriteGuard<'_, D> {
@@ -282,6 +313,17 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         {
             use vm_memory::{GuestAddressSpace, GuestMemoryBackend, GuestMemoryRegion};
             let table = mem.memory();
+            if let Err(refused) = region_check::check_table(&table) {
+                // Spec §16.5: the rings lose the table at once, the device never gets it and
+                // the error ends this connection (the device is then reset).
+                error!("vhost-user frontend refused: {refused}");
+                drop(table);
+                mem.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .replace(super::GuestMemoryMmap::new());
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, refused));
+            }
+            self.remember_checked(table.clone().into_inner());
             info!("guest memory table: {} region(s)", table.num_regions());
             for r in table.iter() {
                 info!(
@@ -410,6 +452,9 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     ) -> io::Result<()> {
         if evset != EventSet::IN {
             warn!("queue {device_event}: unexpected epoll events {evset:?}");
+            return Ok(());
+        }
+        if !self.rings_table_checked() {
             return Ok(());
         }
         if !self.attached.swap(true, Ordering::AcqRel) {

@@ -52,10 +52,12 @@ pub mod chain;
 pub mod controlq;
 pub mod daemon;
 pub mod delay;
+pub mod fd_limit;
 mod glue;
 pub mod inputq;
 pub mod output;
 pub mod parked;
+pub mod region_check;
 mod start;
 
 use std::io;

@@ -136,6 +136,7 @@ pub fn prepare_with_uplink(
         config: config_space,
         device_features,
         mtu: config.mtu,
+        accept_failures: Default::default(),
     };
     Ok(Prepared {
         listener,
@@ -145,7 +146,7 @@ pub fn prepare_with_uplink(
 }
 
 /// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
-/// handled by `main`). Returns only on a start-up error or a fatal listener error.
+/// handled by `main`). Returns only on a start-up error.
 pub fn start_backend(config: Config) -> Result<(), StartError> {
     let prepared = prepare(&config)?;
     run_device(&config, prepared, None)
@@ -260,9 +261,10 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
 }
 
 /// Run the daemon of `config`: one device on its own uplink, or every device on the fabric,
-/// each served by its own thread. Returns on a start-up error or when a device's listener
-/// fails (the daemon then exits: a half-served fabric would look alive to the operator).
+/// each served by its own thread. Returns on a start-up error; a device's accept loop never
+/// ends on an error (it logs and retries, spec §16.5).
 pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
+    super::fd_limit::prepare_for(config.devices.len());
     if config.fabric.is_none() {
         let Some(device) = config.devices.into_iter().next() else {
             return Err(StartError::NoDevices);
@@ -295,7 +297,8 @@ pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
         threads.push(t);
     }
     drop(done_tx);
-    // The first device loop to end ends the daemon (they only end on a listener failure).
+    // Device loops do not end (accept errors are retried); should one end anyway, the daemon
+    // ends rather than look alive half-served.
     let r = done_rx.recv().unwrap_or(Ok(()));
     drop(bridges);
     r
