@@ -385,6 +385,18 @@ impl StatsServer {
             }
         }
         let listener = UnixListener::bind(path).map_err(listen_err)?;
+        Self::start_on(listener, path, dev, label, extra)
+    }
+
+    /// [`StatsServer::start_with`] on a socket already bound at `path` (by the daemon, with
+    /// the owner, group and mode of spec §16.5).
+    pub fn start_on(
+        listener: UnixListener,
+        path: &Path,
+        dev: Arc<HandoffLock<Device>>,
+        label: String,
+        extra: Option<ExtraStats>,
+    ) -> Result<StatsServer, StatsError> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         let thread = std::thread::Builder::new()

@@ -3,6 +3,7 @@
 //!
 //! Every option is documented in `--help`; the test-only `--impair` option says so there.
 
+pub mod access;
 pub mod delay;
 
 use std::path::{Path, PathBuf};
@@ -121,6 +122,8 @@ pub struct Args {
     /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC` (its vhost-user socket and
     /// port MAC). Repeat for more devices; they share an in-process Ethernet switch, to which
     /// every --uplink is connected as another port (instead of --socket-path and --mac).
+    /// `owner=UID`, `group=GID`, `mode=MODE` set this device's sockets apart from the
+    /// --socket-owner/--socket-group/--socket-mode of the others.
     #[arg(long, value_name = "SPEC")]
     pub device: Vec<String>,
 
@@ -229,6 +232,10 @@ pub struct Args {
     /// receiving engine then does all the memory traffic while the sender's idles).
     #[arg(long)]
     pub payload_refs: bool,
+
+    /// Sockets: owner, group, mode; the operator's stats socket (spec §16.5).
+    #[command(flatten)]
+    pub access: access::AccessArgs,
 }
 
 /// `vrdma-backend stats --socket PATH`: print the host-side counters (Prometheus text format) of
@@ -309,6 +316,8 @@ pub struct Config {
     pub engine: crate::transport::engine::EngineOptions,
     /// `--payload-refs`.
     pub payload_refs: bool,
+    /// Owner, group and mode of the device's vhost-user and `.stats` sockets (spec §16.5).
+    pub socket_access: access::SocketAccess,
 }
 
 impl Config {
@@ -329,6 +338,7 @@ impl Config {
             pcap_max_bytes: None,
             engine: Default::default(),
             payload_refs: false,
+            socket_access: Default::default(),
         }
     }
 }
@@ -373,14 +383,21 @@ fn parse_uplink(s: &str) -> Result<UplinkSpec, CliError> {
     Ok(spec)
 }
 
-/// `socket=PATH,mac=MAC` of `--device`.
-fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
+/// `socket=PATH,mac=MAC[,owner=UID][,group=GID][,mode=MODE]` of `--device`.
+fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6], access::SocketAccess), CliError> {
     let bad = |reason: String| CliError::BadDevice {
         spec: spec.to_string(),
         reason,
     };
     let (mut socket, mut mac) = (None, None);
+    let mut socket_access = access::SocketAccess::default();
     for kv in spec.split(',') {
+        if socket_access
+            .parse_device_key(kv)
+            .map_err(|e| bad(e.to_string()))?
+        {
+            continue;
+        }
         match kv.split_once('=') {
             Some(("socket", v)) if socket.is_none() => socket = Some(PathBuf::from(v)),
             Some(("mac", v)) if mac.is_none() => {
@@ -389,7 +406,7 @@ fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
             Some(("socket" | "mac", _)) => return Err(bad(format!("{kv:?} given twice"))),
             _ => {
                 return Err(bad(format!(
-                    "unknown key in {kv:?} (expected socket=, mac=)"
+                    "unknown key in {kv:?} (expected socket=, mac=, owner=, group=, mode=)"
                 )))
             }
         }
@@ -397,7 +414,7 @@ fn parse_device(spec: &str) -> Result<(PathBuf, [u8; 6]), CliError> {
     let socket = socket.ok_or_else(|| bad("socket=PATH missing".to_string()))?;
     let mac = mac.ok_or_else(|| bad("mac=MAC missing".to_string()))?;
     check_socket_path(&socket).map_err(|e| bad(e.to_string()))?;
-    Ok((socket, mac))
+    Ok((socket, mac, socket_access))
 }
 
 impl TryFrom<Args> for DaemonConfig {
@@ -430,7 +447,7 @@ impl TryFrom<Args> for DaemonConfig {
         }
         let mut devices: Vec<Config> = Vec::new();
         for spec in &args.device {
-            let (socket_path, mac) = parse_device(spec)?;
+            let (socket_path, mac, socket_access) = parse_device(spec)?;
             let bad = |reason: &str| CliError::BadDevice {
                 spec: spec.clone(),
                 reason: reason.to_string(),
@@ -444,6 +461,7 @@ impl TryFrom<Args> for DaemonConfig {
             devices.push(Config {
                 socket_path,
                 mac,
+                socket_access: template.socket_access.overridden_by(socket_access),
                 ..template.clone()
             });
         }
@@ -532,6 +550,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
             threads: usize::from(args.engine_threads),
         },
         payload_refs: args.payload_refs,
+        socket_access: args.access.access(),
     })
 }
 

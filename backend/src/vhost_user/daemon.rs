@@ -58,6 +58,23 @@ pub fn listen(path: &Path) -> Result<Listener, DaemonError> {
     })
 }
 
+/// [`listen`] with the socket's owner, group and mode set before it appears at `path` (spec
+/// §16.5). With nothing asked this is [`listen`].
+pub fn listen_with_access(
+    path: &Path,
+    access: crate::cli::access::SocketAccess,
+) -> Result<Listener, DaemonError> {
+    if access.is_default() {
+        return listen(path);
+    }
+    super::socket_bind::bind_with_access(path, access)
+        .map(Listener::from)
+        .map_err(|e| DaemonError::Listen {
+            path: path.display().to_string(),
+            source: vhost::vhost_user::Error::SocketError(e),
+        })
+}
+
 /// Serve connections on `listener` one after another; returns only after `max_connections`
 /// (tests). A failed accept or connection set-up (EMFILE, ENFILE, ENOMEM, ...) is logged and
 /// retried after [`ACCEPT_RETRY_DELAY`] (spec §16.5): it is a condition of the host or of one

@@ -58,6 +58,7 @@ pub mod inputq;
 pub mod output;
 pub mod parked;
 pub mod region_check;
+pub mod socket_bind;
 mod start;
 
 use std::io;

@@ -7,7 +7,7 @@ use log::{info, warn};
 use thiserror::Error;
 use vhost::vhost_user::Listener;
 
-use super::daemon::{listen, serve, DaemonError, ServeParts};
+use super::daemon::{listen_with_access, serve, DaemonError, ServeParts};
 use super::delay::CommandDelays;
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
@@ -127,7 +127,7 @@ pub fn prepare_with_uplink(
     let port_stats = device.lock().port_stats.clone();
     let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
     let engine = Engine::start_with(device.clone(), uplink.clone(), config.engine)?;
-    let listener = listen(&config.socket_path)?;
+    let listener = listen_with_access(&config.socket_path, config.socket_access)?;
     let parts = ServeParts {
         device,
         out,
@@ -166,12 +166,22 @@ fn run_device(
     // The counters are for operators: a daemon that cannot offer them still serves the guest
     // (e.g. a --socket-path whose ".stats" sibling passes the 107-byte unix path limit).
     let stats_path = stats_socket_path(&config.socket_path);
-    let stats = match StatsServer::start_with(
-        &stats_path,
-        parts.device.clone(),
-        device_label(&config.socket_path),
-        extra_stats,
-    ) {
+    let label = device_label(&config.socket_path);
+    let stats = match config.socket_access {
+        a if a.is_default() => {
+            StatsServer::start_with(&stats_path, parts.device.clone(), label, extra_stats)
+        }
+        // The counters are as private as the device's socket (spec §16.5).
+        a => super::socket_bind::bind_with_access(&stats_path, a)
+            .map_err(|source| crate::exporter::StatsError::Listen {
+                path: stats_path.display().to_string(),
+                source,
+            })
+            .and_then(|l| {
+                StatsServer::start_on(l, &stats_path, parts.device.clone(), label, extra_stats)
+            }),
+    };
+    let stats = match stats {
         Ok(s) => {
             info!("counters on {}", stats_path.display());
             Some(s)
