@@ -950,6 +950,11 @@ class Cluster:
             raise
         return self
 
+    @property
+    def fabric_stats(self):
+        """The shared daemon's operator socket: the fabric-wide per-port counters."""
+        return os.path.join(self.workdir, "fabric.stats")
+
     def fabric_backend_cmd(self):
         """The shared daemon's command line: one --device per vrdma guest."""
         cmd = [self.backend]
@@ -960,6 +965,8 @@ class Cluster:
             cmd += ["--uplink", "tap:" + FABRIC_TAP]
         elif self.fabric_udp:
             cmd += ["--uplink", "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % self.fabric_udp]
+        # The fabric's per-port counters are only on the operator socket (spec §16.5).
+        cmd += ["--stats-socket", self.fabric_stats]
         cmd += list(self.backend_args)
         if self.pcap:
             cmd += ["--pcap", os.path.join(self.workdir, "capture-fabric.pcap"),

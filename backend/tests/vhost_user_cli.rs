@@ -548,15 +548,35 @@ fn binary_serves_several_devices_and_removes_every_socket() {
             i + 1
         ));
     }
+    let operator = d.join("fabric.stats");
     args.extend(["--log-file".into(), log.display().to_string()]);
+    args.extend(["--stats-socket".into(), operator.display().to_string()]);
     let mut child = Command::new(bin()).args(&args).spawn().unwrap();
     for s in &socks {
         wait_for(s);
         wait_for(&PathBuf::from(format!("{}.stats", s.display())));
     }
     wait_for_log(&log, "fabric: 3 device(s), 0 uplink(s)");
-    // Every device's counters include the whole fabric's, per port.
-    let text = vrdma_backend::exporter::fetch(&socks[0]).expect("stats");
+    // Spec §16.5: a device's counters are its own; no other tenant's port appears there.
+    let own = vrdma_backend::exporter::fetch(&socks[0]).expect("device stats");
+    assert!(
+        own.contains("vrdma_port_rx_frames_total{device=\"vu0\"}"),
+        "{own}"
+    );
+    for other in ["vu1", "vu2", "vrdma_fabric_"] {
+        assert!(
+            !own.contains(other),
+            "device vu0's stats show {other}:\n{own}"
+        );
+    }
+    // The fabric's per-port counters are on the operator socket, mode 0600.
+    wait_for(&operator);
+    {
+        use std::os::unix::fs::MetadataExt;
+        let md = std::fs::symlink_metadata(&operator).unwrap();
+        assert_eq!(md.mode() & 0o777, 0o600);
+    }
+    let text = vrdma_backend::exporter::fetch(&operator).expect("operator stats");
     for port in ["vu0", "vu1", "vu2"] {
         for needle in [
             format!("vrdma_fabric_frames_total{{port=\"{port}\",kind=\"device\",dir=\"in\"}} "),
@@ -567,16 +587,13 @@ fn binary_serves_several_devices_and_removes_every_socket() {
             assert!(text.contains(&needle), "stats lack {needle}:\n{text}");
         }
     }
-    assert!(
-        text.contains("vrdma_port_rx_frames_total{device=\"vu0\"}"),
-        "{text}"
-    );
     // SAFETY: kill() on the pid of a child we spawned and have not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(child.wait().unwrap().code(), Some(0));
     for s in &socks {
         assert!(!s.exists(), "{} removed on exit", s.display());
     }
+    assert!(!operator.exists(), "operator socket removed on exit");
 }
 
 /// Spec §16.5: `--socket-mode` / `--socket-group` (daemon-wide) and a device's `mode=` are on

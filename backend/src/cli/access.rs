@@ -106,7 +106,7 @@ pub struct AccessArgs {
 
     /// Operator socket (mode 0600) answering the fabric-wide counters of a --device daemon:
     /// every port's frames and drops. A device's own `.stats` socket shows that device only.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", requires = "device")]
     pub stats_socket: Option<PathBuf>,
 }
 

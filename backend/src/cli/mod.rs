@@ -358,6 +358,8 @@ pub struct DaemonConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FabricConfig {
     pub uplinks: Vec<UplinkSpec>,
+    /// `--stats-socket`: the operator's socket for the fabric-wide counters.
+    pub stats_socket: Option<PathBuf>,
 }
 
 impl DaemonConfig {
@@ -467,7 +469,10 @@ impl TryFrom<Args> for DaemonConfig {
         }
         Ok(DaemonConfig {
             devices,
-            fabric: Some(FabricConfig { uplinks }),
+            fabric: Some(FabricConfig {
+                uplinks,
+                stats_socket: args.access.stats_socket.clone(),
+            }),
         })
     }
 }

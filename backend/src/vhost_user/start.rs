@@ -1,6 +1,7 @@
 //! `start_backend(config)`: build the device, its virtqueue outputs, the uplink and the engine,
 //! then run the vhost-user daemon loop until the process is stopped.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use log::{info, warn};
@@ -11,6 +12,7 @@ use super::daemon::{listen_with_access, serve, DaemonError, ServeParts};
 use super::delay::CommandDelays;
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
+use crate::cli::access::SocketAccess;
 use crate::cli::{Config, DaemonConfig};
 use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
@@ -40,6 +42,11 @@ pub enum StartError {
     NoDevices,
     #[error("cannot start a device thread: {0}")]
     Thread(std::io::Error),
+    #[error("--stats-socket {path}: {source}")]
+    Stats {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Open the uplink of `config`: the `--pcap` capture right on the uplink (so it records what is
@@ -291,16 +298,20 @@ pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
         devices.len(),
         fabric.port_count() - devices.len()
     );
+    let operator_stats = match config.fabric.as_ref().and_then(|f| f.stats_socket.as_ref()) {
+        Some(path) => Some(start_operator_stats(path, &fabric)?),
+        None => None,
+    };
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for (cfg, prepared) in config.devices.into_iter().zip(devices) {
         let done = done_tx.clone();
-        let f = fabric.clone();
-        let extra: ExtraStats = Arc::new(move || f.render_stats());
+        // A device's counters are its own (spec §16.5): the fabric's per-port counters name
+        // every tenant's port and traffic, so only the operator socket has them.
         let t = std::thread::Builder::new()
             .name("vrdma-device".into())
             .spawn(move || {
-                let r = run_device(&cfg, prepared, Some(extra));
+                let r = run_device(&cfg, prepared, None);
                 let _ = done.send(r);
             })
             .map_err(StartError::Thread)?;
@@ -310,6 +321,27 @@ pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
     // Device loops do not end (accept errors are retried); should one end anyway, the daemon
     // ends rather than look alive half-served.
     let r = done_rx.recv().unwrap_or(Ok(()));
+    drop(operator_stats);
     drop(bridges);
     r
+}
+
+/// The operator's socket (`--stats-socket`, mode 0600 whatever the umask): the fabric-wide
+/// counters of every port (spec §16.5).
+fn start_operator_stats(path: &Path, fabric: &Arc<Fabric>) -> Result<StatsServer, StartError> {
+    let private = SocketAccess {
+        mode: Some(0o600),
+        ..SocketAccess::default()
+    };
+    let err = |source| StartError::Stats {
+        path: path.display().to_string(),
+        source,
+    };
+    let listener = super::socket_bind::bind_with_access(path, private).map_err(err)?;
+    let f = fabric.clone();
+    let render: ExtraStats = Arc::new(move || f.render_stats());
+    let server = StatsServer::start_text(listener, path, render)
+        .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    info!("fabric counters on {} (operator socket)", path.display());
+    Ok(server)
 }
