@@ -679,6 +679,12 @@ class VM:
             os.unlink(self.vu_sock)
         except FileNotFoundError:
             pass
+        # The daemon never writes over a capture (spec §16.5): keep the old one aside.
+        if self.pcap and os.path.exists(self.pcap):
+            n = 1
+            while os.path.exists("%s.%d" % (self.pcap, n)):
+                n += 1
+            os.rename(self.pcap, "%s.%d" % (self.pcap, n))
         self.start_backend()
 
     def migrate(self, timeout=600):

@@ -201,14 +201,15 @@ pub struct Args {
 
     /// Capture every frame the port sends to and receives from the uplink (RoCEv2 and the
     /// guest's other Ethernet traffic) into this pcap file (Ethernet link type, microsecond
-    /// timestamps; truncated at start). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
+    /// timestamps; created with mode 0600, and FILE must not exist: an existing file or symlink
+    /// is refused, never overwritten). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
     /// Frames between two QPs of this device stay inside the daemon and are not captured. With
     /// --device, every frame the fabric switches (between its devices and uplinks) is
     /// captured once, as it enters the fabric.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
 
-    /// Stop capturing before the --pcap file would grow beyond this many bytes.
+    /// Stop capturing before the --pcap file would grow beyond this many bytes (default 1 GiB).
     #[arg(long, value_name = "BYTES", requires = "pcap")]
     pub pcap_max_bytes: Option<u64>,
 
