@@ -147,7 +147,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     /// RESET_DEVICE / RESET_OWNER, when the frontend stops the control queue (QEMU does on a
     /// virtio reset of the guest) and when the connection ends.
     pub fn reset_state(&self, why: &str) {
-        info!("device reset ({why})");
+        info!("{}: device reset ({why})", self.out.log().label());
         self.lock_device().reset();
         self.out.clear_pending();
     }
@@ -291,7 +291,9 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         match start.checked_add(size as usize) {
             Some(end) if end <= CONFIG_SIZE && size > 0 => self.config[start..end].to_vec(),
             _ => {
-                warn!(
+                // The frontend can send this at will: labelled and rate-limited (spec §16.5).
+                let _device = super::device_log::enter(self.out.log());
+                guest_warn!(
                     "GET_CONFIG offset {offset} size {size} outside the {CONFIG_SIZE}-byte config"
                 );
                 Vec::new()
@@ -302,7 +304,8 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
         // The config space is read-only (§2.2): writes are ignored. Not an error, because the
         // vhost crate ends the whole connection when a handler fails.
-        warn!(
+        let _device = super::device_log::enter(self.out.log());
+        guest_warn!(
             "SET_CONFIG offset {offset} size {} ignored: config is read-only",
             buf.len()
         );
@@ -316,7 +319,10 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             if let Err(refused) = region_check::check_table(&table) {
                 // Spec §16.5: the rings lose the table at once, the device never gets it and
                 // the error ends this connection (the device is then reset).
-                error!("vhost-user frontend refused: {refused}");
+                error!(
+                    "{}: vhost-user frontend refused: {refused}",
+                    self.out.log().label()
+                );
                 drop(table);
                 mem.lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -401,7 +407,10 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                     // Nothing is written: the frontend reads an empty stream and
                     // CHECK_DEVICE_STATE reports the error (the migration fails cleanly).
                     Err(e) => {
-                        warn!("cannot save the device state: {e}");
+                        warn!(
+                            "{}: cannot save the device state: {e}",
+                            self.out.log().label()
+                        );
                         Err(e)
                     }
                 })
@@ -435,7 +444,10 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                         Ok(())
                     }
                     Err(e) => {
-                        warn!("cannot load the device state: {e}");
+                        warn!(
+                            "{}: cannot load the device state: {e}",
+                            self.out.log().label()
+                        );
                         Err(io::Error::new(io::ErrorKind::InvalidData, e))
                     }
                 }
@@ -454,6 +466,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             warn!("queue {device_event}: unexpected epoll events {evset:?}");
             return Ok(());
         }
+        let _device = super::device_log::enter(self.out.log());
         if !self.rings_table_checked() {
             return Ok(());
         }

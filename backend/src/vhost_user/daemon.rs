@@ -93,7 +93,11 @@ pub fn serve<D: RdmaDevice>(
             Ok(()) => served += 1,
             Err(e) => {
                 parts.accept_failures.fetch_add(1, Ordering::Relaxed);
-                error!("{e}; retrying in {} ms", ACCEPT_RETRY_DELAY.as_millis());
+                error!(
+                    "{}: {e}; retrying in {} ms",
+                    parts.out.log().label(),
+                    ACCEPT_RETRY_DELAY.as_millis()
+                );
                 std::thread::sleep(ACCEPT_RETRY_DELAY);
             }
         }
@@ -127,13 +131,14 @@ fn serve_one<D: RdmaDevice>(
         stop_workers(&daemon);
         return Err(DaemonError::Accept(e.to_string()));
     }
-    info!("vhost-user frontend connected");
+    let label = parts.out.log().label();
+    info!("{label}: vhost-user frontend connected");
     match daemon.wait() {
         Ok(())
         | Err(vhost_user_backend::Error::HandleRequest(
             VhostUserError::Disconnected | VhostUserError::PartialMessage,
-        )) => info!("vhost-user frontend disconnected"),
-        Err(e) => warn!("vhost-user connection ended: {e}"),
+        )) => info!("{label}: vhost-user frontend disconnected"),
+        Err(e) => warn!("{label}: vhost-user connection ended: {e}"),
     }
     stop_workers(&daemon);
     parts.out.detach();

@@ -10,7 +10,7 @@
 //! a disconnect or device reset detaches them and discards what was pending.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use log::debug;
 use vhost_user_backend::VringT;
@@ -19,6 +19,7 @@ use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
 use super::chain::{SplitChain, MAX_CHAIN_DESCS};
+use super::device_log::{self, DeviceLog};
 use super::parked::ParkedCommands;
 use super::{GuestMemoryAtomic, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
 
@@ -226,12 +227,20 @@ pub struct VirtqOutput {
     page_reqs: OutQueue,
     eth_rx: OutQueue,
     parked: ParkedCommands,
+    /// The device's label and rate limit for guest-triggered warnings (spec §16.5).
+    log: Arc<DeviceLog>,
 }
 
 impl VirtqOutput {
     /// `event_backlog` bounds queued events (DESIGN.md: by the number of objects).
     pub fn new(event_backlog: usize) -> Self {
+        Self::with_label(event_backlog, "vrdma")
+    }
+
+    /// [`VirtqOutput::new`] for the device called `label` in the log.
+    pub fn with_label(event_backlog: usize, label: &str) -> Self {
         VirtqOutput {
+            log: DeviceLog::new(label),
             events: OutQueue::new(VQ_EVENT, "eventq", event_backlog.max(1), TooSmall::Retry),
             page_reqs: OutQueue::new(VQ_PAGEREQ, "pagereqq", PAGE_REQ_BACKLOG, TooSmall::Retry),
             eth_rx: OutQueue::new(VQ_ETH_RX, "eth rxq", ETH_RX_BACKLOG, TooSmall::Drop),
@@ -239,18 +248,26 @@ impl VirtqOutput {
         }
     }
 
+    /// The device's label and guest-warning limit.
+    pub fn log(&self) -> &Arc<DeviceLog> {
+        &self.log
+    }
+
     /// Post a `vrdma_event` (§9).
     pub fn push_event(&self, ev: &VrdmaEvent) {
+        let _device = device_log::enter(&self.log);
         self.events.push(ev.as_bytes());
     }
 
     /// Post a `vrdma_page_req` (§10).
     pub fn push_page_req(&self, req: &VrdmaPageReq) {
+        let _device = device_log::enter(&self.log);
         self.page_reqs.push(req.as_bytes());
     }
 
     /// Post a raw Ethernet frame to the guest's netdev.
     pub fn push_eth_rx(&self, frame: &[u8]) {
+        let _device = device_log::enter(&self.log);
         self.eth_rx.push(frame);
     }
 

@@ -118,7 +118,10 @@ pub fn prepare_with_uplink(
         .saturating_add(limits.max_cq as usize)
         .saturating_add(limits.max_srq as usize)
         .saturating_add(64);
-    let out = Arc::new(VirtqOutput::new(event_backlog));
+    let out = Arc::new(VirtqOutput::with_label(
+        event_backlog,
+        &device_label(&config.socket_path),
+    ));
     if let Some(spec) = &config.delay_commands {
         warn!("control command responses delayed (test only): {spec:?}");
         out.parked().set_delays(CommandDelays::new(spec));
