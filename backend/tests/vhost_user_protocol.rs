@@ -965,3 +965,37 @@ fn unsealed_memfd_is_refused() {
     let fe = served(&h);
     h.finish(fe);
 }
+
+/// Spec §16.5: the device's outputs (events, page requests, eth rx frames, written from the
+/// engine's threads) reach guest memory only through a table whose regions passed the check.
+/// Here the vrings' memory holds a region twice as long as its memfd with the event ring in
+/// the half beyond the end of the file (as between the frontend's swap and the check):
+/// without the check the delivery would fault (SIGBUS, the test process dies); with it the
+/// event waits in the backlog.
+#[test]
+fn outputs_never_touch_a_table_that_failed_the_check() {
+    use vhost_user_backend::{VringRwLock, VringT};
+    use vm_memory::{FileOffset, GuestAddress};
+    let file_len = 1u64 << 20;
+    let gpa = 0x10_0000u64;
+    let mem = vrdma_backend::vhost_user::GuestMemoryMmap::from_ranges_with_files([(
+        GuestAddress(gpa),
+        2 * file_len as usize,
+        Some(FileOffset::new(sealed_memfd(file_len), 0)),
+    )])
+    .unwrap();
+    let atomic = GuestMemoryAtomic::new(mem);
+    let vring = VringRwLock::new(atomic.clone(), 64).unwrap();
+    let ring = gpa + file_len + 4096;
+    vring.set_queue_size(64);
+    vring
+        .set_queue_info(ring, ring + 1024, ring + 2048)
+        .unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    let out = VirtqOutput::new(8);
+    let vrings = vec![vring; 6];
+    out.attach(&vrings, &atomic);
+    out.push_event(&VrdmaEvent::read_from(&[0u8; VrdmaEvent::SIZE]).unwrap());
+    assert_eq!(out.queue(VRDMA_VQ_EVENT as u16).unwrap().pending(), 1);
+}

@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -56,10 +56,8 @@ pub struct VhostUserRdma<D: RdmaDevice> {
     logging: AtomicBool,
     /// The state transfer started by SET_DEVICE_STATE_FD, finished by CHECK_DEVICE_STATE.
     transfer: Mutex<Option<Transfer>>,
-    /// The last memory table whose regions passed [`region_check`] (spec §16.5), kept alive
-    /// so that its address in `checked_table_addr` names it and no other table.
-    checked_table: Mutex<Option<Arc<super::GuestMemoryMmap>>>,
-    checked_table_addr: AtomicUsize,
+    /// The last memory table whose regions passed [`region_check`] (spec §16.5).
+    checked: Arc<region_check::CheckedTable>,
 }
 
 /// A device state transfer in progress (spec §17.3): a thread moves the bytes through the
@@ -109,33 +107,19 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             budget,
             logging: AtomicBool::new(false),
             transfer: Mutex::new(None),
-            checked_table: Mutex::new(None),
-            checked_table_addr: AtomicUsize::new(0),
+            checked: Default::default(),
         }
     }
 
     /// Is the table the rings see now one whose regions passed [`region_check`]? The
     /// vhost-user-backend crate installs a new table in the rings' memory before it calls
     /// `update_memory`: a queue event that arrives in between checks the table itself, so
-    /// the rings never walk a region that could raise SIGBUS (spec §16.5).
+    /// the rings never walk a region that could raise SIGBUS (spec §16.5). The caller holds
+    /// the table's swap lock, so the answer holds until it lets go.
     fn rings_table_checked(&self) -> bool {
         let current = vm_memory::GuestAddressSpace::memory(&self.mem).into_inner();
-        if self.checked_table_addr.load(Ordering::Acquire) == Arc::as_ptr(&current) as usize {
-            return true;
-        }
-        if region_check::check_table(&current).is_err() {
-            // `update_memory` logs the refusal and ends the connection.
-            return false;
-        }
-        self.remember_checked(current);
-        true
-    }
-
-    fn remember_checked(&self, table: Arc<super::GuestMemoryMmap>) {
-        let mut held = self.checked_table.lock().unwrap_or_else(|p| p.into_inner());
-        self.checked_table_addr
-            .store(Arc::as_ptr(&table) as usize, Ordering::Release);
-        *held = Some(table);
+        // `None`: `update_memory` logs the refusal and ends the connection.
+        self.checked.checked(current).is_some()
     }
 
     fn lock_device(&self) -> std::sync::RwLockWriteGuard<'_, D> {
@@ -329,7 +313,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                     .replace(super::GuestMemoryMmap::new());
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, refused));
             }
-            self.remember_checked(table.clone().into_inner());
+            self.checked.remember(table.clone().into_inner());
             info!("guest memory table: {} region(s)", table.num_regions());
             for r in table.iter() {
                 info!(
@@ -467,11 +451,16 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             return Ok(());
         }
         let _device = super::device_log::enter(self.out.log());
+        // The crate swaps the table under this lock (SET_MEM_TABLE, ADD/REM_MEM_REG): held for
+        // the event, the table checked below is the one every ring access of the event uses
+        // (spec §16.5). The swap waits for at most one event; nothing here waits for the
+        // frontend's thread, and the device's own memory is another object.
+        let _no_swap = self.mem.lock().unwrap_or_else(|p| p.into_inner());
         if !self.rings_table_checked() {
             return Ok(());
         }
         if !self.attached.swap(true, Ordering::AcqRel) {
-            self.out.attach(vrings, &self.mem);
+            self.out.attach_checked(vrings, &self.mem, &self.checked);
         }
         // A failing queue is logged, not propagated: an error here would end the vring worker
         // thread and silence every queue of the device.

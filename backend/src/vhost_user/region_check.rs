@@ -15,6 +15,8 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
@@ -91,6 +93,38 @@ pub fn check_table(table: &GuestMemoryMmap) -> Result<(), RefusedRegion> {
         })?;
     }
     Ok(())
+}
+
+/// The last memory table of a connection whose regions passed [`check_table`], kept alive so
+/// that its address names it and no other table. Shared by the connection's ring workers and
+/// the device's outputs (spec §16.5).
+#[derive(Debug, Default)]
+pub struct CheckedTable {
+    held: Mutex<Option<Arc<GuestMemoryMmap>>>,
+    addr: AtomicUsize,
+}
+
+impl CheckedTable {
+    /// `table` back if its regions are safe to access (checked now unless it is the table
+    /// checked last), `None` if not. A caller that then accesses guest memory only through
+    /// the returned table never touches a region that was not checked, whatever swaps the
+    /// frontend makes meanwhile.
+    pub fn checked(&self, table: Arc<GuestMemoryMmap>) -> Option<Arc<GuestMemoryMmap>> {
+        if self.addr.load(Ordering::Acquire) == Arc::as_ptr(&table) as usize {
+            return Some(table);
+        }
+        check_table(&table).ok()?;
+        self.remember(Arc::clone(&table));
+        Some(table)
+    }
+
+    /// Record `table` as checked.
+    pub fn remember(&self, table: Arc<GuestMemoryMmap>) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        self.addr
+            .store(Arc::as_ptr(&table) as usize, Ordering::Release);
+        *held = Some(table);
+    }
 }
 
 #[cfg(test)]
