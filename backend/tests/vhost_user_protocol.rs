@@ -997,5 +997,5 @@ fn outputs_never_touch_a_table_that_failed_the_check() {
     let vrings = vec![vring; 6];
     out.attach(&vrings, &atomic);
     out.push_event(&VrdmaEvent::read_from(&[0u8; VrdmaEvent::SIZE]).unwrap());
-    assert_eq!(out.queue(VRDMA_VQ_EVENT as u16).unwrap().pending(), 1);
+    assert_eq!(out.queue(VRDMA_VQ_EVENT).unwrap().pending(), 1);
 }
