@@ -31,8 +31,9 @@
 //!   name their device and are rate-limited per device (`device_log.rs`); `debug` logs every
 //!   control command.
 //!
-//! Lock order (the whole of it: ARCHITECTURE.md "Threads"): device lock -> output queue /
-//! parked-chain mutex -> vring lock. Nothing here takes the device lock while holding a vring
+//! Lock order (the whole of it: ARCHITECTURE.md "Threads"): memory swap lock (a queue event
+//! holds it, spec §16.5) -> device lock -> output queue / parked-chain mutex -> vring lock; the
+//! checked-table record (`region_check.rs`) is a leaf. Nothing here takes the device lock while holding a vring
 //! lock, and no vhost-user thread waits for the network or a timer.
 //!
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
