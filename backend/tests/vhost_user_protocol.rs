@@ -999,3 +999,29 @@ fn outputs_never_touch_a_table_that_failed_the_check() {
     out.push_event(&VrdmaEvent::read_from(&[0u8; VrdmaEvent::SIZE]).unwrap());
     assert_eq!(out.queue(VRDMA_VQ_EVENT).unwrap().pending(), 1);
 }
+
+/// Spec §16.5: one device state transfer at a time. A frontend that starts a LOAD, keeps its
+/// pipe open and silent, and starts another gets a failure for the second instead of leaving
+/// one more thread, pipe and state buffer behind per request; the connection goes on.
+#[test]
+fn a_second_state_transfer_while_one_runs_is_refused() {
+    use std::os::fd::OwnedFd;
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+    };
+    let h = start("state-twice", 2, true);
+    let (fe, _, _) = connect_with(&h.path, true, VhostUserProtocolFeatures::DEVICE_STATE);
+    let (r1, _w1) = std::io::pipe().unwrap();
+    fe.set_device_state_fd(Dir::LOAD, Phase::STOPPED, OwnedFd::from(r1))
+        .expect("the first transfer starts");
+    let (r2, _w2) = std::io::pipe().unwrap();
+    let second = fe.set_device_state_fd(Dir::LOAD, Phase::STOPPED, OwnedFd::from(r2));
+    assert!(
+        second.is_err(),
+        "a second transfer was started beside the first"
+    );
+    assert!(fe.get_features().is_ok(), "the connection goes on");
+    drop(fe);
+    let fe = served(&h);
+    h.finish(fe);
+}

@@ -1,7 +1,7 @@
 //! [`VhostUserRdma`]: the `VhostUserBackend` for one frontend connection.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -202,23 +202,27 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     }
 }
 
+impl Transfer {
+    /// Is the transfer's thread still moving bytes?
+    fn running(&self) -> bool {
+        match self {
+            Transfer::Save(Ok(t)) => !t.is_finished(),
+            Transfer::Save(Err(_)) => false,
+            Transfer::Load(t) => !t.is_finished(),
+        }
+    }
+}
+
 /// The result of a state transfer thread (a panic there is an error, not ours).
 fn joined<T>(r: std::thread::Result<io::Result<T>>) -> io::Result<T> {
     r.unwrap_or_else(|_| Err(io::Error::other("state transfer thread panicked")))
 }
 
-/// Read a whole state stream, at most `MAX_STATE_BYTES` (the frontend's data is untrusted).
+/// Read a whole state stream, at most `MAX_STATE_BYTES` (the frontend's data is untrusted),
+/// giving up when the frontend stalls (spec §16.5).
 fn read_state(file: &mut File) -> io::Result<Vec<u8>> {
     let max = crate::device::snapshot::MAX_STATE_BYTES;
-    let mut bytes = Vec::new();
-    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
-    if bytes.len() > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "device state stream too large",
-        ));
-    }
-    Ok(bytes)
+    super::state_pipe::read_state(file, max, super::state_pipe::STATE_IDLE_LIMIT)
 }
 
 impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
@@ -370,6 +374,19 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                 "only the STOPPED phase is supported",
             ));
         }
+        // One transfer at a time (QEMU sends CHECK_DEVICE_STATE after each): a frontend that
+        // keeps starting transfers must not pile up threads, pipes and state buffers (§16.5).
+        if self
+            .transfer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(Transfer::running)
+        {
+            return Err(io::Error::other(
+                "a device state transfer is already in progress",
+            ));
+        }
         let job = match direction {
             VhostTransferStateDirection::SAVE => {
                 let saved = {
@@ -385,7 +402,13 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                         info!("saving device state: {} bytes", bytes.len());
                         std::thread::Builder::new()
                             .name("vrdma-state-save".into())
-                            .spawn(move || file.write_all(&bytes))
+                            .spawn(move || {
+                                super::state_pipe::write_state(
+                                    &mut file,
+                                    &bytes,
+                                    super::state_pipe::STATE_IDLE_LIMIT,
+                                )
+                            })
                             .map_err(|e| e.to_string())
                     }
                     // Nothing is written: the frontend reads an empty stream and

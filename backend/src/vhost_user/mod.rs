@@ -62,6 +62,7 @@ pub mod parked;
 pub mod region_check;
 pub mod socket_bind;
 mod start;
+pub mod state_pipe;
 
 use std::io;
 
