@@ -679,6 +679,12 @@ class VM:
             os.unlink(self.vu_sock)
         except FileNotFoundError:
             pass
+        # The daemon never writes over a capture (spec §16.5): keep the old one aside.
+        if self.pcap and os.path.exists(self.pcap):
+            n = 1
+            while os.path.exists("%s.%d" % (self.pcap, n)):
+                n += 1
+            os.rename(self.pcap, "%s.%d" % (self.pcap, n))
         self.start_backend()
 
     def migrate(self, timeout=600):
@@ -954,6 +960,11 @@ class Cluster:
             raise
         return self
 
+    @property
+    def fabric_stats(self):
+        """The shared daemon's operator socket: the fabric-wide per-port counters."""
+        return os.path.join(self.workdir, "fabric.stats")
+
     def fabric_backend_cmd(self):
         """The shared daemon's command line: one --device per vrdma guest, with the guest's
         address (port security, spec §16.3: the fabric drops the frames of a guest that claims
@@ -969,6 +980,8 @@ class Cluster:
             cmd += ["--uplink", "tap:" + FABRIC_TAP]
         elif self.fabric_udp:
             cmd += ["--uplink", "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % self.fabric_udp]
+        # The fabric's per-port counters are only on the operator socket (spec §16.5).
+        cmd += ["--stats-socket", self.fabric_stats]
         cmd += list(self.backend_args)
         if self.pcap:
             cmd += ["--pcap", os.path.join(self.workdir, "capture-fabric.pcap"),

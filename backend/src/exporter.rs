@@ -5,9 +5,11 @@
 //! - [`StatsServer`]: serves [`render`]'s text to every client of a unix socket,
 //!   `<vhost-user socket>.stats` in the daemon ([`stats_socket_path`]); `vrdma-backend stats
 //!   --socket PATH` ([`fetch`]) prints it. Anyone who can connect can read the counters, so the
-//!   socket gets the permissions of its directory (like the vhost-user socket, spec §16).
+//!   socket gets the owner, group and mode of the device's vhost-user socket (spec §16.5). A
+//!   device's answer holds that device's counters only; a fabric daemon's per-port counters
+//!   are on the operator socket (`--stats-socket`, [`StatsServer::start_text`]).
 //!
-//! It reads the whole `Device` (under its lock), so it sits above `device/`; the counters
+//! It reads the whole `Device` (under the shared device lock), so it sits above `device/`; the counters
 //! themselves are in `stats.rs`, low enough for `qp/` and `transport/` to own them.
 
 use std::fmt::Write as _;
@@ -385,11 +387,47 @@ impl StatsServer {
             }
         }
         let listener = UnixListener::bind(path).map_err(listen_err)?;
+        Self::start_on(listener, path, dev, label, extra)
+    }
+
+    /// [`StatsServer::start_with`] on a socket already bound at `path` (by the daemon, with
+    /// the owner, group and mode of spec §16.5).
+    pub fn start_on(
+        listener: UnixListener,
+        path: &Path,
+        dev: Arc<HandoffLock<Device>>,
+        label: String,
+        extra: Option<ExtraStats>,
+    ) -> Result<StatsServer, StatsError> {
+        // Copy under the shared device lock, format outside it: the exporter never takes the
+        // lock exclusively, so it neither stalls the engine workers nor waits for their
+        // hand-off (spec §16.5); the per-object locks it reads through are the workers' own.
+        let render = move || {
+            let snap = {
+                let d = dev.read();
+                snapshot(&d, &label)
+            };
+            let mut text = format(snap);
+            if let Some(f) = &extra {
+                text.push_str(&f());
+            }
+            text
+        };
+        Self::start_text(listener, path, Arc::new(render))
+    }
+
+    /// Serve what `render` returns on a socket already bound at `path` (the daemon's operator
+    /// socket, `--stats-socket`: the fabric-wide counters).
+    pub fn start_text(
+        listener: UnixListener,
+        path: &Path,
+        render: ExtraStats,
+    ) -> Result<StatsServer, StatsError> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("vrdma-stats".into())
-            .spawn(move || serve(listener, &dev, &label, extra.as_deref(), &s2))
+            .spawn(move || serve(listener, &*render, &s2))
             .map_err(StatsError::Spawn)?;
         Ok(StatsServer {
             path: path.to_path_buf(),
@@ -418,27 +456,13 @@ impl Drop for StatsServer {
 /// More counters for a stats answer (see [`StatsServer::start_with`]).
 pub type ExtraStats = Arc<dyn Fn() -> String + Send + Sync>;
 
-fn serve(
-    listener: UnixListener,
-    dev: &HandoffLock<Device>,
-    label: &str,
-    extra: Option<&(dyn Fn() -> String + Send + Sync)>,
-    stop: &AtomicBool,
-) {
+fn serve(listener: UnixListener, render: &(dyn Fn() -> String + Send + Sync), stop: &AtomicBool) {
     for conn in listener.incoming() {
         if stop.load(Ordering::Acquire) {
             return;
         }
         let Ok(mut conn) = conn else { continue };
-        // Copy under the lock, format outside it (the engine waits for the lock).
-        let snap = {
-            let d = dev.lock();
-            snapshot(&d, label)
-        };
-        let mut text = format(snap);
-        if let Some(f) = extra {
-            text.push_str(&f());
-        }
+        let text = render();
         // A client that does not read must not hold the thread for long.
         let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = conn.write_all(text.as_bytes());

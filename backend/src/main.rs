@@ -107,7 +107,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let logs_to_file = first.log_file.is_some();
-    if let Err(e) = install_signal_thread(config.sockets()) {
+    let mut sockets = config.sockets();
+    // The operator's stats socket is removed at exit too (spec §16.5).
+    sockets.extend(config.fabric.iter().filter_map(|f| f.stats_socket.clone()));
+    if let Err(e) = install_signal_thread(sockets) {
         eprintln!("vrdma-backend: {e}");
         return ExitCode::FAILURE;
     }

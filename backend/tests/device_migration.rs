@@ -542,3 +542,55 @@ fn a_device_with_an_xrc_domain_refuses_to_save() {
         .expect("dealloc");
     assert!(snapshot::save(&p.a.dev).is_ok(), "no XRC domain: saves");
 }
+
+/// Spec §16.5 / §17.2: a fast-registration MR is restored only with a capacity the destination
+/// could have allocated (at most its `max_fast_reg_page_list_len`): a larger one would let a
+/// later FAST_REG WQE post a page list beyond the device's limit.
+#[test]
+fn fast_reg_mr_beyond_the_page_list_limit_is_refused() {
+    let mut n = Node::new(1, MEM_MIB, 1500);
+    let pd = n.create_pd();
+    let limit = n.dev.config.max_fast_reg_page_list_len;
+    let frmr = VrdmaCmdRegMr {
+        pdn: pd,
+        npages: limit - 1,
+        ..Default::default()
+    };
+    n.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, frmr.as_bytes())
+        .expect("ALLOC_FAST_REG_MR");
+    let s = snapshot::save(&n.dev).unwrap();
+    // The MR's saved capacity: max_pages, page_shift 12, not valid, no pages.
+    let mut saved = (limit - 1).to_le_bytes().to_vec();
+    saved.extend_from_slice(&12u32.to_le_bytes());
+    saved.push(0);
+    saved.extend_from_slice(&0u32.to_le_bytes());
+    let at = s
+        .windows(saved.len())
+        .position(|w| w == saved)
+        .expect("the fast-reg MR in the stream");
+    let restore = |max_pages: u32| {
+        let mut m = s.clone();
+        m[at..at + 4].copy_from_slice(&max_pages.to_le_bytes());
+        reseal_state(&mut m);
+        let mut dev = Device::new(
+            n.dev.config.clone(),
+            n.mem.clone(),
+            Arc::new(RecordingOutput::new()),
+        );
+        let r = snapshot::restore(&mut dev, &m);
+        if r.is_err() {
+            assert!(dev.mrs.write().is_empty() && dev.pds().is_empty());
+        }
+        r
+    };
+    assert_eq!(restore(limit), Ok(()), "the device's own limit restores");
+    for too_many in [limit + 1, u32::MAX] {
+        assert_eq!(
+            restore(too_many),
+            Err(SnapshotError::Invalid {
+                what: "fast-reg MR max_pages",
+                value: u64::from(too_many)
+            })
+        );
+    }
+}

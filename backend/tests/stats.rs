@@ -249,6 +249,15 @@ fn stats_socket_serves_port_and_qp_counters() {
     );
     assert!(text.contains("# TYPE vrdma_qp_tx_packets_total counter"));
 
+    // Spec §16.5: the exporter reads under the shared device lock, so it answers while an
+    // engine worker holds the lock for a batch without handing it off (an exclusive lock
+    // would wait for that worker: `fetch` would time out after 5 s).
+    {
+        let _worker_batch = da.lock_long();
+        let during = fetch(&vhost_sock).expect("counters while a worker holds the device lock");
+        assert_eq!(sample(&during, &format!("vrdma_qp_tx_packets_total{q}")), 4);
+    }
+
     // The binary's `stats` subcommand reads the same socket.
     let out = Command::new(env!("CARGO_BIN_EXE_vrdma-backend"))
         .args(["stats", "--socket"])

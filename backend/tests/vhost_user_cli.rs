@@ -308,6 +308,11 @@ fn help_documents_every_option() {
         "--poll-us",
         "--engine-threads",
         "--payload-refs",
+        "--socket-owner",
+        "--socket-group",
+        "--socket-mode",
+        "--stats-socket",
+        "owner=UID",
         "vrdma-backend stats --socket",
         "RUST_LOG",
         "TEST ONLY",
@@ -644,15 +649,35 @@ fn binary_serves_several_devices_and_removes_every_socket() {
             i + 1
         ));
     }
+    let operator = d.join("fabric.stats");
     args.extend(["--log-file".into(), log.display().to_string()]);
+    args.extend(["--stats-socket".into(), operator.display().to_string()]);
     let mut child = Command::new(bin()).args(&args).spawn().unwrap();
     for s in &socks {
         wait_for(s);
         wait_for(&PathBuf::from(format!("{}.stats", s.display())));
     }
     wait_for_log(&log, "fabric: 3 device(s), 0 uplink(s)");
-    // Every device's counters include the whole fabric's, per port.
-    let text = vrdma_backend::exporter::fetch(&socks[0]).expect("stats");
+    // Spec §16.5: a device's counters are its own; no other tenant's port appears there.
+    let own = vrdma_backend::exporter::fetch(&socks[0]).expect("device stats");
+    assert!(
+        own.contains("vrdma_port_rx_frames_total{device=\"vu0\"}"),
+        "{own}"
+    );
+    for other in ["vu1", "vu2", "vrdma_fabric_"] {
+        assert!(
+            !own.contains(other),
+            "device vu0's stats show {other}:\n{own}"
+        );
+    }
+    // The fabric's per-port counters are on the operator socket, mode 0600.
+    wait_for(&operator);
+    {
+        use std::os::unix::fs::MetadataExt;
+        let md = std::fs::symlink_metadata(&operator).unwrap();
+        assert_eq!(md.mode() & 0o777, 0o600);
+    }
+    let text = vrdma_backend::exporter::fetch(&operator).expect("operator stats");
     for port in ["vu0", "vu1", "vu2"] {
         for needle in [
             format!("vrdma_fabric_frames_total{{port=\"{port}\",kind=\"device\",dir=\"in\"}} "),
@@ -663,16 +688,78 @@ fn binary_serves_several_devices_and_removes_every_socket() {
             assert!(text.contains(&needle), "stats lack {needle}:\n{text}");
         }
     }
-    assert!(
-        text.contains("vrdma_port_rx_frames_total{device=\"vu0\"}"),
-        "{text}"
-    );
     // SAFETY: kill() on the pid of a child we spawned and have not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(child.wait().unwrap().code(), Some(0));
     for s in &socks {
         assert!(!s.exists(), "{} removed on exit", s.display());
     }
+    assert!(!operator.exists(), "operator socket removed on exit");
+}
+
+/// Spec §16.5: `--socket-mode` / `--socket-group` (daemon-wide) and a device's `mode=` are on
+/// the vhost-user and `.stats` sockets as soon as they exist, and a --device key overrides
+/// the daemon-wide value for that device only.
+#[test]
+fn sockets_get_their_owner_group_and_mode() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tmpdir("access");
+    let log = d.join("daemon.log");
+    let a = d.join("a.sock");
+    let b = d.join("b.sock");
+    // SAFETY: getegid has no preconditions.
+    let gid = unsafe { libc::getegid() };
+    let mut child = Command::new(bin())
+        .args([
+            "--device",
+            &format!("socket={},mac=52:54:00:00:02:01", a.display()),
+            "--device",
+            &format!("socket={},mac=52:54:00:00:02:02,mode=0600", b.display()),
+            "--socket-mode",
+            "0660",
+            "--socket-group",
+            &gid.to_string(),
+            "--log-file",
+            log.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_log(&log, "fabric: 2 device(s)");
+    for (sock, mode) in [(&a, 0o660), (&b, 0o600)] {
+        let stats = PathBuf::from(format!("{}.stats", sock.display()));
+        wait_for(&stats);
+        for p in [sock, &stats] {
+            let md = std::fs::symlink_metadata(p).unwrap();
+            assert_eq!(md.mode() & 0o777, mode, "{}", p.display());
+            assert_eq!(md.gid(), gid, "{}", p.display());
+        }
+    }
+    // SAFETY: kill() on the pid of a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn socket_access_options_parse() {
+    let c = parse(&["--socket-mode", "0640", "--socket-owner", "1000"]).unwrap();
+    assert_eq!(c.socket_access.mode, Some(0o640));
+    assert_eq!(c.socket_access.owner, Some(1000));
+    assert!(Args::try_parse_from([
+        "vrdma-backend",
+        "--socket-path",
+        "/tmp/x.sock",
+        "--mac",
+        "52:54:00:00:00:01",
+        "--socket-mode",
+        "0999"
+    ])
+    .is_err());
+    let e = daemon(&[
+        "--device",
+        "socket=/tmp/x.sock,mac=52:54:00:00:00:01,mode=07777",
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("mode"), "{e}");
 }
 
 /// Spec §16.3: `ip=` / `net=` per device and `--forward-between-uplinks` reach the

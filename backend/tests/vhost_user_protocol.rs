@@ -155,6 +155,7 @@ fn start(tag: &str, connections: usize, odp: bool) -> Harness {
             0
         },
         mtu: 1500,
+        accept_failures: Default::default(),
     };
     let mut listener = listen(&path).expect("listen");
     let thread = thread::spawn(move || {
@@ -865,5 +866,162 @@ fn delayed_commands_run_at_once_and_are_answered_late() {
     let (p1, p2) = (pd(first_resp), pd(second_resp));
     assert_eq!((p1, p2), (1, 2), "the delayed command ran first");
 
+    h.finish(fe);
+}
+
+// ---- Spec §16.5: frontend memory regions are checked against their file. ----
+
+/// A region that `fe` offers: `size` bytes of `file` at GPA `gpa`, at the frontend address
+/// `uva` (never dereferenced by this process).
+fn region_of(
+    file: &std::fs::File,
+    gpa: u64,
+    size: u64,
+    uva: u64,
+) -> vhost::VhostUserMemoryRegionInfo {
+    vhost::VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: uva,
+        mmap_offset: 0,
+        mmap_handle: std::os::fd::AsRawFd::as_raw_fd(file),
+    }
+}
+
+/// One CREATE_PD round trip on a fresh connection to `h`: the device is served.
+fn served(h: &Harness) -> vhost::vhost_user::Frontend {
+    let (fe, mut guest, mut ctrl) = control_setup(h, true);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    fe
+}
+
+/// A region twice as long as its (sealed) memfd, with the control ring in the half beyond the
+/// end of the file: without the check, the daemon's ring worker would read the ring there and
+/// the whole test process (the daemon) would die of SIGBUS. With it, SET_MEM_TABLE is refused,
+/// the connection ends, and the same device and another device of the process serve on.
+#[test]
+fn memory_region_beyond_its_file_is_refused_and_no_device_dies() {
+    let neighbour = start("region-neighbour", 1, true);
+    let h = start("region-short", 2, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let file_len = 1u64 << 20;
+    let file = sealed_memfd(file_len);
+    let (gpa, uva) = (0x10_0000u64, 0x7f00_0000_0000u64);
+    let _ = fe.set_mem_table(&[region_of(&file, gpa, 2 * file_len, uva)]);
+    // What an attacker does next: a ring beyond the end of the file, kicked. The connection
+    // is gone, so these fail; were the table installed, the kick would fault in the daemon.
+    let ring_gpa = gpa + file_len + 4096;
+    let kick = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).unwrap();
+    let _ = fe.set_vring_num(0, 64);
+    let _ = fe.set_vring_addr(
+        0,
+        &vhost::VringConfigData {
+            queue_max_size: 64,
+            queue_size: 64,
+            flags: 0,
+            desc_table_addr: uva + (ring_gpa - gpa),
+            used_ring_addr: uva + (ring_gpa - gpa) + 2048,
+            avail_ring_addr: uva + (ring_gpa - gpa) + 1024,
+            log_addr: None,
+        },
+    );
+    let _ = fe.set_vring_base(0, 0);
+    let _ = fe.set_vring_kick(0, &kick);
+    let _ = fe.set_vring_enable(0, true);
+    let _ = kick.write(1);
+    // Were the table installed, the device's worker would be walking that ring now: confirm
+    // that the daemon has ended the connection instead (the next request gets no answer).
+    assert!(
+        fe.get_features().is_err(),
+        "a region beyond its file was accepted: the connection is still open"
+    );
+    drop(fe);
+    // The neighbour device of this process is served, and so is the refused one's next
+    // frontend (after a device reset).
+    let n = served(&neighbour);
+    neighbour.finish(n);
+    let fe = served(&h);
+    assert!(
+        h.device.lock().resets >= 1,
+        "the refused connection reset its device"
+    );
+    h.finish(fe);
+}
+
+/// Spec §16.5: a memfd without F_SEAL_SHRINK (the frontend could truncate it under the
+/// daemon later) is refused even when it is long enough today; sealed, the same table works.
+#[test]
+fn unsealed_memfd_is_refused() {
+    let h = start("region-unsealed", 2, true);
+    let (fe, _) = connect(&h.path, true);
+    let guest = Guest::with_file(0x10_0000, 1 << 20, unsealed_memfd(1 << 20));
+    let _ = fe.set_mem_table(&[guest.region_info()]);
+    assert!(
+        fe.get_features().is_err(),
+        "an unsealed memfd was accepted: the connection is still open"
+    );
+    drop(fe);
+    let fe = served(&h);
+    h.finish(fe);
+}
+
+/// Spec §16.5: the device's outputs (events, page requests, eth rx frames, written from the
+/// engine's threads) reach guest memory only through a table whose regions passed the check.
+/// Here the vrings' memory holds a region twice as long as its memfd with the event ring in
+/// the half beyond the end of the file (as between the frontend's swap and the check):
+/// without the check the delivery would fault (SIGBUS, the test process dies); with it the
+/// event waits in the backlog.
+#[test]
+fn outputs_never_touch_a_table_that_failed_the_check() {
+    use vhost_user_backend::{VringRwLock, VringT};
+    use vm_memory::{FileOffset, GuestAddress};
+    let file_len = 1u64 << 20;
+    let gpa = 0x10_0000u64;
+    let mem = vrdma_backend::vhost_user::GuestMemoryMmap::from_ranges_with_files([(
+        GuestAddress(gpa),
+        2 * file_len as usize,
+        Some(FileOffset::new(sealed_memfd(file_len), 0)),
+    )])
+    .unwrap();
+    let atomic = GuestMemoryAtomic::new(mem);
+    let vring = VringRwLock::new(atomic.clone(), 64).unwrap();
+    let ring = gpa + file_len + 4096;
+    vring.set_queue_size(64);
+    vring
+        .set_queue_info(ring, ring + 1024, ring + 2048)
+        .unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    let out = VirtqOutput::new(8);
+    let vrings = vec![vring; 6];
+    out.attach(&vrings, &atomic);
+    out.push_event(&VrdmaEvent::read_from(&[0u8; VrdmaEvent::SIZE]).unwrap());
+    assert_eq!(out.queue(VRDMA_VQ_EVENT).unwrap().pending(), 1);
+}
+
+/// Spec §16.5: one device state transfer at a time. A frontend that starts a LOAD, keeps its
+/// pipe open and silent, and starts another gets a failure for the second instead of leaving
+/// one more thread, pipe and state buffer behind per request; the connection goes on.
+#[test]
+fn a_second_state_transfer_while_one_runs_is_refused() {
+    use std::os::fd::OwnedFd;
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+    };
+    let h = start("state-twice", 2, true);
+    let (fe, _, _) = connect_with(&h.path, true, VhostUserProtocolFeatures::DEVICE_STATE);
+    let (r1, _w1) = std::io::pipe().unwrap();
+    fe.set_device_state_fd(Dir::LOAD, Phase::STOPPED, OwnedFd::from(r1))
+        .expect("the first transfer starts");
+    let (r2, _w2) = std::io::pipe().unwrap();
+    let second = fe.set_device_state_fd(Dir::LOAD, Phase::STOPPED, OwnedFd::from(r2));
+    assert!(
+        second.is_err(),
+        "a second transfer was started beside the first"
+    );
+    assert!(fe.get_features().is_ok(), "the connection goes on");
+    drop(fe);
+    let fe = served(&h);
     h.finish(fe);
 }

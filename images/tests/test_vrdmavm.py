@@ -79,6 +79,7 @@ class CommandLines(unittest.TestCase):
         self.assertIn("local.port=%d" % g, net)
         self.assertIn("remote.port=%d" % d, net)
         self.assertEqual(opt(bc, "--pcap"), [os.path.join(self.tmp, "capture-fabric.pcap")])
+        self.assertEqual(opt(bc, "--stats-socket"), [os.path.join(self.tmp, "fabric.stats")])
         self.assertEqual(c[0].backend_log, c[1].backend_log)
         with self.assertRaises(ValueError):
             self.cluster(n=3, kind=["vrdma", "rxe", "rxe"])

@@ -1,11 +1,11 @@
-//! `--device socket=PATH,mac=MAC[,net=N][,ip=ADDR]...[,max-host-memory=BYTES]`: one device on
-//! the daemon's fabric, how its port is attached (spec §16.3) and its own host-memory bound
-//! (spec §16.1).
+//! `--device socket=PATH,mac=MAC[,net=N][,ip=ADDR]...[,max-host-memory=BYTES][,owner=UID]
+//! [,group=GID][,mode=MODE]`: one device on the daemon's fabric, how its port is attached (spec
+//! §16.3), its own host-memory bound (spec §16.1) and who may use its sockets (spec §16.5).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use super::{check_socket_path, host_memory, parse_mac, CliError};
+use super::{access, check_socket_path, host_memory, parse_mac, CliError};
 
 /// Largest network number: networks map one to one onto 802.1Q VLAN ids 0..=4094 on a
 /// trunk uplink (`vlans=`); 4095 is reserved by 802.1Q.
@@ -31,6 +31,8 @@ pub struct DeviceSpec {
     pub port: FabricPortConfig,
     /// `max-host-memory=`: this device's bound instead of `--max-host-memory-per-device`.
     pub max_host_memory: Option<u64>,
+    /// `owner=`, `group=`, `mode=`: this device's sockets, over the daemon-wide options.
+    pub socket_access: access::SocketAccess,
 }
 
 /// A network number `net=` / `vlans=` take: 0..=[`MAX_NET`].
@@ -49,7 +51,14 @@ pub fn parse_device(spec: &str) -> Result<DeviceSpec, CliError> {
     };
     let (mut socket, mut mac, mut net, mut memory) = (None, None, None, None);
     let mut ips: Vec<IpAddr> = Vec::new();
+    let mut socket_access = access::SocketAccess::default();
     for kv in spec.split(',') {
+        if socket_access
+            .parse_device_key(kv)
+            .map_err(|e| bad(e.to_string()))?
+        {
+            continue;
+        }
         match kv.split_once('=') {
             Some(("socket", v)) if socket.is_none() => socket = Some(PathBuf::from(v)),
             Some(("mac", v)) if mac.is_none() => {
@@ -81,7 +90,7 @@ pub fn parse_device(spec: &str) -> Result<DeviceSpec, CliError> {
             }
             _ => {
                 return Err(bad(format!(
-                    "unknown key in {kv:?} (expected socket=, mac=, net=, ip=, max-host-memory=)"
+                    "unknown key in {kv:?} (expected socket=, mac=, net=, ip=, max-host-memory=, owner=, group=, mode=)"
                 )))
             }
         }
@@ -97,6 +106,7 @@ pub fn parse_device(spec: &str) -> Result<DeviceSpec, CliError> {
             ips,
         },
         max_host_memory: memory,
+        socket_access,
     })
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Every option is documented in `--help`; the test-only `--impair` option says so there.
 
+pub mod access;
 pub mod delay;
 pub mod device_spec;
 pub mod uplink_nets;
@@ -128,13 +129,15 @@ pub struct Args {
     pub mac: Option<String>,
 
     /// Serve a device on the daemon's fabric: `socket=PATH,mac=MAC[,net=N][,ip=ADDR]...
-    /// [,max-host-memory=BYTES]` (its vhost-user socket, port MAC and, optionally, its own
+    /// [,max-host-memory=BYTES][,owner=UID][,group=GID][,mode=MODE]` (its vhost-user socket, port MAC and, optionally, its own
     /// host-memory bound instead of --max-host-memory-per-device). Repeat for more devices; they share an in-process
     /// Ethernet switch, to which every --uplink is connected as another port (instead of
     /// --socket-path and --mac). `ip=` (repeatable, IPv4 or IPv6) turns on port security: the
     /// device may then send only from its MAC, these addresses and the link-local address of
     /// its MAC (ARP, IP, neighbour discovery, RoCE source GID; no VLAN tags). Without `ip=`
     /// only the source MAC is checked: the device can claim any IP address on its network.
+    /// `owner=UID`, `group=GID`, `mode=MODE` set this device's sockets apart from the
+    /// --socket-owner/--socket-group/--socket-mode of the others.
     #[arg(long, value_name = "SPEC")]
     pub device: Vec<String>,
 
@@ -231,14 +234,15 @@ pub struct Args {
 
     /// Capture every frame the port sends to and receives from the uplink (RoCEv2 and the
     /// guest's other Ethernet traffic) into this pcap file (Ethernet link type, microsecond
-    /// timestamps; truncated at start). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
+    /// timestamps; created with mode 0600, and FILE must not exist: an existing file or symlink
+    /// is refused, never overwritten). Read it with `tshark -r FILE` (RoCEv2 is UDP port 4791).
     /// Frames between two QPs of this device stay inside the daemon and are not captured. With
     /// --device, every frame the fabric switches (between its devices and uplinks) is
     /// captured once, as it enters the fabric.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
 
-    /// Stop capturing before the --pcap file would grow beyond this many bytes.
+    /// Stop capturing before the --pcap file would grow beyond this many bytes (default 1 GiB).
     #[arg(long, value_name = "BYTES", requires = "pcap")]
     pub pcap_max_bytes: Option<u64>,
 
@@ -262,6 +266,10 @@ pub struct Args {
     /// receiving engine then does all the memory traffic while the sender's idles).
     #[arg(long)]
     pub payload_refs: bool,
+
+    /// Sockets: owner, group, mode; the operator's stats socket (spec §16.5).
+    #[command(flatten)]
+    pub access: access::AccessArgs,
 }
 
 /// `vrdma-backend stats --socket PATH`: print the host-side counters (Prometheus text format) of
@@ -345,6 +353,8 @@ pub struct Config {
     pub payload_refs: bool,
     /// `--device ...,net=N,ip=ADDR`: the device's fabric port (spec §16.3).
     pub fabric_port: FabricPortConfig,
+    /// Owner, group and mode of the device's vhost-user and `.stats` sockets (spec §16.5).
+    pub socket_access: access::SocketAccess,
 }
 
 impl Config {
@@ -366,6 +376,7 @@ impl Config {
             engine: Default::default(),
             payload_refs: false,
             fabric_port: FabricPortConfig::default(),
+            socket_access: Default::default(),
         }
     }
 }
@@ -391,6 +402,8 @@ pub struct FabricConfig {
     pub uplink_nets: Vec<UplinkNets>,
     /// `--forward-between-uplinks`.
     pub forward_between_uplinks: bool,
+    /// `--stats-socket`: the operator's socket for the fabric-wide counters.
+    pub stats_socket: Option<PathBuf>,
 }
 
 impl DaemonConfig {
@@ -508,7 +521,8 @@ impl TryFrom<Args> for DaemonConfig {
                 socket: socket_path,
                 mac,
                 port: fabric_port,
-                ..
+                max_host_memory: _,
+                socket_access,
             } = parsed;
             let bad = |reason: &str| CliError::BadDevice {
                 spec: spec.clone(),
@@ -525,6 +539,7 @@ impl TryFrom<Args> for DaemonConfig {
                 mac,
                 max_host_memory,
                 fabric_port,
+                socket_access: template.socket_access.overridden_by(socket_access),
                 ..template.clone()
             });
         }
@@ -535,6 +550,7 @@ impl TryFrom<Args> for DaemonConfig {
                 uplinks,
                 uplink_nets,
                 forward_between_uplinks: args.forward_between_uplinks,
+                stats_socket: args.access.stats_socket.clone(),
             }),
         })
     }
@@ -616,6 +632,7 @@ fn shared_options(args: &Args) -> Result<Config, CliError> {
         },
         payload_refs: args.payload_refs,
         fabric_port: FabricPortConfig::default(),
+        socket_access: args.access.access(),
     })
 }
 

@@ -636,6 +636,10 @@ fn restore_inner(dev: &mut Device, bytes: &[u8]) -> Result<(), SnapshotError> {
             MR_DMA => MrKind::Dma,
             MR_FAST_REG => {
                 let max_pages = r.u32()?;
+                // What ALLOC_FAST_REG_MR would have refused on this device (spec §16.5).
+                if max_pages > fast_reg_max {
+                    return Err(invalid("fast-reg MR max_pages", max_pages));
+                }
                 let page_shift = r.u32()?;
                 let valid = r.bool()?;
                 MrKind::FastReg {

@@ -3,8 +3,8 @@
 use super::{Fabric, NetId, Port, PortKind, Violation};
 
 impl Fabric {
-    /// Every port's counters in the Prometheus text format (appended to each device's
-    /// `<socket>.stats` answer on a fabric daemon).
+    /// Every port's counters in the Prometheus text format (the operator's `--stats-socket`;
+    /// never a device's own `.stats` answer, spec §16.5).
     pub fn render_stats(&self) -> String {
         use std::fmt::Write;
         use std::sync::atomic::Ordering::Relaxed;

@@ -7,8 +7,14 @@
 //! copy to a bounded queue (`try_send`); a writer thread drains it into a buffered file, flushing
 //! whenever the queue runs empty (so the file is current within one batch of traffic). When the
 //! queue is full the frame is not captured and counted in [`PcapStats::dropped`] — the capture
-//! may lose frames under load, the port never does. `--pcap-max-bytes` bounds the file: once the
-//! next record would pass the bound, capturing stops (counted in [`PcapStats::truncated`]).
+//! may lose frames under load, the port never does. The queue is bounded in frames and in bytes
+//! ([`QUEUE_BYTES`]), so a stalled disk holds at most that much host memory.
+//! `--pcap-max-bytes` (default [`DEFAULT_MAX_BYTES`]) bounds the file: once the next record
+//! would pass the bound, capturing stops (counted in [`PcapStats::truncated`]).
+//!
+//! The file holds every tenant's traffic, so it is created, never reused (spec §16.5): it must
+//! not exist (an existing file, or a symlink even to nowhere, is refused, not truncated or
+//! followed) and it gets mode 0600.
 //!
 //! Not captured: RoCEv2 frames between two QPs of the same device, which the engine loops back
 //! without reaching the uplink (`port::tx_destination`).
@@ -41,12 +47,20 @@ pub const GLOBAL_HEADER_LEN: u64 = 24;
 pub const RECORD_HEADER_LEN: u64 = 16;
 /// Frames queued for the writer before captures are dropped.
 const QUEUE_FRAMES: usize = 8192;
-/// Bytes of frames queued for the writer before captures are dropped (spec §16.1: charged to
-/// the daemon's host-memory budget, [`PcapWriter::charge_to`]).
+/// Bytes of frames queued for the writer before captures are dropped (spec §16.1, §16.5):
+/// charged to the daemon's host-memory budget ([`PcapWriter::charge_to`]); frames of a fabric
+/// can be 64 KiB segments, so the frame count alone would allow 512 MiB.
 pub const QUEUE_BYTES: u64 = 16 << 20;
+/// The file bound without `--pcap-max-bytes` (1 GiB).
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, Error)]
 pub enum PcapError {
+    #[error(
+        "pcap file {path} already exists (or is a symlink): refusing to overwrite a capture; \
+         remove it or choose a new name"
+    )]
+    Exists { path: String },
     #[error("cannot create pcap file {path}: {source}")]
     Create {
         path: String,
@@ -101,6 +115,8 @@ pub struct PcapWriter {
     counters: Arc<Counters>,
     thread: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
+    /// The file's size bound in bytes.
+    limit: u64,
 }
 
 impl std::fmt::Debug for PcapWriter {
@@ -134,14 +150,30 @@ pub fn record_header(sec: u32, usec: u32, len: u32) -> [u8; RECORD_HEADER_LEN as
 }
 
 impl PcapWriter {
-    /// Create (truncate) `path`, write the global header and start the writer thread.
-    /// `max_bytes`: stop capturing before the file would exceed it (`None`: unbounded).
+    /// Create `path` (it must not exist; mode 0600; a symlink is not followed), write the
+    /// global header and start the writer thread. `max_bytes`: stop capturing before the file
+    /// would exceed it (`None`: [`DEFAULT_MAX_BYTES`]).
     pub fn create(path: &Path, max_bytes: Option<u64>) -> Result<Arc<PcapWriter>, PcapError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let name = path.display().to_string();
-        let file = File::create(path).map_err(|source| PcapError::Create {
-            path: name.clone(),
-            source,
-        })?;
+        // O_CREAT|O_EXCL fails on any existing name, a dangling symlink included; O_NOFOLLOW
+        // says the same for the last component in case the kernel ever looks further.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::AlreadyExists => PcapError::Exists { path: name.clone() },
+                _ if source.raw_os_error() == Some(libc::ELOOP) => {
+                    PcapError::Exists { path: name.clone() }
+                }
+                _ => PcapError::Create {
+                    path: name.clone(),
+                    source,
+                },
+            })?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&global_header())
             .and_then(|()| out.flush())
@@ -152,7 +184,7 @@ impl PcapWriter {
         let (tx, rx) = sync_channel(QUEUE_FRAMES);
         let counters = Arc::new(Counters::default());
         let c2 = counters.clone();
-        let limit = max_bytes.unwrap_or(u64::MAX);
+        let limit = max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
         let thread = std::thread::Builder::new()
             .name("vrdma-pcap".into())
             .spawn(move || write_loop(rx, out, limit, &c2, &name))
@@ -163,7 +195,13 @@ impl PcapWriter {
             counters,
             thread: Mutex::new(Some(thread)),
             path: path.to_path_buf(),
+            limit,
         }))
+    }
+
+    /// The size the file stops growing at (`--pcap-max-bytes`, default [`DEFAULT_MAX_BYTES`]).
+    pub fn limit(&self) -> u64 {
+        self.limit
     }
 
     /// The capture file.
@@ -201,15 +239,12 @@ impl PcapWriter {
             _charge: charge,
         };
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(tx) = tx.as_ref() else {
+        let sent = tx.as_ref().is_some_and(|tx| match tx.try_send(msg) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        });
+        if !sent {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        match tx.try_send(msg) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-            }
         }
     }
 
@@ -501,5 +536,78 @@ mod tests {
         assert_eq!(pool.peak(), 60);
         w.close();
         let _ = std::fs::remove_file(&p);
+    }
+
+    /// Spec §16.5: an existing file is never truncated, a symlink never followed.
+    #[test]
+    fn existing_files_and_symlinks_are_refused() {
+        let p = tmp("exists");
+        std::fs::write(&p, b"keep").unwrap();
+        let e = PcapWriter::create(&p, None).unwrap_err();
+        assert!(matches!(e, PcapError::Exists { .. }), "{e}");
+        assert!(e.to_string().contains("refusing to overwrite"), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"keep");
+
+        // A symlink to an existing file, and a dangling one: neither is followed.
+        let link = tmp("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(matches!(
+            PcapWriter::create(&link, None),
+            Err(PcapError::Exists { .. })
+        ));
+        assert_eq!(std::fs::read(&p).unwrap(), b"keep");
+        let nowhere = tmp("nowhere");
+        let dangling = tmp("dangling");
+        std::os::unix::fs::symlink(&nowhere, &dangling).unwrap();
+        assert!(matches!(
+            PcapWriter::create(&dangling, None),
+            Err(PcapError::Exists { .. })
+        ));
+        assert!(!nowhere.exists(), "the symlink's target was created");
+        for f in [p, link, dangling] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+
+    #[test]
+    fn file_is_private_and_bounded_by_default() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = tmp("mode");
+        let w = PcapWriter::create(&p, None).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(w.limit(), DEFAULT_MAX_BYTES);
+        assert_eq!(
+            PcapWriter::create(&tmp("mode2"), Some(4096))
+                .unwrap()
+                .limit(),
+            4096
+        );
+        w.close();
+        let _ = std::fs::remove_file(&p);
+        let _ = std::fs::remove_file(tmp("mode2"));
+    }
+
+    /// The queue holds at most QUEUE_BYTES of frames, however few frames that is: with a
+    /// writer that never drains, 64 KiB frames stop being queued at 16 MiB (256 frames), far
+    /// below the 8192-frame bound.
+    #[test]
+    fn capture_queue_is_bounded_in_bytes() {
+        let (tx, rx) = sync_channel(QUEUE_FRAMES);
+        let w = PcapWriter {
+            tx: Mutex::new(Some(tx)),
+            counters: Arc::new(Counters::default()),
+            thread: Mutex::new(None),
+            path: PathBuf::new(),
+            limit: DEFAULT_MAX_BYTES,
+            queue_budget: Mutex::new(crate::budget::Budget::new(QUEUE_BYTES)),
+        };
+        let frame = vec![0u8; 64 << 10];
+        for _ in 0..300 {
+            w.capture(&frame);
+        }
+        let queued = rx.try_iter().count();
+        assert_eq!(queued as u64, QUEUE_BYTES / (64 << 10));
+        assert_eq!(w.stats().dropped, 300 - queued as u64);
     }
 }

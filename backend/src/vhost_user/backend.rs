@@ -1,12 +1,12 @@
 //! [`VhostUserRdma`]: the `VhostUserBackend` for one frontend connection.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use log::{info, warn};
+use log::{error, info, warn};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
     VhostUserVirtioFeatures,
@@ -27,6 +27,7 @@ use super::controlq;
 use super::inputq::{
     self, drain_queue, drain_queue_charged, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES,
 };
+use super::region_check;
 use super::{
     DoorbellSink, FrameSink, GuestMemoryAtomic, RdmaDevice, VhostUserRdmaError, VirtqOutput, Vring,
     CONFIG_SIZE, MAX_QUEUE_SIZE, NUM_QUEUES, VIRTIO_RDMA_F_ETH, VIRTIO_RDMA_F_ODP,
@@ -55,6 +56,8 @@ pub struct VhostUserRdma<D: RdmaDevice> {
     logging: AtomicBool,
     /// The state transfer started by SET_DEVICE_STATE_FD, finished by CHECK_DEVICE_STATE.
     transfer: Mutex<Option<Transfer>>,
+    /// The last memory table whose regions passed [`region_check`] (spec §16.5).
+    checked: Arc<region_check::CheckedTable>,
 }
 
 /// A device state transfer in progress (spec §17.3): a thread moves the bytes through the
@@ -104,7 +107,19 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             budget,
             logging: AtomicBool::new(false),
             transfer: Mutex::new(None),
+            checked: Default::default(),
         }
+    }
+
+    /// Is the table the rings see now one whose regions passed [`region_check`]? The
+    /// vhost-user-backend crate installs a new table in the rings' memory before it calls
+    /// `update_memory`: a queue event that arrives in between checks the table itself, so
+    /// the rings never walk a region that could raise SIGBUS (spec §16.5). The caller holds
+    /// the table's swap lock, so the answer holds until it lets go.
+    fn rings_table_checked(&self) -> bool {
+        let current = vm_memory::GuestAddressSpace::memory(&self.mem).into_inner();
+        // `None`: `update_memory` logs the refusal and ends the connection.
+        self.checked.checked(current).is_some()
     }
 
     fn lock_device(&self) -> std::sync::RwLockWriteGuard<'_, D> {
@@ -116,7 +131,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     /// RESET_DEVICE / RESET_OWNER, when the frontend stops the control queue (QEMU does on a
     /// virtio reset of the guest) and when the connection ends.
     pub fn reset_state(&self, why: &str) {
-        info!("device reset ({why})");
+        info!("{}: device reset ({why})", self.out.log().label());
         self.lock_device().reset();
         self.out.clear_pending();
     }
@@ -187,56 +202,50 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
     }
 }
 
+impl Transfer {
+    /// Is the transfer's thread still moving bytes?
+    fn running(&self) -> bool {
+        match self {
+            Transfer::Save(Ok(t)) => !t.is_finished(),
+            Transfer::Save(Err(_)) => false,
+            Transfer::Load(t) => !t.is_finished(),
+        }
+    }
+}
+
 /// The result of a state transfer thread (a panic there is an error, not ours).
 fn joined<T>(r: std::thread::Result<io::Result<T>>) -> io::Result<T> {
     r.unwrap_or_else(|_| Err(io::Error::other("state transfer thread panicked")))
 }
 
-/// Bytes a state stream is read in: each piece is charged before the buffer grows for it.
-const STATE_READ_STEP: usize = 1 << 20;
-
 /// Read a whole state stream, at most `MAX_STATE_BYTES` (the frontend's data is untrusted),
-/// its buffer charged to `budget` (the device's, within the daemon's: spec §16.1) as it grows:
-/// a stream the budget has no room for fails the load. The charge is held until the state is
-/// loaded.
+/// giving up when the frontend stalls (spec §16.5), its buffer charged to `budget` (the
+/// device's, within the daemon's: spec §16.1) as it grows: a stream the budget has no room for
+/// fails the load. The charge is held until the state is loaded.
 fn read_state(
     file: &mut File,
     budget: Option<crate::budget::Budget>,
 ) -> io::Result<(Vec<u8>, crate::budget::Charge)> {
     let max = crate::device::snapshot::MAX_STATE_BYTES;
-    let mut bytes = Vec::new();
     let mut charge = crate::budget::Charge::default();
-    loop {
-        let len = bytes.len();
-        if len > max {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "device state stream too large",
-            ));
-        }
-        if bytes.capacity() - len < STATE_READ_STEP {
-            // Doubling (no quadratic copying), never beyond what the bound can need.
-            let cap = (2 * bytes.capacity())
-                .max(len + STATE_READ_STEP)
-                .min(max + STATE_READ_STEP);
-            if let Some(b) = &budget {
-                let more = (cap as u64).saturating_sub(charge.bytes());
-                charge.try_grow(b, more).map_err(|e| {
-                    io::Error::new(
-                        io::ErrorKind::OutOfMemory,
-                        format!("device state stream: {e} (spec §16.1)"),
-                    )
-                })?;
-            }
-            bytes.reserve_exact(cap - len);
-        }
-        let n = Read::by_ref(file)
-            .take(STATE_READ_STEP as u64)
-            .read_to_end(&mut bytes)?;
-        if n == 0 {
-            return Ok((bytes, charge));
-        }
-    }
+    let bytes = super::state_pipe::read_state(
+        file,
+        max,
+        super::state_pipe::STATE_IDLE_LIMIT,
+        &mut |cap| {
+            let Some(b) = &budget else {
+                return Ok(());
+            };
+            let more = (cap as u64).saturating_sub(charge.bytes());
+            charge.try_grow(b, more).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!("device state stream: {e} (spec §16.1)"),
+                )
+            })
+        },
+    )?;
+    Ok((bytes, charge))
 }
 
 impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
@@ -293,7 +302,9 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         match start.checked_add(size as usize) {
             Some(end) if end <= CONFIG_SIZE && size > 0 => self.config[start..end].to_vec(),
             _ => {
-                warn!(
+                // The frontend can send this at will: labelled and rate-limited (spec §16.5).
+                let _device = super::device_log::enter(self.out.log());
+                guest_warn!(
                     "GET_CONFIG offset {offset} size {size} outside the {CONFIG_SIZE}-byte config"
                 );
                 Vec::new()
@@ -304,7 +315,8 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
         // The config space is read-only (§2.2): writes are ignored. Not an error, because the
         // vhost crate ends the whole connection when a handler fails.
-        warn!(
+        let _device = super::device_log::enter(self.out.log());
+        guest_warn!(
             "SET_CONFIG offset {offset} size {} ignored: config is read-only",
             buf.len()
         );
@@ -315,6 +327,20 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         {
             use vm_memory::{GuestAddressSpace, GuestMemoryBackend, GuestMemoryRegion};
             let table = mem.memory();
+            if let Err(refused) = region_check::check_table(&table) {
+                // Spec §16.5: the rings lose the table at once, the device never gets it and
+                // the error ends this connection (the device is then reset).
+                error!(
+                    "{}: vhost-user frontend refused: {refused}",
+                    self.out.log().label()
+                );
+                drop(table);
+                mem.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .replace(super::GuestMemoryMmap::new());
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, refused));
+            }
+            self.checked.remember(table.clone().into_inner());
             info!("guest memory table: {} region(s)", table.num_regions());
             for r in table.iter() {
                 info!(
@@ -371,6 +397,19 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                 "only the STOPPED phase is supported",
             ));
         }
+        // One transfer at a time (QEMU sends CHECK_DEVICE_STATE after each): a frontend that
+        // keeps starting transfers must not pile up threads, pipes and state buffers (§16.5).
+        if self
+            .transfer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(Transfer::running)
+        {
+            return Err(io::Error::other(
+                "a device state transfer is already in progress",
+            ));
+        }
         let job = match direction {
             VhostTransferStateDirection::SAVE => {
                 let saved = {
@@ -386,13 +425,22 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                         info!("saving device state: {} bytes", bytes.len());
                         std::thread::Builder::new()
                             .name("vrdma-state-save".into())
-                            .spawn(move || file.write_all(&bytes))
+                            .spawn(move || {
+                                super::state_pipe::write_state(
+                                    &mut file,
+                                    &bytes,
+                                    super::state_pipe::STATE_IDLE_LIMIT,
+                                )
+                            })
                             .map_err(|e| e.to_string())
                     }
                     // Nothing is written: the frontend reads an empty stream and
                     // CHECK_DEVICE_STATE reports the error (the migration fails cleanly).
                     Err(e) => {
-                        warn!("cannot save the device state: {e}");
+                        warn!(
+                            "{}: cannot save the device state: {e}",
+                            self.out.log().label()
+                        );
                         Err(e)
                     }
                 })
@@ -429,7 +477,10 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                         Ok(())
                     }
                     Err(e) => {
-                        warn!("cannot load the device state: {e}");
+                        warn!(
+                            "{}: cannot load the device state: {e}",
+                            self.out.log().label()
+                        );
                         Err(io::Error::new(io::ErrorKind::InvalidData, e))
                     }
                 }
@@ -448,8 +499,17 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             warn!("queue {device_event}: unexpected epoll events {evset:?}");
             return Ok(());
         }
+        let _device = super::device_log::enter(self.out.log());
+        // The crate swaps the table under this lock (SET_MEM_TABLE, ADD/REM_MEM_REG): held for
+        // the event, the table checked below is the one every ring access of the event uses
+        // (spec §16.5). The swap waits for at most one event; nothing here waits for the
+        // frontend's thread, and the device's own memory is another object.
+        let _no_swap = self.mem.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.rings_table_checked() {
+            return Ok(());
+        }
         if !self.attached.swap(true, Ordering::AcqRel) {
-            self.out.attach(vrings, &self.mem);
+            self.out.attach_checked(vrings, &self.mem, &self.checked);
         }
         // A failing queue is logged, not propagated: an error here would end the vring worker
         // thread and silence every queue of the device.

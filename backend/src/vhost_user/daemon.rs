@@ -5,9 +5,11 @@
 //! when it ends, the device is reset, pending records dropped and the guest memory unmapped.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use log::{info, warn};
+use log::{error, info, warn};
 use thiserror::Error;
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::VhostUserDaemon;
@@ -18,7 +20,8 @@ use super::{
 };
 use crate::handoff::HandoffLock;
 
-/// Errors that end the daemon.
+/// Errors of the daemon loop: binding the socket ends start-up; the others end one accept,
+/// which [`serve`] logs and retries.
 #[derive(Debug, Error)]
 pub enum DaemonError {
     #[error("cannot listen on {path}: {source}")]
@@ -43,6 +46,8 @@ pub struct ServeParts<D: RdmaDevice> {
     /// `VIRTIO_RDMA_F_ODP` / `_ODP_IMPLICIT` masks to offer (from the device config).
     pub device_features: u64,
     pub mtu: u16,
+    /// Accepts (or connection set-ups) that failed and were retried (spec §16.5).
+    pub accept_failures: Arc<AtomicU64>,
 }
 
 /// Bind the vhost-user socket (replacing a stale one).
@@ -53,8 +58,27 @@ pub fn listen(path: &Path) -> Result<Listener, DaemonError> {
     })
 }
 
-/// Serve connections on `listener` one after another; returns after `max_connections` (tests)
-/// or on an accept error, never on a connection's own failure.
+/// [`listen`] with the socket's owner, group and mode set before it appears at `path` (spec
+/// §16.5). With nothing asked this is [`listen`].
+pub fn listen_with_access(
+    path: &Path,
+    access: crate::cli::access::SocketAccess,
+) -> Result<Listener, DaemonError> {
+    if access.is_default() {
+        return listen(path);
+    }
+    super::socket_bind::bind_with_access(path, access)
+        .map(Listener::from)
+        .map_err(|e| DaemonError::Listen {
+            path: path.display().to_string(),
+            source: vhost::vhost_user::Error::SocketError(e),
+        })
+}
+
+/// Serve connections on `listener` one after another; returns only after `max_connections`
+/// (tests). A failed accept or connection set-up (EMFILE, ENFILE, ENOMEM, ...) is logged and
+/// retried after [`ACCEPT_RETRY_DELAY`] (spec §16.5): it is a condition of the host or of one
+/// frontend, never a reason to stop serving the device, let alone the daemon's other devices.
 pub fn serve<D: RdmaDevice>(
     listener: &mut Listener,
     parts: &ServeParts<D>,
@@ -65,10 +89,24 @@ pub fn serve<D: RdmaDevice>(
         if matches!(max_connections, Some(m) if served >= m) {
             return Ok(());
         }
-        serve_one(listener, parts)?;
-        served += 1;
+        match serve_one(listener, parts) {
+            Ok(()) => served += 1,
+            Err(e) => {
+                parts.accept_failures.fetch_add(1, Ordering::Relaxed);
+                error!(
+                    "{}: {e}; retrying in {} ms",
+                    parts.out.log().label(),
+                    ACCEPT_RETRY_DELAY.as_millis()
+                );
+                std::thread::sleep(ACCEPT_RETRY_DELAY);
+            }
+        }
     }
 }
+
+/// How long the accept loop waits after a failed accept: long enough not to spin while the
+/// process is out of descriptors, short enough that a frontend hardly notices.
+pub const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 fn serve_one<D: RdmaDevice>(
     listener: &mut Listener,
@@ -93,13 +131,14 @@ fn serve_one<D: RdmaDevice>(
         stop_workers(&daemon);
         return Err(DaemonError::Accept(e.to_string()));
     }
-    info!("vhost-user frontend connected");
+    let label = parts.out.log().label();
+    info!("{label}: vhost-user frontend connected");
     match daemon.wait() {
         Ok(())
         | Err(vhost_user_backend::Error::HandleRequest(
             VhostUserError::Disconnected | VhostUserError::PartialMessage,
-        )) => info!("vhost-user frontend disconnected"),
-        Err(e) => warn!("vhost-user connection ended: {e}"),
+        )) => info!("{label}: vhost-user frontend disconnected"),
+        Err(e) => warn!("{label}: vhost-user connection ended: {e}"),
     }
     stop_workers(&daemon);
     parts.out.detach();

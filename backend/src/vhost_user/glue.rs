@@ -83,6 +83,7 @@ impl DeviceOutput for VirtqOutput {
     }
 
     fn command_done(&self, ticket: Ticket, status: u32) {
+        let _device = super::device_log::enter(self.log());
         self.parked().complete(ticket, status);
     }
 }

@@ -27,23 +27,24 @@
 //!   only while a migration logs dirty pages (VHOST_F_LOG_ALL) does the stop suspend it (§17.1).
 //! - SIGINT/SIGTERM: the socket is removed and the process exits with status 0.
 //! - Logs: env_logger on stderr (or `--log-file`), `RUST_LOG` (default `info`): one line per
-//!   connect/disconnect/reset; guest-triggered warnings are rate-limited; `debug` logs every
+//!   connect/disconnect/reset, each starting with the device label; guest-triggered warnings
+//!   name their device and are rate-limited per device (`device_log.rs`); `debug` logs every
 //!   control command.
 //!
-//! Lock order (the whole of it: ARCHITECTURE.md "Threads"): device lock -> output queue /
-//! parked-chain mutex -> vring lock. Nothing here takes the device lock while holding a vring
+//! Lock order (the whole of it: ARCHITECTURE.md "Threads"): memory swap lock (a queue event
+//! holds it, spec §16.5) -> device lock -> output queue / parked-chain mutex -> vring lock; the
+//! checked-table record (`region_check.rs`) is a leaf. Nothing here takes the device lock while holding a vring
 //! lock, and no vhost-user thread waits for the network or a timer.
 //!
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
 
-/// `warn!` for conditions a guest can trigger at will (malformed chains): the first 16 per call
-/// site, then one in 1024, so a misbehaving driver cannot flood the log.
+/// `warn!` for conditions a guest can trigger at will (malformed chains), labelled with the
+/// device the thread works for and limited per device (`device_log.rs`, spec §16.5): the first
+/// 16, then one in 1024, so a misbehaving driver can neither flood the log nor silence
+/// another device's warnings.
 macro_rules! guest_warn {
     ($($arg:tt)+) => {{
-        static LIMIT: $crate::vhost_user::LogLimit = $crate::vhost_user::LogLimit::new();
-        if LIMIT.allow() {
-            log::warn!($($arg)+);
-        }
+        $crate::vhost_user::device_log::guest_warn(format_args!($($arg)+));
     }};
 }
 
@@ -52,11 +53,16 @@ pub mod chain;
 pub mod controlq;
 pub mod daemon;
 pub mod delay;
+pub mod device_log;
+pub mod fd_limit;
 mod glue;
 pub mod inputq;
 pub mod output;
 pub mod parked;
+pub mod region_check;
+pub mod socket_bind;
 mod start;
+pub mod state_pipe;
 
 use std::io;
 
@@ -195,27 +201,7 @@ impl DoorbellSink for NullSink {
     fn doorbell(&self, _db: spec::VrdmaDoorbell) {}
 }
 
-/// Counter behind `guest_warn!`.
-#[derive(Debug)]
-pub struct LogLimit(std::sync::atomic::AtomicU64);
-
-impl LogLimit {
-    pub const fn new() -> Self {
-        LogLimit(std::sync::atomic::AtomicU64::new(0))
-    }
-
-    /// Whether this occurrence may be logged.
-    pub fn allow(&self) -> bool {
-        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        n < 16 || n & 1023 == 0
-    }
-}
-
-impl Default for LogLimit {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub use device_log::LogLimit;
 
 /// Errors of the virtqueue plumbing. Converted to `io::Error` only at the vhost-user trait
 /// boundary; most are logged and the offending chain returned, never a panic.

@@ -10,7 +10,7 @@
 //! a disconnect or device reset detaches them and discards what was pending.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use log::debug;
 use vhost_user_backend::VringT;
@@ -19,8 +19,12 @@ use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
 use super::chain::{SplitChain, MAX_CHAIN_DESCS};
+use super::device_log::{self, DeviceLog};
 use super::parked::ParkedCommands;
-use super::{GuestMemoryAtomic, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ};
+use super::region_check::CheckedTable;
+use super::{
+    GuestMemoryAtomic, GuestMemoryMmap, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ,
+};
 
 /// `sizeof(struct vrdma_event)`.
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
@@ -42,8 +46,26 @@ enum TooSmall {
 
 struct OutState {
     pending: VecDeque<Vec<u8>>,
-    target: Option<(Vring, GuestMemoryAtomic)>,
+    target: Option<Target>,
     dropped: u64,
+}
+
+/// Where a queue's records go: the connection's vring, its memory, and the record of which
+/// memory table passed the region check (spec §16.5).
+#[derive(Clone)]
+pub(super) struct Target {
+    pub vring: Vring,
+    pub mem: GuestMemoryAtomic,
+    pub checked: Arc<CheckedTable>,
+}
+
+impl Target {
+    /// The current table, if its regions passed the check: every access of one delivery
+    /// goes through it (never through the vring's own view of the memory), so a table the
+    /// frontend swaps in meanwhile is not touched before it is checked.
+    pub fn table(&self) -> Option<Arc<GuestMemoryMmap>> {
+        self.checked.checked(self.mem.memory().into_inner())
+    }
 }
 
 /// One device -> driver virtqueue with its backlog.
@@ -109,9 +131,9 @@ impl OutQueue {
         self.lock().dropped
     }
 
-    fn attach(&self, vring: Vring, mem: GuestMemoryAtomic) {
+    fn attach(&self, target: Target) {
         let mut st = self.lock();
-        st.target = Some((vring, mem));
+        st.target = Some(target);
     }
 
     fn detach(&self) {
@@ -124,11 +146,13 @@ impl OutQueue {
         if st.pending.is_empty() {
             return;
         }
-        let Some((vring, atomic)) = st.target.clone() else {
+        let Some(target) = st.target.clone() else {
             return;
         };
-        let mem = atomic.memory();
-        let mut state = vring.get_mut();
+        let Some(mem) = target.table() else {
+            return;
+        };
+        let mut state = target.vring.get_mut();
         if !state.get_queue().ready() || !state.is_enabled() {
             return;
         }
@@ -174,7 +198,7 @@ impl OutQueue {
                         }
                     }
                 };
-                if let Err(e) = state.add_used(split.head, len) {
+                if let Err(e) = state.get_queue_mut().add_used(&*mem, split.head, len) {
                     guest_warn!("{}: add_used: {e}", self.name);
                     break;
                 }
@@ -193,7 +217,7 @@ impl OutQueue {
             }
             // Records left and no buffer: re-arm the kick (EVENT_IDX: avail_event =
             // next_avail) and look once more, so a buffer posted meanwhile is not missed.
-            match state.enable_notification() {
+            match state.get_queue_mut().enable_notification(&*mem) {
                 Ok(true) => {
                     rearmed = true;
                     continue;
@@ -206,7 +230,7 @@ impl OutQueue {
             }
         }
         if used > 0 {
-            match state.needs_notification() {
+            match state.get_queue_mut().needs_notification(&*mem) {
                 Ok(true) => {
                     if let Err(e) = state.signal_used_queue() {
                         guest_warn!("{}: signal: {e}", self.name);
@@ -226,12 +250,20 @@ pub struct VirtqOutput {
     page_reqs: OutQueue,
     eth_rx: OutQueue,
     parked: ParkedCommands,
+    /// The device's label and rate limit for guest-triggered warnings (spec §16.5).
+    log: Arc<DeviceLog>,
 }
 
 impl VirtqOutput {
     /// `event_backlog` bounds queued events (DESIGN.md: by the number of objects).
     pub fn new(event_backlog: usize) -> Self {
+        Self::with_label(event_backlog, "vrdma")
+    }
+
+    /// [`VirtqOutput::new`] for the device called `label` in the log.
+    pub fn with_label(event_backlog: usize, label: &str) -> Self {
         VirtqOutput {
+            log: DeviceLog::new(label),
             events: OutQueue::new(VQ_EVENT, "eventq", event_backlog.max(1), TooSmall::Retry),
             page_reqs: OutQueue::new(VQ_PAGEREQ, "pagereqq", PAGE_REQ_BACKLOG, TooSmall::Retry),
             eth_rx: OutQueue::new(VQ_ETH_RX, "eth rxq", ETH_RX_BACKLOG, TooSmall::Drop),
@@ -239,18 +271,26 @@ impl VirtqOutput {
         }
     }
 
+    /// The device's label and guest-warning limit.
+    pub fn log(&self) -> &Arc<DeviceLog> {
+        &self.log
+    }
+
     /// Post a `vrdma_event` (§9).
     pub fn push_event(&self, ev: &VrdmaEvent) {
+        let _device = device_log::enter(&self.log);
         self.events.push(ev.as_bytes());
     }
 
     /// Post a `vrdma_page_req` (§10).
     pub fn push_page_req(&self, req: &VrdmaPageReq) {
+        let _device = device_log::enter(&self.log);
         self.page_reqs.push(req.as_bytes());
     }
 
     /// Post a raw Ethernet frame to the guest's netdev.
     pub fn push_eth_rx(&self, frame: &[u8]) {
+        let _device = device_log::enter(&self.log);
         self.eth_rx.push(frame);
     }
 
@@ -271,13 +311,29 @@ impl VirtqOutput {
 
     /// A connection's vrings became available (`vrings` indexed by queue number).
     pub fn attach(&self, vrings: &[Vring], mem: &GuestMemoryAtomic) {
+        self.attach_checked(vrings, mem, &Arc::default());
+    }
+
+    /// [`VirtqOutput::attach`] sharing the connection's record of checked tables (spec
+    /// §16.5), so a table is checked once for the rings and the outputs.
+    pub fn attach_checked(
+        &self,
+        vrings: &[Vring],
+        mem: &GuestMemoryAtomic,
+        checked: &Arc<CheckedTable>,
+    ) {
+        let target = |v: &Vring| Target {
+            vring: v.clone(),
+            mem: mem.clone(),
+            checked: Arc::clone(checked),
+        };
         for q in [&self.events, &self.page_reqs, &self.eth_rx] {
             if let Some(v) = vrings.get(usize::from(q.index)) {
-                q.attach(v.clone(), mem.clone());
+                q.attach(target(v));
             }
         }
         if let Some(v) = vrings.get(usize::from(VQ_CONTROL)) {
-            self.parked.attach(v.clone(), mem.clone());
+            self.parked.attach(target(v));
         }
     }
 

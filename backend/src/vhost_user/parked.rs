@@ -22,19 +22,18 @@ use std::time::Duration;
 
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
-use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaCmdRespHdr};
 
 use super::chain::SplitChain;
 use super::delay::CommandDelays;
-use super::{GuestMemoryAtomic, Vring};
+use super::output::Target;
 use crate::guest::Ticket;
 
 #[derive(Default)]
 struct ParkedState {
     chains: HashMap<Ticket, SplitChain>,
     /// The control vring of the current connection.
-    target: Option<(Vring, GuestMemoryAtomic)>,
+    target: Option<Target>,
     /// Counts resets and disconnects: a delayed response of an earlier generation is dropped.
     generation: u64,
     /// A command beside the engine workers is running and may park ([`ParkWindow`]).
@@ -87,9 +86,12 @@ impl ParkedCommands {
     pub fn deliver_later(&self, chain: SplitChain, response: Vec<u8>, delay: Duration) -> bool {
         let state = Arc::clone(&self.state);
         let generation = self.lock().generation;
+        // The response is the device's that ran the command (spec §16.5 "Logs").
+        let device = super::device_log::current();
         std::thread::Builder::new()
             .name("vrdma-delayed-cmd".to_string())
             .spawn(move || {
+                let _device = device.as_ref().map(super::device_log::enter);
                 std::thread::sleep(delay);
                 let st = lock_state(&state);
                 if st.generation == generation {
@@ -109,8 +111,8 @@ impl ParkedCommands {
     }
 
     /// A connection's control vring became available.
-    pub fn attach(&self, vring: Vring, mem: GuestMemoryAtomic) {
-        self.lock().target = Some((vring, mem));
+    pub(super) fn attach(&self, target: Target) {
+        self.lock().target = Some(target);
     }
 
     /// Disconnect: drop the parked chains and forget the vring.
@@ -190,23 +192,25 @@ fn response_header(status: u32) -> VrdmaCmdRespHdr {
 
 /// Write `bytes` into `chain`'s writable part, put it in the used ring and signal the driver.
 fn return_chain(st: &ParkedState, chain: &SplitChain, bytes: &[u8]) {
-    let Some((vring, atomic)) = st.target.clone() else {
+    let Some(target) = st.target.clone() else {
         return;
     };
+    // Only a table whose regions passed the check is touched (spec §16.5).
+    let Some(mem) = target.table() else {
+        return;
+    };
+    let vring = &target.vring;
     // Nothing moves on a ring the frontend has disabled (or not set up again): the chain is
     // dropped unanswered, as at a reset; the driver recovers it with the device reset that
     // must precede using the ring again.
-    {
-        let state = vring.get_mut();
-        if !state.get_queue().ready() || !state.is_enabled() {
-            guest_warn!(
-                "controlq: parked chain {} completed while the ring is stopped; dropped",
-                chain.head
-            );
-            return;
-        }
+    let mut state = vring.get_mut();
+    if !state.get_queue().ready() || !state.is_enabled() {
+        guest_warn!(
+            "controlq: parked chain {} completed while the ring is stopped; dropped",
+            chain.head
+        );
+        return;
     }
-    let mem = atomic.memory();
     let len = match chain.scatter(&*mem, bytes) {
         Ok(n) => n as u32,
         Err(e) => {
@@ -214,13 +218,13 @@ fn return_chain(st: &ParkedState, chain: &SplitChain, bytes: &[u8]) {
             0
         }
     };
-    if let Err(e) = vring.add_used(chain.head, len) {
+    if let Err(e) = state.get_queue_mut().add_used(&*mem, chain.head, len) {
         guest_warn!("controlq: parked chain {}: add_used: {e}", chain.head);
         return;
     }
-    match vring.needs_notification() {
+    match state.get_queue_mut().needs_notification(&*mem) {
         Ok(true) => {
-            if let Err(e) = vring.signal_used_queue() {
+            if let Err(e) = state.signal_used_queue() {
                 guest_warn!("controlq: signal: {e}");
             }
         }

@@ -1,17 +1,19 @@
 //! `start_backend(config)`: build the device, its virtqueue outputs, the uplink and the engine,
 //! then run the vhost-user daemon loop until the process is stopped.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use log::{info, warn};
 use thiserror::Error;
 use vhost::vhost_user::Listener;
 
-use super::daemon::{listen, serve, DaemonError, ServeParts};
+use super::daemon::{listen_with_access, serve, DaemonError, ServeParts};
 use super::delay::CommandDelays;
 use super::glue::{NoUplink, UplinkTx};
 use super::{VirtqOutput, CONFIG_SIZE};
 use crate::budget::{Budget, Charge, OverBudget};
+use crate::cli::access::SocketAccess;
 use crate::cli::{Config, DaemonConfig};
 use crate::device::Device;
 use crate::exporter::{device_label, stats_socket_path, ExtraStats, StatsServer};
@@ -49,6 +51,11 @@ pub enum StartError {
         queues: u64,
         devices: usize,
         source: OverBudget,
+    },
+    #[error("--stats-socket {path}: {source}")]
+    Stats {
+        path: String,
+        source: std::io::Error,
     },
 }
 
@@ -132,7 +139,10 @@ pub fn prepare_with_uplink(
         .saturating_add(limits.max_cq as usize)
         .saturating_add(limits.max_srq as usize)
         .saturating_add(64);
-    let out = Arc::new(VirtqOutput::new(event_backlog));
+    let out = Arc::new(VirtqOutput::with_label(
+        event_backlog,
+        &device_label(&config.socket_path),
+    ));
     if let Some(spec) = &config.delay_commands {
         warn!("control command responses delayed (test only): {spec:?}");
         out.parked().set_delays(CommandDelays::new(spec));
@@ -148,7 +158,7 @@ pub fn prepare_with_uplink(
     let port_stats = device.lock().port_stats.clone();
     let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
     let engine = Engine::start_with(device.clone(), uplink.clone(), config.engine)?;
-    let listener = listen(&config.socket_path)?;
+    let listener = listen_with_access(&config.socket_path, config.socket_access)?;
     let parts = ServeParts {
         device,
         out,
@@ -157,6 +167,7 @@ pub fn prepare_with_uplink(
         config: config_space,
         device_features,
         mtu: config.mtu,
+        accept_failures: Default::default(),
     };
     Ok(Prepared {
         listener,
@@ -166,7 +177,7 @@ pub fn prepare_with_uplink(
 }
 
 /// Run the daemon described by `config` until the process is stopped (SIGINT/SIGTERM are
-/// handled by `main`). Returns only on a start-up error or a fatal listener error.
+/// handled by `main`). Returns only on a start-up error.
 pub fn start_backend(config: Config) -> Result<(), StartError> {
     let pool = Budget::new(config.max_host_memory);
     start_backend_in(config, &pool)
@@ -191,12 +202,22 @@ fn run_device(
     // The counters are for operators: a daemon that cannot offer them still serves the guest
     // (e.g. a --socket-path whose ".stats" sibling passes the 107-byte unix path limit).
     let stats_path = stats_socket_path(&config.socket_path);
-    let stats = match StatsServer::start_with(
-        &stats_path,
-        parts.device.clone(),
-        device_label(&config.socket_path),
-        extra_stats,
-    ) {
+    let label = device_label(&config.socket_path);
+    let stats = match config.socket_access {
+        a if a.is_default() => {
+            StatsServer::start_with(&stats_path, parts.device.clone(), label, extra_stats)
+        }
+        // The counters are as private as the device's socket (spec §16.5).
+        a => super::socket_bind::bind_with_access(&stats_path, a)
+            .map_err(|source| crate::exporter::StatsError::Listen {
+                path: stats_path.display().to_string(),
+                source,
+            })
+            .and_then(|l| {
+                StatsServer::start_on(l, &stats_path, parts.device.clone(), label, extra_stats)
+            }),
+    };
+    let stats = match stats {
         Ok(s) => {
             info!("counters on {}", stats_path.display());
             Some(s)
@@ -311,9 +332,10 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
 }
 
 /// Run the daemon of `config`: one device on its own uplink, or every device on the fabric,
-/// each served by its own thread. Returns on a start-up error or when a device's listener
-/// fails (the daemon then exits: a half-served fabric would look alive to the operator).
+/// each served by its own thread. Returns on a start-up error; a device's accept loop never
+/// ends on an error (it logs and retries, spec §16.5).
 pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
+    super::fd_limit::prepare_for(config.devices.len());
     if config.fabric.is_none() {
         let pool = Budget::new(config.max_host_memory);
         let Some(device) = config.devices.into_iter().next() else {
@@ -333,24 +355,50 @@ pub fn start_daemon(config: DaemonConfig) -> Result<(), StartError> {
         devices.len(),
         fabric.port_count() - devices.len()
     );
+    let operator_stats = match config.fabric.as_ref().and_then(|f| f.stats_socket.as_ref()) {
+        Some(path) => Some(start_operator_stats(path, &fabric)?),
+        None => None,
+    };
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for (cfg, prepared) in config.devices.into_iter().zip(devices) {
         let done = done_tx.clone();
-        let f = fabric.clone();
-        let extra: ExtraStats = Arc::new(move || f.render_stats());
+        // A device's counters are its own (spec §16.5): the fabric's per-port counters name
+        // every tenant's port and traffic, so only the operator socket has them.
         let t = std::thread::Builder::new()
             .name("vrdma-device".into())
             .spawn(move || {
-                let r = run_device(&cfg, prepared, Some(extra));
+                let r = run_device(&cfg, prepared, None);
                 let _ = done.send(r);
             })
             .map_err(StartError::Thread)?;
         threads.push(t);
     }
     drop(done_tx);
-    // The first device loop to end ends the daemon (they only end on a listener failure).
+    // Device loops do not end (accept errors are retried); should one end anyway, the daemon
+    // ends rather than look alive half-served.
     let r = done_rx.recv().unwrap_or(Ok(()));
+    drop(operator_stats);
     drop(bridges);
     r
+}
+
+/// The operator's socket (`--stats-socket`, mode 0600 whatever the umask): the fabric-wide
+/// counters of every port (spec §16.5).
+fn start_operator_stats(path: &Path, fabric: &Arc<Fabric>) -> Result<StatsServer, StartError> {
+    let private = SocketAccess {
+        mode: Some(0o600),
+        ..SocketAccess::default()
+    };
+    let err = |source| StartError::Stats {
+        path: path.display().to_string(),
+        source,
+    };
+    let listener = super::socket_bind::bind_with_access(path, private).map_err(err)?;
+    let f = fabric.clone();
+    let render: ExtraStats = Arc::new(move || f.render_stats());
+    let server = StatsServer::start_text(listener, path, render)
+        .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    info!("fabric counters on {} (operator socket)", path.display());
+    Ok(server)
 }

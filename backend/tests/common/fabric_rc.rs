@@ -62,6 +62,8 @@ impl FabricRc {
         b.write(dst, &pattern(8, len as usize));
         let mut fb = FabricBuilder::new();
         if let Some(p) = capture {
+            // A capture is never written over (spec §16.5): start from no file.
+            let _ = std::fs::remove_file(p);
             fb.capture(vrdma_backend::uplink::PcapWriter::create(p, None).expect("pcap"));
         }
         let pa = fb.add_device(a.mac).unwrap();

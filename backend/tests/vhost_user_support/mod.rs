@@ -28,6 +28,38 @@ pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
 pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
 
+/// A memfd of `len` bytes, created the way QEMU's `memory-backend-memfd` (seal=on) makes guest
+/// RAM: sealed against shrinking and growing, which the daemon requires (spec §16.5).
+pub fn sealed_memfd(len: u64) -> File {
+    let file = unsealed_memfd(len);
+    // SAFETY: F_ADD_SEALS takes an int of seal bits; the descriptor is open.
+    let rc = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )
+    };
+    assert_eq!(rc, 0, "F_ADD_SEALS");
+    file
+}
+
+/// A memfd of `len` bytes that can still be resized (and sealed).
+pub fn unsealed_memfd(len: u64) -> File {
+    // SAFETY: memfd_create with a valid NUL-terminated name; the returned fd (checked) is
+    // owned by the File from here on.
+    let file = unsafe {
+        let fd = libc::memfd_create(
+            c"vrdma-test-guest".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        );
+        assert!(fd >= 0, "memfd_create failed");
+        File::from_raw_fd(fd)
+    };
+    file.set_len(len).expect("memfd set_len");
+    file
+}
+
 /// Guest RAM: one shared memfd region at GPA `base`, mapped in this process too.
 pub struct Guest {
     pub mem: Mem,
@@ -38,14 +70,11 @@ pub struct Guest {
 
 impl Guest {
     pub fn new(base: u64, size: usize) -> Guest {
-        // SAFETY: memfd_create with a valid NUL-terminated name; the returned fd (checked) is
-        // owned by the File from here on.
-        let file = unsafe {
-            let fd = libc::memfd_create(c"vrdma-test-guest".as_ptr(), libc::MFD_CLOEXEC);
-            assert!(fd >= 0, "memfd_create failed");
-            File::from_raw_fd(fd)
-        };
-        file.set_len(size as u64).expect("memfd set_len");
+        Self::with_file(base, size, sealed_memfd(size as u64))
+    }
+
+    /// Guest RAM of `size` bytes at `base`, mapped from `file` (at least `size` bytes long).
+    pub fn with_file(base: u64, size: usize, file: File) -> Guest {
         let mem = Mem::from_ranges_with_files([(
             GuestAddress(base),
             size,

@@ -17,9 +17,10 @@ from harness import expect, expect_in, push_guest_script, run_ok, scenario
 
 
 def fabric_counters(vm):
-    """The fabric's per-port drop counters from vm's stats socket: (port, reason) -> n."""
+    """The fabric's per-port drop counters from the shared daemon's operator socket (spec
+    §16.5: a device's own stats socket shows that device only): (port, reason) -> n."""
     import subprocess
-    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
+    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.cluster.fabric_stats],
                          capture_output=True, text=True, timeout=30).stdout
     return {(m.group(1), m.group(2)): int(m.group(3)) for m in re.finditer(
         r'^vrdma_fabric_drops_total\{port="([^"]*)",kind="[^"]*",reason="([^"]*)"\} (\d+)$',

@@ -22,6 +22,13 @@ def stats(vm):
                           capture_output=True, text=True, timeout=30).stdout
 
 
+def fabric_stats(vm):
+    """The shared daemon's fabric-wide counters, from its operator socket (spec §16.5: a
+    device's own socket has no other port's counters)."""
+    return subprocess.run([vm.cluster.backend, "stats", "--socket", vm.cluster.fabric_stats],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
 def drops(vm):
     """The victim device's intake drops by reason."""
     return {m.group(1): int(m.group(2))
@@ -36,7 +43,7 @@ def lost_on_the_way(vm, attacker):
     the kernel queue of the daemon's TAP when the daemon read too slowly), the fabric (a
     full queue, a refused source MAC, a bad ICRC). Ethernet may lose frames under load; these places count what they lose."""
     fabric = sum(int(m.group(1)) for m in re.finditer(
-        r'vrdma_fabric_drops_total\{[^}]*\} (\d+)', stats(vm)))
+        r'vrdma_fabric_drops_total\{[^}]*\} (\d+)', fabric_stats(vm)))
     netns = subprocess.run(
         ["ip", "netns", "exec", vm.cluster.netns, "sh", "-c",
          "cat /sys/class/net/*/statistics/rx_dropped /sys/class/net/*/statistics/tx_dropped"],
@@ -72,7 +79,7 @@ def port_counters(vm):
     """The victim backend's frame counters other than the drops (where a frame went), by
     name and labels."""
     return {m.group(1): int(m.group(2)) for m in re.finditer(
-        r'(vrdma_(?:port|fabric)_(?!drops)\w+\{[^}]*\}) (\d+)', stats(vm))}
+        r'(vrdma_(?:port|fabric)_(?!drops)\w+\{[^}]*\}) (\d+)', stats(vm) + fabric_stats(vm))}
 
 
 @scenario("E", timeout=600)
