@@ -77,7 +77,7 @@ impl FabricBuilder {
                 rx,
                 segments: AtomicBool::new(false),
                 refs: AtomicBool::new(false),
-                security: options.security,
+                security: options.security.map(Box::new),
                 net: options.net,
             },
             stats: FabricPortStats::default(),

@@ -130,8 +130,9 @@ enum PortKind {
         /// With `segments`: its engine sends payloads by reference (opt-in,
         /// [`DevicePort::with_payload_refs`]).
         refs: AtomicBool,
-        /// `Some`: the device's address list (spec §16.3); `None`: its source MAC only.
-        security: Option<PortSecurity>,
+        /// `Some`: the device's address list (spec §16.3); `None`: its source MAC only. Boxed:
+        /// the list is sized for its bound, and only ports with one pay for it.
+        security: Option<Box<PortSecurity>>,
         /// The device's network.
         net: NetId,
     },
