@@ -58,3 +58,7 @@ kmod-checkpatch: kmod-buildroot
 		--ignore ALLOC_WITH_SIZEOF -f $(filter-out vrdma_compat.h,$(notdir $(wildcard $(KMOD_SRC)/*.[ch])))
 	cd "$(KMOD_SRC)" && perl "$(KMOD_CHECKPATCH)" --no-tree --strict --terse --show-types \
 		--ignore LINUX_VERSION_CODE,CONSTANT_COMPARISON -f vrdma_compat.h
+
+# deb-check (mk/ops.mk) has DKMS build the vrdma-dkms package for the same kernels
+# (packaging/deb/check-deb.sh reads KMOD_HOST_KVERS and KMOD_TRIXIE_KVERS).
+deb-check: kmod-deps
