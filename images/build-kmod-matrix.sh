@@ -69,7 +69,8 @@ if [ -n "$KMOD_TRIXIE_KVERS" ]; then
 		logf=$out/$kver.log
 		# A private mount namespace: /proc (objtool reads it) and the sources appear
 		# in the root for this command only and vanish with it.
-		# shellcheck disable=SC2016 # the inner shell expands its own arguments
+		# (the inner shell expands its own arguments)
+		# shellcheck disable=SC2016
 		if ! unshare -m --propagation private sh -c '
 			mount -t proc proc "$1/proc" && mount --bind "$2" "$1/mnt" &&
 			chroot "$1" make -C "/usr/src/linux-headers-$3" M=/mnt W=1 -j"$4" modules' \

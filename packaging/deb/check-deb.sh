@@ -98,7 +98,8 @@ dkms_build() {
 	set -- env mok_signing_key="$s/mok.key" mok_certificate="$s/mok.pub" \
 		dkms build -m vrdma -v "$version" -k "$kver" --dkmstree "$s/dkms" --sourcetree "$s/root/usr/src"
 	if [ -n "$broot" ]; then
-		# shellcheck disable=SC2016 # the inner shell expands its own arguments
+		# (the inner shell expands its own arguments)
+		# shellcheck disable=SC2016
 		set -- unshare -m --propagation private sh -c 'r=$1; d=$2; shift 2
 			mount -t proc proc "$r/proc" && mount --bind "$d" "$r/mnt" && exec chroot "$r" "$@"' \
 			_ "$broot" "$scratch" "$@"
