@@ -47,7 +47,7 @@ check() {
 
 for kver in $KMOD_HOST_KVERS; do
 	hdr=/usr/src/linux-headers-$kver
-	[ -d "$hdr" ] || die "no $hdr: run make kmod-deps"
+	[ -d "$hdr" ] || die "no $hdr: run make host-deps"
 	start=$(date +%s)
 	stage "$kver"
 	logf=$out/$kver.log

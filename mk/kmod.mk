@@ -28,16 +28,19 @@ CHECK_STEPS += kmod-matrix kmod-checkpatch
 
 .PHONY: kmod-deps kmod-buildroot kmod-buildroot-background kmod-matrix kmod-checkpatch
 
-# 6.12's headers come from bookworm-backports through images/setup-host.sh; the others from
+# The guest images' 6.12 headers come from bookworm-backports through images/setup-host.sh
+# (which host-deps runs after the HOST_DEPS_STEPS, and which adds that suite); the others from
 # the host's default sources (bookworm, bookworm-security). --no-install-recommends: no
-# kernel image, no initramfs run.
+# kernel image, no initramfs run. A fresh machine may have no package lists yet: one
+# apt-get update, then again.
+KMOD_APT = DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 kmod-deps:
 	@for k in $(KMOD_HOST_KVERS); do \
 		[ -d "/usr/src/linux-headers-$$k" ] && continue; \
-		case "$$k" in *+deb12-*) opt="-t bookworm-backports" ;; *) opt= ;; esac; \
+		case "$$k" in *+deb12-*) continue ;; esac; \
 		echo "kmod-deps: installing linux-headers-$$k"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$opt \
-			"linux-headers-$$k" >/dev/null; \
+		$(KMOD_APT) "linux-headers-$$k" >/dev/null || \
+			{ apt-get update -q >/dev/null && $(KMOD_APT) "linux-headers-$$k" >/dev/null; }; \
 	done
 
 kmod-buildroot:
