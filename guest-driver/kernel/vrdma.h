@@ -393,9 +393,9 @@ int vrdma_attach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 int vrdma_detach_mcast(struct ib_qp *ibqp, union ib_gid *gid, u16 lid);
 
 /* vrdma_cq.c */
-int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		    struct uverbs_attr_bundle *attrs);
 int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		    struct ib_udata *udata);
 int vrdma_modify_cq(struct ib_cq *ibcq, u16 cq_count, u16 cq_period);
 int vrdma_resize_cq(struct ib_cq *ibcq, int cqe, struct ib_udata *udata);
 int vrdma_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
@@ -494,5 +494,8 @@ int vrdma_counter_bind_qp(struct rdma_counter *counter, struct ib_qp *ibqp);
 int vrdma_counter_unbind_qp(struct ib_qp *ibqp);
 int vrdma_counter_update_stats(struct rdma_counter *counter);
 int vrdma_counter_dealloc(struct rdma_counter *counter);
+
+/* After the prototypes: its ib_device_ops adapters call them. */
+#include "vrdma_compat.h"
 
 #endif /* VRDMA_H */

@@ -86,9 +86,8 @@ static bool vrdma_destroy_cq_cmd(struct vrdma_dev *dev, u32 cqn)
 }
 
 int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		    struct uverbs_attr_bundle *attrs)
+		    struct ib_udata *udata)
 {
-	struct ib_udata *udata = attrs ? &attrs->driver_udata : NULL;
 	struct vrdma_dev *dev = to_vdev(ibcq->device);
 	struct vrdma_cq *cq = to_vcq(ibcq);
 	struct vrdma_create_cq_resp uresp = {};
@@ -267,9 +266,8 @@ static enum ib_wc_opcode vrdma_wc_opcode(u8 opcode)
 	case VRDMA_WC_REG_MR:
 		return IB_WC_REG_MR;
 	case VRDMA_WC_FLUSH:
-		return IB_WC_FLUSH;
 	case VRDMA_WC_ATOMIC_WRITE:
-		return IB_WC_ATOMIC_WRITE;
+		return vrdma_ibta15_wc_opcode(opcode);
 	default:
 		return opcode;
 	}

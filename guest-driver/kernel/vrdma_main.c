@@ -90,7 +90,8 @@ void vrdma_recover(struct vrdma_dev *dev)
 			"too many recoveries: the device stays broken\n");
 		return;
 	}
-	r = kzalloc(sizeof(*r), GFP_ATOMIC);
+	/* No allocator splat: the message below says what failing costs. */
+	r = kzalloc(sizeof(*r), GFP_ATOMIC | __GFP_NOWARN);
 	if (!r) {
 		dev_err(&dev->vdev->dev,
 			"no memory to recover: the device stays broken\n");
@@ -124,7 +125,7 @@ static int vrdma_find_vqs(struct vrdma_dev *dev)
 				      vrdma_eth_tx_done },
 	};
 
-	return virtio_find_vqs(dev->vdev, VRDMA_NUM_VQS, dev->vqs, info, NULL);
+	return vrdma_virtio_find_vqs(dev->vdev, VRDMA_NUM_VQS, dev->vqs, info);
 }
 
 /* A round trip through the control queue before anything else. */

@@ -116,7 +116,7 @@ static int vrdma_pin_pages(struct ib_device *ibdev, u64 start, u64 length,
 
 	if (!length || length > VCFG64(dev, max_mr_size))
 		return -EINVAL;
-	*umem = ib_umem_get(ibdev, start, length, access);
+	*umem = vrdma_umem_get(ibdev, start, length, access);
 	if (IS_ERR(*umem))
 		return PTR_ERR(*umem);
 	pgsz = ib_umem_find_best_pgsz(*umem, vrdma_pgsz_bitmap(dev), virt_addr);

@@ -436,9 +436,7 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 		goto err;
 	}
 
-	access = ODP_READ_ALLOWED_BIT;
-	if (odp->umem.writable && seg_writable)
-		access |= ODP_WRITE_ALLOWED_BIT;
+	access = vrdma_odp_access_mask(odp->umem.writable && seg_writable);
 	ret = ib_umem_odp_map_dma_and_lock(odp, va, va_end - va, access, true);
 	if (ret < 0) {
 		kvfree(pl);
@@ -452,12 +450,20 @@ static void vrdma_odp_fault(struct vrdma_dev *dev, struct vrdma_mr *mr,
 	flags = VRDMA_ODP_RESP_F_WRITABLE;
 	for (i = 0; i < npages; i++) {
 		u64 off = va - ib_umem_start(odp) + ((u64)i << VRDMA_PAGE_SHIFT);
-		dma_addr_t d = odp->dma_list[off >> odp->page_shift];
+		bool writable;
+		dma_addr_t d;
 
-		if (!(d & ODP_WRITE_ALLOWED_BIT))
+		ret = vrdma_odp_page_dma(odp, off >> odp->page_shift, &d,
+					 &writable);
+		if (ret) {
+			mutex_unlock(&odp->umem_mutex);
+			kvfree(pl);
+			status = vrdma_odp_errno_status(ret);
+			goto err;
+		}
+		if (!writable)
 			flags = 0;
-		pl[i] = cpu_to_le64((d & ODP_DMA_ADDR_MASK) +
-				    (off & (BIT_ULL(odp->page_shift) - 1)));
+		pl[i] = cpu_to_le64(d + (off & (BIT_ULL(odp->page_shift) - 1)));
 	}
 	ret = vrdma_odp_resp(dev, req, VRDMA_STATUS_OK, flags,
 			     vrdma_odp_va_to_iova(mr, va), pl, npages);

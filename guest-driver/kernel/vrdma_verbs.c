@@ -34,10 +34,7 @@ int vrdma_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 				 IB_DEVICE_SYS_IMAGE_GUID |
 				 IB_DEVICE_PORT_ACTIVE_EVENT |
 				 IB_DEVICE_N_NOTIFY_CQ;
-	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_ATOMIC_WRITE)
-		attr->device_cap_flags |= IB_DEVICE_ATOMIC_WRITE;
-	if (VCFG(dev, device_caps) & VRDMA_DEVCAP_FLUSH_GLOBAL)
-		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL;
+	attr->device_cap_flags |= vrdma_ibta15_cap_flags(VCFG(dev, device_caps));
 	/* §2.2: a nonzero max_mw offers both window types (§12.8). */
 	if (VCFG(dev, max_mw))
 		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW |
@@ -262,12 +259,12 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.alloc_ucontext = vrdma_alloc_ucontext,
 	.attach_mcast = vrdma_attach_mcast,
 	.counter_alloc_stats = vrdma_counter_alloc_stats,
-	.counter_bind_qp = vrdma_counter_bind_qp,
+	.counter_bind_qp = vrdma_ib_counter_bind_qp,
 	.counter_dealloc = vrdma_counter_dealloc,
-	.counter_unbind_qp = vrdma_counter_unbind_qp,
+	.counter_unbind_qp = vrdma_ib_counter_unbind_qp,
 	.counter_update_stats = vrdma_counter_update_stats,
 	.create_ah = vrdma_create_ah,
-	.create_cq = vrdma_create_cq,
+	.create_cq = vrdma_ib_create_cq,
 	.create_qp = vrdma_create_qp,
 	.create_srq = vrdma_create_srq,
 	.create_user_ah = vrdma_create_ah,
@@ -309,10 +306,10 @@ const struct ib_device_ops vrdma_dev_ops = {
 	.query_ucontext = vrdma_query_ucontext,
 	.query_srq = vrdma_query_srq,
 	.reg_dm_mr = vrdma_reg_dm_mr,
-	.reg_user_mr = vrdma_reg_user_mr,
+	.reg_user_mr = vrdma_ib_reg_user_mr,
 	.rereg_user_mr = vrdma_rereg_user_mr,
 	.req_notify_cq = vrdma_req_notify_cq,
-	.resize_cq = vrdma_resize_cq,
+	.VRDMA_RESIZE_CQ_OP = vrdma_ib_resize_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ah, vrdma_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vrdma_cq, ibcq),

@@ -57,7 +57,7 @@ Suggests: libvrdma
 Description: vrdma guest driver (vrdma.ko), DKMS source
  vrdma gives QEMU guests an RDMA adapter that speaks RoCEv2 on the wire. This
  package holds the source of the guest's kernel driver, built by DKMS for
- every installed kernel (the driver is written for Linux 6.12) into
+ every installed kernel (Linux 6.1, 6.12 and 7.3 are built in its tests) into
  /lib/modules/<kernel>/updates/dkms/vrdma.ko.
 CTRL
 # Maintainer scripts honour DPKG_ROOT (an install into another root, e.g. the package check):

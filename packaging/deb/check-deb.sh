@@ -3,7 +3,7 @@
 # scratch root (maintainer scripts run with DPKG_ROOT set, so they leave this system alone) and
 # check the files land where systemd, DKMS and rdma-core expect them: the daemon and its man
 # page; vrdma-dkms' tree, its dkms.conf, and vrdma.ko built from it by DKMS itself (into a
-# scratch DKMS tree) against the 6.12.95 headers; libvrdma's provider and .driver file where
+# scratch DKMS tree) against the 6.1, 6.12 and 7.3 headers (7.3 in the trixie build root); libvrdma's provider and .driver file where
 # trixie's libibverbs 56.1 looks, binding IBVERBS_PRIVATE_34. Then dpkg purges all three.
 set -euo pipefail
 
@@ -14,7 +14,9 @@ top=$(cd "$here/../.." && pwd)
 deb=$(realpath "$1")
 dkms_deb=$(realpath "$2")
 lib_deb=$(realpath "$3")
-KVER=${KVER:-6.12.95+deb12-amd64}
+# The kernels DKMS builds for: by the host's compiler, and in the trixie build root.
+KVERS=${KVERS-${KMOD_HOST_KVERS-6.1.0-57-amd64 6.12.95+deb12-amd64}}
+KVERS_TRIXIE=${KVERS_TRIXIE-${KMOD_TRIXIE_KVERS-7.3.4+deb13-amd64}}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 root=$scratch/root
@@ -64,7 +66,7 @@ for o in $objs; do
 	[ -f "$root/$src/${o%.o}.c" ] || fail "/$src/${o%.o}.c (for $o in Kbuild) not installed"
 done
 # dkms sources dkms.conf with these set: read its fields the same way
-conf=$(kernel_source_dir=/KSRC dkms_tree=/DTREE kernelver=$KVER bash -c '
+conf=$(kernel_source_dir=/KSRC dkms_tree=/DTREE kernelver=KVER bash -c '
 	set -eu; . "$1"
 	printf "%s\n" "name=$PACKAGE_NAME" "version=$PACKAGE_VERSION" "module=${BUILT_MODULE_NAME[0]}" \
 		"dest=${DEST_MODULE_LOCATION[0]}" "auto=$AUTOINSTALL" "make=${MAKE[0]}"' _ "$root/$src/dkms.conf")
@@ -76,30 +78,63 @@ want auto=yes
 grep -qxE 'dest=/updates/dkms|dest=/kernel/drivers/infiniband/hw/vrdma' <<<"$conf" || \
 	fail "dkms.conf: DEST_MODULE_LOCATION[0] not /updates/dkms"
 grep -qE '^make=make( .*)? KDIR=/KSRC( |$)' <<<"$conf" || fail "dkms.conf: MAKE[0] does not build with KDIR=\$kernel_source_dir"
-# DKMS builds the installed tree: its own tree and signing key in the scratch directory, the
-# source tree the scratch root's /usr/src. The headers are a host dependency (setup-host.sh).
-[ -d "/lib/modules/$KVER/build" ] || fail "no headers for $KVER (/lib/modules/$KVER/build): run make host-deps"
+# DKMS builds the installed tree for every guest kernel we support (mk/kmod.mk): its own tree
+# and signing key in the scratch directory, the source tree the scratch root's /usr/src. The
+# host's gcc-12 builds KVERS (headers: make kmod-deps); KVERS_TRIXIE (7.3, gcc-14) builds with
+# the dkms of the trixie build root (images/build-trixie-buildroot.sh), which sees the scratch
+# directory at /mnt through a private mount namespace.
 command -v dkms >/dev/null || fail "dkms missing: run make ops-deps"
-mkdir "$scratch/dkms"
-if ! out=$(mok_signing_key=$scratch/mok.key mok_certificate=$scratch/mok.pub \
-	dkms build -m vrdma -v "$version" -k "$KVER" --dkmstree "$scratch/dkms" \
-	--sourcetree "$root/usr/src" 2>&1); then
-	echo "$out" >&2
-	cat "$scratch/dkms/vrdma/$version/build/make.log" >&2 2>/dev/null || true
-	fail "dkms build of vrdma $version for $KVER failed"
+# dkms_build KVER [BUILDROOT]: dkms build of the installed tree; checks vrdma.ko and its vermagic
+dkms_build() {
+	local kver=$1 broot=${2:-} s=$scratch out ko
+	if [ -n "$broot" ]; then
+		s=/mnt
+		[ -d "$broot/lib/modules/$kver/build" ] || fail "no headers for $kver in $broot"
+	else
+		[ -d "/lib/modules/$kver/build" ] || fail "no headers for $kver (/lib/modules/$kver/build): run make host-deps"
+	fi
+	rm -rf "$scratch/dkms"
+	mkdir "$scratch/dkms"
+	set -- env mok_signing_key="$s/mok.key" mok_certificate="$s/mok.pub" \
+		dkms build -m vrdma -v "$version" -k "$kver" --dkmstree "$s/dkms" --sourcetree "$s/root/usr/src"
+	if [ -n "$broot" ]; then
+		# (the inner shell expands its own arguments)
+		# shellcheck disable=SC2016
+		set -- unshare -m --propagation private sh -c 'r=$1; d=$2; shift 2
+			mount -t proc proc "$r/proc" && mount --bind "$d" "$r/mnt" && exec chroot "$r" "$@"' \
+			_ "$broot" "$scratch" "$@"
+	fi
+	if ! out=$("$@" 2>&1); then
+		echo "$out" >&2
+		cat "$scratch/dkms/vrdma/$version/build/make.log" >&2 2>/dev/null || true
+		fail "dkms build of vrdma $version for $kver failed"
+	fi
+	ko=$(find "$scratch/dkms/vrdma/$version/$kver" -path '*/module/vrdma.ko*' | head -n1)
+	[ -n "$ko" ] || fail "dkms build for $kver produced no vrdma.ko: $out"
+	case "$ko" in
+	*.xz) xz -dc "$ko" >"$scratch/vrdma.ko" ;;
+	*.zst) zstd -qdc "$ko" >"$scratch/vrdma.ko" ;;
+	*.gz) gzip -dc "$ko" >"$scratch/vrdma.ko" ;;
+	*) cp "$ko" "$scratch/vrdma.ko" ;;
+	esac
+	[ "$(modinfo -F vermagic "$scratch/vrdma.ko" | awk '{print $1}')" = "$kver" ] ||
+		fail "vrdma.ko: vermagic is not $kver"
+	# virtio device ID 42 (spec §1): the module binds the vrdma device
+	grep -q '^virtio:d0000002Av' <<<"$(modinfo -F alias "$scratch/vrdma.ko")" ||
+		fail "vrdma.ko for $kver: no virtio ID 42 alias"
+	built="$built $kver"
+}
+built=
+for k in $KVERS; do
+	dkms_build "$k"
+done
+if [ -n "$KVERS_TRIXIE" ]; then
+	"$top/images/build-trixie-buildroot.sh"
+	broot=$(realpath "${VRDMA_CACHE:-/var/cache/vrdma}/buildroot-trixie")
+	for k in $KVERS_TRIXIE; do
+		dkms_build "$k" "$broot"
+	done
 fi
-ko=$(find "$scratch/dkms/vrdma/$version/$KVER" -path '*/module/vrdma.ko*' | head -n1)
-[ -n "$ko" ] || fail "dkms build produced no vrdma.ko: $out"
-case "$ko" in
-*.xz) xz -dc "$ko" >"$scratch/vrdma.ko" ;;
-*.zst) zstd -qdc "$ko" >"$scratch/vrdma.ko" ;;
-*.gz) gzip -dc "$ko" >"$scratch/vrdma.ko" ;;
-*) cp "$ko" "$scratch/vrdma.ko" ;;
-esac
-[ "$(modinfo -F vermagic "$scratch/vrdma.ko" | awk '{print $1}')" = "$KVER" ] || \
-	fail "vrdma.ko: vermagic is not $KVER"
-# virtio device ID 42 (spec §1): the module binds the vrdma device
-grep -q '^virtio:d0000002Av' <<<"$(modinfo -F alias "$scratch/vrdma.ko")" || fail "vrdma.ko: no virtio ID 42 alias"
 
 # ---- libvrdma ----
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
@@ -128,4 +163,4 @@ dpk -P vrdma-backend vrdma-dkms libvrdma >/dev/null
 for f in usr/bin/vrdma-backend "$src" "$so" etc/libibverbs.d/vrdma.driver; do
 	[ ! -e "$root/$f" ] || fail "/$f not removed"
 done
-echo "deb: ok ($(basename "$deb"), $(basename "$dkms_deb") with vrdma.ko for $KVER by dkms, $(basename "$lib_deb"))"
+echo "deb: ok ($(basename "$deb"), $(basename "$dkms_deb") with vrdma.ko by dkms for$built, $(basename "$lib_deb"))"
