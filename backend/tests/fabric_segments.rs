@@ -299,13 +299,34 @@ fn rnr(segments: bool) -> Outcome {
         p.send(i, i << 13, 8 << 10);
     }
     p.ring();
-    std::thread::sleep(Duration::from_millis(30));
+    // The receives go in only once b has refused the second message: a's port saw b's answer
+    // to its first packet (the third request PSN), which can only be the RNR NAK while one
+    // receive is posted. (Sleeping instead let a loaded host post them first: no RNR.)
+    let t0 = Instant::now();
+    while !rnr_nak_seen(&p) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no RNR NAK");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     p.recv(101, (512 << 10) + (8 << 10), 8 << 10);
     p.recv(102, (512 << 10) + (16 << 10), 8 << 10);
     let cqes = p.wait(3, 3);
     let mut o = p.finish();
     o.cqes = cqes;
     o
+}
+
+/// Whether a received b's answer to the second message's first packet (see `rnr`).
+fn rnr_nak_seen(p: &Pair) -> bool {
+    let first = p.seen_b.lock().unwrap().requests.first().map(|r| r.1);
+    first.is_some_and(|psn| {
+        let second_message = psn.wrapping_add(2) & 0xff_ffff;
+        p.seen_a
+            .lock()
+            .unwrap()
+            .responses
+            .iter()
+            .any(|r| r.1 == second_message)
+    })
 }
 
 #[test]

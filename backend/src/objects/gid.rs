@@ -257,6 +257,7 @@ impl GidTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::overlap::Overlap;
 
     #[test]
     fn add_del_lookup_and_local_ips() {
@@ -308,13 +309,16 @@ mod tests {
         let b = [0x55; 16];
         t.add(0, VRDMA_GID_TYPE_ROCE_V2, [7; 16]).unwrap();
         t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        // Every reader checks entry 1 this many times while the writer flips it (issue 38
+        // item 5: the overlap is made to happen, see `sync::overlap`).
+        const READER_ROUNDS: u64 = 2_000;
+        let o = Overlap::new(2);
         std::thread::scope(|s| {
             let readers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut seen = 0u64;
-                        while !stop.load(Ordering::Relaxed) {
+                .map(|r| {
+                    let (o, t) = (&o, &t);
+                    s.spawn(move || {
+                        o.read(r, || {
                             let e = t.get(1).expect("entry 1 is never empty");
                             let ok = (e.gid == a && e.gid_type == VRDMA_GID_TYPE_ROCE_V2)
                                 || (e.gid == b && e.gid_type == VRDMA_GID_TYPE_ROCE_V1);
@@ -323,19 +327,20 @@ mod tests {
                             assert!(matches!(t.find_v2(&a), None | Some(1)));
                             assert_eq!(t.find_v2(&b), None);
                             assert_eq!(t.find_v2(&[7; 16]), Some(0));
-                            seen += 1;
-                        }
-                        seen
+                        })
                     })
                 })
                 .collect();
-            for _ in 0..20_000 {
+            let w = o.writer();
+            let mut flips = 0;
+            while flips < 20_000 || !w.readers_did(READER_ROUNDS) {
                 t.add(1, VRDMA_GID_TYPE_ROCE_V1, b).unwrap();
                 t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+                flips += 1;
             }
-            stop.store(true, Ordering::Relaxed);
+            drop(w);
             for r in readers {
-                assert!(r.join().expect("reader") > 0);
+                assert!(r.join().expect("reader") >= READER_ROUNDS);
             }
         });
     }

@@ -280,6 +280,7 @@ impl<T> LockedTable<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::overlap::Overlap;
 
     #[test]
     fn objects_are_reached_locked_or_through_the_exclusive_table() {
@@ -376,21 +377,25 @@ mod tests {
     fn inserts_through_a_shared_borrow_beside_lookups() {
         let t: LockedTable<u64> = LockedTable::new(4096);
         let first = t.insert(0).unwrap();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                for n in 1..4096u64 {
-                    assert!(t.insert(n).is_some());
+        // Lookups of an existing object while the table grows around it: the inserter waits
+        // for a lookup after every 16 inserts, so the two overlap through the whole growth
+        // (issue 38 item 5, see `sync::overlap`).
+        let o = Overlap::new(1);
+        let lookups = std::thread::scope(|s| {
+            let reader = s.spawn(|| o.read(0, || *t.get(first).unwrap() += 1));
+            let w = o.writer();
+            for n in 1..4096u64 {
+                assert!(t.insert(n).is_some());
+                if n % 16 == 0 {
+                    w.wait_readers(1);
                 }
-            });
-            s.spawn(|| {
-                // Lookups of an existing object while the table grows around it.
-                for _ in 0..20_000 {
-                    *t.get(first).unwrap() += 1;
-                }
-            });
+            }
+            drop(w);
+            reader.join().expect("reader")
         });
+        assert!(lookups >= 4096 / 16, "{lookups} lookups");
         assert_eq!(t.len(), 4096);
-        assert_eq!(*t.get(first).unwrap(), 20_000);
+        assert_eq!(*t.get(first).unwrap(), lookups);
         assert_eq!(t.iter().count(), 4096);
     }
 }

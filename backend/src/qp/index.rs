@@ -245,6 +245,7 @@ impl QpnIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::overlap::Overlap;
 
     #[test]
     fn finds_what_was_inserted_and_not_what_was_removed() {
@@ -354,38 +355,43 @@ mod tests {
     fn lookups_beside_inserts_and_removals_see_every_stable_entry() {
         // Readers look up QPNs that stay while the writer churns others through the same
         // buckets: a stable entry is always found, a removed one never comes back wrong.
-        let ix = std::sync::Arc::new(QpnIndex::default());
+        // Every reader looks all of them up this many times while the writer churns (issue 38
+        // item 5: the overlap is made to happen, see `sync::overlap`).
+        const READER_ROUNDS: u64 = 2_000;
+        let ix = QpnIndex::default();
         for q in 100..120 {
             assert!(ix.insert(q, q + 1));
         }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let readers: Vec<_> = (0..2)
-            .map(|_| {
-                let (ix, stop) = (ix.clone(), stop.clone());
-                std::thread::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        for q in 100..120 {
-                            assert_eq!(ix.find(q), Some(q + 1));
-                        }
-                        if let Some(s) = ix.find(5000) {
-                            assert_eq!(s, 5001);
-                        }
-                        n += 1;
-                    }
-                    n
+        let o = Overlap::new(2);
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|r| {
+                    let (o, ix) = (&o, &ix);
+                    s.spawn(move || {
+                        o.read(r, || {
+                            for q in 100..120 {
+                                assert_eq!(ix.find(q), Some(q + 1));
+                            }
+                            if let Some(s) = ix.find(5000) {
+                                assert_eq!(s, 5001);
+                            }
+                        })
+                    })
                 })
-            })
-            .collect();
-        for _ in 0..20_000 {
-            assert!(ix.insert(5000, 5001));
-            assert!(ix.insert(6000, 6001));
-            assert_eq!(ix.remove(5000), Some(5001));
-            assert_eq!(ix.remove(6000), Some(6001));
-        }
-        stop.store(true, Ordering::Relaxed);
-        for r in readers {
-            assert!(r.join().unwrap() > 0);
-        }
+                .collect();
+            let w = o.writer();
+            let mut churns = 0;
+            while churns < 20_000 || !w.readers_did(READER_ROUNDS) {
+                assert!(ix.insert(5000, 5001));
+                assert!(ix.insert(6000, 6001));
+                assert_eq!(ix.remove(5000), Some(5001));
+                assert_eq!(ix.remove(6000), Some(6001));
+                churns += 1;
+            }
+            drop(w);
+            for r in readers {
+                assert!(r.join().expect("reader") >= READER_ROUNDS);
+            }
+        });
     }
 }

@@ -159,12 +159,26 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Instant;
 
+    /// Wait until `flag` is set; false if `PATIENCE` passed first.
+    fn wait_for(flag: &AtomicBool) -> bool {
+        let t0 = Instant::now();
+        while !flag.load(Ordering::SeqCst) {
+            if t0.elapsed() > PATIENCE {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// How long the worker below keeps a unit (or a hand-off point) that the fence must not
+    /// wait for, before it gives up and lets a wrong fence return: far beyond any scheduler
+    /// delay; a correct fence ends the wait at once.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
     #[test]
     fn a_fence_waits_for_the_unit_in_flight_and_not_for_idle_workers() {
         // A fence that never looks again by itself: only the worker's wake-up ends its wait.
-        // A unit of 2 s that it must not wait for; no scheduler delay reaches 1.5 s.
-        const LONG: Duration = Duration::from_secs(2);
-        const BOUND: Duration = Duration::from_millis(1500);
         let f = UnitFence {
             recheck: Duration::from_secs(600),
             ..UnitFence::new(2)
@@ -175,11 +189,13 @@ mod tests {
             AtomicBool::new(false),
             AtomicBool::new(false),
         );
+        let (first_wait_over, second_wait_over) = (AtomicBool::new(false), AtomicBool::new(false));
         std::thread::scope(|s| {
-            s.spawn(|| {
+            let worker = s.spawn(|| {
                 let b = f.batch(1);
                 in_unit.store(true, Ordering::SeqCst);
-                // The unit ends only once the fence waits for it.
+                // The unit ends only once the fence waits for it; the moment lets the fence
+                // reach its sleep, so that only the wake-up ends it.
                 while f.fencing.load(Ordering::SeqCst) == 0 {
                     std::thread::yield_now();
                 }
@@ -188,34 +204,32 @@ mod tests {
                 done.store(true, Ordering::SeqCst);
                 b.pause();
                 b.resume();
-                // The next unit lasts long: the fence must not wait for it.
-                std::thread::sleep(LONG);
+                // The next unit lasts until the fence has returned: it must not wait for it.
+                let next_unit_not_waited_for = wait_for(&first_wait_over);
                 // A worker waiting at a hand-off point is between units.
                 b.pause();
                 paused.store(true, Ordering::SeqCst);
-                std::thread::sleep(LONG);
+                let hand_off_not_waited_for = wait_for(&second_wait_over);
                 b.resume();
+                (next_unit_not_waited_for, hand_off_not_waited_for)
             });
-            while !in_unit.load(Ordering::SeqCst) {
-                std::thread::yield_now();
-            }
-            let t0 = Instant::now();
+            assert!(wait_for(&in_unit));
             f.wait();
+            first_wait_over.store(true, Ordering::SeqCst);
             assert!(
                 done.load(Ordering::SeqCst),
                 "the fence returned inside the unit"
             );
+            assert!(wait_for(&paused));
+            f.wait();
+            second_wait_over.store(true, Ordering::SeqCst);
+            let (next_unit, hand_off) = worker.join().expect("worker");
             assert!(
-                t0.elapsed() < BOUND,
+                next_unit,
                 "the wake-up was lost or the fence waited for the next unit"
             );
-            while !paused.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let t0 = Instant::now();
-            f.wait();
             assert!(
-                t0.elapsed() < BOUND,
+                hand_off,
                 "the fence waited for a worker at a hand-off point"
             );
         });
