@@ -4,6 +4,7 @@
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub mod modeled;
 #[cfg(test)]
 pub(crate) mod overlap;
 
