@@ -2,8 +2,10 @@
 //! a lock and changed beside the engine workers.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+// Loom's types under `--cfg loom` (the model at the end of this file).
+use crate::sync::modeled::{
+    fence, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering,
+};
 
 use vrdma_spec::{VRDMA_GID_TYPE_ROCE_V1, VRDMA_GID_TYPE_ROCE_V2};
 
@@ -156,9 +158,9 @@ impl GidTable {
             }
             tries += 1;
             if tries.is_multiple_of(64) {
-                std::thread::yield_now();
+                yield_now();
             } else {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
     }
@@ -254,7 +256,7 @@ impl GidTable {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::sync::overlap::Overlap;
@@ -342,6 +344,39 @@ mod tests {
             for r in readers {
                 assert!(r.join().expect("reader") >= READER_ROUNDS);
             }
+        });
+    }
+}
+
+/// The loom model (issue 38 item 1): `RUSTFLAGS="--cfg loom" cargo test --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A writer flips entry 1 from a RoCEv2 GID to a RoCEv1 one and back while a reader
+    /// reads it: every read is one whole entry (never half of one GID with half of the other,
+    /// or a type that does not go with its GID), and the RoCEv2 index agrees.
+    #[test]
+    fn loom_readers_beside_a_writer_never_see_a_torn_entry() {
+        let (a, b) = ([0xaa; 16], [0x55; 16]);
+        crate::sync::modeled::model(move || {
+            let t = Arc::new(GidTable::new(2));
+            t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+            let reader = {
+                let t = t.clone();
+                loom::thread::spawn(move || {
+                    let e = t.get(1).expect("entry 1 is never empty");
+                    let whole = (e.gid == a && e.gid_type == VRDMA_GID_TYPE_ROCE_V2)
+                        || (e.gid == b && e.gid_type == VRDMA_GID_TYPE_ROCE_V1);
+                    assert!(whole, "torn entry {e:?}");
+                    assert!(matches!(t.find_v2(&a), None | Some(1)));
+                    assert_eq!(t.find_v2(&b), None, "a RoCEv1 GID in the RoCEv2 index");
+                })
+            };
+            t.add(1, VRDMA_GID_TYPE_ROCE_V1, b).unwrap();
+            t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+            reader.join().expect("reader");
         });
     }
 }
