@@ -16,10 +16,13 @@
 
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+// Segments are published once through std's `OnceLock` also under loom: only inserts, which
+// hold the allocation mutex (loom's), initialise one, and a lookup of a handle that was never
+// handed out finds none either way.
+use std::sync::OnceLock;
 
-use crate::sync::{lock, unlocked};
+// Loom's types under `--cfg loom` (the model at the end of this file).
+use crate::sync::modeled::{lock, unlocked, AtomicBool, AtomicU32, Mutex, MutexGuard, Ordering};
 
 /// Slots in segment 0; segment `k` has `FIRST_SEGMENT << k`, so a table holds at most twice
 /// the slots it has used, and handle 0's slot (never used) is the only waste.
@@ -254,7 +257,7 @@ impl<T> LockedTable<T> {
             };
             *lock(&slot.obj) = Some(v);
             slot.live.store(true, Ordering::Release);
-            *self.count.get_mut() += 1;
+            self.count.fetch_add(1, Ordering::Relaxed);
         }
         let free = (1..top).filter(|&h| !self.contains(h)).collect();
         *unlocked(&mut self.alloc) = Alloc {
@@ -273,11 +276,11 @@ impl<T> LockedTable<T> {
             free: VecDeque::new(),
             next: 1,
         };
-        *self.count.get_mut() = 0;
+        self.count.store(0, Ordering::Relaxed);
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::sync::overlap::Overlap;
@@ -397,5 +400,47 @@ mod tests {
         assert_eq!(t.len(), 4096);
         assert_eq!(*t.get(first).unwrap(), lookups);
         assert_eq!(t.iter().count(), 4096);
+    }
+}
+
+/// The loom model (issue 38 item 1): `RUSTFLAGS="--cfg loom" cargo test --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A full table of two objects: one thread destroys object 1 while another creates an
+    /// object (it gets handle 1 back, reused since every handle up to `max` was used, or
+    /// nothing while the table is still full) and the test thread looks object 2 up. No
+    /// handle names two objects: the destroy takes the object it was asked for, a handed-out
+    /// handle holds its new object, and object 2 stays.
+    #[test]
+    fn loom_a_destroy_beside_a_create_never_names_a_handle_twice() {
+        crate::sync::modeled::model(|| {
+            let t = Arc::new(LockedTable::new(2));
+            assert_eq!((t.insert(10u32), t.insert(20)), (Some(1), Some(2)));
+            let destroy = {
+                let t = t.clone();
+                loom::thread::spawn(move || t.remove(1))
+            };
+            let create = {
+                let t = t.clone();
+                loom::thread::spawn(move || t.insert(30))
+            };
+            assert_eq!(t.get(2).map(|g| *g), Some(20), "object 2 changed");
+            assert_eq!(
+                destroy.join().unwrap(),
+                Some(10),
+                "the destroy took another object"
+            );
+            match create.join().unwrap() {
+                None => assert!(!t.contains(1) && t.len() == 1),
+                Some(h) => {
+                    assert_eq!(h, 1, "handle 1 is the only one free");
+                    assert_eq!(t.get(h).map(|g| *g), Some(30), "the new object is gone");
+                    assert!(t.contains(h) && t.len() == 2);
+                }
+            }
+        });
     }
 }
