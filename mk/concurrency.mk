@@ -19,7 +19,11 @@ LOOM_MAX_PREEMPTIONS ?= 3
 cargo-test-release:
 	cd "$(TOP)" && $(CARGO) test -p vrdma-backend --lib --release
 
+# Release at opt-level 1 without debug info: the four models run as fast as at opt-level 3
+# with debug info (7.5 s against 7.7 s) and the cold step takes half the time (48.8 s against
+# 1m42s, empty target directory, 2-core host at load 3-6, 2026-12-06).
 loom-test:
 	cd "$(TOP)" && RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$(LOOM_TARGET_DIR)" \
+		CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 \
 		LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) \
 		$(CARGO) test -p vrdma-backend --lib --release loom_
