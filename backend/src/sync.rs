@@ -4,6 +4,10 @@
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub mod modeled;
+#[cfg(test)]
+pub(crate) mod overlap;
+
 /// Lock `m`, ignoring poisoning.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

@@ -83,16 +83,19 @@ mod tests {
         let f2 = Arc::clone(&f);
         let s2 = Arc::clone(&slot);
         let t = std::thread::spawn(move || f2.fence_slot(&s2));
+        // The fence has started once the generation moved (it moves first); it cannot finish
+        // while the copy holds the gate, and the moment given here lets a broken fence show
+        // that it does (no scheduling is hoped for: a fence that has not run on yet would
+        // not be finished either).
+        while slot.load(Ordering::Acquire) != 1 {
+            std::thread::yield_now();
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(
             !t.is_finished(),
             "the fence completed while a copy was in flight"
         );
-        assert_eq!(
-            slot.load(Ordering::Acquire),
-            1,
-            "the generation moves first"
-        );
+        assert_eq!(slot.load(Ordering::Acquire), 1, "moved once");
         drop(g);
         t.join().unwrap();
         let before = f.device_gen();

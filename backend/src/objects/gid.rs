@@ -2,8 +2,10 @@
 //! a lock and changed beside the engine workers.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+// Loom's types under `--cfg loom` (the model at the end of this file).
+use crate::sync::modeled::{
+    fence, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering,
+};
 
 use vrdma_spec::{VRDMA_GID_TYPE_ROCE_V1, VRDMA_GID_TYPE_ROCE_V2};
 
@@ -156,9 +158,9 @@ impl GidTable {
             }
             tries += 1;
             if tries.is_multiple_of(64) {
-                std::thread::yield_now();
+                yield_now();
             } else {
-                std::hint::spin_loop();
+                spin_loop();
             }
         }
     }
@@ -254,9 +256,10 @@ impl GidTable {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::overlap::Overlap;
 
     #[test]
     fn add_del_lookup_and_local_ips() {
@@ -308,13 +311,16 @@ mod tests {
         let b = [0x55; 16];
         t.add(0, VRDMA_GID_TYPE_ROCE_V2, [7; 16]).unwrap();
         t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        // Every reader checks entry 1 this many times while the writer flips it (issue 38
+        // item 5: the overlap is made to happen, see `sync::overlap`).
+        const READER_ROUNDS: u64 = 2_000;
+        let o = Overlap::new(2);
         std::thread::scope(|s| {
             let readers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut seen = 0u64;
-                        while !stop.load(Ordering::Relaxed) {
+                .map(|r| {
+                    let (o, t) = (&o, &t);
+                    s.spawn(move || {
+                        o.read(r, || {
                             let e = t.get(1).expect("entry 1 is never empty");
                             let ok = (e.gid == a && e.gid_type == VRDMA_GID_TYPE_ROCE_V2)
                                 || (e.gid == b && e.gid_type == VRDMA_GID_TYPE_ROCE_V1);
@@ -323,20 +329,54 @@ mod tests {
                             assert!(matches!(t.find_v2(&a), None | Some(1)));
                             assert_eq!(t.find_v2(&b), None);
                             assert_eq!(t.find_v2(&[7; 16]), Some(0));
-                            seen += 1;
-                        }
-                        seen
+                        })
                     })
                 })
                 .collect();
-            for _ in 0..20_000 {
+            let w = o.writer();
+            let mut flips = 0;
+            while flips < 20_000 || !w.readers_did(READER_ROUNDS) {
                 t.add(1, VRDMA_GID_TYPE_ROCE_V1, b).unwrap();
                 t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+                flips += 1;
             }
-            stop.store(true, Ordering::Relaxed);
+            drop(w);
             for r in readers {
-                assert!(r.join().expect("reader") > 0);
+                assert!(r.join().expect("reader") >= READER_ROUNDS);
             }
+        });
+    }
+}
+
+/// The loom model (issue 38 item 1): `RUSTFLAGS="--cfg loom" cargo test --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A writer flips entry 1 from a RoCEv2 GID to a RoCEv1 one and back while a reader
+    /// reads it: every read is one whole entry (never half of one GID with half of the other,
+    /// or a type that does not go with its GID), and the RoCEv2 index agrees.
+    #[test]
+    fn loom_readers_beside_a_writer_never_see_a_torn_entry() {
+        let (a, b) = ([0xaa; 16], [0x55; 16]);
+        crate::sync::modeled::model(move || {
+            let t = Arc::new(GidTable::new(2));
+            t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+            let reader = {
+                let t = t.clone();
+                loom::thread::spawn(move || {
+                    let e = t.get(1).expect("entry 1 is never empty");
+                    let whole = (e.gid == a && e.gid_type == VRDMA_GID_TYPE_ROCE_V2)
+                        || (e.gid == b && e.gid_type == VRDMA_GID_TYPE_ROCE_V1);
+                    assert!(whole, "torn entry {e:?}");
+                    assert!(matches!(t.find_v2(&a), None | Some(1)));
+                    assert_eq!(t.find_v2(&b), None, "a RoCEv1 GID in the RoCEv2 index");
+                })
+            };
+            t.add(1, VRDMA_GID_TYPE_ROCE_V1, b).unwrap();
+            t.add(1, VRDMA_GID_TYPE_ROCE_V2, a).unwrap();
+            reader.join().expect("reader");
         });
     }
 }

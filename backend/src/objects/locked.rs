@@ -16,10 +16,13 @@
 
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+// Segments are published once through std's `OnceLock` also under loom: only inserts, which
+// hold the allocation mutex (loom's), initialise one, and a lookup of a handle that was never
+// handed out finds none either way.
+use std::sync::OnceLock;
 
-use crate::sync::{lock, unlocked};
+// Loom's types under `--cfg loom` (the model at the end of this file).
+use crate::sync::modeled::{lock, unlocked, AtomicBool, AtomicU32, Mutex, MutexGuard, Ordering};
 
 /// Slots in segment 0; segment `k` has `FIRST_SEGMENT << k`, so a table holds at most twice
 /// the slots it has used, and handle 0's slot (never used) is the only waste.
@@ -254,7 +257,7 @@ impl<T> LockedTable<T> {
             };
             *lock(&slot.obj) = Some(v);
             slot.live.store(true, Ordering::Release);
-            *self.count.get_mut() += 1;
+            self.count.fetch_add(1, Ordering::Relaxed);
         }
         let free = (1..top).filter(|&h| !self.contains(h)).collect();
         *unlocked(&mut self.alloc) = Alloc {
@@ -273,13 +276,14 @@ impl<T> LockedTable<T> {
             free: VecDeque::new(),
             next: 1,
         };
-        *self.count.get_mut() = 0;
+        self.count.store(0, Ordering::Relaxed);
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::overlap::Overlap;
 
     #[test]
     fn objects_are_reached_locked_or_through_the_exclusive_table() {
@@ -376,21 +380,67 @@ mod tests {
     fn inserts_through_a_shared_borrow_beside_lookups() {
         let t: LockedTable<u64> = LockedTable::new(4096);
         let first = t.insert(0).unwrap();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                for n in 1..4096u64 {
-                    assert!(t.insert(n).is_some());
+        // Lookups of an existing object while the table grows around it: the inserter waits
+        // for a lookup after every 16 inserts, so the two overlap through the whole growth
+        // (issue 38 item 5, see `sync::overlap`).
+        let o = Overlap::new(1);
+        let lookups = std::thread::scope(|s| {
+            let reader = s.spawn(|| o.read(0, || *t.get(first).unwrap() += 1));
+            let w = o.writer();
+            for n in 1..4096u64 {
+                assert!(t.insert(n).is_some());
+                if n % 16 == 0 {
+                    w.wait_readers(1);
                 }
-            });
-            s.spawn(|| {
-                // Lookups of an existing object while the table grows around it.
-                for _ in 0..20_000 {
-                    *t.get(first).unwrap() += 1;
-                }
-            });
+            }
+            drop(w);
+            reader.join().expect("reader")
         });
+        assert!(lookups >= 4096 / 16, "{lookups} lookups");
         assert_eq!(t.len(), 4096);
-        assert_eq!(*t.get(first).unwrap(), 20_000);
+        assert_eq!(*t.get(first).unwrap(), lookups);
         assert_eq!(t.iter().count(), 4096);
+    }
+}
+
+/// The loom model (issue 38 item 1): `RUSTFLAGS="--cfg loom" cargo test --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A full table of two objects: one thread destroys object 1 while another creates an
+    /// object (it gets handle 1 back, reused since every handle up to `max` was used, or
+    /// nothing while the table is still full) and the test thread looks object 2 up. No
+    /// handle names two objects: the destroy takes the object it was asked for, a handed-out
+    /// handle holds its new object, and object 2 stays.
+    #[test]
+    fn loom_a_destroy_beside_a_create_never_names_a_handle_twice() {
+        crate::sync::modeled::model(|| {
+            let t = Arc::new(LockedTable::new(2));
+            assert_eq!((t.insert(10u32), t.insert(20)), (Some(1), Some(2)));
+            let destroy = {
+                let t = t.clone();
+                loom::thread::spawn(move || t.remove(1))
+            };
+            let create = {
+                let t = t.clone();
+                loom::thread::spawn(move || t.insert(30))
+            };
+            assert_eq!(t.get(2).map(|g| *g), Some(20), "object 2 changed");
+            assert_eq!(
+                destroy.join().unwrap(),
+                Some(10),
+                "the destroy took another object"
+            );
+            match create.join().unwrap() {
+                None => assert!(!t.contains(1) && t.len() == 1),
+                Some(h) => {
+                    assert_eq!(h, 1, "handle 1 is the only one free");
+                    assert_eq!(t.get(h).map(|g| *g), Some(30), "the new object is gone");
+                    assert!(t.contains(h) && t.len() == 2);
+                }
+            }
+        });
     }
 }

@@ -19,11 +19,10 @@
 //! many as there are live QPs).
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crate::fasthash::FastHash;
-use crate::sync::{lock, unlocked};
+// Loom's types under `--cfg loom` (the model at the end of this file).
+use crate::sync::modeled::{lock, unlocked, AtomicU64, Mutex, Ordering};
 
 const EMPTY: u64 = 0;
 const GONE: u64 = u64::MAX;
@@ -205,8 +204,8 @@ impl QpnIndex {
         }
         let live: Vec<(u32, u32)> = self
             .buckets
-            .iter_mut()
-            .filter_map(|b| split(*b.get_mut()))
+            .iter()
+            .filter_map(|b| split(b.load(Ordering::Relaxed)))
             .collect();
         let n = ((live.len() + 1) * 2).next_power_of_two().max(MIN_BUCKETS);
         self.buckets = empty_buckets(n);
@@ -228,12 +227,12 @@ impl QpnIndex {
         self.buckets.len()
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn used(&self) -> usize {
         lock(&self.counts).used
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn tombstones(&self) -> usize {
         self.buckets
             .iter()
@@ -242,9 +241,10 @@ impl QpnIndex {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::overlap::Overlap;
 
     #[test]
     fn finds_what_was_inserted_and_not_what_was_removed() {
@@ -354,38 +354,95 @@ mod tests {
     fn lookups_beside_inserts_and_removals_see_every_stable_entry() {
         // Readers look up QPNs that stay while the writer churns others through the same
         // buckets: a stable entry is always found, a removed one never comes back wrong.
-        let ix = std::sync::Arc::new(QpnIndex::default());
+        // Every reader looks all of them up this many times while the writer churns (issue 38
+        // item 5: the overlap is made to happen, see `sync::overlap`).
+        const READER_ROUNDS: u64 = 2_000;
+        let ix = QpnIndex::default();
         for q in 100..120 {
             assert!(ix.insert(q, q + 1));
         }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let readers: Vec<_> = (0..2)
-            .map(|_| {
-                let (ix, stop) = (ix.clone(), stop.clone());
-                std::thread::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        for q in 100..120 {
-                            assert_eq!(ix.find(q), Some(q + 1));
-                        }
-                        if let Some(s) = ix.find(5000) {
-                            assert_eq!(s, 5001);
-                        }
-                        n += 1;
-                    }
-                    n
+        let o = Overlap::new(2);
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|r| {
+                    let (o, ix) = (&o, &ix);
+                    s.spawn(move || {
+                        o.read(r, || {
+                            for q in 100..120 {
+                                assert_eq!(ix.find(q), Some(q + 1));
+                            }
+                            if let Some(s) = ix.find(5000) {
+                                assert_eq!(s, 5001);
+                            }
+                        })
+                    })
                 })
-            })
-            .collect();
-        for _ in 0..20_000 {
-            assert!(ix.insert(5000, 5001));
-            assert!(ix.insert(6000, 6001));
-            assert_eq!(ix.remove(5000), Some(5001));
-            assert_eq!(ix.remove(6000), Some(6001));
-        }
-        stop.store(true, Ordering::Relaxed);
-        for r in readers {
-            assert!(r.join().unwrap() > 0);
-        }
+                .collect();
+            let w = o.writer();
+            let mut churns = 0;
+            while churns < 20_000 || !w.readers_did(READER_ROUNDS) {
+                assert!(ix.insert(5000, 5001));
+                assert!(ix.insert(6000, 6001));
+                assert_eq!(ix.remove(5000), Some(5001));
+                assert_eq!(ix.remove(6000), Some(6001));
+                churns += 1;
+            }
+            drop(w);
+            for r in readers {
+                assert!(r.join().expect("reader") >= READER_ROUNDS);
+            }
+        });
+    }
+}
+
+/// The loom model (issue 38 item 1): `RUSTFLAGS="--cfg loom" cargo test --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// QPN `x` and QPN `s` share a home bucket, `x` first: `s` sits one bucket on, behind
+    /// `x` on its probe path. A writer removes `x` and inserts it again (through the
+    /// tombstone) after filling in the slot it points to, beside a reader: the reader always
+    /// finds `s` (a removal never cuts its probe short), finds `x` either not at all or with
+    /// its slot filled, and never finds anything else.
+    #[test]
+    fn loom_lookups_beside_a_removal_and_an_insert_find_every_stable_entry() {
+        // One hash for every run of the model, so that every run touches the same buckets.
+        let hash = FastHash::default();
+        crate::sync::modeled::model(move || {
+            let ix = Arc::new(QpnIndex {
+                buckets: empty_buckets(MIN_BUCKETS),
+                hash,
+                counts: Mutex::new(Counts::default()),
+            });
+            let x = 1;
+            let s = (2..=crate::qp::MASK24)
+                .find(|&q| ix.home(q) == ix.home(x))
+                .expect("a QPN with x's home bucket");
+            // What the QP table holds in x's slot: 0 until the writer fills it in.
+            let filled = Arc::new(AtomicU64::new(0));
+            assert!(ix.insert(x, 7) && ix.insert(s, 8));
+            let reader = {
+                let (ix, filled) = (ix.clone(), filled.clone());
+                loom::thread::spawn(move || {
+                    assert_eq!(ix.find(s), Some(8), "the stable entry was not found");
+                    match ix.find(x) {
+                        None => {}
+                        Some(7) => {}
+                        Some(9) => assert_eq!(
+                            filled.load(Ordering::Relaxed),
+                            9,
+                            "an entry was found before its slot was filled"
+                        ),
+                        other => panic!("x found at {other:?}"),
+                    }
+                })
+            };
+            assert_eq!(ix.remove(x), Some(7));
+            filled.store(9, Ordering::Relaxed);
+            assert!(ix.insert(x, 9));
+            reader.join().expect("reader");
+        });
     }
 }
