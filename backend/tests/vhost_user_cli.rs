@@ -469,9 +469,23 @@ fn host_memory_bounds_per_daemon_and_per_device() {
         )
     };
     let (s1, s2) = (dev(1, ""), dev(2, ",max-host-memory=3G"));
-    // Defaults: 1 GiB per device, the daemon the sum.
+    // Defaults: 1 GiB per device, the daemon the sum plus the two receive queues it reserves
+    // (so that each device can still reach its own bound), plus the capture queue with --pcap.
+    const RXQ: u64 = vrdma_backend::fabric::rxqueue::RXQ_MAX_BYTES as u64;
     let c = daemon(&["--device", &s1, "--device", &dev(2, "")]).unwrap();
-    assert_eq!(c.max_host_memory, 2 * G);
+    assert_eq!(c.max_host_memory, 2 * G + 2 * RXQ);
+    let pcap = d.join("c.pcap");
+    let c = daemon(&[
+        "--device",
+        &s1,
+        "--pcap",
+        pcap.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.max_host_memory,
+        G + RXQ + vrdma_backend::uplink::pcap::QUEUE_BYTES
+    );
     assert!(c.devices.iter().all(|x| x.max_host_memory == G));
     // The daemon's total; each device at most 1 GiB by default, at most the total.
     let c = daemon(&["--device", &s1, "--device", &s2, "--max-host-memory", "4G"]).unwrap();
@@ -504,7 +518,7 @@ fn host_memory_bounds_per_daemon_and_per_device() {
             .collect::<Vec<_>>(),
         vec![256 << 20, 3 * G]
     );
-    assert_eq!(c.max_host_memory, 3 * G + (256 << 20), "the sum");
+    assert_eq!(c.max_host_memory, 3 * G + (256 << 20) + 2 * RXQ, "the sum");
     // The single-device form: --max-host-memory is the device's bound and the daemon's.
     let legacy = [
         "--socket-path",

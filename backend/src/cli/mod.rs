@@ -200,7 +200,8 @@ pub struct Args {
     /// device), the --pcap capture queue and migration state being loaded; in bytes with an
     /// optional K/M/G suffix. Beyond it commands fail with NO_RESOURCES, WQE fetches wait,
     /// incoming requests are RNR-NAKed and a state load fails (spec §16.1). Default: the sum of
-    /// the devices' bounds. With one device (--socket-path) it is that device's bound too, as
+    /// the devices' bounds plus their receive queues and the capture queue, so every device can
+    /// reach its own bound. With one device (--socket-path) it is that device's bound too, as
     /// before.
     #[arg(long, value_name = "BYTES")]
     pub max_host_memory: Option<String>,
@@ -438,8 +439,10 @@ fn host_memory(s: &str) -> Result<u64, CliError> {
 
 /// The host-memory bounds of the command line (spec §16.1): each device's (`max-host-memory=`
 /// of its `--device`, else `--max-host-memory-per-device`, else 1 GiB, at most the daemon's)
-/// and the daemon's (`--max-host-memory`, else the sum of the devices'). On a `--socket-path`
-/// command line `--max-host-memory` is the one device's bound as well, as it always was.
+/// and the daemon's (`--max-host-memory`, else the sum of the devices' plus, on a fabric, what
+/// the daemon reserves or charges beside them: each device's receive queue and the capture
+/// queue, so that every device can reach its own bound). On a `--socket-path` command line
+/// `--max-host-memory` is the one device's bound as well, as it always was.
 fn host_memory_bounds(
     args: &Args,
     overrides: &[Option<u64>],
@@ -461,7 +464,23 @@ fn host_memory_bounds(
         (None, t) => crate::budget::DEFAULT_MAX_HOST_MEMORY.min(t.unwrap_or(u64::MAX)),
     };
     let devices: Vec<u64> = overrides.iter().map(|o| o.unwrap_or(default)).collect();
-    let total = total.unwrap_or_else(|| devices.iter().fold(0u64, |a, &d| a.saturating_add(d)));
+    let total = total.unwrap_or_else(|| {
+        let beside = if single {
+            0
+        } else {
+            let queues = (devices.len() as u64)
+                .saturating_mul(crate::fabric::rxqueue::RXQ_MAX_BYTES as u64);
+            let capture = if args.pcap.is_some() {
+                crate::uplink::pcap::QUEUE_BYTES
+            } else {
+                0
+            };
+            queues.saturating_add(capture)
+        };
+        devices
+            .iter()
+            .fold(beside, |a, &d| a.saturating_add(d))
+    });
     Ok((devices, total))
 }
 
