@@ -2,8 +2,10 @@
 # checked by Wireshark's dissector, and the Debian package. Owned by the ops engineer.
 #
 #   make ops-deps       install what the checks need when its command is missing (a HOST_DEPS_STEP)
-#   make systemd-check  systemd-analyze verify + offline security score of vrdma-backend@.service,
-#                       and every system call of the daemon (strace) allowed by its SystemCallFilter
+#   make systemd-check  systemd-analyze verify + offline security score of vrdma-backend@.service
+#                       and vrdma-fabric.service, and every system call of the daemon (strace)
+#                       allowed by each one's SystemCallFilter (the fabric one running the
+#                       devices of fabric.conf.example)
 #   make libvirt-check  virt-xml-validate of packaging/libvirt/vrdma-guest.xml
 #   make libvirt-boot   boot one guest from that domain through a private session libvirtd
 #                       (tests/libvirt/boot_guest.py; images + release backend first), ~1 minute
@@ -60,6 +62,8 @@ systemd-check: ops-deps-systemd ops-bin
 	"$(PACKAGING)/check-systemd.sh" "$(OPS_BIN)"
 	CARGO=$(CARGO) "$(PACKAGING)/check-syscalls.py" "$(PACKAGING)/systemd/vrdma-backend@.service" \
 		"$(OPS_BIN)" $(OPS_TRACED_TESTS)
+	CARGO=$(CARGO) "$(PACKAGING)/check-syscalls.py" --fabric "$(PACKAGING)/systemd/fabric.conf.example" \
+		"$(PACKAGING)/systemd/vrdma-fabric.service" "$(OPS_BIN)" $(OPS_TRACED_TESTS)
 
 libvirt-check: ops-deps-libvirt
 	"$(PACKAGING)/check-libvirt.sh"

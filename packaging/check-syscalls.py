@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""check-syscalls.py UNIT DAEMON [TEST...]: every system call the daemon makes is allowed by the
-unit's SystemCallFilter= lines. TEST names integration tests of vrdma-backend (`cargo test
+"""check-syscalls.py [--fabric CONF] UNIT DAEMON [TEST...]: every system call the daemon makes is
+allowed by the unit's SystemCallFilter= lines. TEST names integration tests of vrdma-backend (`cargo test
 --test TEST`; built with $CARGO, default cargo, in the repository this script is in).
 
 A seccomp filter that is too tight only shows in production (the unit answers EPERM), so this
@@ -10,6 +10,12 @@ in-process vhost-user and TAP tests drive the paths a bare daemon cannot: guest 
 vrings, TUNSETIFF), and compares the traced system calls with the filter as systemd expands it
 (`systemd-analyze syscall-filter`). The tests' own harness calls are included, so the check errs
 on the strict side.
+
+With --fabric CONF (vrdma-fabric.service), the daemon runs the devices of CONF (the example
+/etc/vrdma/fabric.conf: VRDMA_DEVICES and VRDMA_OPTS, socket paths moved to a scratch
+directory), with the unit's --stats-socket and a UDP uplink on the first device's network; its
+sockets get the owner=/group=/mode= of CONF (lchown: run as root), the frame goes to the first
+device, and both a device's counters and the operator's are read.
 """
 
 import json
@@ -73,8 +79,36 @@ def traced(path):
     return calls
 
 
-def trace_daemon(daemon, tmp):
+def env_file(path):
+    """KEY=VALUE lines of a systemd EnvironmentFile (backslash-newline continues a line),
+    each value split into words as an unquoted $KEY in ExecStart= is."""
+    text = open(path, encoding="utf-8").read().replace("\\\n", "")
+    env = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            env[k.strip()] = v.split()
+    return env
+
+
+def fabric_args(conf, tmp):
+    """The daemon's arguments for CONF with its sockets under tmp; the first device's socket
+    and network."""
+    env = env_file(conf)
+    words = env.get("VRDMA_DEVICES", [])
+    if "--device" not in words:
+        sys.exit(f"check-syscalls: {conf} lists no --device")
+    words = [re.sub(r"socket=/run/vrdma/fabric/", f"socket={tmp}/", w) for w in words]
+    first = words[words.index("--device") + 1]
+    keys = dict(kv.split("=", 1) for kv in first.split(","))
+    args = words + env.get("VRDMA_OPTS", []) + ["--stats-socket", os.path.join(tmp, "fabric.stats")]
+    return args, keys["socket"], keys.get("net", "0"), keys["mac"]
+
+
+def trace_daemon(daemon, tmp, conf=None):
     sock = os.path.join(tmp, "vrdma9.sock")
+    mac = "52:54:00:00:00:09"
     out = os.path.join(tmp, "daemon.strace")
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
@@ -83,8 +117,12 @@ def trace_daemon(daemon, tmp):
     local = tx.getsockname()[1]
     tx.close()
     uplink = f"udp:local=127.0.0.1:{local},remote=127.0.0.1:{rx.getsockname()[1]}"
-    p = subprocess.Popen(["strace", "-f", "-qq", "-o", out, daemon, "--socket-path", sock,
-                          "--mac", "52:54:00:00:00:09", "--uplink", uplink,
+    if conf:
+        args, sock, net, mac = fabric_args(conf, tmp)
+        args += ["--uplink", f"{uplink},net={net}"]
+    else:
+        args = ["--socket-path", sock, "--mac", mac, "--uplink", uplink]
+    p = subprocess.Popen(["strace", "-f", "-qq", "-o", out, daemon, *args,
                           "--pcap", os.path.join(tmp, "c.pcap"),
                           "--log-file", os.path.join(tmp, "log")])
     try:
@@ -93,10 +131,15 @@ def trace_daemon(daemon, tmp):
             if time.time() > deadline or p.poll() is not None:
                 sys.exit("check-syscalls: the daemon did not start")
             time.sleep(0.05)
-        arp = bytes.fromhex("525400000009" "525400000002" "0806") + bytes(28)
+        arp = bytes.fromhex(mac.replace(":", "") + "525400000002" "0806") + bytes(28)
         rx.sendto(arp, ("127.0.0.1", local))
         subprocess.run([daemon, "stats", "--socket", sock], check=True,
                        stdout=subprocess.DEVNULL)
+        if conf:
+            ops = subprocess.run([daemon, "stats", "--socket", os.path.join(tmp, "fabric.stats")],
+                                 check=True, capture_output=True, text=True).stdout
+            if "vrdma_fabric_" not in ops:
+                sys.exit("check-syscalls: no fabric counters on the operator socket")
         time.sleep(0.2)
     finally:
         # Stop the daemon itself (strace's only child): strace ends when it does.
@@ -137,13 +180,16 @@ def test_executables(names):
 
 
 def main():
-    if len(sys.argv) < 3:
+    argv, conf = sys.argv[1:], None
+    if argv[:1] == ["--fabric"] and len(argv) > 1:
+        conf, argv = argv[1], argv[2:]
+    if len(argv) < 2:
         sys.exit(__doc__)
-    unit, daemon = sys.argv[1], sys.argv[2]
-    tests = test_executables(sys.argv[3:])
+    unit, daemon = argv[0], argv[1]
+    tests = test_executables(argv[2:])
     allowed = allowed_by(unit)
     with tempfile.TemporaryDirectory() as tmp:
-        seen = {"daemon": trace_daemon(daemon, tmp)}
+        seen = {"daemon": trace_daemon(daemon, tmp, conf)}
         for t in tests:
             out = os.path.join(tmp, "test.strace")
             subprocess.run(["strace", "-f", "-qq", "-o", out, t, "--test-threads=1"],

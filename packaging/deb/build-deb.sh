@@ -18,9 +18,11 @@ root=$stage/root
 install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/usr/lib/sysusers.d" \
 	"$root/usr/share/man/man1" "$root/usr/share/doc/$name/examples" "$root/etc/vrdma"
 install -m 0755 -s "$bin" "$root/usr/bin/$name" 2>/dev/null || install -m 0755 "$bin" "$root/usr/bin/$name"
-install -m 0644 "$top/packaging/systemd/vrdma-backend@.service" "$root/lib/systemd/system/"
+install -m 0644 "$top/packaging/systemd/vrdma-backend@.service" \
+	"$top/packaging/systemd/vrdma-fabric.service" "$root/lib/systemd/system/"
 install -m 0644 "$top/packaging/systemd/vrdma.sysusers" "$root/usr/lib/sysusers.d/vrdma.conf"
-install -m 0644 "$top/packaging/systemd/vrdma.conf.example" "$top/packaging/libvirt/vrdma-guest.xml" \
+install -m 0644 "$top/packaging/systemd/vrdma.conf.example" "$top/packaging/systemd/fabric.conf.example" \
+	"$top/packaging/libvirt/vrdma-guest.xml" \
 	"$root/usr/share/doc/$name/examples/"
 install -m 0644 "$top/packaging/README.md" "$root/usr/share/doc/$name/README.md"
 cat >"$root/usr/share/doc/$name/copyright" <<COPY
@@ -41,8 +43,14 @@ incl=$stage/man.h2m
 	echo ".I /etc/vrdma/DEVICE.conf"
 	echo "VRDMA_MAC, VRDMA_UPLINK and VRDMA_OPTS of vrdma-backend@DEVICE.service."
 	echo ".TP"
+	echo ".I /etc/vrdma/fabric.conf"
+	echo "VRDMA_DEVICES, VRDMA_UPLINKS and VRDMA_OPTS of vrdma-fabric.service (one daemon, many devices)."
+	echo ".TP"
 	echo ".I /run/vrdma/DEVICE/DEVICE.sock, /run/vrdma/DEVICE/DEVICE.sock.stats"
 	echo "The vhost-user socket for QEMU and the counters socket of the service."
+	echo ".TP"
+	echo ".I /run/vrdma/fabric/DEVICE.sock, /run/vrdma/fabric/fabric.stats"
+	echo "vrdma-fabric.service: a device's sockets and the operator's fabric-wide counters."
 	echo "[SEE ALSO]"
 	echo "/usr/share/doc/vrdma-backend/README.md, systemd.exec(5), tshark(1)"
 } >"$incl"
@@ -67,7 +75,8 @@ Suggests: tshark, libvirt-clients
 Description: vhost-user back end of the vrdma virtual RDMA (RoCEv2) device
  vrdma gives QEMU guests an RDMA adapter that speaks RoCEv2 on the wire; this
  daemon is its device model. One instance of vrdma-backend@.service serves one
- device (configuration in /etc/vrdma/DEVICE.conf).
+ device (configuration in /etc/vrdma/DEVICE.conf); vrdma-fabric.service serves
+ many guests' devices on one in-process switch (/etc/vrdma/fabric.conf).
 CTRL
 # Maintainer scripts honour DPKG_ROOT (an install into another root, e.g. the package check):
 # there they only touch files, never the running system.

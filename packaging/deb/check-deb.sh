@@ -32,6 +32,7 @@ done
 
 # ---- vrdma-backend ----
 for f in usr/bin/vrdma-backend lib/systemd/system/vrdma-backend@.service \
+	lib/systemd/system/vrdma-fabric.service usr/share/doc/vrdma-backend/examples/fabric.conf.example \
 	usr/lib/sysusers.d/vrdma.conf usr/share/man/man1/vrdma-backend.1.gz \
 	usr/share/doc/vrdma-backend/examples/vrdma.conf.example \
 	usr/share/doc/vrdma-backend/examples/vrdma-guest.xml \
@@ -42,7 +43,7 @@ done
 "$root/usr/bin/vrdma-backend" --version | grep '^vrdma-backend ' >/dev/null
 dpk -L vrdma-backend | grep -x /usr/bin/vrdma-backend >/dev/null
 man_text=$(zcat "$root/usr/share/man/man1/vrdma-backend.1.gz" | sed 's/\\-/-/g')
-for w in '--socket-path' '--pcap' 'stats --socket' '/etc/vrdma/DEVICE.conf'; do
+for w in '--socket-path' '--pcap' 'stats --socket' '/etc/vrdma/DEVICE.conf' '/etc/vrdma/fabric.conf'; do
 	grep -qF -- "$w" <<<"$man_text" || { echo "check-deb: man page lacks $w" >&2; exit 1; }
 done
 if command -v man >/dev/null; then
