@@ -12,19 +12,18 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use log::debug;
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
 use super::chain::{SplitChain, MAX_CHAIN_DESCS};
-use super::device_log::{self, DeviceLog};
 use super::parked::ParkedCommands;
 use super::region_check::CheckedTable;
 use super::{
     GuestMemoryAtomic, GuestMemoryMmap, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ,
 };
+use crate::devlog::{self as device_log, DeviceLog};
 
 /// `sizeof(struct vrdma_event)`.
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
@@ -172,7 +171,7 @@ impl OutQueue {
                 let split = SplitChain::gather(chain, 0, MAX_CHAIN_DESCS);
                 let record_len = st.pending.front().map_or(0, Vec::len);
                 let len = if split.writable_len() < record_len as u64 {
-                    debug!(
+                    guest_debug!(
                         "{}: buffer {} of {} bytes too small for {record_len}",
                         self.name,
                         split.head,
