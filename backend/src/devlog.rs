@@ -133,12 +133,13 @@ static UNSCOPED: LogLimit = LogLimit::new();
 static UNSCOPED_DEBUG: LogLimit = LogLimit::new();
 
 /// What the `guest_*!` macros do once `level` is enabled: log `args` at `level` as a line of
-/// the current device, within its limit. Every level of a device counts against one limit.
-pub fn guest_log(level: log::Level, args: fmt::Arguments<'_>) {
+/// the current device, within its limit, under the caller's module as the target (so
+/// `RUST_LOG=vrdma_backend::transport=debug` still selects the engine's lines).
+pub fn guest_log(level: log::Level, target: &str, args: fmt::Arguments<'_>) {
     match current() {
         Some(log) => {
             if log.limit_for(level).allow() {
-                log::log!(level, "{}: {args}", log.label);
+                log::log!(target: target, level, "{}: {args}", log.label);
             }
         }
         None => {
@@ -148,7 +149,7 @@ pub fn guest_log(level: log::Level, args: fmt::Arguments<'_>) {
                 &UNSCOPED_DEBUG
             };
             if limit.allow() {
-                log::log!(level, "{args}");
+                log::log!(target: target, level, "{args}");
             }
         }
     }
@@ -156,7 +157,7 @@ pub fn guest_log(level: log::Level, args: fmt::Arguments<'_>) {
 
 /// [`guest_log`] at `warn`.
 pub fn guest_warn(args: fmt::Arguments<'_>) {
-    guest_log(log::Level::Warn, args);
+    guest_log(log::Level::Warn, module_path!(), args);
 }
 
 /// `warn!` for conditions a guest or a network peer can trigger at will (malformed chains,
@@ -168,7 +169,7 @@ pub fn guest_warn(args: fmt::Arguments<'_>) {
 macro_rules! guest_warn {
     ($($arg:tt)+) => {{
         if ::log::log_enabled!(::log::Level::Warn) {
-            $crate::devlog::guest_log(::log::Level::Warn, format_args!($($arg)+));
+            $crate::devlog::guest_log(::log::Level::Warn, module_path!(), format_args!($($arg)+));
         }
     }};
 }
@@ -178,7 +179,7 @@ macro_rules! guest_warn {
 macro_rules! guest_error {
     ($($arg:tt)+) => {{
         if ::log::log_enabled!(::log::Level::Error) {
-            $crate::devlog::guest_log(::log::Level::Error, format_args!($($arg)+));
+            $crate::devlog::guest_log(::log::Level::Error, module_path!(), format_args!($($arg)+));
         }
     }};
 }
@@ -188,7 +189,7 @@ macro_rules! guest_error {
 macro_rules! guest_info {
     ($($arg:tt)+) => {{
         if ::log::log_enabled!(::log::Level::Info) {
-            $crate::devlog::guest_log(::log::Level::Info, format_args!($($arg)+));
+            $crate::devlog::guest_log(::log::Level::Info, module_path!(), format_args!($($arg)+));
         }
     }};
 }
@@ -199,7 +200,7 @@ macro_rules! guest_info {
 macro_rules! guest_debug {
     ($($arg:tt)+) => {{
         if ::log::log_enabled!(::log::Level::Debug) {
-            $crate::devlog::guest_log(::log::Level::Debug, format_args!($($arg)+));
+            $crate::devlog::guest_log(::log::Level::Debug, module_path!(), format_args!($($arg)+));
         }
     }};
 }

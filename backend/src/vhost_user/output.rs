@@ -23,7 +23,7 @@ use super::region_check::CheckedTable;
 use super::{
     GuestMemoryAtomic, GuestMemoryMmap, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ,
 };
-use crate::devlog::{self as device_log, DeviceLog};
+use crate::devlog::{self, DeviceLog};
 
 /// `sizeof(struct vrdma_event)`.
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
@@ -277,19 +277,19 @@ impl VirtqOutput {
 
     /// Post a `vrdma_event` (§9).
     pub fn push_event(&self, ev: &VrdmaEvent) {
-        let _device = device_log::enter(&self.log);
+        let _device = devlog::enter(&self.log);
         self.events.push(ev.as_bytes());
     }
 
     /// Post a `vrdma_page_req` (§10).
     pub fn push_page_req(&self, req: &VrdmaPageReq) {
-        let _device = device_log::enter(&self.log);
+        let _device = devlog::enter(&self.log);
         self.page_reqs.push(req.as_bytes());
     }
 
     /// Post a raw Ethernet frame to the guest's netdev.
     pub fn push_eth_rx(&self, frame: &[u8]) {
-        let _device = device_log::enter(&self.log);
+        let _device = devlog::enter(&self.log);
         self.eth_rx.push(frame);
     }
 
