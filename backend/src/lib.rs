@@ -3,6 +3,9 @@
 //! See `backend/ARCHITECTURE.md` for the module map and `device-spec/virtio-rdma.md` for the
 //! normative device behaviour; comments cite its sections as §N.
 
+// First: its `guest_*!` macros are used by every module below (textual macro scope).
+#[macro_use]
+pub mod devlog;
 pub mod budget;
 pub mod cli;
 pub mod device;

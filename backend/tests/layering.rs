@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// Every top-level module of `src/`, lowest first. A module may use the ones before it.
 const ORDER: &[&str] = &[
     // Utilities that know nothing of RDMA.
+    "devlog",
     "fasthash",
     "ids",
     "budget",

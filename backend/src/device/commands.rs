@@ -327,7 +327,7 @@ impl Device {
     /// NO_RESOURCES when they do not fit).
     fn charge(&self, bytes: u64) -> Result<Charge, u32> {
         self.budget.try_charge(bytes).map_err(|e| {
-            log::debug!("budget: {e}");
+            guest_debug!("budget: {e}");
             VRDMA_STATUS_NO_RESOURCES
         })
     }

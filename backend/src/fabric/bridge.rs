@@ -88,7 +88,7 @@ fn run(fabric: &Fabric, port: PortId, uplink: &dyn Uplink, epoll: &Epoll, stop: 
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                log::error!("fabric bridge: epoll_wait: {e}");
+                guest_error!("fabric bridge: epoll_wait: {e}");
                 return;
             }
         }
@@ -102,7 +102,7 @@ fn run(fabric: &Fabric, port: PortId, uplink: &dyn Uplink, epoll: &Epoll, stop: 
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    log::warn!("fabric bridge: uplink receive: {e}");
+                    guest_warn!("fabric bridge: uplink receive: {e}");
                     break;
                 }
             }

@@ -10,7 +10,7 @@ use crate::wire::{seal_icrc, IcrcCheck, RocePacket, WireError};
 /// not RoCEv2, and malformed ones, are left as they are (a receiver drops the latter).
 pub fn seal(frame: &mut [u8]) {
     if let Err(e) = seal_icrc(frame) {
-        log::debug!("fabric: not sealing a malformed RoCEv2 frame: {e}");
+        guest_debug!("fabric: not sealing a malformed RoCEv2 frame: {e}");
     }
 }
 

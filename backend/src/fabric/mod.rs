@@ -769,7 +769,7 @@ impl Fabric {
             Ok(n) => n,
             Err(UplinkError::WouldBlock) => 0,
             Err(e) => {
-                log::warn!("fabric: uplink send: {e}");
+                guest_warn!("fabric: uplink send: {e}");
                 0
             }
         };

@@ -3,7 +3,9 @@
 //! late completion of parked commands (control virtqueue, see `outcome.rs`). Implemented by the
 //! vhost-user layer; [`RecordingOutput`] records everything for tests.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::devlog::DeviceLog;
 
 use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
 
@@ -18,6 +20,12 @@ pub trait DeviceOutput: Send + Sync {
     /// A parked command (`CmdOutcome::Parked(ticket)`) completed with `status` (`VRDMA_STATUS_*`,
     /// no response body). Called under the device lock, at most once per ticket.
     fn command_done(&self, ticket: Ticket, status: u32);
+    /// The device's label and log limit (spec §16.5 "Logs"): the engine's workers enter it
+    /// when they start, so what they log names this device. `None`: unlabelled, under the
+    /// limit shared by all unlabelled lines.
+    fn device_log(&self) -> Option<Arc<DeviceLog>> {
+        None
+    }
 }
 
 /// Discards everything (a device without a guest attached).

@@ -311,7 +311,7 @@ impl<P: Protocol> DeviceTables<P> {
             return false;
         }
         self.config.port_active = up;
-        log::info!("port 1 {}", if up { "ACTIVE" } else { "DOWN" });
+        guest_info!("port 1 {}", if up { "ACTIVE" } else { "DOWN" });
         let ev = if up {
             vrdma_spec::VRDMA_EV_PORT_ACTIVE
         } else {

@@ -74,7 +74,7 @@ impl Outbox {
         let mut held = refs.drain(..).peekable();
         let sent = |r: Result<usize, UplinkError>| match r {
             Ok(_) | Err(UplinkError::WouldBlock) => {}
-            Err(e) => log::warn!("engine: uplink send: {e}"),
+            Err(e) => guest_warn!("engine: uplink send: {e}"),
         };
         let mut start = 0;
         for &i in segments.iter() {

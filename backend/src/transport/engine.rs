@@ -36,6 +36,7 @@ use super::workers::{
     doorbell_worker, each_bit, hand, hand_out, looped_to, owners, received_by, Handed, Inbox,
     MAX_WORKERS,
 };
+use crate::devlog::DeviceLog;
 use crate::handoff::{HandoffLock, LongGuard};
 use crate::port::{classify_located, classify_with, tx_destination, Destination, TxDestination};
 use crate::stats::{bump, PortStats};
@@ -161,6 +162,8 @@ impl EngineSender {
 pub struct Engine {
     sender: EngineSender,
     threads: Vec<JoinHandle<()>>,
+    /// The device's label and log limit: what the engine logs names it (spec §16.5 "Logs").
+    log: Option<Arc<DeviceLog>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -169,30 +172,7 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-/// Engine settings from the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineOptions {
-    /// `--poll-us`: the longest busy-poll before the engine sleeps (see `Poller`); zero never
-    /// spins.
-    pub poll: Duration,
-    /// `--engine-threads`: workers per device (1..=[`MAX_WORKERS`]; out of range is clamped).
-    pub threads: usize,
-}
-
-/// `--poll-us` default, chosen by measurement (ARCHITECTURE.md "Threads": 64 B fabric latency
-/// and CPU per message with and without).
-pub const DEFAULT_POLL: Duration = Duration::from_micros(DEFAULT_POLL_US);
-/// [`DEFAULT_POLL`] in microseconds (the CLI's unit).
-pub const DEFAULT_POLL_US: u64 = 50;
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            poll: DEFAULT_POLL,
-            threads: 1,
-        }
-    }
-}
+pub use super::engine_options::{EngineOptions, DEFAULT_POLL, DEFAULT_POLL_US};
 
 impl Engine {
     /// Start the engine for `dev` on `uplink` with the default [`EngineOptions`].
@@ -249,13 +229,13 @@ impl Engine {
             inboxes.push(Inbox::new(kick));
             waits.push((epoll, Alarm { timer, armed: None }));
         }
-        let (port, units) = {
+        let (port, units, log) = {
             let mut d = dev.lock();
             d.flush_hook = Some(super::flush);
             // What the port does with the ICRC is the uplink's for its life (a reset keeps it).
             d.icrc_offload = uplink.icrc_offload();
             super::timers::set_workers(&mut d, n);
-            (d.port_stats.clone(), d.units.clone())
+            (d.port_stats.clone(), d.units.clone(), d.out.device_log())
         };
         let sender = EngineSender {
             inboxes: inboxes.into(),
@@ -264,6 +244,7 @@ impl Engine {
         let mut engine = Engine {
             sender: sender.clone(),
             threads: Vec::with_capacity(n),
+            log: log.clone(),
         };
         for (w, (epoll, alarm)) in waits.into_iter().enumerate() {
             let worker = Worker {
@@ -280,9 +261,14 @@ impl Engine {
             } else {
                 format!("vrdma-engine{w}")
             };
+            let log = log.clone();
             let thread = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || run(worker, epoll, alarm, poller))
+                .spawn(move || {
+                    // The worker's whole life is its device's: all it logs names the device.
+                    let _device = log.as_ref().map(crate::devlog::enter);
+                    run(worker, epoll, alarm, poller)
+                })
                 .map_err(EngineError::Spawn)?;
             engine.threads.push(thread);
         }
@@ -299,11 +285,12 @@ impl Engine {
     }
 
     fn shutdown(&mut self) {
+        let _device = self.log.as_ref().map(crate::devlog::enter);
         self.sender.stop.store(true, Ordering::Release);
         self.sender.kick();
         for t in self.threads.drain(..) {
             if t.join().is_err() {
-                log::error!("engine thread panicked");
+                guest_error!("engine thread panicked");
             }
         }
     }
@@ -403,7 +390,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    log::error!("engine: epoll_wait: {e}");
+                    guest_error!("engine: epoll_wait: {e}");
                     return;
                 }
             }
@@ -466,7 +453,7 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
                     }
                 }
                 Err(e) => {
-                    log::warn!("engine: uplink receive: {e}");
+                    guest_warn!("engine: uplink receive: {e}");
                     break;
                 }
             }

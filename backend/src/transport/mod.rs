@@ -44,6 +44,7 @@ pub mod completer;
 pub mod ctx;
 pub mod doorbells;
 pub mod engine;
+mod engine_options;
 pub mod intake;
 pub mod onecopy;
 pub mod packet;
@@ -257,7 +258,7 @@ pub fn frames_of(buf: &[u8], segment: bool) -> FramesOf<'_> {
     match Segment::parse(buf) {
         Some(s) => FramesOf::Segment(s.frames()),
         None => {
-            log::debug!("engine: dropping a malformed fabric segment");
+            guest_debug!("engine: dropping a malformed fabric segment");
             FramesOf::One(None)
         }
     }

@@ -278,7 +278,7 @@ pub fn build(
         Ok(()) => Some(out),
         Err(e) => {
             recycle_frame(out);
-            log::warn!("transport: cannot build {opcode:?}: {e}");
+            guest_warn!("transport: cannot build {opcode:?}: {e}");
             None
         }
     }
@@ -325,7 +325,7 @@ pub fn build_with<E>(
         }
         Err(Built::Wire(e)) => {
             recycle_frame(out);
-            log::warn!("transport: cannot build {opcode:?}: {e}");
+            guest_warn!("transport: cannot build {opcode:?}: {e}");
             Ok(None)
         }
     }
@@ -371,12 +371,12 @@ pub fn build_into_segment<E>(
     match r {
         Ok(Some(len)) => Ok(Some(len)),
         Ok(None) => {
-            log::warn!("transport: a segment refused a {:?} frame", m.opcode);
+            guest_warn!("transport: a segment refused a {:?} frame", m.opcode);
             Ok(None)
         }
         Err(Built::Fill(e)) => Err(e),
         Err(Built::Wire(e)) => {
-            log::warn!("transport: cannot build {:?}: {e}", m.opcode);
+            guest_warn!("transport: cannot build {:?}: {e}", m.opcode);
             Ok(None)
         }
     }

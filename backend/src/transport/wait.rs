@@ -40,7 +40,7 @@ impl Alarm {
             Ok(()) => self.armed = Some(d),
             Err(e) => {
                 self.armed = None;
-                log::warn!("engine: timerfd: {e}");
+                guest_warn!("engine: timerfd: {e}");
             }
         }
     }

@@ -303,7 +303,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             Some(end) if end <= CONFIG_SIZE && size > 0 => self.config[start..end].to_vec(),
             _ => {
                 // The frontend can send this at will: labelled and rate-limited (spec §16.5).
-                let _device = super::device_log::enter(self.out.log());
+                let _device = crate::devlog::enter(self.out.log());
                 guest_warn!(
                     "GET_CONFIG offset {offset} size {size} outside the {CONFIG_SIZE}-byte config"
                 );
@@ -315,7 +315,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     fn set_config(&self, offset: u32, buf: &[u8]) -> io::Result<()> {
         // The config space is read-only (§2.2): writes are ignored. Not an error, because the
         // vhost crate ends the whole connection when a handler fails.
-        let _device = super::device_log::enter(self.out.log());
+        let _device = crate::devlog::enter(self.out.log());
         guest_warn!(
             "SET_CONFIG offset {offset} size {} ignored: config is read-only",
             buf.len()
@@ -499,7 +499,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
             warn!("queue {device_event}: unexpected epoll events {evset:?}");
             return Ok(());
         }
-        let _device = super::device_log::enter(self.out.log());
+        let _device = crate::devlog::enter(self.out.log());
         // The crate swaps the table under this lock (SET_MEM_TABLE, ADD/REM_MEM_REG): held for
         // the event, the table checked below is the one every ring access of the event uses
         // (spec §16.5). The swap waits for at most one event; nothing here waits for the

@@ -17,7 +17,6 @@
 //! - TEST ONLY: a command `--delay-commands` names is executed, and its response returned late
 //!   (see `delay.rs`).
 
-use log::debug;
 use vm_memory::{GuestAddress, GuestMemory, Permissions};
 
 use super::chain::{ChainError, SplitChain};
@@ -158,7 +157,7 @@ pub fn run_command<D: RdmaDevice, M: GuestMemory>(
             writable: chain.writable.clone(),
         };
         if parked.deliver_later(late, out.clone(), delay) {
-            debug!(
+            guest_debug!(
                 "controlq: chain {} answered in {delay:?} (test only)",
                 chain.head
             );
@@ -250,7 +249,7 @@ fn execute<D: RdmaDevice>(
         let window = parked.window();
         let outcome = device.read().handle_shared_parking(opcode, args, body);
         if let Some(CmdOutcome::Parked(ticket)) = outcome {
-            debug!("controlq: opcode {opcode} parked beside the engine as {ticket:?}");
+            guest_debug!("controlq: opcode {opcode} parked beside the engine as {ticket:?}");
             parked.park(ticket, parked_chain(chain));
             drop(window);
             return None;
@@ -267,7 +266,7 @@ fn execute<D: RdmaDevice>(
                 // Parked before the device lock is released: the completion, which also runs
                 // under the device lock, cannot come first. Its 8-byte response fits (checked
                 // above: `cap` >= RESP_HDR_LEN).
-                debug!("controlq: opcode {opcode} parked as {ticket:?}");
+                guest_debug!("controlq: opcode {opcode} parked as {ticket:?}");
                 // Only what the completion writes is kept: the request bytes (up to
                 // MAX_REQUEST_BYTES) are not pinned for the seconds a park may last.
                 parked.park(ticket, parked_chain(chain));
@@ -275,7 +274,7 @@ fn execute<D: RdmaDevice>(
             }
         }
     };
-    debug!(
+    guest_debug!(
         "controlq: opcode {opcode} ({} bytes) -> status {status}, {} response bytes",
         req.len(),
         body.len()

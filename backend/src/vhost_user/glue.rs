@@ -83,8 +83,12 @@ impl DeviceOutput for VirtqOutput {
     }
 
     fn command_done(&self, ticket: Ticket, status: u32) {
-        let _device = super::device_log::enter(self.log());
+        let _device = crate::devlog::enter(self.log());
         self.parked().complete(ticket, status);
+    }
+
+    fn device_log(&self) -> Option<Arc<crate::devlog::DeviceLog>> {
+        Some(Arc::clone(self.log()))
     }
 }
 

@@ -2,7 +2,6 @@
 //! drain loop every input queue shares (pop one chain, handle it, return it, repeat; signal
 //! once, EVENT_IDX-aware so no kick is lost).
 
-use log::debug;
 use vhost_user_backend::VringT;
 use virtio_queue::QueueOwnedT;
 use vm_memory::GuestAddressSpace;
@@ -159,14 +158,14 @@ pub fn eth_tx(chain: &SplitChain, sink: &dyn FrameSink, max_frame: usize) -> u32
     }
     let frame = &chain.readable;
     if frame.len() < ETH_MIN_FRAME || frame.len() > max_frame {
-        debug!(
+        guest_debug!(
             "eth txq: frame of {} bytes outside {ETH_MIN_FRAME}..={max_frame}; dropped",
             frame.len()
         );
         return 0;
     }
     if let Err(e) = sink.send_frame(frame) {
-        debug!("eth txq: uplink send failed: {e}; frame dropped");
+        guest_debug!("eth txq: uplink send failed: {e}; frame dropped");
     }
     0
 }

@@ -27,9 +27,9 @@
 //!   only while a migration logs dirty pages (VHOST_F_LOG_ALL) does the stop suspend it (§17.1).
 //! - SIGINT/SIGTERM: the socket is removed and the process exits with status 0.
 //! - Logs: env_logger on stderr (or `--log-file`), `RUST_LOG` (default `info`): one line per
-//!   connect/disconnect/reset, each starting with the device label; guest-triggered warnings
-//!   name their device and are rate-limited per device (`device_log.rs`); `debug` logs every
-//!   control command.
+//!   connect/disconnect/reset, each starting with the device label; guest-triggered lines
+//!   (here and on the device's engine threads) name their device and are rate-limited per
+//!   device (`devlog.rs`); `debug` logs each control command, under the device's debug limit.
 //!
 //! Lock order (the whole of it: ARCHITECTURE.md "Threads"): memory swap lock (a queue event
 //! holds it, spec §16.5) -> device lock -> output queue / parked-chain mutex -> vring lock; the
@@ -38,22 +38,11 @@
 //!
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
 
-/// `warn!` for conditions a guest can trigger at will (malformed chains), labelled with the
-/// device the thread works for and limited per device (`device_log.rs`, spec §16.5): the first
-/// 16, then one in 1024, so a misbehaving driver can neither flood the log nor silence
-/// another device's warnings.
-macro_rules! guest_warn {
-    ($($arg:tt)+) => {{
-        $crate::vhost_user::device_log::guest_warn(format_args!($($arg)+));
-    }};
-}
-
 mod backend;
 pub mod chain;
 pub mod controlq;
 pub mod daemon;
 pub mod delay;
-pub mod device_log;
 pub mod fd_limit;
 mod glue;
 pub mod inputq;
@@ -201,7 +190,7 @@ impl DoorbellSink for NullSink {
     fn doorbell(&self, _db: spec::VrdmaDoorbell) {}
 }
 
-pub use device_log::LogLimit;
+pub use crate::devlog::LogLimit;
 
 /// Errors of the virtqueue plumbing. Converted to `io::Error` only at the vhost-user trait
 /// boundary; most are logged and the offending chain returned, never a panic.

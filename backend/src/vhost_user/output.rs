@@ -12,19 +12,18 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use log::debug;
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
 use super::chain::{SplitChain, MAX_CHAIN_DESCS};
-use super::device_log::{self, DeviceLog};
 use super::parked::ParkedCommands;
 use super::region_check::CheckedTable;
 use super::{
     GuestMemoryAtomic, GuestMemoryMmap, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ,
 };
+use crate::devlog::{self, DeviceLog};
 
 /// `sizeof(struct vrdma_event)`.
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
@@ -172,7 +171,7 @@ impl OutQueue {
                 let split = SplitChain::gather(chain, 0, MAX_CHAIN_DESCS);
                 let record_len = st.pending.front().map_or(0, Vec::len);
                 let len = if split.writable_len() < record_len as u64 {
-                    debug!(
+                    guest_debug!(
                         "{}: buffer {} of {} bytes too small for {record_len}",
                         self.name,
                         split.head,
@@ -278,19 +277,19 @@ impl VirtqOutput {
 
     /// Post a `vrdma_event` (§9).
     pub fn push_event(&self, ev: &VrdmaEvent) {
-        let _device = device_log::enter(&self.log);
+        let _device = devlog::enter(&self.log);
         self.events.push(ev.as_bytes());
     }
 
     /// Post a `vrdma_page_req` (§10).
     pub fn push_page_req(&self, req: &VrdmaPageReq) {
-        let _device = device_log::enter(&self.log);
+        let _device = devlog::enter(&self.log);
         self.page_reqs.push(req.as_bytes());
     }
 
     /// Post a raw Ethernet frame to the guest's netdev.
     pub fn push_eth_rx(&self, frame: &[u8]) {
-        let _device = device_log::enter(&self.log);
+        let _device = devlog::enter(&self.log);
         self.eth_rx.push(frame);
     }
 

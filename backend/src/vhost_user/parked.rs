@@ -87,11 +87,11 @@ impl ParkedCommands {
         let state = Arc::clone(&self.state);
         let generation = self.lock().generation;
         // The response is the device's that ran the command (spec §16.5 "Logs").
-        let device = super::device_log::current();
+        let device = crate::devlog::current();
         std::thread::Builder::new()
             .name("vrdma-delayed-cmd".to_string())
             .spawn(move || {
-                let _device = device.as_ref().map(super::device_log::enter);
+                let _device = device.as_ref().map(crate::devlog::enter);
                 std::thread::sleep(delay);
                 let st = lock_state(&state);
                 if st.generation == generation {
