@@ -5,8 +5,12 @@ Topology H (three vrdma guests on one daemon, plus a spare device no QEMU uses):
 - flood_beside_a_pair: vm2 floods raw full-size frames (unicast at vm0's MAC and broadcast)
   while vm1 runs ib_write_bw to vm0. The pair's run completes with no QP error and the fabric
   drops none of the pair's frames for their share of vm0's receive queue (`over_share` of vm0
-  and vm1 stay 0; the flood's excess is dropped as the flooder's). The bandwidth with the
-  flood against the same pair's bandwidth alone (measured first, in the same run) is printed.
+  and vm1 stay 0; the flooder's broadcasts beyond its rate bound go as `bcast_rate`). The
+  bandwidth with the flood against the same pair's bandwidth alone (measured first, in the
+  same run) and the client's retransmissions are printed, not asserted: under TCG on a
+  shared 2-core host the guests' CPU is the limit (measured 43 %, 57 %, 82 % on one host as
+  its load varied, with no frame of the pair dropped), and a Python flooder in one TCG guest
+  (about 3,500 frames/s of each kind) does not fill the receiver's queue (`full` stayed 0).
 - refused_frontend_beside_traffic: a frontend that is not QEMU (the backend's example
   `hostile_frontend`, the vhost crate's frontend) connects to the spare device's socket and
   offers a memory region larger than its memfd, then an unsealed memfd, while vm0 and vm1 run
@@ -39,6 +43,11 @@ def write_bw(ctx, server, client):
     return float(rows[-1][3])
 
 
+def retransmits(vm):
+    """vm's RC retransmissions so far (the driver's hw_counters, spec §11.9)."""
+    return int(run_ok(vm, "cat /sys/class/infiniband/vrdma0/ports/1/hw_counters/retransmits"))
+
+
 def delta(after, before, vm, reason):
     key = (port_name(vm), reason)
     return after.get(key, 0) - before.get(key, 0)
@@ -51,6 +60,7 @@ def flood_beside_a_pair(ctx):
     flood = push_guest_script([flooder], "flood_frames.py")
     alone = write_bw(ctx, server, client)
     before, _ = fabric_counters(server)
+    resent = retransmits(client)
     run_ok(flooder, "rm -f /tmp/flood.started /tmp/flood.stop")
     f = flooder.spawn("cd /tmp && python3 %s eth0 %s %s %s %d" % (
         flood, flooder.ip, server.mac, server.ip, FLOOD_SECONDS), timeout=FLOOD_SECONDS + 60)
@@ -66,11 +76,14 @@ def flood_beside_a_pair(ctx):
         f.kill()
     expect(rc == 0 and "sent unicast=" in fout, "the flooder ran", fout)
     after, text = fabric_counters(server)
+    resent = retransmits(client) - resent
     lost = {vm.name: delta(after, before, vm, "over_share") for vm in (server, client)}
     expect(not any(lost.values()),
            "the fabric dropped none of the pair's frames for their share (%s)" % lost, text)
-    ctx.note("ib_write_bw %s -> %s: alone %.1f MB/s, beside the flood %.1f MB/s (%.0f %%)" % (
-        client.name, server.name, alone, loaded, 100.0 * loaded / alone))
+    # Printed, not asserted (see the module's docstring): under TCG the guests' CPU sets it.
+    ctx.note("ib_write_bw %s -> %s: alone %.1f MB/s, beside the flood %.1f MB/s (%.0f %%), "
+             "%d retransmissions" % (client.name, server.name, alone, loaded,
+                                     100.0 * loaded / alone, resent))
     ctx.note("flooder: %s; fabric: over_share %d, bcast_rate %d of %s, full %d at %s" % (
         fout.strip().splitlines()[-1], delta(after, before, flooder, "over_share"),
         delta(after, before, flooder, "bcast_rate"), flooder.name,
