@@ -8,9 +8,10 @@ Topology H (three vrdma guests on one daemon, plus a spare device no QEMU uses):
   and vm1 stay 0; the flooder's broadcasts beyond its rate bound go as `bcast_rate`). The
   bandwidth with the flood against the same pair's bandwidth alone (measured first, in the
   same run) and the client's retransmissions are printed, not asserted: under TCG on a
-  shared 2-core host the guests' CPU is the limit (measured 43 %, 57 %, 82 % on one host as
-  its load varied, with no frame of the pair dropped), and a Python flooder in one TCG guest
-  (about 3,500 frames/s of each kind) does not fill the receiver's queue (`full` stayed 0).
+  shared 2-core host the guests' CPU is the limit (measured 43 % to 82 % in five runs on one
+  host as its load varied, with no frame of the pair dropped), and a Python flooder in one
+  TCG guest (about 3,500 frames/s of each kind) does not fill the receiver's queue (`full`
+  stayed 0).
 - refused_frontend_beside_traffic: a frontend that is not QEMU (the backend's example
   `hostile_frontend`, the vhost crate's frontend) connects to the spare device's socket and
   offers a memory region larger than its memfd, then an unsealed memfd, while vm0 and vm1 run
