@@ -31,6 +31,8 @@ Uplinks (how the guests' Ethernet meets):
        backend-fabric.log, capture capture-fabric.pcap), whose in-process
        switch links them. At most one other guest (rxe) joins through the
        daemon's UDP uplink (--uplink udp:..., the guest's -netdev dgram).
+       Cluster(spare_devices=N) adds N devices no QEMU uses (sockets
+       spare-<i>.sock, .spare_sockets), for a test program to connect to.
   fabric+tap  the same daemon, its uplink a TAP (vrtapf) on a Linux bridge in
        a network namespace, where other guests get their own TAPs (as tap).
   udp  exactly two guests, linked point to point over UDP on 127.0.0.1: a
@@ -816,7 +818,7 @@ class Cluster:
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
-                 rust_log=None, shell=None, pcap=0, nets=None):
+                 rust_log=None, shell=None, pcap=0, nets=None, spare_devices=0):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
@@ -824,6 +826,11 @@ class Cluster:
         if nets is not None and (len(nets) != n or uplink not in ("fabric", "fabric+tap")):
             raise ValueError("nets: one network per guest, on a fabric uplink only")
         self.nets = None if nets is None else [int(x) for x in nets]
+        # spare_devices: devices of the shared daemon that no QEMU uses, for a test program
+        # to connect to as a frontend (their sockets: .spare_sockets)
+        if spare_devices and uplink not in ("fabric", "fabric+tap"):
+            raise ValueError("spare_devices: on a fabric uplink only")
+        self.spare_devices = int(spare_devices)
         if uplink not in UPLINKS:
             raise ValueError("uplink must be one of %s" % (UPLINKS,))
         if uplink == "udp" and n > 2 and any(k != "none" for k in kinds):
@@ -965,6 +972,12 @@ class Cluster:
         """The shared daemon's operator socket: the fabric-wide per-port counters."""
         return os.path.join(self.workdir, "fabric.stats")
 
+    @property
+    def spare_sockets(self):
+        """The vhost-user sockets of the shared daemon's spare devices (no guest)."""
+        return [os.path.join(self.workdir, "spare-%d.sock" % i)
+                for i in range(self.spare_devices)]
+
     def fabric_backend_cmd(self):
         """The shared daemon's command line: one --device per vrdma guest, with the guest's
         address (port security, spec §16.3: the fabric drops the frames of a guest that claims
@@ -976,6 +989,9 @@ class Cluster:
                 if self.nets is not None:
                     spec += ",net=%d" % self.nets[vm.index]
                 cmd += ["--device", spec]
+        for i, sock in enumerate(self.spare_sockets):
+            # MACs beyond the guests' (52:54:00:76:72:<index+1>)
+            cmd += ["--device", "socket=%s,mac=52:54:00:76:73:%02x" % (sock, i + 1)]
         if self.uplink == "fabric+tap":
             cmd += ["--uplink", "tap:" + FABRIC_TAP]
         elif self.fabric_udp:
@@ -997,7 +1013,7 @@ class Cluster:
         if proc is None or proc.poll() is not None:
             env = dict(os.environ)
             env["RUST_LOG"] = self.rust_log or env.get("RUST_LOG") or "info"
-            socks = [vm.vu_sock for vm in self.vms if vm.kind == "vrdma"]
+            socks = [vm.vu_sock for vm in self.vms if vm.kind == "vrdma"] + self.spare_sockets
             for s in socks:
                 try:
                     os.unlink(s)

@@ -14,8 +14,10 @@ TEST_STEPS += vm-test-ci
 
 .PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run
 
+# The daemon, and the test frontend the tenancy scenarios run against it (neighbours.py).
 backend-release:
-	cd "$(TOP)" && $(CARGO) build --release -p vrdma-backend
+	cd "$(TOP)" && $(CARGO) build --release -p vrdma-backend --bin vrdma-backend \
+		--example hostile_frontend
 
 vm-prereqs: backend-release
 	$(MAKE) -f "$(TOP)/Makefile" images

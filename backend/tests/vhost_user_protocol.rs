@@ -871,23 +871,6 @@ fn delayed_commands_run_at_once_and_are_answered_late() {
 
 // ---- Spec §16.5: frontend memory regions are checked against their file. ----
 
-/// A region that `fe` offers: `size` bytes of `file` at GPA `gpa`, at the frontend address
-/// `uva` (never dereferenced by this process).
-fn region_of(
-    file: &std::fs::File,
-    gpa: u64,
-    size: u64,
-    uva: u64,
-) -> vhost::VhostUserMemoryRegionInfo {
-    vhost::VhostUserMemoryRegionInfo {
-        guest_phys_addr: gpa,
-        memory_size: size,
-        userspace_addr: uva,
-        mmap_offset: 0,
-        mmap_handle: std::os::fd::AsRawFd::as_raw_fd(file),
-    }
-}
-
 /// One CREATE_PD round trip on a fresh connection to `h`: the device is served.
 fn served(h: &Harness) -> vhost::vhost_user::Frontend {
     let (fe, mut guest, mut ctrl) = control_setup(h, true);

@@ -53,8 +53,9 @@ TOPOLOGIES = {
     # each QP on one of them, worker 0 handing received frames on)
     "G": dict(kind=["vrdma", "vrdma"], uplink="fabric",
               backend_args=["--payload-refs", "--engine-threads", "2"]),
-    # tenants on one daemon (spec §16.3): three guests with port security (the launcher's ip=)
-    "H": dict(kind=["vrdma", "vrdma", "vrdma"], uplink="fabric"),
+    # tenants on one daemon (spec §16.3): three guests with port security (the launcher's ip=),
+    # and a spare device no QEMU uses, for a test frontend (spec §16.5)
+    "H": dict(kind=["vrdma", "vrdma", "vrdma"], uplink="fabric", spare_devices=1),
     # two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5
     "I": dict(kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
 }

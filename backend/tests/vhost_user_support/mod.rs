@@ -60,6 +60,18 @@ pub fn unsealed_memfd(len: u64) -> File {
     file
 }
 
+/// A region that `fe` offers: `size` bytes of `file` at GPA `gpa`, at the frontend address
+/// `uva` (never dereferenced by this process).
+pub fn region_of(file: &File, gpa: u64, size: u64, uva: u64) -> VhostUserMemoryRegionInfo {
+    VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: uva,
+        mmap_offset: 0,
+        mmap_handle: std::os::fd::AsRawFd::as_raw_fd(file),
+    }
+}
+
 /// Guest RAM: one shared memfd region at GPA `base`, mapped in this process too.
 pub struct Guest {
     pub mem: Mem,
