@@ -475,13 +475,7 @@ fn host_memory_bounds_per_daemon_and_per_device() {
     let c = daemon(&["--device", &s1, "--device", &dev(2, "")]).unwrap();
     assert_eq!(c.max_host_memory, 2 * G + 2 * RXQ);
     let pcap = d.join("c.pcap");
-    let c = daemon(&[
-        "--device",
-        &s1,
-        "--pcap",
-        pcap.to_str().unwrap(),
-    ])
-    .unwrap();
+    let c = daemon(&["--device", &s1, "--pcap", pcap.to_str().unwrap()]).unwrap();
     assert_eq!(
         c.max_host_memory,
         G + RXQ + vrdma_backend::uplink::pcap::QUEUE_BYTES

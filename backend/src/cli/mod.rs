@@ -468,8 +468,8 @@ fn host_memory_bounds(
         let beside = if single {
             0
         } else {
-            let queues = (devices.len() as u64)
-                .saturating_mul(crate::fabric::rxqueue::RXQ_MAX_BYTES as u64);
+            let queues =
+                (devices.len() as u64).saturating_mul(crate::fabric::rxqueue::RXQ_MAX_BYTES as u64);
             let capture = if args.pcap.is_some() {
                 crate::uplink::pcap::QUEUE_BYTES
             } else {
@@ -477,9 +477,7 @@ fn host_memory_bounds(
             };
             queues.saturating_add(capture)
         };
-        devices
-            .iter()
-            .fold(beside, |a, &d| a.saturating_add(d))
+        devices.iter().fold(beside, |a, &d| a.saturating_add(d))
     });
     Ok((devices, total))
 }
