@@ -3,9 +3,11 @@
 //! device's own limit. Two engines of one process: one floods, the other's first warning is
 //! still logged. Its own test binary: it installs a logger that records the lines.
 
+mod log_capture;
+
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -16,24 +18,6 @@ use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::Engine;
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
-
-static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Recorder;
-
-impl log::Log for Recorder {
-    fn enabled(&self, m: &log::Metadata) -> bool {
-        m.level() <= log::Level::Warn
-    }
-    fn log(&self, r: &log::Record) {
-        if self.enabled(r.metadata()) {
-            LINES.lock().unwrap().push(r.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
-
-static RECORDER: Recorder = Recorder;
 
 /// A device output that only carries the device's label and limit, as the vhost-user one does.
 struct Labelled(Arc<DeviceLog>);
@@ -115,9 +99,7 @@ fn engine(label: &str, port: &Arc<FailingPort>) -> (Arc<DeviceLog>, Engine) {
 
 fn lines_of(label: &str) -> usize {
     let prefix = format!("{label}: engine: uplink receive");
-    LINES
-        .lock()
-        .unwrap()
+    log_capture::lines()
         .iter()
         .filter(|l| l.starts_with(&prefix))
         .count()
@@ -131,8 +113,7 @@ fn allowed_of(n: usize) -> usize {
 
 #[test]
 fn an_engine_flooding_the_log_does_not_silence_another_devices_first_warning() {
-    log::set_logger(&RECORDER).unwrap();
-    log::set_max_level(log::LevelFilter::Warn);
+    log_capture::install();
     const FLOOD: usize = 3000;
     let port_a = FailingPort::new(FLOOD);
     let port_b = FailingPort::new(1);
@@ -149,10 +130,10 @@ fn an_engine_flooding_the_log_does_not_silence_another_devices_first_warning() {
         lines_of("tenant-b"),
         1,
         "tenant-b's first warning: {:?}",
-        LINES.lock().unwrap()
+        log_capture::lines()
     );
     assert_eq!(log_b.suppressed(), 0);
-    for l in LINES.lock().unwrap().iter() {
+    for l in log_capture::lines().iter() {
         assert!(
             l.starts_with("tenant-a: ") || l.starts_with("tenant-b: "),
             "unlabelled: {l}"

@@ -3,6 +3,8 @@
 //! served once descriptors are free again. Its own test binary: it lowers RLIMIT_NOFILE for
 //! the whole process.
 
+mod vhost_user_support;
+
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -11,22 +13,10 @@ use std::time::{Duration, Instant};
 
 use vhost::vhost_user::Frontend;
 use vhost::VhostBackend;
+use vhost_user_support::NoCommands;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::vhost_user::daemon::listen;
-use vrdma_backend::vhost_user::{
-    serve, CmdOutcome, GuestMemoryAtomic, NullSink, RdmaDevice, ServeParts, VirtqOutput,
-    CONFIG_SIZE,
-};
-
-struct NoCommands;
-
-impl RdmaDevice for NoCommands {
-    fn handle_command(&mut self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> CmdOutcome {
-        CmdOutcome::Done(vrdma_spec::VRDMA_STATUS_INVALID)
-    }
-    fn reset(&mut self) {}
-    fn set_guest_memory(&mut self, _mem: GuestMemoryAtomic) {}
-}
+use vrdma_backend::vhost_user::{serve, NullSink, ServeParts, VirtqOutput, CONFIG_SIZE};
 
 fn nofile() -> libc::rlimit {
     let mut lim = libc::rlimit {

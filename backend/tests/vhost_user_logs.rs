@@ -3,49 +3,20 @@
 //! other's first malformed chain is still logged, and every line names its device. Its own
 //! test binary: it installs a logger that records the lines.
 
+mod log_capture;
+
 mod vhost_user_support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::vhost_user::daemon::listen;
-use vrdma_backend::vhost_user::{
-    serve, CmdOutcome, GuestMemoryAtomic, NullSink, RdmaDevice, ServeParts, VirtqOutput,
-    CONFIG_SIZE,
-};
+use vrdma_backend::vhost_user::{serve, NullSink, ServeParts, VirtqOutput, CONFIG_SIZE};
 use vrdma_spec::VRDMA_VQ_CONTROL;
 
 use vhost_user_support::*;
-
-static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Recorder;
-
-impl log::Log for Recorder {
-    fn enabled(&self, m: &log::Metadata) -> bool {
-        m.level() <= log::Level::Warn
-    }
-    fn log(&self, r: &log::Record) {
-        if self.enabled(r.metadata()) {
-            LINES.lock().unwrap().push(r.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
-
-static RECORDER: Recorder = Recorder;
-
-struct NoCommands;
-
-impl RdmaDevice for NoCommands {
-    fn handle_command(&mut self, _opcode: u16, _req: &[u8], _resp: &mut Vec<u8>) -> CmdOutcome {
-        CmdOutcome::Done(vrdma_spec::VRDMA_STATUS_INVALID)
-    }
-    fn reset(&mut self) {}
-    fn set_guest_memory(&mut self, _mem: GuestMemoryAtomic) {}
-}
 
 /// A device called `label`, served for one connection on a thread.
 fn device(label: &str) -> (std::path::PathBuf, thread::JoinHandle<()>) {
@@ -88,9 +59,7 @@ fn malformed_chains(ring: &mut DriverRing, guest: &mut Guest, n: usize) {
 
 fn lines_of(label: &str) -> usize {
     let prefix = format!("{label}: ");
-    LINES
-        .lock()
-        .unwrap()
+    log_capture::lines()
         .iter()
         .filter(|l| l.starts_with(&prefix) && l.contains("writable bytes"))
         .count()
@@ -98,8 +67,7 @@ fn lines_of(label: &str) -> usize {
 
 #[test]
 fn a_flooding_device_does_not_silence_another_devices_first_warning() {
-    log::set_logger(&RECORDER).unwrap();
-    log::set_max_level(log::LevelFilter::Warn);
+    log_capture::install();
     let (path_a, ta) = device("tenant-a");
     let (path_b, tb) = device("tenant-b");
 
@@ -118,10 +86,10 @@ fn a_flooding_device_does_not_silence_another_devices_first_warning() {
         lines_of("tenant-b"),
         1,
         "tenant-b's first warning: {:?}",
-        LINES.lock().unwrap()
+        log_capture::lines()
     );
     // Every guest-triggered line of the run names one of the devices.
-    for l in LINES.lock().unwrap().iter() {
+    for l in log_capture::lines().iter() {
         assert!(
             l.starts_with("tenant-a: ") || l.starts_with("tenant-b: "),
             "unlabelled: {l}"

@@ -2,10 +2,11 @@
 //! their network; trunk uplinks tag on egress and untag on ingress.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::test_support::{drain, frame, sent, Recorder};
 use super::*;
-use crate::uplink::{RxFrame, Uplink, UplinkError};
+use crate::uplink::Uplink;
 
 const A: MacAddr = [0x02, 0, 0, 0, 0, 0xa]; // network 0
 const B: MacAddr = [0x02, 0, 0, 0, 0, 0xb]; // network 0
@@ -14,47 +15,10 @@ const D: MacAddr = [0x02, 0, 0, 0, 0, 0xd]; // network 5
 const REMOTE: MacAddr = [0x02, 0, 0, 0, 0, 0x77];
 const MCAST: MacAddr = [0x01, 0x00, 0x5e, 0, 0, 1];
 
-#[derive(Default)]
-struct Recorder {
-    sent: Mutex<Vec<Vec<u8>>>,
-}
-
-impl Uplink for Recorder {
-    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
-        self.sent.lock().unwrap().push(frame.to_vec());
-        Ok(())
-    }
-    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        Ok(None)
-    }
-    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
-        -1
-    }
-}
-
-fn sent(r: &Recorder) -> Vec<Vec<u8>> {
-    std::mem::take(&mut *r.sent.lock().unwrap())
-}
-
-fn frame(dst: MacAddr, src: MacAddr, tag: u8) -> Vec<u8> {
-    let mut f = dst.to_vec();
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x08, 0x00, tag, 1, 2, 3]);
-    f
-}
-
 fn tagged(f: &[u8], vlan: NetId) -> Vec<u8> {
     let mut out = Vec::new();
     network::tag_into(f, vlan, &mut out);
     out
-}
-
-fn drain(p: &DevicePort) -> Vec<Vec<u8>> {
-    let mut bufs = vec![Vec::new(); 64];
-    let mut frames: Vec<RxFrame> = Vec::new();
-    let n = p.recv_batch(&mut bufs, &mut frames).unwrap();
-    bufs.truncate(n);
-    bufs
 }
 
 struct Bed {

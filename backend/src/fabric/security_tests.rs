@@ -6,8 +6,9 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::test_support::drain;
 use super::*;
-use crate::uplink::{RxFrame, Uplink};
+use crate::uplink::Uplink;
 use crate::wire::segment::{Segment, SegmentWriter};
 use crate::wire::{gid_from_ipv4, Addressing, Bth, Opcode, PacketBuilder};
 
@@ -29,14 +30,6 @@ fn two_devices() -> (Arc<Fabric>, DevicePort, DevicePort) {
     let pa = f.device_port(a).unwrap();
     let pb = f.device_port(bb).unwrap();
     (f, pa, pb)
-}
-
-fn drain(p: &DevicePort) -> Vec<Vec<u8>> {
-    let mut bufs = vec![Vec::new(); 64];
-    let mut frames: Vec<RxFrame> = Vec::new();
-    let n = p.recv_batch(&mut bufs, &mut frames).unwrap();
-    bufs.truncate(n);
-    bufs
 }
 
 fn arp(src: MacAddr, sender_ip: [u8; 4]) -> Vec<u8> {

@@ -1,52 +1,17 @@
 //! Switching rules of [`super::Fabric`] (module documentation, spec §16.2).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::test_support::{drain, frame, sent, Recorder};
 use super::*;
-use crate::uplink::{RxFrame, Uplink, UplinkError};
+use crate::uplink::{RxFrame, Uplink};
 
 const A: MacAddr = [0x02, 0, 0, 0, 0, 0xa];
 const B: MacAddr = [0x02, 0, 0, 0, 0, 0xb];
 const C: MacAddr = [0x02, 0, 0, 0, 0, 0xc];
 const REMOTE: MacAddr = [0x02, 0, 0, 0, 0, 0x77];
 const REMOTE2: MacAddr = [0x02, 0, 0, 0, 0, 0x78];
-
-/// An uplink that records what it is given.
-#[derive(Default)]
-struct Recorder {
-    sent: Mutex<Vec<Vec<u8>>>,
-}
-
-impl Uplink for Recorder {
-    fn send(&self, frame: &[u8]) -> Result<(), UplinkError> {
-        self.sent.lock().unwrap().push(frame.to_vec());
-        Ok(())
-    }
-    fn recv(&self, _buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        Ok(None)
-    }
-    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
-        -1
-    }
-}
-
-fn frame(dst: MacAddr, src: MacAddr, tag: u8) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&[0x08, 0x00, tag, 1, 2, 3]);
-    f
-}
-
-fn drain(p: &DevicePort) -> Vec<Vec<u8>> {
-    let mut bufs = vec![Vec::new(); 64];
-    let mut frames: Vec<RxFrame> = Vec::new();
-    let n = p.recv_batch(&mut bufs, &mut frames).unwrap();
-    assert_eq!(n, frames.len());
-    bufs.truncate(n);
-    bufs
-}
 
 struct Bed {
     fabric: Arc<Fabric>,
@@ -73,10 +38,6 @@ fn bed(devices: &[MacAddr], uplinks: usize) -> Bed {
         ports,
         uplinks: ups,
     }
-}
-
-fn sent(r: &Recorder) -> Vec<Vec<u8>> {
-    std::mem::take(&mut *r.sent.lock().unwrap())
 }
 
 #[test]

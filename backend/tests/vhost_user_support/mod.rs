@@ -468,3 +468,19 @@ pub fn run_command(
 pub fn status_of(resp: &[u8]) -> u32 {
     u32::from_le_bytes([resp[0], resp[1], resp[2], resp[3]])
 }
+
+/// A device model that refuses every command (for tests of the vhost-user side only).
+pub struct NoCommands;
+
+impl vrdma_backend::vhost_user::RdmaDevice for NoCommands {
+    fn handle_command(
+        &mut self,
+        _opcode: u16,
+        _req: &[u8],
+        _resp: &mut Vec<u8>,
+    ) -> vrdma_backend::vhost_user::CmdOutcome {
+        vrdma_backend::vhost_user::CmdOutcome::Done(vrdma_spec::VRDMA_STATUS_INVALID)
+    }
+    fn reset(&mut self) {}
+    fn set_guest_memory(&mut self, _mem: vrdma_backend::vhost_user::GuestMemoryAtomic) {}
+}
