@@ -8,15 +8,13 @@ mod vhost_user_support;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vhost::vhost_user::Frontend;
 use vhost::VhostBackend;
-use vhost_user_support::NoCommands;
-use vrdma_backend::handoff::HandoffLock;
+use vhost_user_support::no_command_parts;
 use vrdma_backend::vhost_user::daemon::listen;
-use vrdma_backend::vhost_user::{serve, NullSink, ServeParts, VirtqOutput, CONFIG_SIZE};
+use vrdma_backend::vhost_user::{serve, VirtqOutput};
 
 fn nofile() -> libc::rlimit {
     let mut lim = libc::rlimit {
@@ -62,16 +60,7 @@ fn accept_failure_is_retried_and_the_waiting_frontend_is_served() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("vrdma.sock");
-    let parts = ServeParts {
-        device: Arc::new(HandoffLock::new(NoCommands)),
-        out: Arc::new(VirtqOutput::new(8)),
-        doorbells: Arc::new(NullSink),
-        eth_tx: Arc::new(NullSink),
-        config: [0u8; CONFIG_SIZE],
-        device_features: 0,
-        mtu: 1500,
-        accept_failures: Default::default(),
-    };
+    let parts = no_command_parts(VirtqOutput::new(8));
     let failures = parts.accept_failures.clone();
     let mut listener = listen(&path).unwrap();
     // Whether the daemon is in accept or still setting the connection up when the limit

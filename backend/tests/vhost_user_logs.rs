@@ -7,13 +7,11 @@ mod log_capture;
 
 mod vhost_user_support;
 
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::vhost_user::daemon::listen;
-use vrdma_backend::vhost_user::{serve, NullSink, ServeParts, VirtqOutput, CONFIG_SIZE};
+use vrdma_backend::vhost_user::{serve, VirtqOutput};
 use vrdma_spec::VRDMA_VQ_CONTROL;
 
 use vhost_user_support::*;
@@ -21,16 +19,7 @@ use vhost_user_support::*;
 /// A device called `label`, served for one connection on a thread.
 fn device(label: &str) -> (std::path::PathBuf, thread::JoinHandle<()>) {
     let path = socket_path(label);
-    let parts = ServeParts {
-        device: Arc::new(HandoffLock::new(NoCommands)),
-        out: Arc::new(VirtqOutput::with_label(8, label)),
-        doorbells: Arc::new(NullSink),
-        eth_tx: Arc::new(NullSink),
-        config: [0u8; CONFIG_SIZE],
-        device_features: 0,
-        mtu: 1500,
-        accept_failures: Default::default(),
-    };
+    let parts = no_command_parts(VirtqOutput::with_label(8, label));
     let mut listener = listen(&path).unwrap();
     let t = thread::spawn(move || serve(&mut listener, &parts, Some(1)).expect("serve"));
     (path, t)

@@ -484,3 +484,21 @@ impl vrdma_backend::vhost_user::RdmaDevice for NoCommands {
     fn reset(&mut self) {}
     fn set_guest_memory(&mut self, _mem: vrdma_backend::vhost_user::GuestMemoryAtomic) {}
 }
+
+/// Serve parts for a device that refuses every command and sinks doorbells and frames: for
+/// tests of the vhost-user side only (`out` carries the device's label, if any).
+pub fn no_command_parts(
+    out: vrdma_backend::vhost_user::VirtqOutput,
+) -> vrdma_backend::vhost_user::ServeParts<NoCommands> {
+    use vrdma_backend::vhost_user::NullSink;
+    vrdma_backend::vhost_user::ServeParts {
+        device: std::sync::Arc::new(vrdma_backend::handoff::HandoffLock::new(NoCommands)),
+        out: std::sync::Arc::new(out),
+        doorbells: std::sync::Arc::new(NullSink),
+        eth_tx: std::sync::Arc::new(NullSink),
+        config: [0u8; vrdma_backend::vhost_user::CONFIG_SIZE],
+        device_features: 0,
+        mtu: 1500,
+        accept_failures: Default::default(),
+    }
+}
