@@ -35,6 +35,11 @@ const ETHERTYPE_ROCE_V1: u16 = 0x8915;
 const TAG_ETHERTYPES: [u16; 3] = [0x8100, 0x88a8, 0x9100];
 
 const IPPROTO_HOPOPTS: u8 = 0;
+const IPPROTO_ROUTING: u8 = 43;
+const IPPROTO_FRAGMENT: u8 = 44;
+const IPPROTO_DSTOPTS: u8 = 60;
+/// Extension headers walked before the upper-layer header; a longer chain is refused.
+const MAX_EXTENSION_HEADERS: usize = 8;
 const IPPROTO_UDP: u8 = 17;
 const IPPROTO_ICMPV6: u8 = 58;
 const ROCEV2_PORT: u16 = 4791;
@@ -223,16 +228,39 @@ impl PortSecurity {
         if first >> 4 != 6 || ip.len() < 40 {
             return Err(Violation::Ip);
         }
-        // One hop-by-hop options header (MLD reports carry the router alert option in it).
+        // The extension headers before the upper-layer header (MLD reports carry a hop-by-hop
+        // header; anything may carry destination options): neighbour discovery behind any of
+        // them is checked like ND without them (RFC 7113), and ND in a fragment is refused
+        // (RFC 6980). A non-first fragment shows no upper-layer header.
         let mut at = 40;
-        if *next == IPPROTO_HOPOPTS {
+        let mut fragmented = false;
+        let mut headers = 0;
+        let mut upper = true;
+        while matches!(
+            *next,
+            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_FRAGMENT | IPPROTO_DSTOPTS
+        ) {
+            headers += 1;
             let (Some(n), Some(len)) = (ip.get(at), ip.get(at + 1)) else {
                 return Err(Violation::Ip);
             };
+            if headers > MAX_EXTENSION_HEADERS {
+                return Err(Violation::Ip);
+            }
+            if *next == IPPROTO_FRAGMENT {
+                let offset = be16(ip, at + 2).ok_or(Violation::Ip)? >> 3;
+                fragmented = true;
+                upper = offset == 0;
+                at += 8;
+            } else {
+                at += (usize::from(*len) + 1) * 8;
+            }
             next = n;
-            at += (usize::from(*len) + 1) * 8;
+            if !upper {
+                break;
+            }
         }
-        let icmp_type = if *next == IPPROTO_ICMPV6 {
+        let icmp_type = if upper && *next == IPPROTO_ICMPV6 {
             match ip.get(at) {
                 Some(t) => Some(*t),
                 None => return Err(Violation::Nd),
@@ -242,6 +270,9 @@ impl PortSecurity {
         };
         if let Some(t) = icmp_type {
             if (ICMPV6_ROUTER_SOLICIT..=ICMPV6_REDIRECT).contains(&t) {
+                if fragmented {
+                    return Err(Violation::Nd);
+                }
                 self.check_nd(t, ip.get(at..).unwrap_or_default())
                     .ok_or(Violation::Nd)?;
             }
@@ -257,7 +288,7 @@ impl PortSecurity {
         {
             return Ok(());
         }
-        if *next == IPPROTO_UDP && be16(ip, at + 2) == Some(ROCEV2_PORT) {
+        if upper && *next == IPPROTO_UDP && be16(ip, at + 2) == Some(ROCEV2_PORT) {
             return Err(Violation::Gid);
         }
         Err(Violation::Ip)

@@ -335,3 +335,61 @@ fn truncated_and_corrupt_frames_get_an_answer() {
         }
     }
 }
+
+/// RFC 7113: neighbour discovery behind extension headers is checked as without them, and
+/// ND in a fragment is refused (RFC 6980); a chain too long or cut short is refused.
+#[test]
+fn neighbour_discovery_behind_extension_headers_is_checked() {
+    let p = policy();
+    let ll = link_local();
+    // An empty destination-options header (8 bytes: next header, length 0, PadN).
+    let dstopts = |next: u8| vec![next, 0, 1, 4, 0, 0, 0, 0];
+    let behind = |headers: &[Vec<u8>], msg: Vec<u8>| {
+        let mut rest: Vec<u8> = headers.concat();
+        rest.extend_from_slice(&msg);
+        ipv6(ll, IPPROTO_DSTOPTS, &rest)
+    };
+    let ra = nd(134, None, &[]);
+    assert_eq!(
+        p.check(&behind(&[dstopts(58)], ra.clone())),
+        Err(Violation::Nd),
+        "a router advertisement behind destination options"
+    );
+    assert_eq!(
+        p.check(&behind(&[dstopts(60), dstopts(58)], ra.clone())),
+        Err(Violation::Nd),
+        "behind two of them"
+    );
+    let foreign_na = nd(136, Some(other6()), &[(2, MAC)]);
+    assert_eq!(
+        p.check(&behind(&[dstopts(58)], foreign_na)),
+        Err(Violation::Nd),
+        "an advertisement of a neighbour's address"
+    );
+    let own_na = nd(136, Some(ip6()), &[(2, MAC)]);
+    assert_eq!(p.check(&behind(&[dstopts(58)], own_na.clone())), Ok(()));
+    // A first fragment (offset 0, more fragments) carrying an NA: refused even for its own.
+    let fragment = |next: u8, offset: u16| {
+        let o = (offset << 3) | 1;
+        vec![next, 0, (o >> 8) as u8, o as u8, 0, 0, 0, 1]
+    };
+    let mut rest = fragment(58, 0);
+    rest.extend_from_slice(&own_na);
+    assert_eq!(
+        p.check(&ipv6(ll, IPPROTO_FRAGMENT, &rest)),
+        Err(Violation::Nd)
+    );
+    // A later fragment shows no upper-layer header: only the source is checked.
+    let mut rest = fragment(58, 100);
+    rest.extend_from_slice(&[0u8; 16]);
+    assert_eq!(p.check(&ipv6(ll, IPPROTO_FRAGMENT, &rest)), Ok(()));
+    let many: Vec<Vec<u8>> = (0..9).map(|_| dstopts(60)).collect();
+    assert_eq!(
+        p.check(&behind(&many, ra.clone())),
+        Err(Violation::Ip),
+        "too many extension headers"
+    );
+    let mut cut = behind(&[dstopts(58)], ra);
+    cut.truncate(14 + 40 + 1);
+    assert_eq!(p.check(&cut), Err(Violation::Ip));
+}
