@@ -363,6 +363,12 @@ fn run(worker: Worker, epoll: Epoll, mut alarm: Alarm, mut poller: Poller) {
     let can_poll = poller.enabled() && (!receives || uplink.rx_pending().is_some());
     let mut link_next = Instant::now();
     loop {
+        // Checked before every wait too, not only after one: the round that read the kick
+        // eventfd may have consumed the kick of a stop stored after the last check, and the
+        // next wait would then never end (seen once as a hung shutdown under strace).
+        if sender.stop.load(Ordering::Acquire) {
+            return;
+        }
         // Wait unless the last batch left frames on the uplink or looped back; with a link
         // state to poll, at most until the next poll.
         let busy = uplink_more || !looped.is_empty();
