@@ -124,32 +124,34 @@ impl FabricBuilder {
     pub fn build(self) -> Arc<Fabric> {
         let mut devices = HashMap::new();
         let mut uplinks = Vec::new();
+        let mut devices_of_net: HashMap<NetId, Vec<PortId>> = HashMap::new();
+        let mut uplinks_of_net: HashMap<NetId, Vec<PortId>> = HashMap::new();
         for (i, p) in self.ports.iter().enumerate() {
             match &p.kind {
-                PortKind::Device { mac, .. } => {
+                PortKind::Device { mac, net, .. } => {
                     devices.insert(*mac, i);
+                    devices_of_net.entry(*net).or_default().push(i);
                 }
-                PortKind::Uplink { .. } => uplinks.push(i),
+                PortKind::Uplink { nets, .. } => {
+                    uplinks.push(i);
+                    for n in nets.list() {
+                        uplinks_of_net.entry(n).or_default().push(i);
+                    }
+                }
             }
         }
         // Learning only where a network has two or more uplinks to choose between.
-        let mut uplinks_per_net: HashMap<NetId, usize> = HashMap::new();
-        for p in &self.ports {
-            if let PortKind::Uplink { nets, .. } = &p.kind {
-                for n in nets.list() {
-                    *uplinks_per_net.entry(n).or_default() += 1;
-                }
-            }
-        }
-        let learned = uplinks_per_net
-            .into_iter()
-            .filter(|&(_, count)| count > 1)
-            .map(|(n, _)| (n, Mutex::new(MacTable::new())))
+        let learned = uplinks_of_net
+            .iter()
+            .filter(|(_, carriers)| carriers.len() > 1)
+            .map(|(&n, _)| (n, Mutex::new(MacTable::new())))
             .collect();
         Arc::new(Fabric {
             ports: self.ports,
             devices,
             uplinks,
+            devices_of_net,
+            uplinks_of_net,
             learned,
             capture: self.capture,
             between_uplinks: self.between_uplinks,

@@ -53,6 +53,7 @@ pub mod port_security;
 pub mod rxqueue;
 mod stats_text;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -167,6 +168,10 @@ pub struct Fabric {
     ports: Vec<Port>,
     devices: HashMap<MacAddr, PortId>,
     uplinks: Vec<PortId>,
+    /// The device ports of each network, in port order: where its floods go.
+    devices_of_net: HashMap<NetId, Vec<PortId>>,
+    /// The uplink ports that carry each network, in port order.
+    uplinks_of_net: HashMap<NetId, Vec<PortId>>,
     /// A table for each network that two or more uplinks carry.
     learned: HashMap<NetId, Mutex<MacTable>>,
     capture: Option<Arc<PcapWriter>>,
@@ -271,6 +276,7 @@ impl Fabric {
         let Some(port) = self.ports.get(from) else {
             return Dest::Drop;
         };
+        let learning = now.and_then(|now| Some((self.learned.get(&net)?, now)));
         match &port.kind {
             PortKind::Device { mac, .. } if *mac != s => return Dest::Drop,
             PortKind::Device { .. } => {}
@@ -278,7 +284,7 @@ impl Fabric {
                 if self.devices.contains_key(&s) {
                     return Dest::Drop;
                 }
-                if let (Some(t), Some(now)) = (self.learned.get(&net), now) {
+                if let Some((t, now)) = learning {
                     t.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .learn(s, from, now);
@@ -293,7 +299,7 @@ impl Fabric {
                 return if p == from { Dest::Drop } else { Dest::Port(p) };
             }
         }
-        if let (Some(t), Some(now)) = (self.learned.get(&net), now) {
+        if let Some((t, now)) = learning {
             if let Some(p) = t.lock().unwrap_or_else(|p| p.into_inner()).lookup(&d, now) {
                 return if p == from { Dest::Drop } else { Dest::Port(p) };
             }
@@ -385,23 +391,27 @@ impl Fabric {
         stats: &FabricPortStats,
         frames: &[&[u8]],
     ) {
-        for chunk in frames.chunks(IO_BATCH) {
-            let mut nets = [0; IO_BATCH];
-            let mut untagged: Vec<Vec<u8>> = Vec::with_capacity(chunk.len());
-            for f in chunk {
-                match network::vlan_of(f) {
-                    Some(v) if vlans.binary_search(&v).is_ok() => {
-                        nets[untagged.len()] = v;
-                        let mut out = Vec::new();
-                        network::untag_into(f, &mut out);
-                        untagged.push(out);
+        UNTAGGED.with(|cell| {
+            let mut untagged = cell.borrow_mut();
+            for chunk in frames.chunks(IO_BATCH) {
+                let mut nets = [0; IO_BATCH];
+                let mut n = 0;
+                untagged.clear();
+                for f in chunk {
+                    match network::vlan_of(f) {
+                        Some(v) if vlans.binary_search(&v).is_ok() => {
+                            nets[n] = v;
+                            n += 1;
+                            untagged.push_with(|out| network::untag_onto(f, out));
+                        }
+                        _ => bump(&stats.drop_unknown_vlan),
                     }
-                    _ => bump(&stats.drop_unknown_vlan),
                 }
+                let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+                let n = untagged.slices(&mut slices);
+                self.forward_chunk(from, &nets[..n], &slices[..n]);
             }
-            let slices: Vec<&[u8]> = untagged.iter().map(Vec::as_slice).collect();
-            self.forward_chunk(from, &nets[..slices.len()], &slices);
-        }
+        });
     }
 
     /// Switch one chunk (at most `IO_BATCH`) of borrowed frames, frame `i` in network `nets[i]`.
@@ -599,9 +609,9 @@ impl Fabric {
     fn reaches_other_uplink(&self, from: PortId, net: NetId, d: Dest) -> bool {
         match d {
             Dest::All | Dest::Uplinks => self
-                .uplinks
-                .iter()
-                .any(|&u| u != from && self.carries(u, net)),
+                .uplinks_of_net
+                .get(&net)
+                .is_some_and(|carriers| carriers.iter().any(|&u| u != from)),
             Dest::Port(p) => p != from && self.uplinks.contains(&p),
             Dest::Drop => false,
         }
@@ -701,10 +711,8 @@ impl Fabric {
             match *d {
                 Dest::Port(p) if !skip_devices => self.deliver_to_device(from, p, f),
                 Dest::All => {
-                    for (p, port) in self.ports.iter().enumerate() {
-                        if p != from
-                            && matches!(port.kind, PortKind::Device { net: n, .. } if n == net)
-                        {
+                    for &p in self.devices_of_net.get(&net).map_or(&[][..], Vec::as_slice) {
+                        if p != from {
                             self.deliver_to_device(from, p, f);
                         }
                     }
@@ -745,36 +753,41 @@ impl Fabric {
         else {
             return;
         };
-        let tagged: Vec<Vec<u8>>;
-        let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
-        let frames = match carried {
-            UplinkNets::Untagged(_) => frames,
-            UplinkNets::Tagged(_) => {
-                tagged = frames
-                    .iter()
-                    .zip(nets)
-                    .map(|(f, &net)| {
-                        let mut out = Vec::new();
-                        network::tag_into(f, net, &mut out);
-                        out
-                    })
-                    .collect();
-                for (s, t) in slices.iter_mut().zip(&tagged) {
-                    *s = t;
+        let sent = match carried {
+            UplinkNets::Untagged(_) => send_batch(&**uplink, frames),
+            UplinkNets::Tagged(_) => TAGGED.with(|cell| {
+                let mut tagged = cell.borrow_mut();
+                tagged.clear();
+                for (f, &net) in frames.iter().zip(nets) {
+                    tagged.push_with(|out| network::tag_onto(f, net, out));
                 }
-                &slices[..tagged.len()]
-            }
-        };
-        let sent = match uplink.send_batch(frames) {
-            Ok(n) => n,
-            Err(UplinkError::WouldBlock) => 0,
-            Err(e) => {
-                guest_warn!("fabric: uplink send: {e}");
-                0
-            }
+                let mut slices: [&[u8]; IO_BATCH] = [&[]; IO_BATCH];
+                let n = tagged.slices(&mut slices);
+                send_batch(&**uplink, &slices[..n])
+            }),
         };
         crate::stats::add(&port.stats.out_frames, sent);
         crate::stats::add(&port.stats.drop_full, frames.len().saturating_sub(sent));
+    }
+}
+
+thread_local! {
+    /// The frames of a trunk uplink's chunk without their tags ([`Fabric::forward_from_trunk`]).
+    static UNTAGGED: RefCell<network::RewrittenChunk> = RefCell::default();
+    /// A chunk's frames tagged for a trunk uplink ([`Fabric::send_uplink`]); a separate buffer:
+    /// an untagged chunk is still borrowed while it is delivered to the uplinks.
+    static TAGGED: RefCell<network::RewrittenChunk> = RefCell::default();
+}
+
+/// Hand `frames` to `uplink`; how many it took (a busy uplink takes none).
+fn send_batch(uplink: &dyn Uplink, frames: &[&[u8]]) -> usize {
+    match uplink.send_batch(frames) {
+        Ok(n) => n,
+        Err(UplinkError::WouldBlock) => 0,
+        Err(e) => {
+            guest_warn!("fabric: uplink send: {e}");
+            0
+        }
     }
 }
 

@@ -17,7 +17,7 @@ const MCAST: MacAddr = [0x01, 0x00, 0x5e, 0, 0, 1];
 
 fn tagged(f: &[u8], vlan: NetId) -> Vec<u8> {
     let mut out = Vec::new();
-    network::tag_into(f, vlan, &mut out);
+    network::tag_onto(f, vlan, &mut out);
     out
 }
 
