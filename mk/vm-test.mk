@@ -3,6 +3,8 @@
 #   make vm-test     images + release backend, then every VM scenario (tests/vm/run.py)
 #   make demo        images + release backend, then two guests doing RDMA for a person to watch
 #   make vm-test-ci  the scenarios of tests/vm/ci-scenarios.txt (part of `make test`)
+#   make vm-test-repeat RUNS=10   the CI scenarios RUNS times in a row, failures tallied per
+#                    scenario and appended to results/vm-repeat/record.txt (tests/vm/repeat.py)
 #   VM_TEST_ARGS     extra arguments for tests/vm/run.py, e.g. VM_TEST_ARGS="-k rping"
 
 VM_TEST_ARGS ?=
@@ -12,7 +14,9 @@ VM_TEST_TARGET := vm-test-run
 # CI runs the scenarios listed in tests/vm/ci-scenarios.txt (those that pass today).
 TEST_STEPS += vm-test-ci
 
-.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run
+RUNS ?= 10
+
+.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci vm-test-repeat demo-run
 
 # The daemon, and the test frontend the tenancy scenarios run against it (neighbours.py).
 backend-release:
@@ -28,6 +32,10 @@ vm-test-run: vm-prereqs
 vm-test-ci: vm-prereqs
 	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" \
 		--scenarios "$(TOP)/tests/vm/ci-scenarios.txt" $(VM_TEST_ARGS)
+
+vm-test-repeat: vm-prereqs
+	python3 "$(TOP)/tests/vm/repeat.py" $(RUNS) --scenarios "$(TOP)/tests/vm/ci-scenarios.txt" \
+		$(VM_TEST_ARGS)
 
 demo-run: vm-prereqs
 	python3 "$(TOP)/tests/demo.py"
