@@ -4,12 +4,12 @@
 //! The device's state sits behind one [`HandoffLock`]. Its engine workers hold it *shared* for
 //! a whole batch (doorbells, up to `RX_BATCH` received frames, timers) and run at the same
 //! time: what they change is behind per-object locks (a QP, a CQ, the MR table, their own
-//! timer shard and outbox). A control command (MODIFY_QP, REG_MR, a reset) holds it
-//! *exclusively* for microseconds, so it sees every object quiet and needs no other lock. With a
-//! plain reader-writer lock the command would wait for the rest of every worker's batch: for
-//! other QPs' data path. Here the command announces itself before it blocks
-//! ([`HandoffLock::lock`]); each worker, between two units of work (one doorbell record, one
-//! received buffer), calls [`LongGuard::hand_off`], which costs one atomic load when nobody
+//! timer shard and outbox). A control command that needs every object quiet (a CREATE_QP that
+//! grows the QPN index, SET_MEM_TABLE, a reset) holds it *exclusively* for microseconds and
+//! needs no other lock. With a plain reader-writer lock the command would wait for the rest of
+//! every worker's batch: for other QPs' data path. Here the command announces itself before it
+//! blocks ([`HandoffLock::lock`]); each worker, between two units of work (one doorbell record,
+//! one received buffer), calls [`LongGuard::hand_off`], which costs one atomic load when nobody
 //! waits and otherwise releases its share until the writer has had the lock. A command
 //! therefore waits for at most one unit of each worker's work, not for a batch.
 //!

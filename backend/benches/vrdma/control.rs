@@ -2,8 +2,8 @@
 //! path of another QP is busy. A command that changes the device takes the device's
 //! `HandoffLock` exclusively (`lock`); the engine's workers hold it shared per batch and hand
 //! it to a waiting command between two units of work (one doorbell record, one received
-//! buffer; ARCHITECTURE.md "Threads"). Queries and MODIFY_QP/CQ/SRQ take it shared (`read`,
-//! `Device::handle_shared`), beside the workers, and wait for no unit of another QP ("Locks"). A probe thread takes device A's lock every 200 µs
+//! buffer; ARCHITECTURE.md "Locks"). Queries and MODIFY_QP/CQ/SRQ take it shared (`read`,
+//! `Device::handle_shared`), beside the workers, and wait for no unit of another QP ("Control commands"). A probe thread takes device A's lock every 200 µs
 //! and records the wait while one QP streams 64 KiB WRITEs over the fabric, alternating
 //! between the two, then with the device idle.
 

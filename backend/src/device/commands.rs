@@ -101,7 +101,7 @@ impl Device {
     /// Execute `opcode` if it runs on the shared device (`HandoffLock::read`), beside the
     /// engine workers, so that it never waits for another QP's data path. Returns the status,
     /// with the response body in `resp`; `None`: `opcode` needs [`Device::handle_command`] on
-    /// the exclusive device. These run here (ARCHITECTURE.md "Locks"):
+    /// the exclusive device. These run here (ARCHITECTURE.md "Control commands"):
     /// - the queries (QUERY_DEVICE, QUERY_PORT, QUERY_QP, QUERY_SRQ, QUERY_STATS), which only
     ///   read;
     /// - MODIFY_QP, MODIFY_CQ and MODIFY_SRQ (a resize too), under the object's own lock;

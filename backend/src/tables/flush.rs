@@ -1,4 +1,4 @@
-//! Who flushes a QP that entered ERR (ARCHITECTURE.md "Locks"): QPs wait in their engine
+//! Who flushes a QP that entered ERR (ARCHITECTURE.md "Invariants"): QPs wait in their engine
 //! worker's queue and are flushed on that worker's thread, one after the other. The flush
 //! takes the QP's protocol state, and only the QP's own worker may (its doorbells, frames and
 //! timers need it next; a flush on another thread would make them find the state taken and

@@ -1,7 +1,7 @@
 //! The local-copy fence ([`UnitFence`]): which engine workers are inside a unit of work, so
 //! that a command that takes memory access away (DEREG_MR, REREG_MR, DEALLOC_MW,
 //! ODP_INVALIDATE) or destroys a CQ or an SRQ can run beside the workers instead of holding
-//! the device exclusively (ARCHITECTURE.md "Locks").
+//! the device exclusively (ARCHITECTURE.md "Invariants").
 //!
 //! A worker translates a key into guest ranges and copies through them within one unit (one
 //! doorbell record, one received buffer) and keeps no range past its next hand-off point or

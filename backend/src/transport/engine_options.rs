@@ -15,8 +15,8 @@ pub struct EngineOptions {
     pub threads: usize,
 }
 
-/// `--poll-us` default, chosen by measurement (ARCHITECTURE.md "Threads": 64 B fabric latency
-/// and CPU per message with and without).
+/// `--poll-us` default, chosen by measurement (`make bench` with and without
+/// `VRDMA_BENCH_POLL_US=0`: 64 B fabric latency and CPU per message).
 pub const DEFAULT_POLL: Duration = Duration::from_micros(DEFAULT_POLL_US);
 /// [`DEFAULT_POLL`] in microseconds (the CLI's unit).
 pub const DEFAULT_POLL_US: u64 = 50;

@@ -31,7 +31,7 @@
 //!   (here and on the device's engine threads) name their device and are rate-limited per
 //!   device (`devlog.rs`); `debug` logs each control command, under the device's debug limit.
 //!
-//! Lock order (the whole of it: ARCHITECTURE.md "Threads"): memory swap lock (a queue event
+//! Lock order (the whole of it: ARCHITECTURE.md "Locks"): memory swap lock (a queue event
 //! holds it, spec §16.5) -> device lock -> output queue / parked-chain mutex -> vring lock; the
 //! checked-table record (`region_check.rs`) is a leaf. Nothing here takes the device lock while holding a vring
 //! lock, and no vhost-user thread waits for the network or a timer.

@@ -26,7 +26,7 @@ impl MrTable {
     /// command then runs on the exclusive device). A reclaim sends the RECLAIM notice, after
     /// which the driver may unmap the chunk, so no unit of work may still copy through the
     /// victim's translation when it leaves; only the exclusive device promises that at the
-    /// moment the notice goes out (ARCHITECTURE.md "Locks").
+    /// moment the notice goes out (ARCHITECTURE.md "Invariants").
     pub fn odp_page_resp_without_reclaim(
         &mut self,
         req_id: u32,
