@@ -2,14 +2,14 @@
 #
 #   make vm-test     images + release backend, then every VM scenario (tests/vm/run.py)
 #   make demo        images + release backend, then two guests doing RDMA for a person to watch
-#   make vm-test-ci  the scenarios of tests/vm/ci-scenarios.txt (part of `make test`)
+#   make vm-test-ci  the scenarios marked @scenario(..., ci=True) (part of `make test`)
 #   VM_TEST_ARGS     extra arguments for tests/vm/run.py, e.g. VM_TEST_ARGS="-k rping"
 
 VM_TEST_ARGS ?=
 
 DEMO_TARGET := demo-run
 VM_TEST_TARGET := vm-test-run
-# CI runs the scenarios listed in tests/vm/ci-scenarios.txt (those that pass today).
+# CI runs the scenarios marked ci=True in their @scenario (those that pass reliably).
 TEST_STEPS += vm-test-ci
 
 .PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run
@@ -26,8 +26,7 @@ vm-test-run: vm-prereqs
 	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" $(VM_TEST_ARGS)
 
 vm-test-ci: vm-prereqs
-	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" \
-		--scenarios "$(TOP)/tests/vm/ci-scenarios.txt" $(VM_TEST_ARGS)
+	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" --ci $(VM_TEST_ARGS)
 
 demo-run: vm-prereqs
 	python3 "$(TOP)/tests/demo.py"

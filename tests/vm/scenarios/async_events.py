@@ -32,13 +32,13 @@ def bad_rkey(ctx, imm):
     return both
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def async_bad_rkey_write(ctx):
     both = bad_rkey(ctx, imm=False)
     expect_in("async event: QP_ACCESS_ERR", both, "the responder's async events")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def async_bad_rkey_write_with_imm(ctx):
     both = bad_rkey(ctx, imm=True)
     expect_in("recv completion: LOC_ACCESS_ERR", both, "the responder's receive completion")
@@ -63,7 +63,7 @@ def build_guest_c(name):
         return f.read()
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def cq_moderation_modify_cq(ctx):
     """ibv_modify_cq (spec §5.5): with count 4 three CQEs do not signal and the fourth does;
     with count 1000 and period 60 ms one CQE signals when the period ends, not before."""
@@ -79,7 +79,7 @@ def cq_moderation_modify_cq(ctx):
     expect(rc == 0, "cq_moderation exited with %s" % rc, out)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def thread_domain_traffic(ctx):
     """A self-connected RC QP and an extended CQ on a parent domain with a thread domain
     (libvrdma takes no SQ/RQ/CQ lock for them) carry SENDs and RDMA WRITEs; the PD and the TD

@@ -43,16 +43,16 @@ def run_ops(ctx, responder, requester, atomic_write_only):
              % ("ATOMIC WRITE" if atomic_write_only else "ATOMIC WRITE + FLUSH", what))
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def ibta15_atomic_write_flush(ctx):
     run_ops(ctx, ctx.a, ctx.b, atomic_write_only=False)
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_atomic_write_vrdma_to_rxe(ctx):
     run_ops(ctx, ctx.b, ctx.a, atomic_write_only=True)
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_atomic_write_rxe_to_vrdma(ctx):
     run_ops(ctx, ctx.a, ctx.b, atomic_write_only=True)

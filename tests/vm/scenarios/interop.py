@@ -1,4 +1,4 @@
-"""Topology C: a vrdma guest against a Linux rxe guest (the kernel's own RoCEv2)."""
+"""Topology vrdma_and_rxe_udp: a vrdma guest against a Linux rxe guest (the kernel's own RoCEv2)."""
 
 import re
 
@@ -15,17 +15,17 @@ def pp(ctx, server, client, tool, extra):
     ctx.note("%s %s -> %s: %s" % (tool, client.kind, server.kind, cout.strip().splitlines()[-1]))
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_rc_pingpong_vrdma_server(ctx):
     pp(ctx, ctx.a, ctx.b, "ibv_rc_pingpong", "-n 200 -c")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_rc_pingpong_vrdma_client(ctx):
     pp(ctx, ctx.b, ctx.a, "ibv_rc_pingpong", "-n 200 -c -s 65536")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_ud_pingpong(ctx):
     pp(ctx, ctx.a, ctx.b, "ibv_ud_pingpong", "-s 512 -n 200")
 
@@ -42,17 +42,17 @@ def perf(ctx, tool):
     ctx.note("%s rxe -> vrdma: %s MB/s avg" % (tool, row.group(2)))
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_write_bw(ctx):
     perf(ctx, "ib_write_bw")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_read_bw(ctx):
     perf(ctx, "ib_read_bw")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_mckey_multicast(ctx):
     """UD multicast between vrdma and Linux rxe, each side receiving once (spec §15.8)."""
     from scenarios.rdmacm import mckey_pair

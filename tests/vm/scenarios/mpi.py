@@ -25,22 +25,22 @@ def ucx_perftest(ctx, tl, test, size, iters, layout="short"):
     ctx.note("ucx_perftest %s %s %d B: %s" % (tl, test, size, " ".join(final[-1].split())))
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def ucx_perftest_rc_verbs_put_bw(ctx):
     ucx_perftest(ctx, "rc_verbs", "put_bw", 65536, 2000, layout="zcopy")
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def ucx_perftest_rc_verbs_am_lat(ctx):
     ucx_perftest(ctx, "rc_verbs", "am_lat", 8, 2000)
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def ucx_perftest_ud_verbs_am_lat(ctx):
     ucx_perftest(ctx, "ud_verbs", "am_lat", 8, 500)
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def mpi_pingpong_over_ucx(ctx):
     a, b = ctx.a, ctx.b
     rsh = push_guest_script([a, b], "mini_rsh.py")

@@ -1,5 +1,5 @@
-"""Topology D: vrdma guests on two "hosts" (network namespaces, a Linux bridge each) joined by a
-kernel VXLAN tunnel over a veth underlay — RoCEv2 inside VXLAN, as across real hosts."""
+"""Topology two_vrdma_vxlan: vrdma guests on two "hosts" (network namespaces, a Linux bridge
+each) joined by a kernel VXLAN tunnel over a veth underlay — RoCEv2 inside VXLAN, as across real hosts."""
 
 import re
 
@@ -7,7 +7,7 @@ from harness import expect, expect_in, pair, roce_v2_gid_index, scenario
 from . import nvmeof
 
 
-@scenario("D")
+@scenario("two_vrdma_vxlan", ci=True)
 def vxlan_underlay_carries_the_guests(ctx):
     # The guests' frames cross the tunnel: each backend sits in its own host namespace.
     a, b = ctx.a, ctx.b
@@ -17,7 +17,7 @@ def vxlan_underlay_carries_the_guests(ctx):
     expect(re.search(r"3 packets received", out) is not None, "ping across the VXLAN", out)
 
 
-@scenario("D")
+@scenario("two_vrdma_vxlan", ci=True)
 def vxlan_rc_pingpong(ctx):
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     srv = "ibv_rc_pingpong -d vrdma0 -g %d -n 200 -c -s 16384" % g
@@ -25,7 +25,7 @@ def vxlan_rc_pingpong(ctx):
     expect_in("iters in", cout, "ibv_rc_pingpong client")
 
 
-@scenario("D")
+@scenario("two_vrdma_vxlan", ci=True)
 def vxlan_write_bw(ctx):
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 65536 -n 200" % g
@@ -35,7 +35,7 @@ def vxlan_write_bw(ctx):
     ctx.note("ib_write_bw 64 KiB across VXLAN: %s MB/s avg" % row.group(1))
 
 
-@scenario("D", timeout=900)
+@scenario("two_vrdma_vxlan", ci=True, timeout=900)
 def vxlan_nvmeof(ctx):
     target, host = ctx.a, ctx.b
     nvmeof.target_up(target)

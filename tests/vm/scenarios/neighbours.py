@@ -1,6 +1,7 @@
 """Tenants on one daemon keep working beside a hostile neighbour (spec §16.4, §16.5; issue 39).
 
-Topology H (three vrdma guests on one daemon, plus a spare device no QEMU uses):
+Topology three_vrdma_fabric_spare_device (three vrdma guests on one daemon, plus a spare
+device no QEMU uses):
 
 - flood_beside_a_pair: vm2 floods raw full-size frames (unicast at vm0's MAC and broadcast)
   while vm1 runs ib_write_bw to vm0. The pair's run completes with no QP error and the fabric
@@ -27,6 +28,7 @@ import time
 from harness import expect, pair, push_guest_script, roce_v2_gid_index, run_ok, scenario
 from scenarios.perftest import ROW
 from scenarios.tenancy import fabric_counters, port_name
+from vrdmavm import stats
 
 FLOOD_SECONDS = 60  # an upper bound: the flood stops once the loaded run is over
 BW_SECONDS = 5
@@ -54,7 +56,7 @@ def delta(after, before, vm, reason):
     return after.get(key, 0) - before.get(key, 0)
 
 
-@scenario("H", timeout=240)
+@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def flood_beside_a_pair(ctx):
     server, client, flooder = ctx.a, ctx.b, ctx.c
     push_guest_script([flooder], "spray_attack.py")
@@ -104,7 +106,7 @@ def refusals(cluster):
         return [line.strip() for line in f if "vhost-user frontend refused" in line]
 
 
-@scenario("H", timeout=240)
+@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def refused_frontend_beside_traffic(ctx):
     server, client, cluster = ctx.a, ctx.b, ctx.cluster
     program = hostile_frontend(cluster)
@@ -142,7 +144,6 @@ def refused_frontend_beside_traffic(ctx):
                                                         " | ".join(o.strip() for o in outs)))
     ctx.note("daemon: " + " | ".join(logged))
     # The spare device serves nobody, but the daemon still answers on its stats socket.
-    run = subprocess.run([cluster.backend, "stats", "--socket", cluster.fabric_stats],
-                         capture_output=True, text=True, timeout=30)
+    run = stats.scrape(cluster.backend, cluster.fabric_stats)
     expect(run.returncode == 0 and "vrdma_fabric" in run.stdout,
            "the daemon's operator socket answers", run.stdout + run.stderr)

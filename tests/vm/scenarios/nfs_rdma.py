@@ -45,7 +45,7 @@ def server_down(vm):
     ]), timeout=120)
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def nfs_v4_over_rdma(ctx):
     srv, cli = ctx.a, ctx.b
     server_up(srv)

@@ -63,7 +63,7 @@ def moved(before, after):
     return d
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def rping_payload(ctx):
     ip = ctx.a.ip
     sout, cout = pair(ctx.a, ctx.b, "rping -s -a %s -v -V -C 100" % ip,
@@ -73,21 +73,21 @@ def rping_payload(ctx):
     expect_in("rdma-ping-99: ", sout, "rping server output")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def ucmatose_connect(ctx):
     sout, cout = pair(ctx.a, ctx.b, "ucmatose", "ucmatose -s %s" % ctx.a.ip, timeout=240)
     expect_in("test complete", cout, "ucmatose client")
     expect_in("return status 0", cout, "ucmatose client")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def udaddy_datagrams(ctx):
     sout, cout = pair(ctx.a, ctx.b, "udaddy", "udaddy -s %s" % ctx.a.ip, timeout=240)
     expect_in("test complete", cout, "udaddy client")
     expect_in("return status 0", cout, "udaddy client")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_send_bw_rdma_cm(ctx):
     base = "ib_send_bw -d vrdma0 -R -s 4096 -n 200"
     sout, cout = pair(ctx.a, ctx.b, base, base + " " + ctx.a.ip, timeout=300, settle=2.0)
@@ -142,7 +142,7 @@ def mckey_pair(receiver, sender, group="239.1.2.3", count=10):
     return rout, sout
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def mckey_multicast(ctx):
     mckey_pair(ctx.a, ctx.b)
     # And the other way round, on another group.

@@ -1,4 +1,4 @@
-"""Topology B: the same RDMA over TAP devices on a bridge in a network namespace."""
+"""Topology two_vrdma_tap: the same RDMA over TAP devices on a bridge in a network namespace."""
 
 import os
 import re
@@ -11,7 +11,7 @@ import vrdmavm
 from harness import expect, expect_in, pair, roce_v2_gid_index, run_ok, scenario
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_rc_pingpong(ctx):
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     srv = "ibv_rc_pingpong -d vrdma0 -g %d -n 200 -c -s 16384" % g
@@ -19,7 +19,7 @@ def tap_rc_pingpong(ctx):
     expect_in("iters in", cout, "ibv_rc_pingpong client")
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_write_bw(ctx):
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 65536 -n 200" % g
@@ -28,7 +28,7 @@ def tap_write_bw(ctx):
            "ib_write_bw printed a result row", cout)
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_ping_netdev(ctx):
     out = ctx.b.run("busybox ping -c 3 -W 5 %s" % ctx.a.ip, timeout=30)[1]
     expect(re.search(r"3 packets received", out) is not None, "ping over the vrdma netdev", out)
@@ -42,7 +42,7 @@ PAYLOAD_HEURISTICS = ["rpcrdma_infiniband", "smb_direct_infiniband", "smcr_infin
                       "lnet_ib", "nvme_rdma"]
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_capture_decodes_as_roce(ctx):
     """ib_write_bw through a port captured with --pcap: Wireshark reads it as RoCEv2."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
@@ -91,7 +91,7 @@ def _wait_port(vm, want, secs=20):
         time.sleep(0.5)
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_link_down_up(ctx):
     """Spec §2.2/§9: the TAP uplink's link state reaches the guest. `ip link set vrtapN down`
     in the bridge's namespace: ibv_devinfo shows PORT_DOWN, rdma link DOWN, the netdev loses
