@@ -3,6 +3,7 @@
 #   make vm-test     images + release backend, then every VM scenario (tests/vm/run.py)
 #   make demo        images + release backend, then two guests doing RDMA for a person to watch
 #   make vm-test-ci  the scenarios marked @scenario(..., ci=True) (part of `make test`)
+#   make scenarios-catalogue  write docs/scenarios.md from the scenario registry (tests/vm/catalogue.py)
 #   VM_TEST_ARGS     extra arguments for tests/vm/run.py, e.g. VM_TEST_ARGS="-k rping"
 
 VM_TEST_ARGS ?=
@@ -12,7 +13,11 @@ VM_TEST_TARGET := vm-test-run
 # CI runs the scenarios marked ci=True in their @scenario (those that pass reliably).
 TEST_STEPS += vm-test-ci
 
-.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run
+# The committed catalogue docs/scenarios.md must be what the registry generates (no VM, 1 s).
+CHECK_STEPS += scenarios-catalogue-check
+
+.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run scenarios-catalogue \
+	scenarios-catalogue-check
 
 # The daemon, and the test frontend the tenancy scenarios run against it (neighbours.py).
 backend-release:
@@ -30,3 +35,9 @@ vm-test-ci: vm-prereqs
 
 demo-run: vm-prereqs
 	python3 "$(TOP)/tests/demo.py"
+
+scenarios-catalogue:
+	python3 "$(TOP)/tests/vm/catalogue.py" --write
+
+scenarios-catalogue-check:
+	python3 "$(TOP)/tests/vm/catalogue.py" --check

@@ -32,55 +32,67 @@ class Failure(AssertionError):
     """A scenario's assertion failed; the message says what was expected."""
 
 
-# Topologies: how the guests are built and linked, named for what they are (uplinks:
-# images/vrdmavm/networks.py).
+class Topology:
+    """Guests and how they are linked: `doc` says what it is (docs/scenarios.md), `cluster`
+    holds the arguments of vrdmavm.Cluster (uplinks: images/vrdmavm/networks.py)."""
+
+    def __init__(self, doc, **cluster):
+        self.doc, self.cluster = doc, cluster
+
+
+# Topologies, named for what they are.
 TOPOLOGIES = {
-    # one vrdma-backend serves both devices; its in-process fabric links them
-    "two_vrdma_fabric": dict(kind=["vrdma", "vrdma"], uplink="fabric"),
-    # each guest its own backend on a TAP of one bridge in a network namespace, with a capture
-    # of each backend's port (vrdma-backend --pcap) for tshark to read
-    "two_vrdma_tap": dict(kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
-    # a vrdma guest against a Linux rxe guest, point to point over UDP
-    "vrdma_and_rxe_udp": dict(kind=["vrdma", "rxe"], uplink="udp"),
-    # two "hosts" (network namespaces with a bridge each) joined by VXLAN over a veth underlay
-    "two_vrdma_vxlan": dict(kind=["vrdma", "vrdma"], uplink="vxlan"),
-    # a third party on the victims' bridge: an rxe guest that crafts raw RoCEv2 frames; the
-    # victims are devices of one daemon whose fabric has a TAP uplink on that bridge
-    "two_vrdma_fabric_tap_and_rxe": dict(kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap"),
-    # one vrdma guest for the driver race tests: its backend answers the 1st, 3rd, ...
-    # RESIZE_CQ after 3 s and the others at once (TEST ONLY --delay-commands), and keeps at
-    # most 2 ODP chunks of 4 KiB resident
-    "one_vrdma_delayed_commands": dict(
+    "two_vrdma_fabric": Topology(
+        "Two vrdma guests, both devices of one vrdma-backend; its in-process fabric links them.",
+        kind=["vrdma", "vrdma"], uplink="fabric"),
+    "two_vrdma_tap": Topology(
+        "Two vrdma guests, each with its own backend on a TAP of one bridge in a network "
+        "namespace, each backend capturing its port (`--pcap`) for tshark to read.",
+        kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
+    "vrdma_and_rxe_udp": Topology(
+        "A vrdma guest and a Linux rxe guest (the kernel's own RoCEv2), point to point over "
+        "UDP.",
+        kind=["vrdma", "rxe"], uplink="udp"),
+    "two_vrdma_vxlan": Topology(
+        "Two vrdma guests on two \"hosts\" (network namespaces with a bridge each) joined by "
+        "VXLAN over a veth underlay; each guest has its own backend on its host.",
+        kind=["vrdma", "vrdma"], uplink="vxlan"),
+    "two_vrdma_fabric_tap_and_rxe": Topology(
+        "Two vrdma guests on one daemon whose fabric has a TAP uplink on a bridge, and a third "
+        "party on that bridge: an rxe guest that crafts raw RoCEv2 frames.",
+        kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap"),
+    "one_vrdma_delayed_commands": Topology(
+        "One vrdma guest for the driver race tests: its backend answers the 1st, 3rd, ... "
+        "RESIZE_CQ after 3 s and the others at once (TEST ONLY `--delay-commands`), and keeps "
+        "at most 2 ODP chunks of 4 KiB resident.",
         kind=["vrdma"], uplink="udp",
         backend_args=["--delay-commands", "resize_cq=3000:0",
                       "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
-    # two_vrdma_fabric with one copy on the fabric (--payload-refs): RC WRITE payloads by
-    # reference, behind the DMA fence (spec §16.2 rule 6), and two engine workers per device
-    # (--engine-threads 2: each QP on one of them, worker 0 handing received frames on)
-    "two_vrdma_fabric_payload_refs": dict(
+    "two_vrdma_fabric_payload_refs": Topology(
+        "two_vrdma_fabric with one copy on the fabric (`--payload-refs`: RC WRITE payloads by "
+        "reference, behind the DMA fence, spec §16.2 rule 6) and two engine workers per device "
+        "(`--engine-threads 2`: each QP on one of them, worker 0 handing received frames on).",
         kind=["vrdma", "vrdma"], uplink="fabric",
         backend_args=["--payload-refs", "--engine-threads", "2"]),
-    # tenants on one daemon (spec §16.3): three guests with port security (the launcher's ip=),
-    # and a spare device no QEMU uses, for a test frontend (spec §16.5)
-    "three_vrdma_fabric_spare_device": dict(kind=["vrdma", "vrdma", "vrdma"], uplink="fabric",
-                                            spare_devices=1),
-    # two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5
-    "four_vrdma_two_networks": dict(kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
+    "three_vrdma_fabric_spare_device": Topology(
+        "Tenants on one daemon (spec §16.3): three vrdma guests with port security (the "
+        "launcher's `ip=`), and a spare device no QEMU uses, for a test frontend (spec §16.5).",
+        kind=["vrdma", "vrdma", "vrdma"], uplink="fabric", spare_devices=1),
+    "four_vrdma_two_networks": Topology(
+        "Two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5.",
+        kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
 }
 
 
 class Scenario:
-    """A registered scenario: its function, the topology it runs in, its time limit, whether
-    CI (`make test`) runs it, and whether it runs after the others of its topology."""
+    """A registered scenario: its function, the topology it runs in, its declared time limit
+    (the runner does not enforce it; the guest commands have their own timeouts), whether CI
+    (`make test`) runs it, and whether it runs after the others of its topology. Its
+    docstring is its entry in docs/scenarios.md."""
 
     def __init__(self, fn, topology, timeout, ci, last):
         self.name, self.fn, self.topology = fn.__name__, fn, topology
         self.timeout, self.ci, self.last = timeout, ci, last
-
-    @property
-    def doc(self):
-        """The function's docstring as one paragraph ("" without one)."""
-        return " ".join((self.fn.__doc__ or "").split())
 
 
 # name -> Scenario, in definition order
@@ -314,14 +326,13 @@ def run(selected, results, keep=False):
     for name in sorted(selected, key=lambda n: SCENARIOS[n].last):  # stable: keeps the order
         by_topo.setdefault(SCENARIOS[name].topology, []).append(name)
     for topo, names in by_topo.items():
+        setup = TOPOLOGIES[topo].cluster
         print("== topology %s: %s, %s uplink (%d scenarios)" % (
-            topo, "+".join(TOPOLOGIES[topo]["kind"]), TOPOLOGIES[topo]["uplink"], len(names)),
-            flush=True)
+            topo, "+".join(setup["kind"]), setup["uplink"], len(names)), flush=True)
         cluster = None
         try:
             t0 = time.monotonic()
-            cluster = vrdmavm.Cluster(n=len(TOPOLOGIES[topo]["kind"]), keep=keep,
-                                      **TOPOLOGIES[topo])
+            cluster = vrdmavm.Cluster(n=len(setup["kind"]), keep=keep, **setup)
             cluster.start()
             print("   booted in %.1fs (%s)" % (time.monotonic() - t0, cluster.workdir), flush=True)
         except Exception as e:

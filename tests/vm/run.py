@@ -27,8 +27,9 @@ import scenarios  # noqa: E402,F401  (registers the scenarios)
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-k", action="append", default=[], help="only scenarios whose name contains this")
-    p.add_argument("--topology", action="append", default=[], choices=sorted(harness.TOPOLOGIES),
-                   metavar="TOPOLOGY", help="only these topologies (harness.TOPOLOGIES)")
+    p.add_argument("--topology", action="append", default=[],
+                   choices=sorted(harness.TOPOLOGIES), metavar="TOPOLOGY",
+                   help="only these topologies (harness.TOPOLOGIES)")
     p.add_argument("--ci", action="store_true", help="only the scenarios CI runs")
     p.add_argument("--scenarios", help="a file naming the scenarios to run, one per line "
                    "(# starts a comment); an unknown name is an error")

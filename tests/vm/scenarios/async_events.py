@@ -34,12 +34,16 @@ def bad_rkey(ctx, imm):
 
 @scenario("two_vrdma_fabric", ci=True)
 def async_bad_rkey_write(ctx):
+    """An RDMA WRITE with a bad rkey gives the responder's QP the QP_ACCESS_ERR async event
+    (IBTA C9-222.1.1)."""
     both = bad_rkey(ctx, imm=False)
     expect_in("async event: QP_ACCESS_ERR", both, "the responder's async events")
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def async_bad_rkey_write_with_imm(ctx):
+    """A WRITE_WITH_IMM with a bad rkey completes the responder's receive with LOC_ACCESS_ERR
+    and raises no async event (IBTA C9-222.1.1)."""
     both = bad_rkey(ctx, imm=True)
     expect_in("recv completion: LOC_ACCESS_ERR", both, "the responder's receive completion")
     expect_in("async event: none", both, "the responder's async events (none expected)")

@@ -23,6 +23,7 @@ def boot_device_bound(ctx):
 
 @scenario("two_vrdma_fabric", ci=True)
 def device_ibv_devices(ctx):
+    """`ibv_devices` in a guest lists vrdma0 with its node GUID."""
     out = run_ok(ctx.a, "ibv_devices")
     expect(re.search(r"^\s*vrdma0\s+[0-9a-f]{16}\s*$", out, re.M) is not None,
            "ibv_devices lists vrdma0 with its node GUID", out)
@@ -30,6 +31,8 @@ def device_ibv_devices(ctx):
 
 @scenario("two_vrdma_fabric", ci=True)
 def device_ibv_devinfo(ctx):
+    """`ibv_devinfo -v`: port ACTIVE on Ethernet, ODP (general and RC), CQ moderation and SRQ
+    resize caps reach user space."""
     vm = ctx.a
     out = run_ok(vm, "ibv_devinfo -v -d vrdma0")
     expect_in("PORT_ACTIVE", out, "ibv_devinfo -v")
@@ -50,6 +53,7 @@ def device_ibv_devinfo(ctx):
 
 @scenario("two_vrdma_fabric", ci=True)
 def device_rdma_link(ctx):
+    """`rdma link show`: vrdma0/1 is ACTIVE with its netdev."""
     out = run_ok(ctx.a, "rdma link show")
     expect(re.search(r"link vrdma0/1 state ACTIVE .*netdev \w+", out) is not None,
            "rdma link shows vrdma0/1 ACTIVE with its netdev", out)

@@ -5,6 +5,7 @@ from harness import expect, expect_in, push_guest_script, roce_v2_gid_index, run
 
 @scenario("two_vrdma_fabric", ci=True)
 def advise_mr_refuses_another_pds_key(ctx):
+    """`ibv_advise_mr` accepts an MR of the QP's own PD and refuses one of another PD."""
     script = push_guest_script([ctx.a], "advise_cross_pd.py")
     out = run_ok(ctx.a, "python3 %s vrdma0" % script, timeout=120)
     expect_in("own PD: advice accepted", out, "advise_cross_pd.py")

@@ -31,6 +31,8 @@ time.sleep(600)
 
 @scenario("two_vrdma_fabric", ci=True, last=True)
 def module_reload_with_objects_open(ctx):
+    """`rmmod vrdma` / `modprobe vrdma` twice while processes hold verbs objects and device
+    memory: the holders are disassociated and end on a signal, and RDMA works again."""
     a, b = ctx.a, ctx.b
     # A server that holds a PD, MR, CQs, a QP and mmapped rings while it waits for a client.
     holder = a.spawn("ibv_rc_pingpong -d vrdma0 -g 1 -n 5", timeout=120)

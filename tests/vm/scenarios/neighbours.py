@@ -58,6 +58,8 @@ def delta(after, before, vm, reason):
 
 @scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def flood_beside_a_pair(ctx):
+    """A neighbour floods raw frames while a pair runs ib_write_bw: the pair completes without a
+    QP error and the fabric drops none of its frames (spec §16.4)."""
     server, client, flooder = ctx.a, ctx.b, ctx.c
     push_guest_script([flooder], "spray_attack.py")
     flood = push_guest_script([flooder], "flood_frames.py")
@@ -108,6 +110,8 @@ def refusals(cluster):
 
 @scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def refused_frontend_beside_traffic(ctx):
+    """A frontend that is not QEMU offers bad memory regions on the spare device's socket: the
+    daemon refuses and ends it, stays up, and a pair's traffic completes (spec §16.5)."""
     server, client, cluster = ctx.a, ctx.b, ctx.cluster
     program = hostile_frontend(cluster)
     spare = cluster.spare_sockets[0]

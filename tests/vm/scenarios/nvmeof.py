@@ -183,8 +183,9 @@ def nvmeof_round_trip(ctx, target, host, use_srq=False):
 
 @scenario("two_vrdma_fabric", ci=True, timeout=900)
 def nvmeof_vrdma_target_vrdma_host(ctx):
-    """With the target on SRQs (nvmet-rdma use_srq=1): the kernel's ib_post_srq_recv and
-    SRQ-attached QPs under a ULP; the other round trips keep the per-QP receive queues."""
+    """The NVMe-oF/RDMA round trip (discover, connect, fio with verify, disconnect) between two
+    vrdma guests, with the target on SRQs (nvmet-rdma use_srq=1): the kernel's ib_post_srq_recv
+    and SRQ-attached QPs under a ULP; the other round trips keep the per-QP receive queues."""
     nvmeof_round_trip(ctx, ctx.a, ctx.b, use_srq=True)
 
 
@@ -203,16 +204,21 @@ def nvmeof_with_payload_refs(ctx):
 
 @scenario("vrdma_and_rxe_udp", ci=True, timeout=900)
 def nvmeof_interop_vrdma_host_rxe_target(ctx):
+    """The NVMe-oF/RDMA round trip (discover, connect, fio with verify, disconnect) with an rxe
+    target and a vrdma host."""
     nvmeof_round_trip(ctx, ctx.b, ctx.a)
 
 
 @scenario("vrdma_and_rxe_udp", ci=True, timeout=900)
 def nvmeof_interop_rxe_host_vrdma_target(ctx):
+    """The NVMe-oF/RDMA round trip with a vrdma target and an rxe host."""
     nvmeof_round_trip(ctx, ctx.a, ctx.b)
 
 
 @scenario("two_vrdma_fabric", ci=True, timeout=900)
 def nvmeof_target_port_removed_during_io(ctx):
+    """The nvmet port is removed and re-added under a verified fio write job: the host
+    reconnects by itself and fio verifies every block."""
     target, host = ctx.a, ctx.b
     target_up(target)
     try:

@@ -20,6 +20,7 @@ def perf(ctx, tool, extra="", size=65536, iters=200):
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_write_bw(ctx):
+    """`ib_write_bw`, 64 KiB messages, prints a result row (figure noted, not asserted)."""
     perf(ctx, "ib_write_bw")
 
 
@@ -40,34 +41,41 @@ def perftest_write_bw_qps_two_engine_workers(ctx):
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_read_bw(ctx):
+    """`ib_read_bw`, 64 KiB messages, prints a result row."""
     perf(ctx, "ib_read_bw")
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_send_bw(ctx):
+    """`ib_send_bw`, 64 KiB messages, prints a result row."""
     perf(ctx, "ib_send_bw")
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_atomic_bw(ctx):
+    """`ib_atomic_bw` (8-byte atomics) prints a result row."""
     perf(ctx, "ib_atomic_bw", size=8)
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_write_lat(ctx):
+    """`ib_write_lat`, 64 B, 500 iterations, prints a result row."""
     perf(ctx, "ib_write_lat", size=64, iters=500)
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_send_lat(ctx):
+    """`ib_send_lat`, 64 B, 500 iterations, prints a result row."""
     perf(ctx, "ib_send_lat", size=64, iters=500)
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_send_bw_ud(ctx):
+    """`ib_send_bw -c UD`, 512 B datagrams, prints a result row."""
     perf(ctx, "ib_send_bw", "-c UD", size=512)
 
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_write_bw_odp(ctx):
+    """`ib_write_bw --odp`: RDMA WRITE into on-demand-paging MRs."""
     perf(ctx, "ib_write_bw", "--odp")

@@ -106,6 +106,8 @@ def run_wanted(ctx, vm, gid, wanted_by_module, title):
 
 @scenario("two_vrdma_fabric", ci=True, timeout=3600)
 def pyverbs_required_modules(ctx):
+    """rdma-core's pyverbs suite, the modules vrdma must pass (REQUIRED above): no failure,
+    and none of the tests of features vrdma offers (MUST_RUN) skips."""
     vm = ctx.a
     gid = prepare(vm, huge_pages=True)
     total = {"ok": 0, "fail": 0, "skip": 0}

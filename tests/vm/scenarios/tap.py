@@ -13,6 +13,7 @@ from harness import expect, expect_in, pair, roce_v2_gid_index, run_ok, scenario
 
 @scenario("two_vrdma_tap", ci=True)
 def tap_rc_pingpong(ctx):
+    """`ibv_rc_pingpong -c`, 16 KiB messages, over the backends' TAP uplinks on the bridge."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     srv = "ibv_rc_pingpong -d vrdma0 -g %d -n 200 -c -s 16384" % g
     sout, cout = pair(ctx.a, ctx.b, srv, srv + " " + ctx.a.ip, timeout=240)
@@ -21,6 +22,7 @@ def tap_rc_pingpong(ctx):
 
 @scenario("two_vrdma_tap", ci=True)
 def tap_write_bw(ctx):
+    """`ib_write_bw` 64 KiB over the TAP uplinks prints a result row."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 65536 -n 200" % g
     sout, cout = pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300, settle=2.0)
@@ -30,6 +32,7 @@ def tap_write_bw(ctx):
 
 @scenario("two_vrdma_tap", ci=True)
 def tap_ping_netdev(ctx):
+    """Plain IP (`ping`) between the guests over the vrdma netdev and the TAP uplinks."""
     out = ctx.b.run("busybox ping -c 3 -W 5 %s" % ctx.a.ip, timeout=30)[1]
     expect(re.search(r"3 packets received", out) is not None, "ping over the vrdma netdev", out)
 

@@ -35,6 +35,8 @@ def port_name(vm):
 
 @scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def claiming_a_neighbours_ip_gets_nothing(ctx):
+    """A guest that claims a neighbour's IPv4 address (gratuitous ARP, an rdma_cm server on it)
+    gets no connection and no traffic; the fabric counts the refused ARPs (spec §16.3)."""
     victim, client, attacker = ctx.a, ctx.b, ctx.c
     claim = push_guest_script([attacker], "claim_ip.py")
     before, _ = fabric_counters(victim)
@@ -90,6 +92,8 @@ def unreachable(vm, ip):
 
 @scenario("four_vrdma_two_networks", ci=True, timeout=300)
 def tenant_networks_do_not_see_each_other(ctx):
+    """Two tenant networks on one daemon: no ping, ARP or rping crosses them, each guest reaches
+    its own network's peer (spec §16.3)."""
     a, b, c, d = ctx.a, ctx.b, ctx.c, ctx.d
     for vm in (a, b, c, d):
         run_ok(vm, "ip neigh flush dev eth0")

@@ -66,6 +66,9 @@ def frame_counters(vm):
 
 @scenario("two_vrdma_fabric_tap_and_rxe", ci=True, timeout=600)
 def third_guest_cannot_write_into_a_connected_qp(ctx):
+    """A third guest sprays RDMA WRITEs with guessed keys and PSNs at a connected QP, from its
+    own address and with the peer's IP spoofed: the victim's MR is intact, every foreign frame
+    is dropped as bad_address, the peer's WRITE still lands."""
     victim, peer, attacker = ctx.a, ctx.b, ctx.c
     script = push_guest_script([victim, peer], "spray_target.py")
     attack = push_guest_script([attacker], "spray_attack.py")

@@ -14,6 +14,7 @@ def pingpong(ctx, tool, extra, timeout=240):
 
 @scenario("two_vrdma_fabric", ci=True)
 def rc_pingpong_sizes_checked(ctx):
+    """`ibv_rc_pingpong -c` (data checked) at 1 B, 4 KiB, 64 KiB and 1 MiB messages."""
     for size, iters in ((1, 200), (4096, 200), (65536, 50), (1048576, 10)):
         pingpong(ctx, "ibv_rc_pingpong", "-s %d -n %d -c" % (size, iters))
 
@@ -36,7 +37,7 @@ def _pingpong_scenario(name, tool, extra):
     def run(ctx):
         pingpong(ctx, tool, extra)
     run.__name__ = name
-    run.__doc__ = "%s %s between the two guests." % (tool, extra)
+    run.__doc__ = "`%s %s` between the two guests." % (tool, extra)
     return scenario("two_vrdma_fabric", ci=True)(run)
 
 
