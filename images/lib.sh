@@ -11,7 +11,7 @@ IMAGES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_DIR=$(cd "$IMAGES_DIR/.." && pwd -P)
 # What is built from a checkout's own sources (overlay, vrdma.ko, provider)
 # lives in a directory per checkout, so worktrees and CI clones never
-# overwrite each other's; vrdmavm.py computes the same name.
+# overwrite each other's; vrdmavm/paths.py computes the same name.
 CHECKOUT_DIR="$VRDMA_CACHE/checkout-$(printf %s "$REPO_DIR" | sha256sum | cut -c1-8)"
 
 # Versions pinned by the project. Change them here only.

@@ -20,7 +20,7 @@ IMAGES_DIR := $(TOP)/images
 VRDMA_QEMU := $(VRDMA_CACHE)/qemu-system-x86_64
 VRDMA_KERNEL := $(VRDMA_CACHE)/vmlinuz
 VRDMA_INITRD := $(VRDMA_CACHE)/guest-initrd.cpio
-VRDMAVM := python3 $(IMAGES_DIR)/vrdmavm.py
+VRDMAVM := python3 $(IMAGES_DIR)/vrdmavm
 
 IMAGES_TARGET := images-all
 

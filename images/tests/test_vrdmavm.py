@@ -13,6 +13,9 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import vrdmavm  # noqa: E402
+import vrdmavm.agent  # noqa: E402
+import vrdmavm.cli  # noqa: E402
+import vrdmavm.stats  # noqa: E402
 
 
 def opt(cmd, flag):
@@ -34,7 +37,7 @@ class CommandLines(unittest.TestCase):
 
     def test_vrdma_pair_udp(self):
         c = self.cluster(n=2, kind="vrdma", uplink="udp")
-        c._setup_net()
+        c.network.setup(c.vms)
         a, b = c.vms
         self.assertEqual((a.local_port, a.remote_port), (b.remote_port, b.local_port))
         self.assertNotEqual(a.mac, b.mac)
@@ -55,7 +58,7 @@ class CommandLines(unittest.TestCase):
 
     def test_mixed_udp_rxe_uses_dgram(self):
         c = self.cluster(n=2, kind=["vrdma", "rxe"], uplink="udp")
-        c._setup_net()
+        c.network.setup(c.vms)
         q = c[1].qemu_cmd()
         net = opt(q, "-netdev")[0]
         self.assertTrue(net.startswith("dgram,"))
@@ -66,13 +69,13 @@ class CommandLines(unittest.TestCase):
     def test_fabric_is_the_default_one_daemon_for_every_vrdma_guest(self):
         c = self.cluster(n=3, kind=["vrdma", "vrdma", "rxe"], pcap=1000)
         self.assertEqual(c.uplink, "fabric")
-        c._setup_net()
+        c.network.setup(c.vms)
         bc = c.fabric_backend_cmd()
         self.assertEqual(bc[0], "/b")
         self.assertEqual(opt(bc, "--device"), [
             "socket=%s,mac=%s,ip=%s" % (vm.vu_sock, vm.mac, vm.ip) for vm in c.vms[:2]])
         self.assertNotIn("--socket-path", bc)
-        d, g = c.fabric_udp
+        d, g = c.network.daemon_udp
         self.assertEqual(opt(bc, "--uplink"), [
             "udp:local=127.0.0.1:%d,remote=127.0.0.1:%d" % (d, g)])
         net = opt(c[2].qemu_cmd(), "-netdev")[0]
@@ -95,7 +98,7 @@ class CommandLines(unittest.TestCase):
 
     def test_fabric_tap_commands(self):
         c = self.cluster(n=3, kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap")
-        c.netns = "vrdma-test"  # as _setup_net would
+        c.network.netns = "vrdma-test"  # as network.setup would
         bc = c.fabric_backend_cmd()
         self.assertEqual(bc[:4], ["ip", "netns", "exec", "vrdma-test"])
         self.assertEqual(opt(bc, "--uplink"), ["tap:" + vrdmavm.FABRIC_TAP])
@@ -105,7 +108,7 @@ class CommandLines(unittest.TestCase):
 
     def test_fabric_networks(self):
         c = self.cluster(n=3, kind="vrdma", nets=[0, 0, 7])
-        c._setup_net()
+        c.network.setup(c.vms)
         self.assertEqual(opt(c.fabric_backend_cmd(), "--device"), [
             "socket=%s,mac=%s,ip=%s,net=%d" % (vm.vu_sock, vm.mac, vm.ip, n)
             for vm, n in zip(c.vms, [0, 0, 7])])
@@ -120,7 +123,7 @@ class CommandLines(unittest.TestCase):
 
     def test_tap_commands(self):
         c = self.cluster(n=3, kind=["vrdma", "rxe", "vrdma"], uplink="tap")
-        c.netns = "vrdma-test"  # as _setup_net would
+        c.network.netns = "vrdma-test"  # as network.setup would
         self.assertEqual(c[0].backend_cmd()[:4], ["ip", "netns", "exec", "vrdma-test"])
         self.assertEqual(opt(c[0].backend_cmd(), "--uplink"), ["tap:vrtap0"])
         self.assertEqual(c[0].qemu_cmd()[0], "/q")
@@ -130,7 +133,7 @@ class CommandLines(unittest.TestCase):
 
     def test_vxlan_commands(self):
         c = self.cluster(n=2, kind=["vrdma", "rxe"], uplink="vxlan")
-        c.host_netns = ["h-a", "h-b"]  # as _setup_net would
+        c.network.host_netns = ["h-a", "h-b"]  # as network.setup would
         self.assertEqual(c[0].backend_cmd()[:4], ["ip", "netns", "exec", "h-a"])
         self.assertEqual(opt(c[0].backend_cmd(), "--uplink"), ["tap:vrtap0"])
         q1 = c[1].qemu_cmd()
@@ -149,11 +152,47 @@ class CommandLines(unittest.TestCase):
             c.start()
 
     def test_parse_job(self):
-        p = vrdmavm._parse_job
+        p = vrdmavm.cli.parse_job
         self.assertEqual(p("1:ls"), (1, False, "ls"))
         self.assertEqual(p("0&:srv"), (0, True, "srv"))
         self.assertEqual(p("&:srv"), (0, True, "srv"))
         self.assertEqual(p("echo a:b"), (0, False, "echo a:b"))
+
+
+class StatsText(unittest.TestCase):
+    """The stats reader on a device's and a fabric's exposition text."""
+
+    DEVICE = """# HELP vrdma_port_rx_engine_frames_total Frames.
+# TYPE vrdma_port_rx_engine_frames_total counter
+vrdma_port_rx_engine_frames_total{device="vm0"} 12
+vrdma_port_tx_frames_total{device="vm0"} 7
+vrdma_port_drops_total{device="vm0",reason="bad_address"} 3
+vrdma_port_drops_total{device="vm0",reason="malformed"} 0
+vrdma_port_queue_depth{device="vm0",queue="rx"} 2
+vrdma_build_info 1
+"""
+    FABRIC = """vrdma_fabric_drops_total{port="vu-0",kind="device",reason="spoofed"} 4
+vrdma_fabric_drops_total{port="vrtapf",kind="uplink",reason="foreign_source"} 1
+vrdma_fabric_frames_total{port="vu-0",kind="device"} 9
+"""
+
+    def test_device_counters(self):
+        s = vrdmavm.stats.Stats(self.DEVICE)
+        self.assertEqual(s.port_counters(), {"vrdma_port_rx_engine_frames_total": 12,
+                                             "vrdma_port_tx_frames_total": 7})
+        self.assertEqual(s.port_drops(), {"drops_bad_address": 3, "drops_malformed": 0})
+        self.assertEqual(s.frame_counters(), {
+            'vrdma_port_rx_engine_frames_total{device="vm0"}': 12,
+            'vrdma_port_tx_frames_total{device="vm0"}': 7,
+            'vrdma_port_queue_depth{device="vm0",queue="rx"}': 2})
+
+    def test_fabric_counters(self):
+        s = vrdmavm.stats.Stats(self.FABRIC)
+        self.assertEqual(s.fabric_drops(), {("vu-0", "spoofed"): 4,
+                                            ("vrtapf", "foreign_source"): 1})
+        self.assertEqual(s.fabric_drops_total(), 5)
+        self.assertEqual(s.frame_counters(),
+                         {'vrdma_fabric_frames_total{port="vu-0",kind="device"}': 9})
 
 
 class AgentProtocol(unittest.TestCase):
@@ -168,7 +207,7 @@ class AgentProtocol(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="vrdmavm-test-")
         c = vrdmavm.Cluster(n=1, kind="none", workdir=self.tmp, kvm=False)
         self.vm = c[0]
-        conn = vrdmavm._AgentConn("socketpair", "vm0")
+        conn = vrdmavm.agent.AgentConnection("socketpair", "vm0")
         conn.sock = host
         conn.reader = threading.Thread(target=conn._read, daemon=True)
         conn.reader.start()

@@ -20,7 +20,7 @@ got memfd memory with share=on from libvirt. Then the domain is destroyed and ev
 stopped. Logs go to --results (default results/libvirt-boot/).
 
 Usage: tests/libvirt/boot_guest.py [--timeout S] [--keep] [--results DIR]
-Paths: VRDMA_QEMU, VRDMA_KERNEL, VRDMA_INITRD, VRDMA_BACKEND as for images/vrdmavm.py.
+Paths: VRDMA_QEMU, VRDMA_KERNEL, VRDMA_INITRD, VRDMA_BACKEND as for the images/vrdmavm launcher.
 """
 
 import argparse

@@ -1,7 +1,8 @@
 """The vrdma VM test harness: scenarios, topologies, health checks, results.
 
-A scenario is a function decorated with @scenario(topology). The runner boots
-each topology once (two or three guests), runs its scenarios one after the other, and
+A scenario is a function decorated with @scenario(topology, ci=...); its docstring is its
+entry in docs/scenarios.md (tests/vm/catalogue.py). The runner boots
+each topology once (one to four guests), runs its scenarios one after the other, and
 after every scenario checks the guests' health (dmesg free of WARN/BUG/Oops/
 hung tasks, backends alive). A failing scenario keeps its evidence (guest
 serial logs, dmesg, backend logs, the scenario's own output) under the
@@ -20,45 +21,83 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "images"))
 
 import vrdmavm  # noqa: E402  (the launcher from images/)
+import vrdmavm.stats  # noqa: E402
+
+# The device counters scenarios read, from the one stats reader (images/vrdmavm/stats.py).
+port_counters = vrdmavm.stats.port_counters
+port_drops = vrdmavm.stats.port_drops
 
 
 class Failure(AssertionError):
     """A scenario's assertion failed; the message says what was expected."""
 
 
-# name -> (topology, function); kept in definition order
-SCENARIOS = {}
-RUN_LAST = set()  # scenario names that run after the others of their topology
+class Topology:
+    """Guests and how they are linked: `doc` says what it is (docs/scenarios.md), `cluster`
+    holds the arguments of vrdmavm.Cluster (uplinks: images/vrdmavm/networks.py)."""
 
-# Topologies: how the guests are built and linked (see tests/README.md).
+    def __init__(self, doc, **cluster):
+        self.doc, self.cluster = doc, cluster
+
+
+# Topologies, named for what they are.
 TOPOLOGIES = {
-    # one vrdma-backend serves both devices; its in-process fabric links them
-    "A": dict(kind=["vrdma", "vrdma"], uplink="fabric"),
-    # with a capture of each backend's port (vrdma-backend --pcap) for tshark to read
-    "B": dict(kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
-    "C": dict(kind=["vrdma", "rxe"], uplink="udp"),
-    # two "hosts" (network namespaces with a bridge each) joined by VXLAN over a veth underlay
-    "D": dict(kind=["vrdma", "vrdma"], uplink="vxlan"),
-    # a third party on the victims' bridge: an rxe guest that crafts raw RoCEv2 frames; the
-    # victims are devices of one daemon whose fabric has a TAP uplink on that bridge
-    "E": dict(kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap"),
-    # one vrdma guest for the driver race tests: its backend answers the 1st, 3rd, ...
-    # RESIZE_CQ after 3 s and the others at once (TEST ONLY --delay-commands), and keeps at
-    # most 2 ODP chunks of 4 KiB resident
-    "F": dict(kind=["vrdma"], uplink="udp",
-              backend_args=["--delay-commands", "resize_cq=3000:0",
-                            "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
-    # A with one copy on the fabric (--payload-refs): RC WRITE payloads by reference, behind
-    # the DMA fence (spec §16.2 rule 6), and two engine workers per device (--engine-threads 2:
-    # each QP on one of them, worker 0 handing received frames on)
-    "G": dict(kind=["vrdma", "vrdma"], uplink="fabric",
-              backend_args=["--payload-refs", "--engine-threads", "2"]),
-    # tenants on one daemon (spec §16.3): three guests with port security (the launcher's ip=),
-    # and a spare device no QEMU uses, for a test frontend (spec §16.5)
-    "H": dict(kind=["vrdma", "vrdma", "vrdma"], uplink="fabric", spare_devices=1),
-    # two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5
-    "I": dict(kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
+    "two_vrdma_fabric": Topology(
+        "Two vrdma guests, both devices of one vrdma-backend; its in-process fabric links them.",
+        kind=["vrdma", "vrdma"], uplink="fabric"),
+    "two_vrdma_tap": Topology(
+        "Two vrdma guests, each with its own backend on a TAP of one bridge in a network "
+        "namespace, each backend capturing its port (`--pcap`) for tshark to read.",
+        kind=["vrdma", "vrdma"], uplink="tap", pcap=64 << 20),
+    "vrdma_and_rxe_udp": Topology(
+        "A vrdma guest and a Linux rxe guest (the kernel's own RoCEv2), point to point over "
+        "UDP.",
+        kind=["vrdma", "rxe"], uplink="udp"),
+    "two_vrdma_vxlan": Topology(
+        "Two vrdma guests on two \"hosts\" (network namespaces with a bridge each) joined by "
+        "VXLAN over a veth underlay; each guest has its own backend on its host.",
+        kind=["vrdma", "vrdma"], uplink="vxlan"),
+    "two_vrdma_fabric_tap_and_rxe": Topology(
+        "Two vrdma guests on one daemon whose fabric has a TAP uplink on a bridge, and a third "
+        "party on that bridge: an rxe guest that crafts raw RoCEv2 frames.",
+        kind=["vrdma", "vrdma", "rxe"], uplink="fabric+tap"),
+    "one_vrdma_delayed_commands": Topology(
+        "One vrdma guest for the driver race tests: its backend answers the 1st, 3rd, ... "
+        "RESIZE_CQ after 3 s and the others at once (TEST ONLY `--delay-commands`), and keeps "
+        "at most 2 ODP chunks of 4 KiB resident.",
+        kind=["vrdma"], uplink="udp",
+        backend_args=["--delay-commands", "resize_cq=3000:0",
+                      "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
+    "two_vrdma_fabric_payload_refs": Topology(
+        "two_vrdma_fabric with one copy on the fabric (`--payload-refs`: RC WRITE payloads by "
+        "reference, behind the DMA fence, spec §16.2 rule 6) and two engine workers per device "
+        "(`--engine-threads 2`: each QP on one of them, worker 0 handing received frames on).",
+        kind=["vrdma", "vrdma"], uplink="fabric",
+        backend_args=["--payload-refs", "--engine-threads", "2"]),
+    "three_vrdma_fabric_spare_device": Topology(
+        "Tenants on one daemon (spec §16.3): three vrdma guests with port security (the "
+        "launcher's `ip=`), and a spare device no QEMU uses, for a test frontend (spec §16.5).",
+        kind=["vrdma", "vrdma", "vrdma"], uplink="fabric", spare_devices=1),
+    "four_vrdma_two_networks": Topology(
+        "Two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5.",
+        kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
 }
+
+
+class Scenario:
+    """A registered scenario: its function, the topology it runs in, its declared time limit
+    (the runner does not enforce it; the guest commands have their own timeouts), whether CI
+    (`make test`) runs it, and whether it runs after the others of its topology. Its
+    docstring is its entry in docs/scenarios.md."""
+
+    def __init__(self, fn, topology, timeout, ci, last):
+        self.name, self.fn, self.topology = fn.__name__, fn, topology
+        self.timeout, self.ci, self.last = timeout, ci, last
+
+
+# name -> Scenario, in definition order
+SCENARIOS = {}
+
 
 # Kernel messages that mean the guest is unhealthy.
 BAD_DMESG = re.compile(
@@ -67,16 +106,17 @@ BAD_DMESG = re.compile(
     r"list_del corruption|refcount_t:")
 
 
-def scenario(topology, timeout=300, last=False):
-    """Register a scenario of `topology`. `last`: it leaves the guests changed (a reloaded
-    driver, a dead backend), so it runs after the others of its topology."""
+def scenario(topology, timeout=300, ci=False, last=False):
+    """Register a scenario of `topology` (a TOPOLOGIES name). `ci`: `make test` runs it (a
+    scenario that passes reliably). `last`: it leaves the guests changed (a reloaded driver,
+    a dead backend), so it runs after the others of its topology."""
+    if topology not in TOPOLOGIES:
+        raise ValueError("unknown topology %r" % topology)
+
     def deco(fn):
-        name = fn.__name__
-        if name in SCENARIOS:
-            raise ValueError("duplicate scenario " + name)
-        SCENARIOS[name] = (topology, fn, timeout)
-        if last:
-            RUN_LAST.add(name)
+        if fn.__name__ in SCENARIOS:
+            raise ValueError("duplicate scenario " + fn.__name__)
+        SCENARIOS[fn.__name__] = Scenario(fn, topology, timeout, ci, last)
         return fn
     return deco
 
@@ -142,25 +182,6 @@ def push_guest_script(vms, name):
         for vm in vms:
             vm.write_file("/tmp/" + f, text, mode=0o755)
     return "/tmp/" + name
-
-
-def port_counters(vm):
-    """The `vrdma_port_*` counters of vm's device that have one sample (no per-reason
-    labels), from its backend's stats socket."""
-    import subprocess
-    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
-                         capture_output=True, text=True, timeout=30).stdout
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r'^(vrdma_port_\w+)\{device="[^"]*"\} (\d+)$', out, re.M)}
-
-
-def port_drops(vm):
-    """The `vrdma_port_drops_total` samples of vm's device, as "drops_<reason>" -> count."""
-    import subprocess
-    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
-                         capture_output=True, text=True, timeout=30).stdout
-    return {"drops_" + m.group(1): int(m.group(2)) for m in re.finditer(
-        r'^vrdma_port_drops_total\{device="[^"]*",reason="([^"]*)"\} (\d+)$', out, re.M)}
 
 
 def roce_v2_gid_index(vm, dev):
@@ -302,17 +323,16 @@ def run(selected, results, keep=False):
     """Run the selected scenario names; returns (passed, failed) lists."""
     passed, failed = [], []
     by_topo = {}
-    for name in sorted(selected, key=lambda n: n in RUN_LAST):  # stable: keeps the order
-        by_topo.setdefault(SCENARIOS[name][0], []).append(name)
+    for name in sorted(selected, key=lambda n: SCENARIOS[n].last):  # stable: keeps the order
+        by_topo.setdefault(SCENARIOS[name].topology, []).append(name)
     for topo, names in by_topo.items():
+        setup = TOPOLOGIES[topo].cluster
         print("== topology %s: %s, %s uplink (%d scenarios)" % (
-            topo, "+".join(TOPOLOGIES[topo]["kind"]), TOPOLOGIES[topo]["uplink"], len(names)),
-            flush=True)
+            topo, "+".join(setup["kind"]), setup["uplink"], len(names)), flush=True)
         cluster = None
         try:
             t0 = time.monotonic()
-            cluster = vrdmavm.Cluster(n=len(TOPOLOGIES[topo]["kind"]), keep=keep,
-                                      **TOPOLOGIES[topo])
+            cluster = vrdmavm.Cluster(n=len(setup["kind"]), keep=keep, **setup)
             cluster.start()
             print("   booted in %.1fs (%s)" % (time.monotonic() - t0, cluster.workdir), flush=True)
         except Exception as e:
@@ -328,7 +348,7 @@ def run(selected, results, keep=False):
             continue
         broken = None
         for name in names:
-            _, fn, timeout = SCENARIOS[name]
+            fn = SCENARIOS[name].fn
             if broken:
                 failed.append(name)
                 print("FAIL %s: not run, the topology broke earlier (%s)" % (name, broken),

@@ -2,9 +2,10 @@
 """Run the vrdma VM test suite.
 
     tests/vm/run.py                 every scenario
+    tests/vm/run.py --ci            the scenarios CI runs (@scenario(..., ci=True); make test)
     tests/vm/run.py -k rping        scenarios whose name contains "rping"
-    tests/vm/run.py --list          list the scenarios
-    tests/vm/run.py --topology A    only topology A (two vrdma guests on one daemon's fabric)
+    tests/vm/run.py --list          list the scenarios (topology, name, "ci" if CI runs it)
+    tests/vm/run.py --topology two_vrdma_fabric   only that topology (tests/vm/harness.py)
 
 Needs the images (`make images`) and a release build of vrdma-backend. Evidence
 of each failing scenario is kept under --results (default tests/results/<time>).
@@ -26,15 +27,19 @@ import scenarios  # noqa: E402,F401  (registers the scenarios)
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-k", action="append", default=[], help="only scenarios whose name contains this")
-    p.add_argument("--topology", action="append", default=[], help="only these topologies (A, B, C)")
+    p.add_argument("--topology", action="append", default=[],
+                   choices=sorted(harness.TOPOLOGIES), metavar="TOPOLOGY",
+                   help="only these topologies (harness.TOPOLOGIES)")
+    p.add_argument("--ci", action="store_true", help="only the scenarios CI runs")
     p.add_argument("--scenarios", help="a file naming the scenarios to run, one per line "
                    "(# starts a comment); an unknown name is an error")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--results", default=None, help="where failing scenarios keep their evidence")
     p.add_argument("--keep", action="store_true", help="keep every run directory")
     a = p.parse_args()
-    names = [n for n, (topo, _, _) in harness.SCENARIOS.items()
-             if (not a.k or any(k in n for k in a.k)) and (not a.topology or topo in a.topology)]
+    names = [n for n, s in harness.SCENARIOS.items()
+             if (not a.k or any(k in n for k in a.k))
+             and (not a.topology or s.topology in a.topology) and (s.ci or not a.ci)]
     if a.scenarios:
         with open(a.scenarios) as f:
             wanted = [line.split("#")[0].strip() for line in f]
@@ -47,7 +52,8 @@ def main():
         names = [n for n in names if n in wanted]
     if a.list:
         for n in names:
-            print("%s  %s" % (harness.SCENARIOS[n][0], n))
+            s = harness.SCENARIOS[n]
+            print("%s  %s%s" % (s.topology, n, "  ci" if s.ci else ""))
         return 0
     if not names:
         print("no scenario matches")

@@ -4,7 +4,7 @@ provider, plus system-call counts of the data path.
 
     python3 guest-driver/provider/tests/vm_provider.py [-k NAME]... [--quick]
 
-Uses images/vrdmavm.py (VRDMA_CACHE, VRDMA_BACKEND, ... as documented there).
+Uses the images/vrdmavm package (VRDMA_CACHE, VRDMA_BACKEND, ... as documented there).
 Each scenario runs a server in guest 0 and a client in guest 1 and passes
 when both exit 0 (and, where stated, their output has the expected lines).
 The syscall figure comes from `strace -c -f` of the client at two iteration

@@ -32,14 +32,18 @@ def bad_rkey(ctx, imm):
     return both
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def async_bad_rkey_write(ctx):
+    """An RDMA WRITE with a bad rkey gives the responder's QP the QP_ACCESS_ERR async event
+    (IBTA C9-222.1.1)."""
     both = bad_rkey(ctx, imm=False)
     expect_in("async event: QP_ACCESS_ERR", both, "the responder's async events")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def async_bad_rkey_write_with_imm(ctx):
+    """A WRITE_WITH_IMM with a bad rkey completes the responder's receive with LOC_ACCESS_ERR
+    and raises no async event (IBTA C9-222.1.1)."""
     both = bad_rkey(ctx, imm=True)
     expect_in("recv completion: LOC_ACCESS_ERR", both, "the responder's receive completion")
     expect_in("async event: none", both, "the responder's async events (none expected)")
@@ -63,7 +67,7 @@ def build_guest_c(name):
         return f.read()
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def cq_moderation_modify_cq(ctx):
     """ibv_modify_cq (spec §5.5): with count 4 three CQEs do not signal and the fourth does;
     with count 1000 and period 60 ms one CQE signals when the period ends, not before."""
@@ -79,7 +83,7 @@ def cq_moderation_modify_cq(ctx):
     expect(rc == 0, "cq_moderation exited with %s" % rc, out)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def thread_domain_traffic(ctx):
     """A self-connected RC QP and an extended CQ on a parent domain with a thread domain
     (libvrdma takes no SQ/RQ/CQ lock for them) carry SENDs and RDMA WRITEs; the PD and the TD

@@ -6,7 +6,7 @@ import time
 from harness import expect, expect_in, roce_v2_gid_index, run_ok, scenario
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def boot_device_bound(ctx):
     """Virtio device 42 is bound to vrdma and the backend negotiated with QEMU."""
     for vm in (ctx.a, ctx.b):
@@ -21,15 +21,18 @@ def boot_device_bound(ctx):
                "%s: backend log shows no memory table" % vm.name, log[-3000:])
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def device_ibv_devices(ctx):
+    """`ibv_devices` in a guest lists vrdma0 with its node GUID."""
     out = run_ok(ctx.a, "ibv_devices")
     expect(re.search(r"^\s*vrdma0\s+[0-9a-f]{16}\s*$", out, re.M) is not None,
            "ibv_devices lists vrdma0 with its node GUID", out)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def device_ibv_devinfo(ctx):
+    """`ibv_devinfo -v`: port ACTIVE on Ethernet, ODP (general and RC), CQ moderation and SRQ
+    resize caps reach user space."""
     vm = ctx.a
     out = run_ok(vm, "ibv_devinfo -v -d vrdma0")
     expect_in("PORT_ACTIVE", out, "ibv_devinfo -v")
@@ -48,8 +51,9 @@ def device_ibv_devinfo(ctx):
            is not None, "ibv_devinfo shows the IPv4-mapped RoCE v2 GID", out)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def device_rdma_link(ctx):
+    """`rdma link show`: vrdma0/1 is ACTIVE with its netdev."""
     out = run_ok(ctx.a, "rdma link show")
     expect(re.search(r"link vrdma0/1 state ACTIVE .*netdev \w+", out) is not None,
            "rdma link shows vrdma0/1 ACTIVE with its netdev", out)
@@ -61,7 +65,7 @@ def _port_stats(vm):
     return dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", out)), out
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def device_rdma_statistic(ctx):
     """Hardware counters (spec §11.9): the port's hw_counters in sysfs and `rdma statistic`
     grow with ibv_rc_pingpong traffic; with auto binding by QP type the running pingpong's QP

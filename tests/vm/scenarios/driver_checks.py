@@ -3,16 +3,17 @@
 from harness import expect, expect_in, push_guest_script, roce_v2_gid_index, run_ok, scenario
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def advise_mr_refuses_another_pds_key(ctx):
+    """`ibv_advise_mr` accepts an MR of the QP's own PD and refuses one of another PD."""
     script = push_guest_script([ctx.a], "advise_cross_pd.py")
     out = run_ok(ctx.a, "python3 %s vrdma0" % script, timeout=120)
     expect_in("own PD: advice accepted", out, "advise_cross_pd.py")
     expect_in("other PD: advice refused", out, "advise_cross_pd.py")
 
 
-# Topology F: the backend answers the 1st, 3rd, ... RESIZE_CQ 3 s late (--delay-commands
-# resize_cq=3000:0, TEST ONLY), so a race of the driver with a slow device happens every run.
+# Topology one_vrdma_delayed_commands: the backend answers the 1st, 3rd, ... RESIZE_CQ 3 s
+# late (--delay-commands resize_cq=3000:0, TEST ONLY), so a race of the driver with a slow device happens every run.
 
 def _races(ctx, what, timeout=120):
     script = push_guest_script([ctx.a], "driver_races.py")
@@ -20,7 +21,7 @@ def _races(ctx, what, timeout=120):
     return ctx.a.run("python3 %s %s vrdma0 %d" % (script, what, gidx), timeout=timeout)
 
 
-@scenario("F")
+@scenario("one_vrdma_delayed_commands", ci=True)
 def resize_cq_concurrent_on_one_cq(ctx):
     """Two RESIZE_CQ of one CQ at once, answered in the opposite order of their execution: the
     ring the driver keeps is the one the device writes, and no ring the device writes is freed
@@ -32,7 +33,7 @@ def resize_cq_concurrent_on_one_cq(ctx):
     expect_in("canary: 64 MiB intact", out, "driver_races.py resize")
 
 
-@scenario("F")
+@scenario("one_vrdma_delayed_commands", ci=True)
 def odp_reclaim_then_fault_of_one_chunk(ctx):
     """The device drops an ODP chunk and faults it in again at once while the driver is slow to
     act on the drop (test_reclaim_delay_ms): the fault must wait for it, else the driver forgets
@@ -48,7 +49,7 @@ def odp_reclaim_then_fault_of_one_chunk(ctx):
     expect_in("round 5: data right", out, "driver_races.py odp")
 
 
-@scenario("F", last=True)
+@scenario("one_vrdma_delayed_commands", ci=True, last=True)
 def command_timeout_keeps_device_memory(ctx):
     """RESIZE_CQ times out (cmd_timeout_ms=1000, answered after 3 s) and the device writes a CQE
     into the ring that command handed over after the timeout: that ring stays allocated until

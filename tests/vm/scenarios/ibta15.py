@@ -43,16 +43,20 @@ def run_ops(ctx, responder, requester, atomic_write_only):
              % ("ATOMIC WRITE" if atomic_write_only else "ATOMIC WRITE + FLUSH", what))
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def ibta15_atomic_write_flush(ctx):
+    """IBTA 1.5 ATOMIC WRITE, range and whole-MR FLUSH, and a refused persistent FLUSH, vrdma to
+    vrdma (guest/ibta15_ops.py)."""
     run_ops(ctx, ctx.a, ctx.b, atomic_write_only=False)
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_atomic_write_vrdma_to_rxe(ctx):
+    """IBTA 1.5 ATOMIC WRITE from the vrdma guest into the rxe guest's MR."""
     run_ops(ctx, ctx.b, ctx.a, atomic_write_only=True)
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_atomic_write_rxe_to_vrdma(ctx):
+    """IBTA 1.5 ATOMIC WRITE from the rxe guest into the vrdma guest's MR."""
     run_ops(ctx, ctx.a, ctx.b, atomic_write_only=True)

@@ -1,4 +1,4 @@
-"""Topology C: a vrdma guest against a Linux rxe guest (the kernel's own RoCEv2)."""
+"""Topology vrdma_and_rxe_udp: a vrdma guest against a Linux rxe guest (the kernel's own RoCEv2)."""
 
 import re
 
@@ -16,18 +16,21 @@ def pp(ctx, server, client, tool, extra):
     ctx.note("%s %s -> %s: %s" % (tool, client.kind, server.kind, cout.strip().splitlines()[-1]))
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_rc_pingpong_vrdma_server(ctx):
+    """`ibv_rc_pingpong -c` with the vrdma guest as server and the rxe guest as client."""
     pp(ctx, ctx.a, ctx.b, "ibv_rc_pingpong", "-n 200 -c")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_rc_pingpong_vrdma_client(ctx):
+    """`ibv_rc_pingpong -c -s 65536` with the rxe guest as server and the vrdma guest as client."""
     pp(ctx, ctx.b, ctx.a, "ibv_rc_pingpong", "-n 200 -c -s 65536")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_ud_pingpong(ctx):
+    """`ibv_ud_pingpong`, 512 B datagrams, between the vrdma and the rxe guest."""
     pp(ctx, ctx.a, ctx.b, "ibv_ud_pingpong", "-s 512 -n 200")
 
 
@@ -43,17 +46,19 @@ def perf(ctx, tool):
     ctx.note("%s rxe -> vrdma: %s MB/s avg" % (tool, row.group(2)))
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_write_bw(ctx):
+    """`ib_write_bw` 64 KiB from the rxe guest to the vrdma guest prints a result row."""
     perf(ctx, "ib_write_bw")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_read_bw(ctx):
+    """`ib_read_bw` 64 KiB between the rxe guest and the vrdma guest prints a result row."""
     perf(ctx, "ib_read_bw")
 
 
-@scenario("C")
+@scenario("vrdma_and_rxe_udp", ci=True)
 def interop_mckey_multicast(ctx):
     """UD multicast between vrdma and Linux rxe, each side receiving once (spec §15.8)."""
     from scenarios.rdmacm import mckey_pair

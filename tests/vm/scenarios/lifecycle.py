@@ -1,8 +1,8 @@
 """Driver lifecycle: rmmod/modprobe of vrdma with verbs objects open in another process, a
 vrdma-backend restarted under a running guest, and one that dies and stays dead.
 
-Both run last in topology A: they reload the driver, resp. kill a backend, under the other
-scenarios' feet."""
+Both run last in topology two_vrdma_fabric: they reload the driver, resp. kill a backend,
+under the other scenarios' feet."""
 
 import re
 import time
@@ -29,8 +29,10 @@ time.sleep(600)
 """
 
 
-@scenario("A", last=True)
+@scenario("two_vrdma_fabric", ci=True, last=True)
 def module_reload_with_objects_open(ctx):
+    """`rmmod vrdma` / `modprobe vrdma` twice while processes hold verbs objects and device
+    memory: the holders are disassociated and end on a signal, and RDMA works again."""
     a, b = ctx.a, ctx.b
     # A server that holds a PD, MR, CQs, a QP and mmapped rings while it waits for a client.
     holder = a.spawn("ibv_rc_pingpong -d vrdma0 -g 1 -n 5", timeout=120)
@@ -68,7 +70,7 @@ def _wait_for(vm, cmd, deadline, step=0.25):
         time.sleep(step)
 
 
-@scenario("A", timeout=400, last=True)
+@scenario("two_vrdma_fabric", ci=True, timeout=400, last=True)
 def backend_restart_recovers(ctx):
     """SIGKILL a guest's vrdma-backend under ib_write_bw and start it again (issue #16): QEMU
     reconnects, the device asks for a reset (DEVICE_NEEDS_RESET, spec §2.4), vrdma.ko sends
@@ -138,7 +140,7 @@ def backend_restart_recovers(ctx):
     expect_in("IBV_EVENT_DEVICE_FATAL (8), port 1", wout, "ibv_asyncwatch: the driver's event")
 
 
-@scenario("A", last=True)
+@scenario("two_vrdma_fabric", ci=True, last=True)
 def backend_crash_fails_verbs_cleanly(ctx):
     """SIGKILL the guest's vrdma-backend: the next command times out with a clear message,
     the port goes down, later verbs fail at once, and the driver still unloads."""

@@ -1,6 +1,6 @@
 """Live migration of a vrdma guest with open RC QPs (device spec §17).
 
-Topology B: each guest has its own vrdma-backend with a TAP uplink on one bridge. The
+Topology two_vrdma_tap: each guest has its own vrdma-backend with a TAP uplink on one bridge. The
 migrating guest moves to a new QEMU (-incoming) with a new backend (same MAC) on a new TAP of
 that bridge (vrdmavm.VM.migrate); the destination's RARP moves the bridge's entry for the MAC.
 They run last: the guest's TAP, QEMU and backend change under the other scenarios."""
@@ -56,20 +56,20 @@ def _migrate_with_rc_qp(ctx, busy):
     return info
 
 
-@scenario("B", timeout=900, last=True)
+@scenario("two_vrdma_tap", ci=True, timeout=900, last=True)
 def migrate_idle_rc_qp(ctx):
     """An RC QP that is connected and idle while its guest migrates carries on afterwards."""
     _migrate_with_rc_qp(ctx, busy=False)
 
 
-@scenario("B", timeout=900, last=True)
+@scenario("two_vrdma_tap", ci=True, timeout=900, last=True)
 def migrate_busy_rc_qp(ctx):
     """Echo rounds run all through the migration: WQEs in flight move with the guest, the
     peer retransmits what the switch-over lost, every byte comes back intact."""
     _migrate_with_rc_qp(ctx, busy=True)
 
 
-@scenario("B", timeout=900, last=True)
+@scenario("two_vrdma_tap", ci=True, timeout=900, last=True)
 def migrate_during_pingpong_and_write_bw(ctx):
     """The distro's tools against a peer while the guest migrates: ibv_rc_pingpong and
     ib_write_bw both finish without an error (the peer may retransmit)."""

@@ -25,23 +25,27 @@ def ucx_perftest(ctx, tl, test, size, iters, layout="short"):
     ctx.note("ucx_perftest %s %s %d B: %s" % (tl, test, size, " ".join(final[-1].split())))
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def ucx_perftest_rc_verbs_put_bw(ctx):
+    """`ucx_perftest` put_bw (zero copy, 64 KiB) over UCX's rc_verbs transport."""
     ucx_perftest(ctx, "rc_verbs", "put_bw", 65536, 2000, layout="zcopy")
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def ucx_perftest_rc_verbs_am_lat(ctx):
+    """`ucx_perftest` am_lat (8 B active messages) over UCX's rc_verbs transport."""
     ucx_perftest(ctx, "rc_verbs", "am_lat", 8, 2000)
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def ucx_perftest_ud_verbs_am_lat(ctx):
+    """`ucx_perftest` am_lat (8 B) over UCX's ud_verbs transport."""
     ucx_perftest(ctx, "ud_verbs", "am_lat", 8, 500)
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def mpi_pingpong_over_ucx(ctx):
+    """An MPI ping-pong (Open MPI over UCX rc_verbs, mpi4py) between the two guests."""
     a, b = ctx.a, ctx.b
     rsh = push_guest_script([a, b], "mini_rsh.py")
     script = push_guest_script([a, b], "mpi_pingpong.py")

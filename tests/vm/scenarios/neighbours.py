@@ -1,6 +1,7 @@
 """Tenants on one daemon keep working beside a hostile neighbour (spec §16.4, §16.5; issue 39).
 
-Topology H (three vrdma guests on one daemon, plus a spare device no QEMU uses):
+Topology three_vrdma_fabric_spare_device (three vrdma guests on one daemon, plus a spare
+device no QEMU uses):
 
 - flood_beside_a_pair: vm2 floods raw full-size frames (unicast at vm0's MAC and broadcast)
   while vm1 runs ib_write_bw to vm0. The pair's run completes with no QP error and the fabric
@@ -27,6 +28,7 @@ import time
 from harness import expect, pair, push_guest_script, roce_v2_gid_index, run_ok, scenario
 from scenarios.perftest import ROW
 from scenarios.tenancy import fabric_counters, port_name
+from vrdmavm import stats
 
 FLOOD_SECONDS = 60  # an upper bound: the flood stops once the loaded run is over
 BW_SECONDS = 5
@@ -54,8 +56,10 @@ def delta(after, before, vm, reason):
     return after.get(key, 0) - before.get(key, 0)
 
 
-@scenario("H", timeout=240)
+@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def flood_beside_a_pair(ctx):
+    """A neighbour floods raw frames while a pair runs ib_write_bw: the pair completes without a
+    QP error and the fabric drops none of its frames (spec §16.4)."""
     server, client, flooder = ctx.a, ctx.b, ctx.c
     push_guest_script([flooder], "spray_attack.py")
     flood = push_guest_script([flooder], "flood_frames.py")
@@ -104,8 +108,10 @@ def refusals(cluster):
         return [line.strip() for line in f if "vhost-user frontend refused" in line]
 
 
-@scenario("H", timeout=240)
+@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def refused_frontend_beside_traffic(ctx):
+    """A frontend that is not QEMU offers bad memory regions on the spare device's socket: the
+    daemon refuses and ends it, stays up, and a pair's traffic completes (spec §16.5)."""
     server, client, cluster = ctx.a, ctx.b, ctx.cluster
     program = hostile_frontend(cluster)
     spare = cluster.spare_sockets[0]
@@ -142,7 +148,6 @@ def refused_frontend_beside_traffic(ctx):
                                                         " | ".join(o.strip() for o in outs)))
     ctx.note("daemon: " + " | ".join(logged))
     # The spare device serves nobody, but the daemon still answers on its stats socket.
-    run = subprocess.run([cluster.backend, "stats", "--socket", cluster.fabric_stats],
-                         capture_output=True, text=True, timeout=30)
+    run = stats.scrape(cluster.backend, cluster.fabric_stats)
     expect(run.returncode == 0 and "vrdma_fabric" in run.stdout,
            "the daemon's operator socket answers", run.stdout + run.stderr)

@@ -45,8 +45,10 @@ def server_down(vm):
     ]), timeout=120)
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def nfs_v4_over_rdma(ctx):
+    """NFSv4.2 over RDMA (`mount -o rdma,port=20049`): files written through the mount have the
+    same checksums on both ends."""
     srv, cli = ctx.a, ctx.b
     server_up(srv)
     try:

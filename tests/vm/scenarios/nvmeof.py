@@ -181,14 +181,15 @@ def nvmeof_round_trip(ctx, target, host, use_srq=False):
     expect(dt < TEARDOWN_S + 30, "the target came down within seconds (took %.1f s)" % dt)
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def nvmeof_vrdma_target_vrdma_host(ctx):
-    """With the target on SRQs (nvmet-rdma use_srq=1): the kernel's ib_post_srq_recv and
-    SRQ-attached QPs under a ULP; the other round trips keep the per-QP receive queues."""
+    """The NVMe-oF/RDMA round trip (discover, connect, fio with verify, disconnect) between two
+    vrdma guests, with the target on SRQs (nvmet-rdma use_srq=1): the kernel's ib_post_srq_recv
+    and SRQ-attached QPs under a ULP; the other round trips keep the per-QP receive queues."""
     nvmeof_round_trip(ctx, ctx.a, ctx.b, use_srq=True)
 
 
-@scenario("G", timeout=900)
+@scenario("two_vrdma_fabric_payload_refs", ci=True, timeout=900)
 def nvmeof_with_payload_refs(ctx):
     """The round trip with one copy on the fabric: NVMe-oF registers and invalidates an MR per
     I/O (FRWR), so the per-MR fence is crossed all the time; the host's reads arrive as the
@@ -201,18 +202,23 @@ def nvmeof_with_payload_refs(ctx):
     expect(copied > 0, "the target's WRITEs reached the host by reference", str(host))
 
 
-@scenario("C", timeout=900)
+@scenario("vrdma_and_rxe_udp", ci=True, timeout=900)
 def nvmeof_interop_vrdma_host_rxe_target(ctx):
+    """The NVMe-oF/RDMA round trip (discover, connect, fio with verify, disconnect) with an rxe
+    target and a vrdma host."""
     nvmeof_round_trip(ctx, ctx.b, ctx.a)
 
 
-@scenario("C", timeout=900)
+@scenario("vrdma_and_rxe_udp", ci=True, timeout=900)
 def nvmeof_interop_rxe_host_vrdma_target(ctx):
+    """The NVMe-oF/RDMA round trip with a vrdma target and an rxe host."""
     nvmeof_round_trip(ctx, ctx.a, ctx.b)
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def nvmeof_target_port_removed_during_io(ctx):
+    """The nvmet port is removed and re-added under a verified fio write job: the host
+    reconnects by itself and fio verifies every block."""
     target, host = ctx.a, ctx.b
     target_up(target)
     try:
@@ -243,12 +249,12 @@ def nvmeof_target_port_removed_during_io(ctx):
 
 
 
-@scenario("D", timeout=900, last=True)
+@scenario("two_vrdma_vxlan", ci=True, timeout=900, last=True)
 def nvmeof_host_reconnects_after_target_backend_restart(ctx):
     """The target guest's vrdma-backend is SIGKILLed and started again under a connected NVMe-oF
-    host (issue #16). Topology D: each guest has its own daemon (on its own netns host), so only
-    the target's device is lost; on one daemon's fabric both would be, and nvme-rdma deletes its
-    controllers when its own device goes. The target's vrdma.ko recovers (device spec §2.4) by
+    host (issue #16). Topology two_vrdma_vxlan: each guest has its own daemon (on its own netns
+    host), so only the target's device is lost; on one daemon's fabric both would be, and
+    nvme-rdma deletes its controllers when its own device goes. The target's vrdma.ko recovers (device spec §2.4) by
     unregistering and registering its RDMA device; nvmet-rdma drains and tears its queues down on the broken
     device without a WARN (vrdma's drain ops). nvmet-rdma does not listen again on a device that
     was removed (it repairs its port only on an address change), so the admin re-enables the

@@ -18,16 +18,17 @@ def perf(ctx, tool, extra="", size=65536, iters=200):
     return rows[-1]
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_write_bw(ctx):
+    """`ib_write_bw`, 64 KiB messages, prints a result row (figure noted, not asserted)."""
     perf(ctx, "ib_write_bw")
 
 
-@scenario("G")
+@scenario("two_vrdma_fabric_payload_refs", ci=True)
 def perftest_write_bw_qps_two_engine_workers(ctx):
     """4 QPs over a daemon with two engine workers per device (--engine-threads 2): the QPs
     are spread over the workers, worker 0 hands the frames of the others' QPs on: on the
-    client the ACKs, on the server the WRITEs, which arrive by reference (G runs
+    client the ACKs, on the server the WRITEs, which arrive by reference (its topology runs
     --payload-refs) and go on with their references."""
     perf(ctx, "ib_write_bw", "-q 4")
     for vm, what in ((ctx.a, "the server's WRITE segments"), (ctx.b, "the client's ACKs")):
@@ -38,36 +39,43 @@ def perftest_write_bw_qps_two_engine_workers(ctx):
         expect(handed > 0, "%s reached the QPs of worker 1 through worker 0" % what, str(c))
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_read_bw(ctx):
+    """`ib_read_bw`, 64 KiB messages, prints a result row."""
     perf(ctx, "ib_read_bw")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_send_bw(ctx):
+    """`ib_send_bw`, 64 KiB messages, prints a result row."""
     perf(ctx, "ib_send_bw")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_atomic_bw(ctx):
+    """`ib_atomic_bw` (8-byte atomics) prints a result row."""
     perf(ctx, "ib_atomic_bw", size=8)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_write_lat(ctx):
+    """`ib_write_lat`, 64 B, 500 iterations, prints a result row."""
     perf(ctx, "ib_write_lat", size=64, iters=500)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_send_lat(ctx):
+    """`ib_send_lat`, 64 B, 500 iterations, prints a result row."""
     perf(ctx, "ib_send_lat", size=64, iters=500)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_send_bw_ud(ctx):
+    """`ib_send_bw -c UD`, 512 B datagrams, prints a result row."""
     perf(ctx, "ib_send_bw", "-c UD", size=512)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_write_bw_odp(ctx):
+    """`ib_write_bw --odp`: RDMA WRITE into on-demand-paging MRs."""
     perf(ctx, "ib_write_bw", "--odp")

@@ -104,8 +104,10 @@ def run_wanted(ctx, vm, gid, wanted_by_module, title):
     expect(not problems, "%s:\n%s" % (title, "\n".join(problems)))
 
 
-@scenario("A", timeout=3600)
+@scenario("two_vrdma_fabric", ci=True, timeout=3600)
 def pyverbs_required_modules(ctx):
+    """rdma-core's pyverbs suite, the modules vrdma must pass (REQUIRED above): no failure,
+    and none of the tests of features vrdma offers (MUST_RUN) skips."""
     vm = ctx.a
     gid = prepare(vm, huge_pages=True)
     total = {"ok": 0, "fail": 0, "skip": 0}
@@ -140,7 +142,7 @@ MW_TESTS = {
 }
 
 
-@scenario("A", timeout=1800)
+@scenario("two_vrdma_fabric", ci=True, timeout=1800)
 def pyverbs_memory_windows(ctx):
     """test_mr and test_qpex in full: nothing fails, and every memory-window test runs and
     passes (type 1 via ibv_bind_mw, type 2B via IBV_WR_BIND_MW and ibv_wr_bind_mw, LOCAL_INV,
@@ -161,7 +163,7 @@ XRC_TESTS = {
 }
 
 
-@scenario("A", timeout=1800)
+@scenario("two_vrdma_fabric", ci=True, timeout=1800)
 def pyverbs_xrc(ctx):
     """The modules with XRC tests in full: nothing fails, and every XRC traffic test runs
     (none skipped) and passes."""

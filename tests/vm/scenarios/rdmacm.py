@@ -63,8 +63,10 @@ def moved(before, after):
     return d
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def rping_payload(ctx):
+    """`rping -V` (rdma_cm, verified payload): 100 pings on the client, the last one on the
+    server."""
     ip = ctx.a.ip
     sout, cout = pair(ctx.a, ctx.b, "rping -s -a %s -v -V -C 100" % ip,
                       "rping -c -a %s -v -V -C 100" % ip, timeout=240)
@@ -73,22 +75,25 @@ def rping_payload(ctx):
     expect_in("rdma-ping-99: ", sout, "rping server output")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def ucmatose_connect(ctx):
+    """`ucmatose` (rdma_cm connect, send, disconnect) completes with status 0."""
     sout, cout = pair(ctx.a, ctx.b, "ucmatose", "ucmatose -s %s" % ctx.a.ip, timeout=240)
     expect_in("test complete", cout, "ucmatose client")
     expect_in("return status 0", cout, "ucmatose client")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def udaddy_datagrams(ctx):
+    """`udaddy` (rdma_cm UD address resolution and datagrams) completes with status 0."""
     sout, cout = pair(ctx.a, ctx.b, "udaddy", "udaddy -s %s" % ctx.a.ip, timeout=240)
     expect_in("test complete", cout, "udaddy client")
     expect_in("return status 0", cout, "udaddy client")
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def perftest_send_bw_rdma_cm(ctx):
+    """`ib_send_bw -R`: perftest's connection set up by rdma_cm, 4 KiB SENDs."""
     base = "ib_send_bw -d vrdma0 -R -s 4096 -n 200"
     sout, cout = pair(ctx.a, ctx.b, base, base + " " + ctx.a.ip, timeout=300, settle=2.0)
     expect(re.search(r"^\s*4096\s+200\s+[\d.]+", cout, re.M) is not None,
@@ -145,8 +150,9 @@ def mckey_pair(receiver, sender, group="239.1.2.3", count=10, send_cmd=None):
     return rout, sout
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def mckey_multicast(ctx):
+    """`mckey` UD multicast (spec §15.8) between the two guests, each way on its own group."""
     mckey_pair(ctx.a, ctx.b)
     # And the other way round, on another group.
     mckey_pair(ctx.b, ctx.a, group="239.1.2.4")

@@ -20,14 +20,16 @@ def rsocket(ctx, tool, opts, what, server_opts=None):
     ctx.note("%s %s: %s" % (tool, what, rows[-1].strip()))
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def rsocket_rstream_verified(ctx):
+    """rsocket `rstream -T v` (blocking, data verified), 64 KiB transfers."""
     # -T v: verify every transfer's data; -S/-C: one transfer size, a bounded count (TCG is slow)
     rsocket(ctx, "rstream", "-S 65536 -C 200 -T v", "blocking, verified")
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def rsocket_rstream_async(ctx):
+    """rsocket `rstream` with an async (rpoll) server and a blocking client, data verified."""
     # The server runs async (-T a: rpoll before every rsend/rrecv), the client blocking. rstream's
     # async client treats the POLLHUP of the server's close as an error even while it still has
     # received data to read, so an async client fails whenever the server closes before the
@@ -37,14 +39,17 @@ def rsocket_rstream_async(ctx):
             server_opts="-S 4096 -C 500 -T a -T v")
 
 
-@scenario("A", timeout=600)
+@scenario("two_vrdma_fabric", ci=True, timeout=600)
 def rsocket_riostream_verified(ctx):
+    """rsocket `riostream`: data moved with riowrite (RDMA WRITE into the peer's buffer),
+    verified."""
     # riostream moves the data with riowrite (RDMA WRITE into the peer's registered buffer)
     rsocket(ctx, "riostream", "-S 65536 -C 200 -T v", "riowrite, verified")
 
 
-@scenario("A", timeout=900)
+@scenario("two_vrdma_fabric", ci=True, timeout=900)
 def cmtime_many_connections(ctx):
+    """`cmtime` sets up and tears down many rdma_cm connections without an error."""
     srv, cli = ctx.a, ctx.b
     sout, cout = pair(srv, cli, "cmtime -b %s -c %d" % (srv.ip, CMTIME_CONNECTIONS),
                       "cmtime -s %s -c %d" % (srv.ip, CMTIME_CONNECTIONS), timeout=800,
@@ -56,8 +61,9 @@ def cmtime_many_connections(ctx):
     ctx.note("cmtime %d connections: %s" % (CMTIME_CONNECTIONS, "; ".join(steps[:8])))
 
 
-@scenario("A", timeout=300)
+@scenario("two_vrdma_fabric", ci=True, timeout=300)
 def rdma_server_client(ctx):
+    """librdmacm's `rdma_server` / `rdma_client` example pair ends with status 0 on both sides."""
     sout, cout = pair(ctx.a, ctx.b, "rdma_server", "rdma_client -s %s" % ctx.a.ip, timeout=200,
                       settle=2.0)
     expect_in("rdma_client: end 0", cout, "rdma_client")

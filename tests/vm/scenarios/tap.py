@@ -1,4 +1,4 @@
-"""Topology B: the same RDMA over TAP devices on a bridge in a network namespace."""
+"""Topology two_vrdma_tap: the same RDMA over TAP devices on a bridge in a network namespace."""
 
 import os
 import re
@@ -11,16 +11,18 @@ import vrdmavm
 from harness import expect, expect_in, pair, roce_v2_gid_index, run_ok, scenario
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_rc_pingpong(ctx):
+    """`ibv_rc_pingpong -c`, 16 KiB messages, over the backends' TAP uplinks on the bridge."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     srv = "ibv_rc_pingpong -d vrdma0 -g %d -n 200 -c -s 16384" % g
     sout, cout = pair(ctx.a, ctx.b, srv, srv + " " + ctx.a.ip, timeout=240)
     expect_in("iters in", cout, "ibv_rc_pingpong client")
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_write_bw(ctx):
+    """`ib_write_bw` 64 KiB over the TAP uplinks prints a result row."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 65536 -n 200" % g
     sout, cout = pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300, settle=2.0)
@@ -28,8 +30,9 @@ def tap_write_bw(ctx):
            "ib_write_bw printed a result row", cout)
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_ping_netdev(ctx):
+    """Plain IP (`ping`) between the guests over the vrdma netdev and the TAP uplinks."""
     out = ctx.b.run("busybox ping -c 3 -W 5 %s" % ctx.a.ip, timeout=30)[1]
     expect(re.search(r"3 packets received", out) is not None, "ping over the vrdma netdev", out)
 
@@ -42,7 +45,7 @@ PAYLOAD_HEURISTICS = ["rpcrdma_infiniband", "smb_direct_infiniband", "smcr_infin
                       "lnet_ib", "nvme_rdma"]
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_capture_decodes_as_roce(ctx):
     """ib_write_bw through a port captured with --pcap: Wireshark reads it as RoCEv2."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
@@ -91,7 +94,7 @@ def _wait_port(vm, want, secs=20):
         time.sleep(0.5)
 
 
-@scenario("B")
+@scenario("two_vrdma_tap", ci=True)
 def tap_link_down_up(ctx):
     """Spec §2.2/§9: the TAP uplink's link state reaches the guest. `ip link set vrtapN down`
     in the bridge's namespace: ibv_devinfo shows PORT_DOWN, rdma link DOWN, the netdev loses

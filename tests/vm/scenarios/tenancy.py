@@ -1,12 +1,14 @@
 """Tenants on one daemon (spec §16.3, issue 39): port security and tenant networks.
 
-Topology H: three vrdma guests on one daemon's fabric, each device with its address list (the
+Topology three_vrdma_fabric_spare_device: three vrdma guests on one daemon's fabric, each
+device with its address list (the
 launcher's default `ip=`). A guest that claims a neighbour's IPv4 address (adds it to its
 netdev, announces it with gratuitous ARP, runs an rdma_cm server on it) gets no connection and
 no traffic for it: the client's neighbour entry stays the victim's and its rping reaches the
 victim; the fabric counts the refused ARPs.
 
-Topology I: four vrdma guests on one daemon, two tenant networks (0: vm0, vm1; 5: vm2, vm3). No
+Topology four_vrdma_two_networks: four vrdma guests on one daemon, two tenant networks
+(0: vm0, vm1; 5: vm2, vm3). No
 ping, ARP or RDMA connection crosses networks; each guest reaches the other member of its own.
 """
 
@@ -14,17 +16,15 @@ import re
 import time
 
 from harness import expect, expect_in, push_guest_script, run_ok, scenario
+from vrdmavm import stats
 
 
 def fabric_counters(vm):
     """The fabric's per-port drop counters from the shared daemon's operator socket (spec
-    §16.5: a device's own stats socket shows that device only): (port, reason) -> n."""
-    import subprocess
-    out = subprocess.run([vm.cluster.backend, "stats", "--socket", vm.cluster.fabric_stats],
-                         capture_output=True, text=True, timeout=30).stdout
-    return {(m.group(1), m.group(2)): int(m.group(3)) for m in re.finditer(
-        r'^vrdma_fabric_drops_total\{port="([^"]*)",kind="[^"]*",reason="([^"]*)"\} (\d+)$',
-        out, re.M)}, out
+    §16.5: a device's own stats socket shows that device only): ((port, reason) -> n, the
+    socket's text)."""
+    reading = stats.fabric_stats(vm.cluster)
+    return reading.fabric_drops(), reading.text
 
 
 def port_name(vm):
@@ -33,8 +33,10 @@ def port_name(vm):
     return os.path.splitext(os.path.basename(vm.vu_sock))[0]
 
 
-@scenario("H", timeout=240)
+@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def claiming_a_neighbours_ip_gets_nothing(ctx):
+    """A guest that claims a neighbour's IPv4 address (gratuitous ARP, an rdma_cm server on it)
+    gets no connection and no traffic; the fabric counts the refused ARPs (spec §16.3)."""
     victim, client, attacker = ctx.a, ctx.b, ctx.c
     claim = push_guest_script([attacker], "claim_ip.py")
     before, _ = fabric_counters(victim)
@@ -88,8 +90,10 @@ def unreachable(vm, ip):
     return rc != 0 and "lladdr" not in neigh, out + neigh
 
 
-@scenario("I", timeout=300)
+@scenario("four_vrdma_two_networks", ci=True, timeout=300)
 def tenant_networks_do_not_see_each_other(ctx):
+    """Two tenant networks on one daemon: no ping, ARP or rping crosses them, each guest reaches
+    its own network's peer (spec §16.3)."""
     a, b, c, d = ctx.a, ctx.b, ctx.c, ctx.d
     for vm in (a, b, c, d):
         run_ok(vm, "ip neigh flush dev eth0")

@@ -1,4 +1,5 @@
-"""Topology E: a third guest on the victims' TAP bridge attacks a connected RC QP (spec §16).
+"""Topology two_vrdma_fabric_tap_and_rxe: a third guest on the victims' TAP bridge attacks a
+connected RC QP (spec §16).
 
 It knows the victim's QPN and the index part of its rkey, guesses the key variant and the PSN,
 and sprays RDMA WRITEs from its own address and with the genuine peer's IP spoofed. Not a byte
@@ -11,29 +12,10 @@ import subprocess
 import time
 
 from harness import expect, expect_in, push_guest_script, roce_v2_gid_index, run_ok, scenario
+from vrdmavm import stats
 
 PORT = 18515
 SPRAY = 4000
-
-
-def stats(vm):
-    """The victim backend's counters, from its stats socket."""
-    return subprocess.run([vm.cluster.backend, "stats", "--socket", vm.vu_sock],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
-def fabric_stats(vm):
-    """The shared daemon's fabric-wide counters, from its operator socket (spec §16.5: a
-    device's own socket has no other port's counters)."""
-    return subprocess.run([vm.cluster.backend, "stats", "--socket", vm.cluster.fabric_stats],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
-def drops(vm):
-    """The victim device's intake drops by reason."""
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r'vrdma_port_drops_total\{[^}]*reason="(\w+)"\} (\d+)',
-                                 stats(vm))}
 
 
 def lost_on_the_way(vm, attacker):
@@ -42,10 +24,9 @@ def lost_on_the_way(vm, attacker):
     input backlog, the interfaces of the cluster's namespace (the attacker's TAP, the bridge,
     the kernel queue of the daemon's TAP when the daemon read too slowly), the fabric (a
     full queue, a refused source MAC, a bad ICRC). Ethernet may lose frames under load; these places count what they lose."""
-    fabric = sum(int(m.group(1)) for m in re.finditer(
-        r'vrdma_fabric_drops_total\{[^}]*\} (\d+)', fabric_stats(vm)))
+    fabric = stats.fabric_stats(vm.cluster).fabric_drops_total()
     netns = subprocess.run(
-        ["ip", "netns", "exec", vm.cluster.netns, "sh", "-c",
+        ["ip", "netns", "exec", vm.netns, "sh", "-c",
          "cat /sys/class/net/*/statistics/rx_dropped /sys/class/net/*/statistics/tx_dropped"],
         capture_output=True, text=True, timeout=30, check=True).stdout
     guest = int(run_ok(attacker, "cat /sys/class/net/eth0/statistics/tx_dropped").strip())
@@ -75,15 +56,19 @@ def host_backlog_drops():
         return sum(int(line.split()[1], 16) for line in f if line.strip())
 
 
-def port_counters(vm):
+def frame_counters(vm):
     """The victim backend's frame counters other than the drops (where a frame went), by
-    name and labels."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(
-        r'(vrdma_(?:port|fabric)_(?!drops)\w+\{[^}]*\}) (\d+)', stats(vm) + fabric_stats(vm))}
+    name and labels: its device's and the fabric's."""
+    counters = stats.device_stats(vm).frame_counters()
+    counters.update(stats.fabric_stats(vm.cluster).frame_counters())
+    return counters
 
 
-@scenario("E", timeout=600)
+@scenario("two_vrdma_fabric_tap_and_rxe", ci=True, timeout=600)
 def third_guest_cannot_write_into_a_connected_qp(ctx):
+    """A third guest sprays RDMA WRITEs with guessed keys and PSNs at a connected QP, from its
+    own address and with the peer's IP spoofed: the victim's MR is intact, every foreign frame
+    is dropped as bad_address, the peer's WRITE still lands."""
     victim, peer, attacker = ctx.a, ctx.b, ctx.c
     script = push_guest_script([victim, peer], "spray_target.py")
     attack = push_guest_script([attacker], "spray_attack.py")
@@ -94,8 +79,8 @@ def third_guest_cannot_write_into_a_connected_qp(ctx):
     run_ok(victim, "for i in $(seq 120); do test -s /tmp/victim.json && exit 0; sleep 0.5; done; "
            "exit 1", timeout=90)
     info = json.loads(victim.read_file("/tmp/victim.json"))
-    before = drops(victim)
-    counters_before = port_counters(victim)
+    before = stats.port_drops(victim)
+    counters_before = frame_counters(victim)
     lost_before = lost_on_the_way(victim, attacker)
     spec = {"own_ip": attacker.ip, "victim_ip": victim.ip, "victim_mac": victim.mac,
             "peer_ip": peer.ip, "qpn": info["qpn"], "rkey": info["rkey"], "addr": info["addr"],
@@ -106,8 +91,8 @@ def third_guest_cannot_write_into_a_connected_qp(ctx):
     # The victim's backend drains the TAP and its queues: wait until the count settles.
     foreign, last, deadline = -1, time.monotonic(), time.monotonic() + 30
     while foreign < SPRAY // 2 and time.monotonic() < deadline:
-        after = drops(victim)
-        now = after.get("bad_address", 0) - before.get("bad_address", 0)
+        after = stats.port_drops(victim)
+        now = after.get("drops_bad_address", 0) - before.get("drops_bad_address", 0)
         if now != foreign:
             foreign, last = now, time.monotonic()
         elif time.monotonic() - last > 3:
@@ -119,7 +104,7 @@ def third_guest_cannot_write_into_a_connected_qp(ctx):
     # Every frame from the attacker's address that reached the victim's device is dropped
     # there as bad_address; one that did not reach it is counted where it was lost. A few
     # lost on a loaded host are Ethernet; many would hide the check, so they fail it too.
-    moved = {k: v - counters_before.get(k, 0) for k, v in port_counters(victim).items()
+    moved = {k: v - counters_before.get(k, 0) for k, v in frame_counters(victim).items()
              if v != counters_before.get(k, 0)}
     unexplained = SPRAY // 2 - foreign - sum(lost.values())
     if unexplained > 0:

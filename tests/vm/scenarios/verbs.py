@@ -12,8 +12,9 @@ def pingpong(ctx, tool, extra, timeout=240):
     return sout, cout
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def rc_pingpong_sizes_checked(ctx):
+    """`ibv_rc_pingpong -c` (data checked) at 1 B, 4 KiB, 64 KiB and 1 MiB messages."""
     for size, iters in ((1, 200), (4096, 200), (65536, 50), (1048576, 10)):
         pingpong(ctx, "ibv_rc_pingpong", "-s %d -n %d -c" % (size, iters))
 
@@ -36,15 +37,15 @@ def _pingpong_scenario(name, tool, extra):
     def run(ctx):
         pingpong(ctx, tool, extra)
     run.__name__ = name
-    run.__doc__ = "%s %s between the two guests." % (tool, extra)
-    return scenario("A")(run)
+    run.__doc__ = "`%s %s` between the two guests." % (tool, extra)
+    return scenario("two_vrdma_fabric", ci=True)(run)
 
 
 for _row in PINGPONGS:
     _pingpong_scenario(*_row)
 
 
-@scenario("A")
+@scenario("two_vrdma_fabric", ci=True)
 def xsrq_pingpong(ctx):
     """XRC (spec §13.7) between the two guests: ibv_xsrq_pingpong opens an XRCD, creates an
     XRC SRQ, XRC_RECV and XRC_SEND QPs and sends through the peer's SRQ number."""
