@@ -26,6 +26,11 @@
        veth pair (the underlay, 192.168.42.1/.2, MTU 1550 so that the
        bridged Ethernet keeps its MTU of 1500). Each guest's backend (or rxe
        QEMU) runs in its host's namespace, as it would on a real host.
+  fabric+vxlan  tenant networks between hosts (spec §16.3): the daemon on host A with
+       one TAP uplink per network N of its guests (tap:vrtapf<N>,net=N), on a
+       bridge br<N> with a VXLAN device of VNI 10000+N; host B has the same
+       bridge and VXLAN device per network, each other guest's TAP on its
+       network's bridge. Needs nets=.
 """
 
 import os
@@ -282,6 +287,72 @@ class Vxlan(BridgedNetwork):
         return self.netns
 
 
+def vni_of(net):
+    """The VXLAN network identifier that carries tenant network (VLAN) `net` between hosts."""
+    return 10000 + net
+
+
+class FabricVxlan(FabricTap):
+    """Tenant networks across hosts: host A runs the daemon with one TAP uplink per network
+    (`--uplink tap:vrtapf<N>,net=N`), each on a bridge br<N> with a VXLAN device of VNI
+    10000+N; host B, the other guests' host, has the same bridge and VXLAN device per network,
+    and each guest's TAP on its network's bridge. (A single trunk TAP with `vlans=` would need
+    802.1Q in the host kernel, which this development host lacks.)"""
+
+    name = "fabric+vxlan"
+
+    def check(self, kinds):
+        if "vrdma" not in kinds:
+            raise ValueError("fabric+vxlan: the fabric needs a vrdma guest")
+
+    def namespaces(self):
+        return list(self.host_netns)
+
+    def netns_of(self, vm):
+        return self.host_netns[1] if vm.kind not in ("vrdma", "none") else self.netns
+
+    def setup(self, vms):
+        nets = vms[0].cluster.nets or [0] * len(vms)
+        self.fabric_nets = sorted({nets[vm.index] for vm in vms if vm.kind == "vrdma"})
+        tag = namespace_tag()
+        a, b = tag + "-a", tag + "-b"
+        self.netns, self.host_netns = a, [a, b]
+        for ns in (a, b):
+            ip("netns", "add", ns)
+            ip("-n", ns, "link", "set", "lo", "up")
+        ip("link", "add", "vrul0", "netns", a, "type", "veth", "peer", "vrul1", "netns", b)
+        for i, ns in enumerate((a, b)):
+            ip("-n", ns, "link", "set", "vrul%d" % i, "mtu", "1550", "up")
+            ip("-n", ns, "addr", "add", "192.168.42.%d/24" % (i + 1), "dev", "vrul%d" % i)
+        for net in sorted(set(nets)):
+            for i, ns in enumerate((a, b)):
+                n, br, vx = ["-n", ns], "br%d" % net, "vxlan%d" % net
+                ip(*n, "link", "add", br, "type", "bridge", "forward_delay", "0",
+                   "stp_state", "0")
+                ip(*n, "link", "set", br, "up")
+                ip(*n, "link", "add", vx, "type", "vxlan", "id", str(vni_of(net)), "dstport",
+                   "4789", "local", "192.168.42.%d" % (i + 1), "remote",
+                   "192.168.42.%d" % (2 - i), "dev", "vrul%d" % i)
+                ip(*n, "link", "set", vx, "mtu", "1500", "master", br, "up")
+        for net in self.fabric_nets:
+            tap_on_bridge(a, "%s%d" % (FABRIC_TAP, net), "br%d" % net)
+        for vm in vms:
+            if vm.kind not in ("vrdma", "none"):
+                tap_on_bridge(b, vm.tap, "br%d" % nets[vm.index])
+
+    def daemon_uplink(self):
+        out = []
+        for net in self.fabric_nets:
+            out += ["--uplink", "tap:%s%d,net=%d" % (FABRIC_TAP, net, net)]
+        return out
+
+
+def tap_on_bridge(netns, tap, bridge):
+    """A TAP in `netns`, enslaved to `bridge` and up."""
+    ip("-n", netns, "tuntap", "add", "dev", tap, "mode", "tap")
+    ip("-n", netns, "link", "set", tap, "master", bridge, "up")
+
+
 # Cluster(uplink=...) -> its network class, in the order --help lists them.
-NETWORKS = {cls.name: cls for cls in (Fabric, FabricTap, Udp, Tap, Vxlan)}
+NETWORKS = {cls.name: cls for cls in (Fabric, FabricTap, Udp, Tap, Vxlan, FabricVxlan)}
 UPLINKS = tuple(NETWORKS)

@@ -81,6 +81,11 @@ TOPOLOGIES = {
     "four_vrdma_two_networks": Topology(
         "Two tenant networks on one daemon: vm0, vm1 on network 0, vm2, vm3 on network 5.",
         kind=["vrdma"] * 4, uplink="fabric", nets=[0, 0, 5, 5]),
+    "tenants_over_vxlan": Topology(
+        "Tenant networks between hosts: vm0, vm1 (vrdma, networks 5 and 6) on one daemon on "
+        "host A with a TAP uplink per network, each bridged to the VXLAN device of VNI "
+        "10000+N; vm2, vm3 (rxe, networks 5 and 6) on host B, each on its VNI's bridge.",
+        kind=["vrdma", "vrdma", "rxe", "rxe"], uplink="fabric+vxlan", nets=[5, 6, 5, 6]),
 }
 
 

@@ -12,7 +12,9 @@ Topology four_vrdma_two_networks: four vrdma guests on one daemon, two tenant ne
 ping, ARP or RDMA connection crosses networks; each guest reaches the other member of its own.
 """
 
+import json
 import re
+import subprocess
 import time
 
 from harness import expect, expect_in, push_guest_script, run_ok, scenario
@@ -125,3 +127,35 @@ def tenant_networks_do_not_see_each_other(ctx):
     for vm, net in ((a, 0), (b, 0), (c, 5), (d, 5)):
         expect_in('vrdma_fabric_port_network{port="%s",kind="device",net="%d"} 1' % (
             port_name(vm), net), text, "the fabric's counters")
+
+
+def vxlan_rx_packets(cluster, net):
+    """Packets host B's VXLAN device of network `net` (VNI 10000+net) has received."""
+    ns = cluster.network.host_netns[1]
+    out = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "vxlan%d" % net],
+                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    return json.loads(out)[0]["stats64"]["rx"]["packets"]
+
+
+@scenario("tenants_over_vxlan", ci=True, timeout=300)
+def tenant_networks_cross_hosts_as_vnis(ctx):
+    """A daemon's tenant networks leave the host as one VNI each (an uplink per network,
+    spec §16.3): each vrdma guest pings and rpings the rxe guest of its network on the other
+    host, whose traffic arrives on that network's VXLAN device; nothing crosses networks."""
+    a, b, c, d = ctx.a, ctx.b, ctx.c, ctx.d
+    for x, y, net in ((a, c, 5), (b, d, 6)):
+        before = vxlan_rx_packets(ctx.cluster, net)
+        run_ok(x, "ping -c 3 -W 5 %s" % y.ip, timeout=60)
+        got = vxlan_rx_packets(ctx.cluster, net) - before
+        expect(got >= 3, "host B's vxlan%d (VNI %d) received %s's pings (%d packets)" % (
+            net, 10000 + net, x.name, got))
+    for x, y in ((a, d), (b, c), (c, b), (d, a)):
+        ok, out = unreachable(x, y.ip)
+        expect(ok, "%s cannot reach %s of another network" % (x.name, y.name), out)
+    # rdma_cm between vrdma and rxe across the hosts, within each network.
+    for srv, cli in ((a, c), (d, b)):
+        s = srv.spawn("rping -s -a %s -v -C 3" % srv.ip, timeout=120)
+        time.sleep(1.0)
+        rc, out = cli.run("rping -c -a %s -v -C 3" % srv.ip, timeout=90)
+        expect(rc == 0 and "rdma-ping-2" in out, "%s -> %s rping" % (cli.name, srv.name), out)
+        s.wait(timeout=60)
