@@ -15,7 +15,7 @@ Stdlib only. A command line (`python3 images/vrdmavm --help`, module cli) and a 
 Modules, one concept each:
   cluster    Cluster: a set of guests on one network, started and cleaned up together
   vm         VM: one guest (QEMU, its backend, its agent); guest kinds vrdma, rxe, none
-  networks   one class per uplink kind (fabric, fabric+tap, udp, tap, vxlan)
+  networks   one class per uplink kind (fabric, fabric+tap, udp, tap, vxlan, fabric+vxlan)
   agent      the guest agent's host side (JSON lines over virtio-serial)
   qmp        a minimal QMP client
   migration  live migration of one guest (VM.migrate)

@@ -22,7 +22,12 @@ def add_common(p):
     g.add_argument("--uplink", choices=UPLINKS, default="fabric",
                    help="fabric: the vrdma guests on one daemon's in-process switch (default); "
                         "fabric+tap: that daemon's uplink on a bridge in a netns; udp: two guests "
-                        "point to point; tap: bridge in a netns; vxlan: two netns hosts joined by VXLAN")
+                        "point to point; tap: bridge in a netns; vxlan: two netns hosts joined by VXLAN; "
+                        "fabric+vxlan: the daemon's networks (--nets) to another netns host, a "
+                        "VNI each")
+    g.add_argument("--nets", default=None,
+                   help="comma list, the tenant network of each guest (fabric uplinks, spec "
+                        "§16.3; default all 0)")
     g.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     g.add_argument("--smp", type=int, default=1, help="guest CPUs (default 1)")
     g.add_argument("--append", default="", help="extra kernel command line")
@@ -52,7 +57,8 @@ def cluster_from(a, shell=None):
                    qemu=a.qemu, kernel=a.kernel, initrd=a.initrd, backend=a.backend,
                    backend_args=a.backend_arg, kvm=a.kvm, mem=a.mem, smp=a.smp,
                    append=a.append, boot_timeout=a.boot_timeout, lifetime=a.lifetime,
-                   keep=a.keep, rust_log=a.rust_log, shell=shell)
+                   keep=a.keep, rust_log=a.rust_log, shell=shell,
+                   nets=a.nets.split(",") if a.nets else None)
 
 
 def print_info(c, t0):
