@@ -36,10 +36,9 @@
 //! length is an atomic beside the lock (the `queued` half of the pair), so polling takes no
 //! lock.
 
+use crate::sync::modeled::{fence, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
 use std::os::unix::io::{AsRawFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -598,3 +597,41 @@ impl AsRawFd for RxQueue {
 
 #[cfg(test)]
 mod tests;
+
+/// The loom model (issue 38 item 1): `make loom-test`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// The engine stops busy-polling and looks at the queue once more before it would sleep,
+    /// while a peer pushes a frame: either the engine sees the frame or the eventfd it would
+    /// sleep on is readable (no lost wake-up), whatever the interleaving. Weakening either
+    /// half of the Dekker pair fails this model (tried: `set_polling` storing with Release
+    /// and `len` loading with Acquire, no fence; or `wake` storing and loading Relaxed, no
+    /// fence).
+    #[test]
+    fn loom_a_push_beside_the_engine_leaving_its_poll_is_never_lost() {
+        crate::sync::modeled::model(|| {
+            let q = Arc::new(RxQueue::new().expect("eventfd"));
+            q.set_polling(true);
+            let peer = {
+                let q = q.clone();
+                loom::thread::spawn(move || assert!(q.push(3, &[0xab; 60]).queued))
+            };
+            q.set_polling(false);
+            // The engine's last look; it would sleep on the eventfd if it saw nothing, and a
+            // write to it at any later time would wake it.
+            let seen = !q.is_empty();
+            peer.join().expect("peer");
+            let woken = q.ready.read().is_ok();
+            assert!(
+                seen || woken,
+                "the frame is queued, unseen, and no wake-up was written"
+            );
+            let mut slots = vec![Vec::new(); 2];
+            assert_eq!(q.pop_into(&mut slots, |_, _| {}), 1);
+            assert_eq!(slots[0], [0xab; 60]);
+        });
+    }
+}
