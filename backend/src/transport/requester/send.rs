@@ -27,6 +27,10 @@ pub(super) fn send(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Inst
     }
 }
 
+/// Walk the sendable WQEs in SQ order from the first one not yet sent (the loop of rxe's
+/// requester): after RNR back-off, each WQE may have to wait ([`must_wait`]), runs as a local
+/// operation ([`run_local`]) or, room permitting ([`no_room`]), sends its packets
+/// ([`send_wqe`]). A WQE that fails QP-fatally stops the QP (`stopped`).
 fn send_packets(
     dev: &Device,
     ctx: &QpCtx,
@@ -47,53 +51,24 @@ fn send_packets(
     let max_rd = ctx.max_rd_atomic.max(1);
     let mut i = st.sent_prefix.min(end);
     while i < end {
-        let state = st.wqes[i].state;
-        if matches!(state, WqeState::Sent | WqeState::Done) {
+        if matches!(st.wqes[i].state, WqeState::Sent | WqeState::Done) {
             if i == st.sent_prefix {
                 st.sent_prefix += 1;
             }
             i += 1;
             continue;
         }
-        // SQD: finish what was started, start nothing new (IBTA 10.3.1).
-        if ctx.state == QPS_SQD && !st.wqes[i].sent_once {
-            return;
-        }
-        // Fence (IBTA 10.8.3.3): wait until every earlier READ / atomic has completed.
-        if st.wqes[i].flags & SEND_FENCE != 0
-            && st
-                .wqes
-                .iter()
-                .take(i)
-                .any(|w| w.is_rd_atomic() && w.state != WqeState::Done)
-        {
+        if must_wait(ctx, st, i) {
             return;
         }
         if st.wqes[i].is_local() {
-            // Local operations (LOCAL_INV, REG_MR) execute in SQ order against the MR table.
-            // IBTA 10.6: they must not overtake earlier operations that use the MR; we
-            // conservatively wait until everything before them has completed.
-            if st.wqes.iter().take(i).any(|w| w.state != WqeState::Done) {
-                return;
-            }
-            exec_local(dev, ctx, &mut st.wqes[i]);
-            if st.wqes[i].fatal {
-                st.stopped = true;
+            if !run_local(dev, ctx, st, i) {
                 return;
             }
             i += 1;
             continue;
         }
-        if st.wqes[i].is_rd_atomic()
-            && state == WqeState::Pending
-            && st.rd_atomic_outstanding >= max_rd
-        {
-            return;
-        }
-        if ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32 {
-            return;
-        }
-        if send_wqe(dev, ctx, st, i, max_rd, seg) == Halt::Qp {
+        if no_room(ctx, st, i, max_rd) || send_wqe(dev, ctx, st, i, max_rd, seg) == Halt::Qp {
             return;
         }
         if ctx.is_ud() {
@@ -106,6 +81,47 @@ fn send_packets(
         }
         i += 1;
     }
+}
+
+/// Whether WQE `i` must wait before it starts (rxe `req_next_wqe`): a QP in SQD finishes what
+/// it started and starts nothing new (IBTA 10.3.1); a fenced WQE waits until every earlier READ
+/// or atomic has completed (IBTA 10.8.3.3).
+fn must_wait(ctx: &QpCtx, st: &RequesterState, i: usize) -> bool {
+    let w = &st.wqes[i];
+    if ctx.state == QPS_SQD && !w.sent_once {
+        return true;
+    }
+    w.flags & SEND_FENCE != 0
+        && st
+            .wqes
+            .iter()
+            .take(i)
+            .any(|e| e.is_rd_atomic() && e.state != WqeState::Done)
+}
+
+/// Run local operation `i` (LOCAL_INV, REG_MR, BIND_MW) in SQ order against the MR table. It
+/// must not overtake earlier operations that use the MR (IBTA 10.6): conservatively, it waits
+/// until everything before it has completed. False: the QP stops here (waiting, or the
+/// operation failed and the QP goes to ERROR).
+fn run_local(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, i: usize) -> bool {
+    if st.wqes.iter().take(i).any(|w| w.state != WqeState::Done) {
+        return false;
+    }
+    exec_local(dev, ctx, &mut st.wqes[i]);
+    if st.wqes[i].fatal {
+        st.stopped = true;
+        return false;
+    }
+    true
+}
+
+/// Whether WQE `i` finds no room to send now (rxe `check_init_depth`): a READ or atomic not
+/// yet sent while max_rd_atomic of them are outstanding (IBTA 9.5.4), or the RC window
+/// ([`WINDOW`], the congestion window) full.
+fn no_room(ctx: &QpCtx, st: &RequesterState, i: usize, max_rd: u32) -> bool {
+    let w = &st.wqes[i];
+    (w.is_rd_atomic() && w.state == WqeState::Pending && st.rd_atomic_outstanding >= max_rd)
+        || (ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32)
 }
 
 /// How many of the fetched WQEs may be sent. All of them, unless an error WQE is queued
