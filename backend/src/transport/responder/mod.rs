@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI, QPT_XRC_TGT};
-use super::packet::{self, opcode_for, RxPkt, TxMeta};
+use super::packet::{self, opcode_for, Path, RxPkt, TxMeta};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::memory::mr::{GuestRange, MrError};
@@ -23,7 +23,7 @@ use crate::transport::Device;
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{
-    Aeth, AtomicAckEth, ExtHeaders, NakCode, Operation, Position, Syndrome, Transport,
+    Aeth, AtomicAckEth, ExtHeaders, NakCode, Opcode, Operation, Position, Syndrome, Transport,
 };
 
 mod checks;
@@ -560,18 +560,30 @@ fn send_payloadless(dev: &Device, ctx: &QpCtx, operation: Operation, psn: u32, e
     let Some(op) = opcode_for(ctx.transport(), operation, Position::Only, false, false) else {
         return;
     };
-    let meta = TxMeta {
-        path: &path,
+    if let Some(f) = packet::build(&response_meta(ctx, &path, op, psn, ext), &[]) {
+        ctx::send_frame(dev, ctx.qpn, f, false);
+    }
+}
+
+/// A response packet to the QP's peer (ACK, atomic ACK, READ response) besides its payload:
+/// from this QP to its destination QP, with neither a solicited event nor AckReq (both belong
+/// to requests).
+fn response_meta<'a>(
+    ctx: &QpCtx,
+    path: &'a Path,
+    opcode: Opcode,
+    psn: u32,
+    ext: ExtHeaders,
+) -> TxMeta<'a> {
+    TxMeta {
+        path,
         src_qpn: ctx.qpn,
         dst_qpn: ctx.dest_qpn,
-        opcode: op,
+        opcode,
         psn,
         solicited: false,
         ack_req: false,
         ext,
-    };
-    if let Some(f) = packet::build(&meta, &[]) {
-        ctx::send_frame(dev, ctx.qpn, f, false);
     }
 }
 

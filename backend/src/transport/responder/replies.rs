@@ -147,16 +147,7 @@ fn pump(
                 Err(())
             }
         };
-        let meta = crate::transport::packet::TxMeta {
-            path: &path,
-            src_qpn: ctx.qpn,
-            dst_qpn: ctx.dest_qpn,
-            opcode: op,
-            psn,
-            solicited: false,
-            ack_req: false,
-            ext,
-        };
+        let meta = response_meta(ctx, &path, op, psn, ext);
         let built = match seg.as_mut().filter(|_| multi) {
             Some(w) => crate::transport::packet::build_into_segment(&meta, n as usize, w, fill)
                 .map(|len| len.map(|l| (l, None))),
