@@ -401,9 +401,10 @@ struct SentPacket {
 }
 
 /// Lay out, number and build the WQE's packet at the QP's next PSN (rxe `init_req_packet`,
-/// `next_opcode`, `finish_packet`). Nothing of the QP's or the WQE's progress moves here, so a
-/// packet that cannot be built needs no rollback ([`build_failed`]). A transport without the
-/// packet's opcode is LOC_QP_OP_ERR.
+/// `next_opcode`, `finish_packet`). The QP's PSN and the WQE's offset and state do not move
+/// here (a READ's `read_base` is set to its offset, which a resend sets again), so a packet that
+/// cannot be built needs no rollback ([`build_failed`]). A transport without the packet's opcode
+/// is LOC_QP_OP_ERR.
 fn send_packet(
     dev: &Device,
     ctx: &QpCtx,
