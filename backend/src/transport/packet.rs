@@ -1,5 +1,5 @@
 //! The transport's view of packets: [`RxPkt`] (a parsed RoCEv2 frame plus the network facts the
-//! responder needs for UD/GSI receives) and [`TxHdrs`] + `build` (what the transport wants sent). The
+//! responder needs for UD/GSI receives) and [`TxMeta`] + `build` (what the transport wants sent). The
 //! conversion to and from Ethernet frames is `wire::frame` (parse, ICRC, build); this file only
 //! adapts it so the state machines stay independent of frame layout details.
 
@@ -83,20 +83,6 @@ impl RxPkt<'_> {
     pub fn pos(&self) -> Position {
         self.info.position
     }
-}
-
-/// Extension headers of a packet to send.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TxHdrs {
-    pub xrceth: Option<Xrceth>,
-    pub feth: Option<Feth>,
-    pub reth: Option<Reth>,
-    pub aeth: Option<Aeth>,
-    pub atomic: Option<AtomicEth>,
-    pub atomic_ack: Option<AtomicAckEth>,
-    pub deth: Option<Deth>,
-    pub imm: Option<ImmDt>,
-    pub ieth: Option<Ieth>,
 }
 
 /// Pick the opcode for (transport, operation, position, immediate, invalidate) from the table.
@@ -255,30 +241,17 @@ pub fn recycle_frame(f: Vec<u8>) {
     });
 }
 
-/// Build one frame for `path`. `None` only if `wire` rejects the header combination (a
-/// transport bug, which is then visible as a missing packet and a retransmission rather than a
-/// crash).
-#[allow(clippy::too_many_arguments)]
-pub fn build(
-    path: &Path,
-    src_qpn: u32,
-    dst_qpn: u32,
-    opcode: Opcode,
-    psn: u32,
-    solicited: bool,
-    ack_req: bool,
-    hdrs: &TxHdrs,
-    payload: &[u8],
-) -> Option<Vec<u8>> {
-    let b = builder(
-        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs,
-    );
+/// Build one frame of `m` carrying `payload`. `None` only if `wire` rejects the header
+/// combination (a transport bug, which is then visible as a missing packet and a retransmission
+/// rather than a crash).
+pub fn build(m: &TxMeta<'_>, payload: &[u8]) -> Option<Vec<u8>> {
+    let b = builder(m);
     let mut out = frame_buf();
     match b.build(&[payload], &mut out) {
         Ok(()) => Some(out),
         Err(e) => {
             recycle_frame(out);
-            guest_warn!("transport: cannot build {opcode:?}: {e}");
+            guest_warn!("transport: cannot build {:?}: {e}", m.opcode);
             None
         }
     }
@@ -296,26 +269,16 @@ impl<E> From<WireError> for Built<E> {
     }
 }
 
-/// Build one frame whose `payload_len`-byte payload `fill` writes in place, straight into the
-/// frame buffer (e.g. gathered from guest memory: one copy per packet, no intermediate buffer).
-/// `Err` is `fill`'s error (the frame is dropped); `Ok(None)` means `wire` rejected the header
-/// combination (a transport bug, logged, seen as a lost packet).
-#[allow(clippy::too_many_arguments)]
+/// Build one frame of `m` whose `payload_len`-byte payload `fill` writes in place, straight into
+/// the frame buffer (e.g. gathered from guest memory: one copy per packet, no intermediate
+/// buffer). `Err` is `fill`'s error (the frame is dropped); `Ok(None)` means `wire` rejected the
+/// header combination (a transport bug, logged, seen as a lost packet).
 pub fn build_with<E>(
-    path: &Path,
-    src_qpn: u32,
-    dst_qpn: u32,
-    opcode: Opcode,
-    psn: u32,
-    solicited: bool,
-    ack_req: bool,
-    hdrs: &TxHdrs,
+    m: &TxMeta<'_>,
     payload_len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Option<Vec<u8>>, E> {
-    let b = builder(
-        path, src_qpn, dst_qpn, opcode, psn, solicited, ack_req, hdrs,
-    );
+    let b = builder(m);
     let mut out = frame_buf();
     match b.build_with(payload_len, &mut out, |buf| fill(buf).map_err(Built::Fill)) {
         Ok(()) => Ok(Some(out)),
@@ -325,13 +288,14 @@ pub fn build_with<E>(
         }
         Err(Built::Wire(e)) => {
             recycle_frame(out);
-            guest_warn!("transport: cannot build {opcode:?}: {e}");
+            guest_warn!("transport: cannot build {:?}: {e}", m.opcode);
             Ok(None)
         }
     }
 }
 
-/// What one request packet carries besides its payload (the arguments of [`build_with`]).
+/// What one packet to send carries besides its payload: its addressing, BTH fields and
+/// extension headers (which of them are present is the opcode's, `wire::opcode`).
 #[derive(Debug, Clone, Copy)]
 pub struct TxMeta<'a> {
     pub path: &'a Path,
@@ -341,7 +305,7 @@ pub struct TxMeta<'a> {
     pub psn: u32,
     pub solicited: bool,
     pub ack_req: bool,
-    pub hdrs: &'a TxHdrs,
+    pub ext: ExtHeaders,
 }
 
 /// [`build_with`] appending the frame to a fabric segment (`wire::segment`), built in place.
@@ -354,16 +318,7 @@ pub fn build_into_segment<E>(
     seg: &mut crate::wire::segment::SegmentWriter,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Option<usize>, E> {
-    let b = builder(
-        m.path,
-        m.src_qpn,
-        m.dst_qpn,
-        m.opcode,
-        m.psn,
-        m.solicited,
-        m.ack_req,
-        m.hdrs,
-    );
+    let b = builder(m);
     let max = crate::wire::segment::max_frame_len(payload_len);
     let r = seg.push_with(max, |room: &mut [u8]| {
         b.build_with_in(payload_len, room, |p| fill(p).map_err(Built::Fill))
@@ -382,23 +337,15 @@ pub fn build_into_segment<E>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn builder(
-    path: &Path,
-    src_qpn: u32,
-    dst_qpn: u32,
-    opcode: Opcode,
-    psn: u32,
-    solicited: bool,
-    ack_req: bool,
-    hdrs: &TxHdrs,
-) -> PacketBuilder {
+/// The wire builder for `m`: addressing from its path (spec §15.4), BTH and extension headers.
+fn builder(m: &TxMeta<'_>) -> PacketBuilder {
+    let path = m.path;
     // Spec §15.4: the AV's flow label if set, else a hash of the QP pair (as Linux
     // rdma_calc_flow_label); the UDP source port is derived from it.
     let fl = if path.flow_label & 0xf_ffff != 0 {
         path.flow_label & 0xf_ffff
     } else {
-        calc_flow_label(src_qpn, dst_qpn)
+        calc_flow_label(m.src_qpn, m.dst_qpn)
     };
     let addr = Addressing {
         src_mac: path.smac,
@@ -411,22 +358,12 @@ fn builder(
         flow_label: fl,
         udp_src_port: flow_label_to_udp_sport(fl),
     };
-    let mut bth = Bth::new(opcode, dst_qpn, psn);
-    bth.solicited = solicited;
-    bth.ack_req = ack_req;
+    let mut bth = Bth::new(m.opcode, m.dst_qpn, m.psn);
+    bth.solicited = m.solicited;
+    bth.ack_req = m.ack_req;
     let mut b = PacketBuilder::new(addr, bth);
     b.icrc = path.icrc;
-    b.ext = ExtHeaders {
-        deth: hdrs.deth,
-        xrceth: hdrs.xrceth,
-        feth: hdrs.feth,
-        reth: hdrs.reth,
-        atomic_eth: hdrs.atomic,
-        aeth: hdrs.aeth,
-        atomic_ack_eth: hdrs.atomic_ack,
-        immdt: hdrs.imm,
-        ieth: hdrs.ieth,
-    };
+    b.ext = m.ext;
     b
 }
 

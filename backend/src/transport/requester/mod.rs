@@ -11,14 +11,17 @@
 //! [`WqeState::Done`] and retired from the front of the queue by `retire`.
 //!
 //! Files: `wqe.rs` (the decoded send WQE and its decoding, spec §6.1), `send.rs` (WQEs to
-//! packets: the send loop, local operations, SGE gathers, segmentation by path MTU); this file
-//! holds the state, the entry points, fetching, retiring, restarts and the flush.
+//! packets: the send loop, local operations, SGE gathers, and a WQE's packets as named steps:
+//! begin, send a packet, update the state), `request.rs` (what a WQE's next packet is: its
+//! destination, opcode, headers and payload, segmented by path MTU), `build.rs` (the one builder
+//! that puts a request packet into a frame or a fabric segment); this file holds the state, the
+//! entry points, fetching, retiring, restarts and the flush.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD, QPT_RC, QPT_XRC_TGT};
-use super::packet::{opcode_for, TxHdrs};
+use super::packet::opcode_for;
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::memory::mr::MrError;
@@ -27,6 +30,8 @@ use crate::transport::Device;
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
 
+mod build;
+mod request;
 mod send;
 mod wqe;
 

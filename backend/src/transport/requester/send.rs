@@ -1,7 +1,11 @@
 //! WQEs to request packets: the send loop (window, fences, max_rd_atomic, RNR back-off), local
-//! operations, SGE gathers and segmentation by path MTU (spec §6.1, IBTA 9.7).
+//! operations, SGE gathers, and a WQE's packets in named steps (spec §6.1, IBTA 9.7): what each
+//! packet is comes from `request.rs`, the frame or segment it goes into from `build.rs`.
 
+use super::build::{build_request, Payload, Request};
+use super::request;
 use super::*;
+use crate::transport::packet::TxMeta;
 
 /// Transmit as much as the window, max_rd_atomic, fences and RNR back-off allow.
 ///
@@ -23,6 +27,10 @@ pub(super) fn send(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Inst
     }
 }
 
+/// Walk the sendable WQEs in SQ order from the first one not yet sent (the loop of rxe's
+/// requester): after RNR back-off, each WQE may have to wait ([`must_wait`]), runs as a local
+/// operation ([`run_local`]) or, room permitting ([`no_room`]), sends its packets
+/// ([`send_wqe`]). A WQE that fails QP-fatally stops the QP (`stopped`).
 fn send_packets(
     dev: &Device,
     ctx: &QpCtx,
@@ -43,53 +51,24 @@ fn send_packets(
     let max_rd = ctx.max_rd_atomic.max(1);
     let mut i = st.sent_prefix.min(end);
     while i < end {
-        let state = st.wqes[i].state;
-        if matches!(state, WqeState::Sent | WqeState::Done) {
+        if matches!(st.wqes[i].state, WqeState::Sent | WqeState::Done) {
             if i == st.sent_prefix {
                 st.sent_prefix += 1;
             }
             i += 1;
             continue;
         }
-        // SQD: finish what was started, start nothing new (IBTA 10.3.1).
-        if ctx.state == QPS_SQD && !st.wqes[i].sent_once {
-            return;
-        }
-        // Fence (IBTA 10.8.3.3): wait until every earlier READ / atomic has completed.
-        if st.wqes[i].flags & SEND_FENCE != 0
-            && st
-                .wqes
-                .iter()
-                .take(i)
-                .any(|w| w.is_rd_atomic() && w.state != WqeState::Done)
-        {
+        if must_wait(ctx, st, i) {
             return;
         }
         if st.wqes[i].is_local() {
-            // Local operations (LOCAL_INV, REG_MR) execute in SQ order against the MR table.
-            // IBTA 10.6: they must not overtake earlier operations that use the MR; we
-            // conservatively wait until everything before them has completed.
-            if st.wqes.iter().take(i).any(|w| w.state != WqeState::Done) {
-                return;
-            }
-            exec_local(dev, ctx, &mut st.wqes[i]);
-            if st.wqes[i].fatal {
-                st.stopped = true;
+            if !run_local(dev, ctx, st, i) {
                 return;
             }
             i += 1;
             continue;
         }
-        if st.wqes[i].is_rd_atomic()
-            && state == WqeState::Pending
-            && st.rd_atomic_outstanding >= max_rd
-        {
-            return;
-        }
-        if ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32 {
-            return;
-        }
-        if !send_wqe(dev, ctx, st, i, max_rd, seg) {
+        if no_room(ctx, st, i, max_rd) || send_wqe(dev, ctx, st, i, max_rd, seg) == Halt::Qp {
             return;
         }
         if ctx.is_ud() {
@@ -102,6 +81,47 @@ fn send_packets(
         }
         i += 1;
     }
+}
+
+/// Whether WQE `i` must wait before it starts (rxe `req_next_wqe`): a QP in SQD finishes what
+/// it started and starts nothing new (IBTA 10.3.1); a fenced WQE waits until every earlier READ
+/// or atomic has completed (IBTA 10.8.3.3).
+fn must_wait(ctx: &QpCtx, st: &RequesterState, i: usize) -> bool {
+    let w = &st.wqes[i];
+    if ctx.state == QPS_SQD && !w.sent_once {
+        return true;
+    }
+    w.flags & SEND_FENCE != 0
+        && st
+            .wqes
+            .iter()
+            .take(i)
+            .any(|e| e.is_rd_atomic() && e.state != WqeState::Done)
+}
+
+/// Run local operation `i` (LOCAL_INV, REG_MR, BIND_MW) in SQ order against the MR table. It
+/// must not overtake earlier operations that use the MR (IBTA 10.6): conservatively, it waits
+/// until everything before it has completed. False: the QP stops here (waiting, or the
+/// operation failed and the QP goes to ERROR).
+fn run_local(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, i: usize) -> bool {
+    if st.wqes.iter().take(i).any(|w| w.state != WqeState::Done) {
+        return false;
+    }
+    exec_local(dev, ctx, &mut st.wqes[i]);
+    if st.wqes[i].fatal {
+        st.stopped = true;
+        return false;
+    }
+    true
+}
+
+/// Whether WQE `i` finds no room to send now (rxe `check_init_depth`): a READ or atomic not
+/// yet sent while max_rd_atomic of them are outstanding (IBTA 9.5.4), or the RC window
+/// ([`WINDOW`], the congestion window) full.
+fn no_room(ctx: &QpCtx, st: &RequesterState, i: usize, max_rd: u32) -> bool {
+    let w = &st.wqes[i];
+    (w.is_rd_atomic() && w.state == WqeState::Pending && st.rd_atomic_outstanding >= max_rd)
+        || (ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32)
 }
 
 /// How many of the fetched WQEs may be sent. All of them, unless an error WQE is queued
@@ -191,16 +211,6 @@ fn validate(dev: &Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
         }
     }
     Ok(())
-}
-
-/// Where a request packet's payload comes from (`send_wqe`).
-#[derive(Clone, Copy)]
-enum Src {
-    Empty,
-    /// ATOMIC WRITE's 8 bytes.
-    Atomic([u8; 8]),
-    /// The message at the WQE's offset: its inline data or its SGEs.
-    Message,
 }
 
 /// Outcome of copying between local SGEs and a buffer.
@@ -304,8 +314,21 @@ fn sge_copy_with(
     Ok(())
 }
 
-/// Send the next packets of WQE `i`. Returns false when the QP must stop for now (window full,
-/// ODP suspension); true when the WQE has nothing more to send right now.
+/// Why [`send_wqe`] stopped sending a WQE's packets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Halt {
+    /// The QP sends nothing more for now: the window or max_rd_atomic is full, or an ODP fault
+    /// suspends it.
+    Qp,
+    /// This WQE has nothing more to send now (every packet sent, or it completed in error).
+    Wqe,
+}
+
+/// Send the next packets of WQE `i` (IBTA 9.7 requester), in the steps of rxe's requester: the
+/// WQE's first transmission checks it and assigns its PSNs ([`begin_wqe`]), its destination is
+/// resolved once (`request::destination`), then each packet is laid out and built
+/// ([`send_packet`]) and the QP's and WQE's progress advanced ([`update_state`]) until the WQE
+/// or the QP has to stop.
 fn send_wqe(
     dev: &Device,
     ctx: &QpCtx,
@@ -313,316 +336,184 @@ fn send_wqe(
     i: usize,
     max_rd: u32,
     seg: &mut Option<SegmentWriter>,
-) -> bool {
-    let mtu = ctx.mtu;
-    if st.wqes[i].state == WqeState::Pending && st.wqes[i].offset == 0 {
-        if st.wqes[i].is_read() && st.wqes[i].npkts(mtu) > MAX_READ_PSNS {
-            st.wqes[i].finish(WC_LOC_LEN_ERR, true);
-            return true;
-        }
-        if !st.wqes[i].validated {
-            match validate(dev, ctx, &st.wqes[i]) {
-                Ok(()) => st.wqes[i].validated = true,
-                Err(MrError::Fault { key, iova }) => {
-                    st.odp_wait = Some(OdpWait { key, iova });
-                    return false;
-                }
-                Err(_) => {
-                    st.wqes[i].finish(WC_LOC_PROT_ERR, true);
-                    return true;
-                }
-            }
-        }
-        st.wqes[i].first_psn = st.psn;
-        st.wqes[i].sent_once = true;
-        let n = st.wqes[i].npkts(mtu);
-        st.wqes[i].last_psn = psn_add(st.psn, n - 1);
+) -> Halt {
+    if let Err(halt) = begin_wqe(dev, ctx, st, i) {
+        return halt;
     }
-    // Destination.
-    let (path, dqpn, deth) = if ctx.is_ud() {
-        let w = &st.wqes[i];
-        let Some(p) = ctx::ah_path(dev, w.ah_index, ctx.pdn) else {
-            // Unknown AH or AH of another PD (spec §6.1): LOC_QP_OP_ERR, the UD QP stays RTS.
-            st.wqes[i].finish(WC_LOC_QP_OP_ERR, false);
-            return true;
-        };
-        if w.length > mtu as u64 {
-            // A UD message is one packet (IBTA 9.8).
-            st.wqes[i].finish(WC_LOC_LEN_ERR, false);
-            return true;
-        }
-        // GSI always sends with Q_Key 0x80010000 and source QP 1 (IBTA 13.4.6). Otherwise a
-        // WR Q_Key with the high bit set means "use the QP's Q_Key" (IBTA 10.2.5).
-        let qkey = if ctx.qp_type == ctx::QPT_GSI {
-            ctx::GSI_QKEY
-        } else if w.remote_qkey & 0x8000_0000 != 0 {
-            ctx.qkey
-        } else {
-            w.remote_qkey
-        };
-        let d = Deth {
-            qkey,
-            src_qp: ctx.qpn,
-        };
-        (p, w.remote_qpn, Some(d))
-    } else {
-        let Some(p) = ctx.path else {
-            st.wqes[i].finish(WC_LOC_QP_OP_ERR, true);
-            return true;
-        };
-        (p, ctx.dest_qpn, None)
+    let Some(dest) = request::destination(dev, ctx, &mut st.wqes[i]) else {
+        return Halt::Wqe;
     };
-    let t = ctx.transport();
-    // XRC: every request packet names the target's XRC SRQ (spec §13.7, §15.2).
-    let xrceth = ctx.is_xrc().then_some(Xrceth {
-        srqn: st.wqes[i].xrc_srqn,
-    });
-
     loop {
-        let w = &st.wqes[i];
         if ctx.is_rc() && psn_diff(st.psn, st.una) >= st.window() as i32 {
-            return false;
+            return Halt::Qp;
         }
-        let psn = st.psn;
-        let mut hdrs = TxHdrs {
-            deth,
-            xrceth,
-            ..Default::default()
+        let sent = match send_packet(dev, ctx, st, i, &dest, seg) {
+            Ok(sent) => sent,
+            Err(halt) => return halt,
         };
-        let solicited = w.flags & SEND_SOLICITED != 0;
-        // Where the payload comes from; it is written straight into the frame (one copy).
-        let mut src = Src::Empty;
-        let mut plen = 0usize;
-        let (op, pos, npsn, last) = match w.opcode {
-            WR_RDMA_READ => {
-                // A restarted READ asks only for what has not arrived (IBTA 9.7.5.1).
-                let remaining = w.length - w.offset;
-                st.wqes[i].read_base = st.wqes[i].offset;
-                let w = &st.wqes[i];
-                hdrs.reth = Some(Reth {
-                    va: w.remote_addr.wrapping_add(w.offset),
-                    rkey: w.rkey,
-                    dma_len: remaining as u32,
-                });
-                let n = (remaining.div_ceil(mtu as u64)).max(1) as u32;
-                (Operation::ReadRequest, Position::Only, n, true)
-            }
-            WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => {
-                let cmp = w.opcode == WR_ATOMIC_CMP_AND_SWP;
-                hdrs.atomic = Some(AtomicEth {
-                    va: w.remote_addr,
-                    rkey: w.rkey,
-                    swap_add: if cmp { w.swap } else { w.compare_add },
-                    compare: if cmp { w.compare_add } else { 0 },
-                });
-                let o = if cmp {
-                    Operation::CompareSwap
-                } else {
-                    Operation::FetchAdd
-                };
-                (o, Position::Only, 1, true)
-            }
-            WR_ATOMIC_WRITE => {
-                hdrs.reth = Some(Reth {
-                    va: w.remote_addr,
-                    rkey: w.rkey,
-                    dma_len: 8,
-                });
-                src = Src::Atomic(w.atomic_write_data);
-                plen = 8;
-                (Operation::AtomicWrite, Position::Only, 1, true)
-            }
-            WR_FLUSH => {
-                hdrs.feth = Some(Feth {
-                    placement: w.flush.placement,
-                    selectivity: w.flush.selectivity,
-                });
-                hdrs.reth = Some(Reth {
-                    va: w.remote_addr,
-                    rkey: w.rkey,
-                    dma_len: w.flush.length as u32,
-                });
-                (Operation::Flush, Position::Only, 1, true)
-            }
-            _ => {
-                let remaining = w.length - w.offset;
-                let n = remaining.min(mtu as u64) as usize;
-                let first = w.offset == 0;
-                let last = remaining <= mtu as u64;
-                let pos = match (first, last) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, false) => Position::Middle,
-                    (false, true) => Position::Last,
-                };
-                src = Src::Message;
-                plen = n;
-                let is_write = matches!(w.opcode, WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM);
-                if is_write && first {
-                    hdrs.reth = Some(Reth {
-                        va: w.remote_addr,
-                        rkey: w.rkey,
-                        dma_len: w.length as u32,
-                    });
-                }
-                if last {
-                    match w.opcode {
-                        WR_SEND_WITH_IMM | WR_RDMA_WRITE_WITH_IMM => {
-                            hdrs.imm = Some(ImmDt(u32::from_be_bytes(w.ex.to_le_bytes())))
-                        }
-                        WR_SEND_WITH_INV => hdrs.ieth = Some(Ieth { rkey: w.ex }),
-                        _ => {}
-                    }
-                }
-                let o = if is_write {
-                    Operation::Write
-                } else {
-                    Operation::Send
-                };
-                (o, pos, 1, last)
-            }
-        };
-        let Some(opcode) = opcode_for(t, op, pos, hdrs.imm.is_some(), hdrs.ieth.is_some()) else {
-            st.wqes[i].finish(WC_LOC_QP_OP_ERR, true);
-            return true;
-        };
-        let next = psn_add(psn, npsn);
-        // AckReq (IBTA 9.2.3): on the last packet of a message, every ACK_EVERY packets, and when
-        // the window is about to fill, so ACKs are coalesced but the window keeps moving.
-        let ack_req = ctx.is_rc()
-            && (last
-                || psn.is_multiple_of(ACK_EVERY)
-                || psn_diff(next, st.una) >= st.window() as i32);
-        // Borrow the SGE list out of the WQE for the gather (no per-packet clone).
-        let sges = std::mem::take(&mut st.wqes[i].sges);
-        let w = &st.wqes[i];
-        let (off, inline) = (w.offset, w.inline.as_deref());
-        // Only messages of several packets go into segments: a one-packet message (64 B
-        // WRITEs, READ requests, atomics) gains nothing there and costs a segment buffer, so
-        // it leaves as a plain frame, after the segment so far (PSN order on the wire).
-        let multi = w.length > u64::from(mtu) && !w.is_rd_atomic();
-        if let Some(w) = seg.as_mut() {
-            if !w.is_empty() && (!multi || !w.fits(plen)) {
-                ctx::flush_segment(dev, ctx.qpn, w);
-                *w = SegmentWriter::new(crate::transport::packet::segment_buf());
-            }
+        if let Some(halt) = update_state(ctx, st, i, &sent, max_rd) {
+            return halt;
         }
-        let again = psn_diff(psn, st.psn_high) < 0;
-        let hdr = crate::transport::packet::TxMeta {
-            path: &path,
-            src_qpn: ctx.qpn,
-            dst_qpn: dqpn,
-            opcode,
-            psn,
-            solicited: solicited && last,
-            ack_req,
-            hdrs: &hdrs,
-        };
-        // One copy (spec §16.2 rule 6, `onecopy`): an RC WRITE packet of a segment leaves its
-        // payload in guest memory, the receiving engine copies it from there. `None`: copied.
-        let mut by_ref = None;
-        let is_write = matches!(op, Operation::Write);
-        if let Some(w) = seg.as_mut().filter(|_| multi) {
-            use crate::transport::onecopy::{build_by_reference, by_reference, Built};
-            if matches!(src, Src::Message)
-                && by_reference(dev, ctx.is_rc(), is_write, inline.is_some(), plen)
-            {
-                by_ref = match build_by_reference(dev, ctx.qpn, ctx.pdn, &hdr, plen, w, &sges, off)
-                {
-                    Ok(Built::Added(len)) => {
-                        ctx::count_tx(dev, ctx.qpn, len, again);
-                        Some(Ok(()))
-                    }
-                    Ok(Built::Lost) => Some(Ok(())),
-                    Ok(Built::Copy) => None,
-                    Err(e) => Some(Err(e)),
-                };
-            }
-        }
-        let fill = |buf: &mut [u8]| match (src, inline) {
-            (Src::Empty, _) => Ok(()),
-            (Src::Atomic(d), _) => {
-                buf.copy_from_slice(&d);
-                Ok(())
-            }
-            (Src::Message, Some(data)) => {
-                let o = off as usize;
-                let d = o
-                    .checked_add(buf.len())
-                    .and_then(|e| data.get(o..e))
-                    .ok_or(SgeError::Len)?;
-                buf.copy_from_slice(d);
-                Ok(())
-            }
-            (Src::Message, None) if buf.is_empty() => Ok(()),
-            (Src::Message, None) => {
-                sge_copy(dev, Some(ctx.qpn), ctx.pdn, &sges, off, SgeIo::Gather(buf))
-            }
-        };
-        // Behind the highest PSN ever sent (`again`): go-back-N is sending this packet again.
-        let sent = match (by_ref, seg.as_mut().filter(|_| multi)) {
-            (Some(r), _) => r,
-            (None, Some(w)) => crate::transport::packet::build_into_segment(&hdr, plen, w, fill)
-                .map(|len| {
-                    if let Some(len) = len {
-                        ctx::count_tx(dev, ctx.qpn, len, again);
-                    }
-                }),
-            (None, None) => crate::transport::packet::build_with(
-                hdr.path,
-                hdr.src_qpn,
-                hdr.dst_qpn,
-                hdr.opcode,
-                hdr.psn,
-                hdr.solicited,
-                hdr.ack_req,
-                hdr.hdrs,
-                plen,
-                fill,
-            )
-            .map(|f| {
-                if let Some(f) = f {
-                    ctx::send_frame(dev, ctx.qpn, f, again);
-                }
-            }),
-        };
-        st.wqes[i].sges = sges;
-        match sent {
-            Ok(()) => {}
-            Err(SgeError::Fault { key, iova }) => {
+    }
+}
+
+/// A WQE's first transmission (a Pending WQE at offset 0): the local checks (IBTA 10.8: a READ
+/// longer than [`MAX_READ_PSNS`] response packets is LOC_LEN_ERR, spec §14.3; SGE keys and
+/// bounds, [`validate`]) and its PSN range, from the QP's next PSN (rxe `update_wqe_psn`).
+/// `Err`: the WQE completed in error ([`Halt::Wqe`]) or an ODP fault suspends the QP
+/// ([`Halt::Qp`], checked again when the fault ends).
+fn begin_wqe(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, i: usize) -> Result<(), Halt> {
+    let mtu = ctx.mtu;
+    let w = &mut st.wqes[i];
+    if w.state != WqeState::Pending || w.offset != 0 {
+        return Ok(());
+    }
+    if w.is_read() && w.npkts(mtu) > MAX_READ_PSNS {
+        w.finish(WC_LOC_LEN_ERR, true);
+        return Err(Halt::Wqe);
+    }
+    if !w.validated {
+        match validate(dev, ctx, w) {
+            Ok(()) => w.validated = true,
+            Err(MrError::Fault { key, iova }) => {
                 st.odp_wait = Some(OdpWait { key, iova });
-                return false;
+                return Err(Halt::Qp);
             }
             Err(_) => {
-                st.wqes[i].finish(WC_LOC_PROT_ERR, true);
-                return true;
+                w.finish(WC_LOC_PROT_ERR, true);
+                return Err(Halt::Wqe);
             }
         }
-        let plen = plen as u64;
-        st.psn = next;
-        if psn_diff(next, st.psn_high) > 0 {
-            st.psn_high = next;
-        }
-        let w = &mut st.wqes[i];
-        let was_pending = w.state == WqeState::Pending;
-        if w.is_rd_atomic() {
-            if was_pending {
-                st.rd_atomic_outstanding += 1;
-            }
-            let w = &mut st.wqes[i];
-            w.state = WqeState::Sent;
-            return st.rd_atomic_outstanding < max_rd;
-        }
-        w.offset += plen;
-        if last {
-            if ctx.is_rc() {
-                w.state = WqeState::Sent;
-            } else {
-                // UC / UD: complete once handed to the wire (IBTA 9.8: no acknowledgement).
-                w.finish(WC_SUCCESS, false);
-            }
-            return true;
-        }
-        w.state = WqeState::Sending;
     }
+    w.first_psn = st.psn;
+    w.sent_once = true;
+    w.last_psn = psn_add(st.psn, w.npkts(mtu) - 1);
+    Ok(())
+}
+
+/// What [`update_state`] needs of a packet that was sent.
+struct SentPacket {
+    /// The PSN after the packet's.
+    next_psn: u32,
+    /// Payload bytes.
+    len: u64,
+    last: bool,
+}
+
+/// Lay out, number and build the WQE's packet at the QP's next PSN (rxe `init_req_packet`,
+/// `next_opcode`, `finish_packet`). The QP's PSN and the WQE's offset and state do not move
+/// here (a READ's `read_base` is set to its offset, which a resend sets again), so a packet that
+/// cannot be built needs no rollback ([`build_failed`]). A transport without the packet's opcode
+/// is LOC_QP_OP_ERR.
+fn send_packet(
+    dev: &Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    i: usize,
+    dest: &request::Destination,
+    seg: &mut Option<SegmentWriter>,
+) -> Result<SentPacket, Halt> {
+    let psn = st.psn;
+    let p = request::next_packet(&mut st.wqes[i], ctx.mtu, dest.ext);
+    let Some(opcode) = request::next_opcode(ctx.transport(), &p) else {
+        st.wqes[i].finish(WC_LOC_QP_OP_ERR, true);
+        return Err(Halt::Wqe);
+    };
+    let next_psn = psn_add(psn, p.psns);
+    let meta = TxMeta {
+        path: &dest.path,
+        src_qpn: ctx.qpn,
+        dst_qpn: dest.dst_qpn,
+        opcode,
+        psn,
+        solicited: st.wqes[i].flags & SEND_SOLICITED != 0 && p.last,
+        ack_req: request::ack_req(ctx, st, psn, next_psn, p.last),
+        ext: p.ext,
+    };
+    // Borrow the SGE list out of the WQE for the gather (no per-packet clone).
+    let sges = std::mem::take(&mut st.wqes[i].sges);
+    let w = &st.wqes[i];
+    let payload = match (p.source, w.inline.as_deref()) {
+        (request::Source::Empty, _) => Payload::Empty,
+        (request::Source::Atomic(d), _) => Payload::Atomic(d),
+        (request::Source::Message, Some(data)) => Payload::Inline(data),
+        (request::Source::Message, None) => Payload::Sges(&sges),
+    };
+    let r = Request {
+        meta,
+        payload,
+        len: p.len,
+        off: w.offset,
+        write: matches!(p.op, Operation::Write),
+        multi: w.length > u64::from(ctx.mtu) && !w.is_rd_atomic(),
+        again: psn_diff(psn, st.psn_high) < 0,
+    };
+    let built = build_request(dev, ctx, &r, seg);
+    st.wqes[i].sges = sges;
+    match built {
+        Ok(()) => Ok(SentPacket {
+            next_psn,
+            len: p.len as u64,
+            last: p.last,
+        }),
+        Err(e) => Err(build_failed(st, i, e)),
+    }
+}
+
+/// A packet whose payload could not be gathered was not sent, and the QP's PSN and the WQE's
+/// offset have not moved (rxe saves and rolls them back; here they advance only after a packet
+/// is out): an ODP fault suspends the QP and the same packet is built again when the fault
+/// ends (spec §12.6); any other failure completes the WQE with LOC_PROT_ERR (IBTA 10.8).
+fn build_failed(st: &mut RequesterState, i: usize, e: SgeError) -> Halt {
+    match e {
+        SgeError::Fault { key, iova } => {
+            st.odp_wait = Some(OdpWait { key, iova });
+            Halt::Qp
+        }
+        SgeError::Prot | SgeError::Len => {
+            st.wqes[i].finish(WC_LOC_PROT_ERR, true);
+            Halt::Wqe
+        }
+    }
+}
+
+/// After a packet went out (rxe `update_wqe_state`, `update_state`): the QP's next PSN and the
+/// highest PSN ever sent (IBTA 9.7.1), then the WQE. A READ or atomic is Sent with its one
+/// request and counts against max_rd_atomic (IBTA 9.5.4), which stops the QP when full; a
+/// message advances by the packet's payload and, with its last packet, is Sent (RC) or
+/// completes (UC/UD, IBTA 9.8: no acknowledgement). `None`: the WQE has more packets to send.
+fn update_state(
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    i: usize,
+    sent: &SentPacket,
+    max_rd: u32,
+) -> Option<Halt> {
+    st.psn = sent.next_psn;
+    if psn_diff(sent.next_psn, st.psn_high) > 0 {
+        st.psn_high = sent.next_psn;
+    }
+    let w = &mut st.wqes[i];
+    if w.is_rd_atomic() {
+        if w.state == WqeState::Pending {
+            st.rd_atomic_outstanding += 1;
+        }
+        w.state = WqeState::Sent;
+        return Some(if st.rd_atomic_outstanding < max_rd {
+            Halt::Wqe
+        } else {
+            Halt::Qp
+        });
+    }
+    w.offset += sent.len;
+    if !sent.last {
+        w.state = WqeState::Sending;
+        return None;
+    }
+    if ctx.is_rc() {
+        w.state = WqeState::Sent;
+    } else {
+        w.finish(WC_SUCCESS, false);
+    }
+    Some(Halt::Wqe)
 }

@@ -147,7 +147,9 @@ impl SendWqe {
 }
 
 /// Decode a send WQE slot (spec §6.1). Errors are the completion status for the WQE and whether it
-/// is QP-fatal.
+/// is QP-fatal: the header and the opcode's fields ([`decode_op_fields`]), the opcode and flags
+/// allowed for the QP ([`opcode_allowed`]), then the payload (inline data or SGEs) and the
+/// message length checks.
 pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
     if b.len() < WQE_HDR {
         // Slots are at least 64 bytes (sq_wqe_shift >= 6); anything else is a broken QP.
@@ -158,20 +160,15 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         w.finish(WC_LOC_QP_OP_ERR, true);
         return w;
     }
-    let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let le64 = |o: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[o..o + 8]);
-        u64::from_le_bytes(a)
-    };
+    let s = Slot(b);
     let mut w = SendWqe {
         index,
-        wr_id: le64(0),
+        wr_id: s.le64(0),
         opcode: b[8],
         flags: b[9],
-        ex: le32(12),
+        ex: s.le32(12),
         xrc_srqn: if ctx.is_xrc() {
-            le32(20) & 0x00ff_ffff
+            s.le32(20) & 0x00ff_ffff
         } else {
             0
         },
@@ -179,64 +176,109 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
     };
     w.signaled = w.flags & SEND_SIGNALED != 0 || ctx.sq_sig_all;
     let num_sge = b[10] as usize;
-    let inline_len = le32(16) as usize;
+    decode_op_fields(ctx, s, &mut w);
+    // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
+    const KNOWN_FLAGS: u8 = SEND_SIGNALED | SEND_SOLICITED | SEND_INLINE | SEND_FENCE;
+    if !opcode_allowed(ctx, w.opcode, num_sge) || w.flags & !KNOWN_FLAGS != 0 {
+        w.finish(WC_LOC_QP_OP_ERR, true);
+        return w;
+    }
+    if w.is_local() {
+        return w;
+    }
+    if w.is_empty_read_like() {
+        return decode_empty_read_like(w, num_sge);
+    }
+    let payload = if w.flags & SEND_INLINE != 0 && !w.is_rd_atomic() {
+        decode_inline(ctx, s, &mut w)
+    } else {
+        decode_sges(ctx, s, &mut w, num_sge)
+    };
+    if let Err(status) = payload.and_then(|()| check_length(&mut w)) {
+        w.finish(status, true);
+    }
+    w
+}
+
+/// A send WQE slot's bytes, little-endian fields at the offsets of spec §6.1.
+#[derive(Clone, Copy)]
+struct Slot<'a>(&'a [u8]);
+
+impl Slot<'_> {
+    fn le32(self, o: usize) -> u32 {
+        let b = self.0;
+        u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    }
+    fn le64(self, o: usize) -> u64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&self.0[o..o + 8]);
+        u64::from_le_bytes(a)
+    }
+}
+
+/// The fields of bytes 24..63 that `w`'s opcode uses (spec §6.1): the remote address and R_Key,
+/// atomic operands, FLUSH fields, a UD SEND's address, REG_MR's or BIND_MW's fields.
+fn decode_op_fields(ctx: &QpCtx, s: Slot<'_>, w: &mut SendWqe) {
     match w.opcode {
         WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ => {
-            w.remote_addr = le64(24);
-            w.rkey = le32(32);
+            w.remote_addr = s.le64(24);
+            w.rkey = s.le32(32);
         }
         WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD => {
-            w.remote_addr = le64(24);
-            w.rkey = le32(32);
-            w.compare_add = le64(40);
-            w.swap = le64(48);
+            w.remote_addr = s.le64(24);
+            w.rkey = s.le32(32);
+            w.compare_add = s.le64(40);
+            w.swap = s.le64(48);
         }
         WR_ATOMIC_WRITE => {
-            w.remote_addr = le64(24);
-            w.rkey = le32(32);
-            w.atomic_write_data.copy_from_slice(&b[40..48]);
+            w.remote_addr = s.le64(24);
+            w.rkey = s.le32(32);
+            w.atomic_write_data.copy_from_slice(&s.0[40..48]);
         }
         WR_FLUSH => {
-            w.remote_addr = le64(24);
-            w.rkey = le32(32);
+            w.remote_addr = s.le64(24);
+            w.rkey = s.le32(32);
             w.flush = FlushWqe {
-                placement: b[36],
-                selectivity: b[37],
-                length: le64(40),
+                placement: s.0[36],
+                selectivity: s.0[37],
+                length: s.le64(40),
             };
         }
         WR_SEND | WR_SEND_WITH_IMM if ctx.is_ud() => {
-            w.ah_index = le32(24);
-            w.remote_qpn = le32(28) & 0x00ff_ffff;
-            w.remote_qkey = le32(32);
+            w.ah_index = s.le32(24);
+            w.remote_qpn = s.le32(28) & 0x00ff_ffff;
+            w.remote_qkey = s.le32(32);
         }
         WR_REG_MR => {
             w.reg = RegWqe {
-                iova: le64(24),
-                length: le64(32),
-                key: le32(40),
-                access: le32(44),
-                page_list_len: le32(48),
-                page_shift: le32(52),
-                page_list_addr: le64(56),
+                iova: s.le64(24),
+                length: s.le64(32),
+                key: s.le32(40),
+                access: s.le32(44),
+                page_list_len: s.le32(48),
+                page_shift: s.le32(52),
+                page_list_addr: s.le64(56),
             };
         }
         WR_BIND_MW => {
             w.bind = BindMw {
-                addr: le64(24),
-                length: le64(32),
-                mw_key: le32(40),
-                new_key: le32(44),
-                mr_key: le32(48),
-                access: le32(52),
+                addr: s.le64(24),
+                length: s.le64(32),
+                mw_key: s.le32(40),
+                new_key: s.le32(44),
+                mr_key: s.le32(48),
+                access: s.le32(52),
                 ..Default::default()
             };
         }
         _ => {}
     }
-    // Opcode allowed for the QP type (IBTA 9.7 / spec §6.1): an invalid one completes with
-    // LOC_QP_OP_ERR and moves the QP to ERROR.
-    let allowed = match w.opcode {
+}
+
+/// Whether `opcode` is allowed for the QP type (IBTA 9.7 / spec §6.1): an invalid one completes
+/// with LOC_QP_OP_ERR and moves the QP to ERROR.
+fn opcode_allowed(ctx: &QpCtx, opcode: u8, num_sge: usize) -> bool {
+    match opcode {
         WR_SEND | WR_SEND_WITH_IMM | WR_LOCAL_INV | WR_REG_MR => true,
         WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM => ctx.is_rc() || ctx.is_uc(),
         WR_RDMA_READ | WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD | WR_SEND_WITH_INV => {
@@ -247,66 +289,60 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
         // Spec §6.1: windows are bound through RC and UC QPs; no SGEs.
         WR_BIND_MW => (ctx.qp_type == QPT_RC || ctx.is_uc()) && num_sge == 0,
         _ => false,
-    };
-    // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
-    const KNOWN_FLAGS: u8 = SEND_SIGNALED | SEND_SOLICITED | SEND_INLINE | SEND_FENCE;
-    if !allowed || w.flags & !KNOWN_FLAGS != 0 {
-        w.finish(WC_LOC_QP_OP_ERR, true);
-        return w;
     }
-    if w.is_local() {
-        return w;
+}
+
+/// Inline data: it must respect max_inline_data and fit the slot (§6.1), else LOC_LEN_ERR.
+fn decode_inline(ctx: &QpCtx, s: Slot<'_>, w: &mut SendWqe) -> Result<(), u8> {
+    let inline_len = s.le32(16) as usize;
+    if inline_len > ctx.max_inline as usize || WQE_HDR + inline_len > s.0.len() {
+        return Err(WC_LOC_LEN_ERR);
     }
-    if w.is_empty_read_like() {
-        return decode_empty_read_like(w, num_sge);
+    w.inline = Some(s.0[WQE_HDR..WQE_HDR + inline_len].to_vec());
+    w.length = inline_len as u64;
+    Ok(())
+}
+
+/// The SGE list after the header: at most max_send_sge within the slot (else LOC_QP_OP_ERR);
+/// empty SGEs count for nothing and are not kept.
+fn decode_sges(ctx: &QpCtx, s: Slot<'_>, w: &mut SendWqe, num_sge: usize) -> Result<(), u8> {
+    if num_sge > ctx.max_send_sge as usize || WQE_HDR + num_sge * SGE_SIZE > s.0.len() {
+        return Err(WC_LOC_QP_OP_ERR);
     }
-    if w.flags & SEND_INLINE != 0 && !w.is_rd_atomic() {
-        // Inline data must respect max_inline_data and fit the slot (§6.1) → LOC_LEN_ERR.
-        if inline_len > ctx.max_inline as usize || WQE_HDR + inline_len > b.len() {
-            w.finish(WC_LOC_LEN_ERR, true);
-            return w;
+    let mut total: u64 = 0;
+    for i in 0..num_sge {
+        let o = WQE_HDR + i * SGE_SIZE;
+        let sge = Sge {
+            addr: s.le64(o),
+            len: s.le32(o + 8),
+            lkey: s.le32(o + 12),
+        };
+        total += sge.len as u64;
+        if sge.len > 0 {
+            w.sges.push(sge);
         }
-        w.inline = Some(b[WQE_HDR..WQE_HDR + inline_len].to_vec());
-        w.length = inline_len as u64;
-    } else {
-        if num_sge > ctx.max_send_sge as usize || WQE_HDR + num_sge * SGE_SIZE > b.len() {
-            w.finish(WC_LOC_QP_OP_ERR, true);
-            return w;
-        }
-        let mut total: u64 = 0;
-        for i in 0..num_sge {
-            let o = WQE_HDR + i * SGE_SIZE;
-            let sge = Sge {
-                addr: le64(o),
-                len: le32(o + 8),
-                lkey: le32(o + 12),
-            };
-            total += sge.len as u64;
-            if sge.len > 0 {
-                w.sges.push(sge);
-            }
-        }
-        w.length = total;
     }
+    w.length = total;
+    Ok(())
+}
+
+/// The message length: an atomic's SGEs describe exactly 8 bytes (LOC_LEN_ERR, spec §6.1,
+/// §14.3) at an 8-byte aligned remote address (IBTA 9.4.5, LOC_QP_OP_ERR); no message is longer
+/// than max_msg_sz, 2^31 (spec §2.2, LOC_LEN_ERR).
+fn check_length(w: &mut SendWqe) -> Result<(), u8> {
     if w.is_atomic() {
-        // Atomics operate on 8 bytes at an 8-byte aligned address (IBTA 9.4.5); SGEs
-        // that do not describe exactly 8 bytes are LOC_LEN_ERR (spec §6.1, §14.3).
         if w.length != 8 {
-            w.finish(WC_LOC_LEN_ERR, true);
-            return w;
+            return Err(WC_LOC_LEN_ERR);
         }
         if !w.remote_addr.is_multiple_of(8) {
-            w.finish(WC_LOC_QP_OP_ERR, true);
-            return w;
+            return Err(WC_LOC_QP_OP_ERR);
         }
         w.length = 8;
     }
-    // max_msg_sz is 2^31 (spec §2.2).
     if w.length > (1u64 << 31) {
-        w.finish(WC_LOC_LEN_ERR, true);
-        return w;
+        return Err(WC_LOC_LEN_ERR);
     }
-    w
+    Ok(())
 }
 
 /// The checks of an ATOMIC_WRITE / FLUSH WQE (spec §6.1, §14.3): no SGEs, a valid FLUSH type and

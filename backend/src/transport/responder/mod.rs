@@ -15,14 +15,16 @@
 use std::collections::VecDeque;
 
 use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI, QPT_XRC_TGT};
-use super::packet::{self, opcode_for, RxPkt, TxHdrs};
+use super::packet::{self, opcode_for, Path, RxPkt, TxMeta};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::memory::mr::{GuestRange, MrError};
 use crate::transport::Device;
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
 use crate::wire::segment::SegmentWriter;
-use crate::wire::{Aeth, AtomicAckEth, NakCode, Operation, Position, Syndrome, Transport};
+use crate::wire::{
+    Aeth, AtomicAckEth, ExtHeaders, NakCode, Opcode, Operation, Position, Syndrome, Transport,
+};
 
 mod checks;
 mod duplicates;
@@ -535,41 +537,53 @@ fn atomic_ack_in_order(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, psn: 
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.
 pub(crate) fn send_ack(dev: &Device, ctx: &QpCtx, aeth: Aeth, psn: u32) {
-    let hdrs = TxHdrs {
+    let ext = ExtHeaders {
         aeth: Some(aeth),
         ..Default::default()
     };
-    send_payloadless(dev, ctx, Operation::Ack, psn, &hdrs);
+    send_payloadless(dev, ctx, Operation::Ack, psn, ext);
 }
 
 fn send_atomic_ack(dev: &Device, ctx: &QpCtx, msn: u32, psn: u32, orig: u64) {
-    let hdrs = TxHdrs {
+    let ext = ExtHeaders {
         aeth: Some(Aeth::ack(msn)),
-        atomic_ack: Some(AtomicAckEth { orig }),
+        atomic_ack_eth: Some(AtomicAckEth { orig }),
         ..Default::default()
     };
-    send_payloadless(dev, ctx, Operation::AtomicAck, psn, &hdrs);
+    send_payloadless(dev, ctx, Operation::AtomicAck, psn, ext);
 }
 
 /// One ONLY packet of `operation` without payload (an ACK or atomic ACK) for `psn`, sent as a
 /// single frame.
-fn send_payloadless(dev: &Device, ctx: &QpCtx, operation: Operation, psn: u32, hdrs: &TxHdrs) {
+fn send_payloadless(dev: &Device, ctx: &QpCtx, operation: Operation, psn: u32, ext: ExtHeaders) {
     let Some(path) = ctx.path else { return };
     let Some(op) = opcode_for(ctx.transport(), operation, Position::Only, false, false) else {
         return;
     };
-    if let Some(f) = packet::build(
-        &path,
-        ctx.qpn,
-        ctx.dest_qpn,
-        op,
-        psn,
-        false,
-        false,
-        hdrs,
-        &[],
-    ) {
+    if let Some(f) = packet::build(&response_meta(ctx, &path, op, psn, ext), &[]) {
         ctx::send_frame(dev, ctx.qpn, f, false);
+    }
+}
+
+/// A response packet to the QP's peer (ACK, atomic ACK, READ response) besides its payload:
+/// from this QP to its destination QP, with neither a solicited event nor AckReq (both belong
+/// to requests).
+fn response_meta<'a>(
+    ctx: &QpCtx,
+    path: &'a Path,
+    opcode: Opcode,
+    psn: u32,
+    ext: ExtHeaders,
+) -> TxMeta<'a> {
+    TxMeta {
+        path,
+        src_qpn: ctx.qpn,
+        dst_qpn: ctx.dest_qpn,
+        opcode,
+        psn,
+        solicited: false,
+        ack_req: false,
+        ext,
     }
 }
 

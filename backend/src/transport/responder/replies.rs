@@ -111,7 +111,7 @@ fn pump(
                 }
             }
         }
-        let hdrs = TxHdrs {
+        let ext = ExtHeaders {
             aeth: matches!(pos, Position::First | Position::Last | Position::Only)
                 .then(|| Aeth::ack(r.msn)),
             ..Default::default()
@@ -147,32 +147,12 @@ fn pump(
                 Err(())
             }
         };
-        let meta = crate::transport::packet::TxMeta {
-            path: &path,
-            src_qpn: ctx.qpn,
-            dst_qpn: ctx.dest_qpn,
-            opcode: op,
-            psn,
-            solicited: false,
-            ack_req: false,
-            hdrs: &hdrs,
-        };
+        let meta = response_meta(ctx, &path, op, psn, ext);
         let built = match seg.as_mut().filter(|_| multi) {
             Some(w) => crate::transport::packet::build_into_segment(&meta, n as usize, w, fill)
                 .map(|len| len.map(|l| (l, None))),
-            None => crate::transport::packet::build_with(
-                meta.path,
-                meta.src_qpn,
-                meta.dst_qpn,
-                meta.opcode,
-                meta.psn,
-                false,
-                false,
-                meta.hdrs,
-                n as usize,
-                fill,
-            )
-            .map(|f| f.map(|f| (f.len(), Some(f)))),
+            None => crate::transport::packet::build_with(&meta, n as usize, fill)
+                .map(|f| f.map(|f| (f.len(), Some(f)))),
         };
         let Ok(built) = built else {
             // Guest memory could not be read: as an unreadable MR above.
