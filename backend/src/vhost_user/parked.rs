@@ -17,7 +17,7 @@
 //! disconnect came first.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use vhost_user_backend::VringT;
@@ -28,6 +28,7 @@ use super::chain::SplitChain;
 use super::delay::CommandDelays;
 use super::output::Target;
 use crate::guest::Ticket;
+use crate::sync::modeled::{Mutex, MutexGuard};
 
 #[derive(Default)]
 struct ParkedState {
@@ -42,7 +43,7 @@ struct ParkedState {
     early: Vec<(Ticket, u32)>,
 }
 
-fn lock_state(m: &Mutex<ParkedState>) -> std::sync::MutexGuard<'_, ParkedState> {
+fn lock_state(m: &Mutex<ParkedState>) -> MutexGuard<'_, ParkedState> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -63,7 +64,7 @@ impl std::fmt::Debug for ParkedCommands {
 }
 
 impl ParkedCommands {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ParkedState> {
+    fn lock(&self) -> MutexGuard<'_, ParkedState> {
         lock_state(&self.state)
     }
 
@@ -275,5 +276,43 @@ mod tests {
         assert_eq!(p.len(), 1);
         p.complete(Ticket(3), 0);
         assert!(p.is_empty());
+    }
+}
+
+/// The loom model (issue 38 item 1): `make loom-test`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+
+    /// Inside a window, an engine worker completes a command while the control queue parks
+    /// its chain, in either order: the chain is answered once and nothing stays parked or
+    /// kept early. Without the window's early list (a completion before the park ignored, as
+    /// outside a window) the model fails: the chain stays parked forever.
+    #[test]
+    fn loom_a_completion_beside_its_park_inside_a_window_answers_the_chain() {
+        crate::sync::modeled::model(|| {
+            let parked = loom::sync::Arc::new(ParkedCommands::default());
+            let window = parked.window();
+            let worker = {
+                let parked = parked.clone();
+                loom::thread::spawn(move || parked.complete(Ticket(5), 0))
+            };
+            parked.park(
+                Ticket(5),
+                SplitChain {
+                    head: 1,
+                    readable: Vec::new(),
+                    read_error: None,
+                    writable: Vec::new(),
+                },
+            );
+            worker.join().expect("worker");
+            assert!(
+                parked.is_empty(),
+                "the chain is still parked after its completion"
+            );
+            drop(window);
+            assert!(parked.lock().early.is_empty());
+        });
     }
 }
