@@ -20,6 +20,10 @@ Each guest i (0-based) gets
   backend-<i>.log (vrdma guests), agent-<i>.sock, qmp-<i>.sock, vu-<i>.sock,
   capture-<i>.pcap (with pcap=N: the backend's --pcap, at most N bytes).
 
+Guest OS: the default image's kernel and initrd (make images), or per guest one of
+images/guest_images.py's (Cluster(image="bookworm") or image=["bookworm", "trixie-7.3"],
+--image bookworm,trixie-7.3; make guest-images builds them).
+
 Guest kinds:
   vrdma  QEMU's vhost-user-rdma-pci device served by a vrdma-backend process
   rxe    a virtio-net NIC with Linux's soft-RoCE (rdma_rxe, device rxe0)
@@ -76,6 +80,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import guest_images
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("vrdma", "rxe", "none")
@@ -372,10 +378,14 @@ class Qmp:
 class VM:
     """One guest: its QEMU, its backend (vrdma kind) and its agent."""
 
-    def __init__(self, cluster, index, kind):
+    def __init__(self, cluster, index, kind, image=None):
         if kind not in KINDS:
             raise ValueError("kind must be one of %s" % (KINDS,))
         self.cluster, self.index, self.kind = cluster, index, kind
+        # the guest OS (images/guest_images.py); None: the cluster's kernel and initrd
+        self.image = image
+        self.kernel, self.initrd = guest_images.paths(image) if image else (
+            cluster.kernel, cluster.initrd)
         self.name = "vm%d" % index
         self.mac = "52:54:00:76:72:%02x" % (index + 1)
         self.ip = "10.0.0.%d" % (index + 1)
@@ -469,7 +479,7 @@ class VM:
             "-numa", "node,memdev=mem",
             "-nodefaults", "-nographic", "-no-reboot",
             "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
-            "-kernel", c.kernel, "-initrd", c.initrd, "-append", self.cmdline(),
+            "-kernel", self.kernel, "-initrd", self.initrd, "-append", self.cmdline(),
             "-device", "virtio-serial-pci,id=vser0",
             "-chardev", "socket,id=agent,path=%s,server=on,wait=off" % self.agent_sock,
             "-device", "virtserialport,bus=vser0.0,chardev=agent,name=" + AGENT_PORT,
@@ -818,10 +828,16 @@ class Cluster:
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
-                 rust_log=None, shell=None, pcap=0, nets=None, spare_devices=0):
+                 rust_log=None, shell=None, pcap=0, nets=None, spare_devices=0,
+                 image=None):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
+        # image: the guest OS of every guest, or a list of one per guest (None in it: the
+        # kernel and initrd given here); names from images/guest_images.py
+        images = [image] * n if image is None or isinstance(image, str) else list(image)
+        if len(images) != n:
+            raise ValueError("need one image per guest")
         # nets: the fabric's tenant network of each guest (spec §16.3), default all 0
         if nets is not None and (len(nets) != n or uplink not in ("fabric", "fabric+tap")):
             raise ValueError("nets: one network per guest, on a fabric uplink only")
@@ -862,7 +878,7 @@ class Cluster:
         self.fabric_log = os.path.join(self.workdir, "backend-fabric.log")
         self.netns = None
         self.host_netns = []
-        self.vms = [VM(self, i, k) for i, k in enumerate(kinds)]
+        self.vms = [VM(self, i, k, g) for i, (k, g) in enumerate(zip(kinds, images))]
         if self.fabric:
             for vm in self.vms:
                 if vm.kind == "vrdma":
@@ -879,7 +895,9 @@ class Cluster:
         return len(self.vms)
 
     def _check_files(self):
-        need = [("QEMU", self.qemu), ("kernel", self.kernel), ("initrd", self.initrd)]
+        need = [("QEMU", self.qemu)]
+        for vm in self.vms:
+            need += [("%s's kernel" % vm.name, vm.kernel), ("%s's initrd" % vm.name, vm.initrd)]
         if any(vm.kind == "vrdma" for vm in self.vms):
             need.append(("vrdma-backend", self.backend))
         for what, path in need:
@@ -1123,6 +1141,9 @@ def _add_common(p):
     f.add_argument("--qemu", default=d["qemu"])
     f.add_argument("--kernel", default=d["kernel"])
     f.add_argument("--initrd", default=d["initrd"])
+    f.add_argument("--image", default=None,
+                   help="guest OS instead of --kernel/--initrd: %s; or a comma list, one per "
+                   "guest (make guest-images builds them)" % ", ".join(guest_images.names()))
     f.add_argument("--backend", default=d["backend"], help="vrdma-backend binary")
     f.add_argument("--backend-arg", action="append", default=[],
                    help="extra vrdma-backend argument (repeatable)")
@@ -1139,7 +1160,15 @@ def _cluster(a, shell=None):
                    qemu=a.qemu, kernel=a.kernel, initrd=a.initrd, backend=a.backend,
                    backend_args=a.backend_arg, kvm=a.kvm, mem=a.mem, smp=a.smp,
                    append=a.append, boot_timeout=a.boot_timeout, lifetime=a.lifetime,
-                   keep=a.keep, rust_log=a.rust_log, shell=shell)
+                   keep=a.keep, rust_log=a.rust_log, shell=shell, image=_images(a))
+
+
+def _images(a):
+    """--image as Cluster's image argument (one name, or one per guest)."""
+    if not a.image:
+        return None
+    names = a.image.split(",")
+    return names[0] if len(names) == 1 else names
 
 
 def _info(c, t0):
