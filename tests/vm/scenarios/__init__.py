@@ -8,3 +8,4 @@ from . import tenancy  # noqa: F401  (H, I: port security and networks on one da
 from . import neighbours  # noqa: F401  (H: a flooding or refused neighbour beside a pair)
 from . import lifecycle  # noqa: F401  (last: it reloads the driver)
 from . import migration  # noqa: F401  (last in B: the migrated guest changes QEMU, TAP, backend)
+from . import guests  # noqa: F401  (V, W: a 6.1 and a 7.3 guest; make guest-images)
