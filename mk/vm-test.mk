@@ -3,6 +3,8 @@
 #   make vm-test     images + release backend, then every VM scenario (tests/vm/run.py)
 #   make demo        images + release backend, then two guests doing RDMA for a person to watch
 #   make vm-test-ci  the scenarios of tests/vm/ci-scenarios.txt (part of `make test`)
+#   make vm-test-guests  the cross-version scenarios (tests/vm/scenarios/guests.py: a 6.1
+#                    guest with rdma-core 44 and a 7.3 guest; make guest-images builds them)
 #   VM_TEST_ARGS     extra arguments for tests/vm/run.py, e.g. VM_TEST_ARGS="-k rping"
 
 VM_TEST_ARGS ?=
@@ -12,7 +14,7 @@ VM_TEST_TARGET := vm-test-run
 # CI runs the scenarios listed in tests/vm/ci-scenarios.txt (those that pass today).
 TEST_STEPS += vm-test-ci
 
-.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci demo-run
+.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci vm-test-guests demo-run
 
 # The daemon, and the test frontend the tenancy scenarios run against it (neighbours.py).
 backend-release:
@@ -22,12 +24,16 @@ backend-release:
 vm-prereqs: backend-release
 	$(MAKE) -f "$(TOP)/Makefile" images
 
-vm-test-run: vm-prereqs
+# every scenario: the guests.py ones boot the other guest images too
+vm-test-run: vm-prereqs guest-images
 	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" $(VM_TEST_ARGS)
 
 vm-test-ci: vm-prereqs
 	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" \
 		--scenarios "$(TOP)/tests/vm/ci-scenarios.txt" $(VM_TEST_ARGS)
+
+vm-test-guests: vm-prereqs guest-images
+	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" -k guests_ $(VM_TEST_ARGS)
 
 demo-run: vm-prereqs
 	python3 "$(TOP)/tests/demo.py"
