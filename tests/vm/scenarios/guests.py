@@ -12,6 +12,9 @@ README.md says why): the 6.1 guest loads it into rdma-core 44.
 from harness import TOPOLOGIES, expect, expect_in, ib_dev, pair, roce_v2_gid_index, run_ok, \
     scenario
 
+from .nvmeof import nvmeof_round_trip
+from .perftest import perf
+
 BOOKWORM, TRIXIE_73 = "bookworm", "trixie-7.3"
 # vm0 is the Debian 12 guest, vm1 the 7.3 one
 TOPOLOGIES["V"] = dict(kind=["vrdma", "vrdma"], uplink="fabric", image=[BOOKWORM, TRIXIE_73])
@@ -85,6 +88,35 @@ def guests_rping_6_1_with_7_3(ctx):
     pings = [line for line in cout.splitlines() if "ping data: rdma-ping-" in line]
     expect(len(pings) == 20, "rping client printed 20 verified pings (got %d)" % len(pings), cout)
     expect_in("rdma-ping-19: ", sout, "rping server output")
+
+
+@scenario("V")
+def guests_rc_pingpong_odp_6_1_with_7_3(ctx):
+    """On-demand paging: explicit ODP MRs (-o) on both kernels, implicit (-O) on both."""
+    pingpong_between(ctx, ctx.a, ctx.b, "ibv_rc_pingpong", "-o -n 100 -c")
+    pingpong_between(ctx, ctx.b, ctx.a, "ibv_rc_pingpong", "-O -n 100 -c")
+
+
+@scenario("V", timeout=600)
+def guests_perftest_6_1_with_7_3(ctx):
+    """perftest 4.5 (bookworm) serving perftest 25.01 (trixie): WRITE, READ, SEND, atomics;
+    figures recorded, not asserted."""
+    for tool, size in (("ib_write_bw", 65536), ("ib_read_bw", 65536), ("ib_send_bw", 65536),
+                       ("ib_atomic_bw", 8)):
+        perf(ctx, tool, size=size)
+
+
+@scenario("V", timeout=900)
+def guests_nvmeof_6_1_host_7_3_target(ctx):
+    """NVMe-oF: the 6.1 guest's nvme-rdma against the 7.3 guest's nvmet-rdma: connect, fio
+    write + verify, disconnect, reconnect and verify again, teardown within seconds."""
+    nvmeof_round_trip(ctx, ctx.b, ctx.a)
+
+
+@scenario("V", timeout=900)
+def guests_nvmeof_7_3_host_6_1_target(ctx):
+    """The same with the roles swapped."""
+    nvmeof_round_trip(ctx, ctx.a, ctx.b)
 
 
 @scenario("W")
