@@ -1,6 +1,7 @@
 """vrdma across guest versions (issue 35): a Debian 12 guest (kernel 6.1, rdma-core 44) and a
 trixie guest on trixie-backports' kernel 7.3 (rdma-core 56.1), devices of one daemon whose
-fabric links them (topology V), and the same 6.1 guest against Linux rxe on 7.3 (topology W).
+fabric links them (topology V), the 6.1 guest's vrdma against Linux rxe on 7.3 (topology W)
+and the 7.3 guest's vrdma against rxe on 6.1 (topology X).
 
 Their images are not part of `make images`: `make guest-images` builds them
 (images/build-guest-image.sh, catalogue images/guest_images.py). Every scenario's name starts
@@ -13,12 +14,13 @@ from harness import TOPOLOGIES, expect, expect_in, ib_dev, pair, roce_v2_gid_ind
     scenario
 
 from .nvmeof import nvmeof_round_trip
-from .perftest import perf
+from .perftest import ROW, perf
 
 BOOKWORM, TRIXIE_73 = "bookworm", "trixie-7.3"
 # vm0 is the Debian 12 guest, vm1 the 7.3 one
 TOPOLOGIES["V"] = dict(kind=["vrdma", "vrdma"], uplink="fabric", image=[BOOKWORM, TRIXIE_73])
 TOPOLOGIES["W"] = dict(kind=["vrdma", "rxe"], uplink="udp", image=[BOOKWORM, TRIXIE_73])
+TOPOLOGIES["X"] = dict(kind=["vrdma", "rxe"], uplink="udp", image=[TRIXIE_73, BOOKWORM])
 
 # what each guest image must be running: kernel release prefix, libibverbs1's version prefix
 EXPECTED = {BOOKWORM: ("6.1.0-", "44."), TRIXIE_73: ("7.3.", "56.")}
@@ -125,3 +127,38 @@ def guests_rc_pingpong_6_1_vrdma_with_7_3_rxe(ctx):
     check_versions(ctx)
     pingpong_between(ctx, ctx.a, ctx.b, "ibv_rc_pingpong", "-s 4096 -n 100 -c")
     pingpong_between(ctx, ctx.b, ctx.a, "ibv_rc_pingpong", "-s 65536 -n 50 -c")
+
+
+@scenario("W", timeout=600)
+def guests_perftest_6_1_vrdma_with_7_3_rxe(ctx):
+    """perftest WRITE and READ between the 6.1 guest's vrdma and rxe on 7.3."""
+    for tool in ("ib_write_bw", "ib_read_bw"):
+        perf_between(ctx, ctx.a, ctx.b, tool)
+
+
+@scenario("X")
+def guests_rc_pingpong_7_3_vrdma_with_6_1_rxe(ctx):
+    """The 7.3 guest's vrdma device against Linux rxe in the 6.1 guest, both directions."""
+    check_versions(ctx)
+    pingpong_between(ctx, ctx.a, ctx.b, "ibv_rc_pingpong", "-s 4096 -n 100 -c")
+    pingpong_between(ctx, ctx.b, ctx.a, "ibv_rc_pingpong", "-s 65536 -n 50 -c")
+
+
+@scenario("X", timeout=600)
+def guests_perftest_7_3_vrdma_with_6_1_rxe(ctx):
+    """perftest WRITE and READ between the 7.3 guest's vrdma and rxe on 6.1."""
+    for tool in ("ib_write_bw", "ib_read_bw"):
+        perf_between(ctx, ctx.a, ctx.b, tool)
+
+
+def perf_between(ctx, server, client, tool, size=65536, iters=200):
+    """perftest between two guests of any kinds (perftest.perf assumes two vrdma0)."""
+    base = "%s -s %d -n %d" % (tool, size, iters)
+    srv = "%s -d %s -x %d" % (base, ib_dev(server), roce_v2_gid_index(server, ib_dev(server)))
+    cli = "%s -d %s -x %d %s" % (base, ib_dev(client), roce_v2_gid_index(client, ib_dev(client)),
+                                 server.ip)
+    _, cout = pair(server, client, srv, cli, timeout=300, settle=2.0)
+    rows = ROW.findall(cout)
+    expect(rows, "%s printed a result row" % tool, cout)
+    ctx.note("%s %s %s -> %s %s: %s" % (tool, client.image, client.kind, server.image,
+                                         server.kind, " ".join(rows[-1])))
