@@ -895,14 +895,16 @@ class Cluster:
         return len(self.vms)
 
     def _check_files(self):
-        need = [("QEMU", self.qemu)]
+        need = [("QEMU", self.qemu, "make images")]
         for vm in self.vms:
-            need += [("%s's kernel" % vm.name, vm.kernel), ("%s's initrd" % vm.name, vm.initrd)]
+            hint = "make images" if vm.image in (None, guest_images.DEFAULT) else \
+                "make guest-images GUESTS=%s" % vm.image
+            need += [("%s's kernel" % vm.name, vm.kernel, hint),
+                     ("%s's initrd" % vm.name, vm.initrd, hint)]
         if any(vm.kind == "vrdma" for vm in self.vms):
-            need.append(("vrdma-backend", self.backend))
-        for what, path in need:
+            need.append(("vrdma-backend", self.backend, "cargo build --release"))
+        for what, path, hint in need:
             if not os.path.exists(path):
-                hint = "cargo build --release" if what == "vrdma-backend" else "make images"
                 raise VMError("%s not found at %s (%s)" % (what, path, hint))
 
     def _setup_net(self):
