@@ -5,6 +5,7 @@
 #   make vm-test-ci  the scenarios of tests/vm/ci-scenarios.txt (part of `make test`)
 #   make vm-test-guests  the cross-version scenarios (tests/vm/scenarios/guests.py: a 6.1
 #                    guest with rdma-core 44 and a 7.3 guest; make guest-images builds them)
+#   make test-matrix what `make test` leaves out across guest versions (today: vm-test-guests)
 #   VM_TEST_ARGS     extra arguments for tests/vm/run.py, e.g. VM_TEST_ARGS="-k rping"
 
 VM_TEST_ARGS ?=
@@ -14,7 +15,7 @@ VM_TEST_TARGET := vm-test-run
 # CI runs the scenarios listed in tests/vm/ci-scenarios.txt (those that pass today).
 TEST_STEPS += vm-test-ci
 
-.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci vm-test-guests demo-run
+.PHONY: vm-prereqs backend-release vm-test-run vm-test-ci vm-test-guests test-matrix demo-run
 
 # The daemon, and the test frontend the tenancy scenarios run against it (neighbours.py).
 backend-release:
@@ -34,6 +35,8 @@ vm-test-ci: vm-prereqs
 
 vm-test-guests: vm-prereqs guest-images
 	python3 "$(TOP)/tests/vm/run.py" --results "$(RESULTS)/vm" -k guests_ $(VM_TEST_ARGS)
+
+test-matrix: vm-test-guests
 
 demo-run: vm-prereqs
 	python3 "$(TOP)/tests/demo.py"
