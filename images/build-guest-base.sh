@@ -9,7 +9,7 @@
 #  $VRDMA_CACHE/guest-base.cpio               stable symlink to it
 #
 # <h> is the hash of guest/mkrootfs.sh, <hash> also covers this script,
-# lib.sh and guest/modules.list. The overlay
+# lib.sh, guest/modules.list and guest/copy-modules.py. The overlay
 # (build-guest-overlay.sh) adds /init, the agent and our own module/provider.
 export LOG_TAG="guest-base"
 # shellcheck source=lib.sh
@@ -19,7 +19,8 @@ lock_step guest-base
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap)"
 
 kdir="$VRDMA_CACHE/kernel-$KVER"
-key=$(hash_of "$0" "$IMAGES_DIR/lib.sh" "$IMAGES_DIR/guest/modules.list" "$IMAGES_DIR/guest/mkrootfs.sh")
+key=$(hash_of "$0" "$IMAGES_DIR/lib.sh" "$IMAGES_DIR/guest/modules.list" "$IMAGES_DIR/guest/mkrootfs.sh" \
+	"$IMAGES_DIR/guest/copy-modules.py")
 out="$VRDMA_CACHE/guest-base-$key"
 
 # ---- kernel -------------------------------------------------------------
@@ -79,39 +80,8 @@ mods="$kdir/lib/modules/$KVER"
 mroot="$out/modules"
 mkdir -p "$mroot/usr/lib/modules"
 ln -sfn usr/lib "$mroot/lib"
-python3 - "$mods" "$mroot/usr/lib/modules/$KVER" "$IMAGES_DIR/guest/modules.list" <<'PY'
-import fnmatch, os, shutil, sys
-src, dst, listfile = sys.argv[1:4]
-pats = [l.strip() for l in open(listfile) if l.strip() and not l.startswith('#')]
-deps = {}
-for line in open(os.path.join(src, 'modules.dep')):
-    mod, _, rest = line.partition(':')
-    deps[mod] = rest.split()
-def stem(m):
-    for suf in ('.ko.xz', '.ko.zst', '.ko.gz', '.ko'):
-        if m.endswith(suf):
-            return m[:-len(suf)]
-    return m
-want = set()
-for p in pats:
-    hits = [m for m in deps if fnmatch.fnmatch(stem(m), 'kernel/' + p)]
-    if not hits:
-        sys.exit('no module matches ' + p)
-    want.update(hits)
-todo = list(want)
-while todo:
-    for d in deps[todo.pop()]:
-        if d not in want:
-            want.add(d)
-            todo.append(d)
-for m in sorted(want):
-    os.makedirs(os.path.dirname(os.path.join(dst, m)), exist_ok=True)
-    shutil.copy2(os.path.join(src, m), os.path.join(dst, m))
-for f in ('modules.order', 'modules.builtin', 'modules.builtin.modinfo'):
-    if os.path.exists(os.path.join(src, f)):
-        shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
-print(len(want), 'modules')
-PY
+python3 "$IMAGES_DIR/guest/copy-modules.py" "$mods" "$mroot/usr/lib/modules/$KVER" \
+	"$IMAGES_DIR/guest/modules.list"
 depmod -b "$mroot" "$KVER"
 
 # ---- pack ---------------------------------------------------------------

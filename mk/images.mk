@@ -10,6 +10,9 @@
 #   make guest-initrd    $(VRDMA_CACHE)/guest-initrd.cpio (base + overlay with
 #                        vrdma.ko and libvrdma; needs guest-driver/kernel/Kbuild
 #                        and guest-driver/provider/CMakeLists.txt)
+#   make guest-images    the other guest OS images of images/guest_images.py, GUESTS of them
+#                        (default: bookworm trixie-7.3; images/build-guest-image.sh). Not part
+#                        of `make images`: only tests/vm/scenarios/guests.py boots them.
 #   make images-clean    remove $(VRDMA_CACHE)
 #   make images-check    syntax checks + the launcher's offline tests (a CHECK_STEP)
 # VRDMA_NO_DRIVER=1 builds guest-initrd without the vrdma module/provider
@@ -24,7 +27,8 @@ VRDMAVM := python3 $(IMAGES_DIR)/vrdmavm
 
 IMAGES_TARGET := images-all
 
-.PHONY: images-all images-host-deps qemu guest-base guest-initrd images-clean images-background
+.PHONY: images-all images-host-deps qemu guest-base guest-initrd guest-images images-clean \
+	images-background
 
 # `make test` starts the image builds at once, at the lowest CPU priority, so that on a cold
 # machine the QEMU build and debootstrap use what the Rust steps leave idle (linking, tests
@@ -54,6 +58,12 @@ guest-base: images-host-deps
 guest-initrd: guest-base
 	"$(IMAGES_DIR)/build-guest-overlay.sh"
 
+# bookworm's kernel headers come from kmod-deps (mk/kmod.mk); 7.3's from the trixie build
+# root, which build-guest-image.sh makes when it is missing.
+GUESTS ?= bookworm trixie-7.3
+guest-images: guest-base kmod-deps
+	"$(IMAGES_DIR)/build-guest-image.sh" $(GUESTS)
+
 images-clean:
 	rm -rf "$(VRDMA_CACHE)"
 
@@ -61,8 +71,9 @@ images-clean:
 CHECK_STEPS += images-check
 .PHONY: images-check
 images-check:
-	@for f in "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh; do bash -n "$$f"; done
+	@for f in "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs*.sh; do bash -n "$$f"; done
 	@sh -n "$(IMAGES_DIR)/guest/init"
 	@if command -v shellcheck >/dev/null; then \
-		shellcheck -x -P "$(IMAGES_DIR)" "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs.sh "$(IMAGES_DIR)"/guest/init; fi
+		shellcheck -x -P "$(IMAGES_DIR)" "$(IMAGES_DIR)"/*.sh "$(IMAGES_DIR)"/guest/mkrootfs*.sh \
+			"$(IMAGES_DIR)"/guest/init; fi
 	python3 -m unittest discover -s "$(IMAGES_DIR)/tests" -v

@@ -8,6 +8,8 @@ import shlex
 import sys
 import time
 
+import guest_images
+
 from .cluster import Cluster
 from .errors import VMError
 from .networks import UPLINKS
@@ -41,6 +43,9 @@ def add_common(p):
     f.add_argument("--qemu", default=d["qemu"])
     f.add_argument("--kernel", default=d["kernel"])
     f.add_argument("--initrd", default=d["initrd"])
+    f.add_argument("--image", default=None,
+                   help="guest OS instead of --kernel/--initrd: %s; or a comma list, one per "
+                   "guest (make guest-images builds them)" % ", ".join(guest_images.names()))
     f.add_argument("--backend", default=d["backend"], help="vrdma-backend binary")
     f.add_argument("--backend-arg", action="append", default=[],
                    help="extra vrdma-backend argument (repeatable)")
@@ -58,7 +63,15 @@ def cluster_from(a, shell=None):
                    backend_args=a.backend_arg, kvm=a.kvm, mem=a.mem, smp=a.smp,
                    append=a.append, boot_timeout=a.boot_timeout, lifetime=a.lifetime,
                    keep=a.keep, rust_log=a.rust_log, shell=shell,
-                   nets=a.nets.split(",") if a.nets else None)
+                   nets=a.nets.split(",") if a.nets else None, image=_images(a))
+
+
+def _images(a):
+    """--image as Cluster's image argument (one name, or one per guest)."""
+    if not a.image:
+        return None
+    names = a.image.split(",")
+    return names[0] if len(names) == 1 else names
 
 
 def print_info(c, t0):

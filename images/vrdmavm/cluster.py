@@ -10,6 +10,8 @@ import tempfile
 import threading
 import time
 
+import guest_images
+
 from .errors import VMError
 from .networks import NETWORKS, UPLINKS
 from .paths import default_paths
@@ -31,10 +33,16 @@ class Cluster:
                  kernel=None, initrd=None, backend=None, backend_args=(),
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
-                 rust_log=None, shell=None, pcap=0, nets=None, spare_devices=0):
+                 rust_log=None, shell=None, pcap=0, nets=None, spare_devices=0,
+                 image=None):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
+        # image: the guest OS of every guest, or a list of one per guest (None in it: the
+        # kernel and initrd given here); names from images/guest_images.py
+        images = [image] * n if image is None or isinstance(image, str) else list(image)
+        if len(images) != n:
+            raise ValueError("need one image per guest")
         if uplink not in UPLINKS:
             raise ValueError("uplink must be one of %s" % (UPLINKS,))
         self.network = NETWORKS[uplink](kinds)
@@ -66,7 +74,7 @@ class Cluster:
         self.workdir = workdir or tempfile.mkdtemp(prefix="vrdma-run-")
         os.makedirs(self.workdir, exist_ok=True)
         self.fabric_log = os.path.join(self.workdir, "backend-fabric.log")
-        self.vms = [VM(self, i, k) for i, k in enumerate(kinds)]
+        self.vms = [VM(self, i, k, g) for i, (k, g) in enumerate(zip(kinds, images))]
         if shared:
             for vm in self.vms:
                 if vm.kind == "vrdma":
@@ -83,12 +91,16 @@ class Cluster:
         return len(self.vms)
 
     def _check_files(self):
-        need = [("QEMU", self.qemu), ("kernel", self.kernel), ("initrd", self.initrd)]
+        need = [("QEMU", self.qemu, "make images")]
+        for vm in self.vms:
+            hint = "make images" if vm.image in (None, guest_images.DEFAULT) else \
+                "make guest-images GUESTS=%s" % vm.image
+            need += [("%s's kernel" % vm.name, vm.kernel, hint),
+                     ("%s's initrd" % vm.name, vm.initrd, hint)]
         if any(vm.kind == "vrdma" for vm in self.vms):
-            need.append(("vrdma-backend", self.backend))
-        for what, path in need:
+            need.append(("vrdma-backend", self.backend, "cargo build --release"))
+        for what, path, hint in need:
             if not os.path.exists(path):
-                hint = "cargo build --release" if what == "vrdma-backend" else "make images"
                 raise VMError("%s not found at %s (%s)" % (what, path, hint))
 
     def start(self):

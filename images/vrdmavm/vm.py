@@ -13,6 +13,8 @@ import subprocess
 import threading
 import time
 
+import guest_images
+
 from . import migration
 from .agent import AGENT_PORT, AgentConnection, Handle, Result
 from .errors import CommandTimeout, VMError
@@ -29,10 +31,14 @@ RECONNECT_MS = 250
 class VM:
     """One guest: its QEMU, its backend (vrdma kind) and its agent."""
 
-    def __init__(self, cluster, index, kind):
+    def __init__(self, cluster, index, kind, image=None):
         if kind not in KINDS:
             raise ValueError("kind must be one of %s" % (KINDS,))
         self.cluster, self.index, self.kind = cluster, index, kind
+        # the guest OS (images/guest_images.py); None: the cluster's kernel and initrd
+        self.image = image
+        self.kernel, self.initrd = guest_images.paths(image) if image else (
+            cluster.kernel, cluster.initrd)
         self.name = "vm%d" % index
         self.mac = "52:54:00:76:72:%02x" % (index + 1)
         self.ip = "10.0.0.%d" % (index + 1)
@@ -116,7 +122,7 @@ class VM:
             "-numa", "node,memdev=mem",
             "-nodefaults", "-nographic", "-no-reboot",
             "-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
-            "-kernel", c.kernel, "-initrd", c.initrd, "-append", self.cmdline(),
+            "-kernel", self.kernel, "-initrd", self.initrd, "-append", self.cmdline(),
             "-device", "virtio-serial-pci,id=vser0",
             "-chardev", "socket,id=agent,path=%s,server=on,wait=off" % self.agent_sock,
             "-device", "virtserialport,bus=vser0.0,chardev=agent,name=" + AGENT_PORT,

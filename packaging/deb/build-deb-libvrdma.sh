@@ -60,7 +60,7 @@ Maintainer: vrdma developers <vrdma@localhost>
 Section: libs
 Priority: optional
 Installed-Size: $size
-Depends: libibverbs1 (>= 56), libc6 (>= 2.34)
+Depends: libibverbs1 (>= 44), libc6 (>= 2.34)
 Recommends: vrdma-dkms, ibverbs-utils
 Description: vrdma provider for rdma-core (user-space verbs)
  vrdma gives QEMU guests an RDMA adapter that speaks RoCEv2 on the wire. This

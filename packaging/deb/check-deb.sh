@@ -145,7 +145,7 @@ so=usr/lib/$multiarch/libibverbs/libvrdma-rdmav34.so
 	fail "/etc/libibverbs.d/vrdma.driver is not 'driver vrdma'"
 grep -q '^ /etc/libibverbs.d/vrdma.driver ' <<<"$(dpkg --root="$root" -s libvrdma)" || \
 	fail "vrdma.driver is not a conffile"
-grep -qF 'libibverbs1 (>= 56)' <<<"$(dpkg-deb -f "$lib_deb" Depends)" || fail "libvrdma: no Depends libibverbs1 (>= 56)"
+grep -qF 'libibverbs1 (>= 44)' <<<"$(dpkg-deb -f "$lib_deb" Depends)" || fail "libvrdma: no Depends libibverbs1 (>= 44)"
 dyn=$(readelf -d "$root/$so")
 grep -q 'NEEDED.*\[libibverbs\.so\.1\]' <<<"$dyn" || fail "$so does not need libibverbs.so.1"
 # loaded by path like rdma-core's own provider modules: no SONAME, and no RUNPATH into a build tree

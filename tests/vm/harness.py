@@ -86,6 +86,18 @@ TOPOLOGIES = {
         "host A with a TAP uplink per network, each bridged to the VXLAN device of VNI "
         "10000+N; vm2, vm3 (rxe, networks 5 and 6) on host B, each on its VNI's bridge.",
         kind=["vrdma", "vrdma", "rxe", "rxe"], uplink="fabric+vxlan", nets=[5, 6, 5, 6]),
+    # Guest versions (issue 35; images from `make guest-images`, not in CI).
+    "bookworm_and_trixie73_fabric": Topology(
+        "A Debian 12 guest (kernel 6.1, rdma-core 44) and a trixie guest on kernel 7.3, both "
+        "vrdma devices of one daemon's fabric.",
+        kind=["vrdma", "vrdma"], uplink="fabric", image=["bookworm", "trixie-7.3"]),
+    "bookworm_vrdma_and_trixie73_rxe": Topology(
+        "The Debian 12 guest's vrdma (6.1, rdma-core 44) against Linux rxe on kernel 7.3, over "
+        "UDP.",
+        kind=["vrdma", "rxe"], uplink="udp", image=["bookworm", "trixie-7.3"]),
+    "trixie73_vrdma_and_bookworm_rxe": Topology(
+        "The 7.3 guest's vrdma against Linux rxe on the Debian 12 guest (6.1), over UDP.",
+        kind=["vrdma", "rxe"], uplink="udp", image=["trixie-7.3", "bookworm"]),
 }
 
 

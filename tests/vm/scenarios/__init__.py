@@ -9,3 +9,4 @@ from . import neighbours  # noqa: F401  (a flooding or refused neighbour beside 
 from . import lifecycle  # noqa: F401  (last: it reloads the driver)
 # last in two_vrdma_tap: the migrated guest changes QEMU, TAP, backend
 from . import migration  # noqa: F401
+from . import guests  # noqa: F401  (a 6.1 and a 7.3 guest, each way; make guest-images)
