@@ -72,33 +72,19 @@ impl<'w> Batch<'w> {
     /// gets it here. After it the clock is read again if the lock was released, and
     /// [`Batch::live`] says whether the batch may go on: not when the command suspended the
     /// device.
-    fn hand_off(self) -> Batch<'w> {
-        let Batch {
-            unit,
-            dev,
-            mut now,
-            router,
-            kicks,
-            ..
-        } = self;
+    fn hand_off(mut self) -> Batch<'w> {
         // Between units while the share may be given up: a command fencing local copies beside
         // the workers (`tables/units.rs`) must not wait for a worker that waits for a writer
         // queued behind it.
-        unit.pause();
-        let (dev, released) = dev.hand_off();
-        unit.resume();
+        self.unit.pause();
+        let (dev, released) = self.dev.hand_off();
+        self.dev = dev;
+        self.unit.resume();
         if released {
-            now = Instant::now();
+            self.now = Instant::now();
         }
-        let live = !dev.suspended;
-        Batch {
-            unit,
-            dev,
-            now,
-            live,
-            router,
-            kicks,
-        }
+        self.live = !self.dev.suspended;
+        self
     }
 
     /// The work that is not a unit: this worker's QPs that another worker moved to ERR (a
