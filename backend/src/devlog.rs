@@ -5,7 +5,7 @@
 //! The device is the one the current thread works for, kept in a thread-local [`LogScope`]:
 //! the vhost-user code enters it wherever a device's work starts (a queue event, an engine
 //! thread's output to the guest, a delayed command response), and each engine worker enters
-//! its device's scope once, when its thread starts (`transport/engine.rs`). `guest_warn!`,
+//! its device's scope once, when its thread starts (`transport/engine/mod.rs`). `guest_warn!`,
 //! `guest_info!` and `guest_debug!` read it. This module sits at the bottom of the crate
 //! (ARCHITECTURE.md "Layers") so that the engine, the tables, the fabric and the vhost-user
 //! layer share one scope and one limit per device.

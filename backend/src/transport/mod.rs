@@ -7,8 +7,9 @@
 //! - `responder/`: request packets -> guest memory, ACK/NAK/READ responses/atomic acks (§14)
 //! - `completer.rs`: ACKs and responses -> send CQEs, retransmission, RNR retry
 //! - `timers.rs`: per-QP retransmit and RNR deadlines
-//! - `engine.rs`: the engine threads (uplink rx, doorbells, timers); `wait.rs`: how one waits
-//!   (timerfd, busy-poll)
+//! - `engine/`: the engine threads, a worker's round one phase per file (wait, receive, run
+//!   units, route, drain the outbox; see `engine/mod.rs`); `wait.rs`: the timerfd and busy-poll
+//!   a worker waits with
 //! - `doorbells.rs`: the merging, bounded queue of doorbell records feeding the engine
 //! - `workers.rs`: engine workers (`--engine-threads`): which worker a QP, doorbell or frame
 //!   belongs to, and what the other threads hand a worker

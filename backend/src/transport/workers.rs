@@ -22,7 +22,6 @@ use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_RQ, VRDMA_DB_SQ, VRDMA_MCAST_QPN};
 use super::doorbells::DoorbellQueue;
 use crate::port::{classify_located, Destination};
 use crate::qp::worker_of;
-use crate::stats::PortStats;
 
 /// Most engine workers per device (`--engine-threads`).
 pub const MAX_WORKERS: usize = 16;
@@ -238,79 +237,6 @@ pub(super) fn looped_to(
 /// The workers (bit per worker, of `n`) of the QPs in `qpns`: a multicast group's members.
 pub(super) fn owners(qpns: &[u32], n: usize) -> u32 {
     qpns.iter().fold(0, |m, &q| m | 1 << worker_of(q, n))
-}
-
-/// Hand `frame` (holding `count` frames) to worker `o`'s inbox; a full inbox drops it, counted
-/// as `drop_worker_busy`. True if handed (the caller kicks the worker).
-pub(super) fn hand(
-    inboxes: &[Inbox],
-    o: usize,
-    frame: Handed,
-    count: usize,
-    port: &PortStats,
-) -> bool {
-    match inboxes.get(o).map(|i| i.hand(frame)) {
-        Some(Ok(())) => {
-            crate::stats::add(&port.handed_to_worker, count);
-            true
-        }
-        Some(Err(f)) => {
-            f.recycle();
-            crate::stats::add(&port.drop_worker_busy, count);
-            false
-        }
-        None => false,
-    }
-}
-
-/// Hand the received buffer `slot[at]` to each worker of `to` but `w` (`received_by`); returns
-/// the workers handed to (to kick). A queue's buffer that the frame fills (`recv_batch` swapped
-/// it in, `swaps`) moves as it is to its only taker; a socket's receive buffer keeps its size
-/// for the next receive, and a multicast datagram for several workers is copied for each.
-/// References (`refs`) go with a buffer that has one taker only (multicast never has any).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn hand_out(
-    inboxes: &[Inbox],
-    to: u32,
-    w: usize,
-    slot: &mut Vec<u8>,
-    at: std::ops::Range<usize>,
-    segment: bool,
-    swaps: bool,
-    refs: &mut Option<crate::wire::segment::SegRefs>,
-    port: &PortStats,
-) -> u32 {
-    let here = to & (1 << w) != 0;
-    let Some(buf) = slot.get(at.clone()) else {
-        return 0;
-    };
-    let count = super::frames_of(buf, segment).count();
-    let whole = swaps && at.start == 0 && at.end == slot.len();
-    let mut handed = 0;
-    // The buffer's frames count once in `rx_to_engine`: here when this worker takes it too
-    // (its own receive loop counts them), else with the first copy handed.
-    let mut counted = here;
-    let mut others = each_bit(to & !(1 << w)).peekable();
-    while let Some(o) = others.next() {
-        let only = !here && others.peek().is_none();
-        let buf = if only && whole {
-            std::mem::replace(slot, super::packet::segment_buf())
-        } else {
-            let mut copy = super::packet::frame_buf();
-            copy.clear();
-            copy.extend_from_slice(slot.get(at.clone()).unwrap_or_default());
-            copy
-        };
-        let refs = if only { refs.take() } else { None };
-        if hand(inboxes, o, Handed { buf, segment, refs }, count, port) {
-            if !counted {
-                crate::stats::add(&port.rx_to_engine, count);
-                counted = true;
-            }
-            handed |= 1 << o;
-        }
-    }
-    handed
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ pub trait Uplink: Send + Sync {
     }
 
     /// Are received frames waiting? Answered without a system call, for the engine's busy-poll
-    /// (`transport/engine.rs` `Poller`); `None` if the uplink cannot tell cheaply (sockets),
+    /// (`transport/wait.rs` `Poller`); `None` if the uplink cannot tell cheaply (sockets),
     /// and then the engine never busy-polls it. Only an in-memory queue (a fabric device port)
     /// answers.
     fn rx_pending(&self) -> Option<bool> {

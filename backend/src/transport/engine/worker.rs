@@ -1,0 +1,195 @@
+//! One engine worker: a thread that repeats a round of phases until the engine stops.
+//!
+//! 1. [`Worker::wait`]: until there is work (`wakeup.rs`);
+//! 2. take the inbox: the doorbell records queued for this worker and the frames other workers
+//!    handed it (`workers.rs`);
+//! 3. receive (`receive.rs`, worker 0 only) and poll the link state (`link.rs`), before the
+//!    device lock is taken;
+//! 4. [`Worker::run_units`]: with the device lock shared, the units of work and the timers
+//!    (`units.rs`, `route.rs`), then the outbox sorted (`outbox.rs`);
+//! 5. after the lock is released: kick the workers this round gave work to, send to the
+//!    uplink, publish the doorbell count the round ran (`Inbox::done`, what
+//!    `EngineSender::fence` waits for), re-arm the timer.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::link::LinkPoll;
+use super::outbox::Outgoing;
+use super::receive::Receiver;
+use super::units::Batch;
+use super::wakeup::{WaitFor, Waiter, Woken};
+use super::EngineSender;
+use crate::handoff::HandoffLock;
+use crate::stats::PortStats;
+use crate::sync::lock;
+use crate::tables::UnitFence;
+use crate::transport::doorbells::DoorbellBatch;
+use crate::transport::workers::{Handed, Inbox};
+use crate::transport::Device;
+use crate::uplink::Uplink;
+
+/// What a worker shares with the engine's other threads.
+pub(super) struct Shared {
+    /// The worker's index: worker 0 receives from the uplink.
+    pub(super) index: usize,
+    pub(super) dev: Arc<HandoffLock<Device>>,
+    pub(super) uplink: Arc<dyn Uplink>,
+    /// Every worker's inbox, this one's included, and the stop flag.
+    pub(super) sender: EngineSender,
+    pub(super) port: Arc<PortStats>,
+    /// Where it publishes its units of work (`tables/units.rs`).
+    pub(super) units: Arc<UnitFence>,
+}
+
+impl Shared {
+    /// The worker's inbox (its index was checked in [`Worker::run`]).
+    fn inbox(&self) -> &Inbox {
+        &self.sender.inboxes[self.index]
+    }
+}
+
+/// A worker thread's state, kept from round to round (the buffers keep their capacity).
+pub(super) struct Worker {
+    shared: Shared,
+    waiter: Waiter,
+    /// This is the worker that receives from the uplink (worker 0).
+    receives: bool,
+    /// Busy-polling is possible (`WaitFor::can_poll`): a worker that does not receive polls
+    /// its inbox's flag only.
+    can_poll: bool,
+    /// The uplink swaps whole buffers in on receive (`Router::hand_out`).
+    swaps_buffers: bool,
+    /// The uplink's link state, if it has one and this worker receives.
+    link: Option<LinkPoll>,
+    rx: Receiver,
+    /// Frames other workers handed to this one's QPs, swapped with the inbox's each round.
+    handed: Vec<Handed>,
+    outgoing: Outgoing,
+}
+
+impl Worker {
+    /// Called on the worker's thread: what it allocates is the thread's.
+    pub(super) fn new(shared: Shared, waiter: Waiter) -> Worker {
+        let uplink = &*shared.uplink;
+        let receives = shared.index == 0;
+        let link = LinkPoll::of(uplink, receives);
+        let rx = Receiver::new(uplink, receives);
+        let swaps_buffers = uplink.rx_pending().is_some();
+        let can_poll = waiter.polls() && (!receives || uplink.rx_pending().is_some());
+        Worker {
+            shared,
+            waiter,
+            receives,
+            can_poll,
+            swaps_buffers,
+            link,
+            rx,
+            handed: Vec::new(),
+            outgoing: Outgoing::default(),
+        }
+    }
+
+    /// The worker's life: rounds until the engine stops (or epoll fails).
+    pub(super) fn run(mut self) {
+        // Flushes of this worker's QPs run on this thread (`tables/flush.rs`).
+        crate::tables::flush::enter_worker(self.shared.index);
+        if self.shared.sender.inboxes.get(self.shared.index).is_none() {
+            return;
+        }
+        loop {
+            // Checked before every wait too, not only after one: the round that read the kick
+            // eventfd may have consumed the kick of a stop stored after the last check, and the
+            // next wait would then never end (seen once as a hung shutdown under strace).
+            if self.stopping() {
+                return;
+            }
+            let events = match self.wait() {
+                Woken::Ready(n) => n,
+                Woken::Interrupted => continue,
+                Woken::Failed => return,
+            };
+            if self.stopping() {
+                return;
+            }
+            self.round(events);
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.sender.stop.load(Ordering::Acquire)
+    }
+
+    /// Wait unless the last round left frames on the uplink or looped back; with a link state
+    /// to poll, at most until the next poll.
+    fn wait(&mut self) -> Woken {
+        let busy = self.rx.more || !self.outgoing.looped.is_empty();
+        let timeout_ms = match &self.link {
+            _ if busy => 0,
+            Some(link) => link.timeout_ms(),
+            None => -1,
+        };
+        let what = WaitFor {
+            inbox: self.shared.inbox(),
+            uplink: self.receives.then_some(&*self.shared.uplink),
+            can_poll: self.can_poll,
+            busy,
+            timeout_ms,
+        };
+        self.waiter.wait(what)
+    }
+
+    /// One round after a wait that reported `events`: every phase but the wait.
+    fn round(&mut self, events: usize) {
+        self.waiter.take_events(events, self.shared.inbox());
+        let dbs = lock(&self.shared.inbox().queue).take();
+        self.shared.inbox().take_frames(&mut self.handed);
+        let uplink = &*self.shared.uplink;
+        self.rx.receive(self.receives.then_some(uplink));
+        if let Some(link) = &mut self.link {
+            link.poll(uplink, &self.shared.dev);
+        }
+        let (next, kicks) = self.run_units(&dbs);
+        let me = self.shared.index;
+        self.shared.sender.kick_workers(kicks & !(1 << me));
+        self.outgoing.send(&*self.shared.uplink);
+        // Its doorbells ran, their frames left (suspended: remembered for the resume sweep).
+        self.shared
+            .inbox()
+            .done
+            .store(dbs.received, Ordering::Release);
+        self.outgoing.recycle();
+        self.waiter.arm(next);
+    }
+
+    /// The round's work under the device lock: returns the next timer deadline and the other
+    /// workers to kick.
+    fn run_units(&mut self, dbs: &DoorbellBatch) -> (Option<Instant>, u32) {
+        let Worker {
+            shared,
+            rx,
+            handed,
+            outgoing,
+            swaps_buffers,
+            ..
+        } = self;
+        let mut batch = Batch::start(shared, *swaps_buffers);
+        batch.run_device_work();
+        let mut batch = batch
+            .run_doorbells(dbs)
+            .run_handed(&mut outgoing.looped, handed)
+            .run_received(rx);
+        let next = if batch.live {
+            let next = batch.tick();
+            outgoing.drain(&mut batch);
+            next
+        } else {
+            batch.suspended(dbs, &mut outgoing.looped, handed, rx);
+            None
+        };
+        let kicks = batch.kicks;
+        batch.end();
+        (next, kicks)
+    }
+}
