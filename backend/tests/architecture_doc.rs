@@ -343,7 +343,7 @@ fn every_directory_of_src_is_in_the_module_map() {
 #[test]
 fn the_check_reports_what_does_not_exist() {
     let doc = "\
-`transport/engine.rs`, `transport/no_such_file.rs`, `tests/layering.rs`, `tests/nothing.rs`\n\
+`transport/engine/worker.rs`, `transport/no_such_file.rs`, `tests/layering.rs`, `tests/nothing.rs`\n\
 `transport::ctx::post_cqe`, `transport::ctx::no_such_fn`, `DeviceTables::post_cqe`,\n\
 `NoSuchType`, `qp::worker_of`, `qp::NoSuchThing`, `HandoffLock`, `std::sync::Nothing`,\n\
 `--poll-us`, `taken`, `NO_SUCH_CONST`, `MAX_WORKERS`, §16.1, §2.5, §99.9\n\
