@@ -7,6 +7,7 @@ use super::packet::Path;
 use super::responder::{decode_recv, RecvWqe};
 use super::{RequesterState, ResponderState};
 use crate::memory::mr::{GuestRange, MrError};
+use crate::memory::Access;
 use crate::transport::Device;
 use vrdma_spec::{VrdmaAv, VrdmaCqe};
 
@@ -277,54 +278,30 @@ pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<u32> {
     })
 }
 
-/// Translate `[iova, iova + len)` of local key `key` (`MrTable::resolve_into`): pinned MRs
-/// under the MR table's read lock, beside the other workers; an ODP MR, whose translation moves
-/// its chunks, under the write lock.
-#[allow(clippy::too_many_arguments)]
+/// Translate the local access `a` (`MrTable::resolve_into`): pinned MRs under the MR table's
+/// read lock, beside the other workers; an ODP MR, whose translation moves its chunks, under
+/// the write lock.
 pub fn resolve(
     dev: &Device,
     waiter: Option<u32>,
-    key: u32,
-    pd: u32,
-    iova: u64,
-    len: u64,
-    access: u32,
+    a: Access,
     out: &mut Vec<GuestRange>,
 ) -> Result<(), MrError> {
-    let pinned = dev
-        .mrs
-        .read()
-        .resolve_pinned_into(key, pd, iova, len, access, out);
-    pinned.unwrap_or_else(|| {
-        dev.mrs
-            .write()
-            .resolve_into(waiter, key, pd, iova, len, access, out)
-    })
+    let pinned = dev.mrs.read().resolve_pinned_into(a, out);
+    pinned.unwrap_or_else(|| dev.mrs.write().resolve_into(waiter, a, out))
 }
 
-/// [`resolve`] for an incoming request on QP `qpn` (`MrTable::resolve_remote_into`: `key` may
-/// be a window's).
-#[allow(clippy::too_many_arguments)]
+/// [`resolve`] for an incoming request on QP `qpn` (`MrTable::resolve_remote_into`: `a.key`
+/// may be a window's).
 pub fn resolve_remote(
     dev: &Device,
     waiter: Option<u32>,
-    key: u32,
-    pd: u32,
+    a: Access,
     qpn: u32,
-    iova: u64,
-    len: u64,
-    access: u32,
     out: &mut Vec<GuestRange>,
 ) -> Result<(), MrError> {
-    let pinned = dev
-        .mrs
-        .read()
-        .resolve_remote_pinned_into(key, pd, qpn, iova, len, access, out);
-    pinned.unwrap_or_else(|| {
-        dev.mrs
-            .write()
-            .resolve_remote_into(waiter, key, pd, qpn, iova, len, access, out)
-    })
+    let pinned = dev.mrs.read().resolve_remote_pinned_into(a, qpn, out);
+    pinned.unwrap_or_else(|| dev.mrs.write().resolve_remote_into(waiter, a, qpn, out))
 }
 
 /// Current IBTA state of a QP.

@@ -22,7 +22,7 @@ use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::memory::mr::MrError;
-use crate::memory::BindMw;
+use crate::memory::{Access, BindMw, FastReg};
 use crate::transport::Device;
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
@@ -33,7 +33,7 @@ mod wqe;
 use send::send;
 pub(crate) use send::{sge_copy, SgeError, SgeIo};
 pub(crate) use wqe::decode_wqe;
-pub use wqe::{FlushWqe, RegWqe, SendWqe, Sge, WqeState};
+pub use wqe::{FlushWqe, SendWqe, Sge, WqeState};
 
 /// Maximum packets outstanding (sent, not acknowledged) per RC QP.
 pub const WINDOW: u32 = 128;

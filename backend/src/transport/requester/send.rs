@@ -138,17 +138,7 @@ fn exec_local(dev: &Device, ctx: &QpCtx, w: &mut SendWqe) {
     let r = if w.opcode == WR_LOCAL_INV {
         dev.mrs.write().local_invalidate(w.ex, ctx.pdn)
     } else {
-        let g = w.reg;
-        dev.mrs.write().fast_register(
-            ctx.pdn,
-            g.key,
-            g.access,
-            g.iova,
-            g.length,
-            g.page_shift,
-            g.page_list_addr,
-            g.page_list_len,
-        )
+        dev.mrs.write().fast_register(ctx.pdn, &w.reg)
     };
     // Spec §14.3: a page list (or page) outside guest memory is LOC_PROT_ERR, every other REG_MR
     // / LOCAL_INV failure LOC_QP_OP_ERR; RC/UC go to ERROR, UD/GSI stay in RTS.
@@ -180,9 +170,13 @@ fn validate(dev: &Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
         _ => 0,
     };
     for s in &w.sges {
-        dev.mrs
-            .read()
-            .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+        dev.mrs.read().check_access(Access {
+            key: s.lkey,
+            pd: ctx.pdn,
+            iova: s.addr,
+            len: s.len as u64,
+            rights: access,
+        })?;
         if ctx::odp_denied(dev, ctx, s.lkey, odp_op) {
             return Err(MrError::AccessDenied {
                 key: s.lkey,
@@ -270,17 +264,14 @@ fn sge_copy_with(
             continue;
         }
         let n = ((slen - skip) as usize).min(total - done);
-        ctx::resolve(
-            dev,
-            waiter,
-            s.lkey,
-            pdn,
-            s.addr.wrapping_add(skip),
-            n as u64,
-            access,
-            ranges,
-        )
-        .map_err(|e| match e {
+        let a = Access {
+            key: s.lkey,
+            pd: pdn,
+            iova: s.addr.wrapping_add(skip),
+            len: n as u64,
+            rights: access,
+        };
+        ctx::resolve(dev, waiter, a, ranges).map_err(|e| match e {
             MrError::Fault { key, iova } => SgeError::Fault { key, iova },
             _ => SgeError::Prot,
         })?;
@@ -523,12 +514,20 @@ fn send_wqe(
         let mut by_ref = None;
         let is_write = matches!(op, Operation::Write);
         if let Some(w) = seg.as_mut().filter(|_| multi) {
-            use crate::transport::onecopy::{build_by_reference, by_reference, Built};
+            use crate::transport::onecopy::{
+                build_by_reference, by_reference, Built, PayloadSource,
+            };
             if matches!(src, Src::Message)
                 && by_reference(dev, ctx.is_rc(), is_write, inline.is_some(), plen)
             {
-                by_ref = match build_by_reference(dev, ctx.qpn, ctx.pdn, &hdr, plen, w, &sges, off)
-                {
+                let payload = PayloadSource {
+                    qpn: ctx.qpn,
+                    pdn: ctx.pdn,
+                    sges: &sges,
+                    off,
+                    len: plen,
+                };
+                by_ref = match build_by_reference(dev, &hdr, payload, w) {
                     Ok(Built::Added(len)) => {
                         ctx::count_tx(dev, ctx.qpn, len, again);
                         Some(Ok(()))

@@ -50,7 +50,7 @@ pub struct SendWqe {
     /// XRC_INI: the XRC SRQ at the target (`xrc_srqn`, sent in every request's XRCETH, §13.7).
     pub xrc_srqn: u32,
     /// REG_MR: the raw registration fields.
-    pub reg: RegWqe,
+    pub reg: FastReg,
     /// BIND_MW: `wr.bind_mw` (the QP's PD and QPN are filled in when it executes).
     pub bind: BindMw,
     pub sges: crate::transport::sgelist::SgeList,
@@ -84,18 +84,6 @@ pub struct FlushWqe {
     pub placement: u8,
     pub selectivity: u8,
     pub length: u64,
-}
-
-/// Fields of a REG_MR WQE (`struct vrdma_wqe_reg`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RegWqe {
-    pub iova: u64,
-    pub length: u64,
-    pub key: u32,
-    pub access: u32,
-    pub page_list_len: u32,
-    pub page_shift: u32,
-    pub page_list_addr: u64,
 }
 
 impl SendWqe {
@@ -211,7 +199,7 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
             w.remote_qkey = le32(32);
         }
         WR_REG_MR => {
-            w.reg = RegWqe {
+            w.reg = FastReg {
                 iova: le64(24),
                 length: le64(32),
                 key: le32(40),

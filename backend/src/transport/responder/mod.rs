@@ -19,6 +19,7 @@ use super::packet::{self, opcode_for, RxPkt, TxHdrs};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::memory::mr::{GuestRange, MrError};
+use crate::memory::Access;
 use crate::transport::Device;
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
 use crate::wire::segment::SegmentWriter;
