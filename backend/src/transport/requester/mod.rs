@@ -17,12 +17,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD, QPT_RC, QPT_XRC_TGT};
+use super::ctx::{self, abi::*, Cqe, QpCtx};
 use super::packet::{opcode_for, TxHdrs};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::memory::mr::MrError;
 use crate::memory::{Access, BindMw, FastReg};
+use crate::qp::{QpState, QpType};
 use crate::transport::Device;
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
@@ -183,10 +184,10 @@ pub fn run(dev: &Device, qpn: u32, now: Instant) {
 pub(crate) fn process(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     // An XRC_TGT has no send queue (spec §13.7): its SQ doorbells (the guest's, or the
     // doorbell-overflow sweep's) have nothing to start or flush.
-    if ctx.qp_type == QPT_XRC_TGT {
+    if ctx.qp_type == QpType::XrcTgt {
         return;
     }
-    if ctx.state == QPS_ERR {
+    if ctx.state == QpState::Err {
         flush(dev, ctx, st);
         return;
     }
@@ -225,7 +226,7 @@ pub(crate) fn process(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: I
     arm_timer(ctx, st, now);
     // SQD (IBTA 10.3.1): once nothing is in flight the drain is complete; SQ_DRAINED is
     // reported if the QP asked for it (en_sqd_async_notify).
-    if ctx.state == QPS_SQD && ctx.sq_draining && !st.outstanding() {
+    if ctx.state == QpState::Sqd && ctx.sq_draining && !st.outstanding() {
         ctx::sq_drained(dev, ctx.qpn);
         if ctx.en_sqd_async_notify {
             ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);

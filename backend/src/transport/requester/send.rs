@@ -52,7 +52,7 @@ fn send_packets(
             continue;
         }
         // SQD: finish what was started, start nothing new (IBTA 10.3.1).
-        if ctx.state == QPS_SQD && !st.wqes[i].sent_once {
+        if ctx.state == QpState::Sqd && !st.wqes[i].sent_once {
             return;
         }
         // Fence (IBTA 10.8.3.3): wait until every earlier READ / atomic has completed.
@@ -344,7 +344,7 @@ fn send_wqe(
         }
         // GSI always sends with Q_Key 0x80010000 and source QP 1 (IBTA 13.4.6). Otherwise a
         // WR Q_Key with the high bit set means "use the QP's Q_Key" (IBTA 10.2.5).
-        let qkey = if ctx.qp_type == ctx::QPT_GSI {
+        let qkey = if ctx.qp_type == QpType::Gsi {
             ctx::GSI_QKEY
         } else if w.remote_qkey & 0x8000_0000 != 0 {
             ctx.qkey

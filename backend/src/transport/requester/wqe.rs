@@ -231,9 +231,9 @@ pub(crate) fn decode_wqe(ctx: &QpCtx, index: u32, b: &[u8]) -> SendWqe {
             ctx.is_rc()
         }
         // Not over XRC (spec §13.7: no XRC FLUSH / ATOMIC WRITE opcodes, no windows).
-        WR_ATOMIC_WRITE | WR_FLUSH => ctx.qp_type == QPT_RC,
+        WR_ATOMIC_WRITE | WR_FLUSH => ctx.qp_type == QpType::Rc,
         // Spec §6.1: windows are bound through RC and UC QPs; no SGEs.
-        WR_BIND_MW => (ctx.qp_type == QPT_RC || ctx.is_uc()) && num_sge == 0,
+        WR_BIND_MW => (ctx.qp_type == QpType::Rc || ctx.is_uc()) && num_sge == 0,
         _ => false,
     };
     // Unknown flag bits are invalid too (spec §6.1 "Other bits MUST be 0", §14.3).
