@@ -39,14 +39,15 @@ fn derived_layout_values_match_the_spec() {
 #[test]
 fn transport_short_names_are_the_spec_values() {
     use ctx::abi::*;
+    use vrdma_backend::qp::{QpState, QpType};
     assert_eq!(WR_SEND_WITH_INV, VRDMA_WR_SEND_WITH_INV);
     assert_eq!(WC_RECV_RDMA_WITH_IMM, VRDMA_WC_RECV_RDMA_WITH_IMM);
     assert_eq!(WC_GENERAL_ERR, VRDMA_WC_GENERAL_ERR);
     assert_eq!(EV_QP_LAST_WQE_REACHED, VRDMA_EV_QP_LAST_WQE_REACHED);
     assert_eq!(DB_CQ_ARM, VRDMA_DB_CQ_ARM);
     assert_eq!(ACCESS_REMOTE_ATOMIC, VRDMA_ACCESS_REMOTE_ATOMIC);
-    assert_eq!(ctx::QPT_UD, VRDMA_QPT_UD);
-    assert_eq!(ctx::QPS_ERR, VRDMA_QPS_ERR);
+    assert_eq!(QpType::Ud.as_u32(), VRDMA_QPT_UD);
+    assert_eq!(QpState::Err.as_u32(), VRDMA_QPS_ERR);
     assert_eq!(ctx::GSI_QKEY, VRDMA_GSI_QKEY);
     assert_eq!(ctx::NO_VLAN, VRDMA_VLAN_NONE);
 }

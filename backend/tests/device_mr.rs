@@ -6,7 +6,7 @@ use std::sync::Arc;
 use vrdma_backend::device::RecordingOutput;
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
-use vrdma_backend::memory::{GuestRange, MrError, MrTable, OdpConfig};
+use vrdma_backend::memory::{Access, GuestRange, MrError, MrTable, OdpConfig};
 use vrdma_spec::*;
 
 /// REG_MR with its fields as arguments, to keep the many cases below on one line each.
@@ -52,6 +52,19 @@ const RW: u32 = VRDMA_ACCESS_REMOTE_WRITE;
 const RR: u32 = VRDMA_ACCESS_REMOTE_READ;
 const RA: u32 = VRDMA_ACCESS_REMOTE_ATOMIC;
 const MAX: u64 = 1 << 40;
+
+/// A REG_MR WQE's registration of 4 KiB pages.
+fn fast_reg(key: u32, access: u32, iova: u64, length: u64, list: u64, pages: u32) -> FastReg {
+    FastReg {
+        key,
+        access,
+        iova,
+        length,
+        page_shift: 12,
+        page_list_addr: list,
+        page_list_len: pages,
+    }
+}
 
 fn table() -> (MrTable, GuestMem) {
     let mem = GuestMem::from_ranges(&[(0, 64 << 20)]).unwrap();
@@ -297,23 +310,23 @@ fn fast_reg_lifecycle() {
     let newkey = (k & !0xff) | 0x42;
     // Wrong PD.
     assert!(matches!(
-        t.fast_register(2, newkey, LW | RR, 0x9000, 0x2000, 12, list, 2),
+        t.fast_register(2, &fast_reg(newkey, LW | RR, 0x9000, 0x2000, list, 2)),
         Err(MrError::WrongPd { .. })
     ));
     // More pages than allocated.
     assert!(t
-        .fast_register(1, newkey, LW, 0x9000, 0x2000, 12, list, 5)
+        .fast_register(1, &fast_reg(newkey, LW, 0x9000, 0x2000, list, 5))
         .is_err());
     // Length beyond the list.
     assert!(t
-        .fast_register(1, newkey, LW, 0x9000, 0x3000, 12, list, 2)
+        .fast_register(1, &fast_reg(newkey, LW, 0x9000, 0x3000, list, 2))
         .is_err());
     // Page list outside guest memory.
     assert!(matches!(
-        t.fast_register(1, newkey, LW, 0x9000, 0x2000, 12, 1 << 40, 2),
+        t.fast_register(1, &fast_reg(newkey, LW, 0x9000, 0x2000, 1 << 40, 2)),
         Err(MrError::BadAddress { .. })
     ));
-    t.fast_register(1, newkey, LW | RR, 0x9000, 0x2000, 12, list, 2)
+    t.fast_register(1, &fast_reg(newkey, LW | RR, 0x9000, 0x2000, list, 2))
         .unwrap();
     // Old key is stale, new key works.
     assert_eq!(t.resolve(k, 1, 0x9000, 1, 0), Err(MrError::StaleKey(k)));
@@ -332,7 +345,7 @@ fn fast_reg_lifecycle() {
     );
     // Registering a valid MR again is an error.
     assert_eq!(
-        t.fast_register(1, newkey, LW, 0x9000, 0x1000, 12, list, 1),
+        t.fast_register(1, &fast_reg(newkey, LW, 0x9000, 0x1000, list, 1)),
         Err(MrError::InvalidOp(newkey))
     );
     // Invalidate: wrong key variant, wrong PD, then right.
@@ -348,14 +361,15 @@ fn fast_reg_lifecycle() {
     );
     // Re-register with another variant.
     let k3 = (k & !0xff) | 0x43;
-    t.fast_register(1, k3, LW, 0, 0x1000, 12, list, 1).unwrap();
+    t.fast_register(1, &fast_reg(k3, LW, 0, 0x1000, list, 1))
+        .unwrap();
     assert!(t.resolve(k3, 1, 0, 0x1000, LW).is_ok());
     // LOCAL_INV of a non-fast-reg MR is refused.
     let pl = t.reg_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
     assert_eq!(t.local_invalidate(pl, 1), Err(MrError::InvalidOp(pl)));
     // REG_MR WQE naming a page-list MR is refused.
     assert_eq!(
-        t.fast_register(1, pl, 0, 0, 0x1000, 12, list, 1),
+        t.fast_register(1, &fast_reg(pl, 0, 0, 0x1000, list, 1)),
         Err(MrError::InvalidOp(pl))
     );
 }
@@ -395,7 +409,13 @@ fn check_access_agrees_with_resolve_and_never_faults() {
         (odp, 1, 0, 1, RW),
     ];
     for (key, pd, iova, len, access) in cases {
-        let c = t.check_access(key, pd, iova, len, access);
+        let c = t.check_access(Access {
+            key,
+            pd,
+            iova,
+            len,
+            rights: access,
+        });
         let r = t.resolve(key, pd, iova, len, access).map(|_| ());
         assert_eq!(
             c, r,
@@ -404,7 +424,14 @@ fn check_access_agrees_with_resolve_and_never_faults() {
     }
     assert!(out.take_page_requests().is_empty());
     // On an ODP MR a valid range checks fine without faulting (resolve would fault).
-    assert_eq!(t.check_access(odp, 1, 0, 1 << 30, LW), Ok(()));
+    let whole = Access {
+        key: odp,
+        pd: 1,
+        iova: 0,
+        len: 1 << 30,
+        rights: LW,
+    };
+    assert_eq!(t.check_access(whole), Ok(()));
     assert!(out.take_page_requests().is_empty());
     assert!(matches!(
         t.resolve(odp, 1, 0, 8, LW),

@@ -490,7 +490,18 @@ fn each_fencing_operation_moves_its_own_slot_or_the_device() {
     a.dev
         .mrs
         .write()
-        .fast_register(pd, k_frwr, ACC_ALL, buf, 16 << 10, 12, list, 4)
+        .fast_register(
+            pd,
+            &vrdma_backend::memory::FastReg {
+                key: k_frwr,
+                access: ACC_ALL,
+                iova: buf,
+                length: 16 << 10,
+                page_shift: 12,
+                page_list_addr: list,
+                page_list_len: 4,
+            },
+        )
         .unwrap();
     let after_reg = all(&a);
     a.dev.mrs.write().local_invalidate(k_frwr, pd).unwrap();

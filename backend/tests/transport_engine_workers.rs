@@ -377,7 +377,7 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
         let d = dev.lock_long();
         for q in [q1.qpn, q3.qpn] {
             assert_eq!(
-                vrdma_backend::transport::ctx::qp_state(&d, q),
+                vrdma_backend::transport::ctx::qp_state(&d, q).map(|s| s.as_u32()),
                 Some(VRDMA_QPS_ERR)
             );
         }
@@ -527,7 +527,7 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
         );
     }
     assert_eq!(
-        vrdma_backend::transport::ctx::qp_state(&da.read(), victim),
+        vrdma_backend::transport::ctx::qp_state(&da.read(), victim).map(|s| s.as_u32()),
         Some(VRDMA_QPS_ERR)
     );
     ea.stop();

@@ -264,7 +264,13 @@ fn send_with_invalidate_of_a_stale_variant_or_another_pd() {
             .dev
             .mrs
             .write()
-            .check_access(key, p.pdb, dst, 64, VRDMA_ACCESS_REMOTE_WRITE)
+            .check_access(vrdma_backend::memory::Access {
+                key,
+                pd: p.pdb,
+                iova: dst,
+                len: 64,
+                rights: VRDMA_ACCESS_REMOTE_WRITE,
+            })
             .is_ok());
     }
 }
@@ -276,6 +282,7 @@ fn pinned_translations_run_beside_a_reader_of_the_mr_table() {
     // another's. An ODP MR's translation changes the table and takes the write lock.
     use std::time::Duration;
     use vrdma_backend::memory::mr::MrError;
+    use vrdma_backend::memory::Access;
     use vrdma_backend::transport::ctx;
     let mut a = Node::new_odp(1, 16);
     let pd = a.create_pd();
@@ -288,7 +295,14 @@ fn pinned_translations_run_beside_a_reader_of_the_mr_table() {
         let held = dev.mrs.read();
         s.spawn(move || {
             let mut out = Vec::new();
-            let r = ctx::resolve(dev, None, k, pd, buf + 100, 5000, 0, &mut out);
+            let a = Access {
+                key: k,
+                pd,
+                iova: buf + 100,
+                len: 5000,
+                rights: 0,
+            };
+            let r = ctx::resolve(dev, None, a, &mut out);
             let _ = tx.send((r, out.iter().map(|r| r.len).sum::<u64>()));
         });
         let got = rx.recv_timeout(Duration::from_secs(30));
@@ -298,7 +312,14 @@ fn pinned_translations_run_beside_a_reader_of_the_mr_table() {
         assert_eq!(len, 5000);
     });
     let mut out = Vec::new();
-    let r = ctx::resolve(dev, Some(7), k_odp, pd, buf + (1 << 20), 64, 0, &mut out);
+    let odp = Access {
+        key: k_odp,
+        pd,
+        iova: buf + (1 << 20),
+        len: 64,
+        rights: 0,
+    };
+    let r = ctx::resolve(dev, Some(7), odp, &mut out);
     assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
     assert_eq!(a.out.take_page_requests().len(), 1, "one FAULT sent");
 }

@@ -189,6 +189,20 @@ pub struct PageListSpec<'a> {
     pub pages: &'a [u64],
 }
 
+/// What a REG_MR WQE (`struct vrdma_wqe_reg`, spec §6.1) asks of a fast-reg MR: its new key,
+/// access flags and iova range, and the page list in guest memory (`page_list_len` u64 GPAs of
+/// pages of size `1 << page_shift` at `page_list_addr`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FastReg {
+    pub key: u32,
+    pub access: u32,
+    pub iova: u64,
+    pub length: u64,
+    pub page_shift: u32,
+    pub page_list_addr: u64,
+    pub page_list_len: u32,
+}
+
 /// One memory region.
 #[derive(Debug, Clone)]
 pub struct Mr {

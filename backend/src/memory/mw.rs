@@ -11,6 +11,7 @@
 use super::mr::{
     check_range_rights, key_index, key_variant, GuestRange, Mr, MrError, MrKind, MrTable,
 };
+use super::Access;
 use vrdma_spec::{
     VRDMA_ACCESS_LOCAL_WRITE, VRDMA_ACCESS_MW_BIND, VRDMA_ACCESS_REMOTE_ATOMIC,
     VRDMA_ACCESS_REMOTE_READ, VRDMA_ACCESS_REMOTE_WRITE, VRDMA_ACCESS_ZERO_BASED, VRDMA_MW_TYPE_1,
@@ -57,15 +58,6 @@ pub struct BindMw {
     pub addr: u64,
     pub length: u64,
     pub access: u32,
-}
-
-/// Where a remote access through a window goes: the MR, its PD, the MR iova and the right to
-/// check on the MR.
-struct Target {
-    mr_key: u32,
-    mr_pd: u32,
-    iova: u64,
-    access: u32,
 }
 
 impl MrTable {
@@ -304,17 +296,12 @@ impl MrTable {
         Ok(())
     }
 
-    /// If `key` names a window: check it for a remote access by QP `qpn` of PD `pd` (spec
-    /// §12.8) and say where the access goes. `None`: not a window (the caller checks an MR).
-    fn window_target(
-        &self,
-        key: u32,
-        pd: u32,
-        qpn: u32,
-        iova: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<Option<Target>, MrError> {
+    /// If `a.key` names a window: check it for a remote access by QP `qpn` of PD `a.pd` (spec
+    /// §12.8) and say where the access goes: the access of the MR behind the window (its key,
+    /// its PD, the MR iova, and the right to check on the MR). `None`: not a window (the caller
+    /// checks an MR).
+    fn window_target(&self, a: Access, qpn: u32) -> Result<Option<Access>, MrError> {
+        let (key, pd, iova, access) = (a.key, a.pd, a.iova, a.rights);
         let Ok(w) = self.entry(key) else {
             return Ok(None);
         };
@@ -337,7 +324,7 @@ impl MrTable {
         if access & WINDOW_RIGHTS == 0 {
             return Err(denied);
         }
-        check_range_rights(w, key, iova, len, access)?;
+        check_range_rights(w, &a)?;
         // A REREG_MR keeps the MR's key but may move it to another PD: the window then no
         // longer reaches it (IBTA: window, MR and QP share one PD).
         let mr_pd = self.get(b.mr_key)?.pd;
@@ -354,70 +341,48 @@ impl MrTable {
         } else {
             0
         };
-        Ok(Some(Target {
-            mr_key: b.mr_key,
-            mr_pd,
+        Ok(Some(Access {
+            key: b.mr_key,
+            pd: mr_pd,
             iova: b.base.wrapping_add(iova.wrapping_sub(w.iova)),
-            access: mr_access,
+            len: a.len,
+            rights: mr_access,
         }))
     }
 
-    /// [`MrTable::check_access`] for an incoming request on QP `qpn`: `key` may be an MR's rkey
-    /// or a window's (spec §12.8).
-    pub fn check_remote(
-        &self,
-        key: u32,
-        pd: u32,
-        qpn: u32,
-        iova: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(), MrError> {
-        match self.window_target(key, pd, qpn, iova, len, access)? {
-            None => self.check_access(key, pd, iova, len, access),
-            Some(t) => self.check_access(t.mr_key, t.mr_pd, t.iova, len, t.access),
-        }
+    /// [`MrTable::check_access`] for an incoming request on QP `qpn`: `a.key` may be an MR's
+    /// rkey or a window's (spec §12.8).
+    pub fn check_remote(&self, a: Access, qpn: u32) -> Result<(), MrError> {
+        let target = self.window_target(a, qpn)?;
+        self.check_access(target.unwrap_or(a))
     }
 
     /// [`MrTable::resolve_remote_into`] through a shared borrow (see
     /// [`MrTable::resolve_pinned_into`]): `None` if the MR reached is an ODP one.
-    #[allow(clippy::too_many_arguments)]
     pub fn resolve_remote_pinned_into(
         &self,
-        key: u32,
-        pd: u32,
+        a: Access,
         qpn: u32,
-        iova: u64,
-        len: u64,
-        access: u32,
         out: &mut Vec<GuestRange>,
     ) -> Option<Result<(), MrError>> {
         out.clear();
-        match self.window_target(key, pd, qpn, iova, len, access) {
+        match self.window_target(a, qpn) {
             Err(e) => Some(Err(e)),
-            Ok(None) => self.resolve_pinned_into(key, pd, iova, len, access, out),
-            Ok(Some(t)) => self.resolve_pinned_into(t.mr_key, t.mr_pd, t.iova, len, t.access, out),
+            Ok(target) => self.resolve_pinned_into(target.unwrap_or(a), out),
         }
     }
 
-    /// [`MrTable::resolve_into`] for an incoming request on QP `qpn`: `key` may be an MR's rkey
-    /// or a window's (spec §12.8).
-    #[allow(clippy::too_many_arguments)]
+    /// [`MrTable::resolve_into`] for an incoming request on QP `qpn`: `a.key` may be an MR's
+    /// rkey or a window's (spec §12.8).
     pub fn resolve_remote_into(
         &mut self,
         waiter: Option<u32>,
-        key: u32,
-        pd: u32,
+        a: Access,
         qpn: u32,
-        iova: u64,
-        len: u64,
-        access: u32,
         out: &mut Vec<GuestRange>,
     ) -> Result<(), MrError> {
         out.clear();
-        match self.window_target(key, pd, qpn, iova, len, access)? {
-            None => self.resolve_into(waiter, key, pd, iova, len, access, out),
-            Some(t) => self.resolve_into(waiter, t.mr_key, t.mr_pd, t.iova, len, t.access, out),
-        }
+        let target = self.window_target(a, qpn)?;
+        self.resolve_into(waiter, target.unwrap_or(a), out)
     }
 }

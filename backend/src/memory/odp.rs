@@ -71,6 +71,7 @@ use vrdma_spec::{
 
 use super::advise::FlushWaits;
 use super::mr::{key_index, GuestRange, Mr, MrError, MrKind, MrTable};
+use super::Access;
 use crate::budget::{Budget, Charge};
 use crate::guest::output::DeviceOutput;
 use crate::guest::CmdOutcome;
@@ -406,7 +407,6 @@ impl OdpState {
     }
 
     /// Send a FAULT for chunk `c` (the caller checked `can_send_fault`).
-    #[allow(clippy::too_many_arguments)]
     fn send_fault(
         &mut self,
         key: u32,
@@ -498,20 +498,18 @@ impl OdpState {
         self.failed.insert((now + FAIL_HOLD, key, c));
     }
 
-    /// Translate `[iova, iova+len)` (bounds already checked) of an ODP MR.
-    #[allow(clippy::too_many_arguments)]
+    /// Translate the range of `a` (its key is the ODP MR `o` of `[mr_iova, mr_iova + mr_len)`;
+    /// PD, rights and bounds already checked).
     pub(crate) fn resolve(
         &mut self,
         o: &mut OdpMr,
-        key: u32,
         mr_iova: u64,
         mr_len: u64,
-        iova: u64,
-        len: u64,
-        write: bool,
+        a: Access,
         waiter: Option<u32>,
         now: Instant,
     ) -> Result<Vec<GuestRange>, MrError> {
+        let (key, iova, len, write) = (a.key, a.iova, a.len, a.writes());
         let shift = self.config.chunk_shift;
         let end = iova + len; // caller checked overflow
         let first = iova >> shift;

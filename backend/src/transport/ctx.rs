@@ -7,25 +7,10 @@ use super::packet::Path;
 use super::responder::{decode_recv, RecvWqe};
 use super::{RequesterState, ResponderState};
 use crate::memory::mr::{GuestRange, MrError};
+use crate::memory::Access;
+use crate::qp::{QpState, QpType};
 use crate::transport::Device;
 use vrdma_spec::{VrdmaAv, VrdmaCqe};
-
-/// QP types (spec §13, `VRDMA_QPT_*`).
-pub const QPT_GSI: u32 = vrdma_spec::VRDMA_QPT_GSI;
-pub const QPT_RC: u32 = vrdma_spec::VRDMA_QPT_RC;
-pub const QPT_UC: u32 = vrdma_spec::VRDMA_QPT_UC;
-pub const QPT_UD: u32 = vrdma_spec::VRDMA_QPT_UD;
-pub const QPT_XRC_INI: u32 = vrdma_spec::VRDMA_QPT_XRC_INI;
-pub const QPT_XRC_TGT: u32 = vrdma_spec::VRDMA_QPT_XRC_TGT;
-
-/// QP states (`VRDMA_QPS_*`).
-pub const QPS_RESET: u32 = vrdma_spec::VRDMA_QPS_RESET;
-pub const QPS_INIT: u32 = vrdma_spec::VRDMA_QPS_INIT;
-pub const QPS_RTR: u32 = vrdma_spec::VRDMA_QPS_RTR;
-pub const QPS_RTS: u32 = vrdma_spec::VRDMA_QPS_RTS;
-pub const QPS_SQD: u32 = vrdma_spec::VRDMA_QPS_SQD;
-pub const QPS_SQE: u32 = vrdma_spec::VRDMA_QPS_SQE;
-pub const QPS_ERR: u32 = vrdma_spec::VRDMA_QPS_ERR;
 
 /// The well-known Q_Key of QP1 (IBTA 13.4.6 / spec §13).
 pub const GSI_QKEY: u32 = vrdma_spec::VRDMA_GSI_QKEY;
@@ -34,8 +19,8 @@ pub const GSI_QKEY: u32 = vrdma_spec::VRDMA_GSI_QKEY;
 #[derive(Debug, Clone)]
 pub struct QpCtx {
     pub qpn: u32,
-    pub qp_type: u32,
-    pub state: u32,
+    pub qp_type: QpType,
+    pub state: QpState,
     pub pdn: u32,
     pub send_cqn: u32,
     pub recv_cqn: u32,
@@ -76,35 +61,38 @@ impl QpCtx {
     /// Reliable connected service: RC and the XRC types (spec §13.7: XRC has RC's reliability,
     /// PSN rules, ACKs and responder resources).
     pub fn is_rc(&self) -> bool {
-        matches!(self.qp_type, QPT_RC | QPT_XRC_INI | QPT_XRC_TGT)
+        matches!(self.qp_type, QpType::Rc | QpType::XrcIni | QpType::XrcTgt)
     }
     /// XRC_INI or XRC_TGT: packets use the XRC opcodes (spec §15.2).
     pub fn is_xrc(&self) -> bool {
-        matches!(self.qp_type, QPT_XRC_INI | QPT_XRC_TGT)
+        self.qp_type.is_xrc()
     }
     /// The transport of this QP's packets.
     pub fn transport(&self) -> crate::wire::Transport {
         use crate::wire::Transport;
         match self.qp_type {
-            QPT_RC => Transport::Rc,
-            QPT_UC => Transport::Uc,
-            QPT_XRC_INI | QPT_XRC_TGT => Transport::Xrc,
-            _ => Transport::Ud,
+            QpType::Rc => Transport::Rc,
+            QpType::Uc => Transport::Uc,
+            QpType::XrcIni | QpType::XrcTgt => Transport::Xrc,
+            QpType::Ud | QpType::Gsi => Transport::Ud,
         }
     }
     pub fn is_uc(&self) -> bool {
-        self.qp_type == QPT_UC
+        self.qp_type == QpType::Uc
     }
     pub fn is_ud(&self) -> bool {
-        self.qp_type == QPT_UD || self.qp_type == QPT_GSI
+        self.qp_type.is_datagram()
     }
     /// States in which the requester may transmit (IBTA 10.3.1: RTS; SQD finishes what is in flight).
     pub fn can_send(&self) -> bool {
-        self.state == QPS_RTS || self.state == QPS_SQD
+        matches!(self.state, QpState::Rts | QpState::Sqd)
     }
     /// States in which the responder accepts requests (RTR and later, not ERR).
     pub fn can_receive(&self) -> bool {
-        matches!(self.state, QPS_RTR | QPS_RTS | QPS_SQD | QPS_SQE)
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
     }
 }
 
@@ -169,8 +157,8 @@ fn ctx_of(dev: &Device, qp: &crate::qp::Qp<super::Rocev2>, qpn: u32) -> QpCtx {
     let path = (a.av_valid && qp.qp_type.is_connected()).then(|| av_path(dev, &a.av, a.sgid));
     QpCtx {
         qpn,
-        qp_type: qp.qp_type.as_u32(),
-        state: qp.state.as_u32(),
+        qp_type: qp.qp_type,
+        state: qp.state,
         pdn: qp.pd,
         send_cqn: qp.send_cqn,
         recv_cqn: qp.recv_cqn,
@@ -247,13 +235,13 @@ pub fn take_req(dev: &Device, qpn: u32) -> Option<(QpCtx, RequesterState)> {
     Some((c, st))
 }
 
-/// Put the requester state back; returns the QP's state (`VRDMA_QPS_*`) as it is then, `None`
-/// if the QP is gone.
-pub fn put_req(dev: &Device, qpn: u32, st: RequesterState) -> Option<u32> {
+/// Put the requester state back; returns the QP's state as it is then, `None` if the QP is
+/// gone.
+pub fn put_req(dev: &Device, qpn: u32, st: RequesterState) -> Option<QpState> {
     // Under the timer shard's lock, then the QP's: the put and the timer note in one visit.
     super::timers::note_req_with(dev, qpn, |qp| {
         qp.req = st;
-        qp.state.as_u32()
+        qp.state
     })
 }
 
@@ -270,66 +258,42 @@ pub fn take_resp(dev: &Device, qpn: u32) -> Option<(QpCtx, ResponderState)> {
 }
 
 /// See [`put_req`].
-pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<u32> {
+pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<QpState> {
     super::timers::note_resp(dev, qpn, |qp| {
         qp.resp = st;
-        qp.state.as_u32()
+        qp.state
     })
 }
 
-/// Translate `[iova, iova + len)` of local key `key` (`MrTable::resolve_into`): pinned MRs
-/// under the MR table's read lock, beside the other workers; an ODP MR, whose translation moves
-/// its chunks, under the write lock.
-#[allow(clippy::too_many_arguments)]
+/// Translate the local access `a` (`MrTable::resolve_into`): pinned MRs under the MR table's
+/// read lock, beside the other workers; an ODP MR, whose translation moves its chunks, under
+/// the write lock.
 pub fn resolve(
     dev: &Device,
     waiter: Option<u32>,
-    key: u32,
-    pd: u32,
-    iova: u64,
-    len: u64,
-    access: u32,
+    a: Access,
     out: &mut Vec<GuestRange>,
 ) -> Result<(), MrError> {
-    let pinned = dev
-        .mrs
-        .read()
-        .resolve_pinned_into(key, pd, iova, len, access, out);
-    pinned.unwrap_or_else(|| {
-        dev.mrs
-            .write()
-            .resolve_into(waiter, key, pd, iova, len, access, out)
-    })
+    let pinned = dev.mrs.read().resolve_pinned_into(a, out);
+    pinned.unwrap_or_else(|| dev.mrs.write().resolve_into(waiter, a, out))
 }
 
-/// [`resolve`] for an incoming request on QP `qpn` (`MrTable::resolve_remote_into`: `key` may
-/// be a window's).
-#[allow(clippy::too_many_arguments)]
+/// [`resolve`] for an incoming request on QP `qpn` (`MrTable::resolve_remote_into`: `a.key`
+/// may be a window's).
 pub fn resolve_remote(
     dev: &Device,
     waiter: Option<u32>,
-    key: u32,
-    pd: u32,
+    a: Access,
     qpn: u32,
-    iova: u64,
-    len: u64,
-    access: u32,
     out: &mut Vec<GuestRange>,
 ) -> Result<(), MrError> {
-    let pinned = dev
-        .mrs
-        .read()
-        .resolve_remote_pinned_into(key, pd, qpn, iova, len, access, out);
-    pinned.unwrap_or_else(|| {
-        dev.mrs
-            .write()
-            .resolve_remote_into(waiter, key, pd, qpn, iova, len, access, out)
-    })
+    let pinned = dev.mrs.read().resolve_remote_pinned_into(a, qpn, out);
+    pinned.unwrap_or_else(|| dev.mrs.write().resolve_remote_into(waiter, a, qpn, out))
 }
 
 /// Current IBTA state of a QP.
-pub fn qp_state(dev: &Device, qpn: u32) -> Option<u32> {
-    dev.qps.get(qpn).map(|q| q.state.as_u32())
+pub fn qp_state(dev: &Device, qpn: u32) -> Option<QpState> {
+    dev.qps.get(qpn).map(|q| q.state)
 }
 
 /// The SQ producer, checked against the ring depth (spec §4: producer − consumer > depth →
@@ -423,7 +387,7 @@ pub fn recv_take(dev: &Device, ctx: &QpCtx) -> Result<Option<RecvWqe>, RingFault
 /// (the caller fails the operation: LOC_PROT_ERR, or a remote access error at the responder).
 /// `op` 0 (an operation without an ODP cap bit, e.g. FLUSH) is never denied here.
 pub fn odp_denied(dev: &Device, ctx: &QpCtx, key: u32, op: u32) -> bool {
-    op != 0 && dev.config.odp_caps(ctx.qp_type) & op == 0 && dev.mrs.read().is_odp_key(key)
+    op != 0 && dev.config.odp_caps(ctx.qp_type.as_u32()) & op == 0 && dev.mrs.read().is_odp_key(key)
 }
 
 /// The ODP cap bit a receive WQE's SGEs need (spec §2.2): RECV, or SRQ_RECV for an SRQ WQE.

@@ -7,8 +7,9 @@
 //! type → P_Key → (RC/UC) source and destination GID equal the QP's path. The Q_Key of UD/GSI is
 //! checked by the responder (it needs the DETH of a request).
 
-use super::ctx::{QpCtx, QPT_GSI, QPT_XRC_INI, QPT_XRC_TGT};
+use super::ctx::QpCtx;
 use super::packet::RxPkt;
+use crate::qp::QpType;
 use crate::stats::PortStats;
 use crate::wire::DEFAULT_PKEY;
 use std::sync::atomic::AtomicU64;
@@ -57,7 +58,7 @@ pub fn pkey_match(pkt: u16, ours: u16) -> bool {
 /// partition: a packet matches if its P_Key matches any entry of the port's table (IBTA 9.6, the
 /// QP1 exception). Other QPs compare with the entry their `pkey_index` names.
 fn pkey_ok(c: &QpCtx, pkey: u16) -> bool {
-    if c.qp_type == QPT_GSI {
+    if c.qp_type == QpType::Gsi {
         PKEY_TABLE.iter().any(|&k| pkey_match(pkey, k))
     } else {
         c.pkey.is_some_and(|k| pkey_match(pkey, k))
@@ -79,8 +80,8 @@ pub fn check(c: &QpCtx, pkt: &RxPkt<'_>) -> Result<(), RxDrop> {
     // receive side and an XRC_TGT no send side (spec §13.7): each takes one direction only.
     let ok = pkt.info.transport == c.transport()
         && match c.qp_type {
-            QPT_XRC_INI => pkt.info.is_response(),
-            QPT_XRC_TGT => pkt.info.is_request(),
+            QpType::XrcIni => pkt.info.is_response(),
+            QpType::XrcTgt => pkt.info.is_request(),
             _ => true,
         };
     if !ok {

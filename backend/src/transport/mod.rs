@@ -59,6 +59,8 @@ pub mod workers;
 
 use std::time::Instant;
 
+use crate::qp::QpState;
+
 pub use requester::RequesterState;
 pub use responder::ResponderState;
 
@@ -156,7 +158,7 @@ pub(crate) fn with_req<R>(
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
     let after = ctx::put_req(dev, qpn, st);
-    if c.state != ctx::QPS_ERR && after == Some(ctx::QPS_ERR) {
+    if c.state != QpState::Err && after == Some(QpState::Err) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
         // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
         // flush hook could not see the state then, so flush now, through the core's worklist (a
@@ -179,7 +181,7 @@ pub(crate) fn with_resp<R>(
     let r = f(dev, &c, &mut st);
     let fatal = st.fatal.take();
     let after = ctx::put_resp(dev, qpn, st);
-    if c.state != ctx::QPS_ERR && after == Some(ctx::QPS_ERR) {
+    if c.state != QpState::Err && after == Some(QpState::Err) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
         // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
         // flush hook could not see the state then, so flush now, through the core's worklist (a
@@ -200,7 +202,7 @@ pub fn on_doorbell(dev: &Device, db: vrdma_spec::VrdmaDoorbell) {
         // Outside ERROR an RQ doorbell is a hint (spec §8): receives are read when a request
         // needs one. In ERROR nothing arrives, so the receives posted since the QP entered it
         // are flushed now (spec §13.3); ib_drain_rq() waits for exactly that flush.
-        ctx::abi::DB_RQ if ctx::qp_state(dev, db.id) == Some(ctx::QPS_ERR) => {
+        ctx::abi::DB_RQ if ctx::qp_state(dev, db.id) == Some(QpState::Err) => {
             with_resp(dev, db.id, responder::flush);
         }
         // Optional arm doorbell (spec §5.3): arming is in memory; the core re-checks the arm.
@@ -379,7 +381,7 @@ fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: I
     let accept = |c: &ctx::QpCtx| {
         intake::check(c, pkt).map_err(|why| why.counter(&dev.port_stats))?;
         let accepted = if pkt.info.is_response() {
-            c.can_send() || c.state == ctx::QPS_SQE
+            c.can_send() || c.state == QpState::Sqe
         } else {
             c.can_receive()
         };
@@ -483,12 +485,12 @@ pub fn flush(dev: &Device, qpn: u32) {
     // after the guest moved the QP on (RESET, then INIT..RTS again): RESET discarded what the
     // flush was for, and flushing now would complete the QP's new WQEs.
     with_req(dev, qpn, |dev, c, st| {
-        if c.state == ctx::QPS_ERR {
+        if c.state == QpState::Err {
             requester::flush(dev, c, st);
         }
     });
     with_resp(dev, qpn, |dev, c, st| {
-        if c.state == ctx::QPS_ERR {
+        if c.state == QpState::Err {
             responder::flush(dev, c, st);
         }
     });

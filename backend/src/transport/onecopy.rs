@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::guest::GuestMem;
 use crate::memory::fence::{DmaFence, SlotGen};
-use crate::memory::{GuestRange, MrError};
+use crate::memory::{Access, GuestRange, MrError};
 use crate::transport::Device;
 use crate::wire::segment::{PayloadRefs, SegmentWriter, StaleRef, MAX_FRAMES};
 
@@ -172,21 +172,28 @@ pub(crate) fn by_reference(dev: &Device, rc: bool, write: bool, inline: bool, pl
     dev.icrc_offload.payload_refs && rc && write && !inline && plen > 0
 }
 
-/// Add one request packet whose payload (`plen` bytes at message offset `off` of `sges`)
-/// stays in guest memory to the segment `w`. `Ok(Some(len))`: added; `Ok(None)`: the segment
-/// refused it, or the references are full (the caller copies it instead, `by_ref` false next
-/// time: see `Fallback`); `Err`: the SGEs do not resolve (as a gather would fail).
-#[allow(clippy::too_many_arguments)]
+/// Where a request packet's payload is in the sender's guest memory: `len` bytes at message
+/// offset `off` of `sges`, read by QP `qpn` of PD `pdn` (its MR accesses, and the QP an ODP
+/// fault resumes).
+pub(crate) struct PayloadSource<'a> {
+    pub qpn: u32,
+    pub pdn: u32,
+    pub sges: &'a [Sge],
+    pub off: u64,
+    pub len: usize,
+}
+
+/// Add one request packet whose payload (`payload`) stays in guest memory to the segment `w`.
+/// `Ok(Added(len))`: added; `Ok(Copy)`: the references are full (the caller copies it
+/// instead); `Ok(Lost)`: the segment refused it; `Err`: the SGEs do not resolve (as a gather
+/// would fail).
 pub(crate) fn build_by_reference(
     dev: &Device,
-    qpn: u32,
-    pdn: u32,
     m: &TxMeta<'_>,
-    plen: usize,
+    payload: PayloadSource<'_>,
     w: &mut SegmentWriter,
-    sges: &[Sge],
-    off: u64,
 ) -> Result<Built, SgeError> {
+    let plen = payload.len;
     if w.refs_mut().is_none() {
         *w.refs_mut() = Some(SourceRefs::take(dev));
     }
@@ -199,7 +206,7 @@ pub(crate) fn build_by_reference(
     };
     let start = refs.ranges.len();
     let mut ranges = super::scratch::take(super::scratch::Side::Requester);
-    let r = resolve(dev, qpn, pdn, sges, off, plen, refs, &mut ranges);
+    let r = resolve(dev, &payload, refs, &mut ranges);
     super::scratch::give_back(super::scratch::Side::Requester, ranges);
     match r {
         Ok(true) => {}
@@ -259,20 +266,16 @@ pub(crate) enum Built {
 /// Resolve the payload's SGE pieces through the MRs into `refs` (as `sge_copy`'s gather would
 /// read them, with the same errors), recording each MR slot's generation. `Ok(false)`: the
 /// references are full.
-#[allow(clippy::too_many_arguments)]
 fn resolve(
     dev: &Device,
-    qpn: u32,
-    pdn: u32,
-    sges: &[Sge],
-    off: u64,
-    total: usize,
+    payload: &PayloadSource<'_>,
     refs: &mut SourceRefs,
     ranges: &mut Vec<GuestRange>,
 ) -> Result<bool, SgeError> {
-    let mut skip = off;
+    let total = payload.len;
+    let mut skip = payload.off;
     let mut done = 0usize;
-    for s in sges {
+    for s in payload.sges {
         if done == total {
             break;
         }
@@ -295,17 +298,15 @@ fn resolve(
             };
             (!refs.slots.iter().any(|(g, _)| Arc::ptr_eq(g, gen))).then(|| (Arc::clone(gen), v))
         };
-        super::ctx::resolve(
-            dev,
-            Some(qpn),
-            s.lkey,
-            pdn,
-            s.addr.wrapping_add(skip),
-            n as u64,
-            0,
-            ranges,
-        )
-        .map_err(|e| match e {
+        // A gather: a local read, which needs no right.
+        let a = Access {
+            key: s.lkey,
+            pd: payload.pdn,
+            iova: s.addr.wrapping_add(skip),
+            len: n as u64,
+            rights: 0,
+        };
+        super::ctx::resolve(dev, Some(payload.qpn), a, ranges).map_err(|e| match e {
             MrError::Fault { key, iova } => SgeError::Fault { key, iova },
             _ => SgeError::Prot,
         })?;

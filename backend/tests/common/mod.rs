@@ -615,7 +615,9 @@ impl Node {
     }
 
     pub fn qp_state(&self, qpn: u32) -> u32 {
-        transport::ctx::qp_state(&self.dev, qpn).expect("qp exists")
+        transport::ctx::qp_state(&self.dev, qpn)
+            .expect("qp exists")
+            .as_u32()
     }
 
     pub fn events(&self) -> Vec<VrdmaEvent> {

@@ -232,21 +232,20 @@ impl MrTable {
         Ok(())
     }
 
-    /// REG_MR WQE (fast registration) executed by the requester. `pd` is the QP's PD; `key` the new
-    /// key from the WQE (index must name a fast-reg MR of that PD, which must be invalid); the page
-    /// list (`page_list_len` u64 GPAs at `page_list_addr`) is read from guest memory.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fast_register(
-        &mut self,
-        pd: u32,
-        key: u32,
-        access: u32,
-        iova: u64,
-        length: u64,
-        page_shift: u32,
-        page_list_addr: u64,
-        page_list_len: u32,
-    ) -> Result<(), MrError> {
+    /// REG_MR WQE (fast registration) executed by the requester. `pd` is the QP's PD; `reg.key`
+    /// the new key from the WQE (index must name a fast-reg MR of that PD, which must be
+    /// invalid); the page list (`page_list_len` u64 GPAs at `page_list_addr`) is read from guest
+    /// memory.
+    pub fn fast_register(&mut self, pd: u32, reg: &FastReg) -> Result<(), MrError> {
+        let FastReg {
+            key,
+            access,
+            iova,
+            length,
+            page_shift,
+            page_list_addr,
+            page_list_len,
+        } = *reg;
         check_access_flags(access)?;
         if access & VRDMA_ACCESS_ON_DEMAND != 0 {
             return Err(MrError::BadAccess(access));

@@ -5,6 +5,17 @@
 
 use super::*;
 
+/// An ODP_PAGE_RESP command's fields (`struct vrdma_cmd_odp_page_resp`, spec §11.8) and its
+/// trailing pages.
+struct PageResp<'a> {
+    req_id: u32,
+    key: u32,
+    status: u32,
+    flags: u32,
+    iova: u64,
+    pages: &'a [u64],
+}
+
 impl MrTable {
     /// ODP_PAGE_RESP. `pages` are the trailing 4 KiB GPAs. An install beyond a residency budget
     /// reclaims the least recently used chunk and sends its RECLAIM notice.
@@ -17,7 +28,15 @@ impl MrTable {
         iova: u64,
         pages: &[u64],
     ) -> OdpStatus {
-        self.page_resp(req_id, key, status, flags, iova, pages, true)
+        let r = PageResp {
+            req_id,
+            key,
+            status,
+            flags,
+            iova,
+            pages,
+        };
+        self.page_resp(r, true)
             .unwrap_or(vrdma_spec::VRDMA_STATUS_INVALID)
     }
 
@@ -36,20 +55,27 @@ impl MrTable {
         iova: u64,
         pages: &[u64],
     ) -> Option<OdpStatus> {
-        self.page_resp(req_id, key, status, flags, iova, pages, false)
+        let r = PageResp {
+            req_id,
+            key,
+            status,
+            flags,
+            iova,
+            pages,
+        };
+        self.page_resp(r, false)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn page_resp(
-        &mut self,
-        req_id: u32,
-        key: u32,
-        status: u32,
-        flags: u32,
-        iova: u64,
-        pages: &[u64],
-        may_reclaim: bool,
-    ) -> Option<OdpStatus> {
+    /// The answer `r`; `None` if it would reclaim a chunk and `may_reclaim` is false.
+    fn page_resp(&mut self, r: PageResp<'_>, may_reclaim: bool) -> Option<OdpStatus> {
+        let PageResp {
+            req_id,
+            key,
+            status,
+            flags,
+            iova,
+            pages,
+        } = r;
         use vrdma_spec::*;
         let now = self.odp.now();
         let Some(&Req {

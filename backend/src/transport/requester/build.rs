@@ -4,7 +4,7 @@
 //! packet allow. The payload is written straight into the frame (one copy).
 
 use super::*;
-use crate::transport::onecopy::{build_by_reference, by_reference, Built};
+use crate::transport::onecopy::{build_by_reference, by_reference, Built, PayloadSource};
 use crate::transport::packet::{self, TxMeta};
 
 /// The bytes of a request packet's payload.
@@ -85,7 +85,14 @@ fn add_by_reference(
     if !by_reference(dev, ctx.is_rc(), r.write, false, r.len) {
         return None;
     }
-    match build_by_reference(dev, ctx.qpn, ctx.pdn, &r.meta, r.len, w, sges, r.off) {
+    let payload = PayloadSource {
+        qpn: ctx.qpn,
+        pdn: ctx.pdn,
+        sges,
+        off: r.off,
+        len: r.len,
+    };
+    match build_by_reference(dev, &r.meta, payload, w) {
         Ok(Built::Added(len)) => {
             ctx::count_tx(dev, ctx.qpn, len, r.again);
             Some(Ok(()))

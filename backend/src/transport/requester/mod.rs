@@ -20,12 +20,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::ctx::{self, abi::*, Cqe, QpCtx, QPS_ERR, QPS_SQD, QPT_RC, QPT_XRC_TGT};
+use super::ctx::{self, abi::*, Cqe, QpCtx};
 use super::packet::opcode_for;
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::budget::Charge;
 use crate::memory::mr::MrError;
-use crate::memory::BindMw;
+use crate::memory::{Access, BindMw, FastReg};
+use crate::qp::{QpState, QpType};
 use crate::transport::Device;
 use crate::wire::segment::SegmentWriter;
 use crate::wire::{AtomicEth, Deth, Feth, Ieth, ImmDt, Operation, Position, Reth, Xrceth};
@@ -38,7 +39,7 @@ mod wqe;
 use send::send;
 pub(crate) use send::{sge_copy, SgeError, SgeIo};
 pub(crate) use wqe::decode_wqe;
-pub use wqe::{FlushWqe, RegWqe, SendWqe, Sge, WqeState};
+pub use wqe::{FlushWqe, SendWqe, Sge, WqeState};
 
 /// Maximum packets outstanding (sent, not acknowledged) per RC QP.
 pub const WINDOW: u32 = 128;
@@ -188,10 +189,10 @@ pub fn run(dev: &Device, qpn: u32, now: Instant) {
 pub(crate) fn process(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
     // An XRC_TGT has no send queue (spec §13.7): its SQ doorbells (the guest's, or the
     // doorbell-overflow sweep's) have nothing to start or flush.
-    if ctx.qp_type == QPT_XRC_TGT {
+    if ctx.qp_type == QpType::XrcTgt {
         return;
     }
-    if ctx.state == QPS_ERR {
+    if ctx.state == QpState::Err {
         flush(dev, ctx, st);
         return;
     }
@@ -230,7 +231,7 @@ pub(crate) fn process(dev: &Device, ctx: &QpCtx, st: &mut RequesterState, now: I
     arm_timer(ctx, st, now);
     // SQD (IBTA 10.3.1): once nothing is in flight the drain is complete; SQ_DRAINED is
     // reported if the QP asked for it (en_sqd_async_notify).
-    if ctx.state == QPS_SQD && ctx.sq_draining && !st.outstanding() {
+    if ctx.state == QpState::Sqd && ctx.sq_draining && !st.outstanding() {
         ctx::sq_drained(dev, ctx.qpn);
         if ctx.en_sqd_async_notify {
             ctx::event(dev, EV_SQ_DRAINED, ctx.qpn, 0);

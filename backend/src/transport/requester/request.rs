@@ -64,7 +64,7 @@ fn ud_destination(dev: &Device, ctx: &QpCtx, w: &mut SendWqe) -> Option<(Path, u
 /// IBTA 13.4.6); otherwise a WR Q_Key with the high bit set means "use the QP's Q_Key"
 /// (IBTA 10.2.5).
 fn ud_qkey(ctx: &QpCtx, w: &SendWqe) -> u32 {
-    if ctx.qp_type == ctx::QPT_GSI {
+    if ctx.qp_type == QpType::Gsi {
         ctx::GSI_QKEY
     } else if w.remote_qkey & 0x8000_0000 != 0 {
         ctx.qkey

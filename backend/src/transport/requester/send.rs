@@ -88,7 +88,7 @@ fn send_packets(
 /// or atomic has completed (IBTA 10.8.3.3).
 fn must_wait(ctx: &QpCtx, st: &RequesterState, i: usize) -> bool {
     let w = &st.wqes[i];
-    if ctx.state == QPS_SQD && !w.sent_once {
+    if ctx.state == QpState::Sqd && !w.sent_once {
         return true;
     }
     w.flags & SEND_FENCE != 0
@@ -158,17 +158,7 @@ fn exec_local(dev: &Device, ctx: &QpCtx, w: &mut SendWqe) {
     let r = if w.opcode == WR_LOCAL_INV {
         dev.mrs.write().local_invalidate(w.ex, ctx.pdn)
     } else {
-        let g = w.reg;
-        dev.mrs.write().fast_register(
-            ctx.pdn,
-            g.key,
-            g.access,
-            g.iova,
-            g.length,
-            g.page_shift,
-            g.page_list_addr,
-            g.page_list_len,
-        )
+        dev.mrs.write().fast_register(ctx.pdn, &w.reg)
     };
     // Spec §14.3: a page list (or page) outside guest memory is LOC_PROT_ERR, every other REG_MR
     // / LOCAL_INV failure LOC_QP_OP_ERR; RC/UC go to ERROR, UD/GSI stay in RTS.
@@ -200,9 +190,13 @@ fn validate(dev: &Device, ctx: &QpCtx, w: &SendWqe) -> Result<(), MrError> {
         _ => 0,
     };
     for s in &w.sges {
-        dev.mrs
-            .read()
-            .check_access(s.lkey, ctx.pdn, s.addr, s.len as u64, access)?;
+        dev.mrs.read().check_access(Access {
+            key: s.lkey,
+            pd: ctx.pdn,
+            iova: s.addr,
+            len: s.len as u64,
+            rights: access,
+        })?;
         if ctx::odp_denied(dev, ctx, s.lkey, odp_op) {
             return Err(MrError::AccessDenied {
                 key: s.lkey,
@@ -280,17 +274,14 @@ fn sge_copy_with(
             continue;
         }
         let n = ((slen - skip) as usize).min(total - done);
-        ctx::resolve(
-            dev,
-            waiter,
-            s.lkey,
-            pdn,
-            s.addr.wrapping_add(skip),
-            n as u64,
-            access,
-            ranges,
-        )
-        .map_err(|e| match e {
+        let a = Access {
+            key: s.lkey,
+            pd: pdn,
+            iova: s.addr.wrapping_add(skip),
+            len: n as u64,
+            rights: access,
+        };
+        ctx::resolve(dev, waiter, a, ranges).map_err(|e| match e {
             MrError::Fault { key, iova } => SgeError::Fault { key, iova },
             _ => SgeError::Prot,
         })?;

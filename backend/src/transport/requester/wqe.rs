@@ -50,7 +50,7 @@ pub struct SendWqe {
     /// XRC_INI: the XRC SRQ at the target (`xrc_srqn`, sent in every request's XRCETH, §13.7).
     pub xrc_srqn: u32,
     /// REG_MR: the raw registration fields.
-    pub reg: RegWqe,
+    pub reg: FastReg,
     /// BIND_MW: `wr.bind_mw` (the QP's PD and QPN are filled in when it executes).
     pub bind: BindMw,
     pub sges: crate::transport::sgelist::SgeList,
@@ -84,18 +84,6 @@ pub struct FlushWqe {
     pub placement: u8,
     pub selectivity: u8,
     pub length: u64,
-}
-
-/// Fields of a REG_MR WQE (`struct vrdma_wqe_reg`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RegWqe {
-    pub iova: u64,
-    pub length: u64,
-    pub key: u32,
-    pub access: u32,
-    pub page_list_len: u32,
-    pub page_shift: u32,
-    pub page_list_addr: u64,
 }
 
 impl SendWqe {
@@ -250,7 +238,7 @@ fn decode_op_fields(ctx: &QpCtx, s: Slot<'_>, w: &mut SendWqe) {
             w.remote_qkey = s.le32(32);
         }
         WR_REG_MR => {
-            w.reg = RegWqe {
+            w.reg = FastReg {
                 iova: s.le64(24),
                 length: s.le64(32),
                 key: s.le32(40),
@@ -285,9 +273,9 @@ fn opcode_allowed(ctx: &QpCtx, opcode: u8, num_sge: usize) -> bool {
             ctx.is_rc()
         }
         // Not over XRC (spec §13.7: no XRC FLUSH / ATOMIC WRITE opcodes, no windows).
-        WR_ATOMIC_WRITE | WR_FLUSH => ctx.qp_type == QPT_RC,
+        WR_ATOMIC_WRITE | WR_FLUSH => ctx.qp_type == QpType::Rc,
         // Spec §6.1: windows are bound through RC and UC QPs; no SGEs.
-        WR_BIND_MW => (ctx.qp_type == QPT_RC || ctx.is_uc()) && num_sge == 0,
+        WR_BIND_MW => (ctx.qp_type == QpType::Rc || ctx.is_uc()) && num_sge == 0,
         _ => false,
     }
 }

@@ -311,9 +311,16 @@ impl Responder<'_, '_> {
         len: u64,
         access: u32,
     ) -> Result<(), RespStep> {
+        let a = Access {
+            key: rkey,
+            pd: self.ctx.pdn,
+            iova: va,
+            len,
+            rights: access,
+        };
         dev.mrs
             .read()
-            .check_remote(rkey, self.ctx.pdn, self.ctx.qpn, va, len, access)
+            .check_remote(a, self.ctx.qpn)
             .map_err(|_| RespStep::ErrRkeyViolation)?;
         self.check_odp_caps(dev, rkey, access)
     }
@@ -351,9 +358,14 @@ impl Responder<'_, '_> {
         access: u32,
     ) -> Result<(), RespStep> {
         self.check_odp_caps(dev, rkey, access)?;
-        let (pdn, qpn) = (self.ctx.pdn, self.ctx.qpn);
-        let resolved =
-            ctx::resolve_remote(dev, None, rkey, pdn, qpn, va, len, access, &mut self.ranges);
+        let a = Access {
+            key: rkey,
+            pd: self.ctx.pdn,
+            iova: va,
+            len,
+            rights: access,
+        };
+        let resolved = ctx::resolve_remote(dev, None, a, self.ctx.qpn, &mut self.ranges);
         match resolved {
             Ok(()) => Ok(()),
             // ODP at the responder: RNR NAK now, the page request is already on its way.

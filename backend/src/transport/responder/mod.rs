@@ -14,11 +14,13 @@
 
 use std::collections::VecDeque;
 
-use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY, QPS_RTR, QPT_GSI, QPT_XRC_TGT};
+use super::ctx::{self, abi::*, Cqe, QpCtx, GSI_QKEY};
 use super::packet::{self, opcode_for, Path, RxPkt, TxMeta};
 use super::requester::{sge_copy, Sge, SgeError, SgeIo};
 use super::{psn_add, psn_diff, Fatal, PSN_MASK};
 use crate::memory::mr::{GuestRange, MrError};
+use crate::memory::Access;
+use crate::qp::{QpState, QpType};
 use crate::transport::Device;
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR};
 use crate::wire::segment::SegmentWriter;
@@ -300,7 +302,7 @@ struct Responder<'p, 'a> {
 
 /// A request packet for `ctx`'s QP arrived.
 pub(crate) fn on_request(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt: &RxPkt<'_>) {
-    if ctx.state == QPS_RTR && !st.comm_est {
+    if ctx.state == QpState::Rtr && !st.comm_est {
         // IBTA 11.6.3: first packet received in RTR → Communication Established.
         st.comm_est = true;
         ctx::event(dev, EV_COMM_EST, ctx.qpn, 0);
@@ -311,7 +313,7 @@ pub(crate) fn on_request(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt
     }
     let mut step = RespStep::CheckPsn;
     let xctx;
-    let ctx = if ctx.qp_type == QPT_XRC_TGT {
+    let ctx = if ctx.qp_type == QpType::XrcTgt {
         match ctx::xrc_target_ctx(dev, ctx, pkt.xrceth.map(|x| x.srqn)) {
             Some(c) => {
                 xctx = c;

@@ -87,17 +87,14 @@ fn pump(
         if n > 0 {
             // Re-translate per packet: the MR may have been invalidated or deregistered since the
             // request was checked, and ODP chunks may have been reclaimed.
-            let resolved = ctx::resolve_remote(
-                dev,
-                Some(ctx.qpn),
-                r.rkey,
-                r.pdn,
-                ctx.qpn,
-                r.va,
-                n,
-                ACCESS_REMOTE_READ,
-                &mut ranges,
-            );
+            let a = Access {
+                key: r.rkey,
+                pd: r.pdn,
+                iova: r.va,
+                len: n,
+                rights: ACCESS_REMOTE_READ,
+            };
+            let resolved = ctx::resolve_remote(dev, Some(ctx.qpn), a, ctx.qpn, &mut ranges);
             match resolved {
                 Ok(()) => {}
                 // Not resident (yet, or any more): the fault is in flight and its end resumes

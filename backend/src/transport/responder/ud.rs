@@ -9,7 +9,7 @@ pub(super) fn ud_receive(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, pkt
     }
     let Some(deth) = pkt.deth else { return };
     // Q_Key check (IBTA 10.2.5): mismatch → silently dropped. QP1 uses 0x80010000.
-    let qkey = if ctx.qp_type == QPT_GSI {
+    let qkey = if ctx.qp_type == QpType::Gsi {
         GSI_QKEY
     } else {
         ctx.qkey
