@@ -41,6 +41,7 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::sync::lock;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Frames a port queues before it drops.
@@ -400,7 +401,7 @@ impl RxQueue {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Queue a copy of `frame` from port `sender`.
