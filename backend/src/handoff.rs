@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+use crate::sync::{read, unpoisoned, write};
+
 /// The longest a holder stays out of the lock for one hand-off. A waiter that announced itself
 /// is normally given the lock within a scheduler slice; this only bounds the case where it is
 /// descheduled for long on an overloaded host (the holder then carries on and hands off at its
@@ -72,7 +74,7 @@ impl<T> HandoffLock<T> {
     pub fn lock(&self) -> RwLockWriteGuard<'_, T> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let counted = Waiting(&self.waiting);
-        let g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let g = write(&self.inner);
         self.granted.fetch_add(1, Ordering::SeqCst);
         drop(counted);
         g
@@ -83,7 +85,7 @@ impl<T> HandoffLock<T> {
     /// holders hold it at once. It does not count as a waiter itself.
     pub fn lock_long(&self) -> LongGuard<'_, T> {
         LongGuard {
-            guard: self.inner.read().unwrap_or_else(|p| p.into_inner()),
+            guard: read(&self.inner),
             lock: self,
         }
     }
@@ -92,7 +94,7 @@ impl<T> HandoffLock<T> {
     /// long holders and does not wait for their hand-off; it waits only while a
     /// [`HandoffLock::lock`] caller holds or waits for the lock.
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.inner)
     }
 
     /// Did a thread panic while holding the lock exclusively? (The lock stays usable; tests
@@ -103,7 +105,7 @@ impl<T> HandoffLock<T> {
 
     /// The value, once nobody else can lock it.
     pub fn into_inner(self) -> T {
-        self.inner.into_inner().unwrap_or_else(|p| p.into_inner())
+        unpoisoned(self.inner.into_inner())
     }
 
     /// Does a [`HandoffLock::lock`] caller wait for the lock?

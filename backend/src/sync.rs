@@ -1,21 +1,41 @@
-//! Lock helpers shared by the device's tables (ARCHITECTURE.md "Locks"). Poisoning is ignored
+//! Lock helpers shared by the whole daemon (ARCHITECTURE.md "Locks"). Poisoning is ignored
 //! everywhere in the daemon: a panic in one thread leaves the state as consistent as the code
-//! between two statements, and the device must keep serving its other QPs.
+//! between two statements, and the device must keep serving its other QPs. Every lock is taken
+//! through [`lock`], [`read`] or [`write`] (or [`unpoisoned`] for the rarer operations), so
+//! that rule is written once.
 
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    LockResult, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
 pub mod modeled;
 #[cfg(test)]
 pub(crate) mod overlap;
 
+/// What a lock operation gives, whether or not a thread panicked holding the lock (a guard, the
+/// value of `into_inner`, a condition variable's guard and timeout result).
+pub fn unpoisoned<G>(r: LockResult<G>) -> G {
+    r.unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Lock `m`, ignoring poisoning.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    unpoisoned(m.lock())
+}
+
+/// Lock `l` shared, ignoring poisoning.
+pub fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    unpoisoned(l.read())
+}
+
+/// Lock `l` exclusively, ignoring poisoning.
+pub fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    unpoisoned(l.write())
 }
 
 /// The value of an exclusively borrowed mutex: no lock taken.
 pub fn unlocked<T>(m: &mut Mutex<T>) -> &mut T {
-    m.get_mut().unwrap_or_else(|p| p.into_inner())
+    unpoisoned(m.get_mut())
 }
 
 /// A value that the engine workers reach through a shared device (each access locks it) and
@@ -39,7 +59,7 @@ impl<T> Locked<T> {
     }
 
     pub fn into_inner(self) -> T {
-        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
+        unpoisoned(self.0.into_inner())
     }
 }
 
@@ -56,21 +76,21 @@ impl<T> ReadMostly<T> {
     /// Shared, for a short section. Never lock again while holding the guard: a writer waiting
     /// in between would make the second read wait for it.
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
-        self.0.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.0)
     }
 
     /// Exclusive, for a short section.
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
-        self.0.write().unwrap_or_else(|p| p.into_inner())
+        write(&self.0)
     }
 
     /// Through an exclusive borrow: no lock taken.
     pub fn get_mut(&mut self) -> &mut T {
-        self.0.get_mut().unwrap_or_else(|p| p.into_inner())
+        unpoisoned(self.0.get_mut())
     }
 
     pub fn into_inner(self) -> T {
-        self.0.into_inner().unwrap_or_else(|p| p.into_inner())
+        unpoisoned(self.0.into_inner())
     }
 }
 

@@ -14,8 +14,8 @@ const ORDER: &[&str] = &[
     "fasthash",
     "ids",
     "budget",
-    "handoff",
     "sync",
+    "handoff",
     // Frames: parsing and building (wire), moving them (uplink), counting them (stats).
     "wire",
     "uplink",

@@ -4,6 +4,7 @@
 //! (UD multicast applications send at data rates). A group frame is copied into every device's
 //! queue, so without a bound one port's broadcast flood costs every neighbour its engine's time.
 
+use crate::sync::lock;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -58,7 +59,7 @@ impl GroupRate {
 
     /// May the port send one more group frame at `now`? Takes a token if so.
     pub fn admit(&self, now: Instant) -> bool {
-        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = lock(&self.bucket);
         if let Some(last) = b.last {
             let elapsed =
                 u64::try_from(now.saturating_duration_since(last).as_nanos()).unwrap_or(u64::MAX);

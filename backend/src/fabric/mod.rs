@@ -72,6 +72,7 @@ pub use port_stats::FabricPortStats;
 pub use rxqueue::RxQueue;
 
 use crate::stats::bump;
+use crate::sync::lock;
 use crate::uplink::{PcapWriter, Uplink, UplinkError, IO_BATCH};
 use crate::wire::eth::{is_multicast, MacAddr};
 use crate::wire::segment;
@@ -256,9 +257,7 @@ impl Fabric {
                     return Dest::Drop;
                 }
                 if let Some((t, now)) = learning {
-                    t.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .learn(s, from, now);
+                    lock(t).learn(s, from, now);
                 }
             }
         }
@@ -271,7 +270,7 @@ impl Fabric {
             }
         }
         if let Some((t, now)) = learning {
-            if let Some(p) = t.lock().unwrap_or_else(|p| p.into_inner()).lookup(&d, now) {
+            if let Some(p) = lock(t).lookup(&d, now) {
                 return if p == from { Dest::Drop } else { Dest::Port(p) };
             }
         }

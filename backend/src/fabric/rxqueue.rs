@@ -40,6 +40,7 @@ use crate::sync::modeled::{fence, AtomicBool, AtomicUsize, Mutex, MutexGuard, Or
 use std::collections::VecDeque;
 use std::os::unix::io::{AsRawFd, RawFd};
 
+use crate::sync::lock;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Frames a port queues before it drops.
@@ -399,7 +400,7 @@ impl RxQueue {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Queue a copy of `frame` from port `sender`.

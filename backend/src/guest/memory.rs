@@ -207,10 +207,7 @@ impl GuestMem {
 
     /// Swap in a new memory table (SET_MEM_TABLE). Visible to every clone.
     pub fn set_memory(&self, map: GuestMemoryMap) {
-        match self.inner.lock() {
-            Ok(g) => g.replace(map),
-            Err(p) => p.into_inner().replace(map),
-        }
+        crate::sync::unpoisoned(self.inner.lock()).replace(map);
         // After the replace (Release): a thread that reads the new version loads the new table.
         let v = NEXT_VERSION.fetch_add(1, Ordering::Relaxed);
         self.version.store(v, Ordering::Release);

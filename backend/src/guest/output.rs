@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::devlog::DeviceLog;
+use crate::sync::lock;
 
 use vrdma_spec::{VrdmaEvent, VrdmaPageReq};
 
@@ -54,46 +55,34 @@ impl RecordingOutput {
     }
     /// Take the recorded events.
     pub fn take_events(&self) -> Vec<VrdmaEvent> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *lock(&self.events))
     }
     /// Take the recorded page requests.
     pub fn take_page_requests(&self) -> Vec<VrdmaPageReq> {
-        std::mem::take(&mut *self.page_requests.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *lock(&self.page_requests))
     }
     /// Take the recorded completions of parked commands.
     pub fn take_done(&self) -> Vec<(Ticket, u32)> {
-        std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *lock(&self.done))
     }
     /// Take the recorded frames.
     pub fn take_frames(&self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut *self.frames.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *lock(&self.frames))
     }
 }
 
 impl DeviceOutput for RecordingOutput {
     fn event(&self, ev: VrdmaEvent) {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(ev);
+        lock(&self.events).push(ev);
     }
     fn page_request(&self, req: VrdmaPageReq) {
-        self.page_requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(req);
+        lock(&self.page_requests).push(req);
     }
     fn eth_rx(&self, frame: &[u8]) {
-        self.frames
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(frame.to_vec());
+        lock(&self.frames).push(frame.to_vec());
     }
     fn command_done(&self, ticket: Ticket, status: u32) {
-        self.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((ticket, status));
+        lock(&self.done).push((ticket, status));
     }
 }
 

@@ -25,6 +25,7 @@
 //! taken (read) by a receiving engine under its own device lock, (write) by the sender's
 //! control path or engine under the sender's device lock; nothing is locked while it is held.
 
+use crate::sync::{read, write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -61,13 +62,13 @@ impl DmaFence {
 
     /// Take the write side once: returns when no copy that began before is still running.
     fn wait_readers(&self) {
-        drop(self.gate.write().unwrap_or_else(|p| p.into_inner()));
+        drop(write(&self.gate));
     }
 
     /// The read side, for one copy through references of this device: check the generations
     /// after taking it, copy, drop it. Never take another lock while holding it.
     pub fn read(&self) -> RwLockReadGuard<'_, ()> {
-        self.gate.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.gate)
     }
 }
 

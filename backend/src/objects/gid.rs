@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 // Loom's types under `--cfg loom` (the model at the end of this file).
 use crate::sync::modeled::{
-    fence, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering,
+    fence, lock, spin_loop, yield_now, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering,
 };
 
 use vrdma_spec::{VRDMA_GID_TYPE_ROCE_V1, VRDMA_GID_TYPE_ROCE_V2};
@@ -167,7 +167,7 @@ impl GidTable {
 
     /// `f` changes the words, the sequence odd meanwhile (the write side).
     fn write<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _one = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = lock(&self.writer);
         let s = self.seq.load(Ordering::Relaxed);
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);

@@ -39,13 +39,13 @@ pub use super::{lock, unlocked};
 /// Lock `m`, ignoring poisoning (as [`super::lock`], for loom's `Mutex`).
 #[cfg(loom)]
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    super::unpoisoned(m.lock())
 }
 
 /// The value of an exclusively borrowed mutex (as [`super::unlocked`], for loom's `Mutex`).
 #[cfg(loom)]
 pub fn unlocked<T>(m: &mut Mutex<T>) -> &mut T {
-    m.get_mut().unwrap_or_else(|p| p.into_inner())
+    super::unpoisoned(m.get_mut())
 }
 
 /// Preemptions a model explores when `LOOM_MAX_PREEMPTIONS` does not say: enough for the

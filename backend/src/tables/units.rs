@@ -96,10 +96,7 @@ impl UnitFence {
         fence(Ordering::SeqCst);
         let mut g = lock(&self.sleep);
         while busy.iter().any(|(s, at)| s.load(Ordering::SeqCst) == *at) {
-            g = match self.wake.wait_timeout(g, self.recheck) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+            g = crate::sync::unpoisoned(self.wake.wait_timeout(g, self.recheck)).0;
         }
         drop(g);
         self.fencing.fetch_sub(1, Ordering::SeqCst);

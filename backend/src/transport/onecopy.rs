@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::guest::GuestMem;
 use crate::memory::fence::{DmaFence, SlotGen};
 use crate::memory::{Access, GuestRange, MrError};
+use crate::sync::lock;
 use crate::transport::Device;
 use crate::wire::segment::{PayloadRefs, SegmentWriter, StaleRef, MAX_FRAMES};
 
@@ -75,7 +76,7 @@ impl SourceRefs {
     /// From this thread's pool (no allocation in steady state), for device `dev`.
     fn take(dev: &Device) -> Box<SourceRefs> {
         let pool = POOL.with(Arc::clone);
-        let got = pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let got = lock(&pool).pop();
         let fence = &Arc::clone(dev.mrs.read().fence());
         match got {
             Some(mut r) => {
@@ -155,7 +156,7 @@ impl PayloadRefs for SourceRefs {
         self.mem = None;
         self.fence = None;
         let pool = Arc::clone(&self.pool);
-        let mut p = pool.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = lock(&pool);
         if p.len() < POOL_MAX {
             p.push(self);
         }

@@ -13,7 +13,7 @@
 //! it a frame is dropped and counted (`PortStats::drop_worker_busy`); RC retransmits.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::EventFd;
@@ -22,6 +22,7 @@ use vrdma_spec::{VrdmaDoorbell, VRDMA_DB_RQ, VRDMA_DB_SQ, VRDMA_MCAST_QPN};
 use super::doorbells::DoorbellQueue;
 use crate::port::{classify_located, Destination};
 use crate::qp::worker_of;
+use crate::sync::lock;
 
 /// Most engine workers per device (`--engine-threads`).
 pub const MAX_WORKERS: usize = 16;
@@ -117,10 +118,6 @@ pub(super) struct Inbox {
 struct HandedFrames {
     frames: Vec<Handed>,
     bytes: usize,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Inbox {

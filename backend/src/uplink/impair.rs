@@ -10,6 +10,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use super::{Uplink, UplinkError};
+use crate::sync::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImpairConfig {
@@ -157,7 +158,7 @@ impl<U: Uplink> Impaired<U> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding this lock cannot leave State inconsistent in a harmful way.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 }
 

@@ -32,6 +32,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
 use super::{Uplink, UplinkError, MAX_FRAME};
+use crate::sync::lock;
 
 /// pcap global header magic for microsecond timestamps, written in native byte order (readers
 /// detect the order from it).
@@ -212,18 +213,13 @@ impl PcapWriter {
     /// Charge the frames waiting for the writer to `pool` (the daemon's budget) as well: a
     /// capture that does not fit it is dropped like one that finds the queue full.
     pub fn charge_to(&self, pool: &crate::budget::Budget) {
-        *self.queue_budget.lock().unwrap_or_else(|p| p.into_inner()) =
-            crate::budget::Budget::in_pool(QUEUE_BYTES, pool);
+        *lock(&self.queue_budget) = crate::budget::Budget::in_pool(QUEUE_BYTES, pool);
     }
 
     /// Queue `frame` with the current wall-clock time. Never blocks: a full queue (in frames
     /// or bytes, or no room in the daemon's budget) drops the capture (not the frame).
     pub fn capture(&self, frame: &[u8]) {
-        let charge = self
-            .queue_budget
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .try_charge(frame.len() as u64);
+        let charge = lock(&self.queue_budget).try_charge(frame.len() as u64);
         let Ok(charge) = charge else {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -238,7 +234,7 @@ impl PcapWriter {
             data: frame.to_vec(),
             _charge: charge,
         };
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = lock(&self.tx);
         let sent = tx.as_ref().is_some_and(|tx| match tx.try_send(msg) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
@@ -252,7 +248,7 @@ impl PcapWriter {
     pub fn sync(&self) {
         let (ack_tx, ack_rx) = sync_channel(1);
         let sent = {
-            let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = lock(&self.tx);
             tx.as_ref()
                 .is_some_and(|t| t.send(Msg::Sync(ack_tx)).is_ok())
         };
@@ -263,8 +259,8 @@ impl PcapWriter {
 
     /// Flush and stop the writer thread; later captures are counted as dropped.
     pub fn close(&self) {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.tx).take();
+        let t = lock(&self.thread).take();
         if let Some(t) = t {
             if t.join().is_err() {
                 log::error!("pcap writer thread panicked");

@@ -10,6 +10,7 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{RxFrame, Uplink, UplinkError, IO_BATCH, MAX_FRAME};
+use crate::sync::lock;
 
 /// Send and receive buffer size requested by [`UdpUplink::new`].
 pub const SOCKET_BUFFER: libc::c_int = 4 << 20;
@@ -337,7 +338,7 @@ impl Uplink for UdpUplink {
     ) -> Result<usize, UplinkError> {
         if self.gro {
             // Frames a single-frame recv left over come first (rare: only when both are used).
-            let mut lo = self.leftover.lock().unwrap_or_else(|p| p.into_inner());
+            let mut lo = lock(&self.leftover);
             let mut used = 0;
             while used < bufs.len() {
                 let Some(f) = lo.frames.pop_front() else {
@@ -556,7 +557,7 @@ struct Leftover {
 impl UdpUplink {
     /// `recv` with GRO on: a datagram may hold several frames; hand them out one per call.
     fn recv_one_gro(&self, out: &mut [u8]) -> Result<Option<usize>, UplinkError> {
-        let mut lo = self.leftover.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lo = lock(&self.leftover);
         if lo.frames.is_empty() {
             if lo.buf.len() < MAX_FRAME {
                 lo.buf = vec![0u8; MAX_FRAME];

@@ -35,6 +35,7 @@ use super::{
     VQ_PAGEREQ,
 };
 use crate::handoff::HandoffLock;
+use crate::sync::{lock, unpoisoned};
 
 /// The vrdma device as a vhost-user backend, for one connection. Created per connection by
 /// the daemon loop; the device, its outputs and the sinks outlive it.
@@ -335,9 +336,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                     self.out.log().label()
                 );
                 drop(table);
-                mem.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .replace(super::GuestMemoryMmap::new());
+                unpoisoned(mem.lock()).replace(super::GuestMemoryMmap::new());
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, refused));
             }
             self.checked.remember(table.clone().into_inner());
@@ -399,13 +398,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         }
         // One transfer at a time (QEMU sends CHECK_DEVICE_STATE after each): a frontend that
         // keeps starting transfers must not pile up threads, pipes and state buffers (§16.5).
-        if self
-            .transfer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(Transfer::running)
-        {
+        if lock(&self.transfer).as_ref().is_some_and(Transfer::running) {
             return Err(io::Error::other(
                 "a device state transfer is already in progress",
             ));
@@ -454,16 +447,12 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
                 )
             }
         };
-        *self.transfer.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+        *lock(&self.transfer) = Some(job);
         Ok(None)
     }
 
     fn check_device_state(&self) -> io::Result<()> {
-        let job = self
-            .transfer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let job = lock(&self.transfer).take();
         match job {
             None => Err(io::Error::other("no device state transfer was started")),
             Some(Transfer::Save(Err(e))) => Err(io::Error::other(e)),
@@ -504,7 +493,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         // the event, the table checked below is the one every ring access of the event uses
         // (spec §16.5). The swap waits for at most one event; nothing here waits for the
         // frontend's thread, and the device's own memory is another object.
-        let _no_swap = self.mem.lock().unwrap_or_else(|p| p.into_inner());
+        let _no_swap = unpoisoned(self.mem.lock());
         if !self.rings_table_checked() {
             return Ok(());
         }

@@ -113,7 +113,7 @@ fn serve_one<D: RdmaDevice>(
     parts: &ServeParts<D>,
 ) -> Result<(), DaemonError> {
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    lock(&parts.device).set_guest_memory(mem.clone());
+    parts.device.lock().set_guest_memory(mem.clone());
     let backend = Arc::new(VhostUserRdma::new(
         parts.device.clone(),
         parts.out.clone(),
@@ -144,7 +144,10 @@ fn serve_one<D: RdmaDevice>(
     parts.out.detach();
     backend.reset_state("frontend disconnected");
     // Unmap the old guest memory; the next connection brings its own table.
-    lock(&parts.device).set_guest_memory(GuestMemoryAtomic::new(GuestMemoryMmap::new()));
+    parts
+        .device
+        .lock()
+        .set_guest_memory(GuestMemoryAtomic::new(GuestMemoryMmap::new()));
     Ok(())
 }
 
@@ -152,8 +155,4 @@ fn stop_workers<D: RdmaDevice>(daemon: &VhostUserDaemon<Arc<VhostUserRdma<D>>>) 
     for handler in daemon.get_epoll_handlers() {
         handler.send_exit_event();
     }
-}
-
-fn lock<D>(m: &HandoffLock<D>) -> std::sync::RwLockWriteGuard<'_, D> {
-    m.lock()
 }

@@ -24,6 +24,7 @@ use super::{
     GuestMemoryAtomic, GuestMemoryMmap, Vring, VQ_CONTROL, VQ_ETH_RX, VQ_EVENT, VQ_PAGEREQ,
 };
 use crate::devlog::{self, DeviceLog};
+use crate::sync::lock;
 
 /// `sizeof(struct vrdma_event)`.
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
@@ -92,7 +93,7 @@ impl OutQueue {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Queue `record` and deliver whatever fits into posted buffers.

@@ -28,7 +28,7 @@ use super::chain::SplitChain;
 use super::delay::CommandDelays;
 use super::output::Target;
 use crate::guest::Ticket;
-use crate::sync::modeled::{Mutex, MutexGuard};
+use crate::sync::modeled::{lock, Mutex, MutexGuard};
 
 #[derive(Default)]
 struct ParkedState {
@@ -41,10 +41,6 @@ struct ParkedState {
     window: bool,
     /// Completions that came, while the window was open, for tickets not parked (yet).
     early: Vec<(Ticket, u32)>,
-}
-
-fn lock_state(m: &Mutex<ParkedState>) -> MutexGuard<'_, ParkedState> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The parked control chains of one device.
@@ -65,7 +61,7 @@ impl std::fmt::Debug for ParkedCommands {
 
 impl ParkedCommands {
     fn lock(&self) -> MutexGuard<'_, ParkedState> {
-        lock_state(&self.state)
+        lock(&self.state)
     }
 
     /// TEST ONLY: hold the responses of the commands `delays` names. Set once, at start-up.
@@ -94,7 +90,7 @@ impl ParkedCommands {
             .spawn(move || {
                 let _device = device.as_ref().map(crate::devlog::enter);
                 std::thread::sleep(delay);
-                let st = lock_state(&state);
+                let st = lock(&state);
                 if st.generation == generation {
                     return_chain(&st, &chain, &response);
                 }

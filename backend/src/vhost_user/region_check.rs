@@ -22,6 +22,7 @@ use thiserror::Error;
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 use super::GuestMemoryMmap;
+use crate::sync::lock;
 
 /// Why a region of the frontend's memory table was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -120,7 +121,7 @@ impl CheckedTable {
 
     /// Record `table` as checked.
     pub fn remember(&self, table: Arc<GuestMemoryMmap>) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = lock(&self.held);
         self.addr
             .store(Arc::as_ptr(&table) as usize, Ordering::Release);
         *held = Some(table);
