@@ -24,6 +24,7 @@ use vmm_sys_util::event::{
 
 use super::chain::MAX_CHAIN_DESCS;
 use super::controlq;
+use super::daemon::ServeParts;
 use super::inputq::{
     self, drain_queue, drain_queue_charged, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES,
 };
@@ -71,20 +72,13 @@ enum Transfer {
 }
 
 impl<D: RdmaDevice> VhostUserRdma<D> {
-    /// `config` is the `vrdma_config` served by GET_CONFIG; `device_features` are the
-    /// `VIRTIO_RDMA_F_*` masks offered besides ETH (the ODP bits when the device has ODP);
-    /// `mtu` bounds eth tx frames; `mem` must be the atomic given to the `VhostUserDaemon`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        device: Arc<HandoffLock<D>>,
-        out: Arc<VirtqOutput>,
-        doorbells: Arc<dyn DoorbellSink>,
-        eth_tx: Arc<dyn FrameSink>,
-        config: [u8; CONFIG_SIZE],
-        device_features: u64,
-        mtu: u16,
-        mem: GuestMemoryAtomic,
-    ) -> Self {
+    /// The backend of one connection, from the device's `parts`: `config` is the
+    /// `vrdma_config` served by GET_CONFIG; `device_features` are the `VIRTIO_RDMA_F_*` masks
+    /// offered besides ETH (the ODP bits when the device has ODP); `mtu` bounds eth tx frames.
+    /// `mem` must be the atomic given to the `VhostUserDaemon`.
+    pub fn new(parts: &ServeParts<D>, mem: GuestMemoryAtomic) -> Self {
+        let device = Arc::clone(&parts.device);
+        let (config, device_features, mtu) = (parts.config, parts.device_features, parts.mtu);
         let features = 1u64 << VIRTIO_F_VERSION_1
             | 1u64 << VIRTIO_RING_F_INDIRECT_DESC
             | 1u64 << VIRTIO_RING_F_EVENT_IDX
@@ -96,9 +90,9 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         let budget = device.lock().budget();
         VhostUserRdma {
             device,
-            out,
-            doorbells,
-            eth_tx,
+            out: Arc::clone(&parts.out),
+            doorbells: Arc::clone(&parts.doorbells),
+            eth_tx: Arc::clone(&parts.eth_tx),
             config,
             features,
             max_frame: usize::from(mtu) + ETH_OVERHEAD,

@@ -114,16 +114,7 @@ fn serve_one<D: RdmaDevice>(
 ) -> Result<(), DaemonError> {
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     parts.device.lock().set_guest_memory(mem.clone());
-    let backend = Arc::new(VhostUserRdma::new(
-        parts.device.clone(),
-        parts.out.clone(),
-        parts.doorbells.clone(),
-        parts.eth_tx.clone(),
-        parts.config,
-        parts.device_features,
-        parts.mtu,
-        mem.clone(),
-    ));
+    let backend = Arc::new(VhostUserRdma::new(parts, mem.clone()));
     let mut daemon = VhostUserDaemon::new("vrdma-vhost-user".to_string(), backend.clone(), mem)
         .map_err(|e| DaemonError::NewDaemon(e.to_string()))?;
     let started = daemon.start(listener);
