@@ -12,9 +12,9 @@
 //! local-access paths never return a window, only the `*_remote` paths translate through one.
 //!
 //! The transport checks a whole SGE / RETH range with [`MrTable::check_access`] (no ODP faults)
-//! and translates with [`MrTable::resolve`] / [`MrTable::resolve_for`] only the bytes of the
-//! packet it is moving, so an ODP transfer larger than the resident budget progresses chunk by
-//! chunk (spec §12.4).
+//! and translates with [`MrTable::resolve_into`] (through `transport::ctx::resolve`) only the
+//! bytes of the packet it is moving, so an ODP transfer larger than the resident budget
+//! progresses chunk by chunk (spec §12.4).
 
 mod register;
 mod restore;
