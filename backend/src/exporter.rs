@@ -150,8 +150,8 @@ fn snapshot(dev: &Device, label: &str) -> Snapshot {
         ),
         port(
             "vrdma_port_worker_handoff_frames_total",
-            "RoCEv2 frames one engine worker handed to the worker of their QP (--engine-threads).",
-            &p.handed_to_worker,
+            "RoCEv2 frames one engine worker routed to the worker of their QP (--engine-threads).",
+            &p.routed_to_worker,
         ),
         Family {
             name: "vrdma_port_drops_total",

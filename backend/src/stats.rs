@@ -34,9 +34,9 @@ pub struct PortStats {
     pub rx_to_guest: AtomicU64,
     /// RoCEv2 frames between two QPs of this device, looped back without the uplink.
     pub loopback_frames: AtomicU64,
-    /// Received or looped RoCEv2 frames one engine worker handed to the worker of their QP
+    /// Received or looped RoCEv2 frames one engine worker routed to the worker of their QP
     /// (`--engine-threads`, `transport/workers.rs`).
-    pub handed_to_worker: AtomicU64,
+    pub routed_to_worker: AtomicU64,
     /// Drops by reason: runts and unicast for another MAC (port demux, `port.rs`).
     pub drop_filtered: AtomicU64,
     /// RoCEv2 frames the transport could not parse (bad headers, unsupported opcode).

@@ -246,7 +246,7 @@ fn a_segment_stream_gives_what_single_frames_give() {
     let pb = pattern(8, LEN as usize);
     assert!(seg.data_b[..256 << 10] == pa[..256 << 10]);
     assert!(seg.data_a[768 << 10..832 << 10] == pb[768 << 10..832 << 10]);
-    // Fewer hand-offs than packets: 4 x 16 WRITE packets went in far fewer segments.
+    // Fewer buffers than packets: 4 x 16 WRITE packets went in far fewer segments.
     assert!(
         seg.seen_b.segments_in * 4 <= seg.seen_b.requests.len(),
         "{} segments for {} packets",
@@ -527,7 +527,7 @@ fn read_responses_in_segments_give_what_single_frames_give() {
         "the same READ response packets (opcode, PSN, length)"
     );
     assert_eq!(rs.len(), 4 * 16 + 1 + 4);
-    // Fewer hand-offs than packets; the one-packet response (ONLY, 0x10) went alone.
+    // Fewer buffers than packets; the one-packet response (ONLY, 0x10) went alone.
     assert!(
         seg.seen_a.segments_in * 4 <= rs.len(),
         "{} segments for {} packets",

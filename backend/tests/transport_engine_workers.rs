@@ -1,6 +1,6 @@
 //! Engine workers (`--engine-threads`, `transport/workers.rs`): QPs spread over the workers,
 //! doorbells and frames routed to a QP's worker, traffic correct whichever worker sends or
-//! receives — between QPs of one device (looped frames handed between workers) and between
+//! receives — between QPs of one device (looped frames routed between workers) and between
 //! devices on a fabric (worker 0 receives and hands on).
 
 mod common;
@@ -98,7 +98,7 @@ fn rc_between_qps_of_one_device_on_different_workers() {
     assert!(a.read(dst, len) == data, "WRITE data differs");
     e.stop();
     // Each looped frame was received by the other QP's worker.
-    assert!(stats.handed_to_worker.load(Ordering::Relaxed) > 0);
+    assert!(stats.routed_to_worker.load(Ordering::Relaxed) > 0);
     assert_eq!(stats.drop_worker_busy.load(Ordering::Relaxed), 0);
     assert_eq!(
         up.sent.load(Ordering::SeqCst),
@@ -229,7 +229,7 @@ fn four_connections(refs: bool) {
         assert_eq!(s.drop_worker_busy.load(Ordering::Relaxed), 0);
         assert!(s.rx_to_engine.load(Ordering::Relaxed) > 0);
         // Worker 0 receives: the frames for worker 1's QPs (b: requests, a: ACKs) went on.
-        assert!(s.handed_to_worker.load(Ordering::Relaxed) > 0);
+        assert!(s.routed_to_worker.load(Ordering::Relaxed) > 0);
     }
     let by_ref = stats_b.rx_by_reference.load(Ordering::Relaxed);
     if refs {

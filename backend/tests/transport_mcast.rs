@@ -275,7 +275,7 @@ fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
     // B's four QPs alternate between its two workers; worker 0 receives from the fabric. A
     // datagram goes to the worker of each attached QP (its responder state is taken there,
     // never by another worker at the same time), and only there: a group whose members are
-    // all worker 0's is handed to nobody.
+    // all worker 0's is routed to nobody.
     let mut t = bed_with(4, 2);
     let on = |w: usize| -> Vec<u32> {
         t.qb.iter()
@@ -340,7 +340,7 @@ fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
     send(&mut t, 1, ah_local);
     let got = wait_cqes(&mut t.b, &mut t.cqb, 2, Duration::from_secs(10), "local");
     assert_eq!(qpns(&got), sorted(&w0));
-    assert_eq!(stats_b.handed_to_worker.load(Ordering::Relaxed), 0);
+    assert_eq!(stats_b.routed_to_worker.load(Ordering::Relaxed), 0);
 
     let ah = t.ah;
     send(&mut t, 2, ah);
@@ -352,7 +352,7 @@ fn with_two_engine_workers_each_member_receives_on_its_own_worker() {
         assert_eq!(t.b.read(t.dst + 4096 * slot + 40, 500), data);
     }
     // One copy for worker 1 (its two members), none for worker 0's own.
-    assert_eq!(stats_b.handed_to_worker.load(Ordering::Relaxed), 1);
+    assert_eq!(stats_b.routed_to_worker.load(Ordering::Relaxed), 1);
     // Each datagram counts once as received for the engine, whatever the copies.
     assert_eq!(stats_b.rx_to_engine.load(Ordering::Relaxed), 2);
     ea.stop();

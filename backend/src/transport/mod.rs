@@ -12,7 +12,7 @@
 //!   a worker waits with
 //! - `doorbells.rs`: the merging, bounded queue of doorbell records feeding the engine
 //! - `workers.rs`: engine workers (`--engine-threads`): which worker a QP, doorbell or frame
-//!   belongs to, and what the other threads hand a worker
+//!   belongs to, and what the other threads route to a worker
 //! - `ctx.rs`: the narrow interface to the device (QP attribute snapshot, rings, CQs, AHs)
 //! - `packet.rs`: the transport's view of packets on top of `wire`
 //!

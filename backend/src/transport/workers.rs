@@ -1,5 +1,5 @@
 //! Engine workers (`--engine-threads N`, ARCHITECTURE.md "Engine workers"): what the other
-//! threads hand one worker, and where a doorbell record or a received frame goes.
+//! threads route to one worker, and where a doorbell record or a received frame goes.
 //!
 //! A QP belongs to one worker for its life: `qp::worker_of(qpn, N)`. Everything a QP sends is
 //! sent by its worker (its doorbells, the frames addressed to it, its timers and ODP
@@ -46,19 +46,19 @@ pub(super) struct WakeFlags {
     pub(super) polling: AtomicBool,
 }
 
-/// A buffer handed to a worker: its segment mark and, for a by-reference segment, the
+/// A buffer routed to another worker's inbox: its segment mark and, for a by-reference segment, the
 /// references that hold its payloads (spec §16.2 rule 6).
 #[derive(Debug)]
-pub(super) struct Handed {
+pub(super) struct Routed {
     pub(super) buf: Vec<u8>,
     pub(super) segment: bool,
     pub(super) refs: Option<crate::wire::segment::SegRefs>,
 }
 
-impl Handed {
+impl Routed {
     /// A buffer of frames that carry their bytes.
     pub(super) fn plain(buf: Vec<u8>, segment: bool) -> Self {
-        Handed {
+        Routed {
             buf,
             segment,
             refs: None,
@@ -110,13 +110,13 @@ pub(super) struct Inbox {
     /// The queue's `received()` as of the worker's last batch, stored once that batch's records
     /// were run and its frames sent: what a control command waits for (`EngineSender::fence`).
     pub(super) done: AtomicU64,
-    frames: Mutex<HandedFrames>,
+    frames: Mutex<InboxFrames>,
 }
 
 /// An inbox's frames and the bytes their buffers hold.
 #[derive(Debug, Default)]
-struct HandedFrames {
-    frames: Vec<Handed>,
+struct InboxFrames {
+    frames: Vec<Routed>,
     bytes: usize,
 }
 
@@ -127,7 +127,7 @@ impl Inbox {
             kick,
             wake: WakeFlags::default(),
             done: AtomicU64::new(0),
-            frames: Mutex::new(HandedFrames::default()),
+            frames: Mutex::new(InboxFrames::default()),
         }
     }
 
@@ -143,7 +143,7 @@ impl Inbox {
     }
 
     /// Queue a frame for the worker (the caller kicks it). A full inbox gives the frame back.
-    pub(super) fn hand(&self, frame: Handed) -> Result<(), Handed> {
+    pub(super) fn push(&self, frame: Routed) -> Result<(), Routed> {
         let mut q = lock(&self.frames);
         let bytes = frame.buf.capacity();
         if q.frames.len() >= INBOX_FRAMES || q.bytes + bytes > INBOX_BYTES {
@@ -154,8 +154,8 @@ impl Inbox {
         Ok(())
     }
 
-    /// Move every handed frame into `into` (empty; it keeps its capacity for the inbox).
-    pub(super) fn take_frames(&self, into: &mut Vec<Handed>) {
+    /// Move every routed frame into `into` (empty; it keeps its capacity for the inbox).
+    pub(super) fn take_frames(&self, into: &mut Vec<Routed>) {
         let mut q = lock(&self.frames);
         std::mem::swap(into, &mut q.frames);
         q.bytes = 0;
@@ -258,30 +258,30 @@ mod tests {
     fn a_full_inbox_gives_the_frame_back() {
         let inbox = Inbox::new(EventFd::new(EFD_NONBLOCK).unwrap());
         for i in 0..INBOX_FRAMES {
-            assert!(inbox.hand(Handed::plain(vec![i as u8], false)).is_ok());
+            assert!(inbox.push(Routed::plain(vec![i as u8], false)).is_ok());
         }
-        let back = inbox.hand(Handed::plain(vec![1, 2, 3], true)).unwrap_err();
+        let back = inbox.push(Routed::plain(vec![1, 2, 3], true)).unwrap_err();
         assert_eq!((back.buf, back.segment), (vec![1, 2, 3], true));
         let mut got = Vec::new();
         inbox.take_frames(&mut got);
         assert_eq!(got.len(), INBOX_FRAMES);
-        assert!(inbox.hand(Handed::plain(vec![9], false)).is_ok());
+        assert!(inbox.push(Routed::plain(vec![9], false)).is_ok());
     }
 
     #[test]
     fn an_inbox_is_bounded_in_bytes_too() {
         let inbox = Inbox::new(EventFd::new(EFD_NONBLOCK).unwrap());
-        let big = || Handed::plain(Vec::with_capacity(64 << 10), true);
+        let big = || Routed::plain(Vec::with_capacity(64 << 10), true);
         let fit = INBOX_BYTES / (64 << 10);
         for _ in 0..fit {
-            assert!(inbox.hand(big()).is_ok());
+            assert!(inbox.push(big()).is_ok());
         }
-        assert!(inbox.hand(big()).is_err());
+        assert!(inbox.push(big()).is_err());
         let mut got = Vec::new();
         inbox.take_frames(&mut got);
         assert_eq!(got.len(), fit);
         assert!(
-            inbox.hand(big()).is_ok(),
+            inbox.push(big()).is_ok(),
             "taking the frames frees the bytes"
         );
     }

@@ -1,7 +1,7 @@
 //! Fabric segments (segmentation offload between the devices of one daemon, spec §16.2 rule 6):
 //! consecutive RoCEv2 frames of one QP (the request packets of a multi-packet message, or the
 //! response packets of a multi-packet READ) travel through the fabric as ONE buffer, so a
-//! 64 KiB message costs one queue push, one wake-up and one buffer hand-off instead of sixteen.
+//! 64 KiB message costs one queue push, one wake-up and one buffer moved instead of sixteen.
 //!
 //! A segment is fabric-internal and never leaves the process: the fabric splits it into its
 //! standard frames (software GSO) before an uplink or the capture sees it, and only an engine

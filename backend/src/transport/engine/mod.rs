@@ -8,7 +8,7 @@
 //! 2. receive (`receive.rs`): worker 0 takes a batch of buffers from the uplink, and polls the
 //!    uplink's link state (`link.rs`);
 //! 3. run units (`units.rs`): holding the device lock (`HandoffLock`) shared, doorbell records,
-//!    the buffers other workers handed or the engine looped back, then the received buffers,
+//!    the buffers other workers routed or the engine looped back, then the received buffers,
 //!    each one routed (`route.rs`: to the transport, the guest's netdev, or the worker of its
 //!    QP), with a hand-off point after each unit for a waiting control command; then timers;
 //! 4. drain the outbox (`outbox.rs`): the frames the transport queued go back to this device's

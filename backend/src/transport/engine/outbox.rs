@@ -13,7 +13,7 @@ use crate::stats::bump;
 use crate::tables::Outbox;
 use crate::transport::frames_of;
 use crate::transport::packet::recycle_frame;
-use crate::transport::workers::{looped_to, Handed};
+use crate::transport::workers::{looped_to, Routed};
 use crate::uplink::Uplink;
 use crate::wire::segment::SegRefs;
 
@@ -27,7 +27,7 @@ pub(super) struct Outgoing {
     next_uplink: Outbox,
     /// Frames looped back to this worker (each with its segment mark, spec §16.2 rule 6): run
     /// as received in the next round.
-    pub(super) looped: Vec<Handed>,
+    pub(super) looped: Vec<Routed>,
 }
 
 impl Outgoing {
@@ -36,13 +36,13 @@ impl Outgoing {
         let mut queued = std::mem::take(&mut self.to_uplink);
         std::mem::swap(&mut queued, &mut *batch.dev.outbox(batch.router.me));
         let mut marks = queued.segments.iter().copied().peekable();
-        let mut held = queued.refs.drain(..).peekable();
+        let mut refs_by_frame = queued.refs.drain(..).peekable();
         for (i, frame) in queued.frames.drain(..).enumerate() {
             let segment = marks.next_if_eq(&i).is_some();
-            let refs = held.next_if(|(j, _)| *j == i).map(|(_, r)| r);
+            let refs = refs_by_frame.next_if(|(j, _)| *j == i).map(|(_, r)| r);
             self.place(batch, frame, segment, refs);
         }
-        drop(held);
+        drop(refs_by_frame);
         drop(marks);
         queued.clear();
         self.to_uplink = std::mem::replace(&mut self.next_uplink, queued);

@@ -17,7 +17,7 @@ use crate::port::{classify_located, classify_with, Destination};
 use crate::stats::{add, bump, PortStats};
 use crate::sync::lock;
 use crate::transport::packet::PayloadSrc;
-use crate::transport::workers::{each_bit, owners, received_by, Handed, Inbox};
+use crate::transport::workers::{each_bit, owners, received_by, Inbox, Routed};
 use crate::transport::{frames_of, Device};
 use crate::uplink::RxFrame;
 use crate::wire::frame::Gid;
@@ -38,7 +38,7 @@ pub(super) fn members(dev: &Device, workers: usize) -> impl Fn(&Gid) -> u32 + '_
 
 /// Frame `k` of a segment as a by-reference payload source, if `refs` hold its payload; the
 /// other frames of the segment carry their bytes.
-pub(super) fn held(refs: &Option<SegRefs>, k: usize) -> Option<PayloadSrc<'_>> {
+pub(super) fn frame_refs(refs: &Option<SegRefs>, k: usize) -> Option<PayloadSrc<'_>> {
     refs.as_deref()
         .filter(|r| r.place(k).is_some())
         .map(|refs| PayloadSrc { refs, frame: k })
@@ -94,11 +94,11 @@ impl<'w> Router<'w> {
     }
 
     /// Hand `frame` (holding `count` frames) to worker `to`'s inbox; a full inbox drops it,
-    /// counted as `drop_worker_busy`. True if handed (the caller kicks the worker).
-    pub(super) fn hand(&self, to: usize, frame: Handed, count: usize) -> bool {
-        match self.inboxes.get(to).map(|i| i.hand(frame)) {
+    /// counted as `drop_worker_busy`. True if routed (the caller kicks the worker).
+    pub(super) fn route_to(&self, to: usize, frame: Routed, count: usize) -> bool {
+        match self.inboxes.get(to).map(|i| i.push(frame)) {
             Some(Ok(())) => {
-                add(&self.port.handed_to_worker, count);
+                add(&self.port.routed_to_worker, count);
                 true
             }
             Some(Err(f)) => {
@@ -111,12 +111,12 @@ impl<'w> Router<'w> {
     }
 
     /// Hand the received buffer `slot[at]` to each worker of `to` but this one
-    /// (`received_by`); returns the workers handed to (to kick). A queue's buffer that the
+    /// (`received_by`); returns the workers routed to (to kick). A queue's buffer that the
     /// frame fills (`recv_batch` swapped it in) moves as it is to its only taker; a socket's
     /// receive buffer keeps its size for the next receive, and a multicast datagram for
     /// several workers is copied for each. References (`refs`) go with a buffer that has one
     /// taker only (multicast never has any).
-    fn hand_out(
+    fn route_received(
         &self,
         to: u32,
         slot: &mut Vec<u8>,
@@ -130,9 +130,9 @@ impl<'w> Router<'w> {
         };
         let count = frames_of(buf, segment).count();
         let whole = self.swaps_buffers && at.start == 0 && at.end == slot.len();
-        let mut handed = 0;
+        let mut routed = 0;
         // The buffer's frames count once in `rx_to_engine`: here when this worker takes it too
-        // (its own delivery counts them), else with the first copy handed.
+        // (its own delivery counts them), else with the first copy routed.
         let mut counted = here;
         let mut others = each_bit(to & !self.my_bit()).peekable();
         while let Some(o) = others.next() {
@@ -146,15 +146,15 @@ impl<'w> Router<'w> {
                 copy
             };
             let refs = if only { refs.take() } else { None };
-            if self.hand(o, Handed { buf, segment, refs }, count) {
+            if self.route_to(o, Routed { buf, segment, refs }, count) {
                 if !counted {
                     add(&self.port.rx_to_engine, count);
                     counted = true;
                 }
-                handed |= 1 << o;
+                routed |= 1 << o;
             }
         }
-        handed
+        routed
     }
 
     /// Give a frame the engine sent to its own device to the workers of `to` (`looped_to`):
@@ -165,7 +165,7 @@ impl<'w> Router<'w> {
         frame: Vec<u8>,
         segment: bool,
         to: u32,
-        looped: &mut Vec<Handed>,
+        looped: &mut Vec<Routed>,
     ) -> u32 {
         let here = to & self.my_bit() != 0;
         let count = frames_of(&frame, segment).count();
@@ -176,12 +176,12 @@ impl<'w> Router<'w> {
             let last = !here && others.peek().is_none();
             let buf = if last { frame.take() } else { frame.clone() };
             let Some(buf) = buf else { break };
-            if self.hand(o, Handed::plain(buf, segment), count) {
+            if self.route_to(o, Routed::plain(buf, segment), count) {
                 kicks |= 1 << o;
             }
         }
         if let Some(frame) = frame.filter(|_| here) {
-            looped.push(Handed::plain(frame, segment));
+            looped.push(Routed::plain(frame, segment));
         }
         kicks
     }
@@ -189,7 +189,7 @@ impl<'w> Router<'w> {
 
 impl Batch<'_> {
     /// Route one received buffer: its references kept or turned into bytes, the buffer
-    /// handed to the workers of its QPs, and what is this worker's delivered.
+    /// routed to the workers of its QPs, and what is this worker's delivered.
     pub(super) fn route_received(&mut self, rx: &mut RxFrame, bufs: &mut [Vec<u8>]) {
         let Ok(mut refs) = self.keep_refs(rx, bufs) else {
             bump(&self.router.port.drop_stale_ref);
@@ -264,7 +264,7 @@ impl Batch<'_> {
         });
         if let Some(slot) = bufs.get_mut(rx.slot).filter(|_| to != 1 << me) {
             let at = rx.off..rx.off + rx.len;
-            self.kicks |= self.router.hand_out(to, slot, at, rx.segment, refs);
+            self.kicks |= self.router.route_received(to, slot, at, rx.segment, refs);
         }
         to & self.router.my_bit() != 0
     }
@@ -280,13 +280,13 @@ impl Batch<'_> {
             match dest {
                 Destination::Engine => {
                     bump(&port.rx_to_engine);
-                    let src = held(refs, k);
+                    let src = frame_refs(refs, k);
                     match located {
                         Some(l) => crate::transport::on_located_ref_at(&self.dev, l, self.now, src),
                         None => crate::transport::on_frame_ref_at(&self.dev, frame, self.now, src),
                     }
                 }
-                Destination::Guest if held(refs, k).is_some() => bump(&port.drop_filtered),
+                Destination::Guest if frame_refs(refs, k).is_some() => bump(&port.drop_filtered),
                 Destination::Guest => {
                     bump(&port.rx_to_guest);
                     self.dev.out.eth_rx(frame)

@@ -1,6 +1,6 @@
 //! The run-units phase of a worker's round: a [`Batch`] holds the device lock shared and runs
 //! the round's units of work through the transport: a doorbell record, a buffer another worker
-//! handed or the engine looped back, a received buffer (routed by `route.rs`). After each unit
+//! routed or the engine looped back, a received buffer (routed by `route.rs`). After each unit
 //! is a hand-off point (`LongGuard::hand_off`): a control command that waits for the device
 //! gets it there, so it waits for one unit of each worker, not for a batch of up to a receive
 //! batch's buffers plus the timers. Then the timers run and the outbox is drained
@@ -19,7 +19,7 @@ use super::worker::Shared;
 use crate::handoff::LongGuard;
 use crate::tables::units;
 use crate::transport::doorbells::DoorbellBatch;
-use crate::transport::workers::Handed;
+use crate::transport::workers::Routed;
 use crate::transport::Device;
 
 /// Received frames handled per clock read: deadlines armed from the clock are at most that
@@ -40,7 +40,7 @@ pub(super) struct Batch<'w> {
     pub(super) live: bool,
     /// Where frames for other workers go.
     pub(super) router: Router<'w>,
-    /// The other workers this batch handed frames or a sweep to (kicked after it).
+    /// The other workers this batch routed frames or a sweep to (kicked after it).
     pub(super) kicks: u32,
 }
 
@@ -130,19 +130,19 @@ impl<'w> Batch<'w> {
         self
     }
 
-    /// The buffers the engine looped back last round, then those other workers handed this
+    /// The buffers the engine looped back last round, then those other workers routed this
     /// one: one unit each. Their frames are for the engine (the sender classified them).
-    pub(super) fn run_handed(
+    pub(super) fn run_routed(
         mut self,
-        looped: &mut Vec<Handed>,
-        handed: &mut Vec<Handed>,
+        looped: &mut Vec<Routed>,
+        routed: &mut Vec<Routed>,
     ) -> Batch<'w> {
         if !self.live {
             return self;
         }
-        for buffer in looped.drain(..).chain(handed.drain(..)) {
+        for buffer in looped.drain(..).chain(routed.drain(..)) {
             for (k, frame) in crate::transport::frames_of(&buffer.buf, buffer.segment).enumerate() {
-                let src = super::route::held(&buffer.refs, k);
+                let src = super::route::frame_refs(&buffer.refs, k);
                 crate::transport::on_frame_ref_at(&self.dev, frame, self.now, src);
             }
             buffer.recycle();
@@ -200,15 +200,15 @@ impl<'w> Batch<'w> {
     pub(super) fn suspended(
         &self,
         dbs: &DoorbellBatch,
-        looped: &mut Vec<Handed>,
-        handed: &mut Vec<Handed>,
+        looped: &mut Vec<Routed>,
+        routed: &mut Vec<Routed>,
         rx: &mut Receiver,
     ) {
         if !dbs.records.is_empty() || dbs.sweep {
             self.dev.resume_sweep.store(true, Ordering::SeqCst);
         }
         looped.clear();
-        handed.clear();
+        routed.clear();
         rx.frames.clear();
         self.dev.outbox(self.router.me).clear();
     }

@@ -2,7 +2,7 @@
 //!
 //! 1. [`Worker::wait`]: until there is work (`wakeup.rs`);
 //! 2. take the inbox: the doorbell records queued for this worker and the frames other workers
-//!    handed it (`workers.rs`);
+//!    routed it (`workers.rs`);
 //! 3. receive (`receive.rs`, worker 0 only) and poll the link state (`link.rs`), before the
 //!    device lock is taken;
 //! 4. [`Worker::run_units`]: with the device lock shared, the units of work and the timers
@@ -26,7 +26,7 @@ use crate::stats::PortStats;
 use crate::sync::lock;
 use crate::tables::UnitFence;
 use crate::transport::doorbells::DoorbellBatch;
-use crate::transport::workers::{Handed, Inbox};
+use crate::transport::workers::{Inbox, Routed};
 use crate::transport::Device;
 use crate::uplink::Uplink;
 
@@ -59,13 +59,13 @@ pub(super) struct Worker {
     /// Busy-polling is possible (`WaitFor::can_poll`): a worker that does not receive polls
     /// its inbox's flag only.
     can_poll: bool,
-    /// The uplink swaps whole buffers in on receive (`Router::hand_out`).
+    /// The uplink swaps whole buffers in on receive (`Router::route_received`).
     swaps_buffers: bool,
     /// The uplink's link state, if it has one and this worker receives.
     link: Option<LinkPoll>,
     rx: Receiver,
-    /// Frames other workers handed to this one's QPs, swapped with the inbox's each round.
-    handed: Vec<Handed>,
+    /// Frames other workers routed to this one's QPs, swapped with the inbox's each round.
+    routed: Vec<Routed>,
     outgoing: Outgoing,
 }
 
@@ -86,7 +86,7 @@ impl Worker {
             swaps_buffers,
             link,
             rx,
-            handed: Vec::new(),
+            routed: Vec::new(),
             outgoing: Outgoing::default(),
         }
     }
@@ -144,7 +144,7 @@ impl Worker {
     fn round(&mut self, events: usize) {
         self.waiter.take_events(events, self.shared.inbox());
         let dbs = lock(&self.shared.inbox().queue).take();
-        self.shared.inbox().take_frames(&mut self.handed);
+        self.shared.inbox().take_frames(&mut self.routed);
         let uplink = &*self.shared.uplink;
         self.rx.receive(self.receives.then_some(uplink));
         if let Some(link) = &mut self.link {
@@ -169,7 +169,7 @@ impl Worker {
         let Worker {
             shared,
             rx,
-            handed,
+            routed,
             outgoing,
             swaps_buffers,
             ..
@@ -178,14 +178,14 @@ impl Worker {
         batch.run_device_work();
         let mut batch = batch
             .run_doorbells(dbs)
-            .run_handed(&mut outgoing.looped, handed)
+            .run_routed(&mut outgoing.looped, routed)
             .run_received(rx);
         let next = if batch.live {
             let next = batch.tick();
             outgoing.drain(&mut batch);
             next
         } else {
-            batch.suspended(dbs, &mut outgoing.looped, handed, rx);
+            batch.suspended(dbs, &mut outgoing.looped, routed, rx);
             None
         };
         let kicks = batch.kicks;
