@@ -7,9 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::device::*;
 use common::rng::XorShift;
-use vrdma_backend::device::{CmdOutcome, RecordingOutput};
+use common::*;
+use vrdma_backend::device::{CmdOutcome, DeviceConfig, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
 use vrdma_backend::memory::odp::{FAIL_HOLD, ODP_STATUS_TIMEOUT};
@@ -526,10 +526,10 @@ fn advise_prefetch() {
 
 #[test]
 fn odp_through_commands() {
-    let mut cfg = config();
+    let mut cfg = DeviceConfig::default();
     cfg.odp.enabled = true;
     cfg.odp.implicit = true;
-    let mut e = env_with(cfg);
+    let mut e = Node::bare_with(cfg);
     let pd = e.create_pd();
     let reg = VrdmaCmdRegMr {
         pdn: pd,
@@ -568,7 +568,7 @@ fn odp_through_commands() {
     };
     // Trailing list too short → INVALID.
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_ODP_PAGE_RESP,
             &req_with_pages(&resp, &pages[..255])
         )
@@ -576,7 +576,7 @@ fn odp_through_commands() {
         VRDMA_STATUS_INVALID
     );
     assert_eq!(
-        e.cmd(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&resp, &pages))
+        e.cmd_status(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&resp, &pages))
             .0,
         VRDMA_STATUS_OK
     );
@@ -595,7 +595,7 @@ fn odp_through_commands() {
         length: 4096,
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
     assert!(e
@@ -613,7 +613,7 @@ fn odp_through_commands() {
         length: 4096,
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_ADVISE_MR, adv.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_ADVISE_MR, adv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
     // Implicit MR through the command.
@@ -627,10 +627,10 @@ fn odp_through_commands() {
     ));
     imp.length = 1 << 20;
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
-    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd_status(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
 }
 
 /// Random interleavings of accesses, answers (good, bad, late, duplicate), invalidations,
