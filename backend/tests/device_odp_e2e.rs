@@ -97,16 +97,7 @@ fn send_into_odp_receive_buffer() {
     p.a.write(src, &data);
     let mut rq = p.conns[0].qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, 50, &[(va_b + 8, 6000, kb)]);
-    p.post(
-        0,
-        &Wqe {
-            wr_id: 4,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 5000, ka)],
-            ..Default::default()
-        },
-    );
+    p.post(0, &send(4, (src, 5000, ka)));
     let (ca, _) = p.run_more(0, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (4, VRDMA_WC_SUCCESS));
     let c = &mut p.conns[0];
@@ -170,16 +161,7 @@ fn srq_receive_into_odp_buffer() {
     let data = pattern(11, 3000);
     p.a.write(src, &data);
     p.b.post_recv(&mut srq, 60, &[(va_b + 4096, 4096, kb)]);
-    p.post(
-        i,
-        &Wqe {
-            wr_id: 6,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 3000, ka)],
-            ..Default::default()
-        },
-    );
+    p.post(i, &send(6, (src, 3000, ka)));
     let (ca, served) = p.run_more(i, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (6, VRDMA_WC_SUCCESS));
     assert_eq!(served, 1);

@@ -570,16 +570,7 @@ fn prove_usable(a: &mut Node) {
         &mut qa,
         &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 10000, ka), dst, kb),
     );
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 100, ka)],
-            ..Default::default()
-        },
-    );
+    a.post_send(&mut qa, &send(2, (src, 100, ka)));
     let mut link = Link::clean();
     let mut got_a = Vec::new();
     let mut got_b = Vec::new();

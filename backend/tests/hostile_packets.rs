@@ -137,13 +137,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     t.ub.rq = Some(urq);
     let ops: Vec<Wqe> = vec![
         rdma(1, VRDMA_WR_RDMA_WRITE, (t.tsrc, 3000, t.tka), t.tdst, t.tkb),
-        Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc, 2500, t.tka)],
-            ..Default::default()
-        },
+        send(2, (t.tsrc, 2500, t.tka)),
         rdma(
             3,
             VRDMA_WR_RDMA_READ,

@@ -555,14 +555,10 @@ fn send_wqe_errors_have_the_spec_status() {
     }
     fn send_ud(t: &Bed) -> Wqe {
         Wqe {
-            wr_id: 0xabc,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.xbuf, 100, t.keys[0])],
             ah: t.ahs[0],
             remote_qpn: t.ub.qpn,
             remote_qkey: 0x2222,
-            ..Default::default()
+            ..send(0xabc, (t.xbuf, 100, t.keys[0]))
         }
     }
     let cases = [

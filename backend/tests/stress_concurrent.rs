@@ -514,17 +514,7 @@ fn stress(threads: usize) {
             let mut hb = Held::new(&sb);
             hb.post_recv(&mut rq, base + 9, &[(dst + (15 << 16), 4096, kb)]);
         }
-        post_send_mem(
-            &mem_a,
-            &mut qa,
-            &Wqe {
-                wr_id: base + 9,
-                opcode: VRDMA_WR_SEND,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src + (9 << 16), 512, ka)],
-                ..Default::default()
-            },
-        );
+        post_send_mem(&mem_a, &mut qa, &send(base + 9, (src + (9 << 16), 512, ka)));
         want.push(base + 9);
         sa.db.push(VrdmaDoorbell {
             type_: VRDMA_DB_SQ,

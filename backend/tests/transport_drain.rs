@@ -62,13 +62,7 @@ fn rq_doorbell_outside_error_consumes_nothing() {
     p.b.ring_doorbell(VRDMA_DB_RQ, qb);
     assert!(p.b.poll_cq(&mut p.cqb).is_empty());
     // The receive is still there for a SEND.
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src, 32, p.ka)],
-        ..Default::default()
-    };
+    let w = send(1, (p.src, 32, p.ka));
     p.post(&w);
     let mut got = Vec::new();
     let cqb = &mut p.cqb;

@@ -403,15 +403,13 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
 /// Signaled WRITE `i` of connection `c`, into slot `i % slots` of `chunk` bytes (source and
 /// destination at the same offset).
 fn write_wqe(c: &WriteConn, i: u64, slots: u64, chunk: u64) -> Wqe {
-    Wqe {
-        wr_id: i,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(c.src + i % slots * chunk, chunk as u32, c.ka)],
-        remote_addr: c.dst + i % slots * chunk,
-        rkey: c.kb,
-        ..Default::default()
-    }
+    rdma(
+        i,
+        VRDMA_WR_RDMA_WRITE,
+        (c.src + i % slots * chunk, chunk as u32, c.ka),
+        c.dst + i % slots * chunk,
+        c.kb,
+    )
 }
 
 /// Post `n` WRITEs of `chunk` bytes on every connection, then ring their SQ doorbells at once.

@@ -234,15 +234,7 @@ fn a_lost_packet_before_an_error_wqe_is_sent_again() {
     let data = pattern(7, len as usize);
     p.a.write(src, &data);
     for (wr_id, lkey) in [(1, ka), (2, ka ^ 0x5a00)] {
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, len as u32, lkey)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        };
+        let w = rdma(wr_id, VRDMA_WR_RDMA_WRITE, (src, len as u32, lkey), dst, kb);
         p.a.post_send_nodb(&mut p.qa, &w);
     }
     p.a.doorbell(p.qa.qpn);

@@ -25,14 +25,10 @@ fn group() -> [u8; 16] {
 /// A signaled SEND of `len` bytes at `src` (key `key`) to the group of `ah`.
 fn group_send(wr_id: u64, src: u64, len: usize, key: u32, ah: u32) -> Wqe {
     Wqe {
-        wr_id,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src, len as u32, key)],
         ah,
         remote_qpn: VRDMA_MCAST_QPN,
         remote_qkey: QKEY,
-        ..Default::default()
+        ..send(wr_id, (src, len as u32, key))
     }
 }
 

@@ -196,15 +196,7 @@ fn window_range_and_rights_are_checked() {
     let mut p = pair();
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
     let rkey = bind_ok(&mut p, mw, 0, 4096, RW);
-    let w = Wqe {
-        wr_id: 9,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.dst, 64, rkey)],
-        remote_addr: p.src,
-        rkey: p.ka,
-        ..Default::default()
-    };
+    let w = common::rdma(9, VRDMA_WR_RDMA_WRITE, (p.dst, 64, rkey), p.src, p.ka);
     let c = run_b(&mut p, &w);
     assert_eq!(c.status, VRDMA_WC_LOC_PROT_ERR, "a window rkey as lkey");
 }

@@ -50,14 +50,10 @@ fn ud_receive_on_odp_fault_is_dropped() {
     let send = |a: &mut Node, qa: &mut QpH, wr_id: u64, data: &[u8]| {
         a.write(src, data);
         let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, data.len() as u32, ka)],
             ah,
             remote_qpn: qb.qpn,
             remote_qkey: 0x77,
-            ..Default::default()
+            ..send(wr_id, (src, data.len() as u32, ka))
         };
         a.post_send(qa, &w);
     };

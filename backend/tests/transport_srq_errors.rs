@@ -70,13 +70,7 @@ fn bed() -> Bed {
 
 /// A signaled SEND of 64 bytes on A's QP `i`, delivered until both sides are quiet.
 fn send(t: &mut Bed, i: usize, wr_id: u64) {
-    let w = Wqe {
-        wr_id,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.src, 64, t.ka)],
-        ..Default::default()
-    };
+    let w = common::send(wr_id, (t.src, 64, t.ka));
     let mut q = t.qa[i].clone();
     t.a.post_send(&mut q, &w);
     t.qa[i] = q;

@@ -44,13 +44,7 @@ impl RcPair {
     fn genuine_send(&mut self, wr_id: u64, seed: u64, len: u32) -> Vec<u8> {
         let data = pattern(seed, len as usize);
         self.a.write(self.src, &data);
-        self.post(&Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src, len, self.ka)],
-            ..Default::default()
-        });
+        self.post(&send(wr_id, (self.src, len, self.ka)));
         data
     }
 

@@ -294,13 +294,7 @@ fn srq_shared_by_several_qps_with_limit_event() {
     let mut link = Link::clean();
     // 6 SENDs, two per QP.
     for k in 0..6u64 {
-        let w = Wqe {
-            wr_id: k,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 100 + k as u32, ka)],
-            ..Default::default()
-        };
+        let w = send(k, (src, 100 + k as u32, ka));
         let q = &mut qas[(k % 3) as usize];
         a.post_send(q, &w);
     }
@@ -374,13 +368,7 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
         n != 3
     }));
     for (wr, len, off) in [(2u64, 1000u32, 0u64), (3, 700, 5000)] {
-        let w = Wqe {
-            wr_id: wr,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src + off, len, ka)],
-            ..Default::default()
-        };
+        let w = send(wr, (src + off, len, ka));
         a.post_send(&mut qa, &w);
     }
     let (ga, gb) = poll_until(&mut a, &mut b, &mut link, &mut cqa, &mut cqb, 2, 1);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use vrdma_spec::*;
 
-use super::{connect, pattern, pump_until, Link, Node, QpH, QpSpec, RingH, Wqe, ACC_ALL};
+use super::{connect, pattern, pump_until, rdma, send, Link, Node, QpH, QpSpec, RingH, ACC_ALL};
 
 /// its rounds prove that other QPs lose nothing (the "never loses another QP's data" rule).
 pub struct HealthyPair {
@@ -62,25 +62,17 @@ impl HealthyPair {
         let mut qa = self.qa.clone();
         a.post_send(
             &mut qa,
-            &Wqe {
-                wr_id: round,
-                opcode: VRDMA_WR_RDMA_WRITE,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(self.src, write_len, self.ka)],
-                remote_addr: self.dst,
-                rkey: self.kb,
-                ..Default::default()
-            },
+            &rdma(
+                round,
+                VRDMA_WR_RDMA_WRITE,
+                (self.src, write_len, self.ka),
+                self.dst,
+                self.kb,
+            ),
         );
         a.post_send(
             &mut qa,
-            &Wqe {
-                wr_id: round + 1_000_000,
-                opcode: VRDMA_WR_SEND,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(self.src, send_len, self.ka)],
-                ..Default::default()
-            },
+            &send(round + 1_000_000, (self.src, send_len, self.ka)),
         );
         self.qa = qa;
         let (mut ca, mut cb) = (Vec::new(), Vec::new());
