@@ -59,10 +59,12 @@ const TLEN: u64 = 16384;
 const CANARY: u8 = 0xc5;
 
 fn bed() -> Bed {
-    let mut a = Node::new(1, 32, 1500);
-    let mut b = Node::new(2, 32, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let Sides {
+        mut a,
+        mut b,
+        pda,
+        pdb,
+    } = Sides::new(32, 1500);
     let healthy = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let (ca2, tcqa) = a.create_cq(4096);
     let (cb2, tcqb) = b.create_cq(4096);

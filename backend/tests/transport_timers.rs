@@ -101,10 +101,12 @@ fn retransmission_fires_through_the_heap_among_idle_qps() {
 
 #[test]
 fn rearming_keeps_the_heap_bounded() {
-    let mut a = Node::new(1, 64, 1500);
-    let mut b = Node::new(2, 64, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let Sides {
+        mut a,
+        mut b,
+        pda,
+        pdb,
+    } = Sides::new(64, 1500);
     let mut pair = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let mut link = Link::clean();
     // Every acknowledgement re-arms the retransmission deadline (a new heap entry, the old one

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use vrdma_backend::fabric::{Fabric, FabricBuilder, PortId};
 
-use super::{connect, pattern, Node, QpH, QpSpec, RingH, ACC_ALL};
+use super::{pattern, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, Sides, ACC_ALL};
 
 /// See the module documentation.
 pub struct FabricRc {
@@ -38,22 +38,25 @@ impl FabricRc {
         len: u64,
         capture: Option<&Path>,
     ) -> FabricRc {
-        let mut a = Node::new(1, 32, 9000);
-        let mut b = Node::new(2, 32, 9000);
-        let pda = a.create_pd();
-        let pdb = b.create_pd();
-        let (ca, cqa) = a.create_cq(cq_depth);
-        let (cb, cqb) = b.create_cq(cq_depth);
-        let qa = a.create_qp(QpSpec {
+        let Sides {
+            mut a,
+            mut b,
+            pda,
+            pdb,
+        } = Sides::new(32, 9000);
+        let spec = QpPairSpec {
             qp_type,
-            ..QpSpec::rc(pda, ca)
-        });
-        let qb = b.create_qp(QpSpec {
-            qp_type,
-            ..QpSpec::rc(pdb, cb)
-        });
+            cq_depth,
+            srq_b: None,
+            rts: RtsAttrs {
+                timeout,
+                ..RtsAttrs::mtu(mtu)
+            },
+        };
+        let QpPair {
+            qa, qb, cqa, cqb, ..
+        } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
         let rqb = qb.rq.clone().expect("an RQ");
-        connect(&mut a, &qa, &mut b, &qb, mtu, timeout, 7, 7);
         let src = a.alloc(len);
         let dst = b.alloc(len);
         let ka = a.reg_mr(pda, src, len, ACC_ALL);

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use vrdma_spec::*;
 
-use super::{connect, pattern, pump_until, rdma, send, Link, Node, QpH, QpSpec, RingH, ACC_ALL};
+use super::{
+    pattern, pump_until, rdma, send, Link, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, ACC_ALL,
+};
 
 /// its rounds prove that other QPs lose nothing (the "never loses another QP's data" rule).
 pub struct HealthyPair {
@@ -21,11 +23,9 @@ pub struct HealthyPair {
 impl HealthyPair {
     /// Connected RC QPs with their own CQs and 64 KiB MRs on `a` (source) and `b` (target).
     pub fn new(a: &mut Node, b: &mut Node, pda: u32, pdb: u32) -> HealthyPair {
-        let (ca, cqa) = a.create_cq(1024);
-        let (cb, cqb) = b.create_cq(1024);
-        let qa = a.create_qp(QpSpec::rc(pda, ca));
-        let qb = b.create_qp(QpSpec::rc(pdb, cb));
-        connect(a, &qa, b, &qb, 3, 14, 7, 7);
+        let QpPair {
+            qa, qb, cqa, cqb, ..
+        } = QpPair::open(a, b, pda, pdb, QpPairSpec::rc(1024, RtsAttrs::mtu(3)));
         let src = a.alloc(65536);
         let dst = b.alloc(65536);
         let ka = a.reg_mr(pda, src, 65536, ACC_ALL);

@@ -6,10 +6,11 @@
 //! - `objects`: rings and PD / CQ / SRQ / QP / MR / AH creation, typed and as raw requests.
 //! - `wqe`: send WQEs; `connect`: QP state transitions to RTS.
 //! - `link`: two nodes joined in-process (optionally impaired) and the pumps that drive them.
-//! - pairs, each built in one call: `rc_pair` (a connected QP pair with MRs and link),
-//!   `write_conn` (one more RC connection between existing nodes), `healthy_pair` (traffic
-//!   beside QPs under attack), `fabric_rc` (two nodes on an in-process fabric), `odp` (pager and
-//!   two-node ODP harness).
+//! - `pairs`: `Sides` (nodes 1 and 2 with a PD each) and `QpPair` (CQs and a connected QP
+//!   pair), the base of the two-node fixtures, each built in one call: `rc_pair` (a connected
+//!   pair with MRs and link), `write_conn` (one more RC connection between existing nodes),
+//!   `healthy_pair` (traffic beside QPs under attack), `fabric_rc` (two nodes on an in-process
+//!   fabric), `odp` (pager and two-node ODP harness).
 //! - `engine` (tests with engine threads), `fabric_tap`, `frame` (RoCEv2 frame offsets), `heap` (a
 //!   counting allocator), `rng` (seeded generators).
 #![allow(dead_code)]
@@ -41,6 +42,7 @@ pub mod heap;
 pub mod link;
 pub mod objects;
 pub mod odp;
+pub mod pairs;
 pub mod rc_pair;
 pub mod rng;
 pub mod wqe;
@@ -59,6 +61,8 @@ pub use healthy_pair::HealthyPair;
 pub use link::*;
 #[allow(unused_imports)]
 pub use objects::*;
+#[allow(unused_imports)]
+pub use pairs::*;
 #[allow(unused_imports)]
 pub use rc_pair::RcPair;
 #[allow(unused_imports)]

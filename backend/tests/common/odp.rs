@@ -213,8 +213,7 @@ impl PairBuilder {
         let mut b = Node::new(2, self.mem_mib, 9000);
         enable_odp(&mut a, self.odp_a);
         enable_odp(&mut b, self.odp_b);
-        let pda = a.create_pd();
-        let pdb = b.create_pd();
+        let Sides { a, b, pda, pdb } = Sides::of(a, b);
         let mut p = Pair {
             a,
             b,
@@ -259,16 +258,15 @@ impl Pair {
     /// Add an RC connection (B's QP on SRQ `srq_b` if given); returns its index.
     pub fn conn(&mut self, srq_b: Option<u32>) -> usize {
         let (a, b) = (&mut self.a, &mut self.b);
-        let (ca, cqa) = a.create_cq(256);
-        let (cb, cqb) = b.create_cq(256);
-        let qa = a.create_qp(QpSpec::rc(self.pda, ca));
-        let qb = b.create_qp(QpSpec {
-            srq: srq_b,
-            ..QpSpec::rc(self.pdb, cb)
-        });
         // timeout 14, retry 7, rnr_retry 7 (infinite: the responder RNR-NAKs while a chunk is
         // faulted in).
-        connect(a, &qa, b, &qb, self.mtu, 14, 7, 7);
+        let spec = QpPairSpec {
+            srq_b,
+            ..QpPairSpec::rc(256, RtsAttrs::mtu(self.mtu))
+        };
+        let QpPair {
+            qa, qb, cqa, cqb, ..
+        } = QpPair::open(a, b, self.pda, self.pdb, spec);
         self.conns.push(Conn {
             qa,
             qb,
