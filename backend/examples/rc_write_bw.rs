@@ -19,12 +19,7 @@ fn main() {
     let total_mib = args.first().copied().unwrap_or(512);
     let msg = args.get(1).copied().unwrap_or(1024) << 10;
     let mtu = args.get(2).copied().unwrap_or(5) as u32;
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(64, 9000);
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 9000).parts();
     let (ca, mut cqa) = a.create_cq(4096);
     let (cb, _cqb) = b.create_cq(4096);
     let mut qa = a.create_qp(QpSpec {

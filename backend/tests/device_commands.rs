@@ -94,14 +94,7 @@ fn odp_caps_advertised_only_when_enabled() {
     );
     assert_eq!(e.dev.config.odp_feature_bits(), 0);
     let pd = e.create_pd();
-    let mut m = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_ON_DEMAND,
-        iova: 0,
-        length: 4096,
-        page_shift: 12,
-        npages: 0,
-    };
+    let mut m = odp_mr_req(pd, VRDMA_ACCESS_ON_DEMAND, 0, 4096);
     assert_eq!(
         e.cmd_status(VRDMA_CMD_REG_ODP_MR, m.as_bytes()).0,
         VRDMA_STATUS_NOT_SUPPORTED
@@ -1043,14 +1036,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     );
 
     // Only REG_MR MRs can be re-registered.
-    let mk = |access, length| VrdmaCmdRegMr {
-        pdn: pd2,
-        access,
-        iova: 0,
-        length,
-        page_shift: 12,
-        npages: 0,
-    };
+    let mk = |access, length| odp_mr_req(pd2, access, 0, length);
     let dma = e.ok_handle(
         VRDMA_CMD_REG_DMA_MR,
         mk(VRDMA_ACCESS_LOCAL_WRITE, 0).as_bytes(),
@@ -1324,10 +1310,7 @@ fn short_and_empty_requests_never_panic() {
 
 #[test]
 fn random_commands_never_panic() {
-    let mut cfg = DeviceConfig::default();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = Node::bare_with(cfg);
+    let mut e = Node::bare_odp();
     e.add_gid_v4(0, 1);
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);

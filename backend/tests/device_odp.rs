@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::rng::XorShift;
 use common::*;
-use vrdma_backend::device::{CmdOutcome, DeviceConfig, RecordingOutput};
+use vrdma_backend::device::{CmdOutcome, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
 use vrdma_backend::memory::odp::{FAIL_HOLD, ODP_STATUS_TIMEOUT};
@@ -526,19 +526,14 @@ fn advise_prefetch() {
 
 #[test]
 fn odp_through_commands() {
-    let mut cfg = DeviceConfig::default();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = Node::bare_with(cfg);
+    let mut e = Node::bare_odp();
     let pd = e.create_pd();
-    let reg = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_ON_DEMAND,
-        iova: 0x7f00_0000_0000,
-        length: 1 << 20,
-        page_shift: 12,
-        npages: 0,
-    };
+    let reg = odp_mr_req(
+        pd,
+        VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_ON_DEMAND,
+        0x7f00_0000_0000,
+        1 << 20,
+    );
     let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
     let err = e
         .dev

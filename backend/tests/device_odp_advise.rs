@@ -22,19 +22,14 @@ const CHUNK: u64 = 2 << 20;
 const IOVA: u64 = 0x7f00_0000_0000;
 
 fn odp_env() -> (Node, u32) {
-    let mut cfg = DeviceConfig::default();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = Node::bare_with(cfg);
+    let mut e = Node::bare_odp();
     let pd = e.create_pd();
-    let reg = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
-        iova: IOVA,
-        length: 8 * CHUNK,
-        page_shift: 12,
-        npages: 0,
-    };
+    let reg = odp_mr_req(
+        pd,
+        VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
+        IOVA,
+        8 * CHUNK,
+    );
     let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
     (e, key)
 }
@@ -260,14 +255,7 @@ fn reset_forgets_parked_flushes() {
     assert!(e.out.take_done().is_empty());
     // A new flush after the reset gets a fresh ticket.
     let pd = e.create_pd();
-    let reg = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_ON_DEMAND,
-        iova: IOVA,
-        length: CHUNK,
-        page_shift: 12,
-        npages: 0,
-    };
+    let reg = odp_mr_req(pd, VRDMA_ACCESS_ON_DEMAND, IOVA, CHUNK);
     let k = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
     assert_ne!(k, key, "the old key stays invalid");
     let t2 = park(&mut e, k, IOVA, CHUNK);
@@ -369,14 +357,7 @@ fn engine_thread_completes_a_flush_at_the_timeout() {
     let (mut e, key) = {
         let mut e = Node::bare_with(cfg);
         let pd = e.create_pd();
-        let reg = VrdmaCmdRegMr {
-            pdn: pd,
-            access: VRDMA_ACCESS_ON_DEMAND,
-            iova: IOVA,
-            length: CHUNK,
-            page_shift: 12,
-            npages: 0,
-        };
+        let reg = odp_mr_req(pd, VRDMA_ACCESS_ON_DEMAND, IOVA, CHUNK);
         let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
         (e, key)
     };

@@ -91,12 +91,7 @@ fn allocations_per_packet(msg: u64, slots: u64, refs: bool) -> f64 {
     // The counter is process-wide: one measurement at a time.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(64, 9000);
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 9000).parts();
     let (ca, _) = a.create_cq(1024);
     let (cb, _) = b.create_cq(1024);
     let mut qa = a.create_qp(QpSpec {

@@ -121,12 +121,7 @@ fn doorbell_flood_is_merged_and_bounded() {
 fn every_qp_is_served_after_a_doorbell_flood() {
     use vrdma_backend::transport::doorbells::{DoorbellQueue, Pushed, MAX_PENDING};
     use vrdma_backend::transport::{self, packet};
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(64, 1500);
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 1500).parts();
     let (cqa, _) = a.create_cq(64);
     let (cqb, _) = b.create_cq(64);
     let mut pairs = Vec::new();

@@ -659,14 +659,12 @@ fn run(seed: u64, odp: bool, budget: Duration) {
     if odp {
         // An implicit ODP MR (every range is inside it) with one flush advise parked from the
         // start, so completion is always exercised whatever the fuzzer does meanwhile.
-        let imp = VrdmaCmdRegMr {
-            pdn: pd,
-            access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
-            iova: 0,
-            length: u64::MAX,
-            page_shift: 12,
-            npages: 0,
-        };
+        let imp = odp_mr_req(
+            pd,
+            VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
+            0,
+            u64::MAX,
+        );
         let r = a.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).unwrap();
         let ik = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
         f.pools.keys.push(ik);

@@ -59,12 +59,7 @@ const TLEN: u64 = 16384;
 const CANARY: u8 = 0xc5;
 
 fn bed() -> Bed {
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(32, 1500);
+    let (mut a, mut b, pda, pdb) = Sides::new(32, 1500).parts();
     let healthy = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let (ca2, tcqa) = a.create_cq(4096);
     let (cb2, tcqb) = b.create_cq(4096);

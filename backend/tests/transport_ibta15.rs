@@ -362,14 +362,12 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
 fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
     let mut p = OdpPair::with(32).build();
     // B's implicit MR with FLUSH_GLOBAL too.
-    let c = VrdmaCmdRegMr {
-        pdn: p.pdb,
-        access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND | VRDMA_ACCESS_FLUSH_GLOBAL,
-        iova: 0,
-        length: u64::MAX,
-        page_shift: 12,
-        npages: 0,
-    };
+    let c = odp_mr_req(
+        p.pdb,
+        ACC_ALL | VRDMA_ACCESS_ON_DEMAND | VRDMA_ACCESS_FLUSH_GLOBAL,
+        0,
+        u64::MAX,
+    );
     let r = p.b.cmd(VRDMA_CMD_REG_IMPLICIT_MR, c.as_bytes()).unwrap();
     let kb = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
     let _ka = p.implicit_mr(Side::A);

@@ -28,12 +28,7 @@ struct Bed {
 
 /// Two RC connections A→B; both B QPs take their receives from one SRQ (max_sge 2).
 fn bed() -> Bed {
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(16, 1500);
+    let (mut a, mut b, pda, pdb) = Sides::new(16, 1500).parts();
     let (ca, cqa) = a.create_cq(64);
     let (cb, cqb) = b.create_cq(64);
     let (srqn, srq) = b.create_srq(pdb, 16, 2, 0);

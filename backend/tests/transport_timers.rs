@@ -101,12 +101,7 @@ fn retransmission_fires_through_the_heap_among_idle_qps() {
 
 #[test]
 fn rearming_keeps_the_heap_bounded() {
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(64, 1500);
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 1500).parts();
     let mut pair = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let mut link = Link::clean();
     // Every acknowledgement re-arms the retransmission deadline (a new heap entry, the old one

@@ -265,12 +265,7 @@ fn gsi_uses_qp1_and_the_well_known_qkey() {
 
 #[test]
 fn srq_shared_by_several_qps_with_limit_event() {
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(32, 1500);
+    let (mut a, mut b, pda, pdb) = Sides::new(32, 1500).parts();
     let (ca, mut cqa) = a.create_cq(256);
     let (cb, mut cqb) = b.create_cq(256);
     let (srqn, mut srq) = b.create_srq(pdb, 64, 4, 3);
@@ -332,12 +327,7 @@ fn srq_shared_by_several_qps_with_limit_event() {
 
 #[test]
 fn uc_write_send_and_silent_drop_of_a_damaged_message() {
-    let Sides {
-        mut a,
-        mut b,
-        pda,
-        pdb,
-    } = Sides::new(16, 1500);
+    let (mut a, mut b, pda, pdb) = Sides::new(16, 1500).parts();
     let (ca, mut cqa) = a.create_cq(256);
     let (cb, mut cqb) = b.create_cq(256);
     let spec = |pd, cq| QpSpec {

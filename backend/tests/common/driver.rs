@@ -11,7 +11,7 @@ use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::{self, ctx::Cqe};
 use vrdma_spec::*;
 
-use super::{gid_v4, req_with_pages, QpH, RingH, Wqe, BASE, PAGE};
+use super::{gid_v4, odp_mr_req, req_with_pages, QpH, RingH, Wqe, BASE, PAGE};
 
 /// Guest RAM of a [`Node::bare`] device: 64 MiB at 0 and 16 MiB at 4 GiB (a hole in between).
 pub const RAM0: (u64, usize) = (0, 64 << 20);
@@ -83,6 +83,14 @@ impl Node {
     /// (a hole in between): what the command-level tests drive.
     pub fn bare() -> Node {
         Self::bare_with(DeviceConfig::default())
+    }
+
+    /// [`Node::bare`] whose device takes ODP MRs, implicit ones included.
+    pub fn bare_odp() -> Node {
+        let mut cfg = DeviceConfig::default();
+        cfg.odp.enabled = true;
+        cfg.odp.implicit = true;
+        Self::bare_with(cfg)
     }
 
     /// [`Node::bare`] with configuration `cfg`.
@@ -241,14 +249,7 @@ impl Node {
 
     /// Explicit ODP MR over `[gpa, gpa+len)` with iova == gpa.
     pub fn reg_odp_mr(&mut self, pd: u32, gpa: u64, len: u64, access: u32) -> u32 {
-        let c = VrdmaCmdRegMr {
-            pdn: pd,
-            access: access | VRDMA_ACCESS_ON_DEMAND,
-            iova: gpa,
-            length: len,
-            page_shift: 12,
-            npages: 0,
-        };
+        let c = odp_mr_req(pd, access | VRDMA_ACCESS_ON_DEMAND, gpa, len);
         let r = self
             .cmd(VRDMA_CMD_REG_ODP_MR, c.as_bytes())
             .expect("reg odp mr");

@@ -38,12 +38,7 @@ impl FabricRc {
         len: u64,
         capture: Option<&Path>,
     ) -> FabricRc {
-        let Sides {
-            mut a,
-            mut b,
-            pda,
-            pdb,
-        } = Sides::new(32, 9000);
+        let (mut a, mut b, pda, pdb) = Sides::new(32, 9000).parts();
         let spec = QpPairSpec {
             qp_type,
             cq_depth,

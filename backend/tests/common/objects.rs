@@ -387,3 +387,16 @@ pub fn av_to_host(last: u8) -> VrdmaAv {
         reserved: 0,
     }
 }
+
+/// A REG_MR request without a page list (`npages` 0, 4 KiB pages): the ODP forms (explicit
+/// ODP, implicit with iova 0 and length `u64::MAX`).
+pub fn odp_mr_req(pdn: u32, access: u32, iova: u64, length: u64) -> VrdmaCmdRegMr {
+    VrdmaCmdRegMr {
+        pdn,
+        access,
+        iova,
+        length,
+        page_shift: 12,
+        npages: 0,
+    }
+}

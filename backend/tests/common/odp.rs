@@ -131,14 +131,12 @@ pub fn enable_odp(n: &mut Node, odp: OdpConfig) {
 
 /// Register an explicit ODP MR `[va, va + len)` or (implicit) the implicit ODP MR; returns its key.
 pub fn reg_odp(n: &mut Node, pd: u32, va: u64, len: u64, implicit: bool) -> u32 {
-    let c = VrdmaCmdRegMr {
-        pdn: pd,
-        access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
-        iova: if implicit { 0 } else { va },
-        length: if implicit { u64::MAX } else { len },
-        page_shift: 12,
-        npages: 0,
-    };
+    let c = odp_mr_req(
+        pd,
+        ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
+        if implicit { 0 } else { va },
+        if implicit { u64::MAX } else { len },
+    );
     let op = if implicit {
         VRDMA_CMD_REG_IMPLICIT_MR
     } else {

@@ -28,6 +28,11 @@ impl Sides {
         let pdb = b.create_pd();
         Sides { a, b, pda, pdb }
     }
+
+    /// (a, b, pda, pdb), for a test that goes on with them as locals.
+    pub fn parts(self) -> (Node, Node, u32, u32) {
+        (self.a, self.b, self.pda, self.pdb)
+    }
 }
 
 /// The attributes `connect` sets on the way to RTS besides the peer: path MTU (IBTA enum),

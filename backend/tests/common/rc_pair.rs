@@ -228,12 +228,7 @@ impl RcPairBuilder {
         let b = self
             .b
             .unwrap_or_else(|| Node::new(2, self.mem_mib, self.eth_mtu));
-        let Sides {
-            mut a,
-            mut b,
-            pda,
-            pdb,
-        } = Sides::of(a, b);
+        let (mut a, mut b, pda, pdb) = Sides::of(a, b).parts();
         let srq_b = self.srq_b.then(|| b.create_srq(pdb, 64, 4, 0));
         let spec = QpPairSpec {
             qp_type: self.qp_type,
