@@ -28,7 +28,7 @@ fn main() {
     });
     let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // timeout 14 (67 ms) like perftest: a loaded 2-core host can starve an engine thread.
-    connect(&mut a, &qa, &mut b, &qb, mtu, 14, 7, 7);
+    connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(mtu));
     let buf = 16u64 << 20;
     let src = a.alloc(buf);
     let dst = b.alloc(buf);

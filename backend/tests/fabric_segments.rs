@@ -411,11 +411,13 @@ fn an_uplink_gets_standard_frames() {
     let (cc, _) = c.create_cq(256);
     let mut qa = a.create_qp(QpSpec::rc(pda, ca));
     let qc = c.create_qp(QpSpec::rc(pdc, cc));
-    connect(&mut a, &qa, &mut c, &qc, 5, 14, 7, 7);
-    let src = a.alloc(LEN);
-    let dst = c.alloc(LEN);
-    let ka = a.reg_mr(pda, src, LEN, ACC_ALL);
-    let kc = c.reg_mr(pdc, dst, LEN, ACC_ALL);
+    connect(&mut a, &qa, &mut c, &qc, RtsAttrs::mtu(5));
+    let MrPair {
+        src,
+        ka,
+        dst,
+        kb: kc,
+    } = MrPair::new(&mut a, &mut c, pda, pdc, LEN);
     let data = pattern(9, LEN as usize);
     a.write(src, &data);
     let (ua, uc) = udp_pair();

@@ -134,7 +134,7 @@ fn every_qp_is_served_after_a_doorbell_flood() {
         sb.rq_depth = 16;
         let qa = a.create_qp(sa);
         let qb = b.create_qp(sb);
-        connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+        connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(3));
         pairs.push((qa, qb));
     }
     for (i, (qa, _)) in pairs.iter_mut().enumerate() {

@@ -556,11 +556,8 @@ fn prove_usable(a: &mut Node) {
     let (cb, mut cqb) = b.create_cq(64);
     let mut qa = a.create_qp(QpSpec::rc(pda, ca));
     let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(16384);
-    let dst = b.alloc(16384);
-    let ka = a.reg_mr(pda, src, 16384, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 16384, ACC_ALL);
+    connect(a, &qa, &mut b, &qb, RtsAttrs::mtu(3));
+    let MrPair { src, ka, dst, kb } = MrPair::new(a, &mut b, pda, pdb, 16384);
     let data = pattern(42, 10000);
     a.write(src, &data);
     let mut rq = qb.rq.clone().unwrap();

@@ -65,7 +65,7 @@ fn bed() -> Bed {
     let (cb2, tcqb) = b.create_cq(4096);
     let ta = a.create_qp(QpSpec::rc(pda, ca2));
     let tb = b.create_qp(QpSpec::rc(pdb, cb2));
-    connect(&mut a, &ta, &mut b, &tb, 3, 14, 7, 7);
+    connect(&mut a, &ta, &mut b, &tb, RtsAttrs::mtu(3));
     let tsrc = a.alloc(65536);
     let tka = a.reg_mr(pda, tsrc, 65536, ACC_ALL);
     let area = b.alloc(TLEN + 8192);
@@ -92,7 +92,7 @@ fn bed() -> Bed {
     let r = b.create_qp(QpSpec::rc(pdb, cb2));
     let e = b.create_qp(QpSpec::rc(pdb, cb2));
     let avb = b.av_to(&a);
-    rts(&mut b, &e, ta.qpn, avb, 3, 14, 7, 7, 5000, 1000);
+    rts(&mut b, &e, ta.qpn, avb, RtsAttrs::mtu(3), (5000, 1000));
     b.qp_to_err(e.qpn);
     Bed {
         a,
@@ -340,7 +340,7 @@ fn revive_target(t: &mut Bed) {
         rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
     }
     let tb = t.tb.clone();
-    rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
+    rts(&mut t.b, &tb, t.ta.qpn, av, RtsAttrs::mtu(3), (5000, 1000));
     let mut rq = t.tb.rq.clone().unwrap();
     // Post fresh receives.
     for i in 0..4 {
@@ -355,7 +355,7 @@ fn revive_target(t: &mut Bed) {
     t.a.modify_qp(t.ta.qpn, VRDMA_QP_STATE, a).unwrap();
     t.ta.sq.idx = t.a.mem.load_u32_acquire(t.ta.sq.ctrl()).unwrap();
     let ta = t.ta.clone();
-    rts(&mut t.a, &ta, t.tb.qpn, av, 3, 14, 7, 7, 1000, 5000);
+    rts(&mut t.a, &ta, t.tb.qpn, av, RtsAttrs::mtu(3), (1000, 5000));
 }
 
 fn run(seed: u64, budget: Duration) {
@@ -662,7 +662,7 @@ fn reset_tb_empty(t: &mut Bed) {
     rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
     t.tb.sq.idx = t.b.mem.load_u32_acquire(t.tb.sq.ctrl()).unwrap();
     let (tb, av) = (t.tb.clone(), t.b.av_to(&t.a));
-    rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
+    rts(&mut t.b, &tb, t.ta.qpn, av, RtsAttrs::mtu(3), (5000, 1000));
     t.b.out.take_events();
 }
 

@@ -441,7 +441,7 @@ fn type2_window_is_usable_only_by_its_qp() {
     let (cb2, _cqb2) = p.b.create_cq(64);
     let qa2 = p.a.create_qp(QpSpec::rc(pda2, ca2));
     let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, cb2));
-    connect(&mut p.a, &qa2, &mut p.b, &qb2, 3, 12, 7, 7);
+    connect(&mut p.a, &qa2, &mut p.b, &qb2, RtsAttrs::mtu(3).timeout(12));
     let src2 = p.a.alloc(4096);
     let ka2 = p.a.reg_mr(pda2, src2, 4096, ACC_ALL);
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
@@ -465,7 +465,7 @@ fn type2_send_with_invalidate_on_another_qp_is_refused() {
     let (cb2, cqb2) = p.b.create_cq(64);
     let mut qa2 = p.a.create_qp(QpSpec::rc(pda2, ca2));
     let mut qb2 = p.b.create_qp(QpSpec::rc(p.pdb, cb2));
-    connect(&mut p.a, &qa2, &mut p.b, &qb2, 3, 12, 7, 7);
+    connect(&mut p.a, &qa2, &mut p.b, &qb2, RtsAttrs::mtu(3).timeout(12));
     let src2 = p.a.alloc(4096);
     let ka2 = p.a.reg_mr(pda2, src2, 4096, ACC_ALL);
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
@@ -582,7 +582,7 @@ fn destroy_qp_frees_its_type2_windows() {
     let (cb2, cqb2) = p.b.create_cq(64);
     let qa2 = p.a.create_qp(QpSpec::rc(pda2, ca2));
     let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, cb2));
-    connect(&mut p.a, &qa2, &mut p.b, &qb2, 3, 12, 7, 7);
+    connect(&mut p.a, &qa2, &mut p.b, &qb2, RtsAttrs::mtu(3).timeout(12));
     handle_cmd(&mut p.b, VRDMA_CMD_DESTROY_QP, p.qb.qpn).expect("destroy the binding QP");
     // The window is free again: a bind through the other QP succeeds (a bound 2B window would
     // refuse it, o10-37.2.30).

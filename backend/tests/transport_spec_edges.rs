@@ -105,7 +105,7 @@ fn read_spanning_too_many_psns_is_a_length_error() {
             // The QP went to ERROR; start again for the boundary case.
             p.qa = p.a.create_qp(QpSpec::rc(p.pda, p.cqna));
             let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, p.cqnb));
-            connect(&mut p.a, &p.qa, &mut p.b, &qb2, 1, 14, 7, 7);
+            connect(&mut p.a, &p.qa, &mut p.b, &qb2, RtsAttrs::mtu(1));
         }
     }
 }

@@ -42,12 +42,9 @@ fn bed() -> Bed {
     };
     let qb = [b.create_qp(on_srq), b.create_qp(on_srq)];
     for i in 0..2 {
-        connect(&mut a, &qa[i], &mut b, &qb[i], 3, 10, 7, 7);
+        connect(&mut a, &qa[i], &mut b, &qb[i], RtsAttrs::mtu(3).timeout(10));
     }
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 65536);
     let _ = b.events();
     Bed {
         a,

@@ -35,7 +35,7 @@ fn bed() -> (Node, Node, HealthyPair) {
         let q = a.create_qp(tiny(pda, ca));
         if i % 100 == 0 {
             let av = a.av_to(&b);
-            rts(&mut a, &q, 0x00ab_0000 + i, av, 3, 14, 7, 7, 1, 1);
+            rts(&mut a, &q, 0x00ab_0000 + i, av, RtsAttrs::mtu(3), (1, 1));
         }
     }
     let pair = HealthyPair::new(&mut a, &mut b, pda, pdb);

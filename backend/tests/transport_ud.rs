@@ -63,10 +63,7 @@ fn ud_pair(a: Node, b: Node, t: u32, qkey: u32) -> Ud {
     ud_rts(&mut b, &qb, qkey);
     let av = a.av_to(&b);
     let ah = a.create_ah(pda, av);
-    let src = a.alloc(8192);
-    let dst = b.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 8192);
     Ud {
         a,
         b,
@@ -284,7 +281,7 @@ fn srq_shared_by_several_qps_with_limit_event() {
             srq: Some(srqn),
             ..QpSpec::rc(pdb, cb)
         });
-        connect(&mut a, &qa, &mut b, &qb, 3, 12, 7, 7);
+        connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(3).timeout(12));
         qas.push(qa);
         qbs.push(qb);
     }
@@ -336,11 +333,19 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
     };
     let mut qa = a.create_qp(spec(pda, ca));
     let mut qb = b.create_qp(spec(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 1, 0, 0, 0);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    connect(
+        &mut a,
+        &qa,
+        &mut b,
+        &qb,
+        RtsAttrs {
+            mtu: 1,
+            timeout: 0,
+            retry: 0,
+            rnr_retry: 0,
+        },
+    );
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 65536);
     let data = pattern(21, 65536);
     a.write(src, &data);
     let mut link = Link::clean();

@@ -163,10 +163,7 @@ fn bed() -> Bed {
     let (ava, avb) = (a.av_to(&b), b.av_to(&a));
     xrc_rts(&mut a, ini.qpn, false, tgt, ava, 1000, 5000);
     xrc_rts(&mut b, tgt, true, ini.qpn, avb, 5000, 1000);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 65536);
     let _ = b.events();
     Bed {
         a,

@@ -408,7 +408,7 @@ impl Unlinked {
         let qa = a.create_qp(spec(pda, ca));
         let qb = b.create_qp(spec(pdb, cb));
         // timeout 14 (~67 ms), retry 7, rnr_retry 7 (infinite: ODP responders RNR-NAK).
-        connect(&mut a, &qa, &mut b, &qb, mtu_enum(path_mtu), 14, 7, 7);
+        connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(mtu_enum(path_mtu)));
         // Chunk-aligned buffers so an implicit mapping starts on a chunk too.
         let ga = a.alloc(buf_len + CHUNK).next_multiple_of(CHUNK);
         let gb = b.alloc(buf_len + CHUNK).next_multiple_of(CHUNK);

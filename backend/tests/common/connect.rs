@@ -4,40 +4,58 @@ use vrdma_spec::*;
 
 use super::{Node, QpH};
 
-/// Bring an RC/UC pair to RTS (IBTA 10.3.1 transitions with the usual attribute masks).
-#[allow(clippy::too_many_arguments)]
-pub fn connect(
-    a: &mut Node,
-    qa: &QpH,
-    b: &mut Node,
-    qb: &QpH,
-    mtu: u32,
-    timeout: u8,
-    retry: u8,
-    rnr_retry: u8,
-) {
-    let (ava, avb) = (a.av_to(b), b.av_to(a));
-    rts(
-        a, qa, qb.qpn, ava, mtu, timeout, retry, rnr_retry, 1000, 5000,
-    );
-    rts(
-        b, qb, qa.qpn, avb, mtu, timeout, retry, rnr_retry, 5000, 1000,
-    );
+/// The attributes `connect` and `rts` set on the way to RTS besides the peer: path MTU (IBTA
+/// enum), local ACK timeout, retry and RNR retry counts.
+#[derive(Debug, Clone, Copy)]
+pub struct RtsAttrs {
+    pub mtu: u32,
+    pub timeout: u8,
+    pub retry: u8,
+    pub rnr_retry: u8,
 }
 
-#[allow(clippy::too_many_arguments)]
+impl RtsAttrs {
+    /// Path MTU enum `mtu`, timeout 14 (67 ms: robust against a loaded host starving an engine
+    /// thread), retry and RNR retry 7 (infinite RNR retry).
+    pub fn mtu(mtu: u32) -> RtsAttrs {
+        RtsAttrs {
+            mtu,
+            timeout: 14,
+            retry: 7,
+            rnr_retry: 7,
+        }
+    }
+
+    setters! {
+        /// Local ACK timeout (IBTA 4.096 µs · 2^timeout; default 14).
+        timeout: u8;
+    }
+}
+
+/// Bring an RC/UC pair to RTS (IBTA 10.3.1 transitions with the usual attribute masks); A's
+/// send PSN is 1000, B's 5000.
+pub fn connect(a: &mut Node, qa: &QpH, b: &mut Node, qb: &QpH, attrs: RtsAttrs) {
+    let (ava, avb) = (a.av_to(b), b.av_to(a));
+    rts(a, qa, qb.qpn, ava, attrs, (1000, 5000));
+    rts(b, qb, qa.qpn, avb, attrs, (5000, 1000));
+}
+
+/// Take QP `q` of `n` through INIT and RTR to RTS towards QP `dest` at `av`, with `attrs` and
+/// `(sq_psn, rq_psn)`.
 pub fn rts(
     n: &mut Node,
     q: &QpH,
     dest: u32,
     av: VrdmaAv,
-    mtu: u32,
-    timeout: u8,
-    retry: u8,
-    rnr_retry: u8,
-    sq_psn: u32,
-    rq_psn: u32,
+    attrs: RtsAttrs,
+    (sq_psn, rq_psn): (u32, u32),
 ) {
+    let RtsAttrs {
+        mtu,
+        timeout,
+        retry,
+        rnr_retry,
+    } = attrs;
     let rc = q.qp_type == VRDMA_QPT_RC;
     let mut a = VrdmaQpAttr {
         qp_state: VRDMA_QPS_INIT,
@@ -114,4 +132,11 @@ pub fn ud_rts(n: &mut Node, q: &QpH, qkey: u32) {
     a.sq_psn = 7;
     n.modify_qp(q.qpn, VRDMA_QP_STATE | VRDMA_QP_SQ_PSN, a)
         .expect("UD RTS");
+}
+
+/// Connect QPs `q1` and `q2` of one node to each other (send PSNs 100 and 200).
+pub fn connect_loopback(n: &mut Node, q1: &QpH, q2: &QpH, attrs: RtsAttrs) {
+    let av = n.av_to(n);
+    rts(n, q1, q2.qpn, av, attrs, (100, 200));
+    rts(n, q2, q1.qpn, av, attrs, (200, 100));
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use vrdma_backend::fabric::{Fabric, FabricBuilder, PortId};
 
-use super::{pattern, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, Sides, ACC_ALL};
+use super::{pattern, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, Sides};
 
 /// See the module documentation.
 pub struct FabricRc {
@@ -52,10 +52,7 @@ impl FabricRc {
             qa, qb, cqa, cqb, ..
         } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
         let rqb = qb.rq.clone().expect("an RQ");
-        let src = a.alloc(len);
-        let dst = b.alloc(len);
-        let ka = a.reg_mr(pda, src, len, ACC_ALL);
-        let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+        let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, len);
         a.write(src, &pattern(7, len as usize));
         b.write(dst, &pattern(8, len as usize));
         let mut fb = FabricBuilder::new();

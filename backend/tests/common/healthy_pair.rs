@@ -5,7 +5,7 @@ use std::time::Duration;
 use vrdma_spec::*;
 
 use super::{
-    pattern, pump_until, rdma, send, Link, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, ACC_ALL,
+    pattern, pump_until, rdma, send, Link, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs,
 };
 
 /// its rounds prove that other QPs lose nothing (the "never loses another QP's data" rule).
@@ -26,10 +26,7 @@ impl HealthyPair {
         let QpPair {
             qa, qb, cqa, cqb, ..
         } = QpPair::open(a, b, pda, pdb, QpPairSpec::rc(1024, RtsAttrs::mtu(3)));
-        let src = a.alloc(65536);
-        let dst = b.alloc(65536);
-        let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-        let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+        let MrPair { src, ka, dst, kb } = MrPair::new(a, b, pda, pdb, 65536);
         HealthyPair {
             qa,
             qb,

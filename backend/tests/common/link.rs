@@ -79,6 +79,42 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Deliver every frame `a` and `b` have sent to the other (through the impairments);
+    /// `observe` applies the filters and counts the frames delivered. Returns how many were.
+    fn carry(&mut self, a: &mut Node, b: &mut Node, observe: bool) -> usize {
+        let ab = Self::carry_one_way(&self.ab, self.filter_ab.as_mut(), a, b, observe);
+        let ba = Self::carry_one_way(&self.ba, self.filter_ba.as_mut(), b, a, observe);
+        if observe {
+            self.frames_ab += ab as u64;
+            self.frames_ba += ba as u64;
+        }
+        ab + ba
+    }
+
+    fn carry_one_way(
+        pipe: &Impaired<MemPipe>,
+        filter: Option<&mut Filter>,
+        from: &mut Node,
+        to: &mut Node,
+        observe: bool,
+    ) -> usize {
+        let mut filter = filter.filter(|_| observe);
+        for f in std::mem::take(&mut from.dev.outbox(0).frames) {
+            if filter.as_mut().is_none_or(|flt| flt(&f)) {
+                let _ = pipe.send(&f);
+            }
+        }
+        let _ = pipe.flush();
+        let mut moved = 0;
+        for f in pipe.inner().drain() {
+            transport::on_frame(&to.dev, &f);
+            moved += 1;
+        }
+        moved
+    }
+}
+
 /// Move frames between two nodes until `done` holds, firing timers in virtual time whenever the
 /// link is quiet. Panics after `limit` of wall-clock time.
 pub fn pump_until(
@@ -95,29 +131,7 @@ pub fn pump_until(
             return;
         }
         assert!(start.elapsed() < limit, "pump: timed out");
-        let mut moved = 0;
-        for f in std::mem::take(&mut a.dev.outbox(0).frames) {
-            if link.filter_ab.as_mut().is_none_or(|flt| flt(&f)) {
-                let _ = link.ab.send(&f);
-            }
-        }
-        let _ = link.ab.flush();
-        for f in link.ab.inner().drain() {
-            transport::on_frame(&b.dev, &f);
-            link.frames_ab += 1;
-            moved += 1;
-        }
-        for f in std::mem::take(&mut b.dev.outbox(0).frames) {
-            if link.filter_ba.as_mut().is_none_or(|flt| flt(&f)) {
-                let _ = link.ba.send(&f);
-            }
-        }
-        let _ = link.ba.flush();
-        for f in link.ba.inner().drain() {
-            transport::on_frame(&a.dev, &f);
-            link.frames_ba += 1;
-            moved += 1;
-        }
+        let moved = link.carry(a, b, true);
         if moved == 0 && a.dev.outbox(0).frames.is_empty() && b.dev.outbox(0).frames.is_empty() {
             // Quiet: advance virtual time to the earliest transport deadline.
             let now = Instant::now().max(vt);
@@ -170,23 +184,7 @@ pub fn pump_cqes(
 pub fn pump_idle(a: &mut Node, b: &mut Node, link: &mut Link) {
     let start = Instant::now();
     loop {
-        let mut moved = 0;
-        for f in std::mem::take(&mut a.dev.outbox(0).frames) {
-            let _ = link.ab.send(&f);
-        }
-        let _ = link.ab.flush();
-        for f in link.ab.inner().drain() {
-            transport::on_frame(&b.dev, &f);
-            moved += 1;
-        }
-        for f in std::mem::take(&mut b.dev.outbox(0).frames) {
-            let _ = link.ba.send(&f);
-        }
-        let _ = link.ba.flush();
-        for f in link.ba.inner().drain() {
-            transport::on_frame(&a.dev, &f);
-            moved += 1;
-        }
+        let moved = link.carry(a, b, false);
         if moved == 0 {
             return;
         }

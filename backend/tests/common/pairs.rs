@@ -4,7 +4,7 @@
 
 use vrdma_spec::*;
 
-use super::{connect, Node, QpH, QpSpec, RingH};
+use super::{connect, Node, QpH, QpSpec, RingH, RtsAttrs, ACC_ALL};
 
 /// Nodes 1 and 2 with a PD each.
 pub struct Sides {
@@ -32,29 +32,6 @@ impl Sides {
     /// (a, b, pda, pdb), for a test that goes on with them as locals.
     pub fn parts(self) -> (Node, Node, u32, u32) {
         (self.a, self.b, self.pda, self.pdb)
-    }
-}
-
-/// The attributes `connect` sets on the way to RTS besides the peer: path MTU (IBTA enum),
-/// local ACK timeout, retry and RNR retry counts.
-#[derive(Debug, Clone, Copy)]
-pub struct RtsAttrs {
-    pub mtu: u32,
-    pub timeout: u8,
-    pub retry: u8,
-    pub rnr_retry: u8,
-}
-
-impl RtsAttrs {
-    /// Path MTU enum `mtu`, timeout 14 (67 ms: robust against a loaded host starving an engine
-    /// thread), retry and RNR retry 7 (infinite RNR retry).
-    pub fn mtu(mtu: u32) -> RtsAttrs {
-        RtsAttrs {
-            mtu,
-            timeout: 14,
-            retry: 7,
-            rnr_retry: 7,
-        }
     }
 }
 
@@ -106,8 +83,7 @@ impl QpPair {
             srq: spec.srq_b,
             ..QpSpec::rc(pdb, cqnb)
         });
-        let r = spec.rts;
-        connect(a, &qa, b, &qb, r.mtu, r.timeout, r.retry, r.rnr_retry);
+        connect(a, &qa, b, &qb, spec.rts);
         QpPair {
             qa,
             qb,
@@ -116,5 +92,24 @@ impl QpPair {
             cqna,
             cqnb,
         }
+    }
+}
+
+/// A `len`-byte MR with every access on each side: A's `src` (key `ka`), B's `dst` (key `kb`).
+pub struct MrPair {
+    pub src: u64,
+    pub ka: u32,
+    pub dst: u64,
+    pub kb: u32,
+}
+
+impl MrPair {
+    /// Allocate `len` bytes on each side and register them in PDs `pda` and `pdb`.
+    pub fn new(a: &mut Node, b: &mut Node, pda: u32, pdb: u32, len: u64) -> MrPair {
+        let src = a.alloc(len);
+        let dst = b.alloc(len);
+        let ka = a.reg_mr(pda, src, len, ACC_ALL);
+        let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+        MrPair { src, ka, dst, kb }
     }
 }

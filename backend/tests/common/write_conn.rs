@@ -1,7 +1,7 @@
 //! One RC connection between two nodes with a patterned source MR on one side and a
 //! destination MR on the other: what the multi-connection engine tests and benches write over.
 
-use super::{pattern, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, ACC_ALL};
+use super::{pattern, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs};
 
 /// See the module documentation.
 pub struct WriteConn {
@@ -24,10 +24,7 @@ impl WriteConn {
         let pdb = b.create_pd();
         let QpPair { qa, cqa, .. } =
             QpPair::open(a, b, pda, pdb, QpPairSpec::rc(256, RtsAttrs::mtu(5)));
-        let src = a.alloc(len);
-        let dst = b.alloc(len);
-        let ka = a.reg_mr(pda, src, len, ACC_ALL);
-        let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+        let MrPair { src, ka, dst, kb } = MrPair::new(a, b, pda, pdb, len);
         let data = pattern(seed, len as usize);
         a.write(src, &data);
         WriteConn {
