@@ -213,6 +213,16 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     (reqs, resps)
 }
 
+/// Drop what both nodes sent and drain the hostile CQs so they never overflow (overflow is a
+/// defined outcome too, but it is not what these tests are about).
+fn drop_output(t: &mut Bed) {
+    t.a.dev.outbox(0).frames.clear();
+    t.b.dev.outbox(0).frames.clear();
+    t.a.poll_cq(&mut t.tcqa);
+    t.b.poll_cq(&mut t.tcqb);
+    t.b.poll_cq(&mut t.ucqb);
+}
+
 fn mutate(r: &mut Rng, t: &Bed, tpl: &[u8]) -> Vec<u8> {
     let mut f = tpl.to_vec();
     let qpns = [
@@ -391,13 +401,7 @@ fn run(seed: u64, budget: Duration) {
         let ra = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&t.a.dev, now)));
         let rb = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&t.b.dev, now)));
         assert!(ra.is_ok() && rb.is_ok(), "seed {seed}: on_tick panicked");
-        t.a.dev.outbox(0).frames.clear();
-        t.b.dev.outbox(0).frames.clear();
-        // Drain the hostile CQs so they never overflow (overflow is a defined outcome too, but
-        // it is not what this test is about).
-        t.a.poll_cq(&mut t.tcqa);
-        t.b.poll_cq(&mut t.tcqb);
-        t.b.poll_cq(&mut t.ucqb);
+        drop_output(&mut t);
         check_canary(&t);
         if round % 4 == 0 {
             revive_target(&mut t);
@@ -440,11 +444,7 @@ fn truncate_every_length() {
                 assert!(res.is_ok(), "template {i} resealed at {n}: panic");
             }
         }
-        t.a.dev.outbox(0).frames.clear();
-        t.b.dev.outbox(0).frames.clear();
-        t.a.poll_cq(&mut t.tcqa);
-        t.b.poll_cq(&mut t.tcqb);
-        t.b.poll_cq(&mut t.ucqb);
+        drop_output(&mut t);
     }
     check_canary(&t);
     healthy_round(&mut t, 7);

@@ -20,7 +20,7 @@ use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
 
 use crate::common::*;
-use crate::util::{poll_cq_mem, post_recv_mem};
+use crate::util::poll_cq_mem;
 
 /// Chunk size of ODP (the device default, `odp_chunk_shift` 21).
 pub const CHUNK: u64 = 2 << 20;
