@@ -70,10 +70,7 @@ fn bed_with(receivers: usize, workers_b: usize) -> Bed {
     let pdb = b.create_pd();
     let (ca, cqa) = a.create_cq(256);
     let (cb, cqb) = b.create_cq(256);
-    let ud = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    };
+    let ud = |pd, cq| QpSpec::of_type(VRDMA_QPT_UD, pd, cq);
     let qa = a.create_qp(ud(pda, ca));
     ud_rts(&mut a, &qa, QKEY);
     let qb: Vec<QpH> = (0..receivers)
@@ -244,10 +241,7 @@ fn attach_errors() {
     assert!(cfg.max_mcast_grp > 0 && cfg.max_mcast_qp_attach > 0);
     // QPs per group are bounded.
     let mut n = 0;
-    let ud = QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    };
+    let ud = QpSpec::of_type(VRDMA_QPT_UD, pd, cq);
     let status = loop {
         let qp = t.b.create_qp(QpSpec {
             sq_depth: 4,

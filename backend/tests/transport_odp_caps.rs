@@ -228,10 +228,7 @@ fn ud_send_from_and_receive_into_odp_mrs() {
     let pdb = b.create_pd();
     let (ca, mut cqa) = a.create_cq(64);
     let (cb, mut cqb) = b.create_cq(64);
-    let ud = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    };
+    let ud = |pd, cq| QpSpec::of_type(VRDMA_QPT_UD, pd, cq);
     let mut qa = a.create_qp(ud(pda, ca));
     let qb = b.create_qp(ud(pdb, cb));
     ud_rts(&mut a, &qa, 0x11);

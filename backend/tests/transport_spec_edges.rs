@@ -8,10 +8,7 @@ use vrdma_backend::transport;
 use vrdma_spec::*;
 
 fn ud_qp(n: &mut Node, pd: u32, cq: u32) -> QpH {
-    let q = n.create_qp(QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    });
+    let q = n.create_qp(QpSpec::of_type(VRDMA_QPT_UD, pd, cq));
     ud_rts(n, &q, 0x77);
     q
 }

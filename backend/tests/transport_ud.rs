@@ -30,10 +30,7 @@ fn poll_until(
 }
 
 fn ud_spec(pd: u32, cq: u32, t: u32) -> QpSpec {
-    QpSpec {
-        qp_type: t,
-        ..QpSpec::rc(pd, cq)
-    }
+    QpSpec::of_type(t, pd, cq)
 }
 
 struct Ud {
@@ -327,10 +324,7 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
     let (mut a, mut b, pda, pdb) = Sides::new(16, 1500).parts();
     let (ca, mut cqa) = a.create_cq(256);
     let (cb, mut cqb) = b.create_cq(256);
-    let spec = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UC,
-        ..QpSpec::rc(pd, cq)
-    };
+    let spec = |pd, cq| QpSpec::of_type(VRDMA_QPT_UC, pd, cq);
     let mut qa = a.create_qp(spec(pda, ca));
     let mut qb = b.create_qp(spec(pdb, cb));
     connect(

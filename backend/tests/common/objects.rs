@@ -81,6 +81,14 @@ impl QpSpec {
         b
     }
 
+    /// [`QpSpec::rc`] sizes for a QP of `qp_type` (UC, UD, GSI...).
+    pub fn of_type(qp_type: u32, pd: u32, cq: u32) -> QpSpec {
+        QpSpec {
+            qp_type,
+            ..QpSpec::rc(pd, cq)
+        }
+    }
+
     pub fn rc(pd: u32, cq: u32) -> QpSpec {
         QpSpec {
             pd,

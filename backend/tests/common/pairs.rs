@@ -74,10 +74,7 @@ impl QpPair {
     pub fn open(a: &mut Node, b: &mut Node, pda: u32, pdb: u32, spec: QpPairSpec) -> QpPair {
         let (cqna, cqa) = a.create_cq(spec.cq_depth);
         let (cqnb, cqb) = b.create_cq(spec.cq_depth);
-        let qa = a.create_qp(QpSpec {
-            qp_type: spec.qp_type,
-            ..QpSpec::rc(pda, cqna)
-        });
+        let qa = a.create_qp(QpSpec::of_type(spec.qp_type, pda, cqna));
         let qb = b.create_qp(QpSpec {
             qp_type: spec.qp_type,
             srq: spec.srq_b,
