@@ -222,17 +222,15 @@ fn uc_receive_into_an_odp_mr_is_a_local_protection_error() {
 /// (the receive after its chunk was faulted in, spec §14.6).
 #[test]
 fn ud_send_from_and_receive_into_odp_mrs() {
-    let mut a = Node::new_odp(1, 16);
-    let mut b = Node::new_odp(2, 16);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let ud = |pd, cq| QpSpec::of_type(VRDMA_QPT_UD, pd, cq);
-    let mut qa = a.create_qp(ud(pda, ca));
-    let qb = b.create_qp(ud(pdb, cb));
-    ud_rts(&mut a, &qa, 0x11);
-    ud_rts(&mut b, &qb, 0x11);
+    let (mut a, mut b, pda, pdb) = Sides::of(Node::new_odp(1, 16), Node::new_odp(2, 16)).parts();
+    let spec = QpPairSpec::datagram(VRDMA_QPT_UD, 64, 0x11);
+    let QpPair {
+        mut qa,
+        qb,
+        mut cqa,
+        mut cqb,
+        ..
+    } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
     let av = a.av_to(&b);
     let ah = a.create_ah(pda, av);
     let src = a.alloc(4 * MIB);

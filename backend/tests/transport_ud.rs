@@ -29,10 +29,6 @@ fn poll_until(
     (ga, gb)
 }
 
-fn ud_spec(pd: u32, cq: u32, t: u32) -> QpSpec {
-    QpSpec::of_type(t, pd, cq)
-}
-
 struct Ud {
     a: Node,
     b: Node,
@@ -49,15 +45,11 @@ struct Ud {
 }
 
 fn ud_pair(a: Node, b: Node, t: u32, qkey: u32) -> Ud {
-    let (mut a, mut b) = (a, b);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(ud_spec(pda, ca, t));
-    let qb = b.create_qp(ud_spec(pdb, cb, t));
-    ud_rts(&mut a, &qa, qkey);
-    ud_rts(&mut b, &qb, qkey);
+    let (mut a, mut b, pda, pdb) = Sides::of(a, b).parts();
+    let spec = QpPairSpec::datagram(t, 256, qkey);
+    let QpPair {
+        qa, qb, cqa, cqb, ..
+    } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
     let av = a.av_to(&b);
     let ah = a.create_ah(pda, av);
     let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 8192);

@@ -41,12 +41,7 @@ impl FabricRc {
         let (mut a, mut b, pda, pdb) = Sides::new(32, 9000).parts();
         let spec = QpPairSpec {
             qp_type,
-            cq_depth,
-            srq_b: None,
-            rts: RtsAttrs {
-                timeout,
-                ..RtsAttrs::mtu(mtu)
-            },
+            ..QpPairSpec::rc(cq_depth, RtsAttrs::mtu(mtu).timeout(timeout))
         };
         let QpPair {
             qa, qb, cqa, cqb, ..

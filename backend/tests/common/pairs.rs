@@ -4,7 +4,7 @@
 
 use vrdma_spec::*;
 
-use super::{connect, Node, QpH, QpSpec, RingH, RtsAttrs, ACC_ALL};
+use super::{connect, ud_rts, Node, QpH, QpSpec, RingH, RtsAttrs, ACC_ALL};
 
 /// Nodes 1 and 2 with a PD each.
 pub struct Sides {
@@ -43,7 +43,10 @@ pub struct QpPairSpec {
     pub cq_depth: u32,
     /// B's QP takes its receives from this SRQ instead of an RQ.
     pub srq_b: Option<u32>,
+    /// How RC and UC QPs are connected.
     pub rts: RtsAttrs,
+    /// The Q_Key of UD and GSI QPs, which are taken to RTS each on its own (`ud_rts`).
+    pub qkey: u32,
 }
 
 impl QpPairSpec {
@@ -54,6 +57,16 @@ impl QpPairSpec {
             cq_depth,
             srq_b: None,
             rts,
+            qkey: 0,
+        }
+    }
+
+    /// UD or GSI QPs (`qp_type`) with CQs of `cq_depth`, each in RTS with Q_Key `qkey`.
+    pub fn datagram(qp_type: u32, cq_depth: u32, qkey: u32) -> QpPairSpec {
+        QpPairSpec {
+            qp_type,
+            qkey,
+            ..QpPairSpec::rc(cq_depth, RtsAttrs::mtu(3))
         }
     }
 }
@@ -70,7 +83,8 @@ pub struct QpPair {
 }
 
 impl QpPair {
-    /// A CQ on each side, then a QP on each in PDs `pda` and `pdb`, connected.
+    /// A CQ on each side, then a QP on each in PDs `pda` and `pdb`, connected (or, UD and GSI,
+    /// each in RTS).
     pub fn open(a: &mut Node, b: &mut Node, pda: u32, pdb: u32, spec: QpPairSpec) -> QpPair {
         let (cqna, cqa) = a.create_cq(spec.cq_depth);
         let (cqnb, cqb) = b.create_cq(spec.cq_depth);
@@ -80,7 +94,12 @@ impl QpPair {
             srq: spec.srq_b,
             ..QpSpec::rc(pdb, cqnb)
         });
-        connect(a, &qa, b, &qb, spec.rts);
+        if matches!(spec.qp_type, VRDMA_QPT_UD | VRDMA_QPT_GSI) {
+            ud_rts(a, &qa, spec.qkey);
+            ud_rts(b, &qb, spec.qkey);
+        } else {
+            connect(a, &qa, b, &qb, spec.rts);
+        }
         QpPair {
             qa,
             qb,

@@ -230,16 +230,16 @@ impl RcPairBuilder {
             .unwrap_or_else(|| Node::new(2, self.mem_mib, self.eth_mtu));
         let (mut a, mut b, pda, pdb) = Sides::of(a, b).parts();
         let srq_b = self.srq_b.then(|| b.create_srq(pdb, 64, 4, 0));
+        let rts = RtsAttrs {
+            mtu: self.mtu,
+            timeout: self.timeout,
+            retry: self.retry,
+            rnr_retry: self.rnr_retry,
+        };
         let spec = QpPairSpec {
             qp_type: self.qp_type,
-            cq_depth: self.cq_depth,
             srq_b: srq_b.as_ref().map(|s| s.0),
-            rts: RtsAttrs {
-                mtu: self.mtu,
-                timeout: self.timeout,
-                retry: self.retry,
-                rnr_retry: self.rnr_retry,
-            },
+            ..QpPairSpec::rc(self.cq_depth, rts)
         };
         let QpPair {
             qa,
