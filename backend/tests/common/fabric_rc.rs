@@ -83,7 +83,7 @@ pub type C = (u64, u8, u8, u32);
 pub type Cqes = (Vec<C>, Vec<C>);
 
 /// Poll until a's CQ gave `n` completions and b's `m` (30 s at most).
-pub fn wait_cqes(
+pub fn wait_both_cqes(
     a: &mut Node,
     cqa: &mut RingH,
     b: &mut Node,
