@@ -63,13 +63,7 @@ fn rdma_write_and_read_between_odp_mrs() {
     );
     assert_eq!(p.a.read(gpa_a, 4096), data[..4096].to_vec());
     // The driver invalidates B's range: the next WRITE faults again and still lands.
-    let inv = VrdmaCmdOdpInvalidate {
-        mr_key: kb,
-        reserved: 0,
-        iova: va_b,
-        length: 8 << 20,
-    };
-    p.b.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).unwrap();
+    p.b.odp_invalidate(kb, va_b, 8 << 20);
     assert_eq!(p.b.dev.mrs.write().odp_resident_total(), 0);
     p.post(
         0,

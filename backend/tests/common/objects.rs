@@ -354,6 +354,19 @@ impl Node {
         self.cmd_status(VRDMA_CMD_MODIFY_QP, c.as_bytes()).0
     }
 
+    /// ODP_INVALIDATE [iova, iova + length) of ODP MR `key`, as the driver's MMU notifier does;
+    /// the device must accept it.
+    pub fn odp_invalidate(&mut self, key: u32, iova: u64, length: u64) {
+        let c = VrdmaCmdOdpInvalidate {
+            mr_key: key,
+            reserved: 0,
+            iova,
+            length,
+        };
+        self.cmd(VRDMA_CMD_ODP_INVALIDATE, c.as_bytes())
+            .expect("invalidate accepted");
+    }
+
     /// The QP's state as QUERY_QP reports it.
     pub fn query_qp_state(&mut self, qpn: u32) -> u32 {
         let (s, r) = self.cmd_status(VRDMA_CMD_QUERY_QP, &h(qpn));

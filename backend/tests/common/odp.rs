@@ -290,6 +290,12 @@ impl Pair {
         reg_odp(n, pd, 0, 0, true)
     }
 
+    /// The implicit ODP MR of `side` with [va, va + len) backed (see `back`): (key, GPA).
+    pub fn implicit_backed(&mut self, side: Side, va: u64, len: u64) -> (u32, u64) {
+        let key = self.implicit_mr(side);
+        (key, self.back(side, key, va, len))
+    }
+
     /// Back [va, va + len) of ODP MR `key` on `side` by fresh guest pages its pager maps;
     /// returns their GPA.
     pub fn back(&mut self, side: Side, key: u32, va: u64, len: u64) -> u64 {
