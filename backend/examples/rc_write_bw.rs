@@ -19,10 +19,7 @@ fn main() {
     let total_mib = args.first().copied().unwrap_or(512);
     let msg = args.get(1).copied().unwrap_or(1024) << 10;
     let mtu = args.get(2).copied().unwrap_or(5) as u32;
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 9000).parts();
     let (ca, mut cqa) = a.create_cq(4096);
     let (cb, _cqb) = b.create_cq(4096);
     let mut qa = a.create_qp(QpSpec {
@@ -31,7 +28,7 @@ fn main() {
     });
     let qb = b.create_qp(QpSpec::rc(pdb, cb));
     // timeout 14 (67 ms) like perftest: a loaded 2-core host can starve an engine thread.
-    connect(&mut a, &qa, &mut b, &qb, mtu, 14, 7, 7);
+    connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(mtu));
     let buf = 16u64 << 20;
     let src = a.alloc(buf);
     let dst = b.alloc(buf);

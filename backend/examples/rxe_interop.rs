@@ -112,7 +112,7 @@ fn main() {
         gid_v4([10, 0, 0, 2])
     };
     av.dmac = gmac;
-    rts(&mut a, &q, gqpn, av, 3, 14, 7, 7, psn, gpsn);
+    rts(&mut a, &q, gqpn, av, RtsAttrs::mtu(3), (psn, gpsn));
     let mut rq = q.rq.clone().unwrap();
     a.post_recv(&mut rq, 1, &[(buf + 24576, 4096, k)]);
 

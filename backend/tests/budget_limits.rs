@@ -177,14 +177,12 @@ fn every_object_kind_stops_at_the_budget_with_aliased_inputs() {
         npages: cfg.max_fast_reg_page_list_len,
         ..Default::default()
     };
-    let implicit = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
-        iova: 0,
-        length: u64::MAX,
-        page_shift: 12,
-        npages: 0,
-    };
+    let implicit = odp_mr_req(
+        pd,
+        VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
+        0,
+        u64::MAX,
+    );
     let rereg = |npages: u64| {
         with_pages(
             &VrdmaCmdReregMr {

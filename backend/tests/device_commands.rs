@@ -3,9 +3,10 @@
 
 mod common;
 
-use common::device::*;
 use common::rng::XorShift;
+use common::*;
 use std::time::{Duration, Instant};
+use vrdma_backend::device::DeviceConfig;
 use vrdma_backend::guest::ring::{CTRL_CONSUMER, CTRL_CQ_ARM, CTRL_ERROR, CTRL_PRODUCER};
 use vrdma_backend::objects::CqError;
 use vrdma_backend::qp::QpState;
@@ -16,8 +17,8 @@ const ALL_OPS: std::ops::RangeInclusive<u16> = 1..=35;
 
 #[test]
 fn query_device_and_port() {
-    let mut e = env();
-    let (s, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let mut e = Node::bare();
+    let (s, r) = e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]);
     assert_eq!(s, VRDMA_STATUS_OK);
     assert_eq!(r.len(), 256);
     let c = VrdmaConfig::read_from(&r).unwrap();
@@ -37,7 +38,7 @@ fn query_device_and_port() {
         port: 1,
         reserved: 0,
     };
-    let (s, r) = e.cmd(VRDMA_CMD_QUERY_PORT, q.as_bytes());
+    let (s, r) = e.cmd_status(VRDMA_CMD_QUERY_PORT, q.as_bytes());
     assert_eq!(s, VRDMA_STATUS_OK);
     let p = VrdmaRespQueryPort::read_from(&r).unwrap();
     assert_eq!(p.active_mtu, 3, "1500-byte Ethernet → IB MTU 1024");
@@ -47,16 +48,19 @@ fn query_device_and_port() {
         reserved: 0,
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_QUERY_PORT, q.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_QUERY_PORT, q.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
-    assert_eq!(e.cmd(VRDMA_CMD_QUERY_PORT, &[1, 0]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_QUERY_PORT, &[1, 0]).0,
+        VRDMA_STATUS_INVALID
+    );
 }
 
 #[test]
 fn odp_caps_advertised_only_when_enabled() {
-    let mut e = env();
-    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let mut e = Node::bare();
+    let (_, r) = e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]);
     let c = VrdmaConfig::read_from(&r).unwrap();
     assert_eq!(
         c.odp_general_caps,
@@ -73,11 +77,11 @@ fn odp_caps_advertised_only_when_enabled() {
     assert_eq!(c.odp_chunk_shift, 21);
     assert_eq!(e.dev.config.odp_feature_bits(), 0b11);
     // Disabled: no caps, no feature bits, registrations refused.
-    let mut cfg = config();
+    let mut cfg = DeviceConfig::default();
     cfg.odp.enabled = false;
     cfg.odp.implicit = false;
-    let mut e = env_with(cfg);
-    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let mut e = Node::bare_with(cfg);
+    let (_, r) = e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]);
     let c = VrdmaConfig::read_from(&r).unwrap();
     assert_eq!(
         (
@@ -90,25 +94,18 @@ fn odp_caps_advertised_only_when_enabled() {
     );
     assert_eq!(e.dev.config.odp_feature_bits(), 0);
     let pd = e.create_pd();
-    let mut m = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_ON_DEMAND,
-        iova: 0,
-        length: 4096,
-        page_shift: 12,
-        npages: 0,
-    };
+    let mut m = odp_mr_req(pd, VRDMA_ACCESS_ON_DEMAND, 0, 4096);
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_ODP_MR, m.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_ODP_MR, m.as_bytes()).0,
         VRDMA_STATUS_NOT_SUPPORTED
     );
     m.length = u64::MAX;
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, m.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_IMPLICIT_MR, m.as_bytes()).0,
         VRDMA_STATUS_NOT_SUPPORTED
     );
     // The other ODP commands are refused as well, even for a valid MR key (spec §11.2).
-    let (key, _) = e.reg_mr(pd, VRDMA_ACCESS_LOCAL_WRITE, 0, 4096);
+    let (key, _) = e.reg_mr_iova(pd, VRDMA_ACCESS_LOCAL_WRITE, 0, 4096);
     let advise = VrdmaCmdAdviseMr {
         lkey: key,
         advice: VRDMA_ADVISE_PREFETCH,
@@ -137,32 +134,36 @@ fn odp_caps_advertised_only_when_enabled() {
         (VRDMA_CMD_ODP_INVALIDATE, inval.as_bytes().to_vec()),
         (VRDMA_CMD_ODP_PAGE_RESP, resp.as_bytes().to_vec()),
     ] {
-        assert_eq!(e.cmd(op, &body).0, VRDMA_STATUS_NOT_SUPPORTED, "op {op}");
+        assert_eq!(
+            e.cmd_status(op, &body).0,
+            VRDMA_STATUS_NOT_SUPPORTED,
+            "op {op}"
+        );
     }
 }
 
 #[test]
 fn gid_table() {
-    let mut e = env();
+    let mut e = Node::bare();
     e.add_gid_v4(0, 1);
     assert!(e.dev.gids().is_local_ipv4("10.0.0.1".parse().unwrap()));
     assert!(!e.dev.gids().is_local_ipv4("10.0.0.2".parse().unwrap()));
     let bad_idx = VrdmaCmdGid {
         index: 128,
         type_: VRDMA_GID_TYPE_ROCE_V2,
-        gid: gid_v4(3),
+        gid: gid_v4([10, 0, 0, 3]),
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_ADD_GID, bad_idx.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_ADD_GID, bad_idx.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
     let bad_type = VrdmaCmdGid {
         index: 1,
         type_: 7,
-        gid: gid_v4(3),
+        gid: gid_v4([10, 0, 0, 3]),
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_ADD_GID, bad_type.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_ADD_GID, bad_type.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
     let del = VrdmaCmdGid {
@@ -170,9 +171,12 @@ fn gid_table() {
         type_: 0,
         gid: [0; 16],
     };
-    assert_eq!(e.cmd(VRDMA_CMD_DEL_GID, del.as_bytes()).0, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_DEL_GID, del.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_DEL_GID, del.as_bytes()).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DEL_GID, del.as_bytes()).0,
         VRDMA_STATUS_NOT_FOUND
     );
     assert!(!e.dev.gids().is_local_ipv4("10.0.0.1".parse().unwrap()));
@@ -180,52 +184,66 @@ fn gid_table() {
 
 #[test]
 fn pd_lifecycle_and_busy() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
     assert_ne!(pd, 0);
-    let (key, _) = e.reg_mr(pd, 0, 0, 4096);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_BUSY);
-    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
-    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_NOT_FOUND);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_OK);
+    let (key, _) = e.reg_mr_iova(pd, 0, 0, 4096);
     assert_eq!(
-        e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_BUSY
+    );
+    assert_eq!(e.cmd_status(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DEREG_MR, &h(key)).0,
         VRDMA_STATUS_NOT_FOUND
     );
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(0)).0, VRDMA_STATUS_NOT_FOUND);
-    let mut cfg = config();
-    cfg.max_pd = 2;
-    let mut e = env_with(cfg);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(0)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
+    let mut e = Node::bare_with(DeviceConfig {
+        max_pd: 2,
+        ..DeviceConfig::default()
+    });
     e.create_pd();
     e.create_pd();
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_PD, &h(0)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_PD, &h(0)).0,
         VRDMA_STATUS_NO_RESOURCES
     );
 }
 
 #[test]
 fn cq_create_hostile_inputs() {
-    let mut e = env();
+    let mut e = Node::bare();
     let (c, pages) = e.cq_req(64);
     let ok = req_with_pages(&c, &pages);
     // Trailing list shorter than npages.
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_CQ, &ok[..ok.len() - 8]).0,
+        e.cmd_status(VRDMA_CMD_CREATE_CQ, &ok[..ok.len() - 8]).0,
         VRDMA_STATUS_INVALID
     );
     // Huge npages with a short list: INVALID, no huge allocation.
     let mut huge = c;
     huge.npages = u32::MAX;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&huge, &pages)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_CQ, &req_with_pages(&huge, &pages))
+            .0,
         VRDMA_STATUS_INVALID
     );
     // npages mismatch with depth.
     let mut m = c;
     m.npages = 1;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&m, &pages[..1]))
+        e.cmd_status(VRDMA_CMD_CREATE_CQ, &req_with_pages(&m, &pages[..1]))
             .0,
         VRDMA_STATUS_INVALID
     );
@@ -233,7 +251,8 @@ fn cq_create_hostile_inputs() {
         let mut d = c;
         d.depth = depth;
         assert_eq!(
-            e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&d, &pages)).0,
+            e.cmd_status(VRDMA_CMD_CREATE_CQ, &req_with_pages(&d, &pages))
+                .0,
             VRDMA_STATUS_INVALID,
             "depth {depth}"
         );
@@ -242,30 +261,33 @@ fn cq_create_hostile_inputs() {
     let mut bad = pages.clone();
     bad[1] = 1 << 30;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &bad)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &bad))
+            .0,
         VRDMA_STATUS_BAD_ADDRESS
     );
     bad[1] = pages[1] + 8;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &bad)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &bad))
+            .0,
         VRDMA_STATUS_INVALID
     );
     // Pages in the second RAM region are fine.
     let high: Vec<u64> = (0..pages.len() as u64).map(|i| RAM1.0 + i * 4096).collect();
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &high)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_CQ, &req_with_pages(&c, &high))
+            .0,
         VRDMA_STATUS_OK
     );
-    assert_eq!(e.cmd(VRDMA_CMD_CREATE_CQ, &ok).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd_status(VRDMA_CMD_CREATE_CQ, &ok).0, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_DESTROY_CQ, &h(77)).0,
+        e.cmd_status(VRDMA_CMD_DESTROY_CQ, &h(77)).0,
         VRDMA_STATUS_NOT_FOUND
     );
 }
 
 #[test]
 fn qp_create_hostile_inputs() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(64);
     let (good, pages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, None, 16);
@@ -359,7 +381,8 @@ fn qp_create_hostile_inputs() {
         let mut c = good;
         m(&mut c);
         assert_eq!(
-            e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &pages)).0,
+            e.cmd_status(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &pages))
+                .0,
             want,
             "{what}"
         );
@@ -368,55 +391,69 @@ fn qp_create_hostile_inputs() {
     let mut bad = pages.clone();
     bad[2] = !4095;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &bad)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &bad))
+            .0,
         VRDMA_STATUS_BAD_ADDRESS
     );
     assert_eq!(e.dev.qps.len(), 0, "no QP leaked by failures");
     // Happy path: a random QPN in 16..0xffffff (spec §16); GSI is 1 and unique.
-    let (s, r) = e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &pages));
+    let (s, r) = e.cmd_status(VRDMA_CMD_CREATE_QP, &req_with_pages(&good, &pages));
     assert_eq!(s, VRDMA_STATUS_OK);
     let qpn = u32::from_le_bytes(r[..4].try_into().unwrap());
     assert!((VRDMA_FIRST_QPN..0xff_ffff).contains(&qpn), "qpn {qpn:#x}");
-    let gsi = e.create_qp(pd, VRDMA_QPT_GSI, cq, None);
+    let gsi = e.small_qp(pd, VRDMA_QPT_GSI, cq, None);
     assert_eq!(gsi, VRDMA_GSI_QPN);
     let (c, p) = e.qp_req(pd, VRDMA_QPT_GSI, cq, cq, None, 16);
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &p)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &p)).0,
         VRDMA_STATUS_BUSY
     );
     // CQ in use.
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_CQ, &h(cq)).0, VRDMA_STATUS_BUSY);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn)).0, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn)).0,
+        e.cmd_status(VRDMA_CMD_DESTROY_CQ, &h(cq)).0,
+        VRDMA_STATUS_BUSY
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_QP, &h(qpn)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_QP, &h(qpn)).0,
         VRDMA_STATUS_NOT_FOUND
     );
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(gsi)).0, VRDMA_STATUS_OK);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_CQ, &h(cq)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_QP, &h(gsi)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_CQ, &h(cq)).0,
+        VRDMA_STATUS_OK
+    );
 }
 
 #[test]
 fn qp_limit_and_many_qps() {
-    let mut cfg = config();
-    cfg.max_qp = 3;
-    let mut e = env_with(cfg);
+    let mut e = Node::bare_with(DeviceConfig {
+        max_qp: 3,
+        ..DeviceConfig::default()
+    });
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
     for _ in 0..3 {
-        e.create_qp(pd, VRDMA_QPT_UD, cq, None);
+        e.small_qp(pd, VRDMA_QPT_UD, cq, None);
     }
     let (c, p) = e.qp_req(pd, VRDMA_QPT_UD, cq, cq, None, 16);
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &p)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_QP, &req_with_pages(&c, &p)).0,
         VRDMA_STATUS_NO_RESOURCES
     );
     // The GSI QP does not count against max_qp.
-    assert_eq!(e.create_qp(pd, VRDMA_QPT_GSI, cq, None), 1);
+    assert_eq!(e.small_qp(pd, VRDMA_QPT_GSI, cq, None), 1);
 }
 
 #[test]
 fn srq_lifecycle_limit_and_events() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
     let n = ring_npages(16, 64).unwrap();
@@ -436,19 +473,22 @@ fn srq_lifecycle_limit_and_events() {
     let mut bad = c;
     bad.max_sge = 4;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages))
+            .0,
         VRDMA_STATUS_INVALID
     );
     bad = c;
     bad.srq_limit = 17;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages))
+            .0,
         VRDMA_STATUS_INVALID
     );
     bad = c;
     bad.pdn = 42;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages)).0,
+        e.cmd_status(VRDMA_CMD_CREATE_SRQ, &req_with_pages(&bad, &pages))
+            .0,
         VRDMA_STATUS_NOT_FOUND
     );
     c.srq_limit = 0;
@@ -462,7 +502,7 @@ fn srq_lifecycle_limit_and_events() {
         reserved: 0,
     };
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             modify(srqn, VRDMA_SRQ_MAX_WR, 0).as_bytes()
         )
@@ -471,7 +511,7 @@ fn srq_lifecycle_limit_and_events() {
         "a resize without the new ring's pages"
     );
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             modify(srqn, VRDMA_SRQ_LIMIT, 17).as_bytes()
         )
@@ -479,18 +519,19 @@ fn srq_lifecycle_limit_and_events() {
         VRDMA_STATUS_INVALID
     );
     assert_eq!(
-        e.cmd(VRDMA_CMD_MODIFY_SRQ, modify(srqn, 4, 1).as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_MODIFY_SRQ, modify(srqn, 4, 1).as_bytes())
+            .0,
         VRDMA_STATUS_INVALID
     );
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             modify(srqn, VRDMA_SRQ_LIMIT, 3).as_bytes()
         )
         .0,
         VRDMA_STATUS_OK
     );
-    let (s, r) = e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn));
+    let (s, r) = e.cmd_status(VRDMA_CMD_QUERY_SRQ, &h(srqn));
     assert_eq!(s, VRDMA_STATUS_OK);
     let q = VrdmaRespQuerySrq::read_from(&r).unwrap();
     assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (16, 3, 3));
@@ -535,23 +576,32 @@ fn srq_lifecycle_limit_and_events() {
     let (mut qc, qp_pages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, Some(srqn), 16);
     qc.rq_depth = 16;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_QP, &req_with_pages(&qc, &qp_pages))
+        e.cmd_status(VRDMA_CMD_CREATE_QP, &req_with_pages(&qc, &qp_pages))
             .0,
         VRDMA_STATUS_INVALID
     );
-    let qpn = e.create_qp(pd, VRDMA_QPT_RC, cq, Some(srqn));
+    let qpn = e.small_qp(pd, VRDMA_QPT_RC, cq, Some(srqn));
     assert!(e.dev.qps.get(qpn).unwrap().rq.is_none());
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_SRQ, &h(srqn)).0, VRDMA_STATUS_BUSY);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn)).0, VRDMA_STATUS_OK);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_SRQ, &h(srqn)).0, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn)).0,
+        e.cmd_status(VRDMA_CMD_DESTROY_SRQ, &h(srqn)).0,
+        VRDMA_STATUS_BUSY
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_QP, &h(qpn)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_SRQ, &h(srqn)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_QUERY_SRQ, &h(srqn)).0,
         VRDMA_STATUS_NOT_FOUND
     );
 }
 
 /// Create an SRQ of `depth` 64-byte slots; returns (srqn, its pages).
-fn srq_of(e: &mut Env, pd: u32, depth: u32, limit: u32) -> (u32, Vec<u64>) {
+fn srq_of(e: &mut Node, pd: u32, depth: u32, limit: u32) -> (u32, Vec<u64>) {
     let n = ring_npages(depth, 64).unwrap();
     let pages = e.pages(n as usize);
     let c = VrdmaCmdCreateSrq {
@@ -588,10 +638,10 @@ fn resize_req(srqn: u32, mask: u32, depth: u32, limit: u32, pages: &[u64]) -> Ve
 /// whole slots; refused (old ring kept) below the posted count or an armed limit.
 #[test]
 fn srq_resize_moves_posted_wqes() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
     let (srqn, old) = srq_of(&mut e, pd, 8, 0);
-    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let (_, r) = e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]);
     let cfg = VrdmaConfig::read_from(&r).unwrap();
     assert_ne!(cfg.device_caps & VRDMA_DEVCAP_SRQ_RESIZE, 0);
     // Post 8 (the ring is full), take 3: WQEs 3..7 are posted, the indices have moved on.
@@ -609,7 +659,7 @@ fn srq_resize_moves_posted_wqes() {
     // Too shallow for 5 posted WQEs, and a limit above the new depth: INVALID, nothing changes.
     let small = e.pages(ring_npages(4, 64).unwrap() as usize);
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_MAX_WR, 4, 0, &small)
         )
@@ -618,7 +668,7 @@ fn srq_resize_moves_posted_wqes() {
     );
     let big = e.pages(ring_npages(32, 64).unwrap() as usize);
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT, 32, 33, &big)
         )
@@ -627,7 +677,7 @@ fn srq_resize_moves_posted_wqes() {
     );
     // Wrong page count for the depth.
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_MAX_WR, 128, 0, &big)
         )
@@ -638,14 +688,14 @@ fn srq_resize_moves_posted_wqes() {
     assert_eq!(e.dev.srqs().get(srqn).unwrap().limit, 0);
     // Grow to 32 with a limit of 4 in the same command.
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_MAX_WR | VRDMA_SRQ_LIMIT, 32, 4, &big)
         )
         .0,
         VRDMA_STATUS_OK
     );
-    let (_, r) = e.cmd(VRDMA_CMD_QUERY_SRQ, &h(srqn));
+    let (_, r) = e.cmd_status(VRDMA_CMD_QUERY_SRQ, &h(srqn));
     let q = VrdmaRespQuerySrq::read_from(&r).unwrap();
     assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (32, 3, 4));
     assert_eq!(e.mem.load_u32_acquire(big[0] + CTRL_PRODUCER).unwrap(), 5);
@@ -680,7 +730,7 @@ fn srq_resize_moves_posted_wqes() {
     // Shrink to 4 while empty: allowed. A broken SRQ cannot be resized.
     let small = e.pages(ring_npages(4, 64).unwrap() as usize);
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_MAX_WR, 4, 0, &small)
         )
@@ -693,7 +743,7 @@ fn srq_resize_moves_posted_wqes() {
     assert!(e.dev.srq_pop(srqn, &mut buf).is_err());
     let again = e.pages(ring_npages(8, 64).unwrap() as usize);
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_MAX_WR, 8, 0, &again)
         )
@@ -702,7 +752,7 @@ fn srq_resize_moves_posted_wqes() {
     );
     // Pages without MAX_WR: INVALID.
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_MODIFY_SRQ,
             &resize_req(srqn, VRDMA_SRQ_LIMIT, 8, 0, &again)
         )
@@ -713,44 +763,50 @@ fn srq_resize_moves_posted_wqes() {
 
 #[test]
 fn ah_create_and_pd_check() {
-    let mut e = env();
+    let mut e = Node::bare();
     e.add_gid_v4(0, 1);
     let pd = e.create_pd();
     let pd2 = e.create_pd();
     let c = VrdmaCmdCreateAh {
         pdn: pd,
         reserved: 0,
-        av: av_to(2),
+        av: av_to_host(2),
     };
     let ah = e.ok_handle(VRDMA_CMD_CREATE_AH, c.as_bytes());
     assert!(e.dev.ahs().lookup_in_pd(ah, pd).is_some());
     assert!(e.dev.ahs().lookup_in_pd(ah, pd2).is_none());
-    assert_eq!(e.dev.ahs().get(ah).unwrap().sgid, gid_v4(1));
+    assert_eq!(e.dev.ahs().get(ah).unwrap().sgid, gid_v4([10, 0, 0, 1]));
     let mut bad = c;
     bad.av.sgid_index = 9;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_AH, bad.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_CREATE_AH, bad.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
     bad = c;
     bad.pdn = 99;
     assert_eq!(
-        e.cmd(VRDMA_CMD_CREATE_AH, bad.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_CREATE_AH, bad.as_bytes()).0,
         VRDMA_STATUS_NOT_FOUND
     );
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_BUSY);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_AH, &h(ah)).0, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_DESTROY_AH, &h(ah)).0,
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_BUSY
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_AH, &h(ah)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_AH, &h(ah)).0,
         VRDMA_STATUS_NOT_FOUND
     );
 }
 
 #[test]
 fn mr_commands() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
-    let (key, pages) = e.reg_mr(pd, VRDMA_ACCESS_LOCAL_WRITE, 0x7000_0000, 8192);
+    let (key, pages) = e.reg_mr_iova(pd, VRDMA_ACCESS_LOCAL_WRITE, 0x7000_0000, 8192);
     assert_eq!(pages.len(), 2);
     let r = e
         .dev
@@ -769,12 +825,12 @@ fn mr_commands() {
     };
     let p = e.pages(1);
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_MR, &req_with_pages(&mk(99, 0, 1), &p))
+        e.cmd_status(VRDMA_CMD_REG_MR, &req_with_pages(&mk(99, 0, 1), &p))
             .0,
         VRDMA_STATUS_NOT_FOUND
     );
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_REG_MR,
             &req_with_pages(&mk(pd, VRDMA_ACCESS_REMOTE_WRITE, 1), &p)
         )
@@ -782,18 +838,18 @@ fn mr_commands() {
         VRDMA_STATUS_ACCESS
     );
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_MR, &req_with_pages(&mk(pd, 0, 1), &[3 << 30]))
+        e.cmd_status(VRDMA_CMD_REG_MR, &req_with_pages(&mk(pd, 0, 1), &[3 << 30]))
             .0,
         VRDMA_STATUS_BAD_ADDRESS
     );
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_MR, &req_with_pages(&mk(pd, 0, 2), &p))
+        e.cmd_status(VRDMA_CMD_REG_MR, &req_with_pages(&mk(pd, 0, 2), &p))
             .0,
         VRDMA_STATUS_INVALID,
         "trailing list shorter than npages"
     );
     // DMA MR.
-    let (s, r) = e.cmd(
+    let (s, r) = e.cmd_status(
         VRDMA_CMD_REG_DMA_MR,
         mk(pd, VRDMA_ACCESS_LOCAL_WRITE, 0).as_bytes(),
     );
@@ -801,7 +857,7 @@ fn mr_commands() {
     let m = VrdmaRespRegMr::read_from(&r).unwrap();
     assert_eq!(m.lkey, m.rkey);
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_REG_DMA_MR,
             mk(pd, VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ, 0).as_bytes()
         )
@@ -809,16 +865,16 @@ fn mr_commands() {
         VRDMA_STATUS_ACCESS
     );
     // Fast-reg.
-    let (s, _) = e.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, mk(pd, 0, 16).as_bytes());
+    let (s, _) = e.cmd_status(VRDMA_CMD_ALLOC_FAST_REG_MR, mk(pd, 0, 16).as_bytes());
     assert_eq!(s, VRDMA_STATUS_OK);
     assert_eq!(
-        e.cmd(VRDMA_CMD_ALLOC_FAST_REG_MR, mk(pd, 0, 100_000).as_bytes())
+        e.cmd_status(VRDMA_CMD_ALLOC_FAST_REG_MR, mk(pd, 0, 100_000).as_bytes())
             .0,
         VRDMA_STATUS_INVALID
     );
     // ODP registrations: explicit needs a length, implicit needs iova 0 / length u64::MAX.
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_REG_ODP_MR,
             mk(pd, VRDMA_ACCESS_ON_DEMAND, 0).as_bytes()
         )
@@ -828,17 +884,17 @@ fn mr_commands() {
     let mut zero = mk(pd, VRDMA_ACCESS_ON_DEMAND, 0);
     zero.length = 0;
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_ODP_MR, zero.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_ODP_MR, zero.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
     let mut imp = mk(pd, VRDMA_ACCESS_ON_DEMAND, 0);
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
     imp.length = u64::MAX;
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
         VRDMA_STATUS_OK
     );
 }
@@ -847,11 +903,11 @@ fn mr_commands() {
 /// it was (spec §11.6).
 #[test]
 fn rereg_mr_keeps_key_and_refusals_change_nothing() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
     let pd2 = e.create_pd();
     let rw = VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_WRITE;
-    let (key, old_pages) = e.reg_mr(pd, rw, 0x7000_0000, 8192);
+    let (key, old_pages) = e.reg_mr_iova(pd, rw, 0x7000_0000, 8192);
     let new_pages = e.pages(1);
     let rereg = |key, pdn, access, iova, length, npages| VrdmaCmdReregMr {
         key,
@@ -863,7 +919,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
         npages,
         reserved: 0,
     };
-    let unchanged = |e: &mut Env| {
+    let unchanged = |e: &mut Node| {
         let r = e
             .dev
             .mrs
@@ -917,7 +973,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
         ),
     ];
     for (c, pages, want, why) in cases {
-        let (st, body) = e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &pages));
+        let (st, body) = e.cmd_status(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &pages));
         assert_eq!(st, want, "{why}");
         assert!(body.is_empty(), "{why}: no response body on error");
         unchanged(&mut e);
@@ -925,7 +981,8 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     // A truncated page list.
     let c = rereg(key, pd, rw, 0, 8192, 2);
     assert_eq!(
-        e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages)).0,
+        e.cmd_status(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages))
+            .0,
         VRDMA_STATUS_INVALID
     );
     unchanged(&mut e);
@@ -933,7 +990,7 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     // Success: new PD, read-only remote access, one new page at iova 0x1000. Same key.
     let ro = VRDMA_ACCESS_REMOTE_READ;
     let c = rereg(key, pd2, ro, 0x1000, 4096, 1);
-    let (st, body) = e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages));
+    let (st, body) = e.cmd_status(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages));
     assert_eq!(st, VRDMA_STATUS_OK);
     let r = VrdmaRespRegMr::read_from(&body).unwrap();
     assert_eq!((r.lkey, r.rkey), (key, key), "the keys do not change");
@@ -969,18 +1026,17 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
         "write access was removed"
     );
     // The old PD has no MR left; the new one has.
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_OK);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd2)).0, VRDMA_STATUS_BUSY);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_OK
+    );
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd2)).0,
+        VRDMA_STATUS_BUSY
+    );
 
     // Only REG_MR MRs can be re-registered.
-    let mk = |access, length| VrdmaCmdRegMr {
-        pdn: pd2,
-        access,
-        iova: 0,
-        length,
-        page_shift: 12,
-        npages: 0,
-    };
+    let mk = |access, length| odp_mr_req(pd2, access, 0, length);
     let dma = e.ok_handle(
         VRDMA_CMD_REG_DMA_MR,
         mk(VRDMA_ACCESS_LOCAL_WRITE, 0).as_bytes(),
@@ -992,25 +1048,32 @@ fn rereg_mr_keeps_key_and_refusals_change_nothing() {
     for k in [dma, odp] {
         let c = rereg(k, pd2, 0, 0, 4096, 1);
         assert_eq!(
-            e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages)).0,
+            e.cmd_status(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages))
+                .0,
             VRDMA_STATUS_NOT_SUPPORTED
         );
     }
     // After DEREG_MR the key is gone.
-    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd_status(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
     let c = rereg(key, pd2, 0, 0, 4096, 1);
     assert_eq!(
-        e.cmd(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages)).0,
+        e.cmd_status(VRDMA_CMD_REREG_MR, &req_with_pages(&c, &new_pages))
+            .0,
         VRDMA_STATUS_NOT_FOUND
     );
 }
 
 #[test]
 fn post_cqe_arm_and_overflow() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
-    let (cq, cq_pages) = e.create_cq(4);
-    let qpn = e.create_qp(pd, VRDMA_QPT_RC, cq, None);
+    let (
+        cq,
+        RingH {
+            pages: cq_pages, ..
+        },
+    ) = e.create_cq(4);
+    let qpn = e.small_qp(pd, VRDMA_QPT_RC, cq, None);
     e.dev.qps.get_mut(qpn).unwrap().state = QpState::Rts;
     let ctrl = cq_pages[0];
     let cqe = |wr_id| VrdmaCqe {
@@ -1044,7 +1107,7 @@ fn post_cqe_arm_and_overflow() {
     assert!(ev
         .iter()
         .any(|x| x.type_ == VRDMA_EV_QP_FATAL && x.id == qpn));
-    assert_eq!(e.qp_state(qpn), VRDMA_QPS_ERR);
+    assert_eq!(e.query_qp_state(qpn), VRDMA_QPS_ERR);
     assert_eq!(e.dev.post_cqe(cq, &cqe(6), false), Err(CqError::Broken));
     assert_eq!(e.dev.post_cqe(999, &cqe(6), false), Err(CqError::Broken));
 }
@@ -1053,13 +1116,13 @@ fn post_cqe_arm_and_overflow() {
 /// after the first of them, whichever comes first; errors are not held back.
 #[test]
 fn cq_moderation_count_period_and_errors() {
-    let mut e = env();
-    let (_, r) = e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]);
+    let mut e = Node::bare();
+    let (_, r) = e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]);
     let cfg = VrdmaConfig::read_from(&r).unwrap();
     assert_ne!(cfg.device_caps & VRDMA_DEVCAP_CQ_MODERATION, 0);
-    let (cq, pages) = e.create_cq(64);
+    let (cq, RingH { pages, .. }) = e.create_cq(64);
     let ctrl = pages[0];
-    let arm = |e: &mut Env| e.mem.store_u32_release(ctrl + CTRL_CQ_ARM, 1).unwrap();
+    let arm = |e: &mut Node| e.mem.store_u32_release(ctrl + CTRL_CQ_ARM, 1).unwrap();
     let ok = |wr_id| VrdmaCqe {
         wr_id,
         ..VrdmaCqe::ZERO
@@ -1070,13 +1133,13 @@ fn cq_moderation_count_period_and_errors() {
         cq_period: period,
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq + 100, 4, 1000).as_bytes())
+        e.cmd_status(VRDMA_CMD_MODIFY_CQ, modify(cq + 100, 4, 1000).as_bytes())
             .0,
         VRDMA_STATUS_NOT_FOUND
     );
     // A period long enough that only the count can fire in this part of the test.
     assert_eq!(
-        e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq, 4, 60_000).as_bytes())
+        e.cmd_status(VRDMA_CMD_MODIFY_CQ, modify(cq, 4, 60_000).as_bytes())
             .0,
         VRDMA_STATUS_OK
     );
@@ -1137,7 +1200,7 @@ fn cq_moderation_count_period_and_errors() {
     e.dev.post_cqe(cq, &ok(13), false).unwrap();
     assert_eq!(e.out.take_events().len(), 1);
     // count < 2 turns moderation off: every CQE fires as §5.3.
-    e.cmd(VRDMA_CMD_MODIFY_CQ, modify(cq, 1, 100).as_bytes());
+    e.cmd_status(VRDMA_CMD_MODIFY_CQ, modify(cq, 1, 100).as_bytes());
     arm(&mut e);
     e.dev.post_cqe(cq, &ok(14), false).unwrap();
     assert_eq!(e.out.take_events().len(), 1);
@@ -1145,8 +1208,8 @@ fn cq_moderation_count_period_and_errors() {
 
 #[test]
 fn resize_cq_keeps_unpolled_cqes() {
-    let mut e = env();
-    let (cq, pages) = e.create_cq(4);
+    let mut e = Node::bare();
+    let (cq, RingH { pages, .. }) = e.create_cq(4);
     for i in 0..3 {
         let c = VrdmaCqe {
             wr_id: 100 + i,
@@ -1161,12 +1224,13 @@ fn resize_cq_keeps_unpolled_cqes() {
     let (mut c1, p1) = e.cq_req(1);
     c1.cqn = cq;
     assert_eq!(
-        e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c1, &p1)).0,
+        e.cmd_status(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c1, &p1))
+            .0,
         VRDMA_STATUS_INVALID
     );
     let (mut c, p) = e.cq_req(64);
     c.cqn = cq;
-    let (s, r) = e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p));
+    let (s, r) = e.cmd_status(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p));
     assert_eq!(s, VRDMA_STATUS_OK);
     assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), 2);
     assert_eq!(e.mem.load_u32_acquire(p[0] + CTRL_PRODUCER).unwrap(), 2);
@@ -1187,7 +1251,7 @@ fn resize_cq_keeps_unpolled_cqes() {
     assert_eq!(VrdmaCqe::read_from(&b).unwrap().wr_id, 7);
     c.cqn = 55;
     assert_eq!(
-        e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0,
+        e.cmd_status(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0,
         VRDMA_STATUS_NOT_FOUND
     );
 }
@@ -1196,7 +1260,7 @@ fn resize_cq_keeps_unpolled_cqes() {
 /// not fit: sends complete asynchronously, so the driver could not size the CQ safely otherwise.
 #[test]
 fn resize_cq_counts_outstanding_sends() {
-    let mut e = env();
+    let mut e = Node::bare();
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(8);
     let (q, qpages) = e.qp_req(pd, VRDMA_QPT_RC, cq, cq, None, 16);
@@ -1205,10 +1269,10 @@ fn resize_cq_counts_outstanding_sends() {
     e.mem
         .store_u32_release(qpages[0] + CTRL_PRODUCER, 6)
         .unwrap();
-    let resize = |e: &mut Env, depth| {
+    let resize = |e: &mut Node, depth| {
         let (mut c, p) = e.cq_req(depth);
         c.cqn = cq;
-        e.cmd(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0
+        e.cmd_status(VRDMA_CMD_RESIZE_CQ, &req_with_pages(&c, &p)).0
     };
     assert_eq!(resize(&mut e, 4), VRDMA_STATUS_INVALID, "6 owed > 4");
     assert_eq!(resize(&mut e, 8), VRDMA_STATUS_OK, "6 owed <= 8");
@@ -1221,11 +1285,11 @@ fn resize_cq_counts_outstanding_sends() {
 
 #[test]
 fn short_and_empty_requests_never_panic() {
-    let mut e = env();
+    let mut e = Node::bare();
     e.create_pd();
     for op in ALL_OPS.chain([VRDMA_CMD_ATTACH_MCAST, VRDMA_CMD_DETACH_MCAST]) {
         for len in 0..8 {
-            let (s, _) = e.cmd(op, &vec![0u8; len]);
+            let (s, _) = e.cmd_status(op, &vec![0u8; len]);
             // Requests that carry nothing (CREATE_PD, ALLOC_XRCD) succeed on any length.
             if op == VRDMA_CMD_QUERY_DEVICE
                 || op == VRDMA_CMD_CREATE_PD
@@ -1237,23 +1301,20 @@ fn short_and_empty_requests_never_panic() {
             }
         }
     }
-    assert_eq!(e.cmd(0, &[]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(36, &[0; 64]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(39, &[0; 64]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(42, &[0; 64]).0, VRDMA_STATUS_INVALID);
-    assert_eq!(e.cmd(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd_status(0, &[]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd_status(36, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd_status(39, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd_status(42, &[0; 64]).0, VRDMA_STATUS_INVALID);
+    assert_eq!(e.cmd_status(u16::MAX, &[0; 64]).0, VRDMA_STATUS_INVALID);
 }
 
 #[test]
 fn random_commands_never_panic() {
-    let mut cfg = config();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = env_with(cfg);
+    let mut e = Node::bare_odp();
     e.add_gid_v4(0, 1);
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
-    e.create_qp(pd, VRDMA_QPT_RC, cq, None);
+    e.small_qp(pd, VRDMA_QPT_RC, cq, None);
     let mut rng = XorShift(0x1234_5678_9abc_def1);
     for _ in 0..20_000 {
         let op = (rng.next() % 30) as u16;
@@ -1264,39 +1325,42 @@ fn random_commands_never_panic() {
             let small = (rng.next() % 20) as u32;
             req[..4].copy_from_slice(&small.to_le_bytes());
         }
-        let (s, _) = e.cmd(op, &req);
+        let (s, _) = e.cmd_status(op, &req);
         assert!(s <= VRDMA_STATUS_NEEDS_RESET, "status {s}");
     }
 }
 
 #[test]
 fn reset_returns_to_power_on() {
-    let mut e = env();
+    let mut e = Node::bare();
     e.add_gid_v4(0, 1);
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
-    let qpn = e.create_qp(pd, VRDMA_QPT_RC, cq, None);
-    e.create_qp(pd, VRDMA_QPT_GSI, cq, None);
-    e.reg_mr(pd, 0, 0, 4096);
+    let qpn = e.small_qp(pd, VRDMA_QPT_RC, cq, None);
+    e.small_qp(pd, VRDMA_QPT_GSI, cq, None);
+    e.reg_mr_iova(pd, 0, 0, 4096);
     e.dev.reset();
     assert!(e.dev.qps.is_empty());
     assert_eq!(e.dev.mrs.write().len(), 0);
     assert!(e.dev.pds().is_empty());
     assert!(e.dev.cqs().is_empty());
     assert!(e.dev.gids().get(0).is_none());
-    assert_eq!(e.cmd(VRDMA_CMD_QUERY_QP, &h(qpn)).0, VRDMA_STATUS_NOT_FOUND);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_QUERY_QP, &h(qpn)).0,
+        VRDMA_STATUS_NOT_FOUND
+    );
     // Same handle numbering as after power-on (QPNs are random, spec §16).
     assert_eq!(e.create_pd(), 1);
     let (cq, _) = e.create_cq(16);
-    let qpn = e.create_qp(1, VRDMA_QPT_RC, cq, None);
+    let qpn = e.small_qp(1, VRDMA_QPT_RC, cq, None);
     assert!((VRDMA_FIRST_QPN..0xff_ffff).contains(&qpn));
     e.dev.needs_reset = true;
     assert_eq!(
-        e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).0,
+        e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]).0,
         VRDMA_STATUS_NEEDS_RESET
     );
     e.dev.reset();
-    assert_eq!(e.cmd(VRDMA_CMD_QUERY_DEVICE, &[]).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd_status(VRDMA_CMD_QUERY_DEVICE, &[]).0, VRDMA_STATUS_OK);
 }
 
 #[test]
@@ -1306,7 +1370,7 @@ fn ring_error_moves_qp_to_error_with_fatal_event() {
     fn hook(_d: &vrdma_backend::device::Device, _qpn: u32) {
         FLUSHES.fetch_add(1, Ordering::SeqCst);
     }
-    let mut e = env();
+    let mut e = Node::bare();
     e.dev.flush_hook = Some(hook);
     let pd = e.create_pd();
     let (cq, _) = e.create_cq(16);
@@ -1321,7 +1385,7 @@ fn ring_error_moves_qp_to_error_with_fatal_event() {
     let err = e.dev.qps.get(qpn).unwrap().sq.pending(&e.mem).unwrap_err();
     e.dev.qp_ring_error(qpn, true, &err);
     assert_eq!(e.mem.load_u32_acquire(sq_ctrl + CTRL_ERROR).unwrap(), 2);
-    assert_eq!(e.qp_state(qpn), VRDMA_QPS_ERR);
+    assert_eq!(e.query_qp_state(qpn), VRDMA_QPS_ERR);
     let ev = e.out.take_events();
     assert_eq!(ev.len(), 1);
     assert_eq!(
@@ -1342,9 +1406,9 @@ fn ring_error_moves_qp_to_error_with_fatal_event() {
 /// one PORT_ERR / PORT_ACTIVE; no change, no event. A UDP uplink has no link state.
 #[test]
 fn port_state_follows_the_link() {
-    let mut e = env();
-    let port = |e: &mut Env| {
-        let (s, r) = e.cmd(
+    let mut e = Node::bare();
+    let port = |e: &mut Node| {
+        let (s, r) = e.cmd_status(
             VRDMA_CMD_QUERY_PORT,
             VrdmaCmdQueryPort {
                 port: 1,

@@ -83,13 +83,7 @@ fn exchange(p: &mut Pair, link: &mut Link, seed: u64) {
     let mut qa = p.qa.clone();
     p.a.post_send(
         &mut qa,
-        &Wqe {
-            wr_id: seed,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_a, send.len() as u32, p.ka)],
-            ..Default::default()
-        },
+        &common::send(seed, (p.src_a, send.len() as u32, p.ka)),
     );
     p.qa = qa;
     let mut qb = p.qb.clone();
@@ -151,16 +145,7 @@ fn rc_traffic_continues_after_a_round_trip() {
     p.a.post_recv(&mut rq, 99, &[(p.dst_a, LEN as u32, p.ka)]);
     p.qa.rq = Some(rq);
     let mut qb = p.qb.clone();
-    p.b.post_send(
-        &mut qb,
-        &Wqe {
-            wr_id: 98,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_b, msg.len() as u32, p.kb)],
-            ..Default::default()
-        },
-    );
+    p.b.post_send(&mut qb, &send(98, (p.src_b, msg.len() as u32, p.kb)));
     p.qb = qb;
     let lost = std::mem::take(&mut p.b.dev.outbox(0).frames);
     assert!(!lost.is_empty(), "the peer sent its SEND");
@@ -214,16 +199,7 @@ fn in_flight(p: &mut Pair) {
     );
     p.qa = qa;
     let mut qb = p.qb.clone();
-    p.b.post_send(
-        &mut qb,
-        &Wqe {
-            wr_id: 52,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(p.src_b, sdata.len() as u32, p.kb)],
-            ..Default::default()
-        },
-    );
+    p.b.post_send(&mut qb, &send(52, (p.src_b, sdata.len() as u32, p.kb)));
     p.qb = qb;
     let fa = std::mem::take(&mut p.a.dev.outbox(0).frames);
     let fb = std::mem::take(&mut p.b.dev.outbox(0).frames);

@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::device::*;
 use common::rng::XorShift;
+use common::*;
 use vrdma_backend::device::{CmdOutcome, RecordingOutput};
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::memory::mr::*;
@@ -526,19 +526,14 @@ fn advise_prefetch() {
 
 #[test]
 fn odp_through_commands() {
-    let mut cfg = config();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = env_with(cfg);
+    let mut e = Node::bare_odp();
     let pd = e.create_pd();
-    let reg = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_ON_DEMAND,
-        iova: 0x7f00_0000_0000,
-        length: 1 << 20,
-        page_shift: 12,
-        npages: 0,
-    };
+    let reg = odp_mr_req(
+        pd,
+        VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_REMOTE_READ | VRDMA_ACCESS_ON_DEMAND,
+        0x7f00_0000_0000,
+        1 << 20,
+    );
     let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
     let err = e
         .dev
@@ -568,7 +563,7 @@ fn odp_through_commands() {
     };
     // Trailing list too short → INVALID.
     assert_eq!(
-        e.cmd(
+        e.cmd_status(
             VRDMA_CMD_ODP_PAGE_RESP,
             &req_with_pages(&resp, &pages[..255])
         )
@@ -576,7 +571,7 @@ fn odp_through_commands() {
         VRDMA_STATUS_INVALID
     );
     assert_eq!(
-        e.cmd(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&resp, &pages))
+        e.cmd_status(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&resp, &pages))
             .0,
         VRDMA_STATUS_OK
     );
@@ -595,7 +590,7 @@ fn odp_through_commands() {
         length: 4096,
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
     assert!(e
@@ -613,7 +608,7 @@ fn odp_through_commands() {
         length: 4096,
     };
     assert_eq!(
-        e.cmd(VRDMA_CMD_ADVISE_MR, adv.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_ADVISE_MR, adv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
     // Implicit MR through the command.
@@ -627,10 +622,10 @@ fn odp_through_commands() {
     ));
     imp.length = 1 << 20;
     assert_eq!(
-        e.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
+        e.cmd_status(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).0,
         VRDMA_STATUS_INVALID
     );
-    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd_status(VRDMA_CMD_DEREG_MR, &h(ik)).0, VRDMA_STATUS_OK);
 }
 
 /// Random interleavings of accesses, answers (good, bad, late, duplicate), invalidations,

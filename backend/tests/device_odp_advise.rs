@@ -10,8 +10,8 @@ use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::device::*;
-use vrdma_backend::device::{CmdOutcome, Device, Ticket};
+use common::*;
+use vrdma_backend::device::{CmdOutcome, Device, DeviceConfig, Ticket};
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::advise::MAX_PARKED_ADVISE;
 use vrdma_backend::transport::engine::Engine;
@@ -21,20 +21,15 @@ use vrdma_spec::*;
 const CHUNK: u64 = 2 << 20;
 const IOVA: u64 = 0x7f00_0000_0000;
 
-fn odp_env() -> (Env, u32) {
-    let mut cfg = config();
-    cfg.odp.enabled = true;
-    cfg.odp.implicit = true;
-    let mut e = env_with(cfg);
+fn odp_env() -> (Node, u32) {
+    let mut e = Node::bare_odp();
     let pd = e.create_pd();
-    let reg = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
-        iova: IOVA,
-        length: 8 * CHUNK,
-        page_shift: 12,
-        npages: 0,
-    };
+    let reg = odp_mr_req(
+        pd,
+        VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
+        IOVA,
+        8 * CHUNK,
+    );
     let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
     (e, key)
 }
@@ -53,7 +48,7 @@ fn advise_req(key: u32, flags: u32, iova: u64, length: u64) -> Vec<u8> {
 }
 
 /// Submit a flush advise over `[iova, iova + length)` that must park; returns its ticket.
-fn park(e: &mut Env, key: u32, iova: u64, length: u64) -> Ticket {
+fn park(e: &mut Node, key: u32, iova: u64, length: u64) -> Ticket {
     match e.submit(
         VRDMA_CMD_ADVISE_MR,
         &advise_req(key, VRDMA_ADVISE_F_FLUSH, iova, length),
@@ -65,7 +60,7 @@ fn park(e: &mut Env, key: u32, iova: u64, length: u64) -> Ticket {
 
 /// Answer a FAULT through ODP_PAGE_RESP (the driver's command path) with `status`; returns the
 /// command's status.
-fn answer(e: &mut Env, r: &VrdmaPageReq, status: u32) -> u32 {
+fn answer(e: &mut Node, r: &VrdmaPageReq, status: u32) -> u32 {
     let pages = if status == VRDMA_STATUS_OK {
         e.pages((r.length / 4096) as usize)
     } else {
@@ -80,11 +75,11 @@ fn answer(e: &mut Env, r: &VrdmaPageReq, status: u32) -> u32 {
         npages: pages.len() as u32,
         reserved: 0,
     };
-    e.cmd(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&c, &pages))
+    e.cmd_status(VRDMA_CMD_ODP_PAGE_RESP, &req_with_pages(&c, &pages))
         .0
 }
 
-fn faults(e: &Env) -> Vec<VrdmaPageReq> {
+fn faults(e: &Node) -> Vec<VrdmaPageReq> {
     e.out
         .take_page_requests()
         .into_iter()
@@ -92,7 +87,7 @@ fn faults(e: &Env) -> Vec<VrdmaPageReq> {
         .collect()
 }
 
-fn check(e: &Env) {
+fn check(e: &Node) {
     e.dev
         .mrs
         .write()
@@ -202,7 +197,7 @@ fn dereg_mr_completes_a_parked_flush() {
     let reqs = faults(&e);
     assert_eq!(answer(&mut e, &reqs[0], VRDMA_STATUS_OK), VRDMA_STATUS_OK);
     assert!(e.out.take_done().is_empty());
-    assert_eq!(e.cmd(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
+    assert_eq!(e.cmd_status(VRDMA_CMD_DEREG_MR, &h(key)).0, VRDMA_STATUS_OK);
     assert_eq!(e.out.take_done(), vec![(t, VRDMA_STATUS_OK)]);
     assert_eq!(e.dev.mrs.write().odp_parked_advises(), 0);
     assert_eq!(
@@ -229,14 +224,14 @@ fn invalidate_completes_a_parked_flush() {
     };
     // Cancelling part of the range leaves the advise waiting for the rest.
     assert_eq!(
-        e.cmd(VRDMA_CMD_ODP_INVALIDATE, &inv(IOVA, CHUNK)).0,
+        e.cmd_status(VRDMA_CMD_ODP_INVALIDATE, &inv(IOVA, CHUNK)).0,
         VRDMA_STATUS_OK
     );
     assert!(e.out.take_done().is_empty());
     assert_eq!(answer(&mut e, &reqs[1], VRDMA_STATUS_OK), VRDMA_STATUS_OK);
     assert!(e.out.take_done().is_empty());
     assert_eq!(
-        e.cmd(VRDMA_CMD_ODP_INVALIDATE, &inv(IOVA + 2 * CHUNK, 4096))
+        e.cmd_status(VRDMA_CMD_ODP_INVALIDATE, &inv(IOVA + 2 * CHUNK, 4096))
             .0,
         VRDMA_STATUS_OK
     );
@@ -260,14 +255,7 @@ fn reset_forgets_parked_flushes() {
     assert!(e.out.take_done().is_empty());
     // A new flush after the reset gets a fresh ticket.
     let pd = e.create_pd();
-    let reg = VrdmaCmdRegMr {
-        pdn: pd,
-        access: VRDMA_ACCESS_ON_DEMAND,
-        iova: IOVA,
-        length: CHUNK,
-        page_shift: 12,
-        npages: 0,
-    };
+    let reg = odp_mr_req(pd, VRDMA_ACCESS_ON_DEMAND, IOVA, CHUNK);
     let k = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
     assert_ne!(k, key, "the old key stays invalid");
     let t2 = park(&mut e, k, IOVA, CHUNK);
@@ -281,7 +269,10 @@ fn other_commands_complete_while_a_flush_is_parked() {
     let reqs = faults(&e);
     let pd = e.create_pd();
     assert_ne!(pd, 0);
-    assert_eq!(e.cmd(VRDMA_CMD_DESTROY_PD, &h(pd)).0, VRDMA_STATUS_OK);
+    assert_eq!(
+        e.cmd_status(VRDMA_CMD_DESTROY_PD, &h(pd)).0,
+        VRDMA_STATUS_OK
+    );
     // An advise without F_FLUSH completes at once even over the pending chunk and new ones.
     assert_eq!(
         e.submit(VRDMA_CMD_ADVISE_MR, &advise_req(key, 0, IOVA, 3 * CHUNK)),
@@ -361,19 +352,12 @@ impl Uplink for Silent {
 /// (no command, no test clock).
 #[test]
 fn engine_thread_completes_a_flush_at_the_timeout() {
-    let mut cfg = config();
+    let mut cfg = DeviceConfig::default();
     cfg.odp.timeout = Duration::from_millis(200);
     let (mut e, key) = {
-        let mut e = env_with(cfg);
+        let mut e = Node::bare_with(cfg);
         let pd = e.create_pd();
-        let reg = VrdmaCmdRegMr {
-            pdn: pd,
-            access: VRDMA_ACCESS_ON_DEMAND,
-            iova: IOVA,
-            length: CHUNK,
-            page_shift: 12,
-            npages: 0,
-        };
+        let reg = odp_mr_req(pd, VRDMA_ACCESS_ON_DEMAND, IOVA, CHUNK);
         let key = e.ok_handle(VRDMA_CMD_REG_ODP_MR, reg.as_bytes());
         (e, key)
     };

@@ -63,13 +63,7 @@ fn rdma_write_and_read_between_odp_mrs() {
     );
     assert_eq!(p.a.read(gpa_a, 4096), data[..4096].to_vec());
     // The driver invalidates B's range: the next WRITE faults again and still lands.
-    let inv = VrdmaCmdOdpInvalidate {
-        mr_key: kb,
-        reserved: 0,
-        iova: va_b,
-        length: 8 << 20,
-    };
-    p.b.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).unwrap();
+    p.b.odp_invalidate(kb, va_b, 8 << 20);
     assert_eq!(p.b.dev.mrs.write().odp_resident_total(), 0);
     p.post(
         0,
@@ -97,16 +91,7 @@ fn send_into_odp_receive_buffer() {
     p.a.write(src, &data);
     let mut rq = p.conns[0].qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, 50, &[(va_b + 8, 6000, kb)]);
-    p.post(
-        0,
-        &Wqe {
-            wr_id: 4,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 5000, ka)],
-            ..Default::default()
-        },
-    );
+    p.post(0, &send(4, (src, 5000, ka)));
     let (ca, _) = p.run_more(0, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (4, VRDMA_WC_SUCCESS));
     let c = &mut p.conns[0];
@@ -170,16 +155,7 @@ fn srq_receive_into_odp_buffer() {
     let data = pattern(11, 3000);
     p.a.write(src, &data);
     p.b.post_recv(&mut srq, 60, &[(va_b + 4096, 4096, kb)]);
-    p.post(
-        i,
-        &Wqe {
-            wr_id: 6,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 3000, ka)],
-            ..Default::default()
-        },
-    );
+    p.post(i, &send(6, (src, 3000, ka)));
     let (ca, served) = p.run_more(i, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (6, VRDMA_WC_SUCCESS));
     assert_eq!(served, 1);

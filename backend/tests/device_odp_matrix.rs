@@ -25,9 +25,8 @@ fn chunks(reqs: &[VrdmaPageReq], va: u64) -> Vec<u64> {
 #[test]
 fn write_64k_from_implicit_lkey_one_request() {
     let mut p = Pair::with(32).build();
-    let ka = p.implicit_mr(Side::A);
     let va = 0x7f00_0000_0000u64;
-    let back = p.back(Side::A, ka, va, CH);
+    let (ka, back) = p.implicit_backed(Side::A, va, CH);
     let (dst, kb) = p.mr(Side::B, 64 << 10);
     let data = pattern(1, 64 << 10);
     p.a.write(back + 0x3000, &data);
@@ -53,9 +52,8 @@ fn write_64k_from_implicit_lkey_one_request() {
 #[test]
 fn two_1m_writes_from_two_chunks_one_request_each() {
     let mut p = Pair::with(32).build();
-    let ka = p.implicit_mr(Side::A);
     let va = 0x7e00_0000_0000u64;
-    let back = p.back(Side::A, ka, va, 2 * CH);
+    let (ka, back) = p.implicit_backed(Side::A, va, 2 * CH);
     let (dst, kb) = p.mr(Side::B, 2 << 20);
     let d0 = pattern(20, 1 << 20);
     let d1 = pattern(21, 1 << 20);
@@ -92,9 +90,8 @@ fn two_1m_writes_from_two_chunks_one_request_each() {
 #[test]
 fn write_128k_sge_across_chunk_boundary() {
     let mut p = Pair::with(32).build();
-    let ka = p.implicit_mr(Side::A);
     let va = 0x7d00_0000_0000u64;
-    let back = p.back(Side::A, ka, va, 2 * CH);
+    let (ka, back) = p.implicit_backed(Side::A, va, 2 * CH);
     let (dst, kb) = p.mr(Side::B, 128 << 10);
     for (i, back_off) in [1u64, 4095, 65537, 4096, 131071].into_iter().enumerate() {
         let off = CH - back_off;
@@ -130,13 +127,7 @@ fn write_128k_sge_across_chunk_boundary() {
             "offset boundary - {back_off}"
         );
         // Drop both chunks so the next offset faults again.
-        let inv = VrdmaCmdOdpInvalidate {
-            mr_key: ka,
-            reserved: 0,
-            iova: va,
-            length: 2 * CH,
-        };
-        p.a.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).unwrap();
+        p.a.odp_invalidate(ka, va, 2 * CH);
         assert_eq!(p.a.dev.mrs.write().odp_resident_total(), 0);
     }
 }
@@ -191,13 +182,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
     assert_eq!(p.a.read(back_a + 0x10_0000, 64 << 10), rdata);
     assert_eq!(chunks(&p.pb.faults_for(kb), va_b), vec![0, CH]);
     // Atomics on an invalidated (absent) chunk of B: they fault it in again.
-    let inv = VrdmaCmdOdpInvalidate {
-        mr_key: kb,
-        reserved: 0,
-        iova: va_b,
-        length: 2 * CH,
-    };
-    p.b.cmd(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).unwrap();
+    p.b.odp_invalidate(kb, va_b, 2 * CH);
     p.b.write(back_b + 0x100, &1000u64.to_le_bytes());
     p.b.write(back_b + CH + 0x200, &0xdead_beefu64.to_le_bytes());
     p.post(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::device::*;
+use common::*;
 use vrdma_backend::qp::state::{is_legal, masks, QpState, QpType};
 use vrdma_spec::*;
 
@@ -34,7 +34,7 @@ fn full_attr(cur: QpState, next: QpState) -> VrdmaQpAttr {
         max_recv_sge: 0,
         max_inline_data: 0,
         reserved1: 0,
-        av: av_to(2),
+        av: av_to_host(2),
     }
 }
 
@@ -48,13 +48,13 @@ const TYPES: [(u32, QpType); 4] = [
 ];
 
 struct Fixture {
-    env: Env,
+    env: Node,
     pd: u32,
     cq: u32,
 }
 
 fn fixture() -> Fixture {
-    let mut env = env();
+    let mut env = Node::bare();
     env.add_gid_v4(0, 1);
     let pd = env.create_pd();
     let (cq, _) = env.create_cq(64);
@@ -63,12 +63,12 @@ fn fixture() -> Fixture {
 
 impl Fixture {
     fn qp_in(&mut self, t: u32, st: QpState) -> u32 {
-        let qpn = self.env.create_qp(self.pd, t, self.cq, None);
+        let qpn = self.env.small_qp(self.pd, t, self.cq, None);
         self.env.dev.qps.get_mut(qpn).unwrap().state = st;
         qpn
     }
     fn destroy(&mut self, qpn: u32) {
-        let (s, _) = self.env.cmd(VRDMA_CMD_DESTROY_QP, &h(qpn));
+        let (s, _) = self.env.cmd_status(VRDMA_CMD_DESTROY_QP, &h(qpn));
         assert_eq!(s, VRDMA_STATUS_OK);
     }
 }
@@ -84,17 +84,19 @@ fn every_legal_transition_accepted_with_required_mask() {
                 let st = match masks(cur, next, qt) {
                     Some((req, _)) => {
                         legal += 1;
-                        let s = f
-                            .env
-                            .modify(qpn, VRDMA_QP_STATE | req, full_attr(cur, next));
+                        let s =
+                            f.env
+                                .modify_status(qpn, VRDMA_QP_STATE | req, full_attr(cur, next));
                         assert_eq!(s, VRDMA_STATUS_OK, "{qt:?} {cur:?}->{next:?}");
-                        assert_eq!(f.env.qp_state(qpn), next.as_u32());
+                        assert_eq!(f.env.query_qp_state(qpn), next.as_u32());
                         s
                     }
                     None => {
-                        let s = f.env.modify(qpn, VRDMA_QP_STATE, full_attr(cur, next));
+                        let s = f
+                            .env
+                            .modify_status(qpn, VRDMA_QP_STATE, full_attr(cur, next));
                         assert_eq!(s, VRDMA_STATUS_BAD_STATE, "{qt:?} {cur:?}->{next:?}");
-                        assert_eq!(f.env.qp_state(qpn), cur.as_u32(), "state unchanged");
+                        assert_eq!(f.env.query_qp_state(qpn), cur.as_u32(), "state unchanged");
                         s
                     }
                 };
@@ -119,7 +121,7 @@ fn optional_attributes_accepted_missing_and_extra_rejected() {
                 let qpn = f.qp_in(t, cur);
                 let s = f
                     .env
-                    .modify(qpn, VRDMA_QP_STATE | req | opt, full_attr(cur, next));
+                    .modify_status(qpn, VRDMA_QP_STATE | req | opt, full_attr(cur, next));
                 assert_eq!(s, VRDMA_STATUS_OK, "{qt:?} {cur:?}->{next:?} with optional");
                 f.destroy(qpn);
                 // Each required bit missing.
@@ -129,14 +131,14 @@ fn optional_attributes_accepted_missing_and_extra_rejected() {
                         continue;
                     }
                     let qpn = f.qp_in(t, cur);
-                    let s = f
-                        .env
-                        .modify(qpn, VRDMA_QP_STATE | (req & !b), full_attr(cur, next));
+                    let s =
+                        f.env
+                            .modify_status(qpn, VRDMA_QP_STATE | (req & !b), full_attr(cur, next));
                     assert_eq!(
                         s, VRDMA_STATUS_INVALID,
                         "{qt:?} {cur:?}->{next:?} missing {b:#x}"
                     );
-                    assert_eq!(f.env.qp_state(qpn), cur.as_u32());
+                    assert_eq!(f.env.query_qp_state(qpn), cur.as_u32());
                     f.destroy(qpn);
                 }
                 // Each bit that is neither required nor optional.
@@ -146,9 +148,9 @@ fn optional_attributes_accepted_missing_and_extra_rejected() {
                         continue;
                     }
                     let qpn = f.qp_in(t, cur);
-                    let s = f
-                        .env
-                        .modify(qpn, VRDMA_QP_STATE | req | b, full_attr(cur, next));
+                    let s =
+                        f.env
+                            .modify_status(qpn, VRDMA_QP_STATE | req | b, full_attr(cur, next));
                     assert_eq!(
                         s, VRDMA_STATUS_INVALID,
                         "{qt:?} {cur:?}->{next:?} extra {b:#x}"
@@ -207,11 +209,11 @@ fn rc_to_rts_and_query() {
         let (req, _) = masks(cur, next, QpType::Rc).unwrap();
         assert_eq!(
             f.env
-                .modify(qpn, VRDMA_QP_STATE | req, full_attr(cur, next)),
+                .modify_status(qpn, VRDMA_QP_STATE | req, full_attr(cur, next)),
             VRDMA_STATUS_OK
         );
     }
-    let (s, r) = f.env.cmd(VRDMA_CMD_QUERY_QP, &h(qpn));
+    let (s, r) = f.env.cmd_status(VRDMA_CMD_QUERY_QP, &h(qpn));
     assert_eq!(s, VRDMA_STATUS_OK);
     let a = VrdmaQpAttr::read_from(&r).unwrap();
     assert_eq!(a.qp_state, VRDMA_QPS_RTS);
@@ -219,32 +221,32 @@ fn rc_to_rts_and_query() {
     assert_eq!(a.rq_psn, 100);
     assert_eq!(a.dest_qp_num, 17);
     assert_eq!(a.path_mtu, 3);
-    assert_eq!(a.av.dgid, gid_v4(2));
+    assert_eq!(a.av.dgid, gid_v4([10, 0, 0, 2]));
     assert_eq!(a.max_send_wr, 16);
     let qp = f.env.dev.qps.get(qpn).unwrap();
-    assert_eq!(qp.attrs.sgid, gid_v4(1), "source GID resolved");
+    assert_eq!(qp.attrs.sgid, gid_v4([10, 0, 0, 1]), "source GID resolved");
     assert_eq!(qp.req.psn, 200, "transport's requester PSN set");
     drop(qp);
     // RTS -> SQD -> RTS, then to ERR and RESET.
     assert_eq!(
         f.env
-            .modify(qpn, VRDMA_QP_STATE, full_attr(QpState::Rts, QpState::Sqd)),
+            .modify_status(qpn, VRDMA_QP_STATE, full_attr(QpState::Rts, QpState::Sqd)),
         VRDMA_STATUS_OK
     );
     assert!(f.env.dev.qps.get(qpn).unwrap().sq_draining);
     assert_eq!(
         f.env
-            .modify(qpn, VRDMA_QP_STATE, full_attr(QpState::Sqd, QpState::Rts)),
+            .modify_status(qpn, VRDMA_QP_STATE, full_attr(QpState::Sqd, QpState::Rts)),
         VRDMA_STATUS_OK
     );
     assert_eq!(
         f.env
-            .modify(qpn, VRDMA_QP_STATE, full_attr(QpState::Rts, QpState::Err)),
+            .modify_status(qpn, VRDMA_QP_STATE, full_attr(QpState::Rts, QpState::Err)),
         VRDMA_STATUS_OK
     );
     assert_eq!(
         f.env
-            .modify(qpn, VRDMA_QP_STATE, full_attr(QpState::Err, QpState::Reset)),
+            .modify_status(qpn, VRDMA_QP_STATE, full_attr(QpState::Err, QpState::Reset)),
         VRDMA_STATUS_OK
     );
     let qp = f.env.dev.qps.get(qpn).unwrap();
@@ -288,11 +290,15 @@ fn attribute_range_checks() {
         let mut a = full_attr(QpState::Init, QpState::Rtr);
         m(&mut a);
         assert_eq!(
-            f.env.modify(qpn, VRDMA_QP_STATE | req, a),
+            f.env.modify_status(qpn, VRDMA_QP_STATE | req, a),
             VRDMA_STATUS_INVALID,
             "{what}"
         );
-        assert_eq!(f.env.qp_state(qpn), VRDMA_QPS_INIT, "{what}: unchanged");
+        assert_eq!(
+            f.env.query_qp_state(qpn),
+            VRDMA_QPS_INIT,
+            "{what}: unchanged"
+        );
         f.destroy(qpn);
     }
     // RTR -> RTS ranges.
@@ -312,7 +318,7 @@ fn attribute_range_checks() {
         m(&mut a);
         assert_eq!(
             f.env
-                .modify(qpn, VRDMA_QP_STATE | VRDMA_QP_CUR_STATE | req, a),
+                .modify_status(qpn, VRDMA_QP_STATE | VRDMA_QP_CUR_STATE | req, a),
             VRDMA_STATUS_INVALID
         );
         f.destroy(qpn);
@@ -335,14 +341,14 @@ fn attribute_range_checks() {
         let mut a = full_attr(QpState::Reset, QpState::Init);
         m(&mut a);
         assert_eq!(
-            f.env.modify(qpn, VRDMA_QP_STATE | req | extra, a),
+            f.env.modify_status(qpn, VRDMA_QP_STATE | req | extra, a),
             VRDMA_STATUS_INVALID
         );
         f.destroy(qpn);
     }
     // Unknown QP.
     assert_eq!(
-        f.env.modify(
+        f.env.modify_status(
             12345,
             VRDMA_QP_STATE,
             full_attr(QpState::Reset, QpState::Reset)
@@ -353,10 +359,10 @@ fn attribute_range_checks() {
     let c = VrdmaCmdGid {
         index: 3,
         type_: VRDMA_GID_TYPE_ROCE_V1,
-        gid: gid_v4(9),
+        gid: gid_v4([10, 0, 0, 9]),
     };
     assert_eq!(
-        f.env.cmd(VRDMA_CMD_ADD_GID, c.as_bytes()).0,
+        f.env.cmd_status(VRDMA_CMD_ADD_GID, c.as_bytes()).0,
         VRDMA_STATUS_OK
     );
     let qpn = f.qp_in(VRDMA_QPT_RC, QpState::Init);
@@ -364,7 +370,7 @@ fn attribute_range_checks() {
     a.av.sgid_index = 3;
     let (req, _) = masks(QpState::Init, QpState::Rtr, QpType::Rc).unwrap();
     assert_eq!(
-        f.env.modify(qpn, VRDMA_QP_STATE | req, a),
+        f.env.modify_status(qpn, VRDMA_QP_STATE | req, a),
         VRDMA_STATUS_INVALID
     );
 }
@@ -381,7 +387,7 @@ fn to_error_calls_flush_hook() {
     let qpn = f.qp_in(VRDMA_QPT_UD, QpState::Rts);
     assert_eq!(
         f.env
-            .modify(qpn, VRDMA_QP_STATE, full_attr(QpState::Rts, QpState::Err)),
+            .modify_status(qpn, VRDMA_QP_STATE, full_attr(QpState::Rts, QpState::Err)),
         VRDMA_STATUS_OK
     );
     assert_eq!(FLUSHED.load(Ordering::SeqCst), qpn);

@@ -91,10 +91,7 @@ fn allocations_per_packet(msg: u64, slots: u64, refs: bool) -> f64 {
     // The counter is process-wide: one measurement at a time.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 9000).parts();
     let (ca, _) = a.create_cq(1024);
     let (cb, _) = b.create_cq(1024);
     let mut qa = a.create_qp(QpSpec {
@@ -102,11 +99,8 @@ fn allocations_per_packet(msg: u64, slots: u64, refs: bool) -> f64 {
         ..QpSpec::rc(pda, ca)
     });
     let qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 5, 14, 7, 7);
-    let src = a.alloc(msg * slots);
-    let dst = b.alloc(msg * slots);
-    let ka = a.reg_mr(pda, src, msg * slots, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, msg * slots, ACC_ALL);
+    connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(5));
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, msg * slots);
     // Message i carries the byte i+1 everywhere, so its arrival is visible in its last byte.
     let post = |qa: &mut QpH, a: &Node, i: u64| {
         let k = i % slots;

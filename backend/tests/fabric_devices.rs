@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::engine::wait_cqes;
 use common::write_conn::WriteConn;
 use common::*;
 use vrdma_backend::fabric::{Fabric, FabricBuilder};
@@ -40,16 +41,8 @@ fn start_write(a: &Node, c: &mut WriteConn, engine: &Engine) {
 }
 
 fn wait_write(a: &mut Node, b: &Node, c: &mut WriteConn) {
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "WRITE did not complete"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-        got = a.poll_cq(&mut c.cqa);
-    }
+    let limit = Duration::from_secs(60);
+    let got = wait_cqes(a, &mut c.cqa, 1, limit, "WRITE did not complete");
     assert_eq!(got[0].status, VRDMA_WC_SUCCESS);
     assert!(
         b.read(c.dst, c.len as usize) == c.data,

@@ -12,7 +12,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::fabric_rc::{wait_cqes, Cqes, FabricRc};
+use common::fabric_rc::{wait_both_cqes, Cqes, FabricRc};
 use common::fabric_tap::{Seen, Tap};
 use common::*;
 use vrdma_backend::device::Device;
@@ -151,7 +151,7 @@ impl Rig {
     }
     /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
     fn wait(&mut self, n: usize, m: usize) -> Cqes {
-        wait_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
+        wait_both_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
     }
     /// Wait until b's queue holds `n` segments from a (b's engine not started).
     fn wait_queued(&self, what: impl Fn(&Device) -> bool) {

@@ -11,7 +11,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::fabric_rc::{wait_cqes, Cqes, FabricRc};
+use common::engine::wait_cqes;
+use common::fabric_rc::{wait_both_cqes, Cqes, FabricRc};
 use common::fabric_tap::{Seen, Tap};
 use common::*;
 use vrdma_backend::fabric::FabricBuilder;
@@ -160,7 +161,7 @@ impl Pair {
     }
     /// Wait for `n` send CQEs at a and `m` receive CQEs at b.
     fn wait(&mut self, n: usize, m: usize) -> Cqes {
-        wait_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
+        wait_both_cqes(&mut self.a, &mut self.cqa, &mut self.b, &mut self.cqb, n, m)
     }
     fn finish(self) -> Outcome {
         let data_b = self.b.read(self.dst, LEN as usize);
@@ -411,11 +412,13 @@ fn an_uplink_gets_standard_frames() {
     let (cc, _) = c.create_cq(256);
     let mut qa = a.create_qp(QpSpec::rc(pda, ca));
     let qc = c.create_qp(QpSpec::rc(pdc, cc));
-    connect(&mut a, &qa, &mut c, &qc, 5, 14, 7, 7);
-    let src = a.alloc(LEN);
-    let dst = c.alloc(LEN);
-    let ka = a.reg_mr(pda, src, LEN, ACC_ALL);
-    let kc = c.reg_mr(pdc, dst, LEN, ACC_ALL);
+    connect(&mut a, &qa, &mut c, &qc, RtsAttrs::mtu(5));
+    let MrPair {
+        src,
+        ka,
+        dst,
+        kb: kc,
+    } = MrPair::new(&mut a, &mut c, pda, pdc, LEN);
     let data = pattern(9, LEN as usize);
     a.write(src, &data);
     let (ua, uc) = udp_pair();
@@ -450,16 +453,8 @@ fn an_uplink_gets_standard_frames() {
         type_: VRDMA_DB_SQ,
         id: qa.qpn,
     });
-    let t0 = Instant::now();
-    let mut got = Vec::new();
-    while got.is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "WRITE over the uplink"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-        got = a.poll_cq(&mut cqa);
-    }
+    let limit = Duration::from_secs(30);
+    let got = wait_cqes(&mut a, &mut cqa, 1, limit, "WRITE over the uplink");
     assert_eq!(got[0].status, VRDMA_WC_SUCCESS);
     assert!(c.read(dst, LEN as usize) == data, "the data crossed intact");
     assert!(

@@ -121,10 +121,7 @@ fn doorbell_flood_is_merged_and_bounded() {
 fn every_qp_is_served_after_a_doorbell_flood() {
     use vrdma_backend::transport::doorbells::{DoorbellQueue, Pushed, MAX_PENDING};
     use vrdma_backend::transport::{self, packet};
-    let mut a = Node::new(1, 64, 1500);
-    let mut b = Node::new(2, 64, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 1500).parts();
     let (cqa, _) = a.create_cq(64);
     let (cqb, _) = b.create_cq(64);
     let mut pairs = Vec::new();
@@ -137,7 +134,7 @@ fn every_qp_is_served_after_a_doorbell_flood() {
         sb.rq_depth = 16;
         let qa = a.create_qp(sa);
         let qb = b.create_qp(sb);
-        connect(&mut a, &qa, &mut b, &qb, 3, 14, 7, 7);
+        connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(3));
         pairs.push((qa, qb));
     }
     for (i, (qa, _)) in pairs.iter_mut().enumerate() {

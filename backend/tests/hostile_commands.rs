@@ -556,11 +556,8 @@ fn prove_usable(a: &mut Node) {
     let (cb, mut cqb) = b.create_cq(64);
     let mut qa = a.create_qp(QpSpec::rc(pda, ca));
     let mut qb = b.create_qp(QpSpec::rc(pdb, cb));
-    connect(a, &qa, &mut b, &qb, 3, 14, 7, 7);
-    let src = a.alloc(16384);
-    let dst = b.alloc(16384);
-    let ka = a.reg_mr(pda, src, 16384, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 16384, ACC_ALL);
+    connect(a, &qa, &mut b, &qb, RtsAttrs::mtu(3));
+    let MrPair { src, ka, dst, kb } = MrPair::new(a, &mut b, pda, pdb, 16384);
     let data = pattern(42, 10000);
     a.write(src, &data);
     let mut rq = qb.rq.clone().unwrap();
@@ -570,16 +567,7 @@ fn prove_usable(a: &mut Node) {
         &mut qa,
         &rdma(1, VRDMA_WR_RDMA_WRITE, (src, 10000, ka), dst, kb),
     );
-    a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 100, ka)],
-            ..Default::default()
-        },
-    );
+    a.post_send(&mut qa, &send(2, (src, 100, ka)));
     let mut link = Link::clean();
     let mut got_a = Vec::new();
     let mut got_b = Vec::new();
@@ -668,14 +656,12 @@ fn run(seed: u64, odp: bool, budget: Duration) {
     if odp {
         // An implicit ODP MR (every range is inside it) with one flush advise parked from the
         // start, so completion is always exercised whatever the fuzzer does meanwhile.
-        let imp = VrdmaCmdRegMr {
-            pdn: pd,
-            access: VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
-            iova: 0,
-            length: u64::MAX,
-            page_shift: 12,
-            npages: 0,
-        };
+        let imp = odp_mr_req(
+            pd,
+            VRDMA_ACCESS_LOCAL_WRITE | VRDMA_ACCESS_ON_DEMAND,
+            0,
+            u64::MAX,
+        );
         let r = a.cmd(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes()).unwrap();
         let ik = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
         f.pools.keys.push(ik);

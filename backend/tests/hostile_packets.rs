@@ -59,16 +59,13 @@ const TLEN: u64 = 16384;
 const CANARY: u8 = 0xc5;
 
 fn bed() -> Bed {
-    let mut a = Node::new(1, 32, 1500);
-    let mut b = Node::new(2, 32, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(32, 1500).parts();
     let healthy = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let (ca2, tcqa) = a.create_cq(4096);
     let (cb2, tcqb) = b.create_cq(4096);
     let ta = a.create_qp(QpSpec::rc(pda, ca2));
     let tb = b.create_qp(QpSpec::rc(pdb, cb2));
-    connect(&mut a, &ta, &mut b, &tb, 3, 14, 7, 7);
+    connect(&mut a, &ta, &mut b, &tb, RtsAttrs::mtu(3));
     let tsrc = a.alloc(65536);
     let tka = a.reg_mr(pda, tsrc, 65536, ACC_ALL);
     let area = b.alloc(TLEN + 8192);
@@ -95,7 +92,7 @@ fn bed() -> Bed {
     let r = b.create_qp(QpSpec::rc(pdb, cb2));
     let e = b.create_qp(QpSpec::rc(pdb, cb2));
     let avb = b.av_to(&a);
-    rts(&mut b, &e, ta.qpn, avb, 3, 14, 7, 7, 5000, 1000);
+    rts(&mut b, &e, ta.qpn, avb, RtsAttrs::mtu(3), (5000, 1000));
     b.qp_to_err(e.qpn);
     Bed {
         a,
@@ -137,13 +134,7 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     t.ub.rq = Some(urq);
     let ops: Vec<Wqe> = vec![
         rdma(1, VRDMA_WR_RDMA_WRITE, (t.tsrc, 3000, t.tka), t.tdst, t.tkb),
-        Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.tsrc, 2500, t.tka)],
-            ..Default::default()
-        },
+        send(2, (t.tsrc, 2500, t.tka)),
         rdma(
             3,
             VRDMA_WR_RDMA_READ,
@@ -220,6 +211,16 @@ fn templates(t: &mut Bed) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     }
     t.a.dev.outbox(0).frames.clear();
     (reqs, resps)
+}
+
+/// Drop what both nodes sent and drain the hostile CQs so they never overflow (overflow is a
+/// defined outcome too, but it is not what these tests are about).
+fn drop_output(t: &mut Bed) {
+    t.a.dev.outbox(0).frames.clear();
+    t.b.dev.outbox(0).frames.clear();
+    t.a.poll_cq(&mut t.tcqa);
+    t.b.poll_cq(&mut t.tcqb);
+    t.b.poll_cq(&mut t.ucqb);
 }
 
 fn mutate(r: &mut Rng, t: &Bed, tpl: &[u8]) -> Vec<u8> {
@@ -349,7 +350,7 @@ fn revive_target(t: &mut Bed) {
         rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
     }
     let tb = t.tb.clone();
-    rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
+    rts(&mut t.b, &tb, t.ta.qpn, av, RtsAttrs::mtu(3), (5000, 1000));
     let mut rq = t.tb.rq.clone().unwrap();
     // Post fresh receives.
     for i in 0..4 {
@@ -364,7 +365,7 @@ fn revive_target(t: &mut Bed) {
     t.a.modify_qp(t.ta.qpn, VRDMA_QP_STATE, a).unwrap();
     t.ta.sq.idx = t.a.mem.load_u32_acquire(t.ta.sq.ctrl()).unwrap();
     let ta = t.ta.clone();
-    rts(&mut t.a, &ta, t.tb.qpn, av, 3, 14, 7, 7, 1000, 5000);
+    rts(&mut t.a, &ta, t.tb.qpn, av, RtsAttrs::mtu(3), (1000, 5000));
 }
 
 fn run(seed: u64, budget: Duration) {
@@ -400,13 +401,7 @@ fn run(seed: u64, budget: Duration) {
         let ra = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&t.a.dev, now)));
         let rb = catch_unwind(AssertUnwindSafe(|| transport::on_tick(&t.b.dev, now)));
         assert!(ra.is_ok() && rb.is_ok(), "seed {seed}: on_tick panicked");
-        t.a.dev.outbox(0).frames.clear();
-        t.b.dev.outbox(0).frames.clear();
-        // Drain the hostile CQs so they never overflow (overflow is a defined outcome too, but
-        // it is not what this test is about).
-        t.a.poll_cq(&mut t.tcqa);
-        t.b.poll_cq(&mut t.tcqb);
-        t.b.poll_cq(&mut t.ucqb);
+        drop_output(&mut t);
         check_canary(&t);
         if round % 4 == 0 {
             revive_target(&mut t);
@@ -449,11 +444,7 @@ fn truncate_every_length() {
                 assert!(res.is_ok(), "template {i} resealed at {n}: panic");
             }
         }
-        t.a.dev.outbox(0).frames.clear();
-        t.b.dev.outbox(0).frames.clear();
-        t.a.poll_cq(&mut t.tcqa);
-        t.b.poll_cq(&mut t.tcqb);
-        t.b.poll_cq(&mut t.ucqb);
+        drop_output(&mut t);
     }
     check_canary(&t);
     healthy_round(&mut t, 7);
@@ -671,7 +662,7 @@ fn reset_tb_empty(t: &mut Bed) {
     rq.idx = t.b.mem.load_u32_acquire(rq.ctrl()).unwrap();
     t.tb.sq.idx = t.b.mem.load_u32_acquire(t.tb.sq.ctrl()).unwrap();
     let (tb, av) = (t.tb.clone(), t.b.av_to(&t.a));
-    rts(&mut t.b, &tb, t.ta.qpn, av, 3, 14, 7, 7, 5000, 1000);
+    rts(&mut t.b, &tb, t.ta.qpn, av, RtsAttrs::mtu(3), (5000, 1000));
     t.b.out.take_events();
 }
 

@@ -95,6 +95,14 @@ struct Bed {
     xkb: u32,
 }
 
+/// Short timeouts and few retries so that the hostile QP errs out quickly.
+const HOSTILE_RTS: RtsAttrs = RtsAttrs {
+    mtu: 3,
+    timeout: 8,
+    retry: 1,
+    rnr_retry: 1,
+};
+
 fn bed() -> Bed {
     let mut a = Node::new(1, 32, 1500);
     let mut b = Node::new(2, 32, 1500);
@@ -128,8 +136,7 @@ fn bed() -> Bed {
     let mut sb = QpSpec::rc(pdxb, xcb);
     sb.rq_depth = 256;
     let xb = b.create_qp(sb);
-    // Short timeouts and few retries so that the hostile QP errs out quickly.
-    connect(&mut a, &xa, &mut b, &xb, 3, 8, 1, 1);
+    connect(&mut a, &xa, &mut b, &xb, HOSTILE_RTS);
     let mut us = s;
     us.qp_type = VRDMA_QPT_UD;
     let ua = create_qp_at(&mut a, us, R2 + 256 * 1024);
@@ -357,7 +364,7 @@ fn revive(t: &mut Bed, rc: bool) {
         resync(&t.a, &mut t.xa);
         resync(&t.b, &mut t.xb);
         let (xa, xb) = (t.xa.clone(), t.xb.clone());
-        connect(&mut t.a, &xa, &mut t.b, &xb, 3, 8, 1, 1);
+        connect(&mut t.a, &xa, &mut t.b, &xb, HOSTILE_RTS);
         post_peer_recvs(t);
     } else {
         t.a.modify_qp(t.ua.qpn, VRDMA_QP_STATE, reset).unwrap();
@@ -555,14 +562,10 @@ fn send_wqe_errors_have_the_spec_status() {
     }
     fn send_ud(t: &Bed) -> Wqe {
         Wqe {
-            wr_id: 0xabc,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.xbuf, 100, t.keys[0])],
             ah: t.ahs[0],
             remote_qpn: t.ub.qpn,
             remote_qkey: 0x2222,
-            ..Default::default()
+            ..send(0xabc, (t.xbuf, 100, t.keys[0]))
         }
     }
     let cases = [

@@ -18,9 +18,7 @@ fn rc_between_qps_of_one_device_loops_back() {
     let (cq, mut cqr) = a.create_cq(256);
     let mut q1 = a.create_qp(QpSpec::rc(pd, cq));
     let q2 = a.create_qp(QpSpec::rc(pd, cq));
-    let av = a.av_to(&a);
-    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
-    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    connect_loopback(&mut a, &q1, &q2, RtsAttrs::mtu(3).timeout(12));
     let buf = a.alloc(16384);
     let k = a.reg_mr(pd, buf, 16384, ACC_ALL);
     let mut rq = q2.rq.clone().unwrap();

@@ -181,7 +181,18 @@ fn churn_step(a: &Side, b: &Side, f: &Fixture, h: &mut Hostile, rng: &mut XorShi
                     return;
                 }
             };
-            connect(&mut ha, &qa, &mut hb, &qb, 3, 10, 1, 1);
+            connect(
+                &mut ha,
+                &qa,
+                &mut hb,
+                &qb,
+                RtsAttrs {
+                    mtu: 3,
+                    timeout: 10,
+                    retry: 1,
+                    rnr_retry: 1,
+                },
+            );
             h.pairs.push((qa, qb));
             h.made += 1;
         }
@@ -372,7 +383,7 @@ fn stress(threads: usize) {
     // Transport timeout 18 (1.07 s, 8.6 s with its 7 retries): nothing is lost on this
     // loopback, so a timeout fires only when the engines are starved. With 14 (67 ms, 0.5 s in
     // all) a release run beside builds at load 10-16 ended the healthy WRITEs RETRY_EXC_ERR.
-    connect(&mut a, &qa, &mut b, &qb, 3, 18, 7, 7);
+    connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(3).timeout(18));
     let src = a.alloc(1 << 20);
     let dst = b.alloc(1 << 20);
     let odp = b.alloc(4 << 20);
@@ -514,17 +525,7 @@ fn stress(threads: usize) {
             let mut hb = Held::new(&sb);
             hb.post_recv(&mut rq, base + 9, &[(dst + (15 << 16), 4096, kb)]);
         }
-        post_send_mem(
-            &mem_a,
-            &mut qa,
-            &Wqe {
-                wr_id: base + 9,
-                opcode: VRDMA_WR_SEND,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src + (9 << 16), 512, ka)],
-                ..Default::default()
-            },
-        );
+        post_send_mem(&mem_a, &mut qa, &send(base + 9, (src + (9 << 16), 512, ka)));
         want.push(base + 9);
         sa.db.push(VrdmaDoorbell {
             type_: VRDMA_DB_SQ,

@@ -22,6 +22,14 @@ fn write(p: &RcPair, wr_id: u64) -> Wqe {
     rdma(wr_id, VRDMA_WR_RDMA_WRITE, (p.src, 100, p.ka), p.dst, p.kb)
 }
 
+/// Post [`write`]s with the ids `wr_ids` on A.
+fn post_writes(p: &mut RcPair, wr_ids: std::ops::RangeInclusive<u64>) {
+    for id in wr_ids {
+        let w = write(p, id);
+        p.post(&w);
+    }
+}
+
 fn ids(c: &[Cqe]) -> Vec<(u64, u8, u8)> {
     c.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect()
 }
@@ -62,13 +70,7 @@ fn rq_doorbell_outside_error_consumes_nothing() {
     p.b.ring_doorbell(VRDMA_DB_RQ, qb);
     assert!(p.b.poll_cq(&mut p.cqb).is_empty());
     // The receive is still there for a SEND.
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src, 32, p.ka)],
-        ..Default::default()
-    };
+    let w = send(1, (p.src, 32, p.ka));
     p.post(&w);
     let mut got = Vec::new();
     let cqb = &mut p.cqb;
@@ -99,10 +101,7 @@ fn send_posted_in_error_is_flushed_on_the_sq_doorbell() {
 fn drain_qp_with_work_in_flight_flushes_everything_in_order() {
     let mut p = pair();
     // Sends in flight (never acknowledged: the link is not pumped) and receives posted on A.
-    for id in 1..=4 {
-        let w = write(&p, id);
-        p.post(&w);
-    }
+    post_writes(&mut p, 1..=4);
     p.recv_a(100, 0, 64);
     p.recv_a(101, 0, 64);
     assert!(!p.a.dev.outbox(0).frames.is_empty(), "the writes went out");
@@ -173,10 +172,7 @@ fn srq_qp_drain_leaves_srq_wqes_and_reports_last_wqe_once() {
 #[test]
 fn destroy_with_outstanding_work_returns_at_once() {
     let mut p = pair();
-    for id in 1..=8 {
-        let w = write(&p, id);
-        p.post(&w);
-    }
+    post_writes(&mut p, 1..=8);
     p.recv_a(200, 0, 64);
     let qa = p.qa.qpn;
     let h = VrdmaHandle {

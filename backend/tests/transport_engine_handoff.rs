@@ -554,10 +554,7 @@ fn qps_are_created_and_destroyed_beside_a_worker_inside_a_unit() {
     let pd = n.create_pd();
     let (cq, _) = n.create_cq(64);
     let old = n.create_qp(common::QpSpec::rc(pd, cq));
-    let ud = n.create_qp(common::QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..common::QpSpec::rc(pd, cq)
-    });
+    let ud = n.create_qp(common::QpSpec::of_type(VRDMA_QPT_UD, pd, cq));
     let mut group = [0u8; 16];
     group[0] = 0xff;
     group[15] = 7;
@@ -690,10 +687,7 @@ fn a_multicast_detach_waits_for_the_unit_in_flight() {
     let mut n = common::Node::new(8, 16, 1500);
     let pd = n.create_pd();
     let (cq, _) = n.create_cq(64);
-    let ud = n.create_qp(common::QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..common::QpSpec::rc(pd, cq)
-    });
+    let ud = n.create_qp(common::QpSpec::of_type(VRDMA_QPT_UD, pd, cq));
     let mut gid = [0u8; 16];
     gid[0] = 0xff;
     gid[15] = 9;

@@ -50,9 +50,7 @@ fn rc_between_qps_of_one_device_on_different_workers() {
     let mut q1 = a.create_qp(QpSpec::rc(pd, cq));
     let q2 = a.create_qp(QpSpec::rc(pd, cq));
     assert_ne!(worker_of(q1.qpn, 2), worker_of(q2.qpn, 2));
-    let av = a.av_to(&a);
-    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
-    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    connect_loopback(&mut a, &q1, &q2, RtsAttrs::mtu(3).timeout(12));
     let len = 256 << 10;
     let buf = a.alloc(2 * len as u64 + 4096);
     let k = a.reg_mr(pd, buf, 2 * len as u64 + 4096, ACC_ALL);
@@ -250,9 +248,7 @@ fn doorbells_rung_while_suspended_run_on_every_worker_after_resume() {
     let mut q1 = a.create_qp(QpSpec::rc(pd, cq));
     let mut q2 = a.create_qp(QpSpec::rc(pd, cq));
     assert_ne!(worker_of(q1.qpn, 2), worker_of(q2.qpn, 2));
-    let av = a.av_to(&a);
-    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
-    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    connect_loopback(&mut a, &q1, &q2, RtsAttrs::mtu(3).timeout(12));
     let len = 64 << 10;
     let buf = a.alloc(4 * len as u64);
     let k = a.reg_mr(pd, buf, 4 * len as u64, ACC_ALL);
@@ -321,9 +317,7 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
     let q3 = a.create_qp(s3);
     let q2 = a.create_qp(QpSpec::rc(pd, peer_cq));
     assert_ne!(worker_of(q1.qpn, 2), worker_of(q3.qpn, 2));
-    let av = a.av_to(&a);
-    rts(&mut a, &q1, q2.qpn, av, 3, 12, 7, 7, 100, 200);
-    rts(&mut a, &q2, q1.qpn, av, 3, 12, 7, 7, 200, 100);
+    connect_loopback(&mut a, &q1, &q2, RtsAttrs::mtu(3).timeout(12));
     a.qp_to_init(q3.qpn);
     let buf = a.alloc(8192);
     let k = a.reg_mr(pd, buf, 8192, ACC_ALL);
@@ -403,15 +397,13 @@ fn a_cq_overflow_on_one_worker_flushes_another_workers_qp_on_its_own_worker() {
 /// Signaled WRITE `i` of connection `c`, into slot `i % slots` of `chunk` bytes (source and
 /// destination at the same offset).
 fn write_wqe(c: &WriteConn, i: u64, slots: u64, chunk: u64) -> Wqe {
-    Wqe {
-        wr_id: i,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(c.src + i % slots * chunk, chunk as u32, c.ka)],
-        remote_addr: c.dst + i % slots * chunk,
-        rkey: c.kb,
-        ..Default::default()
-    }
+    rdma(
+        i,
+        VRDMA_WR_RDMA_WRITE,
+        (c.src + i % slots * chunk, chunk as u32, c.ka),
+        c.dst + i % slots * chunk,
+        c.kb,
+    )
 }
 
 /// Post `n` WRITEs of `chunk` bytes on every connection, then ring their SQ doorbells at once.

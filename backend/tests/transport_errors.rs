@@ -97,13 +97,7 @@ fn rnr_recovers_when_a_receive_is_posted() {
     let mut p = pair(7, 3);
     let data = pattern(5, 300);
     p.a.write(p.src, &data);
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src, 300, p.ka)],
-        ..Default::default()
-    };
+    let w = send(1, (p.src, 300, p.ka));
     p.post(&w);
     // Deliver until the first RNR NAK went back, then post the receive.
     let qpn = p.qa.qpn;
@@ -136,13 +130,7 @@ fn rnr_retry_exceeded() {
         }
         true
     }));
-    let w = Wqe {
-        wr_id: 1,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.src, 10, p.ka)],
-        ..Default::default()
-    };
+    let w = send(1, (p.src, 10, p.ka));
     p.post(&w);
     let w = write(&p, 2, p.kb, 0);
     p.post(&w);

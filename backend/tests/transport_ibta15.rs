@@ -37,6 +37,18 @@ fn atomic_write(wr_id: u64, raddr: u64, rkey: u32, value: u64) -> Wqe {
     }
 }
 
+/// A global-visibility FLUSH of the range `len` bytes at `raddr` (the usual one).
+fn range_flush(wr_id: u64, raddr: u64, rkey: u32, len: u64) -> Wqe {
+    flush(
+        wr_id,
+        raddr,
+        rkey,
+        len,
+        VRDMA_FLUSH_GLOBAL,
+        VRDMA_FLUSH_RANGE,
+    )
+}
+
 fn flush(wr_id: u64, raddr: u64, rkey: u32, len: u64, placement: u8, level: u8) -> Wqe {
     Wqe {
         wr_id,
@@ -141,14 +153,7 @@ fn flush_range_and_whole_mr_succeed_after_the_writes_before_them() {
     p.a.write(p.src, &d1);
     p.a.write(p.src + 8192, &d2);
     p.post(&write(&p, 1, 0, 3000));
-    p.post(&flush(
-        2,
-        p.dst,
-        p.kb,
-        3000,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    ));
+    p.post(&range_flush(2, p.dst, p.kb, 3000));
     p.post(&write(&p, 3, 8192, 100));
     // Whole-MR selectivity: VA and length are not checked.
     p.post(&flush(
@@ -201,14 +206,7 @@ fn flush_range_and_whole_mr_succeed_after_the_writes_before_them() {
 #[test]
 fn a_fenced_wqe_waits_for_an_outstanding_flush() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    p.post(&flush(
-        1,
-        p.dst,
-        p.kb,
-        64,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    ));
+    p.post(&range_flush(1, p.dst, p.kb, 64));
     let mut w = write(&p, 2, 0, 64);
     w.flags |= VRDMA_SEND_FENCE;
     p.post(&w);
@@ -233,7 +231,7 @@ fn a_fenced_wqe_waits_for_an_outstanding_flush() {
 #[test]
 fn flush_without_flush_global_on_the_mr_is_access_error() {
     let mut p = pair(ACC_ALL);
-    let w = flush(1, p.dst, p.kb, 64, VRDMA_FLUSH_GLOBAL, VRDMA_FLUSH_RANGE);
+    let w = range_flush(1, p.dst, p.kb, 64);
     fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
     assert!(has_event(&p.b, VRDMA_EV_QP_ACCESS_ERR, p.qb.qpn));
 }
@@ -241,14 +239,7 @@ fn flush_without_flush_global_on_the_mr_is_access_error() {
 #[test]
 fn flush_out_of_the_mr_range_is_access_error() {
     let mut p = pair(ACC_ALL | VRDMA_ACCESS_FLUSH_GLOBAL);
-    let w = flush(
-        1,
-        p.dst + 65000,
-        p.kb,
-        4096,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    );
+    let w = range_flush(1, p.dst + 65000, p.kb, 4096);
     fails_at_b(&mut p, &w, VRDMA_WC_REM_ACCESS_ERR);
 }
 
@@ -362,14 +353,12 @@ fn duplicate_atomic_write_is_replayed_not_executed_again() {
 fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
     let mut p = OdpPair::with(32).build();
     // B's implicit MR with FLUSH_GLOBAL too.
-    let c = VrdmaCmdRegMr {
-        pdn: p.pdb,
-        access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND | VRDMA_ACCESS_FLUSH_GLOBAL,
-        iova: 0,
-        length: u64::MAX,
-        page_shift: 12,
-        npages: 0,
-    };
+    let c = odp_mr_req(
+        p.pdb,
+        ACC_ALL | VRDMA_ACCESS_ON_DEMAND | VRDMA_ACCESS_FLUSH_GLOBAL,
+        0,
+        u64::MAX,
+    );
     let r = p.b.cmd(VRDMA_CMD_REG_IMPLICIT_MR, c.as_bytes()).unwrap();
     let kb = VrdmaRespRegMr::read_from(&r).unwrap().lkey;
     let _ka = p.implicit_mr(Side::A);
@@ -388,17 +377,7 @@ fn atomic_write_and_flush_fault_implicit_odp_pages_in() {
     assert_eq!(f.len(), 1);
     assert_ne!(f[0].flags & VRDMA_PAGEREQ_F_WRITE, 0);
     // A range FLUSH over chunk 1 (not resident) faults it in like a READ would.
-    p.post(
-        0,
-        &flush(
-            2,
-            va_b + ch + 0x40,
-            kb,
-            4096,
-            VRDMA_FLUSH_GLOBAL,
-            VRDMA_FLUSH_RANGE,
-        ),
-    );
+    p.post(0, &range_flush(2, va_b + ch + 0x40, kb, 4096));
     let c = p.run_until(0, 2);
     assert_eq!(
         (c[1].wr_id, c[1].status, c[1].opcode),
@@ -420,14 +399,7 @@ fn flush_right_after_an_atomic_write() {
     p.post(&atomic_write(1, p.dst + 64, p.kb, 5));
     let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_SUCCESS));
-    p.post(&flush(
-        2,
-        p.dst,
-        p.kb,
-        4096,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    ));
+    p.post(&range_flush(2, p.dst, p.kb, 4096));
     let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
     p.post(&flush(
@@ -481,14 +453,7 @@ fn lost_flush_response_before_a_long_read_is_replayed() {
     p.b.write(remote, &data);
     let local = p.a.alloc(len);
     let lk = p.a.reg_mr(p.pda, local, len, ACC_ALL);
-    p.post(&flush(
-        1,
-        p.dst,
-        p.kb,
-        4096,
-        VRDMA_FLUSH_GLOBAL,
-        VRDMA_FLUSH_RANGE,
-    ));
+    p.post(&range_flush(1, p.dst, p.kb, 4096));
     p.post(&rdma(
         2,
         VRDMA_WR_RDMA_READ,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use vrdma_backend::transport::ctx::Cqe;
 use vrdma_backend::uplink::ImpairConfig;
 use vrdma_spec::*;
 
@@ -23,6 +24,12 @@ fn pair(mem_mib: u64) -> RcPair {
         .timeout(8)
         .no_mrs()
         .build()
+}
+
+/// A's next `n` completions, pumping `p` over `link` (not `p.link`) for at most 10 s.
+fn wait_a(p: &mut RcPair, link: &mut Link, n: usize) -> Vec<Cqe> {
+    let limit = Duration::from_secs(10);
+    pump_cqes(&mut p.a, &mut p.b, link, &mut p.cqa, n, limit)
 }
 
 #[test]
@@ -162,14 +169,7 @@ fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
         ..Default::default()
     };
     p.a.post_send(&mut p.qa, &w);
-    let got = pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        &mut link,
-        &mut p.cqa,
-        1,
-        Duration::from_secs(10),
-    );
+    let got = wait_a(&mut p, &mut link, 1);
     assert_eq!((got[0].wr_id, got[0].status), (1, VRDMA_WC_SUCCESS));
     let landed = if op == VRDMA_WR_RDMA_READ {
         p.a.read(src, len as usize)
@@ -234,26 +234,11 @@ fn a_lost_packet_before_an_error_wqe_is_sent_again() {
     let data = pattern(7, len as usize);
     p.a.write(src, &data);
     for (wr_id, lkey) in [(1, ka), (2, ka ^ 0x5a00)] {
-        let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_RDMA_WRITE,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, len as u32, lkey)],
-            remote_addr: dst,
-            rkey: kb,
-            ..Default::default()
-        };
+        let w = rdma(wr_id, VRDMA_WR_RDMA_WRITE, (src, len as u32, lkey), dst, kb);
         p.a.post_send_nodb(&mut p.qa, &w);
     }
     p.a.doorbell(p.qa.qpn);
-    let got = pump_cqes(
-        &mut p.a,
-        &mut p.b,
-        &mut link,
-        &mut p.cqa,
-        2,
-        Duration::from_secs(10),
-    );
+    let got = wait_a(&mut p, &mut link, 2);
     assert_eq!(
         got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
         [(1, VRDMA_WC_SUCCESS), (2, VRDMA_WC_LOC_PROT_ERR)]

@@ -25,14 +25,10 @@ fn group() -> [u8; 16] {
 /// A signaled SEND of `len` bytes at `src` (key `key`) to the group of `ah`.
 fn group_send(wr_id: u64, src: u64, len: usize, key: u32, ah: u32) -> Wqe {
     Wqe {
-        wr_id,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(src, len as u32, key)],
         ah,
         remote_qpn: VRDMA_MCAST_QPN,
         remote_qkey: QKEY,
-        ..Default::default()
+        ..send(wr_id, (src, len as u32, key))
     }
 }
 
@@ -74,10 +70,7 @@ fn bed_with(receivers: usize, workers_b: usize) -> Bed {
     let pdb = b.create_pd();
     let (ca, cqa) = a.create_cq(256);
     let (cb, cqb) = b.create_cq(256);
-    let ud = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    };
+    let ud = |pd, cq| QpSpec::of_type(VRDMA_QPT_UD, pd, cq);
     let qa = a.create_qp(ud(pda, ca));
     ud_rts(&mut a, &qa, QKEY);
     let qb: Vec<QpH> = (0..receivers)
@@ -248,10 +241,7 @@ fn attach_errors() {
     assert!(cfg.max_mcast_grp > 0 && cfg.max_mcast_qp_attach > 0);
     // QPs per group are bounded.
     let mut n = 0;
-    let ud = QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    };
+    let ud = QpSpec::of_type(VRDMA_QPT_UD, pd, cq);
     let status = loop {
         let qp = t.b.create_qp(QpSpec {
             sq_depth: 4,

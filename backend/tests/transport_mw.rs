@@ -108,6 +108,14 @@ fn rdma(p: &mut RcPair, op: u8, raddr: u64, rkey: u32) -> Cqe {
     ga[0]
 }
 
+/// A second connected RC pair between `p`'s nodes (CQs of 64, timeout 12): A's QP in a new PD
+/// (returned), B's in `p.pdb`.
+fn second_conn(p: &mut RcPair) -> (u32, QpPair) {
+    let pda2 = p.a.create_pd();
+    let spec = QpPairSpec::rc(64, RtsAttrs::mtu(3).timeout(12));
+    (pda2, QpPair::open(&mut p.a, &mut p.b, pda2, p.pdb, spec))
+}
+
 #[test]
 fn type2_bind_write_read_then_local_invalidate() {
     let mut p = pair();
@@ -196,15 +204,7 @@ fn window_range_and_rights_are_checked() {
     let mut p = pair();
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
     let rkey = bind_ok(&mut p, mw, 0, 4096, RW);
-    let w = Wqe {
-        wr_id: 9,
-        opcode: VRDMA_WR_RDMA_WRITE,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(p.dst, 64, rkey)],
-        remote_addr: p.src,
-        rkey: p.ka,
-        ..Default::default()
-    };
+    let w = common::rdma(9, VRDMA_WR_RDMA_WRITE, (p.dst, 64, rkey), p.src, p.ka);
     let c = run_b(&mut p, &w);
     assert_eq!(c.status, VRDMA_WC_LOC_PROT_ERR, "a window rkey as lkey");
 }
@@ -444,12 +444,13 @@ fn bind_without_windows_or_with_sges_is_a_qp_operation_error() {
 fn type2_window_is_usable_only_by_its_qp() {
     let mut p = pair();
     // A second connected QP pair between the same nodes, B's QP in the same PD.
-    let pda2 = p.a.create_pd();
-    let (ca2, cqa2) = p.a.create_cq(64);
-    let (cb2, _cqb2) = p.b.create_cq(64);
-    let qa2 = p.a.create_qp(QpSpec::rc(pda2, ca2));
-    let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, cb2));
-    connect(&mut p.a, &qa2, &mut p.b, &qb2, 3, 12, 7, 7);
+    let (pda2, second) = second_conn(&mut p);
+    let QpPair {
+        qa: qa2,
+        cqa: cqa2,
+        cqb: _cqb2,
+        ..
+    } = second;
     let src2 = p.a.alloc(4096);
     let ka2 = p.a.reg_mr(pda2, src2, 4096, ACC_ALL);
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
@@ -468,12 +469,14 @@ fn type2_window_is_usable_only_by_its_qp() {
 #[test]
 fn type2_send_with_invalidate_on_another_qp_is_refused() {
     let mut p = pair();
-    let pda2 = p.a.create_pd();
-    let (ca2, cqa2) = p.a.create_cq(64);
-    let (cb2, cqb2) = p.b.create_cq(64);
-    let mut qa2 = p.a.create_qp(QpSpec::rc(pda2, ca2));
-    let mut qb2 = p.b.create_qp(QpSpec::rc(p.pdb, cb2));
-    connect(&mut p.a, &qa2, &mut p.b, &qb2, 3, 12, 7, 7);
+    let (pda2, second) = second_conn(&mut p);
+    let QpPair {
+        qa: mut qa2,
+        qb: mut qb2,
+        cqa: cqa2,
+        cqb: cqb2,
+        ..
+    } = second;
     let src2 = p.a.alloc(4096);
     let ka2 = p.a.reg_mr(pda2, src2, 4096, ACC_ALL);
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
@@ -585,12 +588,14 @@ fn destroy_qp_frees_its_type2_windows() {
     let mw = alloc_mw(&mut p.b, p.pdb, VRDMA_MW_TYPE_2).unwrap();
     let rkey = bind_ok(&mut p, mw, 0, 4096, RW);
     // A second QP of B's PD, connected to a second QP on A.
-    let pda2 = p.a.create_pd();
-    let (ca2, cqa2) = p.a.create_cq(64);
-    let (cb2, cqb2) = p.b.create_cq(64);
-    let qa2 = p.a.create_qp(QpSpec::rc(pda2, ca2));
-    let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, cb2));
-    connect(&mut p.a, &qa2, &mut p.b, &qb2, 3, 12, 7, 7);
+    let (_, second) = second_conn(&mut p);
+    let QpPair {
+        qa: qa2,
+        qb: qb2,
+        cqa: cqa2,
+        cqb: cqb2,
+        ..
+    } = second;
     handle_cmd(&mut p.b, VRDMA_CMD_DESTROY_QP, p.qb.qpn).expect("destroy the binding QP");
     // The window is free again: a bind through the other QP succeeds (a bound 2B window would
     // refuse it, o10-37.2.30).

@@ -107,16 +107,7 @@ fn uc_write_from_an_odp_mr_is_a_local_protection_error() {
     t.a.write(src, &data);
     let mut rq = t.qb.rq.clone().expect("RQ");
     t.b.post_recv(&mut rq, 7, &[(dst, 4096, kb)]);
-    t.a.post_send(
-        &mut t.qa,
-        &Wqe {
-            wr_id: 2,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 512, ka)],
-            ..Default::default()
-        },
-    );
+    t.a.post_send(&mut t.qa, &send(2, (src, 512, ka)));
     settle(&mut t.a, &mut t.b);
     assert_eq!(poll(&mut t.a, &mut t.cqa), vec![(2, VRDMA_WC_SUCCESS)]);
     assert_eq!(poll(&mut t.b, &mut t.cqb), vec![(7, VRDMA_WC_SUCCESS)]);
@@ -221,16 +212,7 @@ fn uc_receive_into_an_odp_mr_is_a_local_protection_error() {
     let kb = t.b.reg_odp_mr(t.pdb, dst, 4 * MIB, ACC_ALL);
     let mut rq = t.qb.rq.clone().expect("RQ");
     t.b.post_recv(&mut rq, 9, &[(dst, 4096, kb)]);
-    t.a.post_send(
-        &mut t.qa,
-        &Wqe {
-            wr_id: 1,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 100, ka)],
-            ..Default::default()
-        },
-    );
+    t.a.post_send(&mut t.qa, &send(1, (src, 100, ka)));
     settle(&mut t.a, &mut t.b);
     assert_eq!(t.b.answered, 0, "no page request at B");
     assert_eq!(poll(&mut t.b, &mut t.cqb), vec![(9, VRDMA_WC_LOC_PROT_ERR)]);
@@ -240,20 +222,15 @@ fn uc_receive_into_an_odp_mr_is_a_local_protection_error() {
 /// (the receive after its chunk was faulted in, spec §14.6).
 #[test]
 fn ud_send_from_and_receive_into_odp_mrs() {
-    let mut a = Node::new_odp(1, 16);
-    let mut b = Node::new_odp(2, 16);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, mut cqa) = a.create_cq(64);
-    let (cb, mut cqb) = b.create_cq(64);
-    let ud = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    };
-    let mut qa = a.create_qp(ud(pda, ca));
-    let qb = b.create_qp(ud(pdb, cb));
-    ud_rts(&mut a, &qa, 0x11);
-    ud_rts(&mut b, &qb, 0x11);
+    let (mut a, mut b, pda, pdb) = Sides::of(Node::new_odp(1, 16), Node::new_odp(2, 16)).parts();
+    let spec = QpPairSpec::datagram(VRDMA_QPT_UD, 64, 0x11);
+    let QpPair {
+        mut qa,
+        qb,
+        mut cqa,
+        mut cqb,
+        ..
+    } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
     let av = a.av_to(&b);
     let ah = a.create_ah(pda, av);
     let src = a.alloc(4 * MIB);
@@ -269,14 +246,10 @@ fn ud_send_from_and_receive_into_odp_mrs() {
         a.post_send(
             &mut qa,
             &Wqe {
-                wr_id,
-                opcode: VRDMA_WR_SEND,
-                flags: VRDMA_SEND_SIGNALED,
-                sges: vec![(src, 256, ka)],
                 ah,
                 remote_qpn: qb.qpn,
                 remote_qkey: 0x11,
-                ..Default::default()
+                ..send(wr_id, (src, 256, ka))
             },
         );
         settle(&mut a, &mut b);

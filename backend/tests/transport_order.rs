@@ -15,17 +15,22 @@ use vrdma_spec::*;
 
 const T: Duration = Duration::from_secs(60);
 
+/// Bytes of the paced READ.
+const RLEN: u64 = 256 << 10;
+
+/// An RC pair on 9000-byte Ethernet with an MR of `RLEN` + 4096 bytes on each side.
+fn read_pair() -> RcPair {
+    let len = RLEN + 4096;
+    RcPair::new().eth_mtu(9000).mrs(len, len).build()
+}
+
 /// A 256-packet READ (paced in bursts), then SENDs, WRITEs and an atomic, all signaled: every
 /// frame B sends has a PSN not below the previous one, and A never rewinds.
 #[test]
 fn acks_wait_behind_paced_read_responses() {
     // MTU 1024: the READ is 256 response packets, four READ_BURSTs.
-    let mut rc = RcPair::new().eth_mtu(9000).no_mrs().build();
-    const RLEN: u64 = 256 << 10;
-    let la = rc.a.alloc(RLEN + 4096);
-    let ka = rc.a.reg_mr(rc.pda, la, RLEN + 4096, ACC_ALL);
-    let lb = rc.b.alloc(RLEN + 4096);
-    let kb = rc.b.reg_mr(rc.pdb, lb, RLEN + 4096, ACC_ALL);
+    let mut rc = read_pair();
+    let (la, ka, lb, kb) = (rc.src, rc.ka, rc.dst, rc.kb);
     let data = pattern(5, RLEN as usize);
     rc.b.write(lb, &data);
     let mut rq = rc.qb.rq.clone().expect("RQ");
@@ -86,12 +91,8 @@ fn acks_wait_behind_paced_read_responses() {
 /// answer for it: the reply queue stays bounded however often the duplicate arrives (spec §16).
 #[test]
 fn duplicate_atomics_behind_a_paced_read_do_not_grow_the_reply_queue() {
-    let mut p = RcPair::new().eth_mtu(9000).no_mrs().build();
-    const RLEN: u64 = 256 << 10;
-    let la = p.a.alloc(RLEN + 4096);
-    let ka = p.a.reg_mr(p.pda, la, RLEN + 4096, ACC_ALL);
-    let lb = p.b.alloc(RLEN + 4096);
-    let kb = p.b.reg_mr(p.pdb, lb, RLEN + 4096, ACC_ALL);
+    let mut p = read_pair();
+    let (la, ka, lb, kb) = (p.src, p.ka, p.dst, p.kb);
     let read = rdma(1, VRDMA_WR_RDMA_READ, (la, RLEN as u32, ka), lb, kb);
     let fadd = fetch_add(2, (la + RLEN, 8, ka), lb + RLEN, kb, 1);
     // The atomic first, answered at once (nothing queued yet); keep its request frame.

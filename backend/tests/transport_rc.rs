@@ -35,16 +35,7 @@ fn send_recv_small() {
     let mut rq = p.qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, 77, &[(dst, 4096, kb)]);
     let mut qa = p.qa.clone();
-    p.a.post_send(
-        &mut qa,
-        &Wqe {
-            wr_id: 5,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 100, ka)],
-            ..Default::default()
-        },
-    );
+    p.a.post_send(&mut qa, &send(5, (src, 100, ka)));
     let (ca, cb) = p.wait(1, 1);
     assert_eq!(ca[0].wr_id, 5);
     assert_eq!(ca[0].status, VRDMA_WC_SUCCESS);
@@ -106,16 +97,7 @@ fn transfer(p: &mut RcPair, len: u64, seed: u64) {
     p.a.write(b.src, &data);
     // SEND
     post_recv_b(p, 1, &[(b.dst, len as u32, b.kb)]);
-    post(
-        p,
-        Wqe {
-            wr_id: 10,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(b.src, len as u32, b.ka)],
-            ..Default::default()
-        },
-    );
+    post(p, send(10, (b.src, len as u32, b.ka)));
     let (ca, cb) = p.wait(1, 1);
     ok(&ca[0], 10, VRDMA_WC_SEND);
     ok(&cb[0], 1, VRDMA_WC_RECV);

@@ -8,10 +8,7 @@ use vrdma_backend::transport;
 use vrdma_spec::*;
 
 fn ud_qp(n: &mut Node, pd: u32, cq: u32) -> QpH {
-    let q = n.create_qp(QpSpec {
-        qp_type: VRDMA_QPT_UD,
-        ..QpSpec::rc(pd, cq)
-    });
+    let q = n.create_qp(QpSpec::of_type(VRDMA_QPT_UD, pd, cq));
     ud_rts(n, &q, 0x77);
     q
 }
@@ -50,14 +47,10 @@ fn ud_receive_on_odp_fault_is_dropped() {
     let send = |a: &mut Node, qa: &mut QpH, wr_id: u64, data: &[u8]| {
         a.write(src, data);
         let w = Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, data.len() as u32, ka)],
             ah,
             remote_qpn: qb.qpn,
             remote_qkey: 0x77,
-            ..Default::default()
+            ..send(wr_id, (src, data.len() as u32, ka))
         };
         a.post_send(qa, &w);
     };
@@ -109,7 +102,7 @@ fn read_spanning_too_many_psns_is_a_length_error() {
             // The QP went to ERROR; start again for the boundary case.
             p.qa = p.a.create_qp(QpSpec::rc(p.pda, p.cqna));
             let qb2 = p.b.create_qp(QpSpec::rc(p.pdb, p.cqnb));
-            connect(&mut p.a, &p.qa, &mut p.b, &qb2, 1, 14, 7, 7);
+            connect(&mut p.a, &p.qa, &mut p.b, &qb2, RtsAttrs::mtu(1));
         }
     }
 }

@@ -28,10 +28,7 @@ struct Bed {
 
 /// Two RC connections A→B; both B QPs take their receives from one SRQ (max_sge 2).
 fn bed() -> Bed {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(16, 1500).parts();
     let (ca, cqa) = a.create_cq(64);
     let (cb, cqb) = b.create_cq(64);
     let (srqn, srq) = b.create_srq(pdb, 16, 2, 0);
@@ -45,12 +42,9 @@ fn bed() -> Bed {
     };
     let qb = [b.create_qp(on_srq), b.create_qp(on_srq)];
     for i in 0..2 {
-        connect(&mut a, &qa[i], &mut b, &qb[i], 3, 10, 7, 7);
+        connect(&mut a, &qa[i], &mut b, &qb[i], RtsAttrs::mtu(3).timeout(10));
     }
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 65536);
     let _ = b.events();
     Bed {
         a,
@@ -70,13 +64,7 @@ fn bed() -> Bed {
 
 /// A signaled SEND of 64 bytes on A's QP `i`, delivered until both sides are quiet.
 fn send(t: &mut Bed, i: usize, wr_id: u64) {
-    let w = Wqe {
-        wr_id,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.src, 64, t.ka)],
-        ..Default::default()
-    };
+    let w = common::send(wr_id, (t.src, 64, t.ka));
     let mut q = t.qa[i].clone();
     t.a.post_send(&mut q, &w);
     t.qa[i] = q;

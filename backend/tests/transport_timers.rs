@@ -35,7 +35,7 @@ fn bed() -> (Node, Node, HealthyPair) {
         let q = a.create_qp(tiny(pda, ca));
         if i % 100 == 0 {
             let av = a.av_to(&b);
-            rts(&mut a, &q, 0x00ab_0000 + i, av, 3, 14, 7, 7, 1, 1);
+            rts(&mut a, &q, 0x00ab_0000 + i, av, RtsAttrs::mtu(3), (1, 1));
         }
     }
     let pair = HealthyPair::new(&mut a, &mut b, pda, pdb);
@@ -101,10 +101,7 @@ fn retransmission_fires_through_the_heap_among_idle_qps() {
 
 #[test]
 fn rearming_keeps_the_heap_bounded() {
-    let mut a = Node::new(1, 64, 1500);
-    let mut b = Node::new(2, 64, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(64, 1500).parts();
     let mut pair = HealthyPair::new(&mut a, &mut b, pda, pdb);
     let mut link = Link::clean();
     // Every acknowledgement re-arms the retransmission deadline (a new heap entry, the old one

@@ -44,13 +44,7 @@ impl RcPair {
     fn genuine_send(&mut self, wr_id: u64, seed: u64, len: u32) -> Vec<u8> {
         let data = pattern(seed, len as usize);
         self.a.write(self.src, &data);
-        self.post(&Wqe {
-            wr_id,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(self.src, len, self.ka)],
-            ..Default::default()
-        });
+        self.post(&send(wr_id, (self.src, len, self.ka)));
         data
     }
 
@@ -211,10 +205,7 @@ fn ud_and_gsi_pkey_rules() {
     let (cb, mut cqb) = b.create_cq(256);
     let buf = b.alloc(65536);
     let kb = b.reg_mr(pdb, buf, 65536, ACC_ALL);
-    let spec = |qp_type| QpSpec {
-        qp_type,
-        ..QpSpec::rc(pdb, cb)
-    };
+    let spec = |qp_type| QpSpec::of_type(qp_type, pdb, cb);
     let mut ud = b.create_qp(spec(VRDMA_QPT_UD));
     let mut gsi = b.create_qp(spec(VRDMA_QPT_GSI));
     assert_eq!(gsi.qpn, VRDMA_GSI_QPN);

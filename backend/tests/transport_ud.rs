@@ -29,13 +29,6 @@ fn poll_until(
     (ga, gb)
 }
 
-fn ud_spec(pd: u32, cq: u32, t: u32) -> QpSpec {
-    QpSpec {
-        qp_type: t,
-        ..QpSpec::rc(pd, cq)
-    }
-}
-
 struct Ud {
     a: Node,
     b: Node,
@@ -52,21 +45,14 @@ struct Ud {
 }
 
 fn ud_pair(a: Node, b: Node, t: u32, qkey: u32) -> Ud {
-    let (mut a, mut b) = (a, b);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
-    let (ca, cqa) = a.create_cq(256);
-    let (cb, cqb) = b.create_cq(256);
-    let qa = a.create_qp(ud_spec(pda, ca, t));
-    let qb = b.create_qp(ud_spec(pdb, cb, t));
-    ud_rts(&mut a, &qa, qkey);
-    ud_rts(&mut b, &qb, qkey);
+    let (mut a, mut b, pda, pdb) = Sides::of(a, b).parts();
+    let spec = QpPairSpec::datagram(t, 256, qkey);
+    let QpPair {
+        qa, qb, cqa, cqb, ..
+    } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
     let av = a.av_to(&b);
     let ah = a.create_ah(pda, av);
-    let src = a.alloc(8192);
-    let dst = b.alloc(8192);
-    let ka = a.reg_mr(pda, src, 8192, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 8192, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 8192);
     Ud {
         a,
         b,
@@ -265,10 +251,7 @@ fn gsi_uses_qp1_and_the_well_known_qkey() {
 
 #[test]
 fn srq_shared_by_several_qps_with_limit_event() {
-    let mut a = Node::new(1, 32, 1500);
-    let mut b = Node::new(2, 32, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(32, 1500).parts();
     let (ca, mut cqa) = a.create_cq(256);
     let (cb, mut cqb) = b.create_cq(256);
     let (srqn, mut srq) = b.create_srq(pdb, 64, 4, 3);
@@ -287,20 +270,14 @@ fn srq_shared_by_several_qps_with_limit_event() {
             srq: Some(srqn),
             ..QpSpec::rc(pdb, cb)
         });
-        connect(&mut a, &qa, &mut b, &qb, 3, 12, 7, 7);
+        connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(3).timeout(12));
         qas.push(qa);
         qbs.push(qb);
     }
     let mut link = Link::clean();
     // 6 SENDs, two per QP.
     for k in 0..6u64 {
-        let w = Wqe {
-            wr_id: k,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 100 + k as u32, ka)],
-            ..Default::default()
-        };
+        let w = send(k, (src, 100 + k as u32, ka));
         let q = &mut qas[(k % 3) as usize];
         a.post_send(q, &w);
     }
@@ -336,23 +313,25 @@ fn srq_shared_by_several_qps_with_limit_event() {
 
 #[test]
 fn uc_write_send_and_silent_drop_of_a_damaged_message() {
-    let mut a = Node::new(1, 16, 1500);
-    let mut b = Node::new(2, 16, 1500);
-    let pda = a.create_pd();
-    let pdb = b.create_pd();
+    let (mut a, mut b, pda, pdb) = Sides::new(16, 1500).parts();
     let (ca, mut cqa) = a.create_cq(256);
     let (cb, mut cqb) = b.create_cq(256);
-    let spec = |pd, cq| QpSpec {
-        qp_type: VRDMA_QPT_UC,
-        ..QpSpec::rc(pd, cq)
-    };
+    let spec = |pd, cq| QpSpec::of_type(VRDMA_QPT_UC, pd, cq);
     let mut qa = a.create_qp(spec(pda, ca));
     let mut qb = b.create_qp(spec(pdb, cb));
-    connect(&mut a, &qa, &mut b, &qb, 1, 0, 0, 0);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    connect(
+        &mut a,
+        &qa,
+        &mut b,
+        &qb,
+        RtsAttrs {
+            mtu: 1,
+            timeout: 0,
+            retry: 0,
+            rnr_retry: 0,
+        },
+    );
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 65536);
     let data = pattern(21, 65536);
     a.write(src, &data);
     let mut link = Link::clean();
@@ -374,13 +353,7 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
         n != 3
     }));
     for (wr, len, off) in [(2u64, 1000u32, 0u64), (3, 700, 5000)] {
-        let w = Wqe {
-            wr_id: wr,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src + off, len, ka)],
-            ..Default::default()
-        };
+        let w = send(wr, (src + off, len, ka));
         a.post_send(&mut qa, &w);
     }
     let (ga, gb) = poll_until(&mut a, &mut b, &mut link, &mut cqa, &mut cqb, 2, 1);

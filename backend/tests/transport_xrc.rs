@@ -163,10 +163,7 @@ fn bed() -> Bed {
     let (ava, avb) = (a.av_to(&b), b.av_to(&a));
     xrc_rts(&mut a, ini.qpn, false, tgt, ava, 1000, 5000);
     xrc_rts(&mut b, tgt, true, ini.qpn, avb, 5000, 1000);
-    let src = a.alloc(65536);
-    let dst = b.alloc(65536);
-    let ka = a.reg_mr(pda, src, 65536, ACC_ALL);
-    let kb = b.reg_mr(pdb, dst, 65536, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, 65536);
     let _ = b.events();
     Bed {
         a,
@@ -241,13 +238,7 @@ fn send_goes_through_the_named_xrc_srq_with_xrceth_on_the_wire() {
     let (dst, kb) = (t.dst, t.kb);
     t.b.post_recv(&mut t.srq, 77, &[(dst, 4096, kb)]);
     let (mut link, ab, ba) = recording_link();
-    let w = Wqe {
-        wr_id: 5,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.src, 3000, t.ka)],
-        ..Default::default()
-    };
+    let w = send(5, (t.src, 3000, t.ka));
     let srqn = t.srqn;
     post_xrc(&mut t, &w, srqn);
     let (ca, cb) = wait(&mut t, &mut link, 1, 1);
@@ -327,13 +318,7 @@ fn write_with_imm_read_and_atomic_use_the_srq_pd_and_cq() {
 fn unknown_srq_number_is_nak_invalid_request() {
     let mut t = bed();
     let mut link = Link::clean();
-    let w = Wqe {
-        wr_id: 4,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.src, 8, t.ka)],
-        ..Default::default()
-    };
+    let w = send(4, (t.src, 8, t.ka));
     post_xrc(&mut t, &w, 0x00ab_cdef);
     let (ca, _) = wait(&mut t, &mut link, 1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (4, VRDMA_WC_REM_INV_REQ_ERR));
@@ -359,13 +344,7 @@ fn srq_of_another_xrc_domain_or_a_basic_srq_is_nak_invalid_request() {
         let (dst, kb) = (t.dst, t.kb);
         t.b.post_recv(&mut ring, 1, &[(dst, 64, kb)]);
         let mut link = Link::clean();
-        let w = Wqe {
-            wr_id: 6,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(t.src, 8, t.ka)],
-            ..Default::default()
-        };
+        let w = send(6, (t.src, 8, t.ka));
         post_xrc(&mut t, &w, srqn);
         let (ca, cb) = wait(&mut t, &mut link, 1, 0);
         assert_eq!(
@@ -549,13 +528,7 @@ fn tgt_without_rings_ignores_sq_doorbells() {
     // Still a working target.
     let (dst, kb) = (t.dst, t.kb);
     t.b.post_recv(&mut t.srq, 3, &[(dst, 64, kb)]);
-    let w = Wqe {
-        wr_id: 12,
-        opcode: VRDMA_WR_SEND,
-        flags: VRDMA_SEND_SIGNALED,
-        sges: vec![(t.src, 16, t.ka)],
-        ..Default::default()
-    };
+    let w = send(12, (t.src, 16, t.ka));
     let srqn = t.srqn;
     post_xrc(&mut t, &w, srqn);
     let (ca, cb) = wait(&mut t, &mut link, 1, 1);
@@ -653,13 +626,7 @@ fn overflow_of_the_srq_cq_moves_the_target_to_error() {
     let mut link = Link::clean();
     let (src, ka) = (t.src, t.ka);
     for i in 0..8 {
-        let w = Wqe {
-            wr_id: i,
-            opcode: VRDMA_WR_SEND,
-            flags: VRDMA_SEND_SIGNALED,
-            sges: vec![(src, 8, ka)],
-            ..Default::default()
-        };
+        let w = send(i, (src, 8, ka));
         post_xrc(&mut t, &w, srq2);
     }
     pump_idle(&mut t.a, &mut t.b, &mut link);

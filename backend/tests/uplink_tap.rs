@@ -32,22 +32,31 @@ fn ifindex(name: &str) -> u32 {
     i
 }
 
+/// `struct ifreq` with its `ifr_flags` member, for SIOCGIFFLAGS and SIOCSIFFLAGS.
+#[repr(C)]
+struct IfFlagsReq {
+    name: [u8; 16],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+impl IfFlagsReq {
+    fn new(name: &str, flags: libc::c_short) -> IfFlagsReq {
+        let mut r = IfFlagsReq {
+            name: [0; 16],
+            flags,
+            _pad: [0; 22],
+        };
+        r.name[..name.len()].copy_from_slice(name.as_bytes());
+        r
+    }
+}
+
 fn if_flags(name: &str) -> libc::c_short {
     let sock = std::net::UdpSocket::bind("0.0.0.0:0");
     // In an empty netns "lo" is down, but binding 0.0.0.0 still works; use an AF_INET socket fd.
     let sock = sock.unwrap();
-    #[repr(C)]
-    struct Req {
-        name: [u8; 16],
-        flags: libc::c_short,
-        _pad: [u8; 22],
-    }
-    let mut r = Req {
-        name: [0; 16],
-        flags: 0,
-        _pad: [0; 22],
-    };
-    r.name[..name.len()].copy_from_slice(name.as_bytes());
+    let mut r = IfFlagsReq::new(name, 0);
     // SAFETY: SIOCGIFFLAGS on a valid ifreq-sized struct.
     let rc = unsafe {
         libc::ioctl(
@@ -246,18 +255,7 @@ fn tap_carries_mtu_9000_frames_both_ways() {
 /// `ip link set NAME up|down`: SIOCSIFFLAGS with IFF_UP set or cleared.
 fn set_if_up(name: &str, up: bool) {
     let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    #[repr(C)]
-    struct Req {
-        name: [u8; 16],
-        flags: libc::c_short,
-        _pad: [u8; 22],
-    }
-    let mut r = Req {
-        name: [0; 16],
-        flags: if_flags(name),
-        _pad: [0; 22],
-    };
-    r.name[..name.len()].copy_from_slice(name.as_bytes());
+    let mut r = IfFlagsReq::new(name, if_flags(name));
     if up {
         r.flags |= libc::IFF_UP as libc::c_short;
     } else {

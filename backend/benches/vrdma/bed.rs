@@ -20,7 +20,7 @@ use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
 
 use crate::common::*;
-use crate::util::{poll_cq_mem, post_recv_mem};
+use crate::util::poll_cq_mem;
 
 /// Chunk size of ODP (the device default, `odp_chunk_shift` 21).
 pub const CHUNK: u64 = 2 << 20;
@@ -408,7 +408,7 @@ impl Unlinked {
         let qa = a.create_qp(spec(pda, ca));
         let qb = b.create_qp(spec(pdb, cb));
         // timeout 14 (~67 ms), retry 7, rnr_retry 7 (infinite: ODP responders RNR-NAK).
-        connect(&mut a, &qa, &mut b, &qb, mtu_enum(path_mtu), 14, 7, 7);
+        connect(&mut a, &qa, &mut b, &qb, RtsAttrs::mtu(mtu_enum(path_mtu)));
         // Chunk-aligned buffers so an implicit mapping starts on a chunk too.
         let ga = a.alloc(buf_len + CHUNK).next_multiple_of(CHUNK);
         let gb = b.alloc(buf_len + CHUNK).next_multiple_of(CHUNK);

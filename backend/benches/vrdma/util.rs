@@ -122,25 +122,6 @@ impl Table {
     }
 }
 
-/// Post a receive WQE (spec §6.2 layout) on an RQ ring in guest memory.
-pub fn post_recv_mem(mem: &GuestMem, ring: &mut RingH, wr_id: u64, sges: &[(u64, u32, u32)]) {
-    let slot = 1usize << ring.shift;
-    let mut b = vec![0u8; slot];
-    b[0..8].copy_from_slice(&wr_id.to_le_bytes());
-    b[8..12].copy_from_slice(&(sges.len() as u32).to_le_bytes());
-    for (i, (a, l, k)) in sges.iter().enumerate() {
-        let o = 16 + i * 16;
-        b[o..o + 8].copy_from_slice(&a.to_le_bytes());
-        b[o + 8..o + 12].copy_from_slice(&l.to_le_bytes());
-        b[o + 12..o + 16].copy_from_slice(&k.to_le_bytes());
-    }
-    mem.write(ring.entry_gpa(ring.idx), &b)
-        .expect("write recv wqe");
-    ring.idx = ring.idx.wrapping_add(1);
-    mem.store_u32_release(ring.ctrl(), ring.idx)
-        .expect("rq producer");
-}
-
 /// Read every new CQE of `cq` and advance its consumer.
 pub fn poll_cq_mem(mem: &GuestMem, cq: &mut RingH, out: &mut Vec<Cqe>) -> usize {
     let prod = mem.load_u32_acquire(cq.ctrl()).expect("cq producer");

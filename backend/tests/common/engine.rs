@@ -1,6 +1,7 @@
 //! Helpers for tests that run `Engine` threads on detached nodes: the driver's post + doorbell,
 //! and polling a CQ from the test thread while the engines work.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::fabric::FabricBuilder;

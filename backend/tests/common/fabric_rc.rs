@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use vrdma_backend::fabric::{Fabric, FabricBuilder, PortId};
 
-use super::{connect, pattern, Node, QpH, QpSpec, RingH, ACC_ALL};
+use super::{pattern, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs, Sides};
 
 /// See the module documentation.
 pub struct FabricRc {
@@ -38,26 +38,16 @@ impl FabricRc {
         len: u64,
         capture: Option<&Path>,
     ) -> FabricRc {
-        let mut a = Node::new(1, 32, 9000);
-        let mut b = Node::new(2, 32, 9000);
-        let pda = a.create_pd();
-        let pdb = b.create_pd();
-        let (ca, cqa) = a.create_cq(cq_depth);
-        let (cb, cqb) = b.create_cq(cq_depth);
-        let qa = a.create_qp(QpSpec {
+        let (mut a, mut b, pda, pdb) = Sides::new(32, 9000).parts();
+        let spec = QpPairSpec {
             qp_type,
-            ..QpSpec::rc(pda, ca)
-        });
-        let qb = b.create_qp(QpSpec {
-            qp_type,
-            ..QpSpec::rc(pdb, cb)
-        });
+            ..QpPairSpec::rc(cq_depth, RtsAttrs::mtu(mtu).timeout(timeout))
+        };
+        let QpPair {
+            qa, qb, cqa, cqb, ..
+        } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
         let rqb = qb.rq.clone().expect("an RQ");
-        connect(&mut a, &qa, &mut b, &qb, mtu, timeout, 7, 7);
-        let src = a.alloc(len);
-        let dst = b.alloc(len);
-        let ka = a.reg_mr(pda, src, len, ACC_ALL);
-        let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+        let MrPair { src, ka, dst, kb } = MrPair::new(&mut a, &mut b, pda, pdb, len);
         a.write(src, &pattern(7, len as usize));
         b.write(dst, &pattern(8, len as usize));
         let mut fb = FabricBuilder::new();
@@ -93,7 +83,7 @@ pub type C = (u64, u8, u8, u32);
 pub type Cqes = (Vec<C>, Vec<C>);
 
 /// Poll until a's CQ gave `n` completions and b's `m` (30 s at most).
-pub fn wait_cqes(
+pub fn wait_both_cqes(
     a: &mut Node,
     cqa: &mut RingH,
     b: &mut Node,

@@ -131,14 +131,12 @@ pub fn enable_odp(n: &mut Node, odp: OdpConfig) {
 
 /// Register an explicit ODP MR `[va, va + len)` or (implicit) the implicit ODP MR; returns its key.
 pub fn reg_odp(n: &mut Node, pd: u32, va: u64, len: u64, implicit: bool) -> u32 {
-    let c = VrdmaCmdRegMr {
-        pdn: pd,
-        access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
-        iova: if implicit { 0 } else { va },
-        length: if implicit { u64::MAX } else { len },
-        page_shift: 12,
-        npages: 0,
-    };
+    let c = odp_mr_req(
+        pd,
+        ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
+        if implicit { 0 } else { va },
+        if implicit { u64::MAX } else { len },
+    );
     let op = if implicit {
         VRDMA_CMD_REG_IMPLICIT_MR
     } else {
@@ -213,8 +211,7 @@ impl PairBuilder {
         let mut b = Node::new(2, self.mem_mib, 9000);
         enable_odp(&mut a, self.odp_a);
         enable_odp(&mut b, self.odp_b);
-        let pda = a.create_pd();
-        let pdb = b.create_pd();
+        let Sides { a, b, pda, pdb } = Sides::of(a, b);
         let mut p = Pair {
             a,
             b,
@@ -259,16 +256,15 @@ impl Pair {
     /// Add an RC connection (B's QP on SRQ `srq_b` if given); returns its index.
     pub fn conn(&mut self, srq_b: Option<u32>) -> usize {
         let (a, b) = (&mut self.a, &mut self.b);
-        let (ca, cqa) = a.create_cq(256);
-        let (cb, cqb) = b.create_cq(256);
-        let qa = a.create_qp(QpSpec::rc(self.pda, ca));
-        let qb = b.create_qp(QpSpec {
-            srq: srq_b,
-            ..QpSpec::rc(self.pdb, cb)
-        });
         // timeout 14, retry 7, rnr_retry 7 (infinite: the responder RNR-NAKs while a chunk is
         // faulted in).
-        connect(a, &qa, b, &qb, self.mtu, 14, 7, 7);
+        let spec = QpPairSpec {
+            srq_b,
+            ..QpPairSpec::rc(256, RtsAttrs::mtu(self.mtu))
+        };
+        let QpPair {
+            qa, qb, cqa, cqb, ..
+        } = QpPair::open(a, b, self.pda, self.pdb, spec);
         self.conns.push(Conn {
             qa,
             qb,
@@ -292,6 +288,12 @@ impl Pair {
     pub fn implicit_mr(&mut self, side: Side) -> u32 {
         let (n, _, pd) = self.side(side);
         reg_odp(n, pd, 0, 0, true)
+    }
+
+    /// The implicit ODP MR of `side` with [va, va + len) backed (see `back`): (key, GPA).
+    pub fn implicit_backed(&mut self, side: Side, va: u64, len: u64) -> (u32, u64) {
+        let key = self.implicit_mr(side);
+        (key, self.back(side, key, va, len))
     }
 
     /// Back [va, va + len) of ODP MR `key` on `side` by fresh guest pages its pager maps;

@@ -222,34 +222,33 @@ impl RcPairBuilder {
     }
 
     pub fn build(self) -> RcPair {
-        let mut a = self
+        let a = self
             .a
             .unwrap_or_else(|| Node::new(1, self.mem_mib, self.eth_mtu));
-        let mut b = self
+        let b = self
             .b
             .unwrap_or_else(|| Node::new(2, self.mem_mib, self.eth_mtu));
-        let pda = a.create_pd();
-        let pdb = b.create_pd();
-        let (ca, cqa) = a.create_cq(self.cq_depth);
-        let (cb, cqb) = b.create_cq(self.cq_depth);
+        let (mut a, mut b, pda, pdb) = Sides::of(a, b).parts();
         let srq_b = self.srq_b.then(|| b.create_srq(pdb, 64, 4, 0));
-        let spec = |pd, cq, srq| QpSpec {
-            qp_type: self.qp_type,
-            srq,
-            ..QpSpec::rc(pd, cq)
+        let rts = RtsAttrs {
+            mtu: self.mtu,
+            timeout: self.timeout,
+            retry: self.retry,
+            rnr_retry: self.rnr_retry,
         };
-        let qa = a.create_qp(spec(pda, ca, None));
-        let qb = b.create_qp(spec(pdb, cb, srq_b.as_ref().map(|s| s.0)));
-        connect(
-            &mut a,
-            &qa,
-            &mut b,
-            &qb,
-            self.mtu,
-            self.timeout,
-            self.retry,
-            self.rnr_retry,
-        );
+        let spec = QpPairSpec {
+            qp_type: self.qp_type,
+            srq_b: srq_b.as_ref().map(|s| s.0),
+            ..QpPairSpec::rc(self.cq_depth, rts)
+        };
+        let QpPair {
+            qa,
+            qb,
+            cqa,
+            cqb,
+            cqna: ca,
+            cqnb: cb,
+        } = QpPair::open(&mut a, &mut b, pda, pdb, spec);
         let (mut src, mut ka, mut dst, mut kb) = (0, 0, 0, 0);
         if let Some((sl, dl)) = self.mr_len {
             src = a.alloc(sl);

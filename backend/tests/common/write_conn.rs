@@ -1,7 +1,7 @@
 //! One RC connection between two nodes with a patterned source MR on one side and a
 //! destination MR on the other: what the multi-connection engine tests and benches write over.
 
-use super::{connect, pattern, Node, QpH, QpSpec, RingH, ACC_ALL};
+use super::{pattern, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs};
 
 /// See the module documentation.
 pub struct WriteConn {
@@ -22,16 +22,9 @@ impl WriteConn {
     pub fn new(a: &mut Node, b: &mut Node, len: u64, seed: u64) -> WriteConn {
         let pda = a.create_pd();
         let pdb = b.create_pd();
-        let (ca, cqa) = a.create_cq(256);
-        let (cb, _) = b.create_cq(256);
-        let qa = a.create_qp(QpSpec::rc(pda, ca));
-        let qb = b.create_qp(QpSpec::rc(pdb, cb));
-        // timeout 14 (67 ms): robust against a loaded CI host starving an engine thread.
-        connect(a, &qa, b, &qb, 5, 14, 7, 7);
-        let src = a.alloc(len);
-        let dst = b.alloc(len);
-        let ka = a.reg_mr(pda, src, len, ACC_ALL);
-        let kb = b.reg_mr(pdb, dst, len, ACC_ALL);
+        let QpPair { qa, cqa, .. } =
+            QpPair::open(a, b, pda, pdb, QpPairSpec::rc(256, RtsAttrs::mtu(5)));
+        let MrPair { src, ka, dst, kb } = MrPair::new(a, b, pda, pdb, len);
         let data = pattern(seed, len as usize);
         a.write(src, &data);
         WriteConn {
