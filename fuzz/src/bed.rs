@@ -69,8 +69,14 @@ impl Bed {
             mk(&mut b, sb, VRDMA_QPT_UD),
         ];
         // Short timeout, few retries: a hostile exchange ends in a few virtual seconds.
-        connect(&mut a, &qa[0], &mut b, &qb[0], 3, 8, 2, 2);
-        connect(&mut a, &qa[1], &mut b, &qb[1], 3, 8, 2, 2);
+        const RTS: RtsAttrs = RtsAttrs {
+            mtu: 3,
+            timeout: 8,
+            retry: 2,
+            rnr_retry: 2,
+        };
+        connect(&mut a, &qa[0], &mut b, &qb[0], RTS);
+        connect(&mut a, &qa[1], &mut b, &qb[1], RTS);
         ud_rts(&mut a, &qa[2], QKEY);
         ud_rts(&mut b, &qb[2], QKEY);
         let src = a.alloc(MR_LEN);
