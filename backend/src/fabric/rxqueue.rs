@@ -36,12 +36,12 @@
 //! length is an atomic beside the lock (the `queued` half of the pair), so polling takes no
 //! lock.
 
-use crate::sync::modeled::{fence, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
 use std::os::unix::io::{AsRawFd, RawFd};
 
-use crate::sync::lock;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::sync::modeled::{fence, lock, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Frames a port queues before it drops.
 pub const RXQ_MAX_FRAMES: usize = 4096;
