@@ -59,19 +59,26 @@ if [ "$mode" = cmin ]; then
         for f in "$queue"/id:*; do
             cp "$f" "$all/q-$(sha1sum < "$f" | cut -c1-12)"
         done
-        AFL_QUIET=1 cargo afl cmin -t 2000 -i "$all" -o "$min" -- "$bin/$t" > "$out/$t.cmin.log" 2>&1 \
-            || { tail -20 "$out/$t.cmin.log" >&2; exit 1; }
+        # The shell afl-cmin of cargo-afl's AFL++ build: its Python afl-cmin (`cargo afl cmin`)
+        # keeps no file of these targets ("0 unique tuples").
+        cmin=$(ls "$HOME"/.local/share/afl.rs/rustc-"$(rustc --version | cut -d' ' -f2)"-*/afl.rs-*/afl/bin/afl-cmin.bash | tail -1)
+        AFL_PATH=$(dirname "$cmin") PATH="$(dirname "$cmin"):$PATH" AFL_QUIET=1 \
+            "$cmin" -t 2000 -i "$all" -o "$min" -- "$bin/$t" > "$out/$t.cmin.log" 2>&1 \
+            || { tail -c 2000 "$out/$t.cmin.log" >&2; exit 1; }
+        [ -n "$(ls -A "$min")" ] || { echo "fuzz: cmin of $t kept nothing" >&2; exit 1; }
         rm -rf "${here:?}/corpus/$t"
         mv "$min" "$here/corpus/$t"
         chmod 755 "$here/corpus/$t"
         rm -rf "$all"
-        echo "fuzz: $t: $(ls "$here/corpus/$t" | wc -l) inputs, $(du -sh "$here/corpus/$t" | cut -f1)"
+        echo "fuzz: $t: $(ls "$here/corpus/$t" | wc -l) inputs, $(du -sb "$here/corpus/$t" | cut -f1) bytes"
     done
     exit 0
 fi
 
 mkdir -p "$out"
 fail=0
+reaper=
+unshare --pid --fork true 2>/dev/null && reaper="unshare --pid --fork"
 printf '%-9s %10s %10s %12s %8s %8s %6s %6s\n' target execs/s execs edges bitmap corpus crash hang
 for t in "$@"; do
     exe="$bin/$t"
@@ -87,14 +94,20 @@ for t in "$@"; do
             fi
         done
     fi
+    # What was fuzzed: the binary is built from this tree (make fuzz builds first).
+    commit=$(git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    git -C "$here" diff --quiet HEAD -- "$here/../backend/src" "$here/src" 2>/dev/null \
+        || commit="$commit+dirty"
     rm -rf "${out:?}/$t"
     mkdir -p "$out"
     # -V: stop after SECONDS of fuzzing; -t: a 2 s hang limit (an execution takes milliseconds).
-    # GNU time's figure is the CPU time of afl-fuzz and every process it reaped (the fork server
-    # and, through it, every execution): the CPU-hours the ledger counts on a shared host.
-    if ! /usr/bin/time -f '%U %S %e' -o "$out/$t.time" \
-        cargo afl fuzz -V "$secs" -t 2000 -i "$seeds" -o "$out/$t" -- "$exe" \
-        > "$out/$t.log" 2>&1; then
+    # GNU time's figure is the CPU time of every process reaped below it: the CPU-hours the
+    # ledger counts on a shared host. afl-fuzz does not reap its fork server (whose children
+    # are the executions), so it runs as PID 1's child in a PID namespace of its own: the
+    # namespace's init (bash) reaps every orphan, and their time counts.
+    if ! /usr/bin/time -f '%U %S %e' -o "$out/$t.time" $reaper \
+        bash -c 'cargo afl fuzz "$@"; rc=$?; wait; exit $rc' fuzz \
+        -V "$secs" -t 2000 -i "$seeds" -o "$out/$t" -- "$exe" > "$out/$t.log" 2>&1; then
         echo "fuzz: afl-fuzz failed for $t:" >&2
         tail -30 "$out/$t.log" >&2
         exit 1
@@ -109,10 +122,7 @@ for t in "$@"; do
     if [ "$mode" = run ] && [ -n "${FUZZ_LEDGER:-}" ] && [ "${execs:-0}" -gt 0 ]; then
         [ -s "$FUZZ_LEDGER" ] || printf "$ledger_header\n" > "$FUZZ_LEDGER"
         read -r user sys wall < <(tail -1 "$out/$t.time")
-        commit=$(git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-        git -C "$here" diff --quiet HEAD -- "$here/../backend/src" "$here/src" 2>/dev/null \
-            || commit="$commit+dirty"
-        printf '%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" \
+        printf '%s\t%s\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" \
             "$(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')" "$wall" "$execs" "$(stat "$out/$t" edges_found)" \
             "$(stat "$out/$t" total_edges)" "$crashes" "$hangs" "$commit" >> "$FUZZ_LEDGER"
     fi

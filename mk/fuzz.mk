@@ -16,7 +16,7 @@
 # Findings: $(RESULTS)/fuzz/<target>/default/crashes/; replay one with
 #   $(VRDMA_TARGET_DIR)/fuzz/release/<target> < <file>
 
-FUZZ_TARGETS ?= control wqe pagelist packet vring
+FUZZ_TARGETS ?= control wqe pagelist packet vring snapshot vhost_user fabric
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 4
 FUZZ_OUT ?= $(RESULTS)/fuzz

@@ -17,8 +17,11 @@ pub mod common;
 pub mod bed;
 pub mod chains;
 pub mod control;
+pub mod fabric;
 pub mod packets;
 pub mod pagelists;
+pub mod snapshot;
+pub mod vhost_user;
 pub mod wqes;
 
 /// A cursor over the fuzzer's bytes; reads past the end give zeros, so every input decodes.
@@ -78,7 +81,16 @@ pub fn trace() -> bool {
 }
 
 /// Names of the targets, as `src/bin/<name>.rs`, `corpus/<name>/` and [`run`] know them.
-pub const TARGETS: [&str; 5] = ["control", "wqe", "pagelist", "packet", "vring"];
+pub const TARGETS: [&str; 8] = [
+    "control",
+    "wqe",
+    "pagelist",
+    "packet",
+    "vring",
+    "snapshot",
+    "vhost_user",
+    "fabric",
+];
 
 /// Run target `name` on one input (for replays); false if the name is unknown.
 pub fn run(name: &str, data: &[u8]) -> bool {
@@ -88,6 +100,9 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "pagelist" => pagelists::run(data),
         "packet" => packets::run(data),
         "vring" => chains::run(data),
+        "snapshot" => snapshot::run(data),
+        "vhost_user" => vhost_user::run(data),
+        "fabric" => fabric::run(data),
         _ => return false,
     }
     true
