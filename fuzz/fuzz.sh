@@ -55,9 +55,15 @@ if [ "$mode" = cmin ]; then
         queue="$out/$t/default/queue"
         [ -d "$queue" ] || { echo "fuzz: no queue in $queue (make fuzz first)" >&2; exit 1; }
         all=$(mktemp -d) min=$(mktemp -d)
-        cp "$here/corpus/$t"/* "$all"/
-        for f in "$queue"/id:*; do
-            cp "$f" "$all/q-$(sha1sum < "$f" | cut -c1-12)"
+        # Found inputs over FUZZ_CMIN_MAX_BYTES are left out (the generated seeds never): the
+        # kept corpus stays small (a few hundred KB per target) at the price of the tuples
+        # only they reach.
+        for f in "$here/corpus/$t"/* "$queue"/id:*; do
+            case $(basename "$f") in
+            q-* | id:*) [ "$(wc -c < "$f")" -le "${FUZZ_CMIN_MAX_BYTES:-4096}" ] || continue
+                cp "$f" "$all/q-$(sha1sum < "$f" | cut -c1-12)" ;;
+            *) cp "$f" "$all/" ;;
+            esac
         done
         # The shell afl-cmin of cargo-afl's AFL++ build: its Python afl-cmin (`cargo afl cmin`)
         # keeps no file of these targets ("0 unique tuples").

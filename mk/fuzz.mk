@@ -1,7 +1,8 @@
 # Coverage-guided fuzzing ([hardening] "Coverage-guided fuzzing"): AFL++ targets on the stable
 # toolchain through cargo-afl, in the crate fuzz/ (its own workspace and Cargo.lock; the main
 # workspace never builds it). Targets: control (commands), wqe (SQ WQEs), pagelist (REG_MR,
-# fast-reg and ring page lists), packet (wire frames, both roles), vring (descriptor chains).
+# fast-reg and ring page lists), packet (wire frames, both roles), vring (descriptor chains),
+# snapshot (migration state streams), vhost_user (frontend messages), fabric (multi-port frames).
 #
 #   make fuzz                      each target for FUZZ_SECONDS (60), with execs/s and coverage
 #   make fuzz FUZZ_TARGETS=packet FUZZ_SECONDS=600
@@ -9,7 +10,8 @@
 #                                  FUZZ_SMOKE_SECONDS (4) from fuzz/corpus/<target>/; fails loudly
 #   make fuzz-corpus               regenerate fuzz/corpus/ from real commands, WQEs and frames
 #   make fuzz-cmin FUZZ_TARGETS=t  fold the last `make fuzz` run's queue into fuzz/corpus/<t>/,
-#                                  minimized (afl-cmin): the next campaign starts from there
+#                                  minimized (afl-cmin): the next campaign starts from there;
+#                                  found inputs over FUZZ_CMIN_MAX_BYTES (4096) are left out
 #   make fuzz-report               per target: CPU-hours fuzzed so far, executions, edges, crashes
 # The ledger fuzz/campaigns.tsv (committed) gets one line per target of every `make fuzz`; smoke
 # runs are not campaigns and are not recorded.
