@@ -92,8 +92,38 @@ pub const TARGETS: [&str; 8] = [
     "fabric",
 ];
 
-/// Run target `name` on one input (for replays); false if the name is unknown.
+/// Run target `name` on one input (for replays); false if the name is unknown. Outside AFL,
+/// `VRDMA_FUZZ_REPEAT=N` runs it N times in one process, as AFL's persistent mode runs many
+/// executions in one process (to replay a finding that needs what executions leave behind);
+/// with `VRDMA_FUZZ_TRACE` the process's open descriptors are counted after each.
 pub fn run(name: &str, data: &[u8]) -> bool {
+    static REPEAT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let repeat = *REPEAT.get_or_init(|| {
+        std::env::var("VRDMA_FUZZ_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    });
+    for i in 0..repeat {
+        if !run_once(name, data) {
+            return false;
+        }
+        if trace() {
+            let fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| std::fs::read_link(e.path()).ok())
+                        .map(|t| t.display().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            eprintln!("run {i}: {} open descriptors: {fds:?}", fds.len());
+        }
+    }
+    true
+}
+
+fn run_once(name: &str, data: &[u8]) -> bool {
     match name {
         "control" => control::run(data),
         "wqe" => wqes::run(data),
