@@ -17,6 +17,8 @@
 # runs are not campaigns and are not recorded.
 # Findings: $(RESULTS)/fuzz/<target>/default/crashes/; replay one with
 #   $(VRDMA_TARGET_DIR)/fuzz/release/<target> < <file>
+# (VRDMA_FUZZ_REPEAT=N: N executions in one process, as in AFL's persistent mode, for a finding
+# that needs what earlier executions left behind; VRDMA_FUZZ_TRACE=1: what the harness did).
 
 FUZZ_TARGETS ?= control wqe pagelist packet vring snapshot vhost_user fabric
 FUZZ_SECONDS ?= 60
