@@ -1,6 +1,8 @@
 //! Findings of the coverage-guided fuzz targets (`fuzz/`, `make fuzz`), each kept as a plain test
 //! of the outcome the spec defines for it.
 
+mod common;
+
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
@@ -80,4 +82,32 @@ fn output_queue_with_avail_index_beyond_the_ring_does_not_spin() {
         let used: u16 = mem.read_obj(GuestAddress(USED + 2)).expect("used idx");
         assert_eq!(used, 1, "queue {queue}: delivered after the repair");
     }
+}
+
+/// A migration state stream (found by the `snapshot` target, `tests/data/`) whose RC requester
+/// resumes with its SQ fetch index ahead of the ring's producer. The first doorbell finds the
+/// ring inconsistent and moves the QP to ERROR, whose flush completed the ring's WQEs "from the
+/// fetch index to the producer": it walked the ~2^32 indices around the index space, posting a
+/// CQE for each, and the doorbell never returned (the engine worker hung with it). Now the flush
+/// takes at most a ring's depth (spec §16: a corrupt ring has an outcome for its own QP only).
+#[test]
+fn a_fetch_index_ahead_of_the_producer_does_not_spin_the_flush() {
+    use common::*;
+    use vrdma_backend::device::snapshot;
+
+    let stream = include_bytes!("data/snapshot_fetch_ahead_of_producer.bin");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut n = Node::new(1, 8, 1500);
+        snapshot::restore(&mut n.dev, stream).expect("the stream restores");
+        let qpns: Vec<u32> = n.dev.qps.iter().map(|q| q.qpn).collect();
+        for &qpn in &qpns {
+            n.ring_doorbell(VRDMA_DB_SQ, qpn);
+        }
+        tx.send(qpns.len()).expect("send");
+    });
+    let qps = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("every doorbell returned");
+    assert!(qps > 0);
 }

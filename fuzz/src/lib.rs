@@ -17,8 +17,11 @@ pub mod common;
 pub mod bed;
 pub mod chains;
 pub mod control;
+pub mod fabric;
 pub mod packets;
 pub mod pagelists;
+pub mod snapshot;
+pub mod vhost_user;
 pub mod wqes;
 
 /// A cursor over the fuzzer's bytes; reads past the end give zeros, so every input decodes.
@@ -78,16 +81,58 @@ pub fn trace() -> bool {
 }
 
 /// Names of the targets, as `src/bin/<name>.rs`, `corpus/<name>/` and [`run`] know them.
-pub const TARGETS: [&str; 5] = ["control", "wqe", "pagelist", "packet", "vring"];
+pub const TARGETS: [&str; 8] = [
+    "control",
+    "wqe",
+    "pagelist",
+    "packet",
+    "vring",
+    "snapshot",
+    "vhost_user",
+    "fabric",
+];
 
-/// Run target `name` on one input (for replays); false if the name is unknown.
+/// Run target `name` on one input (for replays); false if the name is unknown. Outside AFL,
+/// `VRDMA_FUZZ_REPEAT=N` runs it N times in one process, as AFL's persistent mode runs many
+/// executions in one process (to replay a finding that needs what executions leave behind);
+/// with `VRDMA_FUZZ_TRACE` the process's open descriptors are counted after each.
 pub fn run(name: &str, data: &[u8]) -> bool {
+    static REPEAT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let repeat = *REPEAT.get_or_init(|| {
+        std::env::var("VRDMA_FUZZ_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    });
+    for i in 0..repeat {
+        if !run_once(name, data) {
+            return false;
+        }
+        if trace() {
+            let fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| std::fs::read_link(e.path()).ok())
+                        .map(|t| t.display().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            eprintln!("run {i}: {} open descriptors: {fds:?}", fds.len());
+        }
+    }
+    true
+}
+
+fn run_once(name: &str, data: &[u8]) -> bool {
     match name {
         "control" => control::run(data),
         "wqe" => wqes::run(data),
         "pagelist" => pagelists::run(data),
         "packet" => packets::run(data),
         "vring" => chains::run(data),
+        "snapshot" => snapshot::run(data),
+        "vhost_user" => vhost_user::run(data),
+        "fabric" => fabric::run(data),
         _ => return false,
     }
     true

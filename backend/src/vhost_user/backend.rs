@@ -18,13 +18,12 @@ use virtio_bindings::bindings::virtio_ring::{
 };
 use virtio_queue::QueueT;
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 use super::chain::MAX_CHAIN_DESCS;
 use super::controlq;
 use super::daemon::ServeParts;
+use super::exit_events::ExitEvents;
 use super::inputq::{
     self, drain_queue, drain_queue_charged, ChainLimits, ETH_OVERHEAD, MAX_DOORBELL_BYTES,
 };
@@ -60,6 +59,8 @@ pub struct VhostUserRdma<D: RdmaDevice> {
     transfer: Mutex<Option<Transfer>>,
     /// The last memory table whose regions passed [`region_check`] (spec §16.5).
     checked: Arc<region_check::CheckedTable>,
+    /// The worker threads' exit events, closed with this connection's backend.
+    exit_events: ExitEvents,
 }
 
 /// A device state transfer in progress (spec §17.3): a thread moves the bytes through the
@@ -103,6 +104,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             logging: AtomicBool::new(false),
             transfer: Mutex::new(None),
             checked: Default::default(),
+            exit_events: ExitEvents::default(),
         }
     }
 
@@ -358,9 +360,7 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC)
-            .map_err(|e| warn!("cannot create exit event: {e}"))
-            .ok()
+        self.exit_events.create()
     }
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {

@@ -43,6 +43,7 @@ pub mod chain;
 pub mod controlq;
 pub mod daemon;
 pub mod delay;
+mod exit_events;
 pub mod fd_limit;
 mod glue;
 pub mod inputq;

@@ -10,11 +10,24 @@ use vrdma_fuzz::common::{Node, Wqe, BASE, BTH};
 use vrdma_fuzz::packets::bed_with_traffic;
 use vrdma_spec::*;
 
+/// `corpus/<target>/` without its generated seeds; the inputs a campaign kept (`q-*`, written
+/// by `make fuzz-cmin`) stay.
 fn out_dir(root: &Path, target: &str) -> PathBuf {
     let d = root.join(target);
-    let _ = fs::remove_dir_all(&d);
     fs::create_dir_all(&d).expect("corpus dir");
+    for e in fs::read_dir(&d).expect("corpus dir").flatten() {
+        if !e.file_name().to_string_lossy().starts_with("q-") {
+            fs::remove_file(e.path()).expect("remove seed");
+        }
+    }
     d
+}
+
+fn save_all(root: &Path, target: &str, seeds: Vec<(String, Vec<u8>)>) {
+    let dir = out_dir(root, target);
+    for (name, data) in seeds {
+        save(&dir, &name, &data);
+    }
 }
 
 fn save(dir: &Path, name: &str, data: &[u8]) {
@@ -435,6 +448,9 @@ fn main() {
     pagelists(&root);
     packets(&root);
     vring(&root);
+    save_all(&root, "snapshot", vrdma_fuzz::snapshot::seeds());
+    save_all(&root, "vhost_user", vrdma_fuzz::vhost_user::seeds::all());
+    save_all(&root, "fabric", vrdma_fuzz::fabric::seeds::all());
     for t in vrdma_fuzz::TARGETS {
         let n = fs::read_dir(root.join(t)).map_or(0, |d| d.count());
         println!("corpus/{t}: {n} seeds");

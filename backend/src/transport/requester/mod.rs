@@ -481,10 +481,12 @@ pub(crate) fn flush(dev: &Device, ctx: &QpCtx, st: &mut RequesterState) {
     }
     retire(dev, ctx, st);
     st.fatal = None;
-    // WQEs still in the ring.
+    // WQEs still in the ring: at most its depth. A fetch index ahead of the producer (state a
+    // migration stream restored) names none, not the ~2^32 slots around the index space.
+    let depth = dev.qps.get(ctx.qpn).map_or(0, |qp| qp.sq.depth());
     if let Ok(producer) = ctx::sq_producer(dev, ctx.qpn) {
         let mut buf = vec![0u8; 16];
-        while st.sq_fetch != producer {
+        while st.sq_fetch != producer && producer.wrapping_sub(st.sq_fetch) <= depth {
             let idx = st.sq_fetch;
             let wr_id = if ctx::sq_read(dev, ctx.qpn, idx, &mut buf).is_ok() {
                 let mut a = [0u8; 8];

@@ -1,0 +1,7 @@
+//! AFL++ target `snapshot`: see the harness in `vrdma_fuzz::run` and `mk/fuzz.mk`.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| {
+        vrdma_fuzz::run("snapshot", data);
+    });
+}
