@@ -89,7 +89,16 @@ fn pump(
         };
         let step = match r.kind {
             ReplyKind::Read => send_read_packet(&out, st, r, seg, &mut ranges),
-            ReplyKind::Ack(_) | ReplyKind::AtomicAck { .. } => send_queued_ack(&out, st, r, seg),
+            ReplyKind::Ack(aeth) => {
+                take_queued_ack(&out, st, seg);
+                send_ack(dev, ctx, aeth, r.psn);
+                PacketStep::Sent
+            }
+            ReplyKind::AtomicAck { orig } => {
+                take_queued_ack(&out, st, seg);
+                send_atomic_ack(dev, ctx, r.msn, r.psn, orig);
+                PacketStep::Sent
+            }
         };
         match step {
             PacketStep::Sent => budget -= 1,
@@ -101,21 +110,11 @@ fn pump(
 }
 
 /// An ACK or atomic ACK queued behind READ responses (IBTA 9.7.5.1.1: responses in PSN
-/// order): those are all sent, so it goes now, after the segment so far.
-fn send_queued_ack(
-    out: &ReplyOut<'_>,
-    st: &mut ResponderState,
-    r: ReadReply,
-    seg: &mut Option<SegmentWriter>,
-) -> PacketStep {
+/// order) is at the front: those are all sent, so it leaves the queue and goes now, after the
+/// segment so far.
+fn take_queued_ack(out: &ReplyOut<'_>, st: &mut ResponderState, seg: &mut Option<SegmentWriter>) {
     st.replies.pop_front();
     close_segment(out.dev, out.ctx.qpn, seg);
-    match r.kind {
-        ReplyKind::Ack(aeth) => send_ack(out.dev, out.ctx, aeth, r.psn),
-        ReplyKind::AtomicAck { orig } => send_atomic_ack(out.dev, out.ctx, r.msn, r.psn, orig),
-        ReplyKind::Read => {}
-    }
-    PacketStep::Sent
 }
 
 /// The next READ response packet of `r`, the front reply (IBTA 9.7.4.1.4): its payload
