@@ -499,7 +499,9 @@ impl OdpState {
     }
 
     /// Translate the range of `a` (its key is the ODP MR `o` of `[mr_iova, mr_iova + mr_len)`;
-    /// PD, rights and bounds already checked).
+    /// PD, rights and bounds already checked), chunk by chunk (spec §12.4): resident chunks are
+    /// translated, absent ones faulted, and the first chunk that faults or has failed decides
+    /// the error.
     pub(crate) fn resolve(
         &mut self,
         o: &mut OdpMr,
@@ -509,125 +511,201 @@ impl OdpState {
         waiter: Option<u32>,
         now: Instant,
     ) -> Result<Vec<GuestRange>, MrError> {
-        let (key, iova, len, write) = (a.key, a.iova, a.len, a.writes());
+        let acc = OdpAccess {
+            key: a.key,
+            idx: key_index(a.key),
+            write: a.writes(),
+            waiter,
+            mr_iova,
+            mr_len,
+            now,
+        };
         let shift = self.config.chunk_shift;
-        let end = iova + len; // caller checked overflow
-        let first = iova >> shift;
+        let end = a.iova + a.len; // caller checked overflow
+        let first = a.iova >> shift;
         let last = (end - 1) >> shift;
-        let idx = key_index(key);
-        let mut out: Vec<GuestRange> = Vec::new();
-        let mut fault: Option<u64> = None;
-        let mut failed: Option<(u64, u32)> = None;
+        let mut walk = Walk::default();
         for c in first..=last {
-            let cs = (c << shift).max(iova);
+            let cs = (c << shift).max(a.iova);
             let ce = (c << shift).saturating_add(1 << shift).min(end);
-            // Decide what to do with the chunk's current state.
-            let mut refault = false;
-            let mut timed_out: Option<(u32, Vec<u32>)> = None;
-            match o.chunks.get_mut(&c) {
-                Some(Chunk::Resident {
-                    base,
-                    pages,
-                    last_use,
-                    ..
-                }) => {
-                    // Most recently used now: move it to the young end of both LRU maps.
-                    self.tick += 1;
-                    let t = self.tick;
-                    o.lru.remove(last_use);
-                    self.lru.remove(last_use);
-                    o.lru.insert(t, c);
-                    self.lru.insert(t, (idx, c));
-                    *last_use = t;
-                    if fault.is_none() && failed.is_none() {
-                        match translate_chunk(*base, pages, cs, ce, write, &mut out) {
-                            Translation::Done => {}
-                            Translation::Missing => refault = true,
-                            Translation::Outside => {
-                                failed = Some((cs, vrdma_spec::VRDMA_STATUS_BAD_ADDRESS));
-                            }
-                        }
-                    }
+            match self.inspect_chunk(o, c, (cs, ce), &acc, &mut walk) {
+                ChunkAction::Done => {}
+                ChunkAction::TimedOut { req_id, waiters } => {
+                    self.end_request(req_id);
+                    self.set_failed(o, acc.key, c, ODP_STATUS_TIMEOUT, now);
+                    self.resume(waiters);
+                    walk.failed.get_or_insert((cs, ODP_STATUS_TIMEOUT));
                 }
-                Some(Chunk::Pending {
-                    sent,
-                    waiters,
-                    req_id,
-                    ..
-                }) => {
-                    if now.duration_since(*sent) >= self.config.timeout {
-                        timed_out = Some((*req_id, std::mem::take(waiters)));
-                    } else {
-                        if let Some(q) = waiter {
-                            if !waiters.contains(&q) {
-                                waiters.push(q);
-                            }
-                        }
-                        fault.get_or_insert(cs);
-                    }
+                ChunkAction::Refault => {
+                    walk.fault.get_or_insert(cs);
+                    self.refault_chunk(o, c, &acc);
                 }
-                Some(Chunk::Failed { status, at }) => {
-                    if now.duration_since(*at) < FAIL_HOLD {
-                        failed.get_or_insert((cs, *status));
-                    } else {
-                        refault = true;
-                    }
-                }
-                None => refault = true,
-            }
-            if let Some((id, w)) = timed_out {
-                self.end_request(id);
-                self.set_failed(o, key, c, ODP_STATUS_TIMEOUT, now);
-                self.resume(w);
-                failed.get_or_insert((cs, ODP_STATUS_TIMEOUT));
-            }
-            if refault {
-                fault.get_or_insert(cs);
-                if !self.can_send_fault() {
-                    // Spec §12.4: over the request cap nothing is sent; the access faults all
-                    // the same (RNR NAK / suspension) and its QP is resumed when a request ends.
-                    if let Some(q) = waiter {
-                        self.cap_waiters.insert(q);
-                    }
-                    continue;
-                }
-                // A new chunk entry must fit the budget (spec §16); without room no request is
-                // sent: the responder RNR-NAKs (a Fault), a local waiter retries from odp_tick.
-                if !o.chunks.contains_key(&c) && !self.charge_entries(o, 1) {
-                    if let Some(q) = waiter {
-                        if !self.budget_waiters.contains(&q) {
-                            self.budget_waiters.push(q);
-                        }
-                    }
-                    continue;
-                }
-                self.remove_failed(o, key, c);
-                let prior = self.remove_resident(o, c).unwrap_or_default();
-                let req_id = self.send_fault(key, c, mr_iova, mr_len, write, now);
-                o.chunks.insert(
-                    c,
-                    Chunk::Pending {
-                        req_id,
-                        write,
-                        sent: now,
-                        waiters: waiter.into_iter().collect(),
-                        prior,
-                    },
-                );
             }
         }
-        if let Some((at, status)) = failed {
+        walk.into_result(acc.key)
+    }
+
+    /// Look at chunk `c`'s state for an access to `[cs, ce)` of it: a resident chunk becomes
+    /// the most recently used and, while the walk has neither a fault nor a failure, is
+    /// translated into `walk.out`; a pending request gains the waiter (one request per chunk);
+    /// a failed chunk fails the access for `FAIL_HOLD`. Returns what the walk must do next.
+    fn inspect_chunk(
+        &mut self,
+        o: &mut OdpMr,
+        c: u64,
+        (cs, ce): (u64, u64),
+        acc: &OdpAccess,
+        walk: &mut Walk,
+    ) -> ChunkAction {
+        match o.chunks.get_mut(&c) {
+            Some(Chunk::Resident {
+                base,
+                pages,
+                last_use,
+                ..
+            }) => {
+                // Most recently used now: move it to the young end of both LRU maps.
+                self.tick += 1;
+                let t = self.tick;
+                o.lru.remove(last_use);
+                self.lru.remove(last_use);
+                o.lru.insert(t, c);
+                self.lru.insert(t, (acc.idx, c));
+                *last_use = t;
+                if walk.fault.is_none() && walk.failed.is_none() {
+                    match translate_chunk(*base, pages, cs, ce, acc.write, &mut walk.out) {
+                        Translation::Done => {}
+                        Translation::Missing => return ChunkAction::Refault,
+                        Translation::Outside => {
+                            walk.failed = Some((cs, vrdma_spec::VRDMA_STATUS_BAD_ADDRESS));
+                        }
+                    }
+                }
+                ChunkAction::Done
+            }
+            Some(Chunk::Pending {
+                sent,
+                waiters,
+                req_id,
+                ..
+            }) => {
+                if elapsed_at_least(acc.now, *sent, self.config.timeout) {
+                    return ChunkAction::TimedOut {
+                        req_id: *req_id,
+                        waiters: std::mem::take(waiters),
+                    };
+                }
+                if let Some(q) = acc.waiter {
+                    if !waiters.contains(&q) {
+                        waiters.push(q);
+                    }
+                }
+                walk.fault.get_or_insert(cs);
+                ChunkAction::Done
+            }
+            Some(Chunk::Failed { status, at }) => {
+                if elapsed_at_least(acc.now, *at, FAIL_HOLD) {
+                    return ChunkAction::Refault;
+                }
+                walk.failed.get_or_insert((cs, *status));
+                ChunkAction::Done
+            }
+            None => ChunkAction::Refault,
+        }
+    }
+
+    /// Fault chunk `c` (again) with a new FAULT request, unless the request cap (spec §12.4) or
+    /// the host-memory budget (spec §16) leaves no room: then nothing is sent and the waiter is
+    /// recorded to be resumed when a request ends, resp. when room is given back.
+    fn refault_chunk(&mut self, o: &mut OdpMr, c: u64, acc: &OdpAccess) {
+        if !self.can_send_fault() {
+            // Spec §12.4: over the request cap nothing is sent; the access faults all
+            // the same (RNR NAK / suspension) and its QP is resumed when a request ends.
+            if let Some(q) = acc.waiter {
+                self.cap_waiters.insert(q);
+            }
+            return;
+        }
+        // A new chunk entry must fit the budget (spec §16); without room no request is
+        // sent: the responder RNR-NAKs (a Fault), a local waiter retries from odp_tick.
+        if !o.chunks.contains_key(&c) && !self.charge_entries(o, 1) {
+            if let Some(q) = acc.waiter {
+                if !self.budget_waiters.contains(&q) {
+                    self.budget_waiters.push(q);
+                }
+            }
+            return;
+        }
+        self.remove_failed(o, acc.key, c);
+        let prior = self.remove_resident(o, c).unwrap_or_default();
+        let (key, write, now) = (acc.key, acc.write, acc.now);
+        let req_id = self.send_fault(key, c, acc.mr_iova, acc.mr_len, write, now);
+        o.chunks.insert(
+            c,
+            Chunk::Pending {
+                req_id,
+                write,
+                sent: now,
+                waiters: acc.waiter.into_iter().collect(),
+                prior,
+            },
+        );
+    }
+}
+
+/// Whether `hold` has passed between `since` and `now`.
+fn elapsed_at_least(now: Instant, since: Instant, hold: Duration) -> bool {
+    now.duration_since(since) >= hold
+}
+
+/// An access being resolved ([`OdpState::resolve`]), as its per-chunk steps need it.
+struct OdpAccess {
+    key: u32,
+    /// `key_index(key)`, the MR's entry in the device-wide LRU map.
+    idx: u32,
+    write: bool,
+    /// The QP to resume when a fault it waits for ends.
+    waiter: Option<u32>,
+    mr_iova: u64,
+    mr_len: u64,
+    now: Instant,
+}
+
+/// What a [`OdpState::resolve`] walk has found so far: the guest ranges of the resident
+/// chunks, and the start of the first chunk that faults or has failed (with its status).
+#[derive(Default)]
+struct Walk {
+    out: Vec<GuestRange>,
+    fault: Option<u64>,
+    failed: Option<(u64, u32)>,
+}
+
+impl Walk {
+    /// A failed chunk fails the access (spec §12.4: ODP fault failed); else a fault makes it
+    /// wait; else it is translated.
+    fn into_result(self, key: u32) -> Result<Vec<GuestRange>, MrError> {
+        if let Some((at, status)) = self.failed {
             return Err(MrError::OdpFailed {
                 key,
                 iova: at,
                 status,
             });
         }
-        if let Some(at) = fault {
+        if let Some(at) = self.fault {
             return Err(MrError::Fault { key, iova: at });
         }
-        Ok(out)
+        Ok(self.out)
     }
+}
+
+/// What [`OdpState::resolve`] does with a chunk after [`OdpState::inspect_chunk`].
+enum ChunkAction {
+    /// Nothing more (translated, joined a pending request, or failed).
+    Done,
+    /// Its request timed out: fail the chunk and resume its waiters.
+    TimedOut { req_id: u32, waiters: Vec<u32> },
+    /// Absent, partly absent, or failed long enough ago: send a FAULT request.
+    Refault,
 }
 
 /// What `translate_chunk` found.

@@ -186,6 +186,9 @@ fn implicit_ack_before(st: &mut RequesterState, psn: u32) -> Option<usize> {
     None
 }
 
+/// An RDMA READ response packet (IBTA 9.7.5.1): it implicitly acknowledges the SEND/WRITEs
+/// before it (9.7.5.1.1), completes an ATOMIC WRITE / FLUSH, or, at the next expected PSN of
+/// the oldest READ, scatters its payload there and advances the READ.
 fn on_read_response(
     dev: &Device,
     ctx: &QpCtx,
@@ -201,6 +204,32 @@ fn on_read_response(
         on_empty_read_response(ctx, st, i, pkt, now);
         return;
     }
+    let Some((offset, length)) = expected_read_position(ctx, st, i, psn) else {
+        return;
+    };
+    let n = pkt.payload.len() as u64;
+    if !read_response_len_ok(length - offset, ctx.mtu as u64, n) {
+        // Spec §14.5: a response of unexpected length at the expected PSN is BAD_RESP_ERR.
+        fail_oldest(st, WC_BAD_RESP_ERR);
+        return;
+    }
+    if n > 0 && !scatter_read_payload(dev, ctx, st, i, offset, pkt.payload) {
+        return;
+    }
+    advance_read(st, i, n, psn);
+    on_progress(ctx, st, now);
+}
+
+/// The READ of WQE `i` at `psn` (IBTA 9.7.5.1): `Some((offset, length))` of the WQE if `psn` is
+/// the next response packet it expects. A response for a READ we are not waiting for, or one
+/// past the expected PSN, means one was lost (an implied NAK): the READ is asked for again from
+/// there. Duplicates and PSNs outside the READ are ignored.
+fn expected_read_position(
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    i: usize,
+    psn: u32,
+) -> Option<(u64, u64)> {
     let mtu = ctx.mtu as u64;
     let (expected, first_psn, last_psn, offset, length, is_read) = {
         let w = &st.wqes[i];
@@ -219,61 +248,75 @@ fn on_read_response(
         if psn_diff(psn, first_psn) > 0 {
             restart_on_loss(ctx, st);
         }
-        return;
+        return None;
     }
     if psn_diff(psn, first_psn) < 0 || psn_diff(psn, last_psn) > 0 {
-        return;
+        return None;
     }
     let d = psn_diff(psn, expected);
     if d < 0 {
-        return; // duplicate response
+        return None; // duplicate response
     }
     if d > 0 {
         // A response packet was lost (IBTA 9.7.5.1: implied NAK): ask again for the rest.
         restart_on_loss(ctx, st);
-        return;
+        return None;
     }
-    let remaining = length - offset;
-    let n = pkt.payload.len() as u64;
-    // The bytes at a given PSN are the same whichever (re)sent READ request produced them, so a
-    // response is accepted by PSN and length alone: a full MTU while more than an MTU remains,
-    // exactly the remainder at the end. The AETH-carrying position is not checked because a resent READ restarts at FIRST.
-    let ok_len = if remaining > mtu {
+    Some((offset, length))
+}
+
+/// The bytes at a given PSN are the same whichever (re)sent READ request produced them, so a
+/// response of `n` bytes is accepted by PSN and length alone: a full MTU while more than an MTU
+/// remains, exactly the remainder at the end. The AETH-carrying position is not checked because
+/// a resent READ restarts at FIRST.
+fn read_response_len_ok(remaining: u64, mtu: u64, n: u64) -> bool {
+    if remaining > mtu {
         n == mtu
     } else {
         n == remaining
-    };
-    if !ok_len {
-        // Spec §14.5: a response of unexpected length at the expected PSN is BAD_RESP_ERR.
-        fail_oldest(st, WC_BAD_RESP_ERR);
-        return;
     }
-    if n > 0 {
-        let sges = std::mem::take(&mut st.wqes[i].sges);
-        let r = sge_copy(
-            dev,
-            Some(ctx.qpn),
-            ctx.pdn,
-            &sges,
-            offset,
-            SgeIo::Scatter(pkt.payload),
-        );
-        st.wqes[i].sges = sges;
-        match r {
-            Ok(()) => {}
-            Err(SgeError::Fault { key, iova }) => {
-                // Requester-side ODP fault on the READ target: drop, suspend, and re-request from
-                // here once the chunk is resident (spec §10).
-                st.odp_wait = Some(OdpWait { key, iova });
-                restart(ctx, st);
-                return;
-            }
-            Err(_) => {
-                fail_oldest(st, WC_LOC_PROT_ERR);
-                return;
-            }
+}
+
+/// Scatter a READ response's payload into WQE `i`'s SGEs at `offset`. False when it could not
+/// be placed and was handled here: an ODP fault suspends the QP until the chunk is resident
+/// (spec §10), an SGE that fails its check completes the WQE LOC_PROT_ERR (spec §14.5).
+fn scatter_read_payload(
+    dev: &Device,
+    ctx: &QpCtx,
+    st: &mut RequesterState,
+    i: usize,
+    offset: u64,
+    payload: &[u8],
+) -> bool {
+    let sges = std::mem::take(&mut st.wqes[i].sges);
+    let r = sge_copy(
+        dev,
+        Some(ctx.qpn),
+        ctx.pdn,
+        &sges,
+        offset,
+        SgeIo::Scatter(payload),
+    );
+    st.wqes[i].sges = sges;
+    match r {
+        Ok(()) => true,
+        Err(SgeError::Fault { key, iova }) => {
+            // Requester-side ODP fault on the READ target: drop, suspend, and re-request from
+            // here once the chunk is resident (spec §10).
+            st.odp_wait = Some(OdpWait { key, iova });
+            restart(ctx, st);
+            false
+        }
+        Err(_) => {
+            fail_oldest(st, WC_LOC_PROT_ERR);
+            false
         }
     }
+}
+
+/// `n` more bytes of WQE `i`'s READ arrived at `psn`: the READ completes when all have, and
+/// the oldest unacknowledged PSN moves past `psn` (IBTA 9.7.5.1.1).
+fn advance_read(st: &mut RequesterState, i: usize, n: u64, psn: u32) {
     let w = &mut st.wqes[i];
     w.offset += n;
     if w.offset >= w.length {
@@ -285,7 +328,6 @@ fn on_read_response(
     if psn_diff(next, st.una) > 0 {
         st.una = next;
     }
-    on_progress(ctx, st, now);
 }
 
 /// ATOMIC WRITE / FLUSH (IBTA 1.5) complete on an RDMA READ RESPONSE ONLY without payload at

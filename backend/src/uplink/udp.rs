@@ -369,7 +369,9 @@ impl Uplink for UdpUplink {
 }
 
 impl UdpUplink {
-    /// `recvmmsg` into `bufs` (see [`Uplink::recv_batch`]).
+    /// `recvmmsg` into `bufs` (see [`Uplink::recv_batch`]): one message header per buffer,
+    /// one system call, then each datagram taken (spec §16.3 "Uplink trust") and cut into its
+    /// frames.
     fn recv_batch_raw(
         &self,
         bufs: &mut [Vec<u8>],
@@ -389,88 +391,134 @@ impl UdpUplink {
         let mut names: [libc::sockaddr_storage; IO_BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: mmsghdr is a plain C struct for which all-zero bytes are valid.
         let mut msgs: [libc::mmsghdr; IO_BATCH] = unsafe { std::mem::zeroed() };
-        for (i, (((m, v), c), name)) in msgs
+        for (((m, v), c), (name, buf)) in msgs
             .iter_mut()
             .zip(iov.iter_mut())
             .zip(ctl.iter_mut())
-            .zip(names.iter_mut())
-            .enumerate()
+            .zip(names.iter_mut().zip(bufs.iter_mut()))
             .take(want)
         {
-            m.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen =
-                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            *v = libc::iovec {
-                iov_base: bufs[i].as_mut_ptr().cast(),
-                iov_len: bufs[i].len(),
-            };
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-            if gro {
-                m.msg_hdr.msg_control = c.0.as_mut_ptr().cast();
-                m.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>();
+            prepare_msg(m, v, name, buf, gro.then_some(c));
+        }
+        // SAFETY: `msgs[..want]` were prepared just above from distinct buffers (`bufs`, `iov`,
+        // `names`, `ctl`) that live, unmoved and otherwise unused, until the call returns.
+        let Some(n) = (unsafe { self.recvmmsg_now(&mut msgs[..want]) })? else {
+            return Ok(0);
+        };
+        for (slot, m) in msgs.iter().enumerate().take(n) {
+            let name = &names[slot];
+            if let Some(len) = self.take_datagram(m, name, bufs[slot].len()) {
+                let seg = if gro { gro_segment(&m.msg_hdr) } else { None };
+                push_frames(frames, slot, len, seg);
             }
         }
-        let n = loop {
-            // SAFETY: each of `msgs[..want]` points at one iovec describing a distinct, live,
-            // writable buffer of `bufs`, at its own live name buffer and (GRO) at its own live
-            // control buffer. A
-            // null timeout with MSG_DONTWAIT returns what is queued now.
+        Ok(n)
+    }
+
+    /// One `recvmmsg` of what is queued now (`MSG_DONTWAIT`, no timeout), retried on EINTR and
+    /// on a pending ICMP error, which is not a frame (see `recv`). `None`: nothing queued.
+    ///
+    /// # Safety
+    /// Each header of `msgs` must point at one iovec describing a distinct, live, writable
+    /// buffer, at its own live name buffer and (GRO) at its own live control buffer.
+    unsafe fn recvmmsg_now(
+        &self,
+        msgs: &mut [libc::mmsghdr],
+    ) -> Result<Option<usize>, UplinkError> {
+        loop {
+            // SAFETY: the caller's contract covers every header of `msgs`; a null timeout with
+            // MSG_DONTWAIT returns what is queued now.
             let n = unsafe {
                 libc::recvmmsg(
                     self.sock.as_raw_fd(),
                     msgs.as_mut_ptr(),
-                    want as libc::c_uint,
+                    msgs.len() as libc::c_uint,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
             };
             if n >= 0 {
-                break n as usize;
+                return Ok(Some(n as usize));
             }
             let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
                 // A pending ICMP error is not a frame (see `recv`).
                 Some(libc::EINTR) | Some(libc::ECONNREFUSED) => continue,
-                Some(libc::EAGAIN) => return Ok(0),
+                Some(libc::EAGAIN) => return Ok(None),
                 _ => return Err(UplinkError::Recv(e)),
             }
-        };
-        for (slot, m) in msgs.iter().enumerate().take(n) {
-            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                continue;
-            }
-            if !self.is_remote(socket_addr_of(&names[slot], m.msg_hdr.msg_namelen)) {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let len = (m.msg_len as usize).min(bufs[slot].len());
-            let seg = if gro { gro_segment(&m.msg_hdr) } else { None };
-            match seg {
-                Some(g) if g > 0 && g < len => {
-                    let mut off = 0;
-                    while off < len {
-                        let l = g.min(len - off);
-                        frames.push(RxFrame {
-                            slot,
-                            off,
-                            len: l,
-                            segment: false,
-                            refs: None,
-                        });
-                        off += l;
-                    }
-                }
-                _ => frames.push(RxFrame {
+        }
+    }
+
+    /// The length of a received datagram (clipped to its buffer's `cap`), or `None` if it is
+    /// dropped: truncated, or from another source than REMOTE (spec §16.3 "Uplink trust",
+    /// counted in [`Uplink::refused_sources`]).
+    fn take_datagram(
+        &self,
+        m: &libc::mmsghdr,
+        name: &libc::sockaddr_storage,
+        cap: usize,
+    ) -> Option<usize> {
+        if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            return None;
+        }
+        if !self.is_remote(socket_addr_of(name, m.msg_hdr.msg_namelen)) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some((m.msg_len as usize).min(cap))
+    }
+}
+
+/// Point `m` at `buf` (through the iovec `v`), at its name buffer and, with GRO, at its
+/// control buffer `ctl`. Nothing is read or written through the pointers here.
+fn prepare_msg(
+    m: &mut libc::mmsghdr,
+    v: &mut libc::iovec,
+    name: &mut libc::sockaddr_storage,
+    buf: &mut [u8],
+    ctl: Option<&mut CmsgBuf>,
+) {
+    m.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+    m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    *v = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    m.msg_hdr.msg_iov = v;
+    m.msg_hdr.msg_iovlen = 1;
+    if let Some(c) = ctl {
+        m.msg_hdr.msg_control = c.0.as_mut_ptr().cast();
+        m.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>();
+    }
+}
+
+/// The frames of the `len`-byte datagram in buffer `slot`: with a GRO segment size `seg`
+/// smaller than it, one frame per segment (the last may be shorter), split in place without a
+/// copy; else the datagram is one frame.
+fn push_frames(frames: &mut Vec<RxFrame>, slot: usize, len: usize, seg: Option<usize>) {
+    match seg {
+        Some(g) if g > 0 && g < len => {
+            let mut off = 0;
+            while off < len {
+                let l = g.min(len - off);
+                frames.push(RxFrame {
                     slot,
-                    off: 0,
-                    len,
+                    off,
+                    len: l,
                     segment: false,
                     refs: None,
-                }),
+                });
+                off += l;
             }
         }
-        Ok(n)
+        _ => frames.push(RxFrame {
+            slot,
+            off: 0,
+            len,
+            segment: false,
+            refs: None,
+        }),
     }
 }
 

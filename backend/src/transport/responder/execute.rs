@@ -4,106 +4,146 @@
 use super::*;
 
 impl Responder<'_, '_> {
+    /// Execute a checked request (spec §14.6): SEND and RDMA WRITE payloads are placed here;
+    /// READ, atomic, ATOMIC WRITE and FLUSH go on to their reply steps.
     pub(super) fn execute(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
-        let pkt = self.pkt;
-        match pkt.op() {
-            Operation::Send => {
-                let Some(w) = st.recv.as_mut() else {
-                    return RespStep::ErrInvalidRequest;
-                };
-                // Spec §2.2: receive SGEs of an ODP MR only if the transport lists RECV
-                // (SRQ_RECV for an SRQ WQE) in its ODP caps; else the WQE completes LOC_PROT_ERR.
-                let op = ctx::odp_recv_op(w);
-                if w.sges
-                    .iter()
-                    .any(|s| ctx::odp_denied(dev, self.ctx, s.lkey, op))
-                {
-                    self.recv_status = WC_LOC_PROT_ERR;
-                    return RespStep::ErrRemoteOp;
-                }
-                let buf = pkt.payload;
-                if !buf.is_empty() {
-                    let off = w.offset;
-                    let sges = std::mem::take(&mut w.sges);
-                    let r = sge_copy(dev, None, self.ctx.pdn, &sges, off, SgeIo::Scatter(buf));
-                    if let Some(w) = st.recv.as_mut() {
-                        w.sges = sges;
-                    }
-                    match r {
-                        Ok(()) => {}
-                        Err(SgeError::Fault { .. }) => {
-                            self.odp = true;
-                            return RespStep::ErrRnr;
-                        }
-                        Err(SgeError::Len) => return RespStep::ErrLength,
-                        Err(SgeError::Prot) => {
-                            self.recv_status = WC_LOC_PROT_ERR;
-                            return RespStep::ErrRemoteOp;
-                        }
-                    }
-                }
-                if let Some(w) = st.recv.as_mut() {
-                    w.offset += buf.len() as u64;
-                }
-                st.cur = Some(MsgOp::Send);
-                RespStep::Complete
-            }
-            Operation::Write => {
-                // One copy (spec §16.2 rule 6): a payload held by reference is copied from the
-                // sender's guest memory first, before any state changes, so a stale reference
-                // (the sender fenced it) is a lost packet the requester retransmits.
-                if let Some(src) = super::super::onecopy::payload_ref(pkt) {
-                    use super::super::onecopy::{write_payload, OneCopyError};
-                    match write_payload(dev, src, &self.ranges, pkt.payload.len()) {
-                        Ok(()) => crate::stats::bump(&dev.port_stats.rx_by_reference),
-                        Err(OneCopyError::Stale) => {
-                            crate::stats::bump(&dev.port_stats.drop_stale_ref);
-                            return RespStep::Drop;
-                        }
-                        Err(OneCopyError::Destination) => {
-                            self.mem_fault = true;
-                            return RespStep::ErrRemoteOp;
-                        }
-                    }
-                }
-                if let Some(reth) = pkt.reth {
-                    st.write = Some(WriteCtx {
-                        va: reth.va,
-                        rkey: reth.rkey,
-                        remaining: reth.dma_len as u64,
-                        total: reth.dma_len as u64,
-                    });
-                }
-                let n = pkt.payload.len();
-                if n > 0 && pkt.payload_ref.is_none() {
-                    let mut p = 0usize;
-                    for r in &self.ranges {
-                        let Some(chunk) = p
-                            .checked_add(r.len as usize)
-                            .and_then(|e| pkt.payload.get(p..e))
-                        else {
-                            return RespStep::ErrRemoteOp;
-                        };
-                        if dev.mem.write(r.gpa, chunk).is_err() {
-                            self.mem_fault = true;
-                            return RespStep::ErrRemoteOp;
-                        }
-                        p += chunk.len();
-                    }
-                }
-                if let Some(w) = st.write.as_mut() {
-                    w.va = w.va.wrapping_add(n as u64);
-                    w.remaining -= n as u64;
-                }
-                st.cur = Some(MsgOp::Write);
-                RespStep::Complete
-            }
+        match self.pkt.op() {
+            Operation::Send => self.execute_send(dev, st),
+            Operation::Write => self.execute_write(dev, st),
             Operation::ReadRequest => RespStep::ReadReply,
             Operation::CompareSwap | Operation::FetchAdd => RespStep::AtomicReply,
             Operation::AtomicWrite => RespStep::AtomicWriteReply,
             Operation::Flush => RespStep::FlushReply,
             _ => RespStep::Drop,
         }
+    }
+
+    /// A SEND packet: its payload scattered into the receive WQE's SGEs at the message's
+    /// offset so far (spec §14.6: no WQE, a WQE too short, an ODP fault).
+    fn execute_send(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
+        let Some(w) = st.recv.as_mut() else {
+            return RespStep::ErrInvalidRequest;
+        };
+        // Spec §2.2: receive SGEs of an ODP MR only if the transport lists RECV
+        // (SRQ_RECV for an SRQ WQE) in its ODP caps; else the WQE completes LOC_PROT_ERR.
+        let op = ctx::odp_recv_op(w);
+        if w.sges
+            .iter()
+            .any(|s| ctx::odp_denied(dev, self.ctx, s.lkey, op))
+        {
+            self.recv_status = WC_LOC_PROT_ERR;
+            return RespStep::ErrRemoteOp;
+        }
+        let buf = self.pkt.payload;
+        if !buf.is_empty() {
+            if let Err(step) = self.scatter_send_payload(dev, w, buf) {
+                return step;
+            }
+        }
+        w.offset += buf.len() as u64;
+        st.cur = Some(MsgOp::Send);
+        RespStep::Complete
+    }
+
+    /// Scatter `buf` into `w`'s SGEs at its offset. An ODP chunk not resident is an RNR
+    /// (spec §12.4); a payload beyond the SGEs a length error; an SGE that fails its lkey check
+    /// completes the WQE LOC_PROT_ERR (spec §14.6).
+    fn scatter_send_payload(
+        &mut self,
+        dev: &Device,
+        w: &mut RecvWqe,
+        buf: &[u8],
+    ) -> Result<(), RespStep> {
+        let off = w.offset;
+        let sges = std::mem::take(&mut w.sges);
+        let r = sge_copy(dev, None, self.ctx.pdn, &sges, off, SgeIo::Scatter(buf));
+        w.sges = sges;
+        match r {
+            Ok(()) => Ok(()),
+            Err(SgeError::Fault { .. }) => {
+                self.odp = true;
+                Err(RespStep::ErrRnr)
+            }
+            Err(SgeError::Len) => Err(RespStep::ErrLength),
+            Err(SgeError::Prot) => {
+                self.recv_status = WC_LOC_PROT_ERR;
+                Err(RespStep::ErrRemoteOp)
+            }
+        }
+    }
+
+    /// An RDMA WRITE packet: its payload placed at the ranges CheckRkey validated (or copied
+    /// from the sender's memory when held by reference), and the WRITE's progress advanced.
+    fn execute_write(&mut self, dev: &Device, st: &mut ResponderState) -> RespStep {
+        let pkt = self.pkt;
+        if let Err(step) = self.write_by_reference(dev) {
+            return step;
+        }
+        if let Some(reth) = pkt.reth {
+            st.write = Some(WriteCtx {
+                va: reth.va,
+                rkey: reth.rkey,
+                remaining: reth.dma_len as u64,
+                total: reth.dma_len as u64,
+            });
+        }
+        let n = pkt.payload.len();
+        if n > 0 && pkt.payload_ref.is_none() {
+            if let Err(step) = self.place_write_payload(dev) {
+                return step;
+            }
+        }
+        if let Some(w) = st.write.as_mut() {
+            w.va = w.va.wrapping_add(n as u64);
+            w.remaining -= n as u64;
+        }
+        st.cur = Some(MsgOp::Write);
+        RespStep::Complete
+    }
+
+    /// One copy (spec §16.2 rule 6): a payload held by reference is copied from the sender's
+    /// guest memory first, before any state changes, so a stale reference (the sender fenced
+    /// it) is a lost packet the requester retransmits. Nothing to do for a payload in the frame.
+    fn write_by_reference(&mut self, dev: &Device) -> Result<(), RespStep> {
+        let Some(src) = super::super::onecopy::payload_ref(self.pkt) else {
+            return Ok(());
+        };
+        use super::super::onecopy::{write_payload, OneCopyError};
+        match write_payload(dev, src, &self.ranges, self.pkt.payload.len()) {
+            Ok(()) => {
+                crate::stats::bump(&dev.port_stats.rx_by_reference);
+                Ok(())
+            }
+            Err(OneCopyError::Stale) => {
+                crate::stats::bump(&dev.port_stats.drop_stale_ref);
+                Err(RespStep::Drop)
+            }
+            Err(OneCopyError::Destination) => {
+                self.mem_fault = true;
+                Err(RespStep::ErrRemoteOp)
+            }
+        }
+    }
+
+    /// Write the packet's payload to the validated guest ranges, which it must cover; a write
+    /// that fails under a valid translation is a Remote Operational Error (spec §14.6).
+    fn place_write_payload(&mut self, dev: &Device) -> Result<(), RespStep> {
+        let payload = self.pkt.payload;
+        let mut p = 0usize;
+        for r in &self.ranges {
+            let Some(chunk) = p
+                .checked_add(r.len as usize)
+                .and_then(|e| payload.get(p..e))
+            else {
+                return Err(RespStep::ErrRemoteOp);
+            };
+            if dev.mem.write(r.gpa, chunk).is_err() {
+                self.mem_fault = true;
+                return Err(RespStep::ErrRemoteOp);
+            }
+            p += chunk.len();
+        }
+        Ok(())
     }
 
     /// Generate READ responses (IBTA 9.7.4.1.4): one per MTU, PSNs from the request's PSN.
