@@ -81,7 +81,7 @@ def measure(kind, iters, log, uplink="udp", mtu=1500):
         for name, cmd, pattern, unit, _ in tools(iters):
             srv = cmd.format(dev=ib_dev(a), gid=roce_v2_gid_index(a, ib_dev(a)))
             cli = cmd.format(dev=ib_dev(b), gid=roce_v2_gid_index(b, ib_dev(b))) + " " + a.ip
-            sout, cout = pair(a, b, srv, cli, timeout=600, settle=2.0)
+            sout, cout = pair(a, b, srv, cli, timeout=600)
             text = cout if "pingpong" not in cmd else cout + sout
             log.write("### %s MTU %d %s\n%s\n" % (kind, mtu, name, text))
             m = re.search(pattern, text, re.M)

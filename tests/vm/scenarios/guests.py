@@ -154,7 +154,7 @@ def perf_between(ctx, server, client, tool, size=65536, iters=200):
     srv = "%s -d %s -x %d" % (base, ib_dev(server), roce_v2_gid_index(server, ib_dev(server)))
     cli = "%s -d %s -x %d %s" % (base, ib_dev(client), roce_v2_gid_index(client, ib_dev(client)),
                                  server.ip)
-    _, cout = pair(server, client, srv, cli, timeout=300, settle=2.0)
+    _, cout = pair(server, client, srv, cli, timeout=300)
     rows = ROW.findall(cout)
     expect(rows, "%s printed a result row" % tool, cout)
     ctx.note("%s %s %s -> %s %s: %s" % (tool, client.image, client.kind, server.image,

@@ -109,7 +109,7 @@ def backend_restart_recovers(ctx):
                                t_kill + 90)
         expect(ready, "%s: eth0 has its address again" % vm.name, out)
     # The guests' neighbour entries went with the old netdevs: resolve again before the
-    # pingpong's TCP exchange (the retry in pair() covers only a server not yet listening).
+    # pingpong's TCP exchange (pair() waits only for the server to listen).
     ok, out = _wait_for(a, "busybox ping -c 1 -W 1 %s" % b.ip, t_kill + 90)
     expect(ok, "%s reaches %s over the recovered netdevs" % (a.name, b.name), out)
     t_active = t_active[a.name]

@@ -19,7 +19,7 @@ def ucx_perftest(ctx, tl, test, size, iters, layout="short"):
     base = "ucx_perftest -P 0 -p %d -d %s:1 -x %s -t %s -D %s -s %d -n %d" % (
         UCX_PORT, ib_dev(srv), tl, test, layout, size, iters)
     sout, cout = pair(srv, cli, "%s %s" % (ucx_env(srv, tl), base),
-                      "%s %s %s" % (ucx_env(cli, tl), base, srv.ip), timeout=400, settle=2.0)
+                      "%s %s %s" % (ucx_env(cli, tl), base, srv.ip), timeout=400)
     final = [l for l in cout.splitlines() if "Final:" in l]
     expect(final, "ucx_perftest %s %s printed its Final: row" % (tl, test), cout)
     ctx.note("ucx_perftest %s %s %d B: %s" % (tl, test, size, " ".join(final[-1].split())))

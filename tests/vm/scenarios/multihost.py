@@ -33,7 +33,7 @@ def vxlan_write_bw(ctx):
     """`ib_write_bw` 64 KiB across the VXLAN prints a result row."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 65536 -n 200" % g
-    sout, cout = pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300, settle=2.0)
+    sout, cout = pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300)
     row = re.search(r"^\s*65536\s+200\s+[\d.]+\s+([\d.]+)", cout, re.M)
     expect(row is not None, "ib_write_bw printed a result row", cout)
     ctx.note("ib_write_bw 64 KiB across VXLAN: %s MB/s avg" % row.group(1))

@@ -38,7 +38,7 @@ def write_bw(ctx, server, client):
     """ib_write_bw for BW_SECONDS from client to server; returns its average MB/s."""
     g = roce_v2_gid_index(server, "vrdma0")
     base = "ib_write_bw -d vrdma0 -x %d -s 65536 -D %d" % (g, BW_SECONDS)
-    _, cout = pair(server, client, base, base + " " + server.ip, timeout=120, settle=2.0)
+    _, cout = pair(server, client, base, base + " " + server.ip, timeout=120)
     rows = ROW.findall(cout)
     expect(rows, "ib_write_bw printed a result row", cout)
     expect(not re.search(r"Completion with error|IBV_WC_\w+_ERR", cout),

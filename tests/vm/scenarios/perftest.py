@@ -11,7 +11,7 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", re.M)
 def perf(ctx, tool, extra="", size=65536, iters=200):
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     base = "%s -d vrdma0 -x %d -s %d -n %d %s" % (tool, g, size, iters, extra)
-    sout, cout = pair(ctx.a, ctx.b, base, base + " " + ctx.a.ip, timeout=300, settle=2.0)
+    sout, cout = pair(ctx.a, ctx.b, base, base + " " + ctx.a.ip, timeout=300)
     rows = ROW.findall(cout)
     expect(rows, "%s printed a result row" % tool, cout)
     ctx.note("%s %s: %s" % (tool, extra, " ".join(rows[-1])))

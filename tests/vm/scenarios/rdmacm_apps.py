@@ -11,7 +11,7 @@ CMTIME_CONNECTIONS = 500
 def rsocket(ctx, tool, opts, what, server_opts=None):
     srv, cli = ctx.a, ctx.b
     sout, cout = pair(srv, cli, "%s %s" % (tool, server_opts or opts),
-                      "%s -s %s %s" % (tool, srv.ip, opts), timeout=400, settle=2.0)
+                      "%s -s %s %s" % (tool, srv.ip, opts), timeout=400)
     # A result row: size, count, bytes, time, rate (rstream/riostream print "name bytes xfers ...").
     rows = [l for l in cout.splitlines() if re.search(r"\d+(\.\d+)?[mkg]?\s+\d+", l)]
     expect(rows, "%s %s printed a result row" % (tool, what), cout)
@@ -52,8 +52,7 @@ def cmtime_many_connections(ctx):
     """`cmtime` sets up and tears down many rdma_cm connections without an error."""
     srv, cli = ctx.a, ctx.b
     sout, cout = pair(srv, cli, "cmtime -b %s -c %d" % (srv.ip, CMTIME_CONNECTIONS),
-                      "cmtime -s %s -c %d" % (srv.ip, CMTIME_CONNECTIONS), timeout=800,
-                      settle=2.0)
+                      "cmtime -s %s -c %d" % (srv.ip, CMTIME_CONNECTIONS), timeout=800)
     # cmtime prints one line per step (create id, resolve addr/route, create qp, connect, ...)
     expect(re.search(r"connect", cout, re.I) is not None, "cmtime printed its connect step", cout)
     expect("error" not in cout.lower(), "cmtime reported no error", cout)
@@ -64,7 +63,6 @@ def cmtime_many_connections(ctx):
 @scenario("two_vrdma_fabric", ci=True, timeout=300)
 def rdma_server_client(ctx):
     """librdmacm's `rdma_server` / `rdma_client` example pair ends with status 0 on both sides."""
-    sout, cout = pair(ctx.a, ctx.b, "rdma_server", "rdma_client -s %s" % ctx.a.ip, timeout=200,
-                      settle=2.0)
+    sout, cout = pair(ctx.a, ctx.b, "rdma_server", "rdma_client -s %s" % ctx.a.ip, timeout=200)
     expect_in("rdma_client: end 0", cout, "rdma_client")
     expect_in("rdma_server: end 0", sout, "rdma_server")

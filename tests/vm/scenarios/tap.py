@@ -25,7 +25,7 @@ def tap_write_bw(ctx):
     """`ib_write_bw` 64 KiB over the TAP uplinks prints a result row."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 65536 -n 200" % g
-    sout, cout = pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300, settle=2.0)
+    sout, cout = pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300)
     expect(re.search(r"^\s*65536\s+200\s+[\d.]+", cout, re.M) is not None,
            "ib_write_bw printed a result row", cout)
 
@@ -50,7 +50,7 @@ def tap_capture_decodes_as_roce(ctx):
     """ib_write_bw through a port captured with --pcap: Wireshark reads it as RoCEv2."""
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     s = "ib_write_bw -d vrdma0 -x %d -s 16384 -n 100" % g
-    pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300, settle=2.0)
+    pair(ctx.a, ctx.b, s, s + " " + ctx.a.ip, timeout=300)
     time.sleep(1)  # the capture thread writes what it has queued
     path = ctx.a.pcap
     expect(shutil.which("tshark") is not None, "tshark is installed (make host-deps installs it)")
