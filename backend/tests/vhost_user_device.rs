@@ -353,6 +353,15 @@ struct DirtyLog {
 impl DirtyLog {
     /// Create a log covering GPAs below `gpa_end` and install it in the daemon.
     fn install(fe: &mut vhost::vhost_user::Frontend, gpa_end: u64) -> DirtyLog {
+        Self::install_with_file(fe, gpa_end, (gpa_end / 4096).div_ceil(8))
+    }
+
+    /// The same log, but its file holds only `file_len` bytes of it (a hostile frontend).
+    fn install_with_file(
+        fe: &mut vhost::vhost_user::Frontend,
+        gpa_end: u64,
+        file_len: u64,
+    ) -> DirtyLog {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         use vhost::{VhostBackend, VhostUserDirtyLogRegion};
         let log_len = (gpa_end / 4096).div_ceil(8);
@@ -362,7 +371,7 @@ impl DirtyLog {
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: ftruncate on our own memfd.
-        let r = unsafe { libc::ftruncate(fd.as_raw_fd(), log_len as i64) };
+        let r = unsafe { libc::ftruncate(fd.as_raw_fd(), file_len as i64) };
         assert_eq!(r, 0);
         fe.set_log_base(
             0,
@@ -393,6 +402,49 @@ impl DirtyLog {
         assert_eq!(n, 1);
         b[0] & (1 << (page % 8)) != 0
     }
+}
+
+/// Spec §16.5, §17.1: the frontend maps the dirty log for the daemon without the daemon seeing
+/// its file. A log file with none of the log's bytes makes the first dirty-bit store fault:
+/// without the guard the daemon (here the test process) dies of SIGBUS, taking every device
+/// with it. With it the device keeps serving, and saving its state fails, so the migration
+/// cannot finish on a log that missed pages.
+#[test]
+fn a_dirty_log_beyond_its_file_costs_the_migration_not_the_daemon() {
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+        VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures,
+    };
+    use vhost::vhost_user::VhostUserFrontend;
+    use vhost::VhostBackend;
+
+    let src = start("mig-shortlog", 1, |_| {});
+    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+    fe.set_features(acked | VhostUserVirtioFeatures::LOG_ALL.bits())
+        .unwrap();
+    let _log = DirtyLog::install_with_file(&mut fe, 0x4000_0000 + (8 << 20), 0);
+    // Each answer is a write into guest memory the device must log.
+    for _ in 0..2 {
+        let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+        assert_eq!(status_of(&resp), VRDMA_STATUS_OK, "the device still serves");
+    }
+    fe.get_vring_base(VRDMA_VQ_CONTROL as usize).unwrap();
+    let (mut r, w) = std::io::pipe().unwrap();
+    fe.set_device_state_fd(Dir::SAVE, Phase::STOPPED, OwnedFd::from(w))
+        .unwrap();
+    let mut state = Vec::new();
+    r.read_to_end(&mut state).unwrap();
+    assert!(
+        state.is_empty(),
+        "no state is saved from a log that missed pages"
+    );
+    assert!(fe.check_device_state().is_err());
+    drop(fe);
+    src.thread.join().unwrap();
 }
 
 /// Spec §17.1: every way the device writes guest memory (`GuestMem::write`, `zero`, the release

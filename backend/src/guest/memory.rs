@@ -16,10 +16,12 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use thiserror::Error;
-use vhost_user_backend::bitmap::{AtomicBitmapMmap, BitmapMmapRegion, BitmapReplace};
+
+use super::dirty_log::RegionLog;
+use vhost_user_backend::bitmap::BitmapReplace;
 use vm_memory::bitmap::{Bitmap, BitmapSlice, WithBitmapSlice};
 use vm_memory::mmap::NewBitmap;
 use vm_memory::{
@@ -31,23 +33,25 @@ use vm_memory::{
 /// §17.1): every write of [`GuestMem`] marks the pages it touched in the region's [`DirtyBitmap`].
 pub type GuestMemoryMap = GuestMemoryMmap<DirtyBitmap>;
 
-/// The dirty-page log of one guest memory region (spec §17.1): vhost-user-backend's
-/// [`BitmapMmapRegion`] (empty until SET_LOG_BASE, then the frontend's shared log,
-/// VHOST_USER_PROTOCOL_F_LOG_SHMFD) behind a "logging on" flag. Defined here, not in
-/// `vhost_user/`, because every guest access must know it: nothing below the vhost-user layer
-/// may depend on that layer (ARCHITECTURE.md "Layers").
+/// The dirty-page log of one guest memory region (spec §17.1): the region's bits in the
+/// frontend's shared log ([`RegionLog`], none until SET_LOG_BASE, VHOST_USER_PROTOCOL_F_LOG_SHMFD)
+/// behind a "logging on" flag. Defined here, not in `vhost_user/`, because every guest access
+/// must know it: nothing below the vhost-user layer may depend on that layer (ARCHITECTURE.md
+/// "Layers").
 ///
-/// Why the flag: `BitmapMmapRegion::mark_dirty` takes an `RwLock` read (two locked RMWs on a
-/// cache line every engine thread shares) on every guest write, logging or not, and its slices
-/// clone an `Arc`. With the flag, a write while no log is set costs one fence and one load.
-/// No page is lost: the flag turns on only after the log is in place (`replace`), and a writer
-/// reads it only after its own write is globally visible (see `mark_dirty`).
+/// Why the flag: reaching the log takes an `RwLock` read (two locked RMWs on a cache line every
+/// engine thread shares) on every guest write, and most writes happen while no migration runs.
+/// With the flag, a write while no log is set costs one fence and one load. No page is lost:
+/// the flag turns on only after the log is in place (`replace`), and a writer reads it only
+/// after its own write is globally visible (see `mark_dirty`).
 ///
 /// vhost-user-backend never takes a log away again (it keeps marking after a failed
 /// migration), so the flag never turns off either.
 #[derive(Default, Debug, Clone)]
 pub struct DirtyBitmap {
-    log: BitmapMmapRegion,
+    log: Arc<RwLock<Option<RegionLog>>>,
+    /// Where this slice starts in its region.
+    base: usize,
     state: Arc<LogState>,
 }
 
@@ -62,6 +66,15 @@ impl DirtyBitmap {
     pub fn logging(&self) -> bool {
         self.state.on.load(Ordering::Acquire)
     }
+
+    /// Did a mark into this region's log fault because the frontend's log file does not cover
+    /// it (spec §16.5)? Then the log misses pages and the device state must not be saved.
+    pub fn log_lost(&self) -> bool {
+        self.logging()
+            && crate::sync::read(&self.log)
+                .as_ref()
+                .is_some_and(RegionLog::lost)
+    }
 }
 
 impl Bitmap for DirtyBitmap {
@@ -72,17 +85,23 @@ impl Bitmap for DirtyBitmap {
         // fence gives (x86 reorders a later load before an earlier store).
         fence(Ordering::SeqCst);
         if self.state.on.load(Ordering::Acquire) {
-            self.log.mark_dirty(offset, len);
+            if let Some(log) = crate::sync::read(&self.log).as_ref() {
+                log.mark_dirty(self.base.saturating_add(offset), len);
+            }
         }
     }
 
     fn dirty_at(&self, offset: usize) -> bool {
-        self.logging() && self.log.dirty_at(offset)
+        self.logging()
+            && crate::sync::read(&self.log)
+                .as_ref()
+                .is_some_and(|log| log.dirty_at(self.base.saturating_add(offset)))
     }
 
     fn slice_at(&self, offset: usize) -> Self {
         DirtyBitmap {
-            log: self.log.slice_at(offset),
+            log: Arc::clone(&self.log),
+            base: self.base.saturating_add(offset),
             state: Arc::clone(&self.state),
         }
     }
@@ -101,10 +120,10 @@ impl NewBitmap for DirtyBitmap {
 }
 
 impl BitmapReplace for DirtyBitmap {
-    type InnerBitmap = AtomicBitmapMmap;
+    type InnerBitmap = RegionLog;
 
-    fn replace(&self, bitmap: AtomicBitmapMmap) {
-        self.log.replace(bitmap);
+    fn replace(&self, log: RegionLog) {
+        *crate::sync::write(&self.log) = Some(log);
         // Release after the log is in place: a writer that sees "on" marks into this log.
         self.state.on.store(true, Ordering::SeqCst);
     }

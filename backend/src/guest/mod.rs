@@ -3,6 +3,8 @@
 //! eth rx frames, late completions of parked commands; `outcome.rs`: a command's status or ticket).
 //! Everything above `wire/` may use this layer; it uses none of the others.
 
+pub mod dirty_log;
+pub mod log_guard;
 pub mod memory;
 pub mod outcome;
 pub mod output;

@@ -73,6 +73,15 @@ enum Transfer {
 }
 
 impl<D: RdmaDevice> VhostUserRdma<D> {
+    /// Did a dirty-log store fault in any region of the current table (guest/log_guard.rs)?
+    fn dirty_log_lost(&self) -> bool {
+        use vm_memory::{GuestAddressSpace, GuestMemoryBackend, GuestMemoryRegion};
+        self.mem
+            .memory()
+            .iter()
+            .any(|region| region.bitmap().log_lost())
+    }
+
     /// The backend of one connection, from the device's `parts`: `config` is the
     /// `vrdma_config` served by GET_CONFIG; `device_features` are the `VIRTIO_RDMA_F_*` masks
     /// offered besides ETH (the ODP bits when the device has ODP); `mtu` bounds eth tx frames.
@@ -399,7 +408,17 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         }
         let job = match direction {
             VhostTransferStateDirection::SAVE => {
-                let saved = {
+                let saved = if self.dirty_log_lost() {
+                    // The frontend's log file does not cover the log (spec §16.5): pages this
+                    // device wrote may be missing from it, so the destination must not start.
+                    let why = "the dirty log missed pages: the frontend's log file is \
+                               shorter than the log";
+                    warn!(
+                        "{}: cannot save the device state: {why}",
+                        self.out.log().label()
+                    );
+                    Err(why.to_string())
+                } else {
                     let mut dev = self.lock_device();
                     if dev.suspended() {
                         dev.save_state()
