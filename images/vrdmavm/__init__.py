@@ -21,6 +21,7 @@ Modules, one concept each:
   migration  live migration of one guest (VM.migrate)
   stats      the backends' stats sockets (`vrdma-backend stats`)
   process    starting and stopping host processes; paths: where the images are
+  cpu_limit  a CPU quota on host processes (cgroups), to give guests a fixed CPU share
   cli        the command line (__main__ runs it)
 
 Environment: VRDMA_CACHE (default /var/cache/vrdma) locates the images,

@@ -17,6 +17,7 @@ import guest_images
 
 from . import migration
 from .agent import AGENT_PORT, AgentConnection, Handle, Result
+from .cpu_limit import CpuLimit
 from .errors import CommandTimeout, VMError
 from .process import child_setup, stop, tail
 
@@ -339,6 +340,14 @@ class VM:
     def migrate(self, timeout=600):
         """Live-migrate this guest to a new QEMU and backend (see migration.migrate)."""
         return migration.migrate(self, timeout)
+
+    def limit_cpu(self, cores):
+        """Give this guest's QEMU at most `cores` CPUs (a fraction of one core is fine) until
+        the returned CpuLimit is closed (a context manager)."""
+        if self.qemu is None or self.qemu.poll() is not None:
+            raise VMError("%s: QEMU is not running" % self.name)
+        name = "vrdma-%s-%s" % (os.path.basename(self.cluster.workdir), self.name)
+        return CpuLimit(name, [self.qemu.pid], cores)
 
     def stop(self):
         if self.agent:

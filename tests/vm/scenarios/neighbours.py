@@ -4,15 +4,15 @@ Topology three_vrdma_fabric_spare_device (three vrdma guests on one daemon, plus
 device no QEMU uses):
 
 - flood_beside_a_pair: vm2 floods raw full-size frames (unicast at vm0's MAC and broadcast)
-  while vm1 runs ib_write_bw to vm0. The pair's run completes with no QP error and the fabric
+  while vm1 runs ib_write_bw to vm0. The pair's run completes with no QP error, the fabric
   drops none of the pair's frames for their share of vm0's receive queue (`over_share` of vm0
-  and vm1 stay 0; the flooder's broadcasts beyond its rate bound go as `bcast_rate`). The
-  bandwidth with the flood against the same pair's bandwidth alone (measured first, in the
-  same run) and the client's retransmissions are printed, not asserted: under TCG on a
-  shared 2-core host the guests' CPU is the limit (measured 43 % to 82 % in five runs on one
-  host as its load varied, with no frame of the pair dropped), and a Python flooder in one
-  TCG guest (about 3,500 frames/s of each kind) does not fill the receiver's queue (`full`
-  stayed 0).
+  and vm1 stay 0; the flooder's broadcasts beyond its rate bound go as `bcast_rate`), and the
+  pair keeps at least 70 % of the bandwidth it has alone (measured first, in the same run).
+  Each of the three guests' QEMUs gets the same fixed CPU share for both runs (a cgroup quota,
+  `VM.limit_cpu`), as a cloud gives each guest its own vCPUs: without it the flooder's guest
+  takes the pair's guests' CPU on this 2-core host (43 % to 82 % measured under TCG), which
+  says nothing about the daemon. The daemon's own CPU is shared by its tenants (README, what
+  one daemon does not protect).
 - refused_frontend_beside_traffic: a frontend that is not QEMU (the backend's example
   `hostile_frontend`, the vhost crate's frontend) connects to the spare device's socket and
   offers a memory region larger than its memfd, then an unsealed memfd, while vm0 and vm1 run
@@ -32,6 +32,8 @@ from vrdmavm import stats
 
 FLOOD_SECONDS = 60  # an upper bound: the flood stops once the loaded run is over
 BW_SECONDS = 5
+# The share of its bandwidth alone a pair keeps beside a flooding neighbour (issue 39).
+FAIR_SHARE = 0.7
 
 
 def write_bw(ctx, server, client):
@@ -59,13 +61,49 @@ def delta(after, before, vm, reason):
 @scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
 def flood_beside_a_pair(ctx):
     """A neighbour floods raw frames while a pair runs ib_write_bw: the pair completes without a
-    QP error and the fabric drops none of its frames (spec §16.4)."""
+    QP error, the fabric drops none of its frames and the pair keeps at least 70 % of its
+    bandwidth alone, every guest on the same fixed CPU share (spec §16.4)."""
     server, client, flooder = ctx.a, ctx.b, ctx.c
     push_guest_script([flooder], "spray_attack.py")
     flood = push_guest_script([flooder], "flood_frames.py")
-    alone = write_bw(ctx, server, client)
-    before, _ = fabric_counters(server)
-    resent = retransmits(client)
+    cores = guest_cpu_share(3)
+    ctx.note("each guest's QEMU limited to %.2f CPUs (host: %d)" % (cores, os.cpu_count()))
+    limits = []
+    try:
+        for vm in (server, client, flooder):
+            limits.append(vm.limit_cpu(cores))
+        alone = write_bw(ctx, server, client)
+        before, _ = fabric_counters(server)
+        resent = retransmits(client)
+        loaded, fout = write_bw_beside_flood(ctx, server, client, flooder, flood)
+    finally:
+        for limit in limits:
+            limit.close()
+    after, text = fabric_counters(server)
+    resent = retransmits(client) - resent
+    lost = {vm.name: delta(after, before, vm, "over_share") for vm in (server, client)}
+    ctx.note("ib_write_bw %s -> %s: alone %.1f MB/s, beside the flood %.1f MB/s (%.0f %%), "
+             "%d retransmissions" % (client.name, server.name, alone, loaded,
+                                     100.0 * loaded / alone, resent))
+    ctx.note("flooder: %s; fabric: over_share %d, bcast_rate %d of %s, full %d at %s" % (
+        fout.strip().splitlines()[-1], delta(after, before, flooder, "over_share"),
+        delta(after, before, flooder, "bcast_rate"), flooder.name,
+        delta(after, before, server, "full"), server.name))
+    expect(not any(lost.values()),
+           "the fabric dropped none of the pair's frames for their share (%s)" % lost, text)
+    expect(loaded >= FAIR_SHARE * alone,
+           "the pair kept %.0f %% of its bandwidth beside the flood (at least %.0f %%)" % (
+               100.0 * loaded / alone, 100 * FAIR_SHARE), text)
+
+
+def guest_cpu_share(guests):
+    """The CPUs each of `guests` guests gets so that all of them fit on this host with some
+    left for the daemon: (host CPUs - 0.5) / guests, at most one core each."""
+    return min(1.0, max(0.2, (os.cpu_count() - 0.5) / guests))
+
+
+def write_bw_beside_flood(ctx, server, client, flooder, flood):
+    """write_bw while `flooder` runs the flood script; returns (MB/s, the flooder's output)."""
     run_ok(flooder, "rm -f /tmp/flood.started /tmp/flood.stop")
     f = flooder.spawn("cd /tmp && python3 %s eth0 %s %s %s %d" % (
         flood, flooder.ip, server.mac, server.ip, FLOOD_SECONDS), timeout=FLOOD_SECONDS + 60)
@@ -80,19 +118,7 @@ def flood_beside_a_pair(ctx):
     finally:
         f.kill()
     expect(rc == 0 and "sent unicast=" in fout, "the flooder ran", fout)
-    after, text = fabric_counters(server)
-    resent = retransmits(client) - resent
-    lost = {vm.name: delta(after, before, vm, "over_share") for vm in (server, client)}
-    expect(not any(lost.values()),
-           "the fabric dropped none of the pair's frames for their share (%s)" % lost, text)
-    # Printed, not asserted (see the module's docstring): under TCG the guests' CPU sets it.
-    ctx.note("ib_write_bw %s -> %s: alone %.1f MB/s, beside the flood %.1f MB/s (%.0f %%), "
-             "%d retransmissions" % (client.name, server.name, alone, loaded,
-                                     100.0 * loaded / alone, resent))
-    ctx.note("flooder: %s; fabric: over_share %d, bcast_rate %d of %s, full %d at %s" % (
-        fout.strip().splitlines()[-1], delta(after, before, flooder, "over_share"),
-        delta(after, before, flooder, "bcast_rate"), flooder.name,
-        delta(after, before, server, "full"), server.name))
+    return loaded, fout
 
 
 def hostile_frontend(cluster):
