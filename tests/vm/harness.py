@@ -172,18 +172,29 @@ def listeners(vm):
     return found
 
 
-def wait_listening(vm, before, srv, timeout=90):
-    """Wait until the server spawned as `srv` in `vm` listens: a TCP socket or an rdma_cm id
-    that was not in `before` (out-of-band exchange or connection manager, whichever the tool
-    uses). A client that connects earlier gets a refusal or an rdma_cm REJECT (invalid service
-    ID) that most tools do not retry. Returns False when the server exited or never listened;
-    the client then runs anyway and reports what it sees."""
+def wait_listening(vm, before, server, timeout=90):
+    """Wait until the server spawned in `vm` as `server` (a Handle) listens: a TCP socket or an
+    rdma_cm id that was not in `before` (out-of-band exchange or connection
+    manager, whichever the tool uses). A client that connects earlier gets a refusal or an
+    rdma_cm REJECT (invalid service ID) that most tools do not retry. Returns False when a
+    server exited or never listened; the caller says what that means."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not srv.done():
+    while time.monotonic() < deadline and not server.done():
         if listeners(vm) - before:
             return True
         time.sleep(0.3)
     return False
+
+
+def spawn_server(vm, cmd, timeout):
+    """Spawn a server in `vm` and return its Handle once it listens (wait_listening); a
+    server that exits or never listens is the scenario's failure, with its output."""
+    before = listeners(vm)
+    srv = vm.spawn(cmd, timeout=timeout)
+    if not wait_listening(vm, before, srv):
+        out = srv.wait(timeout=10)[1] if srv.done() else "(still running, not listening)"
+        raise Failure("%s: %r did not listen\n--- output ---\n%s" % (vm.name, cmd, out[-4000:]))
+    return srv
 
 
 def pair(server_vm, client_vm, server_cmd, client_cmd, timeout=180, again=True):

@@ -6,11 +6,11 @@ import os
 import re
 import subprocess
 import tempfile
-import time
 
 import vrdmavm
 
-from harness import HERE, REPO, expect, expect_in, push_guest_script, roce_v2_gid_index, scenario
+from harness import (HERE, REPO, expect, expect_in, push_guest_script, roce_v2_gid_index,
+                     scenario, spawn_server)
 
 SCRIPT = "/tmp/bad_rkey.py"
 
@@ -19,8 +19,7 @@ def bad_rkey(ctx, imm):
     push_guest_script((ctx.a, ctx.b), "bad_rkey.py")
     g = roce_v2_gid_index(ctx.a, "vrdma0")
     flag = " --imm" if imm else ""
-    resp = ctx.a.spawn("python3 -u %s responder vrdma0 %d%s" % (SCRIPT, g, flag), timeout=90)
-    time.sleep(2)
+    resp = spawn_server(ctx.a, "python3 -u %s responder vrdma0 %d%s" % (SCRIPT, g, flag), 90)
     rc, rout = ctx.b.run("python3 -u %s requester vrdma0 %d %s%s" % (SCRIPT, g, ctx.a.ip, flag),
                          timeout=90)
     try:

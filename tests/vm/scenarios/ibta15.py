@@ -7,11 +7,11 @@ has no payload offset for FLUSH), so rxe drops IBTA-conformant FLUSH requests an
 rxe's; see the device-spec §15.2 note.
 """
 
-import time
 
 import vrdmavm
 
-from harness import expect_in, ib_dev, push_guest_script, roce_v2_gid_index, scenario
+from harness import (expect_in, ib_dev, push_guest_script, roce_v2_gid_index, scenario,
+                     spawn_server)
 
 SCRIPT = "/tmp/ibta15_ops.py"
 
@@ -20,9 +20,8 @@ def run_ops(ctx, responder, requester, atomic_write_only):
     push_guest_script((responder, requester), "ibta15_ops.py")
     gr = roce_v2_gid_index(responder, ib_dev(responder))
     gq = roce_v2_gid_index(requester, ib_dev(requester))
-    resp = responder.spawn("python3 -u %s responder %s %d" % (SCRIPT, ib_dev(responder), gr),
-                           timeout=120)
-    time.sleep(2)
+    resp = spawn_server(responder, "python3 -u %s responder %s %d" % (
+        SCRIPT, ib_dev(responder), gr), 120)
     flag = " --atomic-write-only" if atomic_write_only else ""
     rc, qout = requester.run("python3 -u %s requester %s %d %s%s"
                              % (SCRIPT, ib_dev(requester), gq, responder.ip, flag), timeout=120)

@@ -7,7 +7,8 @@ under the other scenarios' feet."""
 import re
 import time
 
-from harness import expect, expect_in, pair, run_ok, scenario
+from harness import (expect, expect_in, listeners, pair, run_ok, scenario, spawn_server,
+                     wait_listening)
 
 
 # Holds device memory (spec §12.9) mapped and registered, with data in it, across the reloads.
@@ -34,13 +35,22 @@ def module_reload_with_objects_open(ctx):
     """`rmmod vrdma` / `modprobe vrdma` twice while processes hold verbs objects and device
     memory: the holders are disassociated and end on a signal, and RDMA works again."""
     a, b = ctx.a, ctx.b
-    # A server that holds a PD, MR, CQs, a QP and mmapped rings while it waits for a client.
+    # A server that holds a PD, MR, CQs, a QP and mmapped rings while it waits for a client
+    # (it listens for the client once it has them).
+    before = listeners(a)
     holder = a.spawn("ibv_rc_pingpong -d vrdma0 -g 1 -n 5", timeout=120)
     a.write_file("/tmp/dm_holder.py", DM_HOLDER, mode=0o644)
-    dm_holder = a.spawn("python3 -u /tmp/dm_holder.py 2>&1", timeout=120)
-    time.sleep(3)
-    expect(not holder.done(), "the ibv_rc_pingpong server is waiting with its objects open")
-    expect(not dm_holder.done(), "the device-memory holder is waiting with its DM mapped")
+    run_ok(a, "rm -f /tmp/dm_holder.log")
+    # Its output goes to a file the harness can look at while it runs: the reloads start only
+    # once it holds its DM (a loaded TCG guest takes seconds to import pyverbs).
+    dm_holder = a.spawn("exec python3 -u /tmp/dm_holder.py >/tmp/dm_holder.log 2>&1",
+                        timeout=120)
+    expect(wait_listening(a, before, holder),
+           "the ibv_rc_pingpong server is waiting with its objects open")
+    held, out = _wait_for(a, "grep -q 'holding DM' /tmp/dm_holder.log && cat /tmp/dm_holder.log",
+                          time.monotonic() + 90)
+    expect(held and not dm_holder.done(),
+           "the device-memory holder is waiting with its DM mapped", out)
     for i in range(2):
         out = run_ok(a, "rmmod vrdma && modprobe vrdma && sleep 1 && "
                         "ip link set eth0 up && ip addr replace %s dev eth0 && sleep 2 && "
@@ -52,8 +62,9 @@ def module_reload_with_objects_open(ctx):
     rc, hout = holder.wait(timeout=60)
     ctx.note("the holder exited with %s after SIGTERM" % rc)
     dm_holder.kill()
-    rc, dout = dm_holder.wait(timeout=60)
+    rc, _ = dm_holder.wait(timeout=60)
     ctx.note("the DM holder exited with %s after SIGTERM" % rc)
+    dout = run_ok(a, "cat /tmp/dm_holder.log")
     expect_in("holding DM", dout, "the DM holder had its DM and DM MR before the reloads")
     # And the reloaded device carries RDMA again.
     srv = "ibv_rc_pingpong -d vrdma0 -g 1 -n 100 -c"
@@ -82,8 +93,7 @@ def backend_restart_recovers(ctx):
     # (line-buffered: it may end on a signal, its stdout is a pipe)
     watch = a.spawn("stdbuf -oL ibv_asyncwatch -d vrdma0 2>&1", timeout=300)
     bw = "ib_write_bw -d vrdma0 -x 1 -F -D 120 -s 4096 -q 2"
-    srv = b.spawn(bw + " 2>&1", timeout=300)
-    time.sleep(2)
+    srv = spawn_server(b, bw + " 2>&1", 300)
     cli = a.spawn("%s %s 2>&1" % (bw, b.ip), timeout=300)
     time.sleep(8)
     expect(not cli.done() and not srv.done(), "ib_write_bw runs when the backend dies")
@@ -145,8 +155,7 @@ def backend_crash_fails_verbs_cleanly(ctx):
     """SIGKILL the guest's vrdma-backend: the next command times out with a clear message,
     the port goes down, later verbs fail at once, and the driver still unloads."""
     a = ctx.a
-    holder = a.spawn("ibv_rc_pingpong -d vrdma0 -g 1 -n 5", timeout=300)
-    time.sleep(3)
+    holder = spawn_server(a, "ibv_rc_pingpong -d vrdma0 -g 1 -n 5", 300)
     expect(not holder.done(), "a process holds verbs objects when the backend dies")
     a.kill_backend()
 

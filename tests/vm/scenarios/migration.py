@@ -8,8 +8,8 @@ They run last: the guest's TAP, QEMU and backend change under the other scenario
 import re
 import time
 
-from harness import expect, expect_in, pair, push_guest_script, roce_v2_gid_index, run_ok, \
-    scenario
+from harness import (expect, expect_in, pair, push_guest_script, roce_v2_gid_index, run_ok,
+                     scenario, spawn_server)
 
 GO = "/tmp/mig-go"
 
@@ -19,8 +19,7 @@ def _migrate_with_rc_qp(ctx, busy):
     script = push_guest_script([a, b], "mig_peer.py")
     run_ok(a, "rm -f %s %s.ready" % (GO, GO))
     ga, gb = roce_v2_gid_index(a, "vrdma0"), roce_v2_gid_index(b, "vrdma0")
-    resp = b.spawn("python3 %s responder vrdma0 %d" % (script, gb), timeout=900)
-    time.sleep(2)
+    resp = spawn_server(b, "python3 %s responder vrdma0 %d" % (script, gb), 900)
     req = a.spawn("python3 %s requester vrdma0 %d %s %s%s" % (
         script, ga, b.ip, GO, " --busy" if busy else ""), timeout=900)
     deadline = time.monotonic() + 180
@@ -75,11 +74,9 @@ def migrate_during_pingpong_and_write_bw(ctx):
     ib_write_bw both finish without an error (the peer may retransmit)."""
     a, b = ctx.a, ctx.b
     ga, gb = roce_v2_gid_index(a, "vrdma0"), roce_v2_gid_index(b, "vrdma0")
-    ping_srv = b.spawn("ibv_rc_pingpong -d vrdma0 -g %d -n 20000 -s 4096 -p 18800" % gb,
-                       timeout=900)
-    bw_srv = b.spawn("ib_write_bw -d vrdma0 -x %d -D 40 -s 65536 -p 18801 -F" % gb,
-                     timeout=900)
-    time.sleep(2)
+    ping_srv = spawn_server(b, "ibv_rc_pingpong -d vrdma0 -g %d -n 20000 -s 4096 -p 18800"
+                            % gb, 900)
+    bw_srv = spawn_server(b, "ib_write_bw -d vrdma0 -x %d -D 40 -s 65536 -p 18801 -F" % gb, 900)
     ping = a.spawn("ibv_rc_pingpong -d vrdma0 -g %d -n 20000 -s 4096 -p 18800 %s" % (
         ga, b.ip), timeout=900)
     bw = a.spawn("ib_write_bw -d vrdma0 -x %d -D 40 -s 65536 -p 18801 -F %s" % (

@@ -25,9 +25,9 @@ device no QEMU uses):
 import os
 import re
 import subprocess
-import time
 
-from harness import expect, pair, push_guest_script, roce_v2_gid_index, run_ok, scenario
+from harness import (expect, pair, push_guest_script, roce_v2_gid_index, run_ok, scenario,
+                     spawn_server)
 from scenarios.perftest import ROW
 from scenarios.tenancy import fabric_counters, port_name
 from vrdmavm import stats
@@ -142,8 +142,7 @@ def refused_frontend_beside_traffic(ctx):
     seen = len(refusals(cluster))
     g = roce_v2_gid_index(server, "vrdma0")
     base = "ib_write_bw -d vrdma0 -x %d -s 65536 -D 8" % g
-    srv = server.spawn(base, timeout=120)
-    time.sleep(2.0)
+    srv = spawn_server(server, base, 120)
     cli = client.spawn(base + " " + server.ip, timeout=120)
     # The pair's run is under way (its client has connected and sends) before the frontends
     # come: wait for the server's RDMA counters to move.
