@@ -41,19 +41,13 @@ pub struct Located<'a> {
     /// The whole frame.
     frame: &'a [u8],
     eth: EthHeader,
-    ip_version: IpVersion,
-    ip_header: &'a [u8],
+    ip: IpLayer<'a>,
     udp: UdpHeader,
     /// The UDP header's bytes.
     udp_header: &'a [u8],
     /// BTH .. pad (the UDP payload without the ICRC).
     body: &'a [u8],
     icrc_found: u32,
-    src_gid: Gid,
-    dst_gid: Gid,
-    hop: u8,
-    tc: u8,
-    fl: u32,
 }
 
 impl<'a> Located<'a> {
@@ -69,7 +63,7 @@ impl<'a> Located<'a> {
 
     /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
     pub fn dst_gid(&self) -> Gid {
-        self.dst_gid
+        self.ip.dst_gid
     }
 
     /// The BTH's destination QP, if the UDP payload holds a whole BTH.
@@ -80,6 +74,7 @@ impl<'a> Located<'a> {
 
 /// The IP layer of a received frame: its header bytes, the UDP datagram it carries and the
 /// fields [`Located`] keeps.
+#[derive(Debug, Clone, Copy)]
 struct IpLayer<'a> {
     version: IpVersion,
     header: &'a [u8],
@@ -176,8 +171,7 @@ pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
     Ok(Located {
         frame,
         eth,
-        ip_version: ip.version,
-        ip_header: ip.header,
+        ip,
         udp,
         udp_header,
         body,
@@ -187,11 +181,6 @@ pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
             icrc_bytes[2],
             icrc_bytes[3],
         ]),
-        src_gid: ip.src_gid,
-        dst_gid: ip.dst_gid,
-        hop: ip.hop,
-        tc: ip.tc,
-        fl: ip.fl,
     })
 }
 
@@ -201,7 +190,7 @@ pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
 pub fn seal_icrc(frame: &mut [u8]) -> Result<bool, WireError> {
     let (icrc, at) = match locate(frame) {
         Ok(l) => {
-            let icrc = crate::wire::icrc::compute(l.ip_header, l.udp_header, l.body)?;
+            let icrc = crate::wire::icrc::compute(l.ip.header, l.udp_header, l.body)?;
             let at = l.body.as_ptr() as usize - frame.as_ptr() as usize + l.body.len();
             (icrc, at)
         }
@@ -231,20 +220,14 @@ impl<'a> RocePacket<'a> {
         let Located {
             frame: _,
             eth,
-            ip_version,
-            ip_header,
+            ip,
             udp,
             body,
             icrc_found: found,
-            src_gid,
-            dst_gid,
-            hop,
-            tc,
-            fl,
             udp_header,
         } = l;
         if check == IcrcCheck::Verify {
-            let computed = crate::wire::icrc::compute(ip_header, udp_header, body)?;
+            let computed = crate::wire::icrc::compute(ip.header, udp_header, body)?;
             if computed != found {
                 return Err(WireError::BadIcrc { computed, found });
             }
@@ -282,15 +265,15 @@ impl<'a> RocePacket<'a> {
                 src_mac: eth.src,
                 dst_mac: eth.dst,
                 vlan: eth.vlan,
-                src_gid,
-                dst_gid,
-                hop_limit: hop,
-                traffic_class: tc,
-                flow_label: fl,
+                src_gid: ip.src_gid,
+                dst_gid: ip.dst_gid,
+                hop_limit: ip.hop,
+                traffic_class: ip.tc,
+                flow_label: ip.fl,
                 udp_src_port: udp.src_port,
             },
-            ip_version,
-            ip_header,
+            ip_version: ip.version,
+            ip_header: ip.header,
             bth,
             info,
             ext,
