@@ -304,15 +304,14 @@ fn icrc_matches_hand_built_masked_buffer_ipv4() {
     bth_s.fecn = true;
     let b = PacketBuilder::new(
         Addressing {
-            src_mac: MAC_A,
-            dst_mac: MAC_B,
-            vlan: None,
-            src_gid: gid_from_ipv4([10, 0, 0, 1]),
-            dst_gid: gid_from_ipv4([10, 0, 0, 2]),
-            hop_limit: 64,
             traffic_class: 0x12,
-            flow_label: 0,
-            udp_src_port: 0xc001,
+            ..Addressing::new(
+                MAC_A,
+                MAC_B,
+                gid_from_ipv4([10, 0, 0, 1]),
+                gid_from_ipv4([10, 0, 0, 2]),
+                0xc001,
+            )
         },
         bth_s,
     );

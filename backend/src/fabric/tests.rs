@@ -194,17 +194,13 @@ fn counters_render_per_port() {
 /// A RoCEv2 SEND from `src` to `dst`, with or without its ICRC.
 fn roce(dst: MacAddr, src: MacAddr, icrc: bool) -> Vec<u8> {
     use crate::wire::{gid_from_ipv4, Addressing, Bth, Opcode, PacketBuilder};
-    let addr = Addressing {
-        src_mac: src,
-        dst_mac: dst,
-        vlan: None,
-        src_gid: gid_from_ipv4([10, 0, 0, src[5]]),
-        dst_gid: gid_from_ipv4([10, 0, 0, dst[5]]),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: 0xc000,
-    };
+    let addr = Addressing::new(
+        src,
+        dst,
+        gid_from_ipv4([10, 0, 0, src[5]]),
+        gid_from_ipv4([10, 0, 0, dst[5]]),
+        0xc000,
+    );
     let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcSendOnly, 0x12, 9));
     b.icrc = icrc;
     let mut out = Vec::new();
