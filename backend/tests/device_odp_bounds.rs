@@ -288,5 +288,5 @@ fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
     assert_eq!(p.b.dev.mrs.write().odp_pending_requests(), cap);
     assert_eq!(p.b.dev.mrs.write().odp_chunk_count(), cap);
     assert_eq!(p.b.out.take_page_requests().len(), cap);
-    assert_eq!(p.b.qp_state(p.conns[0].qb.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.b.qp_state(p.conns[0].qp.qb.qpn), VRDMA_QPS_RTS);
 }

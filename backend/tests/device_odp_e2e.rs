@@ -89,13 +89,13 @@ fn send_into_odp_receive_buffer() {
     let (kb, back_b) = p.odp_mr(Side::B, va_b, 64 << 10);
     let data = pattern(9, 5000);
     p.a.write(src, &data);
-    let mut rq = p.conns[0].qb.rq.clone().unwrap();
+    let mut rq = p.conns[0].qp.qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, 50, &[(va_b + 8, 6000, kb)]);
     p.post(0, &send(4, (src, 5000, ka)));
     let (ca, _) = p.run_more(0, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (4, VRDMA_WC_SUCCESS));
     let c = &mut p.conns[0];
-    c.gb.extend(p.b.poll_cq(&mut c.cqb));
+    c.gb.extend(p.b.poll_cq(&mut c.qp.cqb));
     let cb = &c.gb;
     assert_eq!(
         (cb[0].wr_id, cb[0].status, cb[0].byte_len),
@@ -160,7 +160,7 @@ fn srq_receive_into_odp_buffer() {
     assert_eq!((ca[0].wr_id, ca[0].status), (6, VRDMA_WC_SUCCESS));
     assert_eq!(served, 1);
     let c = &mut p.conns[i];
-    c.gb.extend(p.b.poll_cq(&mut c.cqb));
+    c.gb.extend(p.b.poll_cq(&mut c.qp.cqb));
     let cb = &c.gb;
     assert_eq!(
         (cb[0].wr_id, cb[0].status, cb[0].byte_len),

@@ -514,8 +514,8 @@ fn error_answers_local_and_remote() {
     assert_eq!(p.pb.faults.len(), 1);
     assert_eq!(p.b.read(dst, 64), vec![0u8; 64], "nothing written");
     // Both requester QPs are in ERROR (RC error completion).
-    assert_eq!(p.a.qp_state(p.conns[0].qa.qpn), VRDMA_QPS_ERR);
-    assert_eq!(p.a.qp_state(p.conns[1].qa.qpn), VRDMA_QPS_ERR);
+    assert_eq!(p.a.qp_state(p.conns[0].qp.qa.qpn), VRDMA_QPS_ERR);
+    assert_eq!(p.a.qp_state(p.conns[1].qp.qa.qpn), VRDMA_QPS_ERR);
 }
 
 /// Case 8b: The driver never answers: the WQEs complete with an error after the (shortened) timeout —

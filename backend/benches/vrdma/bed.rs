@@ -667,7 +667,7 @@ impl Bed {
     pub fn engine_cpu(&self) -> f64 {
         match self.link {
             Link::InProc { .. } => crate::util::thread_cpu_secs(),
-            Link::Engines { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
+            Link::Engines { .. } => crate::common::engine::threads_cpu_secs("vrdma-engine"),
         }
     }
 

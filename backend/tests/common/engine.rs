@@ -1,5 +1,6 @@
 //! Helpers for tests that run `Engine` threads on detached nodes: the driver's post + doorbell,
-//! and polling a CQ from the test thread while the engines work.
+//! polling a CQ from the test thread while the engines work, and the CPU time the engine threads
+//! use.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,4 +115,26 @@ impl vrdma_backend::uplink::Uplink for CountingUplink {
     fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
         std::os::unix::io::AsRawFd::as_raw_fd(&self.sock)
     }
+}
+
+/// CPU seconds of this process's threads named `name` (e.g. "vrdma-engine"), from
+/// /proc/self/task/*/schedstat (nanoseconds on a CPU).
+pub fn threads_cpu_secs(name: &str) -> f64 {
+    let mut ns = 0u64;
+    for e in std::fs::read_dir("/proc/self/task")
+        .expect("/proc")
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let st = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+        ns += st
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    ns as f64 * 1e-9
 }

@@ -148,10 +148,7 @@ pub fn reg_odp(n: &mut Node, pd: u32, va: u64, len: u64, implicit: bool) -> u32 
 
 /// One connected RC QP pair with a CQ per side and the completions gathered so far.
 pub struct Conn {
-    pub qa: QpH,
-    pub qb: QpH,
-    pub cqa: RingH,
-    pub cqb: RingH,
+    pub qp: QpPair,
     pub ga: Vec<Cqe>,
     pub gb: Vec<Cqe>,
 }
@@ -262,14 +259,8 @@ impl Pair {
             srq_b,
             ..QpPairSpec::rc(256, RtsAttrs::mtu(self.mtu))
         };
-        let QpPair {
-            qa, qb, cqa, cqb, ..
-        } = QpPair::open(a, b, self.pda, self.pdb, spec);
         self.conns.push(Conn {
-            qa,
-            qb,
-            cqa,
-            cqb,
+            qp: QpPair::open(a, b, self.pda, self.pdb, spec),
             ga: Vec::new(),
             gb: Vec::new(),
         });
@@ -323,7 +314,7 @@ impl Pair {
     /// Post a WQE on connection `i`, side A.
     pub fn post(&mut self, i: usize, w: &Wqe) {
         let c = &mut self.conns[i];
-        self.a.post_send(&mut c.qa, w);
+        self.a.post_send(&mut c.qp.qa, w);
     }
 
     /// Serve page requests on both sides.
@@ -356,8 +347,8 @@ impl Pair {
     /// Gather completions, advance virtual time and fire timers; check the ODP invariants.
     pub fn finish_step(&mut self) {
         for c in &mut self.conns {
-            c.ga.extend(self.a.poll_cq(&mut c.cqa));
-            c.gb.extend(self.b.poll_cq(&mut c.cqb));
+            c.ga.extend(self.a.poll_cq(&mut c.qp.cqa));
+            c.gb.extend(self.b.poll_cq(&mut c.qp.cqb));
         }
         self.vt += Duration::from_millis(5);
         let now = Instant::now().max(self.vt);
