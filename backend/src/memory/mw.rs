@@ -76,17 +76,13 @@ impl MrTable {
         }
         let charge = self.charge(0)?;
         self.alloc(
-            Mr {
-                key: 0,
+            Mr::unmapped(
                 pd,
-                access: 0,
-                iova: 0,
-                length: 0,
-                kind: MrKind::Window(Window {
+                MrKind::Window(Window {
                     mw_type,
                     bound: None,
                 }),
-            },
+            ),
             charge,
         )
     }
