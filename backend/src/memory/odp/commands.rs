@@ -18,6 +18,34 @@ struct PageResp<'a> {
 }
 
 impl OdpState {
+    /// Sends the page request for chunk `c` of MR `key` (spanning `mr`: iova, length) and makes
+    /// the chunk pending on it (a failed chunk is forgotten, a resident one's pages are kept as
+    /// its prior pages); returns the request id.
+    fn request_chunk(
+        &mut self,
+        o: &mut OdpMr,
+        key: u32,
+        c: u64,
+        mr: (u64, u64),
+        write: bool,
+        now: Instant,
+    ) -> u32 {
+        self.remove_failed(o, key, c);
+        let prior = self.remove_resident(o, c).unwrap_or_default();
+        let req_id = self.send_fault(key, c, mr.0, mr.1, write, now);
+        o.chunks.insert(
+            c,
+            Chunk::Pending {
+                req_id,
+                write,
+                sent: now,
+                waiters: Vec::new(),
+                prior,
+            },
+        );
+        req_id
+    }
+
     /// Makes `chunk` (a `Chunk::Resident`, its `last_use` set here) chunk `c` of MR `idx`'s
     /// `o`, youngest in both LRUs; over the MR's residency budget, reclaims the MR's least
     /// recently used other chunk and returns it.
@@ -319,15 +347,9 @@ impl MrTable {
         use vrdma_spec::*;
         let done = CmdOutcome::Done;
         let now = self.odp.now();
-        if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
-            return done(VRDMA_STATUS_INVALID);
-        }
-        let flush = flags & VRDMA_ADVISE_F_FLUSH != 0;
-        let write = match advice {
-            VRDMA_ADVISE_PREFETCH => false,
-            VRDMA_ADVISE_PREFETCH_WRITE => true,
-            VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
-            _ => return done(VRDMA_STATUS_INVALID),
+        let (write, flush) = match advice_mode(advice, flags) {
+            Ok(mode) => mode,
+            Err(status) => return done(status),
         };
         let max = self.odp.config.max_resident as u64;
         let Ok((mr, odp, _)) = self.odp_parts(key) else {
@@ -367,24 +389,8 @@ impl MrTable {
         // Advice is a hint: over the request cap (§12.4) the rest of the range is not
         // requested; a flush then waits only for the requests that exist.
         let room = odp.config.max_requests.saturating_sub(odp.reqs.len());
-        let mut awaited: Vec<u32> = Vec::new();
-        let mut to_request: Vec<u64> = Vec::new();
-        for c in first..first + count {
-            let need = match o.chunks.get(&c) {
-                None => true,
-                Some(Chunk::Resident { writable, .. }) => write && !*writable,
-                Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
-                Some(Chunk::Pending { req_id, .. }) => {
-                    awaited.push(*req_id);
-                    false
-                }
-            };
-            if need && to_request.len() < room {
-                to_request.push(c);
-            } else if to_request.len() >= room && !flush {
-                break; // nothing more will be requested, and no flush waits for the rest
-            }
-        }
+        let (mut awaited, to_request) =
+            chunks_to_request(o, first..first + count, write, flush, room, now);
         // The new chunk entries are charged up front, so an advise the budget cannot take has
         // no effect (§11.1, §16: NO_RESOURCES).
         let new = to_request
@@ -395,20 +401,7 @@ impl MrTable {
             return done(VRDMA_STATUS_NO_RESOURCES);
         }
         for c in to_request {
-            odp.remove_failed(o, key, c);
-            let prior = odp.remove_resident(o, c).unwrap_or_default();
-            let req_id = odp.send_fault(key, c, mr_iova, mr_len, write, now);
-            awaited.push(req_id);
-            o.chunks.insert(
-                c,
-                Chunk::Pending {
-                    req_id,
-                    write,
-                    sent: now,
-                    waiters: Vec::new(),
-                    prior,
-                },
-            );
+            awaited.push(odp.request_chunk(o, key, c, (mr_iova, mr_len), write, now));
         }
         if !flush || awaited.is_empty() {
             return done(VRDMA_STATUS_OK);
@@ -496,4 +489,53 @@ impl MrTable {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// ADVISE_MR's `advice` and `flags`: (whether the prefetch is for writing, whether F_FLUSH
+/// waits for it), or the status refusing them.
+fn advice_mode(advice: u32, flags: u32) -> Result<(bool, bool), OdpStatus> {
+    use vrdma_spec::*;
+    if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
+        return Err(VRDMA_STATUS_INVALID);
+    }
+    let flush = flags & VRDMA_ADVISE_F_FLUSH != 0;
+    let write = match advice {
+        VRDMA_ADVISE_PREFETCH => false,
+        VRDMA_ADVISE_PREFETCH_WRITE => true,
+        VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
+        _ => return Err(VRDMA_STATUS_INVALID),
+    };
+    Ok((write, flush))
+}
+
+/// The advised chunks of `o` in `chunks`: the requests already outstanding for them (a flush
+/// waits for those too) and the chunks to request, at most `room` of them. Without a flush the
+/// walk stops once nothing more can be requested.
+fn chunks_to_request(
+    o: &OdpMr,
+    chunks: std::ops::Range<u64>,
+    write: bool,
+    flush: bool,
+    room: usize,
+    now: Instant,
+) -> (Vec<u32>, Vec<u64>) {
+    let mut awaited: Vec<u32> = Vec::new();
+    let mut to_request: Vec<u64> = Vec::new();
+    for c in chunks {
+        let need = match o.chunks.get(&c) {
+            None => true,
+            Some(Chunk::Resident { writable, .. }) => write && !*writable,
+            Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
+            Some(Chunk::Pending { req_id, .. }) => {
+                awaited.push(*req_id);
+                false
+            }
+        };
+        if need && to_request.len() < room {
+            to_request.push(c);
+        } else if to_request.len() >= room && !flush {
+            break; // nothing more will be requested, and no flush waits for the rest
+        }
+    }
+    (awaited, to_request)
 }
