@@ -1,5 +1,8 @@
 //! Control commands: happy paths, hostile inputs → defined statuses, never a panic; CQ posting,
 //! CQ events and overflow, SRQ limit events, device reset.
+//!
+//! One long file because every command of the table is checked here the same way (happy path,
+//! hostile fields, status): one binary to build instead of one per command group.
 
 mod common;
 

@@ -1,6 +1,9 @@
 //! On-demand paging: registration matrix, faults (single chunk, cross-chunk, concurrent → one
 //! request), page responses (good, error, hostile), invalidation, reclaim budgets, timeouts,
 //! ADVISE_MR, and the command layer.
+//!
+//! One long file because these cases share the pager fixtures and follow one chunk's life
+//! (fault, answer, invalidate, reclaim, time out); a binary per stage would repeat the set-up.
 
 mod common;
 

@@ -5,6 +5,9 @@
 //! unknown QPs, and ring pages that disappear from the memory table. The daemon must not panic,
 //! must answer with error CQEs / QP ERROR / async events as the spec says, and a healthy QP on
 //! the same device keeps transferring data correctly meanwhile.
+//!
+//! Long because each hostile WQE family has its generator and its expected outcome beside the
+//! shared healthy-QP check; one binary.
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! Command line: parsing and validation (`Args` -> `Config`), `--help`, and the built binary's
 //! exit behaviour (one-line errors, clean exit on SIGTERM/SIGINT, the socket it leaves behind).
+//!
+//! Long because the option table is long: each option has its parse, validation and error
+//! cases here, beside the few that run the built binary.
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -1,5 +1,8 @@
 //! The vhost-user plumbing against a mock device: the `vhost` crate's Frontend plays QEMU
 //! (features, protocol features, memfd memory table, vrings) against an in-process daemon.
+//!
+//! Long because it walks the vhost-user message set one message at a time against one mock
+//! device and one Frontend; one binary.
 
 mod vhost_user_support;
 

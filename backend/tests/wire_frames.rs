@@ -1,6 +1,9 @@
 //! Whole-frame tests of the RoCEv2 wire layer: round trips of every opcode (IPv4/IPv6, with and
 //! without VLAN), ICRC against independent computations and a hardware-captured frame, every error
 //! path, and a fuzz-style no-panic sweep.
+//!
+//! Long because it covers every opcode and every error path of one parser and builder; one
+//! binary.
 
 use vrdma_backend::wire::opcode::OPCODES;
 use vrdma_backend::wire::*;
