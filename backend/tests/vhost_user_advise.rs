@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::cli::Config;
-use vrdma_backend::vhost_user::{prepare, serve, Prepared};
+use vrdma_backend::vhost_user::prepare;
 use vrdma_spec::*;
 
 use vhost_user_support::*;
@@ -38,15 +38,7 @@ fn session(tag: &str) -> Session {
     let path = socket_path(tag);
     let mut cfg = Config::new(path.clone(), MAC);
     cfg.odp.chunk_shift = 16;
-    let Prepared {
-        mut listener,
-        parts,
-        engine,
-    } = prepare(&cfg).expect("prepare");
-    let daemon = thread::spawn(move || {
-        serve(&mut listener, &parts, Some(1)).expect("serve");
-        engine.stop();
-    });
+    let daemon = serve_on_thread(prepare(&cfg).expect("prepare"), 1);
     let (mut fe, _) = connect(&path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
     let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
