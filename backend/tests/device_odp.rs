@@ -580,9 +580,6 @@ fn odp_through_commands() {
     );
     assert_eq!(e.dev.take_resumed_qps(), vec![16]);
     let g = e
-        .dev
-        .mrs
-        .write()
         .resolve(key, pd, 0x7f00_0000_0010, 16, VRDMA_ACCESS_REMOTE_READ)
         .unwrap();
     assert_eq!(g[0].gpa, pages[0] + 0x10);
@@ -596,12 +593,7 @@ fn odp_through_commands() {
         e.cmd_status(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
-    assert!(e
-        .dev
-        .mrs
-        .write()
-        .resolve(key, pd, 0x7f00_0000_0010, 16, 0)
-        .is_err());
+    assert!(e.resolve(key, pd, 0x7f00_0000_0010, 16, 0).is_err());
     let adv = VrdmaCmdAdviseMr {
         lkey: key,
         advice: VRDMA_ADVISE_PREFETCH,
@@ -620,7 +612,7 @@ fn odp_through_commands() {
     imp.length = u64::MAX;
     let ik = e.ok_handle(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes());
     assert!(matches!(
-        e.dev.mrs.write().resolve(ik, pd, 0x5555_0000_1000, 8, 0),
+        e.resolve(ik, pd, 0x5555_0000_1000, 8, 0),
         Err(MrError::Fault { .. })
     ));
     imp.length = 1 << 20;

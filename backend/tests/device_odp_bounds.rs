@@ -156,11 +156,7 @@ fn failed_chunks_expire() {
     let base = 0x2000_0000_0000u64;
     const N: u64 = 300;
     for i in 0..N {
-        let r = n
-            .dev
-            .mrs
-            .write()
-            .resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
+        let r = n.resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
         assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
     }
     let t0 = Instant::now();
@@ -170,11 +166,7 @@ fn failed_chunks_expire() {
         N as usize,
         "failed chunks"
     );
-    let r = n
-        .dev
-        .mrs
-        .write()
-        .resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
+    let r = n.resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
     assert!(matches!(r, Err(MrError::OdpFailed { .. })), "{r:?}");
     // The next ODP deadline is the expiry; after it nothing is left.
     let next = n.dev.odp_tick(t0).expect("an expiry is due");
