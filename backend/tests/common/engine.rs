@@ -88,6 +88,17 @@ pub fn wait_cqes(
     }
 }
 
+/// Waits (up to `limit`) for one completion per id of `wr_ids` on `cq` and checks that they are
+/// exactly those, all successful, in any order.
+pub fn assert_all_succeed(n: &mut Node, cq: &mut RingH, wr_ids: &[u64], limit: Duration) {
+    let got = wait_cqes(n, cq, wr_ids.len(), limit, "completions");
+    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    ids.sort();
+    let mut want: Vec<(u64, u8)> = wr_ids.iter().map(|&id| (id, VRDMA_WC_SUCCESS)).collect();
+    want.sort();
+    assert_eq!(ids, want);
+}
+
 /// An uplink that counts what it is asked to send and never receives: for traffic that must
 /// stay inside one device (looped back).
 pub struct CountingUplink {
