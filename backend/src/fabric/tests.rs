@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::test_support::{drain, frame, sent, Recorder};
+use super::test_support::{drain, frame, sent, Bed, Recorder};
 use super::*;
 use crate::uplink::{RxFrame, Uplink};
 
@@ -13,31 +13,10 @@ const C: MacAddr = [0x02, 0, 0, 0, 0, 0xc];
 const REMOTE: MacAddr = [0x02, 0, 0, 0, 0, 0x77];
 const REMOTE2: MacAddr = [0x02, 0, 0, 0, 0, 0x78];
 
-struct Bed {
-    fabric: Arc<Fabric>,
-    ports: Vec<DevicePort>,
-    uplinks: Vec<(PortId, Arc<Recorder>)>,
-}
-
 fn bed(devices: &[MacAddr], uplinks: usize) -> Bed {
     let mut b = FabricBuilder::new();
     let ids: Vec<PortId> = devices.iter().map(|m| b.add_device(*m).unwrap()).collect();
-    let ups: Vec<(PortId, Arc<Recorder>)> = (0..uplinks)
-        .map(|_| {
-            let r = Arc::new(Recorder::default());
-            (b.add_uplink(r.clone()), r)
-        })
-        .collect();
-    let fabric = b.build();
-    let ports = ids
-        .iter()
-        .map(|&i| fabric.device_port(i).unwrap())
-        .collect();
-    Bed {
-        fabric,
-        ports,
-        uplinks: ups,
-    }
+    Bed::build(b, &ids, uplinks, |b, _, r| b.add_uplink(r))
 }
 
 #[test]
