@@ -14,6 +14,18 @@ fn pair() -> Pair {
     Pair::with(32).mtu(3).build()
 }
 
+/// B's first completion on connection `conn` (gathered now) is receive `wr_id` of `len` bytes,
+/// successful.
+fn assert_first_receive(p: &mut Pair, conn: usize, wr_id: u64, len: u32) {
+    let c = &mut p.conns[conn];
+    c.gb.extend(p.b.poll_cq(&mut c.qp.cqb));
+    let cb = &c.gb;
+    assert_eq!(
+        (cb[0].wr_id, cb[0].status, cb[0].byte_len),
+        (wr_id, VRDMA_WC_SUCCESS, len)
+    );
+}
+
 #[test]
 fn rdma_write_and_read_between_odp_mrs() {
     let mut p = pair();
@@ -94,13 +106,7 @@ fn send_into_odp_receive_buffer() {
     p.post(0, &send(4, (src, 5000, ka)));
     let (ca, _) = p.run_more(0, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (4, VRDMA_WC_SUCCESS));
-    let c = &mut p.conns[0];
-    c.gb.extend(p.b.poll_cq(&mut c.qp.cqb));
-    let cb = &c.gb;
-    assert_eq!(
-        (cb[0].wr_id, cb[0].status, cb[0].byte_len),
-        (50, VRDMA_WC_SUCCESS, 5000)
-    );
+    assert_first_receive(&mut p, 0, 50, 5000);
     assert_eq!(p.b.read(back_b + 8, 5000), data);
 }
 
@@ -159,12 +165,6 @@ fn srq_receive_into_odp_buffer() {
     let (ca, served) = p.run_more(i, 1);
     assert_eq!((ca[0].wr_id, ca[0].status), (6, VRDMA_WC_SUCCESS));
     assert_eq!(served, 1);
-    let c = &mut p.conns[i];
-    c.gb.extend(p.b.poll_cq(&mut c.qp.cqb));
-    let cb = &c.gb;
-    assert_eq!(
-        (cb[0].wr_id, cb[0].status, cb[0].byte_len),
-        (60, VRDMA_WC_SUCCESS, 3000)
-    );
+    assert_first_receive(&mut p, i, 60, 3000);
     assert_eq!(p.b.read(back_b + 4096, 3000), data);
 }
