@@ -44,6 +44,15 @@ impl RcPair {
         data
     }
 
+    /// UC packets b dropped as outside its PSN window.
+    fn b_out_of_window_drops(&self) -> u64 {
+        self.b
+            .dev
+            .port_stats
+            .drop_uc_out_of_window
+            .load(Ordering::Relaxed)
+    }
+
     fn wait_b(&mut self, n: usize) -> Vec<Cqe> {
         let mut got = Vec::new();
         let cqb = &mut self.cqb;
@@ -254,13 +263,7 @@ fn uc_accepts_only_psns_within_its_window() {
     }
     assert!(c.b.poll_cq(&mut c.cqb).is_empty(), "out of window: dropped");
     assert_ne!(c.b.read(c.dst, 9), b"EVIL-EVIL");
-    assert_eq!(
-        c.b.dev
-            .port_stats
-            .drop_uc_out_of_window
-            .load(Ordering::Relaxed),
-        3
-    );
+    assert_eq!(c.b_out_of_window_drops(), 3);
     // The peer's next message (PSN 1000) is still the expected one.
     let data = c.genuine_send(7, 9, 200);
     let got = c.wait_b(1);
@@ -278,13 +281,7 @@ fn uc_accepts_only_psns_within_its_window() {
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (2, 9));
-    assert_eq!(
-        c.b.dev
-            .port_stats
-            .drop_uc_out_of_window
-            .load(Ordering::Relaxed),
-        3
-    );
+    assert_eq!(c.b_out_of_window_drops(), 3);
     // A long message whose FIRST was lost: its MIDDLE packets (dropped) keep the expected PSN
     // moving, so the next message is accepted although it is more than a window past the last
     // accepted PSN.
@@ -310,13 +307,7 @@ fn uc_accepts_only_psns_within_its_window() {
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1, "the next message is in the window again");
     assert_eq!((got[0].wr_id, got[0].byte_len), (3, 9));
-    assert_eq!(
-        c.b.dev
-            .port_stats
-            .drop_uc_out_of_window
-            .load(Ordering::Relaxed),
-        3
-    );
+    assert_eq!(c.b_out_of_window_drops(), 3);
 }
 
 /// QPNs and MR keys of `n` fresh objects on a fresh device.
