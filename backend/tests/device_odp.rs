@@ -69,6 +69,18 @@ fn one_page_mr(t: &mut MrTable) -> u32 {
     t.reg_page_list(&spec, 1 << 40).unwrap()
 }
 
+/// Reading MR `k` (PD 1) at iova 0 fails: its first chunk is failed with `status`.
+fn assert_first_chunk_failed(t: &mut MrTable, k: u32, status: u32) {
+    assert_eq!(
+        t.resolve(k, 1, 0, 8, 0),
+        Err(MrError::OdpFailed {
+            key: k,
+            iova: 0,
+            status
+        })
+    );
+}
+
 #[test]
 fn registration_matrix() {
     let (mut t, _, _) = setup(odp_cfg());
@@ -243,14 +255,7 @@ fn error_answers_and_hostile_responses() {
         VRDMA_STATUS_OK
     );
     assert_eq!(t.take_resumed(), vec![16]);
-    assert_eq!(
-        t.resolve(k, 1, 0, 8, 0),
-        Err(MrError::OdpFailed {
-            key: k,
-            iova: 0,
-            status: VRDMA_STATUS_ACCESS
-        })
-    );
+    assert_first_chunk_failed(&mut t, k, VRDMA_STATUS_ACCESS);
     assert!(
         out.take_page_requests().is_empty(),
         "no re-fault while failed"
@@ -448,14 +453,7 @@ fn timeout_fails_waiters() {
         Some(now + Duration::from_millis(60) + FAIL_HOLD)
     );
     assert_eq!(t.take_resumed(), vec![40]);
-    assert_eq!(
-        t.resolve(k, 1, 0, 8, 0),
-        Err(MrError::OdpFailed {
-            key: k,
-            iova: 0,
-            status: ODP_STATUS_TIMEOUT
-        })
-    );
+    assert_first_chunk_failed(&mut t, k, ODP_STATUS_TIMEOUT);
     assert_eq!(answer(&mut t, &r, 0x100000, true), VRDMA_STATUS_NOT_FOUND);
     // resolve() itself notices an expired request too. (The ODP clock is now the tick time,
     // 60 ms ahead of the wall clock: wait past both.)
