@@ -547,8 +547,7 @@ fn stress(threads: usize) {
             got.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
             "round {rounds}: {got:?}"
         );
-        let mut ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
-        ids.sort_unstable();
+        let ids = sorted_wr_ids(&got);
         assert_eq!(
             ids, want,
             "round {rounds}: each signaled WQE completes once"

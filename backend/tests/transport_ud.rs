@@ -284,8 +284,7 @@ fn srq_shared_by_several_qps_with_limit_event() {
     let (ga, gb) = poll_until(&mut a, &mut b, &mut link, &mut cqa, &mut cqb, 6, 6);
     assert!(ga.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
     assert!(gb.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
-    let mut wr: Vec<u64> = gb.iter().map(|c| c.wr_id).collect();
-    wr.sort();
+    let wr = sorted_wr_ids(&gb);
     assert_eq!(
         wr,
         (100..106).collect::<Vec<_>>(),
