@@ -49,13 +49,7 @@ fn rdma_write_and_read_between_odp_mrs() {
             kb,
         ),
     );
-    let (ca, served) = p.run_more(0, 1);
-    assert_eq!(
-        (ca[0].wr_id, ca[0].status),
-        (1, VRDMA_WC_SUCCESS),
-        "{:?}",
-        ca[0]
-    );
+    let served = p.run_one_ok(0, 1);
     assert!(served >= 3, "faults on both sides were served ({served})");
     assert_eq!(p.b.read(back_b + 0x1000, LEN as usize), data);
     assert!(p.a.dev.mrs.write().odp_resident_total() >= 2);
@@ -66,13 +60,7 @@ fn rdma_write_and_read_between_odp_mrs() {
         0,
         &rdma(2, VRDMA_WR_RDMA_READ, (va_a, 4096, ka), va_b + 0x1000, kb),
     );
-    let (ca, _) = p.run_more(0, 1);
-    assert_eq!(
-        (ca[0].wr_id, ca[0].status),
-        (2, VRDMA_WC_SUCCESS),
-        "{:?}",
-        ca[0]
-    );
+    p.run_one_ok(0, 2);
     assert_eq!(p.a.read(gpa_a, 4096), data[..4096].to_vec());
     // The driver invalidates B's range: the next WRITE faults again and still lands.
     p.b.odp_invalidate(kb, va_b, 8 << 20);
@@ -87,8 +75,7 @@ fn rdma_write_and_read_between_odp_mrs() {
             kb,
         ),
     );
-    let (ca, served) = p.run_more(0, 1);
-    assert_eq!((ca[0].wr_id, ca[0].status), (3, VRDMA_WC_SUCCESS));
+    let served = p.run_one_ok(0, 3);
     assert!(served >= 1);
     assert_eq!(p.b.read(back_b + 0x20_0000, 1000), data[100..1100].to_vec());
 }
@@ -104,8 +91,7 @@ fn send_into_odp_receive_buffer() {
     let mut rq = p.conns[0].qp.qb.rq.clone().unwrap();
     p.b.post_recv(&mut rq, 50, &[(va_b + 8, 6000, kb)]);
     p.post(0, &send(4, (src, 5000, ka)));
-    let (ca, _) = p.run_more(0, 1);
-    assert_eq!((ca[0].wr_id, ca[0].status), (4, VRDMA_WC_SUCCESS));
+    p.run_one_ok(0, 4);
     assert_first_receive(&mut p, 0, 50, 5000);
     assert_eq!(p.b.read(back_b + 8, 5000), data);
 }
@@ -137,13 +123,7 @@ fn atomics_on_odp_mrs() {
     let (kb, gpa_b) = p.odp_mr(Side::B, va_b, 4096);
     p.b.write(gpa_b + 8, &100u64.to_le_bytes());
     p.post(0, &fetch_add(30, (va_a, 8, ka), va_b + 8, kb, 5));
-    let (ca, served) = p.run_more(0, 1);
-    assert_eq!(
-        (ca[0].wr_id, ca[0].status),
-        (30, VRDMA_WC_SUCCESS),
-        "{:?}",
-        ca[0]
-    );
+    let served = p.run_one_ok(0, 30);
     assert_eq!(served, 2, "one fault per side");
     assert_eq!(p.a.read(gpa_a, 8), 100u64.to_le_bytes());
     assert_eq!(p.b.read(gpa_b + 8, 8), 105u64.to_le_bytes());
@@ -162,8 +142,7 @@ fn srq_receive_into_odp_buffer() {
     p.a.write(src, &data);
     p.b.post_recv(&mut srq, 60, &[(va_b + 4096, 4096, kb)]);
     p.post(i, &send(6, (src, 3000, ka)));
-    let (ca, served) = p.run_more(i, 1);
-    assert_eq!((ca[0].wr_id, ca[0].status), (6, VRDMA_WC_SUCCESS));
+    let served = p.run_one_ok(i, 6);
     assert_eq!(served, 1);
     assert_first_receive(&mut p, i, 60, 3000);
     assert_eq!(p.b.read(back_b + 4096, 3000), data);

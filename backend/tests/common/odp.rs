@@ -408,6 +408,19 @@ impl Pair {
         c
     }
 
+    /// Step until connection `i` has one more requester completion, assert that it is `wr_id`
+    /// and succeeded; returns how many page requests were answered meanwhile.
+    pub fn run_one_ok(&mut self, i: usize, wr_id: u64) -> usize {
+        let (c, served) = self.run_more(i, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status),
+            (wr_id, VRDMA_WC_SUCCESS),
+            "{:?}",
+            c[0]
+        );
+        served
+    }
+
     /// Step until connection `i` has `n` requester completions more than now; returns those
     /// and how many page requests were answered meanwhile.
     pub fn run_more(&mut self, i: usize, n: usize) -> (Vec<Cqe>, usize) {
