@@ -39,16 +39,7 @@ fn rdma_write_and_read_between_odp_mrs() {
     let back_b = p.back(Side::B, kb, va_b, 8 << 20);
     let data = pattern(7, LEN as usize);
     p.a.write(gpa_a, &data);
-    p.post(
-        0,
-        &rdma(
-            1,
-            VRDMA_WR_RDMA_WRITE,
-            (va_a, LEN as u32, ka),
-            va_b + 0x1000,
-            kb,
-        ),
-    );
+    p.post_write(0, 1, (va_a, LEN as u32, ka), va_b + 0x1000, kb);
     let served = p.run_one_ok(0, 1);
     assert!(served >= 3, "faults on both sides were served ({served})");
     assert_eq!(p.b.read(back_b + 0x1000, LEN as usize), data);
@@ -65,16 +56,7 @@ fn rdma_write_and_read_between_odp_mrs() {
     // The driver invalidates B's range: the next WRITE faults again and still lands.
     p.b.odp_invalidate(kb, va_b, 8 << 20);
     assert_eq!(p.b.dev.mrs.write().odp_resident_total(), 0);
-    p.post(
-        0,
-        &rdma(
-            3,
-            VRDMA_WR_RDMA_WRITE,
-            (va_a + 100, 1000, ka),
-            va_b + 0x20_0000,
-            kb,
-        ),
-    );
+    p.post_write(0, 3, (va_a + 100, 1000, ka), va_b + 0x20_0000, kb);
     let served = p.run_one_ok(0, 3);
     assert!(served >= 1);
     assert_eq!(p.b.read(back_b + 0x20_0000, 1000), data[100..1100].to_vec());
@@ -103,7 +85,7 @@ fn pager_error_answer_fails_the_local_wqe() {
     let (ka, _) = p.odp_mr(Side::A, va_a, 4096);
     let (dst, kb) = p.mr(Side::B, 4096);
     p.pa.status.insert(ka, VRDMA_STATUS_ACCESS);
-    p.post(0, &rdma(9, VRDMA_WR_RDMA_WRITE, (va_a, 64, ka), dst, kb));
+    p.post_write(0, 9, (va_a, 64, ka), dst, kb);
     let (ca, served) = p.run_more(0, 1);
     assert_eq!(served, 1);
     let f = p.pa.faults_for(ka);

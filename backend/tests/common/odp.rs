@@ -382,6 +382,11 @@ impl Pair {
         self.finish_step();
     }
 
+    /// Post an RDMA WRITE of `sge` (addr, len, lkey) to `dst` (`rkey`) on connection `i`.
+    pub fn post_write(&mut self, i: usize, wr_id: u64, sge: (u64, u32, u32), dst: u64, rkey: u32) {
+        self.post(i, &rdma(wr_id, VRDMA_WR_RDMA_WRITE, sge, dst, rkey));
+    }
+
     /// Step until connection `i` has `n` requester completions; returns them.
     pub fn run_until(&mut self, i: usize, n: usize) -> Vec<Cqe> {
         while self.conns[i].ga.len() < n {
