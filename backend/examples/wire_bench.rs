@@ -6,17 +6,13 @@ use std::time::Instant;
 use vrdma_backend::wire::*;
 
 fn main() {
-    let addr = Addressing {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        vlan: None,
-        src_gid: gid_from_ipv4([10, 0, 0, 1]),
-        dst_gid: gid_from_ipv4([10, 0, 0, 2]),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: udp_src_port(17, 18),
-    };
+    let addr = Addressing::new(
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        gid_from_ipv4([10, 0, 0, 1]),
+        gid_from_ipv4([10, 0, 0, 2]),
+        udp_src_port(17, 18),
+    );
     let payload = vec![0x5au8; 4096];
     let mut frame = Vec::with_capacity(5000);
 

@@ -199,15 +199,8 @@ mod tests {
         };
         let mut b = PacketBuilder::new(
             Addressing {
-                src_mac: PEER,
-                dst_mac,
                 vlan,
-                src_gid,
-                dst_gid,
-                hop_limit: 64,
-                traffic_class: 0,
-                flow_label: 0,
-                udp_src_port: udp_src_port(1, 2),
+                ..Addressing::new(PEER, dst_mac, src_gid, dst_gid, udp_src_port(1, 2))
             },
             Bth::new(Opcode::RcAck, 17, 1),
         );

@@ -391,8 +391,7 @@ fn writes_with_free_budget(budget: u64, leave: u64) -> usize {
             cqes.len() >= 256
         },
     );
-    let mut ids: Vec<u64> = cqes.iter().map(|c| c.wr_id).collect();
-    ids.sort_unstable();
+    let ids = sorted_wr_ids(&cqes);
     assert_eq!(
         ids,
         (0..256).collect::<Vec<_>>(),

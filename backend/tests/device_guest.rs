@@ -90,15 +90,14 @@ fn atomics_semantics_and_alignment() {
     assert_eq!(m.read_u32(0x3000).unwrap(), 7);
 }
 
-#[test]
-fn fetch_add_is_atomic_across_threads() {
-    let m = Arc::new(mem());
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let m = m.clone();
+/// One thread per view of `views`, each adding 1 to the u64 at `gpa` `times` times.
+fn add_from_threads(views: Vec<Arc<GuestMem>>, gpa: u64, times: usize) {
+    let threads: Vec<_> = views
+        .into_iter()
+        .map(|m| {
             std::thread::spawn(move || {
-                for _ in 0..10_000 {
-                    m.fetch_add_u64(0x4000, 1).unwrap();
+                for _ in 0..times {
+                    m.fetch_add_u64(gpa, 1).unwrap();
                 }
             })
         })
@@ -106,6 +105,12 @@ fn fetch_add_is_atomic_across_threads() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn fetch_add_is_atomic_across_threads() {
+    let m = Arc::new(mem());
+    add_from_threads(vec![m.clone(); 4], 0x4000, 10_000);
     assert_eq!(m.read_u64(0x4000).unwrap(), 40_000);
 }
 
@@ -126,32 +131,31 @@ fn pages_at(base: u64, n: u64) -> Vec<u64> {
     (0..n).map(|i| base + i * 4096).collect()
 }
 
+/// A ring of `depth` 64-byte entries on consecutive pages from `base`.
+fn ring_at(m: &GuestMem, base: u64, depth: u32) -> Ring {
+    let pages = pages_at(base, ring_npages(depth, 6));
+    Ring::new(m, &pages, depth, 6, 6, 1024).unwrap()
+}
+
 #[test]
 fn ring_creation_validation() {
     let m = mem();
     let good = pages_at(0x10000, ring_npages(16, 6));
     assert_eq!(good.len(), 2);
     Ring::new(&m, &good, 16, 6, 6, 1024).unwrap();
-    assert_eq!(
-        Ring::new(&m, &good, 12, 6, 6, 1024).unwrap_err(),
-        RingError::BadDepth(12)
-    );
-    assert_eq!(
-        Ring::new(&m, &good, 0, 6, 6, 1024).unwrap_err(),
-        RingError::BadDepth(0)
-    );
-    assert_eq!(
-        Ring::new(&m, &good, 2048, 6, 6, 1024).unwrap_err(),
-        RingError::BadDepth(2048)
-    );
-    assert_eq!(
-        Ring::new(&m, &good, 16, 5, 6, 1024).unwrap_err(),
-        RingError::BadEntryShift(5)
-    );
-    assert_eq!(
-        Ring::new(&m, &good, 16, 13, 6, 1 << 20).unwrap_err(),
-        RingError::BadEntryShift(13)
-    );
+    // (depth, entry shift, max depth) the geometry check refuses.
+    for (depth, shift, max_depth, refused) in [
+        (12, 6, 1024, RingError::BadDepth(12)),
+        (0, 6, 1024, RingError::BadDepth(0)),
+        (2048, 6, 1024, RingError::BadDepth(2048)),
+        (16, 5, 1024, RingError::BadEntryShift(5)),
+        (16, 13, 1 << 20, RingError::BadEntryShift(13)),
+    ] {
+        assert_eq!(
+            Ring::new(&m, &good, depth, shift, 6, max_depth).unwrap_err(),
+            refused
+        );
+    }
     assert!(matches!(
         Ring::new(&m, &good[..1], 16, 6, 6, 1024),
         Err(RingError::BadPageCount {
@@ -203,8 +207,7 @@ fn ring_entries_wrap_and_span_pages() {
 #[test]
 fn ring_index_checks_with_wrap() {
     let m = mem();
-    let pages = pages_at(0x60000, ring_npages(8, 6));
-    let mut r = Ring::new(&m, &pages, 8, 6, 6, 1024).unwrap();
+    let mut r = ring_at(&m, 0x60000, 8);
     let c = r.ctrl_gpa();
     m.store_u32_release(c + CTRL_PRODUCER, 8).unwrap();
     assert_eq!(r.pending(&m).unwrap(), 8);
@@ -230,8 +233,7 @@ fn ring_index_checks_with_wrap() {
 #[test]
 fn cq_push_overflow_and_arm() {
     let m = mem();
-    let pages = pages_at(0x70000, ring_npages(4, 6));
-    let mut r = Ring::new(&m, &pages, 4, 6, 6, 1024).unwrap();
+    let mut r = ring_at(&m, 0x70000, 4);
     let c = r.ctrl_gpa();
     for i in 0..4u8 {
         r.cq_push(&m, &[i; 64]).unwrap();
@@ -292,19 +294,7 @@ fn shared_file_mapping_atomics() {
     let mut b = [0u8; 4];
     dev.read(0x4000_1000, &mut b).unwrap();
     assert_eq!(&b, b"ring");
-    let ts: Vec<_> = [guest.clone(), dev.clone()]
-        .into_iter()
-        .map(|m| {
-            std::thread::spawn(move || {
-                for _ in 0..20_000 {
-                    m.fetch_add_u64(0x4000_2000, 1).unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in ts {
-        t.join().unwrap();
-    }
+    add_from_threads(vec![guest.clone(), dev.clone()], 0x4000_2000, 20_000);
     assert_eq!(guest.read_u64(0x4000_2000).unwrap(), 40_000);
     assert!(dev.read(0x3fff_fff0, &mut b).is_err());
 }

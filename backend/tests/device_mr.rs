@@ -9,42 +9,25 @@ use vrdma_backend::memory::mr::*;
 use vrdma_backend::memory::{Access, GuestRange, MrError, MrTable, OdpConfig};
 use vrdma_spec::*;
 
-/// REG_MR with its fields as arguments, to keep the many cases below on one line each.
-trait RegList {
-    #[allow(clippy::too_many_arguments)]
-    fn reg_list(
-        &mut self,
-        pd: u32,
-        access: u32,
-        iova: u64,
-        length: u64,
-        page_shift: u32,
-        pages: &[u64],
-        max_mr_size: u64,
-    ) -> Result<u32, MrError>;
-}
-
-impl RegList for MrTable {
-    fn reg_list(
-        &mut self,
-        pd: u32,
-        access: u32,
-        iova: u64,
-        length: u64,
-        page_shift: u32,
-        pages: &[u64],
-        max_mr_size: u64,
-    ) -> Result<u32, MrError> {
-        let spec = PageListSpec {
-            pd,
-            access,
-            iova,
-            length,
-            page_shift,
-            pages,
-        };
-        self.reg_page_list(&spec, max_mr_size)
-    }
+/// REG_MR in PD 1 (MR size limit `MAX`) with its fields as arguments, to keep the many cases
+/// below on one line each.
+fn reg_list(
+    t: &mut MrTable,
+    access: u32,
+    iova: u64,
+    length: u64,
+    page_shift: u32,
+    pages: &[u64],
+) -> Result<u32, MrError> {
+    let spec = PageListSpec {
+        pd: 1,
+        access,
+        iova,
+        length,
+        page_shift,
+        pages,
+    };
+    t.reg_page_list(&spec, MAX)
 }
 
 const LW: u32 = VRDMA_ACCESS_LOCAL_WRITE;
@@ -80,9 +63,7 @@ fn page_list_translation_with_offset_and_coalescing() {
     let (mut t, _) = table();
     // iova 0x10000800, 3 pages: two contiguous then one elsewhere.
     let pages = [0x100000, 0x101000, 0x300000];
-    let key = t
-        .reg_list(1, LW | RR, 0x1000_0800, 0x2000, 12, &pages, MAX)
-        .unwrap();
+    let key = reg_list(&mut t, LW | RR, 0x1000_0800, 0x2000, 12, &pages).unwrap();
     assert_eq!(key >> 8, 1);
     // Whole MR: first page from offset 0x800, pages 0-1 coalesce, page 2 separate.
     let r = t.resolve(key, 1, 0x1000_0800, 0x2000, 0).unwrap();
@@ -115,9 +96,7 @@ fn page_list_translation_with_offset_and_coalescing() {
 #[test]
 fn resolve_bounds() {
     let (mut t, _) = table();
-    let key = t
-        .reg_list(1, LW, 0x5000, 0x1000, 12, &[0x200000], MAX)
-        .unwrap();
+    let key = reg_list(&mut t, LW, 0x5000, 0x1000, 12, &[0x200000]).unwrap();
     let oob = |r: Result<Vec<GuestRange>, MrError>| matches!(r, Err(MrError::OutOfBounds { .. }));
     assert!(oob(t.resolve(key, 1, 0x4fff, 1, 0)));
     assert!(oob(t.resolve(key, 1, 0x5000, 0x1001, 0)));
@@ -130,11 +109,9 @@ fn resolve_bounds() {
 #[test]
 fn resolve_access_rights() {
     let (mut t, _) = table();
-    let ro = t.reg_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
-    let all = t
-        .reg_list(1, LW | RW | RR | RA, 0, 0x1000, 12, &[0x201000], MAX)
-        .unwrap();
-    let rr = t.reg_list(1, RR, 0, 0x1000, 12, &[0x202000], MAX).unwrap();
+    let ro = reg_list(&mut t, 0, 0, 0x1000, 12, &[0x200000]).unwrap();
+    let all = reg_list(&mut t, LW | RW | RR | RA, 0, 0x1000, 12, &[0x201000]).unwrap();
+    let rr = reg_list(&mut t, RR, 0, 0x1000, 12, &[0x202000]).unwrap();
     // Local read needs nothing.
     assert!(t.resolve(ro, 1, 0, 8, 0).is_ok());
     for a in [LW, RW, RR, RA] {
@@ -156,45 +133,49 @@ fn registration_rejects_bad_input() {
     let (mut t, _) = table();
     // Remote write without local write.
     assert_eq!(
-        t.reg_list(1, RW, 0, 0x1000, 12, &[0x200000], MAX),
+        reg_list(&mut t, RW, 0, 0x1000, 12, &[0x200000]),
         Err(MrError::BadAccess(RW))
     );
     assert_eq!(
-        t.reg_list(1, RA, 0, 0x1000, 12, &[0x200000], MAX),
+        reg_list(&mut t, RA, 0, 0x1000, 12, &[0x200000]),
         Err(MrError::BadAccess(RA))
     );
     // Unknown bits.
     assert!(matches!(
-        t.reg_list(1, 1 << 20, 0, 0x1000, 12, &[0x200000], MAX),
+        reg_list(&mut t, 1 << 20, 0, 0x1000, 12, &[0x200000]),
         Err(MrError::Invalid(_))
     ));
     // npages mismatch (iova offset needs 2 pages).
     assert!(matches!(
-        t.reg_list(1, 0, 0x800, 0x1000, 12, &[0x200000], MAX),
+        reg_list(&mut t, 0, 0x800, 0x1000, 12, &[0x200000]),
         Err(MrError::Invalid(_))
     ));
     // Bad page shift, unaligned page, page outside memory, overflow, too long.
-    assert!(t.reg_list(1, 0, 0, 0x1000, 11, &[0x200000], MAX).is_err());
-    assert!(t.reg_list(1, 0, 0, 0x1000, 40, &[0], MAX).is_err());
+    assert!(reg_list(&mut t, 0, 0, 0x1000, 11, &[0x200000]).is_err());
+    assert!(reg_list(&mut t, 0, 0, 0x1000, 40, &[0]).is_err());
     assert!(matches!(
-        t.reg_list(1, 0, 0, 0x1000, 12, &[0x200100], MAX),
+        reg_list(&mut t, 0, 0, 0x1000, 12, &[0x200100]),
         Err(MrError::Invalid(_))
     ));
     assert_eq!(
-        t.reg_list(1, 0, 0, 0x1000, 12, &[128 << 20], MAX),
+        reg_list(&mut t, 0, 0, 0x1000, 12, &[128 << 20]),
         Err(MrError::BadAddress { gpa: 128 << 20 })
     );
     // A 1 GiB page that starts in guest memory and runs past its end.
     assert!(matches!(
-        t.reg_list(1, 0, 0, 0x1000, 30, &[0], MAX),
+        reg_list(&mut t, 0, 0, 0x1000, 30, &[0]),
         Err(MrError::BadAddress { .. })
     ));
-    assert!(t
-        .reg_list(1, 0, u64::MAX - 10, 0x1000, 12, &[0x200000, 0x201000], MAX)
-        .is_err());
-    assert!(t
-        .reg_list(1, 0, 0, 0x2000, 12, &[0x200000, 0x201000], 0x1000)
-        .is_err());
+    assert!(reg_list(&mut t, 0, u64::MAX - 10, 0x1000, 12, &[0x200000, 0x201000]).is_err());
+    let over_max = PageListSpec {
+        pd: 1,
+        access: 0,
+        iova: 0,
+        length: 0x2000,
+        page_shift: 12,
+        pages: &[0x200000, 0x201000],
+    };
+    assert!(t.reg_page_list(&over_max, 0x1000).is_err());
     assert_eq!(t.len(), 0, "nothing registered");
     // Status mapping used by the command layer.
     assert_eq!(
@@ -210,7 +191,7 @@ fn registration_rejects_bad_input() {
 #[test]
 fn keys_variants_and_pd() {
     let (mut t, _) = table();
-    let k1 = t.reg_list(1, LW, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
+    let k1 = reg_list(&mut t, LW, 0, 0x1000, 12, &[0x200000]).unwrap();
     assert!(matches!(
         t.resolve(k1, 2, 0, 1, 0),
         Err(MrError::WrongPd { .. })
@@ -236,7 +217,7 @@ fn keys_variants_and_pd() {
     // Fill so the index gets reused: the new key differs in its variant.
     let mut keys = Vec::new();
     for _ in 0..3 {
-        keys.push(t.reg_list(1, LW, 0, 0x1000, 12, &[0x200000], MAX).unwrap());
+        keys.push(reg_list(&mut t, LW, 0, 0x1000, 12, &[0x200000]).unwrap());
     }
     let reused = keys.iter().find(|&&k| k >> 8 == k1 >> 8);
     if let Some(&k) = reused {
@@ -365,7 +346,7 @@ fn fast_reg_lifecycle() {
         .unwrap();
     assert!(t.resolve(k3, 1, 0, 0x1000, LW).is_ok());
     // LOCAL_INV of a non-fast-reg MR is refused.
-    let pl = t.reg_list(1, 0, 0, 0x1000, 12, &[0x200000], MAX).unwrap();
+    let pl = reg_list(&mut t, 0, 0, 0x1000, 12, &[0x200000]).unwrap();
     assert_eq!(t.local_invalidate(pl, 1), Err(MrError::InvalidOp(pl)));
     // REG_MR WQE naming a page-list MR is refused.
     assert_eq!(
@@ -384,9 +365,7 @@ fn check_access_agrees_with_resolve_and_never_faults() {
         ..OdpConfig::default()
     };
     let mut t = MrTable::new(100, mem, out.clone(), cfg);
-    let pl = t
-        .reg_list(1, LW | RR, 0x1000, 0x2000, 12, &[0x200000, 0x201000], MAX)
-        .unwrap();
+    let pl = reg_list(&mut t, LW | RR, 0x1000, 0x2000, 12, &[0x200000, 0x201000]).unwrap();
     let dma = t.reg_dma(1, LW).unwrap();
     let fr = t.alloc_fast_reg(1, 4, 512).unwrap();
     let odp = t.reg_odp(1, LW, 0, 1 << 30, false, MAX).unwrap();

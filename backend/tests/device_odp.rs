@@ -1,6 +1,9 @@
 //! On-demand paging: registration matrix, faults (single chunk, cross-chunk, concurrent → one
 //! request), page responses (good, error, hostile), invalidation, reclaim budgets, timeouts,
 //! ADVISE_MR, and the command layer.
+//!
+//! One long file because these cases share the pager fixtures and follow one chunk's life
+//! (fault, answer, invalidate, reclaim, time out); a binary per stage would repeat the set-up.
 
 mod common;
 
@@ -64,6 +67,18 @@ fn one_page_mr(t: &mut MrTable) -> u32 {
         pages: &[0x100000],
     };
     t.reg_page_list(&spec, 1 << 40).unwrap()
+}
+
+/// Reading MR `k` (PD 1) at iova 0 fails: its first chunk is failed with `status`.
+fn assert_first_chunk_failed(t: &mut MrTable, k: u32, status: u32) {
+    assert_eq!(
+        t.resolve(k, 1, 0, 8, 0),
+        Err(MrError::OdpFailed {
+            key: k,
+            iova: 0,
+            status
+        })
+    );
 }
 
 #[test]
@@ -240,14 +255,7 @@ fn error_answers_and_hostile_responses() {
         VRDMA_STATUS_OK
     );
     assert_eq!(t.take_resumed(), vec![16]);
-    assert_eq!(
-        t.resolve(k, 1, 0, 8, 0),
-        Err(MrError::OdpFailed {
-            key: k,
-            iova: 0,
-            status: VRDMA_STATUS_ACCESS
-        })
-    );
+    assert_first_chunk_failed(&mut t, k, VRDMA_STATUS_ACCESS);
     assert!(
         out.take_page_requests().is_empty(),
         "no re-fault while failed"
@@ -445,14 +453,7 @@ fn timeout_fails_waiters() {
         Some(now + Duration::from_millis(60) + FAIL_HOLD)
     );
     assert_eq!(t.take_resumed(), vec![40]);
-    assert_eq!(
-        t.resolve(k, 1, 0, 8, 0),
-        Err(MrError::OdpFailed {
-            key: k,
-            iova: 0,
-            status: ODP_STATUS_TIMEOUT
-        })
-    );
+    assert_first_chunk_failed(&mut t, k, ODP_STATUS_TIMEOUT);
     assert_eq!(answer(&mut t, &r, 0x100000, true), VRDMA_STATUS_NOT_FOUND);
     // resolve() itself notices an expired request too. (The ODP clock is now the tick time,
     // 60 ms ahead of the wall clock: wait past both.)
@@ -577,9 +578,6 @@ fn odp_through_commands() {
     );
     assert_eq!(e.dev.take_resumed_qps(), vec![16]);
     let g = e
-        .dev
-        .mrs
-        .write()
         .resolve(key, pd, 0x7f00_0000_0010, 16, VRDMA_ACCESS_REMOTE_READ)
         .unwrap();
     assert_eq!(g[0].gpa, pages[0] + 0x10);
@@ -593,12 +591,7 @@ fn odp_through_commands() {
         e.cmd_status(VRDMA_CMD_ODP_INVALIDATE, inv.as_bytes()).0,
         VRDMA_STATUS_OK
     );
-    assert!(e
-        .dev
-        .mrs
-        .write()
-        .resolve(key, pd, 0x7f00_0000_0010, 16, 0)
-        .is_err());
+    assert!(e.resolve(key, pd, 0x7f00_0000_0010, 16, 0).is_err());
     let adv = VrdmaCmdAdviseMr {
         lkey: key,
         advice: VRDMA_ADVISE_PREFETCH,
@@ -617,7 +610,7 @@ fn odp_through_commands() {
     imp.length = u64::MAX;
     let ik = e.ok_handle(VRDMA_CMD_REG_IMPLICIT_MR, imp.as_bytes());
     assert!(matches!(
-        e.dev.mrs.write().resolve(ik, pd, 0x5555_0000_1000, 8, 0),
+        e.resolve(ik, pd, 0x5555_0000_1000, 8, 0),
         Err(MrError::Fault { .. })
     ));
     imp.length = 1 << 20;

@@ -156,11 +156,7 @@ fn failed_chunks_expire() {
     let base = 0x2000_0000_0000u64;
     const N: u64 = 300;
     for i in 0..N {
-        let r = n
-            .dev
-            .mrs
-            .write()
-            .resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
+        let r = n.resolve(k, pd, base + i * CH, 64, VRDMA_ACCESS_REMOTE_READ);
         assert!(matches!(r, Err(MrError::Fault { .. })), "{r:?}");
     }
     let t0 = Instant::now();
@@ -170,11 +166,7 @@ fn failed_chunks_expire() {
         N as usize,
         "failed chunks"
     );
-    let r = n
-        .dev
-        .mrs
-        .write()
-        .resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
+    let r = n.resolve(k, pd, base, 64, VRDMA_ACCESS_REMOTE_READ);
     assert!(matches!(r, Err(MrError::OdpFailed { .. })), "{r:?}");
     // The next ODP deadline is the expiry; after it nothing is left.
     let next = n.dev.odp_tick(t0).expect("an expiry is due");
@@ -288,5 +280,5 @@ fn peer_reads_of_fresh_chunks_keep_odp_state_bounded() {
     assert_eq!(p.b.dev.mrs.write().odp_pending_requests(), cap);
     assert_eq!(p.b.dev.mrs.write().odp_chunk_count(), cap);
     assert_eq!(p.b.out.take_page_requests().len(), cap);
-    assert_eq!(p.b.qp_state(p.conns[0].qb.qpn), VRDMA_QPS_RTS);
+    assert_eq!(p.b.qp_state(p.conns[0].qp.qb.qpn), VRDMA_QPS_RTS);
 }

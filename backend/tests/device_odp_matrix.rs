@@ -30,10 +30,7 @@ fn write_64k_from_implicit_lkey_one_request() {
     let (dst, kb) = p.mr(Side::B, 64 << 10);
     let data = pattern(1, 64 << 10);
     p.a.write(back + 0x3000, &data);
-    p.post(
-        0,
-        &rdma(1, VRDMA_WR_RDMA_WRITE, (va + 0x3000, 64 << 10, ka), dst, kb),
-    );
+    p.post_write(0, 1, (va + 0x3000, 64 << 10, ka), dst, kb);
     p.run_ok(0, 0, 1, 1);
     let f = p.pa.faults_for(ka);
     assert_eq!(f.len(), 1, "exactly one page request: {f:?}");
@@ -59,26 +56,8 @@ fn two_1m_writes_from_two_chunks_one_request_each() {
     let d1 = pattern(21, 1 << 20);
     p.a.write(back + 0x1_0000, &d0);
     p.a.write(back + CH + 0x8_0000, &d1);
-    p.post(
-        0,
-        &rdma(
-            1,
-            VRDMA_WR_RDMA_WRITE,
-            (va + 0x1_0000, 1 << 20, ka),
-            dst,
-            kb,
-        ),
-    );
-    p.post(
-        0,
-        &rdma(
-            2,
-            VRDMA_WR_RDMA_WRITE,
-            (va + CH + 0x8_0000, 1 << 20, ka),
-            dst + (1 << 20),
-            kb,
-        ),
-    );
+    p.post_write(0, 1, (va + 0x1_0000, 1 << 20, ka), dst, kb);
+    p.post_write(0, 2, (va + CH + 0x8_0000, 1 << 20, ka), dst + (1 << 20), kb);
     p.run_ok(0, 0, 2, 1);
     assert_eq!(chunks(&p.pa.faults_for(ka), va), vec![0, CH]);
     assert_eq!(p.b.read(dst, 1 << 20), d0);
@@ -99,16 +78,7 @@ fn write_128k_sge_across_chunk_boundary() {
         p.a.write(back + off, &data);
         p.b.write(dst, &[0u8; 128 << 10]);
         let before = p.pa.faults.len();
-        p.post(
-            0,
-            &rdma(
-                i as u64,
-                VRDMA_WR_RDMA_WRITE,
-                (va + off, 128 << 10, ka),
-                dst,
-                kb,
-            ),
-        );
+        p.post_write(0, i as u64, (va + off, 128 << 10, ka), dst, kb);
         let c = p.run_until(0, i + 1);
         assert_eq!(
             (c[i].wr_id, c[i].status),
@@ -146,16 +116,7 @@ fn remote_write_read_atomics_on_implicit_rkey() {
     // WRITE 64 KiB into chunk 0 of B's implicit MR.
     let wdata = pattern(40, 64 << 10);
     p.a.write(back_a, &wdata);
-    p.post(
-        0,
-        &rdma(
-            1,
-            VRDMA_WR_RDMA_WRITE,
-            (va_a, 64 << 10, ka),
-            va_b + 0x2345,
-            kb,
-        ),
-    );
+    p.post_write(0, 1, (va_a, 64 << 10, ka), va_b + 0x2345, kb);
     p.run_ok(0, 0, 1, 1);
     assert_eq!(p.b.read(back_b + 0x2345, 64 << 10), wdata);
     let fb = p.pb.faults_for(kb);
@@ -244,26 +205,8 @@ fn two_qps_fault_same_chunk_once() {
     let d1 = pattern(51, 200 << 10);
     p.a.write(back_a + 0x1000, &d0);
     p.a.write(back_a + 0x10_0000, &d1);
-    p.post(
-        0,
-        &rdma(
-            1,
-            VRDMA_WR_RDMA_WRITE,
-            (va + 0x1000, 200 << 10, ka),
-            va + 0x4_0000,
-            kb,
-        ),
-    );
-    p.post(
-        1,
-        &rdma(
-            2,
-            VRDMA_WR_RDMA_WRITE,
-            (va + 0x10_0000, 200 << 10, ka),
-            va + 0x14_0000,
-            kb,
-        ),
-    );
+    p.post_write(0, 1, (va + 0x1000, 200 << 10, ka), va + 0x4_0000, kb);
+    p.post_write(1, 2, (va + 0x10_0000, 200 << 10, ka), va + 0x14_0000, kb);
     // Both QPs are waiting for the same request before the pager ran.
     p.serve();
     assert_eq!(p.pa.faults.len(), 1, "one request for both QPs");
@@ -296,7 +239,7 @@ fn invalidate_races_with_inflight_writes() {
     // Fault the chunk in with a first WRITE.
     let first = pattern(60, 4096);
     p.a.write(src, &first);
-    p.post(0, &rdma(100, VRDMA_WR_RDMA_WRITE, (src, 4096, ka), va, kb));
+    p.post_write(0, 100, (src, 4096, ka), va, kb);
     let c = p.run_until(0, 1);
     assert_eq!(c[0].status, VRDMA_WC_SUCCESS);
     assert_eq!(p.b.read(old, 4096), first);
@@ -306,15 +249,12 @@ fn invalidate_races_with_inflight_writes() {
     let data = pattern(61, (N * L) as usize);
     p.a.write(src, &data);
     for i in 0..N {
-        p.post(
+        p.post_write(
             0,
-            &rdma(
-                i,
-                VRDMA_WR_RDMA_WRITE,
-                (src + i * L, L as u32, ka),
-                va + 0x10_0000 + i * L,
-                kb,
-            ),
+            i,
+            (src + i * L, L as u32, ka),
+            va + 0x10_0000 + i * L,
+            kb,
         );
     }
     // Deliver only part of the packets: the rest are on the wire when the invalidation runs.
@@ -369,10 +309,7 @@ fn invalidate_races_with_inflight_writes() {
     // Later traffic lands in the new pages, and READ sees them.
     let later = pattern(62, 100_000);
     p.a.write(src, &later);
-    p.post(
-        0,
-        &rdma(200, VRDMA_WR_RDMA_WRITE, (src, 100_000, ka), va + 7, kb),
-    );
+    p.post_write(0, 200, (src, 100_000, ka), va + 7, kb);
     let c = p.run_until(0, 2 + N as usize);
     assert_eq!(c[1 + N as usize].status, VRDMA_WC_SUCCESS);
     assert_eq!(p.b.read(new + 7, 100_000), later);
@@ -400,16 +337,7 @@ fn reclaim_budget_with_traffic() {
     let data: Vec<Vec<u8>> = (0..nch).map(|i| pattern(70 + i, L as usize)).collect();
     for i in 0..nch {
         p.a.write(src, &data[i as usize]);
-        p.post(
-            0,
-            &rdma(
-                i,
-                VRDMA_WR_RDMA_WRITE,
-                (src, L as u32, ka),
-                va + i * CH + 0x3000,
-                kb,
-            ),
-        );
+        p.post_write(0, i, (src, L as u32, ka), va + i * CH + 0x3000, kb);
         let c = p.run_until(0, i as usize + 1);
         assert_eq!(
             c[i as usize].status, VRDMA_WC_SUCCESS,
@@ -481,26 +409,8 @@ fn error_answers_local_and_remote() {
     p.pb.status.insert(kb, VRDMA_STATUS_BAD_ADDRESS);
     let (dst, kdst) = p.mr(Side::B, 8192);
     let (src, ksrc) = p.mr(Side::A, 8192);
-    p.post(
-        0,
-        &rdma(
-            1,
-            VRDMA_WR_RDMA_WRITE,
-            (0x7000_0000_0000, 64, ka),
-            dst,
-            kdst,
-        ),
-    );
-    p.post(
-        1,
-        &rdma(
-            2,
-            VRDMA_WR_RDMA_WRITE,
-            (src, 64, ksrc),
-            0x7100_0000_0000,
-            kb,
-        ),
-    );
+    p.post_write(0, 1, (0x7000_0000_0000, 64, ka), dst, kdst);
+    p.post_write(1, 2, (src, 64, ksrc), 0x7100_0000_0000, kb);
     p.run_until(0, 1);
     p.run_until(1, 1);
     let (c0, c1) = (p.conns[0].ga[0], p.conns[1].ga[0]);
@@ -514,8 +424,8 @@ fn error_answers_local_and_remote() {
     assert_eq!(p.pb.faults.len(), 1);
     assert_eq!(p.b.read(dst, 64), vec![0u8; 64], "nothing written");
     // Both requester QPs are in ERROR (RC error completion).
-    assert_eq!(p.a.qp_state(p.conns[0].qa.qpn), VRDMA_QPS_ERR);
-    assert_eq!(p.a.qp_state(p.conns[1].qa.qpn), VRDMA_QPS_ERR);
+    assert_eq!(p.a.qp_state(p.conns[0].qp.qa.qpn), VRDMA_QPS_ERR);
+    assert_eq!(p.a.qp_state(p.conns[1].qp.qa.qpn), VRDMA_QPS_ERR);
 }
 
 /// Case 8b: The driver never answers: the WQEs complete with an error after the (shortened) timeout —
@@ -542,26 +452,8 @@ fn unanswered_fault_times_out_other_qp_continues() {
     let (src, ksrc) = p.mr(Side::A, 1 << 20);
     let (dst, kdst) = p.mr(Side::B, 1 << 20);
     let t0 = p.vt;
-    p.post(
-        0,
-        &rdma(
-            1,
-            VRDMA_WR_RDMA_WRITE,
-            (0x7000_0000_0000, 4096, ka),
-            dst,
-            kdst,
-        ),
-    );
-    p.post(
-        1,
-        &rdma(
-            2,
-            VRDMA_WR_RDMA_WRITE,
-            (src, 4096, ksrc),
-            0x7100_0000_0000,
-            kb,
-        ),
-    );
+    p.post_write(0, 1, (0x7000_0000_0000, 4096, ka), dst, kdst);
+    p.post_write(1, 2, (src, 4096, ksrc), 0x7100_0000_0000, kb);
     // Conn 2 moves 32 KiB per WQE, one after the other, while conns 0 and 1 wait.
     let mut done = 0usize;
     let mut posted = 0usize;
@@ -570,15 +462,12 @@ fn unanswered_fault_times_out_other_qp_continues() {
             let d = pattern(80 + posted as u64, 32 << 10);
             let off = (posted as u64 % 32) * (32 << 10);
             p.a.write(src + off, &d);
-            p.post(
+            p.post_write(
                 2,
-                &rdma(
-                    posted as u64,
-                    VRDMA_WR_RDMA_WRITE,
-                    (src + off, 32 << 10, ksrc),
-                    dst + off,
-                    kdst,
-                ),
+                posted as u64,
+                (src + off, 32 << 10, ksrc),
+                dst + off,
+                kdst,
             );
             posted += 1;
         }
@@ -618,10 +507,7 @@ fn unanswered_fault_times_out_other_qp_continues() {
     let d = pattern(99, 32 << 10);
     p.a.write(src, &d);
     let n = p.conns[2].ga.len();
-    p.post(
-        2,
-        &rdma(999, VRDMA_WR_RDMA_WRITE, (src, 32 << 10, ksrc), dst, kdst),
-    );
+    p.post_write(2, 999, (src, 32 << 10, ksrc), dst, kdst);
     let c = p.run_until(2, n + 1);
     assert_eq!(c.last().unwrap().status, VRDMA_WC_SUCCESS);
     assert_eq!(p.b.read(dst, 32 << 10), d);

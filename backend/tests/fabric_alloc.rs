@@ -51,38 +51,35 @@ const MAX_ALLOCS_PER_PACKET: f64 = 0.25;
 #[test]
 fn steady_state_fabric_rc_write_allocations_per_packet() {
     // 64 KiB messages, path MTU 4096: 16 data frames each.
-    let per_packet = allocations_per_packet(64 << 10, 16, false);
-    assert!(
-        per_packet <= MAX_ALLOCS_PER_PACKET,
-        "{per_packet:.3} allocations per packet (bound {MAX_ALLOCS_PER_PACKET})"
-    );
+    assert_allocations_at_most(64 << 10, 16, false, MAX_ALLOCS_PER_PACKET, "packet");
 }
 
 /// The same with the payloads by reference (one copy, spec §16.2 rule 6): the references are
 /// pooled, so a segment costs no allocation either.
 #[test]
 fn steady_state_fabric_rc_write_by_reference_allocations_per_packet() {
-    let per_packet = allocations_per_packet(64 << 10, 16, true);
-    assert!(
-        per_packet <= MAX_ALLOCS_PER_PACKET,
-        "{per_packet:.3} allocations per packet (bound {MAX_ALLOCS_PER_PACKET})"
-    );
+    assert_allocations_at_most(64 << 10, 16, true, MAX_ALLOCS_PER_PACKET, "packet");
 }
 
 /// Small messages are one packet each: what a message costs is what a packet costs (WQE fetch,
 /// SGE list, completion), so this bound covers the per-WQE work too.
 #[test]
 fn steady_state_fabric_64_byte_writes_allocate_nothing_per_packet() {
-    let per_packet = allocations_per_packet(64, 256, false);
-    assert!(
-        per_packet <= MAX_ALLOCS_PER_SMALL_PACKET,
-        "{per_packet:.3} allocations per 64 B message (bound {MAX_ALLOCS_PER_SMALL_PACKET})"
-    );
+    assert_allocations_at_most(64, 256, false, MAX_ALLOCS_PER_SMALL_PACKET, "64 B message");
 }
 
 /// For 64 B messages: a few allocations in a run of thousands (a queue growing once) pass,
 /// one per message does not.
 const MAX_ALLOCS_PER_SMALL_PACKET: f64 = 0.05;
+
+/// [`allocations_per_packet`]`(msg, slots, refs)` is at most `bound` (allocations per `unit`).
+fn assert_allocations_at_most(msg: u64, slots: u64, refs: bool, bound: f64, unit: &str) {
+    let per_packet = allocations_per_packet(msg, slots, refs);
+    assert!(
+        per_packet <= bound,
+        "{per_packet:.3} allocations per {unit} (bound {bound})"
+    );
+}
 
 /// Stream `slots`-message batches of `msg`-byte RC WRITEs from a to b (message i carries the
 /// byte i+1) and count every allocation while the engines work; returns allocations per data

@@ -6,6 +6,9 @@
 //! command (ADVISE_MR with F_FLUSH) must complete exactly once, with OK, by the ODP timeout.
 //!
 //! Deterministic: a seeded splitmix64 PRNG; a failure prints the seed and iteration.
+//!
+//! Long because it holds a generator for every opcode's body; they share one PRNG and one
+//! checker, so they stay in one binary.
 
 mod common;
 

@@ -5,6 +5,9 @@
 //! unknown QPs, and ring pages that disappear from the memory table. The daemon must not panic,
 //! must answer with error CQEs / QP ERROR / async events as the spec says, and a healthy QP on
 //! the same device keeps transferring data correctly meanwhile.
+//!
+//! Long because each hostile WQE family has its generator and its expected outcome beside the
+//! shared healthy-QP check; one binary.
 
 mod common;
 
@@ -230,6 +233,13 @@ fn post_peer_recvs(t: &mut Bed) {
     }
 }
 
+/// Mark the send WQE bytes `b` inline (flags, byte 9) with an inline length of `len` (bytes
+/// 16..20).
+fn set_inline_len(b: &mut [u8], len: u32) {
+    b[9] |= VRDMA_SEND_INLINE;
+    b[16..20].copy_from_slice(&len.to_le_bytes());
+}
+
 /// A WQE that is sometimes valid and usually broken.
 fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
     if r.below(5) == 0 {
@@ -330,9 +340,7 @@ fn hostile_wqe(r: &mut Rng, t: &Bed, slot: usize, ud: bool) -> Vec<u8> {
     let mut b = w.bytes(slot, ud);
     // Inline length beyond the slot / the QP max.
     if r.below(6) == 0 {
-        b[9] |= VRDMA_SEND_INLINE;
-        let il: u32 = r.pick(&[u32::MAX, 4096, 129, 1 << 31, 193]);
-        b[16..20].copy_from_slice(&il.to_le_bytes());
+        set_inline_len(&mut b, r.pick(&[u32::MAX, 4096, 129, 1 << 31, 193]));
     }
     b
 }
@@ -618,8 +626,7 @@ fn send_wqe_errors_have_the_spec_status() {
             ud: false,
             make: |t| {
                 let mut b = rc(write(t));
-                b[9] |= VRDMA_SEND_INLINE;
-                b[16..20].copy_from_slice(&129u32.to_le_bytes());
+                set_inline_len(&mut b, 129);
                 b
             },
             status: VRDMA_WC_LOC_LEN_ERR,
@@ -629,8 +636,7 @@ fn send_wqe_errors_have_the_spec_status() {
             ud: false,
             make: |t| {
                 let mut b = rc(write(t));
-                b[9] |= VRDMA_SEND_INLINE;
-                b[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+                set_inline_len(&mut b, u32::MAX);
                 b
             },
             status: VRDMA_WC_LOC_LEN_ERR,

@@ -37,23 +37,7 @@ fn rc_between_qps_of_one_device_loops_back() {
         &mut q1,
         &rdma(6, VRDMA_WR_RDMA_WRITE, (buf + 8192, 5000, k), buf + 4096, k),
     );
-    let got = wait_cqes(
-        &mut a,
-        &mut cqr,
-        3,
-        Duration::from_secs(10),
-        "three completions",
-    );
-    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
-    ids.sort();
-    assert_eq!(
-        ids,
-        vec![
-            (5, VRDMA_WC_SUCCESS),
-            (6, VRDMA_WC_SUCCESS),
-            (77, VRDMA_WC_SUCCESS)
-        ]
-    );
+    assert_all_succeed(&mut a, &mut cqr, &[5, 6, 77], Duration::from_secs(10));
     assert_eq!(a.read(buf, 13), b"hello, myself");
     assert!(a.read(buf + 4096, 5000) == data, "WRITE data differs");
     e.stop();

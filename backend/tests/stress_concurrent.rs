@@ -59,6 +59,21 @@ impl Held<'_> {
     }
 }
 
+/// Run the destroy commands `objects` (opcode, handle) on `side`: its budget is back at `start`
+/// and its peak stayed within `BUDGET`.
+fn destroy_all(side: &Side, objects: &[(u16, u32)], start: u64, name: &str) {
+    let mut h = Held::new(side);
+    for &(op, id) in objects {
+        h.cmd(op, handle(id).as_bytes()).unwrap();
+    }
+    assert_eq!(
+        h.dev.budget.used(),
+        start,
+        "{name}'s budget after destroying everything"
+    );
+    assert!(h.dev.budget.peak() <= BUDGET);
+}
+
 impl std::ops::Deref for Held<'_> {
     type Target = Node;
     fn deref(&self) -> &Node {
@@ -547,8 +562,7 @@ fn stress(threads: usize) {
             got.iter().all(|c| c.status == VRDMA_WC_SUCCESS),
             "round {rounds}: {got:?}"
         );
-        let mut ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
-        ids.sort_unstable();
+        let ids = sorted_wr_ids(&got);
         assert_eq!(
             ids, want,
             "round {rounds}: each signaled WQE completes once"
@@ -579,41 +593,29 @@ fn stress(threads: usize) {
     assert!(canary_now == canary_data, "a peer wrote outside its MRs");
 
     // Destroy the healthy objects too: the budget goes back to where it started.
-    {
-        let mut ha = Held::new(&sa);
-        for (op, h) in [
+    destroy_all(
+        &sa,
+        &[
             (VRDMA_CMD_DESTROY_QP, qa.qpn),
             (VRDMA_CMD_DEREG_MR, ka),
             (VRDMA_CMD_DESTROY_CQ, hca),
             (VRDMA_CMD_DESTROY_CQ, cqa),
-        ] {
-            ha.cmd(op, handle(h).as_bytes()).unwrap();
-        }
-        assert_eq!(
-            ha.dev.budget.used(),
-            start_a,
-            "A's budget after destroying everything"
-        );
-        assert!(ha.dev.budget.peak() <= BUDGET);
-    }
-    {
-        let mut hb = Held::new(&sb);
-        for (op, h) in [
+        ],
+        start_a,
+        "A",
+    );
+    destroy_all(
+        &sb,
+        &[
             (VRDMA_CMD_DESTROY_QP, qb.qpn),
             (VRDMA_CMD_DEREG_MR, kb),
             (VRDMA_CMD_DEREG_MR, kodp),
             (VRDMA_CMD_DESTROY_CQ, hcb),
             (VRDMA_CMD_DESTROY_CQ, cqb),
-        ] {
-            hb.cmd(op, handle(h).as_bytes()).unwrap();
-        }
-        assert_eq!(
-            hb.dev.budget.used(),
-            start_b,
-            "B's budget after destroying everything"
-        );
-        assert!(hb.dev.budget.peak() <= BUDGET);
-    }
+        ],
+        start_b,
+        "B",
+    );
     ea.stop();
     eb.stop();
     assert!(

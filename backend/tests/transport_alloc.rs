@@ -96,10 +96,7 @@ fn steady_state_rc_write_allocations_per_packet() {
         .no_mrs()
         .build();
     let len = 1u64 << 20;
-    let src = p.a.alloc(len);
-    let dst = p.b.alloc(len);
-    let ka = p.a.reg_mr(p.pda, src, len, ACC_ALL);
-    let kb = p.b.reg_mr(p.pdb, dst, len, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut p.a, &mut p.b, p.pda, p.pdb, len);
     p.a.write(src, &pattern(3, len as usize));
     let mut spare = Vec::new();
     let msg = 64u32 << 10;

@@ -9,6 +9,9 @@
 //! inside the first one until the command has announced itself. Commands that run on the
 //! shared device (queries, MODIFY_QP, the registrations and the creates) answer while the
 //! engine is held there.
+//!
+//! Long because every case needs the same staged engine (a batch held at a known buffer) and
+//! the hand-off protocol is one concept; one binary.
 
 mod common;
 

@@ -10,27 +10,6 @@ use common::engine::*;
 use common::*;
 use vrdma_backend::transport::engine::{EngineOptions, DEFAULT_POLL};
 
-/// CPU seconds of the threads named `vrdma-engine` (schedstat: time on a CPU, in ns).
-fn engine_cpu_secs() -> f64 {
-    let mut ns = 0u64;
-    for e in std::fs::read_dir("/proc/self/task")
-        .expect("/proc")
-        .flatten()
-    {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() != "vrdma-engine" {
-            continue;
-        }
-        let st = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
-        ns += st
-            .split_whitespace()
-            .next()
-            .and_then(|x| x.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    ns as f64 * 1e-9
-}
-
 /// 64 B WRITE round trips between two engines on one fabric with the default poll window (the
 /// engines spin between them), then one second without work: the two engines together use at
 /// most 20 ms of CPU in it. An engine that kept spinning (no bound, no back-off) uses the
@@ -54,10 +33,10 @@ fn an_idle_engine_does_not_spin() {
 
     // The ACK timer and the last spins end within a few ms; then nothing is due.
     std::thread::sleep(Duration::from_millis(50));
-    let c0 = engine_cpu_secs();
+    let c0 = threads_cpu_secs("vrdma-engine");
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
-    let used = engine_cpu_secs() - c0;
+    let used = threads_cpu_secs("vrdma-engine") - c0;
     let wall = t0.elapsed().as_secs_f64();
     assert!(
         used < 0.020,

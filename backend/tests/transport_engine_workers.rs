@@ -75,23 +75,7 @@ fn rc_between_qps_of_one_device_on_different_workers() {
         &mut q1,
         &rdma(6, VRDMA_WR_RDMA_WRITE, (src, len as u32, k), dst, k),
     );
-    let got = wait_cqes(
-        &mut a,
-        &mut cqr,
-        3,
-        Duration::from_secs(30),
-        "three completions",
-    );
-    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
-    ids.sort();
-    assert_eq!(
-        ids,
-        vec![
-            (5, VRDMA_WC_SUCCESS),
-            (6, VRDMA_WC_SUCCESS),
-            (77, VRDMA_WC_SUCCESS)
-        ]
-    );
+    assert_all_succeed(&mut a, &mut cqr, &[5, 6, 77], Duration::from_secs(30));
     assert_eq!(a.read(buf, 19), b"to the other worker");
     assert!(a.read(dst, len) == data, "WRITE data differs");
     e.stop();

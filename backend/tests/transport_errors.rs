@@ -32,6 +32,15 @@ fn write(p: &RcPair, wr_id: u64, rkey: u32, flags: u8) -> Wqe {
     }
 }
 
+/// A's WQE 1 completes with `status` and its WQE 2 behind it with WR_FLUSH_ERR; A's QP is in
+/// ERROR.
+fn first_fails_and_flushes_the_second(p: &mut RcPair, status: u8) {
+    let (ca, _) = p.wait(2, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, status));
+    assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
+    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
+}
+
 #[test]
 fn bad_lkey_is_loc_prot_err_and_flushes_the_rest() {
     let mut p = pair(7, 7);
@@ -40,10 +49,7 @@ fn bad_lkey_is_loc_prot_err_and_flushes_the_rest() {
     p.post(&w);
     let w2 = write(&p, 2, p.kb, 0);
     p.post(&w2);
-    let (ca, _) = p.wait(2, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_LOC_PROT_ERR));
-    assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
-    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
+    first_fails_and_flushes_the_second(&mut p, VRDMA_WC_LOC_PROT_ERR);
     // Nothing reached the peer.
     assert_eq!(p.link.frames_ab, 0);
     // A WQE posted in ERROR is flushed too.
@@ -134,10 +140,7 @@ fn rnr_retry_exceeded() {
     p.post(&w);
     let w = write(&p, 2, p.kb, 0);
     p.post(&w);
-    let (ca, _) = p.wait(2, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_RNR_RETRY_EXC_ERR));
-    assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
-    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
+    first_fails_and_flushes_the_second(&mut p, VRDMA_WC_RNR_RETRY_EXC_ERR);
     // The first attempt + 2 RNR retries (IBTA 9.7.5.2.8).
     assert_eq!(sends.load(Ordering::Relaxed), 3, "SEND attempts");
 }
@@ -150,10 +153,7 @@ fn retry_exceeded_when_the_peer_is_gone() {
     p.post(&w);
     let w = write(&p, 2, p.kb, VRDMA_SEND_SIGNALED);
     p.post(&w);
-    let (ca, _) = p.wait(2, 0);
-    assert_eq!((ca[0].wr_id, ca[0].status), (1, VRDMA_WC_RETRY_EXC_ERR));
-    assert_eq!((ca[1].wr_id, ca[1].status), (2, VRDMA_WC_WR_FLUSH_ERR));
-    assert_eq!(p.a.qp_state(p.qa.qpn), VRDMA_QPS_ERR);
+    first_fails_and_flushes_the_second(&mut p, VRDMA_WC_RETRY_EXC_ERR);
 }
 
 #[test]

@@ -149,10 +149,7 @@ fn targeted(drop_ab: Vec<usize>, drop_ba: Vec<usize>, op: u8) {
         !drop_ba.contains(&i)
     }));
     let len = 1u64 << 20;
-    let src = p.a.alloc(len);
-    let dst = p.b.alloc(len);
-    let ka = p.a.reg_mr(p.pda, src, len, ACC_ALL);
-    let kb = p.b.reg_mr(p.pdb, dst, len, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut p.a, &mut p.b, p.pda, p.pdb, len);
     let data = pattern(1, len as usize);
     if op == VRDMA_WR_RDMA_READ {
         p.b.write(dst, &data)
@@ -227,10 +224,7 @@ fn a_lost_packet_before_an_error_wqe_is_sent_again() {
         count.fetch_add(1, Ordering::Relaxed) != 0
     }));
     let len = 4096u64;
-    let src = p.a.alloc(len);
-    let dst = p.b.alloc(len);
-    let ka = p.a.reg_mr(p.pda, src, len, ACC_ALL);
-    let kb = p.b.reg_mr(p.pdb, dst, len, ACC_ALL);
+    let MrPair { src, ka, dst, kb } = MrPair::new(&mut p.a, &mut p.b, p.pda, p.pdb, len);
     let data = pattern(7, len as usize);
     p.a.write(src, &data);
     for (wr_id, lkey) in [(1, ka), (2, ka ^ 0x5a00)] {

@@ -359,6 +359,10 @@ fn datagrams_posted_before_destroy_ah_and_destroy_qp_are_sent() {
     // against a sleeping engine and the WQEs complete LOC_QP_OP_ERR or vanish with the QP.
     const ROUNDS: u64 = 40;
     const PER_ROUND: u64 = 10;
+    // One round's completions on `cq`.
+    let round_cqes = |n: &mut Node, cq: &mut RingH, what: &str| {
+        wait_cqes(n, cq, PER_ROUND as usize, Duration::from_secs(10), what)
+    };
     let mut t = bed(1);
     let q0 = t.qb[0].qpn;
     mcast(&mut t.b, VRDMA_CMD_ATTACH_MCAST, q0, group()).unwrap();
@@ -426,24 +430,12 @@ fn datagrams_posted_before_destroy_ah_and_destroy_qp_are_sent() {
             assert!(ea.sender().fence(Duration::from_secs(10)), "fence");
             run(VRDMA_CMD_DESTROY_QP, handle(t.qa.qpn).as_bytes());
         } else {
-            let done = wait_cqes(
-                &mut t.a,
-                &mut t.cqa,
-                PER_ROUND as usize,
-                Duration::from_secs(10),
-                "sends",
-            );
+            let done = round_cqes(&mut t.a, &mut t.cqa, "sends");
             for c in &done {
                 assert_eq!(c.status, VRDMA_WC_SUCCESS, "round {round}: {c:?}");
             }
         }
-        let got = wait_cqes(
-            &mut t.b,
-            &mut t.cqb,
-            PER_ROUND as usize,
-            Duration::from_secs(10),
-            "datagrams",
-        );
+        let got = round_cqes(&mut t.b, &mut t.cqb, "datagrams");
         assert_eq!(got.len() as u64, PER_ROUND, "round {round}");
         for c in &got {
             assert_eq!((c.status, c.byte_len), (VRDMA_WC_SUCCESS, 140), "{c:?}");

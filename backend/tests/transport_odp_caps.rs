@@ -26,6 +26,15 @@ fn uc() -> RcPair {
         .build()
 }
 
+/// A's 64 KiB pinned MR (`src`, `ka`) and B's 4 MiB ODP MR (`dst`, `kb`, with `b_access`).
+fn pinned_to_odp(t: &mut RcPair, b_access: u32) -> (u64, u32, u64, u32) {
+    let src = t.a.alloc(65536);
+    let ka = t.a.reg_mr(t.pda, src, 65536, ACC_ALL);
+    let dst = t.b.alloc(4 * MIB);
+    let kb = t.b.reg_odp_mr(t.pdb, dst, 4 * MIB, b_access);
+    (src, ka, dst, kb)
+}
+
 /// Move frames both ways, answering page requests, until nothing moves.
 fn settle(a: &mut Node, b: &mut Node) {
     for _ in 0..16 {
@@ -120,10 +129,7 @@ fn uc_write_from_an_odp_mr_is_a_local_protection_error() {
 #[test]
 fn uc_write_into_an_odp_mr_is_dropped() {
     let mut t = uc();
-    let src = t.a.alloc(65536);
-    let ka = t.a.reg_mr(t.pda, src, 65536, ACC_ALL);
-    let dst = t.b.alloc(4 * MIB);
-    let kb = t.b.reg_odp_mr(t.pdb, dst, 4 * MIB, ACC_ALL);
+    let (src, ka, dst, kb) = pinned_to_odp(&mut t, ACC_ALL);
     let data = pattern(4, 512);
     t.a.write(src, &data);
     for wr_id in [1, 2] {
@@ -148,11 +154,7 @@ fn uc_write_into_an_odp_mr_is_dropped() {
 #[test]
 fn uc_write_through_a_window_into_an_odp_mr_is_dropped() {
     let mut t = uc();
-    let src = t.a.alloc(65536);
-    let ka = t.a.reg_mr(t.pda, src, 65536, ACC_ALL);
-    let dst = t.b.alloc(4 * MIB);
-    let kb =
-        t.b.reg_odp_mr(t.pdb, dst, 4 * MIB, ACC_ALL | VRDMA_ACCESS_MW_BIND);
+    let (src, ka, dst, kb) = pinned_to_odp(&mut t, ACC_ALL | VRDMA_ACCESS_MW_BIND);
     let r =
         t.b.cmd(
             VRDMA_CMD_ALLOC_MW,
@@ -206,10 +208,7 @@ fn uc_write_through_a_window_into_an_odp_mr_is_dropped() {
 #[test]
 fn uc_receive_into_an_odp_mr_is_a_local_protection_error() {
     let mut t = uc();
-    let src = t.a.alloc(65536);
-    let ka = t.a.reg_mr(t.pda, src, 65536, ACC_ALL);
-    let dst = t.b.alloc(4 * MIB);
-    let kb = t.b.reg_odp_mr(t.pdb, dst, 4 * MIB, ACC_ALL);
+    let (src, ka, dst, kb) = pinned_to_odp(&mut t, ACC_ALL);
     let mut rq = t.qb.rq.clone().expect("RQ");
     t.b.post_recv(&mut rq, 9, &[(dst, 4096, kb)]);
     t.a.post_send(&mut t.qa, &send(1, (src, 100, ka)));

@@ -27,17 +27,13 @@ fn conn(qp_type: u32) -> RcPair {
 impl RcPair {
     /// a → b addressing as a's QP sends it, with the source IP replaced by `src_ip` if given.
     fn addr_ab(&self, src_ip: Option<[u8; 4]>) -> Addressing {
-        Addressing {
-            src_mac: self.a.mac,
-            dst_mac: self.b.mac,
-            vlan: None,
-            src_gid: src_ip.map_or(self.a.gid, gid_v4),
-            dst_gid: self.b.gid,
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-            udp_src_port: udp_src_port(self.qa.qpn, self.qb.qpn),
-        }
+        Addressing::new(
+            self.a.mac,
+            self.b.mac,
+            src_ip.map_or(self.a.gid, gid_v4),
+            self.b.gid,
+            udp_src_port(self.qa.qpn, self.qb.qpn),
+        )
     }
 
     /// A genuine SEND of `len` bytes from a (posted and pumped until b completes it).
@@ -46,6 +42,15 @@ impl RcPair {
         self.a.write(self.src, &data);
         self.post(&send(wr_id, (self.src, len, self.ka)));
         data
+    }
+
+    /// UC packets b dropped as outside its PSN window.
+    fn b_out_of_window_drops(&self) -> u64 {
+        self.b
+            .dev
+            .port_stats
+            .drop_uc_out_of_window
+            .load(Ordering::Relaxed)
     }
 
     fn wait_b(&mut self, n: usize) -> Vec<Cqe> {
@@ -130,17 +135,13 @@ fn rc_requester_ignores_acks_from_a_foreign_address() {
     assert_eq!(c.a.dev.outbox(0).frames.len(), 1, "the SEND is on its way");
     let held = std::mem::take(&mut c.a.dev.outbox(0).frames);
     // A forged ACK for that PSN from a foreign IP, b → a.
-    let addr = Addressing {
-        src_mac: c.b.mac,
-        dst_mac: c.a.mac,
-        vlan: None,
-        src_gid: gid_v4(FOREIGN),
-        dst_gid: c.a.gid,
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: udp_src_port(c.qb.qpn, c.qa.qpn),
-    };
+    let addr = Addressing::new(
+        c.b.mac,
+        c.a.mac,
+        gid_v4(FOREIGN),
+        c.a.gid,
+        udp_src_port(c.qb.qpn, c.qa.qpn),
+    );
     let ack = ExtHeaders {
         aeth: Some(Aeth::ack(1)),
         ..Default::default()
@@ -218,17 +219,7 @@ fn ud_and_gsi_pkey_rules() {
         }
         q.rq = Some(rq);
     }
-    let addr = Addressing {
-        src_mac: a.mac,
-        dst_mac: b.mac,
-        vlan: None,
-        src_gid: a.gid,
-        dst_gid: b.gid,
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: udp_src_port(77, 1),
-    };
+    let addr = Addressing::new(a.mac, b.mac, a.gid, b.gid, udp_src_port(77, 1));
     let dg = |qpn: u32, qkey: u32, pkey: u16| {
         let mut bth = Bth::new(Opcode::UdSendOnly, qpn, 3);
         bth.pkey = pkey;
@@ -272,13 +263,7 @@ fn uc_accepts_only_psns_within_its_window() {
     }
     assert!(c.b.poll_cq(&mut c.cqb).is_empty(), "out of window: dropped");
     assert_ne!(c.b.read(c.dst, 9), b"EVIL-EVIL");
-    assert_eq!(
-        c.b.dev
-            .port_stats
-            .drop_uc_out_of_window
-            .load(Ordering::Relaxed),
-        3
-    );
+    assert_eq!(c.b_out_of_window_drops(), 3);
     // The peer's next message (PSN 1000) is still the expected one.
     let data = c.genuine_send(7, 9, 200);
     let got = c.wait_b(1);
@@ -296,13 +281,7 @@ fn uc_accepts_only_psns_within_its_window() {
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id, got[0].byte_len), (2, 9));
-    assert_eq!(
-        c.b.dev
-            .port_stats
-            .drop_uc_out_of_window
-            .load(Ordering::Relaxed),
-        3
-    );
+    assert_eq!(c.b_out_of_window_drops(), 3);
     // A long message whose FIRST was lost: its MIDDLE packets (dropped) keep the expected PSN
     // moving, so the next message is accepted although it is more than a window past the last
     // accepted PSN.
@@ -328,13 +307,7 @@ fn uc_accepts_only_psns_within_its_window() {
     let got = c.b.poll_cq(&mut c.cqb);
     assert_eq!(got.len(), 1, "the next message is in the window again");
     assert_eq!((got[0].wr_id, got[0].byte_len), (3, 9));
-    assert_eq!(
-        c.b.dev
-            .port_stats
-            .drop_uc_out_of_window
-            .load(Ordering::Relaxed),
-        3
-    );
+    assert_eq!(c.b_out_of_window_drops(), 3);
 }
 
 /// QPNs and MR keys of `n` fresh objects on a fresh device.

@@ -44,6 +44,11 @@ struct Ud {
     kb: u32,
 }
 
+/// [`ud_pair`] of two IPv4 nodes (16 MiB, MTU 1500).
+fn ud_pair_v4(t: u32, qkey: u32) -> Ud {
+    ud_pair(Node::new(1, 16, 1500), Node::new(2, 16, 1500), t, qkey)
+}
+
 fn ud_pair(a: Node, b: Node, t: u32, qkey: u32) -> Ud {
     let (mut a, mut b, pda, pdb) = Sides::of(a, b).parts();
     let spec = QpPairSpec::datagram(t, 256, qkey);
@@ -99,12 +104,7 @@ fn ud_recv(u: &mut Ud, wr_id: u64) {
 
 #[test]
 fn ud_ipv4_grh_and_cqe_fields() {
-    let mut u = ud_pair(
-        Node::new(1, 16, 1500),
-        Node::new(2, 16, 1500),
-        VRDMA_QPT_UD,
-        0x1234,
-    );
+    let mut u = ud_pair_v4(VRDMA_QPT_UD, 0x1234);
     let mut link = Link::clean();
     let data = pattern(11, 1000);
     u.a.write(u.src, &data);
@@ -158,12 +158,7 @@ fn ud_ipv6_grh() {
 
 #[test]
 fn ud_qkey_mismatch_is_dropped_and_foreign_ah_fails_locally() {
-    let mut u = ud_pair(
-        Node::new(1, 16, 1500),
-        Node::new(2, 16, 1500),
-        VRDMA_QPT_UD,
-        0x55,
-    );
+    let mut u = ud_pair_v4(VRDMA_QPT_UD, 0x55);
     let mut link = Link::clean();
     ud_recv(&mut u, 5);
     let ah = u.ah;
@@ -199,12 +194,7 @@ fn ud_qkey_mismatch_is_dropped_and_foreign_ah_fails_locally() {
 
 #[test]
 fn gsi_uses_qp1_and_the_well_known_qkey() {
-    let mut u = ud_pair(
-        Node::new(1, 16, 1500),
-        Node::new(2, 16, 1500),
-        VRDMA_QPT_GSI,
-        0,
-    );
+    let mut u = ud_pair_v4(VRDMA_QPT_GSI, 0);
     assert_eq!(u.qa.qpn, VRDMA_GSI_QPN);
     assert_eq!(u.qb.qpn, VRDMA_GSI_QPN);
     let mut link = Link::clean();
@@ -284,8 +274,7 @@ fn srq_shared_by_several_qps_with_limit_event() {
     let (ga, gb) = poll_until(&mut a, &mut b, &mut link, &mut cqa, &mut cqb, 6, 6);
     assert!(ga.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
     assert!(gb.iter().all(|c| c.status == VRDMA_WC_SUCCESS));
-    let mut wr: Vec<u64> = gb.iter().map(|c| c.wr_id).collect();
-    wr.sort();
+    let wr = sorted_wr_ids(&gb);
     assert_eq!(
         wr,
         (100..106).collect::<Vec<_>>(),
@@ -374,12 +363,7 @@ fn uc_write_send_and_silent_drop_of_a_damaged_message() {
 
 #[test]
 fn ud_oversized_datagram_is_dropped_without_consuming_the_receive() {
-    let mut u = ud_pair(
-        Node::new(1, 16, 1500),
-        Node::new(2, 16, 1500),
-        VRDMA_QPT_UD,
-        9,
-    );
+    let mut u = ud_pair_v4(VRDMA_QPT_UD, 9);
     let mut link = Link::clean();
     let mut rq = u.qb.rq.clone().unwrap();
     let (dst, kb) = (u.dst, u.kb);

@@ -37,17 +37,13 @@ fn wait_recv(u: &dyn Uplink, buf: &mut [u8]) -> usize {
 }
 
 fn frame(seq: u32, len: usize) -> Vec<u8> {
-    let addr = Addressing {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        vlan: None,
-        src_gid: gid_from_ipv4([127, 0, 0, 1]),
-        dst_gid: gid_from_ipv4([127, 0, 0, 2]),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: udp_src_port(1, 2),
-    };
+    let addr = Addressing::new(
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        gid_from_ipv4([127, 0, 0, 1]),
+        gid_from_ipv4([127, 0, 0, 2]),
+        udp_src_port(1, 2),
+    );
     let b = PacketBuilder::new(addr, Bth::new(Opcode::RcSendOnly, 2, seq));
     let data: Vec<u8> = (0..len).map(|i| (i as u32 ^ seq) as u8).collect();
     let mut f = Vec::new();

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use vrdma_backend::cli::Config;
-use vrdma_backend::vhost_user::{prepare, serve, Prepared};
+use vrdma_backend::vhost_user::prepare;
 use vrdma_spec::*;
 
 use vhost_user_support::*;
@@ -38,15 +38,7 @@ fn session(tag: &str) -> Session {
     let path = socket_path(tag);
     let mut cfg = Config::new(path.clone(), MAC);
     cfg.odp.chunk_shift = 16;
-    let Prepared {
-        mut listener,
-        parts,
-        engine,
-    } = prepare(&cfg).expect("prepare");
-    let daemon = thread::spawn(move || {
-        serve(&mut listener, &parts, Some(1)).expect("serve");
-        engine.stop();
-    });
+    let daemon = serve_on_thread(prepare(&cfg).expect("prepare"), 1);
     let (mut fe, _) = connect(&path, true);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
     let ctrl = DriverRing::new(&mut guest, VRDMA_VQ_CONTROL as usize, 64);
@@ -124,6 +116,14 @@ impl Session {
             length,
         };
         self.post(&cmd(VRDMA_CMD_ADVISE_MR, c.as_bytes()), 8)
+    }
+
+    /// An ADVISE_MR with F_FLUSH of the first chunk, parked on the page request it sent (taken
+    /// off the pagereq queue and never answered); returns its response buffer.
+    fn park_an_advise(&mut self) -> u64 {
+        let (_, adv_resp) = self.advise(IOVA, CHUNK);
+        let _ = self.page_request();
+        adv_resp
     }
 
     /// The next page request the device wrote.
@@ -225,8 +225,7 @@ fn flush_chain_returns_at_the_odp_timeout() {
 #[test]
 fn reset_drops_a_parked_chain_unwritten() {
     let mut s = session("advise-reset");
-    let (_, adv_resp) = s.advise(IOVA, CHUNK);
-    let _ = s.page_request();
+    let adv_resp = s.park_an_advise();
     // QEMU stops the control queue on a guest virtio reset: the device resets.
     vhost::VhostBackend::get_vring_base(&s.fe, VRDMA_VQ_CONTROL as usize).expect("GET_VRING_BASE");
     // Past the ODP timeout: nothing ever completes the dropped chain.
@@ -239,8 +238,7 @@ fn reset_drops_a_parked_chain_unwritten() {
 #[test]
 fn disabled_ring_gets_no_parked_completion() {
     let mut s = session("advise-disabled");
-    let (_, adv_resp) = s.advise(IOVA, CHUNK);
-    let _ = s.page_request();
+    let adv_resp = s.park_an_advise();
     // The frontend disables the control ring without stopping it (no device reset): the
     // timeout still ends the advise, but nothing may be written to a disabled ring.
     vhost::vhost_user::VhostUserFrontend::set_vring_enable(

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use vrdma_backend::cli::{Config, Limits};
-use vrdma_backend::vhost_user::{prepare, serve, Prepared, CONFIG_SIZE};
+use vrdma_backend::vhost_user::{prepare, CONFIG_SIZE};
 use vrdma_spec::*;
 
 use vhost_user_support::*;
@@ -26,23 +26,12 @@ fn start(tag: &str, connections: usize, config: impl FnOnce(&mut Config)) -> Dae
     let path = socket_path(tag);
     let mut cfg = Config::new(path.clone(), MAC);
     config(&mut cfg);
-    let Prepared {
-        mut listener,
-        parts,
-        engine,
-    } = prepare(&cfg).expect("prepare");
-    let thread = thread::spawn(move || {
-        serve(&mut listener, &parts, Some(connections)).expect("serve");
-        engine.stop();
-    });
+    let thread = serve_on_thread(prepare(&cfg).expect("prepare"), connections);
     Daemon { path, thread }
 }
 
 fn session(d: &Daemon) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
-    let (mut fe, _) = connect(&d.path, true);
-    let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    (fe, guest, ctrl)
+    control_session(&d.path, true, 0x4000_0000, 8 << 20, 128)
 }
 
 #[test]
@@ -457,16 +446,9 @@ fn every_guest_memory_write_marks_its_page_while_logging() {
 
     let _ = env_logger::builder().is_test(true).try_init();
     let path = socket_path("dirtypaths");
-    let Prepared {
-        mut listener,
-        parts,
-        engine,
-    } = prepare(&Config::new(path.clone(), MAC)).expect("prepare");
-    let device = parts.device.clone();
-    let thread = thread::spawn(move || {
-        serve(&mut listener, &parts, Some(1)).expect("serve");
-        engine.stop();
-    });
+    let prepared = prepare(&Config::new(path.clone(), MAC)).expect("prepare");
+    let device = prepared.parts.device.clone();
+    let thread = serve_on_thread(prepared, 1);
     let (mut fe, _, _) = connect_with(&path, true, Pf::LOG_SHMFD);
     let mut guest = Guest::new(0x4000_0000, 8 << 20);
     let [_ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);

@@ -1,5 +1,8 @@
 //! The vhost-user plumbing against a mock device: the `vhost` crate's Frontend plays QEMU
 //! (features, protocol features, memfd memory table, vrings) against an in-process daemon.
+//!
+//! Long because it walks the vhost-user message set one message at a time against one mock
+//! device and one Frontend; one binary.
 
 mod vhost_user_support;
 
@@ -272,10 +275,7 @@ fn config_space_reads_and_bounds() {
 }
 
 fn control_setup(h: &Harness, event_idx: bool) -> (vhost::vhost_user::Frontend, Guest, DriverRing) {
-    let (mut fe, _) = connect(&h.path, event_idx);
-    let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 64);
-    (fe, guest, ctrl)
+    control_session(&h.path, event_idx, 0x10_0000, 4 << 20, 64)
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Whole-frame tests of the RoCEv2 wire layer: round trips of every opcode (IPv4/IPv6, with and
 //! without VLAN), ICRC against independent computations and a hardware-captured frame, every error
 //! path, and a fuzz-style no-panic sweep.
+//!
+//! Long because it covers every opcode and every error path of one parser and builder; one
+//! binary.
 
 use vrdma_backend::wire::opcode::OPCODES;
 use vrdma_backend::wire::*;
@@ -304,15 +307,14 @@ fn icrc_matches_hand_built_masked_buffer_ipv4() {
     bth_s.fecn = true;
     let b = PacketBuilder::new(
         Addressing {
-            src_mac: MAC_A,
-            dst_mac: MAC_B,
-            vlan: None,
-            src_gid: gid_from_ipv4([10, 0, 0, 1]),
-            dst_gid: gid_from_ipv4([10, 0, 0, 2]),
-            hop_limit: 64,
             traffic_class: 0x12,
-            flow_label: 0,
-            udp_src_port: 0xc001,
+            ..Addressing::new(
+                MAC_A,
+                MAC_B,
+                gid_from_ipv4([10, 0, 0, 1]),
+                gid_from_ipv4([10, 0, 0, 2]),
+                0xc001,
+            )
         },
         bth_s,
     );

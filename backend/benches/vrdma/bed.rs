@@ -243,20 +243,7 @@ pub fn mtu_enum(bytes: u32) -> u32 {
 fn reg(n: &mut Node, pd: u32, gpa: u64, len: u64, how: Reg, va: u64) -> (u64, u32) {
     match how {
         Reg::Pinned => (gpa, n.reg_mr(pd, gpa, len, ACC_ALL)),
-        Reg::Implicit => {
-            let c = VrdmaCmdRegMr {
-                pdn: pd,
-                access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
-                iova: 0,
-                length: u64::MAX,
-                page_shift: 12,
-                npages: 0,
-            };
-            let r = n
-                .cmd(VRDMA_CMD_REG_IMPLICIT_MR, c.as_bytes())
-                .expect("REG_IMPLICIT_MR");
-            (va, VrdmaRespRegMr::read_from(&r).unwrap().lkey)
-        }
+        Reg::Implicit => (va, crate::common::odp::reg_odp(n, pd, 0, 0, true)),
     }
 }
 
@@ -634,6 +621,20 @@ impl Bed {
         poll_cq_mem(&self.a.mem, &mut self.a.cq, out)
     }
 
+    /// Drive the bed (`progress(spin)`) until A's CQ yields a completion, which must be a
+    /// success; panics if none came within 10 s of `t0` (`what` names the stuck WQE).
+    pub fn wait_a_success(&mut self, cqes: &mut Vec<Cqe>, spin: bool, t0: Instant, what: &str) {
+        loop {
+            self.progress(spin);
+            cqes.clear();
+            if self.poll_a(cqes) > 0 {
+                assert_eq!(cqes[0].status, VRDMA_WC_SUCCESS, "{:?}", cqes[0]);
+                return;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "{what} stuck");
+        }
+    }
+
     pub fn poll_b(&mut self, out: &mut Vec<Cqe>) -> usize {
         poll_cq_mem(&self.b.mem, &mut self.b.cq, out)
     }
@@ -667,7 +668,7 @@ impl Bed {
     pub fn engine_cpu(&self) -> f64 {
         match self.link {
             Link::InProc { .. } => crate::util::thread_cpu_secs(),
-            Link::Engines { .. } => crate::util::threads_cpu_secs("vrdma-engine"),
+            Link::Engines { .. } => crate::common::engine::threads_cpu_secs("vrdma-engine"),
         }
     }
 

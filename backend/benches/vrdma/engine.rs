@@ -203,20 +203,26 @@ pub fn latency(bed: &mut Bed, size: u64, iters: usize) -> Vec<f64> {
         let t0 = Instant::now();
         bed.post(&w);
         bed.doorbell();
-        loop {
-            bed.progress(true);
-            cqes.clear();
-            if bed.poll_a(&mut cqes) > 0 {
-                assert_eq!(cqes[0].status, VRDMA_WC_SUCCESS, "{:?}", cqes[0]);
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "64 B WRITE stuck");
-        }
+        bed.wait_a_success(&mut cqes, true, t0, "64 B WRITE");
         if i >= 20 {
             v.push(t0.elapsed().as_secs_f64());
         }
     }
     v
+}
+
+/// 64 B WRITE streams of `n` messages after a 256-message warm-up, `runs` times: the message
+/// rates and the engine CPU seconds per message of each run.
+fn small_write_rates(bed: &mut Bed, n: u64, runs: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut rates, mut cpu) = (Vec::new(), Vec::new());
+    stream(bed, Op::Write, 64, 256);
+    for _ in 0..runs {
+        let c0 = bed.engine_cpu();
+        let t = stream(bed, Op::Write, 64, n).as_secs_f64();
+        cpu.push((bed.engine_cpu() - c0) / n as f64);
+        rates.push(n as f64 / t);
+    }
+    (rates, cpu)
 }
 
 pub fn run(quick: bool) {
@@ -290,14 +296,7 @@ pub fn run(quick: bool) {
                 };
                 let mut l = latency(&mut bed, 64, iters);
                 let n = if quick { 5000 } else { 20000 };
-                let (mut rates, mut cpu) = (Vec::new(), Vec::new());
-                stream(&mut bed, Op::Write, 64, 256);
-                for _ in 0..runs {
-                    let c0 = bed.engine_cpu();
-                    let t = stream(&mut bed, Op::Write, 64, n).as_secs_f64();
-                    cpu.push((bed.engine_cpu() - c0) / n as f64);
-                    rates.push(n as f64 / t);
-                }
+                let (mut rates, mut cpu) = small_write_rates(&mut bed, n, runs);
                 small.row(vec![
                     mode.name().into(),
                     crate::util::fmt_secs(median(&mut l)),
@@ -336,14 +335,7 @@ pub fn qp_scaling(quick: bool) {
             t0.elapsed().as_secs_f64()
         });
         let n = if quick { 3000 } else { 10000 };
-        let (mut rates, mut cpu) = (Vec::new(), Vec::new());
-        stream(&mut bed, Op::Write, 64, 256);
-        for _ in 0..runs {
-            let c0 = bed.engine_cpu();
-            let el = stream(&mut bed, Op::Write, 64, n).as_secs_f64();
-            cpu.push((bed.engine_cpu() - c0) / n as f64);
-            rates.push(n as f64 / el);
-        }
+        let (mut rates, mut cpu) = small_write_rates(&mut bed, n, runs);
         t.row(vec![
             k.to_string(),
             crate::util::fmt_secs(median(&mut tick)),

@@ -10,7 +10,7 @@ use vrdma_backend::guest::GuestMem;
 use vrdma_spec::*;
 
 use crate::bed::{Bed, Mode, Reg, CHUNK, VA_A, VA_B};
-use crate::common::{Wqe, ACC_ALL};
+use crate::common::{odp_mr_req, Wqe, ACC_ALL};
 use crate::engine::{point, Op};
 use crate::util::{fmt_secs, fmt_size, median, sample, Table};
 
@@ -88,14 +88,7 @@ pub fn registration(quick: bool) {
     let mut implicit_col = Vec::new();
     for size in [4u64 << 10, 64 << 10, 2 << 20, 64 << 20, GIB] {
         // Explicit ODP MR over [VA, VA + size).
-        let odp_req = VrdmaCmdRegMr {
-            pdn: pd,
-            access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
-            iova: VA_A,
-            length: size,
-            page_shift: 12,
-            npages: 0,
-        };
+        let odp_req = odp_mr_req(pd, ACC_ALL | VRDMA_ACCESS_ON_DEMAND, VA_A, size);
         let mut odp = sample(budget, min_it, max_it, || {
             let t0 = Instant::now();
             let (st, r) = cmd(&mut dev, VRDMA_CMD_REG_ODP_MR, odp_req.as_bytes());
@@ -105,14 +98,7 @@ pub fn registration(quick: bool) {
             el
         });
         // Implicit: the same command whatever the size the application will use.
-        let imp_req = VrdmaCmdRegMr {
-            pdn: pd,
-            access: ACC_ALL | VRDMA_ACCESS_ON_DEMAND,
-            iova: 0,
-            length: u64::MAX,
-            page_shift: 12,
-            npages: 0,
-        };
+        let imp_req = odp_mr_req(pd, ACC_ALL | VRDMA_ACCESS_ON_DEMAND, 0, u64::MAX);
         let mut imp = sample(budget, min_it, max_it, || {
             let t0 = Instant::now();
             let (st, r) = cmd(&mut dev, VRDMA_CMD_REG_IMPLICIT_MR, imp_req.as_bytes());
@@ -211,18 +197,7 @@ fn first_touch(fault_on_b: bool, chunks: u64) -> [Vec<f64>; 7] {
             let t0 = Instant::now();
             bed.post(&w);
             bed.doorbell();
-            loop {
-                bed.progress(false);
-                cqes.clear();
-                if bed.poll_a(&mut cqes) > 0 {
-                    assert_eq!(cqes[0].status, VRDMA_WC_SUCCESS, "{:?}", cqes[0]);
-                    break;
-                }
-                assert!(
-                    t0.elapsed() < Duration::from_secs(10),
-                    "first-touch WRITE stuck"
-                );
-            }
+            bed.wait_a_success(&mut cqes, false, t0, "first-touch WRITE");
             let el = t0.elapsed().as_secs_f64();
             let cpu = bed.engine_cpu() - c0;
             let (ab1, _) = bed.frames.get();

@@ -172,26 +172,3 @@ pub fn thread_cpu_secs() -> f64 {
     }
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
-
-/// CPU time (seconds) of this process's threads named `name` (e.g. "vrdma-engine"), from
-/// /proc/self/task/*/schedstat (nanoseconds on CPU).
-pub fn threads_cpu_secs(name: &str) -> f64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    let mut ns = 0u64;
-    for e in dir.flatten() {
-        let p = e.path();
-        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if comm.trim_end() != name {
-            continue;
-        }
-        let st = std::fs::read_to_string(p.join("schedstat")).unwrap_or_default();
-        ns += st
-            .split_whitespace()
-            .next()
-            .and_then(|x| x.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    ns as f64 * 1e-9
-}

@@ -29,17 +29,13 @@ fn per_call(budget: Duration, mut f: impl FnMut()) -> f64 {
 }
 
 fn addressing() -> Addressing {
-    Addressing {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        vlan: None,
-        src_gid: gid_from_ipv4([10, 0, 0, 1]),
-        dst_gid: gid_from_ipv4([10, 0, 0, 2]),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: udp_src_port(17, 18),
-    }
+    Addressing::new(
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        gid_from_ipv4([10, 0, 0, 1]),
+        gid_from_ipv4([10, 0, 0, 2]),
+        udp_src_port(17, 18),
+    )
 }
 
 pub fn run(quick: bool) {

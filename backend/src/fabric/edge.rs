@@ -30,17 +30,13 @@ mod tests {
     use crate::wire::{Addressing, Bth, Opcode, PacketBuilder};
 
     fn built(icrc: bool, payload: &[u8]) -> Vec<u8> {
-        let addr = Addressing {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            vlan: None,
-            src_gid: crate::wire::gid_from_ipv4([10, 0, 0, 1]),
-            dst_gid: crate::wire::gid_from_ipv4([10, 0, 0, 2]),
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-            udp_src_port: 0xc000,
-        };
+        let addr = Addressing::new(
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+            crate::wire::gid_from_ipv4([10, 0, 0, 1]),
+            crate::wire::gid_from_ipv4([10, 0, 0, 2]),
+            0xc000,
+        );
         let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcSendOnly, 0x11, 5));
         b.icrc = icrc;
         let mut out = Vec::new();

@@ -485,22 +485,7 @@ impl Fabric {
             }
             Dest::Port(p) if self.capture.is_none() && self.takes_segments(p) => {
                 crate::stats::add(&ingress.stats.in_frames, n);
-                let port = &self.ports[p];
-                if let PortKind::Device { rx, .. } = &port.kind {
-                    let a = match refs {
-                        None => rx.push_segment(from, seg),
-                        Some(r) => {
-                            let (a, back) = rx.push_segment_refs(from, seg, r);
-                            if let Err(r) = back {
-                                r.recycle();
-                            }
-                            a
-                        }
-                    };
-                    self.count_admission(from, p, n, a);
-                } else {
-                    recycle(refs);
-                }
+                self.push_segment_to(from, p, seg, refs, n);
                 return;
             }
             _ => {}
@@ -514,10 +499,43 @@ impl Fabric {
                 return;
             }
         }
+        self.forward_as_frames(from, seg);
+    }
+
+    /// A segment (of `n` frames) for a device port that takes segments: handed to its receive
+    /// queue whole, by reference if it came so.
+    fn push_segment_to(
+        &self,
+        from: PortId,
+        to: PortId,
+        seg: &mut Vec<u8>,
+        refs: Option<Box<dyn segment::PayloadRefs>>,
+        n: usize,
+    ) {
+        let PortKind::Device { rx, .. } = &self.ports[to].kind else {
+            if let Some(r) = refs {
+                r.recycle();
+            }
+            return;
+        };
+        let a = match refs {
+            None => rx.push_segment(from, seg),
+            Some(r) => {
+                let (a, back) = rx.push_segment_refs(from, seg, r);
+                if let Err(r) = back {
+                    r.recycle();
+                }
+                a
+            }
+        };
+        self.count_admission(from, to, n, a);
+    }
+
+    /// Software GSO: a segment of bytes goes on as the standard frames, each in its own buffer.
+    fn forward_as_frames(&self, from: PortId, seg: &[u8]) {
         let Some(parsed) = segment::Segment::parse(seg) else {
             return;
         };
-        // Software GSO: the standard frames, each in its own buffer.
         let mut frames: Vec<Vec<u8>> = parsed.frames().map(<[u8]>::to_vec).collect();
         self.forward_owned_plain(from, &mut frames);
     }

@@ -2,9 +2,8 @@
 //! their network; trunk uplinks tag on egress and untag on ingress.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
-use super::test_support::{drain, frame, sent, Recorder};
+use super::test_support::{drain, frame, sent, Bed};
 use super::*;
 use crate::uplink::Uplink;
 
@@ -19,14 +18,6 @@ fn tagged(f: &[u8], vlan: NetId) -> Vec<u8> {
     let mut out = Vec::new();
     network::tag_onto(f, vlan, &mut out);
     out
-}
-
-struct Bed {
-    fabric: Arc<Fabric>,
-    /// A, B (network 0), C, D (network 5).
-    ports: Vec<DevicePort>,
-    /// (port, recorder, networks)
-    uplinks: Vec<(PortId, Arc<Recorder>)>,
 }
 
 fn bed(uplinks: &[UplinkNets]) -> Bed {
@@ -44,23 +35,10 @@ fn bed(uplinks: &[UplinkNets]) -> Bed {
             .unwrap()
         })
         .collect();
-    let ups = uplinks
-        .iter()
-        .map(|n| {
-            let r = Arc::new(Recorder::default());
-            (b.add_uplink_with(r.clone(), n.clone()), r)
-        })
-        .collect();
-    let fabric = b.build();
-    let ports = ids
-        .iter()
-        .map(|&i| fabric.device_port(i).unwrap())
-        .collect();
-    Bed {
-        fabric,
-        ports,
-        uplinks: ups,
-    }
+    // Ports A, B (network 0), C, D (network 5).
+    Bed::build(b, &ids, uplinks.len(), |b, i, r| {
+        b.add_uplink_with(r, uplinks[i].clone())
+    })
 }
 
 #[test]

@@ -44,17 +44,7 @@ fn arp(src: MacAddr, sender_ip: [u8; 4]) -> Vec<u8> {
 }
 
 fn roce(src: MacAddr, dst: MacAddr, src_ip: [u8; 4], psn: u32) -> Vec<u8> {
-    let addr = Addressing {
-        src_mac: src,
-        dst_mac: dst,
-        vlan: None,
-        src_gid: gid_from_ipv4(src_ip),
-        dst_gid: gid_from_ipv4(IP_B),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: 0xc000,
-    };
+    let addr = Addressing::new(src, dst, gid_from_ipv4(src_ip), gid_from_ipv4(IP_B), 0xc000);
     let mut out = Vec::new();
     PacketBuilder::new(addr, Bth::new(Opcode::RcSendOnly, 0x11, psn))
         .build(&[b"payload"], &mut out)

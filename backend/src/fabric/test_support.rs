@@ -1,9 +1,10 @@
-//! What the switch's unit tests share: an uplink that records what it is given, a minimal
-//! frame, and a device port's queue drained into a list.
+//! What the switch's unit tests share: an uplink that records what it is given, a fabric of
+//! device ports and recorded uplinks, a minimal frame, and a device port's queue drained into a
+//! list.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::DevicePort;
+use super::{DevicePort, Fabric, FabricBuilder, PortId};
 use crate::uplink::{RxFrame, Uplink, UplinkError};
 use crate::wire::eth::MacAddr;
 
@@ -23,6 +24,41 @@ impl Uplink for Recorder {
     }
     fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
         -1
+    }
+}
+
+/// A built fabric with its device ports (in the order they were added) and its uplinks with
+/// what records them.
+pub(super) struct Bed {
+    pub fabric: Arc<Fabric>,
+    pub ports: Vec<DevicePort>,
+    pub uplinks: Vec<(PortId, Arc<Recorder>)>,
+}
+
+impl Bed {
+    /// Builds `b`, whose devices `devices` and uplinks `add_uplink(recorder)` added.
+    pub fn build(
+        mut b: FabricBuilder,
+        devices: &[PortId],
+        uplinks: usize,
+        mut add_uplink: impl FnMut(&mut FabricBuilder, usize, Arc<Recorder>) -> PortId,
+    ) -> Bed {
+        let uplinks = (0..uplinks)
+            .map(|i| {
+                let r = Arc::new(Recorder::default());
+                (add_uplink(&mut b, i, r.clone()), r)
+            })
+            .collect();
+        let fabric = b.build();
+        let ports = devices
+            .iter()
+            .map(|&i| fabric.device_port(i).unwrap())
+            .collect();
+        Bed {
+            fabric,
+            ports,
+            uplinks,
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::test_support::{drain, frame, sent, Recorder};
+use super::test_support::{drain, frame, sent, Bed, Recorder};
 use super::*;
 use crate::uplink::{RxFrame, Uplink};
 
@@ -13,31 +13,10 @@ const C: MacAddr = [0x02, 0, 0, 0, 0, 0xc];
 const REMOTE: MacAddr = [0x02, 0, 0, 0, 0, 0x77];
 const REMOTE2: MacAddr = [0x02, 0, 0, 0, 0, 0x78];
 
-struct Bed {
-    fabric: Arc<Fabric>,
-    ports: Vec<DevicePort>,
-    uplinks: Vec<(PortId, Arc<Recorder>)>,
-}
-
 fn bed(devices: &[MacAddr], uplinks: usize) -> Bed {
     let mut b = FabricBuilder::new();
     let ids: Vec<PortId> = devices.iter().map(|m| b.add_device(*m).unwrap()).collect();
-    let ups: Vec<(PortId, Arc<Recorder>)> = (0..uplinks)
-        .map(|_| {
-            let r = Arc::new(Recorder::default());
-            (b.add_uplink(r.clone()), r)
-        })
-        .collect();
-    let fabric = b.build();
-    let ports = ids
-        .iter()
-        .map(|&i| fabric.device_port(i).unwrap())
-        .collect();
-    Bed {
-        fabric,
-        ports,
-        uplinks: ups,
-    }
+    Bed::build(b, &ids, uplinks, |b, _, r| b.add_uplink(r))
 }
 
 #[test]
@@ -194,17 +173,13 @@ fn counters_render_per_port() {
 /// A RoCEv2 SEND from `src` to `dst`, with or without its ICRC.
 fn roce(dst: MacAddr, src: MacAddr, icrc: bool) -> Vec<u8> {
     use crate::wire::{gid_from_ipv4, Addressing, Bth, Opcode, PacketBuilder};
-    let addr = Addressing {
-        src_mac: src,
-        dst_mac: dst,
-        vlan: None,
-        src_gid: gid_from_ipv4([10, 0, 0, src[5]]),
-        dst_gid: gid_from_ipv4([10, 0, 0, dst[5]]),
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-        udp_src_port: 0xc000,
-    };
+    let addr = Addressing::new(
+        src,
+        dst,
+        gid_from_ipv4([10, 0, 0, src[5]]),
+        gid_from_ipv4([10, 0, 0, dst[5]]),
+        0xc000,
+    );
     let mut b = PacketBuilder::new(addr, Bth::new(Opcode::RcSendOnly, 0x12, 9));
     b.icrc = icrc;
     let mut out = Vec::new();

@@ -136,7 +136,7 @@ impl Ring {
         min_shift: u32,
         max_depth: u32,
     ) -> Result<Ring, RingError> {
-        check_geometry(pages, depth, entry_shift, min_shift, max_depth)?;
+        let ring = Ring::from_saved(pages, depth, entry_shift, 0, min_shift, max_depth)?;
         for &p in pages {
             if !mem.check_range(p, RING_PAGE_SIZE) {
                 return Err(RingError::Access(GuestMemError::OutOfRange {
@@ -145,12 +145,7 @@ impl Ring {
                 }));
             }
         }
-        Ok(Ring {
-            pages: pages.to_vec(),
-            depth,
-            entry_shift,
-            dev_index: 0,
-        })
+        Ok(ring)
     }
 
     /// A ring that does not exist (the SQ of an XRC_TGT QP, spec §13.7): no pages, depth 0.

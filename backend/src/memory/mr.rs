@@ -216,6 +216,19 @@ pub struct Mr {
 }
 
 impl Mr {
+    /// An object of `pd` that maps nothing yet (a fast-registration MR before its first
+    /// REG_MR WQE, a memory window before its first bind); `alloc` gives it its key.
+    pub fn unmapped(pd: u32, kind: MrKind) -> Mr {
+        Mr {
+            key: 0,
+            pd,
+            access: 0,
+            iova: 0,
+            length: 0,
+            kind,
+        }
+    }
+
     pub fn index(&self) -> u32 {
         key_index(self.key)
     }

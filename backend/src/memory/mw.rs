@@ -76,17 +76,13 @@ impl MrTable {
         }
         let charge = self.charge(0)?;
         self.alloc(
-            Mr {
-                key: 0,
+            Mr::unmapped(
                 pd,
-                access: 0,
-                iova: 0,
-                length: 0,
-                kind: MrKind::Window(Window {
+                MrKind::Window(Window {
                     mw_type,
                     bound: None,
                 }),
-            },
+            ),
             charge,
         )
     }
@@ -201,6 +197,31 @@ impl MrTable {
                 return Err(MrError::Invalid("type 2B bind of length 0"));
             }
         }
+        // 4. and 5.
+        self.check_bind_target(b)?;
+        // Bound: a type 1 rebind first gives up its old binding.
+        self.unbind(idx);
+        let mr_idx = key_index(b.mr_key) as usize;
+        self.slots[mr_idx].bound_mws += 1;
+        self.set_window_key(idx, b.new_key);
+        if let Some((w, _)) = self.window_mut(idx) {
+            w.access = b.access & WINDOW_RIGHTS;
+            w.iova = if zero_based { 0 } else { b.addr };
+            w.length = b.length;
+            w.kind = MrKind::Window(Window {
+                mw_type: win.mw_type,
+                bound: Some(Binding {
+                    mr_key: b.mr_key,
+                    base: b.addr,
+                    qpn: (win.mw_type == VRDMA_MW_TYPE_2).then_some(b.qpn),
+                }),
+            });
+        }
+        Ok(())
+    }
+
+    /// BIND_MW rules 4 and 5 (spec §12.8): the MR the window is bound to and the range in it.
+    fn check_bind_target(&self, b: &BindMw) -> Result<(), MrError> {
         // 4. the MR: same PD, MW_BIND, local write for remote write/atomic (C10-73, C10-74).
         let mr = self.get(b.mr_key)?;
         if mr.pd != b.qp_pd {
@@ -237,24 +258,6 @@ impl MrTable {
         let end = b.addr.checked_add(b.length).ok_or(oob.clone())?;
         if b.addr < mr.iova || end > mr.end() {
             return Err(oob);
-        }
-        // Bound: a type 1 rebind first gives up its old binding.
-        self.unbind(idx);
-        let mr_idx = key_index(b.mr_key) as usize;
-        self.slots[mr_idx].bound_mws += 1;
-        self.set_window_key(idx, b.new_key);
-        if let Some((w, _)) = self.window_mut(idx) {
-            w.access = b.access & WINDOW_RIGHTS;
-            w.iova = if zero_based { 0 } else { b.addr };
-            w.length = b.length;
-            w.kind = MrKind::Window(Window {
-                mw_type: win.mw_type,
-                bound: Some(Binding {
-                    mr_key: b.mr_key,
-                    base: b.addr,
-                    qpn: (win.mw_type == VRDMA_MW_TYPE_2).then_some(b.qpn),
-                }),
-            });
         }
         Ok(())
     }

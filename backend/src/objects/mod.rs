@@ -43,20 +43,7 @@ impl<T> HandleTable<T> {
 
     /// Insert; `None` when the table is full.
     pub fn insert(&mut self, v: T) -> Option<u32> {
-        if self.count >= self.max {
-            return None;
-        }
-        let h = match self.free.pop_front() {
-            Some(h) => h,
-            None => {
-                let h = u32::try_from(self.slots.len()).ok()?;
-                self.slots.push(None);
-                h
-            }
-        };
-        self.slots[h as usize] = Some(v);
-        self.count += 1;
-        Some(h)
+        self.insert_with(|_| v)
     }
 
     /// Insert with a handle chosen by `f(handle)` (to store the handle inside the object).

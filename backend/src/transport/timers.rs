@@ -180,18 +180,29 @@ pub fn on_tick(dev: &Device, now: Instant) -> Option<Instant> {
 /// deadline. Work is proportional to the expired heap entries and the listed QPs, not to the
 /// number of QPs.
 pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
-    let mut next: Option<Instant> = None;
+    let mut next = fire_expired(dev, now, w);
+    if run_worklist(dev, now, w) {
+        next = Some(now);
+    }
+    // Listed QPs that could not proceed (e.g. SQD) wait for a kick, like before; an expired
+    // deadline re-queued during the tick fires on the next one.
+    let first = dev.timers.shard(w).heap.peek().map(|&Reverse((d, _))| d);
+    if let Some(d) = first {
+        next = Some(next.map_or(d, |n: Instant| n.min(d)));
+    }
+    next
+}
+
+/// Pops and fires worker `w`'s heap entries due by `now`; returns the first one not yet due.
+fn fire_expired(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
     loop {
         // The shard is locked only to take an entry: firing it locks the QP (and may queue
         // deadlines in this shard again).
         let (d, qpn) = {
             let mut shard = dev.timers.shard(w);
-            let Some(&Reverse((d, qpn))) = shard.heap.peek() else {
-                break;
-            };
+            let &Reverse((d, qpn)) = shard.heap.peek()?;
             if d > now {
-                next = Some(d);
-                break;
+                return Some(d);
             }
             shard.heap.pop();
             shard.visited += 1;
@@ -204,30 +215,39 @@ pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
             }
             _ => false,
         };
-        if !live {
-            continue;
+        if live {
+            fire(dev, qpn, now);
         }
-        // `note_req` (through `with_req`) queues whatever deadline the QP has afterwards.
-        with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
-            let mut fired = false;
-            if st.retrans_deadline.is_some_and(|d| d <= now) {
-                if let Some(mut s) = ctx::qp_stats(dev, ctx.qpn) {
-                    s.timeouts += 1;
-                }
-                completer::on_retrans_timeout(ctx, st, now);
-                fired = true;
-            }
-            if st.rnr_deadline.is_some_and(|d| d <= now) {
-                st.rnr_deadline = None;
-                fired = true;
-            }
-            if fired {
-                requester::process(dev, ctx, st, now);
-            }
-        });
     }
-    // The worklist: sends that nothing else will trigger (SQD → RTS) and paced READ responses.
-    // QPs that still need a tick are listed again by note_req / note_resp.
+}
+
+/// The QP's retransmission and RNR deadlines that passed: time out, or end the back-off, and
+/// send again. `note_req` (through `with_req`) queues whatever deadline the QP has afterwards.
+fn fire(dev: &Device, qpn: u32, now: Instant) {
+    with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
+        let mut fired = false;
+        if st.retrans_deadline.is_some_and(|d| d <= now) {
+            if let Some(mut s) = ctx::qp_stats(dev, ctx.qpn) {
+                s.timeouts += 1;
+            }
+            completer::on_retrans_timeout(ctx, st, now);
+            fired = true;
+        }
+        if st.rnr_deadline.is_some_and(|d| d <= now) {
+            st.rnr_deadline = None;
+            fired = true;
+        }
+        if fired {
+            requester::process(dev, ctx, st, now);
+        }
+    });
+}
+
+/// The worklist: sends that nothing else will trigger (SQD → RTS) and paced READ responses.
+/// QPs that still need a tick are listed again by note_req / note_resp. Returns whether READ
+/// responses are left to pace (tick again at once).
+fn run_worklist(dev: &Device, now: Instant, w: usize) -> bool {
+    let mut more_replies = false;
     let mut work = {
         let mut shard = dev.timers.shard(w);
         let mut work = std::mem::take(&mut shard.spare);
@@ -251,7 +271,7 @@ pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
                 super::responder::pump_replies(dev, c, st, super::responder::READ_BURST)
             });
             if more == Some(true) {
-                next = Some(now);
+                more_replies = true;
             }
         }
         // Still pending (e.g. in SQD until MODIFY_QP → RTS, which kicks the engine): stay listed.
@@ -259,11 +279,5 @@ pub fn on_worker_tick(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
     }
     work.clear();
     dev.timers.shard(w).spare = work;
-    // Listed QPs that could not proceed (e.g. SQD) wait for a kick, like before; an expired
-    // deadline re-queued during the tick fires on the next one.
-    let first = dev.timers.shard(w).heap.peek().map(|&Reverse((d, _))| d);
-    if let Some(d) = first {
-        next = Some(next.map_or(d, |n: Instant| n.min(d)));
-    }
-    next
+    more_replies
 }

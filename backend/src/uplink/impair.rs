@@ -199,12 +199,7 @@ impl<U: Uplink> Uplink for Impaired<U> {
     /// Received frames pass through untouched, so the inner port's receive promise holds.
     /// Sends go through `send`, which no uplink seals: the engine computes the ICRC itself.
     fn icrc_offload(&self) -> super::IcrcOffload {
-        super::IcrcOffload {
-            seals_tx: false,
-            checked_rx: self.inner.icrc_offload().checked_rx,
-            segments: false,
-            payload_refs: false,
-        }
+        super::IcrcOffload::of_wrapper(self.inner.icrc_offload())
     }
 
     fn as_raw_fd(&self) -> RawFd {

@@ -79,6 +79,18 @@ pub struct IcrcOffload {
     pub payload_refs: bool,
 }
 
+impl IcrcOffload {
+    /// A wrapper that passes received frames through untouched and sends through the inner
+    /// port's `send` (which no uplink seals): the inner port's receive promise holds, nothing
+    /// else is offered.
+    pub fn of_wrapper(inner: IcrcOffload) -> IcrcOffload {
+        IcrcOffload {
+            checked_rx: inner.checked_rx,
+            ..IcrcOffload::default()
+        }
+    }
+}
+
 /// Frames moved per batched system call (`sendmmsg` / `recvmmsg` on the UDP uplink).
 pub const IO_BATCH: usize = 64;
 

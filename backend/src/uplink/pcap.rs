@@ -371,12 +371,7 @@ impl<U: Uplink> Uplink for PcapTee<U> {
     /// devices of a fabric without an ICRC). Sent frames are recorded before they reach the
     /// inner port, so the engine computes their ICRC itself.
     fn icrc_offload(&self) -> super::IcrcOffload {
-        super::IcrcOffload {
-            seals_tx: false,
-            checked_rx: self.inner.icrc_offload().checked_rx,
-            segments: false,
-            payload_refs: false,
-        }
+        super::IcrcOffload::of_wrapper(self.inner.icrc_offload())
     }
 
     fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>, UplinkError> {

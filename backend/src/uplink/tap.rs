@@ -32,45 +32,25 @@ const VNET_F_NEEDS_CSUM: u8 = 1;
 /// `VIRTIO_NET_HDR_GSO_NONE`.
 const VNET_GSO_NONE: u8 = 0;
 
-/// `struct ifreq` with the flags member of the union (40 bytes on Linux).
+/// `struct ifreq` (40 bytes on Linux) with one member of its union, `value`: the flags
+/// (`c_short`) or the MTU (`c_int`). The padding covers the rest of the union whatever `T` is
+/// (the struct may be a few bytes longer than the kernel's; it reads and writes 40).
 #[repr(C)]
-struct IfReqFlags {
+struct IfReq<T> {
     name: [u8; libc::IFNAMSIZ],
-    flags: libc::c_short,
-    _pad: [u8; 22],
+    value: T,
+    _pad: [u8; 24],
 }
 
-impl IfReqFlags {
-    fn new(name: &str) -> IfReqFlags {
-        let mut r = IfReqFlags {
+impl<T> IfReq<T> {
+    fn new(name: &str, value: T) -> IfReq<T> {
+        let mut r = IfReq {
             name: [0; libc::IFNAMSIZ],
-            flags: 0,
-            _pad: [0; 22],
+            value,
+            _pad: [0; 24],
         };
         // Caller checked name.len() < IFNAMSIZ: the last byte stays NUL.
         r.name[..name.len()].copy_from_slice(name.as_bytes());
-        r
-    }
-}
-
-/// `struct ifreq` with the MTU member of the union (40 bytes on Linux).
-#[repr(C)]
-struct IfReqMtu {
-    name: [u8; libc::IFNAMSIZ],
-    mtu: libc::c_int,
-    _pad: [u8; 20],
-}
-
-impl IfReqMtu {
-    fn new(name: &str, mtu: libc::c_int) -> IfReqMtu {
-        let mut r = IfReqMtu {
-            name: [0; libc::IFNAMSIZ],
-            mtu,
-            _pad: [0; 20],
-        };
-        // Callers hold a valid name (checked at open): shorter than IFNAMSIZ.
-        let n = name.len().min(libc::IFNAMSIZ - 1);
-        r.name[..n].copy_from_slice(&name.as_bytes()[..n]);
         r
     }
 }
@@ -112,15 +92,14 @@ impl TapUplink {
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open("/dev/net/tun")
             .map_err(tap_err(name, "open /dev/net/tun"))?;
-        let mut req = IfReqFlags::new(name);
-        req.flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+        let mut req: IfReq<libc::c_short> = IfReq::new(name, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR);
         // SAFETY: TUNSETIFF reads (and may write back the name into) a `struct ifreq`; `req` is a
         // properly sized, initialised #[repr(C)] ifreq that outlives the call.
         let rc = unsafe {
             libc::ioctl(
                 file.as_raw_fd(),
                 TUNSETIFF as _,
-                &mut req as *mut IfReqFlags,
+                &mut req as *mut IfReq<libc::c_short>,
             )
         };
         if rc < 0 {
@@ -178,7 +157,7 @@ impl TapUplink {
     /// The interface MTU (SIOCGIFMTU).
     pub fn mtu(&self) -> Result<u32, UplinkError> {
         let sock = self.ifreq_socket()?;
-        let mut req = IfReqMtu::new(&self.name, 0);
+        let mut req = IfReq::<libc::c_int>::new(&self.name, 0);
         // SAFETY: SIOCGIFMTU fills ifr_mtu of a valid `struct ifreq`, which `req` is.
         let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU as _, &mut req) };
         if rc < 0 {
@@ -186,12 +165,12 @@ impl TapUplink {
                 std::io::Error::last_os_error(),
             ));
         }
-        Ok(req.mtu.max(0) as u32)
+        Ok(req.value.max(0) as u32)
     }
 
     fn set_mtu(&self, mtu: u16) -> Result<(), UplinkError> {
         let sock = self.ifreq_socket()?;
-        let req = IfReqMtu::new(&self.name, libc::c_int::from(mtu));
+        let req = IfReq::<libc::c_int>::new(&self.name, libc::c_int::from(mtu));
         // SAFETY: SIOCSIFMTU reads a valid `struct ifreq`, which `req` is.
         let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU as _, &req) };
         if rc < 0 {
@@ -205,13 +184,13 @@ impl TapUplink {
     /// The interface flags (SIOCGIFFLAGS).
     fn flags(&self) -> Result<libc::c_short, UplinkError> {
         let sock = self.ifreq_socket()?;
-        let mut req = IfReqFlags::new(&self.name);
+        let mut req: IfReq<libc::c_short> = IfReq::new(&self.name, 0);
         // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid `struct ifreq`, which `req` is.
         let rc = unsafe {
             libc::ioctl(
                 sock.as_raw_fd(),
                 libc::SIOCGIFFLAGS as _,
-                &mut req as *mut IfReqFlags,
+                &mut req as *mut IfReq<libc::c_short>,
             )
         };
         if rc < 0 {
@@ -219,41 +198,20 @@ impl TapUplink {
                 std::io::Error::last_os_error(),
             ));
         }
-        Ok(req.flags)
+        Ok(req.value)
     }
 
-    /// SIOCGIFFLAGS / SIOCSIFFLAGS |= IFF_UP through a throwaway AF_INET socket.
+    /// SIOCGIFFLAGS / SIOCSIFFLAGS |= IFF_UP through throwaway AF_INET sockets.
     fn set_up(&self) -> Result<(), UplinkError> {
-        // SAFETY: plain socket(2) call; the fd is owned (and closed) by `sock` below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(tap_err(&self.name, "socket")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: `fd` is a fresh socket we own exclusively.
-        let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let mut req = IfReqFlags::new(&self.name);
-        // SAFETY: SIOCGIFFLAGS fills ifr_flags of a valid `struct ifreq`, which `req` is.
-        let rc = unsafe {
-            libc::ioctl(
-                sock.as_raw_fd(),
-                libc::SIOCGIFFLAGS as _,
-                &mut req as *mut IfReqFlags,
-            )
-        };
-        if rc < 0 {
-            return Err(tap_err(&self.name, "SIOCGIFFLAGS")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-        req.flags |= libc::IFF_UP as libc::c_short;
+        let flags = self.flags()?;
+        let sock = self.ifreq_socket()?;
+        let req = IfReq::new(&self.name, flags | libc::IFF_UP as libc::c_short);
         // SAFETY: SIOCSIFFLAGS reads a valid `struct ifreq`, which `req` is.
         let rc = unsafe {
             libc::ioctl(
                 sock.as_raw_fd(),
                 libc::SIOCSIFFLAGS as _,
-                &req as *const IfReqFlags,
+                &req as *const IfReq<libc::c_short>,
             )
         };
         if rc < 0 {

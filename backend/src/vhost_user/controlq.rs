@@ -203,6 +203,41 @@ fn parked_chain(chain: &SplitChain) -> SplitChain {
     }
 }
 
+/// The command of `chain`: its opcode and arguments, after the checks that need no device
+/// (the chain was gathered, a header, flags 0, room for the opcode's response); `Err`: the
+/// status refusing it.
+fn decode(chain: &SplitChain, cap: u64) -> Result<(u16, &[u8]), u32> {
+    if let Some(e) = &chain.read_error {
+        guest_warn!("controlq: chain {}: {e}", chain.head);
+        // Spec §14.2 / §16: a well-formed command the budget cannot gather is NO_RESOURCES.
+        if matches!(e, ChainError::OverBudget { .. }) {
+            return Err(VRDMA_STATUS_NO_RESOURCES);
+        }
+        return Err(VRDMA_STATUS_INVALID);
+    }
+    let req = &chain.readable;
+    let Some((hdr, args)) = VrdmaCmdHdr::split_from(req) else {
+        guest_warn!(
+            "controlq: chain {}: {} readable bytes, shorter than the command header",
+            chain.head,
+            req.len()
+        );
+        return Err(VRDMA_STATUS_INVALID);
+    };
+    let (opcode, flags) = (hdr.opcode, hdr.flags);
+    if flags != 0 {
+        guest_warn!("controlq: opcode {opcode}: flags {flags:#x} must be 0");
+        return Err(VRDMA_STATUS_INVALID);
+    }
+    if let Some(need) = resp_body_len(opcode) {
+        if cap < (RESP_HDR_LEN + need) as u64 {
+            guest_warn!("controlq: opcode {opcode}: writable part of {cap} bytes too small");
+            return Err(VRDMA_STATUS_INVALID);
+        }
+    }
+    Ok((opcode, args))
+}
+
 /// Decode and execute; leaves the response body in `body` (empty unless OK or the device gave
 /// one) and guarantees `RESP_HDR_LEN + body.len() <= cap`. `None`: the device parked the command
 /// and the chain is in `parked`.
@@ -213,34 +248,11 @@ fn execute<D: RdmaDevice>(
     body: &mut Vec<u8>,
     parked: &ParkedCommands,
 ) -> Option<u32> {
-    if let Some(e) = &chain.read_error {
-        guest_warn!("controlq: chain {}: {e}", chain.head);
-        // Spec §14.2 / §16: a well-formed command the budget cannot gather is NO_RESOURCES.
-        if matches!(e, ChainError::OverBudget { .. }) {
-            return Some(VRDMA_STATUS_NO_RESOURCES);
-        }
-        return Some(VRDMA_STATUS_INVALID);
-    }
     let req = &chain.readable;
-    let Some((hdr, args)) = VrdmaCmdHdr::split_from(req) else {
-        guest_warn!(
-            "controlq: chain {}: {} readable bytes, shorter than the command header",
-            chain.head,
-            req.len()
-        );
-        return Some(VRDMA_STATUS_INVALID);
+    let (opcode, args) = match decode(chain, cap) {
+        Ok(command) => command,
+        Err(status) => return Some(status),
     };
-    let (opcode, flags) = (hdr.opcode, hdr.flags);
-    if flags != 0 {
-        guest_warn!("controlq: opcode {opcode}: flags {flags:#x} must be 0");
-        return Some(VRDMA_STATUS_INVALID);
-    }
-    if let Some(need) = resp_body_len(opcode) {
-        if cap < (RESP_HDR_LEN + need) as u64 {
-            guest_warn!("controlq: opcode {opcode}: writable part of {cap} bytes too small");
-            return Some(VRDMA_STATUS_INVALID);
-        }
-    }
     // Most commands run on the device held shared, beside the engine workers (no hand-off to
     // wait for; `Device::handle_shared`); the others hold it exclusively. One beside the
     // workers that parks (ADVISE_MR with F_FLUSH) may be completed by a worker before its

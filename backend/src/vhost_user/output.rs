@@ -170,34 +170,7 @@ impl OutQueue {
                 };
                 popped = true;
                 let split = SplitChain::gather(chain, 0, MAX_CHAIN_DESCS);
-                let record_len = st.pending.front().map_or(0, Vec::len);
-                let len = if split.writable_len() < record_len as u64 {
-                    guest_debug!(
-                        "{}: buffer {} of {} bytes too small for {record_len}",
-                        self.name,
-                        split.head,
-                        split.writable_len()
-                    );
-                    if self.too_small == TooSmall::Drop {
-                        st.pending.pop_front();
-                        st.dropped += 1;
-                    }
-                    0
-                } else {
-                    let rec = st.pending.pop_front().unwrap_or_default();
-                    match split.scatter(&*mem, &rec) {
-                        Ok(n) => n as u32,
-                        Err(e) => {
-                            guest_warn!(
-                                "{}: buffer {}: {e}; record dropped",
-                                self.name,
-                                split.head
-                            );
-                            st.dropped += 1;
-                            0
-                        }
-                    }
-                };
+                let len = self.fill(st, &split, &mem);
                 if let Err(e) = state.get_queue_mut().add_used(&*mem, split.head, len) {
                     guest_warn!("{}: add_used: {e}", self.name);
                     break;
@@ -238,6 +211,35 @@ impl OutQueue {
                 }
                 Ok(false) => {}
                 Err(e) => guest_warn!("{}: needs_notification: {e}", self.name),
+            }
+        }
+    }
+
+    /// Puts the oldest pending record into the buffer `split`; returns the used length (0 when
+    /// the buffer is too small or the copy failed: the buffer goes back empty).
+    fn fill(&self, st: &mut OutState, split: &SplitChain, mem: &GuestMemoryMmap) -> u32 {
+        let record_len = st.pending.front().map_or(0, Vec::len);
+        if split.writable_len() < record_len as u64 {
+            guest_debug!(
+                "{}: buffer {} of {} bytes too small for {record_len}",
+                self.name,
+                split.head,
+                split.writable_len()
+            );
+            if self.too_small == TooSmall::Drop {
+                st.pending.pop_front();
+                st.dropped += 1;
+            }
+            0
+        } else {
+            let rec = st.pending.pop_front().unwrap_or_default();
+            match split.scatter(mem, &rec) {
+                Ok(n) => n as u32,
+                Err(e) => {
+                    guest_warn!("{}: buffer {}: {e}; record dropped", self.name, split.head);
+                    st.dropped += 1;
+                    0
+                }
             }
         }
     }

@@ -83,6 +83,28 @@ pub struct Addressing {
 }
 
 impl Addressing {
+    /// Untagged addressing with the IP defaults of a new flow: hop limit 64, traffic class 0,
+    /// flow label 0.
+    pub fn new(
+        src_mac: MacAddr,
+        dst_mac: MacAddr,
+        src_gid: Gid,
+        dst_gid: Gid,
+        udp_src_port: u16,
+    ) -> Addressing {
+        Addressing {
+            src_mac,
+            dst_mac,
+            vlan: None,
+            src_gid,
+            dst_gid,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            udp_src_port,
+        }
+    }
+
     /// IP version implied by the GIDs: both IPv4-mapped → V4, neither → V6, mixed → error.
     pub fn ip_version(&self) -> Result<IpVersion, WireError> {
         match (is_ipv4_mapped(&self.src_gid), is_ipv4_mapped(&self.dst_gid)) {

@@ -9,6 +9,9 @@
 //! Transport code normally uses only [`frame::RocePacket::parse`] (receive) and
 //! [`frame::PacketBuilder`] (send), plus the [`opcode`] table.
 
+#[macro_use]
+mod fixed_header;
+
 pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;

@@ -6,6 +6,9 @@
 //! UC (0x20..=0x2b), UD SEND ONLY (+IMM) (0x64, 0x65), XRC (0xa0..=0xb4, 0xb6, 0xb7: the RC
 //! operations without FLUSH and ATOMIC WRITE, spec §13.7). RD and CNP are not supported
 //! (→ [`crate::wire::WireError::UnknownOpcode`]).
+//!
+//! Long because it is the table itself: one entry per supported opcode (62 of them), and the
+//! tests of its rows.
 
 use super::{aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, xrceth};
 

@@ -1,40 +1,15 @@
 //! UDP header (RFC 768), 8 bytes, and the IPv6 UDP checksum.
 
 use super::ipv4::{csum_add, csum_finish};
-use super::{be16, out, take, WireError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdpHeader {
-    pub src_port: u16,
-    pub dst_port: u16,
-    /// Header + data length.
-    pub length: u16,
-    pub checksum: u16,
-}
-
-impl UdpHeader {
-    pub const LEN: usize = 8;
-
-    pub fn parse(buf: &[u8]) -> Result<(UdpHeader, &[u8]), WireError> {
-        let (b, rest) = take(buf, Self::LEN, "UDP")?;
-        Ok((
-            UdpHeader {
-                src_port: be16(b, 0),
-                dst_port: be16(b, 2),
-                length: be16(b, 4),
-                checksum: be16(b, 6),
-            },
-            rest,
-        ))
-    }
-
-    pub fn write(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        let b = out(buf, Self::LEN, "UDP")?;
-        b[0..2].copy_from_slice(&self.src_port.to_be_bytes());
-        b[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
-        b[4..6].copy_from_slice(&self.length.to_be_bytes());
-        b[6..8].copy_from_slice(&self.checksum.to_be_bytes());
-        Ok(Self::LEN)
+fixed_header! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct UdpHeader("UDP", 8) {
+        pub src_port: u16 = Be16 @ 0,
+        pub dst_port: u16 = Be16 @ 2,
+        /// Header + data length.
+        pub length: u16 = Be16 @ 4,
+        pub checksum: u16 = Be16 @ 6,
     }
 }
 
@@ -77,20 +52,17 @@ pub fn ipv6_udp_checksum(src: &[u8; 16], dst: &[u8; 16], udp: &[&[u8]]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::fixed_header::assert_round_trip;
 
     #[test]
     fn round_trip() {
-        let h = UdpHeader {
+        let b = assert_round_trip(&UdpHeader {
             src_port: 0xc123,
             dst_port: 4791,
             length: 40,
             checksum: 0,
-        };
-        let mut b = [0u8; 8];
-        assert_eq!(h.write(&mut b), Ok(8));
+        });
         assert_eq!(b, [0xc1, 0x23, 0x12, 0xb7, 0, 40, 0, 0]);
-        assert_eq!(UdpHeader::parse(&b), Ok((h, &[][..])));
-        assert!(UdpHeader::parse(&b[..7]).is_err());
     }
 
     #[test]

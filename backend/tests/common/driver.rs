@@ -31,6 +31,19 @@ pub struct Node {
 }
 
 impl Node {
+    /// Translate `len` bytes at `iova` of MR `key` in PD `pd` for `access` (the MR table's
+    /// `resolve`, under its write lock as the engine takes it).
+    pub fn resolve(
+        &self,
+        key: u32,
+        pd: u32,
+        iova: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Vec<vrdma_backend::memory::GuestRange>, vrdma_backend::memory::MrError> {
+        self.dev.mrs.write().resolve(key, pd, iova, len, access)
+    }
+
     /// A node with `mem_mib` MiB of guest RAM and Ethernet MTU `eth_mtu`.
     pub fn new(id: u8, mem_mib: u64, eth_mtu: u16) -> Node {
         Self::with_gid(id, mem_mib, eth_mtu, gid_v4([10, 0, 0, id]))

@@ -1,5 +1,6 @@
 //! Helpers for tests that run `Engine` threads on detached nodes: the driver's post + doorbell,
-//! and polling a CQ from the test thread while the engines work.
+//! polling a CQ from the test thread while the engines work, and the CPU time the engine threads
+//! use.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,6 +88,17 @@ pub fn wait_cqes(
     }
 }
 
+/// Waits (up to `limit`) for one completion per id of `wr_ids` on `cq` and checks that they are
+/// exactly those, all successful, in any order.
+pub fn assert_all_succeed(n: &mut Node, cq: &mut RingH, wr_ids: &[u64], limit: Duration) {
+    let got = wait_cqes(n, cq, wr_ids.len(), limit, "completions");
+    let mut ids: Vec<(u64, u8)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    ids.sort();
+    let mut want: Vec<(u64, u8)> = wr_ids.iter().map(|&id| (id, VRDMA_WC_SUCCESS)).collect();
+    want.sort();
+    assert_eq!(ids, want);
+}
+
 /// An uplink that counts what it is asked to send and never receives: for traffic that must
 /// stay inside one device (looped back).
 pub struct CountingUplink {
@@ -114,4 +126,26 @@ impl vrdma_backend::uplink::Uplink for CountingUplink {
     fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
         std::os::unix::io::AsRawFd::as_raw_fd(&self.sock)
     }
+}
+
+/// CPU seconds of this process's threads named `name` (e.g. "vrdma-engine"), from
+/// /proc/self/task/*/schedstat (nanoseconds on a CPU).
+pub fn threads_cpu_secs(name: &str) -> f64 {
+    let mut ns = 0u64;
+    for e in std::fs::read_dir("/proc/self/task")
+        .expect("/proc")
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let st = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+        ns += st
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    ns as f64 * 1e-9
 }

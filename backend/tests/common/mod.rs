@@ -100,6 +100,13 @@ pub fn gid_v6(id: u8) -> [u8; 16] {
     g
 }
 
+/// The wr_ids of `cqes`, sorted (to compare completions that may come in any order).
+pub fn sorted_wr_ids(cqes: &[vrdma_backend::transport::ctx::Cqe]) -> Vec<u64> {
+    let mut ids: Vec<u64> = cqes.iter().map(|c| c.wr_id).collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// Deterministic test data.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

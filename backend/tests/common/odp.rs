@@ -148,10 +148,7 @@ pub fn reg_odp(n: &mut Node, pd: u32, va: u64, len: u64, implicit: bool) -> u32 
 
 /// One connected RC QP pair with a CQ per side and the completions gathered so far.
 pub struct Conn {
-    pub qa: QpH,
-    pub qb: QpH,
-    pub cqa: RingH,
-    pub cqb: RingH,
+    pub qp: QpPair,
     pub ga: Vec<Cqe>,
     pub gb: Vec<Cqe>,
 }
@@ -262,14 +259,8 @@ impl Pair {
             srq_b,
             ..QpPairSpec::rc(256, RtsAttrs::mtu(self.mtu))
         };
-        let QpPair {
-            qa, qb, cqa, cqb, ..
-        } = QpPair::open(a, b, self.pda, self.pdb, spec);
         self.conns.push(Conn {
-            qa,
-            qb,
-            cqa,
-            cqb,
+            qp: QpPair::open(a, b, self.pda, self.pdb, spec),
             ga: Vec::new(),
             gb: Vec::new(),
         });
@@ -323,7 +314,7 @@ impl Pair {
     /// Post a WQE on connection `i`, side A.
     pub fn post(&mut self, i: usize, w: &Wqe) {
         let c = &mut self.conns[i];
-        self.a.post_send(&mut c.qa, w);
+        self.a.post_send(&mut c.qp.qa, w);
     }
 
     /// Serve page requests on both sides.
@@ -356,8 +347,8 @@ impl Pair {
     /// Gather completions, advance virtual time and fire timers; check the ODP invariants.
     pub fn finish_step(&mut self) {
         for c in &mut self.conns {
-            c.ga.extend(self.a.poll_cq(&mut c.cqa));
-            c.gb.extend(self.b.poll_cq(&mut c.cqb));
+            c.ga.extend(self.a.poll_cq(&mut c.qp.cqa));
+            c.gb.extend(self.b.poll_cq(&mut c.qp.cqb));
         }
         self.vt += Duration::from_millis(5);
         let now = Instant::now().max(self.vt);
@@ -391,6 +382,11 @@ impl Pair {
         self.finish_step();
     }
 
+    /// Post an RDMA WRITE of `sge` (addr, len, lkey) to `dst` (`rkey`) on connection `i`.
+    pub fn post_write(&mut self, i: usize, wr_id: u64, sge: (u64, u32, u32), dst: u64, rkey: u32) {
+        self.post(i, &rdma(wr_id, VRDMA_WR_RDMA_WRITE, sge, dst, rkey));
+    }
+
     /// Step until connection `i` has `n` requester completions; returns them.
     pub fn run_until(&mut self, i: usize, n: usize) -> Vec<Cqe> {
         while self.conns[i].ga.len() < n {
@@ -415,6 +411,19 @@ impl Pair {
             );
         }
         c
+    }
+
+    /// Step until connection `i` has one more requester completion, assert that it is `wr_id`
+    /// and succeeded; returns how many page requests were answered meanwhile.
+    pub fn run_one_ok(&mut self, i: usize, wr_id: u64) -> usize {
+        let (c, served) = self.run_more(i, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status),
+            (wr_id, VRDMA_WC_SUCCESS),
+            "{:?}",
+            c[0]
+        );
+        served
     }
 
     /// Step until connection `i` has `n` requester completions more than now; returns those

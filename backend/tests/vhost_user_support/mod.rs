@@ -412,6 +412,38 @@ pub fn get_config(fe: &mut Frontend, offset: u32, len: usize) -> vhost::Result<V
         .map(|(_, data)| data)
 }
 
+/// Serve the daemon `prepared` (the real daemon's parts) for `connections` connections on a
+/// thread; its engine stops when they are done.
+pub fn serve_on_thread(
+    prepared: vrdma_backend::vhost_user::Prepared,
+    connections: usize,
+) -> JoinHandle<()> {
+    let vrdma_backend::vhost_user::Prepared {
+        mut listener,
+        parts,
+        engine,
+    } = prepared;
+    std::thread::spawn(move || {
+        vrdma_backend::vhost_user::serve(&mut listener, &parts, Some(connections)).expect("serve");
+        engine.stop();
+    })
+}
+
+/// Connect to the daemon on `path` (EVENT_IDX as `event_idx`), with a guest of `size` bytes at
+/// `base` and the control queue (`qsize` entries) started.
+pub fn control_session(
+    path: &Path,
+    event_idx: bool,
+    base: u64,
+    size: usize,
+    qsize: u16,
+) -> (Frontend, Guest, DriverRing) {
+    let (mut fe, _) = connect(path, event_idx);
+    let mut guest = Guest::new(base, size);
+    let [ctrl] = start_queues(&mut fe, &mut guest, [vrdma_spec::VRDMA_VQ_CONTROL], qsize);
+    (fe, guest, ctrl)
+}
+
 /// A daemon thread serving `connections` connections on `path`.
 pub struct DaemonThread {
     pub handle: JoinHandle<()>,

@@ -75,47 +75,40 @@ impl Device {
         Ok(())
     }
 
-    pub(super) fn cmd_reg_dma_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+    /// The REG_MR-shaped commands without a page list (REG_DMA_MR, ALLOC_FAST_REG_MR, REG_ODP_MR
+    /// / REG_IMPLICIT_MR): in an existing PD, `add` makes the MR; its key is the answer.
+    fn add_mr(
+        &self,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+        add: impl FnOnce(
+            &mut crate::memory::MrTable,
+            &VrdmaCmdRegMr,
+        ) -> Result<u32, crate::memory::MrError>,
+    ) -> CmdResult {
         let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
         self.pd_exists(c.pdn)?;
-        let key = self
-            .mrs
-            .write()
-            .reg_dma(c.pdn, c.access)
-            .map_err(|e| e.status())?;
+        let key = add(&mut self.mrs.write(), &c).map_err(|e| e.status())?;
         Self::put_key(resp, key);
         Ok(())
+    }
+
+    pub(super) fn cmd_reg_dma_mr(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
+        self.add_mr(req, resp, |mrs, c| mrs.reg_dma(c.pdn, c.access))
     }
 
     pub(super) fn cmd_alloc_fast_reg(&self, req: &[u8], resp: &mut Vec<u8>) -> CmdResult {
-        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
-        self.pd_exists(c.pdn)?;
-        let key = self
-            .mrs
-            .write()
-            .alloc_fast_reg(c.pdn, c.npages, self.config.max_fast_reg_page_list_len)
-            .map_err(|e| e.status())?;
-        Self::put_key(resp, key);
-        Ok(())
+        let max_pages = self.config.max_fast_reg_page_list_len;
+        self.add_mr(req, resp, |mrs, c| {
+            mrs.alloc_fast_reg(c.pdn, c.npages, max_pages)
+        })
     }
 
     pub(super) fn cmd_reg_odp(&self, req: &[u8], resp: &mut Vec<u8>, implicit: bool) -> CmdResult {
-        let (c, _) = parse::<VrdmaCmdRegMr>(req)?;
-        self.pd_exists(c.pdn)?;
-        let key = self
-            .mrs
-            .write()
-            .reg_odp(
-                c.pdn,
-                c.access,
-                c.iova,
-                c.length,
-                implicit,
-                self.config.max_mr_size,
-            )
-            .map_err(|e| e.status())?;
-        Self::put_key(resp, key);
-        Ok(())
+        let max_mr_size = self.config.max_mr_size;
+        self.add_mr(req, resp, |mrs, c| {
+            mrs.reg_odp(c.pdn, c.access, c.iova, c.length, implicit, max_mr_size)
+        })
     }
 
     pub(super) fn cmd_dereg_mr(&self, req: &[u8]) -> CmdResult {
@@ -231,7 +224,7 @@ impl Device {
         let pages = page_list(rest, c.npages)?;
         self.mrs
             .write()
-            .odp_page_resp_without_reclaim(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages)
+            .odp_page_resp_cmd(&c, &pages, false)
             .map(Self::status)
             .transpose()
     }
@@ -241,11 +234,8 @@ impl Device {
         self.odp_commands()?;
         let (c, rest) = parse::<VrdmaCmdOdpPageResp>(req)?;
         let pages = page_list(rest, c.npages)?;
-        Self::status(
-            self.mrs
-                .get_mut()
-                .odp_page_resp(c.req_id, c.mr_key, c.status, c.flags, c.iova, &pages),
-        )
+        let status = self.mrs.get_mut().odp_page_resp_cmd(&c, &pages, true);
+        Self::status(status.unwrap_or(VRDMA_STATUS_INVALID))
     }
 
     pub(super) fn cmd_odp_invalidate(&self, req: &[u8]) -> CmdResult {

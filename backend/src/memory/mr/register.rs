@@ -150,19 +150,15 @@ impl MrTable {
         // WQE for want of memory the MR was promised.
         let charge = self.charge(u64::from(max_pages))?;
         self.alloc(
-            Mr {
-                key: 0,
+            Mr::unmapped(
                 pd,
-                access: 0,
-                iova: 0,
-                length: 0,
-                kind: MrKind::FastReg {
+                MrKind::FastReg {
                     max_pages,
                     page_shift: MIN_PAGE_SHIFT,
                     pages: Vec::new(),
                     valid: false,
                 },
-            },
+            ),
             charge,
         )
     }

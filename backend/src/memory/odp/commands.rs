@@ -4,6 +4,7 @@
 //! described in `odp.rs`.
 
 use super::*;
+use crate::guest::GuestMem;
 
 /// An ODP_PAGE_RESP command's fields (`struct vrdma_cmd_odp_page_resp`, spec §11.8) and its
 /// trailing pages.
@@ -14,6 +15,108 @@ struct PageResp<'a> {
     flags: u32,
     iova: u64,
     pages: &'a [u64],
+}
+
+impl OdpState {
+    /// Sends the page request for chunk `c` of MR `key` (spanning `mr`: iova, length) and makes
+    /// the chunk pending on it (a failed chunk is forgotten, a resident one's pages are kept as
+    /// its prior pages); returns the request id.
+    fn request_chunk(
+        &mut self,
+        o: &mut OdpMr,
+        key: u32,
+        c: u64,
+        mr: (u64, u64),
+        write: bool,
+        now: Instant,
+    ) -> u32 {
+        self.remove_failed(o, key, c);
+        let prior = self.remove_resident(o, c).unwrap_or_default();
+        let req_id = self.send_fault(key, c, mr.0, mr.1, write, now);
+        o.chunks.insert(
+            c,
+            Chunk::Pending {
+                req_id,
+                write,
+                sent: now,
+                waiters: Vec::new(),
+                prior,
+            },
+        );
+        req_id
+    }
+
+    /// Makes `chunk` (a `Chunk::Resident`, its `last_use` set here) chunk `c` of MR `idx`'s
+    /// `o`, youngest in both LRUs; over the MR's residency budget, reclaims the MR's least
+    /// recently used other chunk and returns it.
+    fn install(&mut self, o: &mut OdpMr, idx: u32, c: u64, mut chunk: Chunk) -> Option<u64> {
+        let t = self.next_tick();
+        if let Chunk::Resident { last_use, .. } = &mut chunk {
+            *last_use = t;
+        }
+        o.chunks.insert(c, chunk);
+        o.lru.insert(t, c);
+        self.lru.insert(t, (idx, c));
+        o.resident += 1;
+        self.resident_total += 1;
+        if o.resident <= self.config.max_resident_per_mr {
+            return None;
+        }
+        // The MR's least recently used chunk (never the one just installed, which has the
+        // youngest tick).
+        let victim = o.lru.values().copied().find(|&v| v != c)?;
+        self.remove_resident(o, victim);
+        Some(victim)
+    }
+}
+
+impl PageResp<'_> {
+    /// The answer's outcome for a chunk of `npages` pages from `sp`: `Err((chunk status,
+    /// command status))` when the driver reported a failure or the answer is malformed.
+    fn check(&self, sp: u64, npages: usize, mem: &GuestMem) -> Result<(), (u32, u32)> {
+        use vrdma_spec::*;
+        let (iova, pages) = (self.iova, self.pages);
+        if self.status != VRDMA_STATUS_OK {
+            // The driver could not map the range (ACCESS, BAD_ADDRESS, NO_RESOURCES...): the
+            // answer is accepted and the waiters fail with its status.
+            Err((self.status, VRDMA_STATUS_OK))
+        } else if iova & (ODP_PAGE_SIZE - 1) != 0
+            || iova < sp
+            || pages.is_empty()
+            || ((iova - sp) >> ODP_PAGE_SHIFT) as usize + pages.len() > npages
+            || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
+        {
+            // The answer may cover part of the chunk (§12.4), never more.
+            Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
+        } else if pages.iter().any(|&p| !mem.check_range(p, ODP_PAGE_SIZE)) {
+            Err((VRDMA_STATUS_BAD_ADDRESS, VRDMA_STATUS_BAD_ADDRESS))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The chunk's page table with the answer's pages written over the ones a partially
+    /// resident chunk already had (`prior`), and whether every present page is writable.
+    fn merge_pages(&self, prior: Vec<u64>, sp: u64, npages: usize) -> (Vec<u64>, bool) {
+        let mut table = if prior.len() == npages {
+            prior
+        } else {
+            vec![ODP_ABSENT; npages]
+        };
+        let w = if self.flags & vrdma_spec::VRDMA_ODP_RESP_F_WRITABLE != 0 {
+            ODP_PAGE_WRITABLE
+        } else {
+            0
+        };
+        let first = ((self.iova - sp) >> ODP_PAGE_SHIFT) as usize;
+        for (slot, &p) in table[first..].iter_mut().zip(self.pages) {
+            *slot = p | w;
+        }
+        let writable = table
+            .iter()
+            .all(|&p| p == ODP_ABSENT || p & ODP_PAGE_WRITABLE != 0);
+        (table, writable)
+    }
 }
 
 impl MrTable {
@@ -40,42 +143,32 @@ impl MrTable {
             .unwrap_or(vrdma_spec::VRDMA_STATUS_INVALID)
     }
 
-    /// ODP_PAGE_RESP beside the engine workers: as [`MrTable::odp_page_resp`], except that an
-    /// answer whose install would reclaim a chunk changes nothing and returns `None` (the
-    /// command then runs on the exclusive device). A reclaim sends the RECLAIM notice, after
-    /// which the driver may unmap the chunk, so no unit of work may still copy through the
-    /// victim's translation when it leaves; only the exclusive device promises that at the
-    /// moment the notice goes out (ARCHITECTURE.md "Invariants").
-    pub fn odp_page_resp_without_reclaim(
+    /// ODP_PAGE_RESP as the command `c` carries it, with its trailing `pages`. Beside the engine
+    /// workers (`may_reclaim` false) an answer whose install would reclaim a chunk changes
+    /// nothing and returns `None` (the command then runs on the exclusive device). A reclaim
+    /// sends the RECLAIM notice, after which the driver may unmap the chunk, so no unit of work
+    /// may still copy through the victim's translation when it leaves; only the exclusive
+    /// device promises that at the moment the notice goes out (ARCHITECTURE.md "Invariants").
+    pub fn odp_page_resp_cmd(
         &mut self,
-        req_id: u32,
-        key: u32,
-        status: u32,
-        flags: u32,
-        iova: u64,
+        c: &vrdma_spec::VrdmaCmdOdpPageResp,
         pages: &[u64],
+        may_reclaim: bool,
     ) -> Option<OdpStatus> {
         let r = PageResp {
-            req_id,
-            key,
-            status,
-            flags,
-            iova,
+            req_id: c.req_id,
+            key: c.mr_key,
+            status: c.status,
+            flags: c.flags,
+            iova: c.iova,
             pages,
         };
-        self.page_resp(r, false)
+        self.page_resp(r, may_reclaim)
     }
 
     /// The answer `r`; `None` if it would reclaim a chunk and `may_reclaim` is false.
     fn page_resp(&mut self, r: PageResp<'_>, may_reclaim: bool) -> Option<OdpStatus> {
-        let PageResp {
-            req_id,
-            key,
-            status,
-            flags,
-            iova,
-            pages,
-        } = r;
+        let PageResp { req_id, key, .. } = r;
         use vrdma_spec::*;
         let now = self.odp.now();
         let Some(&Req {
@@ -95,7 +188,6 @@ impl MrTable {
         let Ok((mr, odp, mem)) = self.odp_parts(key) else {
             return Some(VRDMA_STATUS_NOT_FOUND);
         };
-        let mut reclaimed_own = None;
         let (mr_iova, mr_len) = (mr.iova, mr.length);
         let o = match &mut mr.kind {
             MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
@@ -105,23 +197,7 @@ impl MrTable {
         let (sp, ep) = page_span(s, e);
         let npages_need = ((ep - sp) >> ODP_PAGE_SHIFT) as usize;
         // Decide the outcome, then update the chunk once.
-        let outcome: Result<(), (u32, u32)> = if status != VRDMA_STATUS_OK {
-            // The driver could not map the range (ACCESS, BAD_ADDRESS, NO_RESOURCES...): the
-            // answer is accepted and the waiters fail with its status.
-            Err((status, VRDMA_STATUS_OK))
-        } else if iova & (ODP_PAGE_SIZE - 1) != 0
-            || iova < sp
-            || pages.is_empty()
-            || ((iova - sp) >> ODP_PAGE_SHIFT) as usize + pages.len() > npages_need
-            || pages.iter().any(|&p| p & (ODP_PAGE_SIZE - 1) != 0)
-        {
-            // The answer may cover part of the chunk (§12.4), never more.
-            Err((VRDMA_STATUS_INVALID, VRDMA_STATUS_INVALID))
-        } else if pages.iter().any(|&p| !mem.check_range(p, ODP_PAGE_SIZE)) {
-            Err((VRDMA_STATUS_BAD_ADDRESS, VRDMA_STATUS_BAD_ADDRESS))
-        } else {
-            Ok(())
-        };
+        let outcome = r.check(sp, npages_need, mem);
         // The same test as the install's below: one chunk more than a budget allows reclaims.
         let reclaims = o.resident + 1 > odp.config.max_resident_per_mr
             || odp.resident_total + 1 > odp.config.max_resident;
@@ -145,48 +221,15 @@ impl MrTable {
                 Some(cmd_status)
             }
             Ok(()) => {
-                // Merge with the pages a partially resident chunk already had.
-                let mut table = if prior.len() == npages_need {
-                    prior
-                } else {
-                    vec![ODP_ABSENT; npages_need]
-                };
-                let w = if flags & VRDMA_ODP_RESP_F_WRITABLE != 0 {
-                    ODP_PAGE_WRITABLE
-                } else {
-                    0
-                };
-                let first = ((iova - sp) >> ODP_PAGE_SHIFT) as usize;
-                for (slot, &p) in table[first..].iter_mut().zip(pages) {
-                    *slot = p | w;
-                }
-                let writable = table
-                    .iter()
-                    .all(|&p| p == ODP_ABSENT || p & ODP_PAGE_WRITABLE != 0);
+                let (table, writable) = r.merge_pages(prior, sp, npages_need);
                 let idx = key_index(key);
-                let t = odp.next_tick();
-                o.chunks.insert(
-                    c,
-                    Chunk::Resident {
-                        base: sp,
-                        pages: table,
-                        writable,
-                        last_use: t,
-                    },
-                );
-                o.lru.insert(t, c);
-                odp.lru.insert(t, (idx, c));
-                o.resident += 1;
-                odp.resident_total += 1;
-                if o.resident > odp.config.max_resident_per_mr {
-                    // The MR's least recently used chunk (never the one just installed, which
-                    // has the youngest tick).
-                    let victim = o.lru.values().copied().find(|&v| v != c);
-                    if let Some(victim) = victim {
-                        odp.remove_resident(o, victim);
-                        reclaimed_own = Some(victim);
-                    }
-                }
+                let resident = Chunk::Resident {
+                    base: sp,
+                    pages: table,
+                    writable,
+                    last_use: 0, // set by `install`
+                };
+                let reclaimed_own = odp.install(o, idx, c, resident);
                 // The driver may unmap a reclaimed chunk's pages as soon as it reads the
                 // notice: fabric references through the MR (spec §16.2 rule 6) die before it
                 // is sent, as they do for ODP_INVALIDATE. Only a reclaim fences: an install
@@ -304,15 +347,9 @@ impl MrTable {
         use vrdma_spec::*;
         let done = CmdOutcome::Done;
         let now = self.odp.now();
-        if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
-            return done(VRDMA_STATUS_INVALID);
-        }
-        let flush = flags & VRDMA_ADVISE_F_FLUSH != 0;
-        let write = match advice {
-            VRDMA_ADVISE_PREFETCH => false,
-            VRDMA_ADVISE_PREFETCH_WRITE => true,
-            VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
-            _ => return done(VRDMA_STATUS_INVALID),
+        let (write, flush) = match advice_mode(advice, flags) {
+            Ok(mode) => mode,
+            Err(status) => return done(status),
         };
         let max = self.odp.config.max_resident as u64;
         let Ok((mr, odp, _)) = self.odp_parts(key) else {
@@ -352,24 +389,8 @@ impl MrTable {
         // Advice is a hint: over the request cap (§12.4) the rest of the range is not
         // requested; a flush then waits only for the requests that exist.
         let room = odp.config.max_requests.saturating_sub(odp.reqs.len());
-        let mut awaited: Vec<u32> = Vec::new();
-        let mut to_request: Vec<u64> = Vec::new();
-        for c in first..first + count {
-            let need = match o.chunks.get(&c) {
-                None => true,
-                Some(Chunk::Resident { writable, .. }) => write && !*writable,
-                Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
-                Some(Chunk::Pending { req_id, .. }) => {
-                    awaited.push(*req_id);
-                    false
-                }
-            };
-            if need && to_request.len() < room {
-                to_request.push(c);
-            } else if to_request.len() >= room && !flush {
-                break; // nothing more will be requested, and no flush waits for the rest
-            }
-        }
+        let (mut awaited, to_request) =
+            chunks_to_request(o, first..first + count, write, flush, room, now);
         // The new chunk entries are charged up front, so an advise the budget cannot take has
         // no effect (§11.1, §16: NO_RESOURCES).
         let new = to_request
@@ -380,20 +401,7 @@ impl MrTable {
             return done(VRDMA_STATUS_NO_RESOURCES);
         }
         for c in to_request {
-            odp.remove_failed(o, key, c);
-            let prior = odp.remove_resident(o, c).unwrap_or_default();
-            let req_id = odp.send_fault(key, c, mr_iova, mr_len, write, now);
-            awaited.push(req_id);
-            o.chunks.insert(
-                c,
-                Chunk::Pending {
-                    req_id,
-                    write,
-                    sent: now,
-                    waiters: Vec::new(),
-                    prior,
-                },
-            );
+            awaited.push(odp.request_chunk(o, key, c, (mr_iova, mr_len), write, now));
         }
         if !flush || awaited.is_empty() {
             return done(VRDMA_STATUS_OK);
@@ -481,4 +489,53 @@ impl MrTable {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// ADVISE_MR's `advice` and `flags`: (whether the prefetch is for writing, whether F_FLUSH
+/// waits for it), or the status refusing them.
+fn advice_mode(advice: u32, flags: u32) -> Result<(bool, bool), OdpStatus> {
+    use vrdma_spec::*;
+    if flags & !VRDMA_ADVISE_F_FLUSH != 0 {
+        return Err(VRDMA_STATUS_INVALID);
+    }
+    let flush = flags & VRDMA_ADVISE_F_FLUSH != 0;
+    let write = match advice {
+        VRDMA_ADVISE_PREFETCH => false,
+        VRDMA_ADVISE_PREFETCH_WRITE => true,
+        VRDMA_ADVISE_PREFETCH_NO_FAULT => false,
+        _ => return Err(VRDMA_STATUS_INVALID),
+    };
+    Ok((write, flush))
+}
+
+/// The advised chunks of `o` in `chunks`: the requests already outstanding for them (a flush
+/// waits for those too) and the chunks to request, at most `room` of them. Without a flush the
+/// walk stops once nothing more can be requested.
+fn chunks_to_request(
+    o: &OdpMr,
+    chunks: std::ops::Range<u64>,
+    write: bool,
+    flush: bool,
+    room: usize,
+    now: Instant,
+) -> (Vec<u32>, Vec<u64>) {
+    let mut awaited: Vec<u32> = Vec::new();
+    let mut to_request: Vec<u64> = Vec::new();
+    for c in chunks {
+        let need = match o.chunks.get(&c) {
+            None => true,
+            Some(Chunk::Resident { writable, .. }) => write && !*writable,
+            Some(Chunk::Failed { at, .. }) => now.duration_since(*at) >= FAIL_HOLD,
+            Some(Chunk::Pending { req_id, .. }) => {
+                awaited.push(*req_id);
+                false
+            }
+        };
+        if need && to_request.len() < room {
+            to_request.push(c);
+        } else if to_request.len() >= room && !flush {
+            break; // nothing more will be requested, and no flush waits for the rest
+        }
+    }
+    (awaited, to_request)
 }

@@ -19,55 +19,9 @@ impl MrTable {
                 MrKind::Odp(o) | MrKind::ImplicitOdp(o) => o,
                 _ => continue,
             };
-            let mut res = 0usize;
-            for (c, ch) in &o.chunks {
-                match ch {
-                    Chunk::Resident { last_use, .. } => {
-                        res += 1;
-                        if o.lru.get(last_use) != Some(c)
-                            || self.odp.lru.get(last_use) != Some(&(idx, *c))
-                        {
-                            return Err(format!("resident chunk {c} of {:#x} not in LRU", mr.key));
-                        }
-                    }
-                    Chunk::Pending { req_id, .. } => {
-                        pending += 1;
-                        let ok = self.odp.reqs.get(req_id).is_some_and(|r| {
-                            r.key == mr.key
-                                && r.chunk == *c
-                                && self.odp.deadlines.contains(&(r.deadline, *req_id))
-                        });
-                        if !ok {
-                            return Err(format!(
-                                "pending chunk {c} of {:#x} not registered",
-                                mr.key
-                            ));
-                        }
-                    }
-                    Chunk::Failed { at, .. } => {
-                        failed += 1;
-                        if !self.odp.failed.contains(&(*at + FAIL_HOLD, mr.key, *c)) {
-                            return Err(format!("failed chunk {c} of {:#x} never expires", mr.key));
-                        }
-                    }
-                }
-            }
-            if o.lru.len() != res {
-                return Err(format!(
-                    "MR {:#x}: {res} resident, {} in LRU",
-                    mr.key,
-                    o.lru.len()
-                ));
-            }
-            if res != o.resident {
-                return Err(format!(
-                    "MR {:#x}: {res} resident, counter {}",
-                    mr.key, o.resident
-                ));
-            }
-            if res > self.odp.config.max_resident_per_mr {
-                return Err(format!("MR {:#x} over its budget", mr.key));
-            }
+            let (res, p, f) = self.check_odp_mr(idx, mr, o)?;
+            pending += p;
+            failed += f;
             total += res;
         }
         if total != self.odp.resident_total {
@@ -102,5 +56,58 @@ impl MrTable {
             ));
         }
         self.odp.flush.check(|r| self.odp.reqs.contains_key(&r))
+    }
+
+    /// One ODP MR's part of [`MrTable::odp_check_invariants`]: its chunks are where the device's
+    /// LRU, request and expiry tables say, its counters match, its budget holds. Returns its
+    /// (resident, pending, failed) chunk counts.
+    fn check_odp_mr(&self, idx: u32, mr: &Mr, o: &OdpMr) -> Result<(usize, usize, usize), String> {
+        let (mut res, mut pending, mut failed) = (0usize, 0usize, 0usize);
+        for (c, ch) in &o.chunks {
+            match ch {
+                Chunk::Resident { last_use, .. } => {
+                    res += 1;
+                    if o.lru.get(last_use) != Some(c)
+                        || self.odp.lru.get(last_use) != Some(&(idx, *c))
+                    {
+                        return Err(format!("resident chunk {c} of {:#x} not in LRU", mr.key));
+                    }
+                }
+                Chunk::Pending { req_id, .. } => {
+                    pending += 1;
+                    let ok = self.odp.reqs.get(req_id).is_some_and(|r| {
+                        r.key == mr.key
+                            && r.chunk == *c
+                            && self.odp.deadlines.contains(&(r.deadline, *req_id))
+                    });
+                    if !ok {
+                        return Err(format!("pending chunk {c} of {:#x} not registered", mr.key));
+                    }
+                }
+                Chunk::Failed { at, .. } => {
+                    failed += 1;
+                    if !self.odp.failed.contains(&(*at + FAIL_HOLD, mr.key, *c)) {
+                        return Err(format!("failed chunk {c} of {:#x} never expires", mr.key));
+                    }
+                }
+            }
+        }
+        if o.lru.len() != res {
+            return Err(format!(
+                "MR {:#x}: {res} resident, {} in LRU",
+                mr.key,
+                o.lru.len()
+            ));
+        }
+        if res != o.resident {
+            return Err(format!(
+                "MR {:#x}: {res} resident, counter {}",
+                mr.key, o.resident
+            ));
+        }
+        if res > self.odp.config.max_resident_per_mr {
+            return Err(format!("MR {:#x} over its budget", mr.key));
+        }
+        Ok((res, pending, failed))
     }
 }

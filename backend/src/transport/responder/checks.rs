@@ -211,20 +211,10 @@ impl Responder<'_, '_> {
             Operation::Write => {
                 let n = pkt.payload.len() as u64;
                 if let Some(reth) = pkt.reth {
-                    // A zero-length RDMA WRITE needs no R_Key check (IBTA 9.7.4.1).
-                    if reth.dma_len == 0 {
-                        return RespStep::Execute;
-                    }
                     // Validate the whole transfer at its first packet, without faulting it
                     // in: each packet resolves (and faults) only its own bytes, so a WRITE
                     // larger than the resident budget makes progress (spec §12.6).
-                    if let Err(s) = self.check_whole(
-                        dev,
-                        reth.rkey,
-                        reth.va,
-                        reth.dma_len as u64,
-                        ACCESS_REMOTE_WRITE,
-                    ) {
+                    if let Some(s) = self.check_whole_reth(dev, reth, ACCESS_REMOTE_WRITE) {
                         return s;
                     }
                     (reth.va, reth.rkey, n, ACCESS_REMOTE_WRITE)
@@ -239,19 +229,10 @@ impl Responder<'_, '_> {
                 let Some(reth) = pkt.reth else {
                     return RespStep::ErrInvalidRequest;
                 };
-                if reth.dma_len == 0 {
-                    return RespStep::Execute;
-                }
                 // The whole range is checked, only the first response packet is resolved (an
                 // ODP fault there is the RNR NAK of §12.4); `pump_replies` resolves the others
                 // one at a time, so a READ larger than the resident budget makes progress.
-                if let Err(s) = self.check_whole(
-                    dev,
-                    reth.rkey,
-                    reth.va,
-                    reth.dma_len as u64,
-                    ACCESS_REMOTE_READ,
-                ) {
+                if let Some(s) = self.check_whole_reth(dev, reth, ACCESS_REMOTE_READ) {
                     return s;
                 }
                 let first = (reth.dma_len as u64).min(self.ctx.mtu as u64);
@@ -275,7 +256,7 @@ impl Responder<'_, '_> {
         if len == 0 {
             return RespStep::Execute;
         }
-        match self.resolve(dev, rkey, va, len, access) {
+        match self.resolve(dev, self.remote_access(rkey, va, len, access)) {
             Ok(()) => RespStep::Execute,
             Err(s) => s,
         }
@@ -296,33 +277,46 @@ impl Responder<'_, '_> {
         } else {
             reth.dma_len as u64
         };
-        match self.resolve(dev, reth.rkey, reth.va, len, access) {
+        match self.resolve(dev, self.remote_access(reth.rkey, reth.va, len, access)) {
             Ok(()) => RespStep::Execute,
             Err(s) => s,
         }
     }
 
-    /// Check a whole RETH range (key, PD, access, bounds) without translating or faulting it.
-    pub(super) fn check_whole(
+    /// The step a WRITE's or READ's RETH decides before any translation: `Execute` at once for
+    /// a zero-length transfer (it needs no R_Key check, IBTA 9.7.4.1), the error of a range
+    /// [`Self::check_whole`] refuses; `None`: go on.
+    fn check_whole_reth(
         &self,
         dev: &Device,
-        rkey: u32,
-        va: u64,
-        len: u64,
+        reth: crate::wire::Reth,
         access: u32,
-    ) -> Result<(), RespStep> {
-        let a = Access {
+    ) -> Option<RespStep> {
+        if reth.dma_len == 0 {
+            return Some(RespStep::Execute);
+        }
+        let a = self.remote_access(reth.rkey, reth.va, u64::from(reth.dma_len), access);
+        self.check_whole(dev, a).err()
+    }
+
+    /// The request's R_Key range in the PD it is checked against.
+    fn remote_access(&self, rkey: u32, va: u64, len: u64, access: u32) -> Access {
+        Access {
             key: rkey,
             pd: self.ctx.pdn,
             iova: va,
             len,
             rights: access,
-        };
+        }
+    }
+
+    /// Check a whole RETH range (key, PD, access, bounds) without translating or faulting it.
+    pub(super) fn check_whole(&self, dev: &Device, a: Access) -> Result<(), RespStep> {
         dev.mrs
             .read()
             .check_remote(a, self.ctx.qpn)
             .map_err(|_| RespStep::ErrRkeyViolation)?;
-        self.check_odp_caps(dev, rkey, access)
+        self.check_odp_caps(dev, a.key, a.rights)
     }
 
     /// Spec §2.2 / §14.6: an R_Key of an ODP MR for an operation the QP's transport does not list
@@ -349,22 +343,8 @@ impl Responder<'_, '_> {
     }
 
     /// Resolve an R_Key range; map failures to the responder error states (spec §10, §14).
-    pub(super) fn resolve(
-        &mut self,
-        dev: &Device,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(), RespStep> {
-        self.check_odp_caps(dev, rkey, access)?;
-        let a = Access {
-            key: rkey,
-            pd: self.ctx.pdn,
-            iova: va,
-            len,
-            rights: access,
-        };
+    pub(super) fn resolve(&mut self, dev: &Device, a: Access) -> Result<(), RespStep> {
+        self.check_odp_caps(dev, a.key, a.rights)?;
         let resolved = ctx::resolve_remote(dev, None, a, self.ctx.qpn, &mut self.ranges);
         match resolved {
             Ok(()) => Ok(()),

@@ -207,11 +207,7 @@ impl Responder<'_, '_> {
         push_resource(
             st,
             self.ctx,
-            RdAtomicRes {
-                first_psn: psn,
-                last_psn: psn,
-                kind: ResKind::Atomic { orig },
-            },
+            RdAtomicRes::single(psn, ResKind::Atomic { orig }),
         );
         st.msn = psn_add(st.msn, 1);
         st.epsn = psn_add(psn, 1);
@@ -254,11 +250,7 @@ impl Responder<'_, '_> {
         push_resource(
             st,
             self.ctx,
-            RdAtomicRes {
-                first_psn: psn,
-                last_psn: psn,
-                kind: ResKind::EmptyReadResponse,
-            },
+            RdAtomicRes::single(psn, ResKind::EmptyReadResponse),
         );
         st.msn = psn_add(st.msn, 1);
         st.epsn = psn_add(psn, 1);

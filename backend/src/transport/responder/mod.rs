@@ -166,6 +166,23 @@ pub struct ReadReply {
     pub pdn: u32,
 }
 
+impl ReadReply {
+    /// A response without payload to send (an ACK, an atomic ACK, an empty READ RESPONSE): one
+    /// packet, `psn`, carrying `msn`.
+    fn bare(kind: ReplyKind, psn: u32, msn: u32, pdn: u32) -> ReadReply {
+        ReadReply {
+            kind,
+            psn,
+            va: 0,
+            rkey: 0,
+            remaining: 0,
+            first: true,
+            msn,
+            pdn,
+        }
+    }
+}
+
 /// READ response packets sent per request arrival or engine tick. A READ of many MTUs is answered
 /// in bursts of this size rather than all at once: on a lossy link the requester discards
 /// everything after a gap and asks again for the remainder (IBTA 9.7.5.1), so an unpaced
@@ -193,6 +210,17 @@ pub struct RdAtomicRes {
     pub first_psn: u32,
     pub last_psn: u32,
     pub kind: ResKind,
+}
+
+impl RdAtomicRes {
+    /// The resource of a one-packet request (atomic, ATOMIC WRITE, FLUSH) at `psn`.
+    pub fn single(psn: u32, kind: ResKind) -> RdAtomicRes {
+        RdAtomicRes {
+            first_psn: psn,
+            last_psn: psn,
+            kind,
+        }
+    }
 }
 
 impl ResponderState {
@@ -448,16 +476,8 @@ fn flush_access(placement: u8) -> Option<u32> {
 
 /// Queue the zero-length RDMA READ RESPONSE ONLY for `psn` and send what the pacing allows.
 fn queue_empty_read_response(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, psn: u32) {
-    st.replies.push_back(ReadReply {
-        kind: ReplyKind::Read,
-        psn,
-        va: 0,
-        rkey: 0,
-        remaining: 0,
-        first: true,
-        msn: st.msn,
-        pdn: ctx.pdn,
-    });
+    let reply = ReadReply::bare(ReplyKind::Read, psn, st.msn, ctx.pdn);
+    st.replies.push_back(reply);
     pump_replies(dev, ctx, st, READ_BURST);
 }
 
@@ -476,16 +496,7 @@ fn ack_in_order(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, aeth: Aeth, 
         send_ack(dev, ctx, aeth, psn);
         return;
     }
-    let r = ReadReply {
-        kind: ReplyKind::Ack(aeth),
-        psn,
-        va: 0,
-        rkey: 0,
-        remaining: 0,
-        first: true,
-        msn: aeth.msn,
-        pdn: ctx.pdn,
-    };
+    let r = ReadReply::bare(ReplyKind::Ack(aeth), psn, aeth.msn, ctx.pdn);
     // A newer ACK supersedes a queued plain ACK (it acknowledges more); a queued NAK is kept
     // unless the new response is a NAK too, so a sequence error or RNR NAK is never lost.
     let new_is_ack = matches!(aeth.syndrome, Syndrome::Ack { .. });
@@ -525,16 +536,8 @@ fn atomic_ack_in_order(dev: &Device, ctx: &QpCtx, st: &mut ResponderState, psn: 
     if queued || st.replies.len() >= reply_queue_bound(ctx) {
         return;
     }
-    st.replies.push_back(ReadReply {
-        kind: ReplyKind::AtomicAck { orig },
-        psn,
-        va: 0,
-        rkey: 0,
-        remaining: 0,
-        first: true,
-        msn: st.msn,
-        pdn: ctx.pdn,
-    });
+    let reply = ReadReply::bare(ReplyKind::AtomicAck { orig }, psn, st.msn, ctx.pdn);
+    st.replies.push_back(reply);
 }
 
 /// Send an ACK / NAK / RNR NAK with `aeth` for `psn`.

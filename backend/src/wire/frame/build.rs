@@ -19,11 +19,11 @@ fn set_frame_len(out: &mut Vec<u8>, total: usize) {
 ///
 /// ```
 /// use vrdma_backend::wire::*;
-/// let addr = Addressing {
-///     src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], vlan: None,
-///     src_gid: gid_from_ipv4([10, 0, 0, 1]), dst_gid: gid_from_ipv4([10, 0, 0, 2]),
-///     hop_limit: 64, traffic_class: 0, flow_label: 0, udp_src_port: udp_src_port(17, 18),
-/// };
+/// let addr = Addressing::new(
+///     [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2],
+///     gid_from_ipv4([10, 0, 0, 1]), gid_from_ipv4([10, 0, 0, 2]),
+///     udp_src_port(17, 18),
+/// );
 /// let b = PacketBuilder::new(addr, Bth::new(Opcode::RcWriteOnly, 18, 100))
 ///     .with_reth(Reth { va: 0x1000, rkey: 0x100, dma_len: 5 });
 /// let mut frame = Vec::new();

@@ -41,19 +41,13 @@ pub struct Located<'a> {
     /// The whole frame.
     frame: &'a [u8],
     eth: EthHeader,
-    ip_version: IpVersion,
-    ip_header: &'a [u8],
+    ip: IpLayer<'a>,
     udp: UdpHeader,
     /// The UDP header's bytes.
     udp_header: &'a [u8],
     /// BTH .. pad (the UDP payload without the ICRC).
     body: &'a [u8],
     icrc_found: u32,
-    src_gid: Gid,
-    dst_gid: Gid,
-    hop: u8,
-    tc: u8,
-    fl: u32,
 }
 
 impl<'a> Located<'a> {
@@ -69,7 +63,7 @@ impl<'a> Located<'a> {
 
     /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
     pub fn dst_gid(&self) -> Gid {
-        self.dst_gid
+        self.ip.dst_gid
     }
 
     /// The BTH's destination QP, if the UDP payload holds a whole BTH.
@@ -78,63 +72,83 @@ impl<'a> Located<'a> {
     }
 }
 
+/// The IP layer of a received frame: its header bytes, the UDP datagram it carries and the
+/// fields [`Located`] keeps.
+#[derive(Debug, Clone, Copy)]
+struct IpLayer<'a> {
+    version: IpVersion,
+    header: &'a [u8],
+    payload: &'a [u8],
+    src_gid: Gid,
+    dst_gid: Gid,
+    hop: u8,
+    tc: u8,
+    fl: u32,
+}
+
+/// An IPv4 header with its total length checked against `l3`, unfragmented, carrying UDP.
+fn ipv4_layer(l3: &[u8]) -> Result<IpLayer<'_>, WireError> {
+    let (ip, after) = Ipv4Header::parse(l3)?;
+    let total = usize::from(ip.total_len);
+    if total < Ipv4Header::LEN || total > l3.len() {
+        return Err(WireError::IpLengthMismatch {
+            ip_len: total,
+            available: l3.len(),
+        });
+    }
+    if ip.is_fragment() {
+        return Err(WireError::Fragmented);
+    }
+    if ip.protocol != PROTO_UDP {
+        return Err(WireError::NotUdp(ip.protocol));
+    }
+    Ok(IpLayer {
+        version: IpVersion::V4,
+        header: &l3[..Ipv4Header::LEN],
+        payload: &after[..total - Ipv4Header::LEN],
+        src_gid: gid_from_ipv4(ip.src),
+        dst_gid: gid_from_ipv4(ip.dst),
+        hop: ip.ttl,
+        tc: ip.tos,
+        fl: 0,
+    })
+}
+
+/// An IPv6 header with its payload length checked against `l3`, carrying UDP.
+fn ipv6_layer(l3: &[u8]) -> Result<IpLayer<'_>, WireError> {
+    let (ip, after) = Ipv6Header::parse(l3)?;
+    let plen = usize::from(ip.payload_len);
+    if plen > after.len() {
+        return Err(WireError::IpLengthMismatch {
+            ip_len: plen + Ipv6Header::LEN,
+            available: l3.len(),
+        });
+    }
+    if ip.next_header != PROTO_UDP {
+        return Err(WireError::NotUdp(ip.next_header));
+    }
+    Ok(IpLayer {
+        version: IpVersion::V6,
+        header: &l3[..Ipv6Header::LEN],
+        payload: &after[..plen],
+        src_gid: ip.src,
+        dst_gid: ip.dst,
+        hop: ip.hop_limit,
+        tc: ip.traffic_class,
+        fl: ip.flow_label,
+    })
+}
+
 /// Locate and length-check the Ethernet, IP and UDP headers of a RoCEv2 frame. Frames that are
 /// not RoCEv2 at all fail with [`WireError::is_not_roce`] errors; the others are malformed.
 pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
     let (eth, l3) = EthHeader::parse(frame)?;
-    let (ip_version, ip_header, ip_payload, src_gid, dst_gid, hop, tc, fl) = match eth.ethertype {
-        ETHERTYPE_IPV4 => {
-            let (ip, after) = Ipv4Header::parse(l3)?;
-            let total = usize::from(ip.total_len);
-            if total < Ipv4Header::LEN || total > l3.len() {
-                return Err(WireError::IpLengthMismatch {
-                    ip_len: total,
-                    available: l3.len(),
-                });
-            }
-            if ip.is_fragment() {
-                return Err(WireError::Fragmented);
-            }
-            if ip.protocol != PROTO_UDP {
-                return Err(WireError::NotUdp(ip.protocol));
-            }
-            let payload = &after[..total - Ipv4Header::LEN];
-            (
-                IpVersion::V4,
-                &l3[..Ipv4Header::LEN],
-                payload,
-                gid_from_ipv4(ip.src),
-                gid_from_ipv4(ip.dst),
-                ip.ttl,
-                ip.tos,
-                0,
-            )
-        }
-        ETHERTYPE_IPV6 => {
-            let (ip, after) = Ipv6Header::parse(l3)?;
-            let plen = usize::from(ip.payload_len);
-            if plen > after.len() {
-                return Err(WireError::IpLengthMismatch {
-                    ip_len: plen + Ipv6Header::LEN,
-                    available: l3.len(),
-                });
-            }
-            if ip.next_header != PROTO_UDP {
-                return Err(WireError::NotUdp(ip.next_header));
-            }
-            (
-                IpVersion::V6,
-                &l3[..Ipv6Header::LEN],
-                &after[..plen],
-                ip.src,
-                ip.dst,
-                ip.hop_limit,
-                ip.traffic_class,
-                ip.flow_label,
-            )
-        }
+    let ip = match eth.ethertype {
+        ETHERTYPE_IPV4 => ipv4_layer(l3)?,
+        ETHERTYPE_IPV6 => ipv6_layer(l3)?,
         t => return Err(WireError::NotIp(t)),
     };
+    let ip_payload = ip.payload;
     let (udp, udp_payload) = UdpHeader::parse(ip_payload)?;
     if udp.dst_port != ROCEV2_UDP_PORT {
         return Err(WireError::WrongPort(udp.dst_port));
@@ -157,8 +171,7 @@ pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
     Ok(Located {
         frame,
         eth,
-        ip_version,
-        ip_header,
+        ip,
         udp,
         udp_header,
         body,
@@ -168,11 +181,6 @@ pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
             icrc_bytes[2],
             icrc_bytes[3],
         ]),
-        src_gid,
-        dst_gid,
-        hop,
-        tc,
-        fl,
     })
 }
 
@@ -182,7 +190,7 @@ pub fn locate(frame: &[u8]) -> Result<Located<'_>, WireError> {
 pub fn seal_icrc(frame: &mut [u8]) -> Result<bool, WireError> {
     let (icrc, at) = match locate(frame) {
         Ok(l) => {
-            let icrc = crate::wire::icrc::compute(l.ip_header, l.udp_header, l.body)?;
+            let icrc = crate::wire::icrc::compute(l.ip.header, l.udp_header, l.body)?;
             let at = l.body.as_ptr() as usize - frame.as_ptr() as usize + l.body.len();
             (icrc, at)
         }
@@ -212,20 +220,14 @@ impl<'a> RocePacket<'a> {
         let Located {
             frame: _,
             eth,
-            ip_version,
-            ip_header,
+            ip,
             udp,
             body,
             icrc_found: found,
-            src_gid,
-            dst_gid,
-            hop,
-            tc,
-            fl,
             udp_header,
         } = l;
         if check == IcrcCheck::Verify {
-            let computed = crate::wire::icrc::compute(ip_header, udp_header, body)?;
+            let computed = crate::wire::icrc::compute(ip.header, udp_header, body)?;
             if computed != found {
                 return Err(WireError::BadIcrc { computed, found });
             }
@@ -263,15 +265,15 @@ impl<'a> RocePacket<'a> {
                 src_mac: eth.src,
                 dst_mac: eth.dst,
                 vlan: eth.vlan,
-                src_gid,
-                dst_gid,
-                hop_limit: hop,
-                traffic_class: tc,
-                flow_label: fl,
+                src_gid: ip.src_gid,
+                dst_gid: ip.dst_gid,
+                hop_limit: ip.hop,
+                traffic_class: ip.tc,
+                flow_label: ip.fl,
                 udp_src_port: udp.src_port,
             },
-            ip_version,
-            ip_header,
+            ip_version: ip.version,
+            ip_header: ip.header,
             bth,
             info,
             ext,
