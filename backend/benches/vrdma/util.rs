@@ -176,6 +176,16 @@ pub fn thread_cpu_secs() -> f64 {
 /// CPU time (seconds) of this process's threads named `name` (e.g. "vrdma-engine"), from
 /// /proc/self/task/*/schedstat (nanoseconds on CPU).
 pub fn threads_cpu_secs(name: &str) -> f64 {
+    threads_cpu_secs_where(|comm| comm == name)
+}
+
+/// CPU seconds of every thread of this process whose name starts with `prefix` (engine worker
+/// w > 0 is `vrdma-engine{w}`).
+pub fn threads_cpu_secs_prefixed(prefix: &str) -> f64 {
+    threads_cpu_secs_where(|comm| comm.starts_with(prefix))
+}
+
+fn threads_cpu_secs_where(matches: impl Fn(&str) -> bool) -> f64 {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return 0.0;
     };
@@ -183,7 +193,7 @@ pub fn threads_cpu_secs(name: &str) -> f64 {
     for e in dir.flatten() {
         let p = e.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if comm.trim_end() != name {
+        if !matches(comm.trim_end()) {
             continue;
         }
         let st = std::fs::read_to_string(p.join("schedstat")).unwrap_or_default();
