@@ -259,8 +259,22 @@ pub fn take_resp(dev: &Device, qpn: u32) -> Option<(QpCtx, ResponderState)> {
 
 /// See [`put_req`].
 pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<QpState> {
+    put_resp_counted(dev, qpn, st, 0, 0)
+}
+
+/// [`put_resp`], adding `packets` and `bytes` to the QP's receive counters under the same lock
+/// (packets accepted while the state was held across a received buffer, `ReceiveRun`).
+pub fn put_resp_counted(
+    dev: &Device,
+    qpn: u32,
+    st: ResponderState,
+    packets: u64,
+    bytes: u64,
+) -> Option<QpState> {
     super::timers::note_resp(dev, qpn, |qp| {
         qp.resp = st;
+        qp.stats.rx_packets += packets;
+        qp.stats.rx_bytes += bytes;
         qp.state
     })
 }

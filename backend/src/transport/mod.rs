@@ -179,19 +179,56 @@ pub(crate) fn with_resp<R>(
 ) -> Option<R> {
     let (c, mut st) = ctx::take_resp(dev, qpn)?;
     let r = f(dev, &c, &mut st);
+    put_back_resp(dev, qpn, &c, st, RxCount::default());
+    Some(r)
+}
+
+/// Put a responder state taken with snapshot `c` back (with `rx`, the packets counted while
+/// it was out), then apply what happened meanwhile: as in [`with_req`].
+fn put_back_resp(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: ResponderState, rx: RxCount) {
     let fatal = st.fatal.take();
-    let after = ctx::put_resp(dev, qpn, st);
+    let after = ctx::put_resp_counted(dev, qpn, st, rx.packets, rx.bytes);
     if c.state != QpState::Err && after == Some(QpState::Err) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
-        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
-        // flush hook could not see the state then, so flush now, through the core's worklist (a
-        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
-        // is then moot: the QP is in ERROR already and one event reported it.
+        // As in `with_req`: the QP entered ERROR while its state was out.
         dev.schedule_flush(qpn);
     } else if let Some(e) = fatal {
         dev.qp_to_error(qpn, e.event(), e.info());
     }
-    Some(r)
+}
+
+/// Packets and bytes received for a QP while its responder state was held.
+#[derive(Debug, Default, Clone, Copy)]
+struct RxCount {
+    packets: u64,
+    bytes: u64,
+}
+
+/// The received frames of one buffer, as the engine hands them to the transport one by one
+/// ([`on_located_in_run`]). A fabric segment holds up to 64 request frames of one QP (spec
+/// §16.2 rule 6): the first takes that QP's responder state out, the following ones of the
+/// same QP run on it without a lookup, a lock, a snapshot or a put-back each, and
+/// [`ReceiveRun::finish`] (or any other frame) puts it back. The buffer is one unit of work
+/// (`LongGuard::hand_off` after it), and a MODIFY_QP waits while the state is out
+/// (`ctx::state_out`), so the snapshot stays true for the run.
+#[derive(Default)]
+pub struct ReceiveRun {
+    held: Option<HeldResp>,
+}
+
+struct HeldResp {
+    qpn: u32,
+    ctx: ctx::QpCtx,
+    st: ResponderState,
+    rx: RxCount,
+}
+
+impl ReceiveRun {
+    /// Put a held responder state back (the end of the buffer).
+    pub fn finish(&mut self, dev: &Device) {
+        if let Some(h) = self.held.take() {
+            put_back_resp(dev, h.qpn, &h.ctx, h.st, h.rx);
+        }
+    }
 }
 
 /// A doorbell record from the doorbell virtqueue (spec §8).
@@ -321,6 +358,20 @@ pub fn on_located_ref_at(
     now: Instant,
     src: Option<packet::PayloadSrc<'_>>,
 ) {
+    let mut run = ReceiveRun::default();
+    on_located_in_run(dev, located, now, src, &mut run);
+    run.finish(dev);
+}
+
+/// [`on_located_ref_at`] for one of the frames of a received buffer (`run`, see
+/// [`ReceiveRun`]).
+pub fn on_located_in_run(
+    dev: &Device,
+    located: crate::wire::Located<'_>,
+    now: Instant,
+    src: Option<packet::PayloadSrc<'_>>,
+    run: &mut ReceiveRun,
+) {
     use crate::stats::bump;
     let check = if dev.icrc_offload.checked_rx {
         crate::wire::IcrcCheck::Trusted
@@ -366,15 +417,22 @@ pub fn on_located_ref_at(
             bump(&dev.port_stats.drop_unknown_qp);
         }
         for &qpn in members[..n].iter().filter(|&&q| dev.receives_here(q)) {
-            deliver(dev, qpn, &pkt, frame, now);
+            deliver(dev, qpn, &pkt, frame, now, run);
         }
         return;
     }
-    deliver(dev, pkt.bth.dest_qp, &pkt, frame, now);
+    deliver(dev, pkt.bth.dest_qp, &pkt, frame, now, run);
 }
 
 /// The checks and the processing of one received packet for QP `qpn` (`on_frame_at`).
-fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: Instant) {
+fn deliver(
+    dev: &Device,
+    qpn: u32,
+    pkt: &packet::RxPkt<'_>,
+    frame: &[u8],
+    now: Instant,
+    run: &mut ReceiveRun,
+) {
     use crate::stats::bump;
     // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6), then the QP
     // state (IBTA 10.3): otherwise dropped, for responses as well as requests.
@@ -391,6 +449,23 @@ fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: I
             Err(&dev.port_stats.drop_qp_state)
         }
     };
+    if let Some(h) = run.held.as_mut().filter(|h| h.qpn == qpn) {
+        if !pkt.info.is_response() {
+            if let Err(counter) = accept(&h.ctx) {
+                bump(counter);
+                return;
+            }
+            h.rx.packets += 1;
+            h.rx.bytes += frame.len() as u64;
+            responder::on_request(dev, &h.ctx, &mut h.st, pkt);
+            if h.st.fatal.is_some() {
+                run.finish(dev);
+            }
+            return;
+        }
+    }
+    // Anything else: the held state goes back first, so nothing else finds it out.
+    run.finish(dev);
     match ctx::rx_ctx(dev, qpn, frame.len(), accept) {
         None => {
             bump(&dev.port_stats.drop_unknown_qp);
@@ -415,13 +490,25 @@ fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: I
             requester::process(dev, c, st, now);
         });
     } else {
-        with_resp(dev, qpn, |dev, c, st| {
-            if let Err(counter) = accept(c) {
-                bump(counter);
-                return;
-            }
-            responder::on_request(dev, c, st, pkt)
-        });
+        let Some((c, mut st)) = ctx::take_resp(dev, qpn) else {
+            return;
+        };
+        if let Err(counter) = accept(&c) {
+            bump(counter);
+        } else {
+            responder::on_request(dev, &c, &mut st, pkt);
+        }
+        let held = HeldResp {
+            qpn,
+            ctx: c,
+            st,
+            rx: RxCount::default(),
+        };
+        if held.st.fatal.is_some() || held.ctx.state == QpState::Err {
+            put_back_resp(dev, qpn, &held.ctx, held.st, held.rx);
+        } else {
+            run.held = Some(held);
+        }
     }
 }
 
