@@ -156,8 +156,15 @@ pub(crate) fn with_req<R>(
 ) -> Option<R> {
     let (c, mut st) = ctx::take_req(dev, qpn)?;
     let r = f(dev, &c, &mut st);
+    put_back_req(dev, qpn, &c, st, RxCount::default());
+    Some(r)
+}
+
+/// Put a requester state taken with snapshot `c` back (with `rx`, the packet counted while it
+/// was out), then apply what happened meanwhile.
+fn put_back_req(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: RequesterState, rx: RxCount) {
     let fatal = st.fatal.take();
-    let after = ctx::put_req(dev, qpn, st);
+    let after = ctx::put_req_counted(dev, qpn, st, rx.packets, rx.bytes);
     if c.state != QpState::Err && after == Some(QpState::Err) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
         // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
@@ -168,7 +175,6 @@ pub(crate) fn with_req<R>(
     } else if let Some(e) = fatal {
         dev.qp_to_error(qpn, e.event(), e.info());
     }
-    Some(r)
 }
 
 /// Run `f` on QP `qpn`'s responder state (taken out of the QP for the duration).
@@ -466,43 +472,52 @@ fn deliver(
     }
     // Anything else: the held state goes back first, so nothing else finds it out.
     run.finish(dev);
-    match ctx::rx_ctx(dev, qpn, frame.len(), accept) {
-        None => {
+    // The checks run on the snapshot the take makes (one lookup and lock of the QP for the
+    // packet; a command beside the workers, MODIFY_QP on the shared device, waits while the
+    // state is out, so it cannot move the QP between the check and the processing). The
+    // packet is counted in the QP's receive counters when the state goes back.
+    let rx = RxCount {
+        packets: 1,
+        bytes: frame.len() as u64,
+    };
+    if pkt.info.is_response() {
+        let Some((c, mut st)) = ctx::take_req(dev, qpn) else {
             bump(&dev.port_stats.drop_unknown_qp);
             return;
-        }
-        Some(Err(counter)) => {
-            bump(counter);
-            return;
-        }
-        Some(Ok(_)) => {}
-    }
-    // Checked again on the snapshot the take makes: a command beside the workers (MODIFY_QP
-    // on the shared device) may have moved the QP in between (to ERR, or RESET and on).
-    if pkt.info.is_response() {
-        with_req(dev, qpn, |dev, c, st| {
-            if let Err(counter) = accept(c) {
+        };
+        let counted = match accept(&c) {
+            Err(counter) => {
                 bump(counter);
-                return;
+                RxCount::default()
             }
-            completer::on_response(dev, c, st, pkt, now);
-            // Acknowledgements open the window / complete WQEs: continue sending and retire.
-            requester::process(dev, c, st, now);
-        });
+            Ok(()) => {
+                completer::on_response(dev, &c, &mut st, pkt, now);
+                // Acknowledgements open the window / complete WQEs: continue sending and retire.
+                requester::process(dev, &c, &mut st, now);
+                rx
+            }
+        };
+        put_back_req(dev, qpn, &c, st, counted);
     } else {
         let Some((c, mut st)) = ctx::take_resp(dev, qpn) else {
+            bump(&dev.port_stats.drop_unknown_qp);
             return;
         };
-        if let Err(counter) = accept(&c) {
-            bump(counter);
-        } else {
-            responder::on_request(dev, &c, &mut st, pkt);
-        }
+        let counted = match accept(&c) {
+            Err(counter) => {
+                bump(counter);
+                RxCount::default()
+            }
+            Ok(()) => {
+                responder::on_request(dev, &c, &mut st, pkt);
+                rx
+            }
+        };
         let held = HeldResp {
             qpn,
             ctx: c,
             st,
-            rx: RxCount::default(),
+            rx: counted,
         };
         if held.st.fatal.is_some() || held.ctx.state == QpState::Err {
             put_back_resp(dev, qpn, &held.ctx, held.st, held.rx);
