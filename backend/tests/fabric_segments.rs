@@ -32,6 +32,8 @@ struct Pair {
     rqb: RingH,
     ea: Engine,
     eb: Engine,
+    /// b's device, as its engine runs it.
+    db: Arc<vrdma_backend::handoff::HandoffLock<vrdma_backend::device::Device>>,
     src: u64,
     dst: u64,
     ka: u32,
@@ -91,7 +93,8 @@ fn pair_of(
         seen: seen_b.clone(),
     };
     let ea = Engine::start(detach(&mut a), Arc::new(ta)).unwrap();
-    let eb = Engine::start(detach(&mut b), Arc::new(tb)).unwrap();
+    let db = detach(&mut b);
+    let eb = Engine::start(db.clone(), Arc::new(tb)).unwrap();
     Pair {
         a,
         b,
@@ -101,6 +104,7 @@ fn pair_of(
         rqb,
         ea,
         eb,
+        db,
         src,
         dst,
         ka,
@@ -166,6 +170,9 @@ impl Pair {
     fn finish(self) -> Outcome {
         let data_b = self.b.read(self.dst, LEN as usize);
         let data_a = self.a.read(self.src, LEN as usize);
+        let rx_b = self.db.read().qps.iter().fold((0, 0), |(p, b), q| {
+            (p + q.stats.rx_packets, b + q.stats.rx_bytes)
+        });
         self.ea.stop();
         self.eb.stop();
         let seen_b = std::mem::take(&mut *self.seen_b.lock().unwrap());
@@ -175,6 +182,7 @@ impl Pair {
             data_b,
             seen_a,
             seen_b,
+            rx_b,
             cqes: Default::default(),
         }
     }
@@ -186,6 +194,8 @@ struct Outcome {
     data_b: Vec<u8>,
     seen_a: Seen,
     seen_b: Seen,
+    /// b's QPs' receive counters: packets, bytes.
+    rx_b: (u64, u64),
     cqes: Cqes,
 }
 
@@ -254,6 +264,23 @@ fn a_segment_stream_gives_what_single_frames_give() {
         seg.seen_b.segments_in,
         seg.seen_b.requests.len()
     );
+}
+
+/// The receiver counts every request packet a segment carries, as it counts single frames:
+/// the frames after a segment's first run on the QP's responder state held across the buffer
+/// (`transport::ReceiveRun`), and their counts are added when it is put back.
+#[test]
+fn a_segment_counts_every_packet_it_carries() {
+    let seg = mixed(true, None);
+    let plain = mixed(false, None);
+    assert!(seg.seen_b.segments_in > 0, "segments arrived");
+    assert_eq!(
+        seg.rx_b.0,
+        seg.seen_b.requests.len() as u64,
+        "{:?}",
+        seg.rx_b
+    );
+    assert_eq!(seg.rx_b, plain.rx_b);
 }
 
 /// UC (IBTA 9.8): WRITEs and SENDs, completed once handed to the wire.

@@ -43,7 +43,9 @@ fn memcpy_mbs(runs: usize) -> f64 {
 /// as wall-clock rate and per CPU second of the bench thread (which runs the transport itself;
 /// independent of how much of the shared machine the bench got). The two beds alternate run by
 /// run so load changes hit both alike.
-fn idle_ratio(n: u64, runs: usize) -> (f64, f64, f64) {
+/// Returns (rate with none, wall ratio, per-CPU-s ratio, bench-thread CPU seconds per message
+/// with none).
+fn idle_ratio(n: u64, runs: usize) -> (f64, f64, f64, f64) {
     let mut beds = [0u32, 10_000].map(|idle| {
         let mut b = Bed::with_idle_qps(
             Mode::InProc,
@@ -71,10 +73,12 @@ fn idle_ratio(n: u64, runs: usize) -> (f64, f64, f64) {
         b.finish();
     }
     let none = median(&mut wall[0]);
+    let none_per_cpu = median(&mut cpu[0]);
     (
         none,
         median(&mut wall[1]) / none,
-        median(&mut cpu[1]) / median(&mut cpu[0]),
+        median(&mut cpu[1]) / none_per_cpu,
+        1.0 / none_per_cpu,
     )
 }
 
@@ -104,6 +108,65 @@ pub fn fabric_only(quick: bool) {
         "fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.0} MB per engine CPU-s, runs {:.0}-{:.0})",
         p.mbs, p.mb_per_cpu, p.mbs_range.0, p.mbs_range.1
     );
+}
+
+/// Large messages at a small path MTU on the fabric: RC WRITE 1 MiB at path MTU 1024 against
+/// 64 KiB at path MTU 4096 (the [cost] issue's pair) and 64 KiB at 1024, the beds alternated
+/// run by run; medians. Returns (1 MiB@1024, 64 KiB@4096, 64 KiB@1024).
+pub fn large_at_small_mtu(bytes: u64, runs: usize) -> (Point, Point, Point) {
+    let cases = [(1024u32, 1u64 << 20), (4096, 64 << 10), (1024, 64 << 10)];
+    let mut beds = cases.map(|(mtu, size)| {
+        let mut b = Bed::new(Mode::Fabric, mtu, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
+        stream(&mut b, Op::Write, size, 16);
+        b
+    });
+    let mut per_run: [Vec<Point>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        for (k, bed) in beds.iter_mut().enumerate() {
+            per_run[k].push(point(bed, Op::Write, cases[k].1, bytes, 1));
+        }
+    }
+    for b in beds {
+        b.finish();
+    }
+    let [a, b, c] = per_run.map(|v| {
+        let mut mbs: Vec<f64> = v.iter().map(|p| p.mbs).collect();
+        let mut cpu: Vec<f64> = v.iter().map(|p| p.mb_per_cpu).collect();
+        let mut fr: Vec<f64> = v.iter().map(|p| p.data_frames).collect();
+        let mut msgs: Vec<f64> = v.iter().map(|p| p.msgs).collect();
+        let lo = mbs.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = mbs.iter().cloned().fold(0.0, f64::max);
+        Point {
+            mbs: median(&mut mbs),
+            msgs: median(&mut msgs),
+            mb_per_cpu: median(&mut cpu),
+            data_frames: median(&mut fr),
+            mbs_range: (lo, hi),
+        }
+    });
+    (a, b, c)
+}
+
+pub fn print_large_at_small_mtu((big, base, small): (Point, Point, Point)) {
+    println!(
+        "headline: fabric RC WRITE 1 MiB path MTU 1024 vs 64 KiB path MTU 4096: {:.2} x per \
+         engine CPU-s ({:.0} vs {:.0} MB per engine CPU-s; wall {:.0} vs {:.0} MB/s; 64 KiB at \
+         MTU 1024: {:.0} MB per engine CPU-s, {:.0} MB/s; data frames / min {:.2})",
+        big.mb_per_cpu / base.mb_per_cpu,
+        big.mb_per_cpu,
+        base.mb_per_cpu,
+        big.mbs,
+        base.mbs,
+        small.mb_per_cpu,
+        small.mbs,
+        big.data_frames
+    );
+}
+
+/// The large-message point alone (section `fabric-mtu`, for `perf record`).
+pub fn large_mtu_only(quick: bool) {
+    let runs = if quick { 3 } else { 5 };
+    print_large_at_small_mtu(large_at_small_mtu(stream_bytes(quick) / 4, runs));
 }
 
 /// What any sharding of one device's QPs over engine threads could gain on this machine at
@@ -143,10 +206,16 @@ fn pair_ceiling(bytes: u64, runs: usize) -> f64 {
 /// The `--engine-threads` point alone (section `workers`).
 pub fn workers_only(quick: bool) {
     let runs = if quick { 3 } else { 5 };
-    let (ratio, one, two) = crate::workers::two_vs_one(stream_bytes(quick), runs);
+    let w = crate::workers::two_vs_one(stream_bytes(quick), runs);
     println!(
-        "workers: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {ratio:.2} x ({one:.0} vs {two:.0} \
-         MB/s)"
+        "workers: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {:.2} x ({:.0} vs {:.0} MB/s); \
+         engine CPU per message {:.2} x ({} vs {})",
+        w.ratio,
+        w.one_mbs,
+        w.two_mbs,
+        w.two_cpu / w.one_cpu,
+        fmt_secs(w.two_cpu),
+        fmt_secs(w.one_cpu)
     );
 }
 
@@ -227,7 +296,7 @@ pub fn tenants_only(quick: bool) {
 pub fn idle_only(quick: bool) {
     let runs = if quick { 3 } else { 5 };
     let n = if quick { 5000 } else { 20000 };
-    let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
+    let (none, idle_wall, idle_cpu, _) = idle_ratio(n, runs);
     println!(
         "idle-qps: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \
          {idle_cpu:.2}; none: {:.2} Mpps)",
@@ -268,49 +337,68 @@ pub fn run(quick: bool) {
     bed.finish();
     let mut bed = Bed::new(Mode::Fabric, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0);
     stream(&mut bed, Op::Write, 64, 256);
+    let mut fab_cpu: Vec<f64> = Vec::new();
     let mut rates: Vec<f64> = (0..runs)
-        .map(|_| n as f64 / stream(&mut bed, Op::Write, 64, n).as_secs_f64())
+        .map(|_| {
+            let c0 = bed.engine_cpu();
+            let r = n as f64 / stream(&mut bed, Op::Write, 64, n).as_secs_f64();
+            fab_cpu.push((bed.engine_cpu() - c0) / n as f64);
+            r
+        })
         .collect();
     let mut fab_lat = latency(&mut bed, 64, 2000);
     bed.finish();
-    let (none, idle_wall, idle_cpu) = idle_ratio(n, runs);
+    let (none, idle_wall, idle_cpu, inproc_cpu) = idle_ratio(n, runs);
+    let large = large_at_small_mtu(budget / 4, runs);
     let ceiling = pair_ceiling(budget, runs);
-    let (workers, one, two) = crate::workers::two_vs_one(budget, runs);
+    let w = crate::workers::two_vs_one(budget, runs);
     let fairness = crate::tenancy::fairness(budget, runs);
     let tenants = crate::tenancy::eight_devices(budget / 4, runs);
     println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
     println!(
         "headline: in-process RC WRITE 64 KiB path MTU 4096 (one thread, both sides): {:.0} MB/s \
-         ({:.1} % of memcpy)",
+         ({:.1} % of memcpy; {:.0} MB per CPU-s of that thread)",
         inproc.mbs,
-        inproc.mbs / memcpy * 100.0
+        inproc.mbs / memcpy * 100.0,
+        inproc.mb_per_cpu
     );
     println!(
-        "headline: in-process 64 B RC WRITE: {:.2} Mpps, median latency {}",
+        "headline: in-process 64 B RC WRITE: {:.2} Mpps, median latency {} ({} CPU per msg, \
+         one thread both sides)",
         none / 1e6,
-        fmt_secs(median(&mut lat))
+        fmt_secs(median(&mut lat)),
+        fmt_secs(inproc_cpu)
     );
     println!(
         "headline: fabric RC WRITE 64 KiB 1 QP: {:.0} MB/s ({:.1} % of memcpy; {:.0} MB per \
-         engine CPU-s, data frames / min {:.2}, runs {:.0}-{:.0})",
+         engine CPU-s = {:.2} of memcpy, data frames / min {:.2}, runs {:.0}-{:.0})",
         fabric.mbs,
         fabric.mbs / memcpy * 100.0,
         fabric.mb_per_cpu,
+        fabric.mb_per_cpu / memcpy,
         fabric.data_frames,
         fabric.mbs_range.0,
         fabric.mbs_range.1
     );
     println!(
-        "headline: fabric 64 B RC WRITE: {:.2} Mpps, median latency {}",
+        "headline: fabric 64 B RC WRITE: {:.2} Mpps, median latency {} ({} engine CPU per msg)",
         median(&mut rates) / 1e6,
-        fmt_secs(median(&mut fab_lat))
+        fmt_secs(median(&mut fab_lat)),
+        fmt_secs(median(&mut fab_cpu))
     );
+    print_large_at_small_mtu(large);
     print_udp(&udp);
     println!(
-        "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {workers:.2} x ({one:.0} vs \
-         {two:.0} MB/s; the workers of a device share it, each QP under its own lock; this \
-         machine's ceiling for any sharding: two independent fabric pairs at once give \
-         {ceiling:.2} x one pair)"
+        "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {:.2} x ({:.0} vs {:.0} MB/s; \
+         engine CPU per message {:.2} x, {} vs {}; the workers of a device share it, each QP \
+         under its own lock; this machine's ceiling for any sharding: two independent fabric \
+         pairs at once give {ceiling:.2} x one pair)",
+        w.ratio,
+        w.one_mbs,
+        w.two_mbs,
+        w.two_cpu / w.one_cpu,
+        fmt_secs(w.two_cpu),
+        fmt_secs(w.one_cpu)
     );
     println!(
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \

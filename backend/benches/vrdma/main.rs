@@ -6,7 +6,7 @@
 //! `control-wait` (a control command's wait for the device lock while another QP streams),
 //! `control-churn` (a QP's stream beside REG_DMA_MR+DEREG_MR pairs),
 //! `headline` (default: all of these; `headline` last), `udp` (only the UDP headline points, for
-//! `perf record`), `fabric`, `fabric-64`, `idle-qps`, `pair-ceiling`, `workers`, `fairness`,
+//! `perf record`), `fabric`, `fabric-64`, `fabric-mtu`, `idle-qps`, `pair-ceiling`, `workers`, `fairness`,
 //! `tenants-8` (the other headline points alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
 //! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
@@ -26,7 +26,7 @@ mod workers;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 17] = [
+const SECTIONS: [&str; 18] = [
     "engine",
     "engine-qps",
     "odp-reg",
@@ -37,6 +37,7 @@ const SECTIONS: [&str; 17] = [
     "udp",
     "fabric",
     "fabric-64",
+    "fabric-mtu",
     "idle-qps",
     "pair-ceiling",
     "control-wait",
@@ -111,6 +112,9 @@ fn main() {
     }
     if wanted.contains(&"fabric-64") {
         headline::fabric_small(quick);
+    }
+    if wanted.contains(&"fabric-mtu") {
+        headline::large_mtu_only(quick);
     }
     if wanted.contains(&"pair-ceiling") {
         headline::ceiling_only(quick);

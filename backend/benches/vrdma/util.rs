@@ -40,6 +40,9 @@ pub fn fmt_secs(s: f64) -> String {
     }
     if s < 1e-6 {
         format!("{:.0} ns", s * 1e9)
+    } else if s < 1e-5 {
+        // Per-message CPU figures ([cost] targets of 0.5 and 1.0 µs) need the second digit.
+        format!("{:.2} µs", s * 1e6)
     } else if s < 1e-3 {
         format!("{:.1} µs", s * 1e6)
     } else if s < 1.0 {

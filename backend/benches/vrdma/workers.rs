@@ -1,6 +1,7 @@
 //! Engine workers (`--engine-threads`): the 64 KiB RC WRITE rate of 4 QPs between two fabric
 //! devices with 2 engine workers per device against 1, measured side by side (runs alternate,
-//! medians). The QPs are spread over the workers (`qp::worker_of`).
+//! medians), with the engine CPU per message of each. The QPs are spread over the workers
+//! (`qp::worker_of`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use vrdma_spec::*;
 
 use crate::common::write_conn::WriteConn;
 use crate::common::*;
+use crate::common::engine::threads_cpu_secs_prefixed;
 use crate::util::median;
 
 const QPS: usize = 4;
@@ -103,28 +105,54 @@ fn stream(s: &mut Setup, per_qp: u64) -> Duration {
     t0.elapsed()
 }
 
-/// MB/s of `per_qp` WRITEs per QP.
-fn rate(s: &mut Setup, per_qp: u64) -> f64 {
+/// MB/s and engine CPU seconds per message of `per_qp` WRITEs per QP. The CPU is that of
+/// every engine thread of the process: the other setup's engines are idle meanwhile.
+fn rate(s: &mut Setup, per_qp: u64) -> (f64, f64) {
+    let c0 = threads_cpu_secs_prefixed("vrdma-engine");
     let t = stream(s, per_qp).as_secs_f64();
-    (per_qp as usize * QPS * MSG) as f64 / t / 1e6
+    let cpu = threads_cpu_secs_prefixed("vrdma-engine") - c0;
+    let msgs = (per_qp as usize * QPS) as f64;
+    (msgs * MSG as f64 / t / 1e6, cpu / msgs)
 }
 
-/// The 2-vs-1 ratio and both medians (MB/s): runs of `bytes` in total, alternated `runs` times.
-pub fn two_vs_one(bytes: u64, runs: usize) -> (f64, f64, f64) {
+/// The `--engine-threads` 2-vs-1 figures, medians of alternated runs.
+#[derive(Debug, Clone, Copy)]
+pub struct TwoVsOne {
+    /// MB/s with 2 workers per device over MB/s with 1.
+    pub ratio: f64,
+    pub one_mbs: f64,
+    pub two_mbs: f64,
+    /// Engine CPU seconds per message (both devices' engine threads).
+    pub one_cpu: f64,
+    pub two_cpu: f64,
+}
+
+/// Runs of `bytes` in total with 1 and with 2 workers per device, alternated `runs` times.
+pub fn two_vs_one(bytes: u64, runs: usize) -> TwoVsOne {
     let per_qp = (bytes / (QPS * MSG) as u64).max(64);
     let mut one = setup(1);
     let mut two = setup(2);
     rate(&mut one, 64);
     rate(&mut two, 64);
-    let (mut r1, mut r2) = (Vec::new(), Vec::new());
+    let (mut r1, mut r2, mut c1, mut c2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
-        r1.push(rate(&mut one, per_qp));
-        r2.push(rate(&mut two, per_qp));
+        let (r, c) = rate(&mut one, per_qp);
+        r1.push(r);
+        c1.push(c);
+        let (r, c) = rate(&mut two, per_qp);
+        r2.push(r);
+        c2.push(c);
     }
     for s in [one, two] {
         s.ea.stop();
         s.eb.stop();
     }
-    let (m1, m2) = (median(&mut r1), median(&mut r2));
-    (m2 / m1, m1, m2)
+    let (one_mbs, two_mbs) = (median(&mut r1), median(&mut r2));
+    TwoVsOne {
+        ratio: two_mbs / one_mbs,
+        one_mbs,
+        two_mbs,
+        one_cpu: median(&mut c1),
+        two_cpu: median(&mut c2),
+    }
 }

@@ -133,24 +133,6 @@ pub fn qp_ctx(dev: &Device, qpn: u32) -> Option<QpCtx> {
     Some(ctx_of(dev, &qp, qpn))
 }
 
-/// [`qp_ctx`] for a received packet of `len` bytes: the snapshot and, if `accept` takes the
-/// packet, the packet counted in the QP's receive counters, under the same lock. `None` if the
-/// QP does not exist, else what `accept` said.
-pub fn rx_ctx<E>(
-    dev: &Device,
-    qpn: u32,
-    len: usize,
-    accept: impl FnOnce(&QpCtx) -> Result<(), E>,
-) -> Option<Result<QpCtx, E>> {
-    let mut qp = dev.qps.get(qpn)?;
-    let c = ctx_of(dev, &qp, qpn);
-    Some(accept(&c).map(|()| {
-        qp.stats.rx_packets += 1;
-        qp.stats.rx_bytes += len as u64;
-        c
-    }))
-}
-
 /// The snapshot of a QP already locked.
 fn ctx_of(dev: &Device, qp: &crate::qp::Qp<super::Rocev2>, qpn: u32) -> QpCtx {
     let a = &qp.attrs;
@@ -238,9 +220,23 @@ pub fn take_req(dev: &Device, qpn: u32) -> Option<(QpCtx, RequesterState)> {
 /// Put the requester state back; returns the QP's state as it is then, `None` if the QP is
 /// gone.
 pub fn put_req(dev: &Device, qpn: u32, st: RequesterState) -> Option<QpState> {
+    put_req_counted(dev, qpn, st, 0, 0)
+}
+
+/// [`put_req`], adding `packets` and `bytes` to the QP's receive counters under the same lock
+/// (a response accepted while the state was out).
+pub fn put_req_counted(
+    dev: &Device,
+    qpn: u32,
+    st: RequesterState,
+    packets: u64,
+    bytes: u64,
+) -> Option<QpState> {
     // Under the timer shard's lock, then the QP's: the put and the timer note in one visit.
     super::timers::note_req_with(dev, qpn, |qp| {
         qp.req = st;
+        qp.stats.rx_packets += packets;
+        qp.stats.rx_bytes += bytes;
         qp.state
     })
 }
@@ -259,8 +255,23 @@ pub fn take_resp(dev: &Device, qpn: u32) -> Option<(QpCtx, ResponderState)> {
 
 /// See [`put_req`].
 pub fn put_resp(dev: &Device, qpn: u32, st: ResponderState) -> Option<QpState> {
+    put_resp_counted(dev, qpn, st, 0, 0)
+}
+
+/// [`put_resp`], adding `packets` and `bytes` to the QP's receive counters under the same lock
+/// (packets accepted while the state was out, also held across a received buffer,
+/// `ReceiveRun`).
+pub fn put_resp_counted(
+    dev: &Device,
+    qpn: u32,
+    st: ResponderState,
+    packets: u64,
+    bytes: u64,
+) -> Option<QpState> {
     super::timers::note_resp(dev, qpn, |qp| {
         qp.resp = st;
+        qp.stats.rx_packets += packets;
+        qp.stats.rx_bytes += bytes;
         qp.state
     })
 }

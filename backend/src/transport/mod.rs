@@ -156,8 +156,15 @@ pub(crate) fn with_req<R>(
 ) -> Option<R> {
     let (c, mut st) = ctx::take_req(dev, qpn)?;
     let r = f(dev, &c, &mut st);
+    put_back_req(dev, qpn, &c, st, RxCount::default());
+    Some(r)
+}
+
+/// Put a requester state taken with snapshot `c` back (with `rx`, the packet counted while it
+/// was out), then apply what happened meanwhile.
+fn put_back_req(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: RequesterState, rx: RxCount) {
     let fatal = st.fatal.take();
-    let after = ctx::put_req(dev, qpn, st);
+    let after = ctx::put_req_counted(dev, qpn, st, rx.packets, rx.bytes);
     if c.state != QpState::Err && after == Some(QpState::Err) {
         // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
         // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
@@ -168,7 +175,6 @@ pub(crate) fn with_req<R>(
     } else if let Some(e) = fatal {
         dev.qp_to_error(qpn, e.event(), e.info());
     }
-    Some(r)
 }
 
 /// Run `f` on QP `qpn`'s responder state (taken out of the QP for the duration).
@@ -179,19 +185,56 @@ pub(crate) fn with_resp<R>(
 ) -> Option<R> {
     let (c, mut st) = ctx::take_resp(dev, qpn)?;
     let r = f(dev, &c, &mut st);
+    put_back_resp(dev, qpn, &c, st, RxCount::default());
+    Some(r)
+}
+
+/// Put a responder state taken with snapshot `c` back (with `rx`, the packets counted while
+/// it was out), then apply what happened meanwhile: as in [`with_req`].
+fn put_back_resp(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: ResponderState, rx: RxCount) {
     let fatal = st.fatal.take();
-    let after = ctx::put_resp(dev, qpn, st);
+    let after = ctx::put_resp_counted(dev, qpn, st, rx.packets, rx.bytes);
     if c.state != QpState::Err && after == Some(QpState::Err) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
-        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
-        // flush hook could not see the state then, so flush now, through the core's worklist (a
-        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
-        // is then moot: the QP is in ERROR already and one event reported it.
+        // As in `with_req`: the QP entered ERROR while its state was out.
         dev.schedule_flush(qpn);
     } else if let Some(e) = fatal {
         dev.qp_to_error(qpn, e.event(), e.info());
     }
-    Some(r)
+}
+
+/// Packets and bytes received for a QP while its responder state was held.
+#[derive(Debug, Default, Clone, Copy)]
+struct RxCount {
+    packets: u64,
+    bytes: u64,
+}
+
+/// The received frames of one buffer, as the engine hands them to the transport one by one
+/// ([`on_located_in_run`]). A fabric segment holds up to 64 request frames of one QP (spec
+/// §16.2 rule 6): the first takes that QP's responder state out, the following ones of the
+/// same QP run on it without a lookup, a lock, a snapshot or a put-back each, and
+/// [`ReceiveRun::finish`] (or any other frame) puts it back. The buffer is one unit of work
+/// (`LongGuard::hand_off` after it), and a MODIFY_QP waits while the state is out
+/// (`ctx::state_out`), so the snapshot stays true for the run.
+#[derive(Default)]
+pub struct ReceiveRun {
+    held: Option<HeldResp>,
+}
+
+struct HeldResp {
+    qpn: u32,
+    ctx: ctx::QpCtx,
+    st: ResponderState,
+    rx: RxCount,
+}
+
+impl ReceiveRun {
+    /// Put a held responder state back (the end of the buffer).
+    pub fn finish(&mut self, dev: &Device) {
+        if let Some(h) = self.held.take() {
+            put_back_resp(dev, h.qpn, &h.ctx, h.st, h.rx);
+        }
+    }
 }
 
 /// A doorbell record from the doorbell virtqueue (spec §8).
@@ -321,6 +364,20 @@ pub fn on_located_ref_at(
     now: Instant,
     src: Option<packet::PayloadSrc<'_>>,
 ) {
+    let mut run = ReceiveRun::default();
+    on_located_in_run(dev, located, now, src, &mut run);
+    run.finish(dev);
+}
+
+/// [`on_located_ref_at`] for one of the frames of a received buffer (`run`, see
+/// [`ReceiveRun`]).
+pub fn on_located_in_run(
+    dev: &Device,
+    located: crate::wire::Located<'_>,
+    now: Instant,
+    src: Option<packet::PayloadSrc<'_>>,
+    run: &mut ReceiveRun,
+) {
     use crate::stats::bump;
     let check = if dev.icrc_offload.checked_rx {
         crate::wire::IcrcCheck::Trusted
@@ -366,15 +423,22 @@ pub fn on_located_ref_at(
             bump(&dev.port_stats.drop_unknown_qp);
         }
         for &qpn in members[..n].iter().filter(|&&q| dev.receives_here(q)) {
-            deliver(dev, qpn, &pkt, frame, now);
+            deliver(dev, qpn, &pkt, frame, now, run);
         }
         return;
     }
-    deliver(dev, pkt.bth.dest_qp, &pkt, frame, now);
+    deliver(dev, pkt.bth.dest_qp, &pkt, frame, now, run);
 }
 
 /// The checks and the processing of one received packet for QP `qpn` (`on_frame_at`).
-fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: Instant) {
+fn deliver(
+    dev: &Device,
+    qpn: u32,
+    pkt: &packet::RxPkt<'_>,
+    frame: &[u8],
+    now: Instant,
+    run: &mut ReceiveRun,
+) {
     use crate::stats::bump;
     // Service type, P_Key and (RC/UC) the peer's addresses (IBTA 9.6, spec §14.6), then the QP
     // state (IBTA 10.3): otherwise dropped, for responses as well as requests.
@@ -391,37 +455,75 @@ fn deliver(dev: &Device, qpn: u32, pkt: &packet::RxPkt<'_>, frame: &[u8], now: I
             Err(&dev.port_stats.drop_qp_state)
         }
     };
-    match ctx::rx_ctx(dev, qpn, frame.len(), accept) {
-        None => {
+    if let Some(h) = run.held.as_mut().filter(|h| h.qpn == qpn) {
+        if !pkt.info.is_response() {
+            if let Err(counter) = accept(&h.ctx) {
+                bump(counter);
+                return;
+            }
+            h.rx.packets += 1;
+            h.rx.bytes += frame.len() as u64;
+            responder::on_request(dev, &h.ctx, &mut h.st, pkt);
+            if h.st.fatal.is_some() {
+                run.finish(dev);
+            }
+            return;
+        }
+    }
+    // Anything else: the held state goes back first, so nothing else finds it out.
+    run.finish(dev);
+    // The checks run on the snapshot the take makes (one lookup and lock of the QP for the
+    // packet; a command beside the workers, MODIFY_QP on the shared device, waits while the
+    // state is out, so it cannot move the QP between the check and the processing). The
+    // packet is counted in the QP's receive counters when the state goes back.
+    let rx = RxCount {
+        packets: 1,
+        bytes: frame.len() as u64,
+    };
+    if pkt.info.is_response() {
+        let Some((c, mut st)) = ctx::take_req(dev, qpn) else {
             bump(&dev.port_stats.drop_unknown_qp);
             return;
-        }
-        Some(Err(counter)) => {
-            bump(counter);
-            return;
-        }
-        Some(Ok(_)) => {}
-    }
-    // Checked again on the snapshot the take makes: a command beside the workers (MODIFY_QP
-    // on the shared device) may have moved the QP in between (to ERR, or RESET and on).
-    if pkt.info.is_response() {
-        with_req(dev, qpn, |dev, c, st| {
-            if let Err(counter) = accept(c) {
+        };
+        let counted = match accept(&c) {
+            Err(counter) => {
                 bump(counter);
-                return;
+                RxCount::default()
             }
-            completer::on_response(dev, c, st, pkt, now);
-            // Acknowledgements open the window / complete WQEs: continue sending and retire.
-            requester::process(dev, c, st, now);
-        });
+            Ok(()) => {
+                completer::on_response(dev, &c, &mut st, pkt, now);
+                // Acknowledgements open the window / complete WQEs: continue sending and retire.
+                requester::process(dev, &c, &mut st, now);
+                rx
+            }
+        };
+        put_back_req(dev, qpn, &c, st, counted);
     } else {
-        with_resp(dev, qpn, |dev, c, st| {
-            if let Err(counter) = accept(c) {
+        let Some((c, mut st)) = ctx::take_resp(dev, qpn) else {
+            bump(&dev.port_stats.drop_unknown_qp);
+            return;
+        };
+        let counted = match accept(&c) {
+            Err(counter) => {
                 bump(counter);
-                return;
+                RxCount::default()
             }
-            responder::on_request(dev, c, st, pkt)
-        });
+            Ok(()) => {
+                responder::on_request(dev, &c, &mut st, pkt);
+                rx
+            }
+        };
+        let held = HeldResp {
+            qpn,
+            ctx: c,
+            st,
+            rx: counted,
+        };
+        if held.st.fatal.is_some() || held.ctx.state == QpState::Err {
+            put_back_resp(dev, qpn, &held.ctx, held.st, held.rx);
+        } else {
+            run.held = Some(held);
+        }
     }
 }
 

@@ -131,13 +131,23 @@ impl vrdma_backend::uplink::Uplink for CountingUplink {
 /// CPU seconds of this process's threads named `name` (e.g. "vrdma-engine"), from
 /// /proc/self/task/*/schedstat (nanoseconds on a CPU).
 pub fn threads_cpu_secs(name: &str) -> f64 {
+    threads_cpu_secs_where(|comm| comm == name)
+}
+
+/// CPU seconds of every thread of this process whose name starts with `prefix` (engine worker
+/// w > 0 is `vrdma-engine{w}`).
+pub fn threads_cpu_secs_prefixed(prefix: &str) -> f64 {
+    threads_cpu_secs_where(|comm| comm.starts_with(prefix))
+}
+
+fn threads_cpu_secs_where(matches: impl Fn(&str) -> bool) -> f64 {
     let mut ns = 0u64;
     for e in std::fs::read_dir("/proc/self/task")
         .expect("/proc")
         .flatten()
     {
         let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() != name {
+        if !matches(comm.trim_end()) {
             continue;
         }
         let st = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();

@@ -18,7 +18,7 @@ use crate::stats::{add, bump, PortStats};
 use crate::sync::lock;
 use crate::transport::packet::PayloadSrc;
 use crate::transport::workers::{each_bit, owners, received_by, Inbox, Routed};
-use crate::transport::{frames_of, Device};
+use crate::transport::{frames_of, Device, ReceiveRun};
 use crate::uplink::RxFrame;
 use crate::wire::frame::Gid;
 use crate::wire::segment::SegRefs;
@@ -275,6 +275,7 @@ impl Batch<'_> {
     fn deliver(&self, buf: &[u8], segment: bool, refs: &Option<SegRefs>) {
         let port = self.router.port;
         let mac = self.dev.config.mac;
+        let mut run = ReceiveRun::default();
         for (k, frame) in frames_of(buf, segment).enumerate() {
             let (dest, located) = classify_located(frame, &[mac], false, |g| is_ours(&self.dev, g));
             match dest {
@@ -282,8 +283,13 @@ impl Batch<'_> {
                     bump(&port.rx_to_engine);
                     let src = frame_refs(refs, k);
                     match located {
-                        Some(l) => crate::transport::on_located_ref_at(&self.dev, l, self.now, src),
-                        None => crate::transport::on_frame_ref_at(&self.dev, frame, self.now, src),
+                        Some(l) => crate::transport::on_located_in_run(
+                            &self.dev, l, self.now, src, &mut run,
+                        ),
+                        None => {
+                            run.finish(&self.dev);
+                            crate::transport::on_frame_ref_at(&self.dev, frame, self.now, src)
+                        }
                     }
                 }
                 Destination::Guest if frame_refs(refs, k).is_some() => bump(&port.drop_filtered),
@@ -294,5 +300,6 @@ impl Batch<'_> {
                 Destination::Drop => bump(&port.drop_filtered),
             }
         }
+        run.finish(&self.dev);
     }
 }
