@@ -12,9 +12,9 @@ Each round, with the guests' roles turning (server, client, neighbour):
             writes and verifies a region with fio's checksums, disconnects; the target is
             taken down again (the modules unloaded);
   restart   after the round that ends past the run's half (runs up to 40 minutes) or past
-            every RESTART_MINUTES, the daemon is killed (SIGKILL) and started again; the
-            guests' drivers reset and re-register their devices, the next round runs on
-            them.
+            every RESTART_MINUTES, once the daemon's life has had a round beyond its warm-up
+            (below), the daemon is killed (SIGKILL) and started again; the guests' drivers
+            reset and re-register their devices, the next round runs on them.
 
 It fails on any failed operation (a tool's exit status, pingpong's data check and iteration
 count, fio's verify, a completion error in perftest's output), on any kernel warning in a
@@ -237,7 +237,9 @@ def soak(cluster, minutes, log):
         expect(not problems, "unhealthy after round %d:\n  %s" % (rnd, "\n  ".join(problems)))
         now = time.monotonic()
         last = now >= end
-        restart_now = not last and now >= next_restart
+        # A life is checked only after its warm-up: restart once this one has had a round
+        # beyond it (this round is its rounds + 1st).
+        restart_now = not last and now >= next_restart and daemon.rounds >= WARMUP_ROUNDS
         rss, vmrss, shmem, fds = daemon.sample()
         daemon.rows.append("%5d %8.1f %5d %7d %8d %8d %8d %4d %+7d %+7d %+7d  %s" % (
             rnd, (time.monotonic() - t0) / 60, daemon.life, daemon.pid(), rss, vmrss, shmem,
