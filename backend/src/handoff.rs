@@ -19,11 +19,13 @@
 //! word while the writer waits for the other workers.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use crate::sync::{read, unpoisoned, write};
+use crate::sync::modeled::{
+    read, write, yield_now, AtomicU32, AtomicU64, Ordering, RwLock, RwLockReadGuard,
+    RwLockWriteGuard,
+};
+use crate::sync::unpoisoned;
 
 /// The longest a holder stays out of the lock for one hand-off. A waiter that announced itself
 /// is normally given the lock within a scheduler slice; this only bounds the case where it is
@@ -98,7 +100,8 @@ impl<T> HandoffLock<T> {
     }
 
     /// Did a thread panic while holding the lock exclusively? (The lock stays usable; tests
-    /// ask.)
+    /// ask. Loom's lock has no poisoning: a panic ends the model.)
+    #[cfg(not(loom))]
     pub fn is_poisoned(&self) -> bool {
         self.inner.is_poisoned()
     }
@@ -141,7 +144,7 @@ impl<'a, T> LongGuard<'a, T> {
             && t0.elapsed() < lock.limit
         {
             // The waiter needs a CPU to run on; on a host with few cores it is this one.
-            std::thread::yield_now();
+            yield_now();
         }
         (lock.lock_long(), true)
     }
@@ -154,7 +157,7 @@ impl<T> Deref for LongGuard<'_, T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
@@ -277,5 +280,105 @@ mod tests {
         // Poisoned, but still usable.
         *m.lock() += 1;
         assert_eq!(*m.lock_long(), 1);
+    }
+}
+
+/// The loom model (issue 38 item 1): `RUSTFLAGS="--cfg loom" cargo test --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// Units each long holder runs in one batch, with a hand-off point between two of them.
+    const UNITS: usize = 2;
+
+    /// A hand-off limit no model execution reaches: the model checks the hand-off itself, not
+    /// the bound on an overloaded host (loom's executions take microseconds of real time).
+    const NEVER: Duration = Duration::from_secs(3600);
+
+    /// One engine worker's batch: `units` units with a hand-off point between two of them.
+    /// The lock's value counts the writer's critical sections.
+    fn batch(lock: &HandoffLock<u32>, units: usize) {
+        let mut g = lock.lock_long();
+        // A writer seen waiting at the start of the previous unit.
+        let mut saw_waiter = false;
+        for unit in 0..units {
+            if unit > 0 {
+                let before = *g;
+                let (after, released) = g.hand_off();
+                g = after;
+                if released {
+                    assert_eq!(
+                        *g, 1,
+                        "the holder took its share back before the writer had the lock"
+                    );
+                } else {
+                    assert_eq!(
+                        *g, before,
+                        "the writer got in at a hand-off that kept the lock"
+                    );
+                }
+                assert!(
+                    !saw_waiter || released,
+                    "a writer that waited during a unit was not let in at the next hand-off point"
+                );
+            }
+            // While this holder has its share the writer cannot be in, so a waiter seen here
+            // waits for this holder's next hand-off point (a unit of work follows).
+            saw_waiter = lock.contended();
+        }
+    }
+
+    /// An engine worker's batch (a long holder) beside a control command that takes the lock
+    /// exclusively: a writer seen waiting during a unit is let in at the holder's next
+    /// hand-off point, a hand-off that says it released the lock returns only after the
+    /// writer has had it, one that says it kept the lock let nobody in, the writer always
+    /// gets the lock (a lost hand-off is a deadlock loom reports, a holder left spinning in
+    /// its hand-off exceeds loom's branch limit), and no waiter stays counted once it has the
+    /// lock.
+    #[test]
+    fn loom_a_waiting_writer_gets_the_lock_at_the_next_hand_off_point() {
+        crate::sync::modeled::model(|| {
+            let lock = Arc::new(HandoffLock::with_limit(0u32, NEVER));
+            let worker = {
+                let lock = lock.clone();
+                loom::thread::spawn(move || batch(&lock, UNITS))
+            };
+            *lock.lock() += 1;
+            worker.join().expect("worker");
+            assert!(
+                !lock.contended(),
+                "a waiter stayed counted after it had the lock"
+            );
+            assert_eq!(*lock.read(), 1);
+        });
+    }
+
+    /// Two workers' batches beside the command: one hands off between two units while the
+    /// other runs a one-unit batch, so the writer waits for both, and the worker that gave its
+    /// share up must not take it back before the writer had the lock. Loom's lock lets a
+    /// reader in beside a waiting writer (std's promises no policy either), so only the
+    /// hand-off's own wait keeps that worker out.
+    #[test]
+    fn loom_a_hand_off_beside_another_holder_waits_for_the_writer() {
+        crate::sync::modeled::model(|| {
+            let lock = Arc::new(HandoffLock::with_limit(0u32, NEVER));
+            let workers: Vec<_> = [UNITS, 1]
+                .into_iter()
+                .map(|units| {
+                    let lock = lock.clone();
+                    loom::thread::spawn(move || batch(&lock, units))
+                })
+                .collect();
+            *lock.lock() += 1;
+            for w in workers {
+                w.join().expect("worker");
+            }
+            assert!(
+                !lock.contended(),
+                "a waiter stayed counted after it had the lock"
+            );
+            assert_eq!(*lock.read(), 1);
+        });
     }
 }

@@ -461,6 +461,12 @@ fn a_reference_made_before_a_reset_is_never_read_after_it() {
     r.dev_a.lock().reset();
     r.a.write(r.src, &pattern(99, 64 << 10));
     r.start_b();
+    // b's engine takes the queued segments (confirmed, not hoped for on a loaded host), then
+    // has the moment a broken fence would need to read through one of their references.
+    let t0 = Instant::now();
+    while r.seen_b.lock().unwrap().refs_in == 0 && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     std::thread::sleep(Duration::from_millis(300));
     let (_, b, seen) = r.stop();
     assert!(seen.refs_in > 0, "the segment arrived by reference");

@@ -7,13 +7,13 @@
 #[cfg(not(loom))]
 pub use std::sync::{
     atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex, MutexGuard,
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 #[cfg(loom)]
 pub use loom::sync::{
     atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex, MutexGuard,
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// `std::thread::yield_now`, or loom's (a spinning loop must yield to loom, or the model
@@ -34,12 +34,24 @@ pub fn spin_loop() {
 }
 
 #[cfg(not(loom))]
-pub use super::{lock, unlocked};
+pub use super::{lock, read, unlocked, write};
 
 /// Lock `m`, ignoring poisoning (as [`super::lock`], for loom's `Mutex`).
 #[cfg(loom)]
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     super::unpoisoned(m.lock())
+}
+
+/// Lock `l` shared, ignoring poisoning (as [`super::read`], for loom's `RwLock`).
+#[cfg(loom)]
+pub fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    super::unpoisoned(l.read())
+}
+
+/// Lock `l` exclusively, ignoring poisoning (as [`super::write`], for loom's `RwLock`).
+#[cfg(loom)]
+pub fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    super::unpoisoned(l.write())
 }
 
 /// The value of an exclusively borrowed mutex (as [`super::unlocked`], for loom's `Mutex`).

@@ -128,7 +128,7 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
         self.checked.checked(current).is_some()
     }
 
-    fn lock_device(&self) -> std::sync::RwLockWriteGuard<'_, D> {
+    fn lock_device(&self) -> crate::sync::modeled::RwLockWriteGuard<'_, D> {
         self.device.lock()
     }
 
