@@ -11,9 +11,9 @@ use vrdma_backend::transport::engine::{Engine, EngineOptions};
 use vrdma_backend::transport::timers::set_workers;
 use vrdma_spec::*;
 
+use crate::common::engine::threads_cpu_secs_prefixed;
 use crate::common::write_conn::WriteConn;
 use crate::common::*;
-use crate::common::engine::threads_cpu_secs_prefixed;
 use crate::util::median;
 
 const QPS: usize = 4;
