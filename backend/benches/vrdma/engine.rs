@@ -213,7 +213,7 @@ pub fn latency(bed: &mut Bed, size: u64, iters: usize) -> Vec<f64> {
 
 /// 64 B WRITE streams of `n` messages after a 256-message warm-up, `runs` times: the message
 /// rates and the engine CPU seconds per message of each run.
-fn small_write_rates(bed: &mut Bed, n: u64, runs: usize) -> (Vec<f64>, Vec<f64>) {
+pub fn small_write_rates(bed: &mut Bed, n: u64, runs: usize) -> (Vec<f64>, Vec<f64>) {
     let (mut rates, mut cpu) = (Vec::new(), Vec::new());
     stream(bed, Op::Write, 64, 256);
     for _ in 0..runs {

@@ -207,8 +207,13 @@ fn pair_ceiling(bytes: u64, runs: usize) -> f64 {
 pub fn workers_only(quick: bool) {
     let runs = if quick { 3 } else { 5 };
     let w = crate::workers::two_vs_one(stream_bytes(quick), runs);
-    println!(
-        "workers: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {:.2} x ({:.0} vs {:.0} MB/s); \
+    println!("workers: {}", workers_figures(&w));
+}
+
+/// The 2-vs-1 engine threads figures, for the `workers` and `headline` lines.
+fn workers_figures(w: &crate::workers::TwoVsOne) -> String {
+    format!(
+        "engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {:.2} x ({:.0} vs {:.0} MB/s); \
          engine CPU per message {:.2} x ({} vs {})",
         w.ratio,
         w.one_mbs,
@@ -216,7 +221,7 @@ pub fn workers_only(quick: bool) {
         w.two_cpu / w.one_cpu,
         fmt_secs(w.two_cpu),
         fmt_secs(w.one_cpu)
-    );
+    )
 }
 
 /// The engine-thread ceiling alone (section `pair-ceiling`).
@@ -234,16 +239,7 @@ pub fn fabric_small(quick: bool) {
     let runs = if quick { 3 } else { 5 };
     let n = if quick { 5000 } else { 50000 };
     let mut bed = Bed::new(Mode::Fabric, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0);
-    stream(&mut bed, Op::Write, 64, 256);
-    let mut cpu: Vec<f64> = Vec::new();
-    let mut rates: Vec<f64> = (0..runs)
-        .map(|_| {
-            let c0 = bed.engine_cpu();
-            let r = n as f64 / stream(&mut bed, Op::Write, 64, n).as_secs_f64();
-            cpu.push((bed.engine_cpu() - c0) / n as f64);
-            r
-        })
-        .collect();
+    let (mut rates, mut cpu) = crate::engine::small_write_rates(&mut bed, n, runs);
     let c0 = bed.engine_cpu();
     let mut lat = latency(&mut bed, 64, 2000);
     let lat_cpu = (bed.engine_cpu() - c0) / lat.len() as f64;
@@ -336,16 +332,7 @@ pub fn run(quick: bool) {
     let fabric = point(&mut bed, Op::Write, 64 << 10, budget, runs);
     bed.finish();
     let mut bed = Bed::new(Mode::Fabric, 1024, 1 << 20, Reg::Pinned, Reg::Pinned, 0);
-    stream(&mut bed, Op::Write, 64, 256);
-    let mut fab_cpu: Vec<f64> = Vec::new();
-    let mut rates: Vec<f64> = (0..runs)
-        .map(|_| {
-            let c0 = bed.engine_cpu();
-            let r = n as f64 / stream(&mut bed, Op::Write, 64, n).as_secs_f64();
-            fab_cpu.push((bed.engine_cpu() - c0) / n as f64);
-            r
-        })
-        .collect();
+    let (mut rates, mut fab_cpu) = crate::engine::small_write_rates(&mut bed, n, runs);
     let mut fab_lat = latency(&mut bed, 64, 2000);
     bed.finish();
     let (none, idle_wall, idle_cpu, inproc_cpu) = idle_ratio(n, runs);
@@ -389,16 +376,10 @@ pub fn run(quick: bool) {
     print_large_at_small_mtu(large);
     print_udp(&udp);
     println!(
-        "headline: engine threads 2 vs 1, 4 QPs, 64 KiB WRITE: {:.2} x ({:.0} vs {:.0} MB/s; \
-         engine CPU per message {:.2} x, {} vs {}; the workers of a device share it, each QP \
-         under its own lock; this machine's ceiling for any sharding: two independent fabric \
-         pairs at once give {ceiling:.2} x one pair)",
-        w.ratio,
-        w.one_mbs,
-        w.two_mbs,
-        w.two_cpu / w.one_cpu,
-        fmt_secs(w.two_cpu),
-        fmt_secs(w.one_cpu)
+        "headline: {}; the workers of a device share it, each QP under its own lock; this \
+         machine's ceiling for any sharding: two independent fabric pairs at once give \
+         {ceiling:.2} x one pair",
+        workers_figures(&w)
     );
     println!(
         "headline: 10000 idle QPs: 64 B WRITE rate {idle_wall:.2} of none (per CPU-s: \

@@ -200,6 +200,32 @@ pub struct Transition {
 }
 
 impl<P: Protocol> Qp<P> {
+    /// A new QP in RESET with no PD, CQs, rings or capabilities yet (CREATE_QP fills in what
+    /// its type has) and fresh protocol state, holding `charge` for its life.
+    pub fn in_reset(qpn: u32, qp_type: QpType, charge: crate::budget::Charge) -> Self {
+        Qp {
+            qpn,
+            qp_type,
+            pd: 0,
+            send_cqn: 0,
+            recv_cqn: 0,
+            srqn: None,
+            xrcdn: None,
+            sq: Ring::absent(),
+            rq: None,
+            sq_sig_all: false,
+            caps: QpCaps::default(),
+            state: QpState::Reset,
+            attrs: Default::default(),
+            sq_draining: false,
+            req: Default::default(),
+            resp: Default::default(),
+            tick: Default::default(),
+            stats: Default::default(),
+            charge,
+        }
+    }
+
     /// Q_Key to use for this QP's datagrams.
     pub fn qkey(&self) -> u32 {
         if self.qp_type == QpType::Gsi {

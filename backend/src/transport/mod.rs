@@ -148,33 +148,59 @@ impl Fatal {
     }
 }
 
+/// A QP's requester or responder state: taken out of the QP while a worker runs on it (the
+/// QP's lock is not held meanwhile), put back after.
+trait HeldState: Sized {
+    fn take(dev: &Device, qpn: u32) -> Option<(ctx::QpCtx, Self)>;
+    /// Put it back, counting `rx`; the QP's state after, if it still exists.
+    fn put(self, dev: &Device, qpn: u32, rx: RxCount) -> Option<QpState>;
+    /// What the work on it asked for: the QP to go to ERROR with this event.
+    fn take_fatal(&mut self) -> Option<Fatal>;
+}
+
+impl HeldState for RequesterState {
+    fn take(dev: &Device, qpn: u32) -> Option<(ctx::QpCtx, Self)> {
+        ctx::take_req(dev, qpn)
+    }
+    fn put(self, dev: &Device, qpn: u32, rx: RxCount) -> Option<QpState> {
+        ctx::put_req_counted(dev, qpn, self, rx.packets, rx.bytes)
+    }
+    fn take_fatal(&mut self) -> Option<Fatal> {
+        self.fatal.take()
+    }
+}
+
+impl HeldState for ResponderState {
+    fn take(dev: &Device, qpn: u32) -> Option<(ctx::QpCtx, Self)> {
+        ctx::take_resp(dev, qpn)
+    }
+    fn put(self, dev: &Device, qpn: u32, rx: RxCount) -> Option<QpState> {
+        ctx::put_resp_counted(dev, qpn, self, rx.packets, rx.bytes)
+    }
+    fn take_fatal(&mut self) -> Option<Fatal> {
+        self.fatal.take()
+    }
+}
+
+/// Run `f` on QP `qpn`'s held state `S` (taken out of the QP for the duration).
+fn with_state<S: HeldState, R>(
+    dev: &Device,
+    qpn: u32,
+    f: impl FnOnce(&Device, &ctx::QpCtx, &mut S) -> R,
+) -> Option<R> {
+    let (c, mut st) = S::take(dev, qpn)?;
+    let r = f(dev, &c, &mut st);
+    put_back(dev, qpn, &c, st, RxCount::default());
+    Some(r)
+}
+
 /// Run `f` on QP `qpn`'s requester state (taken out of the QP for the duration).
 pub(crate) fn with_req<R>(
     dev: &Device,
     qpn: u32,
     f: impl FnOnce(&Device, &ctx::QpCtx, &mut RequesterState) -> R,
 ) -> Option<R> {
-    let (c, mut st) = ctx::take_req(dev, qpn)?;
-    let r = f(dev, &c, &mut st);
-    put_back_req(dev, qpn, &c, st, RxCount::default());
-    Some(r)
-}
-
-/// Put a requester state taken with snapshot `c` back (with `rx`, the packet counted while it
-/// was out), then apply what happened meanwhile.
-fn put_back_req(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: RequesterState, rx: RxCount) {
-    let fatal = st.fatal.take();
-    let after = ctx::put_req_counted(dev, qpn, st, rx.packets, rx.bytes);
-    if c.state != QpState::Err && after == Some(QpState::Err) {
-        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
-        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
-        // flush hook could not see the state then, so flush now, through the core's worklist (a
-        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of `f`
-        // is then moot: the QP is in ERROR already and one event reported it.
-        dev.schedule_flush(qpn);
-    } else if let Some(e) = fatal {
-        dev.qp_to_error(qpn, e.event(), e.info());
-    }
+    with_state(dev, qpn, f)
 }
 
 /// Run `f` on QP `qpn`'s responder state (taken out of the QP for the duration).
@@ -183,19 +209,32 @@ pub(crate) fn with_resp<R>(
     qpn: u32,
     f: impl FnOnce(&Device, &ctx::QpCtx, &mut ResponderState) -> R,
 ) -> Option<R> {
-    let (c, mut st) = ctx::take_resp(dev, qpn)?;
-    let r = f(dev, &c, &mut st);
-    put_back_resp(dev, qpn, &c, st, RxCount::default());
-    Some(r)
+    with_state(dev, qpn, f)
 }
 
-/// Put a responder state taken with snapshot `c` back (with `rx`, the packets counted while
-/// it was out), then apply what happened meanwhile: as in [`with_req`].
-fn put_back_resp(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: ResponderState, rx: RxCount) {
-    let fatal = st.fatal.take();
-    let after = ctx::put_resp_counted(dev, qpn, st, rx.packets, rx.bytes);
-    if c.state != QpState::Err && after == Some(QpState::Err) {
-        // As in `with_req`: the QP entered ERROR while its state was out.
+/// Put a state taken with snapshot `c` back (with `rx`, the packets counted while it was out),
+/// then apply what happened meanwhile.
+fn put_back<S: HeldState>(dev: &Device, qpn: u32, c: &ctx::QpCtx, mut st: S, rx: RxCount) {
+    let fatal = st.take_fatal();
+    let after = st.put(dev, qpn, rx);
+    settle_after_put_back(dev, qpn, c.state, after, fatal);
+}
+
+/// What happened to QP `qpn` while a state taken in state `before` was out: `after` is its
+/// state at the put-back, `fatal` what the work on the state asked for.
+fn settle_after_put_back(
+    dev: &Device,
+    qpn: u32,
+    before: QpState,
+    after: Option<QpState>,
+    fatal: Option<Fatal>,
+) {
+    if before != QpState::Err && after == Some(QpState::Err) {
+        // The QP entered ERROR while its state was out (e.g. CQ overflow, or its SRQ failed and
+        // took every attached QP to ERROR, spec §14.4): the core already sent the event, but its
+        // flush hook could not see the state then, so flush now, through the core's worklist (a
+        // flush may overflow further CQs; the worklist keeps that iterative). A `fatal` of the
+        // work is then moot: the QP is in ERROR already and one event reported it.
         dev.schedule_flush(qpn);
     } else if let Some(e) = fatal {
         dev.qp_to_error(qpn, e.event(), e.info());
@@ -232,7 +271,7 @@ impl ReceiveRun {
     /// Put a held responder state back (the end of the buffer).
     pub fn finish(&mut self, dev: &Device) {
         if let Some(h) = self.held.take() {
-            put_back_resp(dev, h.qpn, &h.ctx, h.st, h.rx);
+            put_back(dev, h.qpn, &h.ctx, h.st, h.rx);
         }
     }
 }
@@ -497,7 +536,7 @@ fn deliver(
                 rx
             }
         };
-        put_back_req(dev, qpn, &c, st, counted);
+        put_back(dev, qpn, &c, st, counted);
     } else {
         let Some((c, mut st)) = ctx::take_resp(dev, qpn) else {
             bump(&dev.port_stats.drop_unknown_qp);
@@ -520,7 +559,7 @@ fn deliver(
             rx: counted,
         };
         if held.st.fatal.is_some() || held.ctx.state == QpState::Err {
-            put_back_resp(dev, qpn, &held.ctx, held.st, held.rx);
+            put_back(dev, qpn, &held.ctx, held.st, held.rx);
         } else {
             run.held = Some(held);
         }

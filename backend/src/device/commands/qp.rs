@@ -97,13 +97,10 @@ impl Device {
             VRDMA_STATUS_NO_RESOURCES
         })?;
         let qp = Qp {
-            qpn,
-            qp_type: t,
             pd: c.pdn,
             send_cqn: c.send_cqn,
             recv_cqn: if ini { 0 } else { c.recv_cqn },
             srqn,
-            xrcdn: None,
             sq,
             rq,
             sq_sig_all: c.sq_sig_all != 0,
@@ -114,14 +111,7 @@ impl Device {
                 max_recv_sge: if no_rq { 0 } else { c.max_recv_sge },
                 max_inline_data: c.max_inline_data,
             },
-            state: QpState::Reset,
-            attrs: Default::default(),
-            sq_draining: false,
-            req: Default::default(),
-            resp: Default::default(),
-            tick: Default::default(),
-            stats: Default::default(),
-            charge,
+            ..Qp::in_reset(qpn, t, charge)
         };
         // Room was made (`cmd_create_qp_shared` / `_exclusive`) and the QPN is free.
         if !self.qps.insert_shared(qp) {
@@ -153,25 +143,8 @@ impl Device {
             .alloc_qpn(QpType::XrcTgt)
             .ok_or(VRDMA_STATUS_NO_RESOURCES)?;
         let qp = Qp {
-            qpn,
-            qp_type: QpType::XrcTgt,
-            pd: 0,
-            send_cqn: 0,
-            recv_cqn: 0,
-            srqn: None,
             xrcdn: Some(c.xrcdn),
-            sq: Ring::absent(),
-            rq: None,
-            sq_sig_all: false,
-            caps: QpCaps::default(),
-            state: QpState::Reset,
-            attrs: Default::default(),
-            sq_draining: false,
-            req: Default::default(),
-            resp: Default::default(),
-            tick: Default::default(),
-            stats: Default::default(),
-            charge,
+            ..Qp::in_reset(qpn, QpType::XrcTgt, charge)
         };
         if !self.qps.insert_shared(qp) {
             return Err(VRDMA_STATUS_NO_RESOURCES);
