@@ -124,6 +124,8 @@ BAD_DMESG = re.compile(
 # A user process's fault ("traps: prog[pid] general protection fault ... in libfoo.so"): the
 # command's own exit status reports it; the kernel is fine.
 USER_TRAP = re.compile(r"traps: \S+\[\d+\] ")
+# ... unless it faulted in our own user space (the provider).
+OUR_USER_SPACE = re.compile(r"\bin libvrdma")
 
 
 def scenario(topology, timeout=300, ci=False, last=False):
@@ -326,15 +328,24 @@ def health(cluster):
             continue
         found = ["%s dmesg: %s" % (vm.name, line.strip())
                  for line in d.splitlines()
-                 if BAD_DMESG.search(line) and not USER_TRAP.search(line)]
-        if vm.backend is not None and os.path.exists(vm.backend_log):
-            with open(vm.backend_log, errors="replace") as f:
-                found += ["%s backend: %s" % (vm.name, line.strip())
-                          for line in f if "panicked" in line]
+                 if BAD_DMESG.search(line)
+                 and (not USER_TRAP.search(line) or OUR_USER_SPACE.search(line))]
         for problem in found:
             if problem not in seen:
                 seen.add(problem)
                 problems.append(problem)
+        # The backend's log lines carry no unique stamp: read only what was written since
+        # the last look (a panic after a restart repeats an earlier one word for word).
+        if vm.backend is not None and os.path.exists(vm.backend_log):
+            with open(vm.backend_log, "rb") as f:
+                offset = vm.__dict__.get("health_log_offset", 0)
+                if offset > os.fstat(f.fileno()).st_size:
+                    offset = 0  # a new file
+                f.seek(offset)
+                new = f.read().decode(errors="replace")
+                vm.health_log_offset = f.tell()
+            problems += ["%s backend: %s" % (vm.name, line.strip())
+                         for line in new.splitlines() if "panicked" in line]
     return problems
 
 
@@ -443,8 +454,9 @@ def run(selected, results, keep=False):
                 if not isinstance(e, Failure):
                     err += "\n" + traceback.format_exc()
             problems = health(cluster)
-            if problems and not err:
-                err = "unhealthy after the scenario:\n  " + "\n  ".join(problems)
+            if problems:
+                err = (err + "\nalso " if err else "") + \
+                    "unhealthy after the scenario:\n  " + "\n  ".join(problems)
             dt = time.monotonic() - t0
             if err:
                 failed.append(name)

@@ -75,6 +75,7 @@ class Daemon:
         self.life = 0
         self.rounds = 0  # rounds of this life
         self.warm = None  # (rss_kib, fds) after the warm-up of this life
+        self.checks = 0  # rounds whose memory and descriptors were checked, over every life
 
     def pid(self):
         return self.cluster.fabric_backend.pid
@@ -97,6 +98,7 @@ class Daemon:
             if self.rounds == WARMUP_ROUNDS:
                 self.warm = (rss, fds)
             return
+        self.checks += 1
         grown = (rss - self.warm[0]) / 1024.0
         expect(grown <= RSS_BOUND_MIB, "daemon RssAnon grew %.1f MiB over its warm-up value "
                "(%d KiB), more than %d MiB" % (grown, self.warm[0], RSS_BOUND_MIB),
@@ -284,6 +286,10 @@ def main():
         log("booted in %.1f s (%s)" % (time.monotonic() - t0, cluster.workdir))
         log(HEAD)
         daemon, ops, rounds = soak(cluster, a.minutes, log)
+        # A run too slow to get past a warm-up checked nothing: that is not a pass.
+        expect(daemon.checks > 0, "no round after a warm-up of %d rounds: the daemon's memory "
+               "and descriptors were never checked (%d rounds in all); run longer" % (
+                   WARMUP_ROUNDS, rounds), daemon.table())
         failed = False
         log("soak passed: %d rounds in %.1f minutes (boot included); %s" % (
             rounds, (time.monotonic() - t0) / 60, ops))

@@ -30,22 +30,28 @@ use std::sync::Once;
 const SLOTS: usize = 1024;
 
 struct Slot {
+    /// A sequence count: odd while the slot changes. The handler reads it before and after the
+    /// range and trusts the range only if both reads are the same even value, so it never
+    /// combines the start of one registration with the end of another.
+    generation: AtomicUsize,
     /// First byte of the range; 0 while the slot is free (a mapping never starts at 0).
     start: AtomicUsize,
-    /// One past the last byte; 0 until the range is complete, so the handler ignores a slot
-    /// that is being filled or emptied.
+    /// One past the last byte; 0 while the slot is free.
     end: AtomicUsize,
     lost: AtomicBool,
 }
 
 static TABLE: [Slot; SLOTS] = [const {
     Slot {
+        generation: AtomicUsize::new(0),
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
         lost: AtomicBool::new(false),
     }
 }; SLOTS];
 static INSTALL: Once = Once::new();
+/// Whether the handler is installed (set once by `install`).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// The host page size, read once before the handler is installed.
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(4096);
 /// The SIGBUS action before ours (written once before ours is installed, read by the handler).
@@ -87,8 +93,10 @@ impl Guarded {
 impl Drop for Guarded {
     fn drop(&mut self) {
         let slot = &TABLE[self.index];
+        slot.generation.fetch_add(1, Ordering::AcqRel);
         slot.end.store(0, Ordering::Release);
         slot.start.store(0, Ordering::Release);
+        slot.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -100,13 +108,25 @@ pub fn guard(range: Range<usize>) -> Result<Guarded, LogGuardError> {
         return Err(LogGuardError::NotMapped(range.start, range.end));
     }
     for (index, slot) in TABLE.iter().enumerate() {
-        if slot
-            .start
-            .compare_exchange(0, range.start, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        let generation = slot.generation.load(Ordering::Acquire);
+        // Claim a free slot by making its generation odd (changing); the claim's CAS fails
+        // if another registration or a release moved the generation since the load.
+        if generation.is_multiple_of(2)
+            && slot.start.load(Ordering::Acquire) == 0
+            && slot
+                .generation
+                .compare_exchange(
+                    generation,
+                    generation + 1,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
         {
             slot.lost.store(false, Ordering::Relaxed);
+            slot.start.store(range.start, Ordering::Release);
             slot.end.store(range.end, Ordering::Release);
+            slot.generation.fetch_add(1, Ordering::AcqRel);
             return Ok(Guarded { index });
         }
     }
@@ -114,21 +134,12 @@ pub fn guard(range: Range<usize>) -> Result<Guarded, LogGuardError> {
 }
 
 fn install() -> Result<(), LogGuardError> {
-    let mut failed = None;
     INSTALL.call_once(|| {
         // SAFETY: sysconf only reads a system parameter.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         if page > 0 {
             PAGE_SIZE.store(page as usize, Ordering::Relaxed);
         }
-        // SAFETY: an all-zero sigaction is a valid value to be overwritten by the kernel.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: a null new action only reads the current one into `old`.
-        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) } != 0 {
-            failed = Some(io::Error::last_os_error());
-            return;
-        }
-        let _ = PREVIOUS.set(old);
         // SAFETY: zeroed is a valid empty sigaction; the fields are set below.
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
         let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -139,24 +150,35 @@ fn install() -> Result<(), LogGuardError> {
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         // SAFETY: sa_mask is a plain sigset_t owned by `action`.
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
-        // SAFETY: `action` is fully initialised and `on_sigbus` has the SA_SIGINFO signature.
-        if unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) } != 0 {
-            failed = Some(io::Error::last_os_error());
+        // SAFETY: an all-zero sigaction is a valid value for the kernel to overwrite.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // One call swaps the actions, so a handler installed in between cannot be lost. The
+        // handler reads PREVIOUS only for a SIGBUS that is not ours.
+        // SAFETY: `action` is fully initialised, `on_sigbus` has the SA_SIGINFO signature and
+        // `old` is writable.
+        if unsafe { libc::sigaction(libc::SIGBUS, &action, &mut old) } == 0 {
+            let _ = PREVIOUS.set(old);
+            INSTALLED.store(true, Ordering::Release);
         }
     });
-    match failed {
-        Some(e) => Err(LogGuardError::Install(e)),
-        None => Ok(()),
+    if INSTALLED.load(Ordering::Acquire) {
+        Ok(())
+    } else {
+        Err(LogGuardError::Install(io::Error::other(
+            "sigaction(SIGBUS) failed",
+        )))
     }
 }
 
 /// The SIGBUS handler. Only async-signal-safe work: atomic loads and stores, mmap, sigaction.
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for a SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     let page_size = PAGE_SIZE.load(Ordering::Relaxed);
     let page = addr & !(page_size - 1);
-    if watched(addr) {
+    // Only a fault of an access beyond the end of a file at a watched address is ours (not a
+    // SIGBUS sent by kill, whose address means nothing, nor a hardware or hugetlb error).
+    if code == BUS_ADRERR && watched(addr) {
         // SAFETY: `page` is a page of the log mapping (inside a registered range, which only
         // lies in the log the crate mapped): MAP_FIXED replaces that page of it, with the
         // same protection, and nothing else.
@@ -172,8 +194,8 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         };
         if mapped != libc::MAP_FAILED {
             for slot in TABLE.iter() {
-                let end = slot.end.load(Ordering::Acquire);
-                if end != 0 && slot.start.load(Ordering::Acquire) < page + page_size && page < end {
+                if range_of(slot).is_some_and(|(start, end)| start < page + page_size && page < end)
+                {
                     slot.lost.store(true, Ordering::Release);
                 }
             }
@@ -183,11 +205,24 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     chain(sig, info, ctx);
 }
 
+/// Linux's si_code for "nonexistent physical address" (a page beyond the end of the file).
+const BUS_ADRERR: libc::c_int = 2;
+
+/// The slot's range, if it holds a complete registration right now.
+fn range_of(slot: &Slot) -> Option<(usize, usize)> {
+    let before = slot.generation.load(Ordering::Acquire);
+    if !before.is_multiple_of(2) {
+        return None;
+    }
+    let start = slot.start.load(Ordering::Acquire);
+    let end = slot.end.load(Ordering::Acquire);
+    (end != 0 && slot.generation.load(Ordering::Acquire) == before).then_some((start, end))
+}
+
 fn watched(addr: usize) -> bool {
-    TABLE.iter().any(|slot| {
-        let end = slot.end.load(Ordering::Acquire);
-        end != 0 && slot.start.load(Ordering::Acquire) <= addr && addr < end
-    })
+    TABLE
+        .iter()
+        .any(|slot| range_of(slot).is_some_and(|(start, end)| start <= addr && addr < end))
 }
 
 /// Hand a SIGBUS that is not ours to the action that was there before.
@@ -262,12 +297,22 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_freed_and_reused() {
+    fn a_freed_slot_holds_no_range_and_a_new_registration_starts_not_lost() {
         let a = guard(0x1000..0x2000).expect("first");
         let index = a.index;
+        assert_eq!(range_of(&TABLE[index]), Some((0x1000, 0x2000)));
+        TABLE[index].lost.store(true, Ordering::Relaxed);
+        assert!(a.lost());
         drop(a);
+        assert_eq!(
+            range_of(&TABLE[index]),
+            None,
+            "a freed slot watches nothing"
+        );
+        assert!(!watched(0x1800));
         let b = guard(0x5000..0x6000).expect("second");
-        assert!(!TABLE[index].lost.load(Ordering::Relaxed));
+        assert!(!b.lost(), "a new registration starts with nothing lost");
+        assert!(watched(0x5800) && !watched(0x6000));
         assert!(guard(0..0x10).is_err(), "a range at 0 is refused");
         drop(b);
     }

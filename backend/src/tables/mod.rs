@@ -26,6 +26,7 @@ pub mod flush;
 pub mod outbox;
 pub mod timer_queue;
 pub mod units;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -94,6 +95,11 @@ pub struct DeviceTables<P: Protocol> {
     /// other instead of recursively, so a chain of thousands of QPs and CQs cannot exhaust the
     /// thread's stack. Each QP enters ERR once, so the list never holds more than `max_qp`.
     flushes: flush::FlushQueues,
+    /// Bumped each time [`DeviceTables::qp_to_error`] moves a QP to ERR. A worker running
+    /// several frames of one QP on a responder state it holds (`transport::ReceiveRun`) checks
+    /// it before each: the core can move that QP to ERR meanwhile (a CQ overflow, an SRQ or a
+    /// shared CQ failing on another worker) without touching the held state.
+    pub qps_errored: AtomicU64,
     /// Set when the device hit an unrecoverable state: every command answers NEEDS_RESET.
     pub needs_reset: bool,
     /// Which engine workers are inside a unit of work (`units.rs`): the fence of the commands
@@ -160,6 +166,7 @@ impl<P: Protocol> DeviceTables<P> {
             port_stats: Arc::default(),
             flush_hook: None,
             flushes: Default::default(),
+            qps_errored: AtomicU64::new(0),
             needs_reset: false,
             timers: Default::default(),
             units: Default::default(),
@@ -360,6 +367,7 @@ impl<P: Protocol> DeviceTables<P> {
                 return;
             }
             qp.enter(&self.mem, QpState::Err);
+            self.qps_errored.fetch_add(1, Ordering::Release);
         }
         if let Some(ev) = event {
             self.out.event(output::event(ev, qpn, info));

@@ -57,6 +57,7 @@ pub mod timers;
 mod wait;
 pub mod workers;
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::qp::QpState;
@@ -254,7 +255,8 @@ struct RxCount {
 /// same QP run on it without a lookup, a lock, a snapshot or a put-back each, and
 /// [`ReceiveRun::finish`] (or any other frame) puts it back. The buffer is one unit of work
 /// (`LongGuard::hand_off` after it), and a MODIFY_QP waits while the state is out
-/// (`ctx::state_out`), so the snapshot stays true for the run.
+/// (`ctx::state_out`); the one change the core makes beside it, moving a QP to ERR, bumps
+/// `qps_errored`, which ends the run at the next frame. So the snapshot stays true for the run.
 #[derive(Default)]
 pub struct ReceiveRun {
     held: Option<HeldResp>,
@@ -265,6 +267,9 @@ struct HeldResp {
     ctx: ctx::QpCtx,
     st: ResponderState,
     rx: RxCount,
+    /// `qps_errored` before the take: a change means some QP entered ERR since, maybe this
+    /// one, so the snapshot may be stale and the next frame takes a fresh one.
+    errored: u64,
 }
 
 impl ReceiveRun {
@@ -494,7 +499,12 @@ fn deliver(
             Err(&dev.port_stats.drop_qp_state)
         }
     };
-    if let Some(h) = run.held.as_mut().filter(|h| h.qpn == qpn) {
+    let errored = dev.qps_errored.load(Ordering::Acquire);
+    if let Some(h) = run
+        .held
+        .as_mut()
+        .filter(|h| h.qpn == qpn && h.errored == errored)
+    {
         if !pkt.info.is_response() {
             if let Err(counter) = accept(&h.ctx) {
                 bump(counter);
@@ -542,21 +552,20 @@ fn deliver(
             bump(&dev.port_stats.drop_unknown_qp);
             return;
         };
-        let counted = match accept(&c) {
-            Err(counter) => {
-                bump(counter);
-                RxCount::default()
-            }
-            Ok(()) => {
-                responder::on_request(dev, &c, &mut st, pkt);
-                rx
-            }
-        };
+        if let Err(counter) = accept(&c) {
+            // Refused: the state goes back at once, not held for frames that cannot use it
+            // (a peer aiming at another tenant's QPN must not keep its state out).
+            bump(counter);
+            put_back(dev, qpn, &c, st, RxCount::default());
+            return;
+        }
+        responder::on_request(dev, &c, &mut st, pkt);
         let held = HeldResp {
             qpn,
             ctx: c,
             st,
-            rx: counted,
+            rx,
+            errored,
         };
         if held.st.fatal.is_some() || held.ctx.state == QpState::Err {
             put_back(dev, qpn, &held.ctx, held.st, held.rx);

@@ -408,22 +408,24 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         }
         let job = match direction {
             VhostTransferStateDirection::SAVE => {
-                let saved = if self.dirty_log_lost() {
-                    // The frontend's log file does not cover the log (spec §16.5): pages this
-                    // device wrote may be missing from it, so the destination must not start.
-                    let why = "the dirty log missed pages: the frontend's log file is \
-                               shorter than the log";
-                    warn!(
-                        "{}: cannot save the device state: {why}",
-                        self.out.log().label()
-                    );
-                    Err(why.to_string())
-                } else {
+                let saved = {
                     let mut dev = self.lock_device();
-                    if dev.suspended() {
-                        dev.save_state()
-                    } else {
+                    if !dev.suspended() {
                         Err("the device is not stopped".to_string())
+                    } else if self.dirty_log_lost() {
+                        // Checked with the device stopped (it writes no guest memory, so no
+                        // mark can fault after this): the frontend's log file does not cover
+                        // the log (spec §16.5), pages this device wrote may be missing from
+                        // it, so the destination must not start.
+                        let why = "the dirty log missed pages: the frontend's log file is \
+                                   shorter than the log";
+                        warn!(
+                            "{}: cannot save the device state: {why}",
+                            self.out.log().label()
+                        );
+                        Err(why.to_string())
+                    } else {
+                        dev.save_state()
                     }
                 };
                 Transfer::Save(match saved {

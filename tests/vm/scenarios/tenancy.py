@@ -17,7 +17,7 @@ import re
 import subprocess
 import time
 
-from harness import expect, expect_in, push_guest_script, run_ok, scenario
+from harness import expect, expect_in, push_guest_script, run_ok, scenario, spawn_server
 from vrdmavm import stats
 
 
@@ -42,12 +42,12 @@ def claiming_a_neighbours_ip_gets_nothing(ctx):
     victim, client, attacker = ctx.a, ctx.b, ctx.c
     claim = push_guest_script([attacker], "claim_ip.py")
     before, _ = fabric_counters(victim)
-    server = victim.spawn("rping -s -a %s -v -C 3" % victim.ip, timeout=120)
+    server = spawn_server(victim, "rping -s -a %s -v -C 3" % victim.ip, 120)
     run_ok(attacker, "ip addr add %s/32 dev eth0" % victim.ip)
     evil = None
     try:
         # The attacker's rdma_cm server on the claimed address (its kernel adds the GID).
-        evil = attacker.spawn("rping -s -a %s -v -C 3" % victim.ip, timeout=120)
+        evil = spawn_server(attacker, "rping -s -a %s -v -C 3" % victim.ip, 120)
         # The client knows the victim (both guests answer its ARP request; the victim's
         # answer is the one that may arrive) ...
         run_ok(client, "ip neigh flush dev eth0")
@@ -63,7 +63,6 @@ def claiming_a_neighbours_ip_gets_nothing(ctx):
         expect(victim.mac in neigh and attacker.mac not in neigh,
                "the client's neighbour entry for %s is the victim's MAC %s" % (
                    victim.ip, victim.mac), neigh)
-        time.sleep(1.0)  # the victim's server listens
         rc, cout = client.run("rping -c -a %s -v -C 3" % victim.ip, timeout=60)
         expect(rc == 0 and len(re.findall(r"ping data: rdma-ping-\d+", cout)) == 3,
                "the client's rping to %s completes 3 pings" % victim.ip, cout)
@@ -108,14 +107,12 @@ def tenant_networks_do_not_see_each_other(ctx):
         expect(ok, "%s (network of %s) cannot reach %s" % (x.name, x.ip, y.ip), out)
     # RDMA: within a network rping works; across, the connection is never made.
     for (srv, cli) in ((a, b), (c, d)):
-        s = srv.spawn("rping -s -a %s -v -C 2" % srv.ip, timeout=120)
-        time.sleep(1.0)
+        s = spawn_server(srv, "rping -s -a %s -v -C 2" % srv.ip, 120)
         rc, out = cli.run("rping -c -a %s -v -C 2" % srv.ip, timeout=60)
         expect(rc == 0 and "rdma-ping-1" in out, "%s -> %s rping" % (cli.name, srv.name), out)
         s.wait(timeout=60)
-    s = a.spawn("rping -s -a %s -v -C 2" % a.ip, timeout=120)
+    s = spawn_server(a, "rping -s -a %s -v -C 2" % a.ip, 120)
     try:
-        time.sleep(1.0)
         rc, out = c.run("rping -c -a %s -v -C 2" % a.ip, timeout=60)
         expect(rc != 0 and "rdma-ping" not in out,
                "%s (network 5) cannot rping %s (network 0)" % (c.name, a.name), out)
@@ -154,8 +151,7 @@ def tenant_networks_cross_hosts_as_vnis(ctx):
         expect(ok, "%s cannot reach %s of another network" % (x.name, y.name), out)
     # rdma_cm between vrdma and rxe across the hosts, within each network.
     for srv, cli in ((a, c), (d, b)):
-        s = srv.spawn("rping -s -a %s -v -C 3" % srv.ip, timeout=120)
-        time.sleep(1.0)
+        s = spawn_server(srv, "rping -s -a %s -v -C 3" % srv.ip, 120)
         rc, out = cli.run("rping -c -a %s -v -C 3" % srv.ip, timeout=90)
         expect(rc == 0 and "rdma-ping-2" in out, "%s -> %s rping" % (cli.name, srv.name), out)
         s.wait(timeout=60)
