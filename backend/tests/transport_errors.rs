@@ -298,3 +298,49 @@ fn sqd_drains_and_reports_then_resumes_in_rts() {
     let (ca, _) = p.wait(1, 0);
     assert_eq!((ca[0].wr_id, ca[0].status), (2, VRDMA_WC_SUCCESS));
 }
+
+/// A responder state held across the frames of one received buffer (`transport::ReceiveRun`,
+/// a fabric segment's SENDs) is given up when the core moves the QP to ERR beside it (here
+/// between two frames, as a CQ overflow or a failing SRQ on another worker does): the second
+/// SEND is dropped as for any QP in ERR (IBTA 10.3) and its receive buffer stays untouched.
+#[test]
+fn a_qp_moved_to_error_beside_a_held_receive_run_takes_no_more_frames() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::Instant;
+    use vrdma_backend::{transport, wire};
+
+    let mut p = RcPair::new().build();
+    p.a.write(p.src, &[0xab; 8192]);
+    p.recv_b(100, 0, 1024);
+    p.recv_b(101, 4096, 1024);
+    for i in 0..2u64 {
+        let w = send(i, (p.src + i * 4096, 1024, p.ka));
+        p.post(&w);
+    }
+    let frames = std::mem::take(&mut p.a.dev.outbox(0).frames);
+    assert_eq!(frames.len(), 2, "one frame per SEND");
+    let dropped = p.b.dev.port_stats.drop_qp_state.load(Relaxed);
+    let now = Instant::now();
+    let mut run = transport::ReceiveRun::default();
+    let first = wire::locate(&frames[0]).expect("a RoCE frame");
+    transport::on_located_in_run(&p.b.dev, first, now, None, &mut run);
+    p.b.dev.qp_to_error(p.qb.qpn, None, 0);
+    let second = wire::locate(&frames[1]).expect("a RoCE frame");
+    transport::on_located_in_run(&p.b.dev, second, now, None, &mut run);
+    run.finish(&p.b.dev);
+    assert_eq!(
+        p.b.read(p.dst, 1024),
+        vec![0xab; 1024],
+        "the first SEND landed"
+    );
+    assert_eq!(
+        p.b.dev.port_stats.drop_qp_state.load(Relaxed),
+        dropped + 1,
+        "the second SEND found the QP in ERR"
+    );
+    assert_eq!(
+        p.b.read(p.dst + 4096, 1024),
+        vec![0u8; 1024],
+        "the second receive buffer is untouched"
+    );
+}
