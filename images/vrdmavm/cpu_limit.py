@@ -24,7 +24,8 @@ def _write(path, text):
 
 class CpuLimit:
     """Put `pids` (whole processes, all their threads) under one quota of `cores` CPUs (a
-    fraction of one core is fine) until close(), which moves them back and removes the group."""
+    fraction of one core is fine) until close(), which moves them back to the cgroups they
+    came from and removes the group."""
 
     def __init__(self, name, pids, cores):
         if cores <= 0:
@@ -50,8 +51,26 @@ class CpuLimit:
             raise VMError("no cgroup cpu controller at %s or %s: cannot give guests a fixed "
                           "CPU share" % (V1_ROOT, V2_ROOT))
         self.cores = quota / PERIOD_US
-        for pid in self.pids:
-            _write(os.path.join(self.dir, "cgroup.procs"), str(pid))
+        self.origins = {pid: self._cgroup_of(pid) for pid in self.pids}
+        try:
+            for pid in self.pids:
+                _write(os.path.join(self.dir, "cgroup.procs"), str(pid))
+        except OSError as e:
+            self.close()
+            raise VMError("cannot put pid %s under the CPU quota %s: %s" % (pid, self.dir, e))
+
+    def _cgroup_of(self, pid):
+        """The directory of `pid`'s cgroup in this hierarchy (where close() puts it back)."""
+        v1 = self.parent == V1_ROOT
+        try:
+            with open("/proc/%d/cgroup" % pid) as f:
+                for line in f:
+                    _, controllers, path = line.rstrip("\n").split(":", 2)
+                    if (v1 and "cpu" in controllers.split(",")) or (not v1 and controllers == ""):
+                        return os.path.join(self.parent, path.lstrip("/"))
+        except OSError:
+            pass
+        return self.parent
 
     @staticmethod
     def _v2_controllers():
@@ -72,7 +91,7 @@ class CpuLimit:
     def close(self):
         for pid in self.pids:
             try:
-                _write(os.path.join(self.parent, "cgroup.procs"), str(pid))
+                _write(os.path.join(self.origins.get(pid, self.parent), "cgroup.procs"), str(pid))
             except OSError:
                 pass  # the process is gone
         try:
