@@ -43,9 +43,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import harness  # noqa: E402
-from harness import Failure, expect, pair, push_guest_script, roce_v2_gid_index, run_ok  # noqa: E402
+from harness import Failure, expect, pair, roce_v2_gid_index, run_ok  # noqa: E402
 import vrdmavm  # noqa: E402  (harness put images/ on the path)
-from scenarios import nvmeof  # noqa: E402
+from scenarios import neighbours, nvmeof  # noqa: E402
 
 # Growth of the daemon's own resident memory (RssAnon: not the guests' RAM it maps, which
 # VmRSS counts as the daemon touches more of it) over its warm-up value that fails the soak.
@@ -142,14 +142,7 @@ def churn(server, client, ops):
 
 def perftest_beside_a_flood(server, client, neighbour, ops):
     """ib_write_bw from client to server while the neighbour floods the server's port."""
-    flood = push_guest_script([neighbour], "flood_frames.py")
-    push_guest_script([neighbour], "spray_attack.py")
-    run_ok(neighbour, "rm -f /tmp/flood.started /tmp/flood.stop")
-    f = neighbour.spawn("cd /tmp && python3 %s eth0 %s %s %s %d" % (
-        flood, neighbour.ip, server.mac, server.ip, FLOOD_SECONDS), timeout=FLOOD_SECONDS + 60)
-    try:
-        run_ok(neighbour, "for i in $(seq 300); do test -e /tmp/flood.started && exit 0; "
-               "sleep 0.2; done; exit 1", timeout=90)
+    def bw():
         g = roce_v2_gid_index(server, "vrdma0")
         base = "ib_write_bw -d vrdma0 -x %d -s 65536 -D %d -F" % (g, BW_SECONDS)
         _, cout = pair(server, client, base, base + " " + server.ip, timeout=180)
@@ -158,12 +151,10 @@ def perftest_beside_a_flood(server, client, neighbour, ops):
         expect("BW average" in cout or re.search(r"^\s*65536\s+\d+", cout, re.M),
                "ib_write_bw printed its result", cout)
         ops.add("ib_write_bw runs")
-        run_ok(neighbour, "touch /tmp/flood.stop")
-        rc, fout = f.wait(timeout=60)
-    finally:
-        f.kill()
+
+    _, fout = neighbours.beside_a_flood(neighbour, server, bw, seconds=FLOOD_SECONDS)
     m = re.search(r"sent unicast=(\d+) broadcast=(\d+)", fout)
-    expect(rc == 0 and m is not None, "the flooder ran", fout)
+    expect(m is not None, "the flooder counted its frames", fout)
     ops.add("flood frames", int(m.group(1)) + int(m.group(2)))
 
 

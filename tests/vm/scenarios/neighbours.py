@@ -66,8 +66,6 @@ def flood_beside_a_pair(ctx):
     CPU share: the pair completes without a QP error and the fabric drops none of its frames
     (spec §16.4)."""
     server, client, flooder = ctx.a, ctx.b, ctx.c
-    push_guest_script([flooder], "spray_attack.py")
-    flood = push_guest_script([flooder], "flood_frames.py")
     cores = guest_cpu_share(3)
     ctx.note("each guest's QEMU limited to %.2f CPUs (host: %d)" % (cores, os.cpu_count()))
     limits = []
@@ -80,7 +78,7 @@ def flood_beside_a_pair(ctx):
         alone = write_bw(ctx, server, client)
         before, _ = fabric_counters(server)
         resent = retransmits(client)
-        loaded, fout = write_bw_beside_flood(ctx, server, client, flooder, flood)
+        loaded, fout = beside_a_flood(flooder, server, lambda: write_bw(ctx, server, client))
     finally:
         for limit in limits:
             limit.close()
@@ -105,23 +103,28 @@ def guest_cpu_share(guests):
     return min(1.0, max(0.2, (os.cpu_count() - 0.5) / guests))
 
 
-def write_bw_beside_flood(ctx, server, client, flooder, flood):
-    """write_bw while `flooder` runs the flood script; returns (MB/s, the flooder's output)."""
+def beside_a_flood(flooder, target, work, seconds=FLOOD_SECONDS):
+    """Run `work()` while `flooder` floods `target`'s port with raw full-size frames (unicast
+    at its MAC and broadcast, guest/flood_frames.py), started before and stopped after, at most
+    `seconds`; the flood must last through the work. Returns (work's result, the flooder's
+    output, whose last line counts the frames sent)."""
+    flood = push_guest_script([flooder], "flood_frames.py")
+    push_guest_script([flooder], "spray_attack.py")
     run_ok(flooder, "rm -f /tmp/flood.started /tmp/flood.stop")
     f = flooder.spawn("cd /tmp && python3 %s eth0 %s %s %s %d" % (
-        flood, flooder.ip, server.mac, server.ip, FLOOD_SECONDS), timeout=FLOOD_SECONDS + 60)
+        flood, flooder.ip, target.mac, target.ip, seconds), timeout=seconds + 60)
     try:
-        run_ok(flooder, "for i in $(seq 100); do test -e /tmp/flood.started && exit 0; "
-               "sleep 0.2; done; exit 1", timeout=60)
-        loaded = write_bw(ctx, server, client)
-        expect(not f.done(), "the flood lasted through the pair's run",
+        run_ok(flooder, "for i in $(seq 300); do test -e /tmp/flood.started && exit 0; "
+               "sleep 0.2; done; exit 1", timeout=90)
+        result = work()
+        expect(not f.done(), "the flood lasted through the work",
                f.result.out if f.done() else "")
         run_ok(flooder, "touch /tmp/flood.stop")
-        rc, fout = f.wait(timeout=30)
+        rc, fout = f.wait(timeout=60)
     finally:
         f.kill()
     expect(rc == 0 and "sent unicast=" in fout, "the flooder ran", fout)
-    return loaded, fout
+    return result, fout
 
 
 def hostile_frontend(cluster):
