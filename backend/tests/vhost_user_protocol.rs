@@ -715,6 +715,67 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     h.finish(fe);
 }
 
+/// A neighbour flooding the netdev of a guest that posts no buffers fills the backlog; a frame
+/// of another sender (a TCP handshake to that guest) still gets in, in the place of the
+/// flooder's newest, and reaches the guest once it posts buffers (spec §16.4).
+#[test]
+fn a_flooded_eth_rx_backlog_still_takes_another_senders_frame() {
+    let h = start("ethrx-fair", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let [mut rxq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX], 16);
+    let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
+    let frame = |src: u8, seq: u8| {
+        let mut f = vec![0u8; 60];
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, src]);
+        f[12] = seq;
+        f
+    };
+    let backlog = vrdma_backend::vhost_user::output::ETH_RX_BACKLOG;
+    for i in 0..(backlog + 50) {
+        h.out.push_eth_rx(&frame(1, i as u8));
+    }
+    assert_eq!(q.pending(), backlog);
+    h.out.push_eth_rx(&frame(2, 0xee));
+    assert_eq!(q.pending(), backlog);
+    assert_eq!(
+        q.dropped(),
+        51,
+        "50 of the flood's frames and one more for the peer's"
+    );
+    let mut seen = Vec::new();
+    for _ in 0..16 {
+        let b = guest.alloc(2048, 8);
+        rxq.add(&guest, &[(b, 2048, true)]);
+        seen.push(b);
+    }
+    rxq.notify();
+    for _ in 0..16 {
+        assert_eq!(rxq.wait_used(&guest, T).map(|u| u.1), Some(60));
+    }
+    // The flood's oldest frames come first, in order: the backlog dropped its newest.
+    for (i, b) in seen.iter().enumerate() {
+        assert_eq!(guest.read(*b + 6, 7), frame(1, i as u8)[6..13].to_vec());
+    }
+    // The peer's frame is the last in the backlog; drain until it arrives.
+    let mut found = false;
+    for _ in 0..(backlog / 16 - 1) {
+        let bufs: Vec<u64> = (0..16).map(|_| guest.alloc(2048, 8)).collect();
+        for &b in &bufs {
+            rxq.add(&guest, &[(b, 2048, true)]);
+        }
+        rxq.notify();
+        for &b in &bufs {
+            if rxq.wait_used(&guest, T).is_none() {
+                break;
+            }
+            found |= guest.read(b + 6, 7) == frame(2, 0xee)[6..13].to_vec();
+        }
+    }
+    assert!(found, "the peer's frame reached the guest");
+    h.finish(fe);
+}
+
 #[test]
 fn queue_size_limit_is_1024() {
     let h = start("qsize", 1, true);

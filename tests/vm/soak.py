@@ -207,9 +207,9 @@ def restart(cluster, ops):
     return time.monotonic() - t0
 
 
-def soak(cluster, minutes, log):
+def soak(cluster, daemon, minutes, log):
     vms = cluster.vms
-    daemon, ops = Daemon(cluster), Ops()
+    ops = Ops()
     t0 = time.monotonic()
     end = t0 + minutes * 60
     rnd = 0
@@ -249,7 +249,7 @@ def soak(cluster, minutes, log):
             next_restart += 60 * RESTART_MINUTES
             log("      daemon restarted, every device back in %.1f s" % dt)
         rnd += 1
-    return daemon, ops, rnd + 1
+    return ops, rnd + 1
 
 
 def main():
@@ -271,12 +271,12 @@ def main():
     t0 = time.monotonic()
     cluster = vrdmavm.Cluster(n=3, kind="vrdma", uplink="fabric", keep=a.keep)
     failed = True
-    daemon = None
+    daemon = Daemon(cluster)
     try:
         cluster.start()
         log("booted in %.1f s (%s)" % (time.monotonic() - t0, cluster.workdir))
         log(HEAD)
-        daemon, ops, rounds = soak(cluster, a.minutes, log)
+        ops, rounds = soak(cluster, daemon, a.minutes, log)
         # A run too slow to get past a warm-up checked nothing: that is not a pass.
         expect(daemon.checks > 0, "no round after a warm-up of %d rounds: the daemon's memory "
                "and descriptors were never checked (%d rounds in all); run longer" % (
@@ -290,6 +290,10 @@ def main():
         harness.save_evidence(cluster, results, text)
         harness.print_evidence(cluster, text)
         log("evidence in %s" % results)
+        # Again after the evidence, so that the tail of a CI log says why, with the rounds
+        # run so far.
+        log(daemon.table())
+        log("soak FAILED: " + text.splitlines()[0])
     finally:
         cluster.close(failed=failed or a.keep)
     return 1 if failed else 0

@@ -3,7 +3,7 @@
 //! Only needed with two or more uplinks (with one, every non-local unicast goes there). Bounded:
 //! at most [`MAX_LEARNED`] entries; an entry not refreshed for [`MAC_AGE`] is stale (ignored).
 //! A full table makes room for a new MAC by forgetting the entry refreshed least recently (spec
-//! §16.4 rule 5): the entries form a list in refresh order (indices into one slab, linked both
+//! §16.4 rule 6): the entries form a list in refresh order (indices into one slab, linked both
 //! ways), so learning, refreshing and evicting each take constant time, under the lock every
 //! uplink-bound frame takes. (A scan of the whole table for stale entries per new MAC was 4096
 //! steps per frame from a network sending from many MACs.) A network that sends from more MACs

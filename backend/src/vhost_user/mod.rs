@@ -39,6 +39,7 @@
 //! [`VhostUserBackend`]: vhost_user_backend::VhostUserBackend
 
 mod backend;
+pub mod backlog;
 pub mod chain;
 pub mod controlq;
 pub mod daemon;

@@ -9,7 +9,6 @@
 //! [`VirtqOutput`] outlives connections: each new connection attaches its vrings and memory,
 //! a disconnect or device reset detaches them and discards what was pending.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use vhost_user_backend::VringT;
@@ -17,6 +16,7 @@ use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
+use super::backlog::{Backlog, Pushed, SenderKey};
 use super::chain::{SplitChain, MAX_CHAIN_DESCS};
 use super::parked::ParkedCommands;
 use super::region_check::CheckedTable;
@@ -30,7 +30,8 @@ use crate::sync::lock;
 pub const EVENT_LEN: usize = VrdmaEvent::SIZE;
 /// `sizeof(struct vrdma_page_req)`.
 pub const PAGE_REQ_LEN: usize = VrdmaPageReq::SIZE;
-/// Frames kept while the driver has no eth rx buffer (like a NIC's rx FIFO); more are dropped.
+/// Frames kept while the driver has no eth rx buffer (like a NIC's rx FIFO); more are dropped,
+/// fairly between the frames' senders ([`Backlog`]).
 pub const ETH_RX_BACKLOG: usize = 256;
 /// Page requests kept while the driver has no pagereq buffer.
 pub const PAGE_REQ_BACKLOG: usize = 65536;
@@ -45,7 +46,7 @@ enum TooSmall {
 }
 
 struct OutState {
-    pending: VecDeque<Vec<u8>>,
+    pending: Backlog,
     target: Option<Target>,
     dropped: u64,
 }
@@ -72,7 +73,6 @@ impl Target {
 pub struct OutQueue {
     index: u16,
     name: &'static str,
-    backlog: usize,
     too_small: TooSmall,
     state: Mutex<OutState>,
 }
@@ -82,10 +82,9 @@ impl OutQueue {
         OutQueue {
             index,
             name,
-            backlog,
             too_small,
             state: Mutex::new(OutState {
-                pending: VecDeque::new(),
+                pending: Backlog::new(backlog),
                 target: None,
                 dropped: 0,
             }),
@@ -96,22 +95,26 @@ impl OutQueue {
         lock(&self.state)
     }
 
-    /// Queue `record` and deliver whatever fits into posted buffers.
-    pub fn push(&self, record: &[u8]) {
+    /// Queue `record` of `sender` (`None`: records without a sender of their own) and
+    /// deliver whatever fits into posted buffers. A full backlog drops the newest record of
+    /// the sender holding the most ([`Backlog`]).
+    pub fn push(&self, sender: Option<SenderKey>, record: &[u8]) {
         let mut st = self.lock();
-        if st.pending.len() >= self.backlog {
-            st.dropped += 1;
-            if st.dropped.is_power_of_two() {
-                guest_warn!(
-                    "{}: backlog of {} full, {} record(s) dropped so far",
-                    self.name,
-                    self.backlog,
-                    st.dropped
-                );
+        match st.pending.push(sender, record) {
+            Pushed::Queued => {}
+            Pushed::QueuedOverShare | Pushed::Dropped => {
+                st.dropped += 1;
+                if st.dropped.is_power_of_two() {
+                    guest_warn!(
+                        "{}: backlog of {} full, {} record(s) dropped so far (from the \
+                         sender holding the most)",
+                        self.name,
+                        st.pending.len(),
+                        st.dropped
+                    );
+                }
             }
-            return;
         }
-        st.pending.push_back(record.to_vec());
         self.deliver(&mut st);
     }
 
@@ -218,7 +221,7 @@ impl OutQueue {
     /// Puts the oldest pending record into the buffer `split`; returns the used length (0 when
     /// the buffer is too small or the copy failed: the buffer goes back empty).
     fn fill(&self, st: &mut OutState, split: &SplitChain, mem: &GuestMemoryMmap) -> u32 {
-        let record_len = st.pending.front().map_or(0, Vec::len);
+        let record_len = st.pending.front_len().unwrap_or(0);
         if split.writable_len() < record_len as u64 {
             guest_debug!(
                 "{}: buffer {} of {} bytes too small for {record_len}",
@@ -281,19 +284,21 @@ impl VirtqOutput {
     /// Post a `vrdma_event` (§9).
     pub fn push_event(&self, ev: &VrdmaEvent) {
         let _device = devlog::enter(&self.log);
-        self.events.push(ev.as_bytes());
+        self.events.push(None, ev.as_bytes());
     }
 
     /// Post a `vrdma_page_req` (§10).
     pub fn push_page_req(&self, req: &VrdmaPageReq) {
         let _device = devlog::enter(&self.log);
-        self.page_reqs.push(req.as_bytes());
+        self.page_reqs.push(None, req.as_bytes());
     }
 
-    /// Post a raw Ethernet frame to the guest's netdev.
+    /// Post a raw Ethernet frame to the guest's netdev. Its sender, for the backlog's fair
+    /// share, is its source MAC (a frame too short to have one counts as no sender).
     pub fn push_eth_rx(&self, frame: &[u8]) {
         let _device = devlog::enter(&self.log);
-        self.eth_rx.push(frame);
+        let source = frame.get(6..12).and_then(|m| SenderKey::try_from(m).ok());
+        self.eth_rx.push(source, frame);
     }
 
     /// Control chains of parked commands.
