@@ -6,6 +6,7 @@ that bridge (vrdmavm.VM.migrate); the destination's RARP moves the bridge's entr
 They run last: the guest's TAP, QEMU and backend change under the other scenarios."""
 
 import re
+import subprocess
 import time
 
 from harness import (expect, expect_in, pair, push_guest_script, roce_v2_gid_index, run_ok,
@@ -91,12 +92,33 @@ def migrate_during_pingpong_and_write_bw(ctx):
              "dirty-sync rounds" % (info.get("downtime"), info.get("total-time"),
                                     ram.get("transferred", 0) >> 20,
                                     ram.get("dirty-sync-count")))
-    outs = []
+    outs, rcs = [], []
     for name, h in (("pingpong client", ping), ("pingpong server", ping_srv),
                     ("write_bw client", bw), ("write_bw server", bw_srv)):
         rc, out = h.wait(600)
+        rcs.append((name, rc))
         outs.append("--- %s (rc %s) ---\n%s" % (name, rc, out))
+    # Where the peers' packets went: the RC counters of both guests and the TAPs' drops (a
+    # TAP whose reader, the backend, falls behind drops what the bridge gives it).
+    ctx.note(path_counters(a, b))
+    for name, rc in rcs:
         expect(rc == 0, "%s exited with %s" % (name, rc), "\n".join(outs))
     text = "\n".join(outs)
     expect(re.search(r"20000 iters in", text) is not None, "the pingpong ran all iterations", text)
     expect_in("BW average", text, "ib_write_bw's report")
+
+
+def path_counters(*vms):
+    """One line per guest: its RC counters (spec §11.9) and its TAP's drops on the host."""
+    lines = []
+    for vm in vms:
+        rc, out = vm.run("cd /sys/class/infiniband/vrdma0/ports/1/hw_counters && "
+                         "grep -H . retransmits local_ack_timeouts rcvd_seq_naks "
+                         "sent_seq_naks rcvd_rnr_naks rcvd_dropped", timeout=30)
+        rdma = " ".join(out.split()) if rc == 0 else "(no counters: %s)" % out.strip()
+        link = subprocess.run(["ip", "-n", vm.netns, "-s", "link", "show", vm.tap],
+                              capture_output=True, text=True)
+        drops = re.findall(r"(RX|TX):.*\n\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", link.stdout)
+        tap = ", ".join("%s %s pkts %s dropped" % (d[0], d[2], d[4]) for d in drops)
+        lines.append("%s: %s; tap %s: %s" % (vm.name, rdma, vm.tap, tap or link.stdout.strip()))
+    return "\n    ".join(lines)
