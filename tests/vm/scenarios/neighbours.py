@@ -4,23 +4,22 @@ Topology three_vrdma_fabric_spare_device (three vrdma guests on one daemon, plus
 device no QEMU uses):
 
 - flood_beside_a_pair: vm2 floods raw full-size frames (unicast at vm0's MAC and broadcast)
-  while vm1 runs ib_write_bw to vm0. The pair's run completes with no QP error, the fabric
+  while vm1 runs ib_write_bw to vm0. The pair's runs complete with no QP error, the fabric
   drops none of the pair's frames for their share of vm0's receive queue (`over_share` of vm0
   and vm1 stay 0; the flooder's broadcasts beyond its rate bound go as `bcast_rate`). Each of
-  the three guests' QEMUs gets the same fixed CPU share for both runs (a cgroup quota,
-  `VM.limit_cpu`), as a cloud gives each guest its own vCPUs, so that the flooder's guest
-  cannot simply take the pair's guests' CPU on this 2-core host. The bandwidth beside the
-  flood against the same pair's bandwidth alone (measured first, in the same run, after a
-  warm-up run: TCG translates the guests' code on first use) is printed with the 70 % target,
-  not asserted: the measurement's own spread is too wide for a threshold. With equal quotas on a
-  quiet host it was 76-161 % in seven runs (one pair's bandwidth alone ranged 590-1160 MB/s
-  between runs); with other work loading the host (load 6-9), 41-55 %. The daemon's own CPU is
-  shared by its tenants (README, what one daemon does not protect); `make bench`'s fairness
-  headline measures the daemon's share alone. Then a slow guest beside a fast flooder: the
-  server's QEMU on a 0.2 CPU quota, the flooder's on none, so that the flood outruns the
-  server's netdev and its backlog in the daemon stays full; vm1's pings to vm0 must still be
-  answered (at most 2 of 20 lost): the backlog drops the flooder's excess, not other senders'
-  frames (spec §16.4 rule 4). With the drop-tail backlog it replaced, 4 of 20 were lost.
+  the three guests' QEMUs gets the same fixed CPU share (a cgroup quota, `VM.limit_cpu`), as a
+  cloud gives each guest its own vCPUs, so that the flooder's guest cannot simply take the
+  pair's guests' CPU on this 2-core host. The pair keeps 70 % of its bandwidth: one pair's
+  bandwidth under TCG varies between runs by a factor of two (590-1160 MB/s alone), so a
+  single "alone" and a single "flooded" run compared nothing; the pair runs ROUNDS times
+  alone then beside the flood, one after the other (the flooder pauses on /tmp/flood.pause),
+  and the median of the ROUNDS ratios is checked. The daemon's own CPU is shared by its
+  tenants (README, what one daemon does not protect); `make bench`'s fairness headline
+  measures the daemon's share alone. Then a slow guest beside a fast flooder: the server's
+  QEMU on a 0.2 CPU quota, the flooder's on none, so that the flood outruns the server's
+  netdev and its backlog in the daemon stays full; vm1's pings to vm0 must still be answered
+  (at most 2 of 20 lost): the backlog drops the flooder's excess, not other senders' frames
+  (spec §16.4 rule 4). With the drop-tail backlog it replaced, 4 of 20 were lost.
 - refused_frontend_beside_traffic: a frontend that is not QEMU (the backend's example
   `hostile_frontend`, the vhost crate's frontend) connects to the spare device's socket and
   offers a memory region larger than its memfd, then an unsealed memfd, while vm0 and vm1 run
@@ -39,7 +38,8 @@ from scenarios.tenancy import fabric_counters, port_name
 from vrdmavm import stats
 
 FLOOD_SECONDS = 60  # an upper bound: the flood stops once the loaded run is over
-BW_SECONDS = 5
+BW_SECONDS = 3
+ROUNDS = 5  # alternated runs alone and beside the flood
 PINGS = 20
 SLOW_GUEST_CPUS = 0.2
 
@@ -66,25 +66,35 @@ def delta(after, before, vm, reason):
     return after.get(key, 0) - before.get(key, 0)
 
 
-@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=240)
+@scenario("three_vrdma_fabric_spare_device", ci=True, timeout=360)
 def flood_beside_a_pair(ctx):
     """A neighbour floods raw frames while a pair runs ib_write_bw, every guest on the same fixed
-    CPU share: the pair completes without a QP error and the fabric drops none of its frames;
-    then a slow guest's netdev flooded beyond what it drains still answers pings (spec §16.4)."""
+    CPU share: the pair keeps 70 % of its bandwidth (the median of alternated runs with the
+    flood paused and on), completes without a QP error and the fabric drops none of its
+    frames; then a slow guest's netdev flooded beyond what it drains still answers pings
+    (spec §16.4)."""
     server, client, flooder = ctx.a, ctx.b, ctx.c
     cores = guest_cpu_share(3)
     ctx.note("each guest's QEMU limited to %.2f CPUs (host: %d)" % (cores, os.cpu_count()))
     limits = []
+    runs = []  # (alone, beside the flood) MB/s, measured one after the other
+
+    def alternate():
+        for _ in range(ROUNDS):
+            run_ok(flooder, "touch /tmp/flood.pause")
+            alone = write_bw(ctx, server, client)
+            run_ok(flooder, "rm -f /tmp/flood.pause")
+            runs.append((alone, write_bw(ctx, server, client)))
+
     try:
         for vm in (server, client, flooder):
             limits.append(vm.limit_cpu(cores))
         # A first run warms the guests' code up (TCG translates it on first use), so that
         # "alone" is not the slowest run for reasons of its own.
         write_bw(ctx, server, client)
-        alone = write_bw(ctx, server, client)
         before, _ = fabric_counters(server)
         resent = retransmits(client)
-        loaded, fout = beside_a_flood(flooder, server, lambda: write_bw(ctx, server, client))
+        _, fout = beside_a_flood(flooder, server, alternate, seconds=ROUNDS * 60)
     finally:
         for limit in limits:
             limit.close()
@@ -99,20 +109,24 @@ def flood_beside_a_pair(ctx):
     finally:
         slow.close()
     lost = {vm.name: delta(after, before, vm, "over_share") for vm in (server, client)}
-    ctx.note("ib_write_bw %s -> %s: alone %.1f MB/s, beside the flood %.1f MB/s (%.0f %%, "
-             "target 70 %%), %d retransmissions" % (client.name, server.name, alone, loaded,
-                                     100.0 * loaded / alone, resent))
+    ratios = sorted(flooded / alone for alone, flooded in runs)
+    ratio = ratios[len(ratios) // 2]
+    ctx.note("ib_write_bw %s -> %s, alone / beside the flood (MB/s): %s; median ratio %.0f %% "
+             "(target 70 %%), %d retransmissions" % (
+                 client.name, server.name,
+                 ", ".join("%.0f / %.0f" % r for r in runs), 100 * ratio, resent))
     ctx.note("flooder: %s; fabric: over_share %d, bcast_rate %d of %s, full %d at %s" % (
         fout.strip().splitlines()[-1], delta(after, before, flooder, "over_share"),
         delta(after, before, flooder, "bcast_rate"), flooder.name,
         delta(after, before, server, "full"), server.name))
     expect(not any(lost.values()),
            "the fabric dropped none of the pair's frames for their share (%s)" % lost, text)
+    expect(ratio >= 0.7, "the pair kept 70 %% of its bandwidth beside the flood (median of "
+           "%d alternated runs: %.0f %%)" % (ROUNDS, 100 * ratio))
     ctx.note("ping %s -> %s beside the flood: %d of %d answered" % (
         client.name, server.name, answered, PINGS))
     expect(answered >= PINGS - 2, "the flooded guest's netdev still takes its other senders' "
            "frames: %d of %d pings answered (spec §16.4 rule 4)" % (answered, PINGS))
-    # The bandwidth ratio is printed, not asserted: see the module's docstring.
 
 
 def pings_answered(src, dst):
