@@ -433,6 +433,65 @@ fn a_dirty_log_beyond_its_file_costs_the_migration_not_the_daemon() {
     src.thread.join().unwrap();
 }
 
+/// A log that missed pages, then a larger log set during the same migration (a frontend grows
+/// its log that way, after reading the old one): the pages the first log missed are still
+/// missing, so the device state is still not saved (spec §16.5).
+#[test]
+fn a_lost_dirty_log_is_not_forgotten_when_the_log_grows() {
+    use vhost::vhost_user::message::{VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures};
+    use vhost::VhostBackend;
+
+    let src = start("mig-regrown", 1, |_| {});
+    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+    fe.set_features(acked | VhostUserVirtioFeatures::LOG_ALL.bits())
+        .unwrap();
+    let _short = DirtyLog::install_with_file(&mut fe, 0x4000_0000 + (8 << 20), 0);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    let _whole = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    let (state, checked) = stop_and_save(&mut fe);
+    assert!(
+        state.is_empty(),
+        "no state is saved after a log that missed pages"
+    );
+    assert!(!checked, "CHECK_DEVICE_STATE fails");
+    drop(fe);
+    src.thread.join().unwrap();
+}
+
+/// A migration whose log missed pages ends (the frontend acks features without LOG_ALL); the
+/// next migration brings a whole log and saves the device state (spec §16.5).
+#[test]
+fn the_next_migration_after_a_lost_dirty_log_saves() {
+    use vhost::vhost_user::message::{VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures};
+    use vhost::VhostBackend;
+
+    let src = start("mig-after-lost", 1, |_| {});
+    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
+    let mut guest = Guest::new(0x4000_0000, 8 << 20);
+    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+    let log_all = acked | VhostUserVirtioFeatures::LOG_ALL.bits();
+    fe.set_features(log_all).unwrap();
+    let _short = DirtyLog::install_with_file(&mut fe, 0x4000_0000 + (8 << 20), 0);
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    // The first migration is cancelled; the second sets its log, then acks LOG_ALL.
+    fe.set_features(acked).unwrap();
+    let _whole = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
+    fe.set_features(log_all).unwrap();
+    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
+    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    let (state, checked) = stop_and_save(&mut fe);
+    assert!(!state.is_empty(), "the second migration's state is saved");
+    assert!(checked, "CHECK_DEVICE_STATE succeeds");
+    drop(fe);
+    src.thread.join().unwrap();
+}
+
 /// Spec §17.1: every way the device writes guest memory (`GuestMem::write`, `zero`, the release
 /// store and swap of ring indices, the IB atomics, ATOMIC WRITE) marks the page it wrote once a
 /// log is set, the reads mark nothing, and before SET_LOG_BASE the regions report no log (the

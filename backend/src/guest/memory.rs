@@ -46,7 +46,8 @@ pub type GuestMemoryMap = GuestMemoryMmap<DirtyBitmap>;
 /// after its own write is globally visible (see `mark_dirty`).
 ///
 /// vhost-user-backend never takes a log away again (it keeps marking after a failed
-/// migration), so the flag never turns off either.
+/// migration), so the flag never turns off either. A loss of bits (`RegionLog::lost`) is
+/// remembered across a new log base of the same migration (`LogState::lost_earlier`).
 #[derive(Default, Debug, Clone)]
 pub struct DirtyBitmap {
     log: Arc<RwLock<Option<RegionLog>>>,
@@ -59,6 +60,14 @@ pub struct DirtyBitmap {
 struct LogState {
     /// A log has been set (SET_LOG_BASE reached `replace`).
     on: AtomicBool,
+    /// A log this one replaced during the same migration missed pages. A frontend sets a new
+    /// log base during a migration when the log must grow, after reading the old one: the
+    /// pages the old log missed are missing from what it read, so the loss outlives that log
+    /// until the migration ends ([`DirtyBitmap::end_migration`]).
+    lost_earlier: AtomicBool,
+    /// The last migration ended (logging turned off) since the log in place was set: the
+    /// next log belongs to a new migration and inherits nothing from it.
+    ended: AtomicBool,
 }
 
 impl DirtyBitmap {
@@ -71,9 +80,18 @@ impl DirtyBitmap {
     /// it (spec §16.5)? Then the log misses pages and the device state must not be saved.
     pub fn log_lost(&self) -> bool {
         self.logging()
-            && crate::sync::read(&self.log)
-                .as_ref()
-                .is_some_and(RegionLog::lost)
+            && (self.state.lost_earlier.load(Ordering::Acquire)
+                || crate::sync::read(&self.log)
+                    .as_ref()
+                    .is_some_and(RegionLog::lost))
+    }
+
+    /// The frontend turned logging off (VHOST_F_LOG_ALL no longer acked): the migration is
+    /// over, saved or failed. What its logs missed does not count against the next one, whose
+    /// first SET_LOG_BASE (before or after it acks LOG_ALL again) brings a log of its own.
+    pub fn end_migration(&self) {
+        self.state.ended.store(true, Ordering::Release);
+        self.state.lost_earlier.store(false, Ordering::Release);
     }
 }
 
@@ -123,7 +141,11 @@ impl BitmapReplace for DirtyBitmap {
     type InnerBitmap = RegionLog;
 
     fn replace(&self, log: RegionLog) {
-        *crate::sync::write(&self.log) = Some(log);
+        let old = crate::sync::write(&self.log).replace(log);
+        let same_migration = !self.state.ended.swap(false, Ordering::AcqRel);
+        if same_migration && old.as_ref().is_some_and(RegionLog::lost) {
+            self.state.lost_earlier.store(true, Ordering::Release);
+        }
         // Release after the log is in place: a writer that sees "on" marks into this log.
         self.state.on.store(true, Ordering::SeqCst);
     }

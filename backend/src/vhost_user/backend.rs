@@ -82,6 +82,15 @@ impl<D: RdmaDevice> VhostUserRdma<D> {
             .any(|region| region.bitmap().log_lost())
     }
 
+    /// Logging turned off, the migration is over: what its logs missed does not count
+    /// against the next one (`DirtyBitmap::end_migration`).
+    fn end_migration_log(&self) {
+        use vm_memory::{GuestAddressSpace, GuestMemoryBackend, GuestMemoryRegion};
+        for region in self.mem.memory().iter() {
+            region.bitmap().end_migration();
+        }
+    }
+
     /// The backend of one connection, from the device's `parts`: `config` is the
     /// `vrdma_config` served by GET_CONFIG; `device_features` are the `VIRTIO_RDMA_F_*` masks
     /// offered besides ETH (the ODP bits when the device has ODP); `mtu` bounds eth tx frames.
@@ -278,6 +287,9 @@ impl<D: RdmaDevice> VhostUserBackend for VhostUserRdma<D> {
         let log = features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0;
         if self.logging.swap(log, Ordering::AcqRel) != log {
             info!("dirty page logging {}", if log { "on" } else { "off" });
+            if !log {
+                self.end_migration_log();
+            }
         }
     }
 
