@@ -212,18 +212,23 @@ def resize(dev, gidx):
     return 0 if ok else 1
 
 
+# The send to a QP that does not exist: 4 tries (retry_cnt 3) of 4.096 us << 18 = 1.07 s each
+# before the device writes its RETRY_EXC error CQE.
+ERROR_CQE_AFTER = 4 * 4.096e-6 * (1 << 18)
+
+
 def timeout(dev, gidx):
     ctx = Context(name=dev)
     pd = PD(ctx)
     cq = CQ(ctx, 64)
     mr = MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
-    # No QP has this number: every try goes unanswered, and after 4 tries of ~0.54 s
-    # (timeout 17, retry_cnt 3) the device writes a RETRY_EXC error CQE, ~2 s from now.
+    # No QP has this number: every try goes unanswered, and the device writes the error CQE
+    # ERROR_CQE_AFTER (~4.3 s) from now, well after the canary below is in place.
     probe = loopback_qp(ctx, pd, cq, gidx)
     qp = loopback_qp(ctx, pd, cq, gidx, dest_qpn=(probe.qp_num + 0x777) & 0xFFFFFF,
-                     timeout=17, retry_cnt=3)
-    post_sends(qp, mr, 1, recv=False)
+                     timeout=18, retry_cnt=3)
     t0 = time.monotonic()
+    post_sends(qp, mr, 1, recv=False)
     try:
         cq.resize(1024)  # 16 pages of CQEs: the device switches to them at once
         print("resize: succeeded after %.2fs (expected a timeout: is cmd_timeout_ms lowered "
@@ -232,8 +237,14 @@ def timeout(dev, gidx):
     except PyverbsRDMAError as ex:
         print("resize: failed after %.2fs: %s" % (time.monotonic() - t0, ex))
     canary = Canary()
-    print("canary filled %.2fs after the resize was sent" % (time.monotonic() - t0))
-    time.sleep(max(0.0, 5.0 - (time.monotonic() - t0)))  # past the error CQE
+    filled = time.monotonic() - t0
+    print("canary filled %.2fs after the send was posted (its error CQE comes after %.2fs)" % (
+        filled, ERROR_CQE_AFTER))
+    if filled > ERROR_CQE_AFTER - 0.3:
+        # A write into a freed ring before the canary was in place would go unseen.
+        print("canary filled too late to catch the error CQE: no verdict")
+        return 1
+    time.sleep(max(0.0, ERROR_CQE_AFTER + 3.0 - (time.monotonic() - t0)))  # past the error CQE
     ok = verdict_canary(canary, "the send's error completion")
     return 0 if ok else 1
 
