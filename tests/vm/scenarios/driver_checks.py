@@ -27,7 +27,7 @@ def resize_cq_concurrent_on_one_cq(ctx):
     ring the driver keeps is the one the device writes, and no ring the device writes is freed
     (vrdma_cq.c resize_mutex).
 
-    With the fix reverted (no resize_mutex lock/unlock in vrdma_resize_cq) it fails, 2 runs of 2:
+    With the fix reverted (no resize_mutex lock/unlock in vrdma_resize_cq) it fails, 4 runs of 4:
     `ring the driver keeps (resize A): 0 of 16 completions, producer index 0`, `canary: 1 pages
     WRITTEN after the completions`, dmesg `BUG: Bad page map in process python3`."""
     rc, out = _races(ctx, "resize")
