@@ -5,10 +5,11 @@ chosen commands late (vrdma-backend --delay-commands, TEST ONLY).
   driver_races.py resize DEV GIDX
       Two RESIZE_CQ of one CQ at once (raw uverbs writes: libvrdma serialises its own resizes, the
       kernel must not rely on that). The backend holds the first one's response 3 s and answers
-      the second at once, so the device executes them in one order and the driver sees their
-      responses in the other. Then a loopback RC QP on that CQ completes N sends: every CQE must
-      be in the ring the driver keeps (of the two new rings, the one it still lets us mmap), and
-      a canary allocated after the resizes must not be written (a freed ring the device uses).
+      the second (sent once the first one's thread sleeps in write()) at once, so the device
+      executes them in one order and the driver sees their responses in the other. Then a
+      loopback RC QP on that CQ completes N sends: every CQE must be in the ring the driver
+      keeps (of the two new rings, the one it still lets us mmap), and a canary allocated after
+      the resizes must not be written (a freed ring the device uses).
   driver_races.py timeout DEV GIDX
       RESIZE_CQ times out (cmd_timeout_ms lowered by the caller, the backend answers after 3 s)
       while a send to a QP that does not exist is being retried; its error CQE arrives after the
@@ -145,6 +146,29 @@ def post_sends(qp, mr, n, recv=True):
                             sg=[SGE(mr.buf + 4096 + 64 * i, 64, mr.lkey)]))
 
 
+def asleep_in_write(tid):
+    """True if thread `tid` of this process sleeps inside write(2) (x86-64 syscall 1)."""
+    try:
+        with open("/proc/self/task/%d/syscall" % tid) as f:
+            nr = f.read().split()[0]
+        with open("/proc/self/task/%d/stat" % tid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return nr == "1" and state in ("S", "D")
+
+
+def wait_asleep_in_write(thread, tids, name, timeout=10.0):
+    """Seconds until `thread` was seen asleep in write(), or None if it never was (it ended,
+    or `timeout` passed)."""
+    t0 = time.monotonic()
+    while thread.is_alive() and time.monotonic() - t0 < timeout:
+        if name in tids and asleep_in_write(tids[name]):
+            return time.monotonic() - t0
+        time.sleep(0.005)
+    return None
+
+
 def resize(dev, gidx):
     ctx = Context(name=dev)
     pd = PD(ctx)
@@ -154,16 +178,25 @@ def resize(dev, gidx):
     fd, handle = cmd_fd(), cq_handle(cq)
     results = {}
 
+    tids = {}
+
     def one(name, cqe):
+        tids[name] = threading.get_native_id()
         t0 = time.monotonic()
         results[name] = raw_resize(fd, handle, cqe) + (t0, time.monotonic())
 
     # A's response is held 3 s by the backend (--delay-commands resize_cq=3000:0); B is sent
-    # while A is outstanding and answered at once.
+    # once A's thread sleeps in its write() (its RESIZE_CQ is with the device) and is
+    # answered at once.
     a = threading.Thread(target=one, args=("A", 128))
     b = threading.Thread(target=one, args=("B", 256))
     a.start()
-    time.sleep(0.5)
+    waited = wait_asleep_in_write(a, tids, "A")
+    if waited is None:
+        a.join()
+        print("resize A: its thread was never seen asleep in write(): no overlap to test")
+        return 1
+    print("resize A: asleep in write() after %.2fs, B sent" % waited)
     b.start()
     a.join()
     b.join()
@@ -212,18 +245,23 @@ def resize(dev, gidx):
     return 0 if ok else 1
 
 
+# The send to a QP that does not exist: 4 tries (retry_cnt 3) of 4.096 us << 18 = 1.07 s each
+# before the device writes its RETRY_EXC error CQE.
+ERROR_CQE_AFTER = 4 * 4.096e-6 * (1 << 18)
+
+
 def timeout(dev, gidx):
     ctx = Context(name=dev)
     pd = PD(ctx)
     cq = CQ(ctx, 64)
     mr = MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
-    # No QP has this number: every try goes unanswered, and after 4 tries of ~0.54 s
-    # (timeout 17, retry_cnt 3) the device writes a RETRY_EXC error CQE, ~2 s from now.
+    # No QP has this number: every try goes unanswered, and the device writes the error CQE
+    # ERROR_CQE_AFTER (~4.3 s) from now, well after the canary below is in place.
     probe = loopback_qp(ctx, pd, cq, gidx)
     qp = loopback_qp(ctx, pd, cq, gidx, dest_qpn=(probe.qp_num + 0x777) & 0xFFFFFF,
-                     timeout=17, retry_cnt=3)
-    post_sends(qp, mr, 1, recv=False)
+                     timeout=18, retry_cnt=3)
     t0 = time.monotonic()
+    post_sends(qp, mr, 1, recv=False)
     try:
         cq.resize(1024)  # 16 pages of CQEs: the device switches to them at once
         print("resize: succeeded after %.2fs (expected a timeout: is cmd_timeout_ms lowered "
@@ -232,8 +270,14 @@ def timeout(dev, gidx):
     except PyverbsRDMAError as ex:
         print("resize: failed after %.2fs: %s" % (time.monotonic() - t0, ex))
     canary = Canary()
-    print("canary filled %.2fs after the resize was sent" % (time.monotonic() - t0))
-    time.sleep(max(0.0, 5.0 - (time.monotonic() - t0)))  # past the error CQE
+    filled = time.monotonic() - t0
+    print("canary filled %.2fs after the send was posted (its error CQE comes after %.2fs)" % (
+        filled, ERROR_CQE_AFTER))
+    if filled > ERROR_CQE_AFTER - 0.3:
+        # A write into a freed ring before the canary was in place would go unseen.
+        print("canary filled too late to catch the error CQE: no verdict")
+        return 1
+    time.sleep(max(0.0, ERROR_CQE_AFTER + 3.0 - (time.monotonic() - t0)))  # past the error CQE
     ok = verdict_canary(canary, "the send's error completion")
     return 0 if ok else 1
 
