@@ -408,29 +408,12 @@ impl DirtyLog {
 /// cannot finish on a log that missed pages.
 #[test]
 fn a_dirty_log_beyond_its_file_costs_the_migration_not_the_daemon() {
-    use vhost::vhost_user::message::{VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures};
-    use vhost::VhostBackend;
-
-    let src = start("mig-shortlog", 1, |_| {});
-    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
-    let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    fe.set_features(acked | VhostUserVirtioFeatures::LOG_ALL.bits())
-        .unwrap();
-    let _log = DirtyLog::install_with_file(&mut fe, 0x4000_0000 + (8 << 20), 0);
+    let mut m = Migrating::start("mig-shortlog");
+    let _log = m.short_log();
     // Each answer is a write into guest memory the device must log.
-    for _ in 0..2 {
-        let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
-        assert_eq!(status_of(&resp), VRDMA_STATUS_OK, "the device still serves");
-    }
-    let (state, checked) = stop_and_save(&mut fe);
-    assert!(
-        state.is_empty(),
-        "no state is saved from a log that missed pages"
-    );
-    assert!(!checked, "CHECK_DEVICE_STATE fails");
-    drop(fe);
-    src.thread.join().unwrap();
+    m.create_pd();
+    m.create_pd();
+    m.save_is_refused("no state is saved from a log that missed pages");
 }
 
 /// A log that missed pages, then a larger log set during the same migration (a frontend grows
@@ -438,58 +421,97 @@ fn a_dirty_log_beyond_its_file_costs_the_migration_not_the_daemon() {
 /// missing, so the device state is still not saved (spec §16.5).
 #[test]
 fn a_lost_dirty_log_is_not_forgotten_when_the_log_grows() {
-    use vhost::vhost_user::message::{VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures};
-    use vhost::VhostBackend;
-
-    let src = start("mig-regrown", 1, |_| {});
-    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
-    let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    fe.set_features(acked | VhostUserVirtioFeatures::LOG_ALL.bits())
-        .unwrap();
-    let _short = DirtyLog::install_with_file(&mut fe, 0x4000_0000 + (8 << 20), 0);
-    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
-    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
-    let _whole = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
-    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
-    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
-    let (state, checked) = stop_and_save(&mut fe);
-    assert!(
-        state.is_empty(),
-        "no state is saved after a log that missed pages"
-    );
-    assert!(!checked, "CHECK_DEVICE_STATE fails");
-    drop(fe);
-    src.thread.join().unwrap();
+    let mut m = Migrating::start("mig-regrown");
+    let _short = m.short_log();
+    m.create_pd();
+    let _whole = m.whole_log();
+    m.create_pd();
+    m.save_is_refused("no state is saved after a log that missed pages");
 }
 
 /// A migration whose log missed pages ends (the frontend acks features without LOG_ALL); the
 /// next migration brings a whole log and saves the device state (spec §16.5).
 #[test]
 fn the_next_migration_after_a_lost_dirty_log_saves() {
-    use vhost::vhost_user::message::{VhostUserProtocolFeatures as Pf, VhostUserVirtioFeatures};
     use vhost::VhostBackend;
 
-    let src = start("mig-after-lost", 1, |_| {});
-    let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
-    let mut guest = Guest::new(0x4000_0000, 8 << 20);
-    let [mut ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
-    let log_all = acked | VhostUserVirtioFeatures::LOG_ALL.bits();
-    fe.set_features(log_all).unwrap();
-    let _short = DirtyLog::install_with_file(&mut fe, 0x4000_0000 + (8 << 20), 0);
-    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
-    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
+    let mut m = Migrating::start("mig-after-lost");
+    let _short = m.short_log();
+    m.create_pd();
     // The first migration is cancelled; the second sets its log, then acks LOG_ALL.
-    fe.set_features(acked).unwrap();
-    let _whole = DirtyLog::install(&mut fe, 0x4000_0000 + (8 << 20));
-    fe.set_features(log_all).unwrap();
-    let (_, resp) = run_command(&mut ctrl, &mut guest, &cmd(VRDMA_CMD_CREATE_PD, &[]), 16);
-    assert_eq!(status_of(&resp), VRDMA_STATUS_OK);
-    let (state, checked) = stop_and_save(&mut fe);
+    m.fe.set_features(m.acked).unwrap();
+    let _whole = m.whole_log();
+    m.fe.set_features(m.log_all()).unwrap();
+    m.create_pd();
+    let (state, checked) = stop_and_save(&mut m.fe);
     assert!(!state.is_empty(), "the second migration's state is saved");
     assert!(checked, "CHECK_DEVICE_STATE succeeds");
-    drop(fe);
-    src.thread.join().unwrap();
+    m.finish();
+}
+
+/// A device with its control queue running and LOG_ALL acked: a migration under way.
+struct Migrating {
+    src: Daemon,
+    fe: vhost::vhost_user::Frontend,
+    acked: u64,
+    guest: Guest,
+    ctrl: DriverRing,
+}
+
+impl Migrating {
+    const GPA: u64 = 0x4000_0000;
+    const LEN: u64 = 8 << 20;
+
+    fn start(tag: &str) -> Self {
+        use vhost::vhost_user::message::VhostUserProtocolFeatures as Pf;
+        use vhost::VhostBackend;
+
+        let src = start(tag, 1, |_| {});
+        let (mut fe, acked, _) = connect_with(&src.path, true, Pf::DEVICE_STATE | Pf::LOG_SHMFD);
+        let mut guest = Guest::new(Self::GPA, Self::LEN as usize);
+        let [ctrl] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_CONTROL], 128);
+        let m = Migrating {
+            src,
+            fe,
+            acked,
+            guest,
+            ctrl,
+        };
+        m.fe.set_features(m.log_all()).unwrap();
+        m
+    }
+
+    fn log_all(&self) -> u64 {
+        self.acked | vhost::vhost_user::message::VhostUserVirtioFeatures::LOG_ALL.bits()
+    }
+
+    /// A log whose file holds none of its bytes: the first dirty-bit store faults.
+    fn short_log(&mut self) -> DirtyLog {
+        DirtyLog::install_with_file(&mut self.fe, Self::GPA + Self::LEN, 0)
+    }
+
+    fn whole_log(&mut self) -> DirtyLog {
+        DirtyLog::install(&mut self.fe, Self::GPA + Self::LEN)
+    }
+
+    /// A command whose answer the device writes into guest memory, and so logs.
+    fn create_pd(&mut self) {
+        let c = cmd(VRDMA_CMD_CREATE_PD, &[]);
+        let (_, resp) = run_command(&mut self.ctrl, &mut self.guest, &c, 16);
+        assert_eq!(status_of(&resp), VRDMA_STATUS_OK, "the device still serves");
+    }
+
+    fn save_is_refused(mut self, why: &str) {
+        let (state, checked) = stop_and_save(&mut self.fe);
+        assert!(state.is_empty(), "{why}");
+        assert!(!checked, "CHECK_DEVICE_STATE fails");
+        self.finish();
+    }
+
+    fn finish(self) {
+        drop(self.fe);
+        self.src.thread.join().unwrap();
+    }
 }
 
 /// Spec §17.1: every way the device writes guest memory (`GuestMem::write`, `zero`, the release
