@@ -100,22 +100,24 @@ impl OutQueue {
     /// the sender holding the most ([`Backlog`]).
     pub fn push(&self, sender: Option<SenderKey>, record: &[u8]) {
         let mut st = self.lock();
-        match st.pending.push(sender, record) {
-            Pushed::Queued => {}
-            Pushed::QueuedOverShare | Pushed::Dropped => {
-                st.dropped += 1;
-                if st.dropped.is_power_of_two() {
-                    guest_warn!(
-                        "{}: backlog of {} full, {} record(s) dropped so far (from the \
-                         sender holding the most)",
-                        self.name,
-                        st.pending.len(),
-                        st.dropped
-                    );
-                }
+        let pushed = st.pending.push(sender, record);
+        if pushed != Pushed::Queued {
+            st.dropped += 1;
+            if st.dropped.is_power_of_two() {
+                guest_warn!(
+                    "{}: backlog of {} full, {} record(s) dropped so far (from the sender \
+                     holding the most)",
+                    self.name,
+                    st.pending.len(),
+                    st.dropped
+                );
             }
         }
-        self.deliver(&mut st);
+        // A dropped record changed nothing a posted buffer could take: no pass over the ring
+        // (it would re-arm the kick, a guest memory write, once per frame of a flood).
+        if pushed != Pushed::Dropped {
+            self.deliver(&mut st);
+        }
     }
 
     /// The driver posted buffers (queue kick): deliver the backlog.
