@@ -150,7 +150,7 @@ def beside_a_flood(flooder, target, work, seconds=FLOOD_SECONDS):
     output, whose last line counts the frames sent)."""
     flood = push_guest_script([flooder], "flood_frames.py")
     push_guest_script([flooder], "spray_attack.py")
-    run_ok(flooder, "rm -f /tmp/flood.started /tmp/flood.stop")
+    run_ok(flooder, "rm -f /tmp/flood.started /tmp/flood.stop /tmp/flood.pause")
     f = flooder.spawn("cd /tmp && python3 %s eth0 %s %s %s %d" % (
         flood, flooder.ip, target.mac, target.ip, seconds), timeout=seconds + 60)
     try:
