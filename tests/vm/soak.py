@@ -144,7 +144,12 @@ def perftest_beside_a_flood(server, client, neighbour, ops):
     """ib_write_bw from client to server while the neighbour floods the server's port."""
     def bw():
         g = roce_v2_gid_index(server, "vrdma0")
-        base = "ib_write_bw -d vrdma0 -x %d -s 65536 -D %d -F" % (g, BW_SECONDS)
+        # -R: the pair meets over rdma_cm, not a TCP exchange through the flooded guest's
+        # netdev. A TCG guest whose netdev the flood saturates loses TCP segments in its own
+        # kernel (the daemon's backlog lets them in, spec §16.4 rule 4): perftest's exchange
+        # after the run then failed now and then ("Couldn't read remote address"), which says
+        # nothing about RDMA beside a flood, what this step is for.
+        base = "ib_write_bw -d vrdma0 -x %d -s 65536 -D %d -F -R" % (g, BW_SECONDS)
         _, cout = pair(server, client, base, base + " " + server.ip, timeout=180)
         expect(not re.search(r"Completion with error|IBV_WC_\w+_ERR", cout),
                "ib_write_bw reported no completion error", cout)
