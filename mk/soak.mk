@@ -1,8 +1,9 @@
 # The soak (issue 38 item 4, tests/vm/soak.py): three vrdma guests on one daemon for
-# SOAK_MINUTES minutes of QP/MR/CQ churn, perftest beside a neighbour's flood, NVMe-oF and a
-# daemon restart, failing on a failed operation, a kernel warning, daemon RSS growth or a
-# descriptor leak (see the script for the bounds). `make test` runs the short version
-# (soak-ci, 3 minutes: about 4.5 minutes with the boot); longer runs by hand:
+# SOAK_MINUTES minutes of QP/MR/CQ churn, perftest beside a neighbour's flood, NVMe-oF, a
+# daemon restart and the live migration of a fourth guest that talks to them; it fails on a
+# failed operation, a kernel warning, daemon RSS growth or a descriptor leak (see the script
+# for the bounds). `make test` runs the short version (soak-ci, 3 minutes: about 5 minutes
+# with the boot); longer runs by hand:
 #   make soak SOAK_MINUTES=60
 
 SOAK_MINUTES ?= 3

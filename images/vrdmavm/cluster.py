@@ -34,7 +34,7 @@ class Cluster:
                  qemu_args=(), kvm=None, mem="1G", smp=1, machine="q35",
                  append="", boot_timeout=300, lifetime=None, keep=None,
                  rust_log=None, shell=None, pcap=0, nets=None, spare_devices=0,
-                 image=None):
+                 image=None, own_backend=()):
         kinds = [kind] * n if isinstance(kind, str) else list(kind)
         if len(kinds) != n:
             raise ValueError("need one kind per guest")
@@ -56,6 +56,15 @@ class Cluster:
         if spare_devices and not shared:
             raise ValueError("spare_devices: on a fabric uplink only")
         self.spare_devices = int(spare_devices)
+        # own_backend: indices of vrdma guests that, on a fabric+tap network, get a backend
+        # of their own on their own TAP of the bridge the shared daemon's uplink is on (as on
+        # a tap network), instead of a device of the shared daemon: such a guest can migrate
+        # (VM.migrate) while its peers stay on the fabric
+        own = set(int(i) for i in own_backend)
+        if own and uplink != "fabric+tap":
+            raise ValueError("own_backend: on a fabric+tap uplink only")
+        if any(i < 0 or i >= n or kinds[i] != "vrdma" for i in own):
+            raise ValueError("own_backend: indices of vrdma guests")
         p = default_paths()
         self.qemu = qemu or p["qemu"]
         self.kernel = kernel or p["kernel"]
@@ -75,14 +84,20 @@ class Cluster:
         os.makedirs(self.workdir, exist_ok=True)
         self.fabric_log = os.path.join(self.workdir, "backend-fabric.log")
         self.vms = [VM(self, i, k, g) for i, (k, g) in enumerate(zip(kinds, images))]
+        for i in own:
+            self.vms[i].own_backend = True
         if shared:
             for vm in self.vms:
-                if vm.kind == "vrdma":
+                if self.on_fabric(vm):
                     vm.backend_log = self.fabric_log
                     vm.pcap = os.path.join(self.workdir, "capture-fabric.pcap")
         self._closed = False
         self._old_handlers = {}
         self._timer = None
+
+    def on_fabric(self, vm):
+        """Is vm a device of the shared daemon?"""
+        return self.network.shared_daemon and vm.kind == "vrdma" and not vm.own_backend
 
     def __getitem__(self, i):
         return self.vms[i]
@@ -113,7 +128,7 @@ class Cluster:
             if self.network.shared_daemon:
                 self.start_fabric_backend()
             for vm in self.vms:
-                if vm.kind == "vrdma" and not self.network.shared_daemon:
+                if vm.kind == "vrdma" and not self.on_fabric(vm):
                     vm.start_backend()
             for vm in self.vms:
                 vm.start_qemu()
@@ -146,7 +161,7 @@ class Cluster:
         another address) and, if the cluster has networks, its network."""
         cmd = [self.backend]
         for vm in self.vms:
-            if vm.kind == "vrdma":
+            if self.on_fabric(vm):
                 spec = "socket=%s,mac=%s,ip=%s" % (vm.vu_sock, vm.mac, vm.ip)
                 if self.nets is not None:
                     spec += ",net=%d" % self.nets[vm.index]
@@ -172,7 +187,7 @@ class Cluster:
         if proc is None or proc.poll() is not None:
             env = dict(os.environ)
             env["RUST_LOG"] = self.rust_log or env.get("RUST_LOG") or "info"
-            socks = [vm.vu_sock for vm in self.vms if vm.kind == "vrdma"] + self.spare_sockets
+            socks = [vm.vu_sock for vm in self.vms if self.on_fabric(vm)] + self.spare_sockets
             for s in socks:
                 try:
                     os.unlink(s)
@@ -194,7 +209,7 @@ class Cluster:
                         " ".join(socks), tail(self.fabric_log)))
                 time.sleep(0.02)
         for vm in self.vms:
-            if vm.kind == "vrdma":
+            if self.on_fabric(vm):
                 vm.backend = proc
 
     def _expire(self):

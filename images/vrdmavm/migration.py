@@ -20,11 +20,13 @@ def migrate(vm, timeout=600):
     """Live-migrate vm to a new QEMU started with -incoming and its own new vrdma-backend
     (same MAC) on a new TAP of the same bridge, then swap the VM object over to them:
     agent, QMP, serial log, backend. The old QEMU and backend are stopped. Only for a vrdma
-    guest with its own backend on a TAP uplink (uplink "tap" or "vxlan").
+    guest with its own backend on a TAP uplink (uplink "tap" or "vxlan", or own_backend on
+    "fabric+tap").
     Returns QEMU's final query-migrate answer (status, total-time, downtime in ms, ram);
     raises VMError if the migration fails (the guest then keeps running on the source)."""
     c = vm.cluster
-    if vm.kind != "vrdma" or not c.network.supports_migration or not vm.netns:
+    own = c.network.supports_migration or vm.own_backend
+    if vm.kind != "vrdma" or not own or not vm.netns:
         raise VMError("%s: migrate needs a vrdma guest with its own backend on a TAP "
                       "uplink" % vm.name)
     vm._mig_gen = getattr(vm, "_mig_gen", 0) + 1

@@ -8,7 +8,9 @@
        Cluster(spare_devices=N) adds N devices no QEMU uses (sockets
        spare-<i>.sock, .spare_sockets), for a test program to connect to.
   fabric+tap  the same daemon, its uplink a TAP (vrtapf) on a Linux bridge in
-       a network namespace, where other guests get their own TAPs (as tap).
+       a network namespace, where other guests get their own TAPs (as tap);
+       so do vrdma guests with a backend of their own (Cluster own_backend=),
+       which can migrate as on tap.
   udp  exactly two guests, linked point to point over UDP on 127.0.0.1: a
        vrdma backend gets --uplink udp:local=127.0.0.1:P,remote=127.0.0.1:Q,
        an rxe guest gets -netdev dgram with the same ports. Both carry one
@@ -247,7 +249,7 @@ class FabricTap(BridgedNetwork):
         add_host(self.netns, "10.0.0.254/24")
 
     def needs_own_tap(self, vm):
-        return vm.kind not in ("none", "vrdma")
+        return vm.kind not in ("none", "vrdma") or vm.own_backend
 
     def setup(self, vms):
         super().setup(vms)

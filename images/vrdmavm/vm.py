@@ -54,6 +54,8 @@ class VM:
         self.tap = "vrtap%d" % index
         self.pcap = os.path.join(d, "capture-%d.pcap" % index)
         self.local_port = self.remote_port = None
+        # a vrdma guest with its own backend on a shared daemon's network (Cluster own_backend)
+        self.own_backend = False
         self.qemu = self.backend = None
         self.agent = None
         self.boot_time = None
@@ -76,9 +78,10 @@ class VM:
         return cmd
 
     def start_backend(self):
-        """Start this guest's vrdma-backend (on a fabric: the shared one, unless it runs)."""
+        """Start this guest's vrdma-backend (a device of the shared daemon: that daemon, unless
+        it runs)."""
         c = self.cluster
-        if c.network.shared_daemon:
+        if c.on_fabric(self):
             c.start_fabric_backend()
             return
         env = dict(os.environ)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The soak (issue 38 item 4): three vrdma guests on one vrdma-backend, in a loop for N minutes.
+"""The soak (issue 38 item 4): three vrdma guests on one vrdma-backend and a fourth that
+migrates, in a loop for N minutes.
 
     tests/vm/soak.py --minutes 3            (make soak SOAK_MINUTES=3)
 
@@ -28,9 +29,18 @@ at the end of its life (before a restart, at the end) than after its warm-up. A 
 than the warm-up (a run of a few minutes) is sampled but not checked. Every round prints a row: time, the daemon's
 pid, RSS and descriptors, and the operations done so far.
 
-Not in the loop: a live migration. The launcher migrates a guest that has its own backend on
-a TAP uplink (images/vrdmavm/migration.py); the guests here share one daemon's fabric, and a
-destination device in the same daemon is not something the launcher can set up.
+  migrate   a fourth vrdma guest, the mover, has a backend of its own on a TAP of the bridge
+            that the shared daemon's TAP uplink is on (Cluster own_backend): after a round
+            that ends past a quarter of the run (at most MIGRATE_MINUTES in) and then every
+            MIGRATE_MINUTES, it live-migrates to a new QEMU and backend while an RC QP echoes
+            verified rounds with one of the three (their turn), through the daemon's uplink;
+            every round before, during and after the switch-over must come back intact, and a
+            new pingpong must work afterwards (scenarios/migration.py). The migration tests
+            the shared daemon as the peer of a moving guest: a device cannot move between two
+            devices of one daemon (the launcher starts the destination's own backend).
+
+A run that ends before its first restart, or before its first migration, fails: it did not
+test them.
 """
 
 import argparse
@@ -45,7 +55,7 @@ sys.path.insert(0, HERE)
 import harness  # noqa: E402
 from harness import Failure, expect, pair, roce_v2_gid_index, run_ok  # noqa: E402
 import vrdmavm  # noqa: E402  (harness put images/ on the path)
-from scenarios import neighbours, nvmeof  # noqa: E402
+from scenarios import migration, neighbours, nvmeof  # noqa: E402
 
 # Growth of the daemon's own resident memory (RssAnon: not the guests' RAM it maps, which
 # VmRSS counts as the daemon touches more of it) over its warm-up value that fails the soak.
@@ -55,6 +65,7 @@ ROUND_PINGPONGS = 3
 PINGPONG_ITERS = 50
 BW_SECONDS = 5
 RESTART_MINUTES = 20
+MIGRATE_MINUTES = 10
 WARMUP_ROUNDS = 3
 FLOOD_SECONDS = 120  # an upper bound: the flood is stopped once ib_write_bw is done
 FIO_REGION = ("4k", "4m", "0")
@@ -212,8 +223,18 @@ def restart(cluster, ops):
     return time.monotonic() - t0
 
 
+def migrate(mover, peer, ops):
+    """The mover migrates while an RC QP echoes with peer (scenarios/migration.py)."""
+    info, wall = migration.migrate_with_rc_qp(mover, peer, busy=True)
+    ops.add("migrations")
+    ram = info.get("ram", {})
+    return "%s migrated in %.1f s (downtime %s ms, %s MiB) echoing with %s" % (
+        mover.name, wall, info.get("downtime"), ram.get("transferred", 0) >> 20, peer.name)
+
+
 def soak(cluster, daemon, minutes, log):
-    vms = cluster.vms
+    # The shared daemon's three guests take turns; the fourth has its own backend and moves.
+    vms, mover = cluster.vms[:3], cluster.vms[3]
     ops = Ops()
     t0 = time.monotonic()
     end = t0 + minutes * 60
@@ -221,6 +242,7 @@ def soak(cluster, daemon, minutes, log):
     # The first restart at half the run (a short run) or after RESTART_MINUTES, then every
     # RESTART_MINUTES.
     next_restart = t0 + 60 * min(minutes / 2.0, RESTART_MINUTES)
+    next_migration = t0 + 60 * min(minutes / 4.0, MIGRATE_MINUTES)
     while True:
         server, client, neighbour = (vms[(rnd + k) % len(vms)] for k in range(3))
         # The daemon's RssAnon change over each step of the round (where growth comes from).
@@ -248,6 +270,9 @@ def soak(cluster, daemon, minutes, log):
         log(daemon.rows[-1])
         if last:
             break
+        if now >= next_migration:
+            log("      " + migrate(mover, vms[rnd % len(vms)], ops))
+            next_migration += 60 * MIGRATE_MINUTES
         if restart_now:
             dt = restart(cluster, ops)
             daemon.restarted()
@@ -271,10 +296,11 @@ def main():
     def log(line):
         print(line, flush=True)
 
-    log("soak: 3 vrdma guests on one daemon's fabric, %.1f minutes; RSS bound %d MiB over "
-        "the warm-up" % (a.minutes, RSS_BOUND_MIB))
+    log("soak: 3 vrdma guests on one daemon's fabric and one that migrates, %.1f minutes; "
+        "RSS bound %d MiB over the warm-up" % (a.minutes, RSS_BOUND_MIB))
     t0 = time.monotonic()
-    cluster = vrdmavm.Cluster(n=3, kind="vrdma", uplink="fabric", keep=a.keep)
+    cluster = vrdmavm.Cluster(n=4, kind="vrdma", uplink="fabric+tap", own_backend=(3,),
+                              keep=a.keep)
     failed = True
     daemon = Daemon(cluster)
     try:
@@ -286,6 +312,9 @@ def main():
         expect(daemon.checks > 0, "no round after a warm-up of %d rounds: the daemon's memory "
                "and descriptors were never checked (%d rounds in all); run longer" % (
                    WARMUP_ROUNDS, rounds), daemon.table())
+        for what in ("restarts", "migrations"):
+            expect(ops.get(what, 0) > 0, "no %s in %d rounds; run longer" % (what, rounds),
+                   daemon.table())
         failed = False
         log("soak passed: %d rounds in %.1f minutes (boot included); %s" % (
             rounds, (time.monotonic() - t0) / 60, ops))

@@ -16,7 +16,19 @@ GO = "/tmp/mig-go"
 
 
 def _migrate_with_rc_qp(ctx, busy):
-    a, b = ctx.a, ctx.b
+    info, wall = migrate_with_rc_qp(ctx.a, ctx.b, busy)
+    ram = info.get("ram", {})
+    ctx.note("migration: downtime %s ms, total %s ms (%.1f s wall), %s MiB transferred, "
+             "%s dirty-sync rounds" % (
+                 info.get("downtime"), info.get("total-time"), wall,
+                 ram.get("transferred", 0) >> 20, ram.get("dirty-sync-count")))
+    return info
+
+
+def migrate_with_rc_qp(a, b, busy):
+    """Migrate a while an RC QP connects it to b (idle or echoing all through), check every
+    echo round and a new pingpong afterwards; QEMU's query-migrate answer and the wall time
+    of the migration. Also the soak's migration step (tests/vm/soak.py)."""
     script = push_guest_script([a, b], "mig_peer.py")
     run_ok(a, "rm -f %s %s.ready" % (GO, GO))
     ga, gb = roce_v2_gid_index(a, "vrdma0"), roce_v2_gid_index(b, "vrdma0")
@@ -33,11 +45,6 @@ def _migrate_with_rc_qp(ctx, busy):
     t0 = time.monotonic()
     info = a.migrate()
     wall = time.monotonic() - t0
-    ram = info.get("ram", {})
-    ctx.note("migration: downtime %s ms, total %s ms (%.1f s wall), %s MiB transferred, "
-             "%s dirty-sync rounds" % (
-                 info.get("downtime"), info.get("total-time"), wall,
-                 ram.get("transferred", 0) >> 20, ram.get("dirty-sync-count")))
     a.write_file(GO, "")
     rc, rout = req.wait(600)
     src, sout = resp.wait(120)
@@ -53,7 +60,7 @@ def _migrate_with_rc_qp(ctx, busy):
     expect(re.search(r"50 iters in", cout) is not None, "a new pingpong after the migration", cout)
     log = open(a.backend_log, errors="replace").read()
     expect_in("device state loaded", log, "the destination backend's log")
-    return info
+    return info, wall
 
 
 @scenario("two_vrdma_tap", ci=True, timeout=900, last=True)
