@@ -11,7 +11,9 @@
 #       replace corpus/<target>/ by the afl-cmin minimum of itself and OUT_DIR/<target>'s queue
 #       (the queue's entries named q-<hash of content>, the named seeds keep their names).
 #   fuzz.sh report LEDGER
-#       per target: CPU-hours fuzzed, executions, edges and crashes, summed over the ledger.
+#       per target: CPU-hours fuzzed, executions, edges and crashes, summed over the ledger;
+#       "open" are the crashes that findings.tsv (beside the ledger: the campaign line's date
+#       and target, the count, the fixing commit and its regression test) does not account for.
 # Crashing and hanging inputs are left in OUT_DIR/<target>/default/{crashes,hangs}/.
 set -euo pipefail
 
@@ -31,22 +33,30 @@ ledger_header='date\ttarget\tcpu_seconds\twall_seconds\texecs\tedges\ttotal_edge
 if [ "$mode" = report ]; then
     ledger=$bin
     [ -s "$ledger" ] || { echo "fuzz: no ledger $ledger" >&2; exit 1; }
+    findings="$(dirname "$ledger")/findings.tsv"
+    [ -f "$findings" ] || findings=/dev/null
     # Edges are not additive: a target's figure is the most any run reached (each run starts
     # from the kept corpus, so the latest run is usually the highest).
-    awk -F'\t' 'NR > 1 {
+    # findings.tsv first (FNR == NR): the crashes of a campaign line that a commit fixed.
+    awk -F'\t' 'FNR == NR { if (FNR > 1) fixed[$1 "\t" $2] += $3; next }
+        FNR > 1 {
             if (!($2 in runs)) order[n++] = $2
+            open[$2] += $8 - fixed[$1 "\t" $2]; delete fixed[$1 "\t" $2]
             runs[$2]++; cpu[$2] += $3; wall[$2] += $4; execs[$2] += $5; crash[$2] += $8; hang[$2] += $9
             if ($6 + 0 > edges[$2] + 0) { edges[$2] = $6; total[$2] = $7 }
         }
         END {
-            printf "%-10s %5s %9s %10s %14s %13s %7s %5s\n", "target", "runs", "CPU-hours", \
-                "wall-hours", "execs", "edges", "crashes", "hangs"
+            printf "%-10s %5s %9s %10s %14s %13s %7s %5s %5s\n", "target", "runs", "CPU-hours", \
+                "wall-hours", "execs", "edges", "crashes", "open", "hangs"
             for (i = 0; i < n; i++) {
                 t = order[i]
-                printf "%-10s %5d %9.2f %10.2f %14d %13s %7d %5d\n", t, runs[t], cpu[t] / 3600, \
-                    wall[t] / 3600, execs[t], edges[t] "/" total[t], crash[t], hang[t]
+                printf "%-10s %5d %9.2f %10.2f %14d %13s %7d %5d %5d\n", t, runs[t], cpu[t] / 3600, \
+                    wall[t] / 3600, execs[t], edges[t] "/" total[t], crash[t], open[t], hang[t]
             }
-        }' "$ledger"
+            # A finding that names no campaign line is a typo, not a fix.
+            for (k in fixed) { print "fuzz: findings.tsv names no ledger line: " k > "/dev/stderr"; bad = 1 }
+            exit bad
+        }' "$findings" "$ledger"
     exit 0
 fi
 

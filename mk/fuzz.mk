@@ -13,8 +13,10 @@
 #                                  minimized (afl-cmin): the next campaign starts from there;
 #                                  found inputs over FUZZ_CMIN_MAX_BYTES (4096) are left out
 #   make fuzz-report               per target: CPU-hours fuzzed so far, executions, edges, crashes
+#                                  found and still open
 # The ledger fuzz/campaigns.tsv (committed) gets one line per target of every `make fuzz`; smoke
-# runs are not campaigns and are not recorded.
+# runs are not campaigns and are not recorded. A crash is closed by a line in fuzz/findings.tsv
+# (the campaign line's date and target, the count, the fixing commit, its regression test).
 # Findings: $(RESULTS)/fuzz/<target>/default/crashes/; replay one with
 #   $(VRDMA_TARGET_DIR)/fuzz/release/<target> < <file>
 # (VRDMA_FUZZ_REPEAT=N: N executions in one process, as in AFL's persistent mode, for a finding
