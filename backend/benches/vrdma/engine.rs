@@ -225,7 +225,9 @@ pub fn small_write_rates(bed: &mut Bed, n: u64, runs: usize) -> (Vec<f64>, Vec<f
     (rates, cpu)
 }
 
-pub fn run(quick: bool) {
+/// The throughput and 64 B tables for the links `modes` (`engine`: all three;
+/// `engine-inproc`: in-process only, one thread, for profiles of the per-packet work).
+pub fn run(quick: bool, modes: &[Mode]) {
     let runs = if quick { 3 } else { 5 };
     let mut tput = Table::new(
         "Engine: RC throughput (A -> B; READ: B -> A), median of runs; MB = 10^6 bytes",
@@ -250,7 +252,7 @@ pub fn run(quick: bool) {
             "engine CPU per msg",
         ],
     );
-    for mode in [Mode::InProc, Mode::Fabric, Mode::Udp] {
+    for &mode in modes {
         for mtu in [1024u32, 4096] {
             let mut bed = Bed::new(mode, mtu, 16 << 20, Reg::Pinned, Reg::Pinned, 0);
             let budget: u64 = match (mode, quick) {

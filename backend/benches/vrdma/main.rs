@@ -2,7 +2,8 @@
 //! pass/fail tests). Release build, plain `std::time::Instant`, medians of many runs.
 //!
 //! Usage: `cargo bench -p vrdma-backend --bench vrdma [-- SECTION...] [--quick]`
-//! with SECTION among `engine`, `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`,
+//! with SECTION among `engine`, `engine-inproc` (its in-process rows alone: one thread, for
+//! `perf record`), `engine-qps`, `odp-reg`, `odp-touch`, `odp-steady`, `wire`,
 //! `control-wait` (a control command's wait for the device lock while another QP streams),
 //! `control-churn` (a QP's stream beside REG_DMA_MR+DEREG_MR pairs),
 //! `headline` (default: all of these; `headline` last), `udp` (only the UDP headline points, for
@@ -26,8 +27,9 @@ mod workers;
 
 use std::time::Instant;
 
-const SECTIONS: [&str; 18] = [
+const SECTIONS: [&str; 19] = [
     "engine",
+    "engine-inproc",
     "engine-qps",
     "odp-reg",
     "odp-touch",
@@ -77,7 +79,14 @@ fn main() {
         if quick { ", quick" } else { "" }
     );
     if on("engine") {
-        engine::run(quick);
+        engine::run(
+            quick,
+            &[bed::Mode::InProc, bed::Mode::Fabric, bed::Mode::Udp],
+        );
+    }
+    // Not part of the default run (`engine` has its rows).
+    if wanted.contains(&"engine-inproc") {
+        engine::run(quick, &[bed::Mode::InProc]);
     }
     if on("engine-qps") {
         engine::qp_scaling(quick);
