@@ -900,7 +900,7 @@ impl vrdma_backend::device::DeviceOutput for ReclaimWatch {
             .map_or(0, |g| g.load(std::sync::atomic::Ordering::Acquire));
         self.seen.lock().unwrap().push((req, g));
     }
-    fn eth_rx(&self, _frame: &[u8]) {}
+    fn eth_rx(&self, _frame: &[u8], _port: Option<usize>) {}
     fn command_done(&self, _ticket: vrdma_backend::device::Ticket, _status: u32) {}
 }
 

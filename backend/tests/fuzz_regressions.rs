@@ -60,7 +60,7 @@ fn output_queue_with_avail_index_beyond_the_ring_does_not_spin() {
                     ..Default::default()
                 });
             } else {
-                o.push_eth_rx(&[0x42; 60]);
+                o.push_eth_rx(&[0x42; 60], None);
             }
             let _ = tx.send(());
         });

@@ -75,7 +75,7 @@ impl DeviceOutput for Gate {
         self.sent_requests.lock().unwrap().push(req);
     }
     fn command_done(&self, _ticket: Ticket, _status: u32) {}
-    fn eth_rx(&self, _frame: &[u8]) {
+    fn eth_rx(&self, _frame: &[u8], _port: Option<usize>) {
         if self.delivered.fetch_add(1, Ordering::SeqCst) != 0 {
             return;
         }

@@ -25,7 +25,7 @@ struct Labelled(Arc<DeviceLog>);
 impl DeviceOutput for Labelled {
     fn event(&self, _ev: VrdmaEvent) {}
     fn page_request(&self, _req: VrdmaPageReq) {}
-    fn eth_rx(&self, _frame: &[u8]) {}
+    fn eth_rx(&self, _frame: &[u8], _port: Option<usize>) {}
     fn command_done(&self, _ticket: Ticket, _status: u32) {}
     fn device_log(&self) -> Option<Arc<DeviceLog>> {
         Some(self.0.clone())

@@ -47,6 +47,7 @@ impl Uplink for BatchOnly {
             len: 60,
             segment: false,
             refs: None,
+            source: None,
         });
         frames.push(RxFrame {
             slot: 0,
@@ -54,6 +55,7 @@ impl Uplink for BatchOnly {
             len: 40,
             segment: false,
             refs: None,
+            source: None,
         });
         frames.push(RxFrame {
             slot: 1,
@@ -61,6 +63,7 @@ impl Uplink for BatchOnly {
             len: 60,
             segment: false,
             refs: None,
+            source: None,
         });
         Ok(2)
     }

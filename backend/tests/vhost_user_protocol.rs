@@ -679,7 +679,7 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     for i in 0..300u32 {
         let mut f = vec![0u8; 60];
         f[..4].copy_from_slice(&i.to_le_bytes());
-        h.out.push_eth_rx(&f);
+        h.out.push_eth_rx(&f, None);
     }
     assert_eq!(
         q.pending(),
@@ -733,10 +733,10 @@ fn a_flooded_eth_rx_backlog_still_takes_another_senders_frame() {
     };
     let backlog = vrdma_backend::vhost_user::output::ETH_RX_BACKLOG;
     for i in 0..(backlog + 50) {
-        h.out.push_eth_rx(&frame(1, i as u8));
+        h.out.push_eth_rx(&frame(1, i as u8), None);
     }
     assert_eq!(q.pending(), backlog);
-    h.out.push_eth_rx(&frame(2, 0xee));
+    h.out.push_eth_rx(&frame(2, 0xee), None);
     assert_eq!(q.pending(), backlog);
     assert_eq!(
         q.dropped(),
@@ -773,6 +773,65 @@ fn a_flooded_eth_rx_backlog_still_takes_another_senders_frame() {
         }
     }
     assert!(found, "the peer's frame reached the guest");
+    h.finish(fe);
+}
+
+/// On a fabric the backlog's sender is the port a frame came from (spec §16.4 rule 4): a
+/// remote host behind the uplink port that floods under ever new source MACs holds one share,
+/// so a device port's frames keep getting in beside the flood. (Keyed by source MAC, each new
+/// MAC of the flood held less than the device's MAC as soon as that had two frames queued, and
+/// the device's frames were the ones dropped.)
+#[test]
+fn an_uplink_flooding_under_many_source_macs_holds_one_share_of_the_eth_rx_backlog() {
+    let h = start("ethrx-port", 1, true);
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let [mut rxq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX], 16);
+    let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
+    let frame = |src: [u8; 6], seq: u8| {
+        let mut f = vec![0u8; 60];
+        f[6..12].copy_from_slice(&src);
+        f[12] = seq;
+        f
+    };
+    let (uplink, device) = (Some(7), Some(3));
+    let peer = [2, 0, 0, 0, 0, 3];
+    let backlog = vrdma_backend::vhost_user::output::ETH_RX_BACKLOG;
+    let mut n = 0u32;
+    let mut flood = |count: usize| {
+        for _ in 0..count {
+            let mac = [2, 0, 1, (n >> 16) as u8, (n >> 8) as u8, n as u8];
+            h.out.push_eth_rx(&frame(mac, n as u8), uplink);
+            n += 1;
+        }
+    };
+    flood(backlog + 50);
+    for seq in 0..20u8 {
+        h.out.push_eth_rx(&frame(peer, seq), device);
+        flood(10);
+    }
+    assert_eq!(q.pending(), backlog);
+    // Drain the whole backlog: every one of the device's 20 frames is there, in order.
+    let mut got = Vec::new();
+    for _ in 0..backlog / 16 {
+        let bufs: Vec<u64> = (0..16).map(|_| guest.alloc(2048, 8)).collect();
+        for &b in &bufs {
+            rxq.add(&guest, &[(b, 2048, true)]);
+        }
+        rxq.notify();
+        for &b in &bufs {
+            assert!(rxq.wait_used(&guest, T).is_some());
+            let f = guest.read(b, 13);
+            if f[6..12] == peer {
+                got.push(f[12]);
+            }
+        }
+    }
+    assert_eq!(
+        got,
+        (0..20).collect::<Vec<u8>>(),
+        "the device's frames beside the flood"
+    );
     h.finish(fe);
 }
 

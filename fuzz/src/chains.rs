@@ -157,7 +157,7 @@ fn output(vring: &Vring, atomic: &GuestMemoryAtomic, ctl: u8) {
             req_id: i,
             ..Default::default()
         });
-        out.push_eth_rx(&vec![0x42; [60, 1514, 128, 9000][i as usize]]);
+        out.push_eth_rx(&vec![0x42; [60, 1514, 128, 9000][i as usize]], None);
     }
     for q in [VQ_EVENT, VQ_PAGEREQ, VQ_ETH_RX] {
         if let Some(q) = out.queue(q) {

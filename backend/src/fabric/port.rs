@@ -134,13 +134,14 @@ impl Uplink for DevicePort {
             return Ok(0);
         };
         let start = frames.len();
-        let n = rx.pop_into_refs(bufs, |slot, segment, refs| {
+        let n = rx.pop_into_refs(bufs, |slot, segment, refs, sender| {
             frames.push(RxFrame {
                 slot,
                 off: 0,
                 len: 0,
                 segment,
                 refs,
+                source: Some(sender),
             })
         });
         // Slots 0..n in order: the lengths of the buffers now in them.

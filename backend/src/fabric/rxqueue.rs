@@ -335,7 +335,8 @@ impl State {
 
     /// The next entry: senders in deficit round-robin order, each sender's RoCE lane before
     /// its other one.
-    fn dequeue(&mut self) -> Option<Entry> {
+    /// The next entry in deficit round-robin order, with the port that sent it.
+    fn dequeue(&mut self) -> Option<(Entry, usize)> {
         loop {
             let &sender = self.active.front()?;
             let roce = 2 * sender + Class::Roce as usize;
@@ -363,7 +364,7 @@ impl State {
             }
             self.frames -= 1;
             self.bytes -= e.buf.capacity();
-            return Some(e);
+            return Some((e, sender));
         }
     }
 }
@@ -519,14 +520,15 @@ impl RxQueue {
     /// segment's by-reference payloads are gathered into its buffer first, for a caller that
     /// does not take them (a stale one loses the segment: an empty, unmarked buffer).
     pub fn pop_into(&self, slots: &mut [Vec<u8>], mut mark: impl FnMut(usize, bool)) -> usize {
-        self.pop_with(slots, true, |i, segment, _| mark(i, segment))
+        self.pop_with(slots, true, |i, segment, _, _| mark(i, segment))
     }
 
-    /// [`RxQueue::pop_into`] handing each segment's by-reference payloads to `mark` as well.
+    /// [`RxQueue::pop_into`] handing each segment's by-reference payloads to `mark` as well,
+    /// and the index of the port that sent each buffer.
     pub fn pop_into_refs(
         &self,
         slots: &mut [Vec<u8>],
-        mark: impl FnMut(usize, bool, Refs),
+        mark: impl FnMut(usize, bool, Refs, usize),
     ) -> usize {
         self.pop_with(slots, false, mark)
     }
@@ -535,16 +537,19 @@ impl RxQueue {
         &self,
         slots: &mut [Vec<u8>],
         materialize: bool,
-        mut mark: impl FnMut(usize, bool, Refs),
+        mut mark: impl FnMut(usize, bool, Refs, usize),
     ) -> usize {
         let mut s = self.lock();
         let mut n = 0;
         while n < slots.len() {
-            let Some(Entry {
-                buf: mut f,
-                mut segment,
-                mut refs,
-            }) = s.dequeue()
+            let Some((
+                Entry {
+                    buf: mut f,
+                    mut segment,
+                    mut refs,
+                },
+                sender,
+            )) = s.dequeue()
             else {
                 break;
             };
@@ -558,7 +563,7 @@ impl RxQueue {
                     r.recycle();
                 }
             }
-            mark(n, segment, refs);
+            mark(n, segment, refs, sender);
             s.recycle(f);
             n += 1;
         }

@@ -87,6 +87,31 @@ fn the_network_cannot_impersonate_a_local_device() {
     );
 }
 
+/// Spec §16.4 rule 4: what a device's engine receives names the port that sent it (the netdev
+/// backlog's sender), an uplink's frames that port whatever source MAC they carry.
+#[test]
+fn received_frames_name_their_sending_port() {
+    let t = bed(&[A, B, C], 1);
+    let up = t.uplinks[0].0;
+    t.ports[0].send(&frame(B, A, 1)).unwrap();
+    t.fabric
+        .forward(up, &[&frame(B, REMOTE, 2), &frame(B, REMOTE2, 3)]);
+    t.ports[2].send(&frame(B, C, 4)).unwrap();
+    let mut bufs = vec![Vec::new(); 8];
+    let mut frames: Vec<RxFrame> = Vec::new();
+    assert_eq!(t.ports[1].recv_batch(&mut bufs, &mut frames).unwrap(), 4);
+    let mut got: Vec<(u8, Option<usize>)> = frames
+        .iter()
+        .map(|f| (bufs[f.slot][14], f.source))
+        .collect();
+    got.sort();
+    let (a, c) = (t.ports[0].id(), t.ports[2].id());
+    assert_eq!(
+        got,
+        vec![(1, Some(a)), (2, Some(up)), (3, Some(up)), (4, Some(c))]
+    );
+}
+
 #[test]
 fn frames_to_the_own_mac_are_not_reflected() {
     let t = bed(&[A, B], 1);

@@ -17,7 +17,9 @@ use super::outcome::Ticket;
 pub trait DeviceOutput: Send + Sync {
     fn event(&self, ev: VrdmaEvent);
     fn page_request(&self, req: VrdmaPageReq);
-    fn eth_rx(&self, frame: &[u8]);
+    /// A frame for the guest's netdev; `port`: the fabric port that sent it (None: the
+    /// device's own uplink, or no fabric).
+    fn eth_rx(&self, frame: &[u8], port: Option<usize>);
     /// A parked command (`CmdOutcome::Parked(ticket)`) completed with `status` (`VRDMA_STATUS_*`,
     /// no response body). Called under the device lock, at most once per ticket.
     fn command_done(&self, ticket: Ticket, status: u32);
@@ -36,7 +38,7 @@ pub struct NullOutput;
 impl DeviceOutput for NullOutput {
     fn event(&self, _ev: VrdmaEvent) {}
     fn page_request(&self, _req: VrdmaPageReq) {}
-    fn eth_rx(&self, _frame: &[u8]) {}
+    fn eth_rx(&self, _frame: &[u8], _port: Option<usize>) {}
     fn command_done(&self, _ticket: Ticket, _status: u32) {}
 }
 
@@ -78,7 +80,7 @@ impl DeviceOutput for RecordingOutput {
     fn page_request(&self, req: VrdmaPageReq) {
         lock(&self.page_requests).push(req);
     }
-    fn eth_rx(&self, frame: &[u8]) {
+    fn eth_rx(&self, frame: &[u8], _port: Option<usize>) {
         lock(&self.frames).push(frame.to_vec());
     }
     fn command_done(&self, ticket: Ticket, status: u32) {

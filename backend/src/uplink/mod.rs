@@ -225,6 +225,7 @@ pub trait Uplink: Send + Sync {
                         len,
                         segment: false,
                         refs: None,
+                        source: None,
                     });
                     n += 1;
                 }
@@ -252,6 +253,10 @@ pub struct RxFrame {
     /// with `segment`, only from a fabric device port. A wrapper that changes the buffer must
     /// first `materialize` them (and drop them).
     pub refs: Option<Box<dyn crate::wire::segment::PayloadRefs>>,
+    /// The fabric port that sent the buffer (a device's or an uplink's index), set by a
+    /// fabric device port: what the netdev backlog keeps its fair share by (spec §16.4 rule
+    /// 4). None from any other uplink.
+    pub source: Option<usize>,
 }
 
 /// An uplink behind a smart pointer is that uplink: every method, the batch calls included,

@@ -357,6 +357,7 @@ impl Uplink for UdpUplink {
                     len: f.len,
                     segment: false,
                     refs: None,
+                    source: None,
                 });
                 used += 1;
             }
@@ -508,6 +509,7 @@ fn push_frames(frames: &mut Vec<RxFrame>, slot: usize, len: usize, seg: Option<u
                     len: l,
                     segment: false,
                     refs: None,
+                    source: None,
                 });
                 off += l;
             }
@@ -518,6 +520,7 @@ fn push_frames(frames: &mut Vec<RxFrame>, slot: usize, len: usize, seg: Option<u
             len,
             segment: false,
             refs: None,
+            source: None,
         }),
     }
 }

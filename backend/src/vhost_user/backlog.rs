@@ -7,28 +7,35 @@
 //! finds it full and is dropped. The fabric's own queues are fair per sending port (spec §16.4);
 //! the engine empties them into this one at once, so this one must be fair too.
 //!
-//! Records carry a sender key (for frames, the source MAC: the fabric admits a device's
-//! frames only with its own MAC as source, spec §16.2). A full backlog drops from the sender
-//! holding the most records (longest-queue drop): a new record of a sender holding fewer
-//! takes the place of that sender's newest record; a record of the sender holding the most
-//! (or as many as the most) is itself dropped. Records without a key (events, page requests)
-//! all count as one sender: for them this is the drop-tail FIFO it replaces.
+//! Records carry their [`Sender`]: for a frame from the fabric the port that sent it (a
+//! device's or an uplink's, as in the fabric's own queues), for a frame from the device's own
+//! uplink its source MAC. A full backlog drops from the sender holding the most records
+//! (longest-queue drop): a new record of a sender holding fewer takes the place of that
+//! sender's newest record; a record of the sender holding the most (or as many as the most) is
+//! itself dropped. Records without a sender (events, page requests) all count as one: for them
+//! this is the drop-tail FIFO it replaces.
 
 use std::collections::VecDeque;
 
-/// Who sent a record: the fair share is kept per key.
-pub type SenderKey = [u8; 6];
-
-/// The key of records that have no sender of their own.
-const NO_SENDER: SenderKey = [0; 6];
+/// Who sent a record: the fair share is kept per sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// Records without a sender of their own (events, page requests): one shared sender.
+    Shared,
+    /// A frame from the fabric: the index of the port that sent it. Whatever source MACs an
+    /// uplink's frames carry, the uplink is one sender.
+    Port(usize),
+    /// A frame from the device's own uplink (no fabric): its source MAC.
+    Mac([u8; 6]),
+}
 
 /// A bounded FIFO of records, fair between senders when full.
 #[derive(Debug)]
 pub struct Backlog {
     capacity: usize,
-    records: VecDeque<(SenderKey, Vec<u8>)>,
+    records: VecDeque<(Sender, Vec<u8>)>,
     /// Records held per sender (few senders: a vector beats a map at this size).
-    held: Vec<(SenderKey, usize)>,
+    held: Vec<(Sender, usize)>,
 }
 
 /// What [`Backlog::push`] did.
@@ -52,10 +59,8 @@ impl Backlog {
         }
     }
 
-    /// Queue `record` of `sender` (`None`: one shared sender), dropping by the rule above
-    /// when full.
-    pub fn push(&mut self, sender: Option<SenderKey>, record: &[u8]) -> Pushed {
-        let key = sender.unwrap_or(NO_SENDER);
+    /// Queue `record` of `key`, dropping by the rule above when full.
+    pub fn push(&mut self, key: Sender, record: &[u8]) -> Pushed {
         let mut pushed = Pushed::Queued;
         if self.records.len() >= self.capacity {
             let (top, most) = self.most_held();
@@ -98,29 +103,29 @@ impl Backlog {
         self.held.clear();
     }
 
-    fn held_by(&self, key: SenderKey) -> usize {
+    fn held_by(&self, key: Sender) -> usize {
         self.held
             .iter()
             .find(|(k, _)| *k == key)
             .map_or(0, |&(_, n)| n)
     }
 
-    fn most_held(&self) -> (SenderKey, usize) {
+    fn most_held(&self) -> (Sender, usize) {
         self.held
             .iter()
             .copied()
             .max_by_key(|&(_, n)| n)
-            .unwrap_or((NO_SENDER, 0))
+            .unwrap_or((Sender::Shared, 0))
     }
 
-    fn drop_newest_of(&mut self, key: SenderKey) {
+    fn drop_newest_of(&mut self, key: Sender) {
         if let Some(i) = self.records.iter().rposition(|(k, _)| *k == key) {
             self.records.remove(i);
             self.count(key, -1);
         }
     }
 
-    fn count(&mut self, key: SenderKey, delta: isize) {
+    fn count(&mut self, key: Sender, delta: isize) {
         match self.held.iter().position(|(k, _)| *k == key) {
             Some(i) => {
                 let n = self.held[i].1.saturating_add_signed(delta);
@@ -140,12 +145,12 @@ impl Backlog {
 mod tests {
     use super::*;
 
-    const FLOODER: SenderKey = [2, 0, 0, 0, 0, 1];
-    const PEER: SenderKey = [2, 0, 0, 0, 0, 2];
+    const FLOODER: Sender = Sender::Port(1);
+    const PEER: Sender = Sender::Port(2);
 
-    fn fill(b: &mut Backlog, key: SenderKey, n: usize) {
+    fn fill(b: &mut Backlog, key: Sender, n: usize) {
         for i in 0..n {
-            b.push(Some(key), &[i as u8]);
+            b.push(key, &[i as u8]);
         }
     }
 
@@ -154,8 +159,8 @@ mod tests {
         let mut b = Backlog::new(8);
         fill(&mut b, FLOODER, 20);
         assert_eq!(b.len(), 8);
-        assert_eq!(b.push(Some(FLOODER), b"more"), Pushed::Dropped);
-        assert_eq!(b.push(Some(PEER), b"syn"), Pushed::QueuedOverShare);
+        assert_eq!(b.push(FLOODER, b"more"), Pushed::Dropped);
+        assert_eq!(b.push(PEER, b"syn"), Pushed::QueuedOverShare);
         assert_eq!(b.len(), 8);
         // The flooder lost its newest record, not its oldest: order is kept.
         let records: Vec<Vec<u8>> = std::iter::from_fn(|| b.pop_front()).collect();
@@ -168,8 +173,8 @@ mod tests {
         let mut b = Backlog::new(8);
         fill(&mut b, FLOODER, 8);
         for i in 0..100u8 {
-            b.push(Some(PEER), &[i]);
-            b.push(Some(FLOODER), &[i]);
+            b.push(PEER, &[i]);
+            b.push(FLOODER, &[i]);
         }
         assert_eq!(b.held_by(PEER), 4);
         assert_eq!(b.held_by(FLOODER), 4);
@@ -180,7 +185,7 @@ mod tests {
     fn without_senders_it_is_a_drop_tail_fifo() {
         let mut b = Backlog::new(3);
         for i in 0..5u8 {
-            let p = b.push(None, &[i]);
+            let p = b.push(Sender::Shared, &[i]);
             assert_eq!(p == Pushed::Dropped, i >= 3);
         }
         assert_eq!(b.front_len(), Some(1));
@@ -191,11 +196,30 @@ mod tests {
     }
 
     #[test]
+    fn an_uplink_is_one_sender_whatever_source_macs_its_frames_carry() {
+        // Frames of one port count as that port's, so a remote flood that varies its source
+        // MAC holds one share, and a device port's frame still gets in.
+        let mut b = Backlog::new(8);
+        fill(&mut b, FLOODER, 8);
+        assert_eq!(b.push(FLOODER, b"another mac"), Pushed::Dropped);
+        assert_eq!(b.push(PEER, b"arp reply"), Pushed::QueuedOverShare);
+        // Keyed by MAC, each new MAC would have been a sender holding nothing.
+        let mut m = Backlog::new(8);
+        for i in 0..8u8 {
+            m.push(Sender::Mac([2, 0, 0, 0, 1, i]), &[i]);
+        }
+        assert_eq!(
+            m.push(Sender::Mac([2, 0, 0, 0, 1, 0xff]), b"x"),
+            Pushed::QueuedOverShare
+        );
+    }
+
+    #[test]
     fn clear_forgets_the_shares() {
         let mut b = Backlog::new(2);
         fill(&mut b, FLOODER, 2);
         b.clear();
-        assert_eq!(b.push(Some(FLOODER), b"x"), Pushed::Queued);
+        assert_eq!(b.push(FLOODER, b"x"), Pushed::Queued);
         assert_eq!(b.held_by(FLOODER), 1);
     }
 }

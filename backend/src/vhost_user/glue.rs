@@ -78,8 +78,8 @@ impl DeviceOutput for VirtqOutput {
         self.push_page_req(&req);
     }
 
-    fn eth_rx(&self, frame: &[u8]) {
-        self.push_eth_rx(frame);
+    fn eth_rx(&self, frame: &[u8], port: Option<usize>) {
+        self.push_eth_rx(frame, port);
     }
 
     fn command_done(&self, ticket: Ticket, status: u32) {

@@ -16,7 +16,7 @@ use virtio_queue::QueueT;
 use vm_memory::GuestAddressSpace;
 use vrdma_spec::{Abi, VrdmaEvent, VrdmaPageReq};
 
-use super::backlog::{Backlog, Pushed, SenderKey};
+use super::backlog::{Backlog, Pushed, Sender};
 use super::chain::{SplitChain, MAX_CHAIN_DESCS};
 use super::parked::ParkedCommands;
 use super::region_check::CheckedTable;
@@ -95,10 +95,9 @@ impl OutQueue {
         lock(&self.state)
     }
 
-    /// Queue `record` of `sender` (`None`: records without a sender of their own) and
-    /// deliver whatever fits into posted buffers. A full backlog drops the newest record of
-    /// the sender holding the most ([`Backlog`]).
-    pub fn push(&self, sender: Option<SenderKey>, record: &[u8]) {
+    /// Queue `record` of `sender` and deliver whatever fits into posted buffers. A full
+    /// backlog drops the newest record of the sender holding the most ([`Backlog`]).
+    pub fn push(&self, sender: Sender, record: &[u8]) {
         let mut st = self.lock();
         let pushed = st.pending.push(sender, record);
         if pushed != Pushed::Queued {
@@ -286,21 +285,28 @@ impl VirtqOutput {
     /// Post a `vrdma_event` (§9).
     pub fn push_event(&self, ev: &VrdmaEvent) {
         let _device = devlog::enter(&self.log);
-        self.events.push(None, ev.as_bytes());
+        self.events.push(Sender::Shared, ev.as_bytes());
     }
 
     /// Post a `vrdma_page_req` (§10).
     pub fn push_page_req(&self, req: &VrdmaPageReq) {
         let _device = devlog::enter(&self.log);
-        self.page_reqs.push(None, req.as_bytes());
+        self.page_reqs.push(Sender::Shared, req.as_bytes());
     }
 
     /// Post a raw Ethernet frame to the guest's netdev. Its sender, for the backlog's fair
-    /// share, is its source MAC (a frame too short to have one counts as no sender).
-    pub fn push_eth_rx(&self, frame: &[u8]) {
+    /// share: `port`, the fabric port it came from; without a fabric its source MAC (a frame
+    /// too short to have one counts as no sender).
+    pub fn push_eth_rx(&self, frame: &[u8], port: Option<usize>) {
         let _device = devlog::enter(&self.log);
-        let source = frame.get(6..12).and_then(|m| SenderKey::try_from(m).ok());
-        self.eth_rx.push(source, frame);
+        let sender = match port {
+            Some(p) => Sender::Port(p),
+            None => frame
+                .get(6..12)
+                .and_then(|m| <[u8; 6]>::try_from(m).ok())
+                .map_or(Sender::Shared, Sender::Mac),
+        };
+        self.eth_rx.push(sender, frame);
     }
 
     /// Control chains of parked commands.

@@ -202,7 +202,7 @@ impl Batch<'_> {
             return;
         }
         if let Some(buf) = received(bufs, rx) {
-            self.deliver(buf, rx.segment, &refs);
+            self.deliver(buf, rx.segment, &refs, rx.source);
         }
         if let Some(r) = refs {
             r.recycle();
@@ -271,8 +271,8 @@ impl Batch<'_> {
 
     /// Deliver the frames of a received buffer: RoCEv2 for one of our GIDs to the transport,
     /// what the port gives the guest to its netdev (never the unfilled payload area of a
-    /// by-reference frame), the rest dropped.
-    fn deliver(&self, buf: &[u8], segment: bool, refs: &Option<SegRefs>) {
+    /// by-reference frame; with `source`, the fabric port that sent it), the rest dropped.
+    fn deliver(&self, buf: &[u8], segment: bool, refs: &Option<SegRefs>, source: Option<usize>) {
         let port = self.router.port;
         let mac = self.dev.config.mac;
         let mut run = ReceiveRun::default();
@@ -295,7 +295,7 @@ impl Batch<'_> {
                 Destination::Guest if frame_refs(refs, k).is_some() => bump(&port.drop_filtered),
                 Destination::Guest => {
                     bump(&port.rx_to_guest);
-                    self.dev.out.eth_rx(frame)
+                    self.dev.out.eth_rx(frame, source)
                 }
                 Destination::Drop => bump(&port.drop_filtered),
             }
