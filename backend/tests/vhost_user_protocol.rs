@@ -12,7 +12,7 @@ use std::thread;
 use std::time::Duration;
 
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures};
-use vhost::vhost_user::VhostUserFrontend;
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::VhostBackend;
 use vrdma_backend::cli::delay::DelaySpec;
 use vrdma_backend::handoff::HandoffLock;
@@ -715,22 +715,32 @@ fn eth_rx_backlog_is_bounded_and_small_buffers_drop_frames() {
     h.finish(fe);
 }
 
+/// A frontend connected to `h` whose guest runs the eth rx queue (16 entries) and posts no
+/// buffer yet.
+fn eth_rx_driver(h: &Harness) -> (Frontend, Guest, DriverRing) {
+    let (mut fe, _) = connect(&h.path, true);
+    let mut guest = Guest::new(0x10_0000, 4 << 20);
+    let [rxq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX], 16);
+    (fe, guest, rxq)
+}
+
+/// A 60-byte frame for the guest's netdev from `src`, numbered `seq` (its byte 12).
+fn netdev_frame(src: [u8; 6], seq: u8) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[6..12].copy_from_slice(&src);
+    f[12] = seq;
+    f
+}
+
 /// A neighbour flooding the netdev of a guest that posts no buffers fills the backlog; a frame
 /// of another sender (a TCP handshake to that guest) still gets in, in the place of the
 /// flooder's newest, and reaches the guest once it posts buffers (spec §16.4).
 #[test]
 fn a_flooded_eth_rx_backlog_still_takes_another_senders_frame() {
     let h = start("ethrx-fair", 1, true);
-    let (mut fe, _) = connect(&h.path, true);
-    let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let [mut rxq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX], 16);
+    let (fe, mut guest, mut rxq) = eth_rx_driver(&h);
     let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
-    let frame = |src: u8, seq: u8| {
-        let mut f = vec![0u8; 60];
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, src]);
-        f[12] = seq;
-        f
-    };
+    let frame = |src: u8, seq: u8| netdev_frame([2, 0, 0, 0, 0, src], seq);
     let backlog = vrdma_backend::vhost_user::output::ETH_RX_BACKLOG;
     for i in 0..(backlog + 50) {
         h.out.push_eth_rx(&frame(1, i as u8), None);
@@ -784,16 +794,9 @@ fn a_flooded_eth_rx_backlog_still_takes_another_senders_frame() {
 #[test]
 fn an_uplink_flooding_under_many_source_macs_holds_one_share_of_the_eth_rx_backlog() {
     let h = start("ethrx-port", 1, true);
-    let (mut fe, _) = connect(&h.path, true);
-    let mut guest = Guest::new(0x10_0000, 4 << 20);
-    let [mut rxq] = start_queues(&mut fe, &mut guest, [VRDMA_VQ_ETH_RX], 16);
+    let (fe, mut guest, mut rxq) = eth_rx_driver(&h);
     let q = h.out.queue(VRDMA_VQ_ETH_RX).unwrap();
-    let frame = |src: [u8; 6], seq: u8| {
-        let mut f = vec![0u8; 60];
-        f[6..12].copy_from_slice(&src);
-        f[12] = seq;
-        f
-    };
+    let frame = netdev_frame;
     let (uplink, device) = (Some(7), Some(3));
     let peer = [2, 0, 0, 0, 0, 3];
     let backlog = vrdma_backend::vhost_user::output::ETH_RX_BACKLOG;
