@@ -13,7 +13,9 @@ device no QEMU uses):
   bandwidth under TCG varies between runs by a factor of two (590-1160 MB/s alone), so a
   single "alone" and a single "flooded" run compared nothing; the pair runs ROUNDS times
   alone then beside the flood, one after the other (the flooder pauses on /tmp/flood.pause),
-  and the median of the ROUNDS ratios is checked. The daemon's own CPU is shared by its
+  and what it moved beside the flood against what it moved alone is checked (the ratio of
+  the sums: the median of the ROUNDS ratios, checked before, swung from 59 % to 106 % with
+  the same daemon, that ratio from 73 % to 99 %). The daemon's own CPU is shared by its
   tenants (README, what one daemon does not protect); `make bench`'s fairness headline
   measures the daemon's share alone. Then a slow guest beside a fast flooder: the server's
   QEMU on a 0.2 CPU quota, the flooder's on none, so that the flood outruns the server's
@@ -69,9 +71,9 @@ def delta(after, before, vm, reason):
 @scenario("three_vrdma_fabric_spare_device", ci=True, timeout=360)
 def flood_beside_a_pair(ctx):
     """A neighbour floods raw frames while a pair runs ib_write_bw, every guest on the same fixed
-    CPU share: the pair keeps 70 % of its bandwidth (the median of alternated runs with the
-    flood paused and on), completes without a QP error and the fabric drops none of its
-    frames; then a slow guest's netdev flooded beyond what it drains still answers pings
+    CPU share: the pair keeps 70 % of its bandwidth (what it moved in alternated runs with the
+    flood on, against the same number of runs with it paused), completes without a QP error
+    and the fabric drops none of its frames; then a slow guest's netdev flooded beyond what it drains still answers pings
     (spec §16.4)."""
     server, client, flooder = ctx.a, ctx.b, ctx.c
     cores = guest_cpu_share(3)
@@ -109,20 +111,24 @@ def flood_beside_a_pair(ctx):
     finally:
         slow.close()
     lost = {vm.name: delta(after, before, vm, "over_share") for vm in (server, client)}
+    # The bandwidth kept: all the flooded runs moved against all the runs alone (each as long
+    # as the other). One run of a TCG pair varies by up to a factor of two, and a ratio of two
+    # such runs twice that: the median of per-pair ratios went from 59 % to 106 % over eleven
+    # runs of this host, the ratio of the sums from 73 % to 99 %.
+    ratio = sum(f for _, f in runs) / sum(a for a, _ in runs)
     ratios = sorted(flooded / alone for alone, flooded in runs)
-    ratio = ratios[len(ratios) // 2]
-    ctx.note("ib_write_bw %s -> %s, alone / beside the flood (MB/s): %s; median ratio %.0f %% "
-             "(target 70 %%), %d retransmissions" % (
-                 client.name, server.name,
-                 ", ".join("%.0f / %.0f" % r for r in runs), 100 * ratio, resent))
+    ctx.note("ib_write_bw %s -> %s, alone / beside the flood (MB/s): %s; kept %.0f %% "
+             "(target 70 %%; median of the pairs' ratios %.0f %%), %d retransmissions" % (
+                 client.name, server.name, ", ".join("%.0f / %.0f" % r for r in runs),
+                 100 * ratio, 100 * ratios[len(ratios) // 2], resent))
     ctx.note("flooder: %s; fabric: over_share %d, bcast_rate %d of %s, full %d at %s" % (
         fout.strip().splitlines()[-1], delta(after, before, flooder, "over_share"),
         delta(after, before, flooder, "bcast_rate"), flooder.name,
         delta(after, before, server, "full"), server.name))
     expect(not any(lost.values()),
            "the fabric dropped none of the pair's frames for their share (%s)" % lost, text)
-    expect(ratio >= 0.7, "the pair kept 70 %% of its bandwidth beside the flood (median of "
-           "%d alternated runs: %.0f %%)" % (ROUNDS, 100 * ratio))
+    expect(ratio >= 0.7, "the pair kept 70 %% of its bandwidth beside the flood (%d alternated "
+           "runs: %.0f %%)" % (ROUNDS, 100 * ratio))
     ctx.note("ping %s -> %s beside the flood: %d of %d answered" % (
         client.name, server.name, answered, PINGS))
     expect(answered >= PINGS - 2, "the flooded guest's netdev still takes its other senders' "
