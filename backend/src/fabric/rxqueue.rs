@@ -333,9 +333,8 @@ impl State {
         }
     }
 
-    /// The next entry: senders in deficit round-robin order, each sender's RoCE lane before
-    /// its other one.
-    /// The next entry in deficit round-robin order, with the port that sent it.
+    /// The next entry and the port that sent it: senders in deficit round-robin order, each
+    /// sender's RoCE lane before its other one.
     fn dequeue(&mut self) -> Option<(Entry, usize)> {
         loop {
             let &sender = self.active.front()?;
