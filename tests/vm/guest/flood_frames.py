@@ -9,7 +9,7 @@ others broadcast (ff:ff:ff:ff:ff:ff to the /24's broadcast address). They skip t
 (PACKET_QDISC_BYPASS, as spray_attack.py: fq_codel would drop them inside the guest, which
 would spare the fabric the flood); a full transmit ring (ENOBUFS) is counted and the loop
 goes on. Writes /tmp/flood.started after the first 1024 frames; sends nothing while
-/tmp/flood.pause exists; stops after SECONDS or once /tmp/flood.stop exists, then prints "sent unicast=N broadcast=N enobufs=N seconds=S"."""
+/tmp/flood.pause exists (and keeps its CPU busy meanwhile); stops after SECONDS or once /tmp/flood.stop exists, then prints "sent unicast=N broadcast=N enobufs=N seconds=S"."""
 
 import errno
 import os
@@ -62,8 +62,11 @@ def main(iface, own_ip, target_mac, target_ip, seconds):
             open("/tmp/flood.started", "w").close()
         if time.monotonic() >= end or os.path.exists("/tmp/flood.stop"):
             break
+        # Paused, the flooder keeps its vCPU busy (it polls instead of sleeping): an idle
+        # neighbour would hand its CPU to the others on a host of two cores, and a run "alone"
+        # would then measure a faster machine, not a quieter network.
         while os.path.exists("/tmp/flood.pause") and not os.path.exists("/tmp/flood.stop"):
-            time.sleep(0.05)
+            pass
     print("sent unicast=%d broadcast=%d enobufs=%d seconds=%.1f" % (
         sent[0], sent[1], enobufs, time.monotonic() - t0), flush=True)
 
