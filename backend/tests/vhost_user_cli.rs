@@ -772,6 +772,37 @@ fn socket_access_options_parse() {
     assert!(e.to_string().contains("mode"), "{e}");
 }
 
+/// `--shared-engine` (the devices' workers in one engine group) reaches the fabric's
+/// configuration, off by default; without --device (one device, no fabric) it is refused.
+#[test]
+fn shared_engine_parses_only_with_devices() {
+    let d = tmpdir("shared-engine");
+    let a = format!("socket={},mac=52:54:00:00:00:01", d.join("a").display());
+    let b = format!("socket={},mac=52:54:00:00:00:02", d.join("b").display());
+    let c = daemon(&["--device", &a, "--device", &b]).unwrap();
+    assert!(!c.fabric.as_ref().unwrap().shared_engine);
+    let f = vrdma_backend::vhost_user::prepare_fabric(&c).expect("fabric daemon");
+    assert!(
+        f.devices.iter().all(|p| !p.engine.in_group()),
+        "own threads"
+    );
+    drop(f);
+    let c = daemon(&["--device", &a, "--device", &b, "--shared-engine"]).unwrap();
+    assert!(c.fabric.as_ref().unwrap().shared_engine);
+    let f = vrdma_backend::vhost_user::prepare_fabric(&c).expect("fabric daemon");
+    assert!(f.devices.iter().all(|p| p.engine.in_group()), "one group");
+    assert_eq!(
+        daemon(&[
+            "--socket-path",
+            "/tmp/x.sock",
+            "--mac",
+            "52:54:00:00:00:09",
+            "--shared-engine"
+        ]),
+        Err(CliError::SharedEngineNeedsFabric)
+    );
+}
+
 /// Spec §16.3: `ip=` / `net=` per device and `--forward-between-uplinks` reach the
 /// configuration; bad values are refused with a message naming the problem.
 #[test]

@@ -70,10 +70,12 @@ TOPOLOGIES = {
                       "--odp-chunk-shift", "12", "--odp-resident-chunks", "2"]),
     "two_vrdma_fabric_payload_refs": Topology(
         "two_vrdma_fabric with one copy on the fabric (`--payload-refs`: RC WRITE payloads by "
-        "reference, behind the DMA fence, spec §16.2 rule 6) and two engine workers per device "
-        "(`--engine-threads 2`: each QP on one of them, worker 0 handing received frames on).",
+        "reference, behind the DMA fence, spec §16.2 rule 6), two engine workers per device "
+        "(`--engine-threads 2`: each QP on one of them, worker 0 handing received frames on) "
+        "and the two devices sharing those threads (`--shared-engine`: one thread per worker "
+        "index runs both devices' rounds).",
         kind=["vrdma", "vrdma"], uplink="fabric",
-        backend_args=["--payload-refs", "--engine-threads", "2"]),
+        backend_args=["--payload-refs", "--engine-threads", "2", "--shared-engine"]),
     "three_vrdma_fabric_spare_device": Topology(
         "Tenants on one daemon (spec §16.3): three vrdma guests with port security (the "
         "launcher's `ip=`), and a spare device no QEMU uses, for a test frontend (spec §16.5).",
@@ -363,6 +365,14 @@ def save_evidence(cluster, dest, text):
         except Exception as e:  # the guest may be gone; say so in the file
             with open(os.path.join(dest, "dmesg-%d.txt" % vm.index), "w") as f:
                 f.write("dmesg unavailable: %s\n" % e)
+        if vm.kind == "vrdma":
+            # The device's counters as its backend counts them (drops by reason, frames by
+            # path): the guest's hw_counters sum the drops into one number.
+            with open(os.path.join(dest, "stats-%d.txt" % vm.index), "w") as f:
+                try:
+                    f.write(vrdmavm.stats.device_stats(vm).text or "stats socket gave nothing\n")
+                except Exception as e:  # the backend may be gone
+                    f.write("stats unavailable: %s\n" % e)
 
 
 def tail(text, n):
@@ -388,6 +398,8 @@ def print_evidence(cluster, err):
             print("  | %s dmesg unavailable: %s" % (vm.name, e), flush=True)
         for line in loss_counters(vm):
             print("  | %s counters: %s" % (vm.name, line), flush=True)
+        for line in backend_drops(vm):
+            print("  | %s backend drops: %s" % (vm.name, line), flush=True)
 
 
 def loss_counters(vm):
@@ -407,6 +419,20 @@ def loss_counters(vm):
     if rc != 0:
         return ["unavailable: %s" % out.strip()[-200:]]
     return [", ".join(line.strip() for line in out.splitlines() if line.strip())]
+
+
+def backend_drops(vm):
+    """The frames vm's backend dropped before they reached a QP, by reason (the device's stats
+    socket, spec §16.5; `rcvd_dropped` in the guest is their sum), or why they could not be
+    read; nothing for a guest without a vrdma device."""
+    if vm.kind != "vrdma":
+        return []
+    try:
+        drops = vrdmavm.stats.port_drops(vm)
+    except Exception as e:  # the backend may be gone
+        return ["unavailable: %s" % e]
+    return [", ".join("%s %d" % (k[len("drops_"):], v)
+                      for k, v in sorted(drops.items()) if v) or "none"]
 
 
 def run(selected, results, keep=False):

@@ -14,7 +14,7 @@ use vrdma_backend::guest::GuestMem;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::mr::MrKind;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::{Engine, EngineOptions, EngineSender};
+use vrdma_backend::transport::engine::{Engine, EngineGroup, EngineOptions, EngineSender};
 use vrdma_backend::transport::{self};
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
@@ -533,8 +533,20 @@ impl Unlinked {
             frames: frames.clone(),
             a_to_b: false,
         };
-        let ea = Engine::start_with(da.clone(), Arc::new(ua), engine_options()).expect("engine a");
-        let eb = Engine::start_with(db.clone(), Arc::new(ub), engine_options()).expect("engine b");
+        // `VRDMA_BENCH_SHARED=1`: both devices' workers in one engine group (the daemon's
+        // `--shared-engine`): one thread runs both, frames between them wake nobody.
+        let (ea, eb) = if std::env::var_os("VRDMA_BENCH_SHARED").is_some() {
+            let g = EngineGroup::new(engine_options().poll);
+            (
+                Engine::start_in(&g, da.clone(), Arc::new(ua), engine_options()).expect("engine a"),
+                Engine::start_in(&g, db.clone(), Arc::new(ub), engine_options()).expect("engine b"),
+            )
+        } else {
+            (
+                Engine::start_with(da.clone(), Arc::new(ua), engine_options()).expect("engine a"),
+                Engine::start_with(db.clone(), Arc::new(ub), engine_options()).expect("engine b"),
+            )
+        };
         let link = Link::Engines { ea, eb, da, db };
         Bed {
             frames,

@@ -88,6 +88,8 @@ pub enum CliError {
     UplinksNeedFabric,
     #[error("--forward-between-uplinks needs the fabric: describe the devices with --device")]
     BetweenUplinksNeedFabric,
+    #[error("--shared-engine needs the fabric: describe the devices with --device")]
+    SharedEngineNeedsFabric,
     #[error("an uplink's net= or vlans= needs the fabric: describe the devices with --device")]
     NetworksNeedFabric,
     #[error("this command line describes devices on a fabric, not one device")]
@@ -157,6 +159,13 @@ pub struct Args {
     /// default: frames from an uplink go to the daemon's devices only (spec §16.3).
     #[arg(long)]
     pub forward_between_uplinks: bool,
+
+    /// With --device: the devices share the engine threads (one per --engine-threads index)
+    /// instead of each having its own. A frame between two devices of one thread is then
+    /// handled by that thread's next pass without a wake-up, and the daemon runs as many
+    /// engine threads as one device would, however many guests it serves.
+    #[arg(long)]
+    pub shared_engine: bool,
 
     /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
@@ -403,6 +412,8 @@ pub struct FabricConfig {
     pub uplink_nets: Vec<UplinkNets>,
     /// `--forward-between-uplinks`.
     pub forward_between_uplinks: bool,
+    /// `--shared-engine`: the devices' workers run in one engine group.
+    pub shared_engine: bool,
     /// `--stats-socket`: the operator's socket for the fabric-wide counters.
     pub stats_socket: Option<PathBuf>,
 }
@@ -509,6 +520,9 @@ impl TryFrom<Args> for DaemonConfig {
             if args.forward_between_uplinks {
                 return Err(CliError::BetweenUplinksNeedFabric);
             }
+            if args.shared_engine {
+                return Err(CliError::SharedEngineNeedsFabric);
+            }
             if uplink_nets.iter().any(|n| *n != UplinkNets::default()) {
                 return Err(CliError::NetworksNeedFabric);
             }
@@ -567,6 +581,7 @@ impl TryFrom<Args> for DaemonConfig {
                 uplinks,
                 uplink_nets,
                 forward_between_uplinks: args.forward_between_uplinks,
+                shared_engine: args.shared_engine,
                 stats_socket: args.access.stats_socket.clone(),
             }),
         })

@@ -90,18 +90,7 @@ impl Poller {
         if let Some(u) = uplink {
             u.set_rx_polling(true);
         }
-        let t0 = Instant::now();
-        let mut found = loop {
-            if wake.work.load(Ordering::SeqCst) || pending() {
-                break true;
-            }
-            if t0.elapsed() >= self.window {
-                break false;
-            }
-            // Not a pure spin: on this kind of host the engines, the vhost-user threads and
-            // vCPUs share few cores; spinning without yielding doubled the 64 B median.
-            std::thread::yield_now();
-        };
+        let mut found = self.spin_until(|| wake.work.load(Ordering::SeqCst) || pending());
         wake.polling.store(false, Ordering::SeqCst);
         if let Some(u) = uplink {
             u.set_rx_polling(false);
@@ -110,6 +99,28 @@ impl Poller {
         // frame that saw polling set skipped the eventfd.
         found |= wake.work.load(Ordering::SeqCst) || pending();
         found
+    }
+
+    /// Spin, yielding between checks, until `found` says there is work (true) or the window
+    /// ends (false). The caller has told the wakers that it polls (the Dekker pairs above).
+    pub(super) fn spin_until(&mut self, mut found: impl FnMut() -> bool) -> bool {
+        let t0 = Instant::now();
+        loop {
+            if found() {
+                return true;
+            }
+            if t0.elapsed() >= self.window {
+                return false;
+            }
+            // Not a pure spin: on this kind of host the engines, the vhost-user threads and
+            // vCPUs share few cores; spinning without yielding doubled the 64 B median.
+            std::thread::yield_now();
+        }
+    }
+
+    /// The spin window is not zero (it adapts to zero for an engine that is never woken).
+    pub(super) fn spins(&self) -> bool {
+        !self.window.is_zero()
     }
 
     /// The engine slept for `slept` after a spin that found nothing.

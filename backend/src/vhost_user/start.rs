@@ -21,7 +21,7 @@ use crate::fabric::{Bridge, DeviceOptions, Fabric, FabricBuilder, FabricError, P
 use crate::guest::GuestMem;
 use crate::handoff::HandoffLock;
 use crate::stats::Metered;
-use crate::transport::engine::{Engine, EngineError};
+use crate::transport::engine::{Engine, EngineError, EngineGroup};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
 
 /// Errors of daemon start-up (each printed as one line by `main`).
@@ -126,6 +126,17 @@ pub fn prepare_with_uplink(
     uplink: Arc<dyn Uplink>,
     pool: &Budget,
 ) -> Result<Prepared, StartError> {
+    prepare_in_group(config, uplink, pool, None)
+}
+
+/// [`prepare_with_uplink`] with the device's engine workers in `group` if given
+/// (`--shared-engine`).
+fn prepare_in_group(
+    config: &Config,
+    uplink: Arc<dyn Uplink>,
+    pool: &Budget,
+    group: Option<&EngineGroup>,
+) -> Result<Prepared, StartError> {
     let mut dev_config = config.device_config();
     dev_config.host_memory_pool = Some(pool.clone());
     let config_bytes = dev_config.config_space();
@@ -157,7 +168,10 @@ pub fn prepare_with_uplink(
     // error (uplink bind, TAP open) happens before.
     let port_stats = device.lock().port_stats.clone();
     let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
-    let engine = Engine::start_with(device.clone(), uplink.clone(), config.engine)?;
+    let engine = match group {
+        Some(g) => Engine::start_in(g, device.clone(), uplink.clone(), config.engine)?,
+        None => Engine::start_with(device.clone(), uplink.clone(), config.engine)?,
+    };
     let listener = listen_with_access(&config.socket_path, config.socket_access)?;
     let parts = ServeParts {
         device,
@@ -310,6 +324,13 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
         ids.push(id);
     }
     let fabric = b.build();
+    // The group lives as long as an engine in it (each holds it).
+    let group = fc
+        .shared_engine
+        .then(|| EngineGroup::new(first.engine.poll));
+    if group.is_some() {
+        info!("engine threads shared by the devices (--shared-engine)");
+    }
     let mut devices = Vec::new();
     for (d, id) in config.devices.iter().zip(ids) {
         let port = fabric.device_port(id)?;
@@ -319,7 +340,7 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
             None if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
             None => Arc::new(port.with_segments()),
         };
-        devices.push(prepare_with_uplink(d, port, &pool)?);
+        devices.push(prepare_in_group(d, port, &pool, group.as_ref())?);
     }
     let bridges = fabric.start_bridges()?;
     Ok(PreparedFabric {

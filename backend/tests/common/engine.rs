@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::guest::GuestMem;
+use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::{Engine, EngineOptions};
+use vrdma_backend::transport::engine::{Engine, EngineGroup, EngineOptions};
+use vrdma_backend::transport::Device;
 use vrdma_spec::*;
 
 use super::*;
@@ -16,19 +18,31 @@ use super::*;
 /// Start an engine for each node of `p` (detached: the engines own the devices), linked by a
 /// fabric of their two device ports. Returns (a's engine, b's engine).
 pub fn fabric_engines(p: &mut RcPair, opts: EngineOptions) -> (Engine, Engine) {
+    let (ea, eb, _) = fabric_engines_in(None, p, opts);
+    (ea, eb)
+}
+
+/// [`fabric_engines`] with both engines' workers in `group` if given (`--shared-engine`); also
+/// returns the two devices (a's, b's) to read their counters.
+pub fn fabric_engines_in(
+    group: Option<&EngineGroup>,
+    p: &mut RcPair,
+    opts: EngineOptions,
+) -> (Engine, Engine, [Arc<HandoffLock<Device>>; 2]) {
     let mut fb = FabricBuilder::new();
     let pa = fb.add_device(p.a.mac).expect("port a");
     let pb = fb.add_device(p.b.mac).expect("port b");
     let fabric = fb.build();
-    let start = |n: &mut Node, port| {
-        Engine::start_with(
-            detach(n),
-            Arc::new(fabric.device_port(port).expect("device port")),
-            opts,
-        )
+    let (da, db) = (detach(&mut p.a), detach(&mut p.b));
+    let start = |dev: &Arc<HandoffLock<Device>>, port| {
+        let uplink = Arc::new(fabric.device_port(port).expect("device port"));
+        match group {
+            Some(g) => Engine::start_in(g, Arc::clone(dev), uplink, opts),
+            None => Engine::start_with(Arc::clone(dev), uplink, opts),
+        }
         .expect("engine")
     };
-    (start(&mut p.a, pa), start(&mut p.b, pb))
+    (start(&da, pa), start(&db, pb), [da, db])
 }
 
 /// One signaled `len`-byte WRITE from `p.src` to `p.dst` through a's engine `ea`, then poll
@@ -138,6 +152,17 @@ pub fn threads_cpu_secs(name: &str) -> f64 {
 /// w > 0 is `vrdma-engine{w}`).
 pub fn threads_cpu_secs_prefixed(prefix: &str) -> f64 {
     threads_cpu_secs_where(|comm| comm.starts_with(prefix))
+}
+
+/// How many threads of this process are named `name`.
+pub fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .count()
 }
 
 fn threads_cpu_secs_where(matches: impl Fn(&str) -> bool) -> f64 {

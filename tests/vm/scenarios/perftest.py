@@ -1,5 +1,6 @@
 """perftest (short runs) between two vrdma guests; figures are recorded, not asserted."""
 
+import glob
 import re
 
 from harness import expect, pair, port_counters, roce_v2_gid_index, scenario
@@ -24,12 +25,28 @@ def perftest_write_bw(ctx):
     perf(ctx, "ib_write_bw")
 
 
+def engine_threads(cluster):
+    """The names of the shared daemon's engine threads (vrdma-engine, vrdma-engine1, ...)."""
+    names = []
+    for comm in glob.glob("/proc/%d/task/*/comm" % cluster.fabric_backend.pid):
+        try:
+            with open(comm) as f:
+                names.append(f.read().strip())
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return sorted(n for n in names if n.startswith("vrdma-engine"))
+
+
 @scenario("two_vrdma_fabric_payload_refs", ci=True)
 def perftest_write_bw_qps_two_engine_workers(ctx):
     """4 QPs over a daemon with two engine workers per device (--engine-threads 2): the QPs
     are spread over the workers, worker 0 hands the frames of the others' QPs on: on the
     client the ACKs, on the server the WRITEs, which arrive by reference (its topology runs
-    --payload-refs) and go on with their references."""
+    --payload-refs) and go on with their references. The two devices share the daemon's two
+    engine threads (--shared-engine): two threads, not four."""
+    threads = engine_threads(ctx.cluster)
+    expect(threads == ["vrdma-engine", "vrdma-engine1"],
+           "the two devices' workers run in one thread per worker index", str(threads))
     perf(ctx, "ib_write_bw", "-q 4")
     for vm, what in ((ctx.a, "the server's WRITE segments"), (ctx.b, "the client's ACKs")):
         c = port_counters(vm)

@@ -33,6 +33,11 @@ impl LinkPoll {
         i32::try_from(ms).unwrap_or(i32::MAX).max(1)
     }
 
+    /// Is it time to read the link state?
+    pub(super) fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
     /// Read the link state if it is time, and apply a change. A change is rare and needs the
     /// device exclusively (spec §2.2: `port_state` and the event), so the worker does this
     /// before its batch takes its share of the device lock.

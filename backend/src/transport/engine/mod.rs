@@ -21,6 +21,7 @@
 //! The vhost-user thread never blocks on the engine: [`EngineSender::doorbell`] only adds to a
 //! bounded, merging queue (`doorbells.rs`) and writes the eventfd.
 
+mod group;
 mod link;
 mod outbox;
 mod receive;
@@ -31,6 +32,7 @@ mod wakeup;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -46,6 +48,7 @@ use wakeup::Waiter;
 use worker::{Shared, Worker};
 
 pub use super::engine_options::{EngineOptions, DEFAULT_POLL, DEFAULT_POLL_US};
+pub use group::EngineGroup;
 pub use link::LINK_POLL;
 pub use sender::EngineSender;
 
@@ -64,6 +67,10 @@ pub enum EngineError {
 pub struct Engine {
     sender: EngineSender,
     threads: Vec<JoinHandle<()>>,
+    /// Its workers in an engine group: each one's sender is dropped when it leaves the group.
+    grouped: Vec<Receiver<()>>,
+    /// Keeps the group's threads for as long as this engine's workers are in it.
+    _group: Option<EngineGroup>,
     /// The device's label and log limit: what the engine logs names it (spec §16.5 "Logs").
     log: Option<Arc<DeviceLog>>,
 }
@@ -86,6 +93,28 @@ impl Engine {
     /// Start the engine for `dev` on `uplink`. Installs the transport's flush hook in the device
     /// and spreads its QPs over the workers.
     pub fn start_with(
+        dev: Arc<HandoffLock<Device>>,
+        uplink: Arc<dyn Uplink>,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        Self::start_maybe_in(None, dev, uplink, opts)
+    }
+
+    /// Start the engine for `dev` on `uplink` with its workers in `group`'s threads (one per
+    /// worker index, shared with the group's other devices: `group.rs`), where they can be
+    /// (a worker that receives from an uplink without `rx_pending` gets a thread of its own).
+    /// `opts.poll` is the group's.
+    pub fn start_in(
+        group: &EngineGroup,
+        dev: Arc<HandoffLock<Device>>,
+        uplink: Arc<dyn Uplink>,
+        opts: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        Self::start_maybe_in(Some(group), dev, uplink, opts)
+    }
+
+    fn start_maybe_in(
+        group: Option<&EngineGroup>,
         dev: Arc<HandoffLock<Device>>,
         uplink: Arc<dyn Uplink>,
         opts: EngineOptions,
@@ -118,6 +147,8 @@ impl Engine {
         let mut engine = Engine {
             sender: sender.clone(),
             threads: Vec::with_capacity(n),
+            grouped: Vec::new(),
+            _group: group.cloned(),
             log: log.clone(),
         };
         for (w, waiter) in waiters.into_iter().enumerate() {
@@ -129,6 +160,23 @@ impl Engine {
                 port: port.clone(),
                 units: units.clone(),
             };
+            // Worker 0 receives: the group's pass looks at its uplink's queue without a
+            // system call, which only `rx_pending` allows.
+            let groupable = w != 0 || uplink.rx_pending().is_some();
+            if let Some(group) = group.filter(|_| groupable) {
+                let (left, gone) = std::sync::mpsc::sync_channel(0);
+                group.join(
+                    w,
+                    group::Joining {
+                        shared,
+                        waiter,
+                        log: log.clone(),
+                        left,
+                    },
+                )?;
+                engine.grouped.push(gone);
+                continue;
+            }
             let name = if n == 1 {
                 "vrdma-engine".to_string()
             } else {
@@ -148,6 +196,11 @@ impl Engine {
         Ok(engine)
     }
 
+    /// Its workers run in an engine group's threads (`start_in`), not in threads of its own.
+    pub fn in_group(&self) -> bool {
+        !self.grouped.is_empty()
+    }
+
     pub fn sender(&self) -> EngineSender {
         self.sender.clone()
     }
@@ -165,6 +218,11 @@ impl Engine {
             if t.join().is_err() {
                 guest_error!("engine thread panicked");
             }
+        }
+        // A grouped worker's group thread drops its sender when the worker leaves (after its
+        // round, on the stop flag and the kick above): `recv` then fails.
+        for gone in self.grouped.drain(..) {
+            let _ = gone.recv();
         }
     }
 }

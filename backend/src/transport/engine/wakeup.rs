@@ -119,6 +119,38 @@ impl Waiter {
         Woken::Ready(n)
     }
 
+    /// The epoll fd: readable when one of the worker's fds is (an engine group's epoll
+    /// watches it, `group.rs`).
+    pub(super) fn epoll_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// The events that are there now, without sleeping (an engine group found this worker's
+    /// epoll readable); to be taken with [`Waiter::take_events`].
+    pub(super) fn poll_now(&mut self) -> Woken {
+        match self.epoll.wait(0, &mut self.events) {
+            Ok(n) => Woken::Ready(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Woken::Interrupted,
+            Err(e) => {
+                guest_error!("engine: epoll_wait: {e}");
+                Woken::Failed
+            }
+        }
+    }
+
+    /// The timer is armed for `now` or earlier: its deadline is due (seen without the fd).
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.alarm.armed.is_some_and(|a| a <= now)
+    }
+
+    /// A round runs the timers now: forget a deadline that is due, so that the next
+    /// [`Waiter::arm`] sets the timerfd again (its expiry, if read later, is a spare wake-up).
+    pub(super) fn clear_due(&mut self, now: Instant) {
+        if self.due(now) {
+            self.alarm.armed = None;
+        }
+    }
+
     /// Consume the first `n` events of the last wait: the kick eventfd's count, the timer's
     /// expiry. The uplink's readiness needs nothing: the receive phase reads it.
     pub(super) fn take_events(&mut self, n: usize, inbox: &Inbox) {

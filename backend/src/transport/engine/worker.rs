@@ -117,8 +117,69 @@ impl Worker {
         }
     }
 
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         self.shared.sender.stop.load(Ordering::Acquire)
+    }
+
+    /// Is there work for a round, as far as it shows without a system call: a kick, frames
+    /// left from the last round or waiting on the uplink, a timer or link poll that is due?
+    /// (For a worker of an engine group; a kick's eventfd is read by the round.)
+    pub(super) fn ready(&self, now: Instant) -> bool {
+        let inbox = self.shared.inbox();
+        self.rx.more
+            || !self.outgoing.looped.is_empty()
+            || inbox.wake.work.load(Ordering::SeqCst)
+            || (self.receives && self.shared.uplink.rx_pending() == Some(true))
+            || self.waiter.due(now)
+            || self.link.as_ref().is_some_and(|l| l.due(now))
+    }
+
+    /// Tell the wakers that a thread is about to look at this worker's flags without its
+    /// eventfd (`true`), or that it no longer does (`false`; the Dekker pairs of `WakeFlags`
+    /// and `fabric::rxqueue`: the caller checks [`Worker::ready`] once more after `false`).
+    pub(super) fn set_polling(&self, polling: bool) {
+        self.shared
+            .inbox()
+            .wake
+            .polling
+            .store(polling, Ordering::SeqCst);
+        if self.receives {
+            self.shared.uplink.set_rx_polling(polling);
+        }
+    }
+
+    /// The worker's epoll fd (an engine group watches it).
+    pub(super) fn epoll_fd(&self) -> std::os::unix::io::RawFd {
+        self.waiter.epoll_fd()
+    }
+
+    /// How long an engine group may sleep for this worker (ms; -1: until an fd is readable).
+    pub(super) fn timeout_ms(&self) -> i32 {
+        match &self.link {
+            Some(link) => link.timeout_ms(),
+            None => -1,
+        }
+    }
+
+    /// One round for an engine group: `from_epoll` if its epoll was readable (its events are
+    /// taken first), else it was [`Worker::ready`]. False if the worker is to leave the group
+    /// (stopping, or its epoll failed).
+    pub(super) fn step(&mut self, from_epoll: bool) -> bool {
+        if self.stopping() {
+            return false;
+        }
+        let events = if from_epoll {
+            match self.waiter.poll_now() {
+                Woken::Ready(n) => n,
+                Woken::Interrupted => return true,
+                Woken::Failed => return false,
+            }
+        } else {
+            self.waiter.clear_due(Instant::now());
+            0
+        };
+        self.round(events);
+        true
     }
 
     /// Wait unless the last round left frames on the uplink or looped back; with a link state

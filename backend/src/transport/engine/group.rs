@@ -1,0 +1,367 @@
+//! An engine group (`--shared-engine`): the devices of one daemon share engine threads, one
+//! per worker index, instead of each device having a set of its own. A group thread runs the
+//! rounds of all its member workers, one round each per pass while any of them has work, so a
+//! frame that one device sends to another device of the same thread is taken up by the next
+//! pass: no eventfd write, no wake-up, no second thread spinning against the first on a small
+//! host (run to completion, issue [cost]).
+//!
+//! While the thread is awake after a busy-poll began, its members count as polling (their
+//! `WakeFlags::polling` and uplinks' `set_rx_polling`): doorbells and the fabric then set flags
+//! instead of writing eventfds. Before it sleeps it clears those flags and looks once more (the
+//! Dekker pairs of `transport/workers.rs` and `fabric/rxqueue.rs`), then waits in an epoll that
+//! watches each member's own epoll fd (epoll fds are themselves pollable) and the group's
+//! mailbox, by which engines join.
+//!
+//! Only workers whose uplink tells without a system call whether frames wait (fabric device
+//! ports) can be members (`Worker::groupable`): the pass checks that flag instead of the fd.
+//! Others get a thread of their own as without a group.
+
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::wakeup::Waiter;
+use super::worker::{Shared, Worker};
+use super::EngineError;
+use crate::devlog::DeviceLog;
+use crate::sync::lock;
+use crate::transport::wait::Poller;
+use crate::transport::workers::MAX_WORKERS;
+
+/// The epoll token of a group's mailbox; members get tokens from 1 on.
+const TOKEN_MAILBOX: u64 = 0;
+
+/// Engine threads shared by the devices of one daemon (see the module documentation). Cheap to
+/// clone; the threads stop when the last clone and every member's engine are gone.
+#[derive(Clone)]
+pub struct EngineGroup {
+    inner: Arc<GroupInner>,
+}
+
+impl std::fmt::Debug for EngineGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineGroup").finish_non_exhaustive()
+    }
+}
+
+struct GroupInner {
+    /// `--poll-us` of the group's threads.
+    poll: Duration,
+    /// The thread of each worker index, started when its first member joins.
+    threads: Mutex<Vec<Option<GroupThread>>>,
+}
+
+struct GroupThread {
+    mailbox: Arc<Mailbox>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// How engines reach a running group thread.
+struct Mailbox {
+    /// Workers to adopt, with what they need on the group thread.
+    joining: Mutex<Vec<Joining>>,
+    /// `joining` is not empty (checked every pass without the lock).
+    pending: AtomicBool,
+    /// The group is dropped: the thread ends once it has no member left.
+    stop: AtomicBool,
+    kick: EventFd,
+}
+
+/// A worker on its way into a group thread (built there: what it allocates is that thread's).
+pub(super) struct Joining {
+    pub(super) shared: Shared,
+    pub(super) waiter: Waiter,
+    pub(super) log: Option<Arc<DeviceLog>>,
+    /// Dropped when the worker leaves the group: what its engine's shutdown waits for.
+    pub(super) left: SyncSender<()>,
+}
+
+/// A worker the group thread runs.
+struct Member {
+    worker: Worker,
+    log: Option<Arc<DeviceLog>>,
+    token: u64,
+    /// Its round failed for good (its epoll): it leaves as if stopping.
+    failed: bool,
+    _left: SyncSender<()>,
+}
+
+impl EngineGroup {
+    /// A group whose threads busy-poll for at most `poll` (`--poll-us`) before they sleep.
+    pub fn new(poll: Duration) -> EngineGroup {
+        EngineGroup {
+            inner: Arc::new(GroupInner {
+                poll,
+                threads: Mutex::new((0..MAX_WORKERS).map(|_| None).collect()),
+            }),
+        }
+    }
+
+    /// Hand a worker to the group thread of its index (started on first use).
+    pub(super) fn join(&self, index: usize, j: Joining) -> Result<(), EngineError> {
+        let mut threads = lock(&self.inner.threads);
+        let slot = threads
+            .get_mut(index)
+            .ok_or(EngineError::Spawn(std::io::Error::other(
+                "worker index out of range",
+            )))?;
+        if slot.is_none() {
+            *slot = Some(GroupThread::start(index, self.inner.poll)?);
+        }
+        let Some(t) = slot.as_ref() else {
+            return Err(EngineError::Spawn(std::io::Error::other(
+                "group thread missing",
+            )));
+        };
+        lock(&t.mailbox.joining).push(j);
+        t.mailbox.pending.store(true, Ordering::SeqCst);
+        // An eventfd write fails only if the counter would overflow: the thread is kicked.
+        let _ = t.mailbox.kick.write(1);
+        Ok(())
+    }
+}
+
+impl Drop for GroupInner {
+    fn drop(&mut self) {
+        let threads = std::mem::take(crate::sync::unpoisoned(self.threads.get_mut()));
+        for mut t in threads.into_iter().flatten() {
+            t.mailbox.stop.store(true, Ordering::SeqCst);
+            let _ = t.mailbox.kick.write(1);
+            if let Some(h) = t.handle.take() {
+                if h.join().is_err() {
+                    log::error!("engine group thread panicked");
+                }
+            }
+        }
+    }
+}
+
+impl GroupThread {
+    fn start(index: usize, poll: Duration) -> Result<GroupThread, EngineError> {
+        let setup = |what| move |source| EngineError::Setup { what, source };
+        let kick = EventFd::new(EFD_NONBLOCK).map_err(setup("eventfd"))?;
+        let epoll = Epoll::new().map_err(setup("epoll"))?;
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                kick.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, TOKEN_MAILBOX),
+            )
+            .map_err(setup("epoll add eventfd"))?;
+        let mailbox = Arc::new(Mailbox {
+            joining: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            kick,
+        });
+        let m = Arc::clone(&mailbox);
+        // Named as a device's worker of that index: what measures the engines' CPU finds it.
+        let name = if index == 0 {
+            "vrdma-engine".to_string()
+        } else {
+            format!("vrdma-engine{index}")
+        };
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || GroupLoop::new(index, m, epoll, poll).run())
+            .map_err(EngineError::Spawn)?;
+        Ok(GroupThread {
+            mailbox,
+            handle: Some(handle),
+        })
+    }
+}
+
+/// A group thread's state.
+struct GroupLoop {
+    mailbox: Arc<Mailbox>,
+    epoll: Epoll,
+    members: Vec<Member>,
+    next_token: u64,
+    poller: Poller,
+    events: Vec<EpollEvent>,
+    /// The members' polling flags are set (see the module documentation).
+    polling: bool,
+}
+
+impl GroupLoop {
+    fn new(index: usize, mailbox: Arc<Mailbox>, epoll: Epoll, poll: Duration) -> GroupLoop {
+        // Flushes of the members' QPs of this index run on this thread (`tables/flush.rs`).
+        crate::tables::flush::enter_worker(index);
+        GroupLoop {
+            mailbox,
+            epoll,
+            members: Vec::new(),
+            next_token: TOKEN_MAILBOX + 1,
+            poller: Poller::new(poll),
+            events: vec![EpollEvent::default(); 32],
+            polling: false,
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            if self.mailbox.pending.load(Ordering::SeqCst) {
+                self.adopt();
+            }
+            self.retire();
+            if self.mailbox.stop.load(Ordering::SeqCst) && self.members.is_empty() {
+                return;
+            }
+            if self.pass() {
+                continue;
+            }
+            if self.spin() {
+                continue;
+            }
+            if self.polling {
+                self.set_polling(false);
+                // The other half of the Dekker pairs: work that saw the flags set skipped
+                // the eventfd, so it is seen here.
+                if self.any_ready() {
+                    continue;
+                }
+            }
+            if !self.sleep() {
+                return;
+            }
+        }
+    }
+
+    /// Build the workers that joined and watch their epoll fds.
+    fn adopt(&mut self) {
+        self.mailbox.pending.store(false, Ordering::SeqCst);
+        let joining = std::mem::take(&mut *lock(&self.mailbox.joining));
+        for j in joining {
+            let _device = j.log.as_ref().map(crate::devlog::enter);
+            let worker = Worker::new(j.shared, j.waiter);
+            let token = self.next_token;
+            self.next_token += 1;
+            let added = self.epoll.ctl(
+                ControlOperation::Add,
+                worker.epoll_fd(),
+                EpollEvent::new(EventSet::IN, token),
+            );
+            if let Err(e) = added {
+                // Its engine sees it leave (`left` dropped) and the device gets no rounds:
+                // said loudly, as a worker whose epoll fails.
+                guest_error!("engine group: cannot watch a worker: {e}");
+                continue;
+            }
+            worker.set_polling(self.polling);
+            self.members.push(Member {
+                worker,
+                log: j.log,
+                token,
+                failed: false,
+                _left: j.left,
+            });
+        }
+    }
+
+    /// Let the members whose engine stops leave (their engine's shutdown waits for that).
+    fn retire(&mut self) {
+        let leaves = |m: &Member| m.failed || m.worker.stopping();
+        if !self.members.iter().any(leaves) {
+            return;
+        }
+        let epoll = &self.epoll;
+        self.members.retain(|m| {
+            if !leaves(m) {
+                return true;
+            }
+            m.worker.set_polling(false);
+            let _ = epoll.ctl(
+                ControlOperation::Delete,
+                m.worker.epoll_fd(),
+                EpollEvent::default(),
+            );
+            false
+        });
+    }
+
+    /// One round of each member that has work; true if any ran.
+    fn pass(&mut self) -> bool {
+        let now = Instant::now();
+        let mut ran = false;
+        for m in &mut self.members {
+            if m.worker.ready(now) {
+                ran = true;
+                let _device = m.log.as_ref().map(crate::devlog::enter);
+                m.failed |= !m.worker.step(false);
+            }
+        }
+        ran
+    }
+
+    fn any_ready(&self) -> bool {
+        let now = Instant::now();
+        self.mailbox.pending.load(Ordering::SeqCst)
+            || self.members.iter().any(|m| m.worker.ready(now))
+    }
+
+    fn set_polling(&mut self, on: bool) {
+        for m in &self.members {
+            m.worker.set_polling(on);
+        }
+        self.polling = on;
+    }
+
+    /// Busy-poll the members' flags for the window (`Poller`); true if work showed up. The
+    /// flags stay set while the rounds it finds run.
+    fn spin(&mut self) -> bool {
+        if !self.poller.enabled() || !self.poller.spins() || self.members.is_empty() {
+            return false;
+        }
+        if !self.polling {
+            self.set_polling(true);
+        }
+        let (members, mailbox) = (&self.members, &self.mailbox);
+        self.poller.spin_until(|| {
+            let now = Instant::now();
+            mailbox.pending.load(Ordering::SeqCst) || members.iter().any(|m| m.worker.ready(now))
+        })
+    }
+
+    /// Sleep in the group's epoll, then run the members whose epoll was readable. False if
+    /// epoll failed (the thread ends; its members' engines see them leave).
+    fn sleep(&mut self) -> bool {
+        let timeout = self
+            .members
+            .iter()
+            .map(|m| m.worker.timeout_ms())
+            .filter(|&t| t >= 0)
+            .min()
+            .unwrap_or(-1);
+        let t0 = self.poller.enabled().then(Instant::now);
+        let n = match self.epoll.wait(timeout, &mut self.events) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return true,
+            Err(e) => {
+                log::error!("engine group: epoll_wait: {e}");
+                return false;
+            }
+        };
+        if let Some(t0) = t0 {
+            self.poller.slept(t0.elapsed());
+        }
+        for ev in self.events.iter().take(n) {
+            let token = ev.data();
+            if token == TOKEN_MAILBOX {
+                let _ = self.mailbox.kick.read();
+                continue;
+            }
+            if let Some(m) = self.members.iter_mut().find(|m| m.token == token) {
+                let _device = m.log.as_ref().map(crate::devlog::enter);
+                m.failed |= !m.worker.step(true);
+            }
+        }
+        true
+    }
+}
