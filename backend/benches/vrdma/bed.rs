@@ -201,16 +201,39 @@ impl<U: Uplink> Uplink for Counting<U> {
 }
 
 /// The engines' options: `VRDMA_BENCH_POLL_US` overrides `--poll-us`'s default (to measure the
-/// busy-poll with and without).
+/// busy-poll with and without), `VRDMA_BENCH_THREADS` `--engine-threads`'s.
 fn engine_options() -> EngineOptions {
     let mut o = EngineOptions::default();
-    if let Some(us) = std::env::var("VRDMA_BENCH_POLL_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(us) = var("VRDMA_BENCH_POLL_US") {
         o.poll = Duration::from_micros(us);
     }
+    if let Some(n) = var("VRDMA_BENCH_THREADS") {
+        o.threads = n as usize;
+    }
     o
+}
+
+/// What engine threads `devices` devices of a fabric bench run on, said for the output.
+pub fn engine_threads_of(devices: usize) -> String {
+    let per_device = engine_options().threads.max(1);
+    if shared_group().is_some() {
+        format!("{per_device} engine thread(s) shared by the {devices} devices")
+    } else {
+        format!("{} engine threads", devices * per_device)
+    }
+}
+
+/// The process's engine group with `VRDMA_BENCH_SHARED=1` (see `Unlinked::on_fabric`).
+fn shared_group() -> Option<EngineGroup> {
+    static GROUP: std::sync::OnceLock<Option<EngineGroup>> = std::sync::OnceLock::new();
+    GROUP
+        .get_or_init(|| {
+            std::env::var_os("VRDMA_BENCH_SHARED")
+                .is_some()
+                .then(|| EngineGroup::new(engine_options().poll))
+        })
+        .clone()
 }
 
 pub struct Bed {
@@ -533,10 +556,10 @@ impl Unlinked {
             frames: frames.clone(),
             a_to_b: false,
         };
-        // `VRDMA_BENCH_SHARED=1`: both devices' workers in one engine group (the daemon's
-        // `--shared-engine`): one thread runs both, frames between them wake nobody.
-        let (ea, eb) = if std::env::var_os("VRDMA_BENCH_SHARED").is_some() {
-            let g = EngineGroup::new(engine_options().poll);
+        // `VRDMA_BENCH_SHARED=1`: every device's workers in one engine group (the daemon's
+        // `--shared-engine`), for the whole process as in a daemon: one thread runs all the
+        // pairs of a bench, frames between devices wake nobody.
+        let (ea, eb) = if let Some(g) = shared_group() {
             (
                 Engine::start_in(&g, da.clone(), Arc::new(ua), engine_options()).expect("engine a"),
                 Engine::start_in(&g, db.clone(), Arc::new(ub), engine_options()).expect("engine b"),
@@ -680,7 +703,9 @@ impl Bed {
     pub fn engine_cpu(&self) -> f64 {
         match self.link {
             Link::InProc { .. } => crate::util::thread_cpu_secs(),
-            Link::Engines { .. } => crate::common::engine::threads_cpu_secs("vrdma-engine"),
+            Link::Engines { .. } => {
+                crate::common::engine::threads_cpu_secs_prefixed("vrdma-engine")
+            }
         }
     }
 

@@ -270,9 +270,10 @@ fn print_fairness(
 fn print_tenants((aggregate, slowest, alone): (f64, f64, f64)) {
     println!(
         "headline: 8 devices on one fabric, 4 RC pairs: aggregate {aggregate:.0} MB/s, slowest \
-         pair {slowest:.2} of fair share (the pairs' mean rate; aggregate {:.2} of one pair alone, {alone:.0} MB/s; 8 engine \
-         threads, 64 KiB WRITE)",
-        aggregate / alone
+         pair {slowest:.2} of fair share (the pairs' mean rate; aggregate {:.2} of one pair alone, {alone:.0} MB/s; {}, \
+         64 KiB WRITE)",
+        aggregate / alone,
+        crate::bed::engine_threads_of(8)
     );
 }
 

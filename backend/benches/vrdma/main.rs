@@ -12,7 +12,8 @@
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
 //! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
 //! `VRDMA_BENCH_SHARED=1`: the two devices of a fabric bench share one engine group
-//! (`--shared-engine`).
+//! (`--shared-engine`). `VRDMA_BENCH_THREADS=N`: N engine workers per device in the benches
+//! built on `Bed` (`--engine-threads`).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
