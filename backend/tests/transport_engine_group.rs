@@ -13,9 +13,13 @@ use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::{EngineGroup, EngineOptions};
 use vrdma_backend::transport::Device;
 
+/// A pair whose requester retransmits only after 4.3 s without an ACK (timeout 20): a thread
+/// of a loaded host is never descheduled that long, so a retransmission means a frame the
+/// group thread overlooked, not a slow scheduler.
 fn pair(seed: u64) -> RcPair {
     let p = RcPair::new()
         .mem_mib(4)
+        .timeout(20)
         .cq_depth(256)
         .mrs(256 << 10, 256 << 10)
         .build();
@@ -24,7 +28,7 @@ fn pair(seed: u64) -> RcPair {
 }
 
 /// Nothing was lost on a lossless fabric: a frame or kick the group thread overlooked would
-/// have been recovered by a retransmission (the 20 s patience of each WRITE allows many).
+/// have been recovered by a retransmission (the 20 s patience of each WRITE allows four).
 fn assert_no_retransmits<'a>(devs: impl IntoIterator<Item = &'a Arc<HandoffLock<Device>>>) {
     for (i, d) in devs.into_iter().enumerate() {
         let s = d.lock().qps.stats_total();
