@@ -7,11 +7,13 @@ Each run is `tests/vm/run.py` with the given arguments and its own --results dir
 results/vm-repeat/<start time>/run-<i>. Prints, per run, its pass/fail line and load average,
 then a table of every scenario that failed at least once (how often, in which runs), and the
 longest streak of green runs. Appends the summary to results/vm-repeat/record.txt, so flakes
-stay on record across sessions. Exit status: 0 if every run passed.
+stay on record across sessions; a repeat stopped early (SIGINT, SIGTERM) records the runs it
+finished and says so. Exit status: 0 if every run asked for ran and passed.
 """
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -25,14 +27,26 @@ def one_run(i, out_dir, args):
     os.makedirs(results, exist_ok=True)
     t0 = time.monotonic()
     with open(os.path.join(results, "output.txt"), "w") as log:
-        p = subprocess.run([sys.executable, os.path.join(HERE, "run.py"), "--results", results]
-                           + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        log.write(p.stdout)
-    failed = sorted(set(re.findall(r"^FAIL (\S+?)(?::| \()", p.stdout, re.M)))
-    passed = re.findall(r"^ok   (\S+)", p.stdout, re.M)
-    last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else "(no output)"
-    if p.returncode != 0 and not failed:
-        failed = ["run.py exited %d: %s" % (p.returncode, last)]
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "run.py"), "--results",
+                              results] + args, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            rc = p.wait()
+        except KeyboardInterrupt:
+            # Stopped: the run shuts its guests down (run.py's SIGTERM handling) before the
+            # repeat records what it finished.
+            p.terminate()
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            raise
+    with open(os.path.join(results, "output.txt")) as log:
+        out = log.read()
+    failed = sorted(set(re.findall(r"^FAIL (\S+?)(?::| \()", out, re.M)))
+    passed = re.findall(r"^ok   (\S+)", out, re.M)
+    last = out.strip().splitlines()[-1] if out.strip() else "(no output)"
+    if rc != 0 and not failed:
+        failed = ["run.py exited %d: %s" % (rc, last)]
     return passed, failed, time.monotonic() - t0
 
 
@@ -44,27 +58,37 @@ def main():
     out_dir = os.path.join(TOP, "results", "vm-repeat", stamp)
     tally, streak, best = {}, 0, 0
     lines = []
-    for i in range(1, runs + 1):
-        passed, failed, secs = one_run(i, out_dir, args)
-        load = open("/proc/loadavg").read().split()[:3]
-        line = "run %d: %d passed, %d failed in %.0f s (load %s)%s" % (
-            i, len(passed), len(failed), secs, " ".join(load),
-            ": " + ", ".join(failed) if failed else "")
-        print(line, flush=True)
-        lines.append(line)
-        for name in failed:
-            tally.setdefault(name, []).append(i)
-        streak = 0 if failed else streak + 1
-        best = max(best, streak)
-    summary = ["%s: %d runs of run.py %s" % (stamp, runs, " ".join(args) or "(all scenarios)")]
-    summary += lines
-    summary += ["  %-50s failed %d of %d (runs %s)" % (n, len(r), runs, ",".join(map(str, r)))
+    # SIGTERM as SIGINT: either ends the repeat with what it has, recorded.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    done, stopped = 0, None
+    try:
+        for i in range(1, runs + 1):
+            stopped = i
+            passed, failed, secs = one_run(i, out_dir, args)
+            load = open("/proc/loadavg").read().split()[:3]
+            line = "run %d: %d passed, %d failed in %.0f s (load %s)%s" % (
+                i, len(passed), len(failed), secs, " ".join(load),
+                ": " + ", ".join(failed) if failed else "")
+            print(line, flush=True)
+            lines.append(line)
+            for name in failed:
+                tally.setdefault(name, []).append(i)
+            streak = 0 if failed else streak + 1
+            best = max(best, streak)
+            done, stopped = i, None
+    except KeyboardInterrupt:
+        pass
+    head = "%s: %d runs of run.py %s" % (stamp, runs, " ".join(args) or "(all scenarios)")
+    if stopped is not None:
+        head += ", stopped during run %d" % stopped
+    summary = [head] + lines
+    summary += ["  %-50s failed %d of %d (runs %s)" % (n, len(r), done, ",".join(map(str, r)))
                 for n, r in sorted(tally.items(), key=lambda kv: -len(kv[1]))]
-    summary.append("longest green streak: %d of %d" % (best, runs))
+    summary.append("longest green streak: %d of %d" % (best, done))
     print("\n".join(summary[1 + len(lines):]))
     with open(os.path.join(TOP, "results", "vm-repeat", "record.txt"), "a") as rec:
         rec.write("\n".join(summary) + "\n\n")
-    sys.exit(0 if not tally else 1)
+    sys.exit(0 if not tally and stopped is None else 1)
 
 
 if __name__ == "__main__":
