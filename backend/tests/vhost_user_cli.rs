@@ -792,15 +792,20 @@ fn shared_engine_parses_only_with_devices() {
     let f = vrdma_backend::vhost_user::prepare_fabric(&c).expect("fabric daemon");
     assert!(f.devices.iter().all(|p| p.engine.in_group()), "one group");
     assert_eq!(
-        daemon(&[
-            "--socket-path",
-            "/tmp/x.sock",
-            "--mac",
-            "52:54:00:00:00:09",
-            "--shared-engine"
-        ]),
+        one_device_with("--shared-engine"),
         Err(CliError::SharedEngineNeedsFabric)
     );
+}
+
+/// A one-device command line (no --device, so no fabric) with `flag` added.
+fn one_device_with(flag: &str) -> Result<DaemonConfig, CliError> {
+    daemon(&[
+        "--socket-path",
+        "/tmp/x.sock",
+        "--mac",
+        "52:54:00:00:00:09",
+        flag,
+    ])
 }
 
 /// Spec §16.3: `ip=` / `net=` per device and `--forward-between-uplinks` reach the
@@ -820,13 +825,7 @@ fn tenant_options_parse() {
     assert!(c.fabric.unwrap().forward_between_uplinks);
     // Only with --device.
     assert_eq!(
-        daemon(&[
-            "--socket-path",
-            "/tmp/x.sock",
-            "--mac",
-            "52:54:00:00:00:09",
-            "--forward-between-uplinks"
-        ]),
+        one_device_with("--forward-between-uplinks"),
         Err(CliError::BetweenUplinksNeedFabric)
     );
     // An uplink's networks.
