@@ -64,8 +64,10 @@ struct GroupThread {
 
 /// How engines reach a running group thread.
 struct Mailbox {
-    /// Workers to adopt, with what they need on the group thread.
-    joining: Mutex<Vec<Joining>>,
+    /// Workers to adopt, with what they need on the group thread; `None` once the thread
+    /// has ended (a worker handed over then would never leave, and its engine's shutdown
+    /// would wait for it forever).
+    joining: Mutex<Option<Vec<Joining>>>,
     /// `joining` is not empty (checked every pass without the lock).
     pending: AtomicBool,
     /// The group is dropped: the thread ends once it has no member left.
@@ -119,7 +121,12 @@ impl EngineGroup {
                 "group thread missing",
             )));
         };
-        lock(&t.mailbox.joining).push(j);
+        lock(&t.mailbox.joining)
+            .as_mut()
+            .ok_or(EngineError::Spawn(std::io::Error::other(
+                "the engine group thread has ended",
+            )))?
+            .push(j);
         t.mailbox.pending.store(true, Ordering::SeqCst);
         // An eventfd write fails only if the counter would overflow: the thread is kicked.
         let _ = t.mailbox.kick.write(1);
@@ -155,7 +162,7 @@ impl GroupThread {
             )
             .map_err(setup("epoll add eventfd"))?;
         let mailbox = Arc::new(Mailbox {
-            joining: Mutex::new(Vec::new()),
+            joining: Mutex::new(Some(Vec::new())),
             pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             kick,
@@ -206,6 +213,13 @@ impl GroupLoop {
     }
 
     fn run(mut self) {
+        self.serve();
+        // Workers handed over but not adopted leave with the thread (their engines wait for
+        // that), and no more are taken.
+        lock(&self.mailbox.joining).take();
+    }
+
+    fn serve(&mut self) {
         loop {
             if self.mailbox.pending.load(Ordering::SeqCst) {
                 self.adopt();
@@ -237,7 +251,10 @@ impl GroupLoop {
     /// Build the workers that joined and watch their epoll fds.
     fn adopt(&mut self) {
         self.mailbox.pending.store(false, Ordering::SeqCst);
-        let joining = std::mem::take(&mut *lock(&self.mailbox.joining));
+        let joining = lock(&self.mailbox.joining)
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         for j in joining {
             let _device = j.log.as_ref().map(crate::devlog::enter);
             let worker = Worker::new(j.shared, j.waiter);
