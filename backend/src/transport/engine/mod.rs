@@ -1,6 +1,8 @@
 //! The engine: the threads that run a device's transport. A device has one or more workers
 //! (`--engine-threads`; `transport/workers.rs`: a QP belongs to one worker for its life), each
-//! a thread that repeats one round of phases ([`worker`]):
+//! a thread of its own or, with `--shared-engine`, run by the thread of an [`EngineGroup`]
+//! that serves the workers of that index of every device (`group.rs`), and each repeats one
+//! round of phases ([`worker`]):
 //! 1. wait (`wakeup.rs`): spin on the worker's flags, then sleep in epoll on its kick eventfd
 //!    (doorbell records queued by [`EngineSender`], or a plain kick after a control command
 //!    that may unblock QPs, e.g. ODP_PAGE_RESP), its timerfd (the earliest transport / ODP
