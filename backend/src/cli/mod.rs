@@ -273,7 +273,8 @@ pub struct Args {
     /// One copy between the fabric's guests (spec §16.2 rule 6): an RC WRITE's payload stays in
     /// the sending guest's memory and the receiving engine copies it from there, behind a DMA
     /// fence. Off by default: on a 2-core host it measured slower than copying twice (the
-    /// receiving engine then does all the memory traffic while the sender's idles).
+    /// receiving engine then does all the memory traffic while the sender's idles); with
+    /// --shared-engine, whose thread did both copies, it measured faster.
     #[arg(long)]
     pub payload_refs: bool,
 
