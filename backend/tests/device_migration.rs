@@ -176,6 +176,53 @@ fn rc_traffic_continues_after_a_round_trip() {
     exchange(&mut p, &mut link, 40);
 }
 
+/// A requester that used up its retries on the source (its peer unreachable for `retry_cnt`
+/// timeouts in a row, the next one would fail the WQE) moves: the destination resends what was
+/// in flight at once, and that resend is not a timeout (what the source had sent was lost with
+/// its port, not by the network). With the peer reachable again the WRITE completes. Counted
+/// as a timeout, the resend failed it with RETRY_EXC_ERR at the destination's first tick (a
+/// migration under load: `migrate_during_pingpong_and_write_bw`, once).
+#[test]
+fn a_moved_requester_resends_without_spending_a_retry() {
+    let mut p = pair();
+    let mut link = Link::clean();
+    exchange(&mut p, &mut link, 10);
+    let data = pattern(21, 5000);
+    p.a.write(p.src_a, &data);
+    link.filter_ab = Some(Box::new(|_| false));
+    let mut qa = p.qa.clone();
+    p.a.post_send(
+        &mut qa,
+        &rdma(
+            61,
+            VRDMA_WR_RDMA_WRITE,
+            (p.src_a, data.len() as u32, p.ka),
+            p.dst_b,
+            p.kb,
+        ),
+    );
+    p.qa = qa;
+    let qpn = p.qa.qpn;
+    pump_until(&mut p.a, &mut p.b, &mut link, T, |a, _| {
+        a.dev.qps.get(qpn).is_some_and(|q| q.req.retry_left == 0)
+    });
+    assert!(
+        p.a.poll_cq(&mut p.cqa).is_empty(),
+        "not failed on the source"
+    );
+
+    migrate(&mut p.a);
+    link.filter_ab = None;
+    let (ca, _) = wait(&mut p, &mut link, 1, 0);
+    assert_eq!((ca[0].wr_id, ca[0].status), (61, VRDMA_WC_SUCCESS));
+    assert_eq!(p.b.read(p.dst_b, data.len()), data);
+    let qp = p.a.dev.qps.get(qpn).unwrap();
+    assert_eq!(
+        qp.stats.timeouts, 0,
+        "the resend on the destination is not a timeout"
+    );
+}
+
 /// Both directions mid-message: `a`'s 40 KiB RDMA WRITE half sent, the peer's 30 KiB SEND
 /// half received into `a`'s receive WQE, and the ACKs of both halves lost in the move.
 fn in_flight(p: &mut Pair) {

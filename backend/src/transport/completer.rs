@@ -410,6 +410,19 @@ fn on_atomic_ack(
     retire_read_like(ctx, st, i, psn, now);
 }
 
+/// The device was restored by a migration with packets in flight (spec §17.4): resend from
+/// the oldest unacknowledged packet and arm the retransmission timer, spending no retry and
+/// counting no timeout (the packets were lost with the source's port).
+pub(crate) fn resend_after_move(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {
+    st.moved_resend = None;
+    if !st.outstanding() {
+        return;
+    }
+    st.retry_psn = None;
+    restart(ctx, st);
+    st.retrans_deadline = timers::retrans_timeout(ctx.timeout).map(|d| now + d);
+}
+
 /// The retransmission timer expired (IBTA 9.7.6.1): resend from the oldest
 /// unacknowledged packet, or fail with RETRY_EXC_ERR after `retry_cnt` consecutive timeouts.
 pub(crate) fn on_retrans_timeout(ctx: &QpCtx, st: &mut RequesterState, now: Instant) {

@@ -47,10 +47,10 @@ pub fn rnr_timeout(code: u8) -> Duration {
 
 /// Earliest deadline of a requester state.
 pub fn next_deadline(st: &super::RequesterState) -> Option<Instant> {
-    match (st.retrans_deadline, st.rnr_deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    [st.retrans_deadline, st.rnr_deadline, st.moved_resend]
+        .into_iter()
+        .flatten()
+        .min()
 }
 
 /// Per-QP bookkeeping of the [`TimerQueue`], kept in the `Qp` (outside the requester and
@@ -226,6 +226,10 @@ fn fire_expired(dev: &Device, now: Instant, w: usize) -> Option<Instant> {
 fn fire(dev: &Device, qpn: u32, now: Instant) {
     with_req(dev, qpn, |dev, ctx: &QpCtx, st| {
         let mut fired = false;
+        if st.moved_resend.is_some_and(|d| d <= now) {
+            completer::resend_after_move(ctx, st, now);
+            fired = true;
+        }
         if st.retrans_deadline.is_some_and(|d| d <= now) {
             if let Some(mut s) = ctx::qp_stats(dev, ctx.qpn) {
                 s.timeouts += 1;

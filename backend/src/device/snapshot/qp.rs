@@ -70,7 +70,8 @@ pub(super) fn put_qp(w: &mut Writer, qp: &Qp) {
     w.u64(q.restarts);
     w.opt_u32(q.retry_psn);
     w.u32(q.rd_atomic_outstanding);
-    w.bool(q.retrans_deadline.is_some());
+    // A restored QP whose resend has not run yet still has its packets in flight.
+    w.bool(q.retrans_deadline.is_some() || q.moved_resend.is_some());
     w.bool(q.rnr_deadline.is_some());
     w.u32(q.wqes.len() as u32);
     for wqe in &q.wqes {
@@ -332,10 +333,13 @@ pub(super) fn get_qp(r: &mut Reader, dev: &Device) -> Result<Qp, SnapshotError> 
     if beyond > 0 && q.wqe_charge.try_grow(&dev.budget, beyond).is_err() {
         return Err(SnapshotError::NoResources);
     }
-    // Whatever was in flight was lost with the source's port: retransmit at once (the
-    // timer path, IBTA 9.7.6.1.3), or end the RNR wait now.
+    // Whatever was in flight was lost with the source's port: resend it at once, as a
+    // go-back-N that spends no retry (`completer::resend_after_move`: the source may have
+    // spent every retry on a path that failed while it was being stopped), or end the RNR
+    // wait now.
     let now = std::time::Instant::now();
-    q.retrans_deadline = retrans.then_some(now);
+    q.retrans_deadline = None;
+    q.moved_resend = retrans.then_some(now);
     q.rnr_deadline = rnr.then_some(now);
     let s = &mut qp.resp;
     s.epsn = psn(r, "responder PSN")?;

@@ -105,6 +105,10 @@ pub struct RequesterState {
     pub retrans_deadline: Option<Instant>,
     /// RNR back-off: no (re)transmission before this instant.
     pub rnr_deadline: Option<Instant>,
+    /// Restored by a migration with packets in flight (spec §17.4): resend them from this
+    /// instant on. Not a timeout: what the source sent was lost with its port, so no retry is
+    /// spent on it (the source may have spent them all on a bad path just before it stopped).
+    pub moved_resend: Option<Instant>,
     /// Set while an ODP fault on a local SGE blocks the QP (spec §10).
     pub odp_wait: Option<OdpWait>,
     /// An error WQE is queued: send nothing more, the QP goes to ERROR when it retires.
@@ -513,6 +517,7 @@ pub(crate) fn flush(dev: &Device, ctx: &QpCtx, st: &mut RequesterState) {
     }
     st.retrans_deadline = None;
     st.rnr_deadline = None;
+    st.moved_resend = None;
     st.odp_wait = None;
     st.rd_atomic_outstanding = 0;
 }
