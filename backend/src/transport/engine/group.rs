@@ -13,8 +13,8 @@
 //! mailbox, by which engines join.
 //!
 //! Only workers whose uplink tells without a system call whether frames wait (fabric device
-//! ports) can be members (`Worker::groupable`): the pass checks that flag instead of the fd.
-//! Others get a thread of their own as without a group.
+//! ports), or that do not receive, can be members (`Engine::start_in`): the pass checks that
+//! flag instead of the fd. Others get a thread of their own as without a group.
 
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
