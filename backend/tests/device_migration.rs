@@ -176,6 +176,22 @@ fn rc_traffic_continues_after_a_round_trip() {
     exchange(&mut p, &mut link, 40);
 }
 
+/// Post an RDMA WRITE of `len` bytes from a's source buffer to b's destination buffer.
+fn post_write_a(p: &mut Pair, wr_id: u64, len: usize) {
+    let mut qa = p.qa.clone();
+    p.a.post_send(
+        &mut qa,
+        &rdma(
+            wr_id,
+            VRDMA_WR_RDMA_WRITE,
+            (p.src_a, len as u32, p.ka),
+            p.dst_b,
+            p.kb,
+        ),
+    );
+    p.qa = qa;
+}
+
 /// A requester that used up its retries on the source (its peer unreachable for `retry_cnt`
 /// timeouts in a row, the next one would fail the WQE) moves: the destination resends what was
 /// in flight at once, and that resend is not a timeout (what the source had sent was lost with
@@ -190,18 +206,7 @@ fn a_moved_requester_resends_without_spending_a_retry() {
     let data = pattern(21, 5000);
     p.a.write(p.src_a, &data);
     link.filter_ab = Some(Box::new(|_| false));
-    let mut qa = p.qa.clone();
-    p.a.post_send(
-        &mut qa,
-        &rdma(
-            61,
-            VRDMA_WR_RDMA_WRITE,
-            (p.src_a, data.len() as u32, p.ka),
-            p.dst_b,
-            p.kb,
-        ),
-    );
-    p.qa = qa;
+    post_write_a(&mut p, 61, data.len());
     let qpn = p.qa.qpn;
     pump_until(&mut p.a, &mut p.b, &mut link, T, |a, _| {
         a.dev.qps.get(qpn).is_some_and(|q| q.req.retry_left == 0)
@@ -233,18 +238,7 @@ fn in_flight(p: &mut Pair) {
     let mut rq = p.qa.rq.clone().unwrap();
     p.a.post_recv(&mut rq, 50, &[(p.dst_a, LEN as u32, p.ka)]);
     p.qa.rq = Some(rq);
-    let mut qa = p.qa.clone();
-    p.a.post_send(
-        &mut qa,
-        &rdma(
-            51,
-            VRDMA_WR_RDMA_WRITE,
-            (p.src_a, wdata.len() as u32, p.ka),
-            p.dst_b,
-            p.kb,
-        ),
-    );
-    p.qa = qa;
+    post_write_a(p, 51, wdata.len());
     let mut qb = p.qb.clone();
     p.b.post_send(&mut qb, &send(52, (p.src_b, sdata.len() as u32, p.kb)));
     p.qb = qb;
