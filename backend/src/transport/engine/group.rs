@@ -318,9 +318,7 @@ impl GroupLoop {
     }
 
     fn any_ready(&self) -> bool {
-        let now = Instant::now();
-        self.mailbox.pending.load(Ordering::SeqCst)
-            || self.members.iter().any(|m| m.worker.ready(now))
+        work_waiting(&self.mailbox, &self.members)
     }
 
     fn set_polling(&mut self, on: bool) {
@@ -340,10 +338,7 @@ impl GroupLoop {
             self.set_polling(true);
         }
         let (members, mailbox) = (&self.members, &self.mailbox);
-        self.poller.spin_until(|| {
-            let now = Instant::now();
-            mailbox.pending.load(Ordering::SeqCst) || members.iter().any(|m| m.worker.ready(now))
-        })
+        self.poller.spin_until(|| work_waiting(mailbox, members))
     }
 
     /// Sleep in the group's epoll, then run the members whose epoll was readable. False if
@@ -381,4 +376,10 @@ impl GroupLoop {
         }
         true
     }
+}
+
+/// A worker waits to join, or a member has work (`Worker::ready`).
+fn work_waiting(mailbox: &Mailbox, members: &[Member]) -> bool {
+    let now = Instant::now();
+    mailbox.pending.load(Ordering::SeqCst) || members.iter().any(|m| m.worker.ready(now))
 }
