@@ -8,6 +8,7 @@ use std::sync::{
     LockResult, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
+pub mod asymmetric;
 pub mod modeled;
 #[cfg(test)]
 pub(crate) mod overlap;

@@ -15,7 +15,7 @@
 
 use std::cell::RefCell;
 use std::ops::Deref;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use thiserror::Error;
@@ -41,9 +41,10 @@ pub type GuestMemoryMap = GuestMemoryMmap<DirtyBitmap>;
 ///
 /// Why the flag: reaching the log takes an `RwLock` read (two locked RMWs on a cache line every
 /// engine thread shares) on every guest write, and most writes happen while no migration runs.
-/// With the flag, a write while no log is set costs one fence and one load. No page is lost:
-/// the flag turns on only after the log is in place (`replace`), and a writer reads it only
-/// after its own write is globally visible (see `mark_dirty`).
+/// With the flag, a write while no log is set costs a compiler barrier and one load. No page is
+/// lost: the flag turns on only after the log is in place (`replace`), and a writer that reads
+/// it off has its write globally visible before `replace` returns (an asymmetric fence,
+/// `sync/asymmetric.rs`: the full barrier is `replace`'s, see `mark_dirty`).
 ///
 /// vhost-user-backend never takes a log away again (it keeps marking after a failed
 /// migration), so the flag never turns off either. A loss of bits (`RegionLog::lost`) is
@@ -99,9 +100,10 @@ impl Bitmap for DirtyBitmap {
     fn mark_dirty(&self, offset: usize, len: usize) {
         // The caller wrote guest memory just before. If this load sees "off", that write must
         // already be visible to whoever turns logging on and then reads the page (QEMU's first
-        // RAM pass starts after SET_LOG_BASE): a store -> load order, which only a SeqCst
-        // fence gives (x86 reorders a later load before an earlier store).
-        fence(Ordering::SeqCst);
+        // RAM pass starts after SET_LOG_BASE): a store -> load order (x86 reorders a later
+        // load before an earlier store). The full fence it takes is on the side that turns
+        // logging on (`replace`), which runs once per region and migration.
+        crate::sync::asymmetric::light();
         if self.state.on.load(Ordering::Acquire) {
             if let Some(log) = crate::sync::read(&self.log).as_ref() {
                 log.mark_dirty(self.base.saturating_add(offset), len);
@@ -148,6 +150,9 @@ impl BitmapReplace for DirtyBitmap {
         }
         // Release after the log is in place: a writer that sees "on" marks into this log.
         self.state.on.store(true, Ordering::SeqCst);
+        // A writer that saw "off" has its write visible before this returns, so before the
+        // reply to SET_LOG_BASE lets the frontend read the page (`mark_dirty`).
+        crate::sync::asymmetric::heavy();
     }
 }
 
