@@ -50,10 +50,11 @@ fn assert_no_retransmits<'a>(devs: impl IntoIterator<Item = &'a Arc<HandoffLock<
 fn devices_of_a_group_share_a_thread_and_each_gets_its_rounds() {
     assert_eq!(threads_named("vrdma-engine"), 0, "no engine before");
     let opts = EngineOptions::default();
-    let group = EngineGroup::new(opts.poll);
+    let group = EngineGroup::new(opts.poll, 1);
+    let slot = group.place(0);
     let (mut p1, mut p2) = (pair(1), pair(2));
-    let (ea1, eb1, d1) = fabric_engines_in(Some(&group), &mut p1, opts);
-    let (ea2, eb2, d2) = fabric_engines_in(Some(&group), &mut p2, opts);
+    let (ea1, eb1, d1) = fabric_engines_in(Some((&group, slot)), &mut p1, opts);
+    let (ea2, eb2, d2) = fabric_engines_in(Some((&group, slot)), &mut p2, opts);
     let patience = Duration::from_secs(20);
     for i in 0..100u64 {
         write_and_wait(&ea1, &mut p1, i, 64, patience, "pair 1, 64 B");

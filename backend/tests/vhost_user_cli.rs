@@ -797,6 +797,38 @@ fn shared_engine_parses_only_with_devices() {
     );
 }
 
+/// `--shared-engine-threads N` (the group's slots) reaches the fabric's configuration with
+/// `--shared-engine` only, from 1 to 64; unset, the daemon takes the CPUs it may run on.
+#[test]
+fn shared_engine_threads_needs_the_shared_engine() {
+    let d = tmpdir("shared-engine-threads");
+    let a = format!("socket={},mac=52:54:00:00:00:01", d.join("a").display());
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--device", a.as_str()];
+        args.extend_from_slice(extra);
+        daemon(&args)
+    };
+    let c = with(&["--shared-engine", "--shared-engine-threads", "3"]).unwrap();
+    assert_eq!(c.fabric.as_ref().unwrap().shared_engine_threads, Some(3));
+    let c = with(&["--shared-engine"]).unwrap();
+    assert_eq!(c.fabric.as_ref().unwrap().shared_engine_threads, None);
+    let refused = |extra: &[&str]| {
+        let mut args = vec!["vrdma-backend", "--device", a.as_str()];
+        args.extend_from_slice(extra);
+        Args::try_parse_from(args).is_err()
+    };
+    assert!(
+        refused(&["--shared-engine-threads", "2"]),
+        "without --shared-engine"
+    );
+    for n in ["0", "65", "x"] {
+        assert!(
+            refused(&["--shared-engine", "--shared-engine-threads", n]),
+            "{n} sets"
+        );
+    }
+}
+
 /// A one-device command line (no --device, so no fabric) with `flag` added.
 fn one_device_with(flag: &str) -> Result<DaemonConfig, CliError> {
     daemon(&[

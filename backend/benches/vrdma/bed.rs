@@ -217,23 +217,40 @@ fn engine_options() -> EngineOptions {
 /// What engine threads `devices` devices of a fabric bench run on, said for the output.
 pub fn engine_threads_of(devices: usize) -> String {
     let per_device = engine_options().threads.max(1);
-    if shared_group().is_some() {
-        format!("{per_device} engine thread(s) shared by the {devices} devices")
+    if let Some(g) = shared_group() {
+        format!(
+            "{per_device} engine thread(s) per slot shared by the {devices} devices, {} slot(s), \
+             a pair per slot as far as they go",
+            g.slots()
+        )
     } else {
         format!("{} engine threads", devices * per_device)
     }
 }
 
-/// The process's engine group with `VRDMA_BENCH_SHARED=1` (see `Unlinked::on_fabric`).
+/// The process's engine group with `VRDMA_BENCH_SHARED=1` (see `Unlinked::on_fabric`): as
+/// many slots as `VRDMA_BENCH_SLOTS` says or, as the daemon's default, the CPUs this process
+/// may run on.
 fn shared_group() -> Option<EngineGroup> {
     static GROUP: std::sync::OnceLock<Option<EngineGroup>> = std::sync::OnceLock::new();
     GROUP
         .get_or_init(|| {
-            std::env::var_os("VRDMA_BENCH_SHARED")
-                .is_some()
-                .then(|| EngineGroup::new(engine_options().poll))
+            std::env::var_os("VRDMA_BENCH_SHARED").is_some().then(|| {
+                let slots = std::env::var("VRDMA_BENCH_SLOTS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+                EngineGroup::new(engine_options().poll, slots)
+            })
         })
         .clone()
+}
+
+/// A placement key of its own for each bed (pair) of the process: the pair plays a tenant
+/// network, as the daemon places devices (`EngineGroup::place`).
+fn next_pair_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 pub struct Bed {
@@ -560,9 +577,13 @@ impl Unlinked {
         // `--shared-engine`), for the whole process as in a daemon: one thread runs all the
         // pairs of a bench, frames between devices wake nobody.
         let (ea, eb) = if let Some(g) = shared_group() {
+            let key = next_pair_key();
+            let (slot_a, slot_b) = (g.place(key), g.place(key));
             (
-                Engine::start_in(&g, da.clone(), Arc::new(ua), engine_options()).expect("engine a"),
-                Engine::start_in(&g, db.clone(), Arc::new(ub), engine_options()).expect("engine b"),
+                Engine::start_in(&g, slot_a, da.clone(), Arc::new(ua), engine_options())
+                    .expect("engine a"),
+                Engine::start_in(&g, slot_b, db.clone(), Arc::new(ub), engine_options())
+                    .expect("engine b"),
             )
         } else {
             (

@@ -5,7 +5,8 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use super::{access, check_socket_path, host_memory, parse_mac, CliError};
+use super::host_memory::host_memory;
+use super::{access, check_socket_path, parse_mac, CliError};
 
 /// Largest network number: networks map one to one onto 802.1Q VLAN ids 0..=4094 on a
 /// trunk uplink (`vlans=`); 4095 is reserved by 802.1Q.

@@ -6,6 +6,7 @@
 pub mod access;
 pub mod delay;
 pub mod device_spec;
+mod host_memory;
 pub mod uplink_nets;
 
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use crate::tables::DeviceConfig;
 use crate::uplink::{ImpairConfig, UplinkSpec};
 use delay::DelaySpec;
 pub use device_spec::{DeviceSpec, FabricPortConfig};
+use host_memory::host_memory_bounds;
 use vrdma_spec::{VRDMA_ODP_CHUNK_SHIFT_MAX, VRDMA_ODP_CHUNK_SHIFT_MIN};
 
 /// Default QP limit (DESIGN.md: max QPs >= 16384, not bound by virtqueues).
@@ -166,6 +168,13 @@ pub struct Args {
     /// engine threads as one device would, however many guests it serves.
     #[arg(long)]
     pub shared_engine: bool,
+
+    /// With --shared-engine: how many sets of shared engine threads the devices are placed
+    /// over (1-64; default: the CPUs the daemon may run on). The devices of one tenant network
+    /// (`net=`) share a set, each new network goes to the set with the fewest devices.
+    #[arg(long, value_name = "N", requires = "shared_engine",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shared_engine_threads: Option<u16>,
 
     /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
@@ -415,6 +424,8 @@ pub struct FabricConfig {
     pub forward_between_uplinks: bool,
     /// `--shared-engine`: the devices' workers run in one engine group.
     pub shared_engine: bool,
+    /// `--shared-engine-threads`: the group's slots (`None`: the CPUs the daemon may use).
+    pub shared_engine_threads: Option<u16>,
     /// `--stats-socket`: the operator's socket for the fabric-wide counters.
     pub stats_socket: Option<PathBuf>,
 }
@@ -440,58 +451,6 @@ fn parse_uplink(s: &str) -> Result<UplinkSpec, CliError> {
         }
     }
     Ok(spec)
-}
-
-/// A host-memory byte count of the command line (at least [`MIN_HOST_MEMORY`]).
-fn host_memory(s: &str) -> Result<u64, CliError> {
-    crate::budget::parse_bytes(s)
-        .filter(|&n| n >= MIN_HOST_MEMORY)
-        .ok_or_else(|| CliError::BadHostMemory(s.to_string()))
-}
-
-/// The host-memory bounds of the command line (spec §16.1): each device's (`max-host-memory=`
-/// of its `--device`, else `--max-host-memory-per-device`, else 1 GiB, at most the daemon's)
-/// and the daemon's (`--max-host-memory`, else the sum of the devices' plus, on a fabric, what
-/// the daemon reserves or charges beside them: each device's receive queue and the capture
-/// queue, so that every device can reach its own bound). On a `--socket-path` command line
-/// `--max-host-memory` is the one device's bound as well, as it always was.
-fn host_memory_bounds(
-    args: &Args,
-    overrides: &[Option<u64>],
-    single: bool,
-) -> Result<(Vec<u64>, u64), CliError> {
-    let total = args
-        .max_host_memory
-        .as_deref()
-        .map(host_memory)
-        .transpose()?;
-    let per_device = args
-        .max_host_memory_per_device
-        .as_deref()
-        .map(host_memory)
-        .transpose()?;
-    let default = match (per_device, total) {
-        (Some(p), _) => p,
-        (None, Some(t)) if single => t,
-        (None, t) => crate::budget::DEFAULT_MAX_HOST_MEMORY.min(t.unwrap_or(u64::MAX)),
-    };
-    let devices: Vec<u64> = overrides.iter().map(|o| o.unwrap_or(default)).collect();
-    let total = total.unwrap_or_else(|| {
-        let beside = if single {
-            0
-        } else {
-            let queues =
-                (devices.len() as u64).saturating_mul(crate::fabric::rxqueue::RXQ_MAX_BYTES as u64);
-            let capture = if args.pcap.is_some() {
-                crate::uplink::pcap::QUEUE_BYTES
-            } else {
-                0
-            };
-            queues.saturating_add(capture)
-        };
-        devices.iter().fold(beside, |a, &d| a.saturating_add(d))
-    });
-    Ok((devices, total))
 }
 
 impl TryFrom<Args> for DaemonConfig {
@@ -583,6 +542,7 @@ impl TryFrom<Args> for DaemonConfig {
                 uplink_nets,
                 forward_between_uplinks: args.forward_between_uplinks,
                 shared_engine: args.shared_engine,
+                shared_engine_threads: args.shared_engine_threads,
                 stats_socket: args.access.stats_socket.clone(),
             }),
         })

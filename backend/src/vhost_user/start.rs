@@ -21,7 +21,7 @@ use crate::fabric::{Bridge, DeviceOptions, Fabric, FabricBuilder, FabricError, P
 use crate::guest::GuestMem;
 use crate::handoff::HandoffLock;
 use crate::stats::Metered;
-use crate::transport::engine::{Engine, EngineError, EngineGroup};
+use crate::transport::engine::{Engine, EngineError, EngineGroup, GroupSlot};
 use crate::uplink::{Impaired, PcapError, PcapTee, PcapWriter, Uplink, UplinkError};
 
 /// Errors of daemon start-up (each printed as one line by `main`).
@@ -135,7 +135,7 @@ fn prepare_in_group(
     config: &Config,
     uplink: Arc<dyn Uplink>,
     pool: &Budget,
-    group: Option<&EngineGroup>,
+    group: Option<(&EngineGroup, GroupSlot)>,
 ) -> Result<Prepared, StartError> {
     let mut dev_config = config.device_config();
     dev_config.host_memory_pool = Some(pool.clone());
@@ -169,7 +169,9 @@ fn prepare_in_group(
     let port_stats = device.lock().port_stats.clone();
     let uplink: Arc<dyn Uplink> = Arc::new(Metered::new(uplink, port_stats));
     let engine = match group {
-        Some(g) => Engine::start_in(g, device.clone(), uplink.clone(), config.engine)?,
+        Some((g, slot)) => {
+            Engine::start_in(g, slot, device.clone(), uplink.clone(), config.engine)?
+        }
         None => Engine::start_with(device.clone(), uplink.clone(), config.engine)?,
     };
     let listener = listen_with_access(&config.socket_path, config.socket_access)?;
@@ -325,11 +327,19 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     }
     let fabric = b.build();
     // The group lives as long as an engine in it (each holds it).
-    let group = fc
-        .shared_engine
-        .then(|| EngineGroup::new(first.engine.poll));
-    if group.is_some() {
-        info!("engine threads shared by the devices (--shared-engine)");
+    let group = fc.shared_engine.then(|| {
+        let slots = fc.shared_engine_threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, usize::from),
+            usize::from,
+        );
+        EngineGroup::new(first.engine.poll, slots)
+    });
+    if let Some(g) = &group {
+        info!(
+            "engine threads shared by the devices (--shared-engine): {} set(s), one per tenant \
+             network as far as they go",
+            g.slots()
+        );
     }
     let mut devices = Vec::new();
     for (d, id) in config.devices.iter().zip(ids) {
@@ -340,7 +350,11 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
             None if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
             None => Arc::new(port.with_segments()),
         };
-        devices.push(prepare_in_group(d, port, &pool, group.as_ref())?);
+        // The devices of one network can only talk among themselves: one slot's threads.
+        let placed = group
+            .as_ref()
+            .map(|g| (g, g.place(u64::from(d.fabric_port.net))));
+        devices.push(prepare_in_group(d, port, &pool, placed)?);
     }
     let bridges = fabric.start_bridges()?;
     Ok(PreparedFabric {

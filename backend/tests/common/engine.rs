@@ -9,7 +9,7 @@ use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::guest::GuestMem;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::{Engine, EngineGroup, EngineOptions};
+use vrdma_backend::transport::engine::{Engine, EngineGroup, EngineOptions, GroupSlot};
 use vrdma_backend::transport::Device;
 use vrdma_spec::*;
 
@@ -22,10 +22,10 @@ pub fn fabric_engines(p: &mut RcPair, opts: EngineOptions) -> (Engine, Engine) {
     (ea, eb)
 }
 
-/// [`fabric_engines`] with both engines' workers in `group` if given (`--shared-engine`); also
-/// returns the two devices (a's, b's) to read their counters.
+/// [`fabric_engines`] with both engines' workers in a group's slot if given
+/// (`--shared-engine`); also returns the two devices (a's, b's) to read their counters.
 pub fn fabric_engines_in(
-    group: Option<&EngineGroup>,
+    group: Option<(&EngineGroup, GroupSlot)>,
     p: &mut RcPair,
     opts: EngineOptions,
 ) -> (Engine, Engine, [Arc<HandoffLock<Device>>; 2]) {
@@ -37,7 +37,7 @@ pub fn fabric_engines_in(
     let start = |dev: &Arc<HandoffLock<Device>>, port| {
         let uplink = Arc::new(fabric.device_port(port).expect("device port"));
         match group {
-            Some(g) => Engine::start_in(g, Arc::clone(dev), uplink, opts),
+            Some((g, slot)) => Engine::start_in(g, slot, Arc::clone(dev), uplink, opts),
             None => Engine::start_with(Arc::clone(dev), uplink, opts),
         }
         .expect("engine")

@@ -15,6 +15,13 @@
 //! Only workers whose uplink tells without a system call whether frames wait (fabric device
 //! ports), or that do not receive, can be members (`Engine::start_in`): the pass checks that
 //! flag instead of the fd. Others get a thread of their own as without a group.
+//!
+//! Placement: a group has `slots` sets of those threads (`--shared-engine-threads`, by default
+//! the CPUs the daemon may run on). The devices of one placement key (the daemon's: a tenant
+//! network, whose devices can only talk among themselves) share a slot, so the frames between
+//! them stay on one thread; a key seen first goes to the slot with the fewest devices, so
+//! tenants spread over the CPUs and one tenant's rounds delay the devices of another only
+//! when there are more networks than slots.
 
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,8 +60,32 @@ impl std::fmt::Debug for EngineGroup {
 struct GroupInner {
     /// `--poll-us` of the group's threads.
     poll: Duration,
-    /// The thread of each worker index, started when its first member joins.
+    /// How many sets of threads the group places devices over.
+    slots: usize,
+    /// The thread of each slot and worker index (at `slot * MAX_WORKERS + index`), started
+    /// when its first member joins.
     threads: Mutex<Vec<Option<GroupThread>>>,
+    placement: Mutex<Placement>,
+}
+
+/// Where the devices went (see the module documentation): the slot of each key, and how many
+/// devices each slot was given.
+#[derive(Default)]
+struct Placement {
+    keys: Vec<(u64, usize)>,
+    devices: Vec<usize>,
+}
+
+/// A set of a group's threads, one per worker index, that a device's workers join
+/// ([`EngineGroup::place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSlot(usize);
+
+impl GroupSlot {
+    /// The slot's number, from 0.
+    pub fn index(self) -> usize {
+        self.0
+    }
 }
 
 struct GroupThread {
@@ -95,26 +126,59 @@ struct Member {
 }
 
 impl EngineGroup {
-    /// A group whose threads busy-poll for at most `poll` (`--poll-us`) before they sleep.
-    pub fn new(poll: Duration) -> EngineGroup {
+    /// A group of `slots` sets of threads (at least one) that busy-poll for at most `poll`
+    /// (`--poll-us`) before they sleep.
+    pub fn new(poll: Duration, slots: usize) -> EngineGroup {
+        let slots = slots.max(1);
         EngineGroup {
             inner: Arc::new(GroupInner {
                 poll,
-                threads: Mutex::new((0..MAX_WORKERS).map(|_| None).collect()),
+                slots,
+                threads: Mutex::new((0..slots * MAX_WORKERS).map(|_| None).collect()),
+                placement: Mutex::new(Placement {
+                    keys: Vec::new(),
+                    devices: vec![0; slots],
+                }),
             }),
         }
     }
 
-    /// Hand a worker to the group thread of its index (started on first use).
-    pub(super) fn join(&self, index: usize, j: Joining) -> Result<(), EngineError> {
+    /// The slot for one more device of placement key `key`: its key's, or for a key not seen
+    /// yet the slot with the fewest devices (the first of them).
+    pub fn place(&self, key: u64) -> GroupSlot {
+        let mut p = lock(&self.inner.placement);
+        let slot = match p.keys.iter().find(|(k, _)| *k == key) {
+            Some(&(_, slot)) => slot,
+            None => {
+                let slot = (0..p.devices.len())
+                    .min_by_key(|&s| p.devices[s])
+                    .unwrap_or(0);
+                p.keys.push((key, slot));
+                slot
+            }
+        };
+        if let Some(n) = p.devices.get_mut(slot) {
+            *n += 1;
+        }
+        GroupSlot(slot)
+    }
+
+    /// How many slots the group places devices over.
+    pub fn slots(&self) -> usize {
+        self.inner.slots
+    }
+
+    /// Hand a worker to the group thread of its slot and index (started on first use).
+    pub(super) fn join(&self, at: GroupSlot, index: usize, j: Joining) -> Result<(), EngineError> {
         let mut threads = lock(&self.inner.threads);
-        let slot = threads
-            .get_mut(index)
+        let slot = (index < MAX_WORKERS)
+            .then(|| threads.get_mut(at.0 * MAX_WORKERS + index))
+            .flatten()
             .ok_or(EngineError::Spawn(std::io::Error::other(
-                "worker index out of range",
+                "worker index or group slot out of range",
             )))?;
         if slot.is_none() {
-            *slot = Some(GroupThread::start(index, self.inner.poll)?);
+            *slot = Some(GroupThread::start(at.0, index, self.inner.poll)?);
         }
         let Some(t) = slot.as_ref() else {
             return Err(EngineError::Spawn(std::io::Error::other(
@@ -150,7 +214,7 @@ impl Drop for GroupInner {
 }
 
 impl GroupThread {
-    fn start(index: usize, poll: Duration) -> Result<GroupThread, EngineError> {
+    fn start(slot: usize, index: usize, poll: Duration) -> Result<GroupThread, EngineError> {
         let setup = |what| move |source| EngineError::Setup { what, source };
         let kick = EventFd::new(EFD_NONBLOCK).map_err(setup("eventfd"))?;
         let epoll = Epoll::new().map_err(setup("epoll"))?;
@@ -168,11 +232,12 @@ impl GroupThread {
             kick,
         });
         let m = Arc::clone(&mailbox);
-        // Named as a device's worker of that index: what measures the engines' CPU finds it.
-        let name = if index == 0 {
-            "vrdma-engine".to_string()
-        } else {
-            format!("vrdma-engine{index}")
+        // Named as a device's worker of that index (what measures the engines' CPU finds
+        // it), with the slot after an "s" from the second slot on (15 bytes at most).
+        let name = match (slot, index) {
+            (0, 0) => "vrdma-engine".to_string(),
+            (0, i) => format!("vrdma-engine{i}"),
+            (s, i) => format!("vrdma-engine{i}s{s}"),
         };
         let handle = std::thread::Builder::new()
             .name(name)
@@ -382,4 +447,27 @@ impl GroupLoop {
 fn work_waiting(mailbox: &Mailbox, members: &[Member]) -> bool {
     let now = Instant::now();
     mailbox.pending.load(Ordering::SeqCst) || members.iter().any(|m| m.worker.ready(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys keep their slot; a new key goes to the slot with the fewest devices (the first of
+    /// equals); one slot takes everything; slots are counted from 0.
+    #[test]
+    fn placement_follows_keys_and_spreads_new_ones() {
+        let g = EngineGroup::new(Duration::ZERO, 3);
+        let slots: Vec<usize> = [7, 7, 8, 9, 7, 10, 8, 11]
+            .iter()
+            .map(|&k| g.place(k).index())
+            .collect();
+        // devices per slot as it goes: 7 -> 0 (1,0,0), 7 -> 0 (2,0,0), 8 -> 1 (2,1,0),
+        // 9 -> 2 (2,1,1), 7 -> 0 (3,1,1), 10 -> 1 (3,2,1), 8 -> 1 (3,3,1), 11 -> 2.
+        assert_eq!(slots, [0, 0, 1, 2, 0, 1, 1, 2]);
+        assert_eq!(g.slots(), 3);
+        let one = EngineGroup::new(Duration::ZERO, 0);
+        assert_eq!(one.slots(), 1, "at least one slot");
+        assert!((0..5).all(|k| one.place(k).index() == 0));
+    }
 }

@@ -50,7 +50,7 @@ use wakeup::Waiter;
 use worker::{Shared, Worker};
 
 pub use super::engine_options::{EngineOptions, DEFAULT_POLL, DEFAULT_POLL_US};
-pub use group::EngineGroup;
+pub use group::{EngineGroup, GroupSlot};
 pub use link::LINK_POLL;
 pub use sender::EngineSender;
 
@@ -102,21 +102,22 @@ impl Engine {
         Self::start_maybe_in(None, dev, uplink, opts)
     }
 
-    /// Start the engine for `dev` on `uplink` with its workers in `group`'s threads (one per
-    /// worker index, shared with the group's other devices: `group.rs`), where they can be
-    /// (a worker that receives from an uplink without `rx_pending` gets a thread of its own).
-    /// `opts.poll` is the group's.
+    /// Start the engine for `dev` on `uplink` with its workers in the threads of `group`'s
+    /// slot `slot` (one per worker index, shared with the slot's other devices: `group.rs`),
+    /// where they can be (a worker that receives from an uplink without `rx_pending` gets a
+    /// thread of its own). `opts.poll` is the group's.
     pub fn start_in(
         group: &EngineGroup,
+        slot: GroupSlot,
         dev: Arc<HandoffLock<Device>>,
         uplink: Arc<dyn Uplink>,
         opts: EngineOptions,
     ) -> Result<Engine, EngineError> {
-        Self::start_maybe_in(Some(group), dev, uplink, opts)
+        Self::start_maybe_in(Some((group, slot)), dev, uplink, opts)
     }
 
     fn start_maybe_in(
-        group: Option<&EngineGroup>,
+        group: Option<(&EngineGroup, GroupSlot)>,
         dev: Arc<HandoffLock<Device>>,
         uplink: Arc<dyn Uplink>,
         opts: EngineOptions,
@@ -150,7 +151,7 @@ impl Engine {
             sender: sender.clone(),
             threads: Vec::with_capacity(n),
             grouped: Vec::new(),
-            _group: group.cloned(),
+            _group: group.map(|(g, _)| g.clone()),
             log: log.clone(),
         };
         for (w, waiter) in waiters.into_iter().enumerate() {
@@ -165,9 +166,10 @@ impl Engine {
             // Worker 0 receives: the group's pass looks at its uplink's queue without a
             // system call, which only `rx_pending` allows.
             let groupable = w != 0 || uplink.rx_pending().is_some();
-            if let Some(group) = group.filter(|_| groupable) {
+            if let Some((group, slot)) = group.filter(|_| groupable) {
                 let (left, gone) = std::sync::mpsc::sync_channel(0);
                 group.join(
+                    slot,
                     w,
                     group::Joining {
                         shared,
