@@ -116,14 +116,16 @@ for t in "$@"; do
         || commit="$commit+dirty"
     rm -rf "${out:?}/$t"
     mkdir -p "$out"
-    # -V: stop after SECONDS of fuzzing; -t: a 2 s hang limit (an execution takes milliseconds).
+    # -V: stop after SECONDS of fuzzing; -t: the hang limit, 2 s (an execution takes
+    # milliseconds). FUZZ_TIMEOUT_MS raises it for a campaign that only gets the host's idle
+    # time (SCHED_IDLE beside VM runs), where an execution can wait seconds for a CPU.
     # GNU time's figure is the CPU time of every process reaped below it: the CPU-hours the
     # ledger counts on a shared host. afl-fuzz does not reap its fork server (whose children
     # are the executions), so it runs as PID 1's child in a PID namespace of its own: the
     # namespace's init (bash) reaps every orphan, and their time counts.
     if ! /usr/bin/time -f '%U %S %e' -o "$out/$t.time" $reaper \
         bash -c 'cargo afl fuzz "$@"; rc=$?; wait; exit $rc' fuzz \
-        -V "$secs" -t 2000 -i "$seeds" -o "$out/$t" -- "$exe" > "$out/$t.log" 2>&1; then
+        -V "$secs" -t "${FUZZ_TIMEOUT_MS:-2000}" -i "$seeds" -o "$out/$t" -- "$exe" > "$out/$t.log" 2>&1; then
         echo "fuzz: afl-fuzz failed for $t:" >&2
         tail -30 "$out/$t.log" >&2
         exit 1
