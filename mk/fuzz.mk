@@ -6,6 +6,9 @@
 #
 #   make fuzz                      each target for FUZZ_SECONDS (60), with execs/s and coverage
 #   make fuzz FUZZ_TARGETS=packet FUZZ_SECONDS=600
+#   FUZZ_TIMEOUT_MS=10000 chrt -i 0 make fuzz ...   a campaign on the host's idle time only:
+#                                  a longer hang limit (2 s by default), as an execution
+#                                  may wait seconds for a CPU
 #   make fuzz-smoke                (in `make test`) every seed replayed, then each target fuzzed
 #                                  FUZZ_SMOKE_SECONDS (4) from fuzz/corpus/<target>/; fails loudly
 #   make fuzz-corpus               regenerate fuzz/corpus/ from real commands, WQEs and frames
