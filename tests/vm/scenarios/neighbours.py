@@ -31,6 +31,7 @@ device no QEMU uses):
   connections, stays alive, and the pair's traffic completes.
 """
 
+import glob
 import os
 import re
 import subprocess
@@ -86,12 +87,22 @@ def flood_beside_a_pair(ctx):
     limits = []
     runs = []  # (alone, beside the flood) MB/s, measured one after the other
 
+    # The daemon's CPU per thread kind in each phase: where the flood's cost lands.
+    cpu = {"alone": {}, "flooded": {}}
+
+    def measured(phase):
+        t0 = daemon_cpu(ctx.cluster)
+        mbs = write_bw(ctx, server, client)
+        for kind, secs in daemon_cpu(ctx.cluster).items():
+            cpu[phase][kind] = cpu[phase].get(kind, 0.0) + secs - t0.get(kind, 0.0)
+        return mbs
+
     def alternate():
         for _ in range(ROUNDS):
             run_ok(flooder, "touch /tmp/flood.pause")
-            alone = write_bw(ctx, server, client)
+            alone = measured("alone")
             run_ok(flooder, "rm -f /tmp/flood.pause")
-            runs.append((alone, write_bw(ctx, server, client)))
+            runs.append((alone, measured("flooded")))
 
     # The server's vCPU busy at its quota in both phases (a loop at nice 19 in the guest, which
     # its kernel's receive path preempts): idle while alone, it lent its quota to the daemon
@@ -138,6 +149,10 @@ def flood_beside_a_pair(ctx):
              "(target 70 %%; median of the pairs' ratios %.0f %%), %d retransmissions" % (
                  client.name, server.name, ", ".join("%.0f / %.0f" % r for r in runs),
                  100 * ratio, 100 * ratios[len(ratios) // 2], resent))
+    for phase, by_kind in cpu.items():
+        ctx.note("daemon CPU %s (s, %d runs of %d s): %s; host load %s" % (
+            phase, ROUNDS, BW_SECONDS, ", ".join("%s %.2f" % kv for kv in sorted(by_kind.items())),
+            open("/proc/loadavg").read().split()[0]))
     ctx.note("flooder: %s; fabric: over_share %d, bcast_rate %d of %s, full %d at %s" % (
         fout.strip().splitlines()[-1], delta(after, before, flooder, "over_share"),
         delta(after, before, flooder, "bcast_rate"), flooder.name,
@@ -150,6 +165,24 @@ def flood_beside_a_pair(ctx):
         client.name, server.name, answered, PINGS))
     expect(answered >= PINGS - 2, "the flooded guest's netdev still takes its other senders' "
            "frames: %d of %d pings answered (spec §16.4 rule 4)" % (answered, PINGS))
+
+
+def daemon_cpu(cluster):
+    """CPU seconds the shared daemon's threads used so far, summed per kind of thread (the
+    name without its digits: vrdma-engine, vhost-user threads, ...)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    kinds = {}
+    for stat in glob.glob("/proc/%d/task/*/stat" % cluster.fabric_backend.pid):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        kind = re.sub(r"[0-9]+", "", comm)
+        kinds[kind] = kinds.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return kinds
 
 
 def pings_answered(src, dst):
