@@ -13,20 +13,6 @@ use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::transport::engine::{EngineGroup, EngineOptions};
 use vrdma_backend::transport::Device;
 
-/// A pair whose requester retransmits only after 4.3 s without an ACK (timeout 20): a thread
-/// of a loaded host is never descheduled that long, so a retransmission means a frame the
-/// group thread overlooked, not a slow scheduler.
-fn pair(seed: u64) -> RcPair {
-    let p = RcPair::new()
-        .mem_mib(4)
-        .timeout(20)
-        .cq_depth(256)
-        .mrs(256 << 10, 256 << 10)
-        .build();
-    p.a.write(p.src, &pattern(seed, 256 << 10));
-    p
-}
-
 /// Nothing was lost on a lossless fabric: a frame or kick the group thread overlooked would
 /// have been recovered by a retransmission (the 20 s patience of each WRITE allows four).
 fn assert_no_retransmits<'a>(devs: impl IntoIterator<Item = &'a Arc<HandoffLock<Device>>>) {
@@ -52,7 +38,7 @@ fn devices_of_a_group_share_a_thread_and_each_gets_its_rounds() {
     let opts = EngineOptions::default();
     let group = EngineGroup::new(opts.poll, 1);
     let slot = group.place(0);
-    let (mut p1, mut p2) = (pair(1), pair(2));
+    let (mut p1, mut p2) = (patient_pair(1, 256 << 10), patient_pair(2, 256 << 10));
     let (ea1, eb1, d1) = fabric_engines_in(Some((&group, slot)), &mut p1, opts);
     let (ea2, eb2, d2) = fabric_engines_in(Some((&group, slot)), &mut p2, opts);
     let patience = Duration::from_secs(20);

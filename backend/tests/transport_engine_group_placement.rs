@@ -10,17 +10,6 @@ use common::engine::*;
 use common::*;
 use vrdma_backend::transport::engine::{EngineGroup, EngineOptions};
 
-fn pair(seed: u64) -> RcPair {
-    let p = RcPair::new()
-        .mem_mib(4)
-        .timeout(20)
-        .cq_depth(256)
-        .mrs(64 << 10, 64 << 10)
-        .build();
-    p.a.write(p.src, &pattern(seed, 64 << 10));
-    p
-}
-
 /// Two slots, three pairs: the pairs of keys 0 and 1 get a slot each (two threads, named
 /// apart), the third pair, of key 0 again, joins key 0's thread; every pair moves its data
 /// with no retransmission (a frame left on a thread that does not serve its device would
@@ -31,7 +20,11 @@ fn a_key_keeps_its_slot_and_new_keys_spread_over_the_slots() {
     assert_eq!(threads_named("vrdma-engine0s1"), 0, "no engine before");
     let opts = EngineOptions::default();
     let group = EngineGroup::new(opts.poll, 2);
-    let (mut p1, mut p2, mut p3) = (pair(1), pair(2), pair(3));
+    let (mut p1, mut p2, mut p3) = (
+        patient_pair(1, 64 << 10),
+        patient_pair(2, 64 << 10),
+        patient_pair(3, 64 << 10),
+    );
     let (s1, s2) = (
         (group.place(0), group.place(0)),
         (group.place(1), group.place(1)),

@@ -22,6 +22,21 @@ pub fn fabric_engines(p: &mut RcPair, opts: EngineOptions) -> (Engine, Engine) {
     (ea, eb)
 }
 
+/// A pair whose MRs hold `bytes` (a's source filled from `seed`) and whose requester
+/// retransmits only after 4.3 s without an ACK (timeout 20): a thread of a loaded host is never
+/// descheduled that long, so a retransmission means a frame an engine overlooked, not a slow
+/// scheduler.
+pub fn patient_pair(seed: u64, bytes: usize) -> RcPair {
+    let p = RcPair::new()
+        .mem_mib(4)
+        .timeout(20)
+        .cq_depth(256)
+        .mrs(bytes as u64, bytes as u64)
+        .build();
+    p.a.write(p.src, &pattern(seed, bytes));
+    p
+}
+
 /// [`fabric_engines`] with both engines' workers in a group's slot if given
 /// (`--shared-engine`); also returns the two devices (a's, b's) to read their counters.
 pub fn fabric_engines_in(
