@@ -233,7 +233,8 @@ impl GroupThread {
         });
         let m = Arc::clone(&mailbox);
         // Named as a device's worker of that index (what measures the engines' CPU finds
-        // it), with the slot after an "s" from the second slot on (15 bytes at most).
+        // it), with the slot after an "s" from the second slot on (the kernel keeps 15 bytes:
+        // two-digit index and slot lose the last digit).
         let name = match (slot, index) {
             (0, 0) => "vrdma-engine".to_string(),
             (0, i) => format!("vrdma-engine{i}"),
