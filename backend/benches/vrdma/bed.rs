@@ -216,8 +216,13 @@ fn engine_options() -> EngineOptions {
 
 /// What engine threads `devices` devices of a fabric bench run on, said for the output.
 pub fn engine_threads_of(devices: usize) -> String {
+    engine_threads_in(devices, shared_group().as_ref())
+}
+
+/// [`engine_threads_of`] for devices in `group` if given.
+pub fn engine_threads_in(devices: usize, group: Option<&EngineGroup>) -> String {
     let per_device = engine_options().threads.max(1);
-    if let Some(g) = shared_group() {
+    if let Some(g) = group {
         format!(
             "{per_device} engine thread(s) per slot shared by the {devices} devices, {} slot(s), \
              a pair per slot as far as they go",
@@ -244,6 +249,15 @@ fn shared_group() -> Option<EngineGroup> {
             })
         })
         .clone()
+}
+
+/// A new engine group as the daemon's `--shared-engine` makes it (a slot per CPU this
+/// process may run on), whatever `VRDMA_BENCH_SHARED` says.
+pub fn placed_group() -> EngineGroup {
+    EngineGroup::new(
+        engine_options().poll,
+        std::thread::available_parallelism().map_or(1, usize::from),
+    )
 }
 
 /// A placement key of its own for each bed (pair) of the process: the pair plays a tenant
@@ -318,7 +332,7 @@ impl Bed {
                     fb.add_device(u.b.mac).expect("port b"),
                 );
                 let fabric = fb.build();
-                u.on_fabric(&fabric, pa, pb)
+                u.on_fabric(&fabric, pa, pb, shared_group().as_ref())
             }
             _ => u.link(mode),
         }
@@ -333,6 +347,18 @@ impl Bed {
         path_mtu: u32,
         buf_len: u64,
         raw: &[[u8; 6]],
+    ) -> (Vec<Bed>, Arc<Fabric>, Vec<PortId>) {
+        Self::fabric_pairs_in(pairs, path_mtu, buf_len, raw, shared_group().as_ref())
+    }
+
+    /// [`Bed::fabric_pairs`] with the engines in `group` if given (each pair placed as a
+    /// network of its own), else in threads of their own.
+    pub fn fabric_pairs_in(
+        pairs: usize,
+        path_mtu: u32,
+        buf_len: u64,
+        raw: &[[u8; 6]],
+        group: Option<&EngineGroup>,
     ) -> (Vec<Bed>, Arc<Fabric>, Vec<PortId>) {
         let unlinked: Vec<Unlinked> = (0..pairs)
             .map(|i| {
@@ -366,7 +392,7 @@ impl Bed {
         let beds = unlinked
             .into_iter()
             .zip(ports)
-            .map(|(u, (pa, pb))| u.on_fabric(&fabric, pa, pb))
+            .map(|(u, (pa, pb))| u.on_fabric(&fabric, pa, pb, group))
             .collect();
         (beds, fabric, raw_ports)
     }
@@ -537,7 +563,13 @@ impl Unlinked {
     }
 
     /// Link the two sides through their ports `pa`, `pb` on `fabric`, an engine thread each.
-    fn on_fabric(self, fabric: &Arc<Fabric>, pa: PortId, pb: PortId) -> Bed {
+    fn on_fabric(
+        self,
+        fabric: &Arc<Fabric>,
+        pa: PortId,
+        pb: PortId,
+        group: Option<&EngineGroup>,
+    ) -> Bed {
         let Unlinked {
             mut a,
             mut b,
@@ -576,13 +608,13 @@ impl Unlinked {
         // `VRDMA_BENCH_SHARED=1`: every device's workers in one engine group (the daemon's
         // `--shared-engine`), for the whole process as in a daemon: one thread runs all the
         // pairs of a bench, frames between devices wake nobody.
-        let (ea, eb) = if let Some(g) = shared_group() {
+        let (ea, eb) = if let Some(g) = group {
             let key = next_pair_key();
             let (slot_a, slot_b) = (g.place(key), g.place(key));
             (
-                Engine::start_in(&g, slot_a, da.clone(), Arc::new(ua), engine_options())
+                Engine::start_in(g, slot_a, da.clone(), Arc::new(ua), engine_options())
                     .expect("engine a"),
-                Engine::start_in(&g, slot_b, db.clone(), Arc::new(ub), engine_options())
+                Engine::start_in(g, slot_b, db.clone(), Arc::new(ub), engine_options())
                     .expect("engine b"),
             )
         } else {

@@ -267,14 +267,27 @@ fn print_fairness(
     );
 }
 
-fn print_tenants((aggregate, slowest, alone): (f64, f64, f64)) {
+/// The 8-device point: `threads` says what engine threads ran it.
+fn print_tenants((aggregate, slowest, alone): (f64, f64, f64), threads: &str) {
     println!(
         "headline: 8 devices on one fabric, 4 RC pairs: aggregate {aggregate:.0} MB/s, slowest \
-         pair {slowest:.2} of fair share (the pairs' mean rate; aggregate {:.2} of one pair alone, {alone:.0} MB/s; {}, \
+         pair {slowest:.2} of fair share (the pairs' mean rate; aggregate {:.2} of one pair alone, {alone:.0} MB/s; {threads}, \
          64 KiB WRITE)",
         aggregate / alone,
-        crate::bed::engine_threads_of(8)
     );
+}
+
+/// The 8-device point twice: as the benches' engines run (a thread each unless
+/// `VRDMA_BENCH_SHARED`), then in an engine group placed as the daemon's `--shared-engine`
+/// places tenant networks (a pair each).
+fn tenants_both(bytes: u64, runs: usize) -> [((f64, f64, f64), String); 2] {
+    let usual = crate::tenancy::eight_devices(bytes, runs, None);
+    let group = crate::bed::placed_group();
+    let placed = crate::tenancy::eight_devices(bytes, runs, Some(&group));
+    [
+        (usual, crate::bed::engine_threads_of(8)),
+        (placed, crate::bed::engine_threads_in(8, Some(&group))),
+    ]
 }
 
 /// The fairness headline point alone (section `fairness`).
@@ -286,7 +299,9 @@ pub fn fairness_only(quick: bool) {
 /// The 8-device headline point alone (section `tenants-8`).
 pub fn tenants_only(quick: bool) {
     let runs = if quick { 3 } else { 5 };
-    print_tenants(crate::tenancy::eight_devices(stream_bytes(quick) / 4, runs));
+    for (t, threads) in tenants_both(stream_bytes(quick) / 4, runs) {
+        print_tenants(t, &threads);
+    }
 }
 
 /// The 10000-idle-QP headline point alone (section `idle-qps`, for `perf record`).
@@ -341,7 +356,7 @@ pub fn run(quick: bool) {
     let ceiling = pair_ceiling(budget, runs);
     let w = crate::workers::two_vs_one(budget, runs);
     let fairness = crate::tenancy::fairness(budget, runs);
-    let tenants = crate::tenancy::eight_devices(budget / 4, runs);
+    let tenants = tenants_both(budget / 4, runs);
     println!("headline: memcpy 1 core: {memcpy:.0} MB/s");
     println!(
         "headline: in-process RC WRITE 64 KiB path MTU 4096 (one thread, both sides): {:.0} MB/s \
@@ -387,6 +402,8 @@ pub fn run(quick: bool) {
          {idle_cpu:.2})"
     );
     print_fairness(fairness);
-    print_tenants(tenants);
+    for (t, threads) in tenants {
+        print_tenants(t, &threads);
+    }
     println!("headline: load average {} after", loadavg());
 }

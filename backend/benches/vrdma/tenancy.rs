@@ -166,9 +166,14 @@ pub fn fairness(bytes: u64, runs: usize) -> (f64, f64, f64, f64, u64, Option<u64
     (f / a, a, f, fps, full, drops(&fabric, 0, "over_share"))
 }
 
-/// The 8-device headline: (aggregate MB/s, slowest pair / fair share, one pair alone MB/s).
-pub fn eight_devices(bytes: u64, runs: usize) -> (f64, f64, f64) {
-    let (mut beds, _fabric, _) = Bed::fabric_pairs(4, 4096, 16 << 20, &[]);
+/// The 8-device headline: (aggregate MB/s, slowest pair / fair share, one pair alone MB/s),
+/// with the devices' engines in `group` if given (each pair placed as a network of its own).
+pub fn eight_devices(
+    bytes: u64,
+    runs: usize,
+    group: Option<&vrdma_backend::transport::engine::EngineGroup>,
+) -> (f64, f64, f64) {
+    let (mut beds, _fabric, _) = Bed::fabric_pairs_in(4, 4096, 16 << 20, &[], group);
     for b in beds.iter_mut() {
         stream(b, Op::Write, 64 << 10, 64);
     }
