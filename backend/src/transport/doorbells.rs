@@ -10,6 +10,13 @@
 //! QP gets an SQ and an RQ doorbell, which is what any dropped record could have asked for
 //! (CQ_ARM and SRQ records are hints the device may ignore, §8). The guest thus cannot grow the
 //! queue without bound, and no doorbell of a real QP is lost.
+//!
+//! A worker takes at most a round's share of the records ([`DoorbellQueue::take_at_most`]) and
+//! leaves the rest queued for its next round, so a device with many rung QPs does not hold its
+//! thread (shared by other devices in an engine group) for one long round. What a partial batch
+//! covers is exact: every record remembers how many had been accepted before it first arrived,
+//! and the records are taken in that order, so a batch covers every record accepted before the
+//! first one it leaves.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -46,7 +53,8 @@ pub struct DoorbellBatch {
     /// Records were not queued because of the bound: the engine rings the SQ and RQ doorbell of
     /// every QP after `records`.
     pub sweep: bool,
-    /// The queue's [`DoorbellQueue::received`] when the batch was taken.
+    /// How many of the records accepted so far ([`DoorbellQueue::received`]) the batch covers:
+    /// all of them when it emptied the queue, else those accepted before the first record left.
     pub received: u64,
 }
 
@@ -64,7 +72,9 @@ impl DoorbellBatch {
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct DoorbellQueue {
-    order: VecDeque<VrdmaDoorbell>,
+    /// The pending records in the order they first arrived, each with the count of records
+    /// accepted before it (what a batch that stops before it covers).
+    order: VecDeque<(VrdmaDoorbell, u64)>,
     pending: HashSet<(u32, u32)>,
     sweep: bool,
     /// Records accepted so far (queued, merged or covered by the sweep): the position a
@@ -112,7 +122,7 @@ impl DoorbellQueue {
             return Pushed::Swept;
         }
         self.pending.insert((db.type_, db.id));
-        self.order.push_back(db);
+        self.order.push_back((db, self.received));
         Pushed::Queued
     }
 
@@ -148,9 +158,38 @@ impl DoorbellQueue {
     pub fn take(&mut self) -> DoorbellBatch {
         self.pending.clear();
         DoorbellBatch {
-            records: self.order.drain(..).collect(),
+            records: self.order.drain(..).map(|(db, _)| db).collect(),
             sweep: std::mem::take(&mut self.sweep),
             received: self.received,
+        }
+    }
+
+    /// The first `max` pending records (at least one), for one round; the rest stay queued,
+    /// still merging, in their order. A pending sweep takes everything, as [`take`]: it runs
+    /// after every record and rings every QP anyway.
+    ///
+    /// [`take`]: DoorbellQueue::take
+    pub fn take_at_most(&mut self, max: usize) -> DoorbellBatch {
+        let max = max.max(1);
+        if self.sweep || self.order.len() <= max {
+            return self.take();
+        }
+        let records: Vec<VrdmaDoorbell> = self
+            .order
+            .drain(..max)
+            .map(|(db, _)| {
+                self.pending.remove(&(db.type_, db.id));
+                db
+            })
+            .collect();
+        let received = self
+            .order
+            .front()
+            .map_or(self.received, |&(_, before)| before);
+        DoorbellBatch {
+            records,
+            sweep: false,
+            received,
         }
     }
 }
@@ -206,5 +245,57 @@ mod tests {
         assert_eq!(q.received(), before);
         assert_eq!(q.push(db(VRDMA_DB_SQ, 7)), Pushed::Swept);
         assert_eq!(q.received(), before + 1);
+    }
+
+    /// A round's share: the first records in arrival order; the rest stay queued and keep
+    /// merging; each batch covers exactly the records accepted before the first one it left
+    /// (a merge into a record still queued is not covered); a pending sweep takes everything.
+    #[test]
+    fn a_round_takes_a_share_and_covers_what_came_before_the_rest() {
+        let mut q = DoorbellQueue::new();
+        for id in 0..5 {
+            q.push(db(VRDMA_DB_SQ, id)); // accepted 1..=5
+        }
+        q.push(db(VRDMA_DB_SQ, 0)); // 6: merged into the first record
+        q.push(db(VRDMA_DB_SQ, 4)); // 7: merged into the last
+        let b = q.take_at_most(2);
+        assert_eq!(b.records, vec![db(VRDMA_DB_SQ, 0), db(VRDMA_DB_SQ, 1)]);
+        assert!(!b.sweep);
+        assert_eq!(
+            b.received, 2,
+            "covers what came before record 2, not merge 6"
+        );
+        assert_eq!(q.len(), 3);
+        // Taken records queue again; queued ones still merge.
+        assert_eq!(q.push(db(VRDMA_DB_SQ, 0)), Pushed::Queued); // 8
+        assert_eq!(q.push(db(VRDMA_DB_SQ, 3)), Pushed::Merged); // 9
+        let b = q.take_at_most(3);
+        assert_eq!(
+            b.records,
+            vec![db(VRDMA_DB_SQ, 2), db(VRDMA_DB_SQ, 3), db(VRDMA_DB_SQ, 4)]
+        );
+        assert_eq!(b.received, 7, "up to record 0's second arrival (8)");
+        let b = q.take_at_most(0);
+        assert_eq!(b.records, vec![db(VRDMA_DB_SQ, 0)], "at least one record");
+        assert_eq!(b.received, 9, "an emptied queue covers everything");
+        assert!(q.is_empty());
+        assert_eq!(
+            q.take_at_most(4),
+            DoorbellBatch {
+                received: 9,
+                ..Default::default()
+            }
+        );
+
+        // A sweep takes every record with it.
+        for id in 0..4 {
+            q.push(db(VRDMA_DB_RQ, id));
+        }
+        q.request_sweep();
+        let b = q.take_at_most(1);
+        assert_eq!(b.records.len(), 4);
+        assert!(b.sweep);
+        assert_eq!(b.received, 13);
+        assert!(q.is_empty());
     }
 }

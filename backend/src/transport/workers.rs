@@ -107,7 +107,8 @@ pub(super) struct Inbox {
     pub(super) queue: Mutex<DoorbellQueue>,
     pub(super) kick: EventFd,
     pub(super) wake: WakeFlags,
-    /// The queue's `received()` as of the worker's last batch, stored once that batch's records
+    /// The queue's `received()` that the worker's last batch covered (`DoorbellBatch::received`:
+    /// all of it unless records were left for the next round), stored once that batch's records
     /// were run and its frames sent: what a control command waits for (`EngineSender::fence`).
     pub(super) done: AtomicU64,
     frames: Mutex<InboxFrames>,

@@ -1,14 +1,15 @@
 //! One engine worker: a thread that repeats a round of phases until the engine stops.
 //!
 //! 1. [`Worker::wait`]: until there is work (`wakeup.rs`);
-//! 2. take the inbox: the doorbell records queued for this worker and the frames other workers
-//!    routed it (`workers.rs`);
+//! 2. take the inbox: at most [`ROUND_DOORBELLS`] of the doorbell records queued for this
+//!    worker (the rest wait for its next round) and the frames other workers routed it
+//!    (`workers.rs`);
 //! 3. receive (`receive.rs`, worker 0 only) and poll the link state (`link.rs`), before the
 //!    device lock is taken;
 //! 4. [`Worker::run_units`]: with the device lock shared, the units of work and the timers
 //!    (`units.rs`, `route.rs`), then the outbox sorted (`outbox.rs`);
 //! 5. after the lock is released: kick the workers this round gave work to, send to the
-//!    uplink, publish the doorbell count the round ran (`Inbox::done`, what
+//!    uplink, publish the doorbell count the round covered (`Inbox::done`, what
 //!    `EngineSender::fence` waits for), re-arm the timer.
 
 use std::sync::atomic::Ordering;
@@ -29,6 +30,14 @@ use crate::transport::doorbells::DoorbellBatch;
 use crate::transport::workers::{Inbox, Routed};
 use crate::transport::Device;
 use crate::uplink::Uplink;
+
+/// Doorbell records one round runs at most. A record makes its QP send up to a window of
+/// packets (`requester::WINDOW`), so a device whose guest rang many QPs at once would
+/// otherwise hold its thread for one long round, and an engine group thread's other devices
+/// (`group.rs`) would wait for all of it: their rounds now come between its shares, as the
+/// kernel's time slices come between threads of their own. Records left over wait in the
+/// queue (still merging) for the worker's next round, which follows without a wake-up.
+pub(super) const ROUND_DOORBELLS: usize = 32;
 
 /// What a worker shares with the engine's other threads.
 pub(super) struct Shared {
@@ -64,6 +73,9 @@ pub(super) struct Worker {
     /// The uplink's link state, if it has one and this worker receives.
     link: Option<LinkPoll>,
     rx: Receiver,
+    /// The last round left doorbell records queued ([`ROUND_DOORBELLS`]): the next round
+    /// follows without a wait.
+    doorbells_left: bool,
     /// Frames other workers routed to this one's QPs, swapped with the inbox's each round.
     routed: Vec<Routed>,
     outgoing: Outgoing,
@@ -86,6 +98,7 @@ impl Worker {
             swaps_buffers,
             link,
             rx,
+            doorbells_left: false,
             routed: Vec::new(),
             outgoing: Outgoing::default(),
         }
@@ -127,6 +140,7 @@ impl Worker {
     pub(super) fn ready(&self, now: Instant) -> bool {
         let inbox = self.shared.inbox();
         self.rx.more
+            || self.doorbells_left
             || !self.outgoing.looped.is_empty()
             || inbox.wake.work.load(Ordering::SeqCst)
             || (self.receives && self.shared.uplink.rx_pending() == Some(true))
@@ -182,10 +196,10 @@ impl Worker {
         true
     }
 
-    /// Wait unless the last round left frames on the uplink or looped back; with a link state
-    /// to poll, at most until the next poll.
+    /// Wait unless the last round left frames on the uplink or looped back, or doorbell
+    /// records queued; with a link state to poll, at most until the next poll.
     fn wait(&mut self) -> Woken {
-        let busy = self.rx.more || !self.outgoing.looped.is_empty();
+        let busy = self.rx.more || self.doorbells_left || !self.outgoing.looped.is_empty();
         let timeout_ms = match &self.link {
             _ if busy => 0,
             Some(link) => link.timeout_ms(),
@@ -204,7 +218,12 @@ impl Worker {
     /// One round after a wait that reported `events`: every phase but the wait.
     fn round(&mut self, events: usize) {
         self.waiter.take_events(events, self.shared.inbox());
-        let dbs = lock(&self.shared.inbox().queue).take();
+        let dbs = {
+            let mut queue = lock(&self.shared.inbox().queue);
+            let dbs = queue.take_at_most(ROUND_DOORBELLS);
+            self.doorbells_left = !queue.is_empty();
+            dbs
+        };
         self.shared.inbox().take_frames(&mut self.routed);
         let uplink = &*self.shared.uplink;
         self.rx.receive(self.receives.then_some(uplink));
@@ -215,7 +234,8 @@ impl Worker {
         let me = self.shared.index;
         self.shared.sender.kick_workers(kicks & !(1 << me));
         self.outgoing.send(&*self.shared.uplink);
-        // Its doorbells ran, their frames left (suspended: remembered for the resume sweep).
+        // Its doorbells ran, their frames left (suspended: remembered for the resume sweep):
+        // the records the batch covered, not those it left queued.
         self.shared
             .inbox()
             .done
