@@ -5,16 +5,13 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::engine::*;
-use common::write_conn::WriteConn;
+use common::write_conn::{fabric_pair, FabricPair, WriteConn};
 use common::*;
-use vrdma_backend::device::Device;
-use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::handoff::HandoffLock;
-use vrdma_backend::transport::engine::{Engine, EngineOptions};
+use vrdma_backend::transport::Device;
 use vrdma_spec::*;
 
 /// Several rounds' worth of QPs (the budget is 32 records a round).
@@ -23,40 +20,9 @@ const CONNS: u64 = 100;
 /// about 4 MiB and takes a millisecond or more.
 const LEN: u64 = 128 << 10;
 
-struct Bed {
-    a: Node,
-    b: Node,
-    conns: Vec<WriteConn>,
-    da: Arc<HandoffLock<Device>>,
-    ea: Engine,
-    eb: Engine,
-}
-
 /// Devices a and b on one fabric, an engine of one worker each, [`CONNS`] connections a -> b.
-fn bed() -> Bed {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    let conns = (0..CONNS)
-        .map(|i| WriteConn::new(&mut a, &mut b, LEN, 300 + i))
-        .collect();
-    let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(a.mac).expect("port a");
-    let pb = fb.add_device(b.mac).expect("port b");
-    let fabric = fb.build();
-    let start = |dev: &Arc<HandoffLock<Device>>, p| {
-        let port = Arc::new(fabric.device_port(p).expect("port"));
-        Engine::start_with(Arc::clone(dev), port, EngineOptions::default()).expect("engine")
-    };
-    let (da, db) = (detach(&mut a), detach(&mut b));
-    let (ea, eb) = (start(&da, pa), start(&db, pb));
-    Bed {
-        a,
-        b,
-        conns,
-        da,
-        ea,
-        eb,
-    }
+fn bed() -> FabricPair {
+    fabric_pair(CONNS, LEN, 300, 1, false)
 }
 
 fn sq_doorbells(conns: &[WriteConn]) -> Vec<VrdmaDoorbell> {

@@ -6,14 +6,12 @@
 mod common;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::engine::*;
-use common::write_conn::WriteConn;
+use common::write_conn::{fabric_pair, FabricPair, WriteConn};
 use common::*;
 use vrdma_backend::device::Device;
-use vrdma_backend::fabric::FabricBuilder;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::qp::worker_of;
 use vrdma_backend::transport::engine::{Engine, EngineOptions};
@@ -106,49 +104,6 @@ fn by_reference_segments_are_received_by_the_qps_own_worker() {
 
 /// Four RC connections between two fabric devices, two workers each, 2 MiB of WRITEs each
 /// at once; `refs`: the ports carry by-reference segments.
-/// Devices a and b on one fabric, two engine workers each, with WRITE connections from a to b.
-struct FabricPair {
-    a: Node,
-    b: Node,
-    conns: Vec<WriteConn>,
-    da: Arc<HandoffLock<Device>>,
-    db: Arc<HandoffLock<Device>>,
-    ea: Engine,
-    eb: Engine,
-}
-
-/// [`FabricPair`] with `conns` connections of `len` bytes (a's MRs filled with patterns from
-/// `seed`); `refs`: RC WRITE payloads cross the fabric by reference.
-fn fabric_pair(conns: u64, len: u64, seed: u64, refs: bool) -> FabricPair {
-    let mut a = Node::new(1, 64, 9000);
-    let mut b = Node::new(2, 64, 9000);
-    set_workers(&mut a.dev, 2);
-    set_workers(&mut b.dev, 2);
-    let conns = (0..conns)
-        .map(|i| WriteConn::new(&mut a, &mut b, len, seed + i))
-        .collect();
-    let mut fb = FabricBuilder::new();
-    let pa = fb.add_device(a.mac).expect("port a");
-    let pb = fb.add_device(b.mac).expect("port b");
-    let fabric = fb.build();
-    let start = |dev: &Arc<HandoffLock<Device>>, p| {
-        let port = fabric.device_port(p).expect("port").with_segments();
-        let port = if refs { port.with_payload_refs() } else { port };
-        Engine::start_with(dev.clone(), Arc::new(port), two_workers()).expect("engine")
-    };
-    let (da, db) = (detach(&mut a), detach(&mut b));
-    let (ea, eb) = (start(&da, pa), start(&db, pb));
-    FabricPair {
-        a,
-        b,
-        conns,
-        da,
-        db,
-        ea,
-        eb,
-    }
-}
-
 fn four_connections(refs: bool) {
     let FabricPair {
         mut a,
@@ -158,7 +113,7 @@ fn four_connections(refs: bool) {
         db,
         ea,
         eb,
-    } = fabric_pair(4, CONN_LEN as u64, 40, refs);
+    } = fabric_pair(4, CONN_LEN as u64, 40, 2, refs);
     // Both workers of each side own some of the QPs.
     for w in 0..2 {
         assert!(conns.iter().any(|c| worker_of(c.qa.qpn, 2) == w));
@@ -424,7 +379,7 @@ fn modify_qp_to_err_beside_traffic_flushes_on_the_qps_worker() {
         ea,
         eb,
         ..
-    } = fabric_pair(4, LEN, 60, false);
+    } = fabric_pair(4, LEN, 60, 2, false);
     let n = LEN / CHUNK;
     stream_writes(&ea, &a, &mut conns, n, CHUNK);
     // Once the victim's first WRITE completed: to ERR from the control queue's thread.
@@ -542,7 +497,7 @@ fn dereg_beside_traffic(source: bool) {
         db,
         ea,
         eb,
-    } = fabric_pair(2, LEN, 80, source);
+    } = fabric_pair(2, LEN, 80, 2, source);
     let n = LEN / CHUNK;
     stream_writes(&ea, &a, &mut conns, n, CHUNK);
     let victim = &mut conns[0];
@@ -652,7 +607,7 @@ fn qps_created_and_destroyed_beside_traffic_leave_the_stream_whole() {
         db,
         ea,
         eb,
-    } = fabric_pair(2, CHUNK * WRITES, 90, false);
+    } = fabric_pair(2, CHUNK * WRITES, 90, 2, false);
     let setup = |n: &mut Node, d: &HandoffLock<Device>| {
         let (st, pd, _) = control(d, VRDMA_CMD_CREATE_PD, &[0; 8]);
         assert_eq!(st, VRDMA_STATUS_OK);

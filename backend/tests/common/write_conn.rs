@@ -1,7 +1,15 @@
 //! One RC connection between two nodes with a patterned source MR on one side and a
 //! destination MR on the other: what the multi-connection engine tests and benches write over.
 
-use super::{pattern, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs};
+use std::sync::Arc;
+
+use vrdma_backend::device::Device;
+use vrdma_backend::fabric::FabricBuilder;
+use vrdma_backend::handoff::HandoffLock;
+use vrdma_backend::transport::engine::{Engine, EngineOptions};
+use vrdma_backend::transport::timers::set_workers;
+
+use super::{detach, pattern, MrPair, Node, QpH, QpPair, QpPairSpec, RingH, RtsAttrs};
 
 /// See the module documentation.
 pub struct WriteConn {
@@ -37,5 +45,53 @@ impl WriteConn {
             len,
             data,
         }
+    }
+}
+
+/// Devices a and b on one fabric (ports with segments), `workers` engine workers each, with
+/// WRITE connections from a to b.
+pub struct FabricPair {
+    pub a: Node,
+    pub b: Node,
+    pub conns: Vec<WriteConn>,
+    pub da: Arc<HandoffLock<Device>>,
+    pub db: Arc<HandoffLock<Device>>,
+    pub ea: Engine,
+    pub eb: Engine,
+}
+
+/// [`FabricPair`] with `conns` connections of `len` bytes (a's MRs filled with patterns from
+/// `seed`); `refs`: RC WRITE payloads cross the fabric by reference.
+pub fn fabric_pair(conns: u64, len: u64, seed: u64, workers: usize, refs: bool) -> FabricPair {
+    let mut a = Node::new(1, 64, 9000);
+    let mut b = Node::new(2, 64, 9000);
+    set_workers(&mut a.dev, workers);
+    set_workers(&mut b.dev, workers);
+    let conns = (0..conns)
+        .map(|i| WriteConn::new(&mut a, &mut b, len, seed + i))
+        .collect();
+    let mut fb = FabricBuilder::new();
+    let pa = fb.add_device(a.mac).expect("port a");
+    let pb = fb.add_device(b.mac).expect("port b");
+    let fabric = fb.build();
+    let opts = EngineOptions {
+        threads: workers,
+        ..Default::default()
+    };
+    let start = |dev: &Arc<HandoffLock<Device>>, p| {
+        let port = fabric.device_port(p).expect("port").with_segments();
+        let port = if refs { port.with_payload_refs() } else { port };
+        Engine::start_with(dev.clone(), Arc::new(port), opts).expect("engine")
+    };
+    let (da, db) = (detach(&mut a), detach(&mut b));
+    let (ea, eb) = (start(&da, pa), start(&db, pb));
+    FabricPair {
+        a,
+        b,
+        conns,
+        da,
+        db,
+        ea,
+        eb,
     }
 }
