@@ -772,35 +772,53 @@ fn socket_access_options_parse() {
     assert!(e.to_string().contains("mode"), "{e}");
 }
 
-/// `--shared-engine` (the devices' workers in one engine group) reaches the fabric's
-/// configuration, off by default; without --device (one device, no fabric) it is refused.
+/// A fabric daemon's devices share engine threads unless `--own-engine-threads` says
+/// otherwise; `--shared-engine` names the default and conflicts with the opt-out; without
+/// --device (one device, no fabric) the sharing options are refused, the opt-out changes
+/// nothing.
 #[test]
-fn shared_engine_parses_only_with_devices() {
+fn fabric_devices_share_engine_threads_unless_told_otherwise() {
     let d = tmpdir("shared-engine");
     let a = format!("socket={},mac=52:54:00:00:00:01", d.join("a").display());
     let b = format!("socket={},mac=52:54:00:00:00:02", d.join("b").display());
-    let c = daemon(&["--device", &a, "--device", &b]).unwrap();
-    assert!(!c.fabric.as_ref().unwrap().shared_engine);
-    let f = vrdma_backend::vhost_user::prepare_fabric(&c).expect("fabric daemon");
-    assert!(
-        f.devices.iter().all(|p| !p.engine.in_group()),
-        "own threads"
+    let grouped = |extra: &[&str]| {
+        let mut args = vec!["--device", a.as_str(), "--device", b.as_str()];
+        args.extend_from_slice(extra);
+        let c = daemon(&args).expect("fabric command line");
+        let f = vrdma_backend::vhost_user::prepare_fabric(&c).expect("fabric daemon");
+        let in_group: Vec<bool> = f.devices.iter().map(|p| p.engine.in_group()).collect();
+        (c.fabric.unwrap().shared_engine, in_group)
+    };
+    assert_eq!(grouped(&[]), (true, vec![true, true]), "the default");
+    assert_eq!(grouped(&["--shared-engine"]), (true, vec![true, true]));
+    assert_eq!(
+        grouped(&["--own-engine-threads"]),
+        (false, vec![false, false])
     );
-    drop(f);
-    let c = daemon(&["--device", &a, "--device", &b, "--shared-engine"]).unwrap();
-    assert!(c.fabric.as_ref().unwrap().shared_engine);
-    let f = vrdma_backend::vhost_user::prepare_fabric(&c).expect("fabric daemon");
-    assert!(f.devices.iter().all(|p| p.engine.in_group()), "one group");
+    let refused = |extra: &[&str]| {
+        let mut args = vec!["vrdma-backend", "--device", a.as_str()];
+        args.extend_from_slice(extra);
+        Args::try_parse_from(args).is_err()
+    };
+    assert!(refused(&["--own-engine-threads", "--shared-engine"]));
+    assert!(refused(&[
+        "--own-engine-threads",
+        "--shared-engine-threads",
+        "2"
+    ]));
     assert_eq!(
         one_device_with("--shared-engine"),
         Err(CliError::SharedEngineNeedsFabric)
     );
+    let one = one_device_with("--own-engine-threads").expect("one device");
+    assert!(one.fabric.is_none());
 }
 
-/// `--shared-engine-threads N` (the group's slots) reaches the fabric's configuration with
-/// `--shared-engine` only, from 1 to 64; unset, the daemon takes the CPUs it may run on.
+/// `--shared-engine-threads N` (the group's slots) reaches the fabric's configuration, with
+/// or without `--shared-engine`, from 1 to 64; unset, the daemon takes the CPUs it may run
+/// on; with one device (no fabric, no group) it is refused.
 #[test]
-fn shared_engine_threads_needs_the_shared_engine() {
+fn shared_engine_threads_are_counted_from_one_to_64() {
     let d = tmpdir("shared-engine-threads");
     let a = format!("socket={},mac=52:54:00:00:00:01", d.join("a").display());
     let with = |extra: &[&str]| {
@@ -810,23 +828,27 @@ fn shared_engine_threads_needs_the_shared_engine() {
     };
     let c = with(&["--shared-engine", "--shared-engine-threads", "3"]).unwrap();
     assert_eq!(c.fabric.as_ref().unwrap().shared_engine_threads, Some(3));
-    let c = with(&["--shared-engine"]).unwrap();
+    let c = with(&["--shared-engine-threads", "64"]).unwrap();
+    assert_eq!(c.fabric.as_ref().unwrap().shared_engine_threads, Some(64));
+    let c = with(&[]).unwrap();
     assert_eq!(c.fabric.as_ref().unwrap().shared_engine_threads, None);
     let refused = |extra: &[&str]| {
         let mut args = vec!["vrdma-backend", "--device", a.as_str()];
         args.extend_from_slice(extra);
         Args::try_parse_from(args).is_err()
     };
-    assert!(
-        refused(&["--shared-engine-threads", "2"]),
-        "without --shared-engine"
-    );
     for n in ["0", "65", "x"] {
-        assert!(
-            refused(&["--shared-engine", "--shared-engine-threads", n]),
-            "{n} sets"
-        );
+        assert!(refused(&["--shared-engine-threads", n]), "{n} sets");
     }
+    let one = daemon(&[
+        "--socket-path",
+        "/tmp/x.sock",
+        "--mac",
+        "52:54:00:00:00:09",
+        "--shared-engine-threads",
+        "2",
+    ]);
+    assert_eq!(one, Err(CliError::SharedEngineNeedsFabric));
 }
 
 /// A one-device command line (no --device, so no fabric) with `flag` added.

@@ -244,20 +244,17 @@ fn shared_group() -> Option<EngineGroup> {
                 let slots = std::env::var("VRDMA_BENCH_SLOTS")
                     .ok()
                     .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+                    .unwrap_or_else(EngineGroup::default_slots);
                 EngineGroup::new(engine_options().poll, slots)
             })
         })
         .clone()
 }
 
-/// A new engine group as the daemon's `--shared-engine` makes it (a slot per CPU this
-/// process may run on), whatever `VRDMA_BENCH_SHARED` says.
+/// A new engine group as a fabric daemon makes it by default (a slot per CPU this process
+/// may run on), whatever `VRDMA_BENCH_SHARED` says.
 pub fn placed_group() -> EngineGroup {
-    EngineGroup::new(
-        engine_options().poll,
-        std::thread::available_parallelism().map_or(1, usize::from),
-    )
+    EngineGroup::new(engine_options().poll, EngineGroup::default_slots())
 }
 
 /// A placement key of its own for each bed (pair) of the process: the pair plays a tenant

@@ -11,9 +11,10 @@
 //! `tenants-8` (the other headline points alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
 //! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
-//! `VRDMA_BENCH_SHARED=1`: the devices of the fabric benches share one engine group
-//! (`--shared-engine`), each pair placed as a tenant network of its own over
-//! `VRDMA_BENCH_SLOTS` slots (`--shared-engine-threads`; default: the CPUs the bench may use).
+//! `VRDMA_BENCH_SHARED=1`: the devices of the fabric benches share one engine group (a fabric
+//! daemon's default; unset, the benches keep a thread per device, `--own-engine-threads`, so
+//! their figures compare with earlier runs), each pair placed as a tenant network of its own
+//! over `VRDMA_BENCH_SLOTS` slots (`--shared-engine-threads`; default: the CPUs the bench may use).
 //! `VRDMA_BENCH_THREADS=N`: N engine workers per device in the benches
 //! built on `Bed` (`--engine-threads`).
 

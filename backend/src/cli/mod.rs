@@ -90,7 +90,7 @@ pub enum CliError {
     UplinksNeedFabric,
     #[error("--forward-between-uplinks needs the fabric: describe the devices with --device")]
     BetweenUplinksNeedFabric,
-    #[error("--shared-engine needs the fabric: describe the devices with --device")]
+    #[error("--shared-engine and --shared-engine-threads need the fabric: describe the devices with --device")]
     SharedEngineNeedsFabric,
     #[error("an uplink's net= or vlans= needs the fabric: describe the devices with --device")]
     NetworksNeedFabric,
@@ -162,19 +162,27 @@ pub struct Args {
     #[arg(long)]
     pub forward_between_uplinks: bool,
 
-    /// With --device: the devices share the engine threads (one per --engine-threads index)
+    /// With --device (the default there, named for clarity): the devices share engine
+    /// threads (one per --engine-threads index in each of --shared-engine-threads sets)
     /// instead of each having its own. A frame between two devices of one thread is then
     /// handled by that thread's next pass without a wake-up, and the daemon runs as many
-    /// engine threads as one device would, however many guests it serves.
-    #[arg(long)]
+    /// engine threads as the host has CPUs, however many guests it serves.
+    #[arg(long, conflicts_with = "own_engine_threads")]
     pub shared_engine: bool,
 
-    /// With --shared-engine: how many sets of shared engine threads the devices are placed
-    /// over (1-64; default: the CPUs the daemon may run on). The devices of one tenant network
-    /// (`net=`) share a set, each new network goes to the set with the fewest devices.
-    #[arg(long, value_name = "N", requires = "shared_engine",
+    /// With --device: how many sets of shared engine threads the devices are placed over
+    /// (1-64; default: the CPUs the daemon may run on). The devices of one tenant network
+    /// (`net=`) share a set up to max(2, devices / sets); each new network, and each further
+    /// run of a large one, goes to the set with the fewest devices.
+    #[arg(long, value_name = "N", conflicts_with = "own_engine_threads",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub shared_engine_threads: Option<u16>,
+
+    /// With --device: give each device engine threads of its own (--engine-threads of them)
+    /// instead of sharing them. A device then never waits for another's round, at the cost of
+    /// a thread per device and worker, and a wake-up for every frame between devices.
+    #[arg(long)]
+    pub own_engine_threads: bool,
 
     /// Ethernet MTU (IP MTU) of the port; the RoCE path MTU follows from it.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
@@ -422,7 +430,8 @@ pub struct FabricConfig {
     pub uplink_nets: Vec<UplinkNets>,
     /// `--forward-between-uplinks`.
     pub forward_between_uplinks: bool,
-    /// `--shared-engine`: the devices' workers run in one engine group.
+    /// The devices' workers run in one engine group (the default; off with
+    /// `--own-engine-threads`).
     pub shared_engine: bool,
     /// `--shared-engine-threads`: the group's slots (`None`: the CPUs the daemon may use).
     pub shared_engine_threads: Option<u16>,
@@ -480,7 +489,7 @@ impl TryFrom<Args> for DaemonConfig {
             if args.forward_between_uplinks {
                 return Err(CliError::BetweenUplinksNeedFabric);
             }
-            if args.shared_engine {
+            if args.shared_engine || args.shared_engine_threads.is_some() {
                 return Err(CliError::SharedEngineNeedsFabric);
             }
             if uplink_nets.iter().any(|n| *n != UplinkNets::default()) {
@@ -541,7 +550,7 @@ impl TryFrom<Args> for DaemonConfig {
                 uplinks,
                 uplink_nets,
                 forward_between_uplinks: args.forward_between_uplinks,
-                shared_engine: args.shared_engine,
+                shared_engine: !args.own_engine_threads,
                 shared_engine_threads: args.shared_engine_threads,
                 stats_socket: args.access.stats_socket.clone(),
             }),

@@ -192,7 +192,7 @@ static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
 /// times: those loads were ~12 % of the CPU of the 64 B in-process profile. A current snapshot
 /// costs one atomic load of the version. One entry per table (the identity picks the entry to
 /// replace, so an old table is released at this thread's next access); an engine thread serves
-/// one device, or with `--shared-engine` every device of the daemon (more than this many then
+/// one device, or in an engine group (a fabric's default) the devices of its slot (more than this many then
 /// take turns: correct, at the cost of the load above), the in-process bench and tests a few.
 const SNAPSHOT_SLOTS: usize = 16;
 

@@ -129,8 +129,8 @@ pub fn prepare_with_uplink(
     prepare_in_group(config, uplink, pool, None)
 }
 
-/// [`prepare_with_uplink`] with the device's engine workers in `group` if given
-/// (`--shared-engine`).
+/// [`prepare_with_uplink`] with the device's engine workers in `group` if given (a fabric's
+/// engine group, the default).
 fn prepare_in_group(
     config: &Config,
     uplink: Arc<dyn Uplink>,
@@ -328,32 +328,38 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     let fabric = b.build();
     // The group lives as long as an engine in it (each holds it).
     let group = fc.shared_engine.then(|| {
-        let slots = fc.shared_engine_threads.map_or_else(
-            || std::thread::available_parallelism().map_or(1, usize::from),
-            usize::from,
-        );
+        let slots = fc
+            .shared_engine_threads
+            .map_or_else(EngineGroup::default_slots, usize::from);
         EngineGroup::new(first.engine.poll, slots)
     });
-    if let Some(g) = &group {
-        info!(
-            "engine threads shared by the devices (--shared-engine): {} set(s), one per tenant \
-             network as far as they go",
+    // The devices of one network can only talk among themselves: one slot's threads, for a
+    // fair share of the slots at a time (`EngineGroup::plan`).
+    let nets: Vec<u64> = config
+        .devices
+        .iter()
+        .map(|d| u64::from(d.fabric_port.net))
+        .collect();
+    let mut slots = group.as_ref().map(|g| g.plan(&nets).into_iter());
+    match &group {
+        Some(g) => info!(
+            "engine threads shared by the devices: {} set(s) (--shared-engine-threads), a \
+             tenant network's devices together as far as they go; --own-engine-threads for a \
+             thread per device",
             g.slots()
-        );
+        ),
+        None => info!("engine threads of each device's own (--own-engine-threads)"),
     }
     let mut devices = Vec::new();
     for (d, id) in config.devices.iter().zip(ids) {
         let port = fabric.device_port(id)?;
+        let placed = group.as_ref().zip(slots.as_mut().and_then(Iterator::next));
         let port: Arc<dyn Uplink> = match d.impair {
             // The impairment works on single frames: no segments for that port (§16.2).
             Some(imp) => Arc::new(Impaired::new(port, imp)),
             None if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
             None => Arc::new(port.with_segments()),
         };
-        // The devices of one network can only talk among themselves: one slot's threads.
-        let placed = group
-            .as_ref()
-            .map(|g| (g, g.place(u64::from(d.fabric_port.net))));
         devices.push(prepare_in_group(d, port, &pool, placed)?);
     }
     let bridges = fabric.start_bridges()?;

@@ -58,7 +58,12 @@ def perftest_write_bw_qps_two_engine_workers(ctx):
 
 @scenario("two_vrdma_fabric", ci=True)
 def perftest_read_bw(ctx):
-    """`ib_read_bw`, 64 KiB messages, prints a result row."""
+    """`ib_read_bw`, 64 KiB messages, prints a result row. The daemon's two devices share one
+    engine thread (a fabric daemon's engine group, the default: one network's two devices go
+    to one slot)."""
+    threads = engine_threads(ctx.cluster)
+    expect(threads == ["vrdma-engine"],
+           "the fabric's two devices share one engine thread by default", str(threads))
     perf(ctx, "ib_read_bw")
 
 

@@ -1,4 +1,5 @@
-//! An engine group (`--shared-engine`): the devices of one daemon share engine threads, one
+//! An engine group (a fabric daemon's default; `--own-engine-threads` turns it off): the
+//! devices of one daemon share engine threads, one
 //! per worker index, instead of each device having a set of its own. A group thread runs the
 //! rounds of all its member workers, one round each per pass while any of them has work, so a
 //! frame that one device sends to another device of the same thread is taken up by the next
@@ -21,7 +22,9 @@
 //! network, whose devices can only talk among themselves) share a slot, so the frames between
 //! them stay on one thread; a key seen first goes to the slot with the fewest devices, so
 //! tenants spread over the CPUs and one tenant's rounds delay the devices of another only
-//! when there are more networks than slots.
+//! when there are more networks than slots. A daemon places all its devices at once
+//! ([`EngineGroup::plan`]), a network's only up to a fair share of the slots in one run, so
+//! that many guests of one network (the default `net=0`) still spread over the CPUs.
 
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,6 +77,33 @@ struct GroupInner {
 struct Placement {
     keys: Vec<(u64, usize)>,
     devices: Vec<usize>,
+}
+
+impl Placement {
+    /// The slot of `key`: the one it was given, or for a key not seen yet the slot with the
+    /// fewest devices (the first of them), which the key keeps.
+    fn slot_of(&mut self, key: u64) -> usize {
+        if let Some(&(_, slot)) = self.keys.iter().find(|(k, _)| *k == key) {
+            return slot;
+        }
+        let slot = self.emptiest();
+        self.keys.push((key, slot));
+        slot
+    }
+
+    /// The slot with the fewest devices (the first of equals).
+    fn emptiest(&self) -> usize {
+        (0..self.devices.len())
+            .min_by_key(|&s| self.devices[s])
+            .unwrap_or(0)
+    }
+
+    /// One more device in `slot`.
+    fn count(&mut self, slot: usize) {
+        if let Some(n) = self.devices.get_mut(slot) {
+            *n += 1;
+        }
+    }
 }
 
 /// A set of a group's threads, one per worker index, that a device's workers join
@@ -147,20 +177,50 @@ impl EngineGroup {
     /// yet the slot with the fewest devices (the first of them).
     pub fn place(&self, key: u64) -> GroupSlot {
         let mut p = lock(&self.inner.placement);
-        let slot = match p.keys.iter().find(|(k, _)| *k == key) {
-            Some(&(_, slot)) => slot,
-            None => {
-                let slot = (0..p.devices.len())
-                    .min_by_key(|&s| p.devices[s])
-                    .unwrap_or(0);
-                p.keys.push((key, slot));
-                slot
-            }
-        };
-        if let Some(n) = p.devices.get_mut(slot) {
-            *n += 1;
-        }
+        let slot = p.slot_of(key);
+        p.count(slot);
         GroupSlot(slot)
+    }
+
+    /// The slot of each device of a daemon, placed at start-up in the order given by their
+    /// placement keys. A key's devices share a slot only up to a fair share of the slots
+    /// (`max(2, ceil(devices / slots))`): the next device of that key starts a run of its own,
+    /// placed as a key not seen yet. Without that bound every guest of the default network
+    /// (`net=0`) would share one thread per worker index, however many CPUs the host has.
+    pub fn plan(&self, keys: &[u64]) -> Vec<GroupSlot> {
+        let share = keys.len().div_ceil(self.inner.slots).max(2);
+        let mut p = lock(&self.inner.placement);
+        // Each key's current run: its slot and how many devices it holds so far.
+        let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+        keys.iter()
+            .map(|&key| {
+                let run = runs.iter_mut().find(|(k, _, _)| *k == key);
+                let slot = match run {
+                    Some((_, slot, n)) if *n < share => {
+                        *n += 1;
+                        *slot
+                    }
+                    Some((_, slot, n)) => {
+                        *slot = p.emptiest();
+                        *n = 1;
+                        *slot
+                    }
+                    None => {
+                        let slot = p.slot_of(key);
+                        runs.push((key, slot, 1));
+                        slot
+                    }
+                };
+                p.count(slot);
+                GroupSlot(slot)
+            })
+            .collect()
+    }
+
+    /// The CPUs this process may run on: the slots a daemon's group has unless told
+    /// (`--shared-engine-threads`).
+    pub fn default_slots() -> usize {
+        std::thread::available_parallelism().map_or(1, usize::from)
     }
 
     /// How many slots the group places devices over.
@@ -470,5 +530,33 @@ mod tests {
         let one = EngineGroup::new(Duration::ZERO, 0);
         assert_eq!(one.slots(), 1, "at least one slot");
         assert!((0..5).all(|k| one.place(k).index() == 0));
+    }
+
+    /// A daemon's plan: a network's devices share a slot up to max(2, ceil(devices/slots)),
+    /// the next ones of that network go on as a network of their own (to the emptiest slot),
+    /// and other networks still keep their slot.
+    #[test]
+    fn a_plan_spreads_one_large_network_in_runs() {
+        let idx = |g: &EngineGroup, keys: &[u64]| -> Vec<usize> {
+            g.plan(keys).iter().map(|s| s.index()).collect()
+        };
+        // Eight guests of net 0 on 2 slots: runs of 4.
+        let g = EngineGroup::new(Duration::ZERO, 2);
+        assert_eq!(idx(&g, &[0; 8]), [0, 0, 0, 0, 1, 1, 1, 1]);
+        // Two guests on two slots: together (a run is at least 2).
+        let g = EngineGroup::new(Duration::ZERO, 2);
+        assert_eq!(idx(&g, &[0, 0]), [0, 0]);
+        // Three guests on two slots: a pair and one.
+        let g = EngineGroup::new(Duration::ZERO, 2);
+        assert_eq!(idx(&g, &[0, 0, 0]), [0, 0, 1]);
+        // Two networks of two: a slot each, interleaved or not.
+        let g = EngineGroup::new(Duration::ZERO, 2);
+        assert_eq!(idx(&g, &[0, 5, 0, 5]), [0, 1, 0, 1]);
+        // Six devices of net 0 and two of net 7 on 4 slots: runs of 2.
+        let g = EngineGroup::new(Duration::ZERO, 4);
+        assert_eq!(idx(&g, &[0, 0, 0, 0, 0, 0, 7, 7]), [0, 0, 1, 1, 2, 2, 3, 3]);
+        // One slot: everything there.
+        let g = EngineGroup::new(Duration::ZERO, 1);
+        assert_eq!(idx(&g, &[0, 0, 0, 3]), [0, 0, 0, 0]);
     }
 }

@@ -1,7 +1,8 @@
 //! The engine: the threads that run a device's transport. A device has one or more workers
 //! (`--engine-threads`; `transport/workers.rs`: a QP belongs to one worker for its life), each
-//! a thread of its own or, with `--shared-engine`, run by the thread of an [`EngineGroup`]
-//! that serves the workers of that index of every device (`group.rs`), and each repeats one
+//! a thread of its own (one device, or `--own-engine-threads`) or, on a fabric by default, run
+//! by the thread of an [`EngineGroup`] that serves the workers of that index of the devices
+//! placed in its slot (`group.rs`), and each repeats one
 //! round of phases ([`worker`]):
 //! 1. wait (`wakeup.rs`): spin on the worker's flags, then sleep in epoll on its kick eventfd
 //!    (doorbell records queued by [`EngineSender`], or a plain kick after a control command
