@@ -47,9 +47,26 @@ struct Rig {
     seen_b: Arc<Mutex<Seen>>,
 }
 
+/// Which payloads a's and b's engines send by reference.
+#[derive(Clone, Copy)]
+enum Refs {
+    /// None: copied into the segment (stage 1).
+    Off,
+    /// To every device (`--payload-refs`, stage 2).
+    Everywhere,
+    /// To the devices of their engine group slot (a fabric daemon's default): a's, b's slot.
+    Slots(usize, usize),
+}
+
 /// `mtu`: the path MTU enum (3 = 1024, 5 = 4096); `refs`: payloads by reference (stage 2)
 /// or copied (stage 1); `capture`: a pcap of the fabric.
 fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
+    let refs = if refs { Refs::Everywhere } else { Refs::Off };
+    rig_with(mtu, refs, capture)
+}
+
+/// [`rig`] with the scope of the references given.
+fn rig_with(mtu: u32, refs: Refs, capture: Option<&std::path::Path>) -> Rig {
     // timeout 17 (537 ms: nothing is retransmitted while b's engine waits to start), retry
     // 7, rnr_retry 7.
     let FabricRc {
@@ -68,18 +85,18 @@ fn rig(mtu: u32, refs: bool, capture: Option<&std::path::Path>) -> Rig {
         pa,
         pb,
     } = FabricRc::new(VRDMA_QPT_RC, mtu, 17, 1024, LEN, capture);
-    let port = |p| {
+    let port = |p, slot: fn(usize, usize) -> usize| {
         let d = fabric.device_port(p).unwrap().with_segments();
-        if refs {
-            d.with_payload_refs()
-        } else {
-            d
+        match refs {
+            Refs::Off => d,
+            Refs::Everywhere => d.with_payload_refs(),
+            Refs::Slots(sa, sb) => d.with_payload_refs_on_slot(slot(sa, sb)),
         }
     };
     let seen_b = Arc::new(Mutex::new(Seen::default()));
     let dev_a = detach(&mut a);
-    let ea = Engine::start(dev_a.clone(), Arc::new(port(pa))).unwrap();
-    let port_b = Tap::new(port(pb), &seen_b);
+    let ea = Engine::start(dev_a.clone(), Arc::new(port(pa, |a, _| a))).unwrap();
+    let port_b = Tap::new(port(pb, |_, b| b), &seen_b);
     let dev_b = detach(&mut b);
     let stats_b = dev_b.lock().port_stats.clone();
     Rig {
@@ -188,8 +205,13 @@ fn bytes_of(mtu: u32) -> u32 {
 
 /// WRITEs of 1..=64 packets, SENDs and a READ at path MTU `mtu`.
 fn traffic(mtu: u32, refs: bool) -> (Cqes, Vec<u8>, Vec<u8>, Seen) {
+    traffic_with(mtu, if refs { Refs::Everywhere } else { Refs::Off })
+}
+
+/// [`traffic`] with the scope of the references given.
+fn traffic_with(mtu: u32, refs: Refs) -> (Cqes, Vec<u8>, Vec<u8>, Seen) {
     let bytes = bytes_of(mtu);
-    let mut r = rig(mtu, refs, None);
+    let mut r = rig_with(mtu, refs, None);
     r.start_b();
     for i in 0..3 {
         r.recv(100 + i, (3 << 20) + (i << 16), 64 << 10);
@@ -248,6 +270,31 @@ fn one_copy_gives_what_stage_one_gives() {
         // pattern.
         let pa = pattern(7, LEN as usize);
         assert!(b2[..bytes_of(mtu) as usize / 2] == pa[..bytes_of(mtu) as usize / 2]);
+    }
+}
+
+/// In an engine group (a fabric daemon's default) payloads go by reference only between the
+/// devices of one slot: b on a's slot copies them from a's memory; b on another slot gets
+/// segments whose payloads the switch gathered on a's side (no reference reaches it). Both
+/// give what stage 1 gives.
+#[test]
+fn payloads_go_by_reference_only_within_an_engine_slot() {
+    let mtu = 5;
+    let (c1, a1, b1, _) = traffic_with(mtu, Refs::Off);
+    for (slots, by_reference) in [((0, 0), true), ((2, 2), true), ((0, 1), false)] {
+        let (c, a, b, s) = traffic_with(mtu, Refs::Slots(slots.0, slots.1));
+        if by_reference {
+            assert!(
+                s.refs_in > 0 && s.copied_by_reference > 0 && s.stale_references == 0,
+                "slots {slots:?}: b copied from a's memory: {s:?}"
+            );
+        } else {
+            assert_eq!(s.refs_in, 0, "slots {slots:?}: no reference reached b");
+            assert_eq!(s.copied_by_reference, 0, "slots {slots:?}");
+        }
+        assert!(s.segments_in > 0, "slots {slots:?}: segments still");
+        assert_eq!(c, c1, "slots {slots:?}: the same completions");
+        assert!(a == a1 && b == b1, "slots {slots:?}: the same data");
     }
 }
 

@@ -2,7 +2,7 @@
 //! uplinks with theirs), fixed before the fabric is built (spec §16.2, §16.3).
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use super::{
@@ -76,7 +76,8 @@ impl FabricBuilder {
                 mac,
                 rx,
                 segments: AtomicBool::new(false),
-                refs: AtomicBool::new(false),
+                refs: AtomicU8::new(super::RefsScope::Off as u8),
+                slot: AtomicUsize::new(0),
                 security: options.security.map(Box::new),
                 net: options.net,
             },

@@ -51,12 +51,13 @@ pub mod network;
 pub mod port;
 pub mod port_security;
 mod port_stats;
+mod refs_scope;
 pub mod rxqueue;
 mod stats_text;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -69,6 +70,7 @@ pub use network::{NetId, UplinkNets};
 pub use port::DevicePort;
 pub use port_security::{PortSecurity, Violation};
 pub use port_stats::FabricPortStats;
+pub(crate) use refs_scope::RefsScope;
 pub use rxqueue::RxQueue;
 
 use crate::stats::bump;
@@ -100,9 +102,13 @@ enum PortKind {
         mac: MacAddr,
         rx: RxQueue,
         segments: AtomicBool,
-        /// With `segments`: its engine sends payloads by reference (opt-in,
-        /// [`DevicePort::with_payload_refs`]).
-        refs: AtomicBool,
+        /// With `segments`: to which devices its engine's payloads go by reference (a
+        /// [`RefsScope`] as `u8`; [`DevicePort::with_payload_refs`],
+        /// [`DevicePort::with_payload_refs_on_slot`]).
+        refs: AtomicU8,
+        /// The engine group slot whose threads run the port's engine, plus one (0: threads of
+        /// its own).
+        slot: AtomicUsize,
         /// `Some`: the device's address list (spec §16.3); `None`: its source MAC only. Boxed:
         /// the list is sized for its bound, and only ports with one pay for it.
         security: Option<Box<PortSecurity>>,
@@ -205,22 +211,6 @@ impl Fabric {
             self.ports.get(id).map(|p| &p.kind),
             Some(PortKind::Device { segments, .. }) if segments.load(Ordering::Relaxed)
         )
-    }
-
-    /// Does device port `id`'s engine send payloads by reference (it takes segments and was
-    /// opted in)?
-    pub(crate) fn sends_refs(&self, id: PortId) -> bool {
-        matches!(
-            self.ports.get(id).map(|p| &p.kind),
-            Some(PortKind::Device { segments, refs, .. })
-                if segments.load(Ordering::Relaxed) && refs.load(Ordering::Relaxed)
-        )
-    }
-
-    pub(crate) fn set_refs(&self, id: PortId, on: bool) {
-        if let Some(PortKind::Device { refs, .. }) = self.ports.get(id).map(|p| &p.kind) {
-            refs.store(on, Ordering::Relaxed);
-        }
     }
 
     pub(crate) fn set_takes_segments(&self, id: PortId, on: bool) {
@@ -484,6 +474,18 @@ impl Fabric {
                 return;
             }
             Dest::Port(p) if self.capture.is_none() && self.takes_segments(p) => {
+                if !self.keeps_refs(from, p) {
+                    if let Some(r) = refs.take() {
+                        // Outside the sender's scope: the segment a copying writer would
+                        // have built, copied here on the sender's thread.
+                        let ok = segment::materialize(seg, &*r);
+                        r.recycle();
+                        if !ok {
+                            crate::stats::add(&ingress.stats.drop_stale_ref, n);
+                            return;
+                        }
+                    }
+                }
                 crate::stats::add(&ingress.stats.in_frames, n);
                 self.push_segment_to(from, p, seg, refs, n);
                 return;

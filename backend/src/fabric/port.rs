@@ -44,11 +44,24 @@ impl DevicePort {
     }
 
     /// This port's engine leaves the RC WRITE payloads of its segments in guest memory (one
-    /// copy, spec §16.2 rule 6; `IcrcOffload::payload_refs`), with [`DevicePort::with_segments`].
-    /// Opt-in (daemon: `--payload-refs`): on the 2-core machine it was measured on, one copy
-    /// was slower than two (ARCHITECTURE.md "Segments").
+    /// copy, spec §16.2 rule 6; `IcrcOffload::payload_refs`), with [`DevicePort::with_segments`],
+    /// for every device that takes segments (daemon: `--payload-refs`): between engines on
+    /// threads of their own, one copy was slower than two on the 2-core machine it was
+    /// measured on, the whole copy then landing on the receiver (ARCHITECTURE.md "Segments").
     pub fn with_payload_refs(self) -> DevicePort {
-        self.fabric.set_refs(self.id, true);
+        self.fabric.set_refs(self.id, super::RefsScope::Everywhere);
+        self
+    }
+
+    /// This port's engine runs on the threads of engine group slot `slot`, and its payloads
+    /// go by reference to the devices of that slot only (spec §16.2 rule 6): one copy where
+    /// the same threads did both copies before; for any other destination the switch copies
+    /// them into the segment on the sender's thread, as a copying engine would. A fabric
+    /// daemon's default (its devices in an engine group); [`DevicePort::with_payload_refs`]
+    /// after it widens the scope to every device.
+    pub fn with_payload_refs_on_slot(self, slot: usize) -> DevicePort {
+        self.fabric.set_engine_slot(self.id, slot);
+        self.fabric.set_refs(self.id, super::RefsScope::SameSlot);
         self
     }
 }

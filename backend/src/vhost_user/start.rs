@@ -354,11 +354,15 @@ pub fn prepare_fabric(config: &DaemonConfig) -> Result<PreparedFabric, StartErro
     for (d, id) in config.devices.iter().zip(ids) {
         let port = fabric.device_port(id)?;
         let placed = group.as_ref().zip(slots.as_mut().and_then(Iterator::next));
-        let port: Arc<dyn Uplink> = match d.impair {
+        let port: Arc<dyn Uplink> = match (d.impair, placed) {
             // The impairment works on single frames: no segments for that port (§16.2).
-            Some(imp) => Arc::new(Impaired::new(port, imp)),
-            None if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
-            None => Arc::new(port.with_segments()),
+            (Some(imp), _) => Arc::new(Impaired::new(port, imp)),
+            (None, _) if d.payload_refs => Arc::new(port.with_segments().with_payload_refs()),
+            // In a group: one copy between the devices of a slot (spec §16.2 rule 6).
+            (None, Some((_, slot))) => {
+                Arc::new(port.with_segments().with_payload_refs_on_slot(slot.index()))
+            }
+            (None, None) => Arc::new(port.with_segments()),
         };
         devices.push(prepare_in_group(d, port, &pool, placed)?);
     }
