@@ -14,7 +14,9 @@ use vrdma_backend::guest::GuestMem;
 use vrdma_backend::handoff::HandoffLock;
 use vrdma_backend::memory::mr::MrKind;
 use vrdma_backend::transport::ctx::Cqe;
-use vrdma_backend::transport::engine::{Engine, EngineGroup, EngineOptions, EngineSender};
+use vrdma_backend::transport::engine::{
+    Engine, EngineGroup, EngineOptions, EngineSender, GroupSlot,
+};
 use vrdma_backend::transport::{self};
 use vrdma_backend::uplink::{Uplink, UplinkError};
 use vrdma_spec::*;
@@ -581,33 +583,37 @@ impl Unlinked {
         let outs = [a.out.clone(), b.out.clone()];
         let da = detach(&mut a);
         let db = detach(&mut b);
-        // `VRDMA_BENCH_REFS=1`: RC WRITE payloads by reference (one copy, the daemon's
-        // `--payload-refs`; spec §16.2 rule 6) instead of copied into segments.
+        // `VRDMA_BENCH_SHARED=1`: every device's workers in one engine group (a fabric
+        // daemon's default), for the whole process as in a daemon: the pair on one slot's
+        // threads, frames between its devices wake nobody.
+        let placed = group.map(|g| {
+            let key = next_pair_key();
+            (g, g.place(key), g.place(key))
+        });
+        // RC WRITE payloads by reference (one copy, spec §16.2 rule 6) as a daemon sends them:
+        // in a group to the devices of the slot unless `VRDMA_BENCH_COPY=1` (two copies);
+        // `VRDMA_BENCH_REFS=1`: to every device (`--payload-refs`), with or without a group.
         let refs = std::env::var_os("VRDMA_BENCH_REFS").is_some();
-        let port = |p| {
+        let copy = std::env::var_os("VRDMA_BENCH_COPY").is_some();
+        let port = |p, slot: Option<GroupSlot>| {
             let d = fabric.device_port(p).expect("port").with_segments();
-            if refs {
-                d.with_payload_refs()
-            } else {
-                d
+            match slot {
+                _ if refs => d.with_payload_refs(),
+                Some(s) if !copy => d.with_payload_refs_on_slot(s.index()),
+                _ => d,
             }
         };
         let ua = Counting {
-            inner: port(pa),
+            inner: port(pa, placed.map(|(_, s, _)| s)),
             frames: frames.clone(),
             a_to_b: true,
         };
         let ub = Counting {
-            inner: port(pb),
+            inner: port(pb, placed.map(|(_, _, s)| s)),
             frames: frames.clone(),
             a_to_b: false,
         };
-        // `VRDMA_BENCH_SHARED=1`: every device's workers in one engine group (the daemon's
-        // `--shared-engine`), for the whole process as in a daemon: one thread runs all the
-        // pairs of a bench, frames between devices wake nobody.
-        let (ea, eb) = if let Some(g) = group {
-            let key = next_pair_key();
-            let (slot_a, slot_b) = (g.place(key), g.place(key));
+        let (ea, eb) = if let Some((g, slot_a, slot_b)) = placed {
             (
                 Engine::start_in(g, slot_a, da.clone(), Arc::new(ua), engine_options())
                     .expect("engine a"),

@@ -10,7 +10,9 @@
 //! `perf record`), `fabric`, `fabric-64`, `fabric-mtu`, `idle-qps`, `pair-ceiling`, `workers`, `fairness`,
 //! `tenants-8` (the other headline points alone, likewise).
 //! `VRDMA_BENCH_QUICK=1` is the same as `--quick` (fewer and shorter runs). `VRDMA_BENCH_REFS=1`:
-//! fabric segments hold RC WRITE payloads by reference (one copy, `--payload-refs`).
+//! fabric segments hold RC WRITE payloads by reference to every device (one copy,
+//! `--payload-refs`); in a group they do so between the devices of a slot (a daemon's default)
+//! unless `VRDMA_BENCH_COPY=1` (two copies, as before 2026-12-07).
 //! `VRDMA_BENCH_SHARED=1`: the devices of the fabric benches share one engine group (a fabric
 //! daemon's default; unset, the benches keep a thread per device, `--own-engine-threads`, so
 //! their figures compare with earlier runs), each pair placed as a tenant network of its own
