@@ -274,27 +274,41 @@ fn one_copy_gives_what_stage_one_gives() {
 }
 
 /// In an engine group (a fabric daemon's default) payloads go by reference only between the
-/// devices of one slot: b on a's slot copies them from a's memory; b on another slot gets
-/// segments whose payloads the switch gathered on a's side (no reference reaches it). Both
-/// give what stage 1 gives.
+/// devices of one slot, and only packets of at least 2 KiB: b on a's slot copies them from
+/// a's memory at path MTU 4096; b on another slot gets segments whose payloads the switch
+/// gathered on a's side (no reference reaches it); at path MTU 1024 nothing goes by
+/// reference. Each gives what stage 1 gives.
 #[test]
 fn payloads_go_by_reference_only_within_an_engine_slot() {
-    let mtu = 5;
-    let (c1, a1, b1, _) = traffic_with(mtu, Refs::Off);
-    for (slots, by_reference) in [((0, 0), true), ((2, 2), true), ((0, 1), false)] {
+    for (mtu, slots, by_reference) in [
+        (5, (0, 0), true),
+        (5, (2, 2), true),
+        (5, (0, 1), false),
+        (3, (0, 0), false),
+    ] {
+        let (c1, a1, b1, _) = traffic_with(mtu, Refs::Off);
         let (c, a, b, s) = traffic_with(mtu, Refs::Slots(slots.0, slots.1));
         if by_reference {
             assert!(
                 s.refs_in > 0 && s.copied_by_reference > 0 && s.stale_references == 0,
-                "slots {slots:?}: b copied from a's memory: {s:?}"
+                "mtu {mtu}, slots {slots:?}: b copied from a's memory: {s:?}"
             );
         } else {
-            assert_eq!(s.refs_in, 0, "slots {slots:?}: no reference reached b");
-            assert_eq!(s.copied_by_reference, 0, "slots {slots:?}");
+            assert_eq!(
+                s.refs_in, 0,
+                "mtu {mtu}, slots {slots:?}: no reference reached b"
+            );
+            assert_eq!(s.copied_by_reference, 0, "mtu {mtu}, slots {slots:?}");
         }
-        assert!(s.segments_in > 0, "slots {slots:?}: segments still");
-        assert_eq!(c, c1, "slots {slots:?}: the same completions");
-        assert!(a == a1 && b == b1, "slots {slots:?}: the same data");
+        assert!(
+            s.segments_in > 0,
+            "mtu {mtu}, slots {slots:?}: segments still"
+        );
+        assert_eq!(c, c1, "mtu {mtu}, slots {slots:?}: the same completions");
+        assert!(
+            a == a1 && b == b1,
+            "mtu {mtu}, slots {slots:?}: the same data"
+        );
     }
 }
 

@@ -187,6 +187,7 @@ impl Uplink for DevicePort {
             checked_rx: true,
             segments: self.fabric.takes_segments(self.id),
             payload_refs: self.fabric.sends_refs(self.id),
+            refs_min_payload: self.fabric.refs_min_payload(self.id),
         }
     }
 }

@@ -168,9 +168,11 @@ impl PayloadRefs for SourceRefs {
 }
 
 /// Should this packet go by reference? RC/XRC WRITE packets of multi-packet messages with a
-/// payload from SGEs, on a port whose segments may hold references.
+/// payload from SGEs, on a port whose segments may hold references, at least its smallest
+/// payload by reference long.
 pub(crate) fn by_reference(dev: &Device, rc: bool, write: bool, inline: bool, plen: usize) -> bool {
-    dev.icrc_offload.payload_refs && rc && write && !inline && plen > 0
+    let o = &dev.icrc_offload;
+    o.payload_refs && rc && write && !inline && plen > 0 && plen >= o.refs_min_payload
 }
 
 /// Where a request packet's payload is in the sender's guest memory: `len` bytes at message

@@ -77,6 +77,9 @@ pub struct IcrcOffload {
     /// (`wire::segment::PayloadRefs`, spec §16.2 rule 6): the sender's engine then leaves it in
     /// guest memory. Only with `segments`; a fabric device port that opted in.
     pub payload_refs: bool,
+    /// With `payload_refs`: the smallest packet payload that goes by reference (0: every one);
+    /// smaller ones are copied when built.
+    pub refs_min_payload: usize,
 }
 
 impl IcrcOffload {
