@@ -70,6 +70,7 @@ pub use network::{NetId, UplinkNets};
 pub use port::DevicePort;
 pub use port_security::{PortSecurity, Violation};
 pub use port_stats::FabricPortStats;
+use refs_scope::gathered;
 pub(crate) use refs_scope::RefsScope;
 pub use rxqueue::RxQueue;
 
@@ -474,17 +475,10 @@ impl Fabric {
                 return;
             }
             Dest::Port(p) if self.capture.is_none() && self.takes_segments(p) => {
-                if !self.keeps_refs(from, p) {
-                    if let Some(r) = refs.take() {
-                        // Outside the sender's scope: the segment a copying writer would
-                        // have built, copied here on the sender's thread.
-                        let ok = segment::materialize(seg, &*r);
-                        r.recycle();
-                        if !ok {
-                            crate::stats::add(&ingress.stats.drop_stale_ref, n);
-                            return;
-                        }
-                    }
+                // Outside the sender's scope the segment goes on as bytes, copied here on the
+                // sender's thread.
+                if !self.keeps_refs(from, p) && !gathered(seg, refs.take(), &ingress.stats, n) {
+                    return;
                 }
                 crate::stats::add(&ingress.stats.in_frames, n);
                 self.push_segment_to(from, p, seg, refs, n);
@@ -492,16 +486,9 @@ impl Fabric {
             }
             _ => {}
         }
-        if let Some(r) = refs.take() {
-            // Leaving as bytes: the frames a copying writer would have built.
-            let ok = segment::materialize(seg, &*r);
-            r.recycle();
-            if !ok {
-                crate::stats::add(&ingress.stats.drop_stale_ref, n);
-                return;
-            }
+        if gathered(seg, refs, &ingress.stats, n) {
+            self.forward_as_frames(from, seg);
         }
-        self.forward_as_frames(from, seg);
     }
 
     /// A segment (of `n` frames) for a device port that takes segments: handed to its receive

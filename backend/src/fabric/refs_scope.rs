@@ -5,7 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Fabric, PortId, PortKind};
+use super::{Fabric, FabricPortStats, PortId, PortKind};
+use crate::wire::segment;
 
 /// To which devices an engine's RC WRITE payloads go by reference (spec §16.2 rule 6); to any
 /// other destination the switch gathers them into the frame first (on the sender's thread).
@@ -40,8 +41,8 @@ impl RefsScope {
 }
 
 impl Fabric {
-    /// Does device port `id`'s engine send payloads by reference (it takes segments and was
-    /// opted in)?
+    /// Does device port `id`'s engine send payloads by reference (it takes segments and has a
+    /// scope other than [`RefsScope::Off`])?
     pub(crate) fn sends_refs(&self, id: PortId) -> bool {
         self.takes_segments(id) && self.refs_scope(id) != RefsScope::Off
     }
@@ -92,4 +93,24 @@ impl Fabric {
             RefsScope::Off => false,
         }
     }
+}
+
+/// Gathers the by-reference payloads of segment `seg` (of `n` frames) into it, if it has any:
+/// the bytes a copying writer would have built. False if a reference was stale: the segment
+/// is dropped and counted on its ingress port.
+pub(super) fn gathered(
+    seg: &mut [u8],
+    refs: Option<Box<dyn segment::PayloadRefs>>,
+    stats: &FabricPortStats,
+    n: usize,
+) -> bool {
+    let Some(r) = refs else {
+        return true;
+    };
+    let ok = segment::materialize(seg, &*r);
+    r.recycle();
+    if !ok {
+        crate::stats::add(&stats.drop_stale_ref, n);
+    }
+    ok
 }
