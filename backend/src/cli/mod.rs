@@ -287,11 +287,13 @@ pub struct Args {
           value_parser = clap::value_parser!(u16).range(1..=crate::transport::workers::MAX_WORKERS as i64))]
     pub engine_threads: u16,
 
-    /// One copy between the fabric's guests (spec §16.2 rule 6): an RC WRITE's payload stays in
-    /// the sending guest's memory and the receiving engine copies it from there, behind a DMA
-    /// fence. Off by default: on a 2-core host it measured slower than copying twice (the
-    /// receiving engine then does all the memory traffic while the sender's idles); with
-    /// --shared-engine, whose thread did both copies, it measured faster.
+    /// One copy between all the fabric's guests (spec §16.2 rule 6): an RC WRITE's payload
+    /// stays in the sending guest's memory and the receiving engine copies it from there,
+    /// behind a DMA fence. By default only between the devices of one set of shared engine
+    /// threads, whose threads did both copies (there it measured faster), and for packets of
+    /// 2 KiB or more; between engines on different threads it measured slower than copying
+    /// twice on a 2-core host (the receiving engine then does all the memory traffic while the
+    /// sender's idles).
     #[arg(long)]
     pub payload_refs: bool,
 
