@@ -14,7 +14,8 @@
 #       per target: CPU-hours fuzzed, executions, edges and crashes, summed over the ledger;
 #       "open" are the crashes that findings.tsv (beside the ledger: the campaign line's date
 #       and target, the count, the fixing commit and its regression test) does not account for.
-# Crashing and hanging inputs are left in OUT_DIR/<target>/default/{crashes,hangs}/.
+# Crashing and hanging inputs are left in OUT_DIR/<target>/default/{crashes,hangs}/, what the
+# target's panics said (message, thread, backtrace) in OUT_DIR/<target>.panics/.
 set -euo pipefail
 
 mode=$1 bin=$2 out=${3:-} secs=${4:-0}
@@ -114,8 +115,8 @@ for t in "$@"; do
     commit=$(git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     git -C "$here" diff --quiet HEAD -- "$here/../backend/src" "$here/src" 2>/dev/null \
         || commit="$commit+dirty"
-    rm -rf "${out:?}/$t"
-    mkdir -p "$out"
+    rm -rf "${out:?}/$t" "${out:?}/$t.panics"
+    mkdir -p "$out" "$out/$t.panics"
     # -V: stop after SECONDS of fuzzing; -t: the hang limit, 2 s (an execution takes
     # milliseconds). FUZZ_TIMEOUT_MS raises it for a campaign that only gets the host's idle
     # time (SCHED_IDLE beside VM runs), where an execution can wait seconds for a CPU.
@@ -123,7 +124,8 @@ for t in "$@"; do
     # ledger counts on a shared host. afl-fuzz does not reap its fork server (whose children
     # are the executions), so it runs as PID 1's child in a PID namespace of its own: the
     # namespace's init (bash) reaps every orphan, and their time counts.
-    if ! /usr/bin/time -f '%U %S %e' -o "$out/$t.time" $reaper \
+    # A target's panic hook writes what it knows into $t.panics/ (vrdma_fuzz::record_panics).
+    if ! VRDMA_FUZZ_PANICS="$out/$t.panics" /usr/bin/time -f '%U %S %e' -o "$out/$t.time" $reaper \
         bash -c 'cargo afl fuzz "$@"; rc=$?; wait; exit $rc' fuzz \
         -V "$secs" -t "${FUZZ_TIMEOUT_MS:-2000}" -i "$seeds" -o "$out/$t" -- "$exe" > "$out/$t.log" 2>&1; then
         echo "fuzz: afl-fuzz failed for $t:" >&2
@@ -150,6 +152,7 @@ for t in "$@"; do
     fi
     if [ "${crashes:-0}" -ne 0 ]; then
         echo "fuzz: $t: $crashes crashing inputs in $out/$t/default/crashes/" >&2
+        cat "$out/$t.panics"/*.txt 2>/dev/null | head -60 >&2 || true
         fail=1
     fi
     # An execution takes milliseconds: one over the 2 s limit is a loop, i.e. a finding.

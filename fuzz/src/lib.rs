@@ -74,6 +74,48 @@ impl<'a> Input<'a> {
     }
 }
 
+/// Executions of [`run`] in this process so far (AFL's persistent mode runs many in one).
+static EXECUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// With `VRDMA_FUZZ_PANICS` naming a directory, a panic's message, place, thread, the number
+/// of executions this process ran and a backtrace are appended to `<dir>/<pid>.txt` before the
+/// binary aborts. AFL keeps a crashing input but not what the target printed, and a crash that
+/// depends on what earlier executions of a persistent process left behind, or on timing, may
+/// not replay from its input alone: the record is then all there is to go on.
+pub fn record_panics() {
+    use std::io::Write;
+    let Some(dir) = std::env::var_os("VRDMA_FUZZ_PANICS") else {
+        return;
+    };
+    // Opened now: the panic may be the process running out of descriptors.
+    let path = std::path::Path::new(&dir).join(format!("{}.txt", std::process::id()));
+    let file = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        Ok(f) => std::sync::Mutex::new(f),
+        Err(e) => {
+            eprintln!("VRDMA_FUZZ_PANICS: cannot open {}: {e}", path.display());
+            return;
+        }
+    };
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        let execs = EXECUTIONS.load(std::sync::atomic::Ordering::Relaxed);
+        let trace = std::backtrace::Backtrace::force_capture();
+        if let Ok(mut f) = file.lock() {
+            let _ = writeln!(
+                f,
+                "panic in thread {name} during execution {execs} of this process: {info}\n{trace}"
+            );
+        }
+        previous(info);
+    }));
+}
+
 /// `VRDMA_FUZZ_TRACE` set: the harnesses print what they did to stderr (checking seeds).
 pub fn trace() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -124,6 +166,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
 }
 
 fn run_once(name: &str, data: &[u8]) -> bool {
+    EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match name {
         "control" => control::run(data),
         "wqe" => wqes::run(data),

@@ -1,6 +1,7 @@
 //! AFL++ target `wqe`: see the harness in `vrdma_fuzz::run` and `mk/fuzz.mk`.
 
 fn main() {
+    vrdma_fuzz::record_panics();
     afl::fuzz!(|data: &[u8]| {
         vrdma_fuzz::run("wqe", data);
     });
