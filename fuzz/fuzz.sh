@@ -92,6 +92,30 @@ if [ "$mode" = cmin ]; then
     exit 0
 fi
 
+# The vhost_user target's executions each make a socket under the temporary directory.
+# Parallel fuzzers run in PID namespaces of their own (below), where PIDs repeat: three
+# processes in namespaces of their own, each replaying a seed many times at once, must not
+# meet (a name built from the PID did: one process's clean-up took another's socket, the
+# crash recorded on 2026-12-07).
+side_by_side() {
+    local exe=$1 seeds=$2 out=$3 seed pids=() k rc=0
+    seed=$(ls "$seeds"/* | head -1)
+    local ns="unshare --pid --fork"
+    if ! unshare --pid --fork true 2>/dev/null; then
+        echo "fuzz: no PID namespaces here (unshare refused): the side-by-side check runs without them" >&2
+        ns=
+    fi
+    for k in 1 2 3; do
+        VRDMA_FUZZ_REPEAT=200 timeout 120 $ns "$exe" < "$seed" > /dev/null 2> "$out.side.$k.log" &
+        pids+=($!)
+    done
+    for k in 1 2 3; do
+        wait "${pids[$((k - 1))]}" || { echo "fuzz: vhost_user failed beside itself (process $k):" >&2
+            grep -m3 -A2 panicked "$out.side.$k.log" >&2; rc=1; }
+    done
+    return $rc
+}
+
 mkdir -p "$out"
 fail=0
 reaper=
@@ -110,6 +134,9 @@ for t in "$@"; do
                 exit 1
             fi
         done
+    fi
+    if [ "$mode" = smoke ] && [ "$t" = vhost_user ]; then
+        side_by_side "$exe" "$seeds" "$out" || exit 1
     fi
     # What was fuzzed: the binary is built from this tree (make fuzz builds first).
     commit=$(git -C "$here" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)

@@ -30,7 +30,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use vrdma_backend::device::{Device, DeviceConfig};
@@ -226,17 +225,25 @@ fn drain_replies(sock: &mut UnixStream, wait: bool) -> bool {
     }
 }
 
-/// A socket path of its own for every execution (persistent mode runs many in one process).
+/// A socket path in a directory of its own for every execution, made by `mkdtemp`: persistent
+/// mode runs many executions in one process, and parallel fuzzers run in PID namespaces of
+/// their own (`fuzz.sh`), where PIDs repeat. A name built from the PID and a counter collided
+/// there: one instance's clean-up removed another's socket (the crash of 2026-12-07).
 fn socket_path() -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "vrdma-fuzz-vu-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("socket dir");
-    dir.join("vrdma.sock")
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let dir = std::env::temp_dir().join("vrdma-fuzz-vu-XXXXXX");
+    let mut template = dir.as_os_str().as_bytes().to_vec();
+    template.push(0);
+    // SAFETY: `template` is a writable NUL-terminated path ending in XXXXXX; mkdtemp replaces
+    // those six bytes in place and writes nothing else.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    assert!(
+        !made.is_null(),
+        "mkdtemp: {}",
+        std::io::Error::last_os_error()
+    );
+    template.pop();
+    PathBuf::from(std::ffi::OsString::from_vec(template)).join("vrdma.sock")
 }
 
 /// The configuration of the device the daemon serves: the default with ODP offered.
