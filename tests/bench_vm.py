@@ -3,7 +3,7 @@
 kernel, root filesystem and commands; a table with ratios and an SVG plot.
 
   tests/bench_vm.py [--results DIR] [--plot FILE] [--iters N] [--vrdma-uplink fabric|udp]
-                    [--mtu 1500,9000]
+                    [--mtu 1500,9000] [--vrdma-args "--own-engine-threads"]
 
 The rxe pair is two guests linked by QEMU's -netdev dgram (UDP on loopback); the vrdma pair is
 two guests whose devices one vrdma-backend serves on its fabric (the default, what a host with
@@ -18,6 +18,7 @@ fails or prints no result.
 import argparse
 import os
 import re
+import shlex
 import sys
 import time
 
@@ -69,10 +70,11 @@ def set_rxe_mtu(vm, mtu):
         raise SystemExit("%s: cannot set MTU %d:\n%s" % (vm.name, mtu, out))
 
 
-def measure(kind, iters, log, uplink="udp", mtu=1500):
+def measure(kind, iters, log, uplink="udp", mtu=1500, extra=()):
     out = {}
-    print("== %s pair, %s, MTU %d (load %s)" % (kind, uplink, mtu, loadavg()), flush=True)
-    args = ("--mtu", str(mtu)) if kind == "vrdma" else ()
+    print("== %s pair, %s, MTU %d%s (load %s)" % (
+        kind, uplink, mtu, "".join(" " + x for x in extra), loadavg()), flush=True)
+    args = ("--mtu", str(mtu)) + tuple(extra) if kind == "vrdma" else ()
     with vrdmavm.Cluster(n=2, kind=[kind, kind], uplink=uplink, backend_args=args) as c:
         a, b = c.vms
         if kind == "rxe":
@@ -146,7 +148,11 @@ def main():
                    help="how the vrdma pair is linked (default: one daemon's fabric)")
     p.add_argument("--mtu", default="1500,9000",
                    help="Ethernet MTUs to measure both pairs at, comma-separated")
+    p.add_argument("--vrdma-args", default="",
+                   help="more vrdma-backend options for the vrdma pair (e.g. "
+                        "--own-engine-threads), to compare a setting with the default")
     a = p.parse_args()
+    extra = shlex.split(a.vrdma_args)
     mtus = [int(m) for m in a.mtu.split(",")]
     os.makedirs(a.results, exist_ok=True)
     plot = a.plot or os.path.join(a.results, "bench-vm.svg")
@@ -154,7 +160,7 @@ def main():
     with open(os.path.join(a.results, "bench-vm.log"), "w") as log:
         for mtu in mtus:
             rxe = measure("rxe", a.iters, log, mtu=mtu)
-            vr = measure("vrdma", a.iters, log, a.vrdma_uplink, mtu=mtu)
+            vr = measure("vrdma", a.iters, log, a.vrdma_uplink, mtu=mtu, extra=extra)
             measured.append((mtu, rxe, vr))
     rows = []
     print("\n| metric | MTU | rxe pair | vrdma pair | vrdma vs rxe |\n|---|---|---|---|---|")
@@ -166,7 +172,7 @@ def main():
             print("| %s | %d | %.4g %s | %.4g %s | %.1f× |" % (
                 name, mtu, rxe[name], unit, vr[name], unit, ratio))
     how = ("vrdma: both devices on one daemon's fabric" if a.vrdma_uplink == "fabric"
-           else "vrdma over its udp uplink")
+           else "vrdma over its udp uplink") + "".join(" " + x for x in extra)
     svg(rows, plot, how)
     print("plot: %s" % plot)
     print("bench-vm: measured on %s, %s" % (time.strftime("%Y-%m-%d"), commit()))
