@@ -9,7 +9,8 @@
 #   FUZZ_TIMEOUT_MS=10000 chrt -i 0 make fuzz ...   a campaign on the host's idle time only:
 #                                  a longer hang limit (2 s by default), as an execution
 #                                  may wait seconds for a CPU
-#   make fuzz-smoke                (in `make test`) every seed replayed, then each target fuzzed
+#   make fuzz-smoke                (in `make test`) every seed replayed (vhost_user's also three
+#                                  times at once in PID namespaces), then each target fuzzed
 #                                  FUZZ_SMOKE_SECONDS (4) from fuzz/corpus/<target>/; fails loudly
 #   make fuzz-corpus               regenerate fuzz/corpus/ from real commands, WQEs and frames
 #   make fuzz-cmin FUZZ_TARGETS=t  fold the last `make fuzz` run's queue into fuzz/corpus/<t>/,
